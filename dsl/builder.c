@@ -1,0 +1,602 @@
+/*
+ * builder.c -- the DSL: one function per builder call of include/loom.h.
+ *
+ * Every call follows the same three steps: check the operand handles (begin), set the
+ * op's attributes, and run its type rule (finish).  A failing rule has already recorded
+ * an error naming the caller's line; the op is then removed and the call returns
+ * LOOM_NONE.  A LOOM_NONE operand that stems from an earlier error is passed on
+ * silently, so one mistake gives one message, not a cascade.
+ */
+#include "ir.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Is value v visible from block b: defined in b or in a block enclosing it? */
+bool ir_visible(loom_kernel *k, uint32_t v, uint32_t b);
+bool ir_visible(loom_kernel *k, uint32_t v, uint32_t b)
+{
+    uint32_t def = k->vals[v].block;
+    while (b) {
+        if (b == def)
+            return true;
+        uint32_t parent = k->blocks[b].parent;
+        b = parent ? k->ops[parent].block : 0;
+    }
+    return false;
+}
+
+static uint32_t cur_block(loom_kernel *k) { return k->nopen ? k->open[k->nopen - 1] : 0; }
+
+/* Check operand handles; create the op.  0 when an operand is bad. */
+static uint32_t begin(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *opnd, int n)
+{
+    if (!k)
+        return 0;
+    const char *name = ir_opdescs[kind].name;
+    for (int i = 0; i < n; i++) {
+        if (opnd[i] == 0) {
+            if (k->ndiags == 0 && !k->oom)
+                ir_error(k, at, name, "operand %d is LOOM_NONE (no value)", i);
+            return 0;
+        }
+        if (opnd[i] >= k->nvals) {
+            ir_error(k, at, name, "operand %d (handle %u) is not a value of kernel '%s'", i,
+                     opnd[i], k->name);
+            return 0;
+        }
+        if (!ir_visible(k, opnd[i], cur_block(k))) {
+            ir_error(k, at, name,
+                     "operand %d (%%%u) is used outside its scope: it was defined inside a loop "
+                     "or if body that has ended (use the region's results instead)",
+                     i, opnd[i]);
+            return 0;
+        }
+    }
+    if (k->nopen == 0 || ir_blk(k, cur_block(k))->closed) {
+        ir_error(k, at, name, "no open block to add the op to");
+        return 0;
+    }
+    return ir_op_new(k, at, kind, opnd, n);
+}
+
+static loom_val finish(loom_kernel *k, uint32_t o)
+{
+    if (!o)
+        return LOOM_NONE;
+    ir_type out[4];
+    int nout = 0;
+    if (!ir_rule(k, o, out, &nout, 4)) {
+        ir_op_unlink(k, o);
+        return LOOM_NONE;
+    }
+    loom_val first = LOOM_NONE;
+    for (int i = 0; i < nout; i++) {
+        loom_val v = ir_op_add_result(k, o, out[i]);
+        if (i == 0)
+            first = v;
+    }
+    return nout ? first : (loom_val)o; /* ops without results return their op id (non-zero) */
+}
+
+static loom_val build0(loom_kernel *k, loom_src at, ir_opkind kind, int64_t i0, int64_t i1)
+{
+    uint32_t o = begin(k, at, kind, NULL, 0);
+    if (!o)
+        return LOOM_NONE;
+    ir_opp(k, o)->iattr[0] = i0;
+    ir_opp(k, o)->iattr[1] = i1;
+    return finish(k, o);
+}
+
+static loom_val build1(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, int64_t i0)
+{
+    uint32_t o = begin(k, at, kind, &a, 1);
+    if (!o)
+        return LOOM_NONE;
+    ir_opp(k, o)->iattr[0] = i0;
+    return finish(k, o);
+}
+
+static loom_val build2(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, loom_val b,
+                       int64_t i0)
+{
+    uint32_t ops[2] = {a, b};
+    uint32_t o = begin(k, at, kind, ops, 2);
+    if (!o)
+        return LOOM_NONE;
+    ir_opp(k, o)->iattr[0] = i0;
+    return finish(k, o);
+}
+
+static loom_val build3(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, loom_val b,
+                       loom_val c)
+{
+    uint32_t ops[3] = {a, b, c};
+    return finish(k, begin(k, at, kind, ops, 3));
+}
+
+static loom_val build_shape(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, loom_shape s)
+{
+    uint32_t o = begin(k, at, kind, &a, 1);
+    if (!o)
+        return LOOM_NONE;
+    ir_opp(k, o)->shape = s;
+    return finish(k, o);
+}
+
+/* ---------------------------------------------------------------- grid, constants */
+
+loom_val loom_program_id_at(loom_src at, loom_kernel *k, int axis)
+{
+    return build0(k, at, IR_PROGRAM_ID, axis, 0);
+}
+
+loom_val loom_num_programs_at(loom_src at, loom_kernel *k, int axis)
+{
+    return build0(k, at, IR_NUM_PROGRAMS, axis, 0);
+}
+
+loom_val loom_const_f_at(loom_src at, loom_kernel *k, loom_dtype dt, double v)
+{
+    uint32_t o = begin(k, at, IR_CONST, NULL, 0);
+    if (!o)
+        return LOOM_NONE;
+    ir_op *op = ir_opp(k, o);
+    op->iattr[0] = dt;
+    if (ir_dtype_is_float(dt)) {
+        op->fattr = ir_round_to(dt, (float)v);
+    } else if (isnan(v)) {
+        ir_error(k, at, "const", "NaN has no %s value", loom_dtype_name(dt));
+        ir_op_unlink(k, o);
+        return LOOM_NONE;
+    } else {
+        op->iattr[1] = ir_wrap_int(dt, (int64_t)v);
+        op->fattr = (double)op->iattr[1];
+    }
+    return finish(k, o);
+}
+
+loom_val loom_const_i_at(loom_src at, loom_kernel *k, loom_dtype dt, int64_t v)
+{
+    uint32_t o = begin(k, at, IR_CONST, NULL, 0);
+    if (!o)
+        return LOOM_NONE;
+    ir_op *op = ir_opp(k, o);
+    op->iattr[0] = dt;
+    if (ir_dtype_is_float(dt)) {
+        op->fattr = ir_round_to(dt, (float)v);
+    } else {
+        op->iattr[1] = ir_wrap_int(dt, v);
+        op->fattr = (double)op->iattr[1];
+    }
+    return finish(k, o);
+}
+
+loom_val loom_arange_at(loom_src at, loom_kernel *k, int64_t start, int64_t end)
+{
+    return build0(k, at, IR_ARANGE, start, end);
+}
+
+/* ---------------------------------------------------------------- shapes */
+
+loom_val loom_splat_at(loom_src at, loom_kernel *k, loom_val v, loom_shape s)
+{
+    return build_shape(k, at, IR_SPLAT, v, s);
+}
+
+loom_val loom_broadcast_at(loom_src at, loom_kernel *k, loom_val v, loom_shape s)
+{
+    return build_shape(k, at, IR_BROADCAST, v, s);
+}
+
+loom_val loom_expand_dims_at(loom_src at, loom_kernel *k, loom_val v, int axis)
+{
+    return build1(k, at, IR_EXPAND_DIMS, v, axis);
+}
+
+loom_val loom_trans_at(loom_src at, loom_kernel *k, loom_val v) { return build1(k, at, IR_TRANS, v, 0); }
+
+/* ---------------------------------------------------------------- elementwise */
+
+#define BINARY(fn, KIND)                                                      \
+    loom_val fn(loom_src at, loom_kernel *k, loom_val a, loom_val b)          \
+    {                                                                         \
+        return build2(k, at, KIND, a, b, 0);                                  \
+    }
+BINARY(loom_add_at, IR_ADD)
+BINARY(loom_sub_at, IR_SUB)
+BINARY(loom_mul_at, IR_MUL)
+BINARY(loom_div_at, IR_DIV)
+BINARY(loom_rem_at, IR_REM)
+BINARY(loom_min_at, IR_MIN)
+BINARY(loom_max_at, IR_MAX)
+BINARY(loom_and_at, IR_AND)
+BINARY(loom_or_at, IR_OR)
+#undef BINARY
+
+#define UNARY(fn, KIND)                                          \
+    loom_val fn(loom_src at, loom_kernel *k, loom_val a)         \
+    {                                                            \
+        return build1(k, at, KIND, a, 0);                        \
+    }
+UNARY(loom_neg_at, IR_NEG)
+UNARY(loom_abs_at, IR_ABS)
+UNARY(loom_exp2_at, IR_EXP2)
+UNARY(loom_log2_at, IR_LOG2)
+UNARY(loom_rsqrt_at, IR_RSQRT)
+UNARY(loom_not_at, IR_NOT)
+#undef UNARY
+
+loom_val loom_fma_at(loom_src at, loom_kernel *k, loom_val a, loom_val b, loom_val c)
+{
+    return build3(k, at, IR_FMA, a, b, c);
+}
+
+loom_val loom_cmp_at(loom_src at, loom_kernel *k, loom_cmp_pred p, loom_val a, loom_val b)
+{
+    return build2(k, at, IR_CMP, a, b, p);
+}
+
+loom_val loom_select_at(loom_src at, loom_kernel *k, loom_val c, loom_val a, loom_val b)
+{
+    return build3(k, at, IR_SELECT, c, a, b);
+}
+
+loom_val loom_cast_at(loom_src at, loom_kernel *k, loom_val v, loom_dtype dt)
+{
+    return build1(k, at, IR_CAST, v, dt);
+}
+
+loom_val loom_reduce_sum_at(loom_src at, loom_kernel *k, loom_val v, int axis)
+{
+    return build1(k, at, IR_REDUCE_SUM, v, axis);
+}
+
+loom_val loom_reduce_max_at(loom_src at, loom_kernel *k, loom_val v, int axis)
+{
+    return build1(k, at, IR_REDUCE_MAX, v, axis);
+}
+
+loom_val loom_reduce_min_at(loom_src at, loom_kernel *k, loom_val v, int axis)
+{
+    return build1(k, at, IR_REDUCE_MIN, v, axis);
+}
+
+loom_val loom_dot_at(loom_src at, loom_kernel *k, loom_val a, loom_val b, loom_val acc)
+{
+    return build3(k, at, IR_DOT, a, b, acc);
+}
+
+/* ---------------------------------------------------------------- memory */
+
+/* The tensor's rank, or -1 (with an error) when t is not a tensor argument. */
+static int tensor_rank(loom_kernel *k, loom_src at, const char *opname, loom_val t)
+{
+    if (!k)
+        return -1;
+    if (t == 0) {
+        if (k->ndiags == 0)
+            ir_error(k, at, opname, "the tensor is LOOM_NONE (no value)");
+        return -1;
+    }
+    if (t >= k->nvals || k->vals[t].type.kind != IR_T_TENSOR) {
+        ir_error(k, at, opname, "operand 0 is not a global tensor argument");
+        return -1;
+    }
+    return k->vals[t].type.shape.rank;
+}
+
+static bool offsets_given(loom_kernel *k, loom_src at, const char *opname, const loom_val *offs)
+{
+    if (!offs) {
+        ir_error(k, at, opname, "offsets is NULL; pass one offset per tensor dim");
+        return false;
+    }
+    return true;
+}
+
+loom_val loom_load_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs,
+                      loom_shape shape, loom_val mask, double fill)
+{
+    int r = tensor_rank(k, at, "load", t);
+    if (r < 0 || !offsets_given(k, at, "load", offs))
+        return LOOM_NONE;
+    uint32_t ops[2 + LOOM_MAX_RANK];
+    int n = 0;
+    ops[n++] = t;
+    for (int i = 0; i < r; i++)
+        ops[n++] = offs[i];
+    if (mask)
+        ops[n++] = mask;
+    uint32_t o = begin(k, at, IR_LOAD, ops, n);
+    if (!o)
+        return LOOM_NONE;
+    ir_op *op = ir_opp(k, o);
+    op->shape = shape;
+    op->iattr[0] = mask ? 1 : 0;
+    op->fattr = ir_round_to((loom_dtype)k->vals[t].type.dtype, (float)fill);
+    if (!ir_dtype_is_float((loom_dtype)k->vals[t].type.dtype))
+        op->fattr = (double)ir_wrap_int((loom_dtype)k->vals[t].type.dtype, (int64_t)fill);
+    return finish(k, o);
+}
+
+void loom_store_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val v,
+                   loom_val mask)
+{
+    int r = tensor_rank(k, at, "store", t);
+    if (r < 0 || !offsets_given(k, at, "store", offs))
+        return;
+    uint32_t ops[3 + LOOM_MAX_RANK];
+    int n = 0;
+    ops[n++] = t;
+    for (int i = 0; i < r; i++)
+        ops[n++] = offs[i];
+    ops[n++] = v;
+    if (mask)
+        ops[n++] = mask;
+    uint32_t o = begin(k, at, IR_STORE, ops, n);
+    if (!o)
+        return;
+    ir_opp(k, o)->iattr[0] = mask ? 1 : 0;
+    finish(k, o);
+}
+
+loom_val loom_load_scalar_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs)
+{
+    int r = tensor_rank(k, at, "load_scalar", t);
+    if (r < 0 || !offsets_given(k, at, "load_scalar", offs))
+        return LOOM_NONE;
+    uint32_t ops[1 + LOOM_MAX_RANK];
+    ops[0] = t;
+    for (int i = 0; i < r; i++)
+        ops[1 + i] = offs[i];
+    return finish(k, begin(k, at, IR_LOAD_SCALAR, ops, 1 + r));
+}
+
+loom_val loom_load_rows_at(loom_src at, loom_kernel *k, loom_val t, loom_val rows,
+                           const loom_val *offs, loom_shape shape, double fill)
+{
+    int r = tensor_rank(k, at, "load_rows", t);
+    if (r < 0 || !offsets_given(k, at, "load_rows", offs))
+        return LOOM_NONE;
+    uint32_t ops[2 + LOOM_MAX_RANK];
+    ops[0] = t;
+    ops[1] = rows;
+    /* offs[0] is ignored by the semantics; the row index takes its place.  It is kept
+     * as an operand so every memory op has one offset per dim. */
+    ops[2] = offs[0] ? offs[0] : (r > 1 ? offs[1] : 0);
+    for (int i = 1; i < r; i++)
+        ops[2 + i] = offs[i];
+    if (!ops[2])
+        ops[2] = loom_const_i_at(at, k, LOOM_I32, 0);
+    uint32_t o = begin(k, at, IR_LOAD_ROWS, ops, 2 + r);
+    if (!o)
+        return LOOM_NONE;
+    ir_op *op = ir_opp(k, o);
+    op->shape = shape;
+    op->fattr = ir_round_to((loom_dtype)k->vals[t].type.dtype, (float)fill);
+    if (!ir_dtype_is_float((loom_dtype)k->vals[t].type.dtype))
+        op->fattr = (double)ir_wrap_int((loom_dtype)k->vals[t].type.dtype, (int64_t)fill);
+    return finish(k, o);
+}
+
+/* ---------------------------------------------------------------- control flow */
+
+static bool push_block(loom_kernel *k, loom_src at, uint32_t b)
+{
+    if (k->nopen == (int)(sizeof k->open / sizeof k->open[0])) {
+        ir_error(k, at, NULL, "control flow nested deeper than %d levels",
+                 (int)(sizeof k->open / sizeof k->open[0]));
+        return false;
+    }
+    k->open[k->nopen++] = b;
+    return true;
+}
+
+loom_region_op loom_for_begin_at(loom_src at, loom_kernel *k, loom_val lo, loom_val hi,
+                                 loom_val step, int n, const loom_val *init)
+{
+    if (!k)
+        return 0;
+    if (n < 0 || n > 60 || (n > 0 && !init)) {
+        ir_error(k, at, "for", "bad carried-value count %d (0..60, with init values)", n);
+        return 0;
+    }
+    uint32_t ops[64];
+    ops[0] = lo;
+    ops[1] = hi;
+    ops[2] = step;
+    for (int i = 0; i < n; i++)
+        ops[3 + i] = init[i];
+    uint32_t o = begin(k, at, IR_FOR, ops, 3 + n);
+    if (!o) {
+        /* keep the builder's block stack balanced: open a detached body so that the
+         * matching loom_for_end pops it */
+        uint32_t b = ir_block_new(k, 0);
+        push_block(k, at, b);
+        return 0;
+    }
+    ir_type out[64];
+    int nout = 0;
+    bool ok = ir_rule(k, o, out, &nout, 64);
+    if (ok)
+        for (int i = 0; i < nout; i++)
+            ir_op_add_result(k, o, out[i]);
+    uint32_t body = ir_block_new(k, o);
+    ir_opp(k, o)->reg[0] = body;
+    ir_opp(k, o)->nreg = 1;
+    ir_block_add_arg(k, body, (ir_type){.kind = IR_T_TILE, .dtype = LOOM_I32});
+    for (int i = 0; i < nout; i++)
+        ir_block_add_arg(k, body, out[i]);
+    push_block(k, at, body);
+    if (!ok) {
+        ir_opp(k, o)->iattr[1] = 1; /* broken: its results stay LOOM_NONE */
+        return 0;
+    }
+    return o;
+}
+
+loom_val loom_for_iv(loom_kernel *k, loom_region_op loop)
+{
+    if (!k || !loop || loop >= k->nops || k->ops[loop].kind != IR_FOR)
+        return LOOM_NONE;
+    return k->blocks[k->ops[loop].reg[0]].args[0];
+}
+
+loom_val loom_for_arg(loom_kernel *k, loom_region_op loop, int i)
+{
+    if (!k || !loop || loop >= k->nops || k->ops[loop].kind != IR_FOR)
+        return LOOM_NONE;
+    ir_block *b = &k->blocks[k->ops[loop].reg[0]];
+    if (i < 0 || (uint32_t)i + 1 >= b->nargs)
+        return LOOM_NONE;
+    return b->args[1 + i];
+}
+
+/* Build a yield closing the innermost block, which must be region `reg` of op o. */
+static void close_region(loom_kernel *k, loom_src at, uint32_t o, int reg, int n, const loom_val *ys,
+                         const char *what)
+{
+    if (k->nopen <= 1) {
+        ir_error(k, at, what, "there is no open loop or if to end");
+        return;
+    }
+    uint32_t b = k->open[k->nopen - 1];
+    if (o && (o >= k->nops || k->ops[o].reg[reg] != b)) {
+        ir_error(k, at, what, "does not match the innermost open region (regions must end in the order they began)");
+        return;
+    }
+    if (n < 0 || n > 60 || (n > 0 && !ys)) {
+        ir_error(k, at, what, "bad yield count %d", n);
+        n = 0;
+    }
+    if (o) {
+        uint32_t ops[64];
+        for (int i = 0; i < n; i++)
+            ops[i] = ys[i];
+        uint32_t y = begin(k, at, IR_YIELD, ops, n);
+        if (y) {
+            ir_type out[1];
+            int nout;
+            if (!ir_rule(k, y, out, &nout, 1))
+                ir_op_unlink(k, y);
+        }
+    }
+    k->blocks[b].closed = true;
+    k->nopen--;
+}
+
+void loom_for_end_at(loom_src at, loom_kernel *k, loom_region_op loop, int n, const loom_val *ys)
+{
+    if (!k)
+        return;
+    if (loop && (loop >= k->nops || k->ops[loop].kind != IR_FOR)) {
+        ir_error(k, at, "for", "loom_for_end: handle %u is not a for loop", loop);
+        return;
+    }
+    close_region(k, at, loop, 0, n, ys, "for");
+}
+
+loom_val loom_for_result(loom_kernel *k, loom_region_op loop, int i)
+{
+    if (!k || !loop || loop >= k->nops || k->ops[loop].kind != IR_FOR)
+        return LOOM_NONE;
+    if (i < 0 || i >= k->ops[loop].nres)
+        return LOOM_NONE;
+    return k->ops[loop].res[i];
+}
+
+loom_region_op loom_if_begin_at(loom_src at, loom_kernel *k, loom_val cond, int n_results)
+{
+    if (!k)
+        return 0;
+    uint32_t o = begin(k, at, IR_IF, &cond, 1);
+    if (!o) {
+        push_block(k, at, ir_block_new(k, 0));
+        return 0;
+    }
+    ir_opp(k, o)->iattr[0] = n_results;
+    ir_type out[1];
+    int nout;
+    bool ok = ir_rule(k, o, out, &nout, 1);
+    uint32_t then = ir_block_new(k, o);
+    ir_opp(k, o)->reg[0] = then;
+    ir_opp(k, o)->nreg = 2;
+    push_block(k, at, then);
+    if (!ok || n_results < 0 || n_results > 60) {
+        if (ok)
+            ir_error(k, at, "if", "bad result count %d", n_results);
+        return 0;
+    }
+    return o;
+}
+
+void loom_else_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const loom_val *ys)
+{
+    if (!k)
+        return;
+    if (o && (o >= k->nops || k->ops[o].kind != IR_IF || k->ops[o].reg[1])) {
+        ir_error(k, at, "if", "loom_else: handle %u is not an if whose then-branch is open", o);
+        return;
+    }
+    if (o) {
+        /* the then-branch's yield fixes the result types */
+        ir_op *op = ir_opp(k, o);
+        if (n != op->iattr[0]) {
+            ir_error(k, at, "if", "the then-branch yields %d values but the if declares %lld results", n,
+                     (long long)op->iattr[0]);
+            o = 0;
+        } else {
+            bool good = true;
+            for (int i = 0; i < n; i++)
+                if (!ys || !ys[i] || ys[i] >= k->nvals)
+                    good = false;
+            if (good && op->nres == 0)
+                for (int i = 0; i < n; i++)
+                    ir_op_add_result(k, o, k->vals[ys[i]].type);
+            else if (!good) {
+                if (k->ndiags == 0)
+                    ir_error(k, at, "if", "the then-branch yields LOOM_NONE");
+                o = 0;
+            }
+        }
+    }
+    close_region(k, at, o, 0, n, ys, "if");
+    if (o) {
+        uint32_t els = ir_block_new(k, o);
+        ir_opp(k, o)->reg[1] = els;
+        push_block(k, at, els);
+    } else {
+        push_block(k, at, ir_block_new(k, 0));
+    }
+}
+
+void loom_if_end_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const loom_val *ys)
+{
+    if (!k)
+        return;
+    if (o && (o >= k->nops || k->ops[o].kind != IR_IF)) {
+        ir_error(k, at, "if", "loom_if_end: handle %u is not an if", o);
+        return;
+    }
+    if (o && !k->ops[o].reg[1]) {
+        /* no else: only allowed without results; an empty else is made */
+        if (k->ops[o].iattr[0] != 0) {
+            ir_error(k, at, "if", "an if with results needs loom_else");
+            close_region(k, at, 0, 0, 0, NULL, "if");
+            return;
+        }
+        loom_else_at(at, k, o, 0, NULL);
+    }
+    close_region(k, at, o, 1, n, ys, "if");
+}
+
+loom_val loom_if_result(loom_kernel *k, loom_region_op o, int i)
+{
+    if (!k || !o || o >= k->nops || k->ops[o].kind != IR_IF)
+        return LOOM_NONE;
+    if (i < 0 || i >= k->ops[o].nres)
+        return LOOM_NONE;
+    return k->ops[o].res[i];
+}

@@ -1,0 +1,768 @@
+/*
+ * interp.c -- the interpreter: the executable definition of the DSL.
+ *
+ * How it works: the kernel runs once per program of the grid, in order (x fastest).
+ * Every SSA value has one slot holding a whole tile (its shape is static, so the
+ * buffer is allocated once and reused when a loop runs the op again).  Floats of every
+ * width are held as f32 values that are already rounded to their dtype; integers as
+ * int64 values already wrapped to their width.  An op reads its operands' slots and
+ * writes its results'; a yield copies into the loop's carried slots or the if's
+ * results.
+ *
+ * Memory is touched only through the buffers given to interp_run, element by element,
+ * after a bounds check: an access outside a buffer, or a leading-dimension offset or
+ * gathered row outside the tensor, stops the run with LOOM_ERR_BOUNDS and a message
+ * naming the op's source line and the offending index.  Elements of the tiled
+ * (trailing) dims that fall outside the tensor are masked, as the DSL says.
+ *
+ * Each op's semantics is interp_<name>() below; the dispatch table is generated from
+ * dsl/ops.h, so an op without semantics does not link.
+ */
+#include "ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tv {
+    uint8_t dt;
+    bool ready;
+    int64_t n;
+    loom_shape shape;
+    float *f;   /* float dtypes */
+    int64_t *i; /* integer dtypes and i1 */
+} tv;
+
+typedef struct interp {
+    loom_kernel *k;
+    const interp_arg *args;
+    tv *env;
+    int pid[3], grid[3];
+    loom_status st;
+    char *err;
+    size_t errlen;
+} interp;
+
+static bool fail(interp *in, loom_status st, const ir_op *op, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#include <stdarg.h>
+static bool fail(interp *in, loom_status st, const ir_op *op, const char *fmt, ...)
+{
+    if (in->st != LOOM_OK)
+        return false;
+    char body[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    in->st = st;
+    if (in->err && in->errlen)
+        snprintf(in->err, in->errlen, "%s:%d: error: op '%s' in program (%d,%d,%d): %s",
+                 op->src.file ? op->src.file : "?", op->src.line, ir_opdescs[op->kind].name,
+                 in->pid[0], in->pid[1], in->pid[2], body);
+    return false;
+}
+
+static bool is_f(uint8_t dt) { return ir_dtype_is_float((loom_dtype)dt); }
+
+/* The slot of value v, allocated on first use. */
+static tv *slot(interp *in, uint32_t v)
+{
+    tv *t = &in->env[v];
+    if (!t->f && !t->i) {
+        const ir_type *ty = &in->k->vals[v].type;
+        t->dt = ty->dtype;
+        t->shape = ty->shape;
+        t->n = ir_shape_numel(&ty->shape);
+        if (is_f(t->dt))
+            t->f = calloc((size_t)t->n, sizeof(float));
+        else
+            t->i = calloc((size_t)t->n, sizeof(int64_t));
+        if (!t->f && !t->i)
+            return NULL;
+    }
+    return t;
+}
+
+static tv *opnd(interp *in, const ir_op *op, int i) { return &in->env[op->opnd[i]]; }
+static tv *res(interp *in, const ir_op *op, int i) { return slot(in, op->res[i]); }
+
+static void copy_tv(tv *dst, const tv *src)
+{
+    if (dst->f)
+        memcpy(dst->f, src->f, (size_t)dst->n * sizeof(float));
+    else
+        memcpy(dst->i, src->i, (size_t)dst->n * sizeof(int64_t));
+    dst->ready = true;
+}
+
+/* Scalar value as int64 (integers) -- for offsets, bounds, conditions. */
+static int64_t ival(const tv *t, int64_t e) { return t->i ? t->i[t->n == 1 ? 0 : e] : (int64_t)t->f[t->n == 1 ? 0 : e]; }
+static float fval(const tv *t, int64_t e) { return t->f[t->n == 1 ? 0 : e]; }
+
+/* Unravel a row-major linear index. */
+static void unravel(const loom_shape *s, int64_t e, int64_t *idx)
+{
+    for (int d = s->rank - 1; d >= 0; d--) {
+        idx[d] = e % s->dim[d];
+        e /= s->dim[d];
+    }
+}
+
+/* ---------------------------------------------------------------- grid, constants, shapes */
+
+typedef bool (*interp_fn)(interp *, const ir_op *);
+
+static bool interp_program_id(interp *in, const ir_op *op)
+{
+    res(in, op, 0)->i[0] = in->pid[op->iattr[0]];
+    return true;
+}
+
+static bool interp_num_programs(interp *in, const ir_op *op)
+{
+    res(in, op, 0)->i[0] = in->grid[op->iattr[0]];
+    return true;
+}
+
+static bool interp_const(interp *in, const ir_op *op)
+{
+    tv *r = res(in, op, 0);
+    if (r->f)
+        r->f[0] = (float)op->fattr;
+    else
+        r->i[0] = op->iattr[1];
+    return true;
+}
+
+static bool interp_arange(interp *in, const ir_op *op)
+{
+    tv *r = res(in, op, 0);
+    for (int64_t e = 0; e < r->n; e++)
+        r->i[e] = op->iattr[0] + e;
+    return true;
+}
+
+static bool interp_splat(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    for (int64_t e = 0; e < r->n; e++) {
+        if (r->f)
+            r->f[e] = a->f[0];
+        else
+            r->i[e] = a->i[0];
+    }
+    return true;
+}
+
+static bool interp_broadcast(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    int64_t idx[LOOM_MAX_RANK];
+    int off = r->shape.rank - a->shape.rank;
+    for (int64_t e = 0; e < r->n; e++) {
+        unravel(&r->shape, e, idx);
+        int64_t src = 0;
+        for (int d = 0; d < a->shape.rank; d++)
+            src = src * a->shape.dim[d] + (a->shape.dim[d] == 1 ? 0 : idx[off + d]);
+        if (r->f)
+            r->f[e] = a->f[src];
+        else
+            r->i[e] = a->i[src];
+    }
+    return true;
+}
+
+static bool interp_expand_dims(interp *in, const ir_op *op)
+{
+    copy_tv(res(in, op, 0), opnd(in, op, 0)); /* same elements, same order */
+    return true;
+}
+
+static bool interp_trans(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    int64_t R = a->shape.dim[0], C = a->shape.dim[1];
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++) {
+            if (r->f)
+                r->f[j * R + i] = a->f[i * C + j];
+            else
+                r->i[j * R + i] = a->i[i * C + j];
+        }
+    return true;
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+static float fmin_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : (a < b ? a : b); }
+static float fmax_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : (a > b ? a : b); }
+
+static int64_t wrap_add(uint8_t dt, int64_t a, int64_t b) { return ir_wrap_int((loom_dtype)dt, (int64_t)((uint64_t)a + (uint64_t)b)); }
+static int64_t wrap_sub(uint8_t dt, int64_t a, int64_t b) { return ir_wrap_int((loom_dtype)dt, (int64_t)((uint64_t)a - (uint64_t)b)); }
+static int64_t wrap_mul(uint8_t dt, int64_t a, int64_t b) { return ir_wrap_int((loom_dtype)dt, (int64_t)((uint64_t)a * (uint64_t)b)); }
+
+static bool binary(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *r = res(in, op, 0);
+    uint8_t dt = r->dt;
+    for (int64_t e = 0; e < r->n; e++) {
+        if (r->f) {
+            float x = fval(a, e), y = fval(b, e), z = 0;
+            switch (op->kind) {
+            case IR_ADD: z = x + y; break;
+            case IR_SUB: z = x - y; break;
+            case IR_MUL: z = x * y; break;
+            case IR_DIV: z = x / y; break;
+            case IR_MIN: z = fmin_nan(x, y); break;
+            case IR_MAX: z = fmax_nan(x, y); break;
+            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: not a float op");
+            }
+            r->f[e] = ir_round_to((loom_dtype)dt, z);
+        } else {
+            int64_t x = ival(a, e), y = ival(b, e), z = 0;
+            switch (op->kind) {
+            case IR_ADD: z = wrap_add(dt, x, y); break;
+            case IR_SUB: z = wrap_sub(dt, x, y); break;
+            case IR_MUL: z = wrap_mul(dt, x, y); break;
+            case IR_DIV:
+            case IR_REM:
+                if (y == 0)
+                    return fail(in, LOOM_ERR_RUNTIME, op, "integer division by zero at element %lld",
+                                (long long)e);
+                if (y == -1) /* INT_MIN / -1 wraps; INT_MIN % -1 is 0 */
+                    z = op->kind == IR_DIV ? wrap_sub(dt, 0, x) : 0;
+                else
+                    z = op->kind == IR_DIV ? x / y : x % y;
+                break;
+            case IR_MIN: z = x < y ? x : y; break;
+            case IR_MAX: z = x > y ? x : y; break;
+            case IR_AND: z = x & y; break;
+            case IR_OR: z = x | y; break;
+            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: not an integer op");
+            }
+            r->i[e] = ir_wrap_int((loom_dtype)dt, z);
+        }
+    }
+    return true;
+}
+
+#define interp_add binary
+#define interp_sub binary
+#define interp_mul binary
+#define interp_div binary
+#define interp_rem binary
+#define interp_min binary
+#define interp_max binary
+#define interp_and binary
+#define interp_or binary
+
+static bool interp_fma(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *c = opnd(in, op, 2), *r = res(in, op, 0);
+    for (int64_t e = 0; e < r->n; e++)
+        r->f[e] = ir_round_to((loom_dtype)r->dt, fmaf(fval(a, e), fval(b, e), fval(c, e)));
+    return true;
+}
+
+static bool unary(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    for (int64_t e = 0; e < r->n; e++) {
+        if (r->f) {
+            float x = a->f[e], z = 0;
+            switch (op->kind) {
+            case IR_NEG: z = -x; break;
+            case IR_ABS: z = fabsf(x); break;
+            case IR_EXP2: z = exp2f(x); break;
+            case IR_LOG2: z = log2f(x); break;
+            case IR_RSQRT: z = 1.0f / sqrtf(x); break;
+            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
+            }
+            r->f[e] = ir_round_to((loom_dtype)r->dt, z);
+        } else {
+            int64_t x = a->i[e], z = 0;
+            switch (op->kind) {
+            case IR_NEG: z = wrap_sub(r->dt, 0, x); break;
+            case IR_ABS: z = x < 0 ? wrap_sub(r->dt, 0, x) : x; break;
+            case IR_NOT: z = !x; break;
+            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
+            }
+            r->i[e] = ir_wrap_int((loom_dtype)r->dt, z);
+        }
+    }
+    return true;
+}
+
+#define interp_neg unary
+#define interp_abs unary
+#define interp_exp2 unary
+#define interp_log2 unary
+#define interp_rsqrt unary
+#define interp_not unary
+
+static bool interp_cmp(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *r = res(in, op, 0);
+    for (int64_t e = 0; e < r->n; e++) {
+        bool z = false;
+        if (a->f) {
+            float x = fval(a, e), y = fval(b, e);
+            switch (op->iattr[0]) {
+            case LOOM_EQ: z = x == y; break;
+            case LOOM_NE: z = !(x == y); break; /* unordered: true with NaN */
+            case LOOM_LT: z = x < y; break;
+            case LOOM_LE: z = x <= y; break;
+            case LOOM_GT: z = x > y; break;
+            case LOOM_GE: z = x >= y; break;
+            }
+        } else {
+            int64_t x = ival(a, e), y = ival(b, e);
+            switch (op->iattr[0]) {
+            case LOOM_EQ: z = x == y; break;
+            case LOOM_NE: z = x != y; break;
+            case LOOM_LT: z = x < y; break;
+            case LOOM_LE: z = x <= y; break;
+            case LOOM_GT: z = x > y; break;
+            case LOOM_GE: z = x >= y; break;
+            }
+        }
+        r->i[e] = z;
+    }
+    return true;
+}
+
+static bool interp_select(interp *in, const ir_op *op)
+{
+    tv *c = opnd(in, op, 0), *a = opnd(in, op, 1), *b = opnd(in, op, 2), *r = res(in, op, 0);
+    for (int64_t e = 0; e < r->n; e++) {
+        bool t = ival(c, e) != 0;
+        if (r->f)
+            r->f[e] = t ? fval(a, e) : fval(b, e);
+        else
+            r->i[e] = t ? ival(a, e) : ival(b, e);
+    }
+    return true;
+}
+
+/* Float to integer: truncate toward zero, NaN gives 0, out of range saturates. */
+static int64_t f2i(loom_dtype dt, float x)
+{
+    if (isnan(x))
+        return 0;
+    if (dt == LOOM_I1)
+        return x != 0;
+    double lo = dt == LOOM_I32 ? -2147483648.0 : -9223372036854775808.0;
+    double hi = dt == LOOM_I32 ? 2147483647.0 : 9223372036854775807.0;
+    double t = trunc((double)x);
+    if (t <= lo)
+        return dt == LOOM_I32 ? INT32_MIN : INT64_MIN;
+    if (t >= hi)
+        return dt == LOOM_I32 ? INT32_MAX : INT64_MAX;
+    return (int64_t)t;
+}
+
+static bool interp_cast(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    loom_dtype to = (loom_dtype)r->dt;
+    for (int64_t e = 0; e < r->n; e++) {
+        if (a->f && r->f)
+            r->f[e] = ir_round_to(to, a->f[e]);
+        else if (a->f)
+            r->i[e] = to == LOOM_I1 ? (a->f[e] != 0) : f2i(to, a->f[e]);
+        else if (r->f)
+            r->f[e] = ir_round_to(to, (float)a->i[e]);
+        else
+            r->i[e] = ir_wrap_int(to, a->i[e]);
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- reductions, dot */
+
+static bool reduce(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    int ax = (int)op->iattr[0];
+    int64_t outer = 1, len = a->shape.dim[ax], inner = 1;
+    for (int d = 0; d < ax; d++)
+        outer *= a->shape.dim[d];
+    for (int d = ax + 1; d < a->shape.rank; d++)
+        inner *= a->shape.dim[d];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t base = o * len * inner + i;
+            if (a->f) {
+                float acc = a->f[base];
+                for (int64_t j = 1; j < len; j++) {
+                    float x = a->f[base + j * inner];
+                    if (op->kind == IR_REDUCE_SUM)
+                        acc += x;
+                    else if (op->kind == IR_REDUCE_MAX)
+                        acc = fmax_nan(acc, x);
+                    else
+                        acc = fmin_nan(acc, x);
+                }
+                r->f[o * inner + i] = ir_round_to((loom_dtype)r->dt, acc);
+            } else {
+                int64_t acc = a->i[base];
+                for (int64_t j = 1; j < len; j++) {
+                    int64_t x = a->i[base + j * inner];
+                    if (op->kind == IR_REDUCE_SUM)
+                        acc = wrap_add(r->dt, acc, x);
+                    else if (op->kind == IR_REDUCE_MAX)
+                        acc = x > acc ? x : acc;
+                    else
+                        acc = x < acc ? x : acc;
+                }
+                r->i[o * inner + i] = acc;
+            }
+        }
+    return true;
+}
+
+#define interp_reduce_sum reduce
+#define interp_reduce_max reduce
+#define interp_reduce_min reduce
+
+static bool interp_dot(interp *in, const ir_op *op)
+{
+    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *c = opnd(in, op, 2), *r = res(in, op, 0);
+    int64_t M = a->shape.dim[0], K = a->shape.dim[1], N = b->shape.dim[1];
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float acc = c->f[m * N + n];
+            for (int64_t kk = 0; kk < K; kk++)
+                acc = fmaf(a->f[m * K + kk], b->f[kk * N + n], acc);
+            r->f[m * N + n] = acc;
+        }
+    return true;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+typedef struct tref {
+    const ir_arg *arg;
+    const interp_arg *buf;
+} tref;
+
+static tref tensor_of(interp *in, const ir_op *op)
+{
+    const ir_value *v = &in->k->vals[op->opnd[0]];
+    return (tref){&in->k->args[v->def], &in->args[v->def]};
+}
+
+/* Read / write element at linear element offset `off` of a tensor, with a buffer check. */
+static bool mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f, int64_t *i)
+{
+    size_t sz = loom_dtype_size(t.arg->dtype);
+    if (off < 0 || (size_t)off * sz + sz > t.buf->bytes || !t.buf->data)
+        return fail(in, LOOM_ERR_BOUNDS, op,
+                    "read of element %lld of '%s' is outside its buffer of %zu bytes", (long long)off,
+                    t.arg->name, t.buf->bytes);
+    const unsigned char *p = (const unsigned char *)t.buf->data + (size_t)off * sz;
+    switch (t.arg->dtype) {
+    case LOOM_F16: { uint16_t h; memcpy(&h, p, 2); *f = ir_f16_to_f32(h); break; }
+    case LOOM_BF16: { uint16_t h; memcpy(&h, p, 2); *f = ir_bf16_to_f32(h); break; }
+    case LOOM_F32: memcpy(f, p, 4); break;
+    case LOOM_I32: { int32_t x; memcpy(&x, p, 4); *i = x; break; }
+    case LOOM_I64: memcpy(i, p, 8); break;
+    case LOOM_I1: *i = p[0] != 0; break;
+    default: break;
+    }
+    return true;
+}
+
+static bool mem_write(interp *in, const ir_op *op, tref t, int64_t off, float f, int64_t i)
+{
+    size_t sz = loom_dtype_size(t.arg->dtype);
+    if (off < 0 || (size_t)off * sz + sz > t.buf->bytes || !t.buf->data)
+        return fail(in, LOOM_ERR_BOUNDS, op,
+                    "write of element %lld of '%s' is outside its buffer of %zu bytes",
+                    (long long)off, t.arg->name, t.buf->bytes);
+    unsigned char *p = (unsigned char *)t.buf->data + (size_t)off * sz;
+    switch (t.arg->dtype) {
+    case LOOM_F16: { uint16_t h = ir_f32_to_f16(f); memcpy(p, &h, 2); break; }
+    case LOOM_BF16: { uint16_t h = ir_f32_to_bf16(f); memcpy(p, &h, 2); break; }
+    case LOOM_F32: memcpy(p, &f, 4); break;
+    case LOOM_I32: { int32_t x = (int32_t)i; memcpy(p, &x, 4); break; }
+    case LOOM_I64: memcpy(p, &i, 8); break;
+    case LOOM_I1: p[0] = i != 0; break;
+    default: break;
+    }
+    return true;
+}
+
+/* Check the leading (untiled) offsets of a block access: each must index the tensor. */
+static bool check_leading(interp *in, const ir_op *op, tref t, const int64_t *base, int lead,
+                          int first_dim)
+{
+    for (int d = first_dim; d < lead; d++)
+        if (base[d] < 0 || base[d] >= t.arg->shape.dim[d])
+            return fail(in, LOOM_ERR_BOUNDS, op,
+                        "offset %lld of dim %d is outside tensor '%s' of size %lld there",
+                        (long long)base[d], d, t.arg->name, (long long)t.arg->shape.dim[d]);
+    return true;
+}
+
+/* Element e of a block at base offsets: its tensor element offset, or -1 if masked. */
+static int64_t block_elem(tref t, const loom_shape *ts, const int64_t *base, int64_t e,
+                          int64_t row_override)
+{
+    int r = t.arg->shape.rank, lead = r - ts->rank;
+    int64_t idx[LOOM_MAX_RANK];
+    unravel(ts, e, idx);
+    int64_t off = 0;
+    for (int d = 0; d < r; d++) {
+        int64_t x;
+        if (d < lead)
+            x = base[d];
+        else if (d == 0 && row_override >= 0)
+            x = row_override;
+        else
+            x = base[d] + idx[d - lead];
+        if (x < 0 || x >= t.arg->shape.dim[d])
+            return -1;
+        off += x * t.arg->strides[d];
+    }
+    return off;
+}
+
+static void read_offsets(interp *in, const ir_op *op, int first, int r, int64_t *base)
+{
+    for (int d = 0; d < r; d++)
+        base[d] = ival(opnd(in, op, first + d), 0);
+}
+
+static bool interp_load(interp *in, const ir_op *op)
+{
+    tref t = tensor_of(in, op);
+    int r = t.arg->shape.rank;
+    int64_t base[LOOM_MAX_RANK];
+    read_offsets(in, op, 1, r, base);
+    tv *res0 = res(in, op, 0);
+    tv *mask = op->iattr[0] ? opnd(in, op, 1 + r) : NULL;
+    if (!check_leading(in, op, t, base, r - op->shape.rank, 0))
+        return false;
+    for (int64_t e = 0; e < res0->n; e++) {
+        int64_t off = (mask && !mask->i[e]) ? -1 : block_elem(t, &op->shape, base, e, -1);
+        float f = (float)op->fattr;
+        int64_t i = (int64_t)op->fattr;
+        if (off >= 0 && !mem_read(in, op, t, off, &f, &i))
+            return false;
+        if (res0->f)
+            res0->f[e] = f;
+        else
+            res0->i[e] = i;
+    }
+    return true;
+}
+
+static bool interp_load_scalar(interp *in, const ir_op *op)
+{
+    tref t = tensor_of(in, op);
+    int r = t.arg->shape.rank;
+    int64_t base[LOOM_MAX_RANK];
+    read_offsets(in, op, 1, r, base);
+    if (!check_leading(in, op, t, base, r, 0))
+        return false;
+    int64_t off = 0;
+    for (int d = 0; d < r; d++)
+        off += base[d] * t.arg->strides[d];
+    tv *r0 = res(in, op, 0);
+    float f = 0;
+    int64_t i = 0;
+    if (!mem_read(in, op, t, off, &f, &i))
+        return false;
+    if (r0->f)
+        r0->f[0] = f;
+    else
+        r0->i[0] = i;
+    return true;
+}
+
+static bool interp_load_rows(interp *in, const ir_op *op)
+{
+    tref t = tensor_of(in, op);
+    int r = t.arg->shape.rank;
+    int64_t base[LOOM_MAX_RANK];
+    read_offsets(in, op, 2, r, base);
+    tv *rows = opnd(in, op, 1), *r0 = res(in, op, 0);
+    int64_t per_row = r0->n / op->shape.dim[0];
+    for (int64_t e = 0; e < r0->n; e++) {
+        int64_t row = rows->i[e / per_row];
+        if (row < 0 || row >= t.arg->shape.dim[0])
+            return fail(in, LOOM_ERR_BOUNDS, op,
+                        "gathered row %lld (index element %lld) is outside tensor '%s' of %lld rows",
+                        (long long)row, (long long)(e / per_row), t.arg->name,
+                        (long long)t.arg->shape.dim[0]);
+        int64_t off = block_elem(t, &op->shape, base, e, row);
+        float f = (float)op->fattr;
+        int64_t i = (int64_t)op->fattr;
+        if (off >= 0 && !mem_read(in, op, t, off, &f, &i))
+            return false;
+        if (r0->f)
+            r0->f[e] = f;
+        else
+            r0->i[e] = i;
+    }
+    return true;
+}
+
+static bool interp_store(interp *in, const ir_op *op)
+{
+    tref t = tensor_of(in, op);
+    int r = t.arg->shape.rank;
+    int64_t base[LOOM_MAX_RANK];
+    read_offsets(in, op, 1, r, base);
+    tv *v = opnd(in, op, 1 + r);
+    tv *mask = op->iattr[0] ? opnd(in, op, 2 + r) : NULL;
+    if (!check_leading(in, op, t, base, r - v->shape.rank, 0))
+        return false;
+    for (int64_t e = 0; e < v->n; e++) {
+        if (mask && !mask->i[e])
+            continue;
+        int64_t off = block_elem(t, &v->shape, base, e, -1);
+        if (off >= 0 && !mem_write(in, op, t, off, v->f ? v->f[e] : 0, v->i ? v->i[e] : 0))
+            return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- control flow */
+
+static const ir_op *exec_block(interp *in, uint32_t b);
+
+static bool interp_for(interp *in, const ir_op *op)
+{
+    int64_t lo = ival(opnd(in, op, 0), 0), hi = ival(opnd(in, op, 1), 0),
+            step = ival(opnd(in, op, 2), 0);
+    if (step <= 0)
+        return fail(in, LOOM_ERR_RUNTIME, op, "loop step is %lld; it must be positive", (long long)step);
+    const ir_block *body = &in->k->blocks[op->reg[0]];
+    tv *iv = slot(in, body->args[0]);
+    int nc = op->nres;
+    for (int i = 0; i < nc; i++)
+        copy_tv(slot(in, body->args[1 + i]), opnd(in, op, 3 + i));
+    for (int64_t x = lo; x < hi; x += step) {
+        iv->i[0] = x;
+        const ir_op *y = exec_block(in, op->reg[0]);
+        if (!y)
+            return false;
+        /* two steps, so that yielding carried values in another order works */
+        tv tmp[64];
+        for (int i = 0; i < nc; i++) {
+            tv *src = &in->env[y->opnd[i]];
+            tmp[i] = *src;
+            size_t bytes = (size_t)src->n * (src->f ? sizeof(float) : sizeof(int64_t));
+            void *p = malloc(bytes);
+            if (!p)
+                return fail(in, LOOM_ERR_NOMEM, op, "out of memory");
+            memcpy(p, src->f ? (void *)src->f : (void *)src->i, bytes);
+            if (src->f)
+                tmp[i].f = p;
+            else
+                tmp[i].i = p;
+        }
+        for (int i = 0; i < nc; i++) {
+            copy_tv(&in->env[body->args[1 + i]], &tmp[i]);
+            free(tmp[i].f ? (void *)tmp[i].f : (void *)tmp[i].i);
+        }
+    }
+    for (int i = 0; i < nc; i++)
+        copy_tv(res(in, op, i), &in->env[body->args[1 + i]]);
+    return true;
+}
+
+static bool interp_if(interp *in, const ir_op *op)
+{
+    bool c = ival(opnd(in, op, 0), 0) != 0;
+    uint32_t b = c ? op->reg[0] : op->reg[1];
+    if (!b)
+        return true;
+    const ir_op *y = exec_block(in, b);
+    if (!y)
+        return false;
+    for (int i = 0; i < op->nres; i++)
+        copy_tv(res(in, op, i), &in->env[y->opnd[i]]);
+    return true;
+}
+
+static bool interp_yield(interp *in, const ir_op *op)
+{
+    (void)in;
+    (void)op;
+    return true; /* the enclosing for/if reads the yielded values */
+}
+
+static const interp_fn dispatch[IR_OP_COUNT] = {
+#define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = interp_##n,
+#include "ops.h"
+#undef LOOM_OP
+};
+
+/* Run block b; return its yield op (or a dummy for the body), NULL on error. */
+static const ir_op *exec_block(interp *in, uint32_t b)
+{
+    static const ir_op none = {0};
+    const ir_block *blk = &in->k->blocks[b];
+    const ir_op *last = &none;
+    for (uint32_t i = 0; i < blk->nops; i++) {
+        const ir_op *op = &in->k->ops[blk->ops[i]];
+        for (int r = 0; r < op->nres; r++)
+            if (!slot(in, op->res[r])) {
+                fail(in, LOOM_ERR_NOMEM, op, "out of memory for a tile");
+                return NULL;
+            }
+        if (!dispatch[op->kind](in, op))
+            return NULL;
+        last = op;
+    }
+    return last;
+}
+
+loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args, char *err,
+                       size_t errlen)
+{
+    interp in = {.k = k, .args = args, .err = err, .errlen = errlen};
+    if (err && errlen)
+        err[0] = 0;
+    in.env = calloc(k->nvals, sizeof(tv));
+    if (!in.env)
+        return LOOM_ERR_NOMEM;
+    for (int d = 0; d < 3; d++)
+        in.grid[d] = grid[d];
+    /* scalar arguments */
+    for (int a = 0; a < k->nargs; a++) {
+        if (k->args[a].is_tensor)
+            continue;
+        tv *t = slot(&in, k->args[a].value);
+        if (!t) {
+            free(in.env);
+            return LOOM_ERR_NOMEM;
+        }
+        if (k->args[a].dtype == LOOM_F32)
+            t->f[0] = args[a].s.f32;
+        else if (k->args[a].dtype == LOOM_I32)
+            t->i[0] = args[a].s.i32;
+        else
+            t->i[0] = args[a].s.i64;
+    }
+    for (int z = 0; z < grid[2] && in.st == LOOM_OK; z++)
+        for (int y = 0; y < grid[1] && in.st == LOOM_OK; y++)
+            for (int x = 0; x < grid[0] && in.st == LOOM_OK; x++) {
+                in.pid[0] = x;
+                in.pid[1] = y;
+                in.pid[2] = z;
+                if (!exec_block(&in, 1) && in.st == LOOM_OK)
+                    in.st = LOOM_ERR_NOMEM;
+            }
+    for (uint32_t v = 0; v < k->nvals; v++) {
+        free(in.env[v].f);
+        free(in.env[v].i);
+    }
+    free(in.env);
+    return in.st;
+}

@@ -1,0 +1,509 @@
+/*
+ * ir.c -- kernels, the arena, the value/op/block tables and diagnostics.
+ *
+ * How it works: a kernel is a handful of growable arrays indexed by 32-bit handles
+ * (entry 0 of each is a sentinel, so a zero handle is "none") and one arena for
+ * strings and operand lists.  Nothing inside a kernel is freed on its own: the arena
+ * and the tables go together in loom_kernel_destroy().
+ *
+ * Diagnostics: every user error is appended to the kernel's list with the source
+ * location of the builder call that caused it.  loom_kernel_errors() joins them.
+ */
+#include "ir.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+const ir_opdesc ir_opdescs[IR_OP_COUNT] = {
+    [IR_INVALID] = {"<invalid>", 0, 0, 0},
+#define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = {#n, nop, nreg, fl},
+#include "ops.h"
+#undef LOOM_OP
+};
+
+/* ---------------------------------------------------------------- arena */
+
+struct ir_arena_chunk {
+    ir_arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+void *ir_arena_alloc(ir_arena *a, size_t bytes)
+{
+    bytes = (bytes + 15) & ~(size_t)15;
+    if (bytes == 0)
+        bytes = 16;
+    ir_arena_chunk *c = a->head;
+    if (!c || c->used + bytes > c->cap) {
+        size_t cap = bytes > 65536 ? bytes : 65536;
+        c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->next = a->head;
+        c->used = 0;
+        c->cap = cap;
+        a->head = c;
+    }
+    void *p = c->data + c->used;
+    c->used += bytes;
+    memset(p, 0, bytes);
+    return p;
+}
+
+char *ir_arena_strdup(ir_arena *a, const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *p = ir_arena_alloc(a, n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+void ir_arena_free(ir_arena *a)
+{
+    ir_arena_chunk *c = a->head;
+    while (c) {
+        ir_arena_chunk *n = c->next;
+        free(c);
+        c = n;
+    }
+    a->head = NULL;
+}
+
+/* Grow a table so that index `need` fits; false (and k->oom) when out of memory. */
+static bool grow(loom_kernel *k, void **arr, uint32_t *cap, uint32_t need, size_t elem)
+{
+    if (need < *cap)
+        return true;
+    uint32_t nc = *cap ? *cap * 2 : 64;
+    while (nc <= need)
+        nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) {
+        k->oom = true;
+        return false;
+    }
+    memset((char *)p + (size_t)*cap * elem, 0, (size_t)(nc - *cap) * elem);
+    *arr = p;
+    *cap = nc;
+    return true;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+loom_kernel *loom_kernel_create(const char *name, int num_warps)
+{
+    loom_kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->name = strdup(name && *name ? name : "kernel");
+    k->num_warps = num_warps;
+    k->nvals = k->nops = k->nblocks = 1; /* sentinels */
+    if (!k->name || !grow(k, (void **)&k->vals, &k->capvals, 1, sizeof(ir_value)) ||
+        !grow(k, (void **)&k->ops, &k->capops, 1, sizeof(ir_op)) ||
+        !grow(k, (void **)&k->blocks, &k->capblocks, 1, sizeof(ir_block))) {
+        loom_kernel_destroy(k);
+        return NULL;
+    }
+    uint32_t body = ir_block_new(k, 0);
+    k->open[k->nopen++] = body;
+    if (num_warps < 1 || num_warps > 32)
+        ir_error(k, (loom_src){"<loom_kernel_create>", 0}, NULL,
+                 "num_warps is %d; it must be between 1 and 32", num_warps);
+    return k;
+}
+
+void loom_kernel_destroy(loom_kernel *k)
+{
+    if (!k)
+        return;
+    for (uint32_t b = 1; b < k->nblocks; b++)
+        free(k->blocks[b].ops);
+    for (int i = 0; i < k->ndiags; i++)
+        free(k->diags[i].msg);
+    free(k->diags);
+    free(k->errtext);
+    free(k->printed);
+    free(k->vals);
+    free(k->ops);
+    free(k->blocks);
+    ir_arena_free(&k->arena);
+    free(k->name);
+    free(k);
+}
+
+const char *loom_kernel_name(const loom_kernel *k) { return k ? k->name : ""; }
+int loom_kernel_num_warps(const loom_kernel *k) { return k ? k->num_warps : 0; }
+
+/* ---------------------------------------------------------------- diagnostics */
+
+void ir_error(loom_kernel *k, loom_src at, const char *opname, const char *fmt, ...)
+{
+    char body[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    char line[768];
+    if (opname)
+        snprintf(line, sizeof line, "%s:%d: error: op '%s': %s", at.file ? at.file : "?", at.line,
+                 opname, body);
+    else
+        snprintf(line, sizeof line, "%s:%d: error: %s", at.file ? at.file : "?", at.line, body);
+    /* the same message for the same line is reported once */
+    for (int i = 0; i < k->ndiags; i++)
+        if (strcmp(k->diags[i].msg, line) == 0)
+            return;
+    if (k->ndiags == k->capdiags) {
+        int nc = k->capdiags ? k->capdiags * 2 : 8;
+        ir_diag *d = realloc(k->diags, (size_t)nc * sizeof *d);
+        if (!d) {
+            k->oom = true;
+            return;
+        }
+        k->diags = d;
+        k->capdiags = nc;
+    }
+    k->diags[k->ndiags].src = at;
+    k->diags[k->ndiags].msg = strdup(line);
+    if (k->diags[k->ndiags].msg)
+        k->ndiags++;
+}
+
+int loom_kernel_num_errors(const loom_kernel *k) { return k ? k->ndiags + (k->oom ? 1 : 0) : 1; }
+
+const char *loom_kernel_errors(const loom_kernel *k)
+{
+    if (!k)
+        return "no kernel (loom_kernel_create returned NULL?)";
+    loom_kernel *mk = (loom_kernel *)k;
+    size_t n = 1;
+    for (int i = 0; i < k->ndiags; i++)
+        n += strlen(k->diags[i].msg) + 1;
+    if (k->oom)
+        n += 64;
+    char *s = malloc(n);
+    if (!s)
+        return "out of memory";
+    s[0] = 0;
+    for (int i = 0; i < k->ndiags; i++) {
+        strcat(s, k->diags[i].msg);
+        strcat(s, "\n");
+    }
+    if (k->oom)
+        strcat(s, "error: out of memory while building the kernel\n");
+    free(mk->errtext);
+    mk->errtext = s;
+    return s;
+}
+
+/* ---------------------------------------------------------------- tables */
+
+static uint32_t new_value(loom_kernel *k, ir_type t, ir_valkind kind, uint32_t def,
+                          uint32_t index, uint32_t block)
+{
+    if (!grow(k, (void **)&k->vals, &k->capvals, k->nvals, sizeof(ir_value)))
+        return 0;
+    uint32_t v = k->nvals++;
+    k->vals[v] = (ir_value){.type = t, .kind = kind, .def = def, .index = index, .block = block};
+    return v;
+}
+
+uint32_t ir_block_new(loom_kernel *k, uint32_t parent)
+{
+    if (!grow(k, (void **)&k->blocks, &k->capblocks, k->nblocks, sizeof(ir_block)))
+        return 0;
+    uint32_t b = k->nblocks++;
+    k->blocks[b] = (ir_block){.parent = parent};
+    return b;
+}
+
+uint32_t ir_block_add_arg(loom_kernel *k, uint32_t b, ir_type t)
+{
+    ir_block *blk = ir_blk(k, b);
+    uint32_t *na = ir_arena_alloc(&k->arena, (blk->nargs + 1) * sizeof(uint32_t));
+    if (!na) {
+        k->oom = true;
+        return 0;
+    }
+    if (blk->nargs)
+        memcpy(na, blk->args, blk->nargs * sizeof(uint32_t));
+    uint32_t v = new_value(k, t, IR_V_BLOCKARG, b, blk->nargs, b);
+    blk = ir_blk(k, b);
+    na[blk->nargs] = v;
+    blk->args = na;
+    blk->nargs++;
+    return v;
+}
+
+uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *opnd, int nopnd)
+{
+    if (k->nopen == 0)
+        return 0;
+    if (!grow(k, (void **)&k->ops, &k->capops, k->nops, sizeof(ir_op)))
+        return 0;
+    uint32_t o = k->nops++;
+    ir_op *op = ir_opp(k, o);
+    *op = (ir_op){.kind = (uint16_t)kind, .src = at};
+    if (nopnd > 0) {
+        op->opnd = ir_arena_alloc(&k->arena, (size_t)nopnd * sizeof(uint32_t));
+        if (!op->opnd) {
+            k->oom = true;
+            k->nops--;
+            return 0;
+        }
+        memcpy(op->opnd, opnd, (size_t)nopnd * sizeof(uint32_t));
+    }
+    op->nopnd = (uint16_t)nopnd;
+    uint32_t b = k->open[k->nopen - 1];
+    op->block = b;
+    ir_block *blk = ir_blk(k, b);
+    if (blk->nops == blk->capops) {
+        uint32_t nc = blk->capops ? blk->capops * 2 : 16;
+        uint32_t *p = realloc(blk->ops, nc * sizeof(uint32_t));
+        if (!p) {
+            k->oom = true;
+            k->nops--;
+            return 0;
+        }
+        blk->ops = p;
+        blk->capops = nc;
+    }
+    blk->ops[blk->nops++] = o;
+    return o;
+}
+
+uint32_t ir_op_add_result(loom_kernel *k, uint32_t o, ir_type t)
+{
+    ir_op *op = ir_opp(k, o);
+    uint32_t *nr = ir_arena_alloc(&k->arena, (op->nres + 1) * sizeof(uint32_t));
+    if (!nr) {
+        k->oom = true;
+        return 0;
+    }
+    if (op->nres)
+        memcpy(nr, op->res, op->nres * sizeof(uint32_t));
+    uint32_t v = new_value(k, t, IR_V_RESULT, o, op->nres, op->block);
+    op = ir_opp(k, o);
+    nr[op->nres] = v;
+    op->res = nr;
+    op->nres++;
+    return v;
+}
+
+void ir_op_unlink(loom_kernel *k, uint32_t o)
+{
+    ir_block *blk = ir_blk(k, ir_opp(k, o)->block);
+    for (uint32_t i = 0; i < blk->nops; i++)
+        if (blk->ops[i] == o) {
+            memmove(&blk->ops[i], &blk->ops[i + 1], (blk->nops - i - 1) * sizeof(uint32_t));
+            blk->nops--;
+            break;
+        }
+    ir_opp(k, o)->kind = IR_INVALID;
+}
+
+/* ---------------------------------------------------------------- arguments */
+
+size_t ir_tensor_min_bytes(loom_dtype dt, const loom_shape *s, const int64_t *strides)
+{
+    int64_t last = 0;
+    for (int d = 0; d < s->rank; d++) {
+        if (s->dim[d] == 0)
+            return 0;
+        last += (s->dim[d] - 1) * strides[d];
+    }
+    return (size_t)(last + 1) * loom_dtype_size(dt);
+}
+
+static bool arg_slot(loom_kernel *k, loom_src at, const char *name)
+{
+    if (!name || !*name) {
+        ir_error(k, at, NULL, "argument %d has no name", k->nargs);
+        return false;
+    }
+    for (int i = 0; i < k->nargs; i++)
+        if (strcmp(k->args[i].name, name) == 0) {
+            ir_error(k, at, NULL, "argument '%s' is declared twice", name);
+            return false;
+        }
+    if (k->nargs == LOOM_MAX_ARGS) {
+        ir_error(k, at, NULL, "too many arguments (at most %d)", LOOM_MAX_ARGS);
+        return false;
+    }
+    if (k->nopen != 1 || ir_blk(k, 1)->nops != 0) {
+        ir_error(k, at, NULL, "argument '%s' is declared after the first op; declare every argument first", name);
+        return false;
+    }
+    return true;
+}
+
+loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_dtype dt,
+                            loom_shape shape, const int64_t *strides, loom_access access)
+{
+    if (!k || !arg_slot(k, at, name))
+        return LOOM_NONE;
+    if ((unsigned)dt >= LOOM_DTYPE_COUNT) {
+        ir_error(k, at, NULL, "argument '%s': unknown dtype %d", name, (int)dt);
+        return LOOM_NONE;
+    }
+    if (shape.rank < 1 || shape.rank > LOOM_MAX_RANK) {
+        ir_error(k, at, NULL, "argument '%s': tensor rank %d is not between 1 and %d", name,
+                 shape.rank, LOOM_MAX_RANK);
+        return LOOM_NONE;
+    }
+    for (int d = 0; d < shape.rank; d++)
+        if (shape.dim[d] < 1 || shape.dim[d] > ((int64_t)1 << 40)) {
+            ir_error(k, at, NULL, "argument '%s': dimension %d is %lld; it must be positive",
+                     name, d, (long long)shape.dim[d]);
+            return LOOM_NONE;
+        }
+    if (access < LOOM_IN || access > LOOM_INOUT) {
+        ir_error(k, at, NULL, "argument '%s': access must be LOOM_IN, LOOM_OUT or LOOM_INOUT", name);
+        return LOOM_NONE;
+    }
+    ir_arg *a = &k->args[k->nargs];
+    *a = (ir_arg){.name = ir_arena_strdup(&k->arena, name), .is_tensor = true, .dtype = dt,
+                  .shape = shape, .access = access};
+    int64_t st = 1;
+    for (int d = shape.rank - 1; d >= 0; d--) {
+        if (strides) {
+            if (strides[d] < 0) {
+                ir_error(k, at, NULL, "argument '%s': stride %d is negative", name, d);
+                return LOOM_NONE;
+            }
+            a->strides[d] = strides[d];
+        } else {
+            a->strides[d] = st;
+        }
+        st *= shape.dim[d];
+    }
+    a->min_bytes = ir_tensor_min_bytes(dt, &shape, a->strides);
+    ir_type t = {.kind = IR_T_TENSOR, .dtype = (uint8_t)dt, .shape = shape};
+    uint32_t v = new_value(k, t, IR_V_ARG, (uint32_t)k->nargs, 0, 1);
+    if (!v)
+        return LOOM_NONE;
+    k->vals[v].name = a->name;
+    a->value = v;
+    k->nargs++;
+    return v;
+}
+
+loom_val loom_arg_scalar_at(loom_src at, loom_kernel *k, const char *name, loom_dtype dt)
+{
+    if (!k || !arg_slot(k, at, name))
+        return LOOM_NONE;
+    if (dt != LOOM_I32 && dt != LOOM_I64 && dt != LOOM_F32) {
+        ir_error(k, at, NULL, "argument '%s': a scalar argument must be i32, i64 or f32", name);
+        return LOOM_NONE;
+    }
+    ir_arg *a = &k->args[k->nargs];
+    *a = (ir_arg){.name = ir_arena_strdup(&k->arena, name), .is_tensor = false, .dtype = dt,
+                  .access = LOOM_IN};
+    ir_type t = {.kind = IR_T_TILE, .dtype = (uint8_t)dt, .shape = {0, {0}}};
+    uint32_t v = new_value(k, t, IR_V_ARG, (uint32_t)k->nargs, 0, 1);
+    if (!v)
+        return LOOM_NONE;
+    k->vals[v].name = a->name;
+    a->value = v;
+    k->nargs++;
+    return v;
+}
+
+int loom_kernel_num_args(const loom_kernel *k) { return k ? k->nargs : 0; }
+
+int loom_kernel_arg_info(const loom_kernel *k, int i, loom_arg_info *out)
+{
+    if (!k || i < 0 || i >= k->nargs || !out)
+        return 0;
+    const ir_arg *a = &k->args[i];
+    *out = (loom_arg_info){.name = a->name, .is_tensor = a->is_tensor, .dtype = a->dtype,
+                           .shape = a->shape, .access = a->access, .min_bytes = a->min_bytes};
+    memcpy(out->strides, a->strides, sizeof a->strides);
+    return 1;
+}
+
+loom_val loom_name(loom_kernel *k, loom_val v, const char *name)
+{
+    if (k && ir_valid(k, v) && name)
+        k->vals[v].name = ir_arena_strdup(&k->arena, name);
+    return v;
+}
+
+/* ---------------------------------------------------------------- small helpers */
+
+const char *loom_status_name(loom_status s)
+{
+    switch (s) {
+    case LOOM_OK: return "ok";
+    case LOOM_ERR_INVALID: return "invalid argument";
+    case LOOM_ERR_VERIFY: return "verification failed";
+    case LOOM_ERR_BOUNDS: return "out-of-bounds access";
+    case LOOM_ERR_RUNTIME: return "runtime fault";
+    case LOOM_ERR_NO_GPU: return "no GPU";
+    case LOOM_ERR_CUDA: return "CUDA error";
+    case LOOM_ERR_COMPILE: return "compile error";
+    case LOOM_ERR_NOMEM: return "out of memory";
+    case LOOM_ERR_UNSUPPORTED: return "unsupported";
+    }
+    return "unknown status";
+}
+
+const char *loom_dtype_name(loom_dtype t)
+{
+    static const char *names[] = {"f16", "bf16", "f32", "i32", "i64", "i1"};
+    return (unsigned)t < LOOM_DTYPE_COUNT ? names[t] : "?";
+}
+
+size_t loom_dtype_size(loom_dtype t)
+{
+    static const size_t sz[] = {2, 2, 4, 4, 8, 1};
+    return (unsigned)t < LOOM_DTYPE_COUNT ? sz[t] : 0;
+}
+
+bool ir_dtype_is_float(loom_dtype t) { return t == LOOM_F16 || t == LOOM_BF16 || t == LOOM_F32; }
+bool ir_dtype_is_int(loom_dtype t) { return t == LOOM_I32 || t == LOOM_I64; }
+
+bool ir_shape_eq(const loom_shape *a, const loom_shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dim[i] != b->dim[i])
+            return false;
+    return true;
+}
+
+bool ir_type_eq(const ir_type *a, const ir_type *b)
+{
+    return a->kind == b->kind && a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape);
+}
+
+int64_t ir_shape_numel(const loom_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dim[i];
+    return n;
+}
+
+const char *ir_type_str(const ir_type *t, char *buf, size_t n)
+{
+    char dims[64] = "";
+    size_t p = 0;
+    for (int i = 0; i < t->shape.rank && p < sizeof dims; i++)
+        p += (size_t)snprintf(dims + p, sizeof dims - p, "%s%lld", i ? "x" : "",
+                              (long long)t->shape.dim[i]);
+    const char *dt = loom_dtype_name((loom_dtype)t->dtype);
+    if (t->kind == IR_T_TENSOR)
+        snprintf(buf, n, "tensor<%s[%s]>", dt, dims);
+    else if (t->shape.rank == 0)
+        snprintf(buf, n, "%s", dt);
+    else
+        snprintf(buf, n, "%s[%s]", dt, dims);
+    return buf;
+}

@@ -1,0 +1,215 @@
+/*
+ * ir.h -- loom's internal IR, shared by dsl/, codegen/ and runtime/.
+ *
+ * A kernel owns three growable tables (values, ops, blocks) and an arena for everything
+ * else (names, operand lists).  Handles are 32-bit indices into those tables; index 0 of
+ * each table is a sentinel, so 0 means "none" everywhere.  Destroying the kernel frees
+ * it all at once.
+ *
+ * Structure: the kernel body is block 1.  A block is an ordered list of op ids.  An op
+ * may own regions (a for-loop owns its body, an if owns its two branches); each region
+ * is one block whose last op is a yield.  A for body's block arguments are the
+ * induction variable followed by the carried values.
+ *
+ * Prefixes: ir_ (this layer's internals), rule_ (type rules), interp_ (interpreter).
+ */
+#ifndef LOOM_IR_H
+#define LOOM_IR_H
+
+#include "loom.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* ---------------------------------------------------------------- op table */
+
+enum {
+    IRF_PURE = 1 << 0,        /* no side effects; may be folded or removed when unused */
+    IRF_ELEMENTWISE = 1 << 1, /* result[i] depends on operands[i] alone */
+    IRF_READS = 1 << 2,       /* reads global memory */
+    IRF_WRITES = 1 << 3,      /* writes global memory */
+    IRF_REGION = 1 << 4,      /* owns regions */
+    IRF_TERMINATOR = 1 << 5,  /* ends a region */
+};
+
+typedef enum ir_opkind {
+    IR_INVALID = 0,
+#define LOOM_OP(E, n, nop, nreg, rule, fl) IR_##E,
+#include "ops.h"
+#undef LOOM_OP
+    IR_OP_COUNT
+} ir_opkind;
+
+typedef struct ir_opdesc {
+    const char *name;
+    int nopnd; /* -1: variadic */
+    int nreg;
+    unsigned flags;
+} ir_opdesc;
+extern const ir_opdesc ir_opdescs[IR_OP_COUNT];
+
+/* ---------------------------------------------------------------- types */
+
+typedef enum ir_typekind {
+    IR_T_NONE = 0,
+    IR_T_TILE,   /* a register tile; rank 0 is a scalar */
+    IR_T_TENSOR, /* a global tensor argument */
+} ir_typekind;
+
+typedef struct ir_type {
+    uint8_t kind;  /* ir_typekind */
+    uint8_t dtype; /* loom_dtype */
+    loom_shape shape;
+} ir_type;
+
+bool ir_type_eq(const ir_type *a, const ir_type *b);
+bool ir_shape_eq(const loom_shape *a, const loom_shape *b);
+int64_t ir_shape_numel(const loom_shape *s);
+/* "f16[64x128]", "i32" for a scalar, "tensor<f16[4x8]>"; buf must hold 64 bytes. */
+const char *ir_type_str(const ir_type *t, char *buf, size_t n);
+bool ir_dtype_is_float(loom_dtype t);
+bool ir_dtype_is_int(loom_dtype t); /* i32, i64 (not i1) */
+
+/* ---------------------------------------------------------------- values, ops, blocks */
+
+typedef enum ir_valkind { IR_V_NONE = 0, IR_V_ARG, IR_V_RESULT, IR_V_BLOCKARG } ir_valkind;
+
+typedef struct ir_value {
+    ir_type type;
+    uint8_t kind;    /* ir_valkind */
+    uint32_t def;    /* the op (RESULT), the block (BLOCKARG), or the argument index (ARG) */
+    uint32_t index;  /* result number / block argument number */
+    uint32_t block;  /* block where the value is defined (1 for args) */
+    const char *name;
+} ir_value;
+
+typedef struct ir_arg {
+    const char *name;
+    uint32_t value;
+    bool is_tensor;
+    loom_dtype dtype;
+    loom_shape shape;
+    int64_t strides[LOOM_MAX_RANK];
+    loom_access access;
+    size_t min_bytes;
+} ir_arg;
+
+typedef struct ir_op {
+    uint16_t kind;  /* ir_opkind */
+    uint16_t nopnd;
+    uint16_t nres;
+    uint16_t nreg;
+    uint32_t *opnd;
+    uint32_t *res;
+    uint32_t reg[2];   /* region blocks */
+    uint32_t block;    /* the block that holds this op */
+    loom_src src;
+    /* attributes (meaning depends on the op; see the printer) */
+    int64_t iattr[2];  /* axis, pred, start/end, dtype, has_mask, ... */
+    double fattr;      /* const value (floats), fill value */
+    loom_shape shape;  /* load/arange/splat/broadcast target shape */
+} ir_op;
+
+typedef struct ir_block {
+    uint32_t parent;   /* owning op (0 for the kernel body) */
+    uint32_t *ops;
+    uint32_t nops, capops;
+    uint32_t *args;    /* block argument values */
+    uint32_t nargs;
+    bool closed;       /* its yield has been built */
+} ir_block;
+
+typedef struct ir_diag {
+    loom_src src;
+    char *msg; /* full line "file:line: error: ..." */
+} ir_diag;
+
+typedef struct ir_arena_chunk ir_arena_chunk;
+typedef struct ir_arena {
+    ir_arena_chunk *head;
+} ir_arena;
+void *ir_arena_alloc(ir_arena *a, size_t bytes); /* zeroed, 16-aligned; NULL if no memory */
+char *ir_arena_strdup(ir_arena *a, const char *s);
+void ir_arena_free(ir_arena *a);
+
+struct loom_kernel {
+    char *name;
+    int num_warps;
+    ir_arena arena;
+    ir_value *vals;
+    uint32_t nvals, capvals;
+    ir_op *ops;
+    uint32_t nops, capops;
+    ir_block *blocks;
+    uint32_t nblocks, capblocks;
+    ir_arg args[LOOM_MAX_ARGS];
+    int nargs;
+    /* builder state: the stack of open blocks (innermost last) */
+    uint32_t open[64];
+    int nopen;
+    bool oom;
+    /* diagnostics */
+    ir_diag *diags;
+    int ndiags, capdiags;
+    char *errtext;
+    char *printed;
+};
+
+/* Record a user error at `at` for op `opname` (may be NULL). */
+void ir_error(loom_kernel *k, loom_src at, const char *opname, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static inline ir_value *ir_val(loom_kernel *k, uint32_t v) { return &k->vals[v]; }
+static inline ir_op *ir_opp(loom_kernel *k, uint32_t o) { return &k->ops[o]; }
+static inline ir_block *ir_blk(loom_kernel *k, uint32_t b) { return &k->blocks[b]; }
+static inline bool ir_valid(const loom_kernel *k, uint32_t v) { return v != 0 && v < k->nvals; }
+
+/* Create an op in the innermost open block with the given operands and no results. */
+uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *opnd, int nopnd);
+/* Add a result of type t to op o; returns the value. */
+uint32_t ir_op_add_result(loom_kernel *k, uint32_t o, ir_type t);
+uint32_t ir_block_new(loom_kernel *k, uint32_t parent);
+uint32_t ir_block_add_arg(loom_kernel *k, uint32_t b, ir_type t);
+/* Remove op o from its block (its results become dangling: used only on a build error). */
+void ir_op_unlink(loom_kernel *k, uint32_t o);
+
+/* ---------------------------------------------------------------- type rules */
+
+/* Run op o's type rule: on success fill `out` (the result types; *nout of them) and
+ * return true; on failure record an error naming the op's source line and return false. */
+bool ir_rule(loom_kernel *k, uint32_t o, ir_type *out, int *nout, int maxout);
+
+/* ---------------------------------------------------------------- numbers */
+
+/* Round-to-nearest-even conversions, shared by the interpreter and tests. */
+uint16_t ir_f32_to_f16(float f);
+float ir_f16_to_f32(uint16_t h);
+uint16_t ir_f32_to_bf16(float f);
+float ir_bf16_to_f32(uint16_t h);
+/* Round a float to the precision of dtype t (f16, bf16: nearest even; f32: identity). */
+float ir_round_to(loom_dtype t, float f);
+/* Wrap an integer to dtype t's width (i32 wraps, i1 is != 0). */
+int64_t ir_wrap_int(loom_dtype t, int64_t v);
+
+/* ---------------------------------------------------------------- interpreter */
+
+/* One tensor argument as the interpreter sees it: host memory and its size. */
+typedef struct interp_arg {
+    void *data;
+    size_t bytes;
+    union {
+        int32_t i32;
+        int64_t i64;
+        float f32;
+    } s;
+} interp_arg;
+
+/* Run verified kernel k over the grid.  On an error, returns the status and writes a
+ * message (naming the op's source line) into err. */
+loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args, char *err,
+                       size_t errlen);
+
+/* Bytes of the smallest buffer that holds tensor arg a. */
+size_t ir_tensor_min_bytes(loom_dtype dt, const loom_shape *s, const int64_t *strides);
+
+#endif /* LOOM_IR_H */

@@ -1,0 +1,65 @@
+/*
+ * ops.h -- the one op table of loom.
+ *
+ * Every op of the IR is one line here.  The file is an X-macro: it is included with
+ * LOOM_OP defined in several places to build
+ *   - the op enum and the name table            (dsl/ir.h, dsl/ir.c)
+ *   - the type rule each op runs when built and when verified   (dsl/rules.c)
+ *   - the interpreter's dispatch table           (dsl/interp.c: interp_<name>)
+ *   - the LLVM lowering's dispatch table         (codegen/lower.c: lower_<name>)
+ *   - the test that every op has a test          (tests/test_optable.c)
+ * so adding an op is one line here plus its rule, semantics and lowering; a missing
+ * function is a link error, never a silent gap.
+ *
+ * Columns:
+ *   ENUM    suffix of the enum constant IR_<ENUM>
+ *   name    printed name, also the suffix of interp_/lower_ functions
+ *   nopnd   operand count, or -1 for variadic (checked by the rule)
+ *   nreg    number of regions (for: 1 body, if: 2 branches)
+ *   rule    the type rule: rule_<rule>() in dsl/rules.c computes the result type
+ *   flags   IRF_* below
+ *
+ * Operand layout of the memory ops:  load: tensor, offsets..., [mask]
+ *   store: tensor, offsets..., value, [mask]      load_scalar: tensor, offsets...
+ *   load_rows: tensor, rows, offsets...           for: lo, hi, step, inits...
+ */
+
+/*        ENUM          name           nopnd nreg rule          flags */
+LOOM_OP(PROGRAM_ID,    program_id,     0, 0, grid,          IRF_PURE)
+LOOM_OP(NUM_PROGRAMS,  num_programs,   0, 0, grid,          IRF_PURE)
+LOOM_OP(CONST,         const,          0, 0, const,         IRF_PURE)
+LOOM_OP(ARANGE,        arange,         0, 0, arange,        IRF_PURE)
+LOOM_OP(SPLAT,         splat,          1, 0, splat,         IRF_PURE)
+LOOM_OP(BROADCAST,     broadcast,      1, 0, broadcast,     IRF_PURE)
+LOOM_OP(EXPAND_DIMS,   expand_dims,    1, 0, expand_dims,   IRF_PURE)
+LOOM_OP(TRANS,         trans,          1, 0, trans,         IRF_PURE)
+LOOM_OP(ADD,           add,            2, 0, arith,         IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(SUB,           sub,            2, 0, arith,         IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(MUL,           mul,            2, 0, arith,         IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(DIV,           div,            2, 0, arith,         IRF_ELEMENTWISE)
+LOOM_OP(REM,           rem,            2, 0, arith,         IRF_ELEMENTWISE)
+LOOM_OP(MIN,           min,            2, 0, arith,         IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(MAX,           max,            2, 0, arith,         IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(AND,           and,            2, 0, bitwise,       IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(OR,            or,             2, 0, bitwise,       IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(FMA,           fma,            3, 0, fma,           IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(NEG,           neg,            1, 0, unary,         IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(ABS,           abs,            1, 0, unary,         IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(EXP2,          exp2,           1, 0, unary_float,   IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(LOG2,          log2,           1, 0, unary_float,   IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(RSQRT,         rsqrt,          1, 0, unary_float,   IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(NOT,           not,            1, 0, unary_bool,    IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(CMP,           cmp,            2, 0, cmp,           IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(SELECT,        select,         3, 0, select,        IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(CAST,          cast,           1, 0, cast,          IRF_PURE | IRF_ELEMENTWISE)
+LOOM_OP(REDUCE_SUM,    reduce_sum,     1, 0, reduce,        IRF_PURE)
+LOOM_OP(REDUCE_MAX,    reduce_max,     1, 0, reduce,        IRF_PURE)
+LOOM_OP(REDUCE_MIN,    reduce_min,     1, 0, reduce,        IRF_PURE)
+LOOM_OP(DOT,           dot,            3, 0, dot,           IRF_PURE)
+LOOM_OP(LOAD,          load,          -1, 0, load,          IRF_READS)
+LOOM_OP(LOAD_SCALAR,   load_scalar,   -1, 0, load_scalar,   IRF_READS)
+LOOM_OP(LOAD_ROWS,     load_rows,     -1, 0, load_rows,     IRF_READS)
+LOOM_OP(STORE,         store,         -1, 0, store,         IRF_WRITES)
+LOOM_OP(FOR,           for,           -1, 1, for,           IRF_REGION)
+LOOM_OP(IF,            if,            -1, 2, if,            IRF_REGION)
+LOOM_OP(YIELD,         yield,         -1, 0, yield,         IRF_TERMINATOR)

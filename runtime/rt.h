@@ -1,0 +1,48 @@
+/*
+ * rt.h -- runtime internals: the GPU backend as the rest of loom sees it.
+ *
+ * runtime/runtime.c owns loom_runtime and loom_buffer and dispatches each launch to the
+ * interpreter or to the GPU backend below.  The GPU backend (runtime/driver.c,
+ * runtime/module.c) loads libcuda with dlopen, so a machine without a driver gets
+ * LOOM_ERR_NO_GPU instead of a crash at start-up.
+ *
+ * Prefix: rt_.
+ */
+#ifndef LOOM_RT_H
+#define LOOM_RT_H
+
+#include "loom.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rt_gpu rt_gpu;
+
+/* Open the driver, pick device 0 (or LOOM_DEVICE), make a context.  On failure return
+ * LOOM_ERR_NO_GPU or LOOM_ERR_CUDA with a message in err. */
+loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen);
+void rt_gpu_close(rt_gpu *g);
+const char *rt_gpu_name(const rt_gpu *g);
+
+loom_status rt_gpu_alloc(rt_gpu *g, size_t bytes, uint64_t *dptr, char *err, size_t errlen);
+void rt_gpu_free(rt_gpu *g, uint64_t dptr);
+loom_status rt_gpu_htod(rt_gpu *g, uint64_t dst, const void *src, size_t bytes, char *err, size_t errlen);
+loom_status rt_gpu_dtoh(rt_gpu *g, void *dst, uint64_t src, size_t bytes, char *err, size_t errlen);
+loom_status rt_gpu_memset8(rt_gpu *g, uint64_t dst, unsigned char byte, size_t bytes, char *err,
+                           size_t errlen);
+
+/* Compile (or find in the module cache) and launch verified kernel k.  args[i] is the
+ * device pointer of tensor argument i or the scalar's bits. */
+typedef struct rt_launch_arg {
+    uint64_t dptr;
+    union {
+        int32_t i32;
+        int64_t i64;
+        float f32;
+    } s;
+} rt_launch_arg;
+loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt_launch_arg *args,
+                          char *err, size_t errlen);
+
+#endif /* LOOM_RT_H */

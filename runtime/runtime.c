@@ -1,0 +1,269 @@
+/*
+ * runtime.c -- runtimes, buffers and the one launch call.
+ *
+ * A runtime runs kernels either on the GPU (through the backend in rt.h) or on the CPU
+ * interpreter.  Buffers live where the runtime runs kernels, so a program written
+ * against loom_buffer_* and loom_launch runs unchanged on either: LOOM_INTERPRET=1 is
+ * enough to debug any kernel without a GPU.
+ *
+ * loom_launch refuses bad input before anything runs: the kernel must verify, the
+ * argument count and kinds must match, every tensor's buffer must hold the tensor's
+ * whole extent, and the grid must be positive.  Each refusal names the argument.
+ */
+#include "rt.h"
+
+#include "../dsl/ir.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct loom_runtime {
+    loom_target target; /* INTERPRET or GPU once created */
+    loom_status status;
+    rt_gpu *gpu;
+    char err[2048];
+};
+
+struct loom_buffer {
+    loom_runtime *rt;
+    size_t bytes;
+    void *host;    /* interpreter */
+    uint64_t dptr; /* GPU */
+};
+
+static loom_status rt_fail(loom_runtime *rt, loom_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static loom_status rt_fail(loom_runtime *rt, loom_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rt->err, sizeof rt->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static bool env_true(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+loom_runtime *loom_runtime_create(loom_target target)
+{
+    loom_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return NULL;
+    if (target == LOOM_TARGET_AUTO && env_true("LOOM_INTERPRET"))
+        target = LOOM_TARGET_INTERPRET;
+    if (target == LOOM_TARGET_INTERPRET) {
+        rt->target = LOOM_TARGET_INTERPRET;
+        return rt;
+    }
+    char msg[1024] = "";
+    loom_status st = rt_gpu_open(&rt->gpu, msg, sizeof msg);
+    if (st == LOOM_OK) {
+        rt->target = LOOM_TARGET_GPU;
+        return rt;
+    }
+    if (target == LOOM_TARGET_GPU) {
+        rt->target = LOOM_TARGET_GPU;
+        rt->status = st;
+        rt_fail(rt, st, "%s", msg);
+        return rt;
+    }
+    rt->target = LOOM_TARGET_INTERPRET; /* AUTO without a GPU */
+    snprintf(rt->err, sizeof rt->err, "no GPU (%s); running on the interpreter", msg);
+    return rt;
+}
+
+loom_status loom_runtime_status(const loom_runtime *rt) { return rt ? rt->status : LOOM_ERR_INVALID; }
+int loom_runtime_is_gpu(const loom_runtime *rt) { return rt && rt->gpu != NULL; }
+const char *loom_runtime_error(const loom_runtime *rt) { return rt ? rt->err : "no runtime"; }
+
+const char *loom_runtime_device_name(const loom_runtime *rt)
+{
+    if (!rt)
+        return "";
+    return rt->gpu ? rt_gpu_name(rt->gpu) : "interpreter (CPU)";
+}
+
+void loom_runtime_destroy(loom_runtime *rt)
+{
+    if (!rt)
+        return;
+    if (rt->gpu)
+        rt_gpu_close(rt->gpu);
+    free(rt);
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+loom_buffer *loom_buffer_create(loom_runtime *rt, size_t bytes)
+{
+    if (!rt || rt->status != LOOM_OK)
+        return NULL;
+    loom_buffer *b = calloc(1, sizeof *b);
+    if (!b) {
+        rt_fail(rt, LOOM_ERR_NOMEM, "out of host memory for a buffer descriptor");
+        return NULL;
+    }
+    b->rt = rt;
+    b->bytes = bytes;
+    if (rt->gpu) {
+        if (rt_gpu_alloc(rt->gpu, bytes ? bytes : 1, &b->dptr, rt->err, sizeof rt->err) != LOOM_OK) {
+            free(b);
+            return NULL;
+        }
+    } else {
+        b->host = calloc(1, bytes ? bytes : 1);
+        if (!b->host) {
+            rt_fail(rt, LOOM_ERR_NOMEM, "out of host memory for a %zu-byte buffer", bytes);
+            free(b);
+            return NULL;
+        }
+    }
+    return b;
+}
+
+void loom_buffer_destroy(loom_buffer *b)
+{
+    if (!b)
+        return;
+    if (b->rt->gpu)
+        rt_gpu_free(b->rt->gpu, b->dptr);
+    free(b->host);
+    free(b);
+}
+
+size_t loom_buffer_size(const loom_buffer *b) { return b ? b->bytes : 0; }
+
+loom_status loom_buffer_upload(loom_buffer *b, const void *src, size_t bytes)
+{
+    if (!b || (!src && bytes))
+        return LOOM_ERR_INVALID;
+    if (bytes > b->bytes)
+        return rt_fail(b->rt, LOOM_ERR_INVALID, "upload of %zu bytes into a %zu-byte buffer", bytes,
+                       b->bytes);
+    if (b->rt->gpu)
+        return rt_gpu_htod(b->rt->gpu, b->dptr, src, bytes, b->rt->err, sizeof b->rt->err);
+    memcpy(b->host, src, bytes);
+    return LOOM_OK;
+}
+
+loom_status loom_buffer_download(const loom_buffer *b, void *dst, size_t bytes)
+{
+    if (!b || (!dst && bytes))
+        return LOOM_ERR_INVALID;
+    if (bytes > b->bytes)
+        return rt_fail(b->rt, LOOM_ERR_INVALID, "download of %zu bytes from a %zu-byte buffer", bytes,
+                       b->bytes);
+    if (b->rt->gpu)
+        return rt_gpu_dtoh(b->rt->gpu, dst, b->dptr, bytes, b->rt->err, sizeof b->rt->err);
+    memcpy(dst, b->host, bytes);
+    return LOOM_OK;
+}
+
+loom_status loom_buffer_fill(loom_buffer *b, unsigned char byte)
+{
+    if (!b)
+        return LOOM_ERR_INVALID;
+    if (b->rt->gpu)
+        return rt_gpu_memset8(b->rt->gpu, b->dptr, byte, b->bytes, b->rt->err, sizeof b->rt->err);
+    memset(b->host, byte, b->bytes);
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- launch */
+
+/* Check the launch's arguments against the kernel's; fills a message naming the bad one. */
+static loom_status check_args(loom_runtime *rt, loom_kernel *k, const int grid[3],
+                              const loom_arg *args, int nargs)
+{
+    if (!grid)
+        return rt_fail(rt, LOOM_ERR_INVALID, "launch of '%s': grid is NULL", k->name);
+    for (int d = 0; d < 3; d++)
+        if (grid[d] < 1 || grid[d] > (d == 0 ? 2147483647 : 65535))
+            return rt_fail(rt, LOOM_ERR_INVALID,
+                           "launch of '%s': grid[%d] is %d; it must be between 1 and %d", k->name, d,
+                           grid[d], d == 0 ? 2147483647 : 65535);
+    if (nargs != k->nargs)
+        return rt_fail(rt, LOOM_ERR_INVALID, "launch of '%s': %d arguments given, the kernel takes %d",
+                       k->name, nargs, k->nargs);
+    if (nargs && !args)
+        return rt_fail(rt, LOOM_ERR_INVALID, "launch of '%s': args is NULL", k->name);
+    for (int i = 0; i < nargs; i++) {
+        const ir_arg *a = &k->args[i];
+        if (a->is_tensor) {
+            if (!args[i].buf)
+                return rt_fail(rt, LOOM_ERR_INVALID,
+                               "launch of '%s': argument %d ('%s') is a tensor but no buffer was given",
+                               k->name, i, a->name);
+            if (args[i].buf->rt != rt)
+                return rt_fail(rt, LOOM_ERR_INVALID,
+                               "launch of '%s': argument %d ('%s') is a buffer of another runtime",
+                               k->name, i, a->name);
+            if (args[i].buf->bytes < a->min_bytes)
+                return rt_fail(rt, LOOM_ERR_INVALID,
+                               "launch of '%s': argument %d ('%s') needs %zu bytes (%s tensor of "
+                               "that shape) but its buffer has %zu",
+                               k->name, i, a->name, a->min_bytes, loom_dtype_name(a->dtype),
+                               args[i].buf->bytes);
+        } else if (args[i].buf) {
+            return rt_fail(rt, LOOM_ERR_INVALID,
+                           "launch of '%s': argument %d ('%s') is a scalar but a buffer was given",
+                           k->name, i, a->name);
+        }
+    }
+    return LOOM_OK;
+}
+
+loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
+                        int nargs)
+{
+    if (!rt)
+        return LOOM_ERR_INVALID;
+    if (!k)
+        return rt_fail(rt, LOOM_ERR_INVALID, "launch: kernel is NULL");
+    if (rt->status != LOOM_OK)
+        return rt->status;
+    rt->err[0] = 0;
+    if (loom_verify(k) != LOOM_OK)
+        return rt_fail(rt, LOOM_ERR_VERIFY, "kernel '%s' failed verification:\n%s", k->name,
+                       loom_kernel_errors(k));
+    if (env_true("LOOM_DUMP_IR"))
+        fprintf(stderr, "%s", loom_print(k));
+    loom_status st = check_args(rt, k, grid, args, nargs);
+    if (st != LOOM_OK)
+        return st;
+    if (rt->gpu) {
+        rt_launch_arg la[LOOM_MAX_ARGS];
+        for (int i = 0; i < nargs; i++) {
+            la[i].dptr = args[i].buf ? args[i].buf->dptr : 0;
+            la[i].s.i64 = args[i].s.i64;
+            if (!args[i].buf && k->args[i].dtype == LOOM_I32) {
+                la[i].s.i64 = 0;
+                la[i].s.i32 = args[i].s.i32;
+            } else if (!args[i].buf && k->args[i].dtype == LOOM_F32) {
+                la[i].s.i64 = 0;
+                la[i].s.f32 = args[i].s.f32;
+            }
+        }
+        return rt_gpu_launch(rt->gpu, k, grid, la, rt->err, sizeof rt->err);
+    }
+    interp_arg ia[LOOM_MAX_ARGS];
+    for (int i = 0; i < nargs; i++) {
+        ia[i].data = args[i].buf ? args[i].buf->host : NULL;
+        ia[i].bytes = args[i].buf ? args[i].buf->bytes : 0;
+        ia[i].s.i64 = args[i].s.i64;
+        if (!args[i].buf && k->args[i].dtype == LOOM_I32) {
+            ia[i].s.i64 = 0;
+            ia[i].s.i32 = args[i].s.i32;
+        } else if (!args[i].buf && k->args[i].dtype == LOOM_F32) {
+            ia[i].s.i64 = 0;
+            ia[i].s.f32 = args[i].s.f32;
+        }
+    }
+    return interp_run(k, grid, ia, rt->err, sizeof rt->err);
+}
