@@ -355,7 +355,59 @@ typedef struct loom_arg {
 loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
                         int nargs);
 
+/* Lower a kernel to PTX text for arch ("sm_90a", "sm_80", ...; NULL: sm_90a).  *ptx is
+ * malloc'ed (free it); *smem_bytes (may be NULL) receives the dynamic shared memory the
+ * launch needs.  On failure the message is in err. */
+loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_t *smem_bytes,
+                             char *err, size_t errlen);
+
 /* ---------------------------------------------------------------- 8. templates */
+
+/* A template builds one kernel per (shape, config).  Shapes and configs are lists of named
+ * integer parameters (a dtype parameter holds a loom_dtype).  The registry lists every
+ * template loom ships; loomc and the autotuner work from it. */
+#define LOOM_MAX_PARAMS 16
+typedef struct loom_param {
+    const char *key;
+    int64_t def;      /* default value */
+    const char *doc;
+} loom_param;
+
+typedef struct loom_template {
+    const char *name;
+    const char *doc;
+    int nshape;
+    loom_param shape[LOOM_MAX_PARAMS];
+    int nconfig;
+    loom_param config[LOOM_MAX_PARAMS];
+    /* Build the kernel, or return NULL with the reason in err (a shape or config the
+     * template cannot serve). */
+    loom_kernel *(*build)(const int64_t *shape, const int64_t *config, char *err, size_t errlen);
+    void (*grid)(const int64_t *shape, const int64_t *config, int grid[3]);
+    /* Fill the inputs for a check run: host[i] is the host copy of kernel argument i
+     * (scalars: a pointer to the value), sized by loom_kernel_arg_info's min_bytes. */
+    void (*init)(const int64_t *shape, void *const *host, uint64_t seed);
+    /* Compute the expected outputs: ref[i] for each output argument i (NULL for inputs),
+     * in the argument's dtype, from the inputs in host. */
+    void (*reference)(const int64_t *shape, void *const *host, void *const *ref);
+    /* An output element passes when |out - ref| <= atol + rtol * |ref|. */
+    double atol, rtol;
+} loom_template;
+
+int loom_template_count(void);
+const loom_template *loom_template_at(int i);
+const loom_template *loom_template_find(const char *name);
+/* Parse "k=v,k=v" over the defaults of a parameter list into vals; dtype values may be
+ * written by name (f16, bf16, f32, ...).  Unknown keys or bad values: non-zero, message
+ * in err naming the key. */
+int loom_params_parse(const loom_param *params, int n, const char *text, int64_t *vals, char *err,
+                      size_t errlen);
+/* Run template t at (shape, config) on runtime rt with random inputs and check every
+ * output element against its reference; returns LOOM_OK when all pass.  A summary line
+ * is written into report. */
+loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const int64_t *shape,
+                                const int64_t *config, uint64_t seed, char *report, size_t n);
+
 
 /* Kernel templates shipped with loom (templates/): each builds a kernel for one shape and
  * one config with the DSL above; the matching _grid function gives its launch grid. */

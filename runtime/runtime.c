@@ -267,3 +267,42 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
     }
     return interp_run(k, grid, ia, rt->err, sizeof rt->err);
 }
+
+/* ---------------------------------------------------------------- PTX */
+
+/* The code generator (codegen/pipeline.c). */
+loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
+                           char *err, size_t errlen);
+
+/* A build without codegen/ still links and reports it; codegen's definition wins. */
+__attribute__((weak)) loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out,
+                                                 size_t *smem_bytes_out, char *err, size_t errlen)
+{
+    (void)k;
+    (void)arch;
+    *ptx_out = NULL;
+    *smem_bytes_out = 0;
+    snprintf(err, errlen, "this build of loom has no code generator");
+    return LOOM_ERR_UNSUPPORTED;
+}
+
+loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_t *smem_bytes,
+                             char *err, size_t errlen)
+{
+    if (!k || !ptx) {
+        if (err && errlen)
+            snprintf(err, errlen, "loom_compile_ptx: %s is NULL", k ? "ptx" : "kernel");
+        return LOOM_ERR_INVALID;
+    }
+    *ptx = NULL;
+    if (loom_verify(k) != LOOM_OK) {
+        if (err && errlen)
+            snprintf(err, errlen, "kernel '%s' failed verification:\n%s", k->name, loom_kernel_errors(k));
+        return LOOM_ERR_VERIFY;
+    }
+    size_t smem = 0;
+    loom_status st = cg_compile_ptx(k, arch ? arch : "sm_90a", ptx, &smem, err, errlen);
+    if (smem_bytes)
+        *smem_bytes = smem;
+    return st;
+}

@@ -1,0 +1,203 @@
+/*
+ * registry.c -- the list of templates loom ships, parameter parsing, and the generic
+ * check run (random inputs, poisoned outputs, launch, compare with the reference).
+ *
+ * Adding a template: define `const loom_template tpl_def_<name>` in its own file under
+ * templates/ and add it to the list below.
+ */
+#include "tpl.h"
+
+#include "../dsl/ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const loom_template tpl_def_broadcast_add;
+
+static const loom_template *const registry[] = {
+    &tpl_def_broadcast_add,
+};
+
+int loom_template_count(void) { return (int)(sizeof registry / sizeof registry[0]); }
+
+const loom_template *loom_template_at(int i)
+{
+    return i >= 0 && i < loom_template_count() ? registry[i] : NULL;
+}
+
+const loom_template *loom_template_find(const char *name)
+{
+    for (int i = 0; name && i < loom_template_count(); i++)
+        if (strcmp(registry[i]->name, name) == 0)
+            return registry[i];
+    return NULL;
+}
+
+static int parse_value(const char *key, const char *v, int64_t *out)
+{
+    for (int t = 0; t < LOOM_DTYPE_COUNT; t++)
+        if (strcmp(v, loom_dtype_name((loom_dtype)t)) == 0 && strstr(key, "dtype")) {
+            *out = t;
+            return 0;
+        }
+    char *end;
+    long long x = strtoll(v, &end, 0);
+    if (end == v || *end)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+int loom_params_parse(const loom_param *params, int n, const char *text, int64_t *vals, char *err,
+                      size_t errlen)
+{
+    for (int i = 0; i < n; i++)
+        vals[i] = params[i].def;
+    if (!text || !*text)
+        return 0;
+    char *copy = strdup(text);
+    if (!copy)
+        return -1;
+    int rc = 0;
+    for (char *save = NULL, *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq) {
+            snprintf(err, errlen, "'%s' is not key=value", item);
+            rc = -1;
+            break;
+        }
+        *eq = 0;
+        int found = -1;
+        for (int i = 0; i < n; i++)
+            if (strcmp(params[i].key, item) == 0)
+                found = i;
+        if (found < 0) {
+            size_t p = (size_t)snprintf(err, errlen, "unknown key '%s' (known:", item);
+            for (int i = 0; i < n && p < errlen; i++)
+                p += (size_t)snprintf(err + p, errlen - p, " %s", params[i].key);
+            if (p < errlen)
+                snprintf(err + p, errlen - p, ")");
+            rc = -1;
+            break;
+        }
+        if (parse_value(item, eq + 1, &vals[found]) != 0) {
+            snprintf(err, errlen, "bad value '%s' for key '%s'%s", eq + 1, item,
+                     strstr(item, "dtype") ? " (f16, bf16, f32, i32, i64 or i1)" : " (an integer)");
+            rc = -1;
+            break;
+        }
+    }
+    free(copy);
+    return rc;
+}
+
+loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const int64_t *shape,
+                                const int64_t *config, uint64_t seed, char *report, size_t n)
+{
+    char err[1024] = "";
+    loom_kernel *k = t->build(shape, config, err, sizeof err);
+    if (!k) {
+        snprintf(report, n, "%s: refused: %s", t->name, err);
+        return LOOM_ERR_INVALID;
+    }
+    loom_status st = loom_verify(k);
+    if (st != LOOM_OK) {
+        snprintf(report, n, "%s: %s", t->name, loom_kernel_errors(k));
+        loom_kernel_destroy(k);
+        return st;
+    }
+    int na = loom_kernel_num_args(k);
+    void *host[LOOM_MAX_ARGS] = {0}, *ref[LOOM_MAX_ARGS] = {0}, *got[LOOM_MAX_ARGS] = {0};
+    loom_buffer *buf[LOOM_MAX_ARGS] = {0};
+    loom_arg args[LOOM_MAX_ARGS];
+    int64_t scalars[LOOM_MAX_ARGS] = {0};
+    loom_arg_info ai[LOOM_MAX_ARGS] = {0};
+    st = LOOM_OK;
+    for (int i = 0; i < na && st == LOOM_OK; i++) {
+        loom_kernel_arg_info(k, i, &ai[i]);
+        if (!ai[i].is_tensor) {
+            host[i] = &scalars[i];
+            continue;
+        }
+        host[i] = calloc(1, ai[i].min_bytes);
+        if (ai[i].access & LOOM_OUT) {
+            ref[i] = calloc(1, ai[i].min_bytes);
+            got[i] = calloc(1, ai[i].min_bytes);
+        }
+        if (!host[i] || ((ai[i].access & LOOM_OUT) && (!ref[i] || !got[i])))
+            st = LOOM_ERR_NOMEM;
+    }
+    if (st == LOOM_OK) {
+        t->init(shape, host, seed);
+        for (int i = 0; i < na && st == LOOM_OK; i++) {
+            if (!ai[i].is_tensor) {
+                args[i] = (loom_arg){.buf = NULL};
+                memcpy(&args[i].s, &scalars[i], sizeof args[i].s);
+                continue;
+            }
+            buf[i] = loom_buffer_create(rt, ai[i].min_bytes);
+            if (!buf[i]) {
+                st = LOOM_ERR_NOMEM;
+                break;
+            }
+            st = loom_buffer_upload(buf[i], host[i], ai[i].min_bytes);
+            if (st == LOOM_OK && ai[i].access == LOOM_OUT)
+                st = loom_buffer_fill(buf[i], 0xff); /* poison: NaN / -1 everywhere */
+            args[i] = LOOM_ARG_BUF(buf[i]);
+        }
+    }
+    if (st == LOOM_OK) {
+        int g[3];
+        t->grid(shape, config, g);
+        st = loom_launch(rt, k, g, args, na);
+        if (st != LOOM_OK)
+            snprintf(report, n, "%s: launch failed (%s): %s", t->name, loom_status_name(st),
+                     loom_runtime_error(rt));
+    } else {
+        snprintf(report, n, "%s: setup failed (%s): %s", t->name, loom_status_name(st),
+                 loom_runtime_error(rt));
+    }
+    if (st == LOOM_OK) {
+        t->reference(shape, host, ref);
+        int64_t bad = 0, total = 0;
+        double worst = 0;
+        char first[256] = "";
+        for (int i = 0; i < na && st == LOOM_OK; i++) {
+            if (!ref[i])
+                continue;
+            st = loom_buffer_download(buf[i], got[i], ai[i].min_bytes);
+            int64_t cnt = (int64_t)(ai[i].min_bytes / loom_dtype_size(ai[i].dtype));
+            for (int64_t e = 0; e < cnt; e++) {
+                double g = tpl_get(got[i], ai[i].dtype, e), r = tpl_get(ref[i], ai[i].dtype, e);
+                double d = fabs(g - r);
+                bool ok = d <= t->atol + t->rtol * fabs(r) || (isnan(r) && isnan(g));
+                if (isnan(d) && !(isnan(r) && isnan(g)))
+                    ok = false;
+                total++;
+                if (!ok) {
+                    if (!bad)
+                        snprintf(first, sizeof first, " (first: %s[%lld] = %g, expected %g)",
+                                 ai[i].name, (long long)e, g, r);
+                    bad++;
+                }
+                if (d > worst && !isnan(d))
+                    worst = d;
+            }
+        }
+        snprintf(report, n, "%s: %s on %s: %lld of %lld elements outside tolerance, max |err| %.3g%s",
+                 t->name, bad ? "FAIL" : "ok", loom_runtime_device_name(rt), (long long)bad,
+                 (long long)total, worst, first);
+        if (bad && st == LOOM_OK)
+            st = LOOM_ERR_RUNTIME;
+    }
+    for (int i = 0; i < na; i++) {
+        loom_buffer_destroy(buf[i]);
+        if (ai[i].is_tensor)
+            free(host[i]);
+        free(ref[i]);
+        free(got[i]);
+    }
+    loom_kernel_destroy(k);
+    return st;
+}

@@ -1,0 +1,34 @@
+/*
+ * tpl.h -- helpers shared by the kernel templates (internal).
+ *
+ * Each template file defines its builder and one `const loom_template tpl_def_<name>`;
+ * templates/registry.c lists them.  Host-side helpers here fill inputs and read or write
+ * elements of any dtype, so every template's init/reference functions stay short.
+ * Prefix: tpl_.
+ */
+#ifndef LOOM_TPL_H
+#define LOOM_TPL_H
+
+#include "loom.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Deterministic random numbers (splitmix64). */
+uint64_t tpl_rand(uint64_t *state);
+/* Fill n elements of dtype dt with uniform values in [lo, hi) (integers: floor). */
+void tpl_fill(void *p, loom_dtype dt, int64_t n, double lo, double hi, uint64_t *state);
+/* Element i of a host array of dtype dt, as a double. */
+double tpl_get(const void *p, loom_dtype dt, int64_t i);
+/* Store v (rounded to nearest even for f16/bf16) into element i. */
+void tpl_set(void *p, loom_dtype dt, int64_t i, double v);
+/* Round v to dtype dt's precision. */
+double tpl_round(loom_dtype dt, double v);
+
+/* Fail a build with a message: returns NULL. */
+loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define TPL_CDIV(a, b) (((a) + (b)-1) / (b))
+
+#endif
