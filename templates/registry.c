@@ -14,9 +14,11 @@
 #include <string.h>
 
 extern const loom_template tpl_def_broadcast_add;
+extern const loom_template tpl_def_row_softmax;
 
 static const loom_template *const registry[] = {
     &tpl_def_broadcast_add,
+    &tpl_def_row_softmax,
 };
 
 int loom_template_count(void) { return (int)(sizeof registry / sizeof registry[0]); }
