@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# gpu.sh -- every GPU test and benchmark in one call.
+#
+#   bash scripts/gpu.sh pack    here (the build machine): build, then put the binaries,
+#                               libloom.so (LLVM linked in statically) and the shared
+#                               libraries Criterion needs into .gpu/ (git-ignored)
+#   bash scripts/gpu.sh run     on the GPU machine (Ubuntu + CUDA driver, no LLVM or
+#                               Criterion): unpack .gpu/, run the GPU tests, every template
+#                               on the GPU and the interpreter, the benchmarks, and end with
+#                               a short table.  Logs go to $OUT (or /tmp/loom-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-}"
+
+if [ "$mode" = pack ]; then
+    set -e
+    bash scripts/setup.sh >/dev/null
+    rm -rf .gpu && mkdir -p .gpu/stage/bin .gpu/stage/lib
+    B="${LOOM_BUILD_DIR:-build}"
+    cp "$B"/libloom.so .gpu/stage/lib/
+    for f in "$B"/loomc "$B"/loom_tests "$B"/bench_* "$B"/ikbo_broadcast_add "$B"/vector_add "$B"/row_softmax "$B"/matmul; do
+        [ -f "$f" ] && cp "$f" .gpu/stage/bin/
+    done
+    # Criterion and its libraries (not on the GPU machine); glibc's own stay behind
+    ldd "$B"/loom_tests | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
+        grep -v libloom | while read -r lib; do cp -L "$lib" .gpu/stage/lib/; done
+    strip --strip-unneeded .gpu/stage/lib/*.so* .gpu/stage/bin/* 2>/dev/null || true
+    tar -C .gpu/stage -cJf .gpu/loom.tar.xz .
+    rm -rf .gpu/stage
+    ls -la .gpu/
+    exit 0
+fi
+
+if [ "$mode" != run ]; then
+    echo "usage: bash scripts/gpu.sh pack|run" >&2
+    exit 2
+fi
+
+OUTDIR="${OUT:-/tmp/loom-out}"
+mkdir -p "$OUTDIR"
+R=/tmp/loom-gpu
+rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xJf .gpu/loom.tar.xz
+export LD_LIBRARY_PATH="$R/lib:${LD_LIBRARY_PATH:-}"
+export PATH="$R/bin:$PATH:/usr/local/cuda/bin"
+export LOOM_CACHE_DIR=/tmp/loom-cache
+rm -rf "$LOOM_CACHE_DIR"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+
+declare -a table
+note() { table+=("$1"); }
+
+echo "== GPU tests (Criterion)"
+loom_tests -j1 --verbose=0 2>&1 | tee "$OUTDIR/tests.log" | tail -40
+note "tests: $(grep -E 'Synthesis' "$OUTDIR/tests.log" | tail -1)"
+
+echo "== every template on the GPU and on the interpreter"
+for spec in "ikbo_broadcast_add --shape B=300,U=7,M=433,N=256,shuffle=1" \
+            "ikbo_broadcast_add --shape B=77,U=5,M=45,N=100,dtype=f32" \
+            "ikbo_broadcast_add --shape B=64,U=64,M=33,N=37,dtype=bf16" \
+            "row_softmax --shape R=300,N=1000" \
+            "row_softmax --shape R=129,N=4096,dtype=f16 --config BM=1,warps=8" \
+            "row_softmax --shape R=64,N=77,dtype=bf16 --config BM=4"; do
+    out=$(loomc run $spec 2>&1); rc=$?
+    echo "$out"
+    note "loomc run $spec: $([ $rc = 0 ] && echo ok || echo FAIL)"
+done 2>&1 | tee "$OUTDIR/templates.log"
+
+for b in "$R"/bin/bench_*; do
+    [ -x "$b" ] || continue
+    echo "== $(basename "$b")"
+    "$b" 2>&1 | tee "$OUTDIR/$(basename "$b").log"
+done
+
+echo
+echo "================ summary"
+grep -h -E "^(tests:|loomc run)" <(printf '%s\n' "${table[@]}") 
+grep -h -E "ok on|FAIL" "$OUTDIR/templates.log" | sed 's/^/  /'
+for b in "$OUTDIR"/bench_*.log; do [ -f "$b" ] && sed -n '/^kernel\|^template\|^[a-z_]* .*ratio/,$p' "$b"; done
