@@ -1,0 +1,145 @@
+/*
+ * testutil.h -- shared helpers of loom's Criterion tests.
+ *
+ *   OP_COVERED(name)   records, before main() runs, that a test covers op `name` of
+ *                      dsl/ops.h; tests/test_optable.c fails for any op nobody covers.
+ *   t_run()            runs a kernel on the interpreter with host arrays as arguments
+ *                      (uploaded before, downloaded after), keeping the runtime's error.
+ *   bit helpers        f32/u32 views and NaN-aware bit-exact comparison.
+ *   KNOWN_BUG()        skips a test that documents a reported library bug, unless
+ *                      LOOM_TEST_KNOWN_BUGS=1 is set (then it runs and shows the failure).
+ */
+#ifndef LOOM_TESTUTIL_H
+#define LOOM_TESTUTIL_H
+
+#include "loom.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- op coverage registry */
+
+#define LOOM_TEST_MAX_COVERED 512
+/* Defined in tests/test_optable.c. */
+extern const char *loom_test_covered_ops[LOOM_TEST_MAX_COVERED];
+extern int loom_test_num_covered;
+
+static inline void loom_test_register_op(const char *name)
+{
+    if (loom_test_num_covered < LOOM_TEST_MAX_COVERED)
+        loom_test_covered_ops[loom_test_num_covered++] = name;
+}
+
+#define OP_COVERED_CAT2(a, b) a##b
+#define OP_COVERED_CAT(a, b) OP_COVERED_CAT2(a, b)
+/* Use at file scope next to the test(s) that exercise the op. */
+#define OP_COVERED(op)                                                                        \
+    __attribute__((constructor)) static void OP_COVERED_CAT(opcov_##op##_, __LINE__)(void) \
+    {                                                                                      \
+        loom_test_register_op(#op);                                                        \
+    }
+
+/* ---------------------------------------------------------------- known bugs */
+
+#define KNOWN_BUG(why)                                                                   \
+    do {                                                                                 \
+        const char *kb_env_ = getenv("LOOM_TEST_KNOWN_BUGS");                           \
+        if (!kb_env_ || strcmp(kb_env_, "1") != 0)                                       \
+            cr_skip_test("known library bug (set LOOM_TEST_KNOWN_BUGS=1 to run): %s", why); \
+    } while (0)
+
+/* ---------------------------------------------------------------- bits */
+
+static inline uint32_t t_f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float t_u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Bit-exact, except that any NaN equals any NaN (NaN payloads are not specified). */
+static inline int t_same_f32(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || t_f2u(a) == t_f2u(b);
+}
+
+/* ---------------------------------------------------------------- running kernels */
+
+/* One launch argument: a host array (uploaded, and downloaded back after the run) or a
+ * scalar. */
+typedef struct targ {
+    void *host;
+    size_t bytes;
+    int is_scalar;
+    loom_arg scalar;
+} targ;
+#define TA_BUF(p, nbytes) ((targ){.host = (p), .bytes = (nbytes)})
+#define TA_ARR(a) TA_BUF((a), sizeof(a))
+#define TA_I32(v) ((targ){.is_scalar = 1, .scalar = LOOM_ARG_I32(v)})
+#define TA_I64(v) ((targ){.is_scalar = 1, .scalar = LOOM_ARG_I64(v)})
+#define TA_F32(v) ((targ){.is_scalar = 1, .scalar = LOOM_ARG_F32(v)})
+
+/* The runtime's message after the last t_run ("" if none). */
+static char t_last_error[2048];
+
+/* Run k on the interpreter over `grid` (NULL: one program) with n arguments. */
+static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int n)
+{
+    static const int one[3] = {1, 1, 1};
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    cr_assert(rt, "loom_runtime_create failed");
+    loom_buffer *bufs[LOOM_MAX_ARGS] = {0};
+    loom_arg la[LOOM_MAX_ARGS];
+    for (int i = 0; i < n; i++) {
+        if (args[i].is_scalar) {
+            la[i] = args[i].scalar;
+            continue;
+        }
+        bufs[i] = loom_buffer_create(rt, args[i].bytes);
+        cr_assert(bufs[i], "buffer %d: %s", i, loom_runtime_error(rt));
+        cr_assert_eq(loom_buffer_upload(bufs[i], args[i].host, args[i].bytes), LOOM_OK);
+        la[i] = LOOM_ARG_BUF(bufs[i]);
+    }
+    loom_status st = loom_launch(rt, k, grid ? grid : one, la, n);
+    snprintf(t_last_error, sizeof t_last_error, "%s", loom_runtime_error(rt));
+    for (int i = 0; i < n; i++) {
+        if (!bufs[i])
+            continue;
+        cr_assert_eq(loom_buffer_download(bufs[i], args[i].host, args[i].bytes), LOOM_OK);
+        loom_buffer_destroy(bufs[i]);
+    }
+    loom_runtime_destroy(rt);
+    return st;
+}
+
+/* Like t_run, but the launch must succeed. */
+#define T_RUN_OK(k, grid, args, n)                                                             \
+    do {                                                                                       \
+        loom_status st_ = t_run((k), (grid), (args), (n));                                    \
+        cr_assert_eq(st_, LOOM_OK, "launch: %s: %s\n%s", loom_status_name(st_), t_last_error, \
+                     loom_kernel_errors(k));                                                   \
+    } while (0)
+
+/* "<file>:<line>:" -- what an error message built at `line` of `file` contains. */
+static inline const char *t_loc(const char *file, int line)
+{
+    static char buf[4][256];
+    static int next;
+    const char *base = strrchr(file, '/');
+    char *b = buf[next++ & 3];
+    snprintf(b, sizeof buf[0], "%s:%d:", base ? base + 1 : file, line);
+    return b;
+}
+
+#endif /* LOOM_TESTUTIL_H */
