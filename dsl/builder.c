@@ -145,7 +145,7 @@ loom_val loom_const_f_at(loom_src at, loom_kernel *k, loom_dtype dt, double v)
     ir_op *op = ir_opp(k, o);
     op->iattr[0] = dt;
     if (ir_dtype_is_float(dt)) {
-        op->fattr = ir_round_to(dt, (float)v);
+        op->fattr = ir_round_to_d(dt, v);
     } else if (isnan(v)) {
         ir_error(k, at, "const", "NaN has no %s value", loom_dtype_name(dt));
         ir_op_unlink(k, o);
@@ -165,7 +165,7 @@ loom_val loom_const_i_at(loom_src at, loom_kernel *k, loom_dtype dt, int64_t v)
     ir_op *op = ir_opp(k, o);
     op->iattr[0] = dt;
     if (ir_dtype_is_float(dt)) {
-        op->fattr = ir_round_to(dt, (float)v);
+        op->fattr = dt == LOOM_F32 ? (double)(float)v : ir_round_to_d(dt, (double)v);
     } else {
         op->iattr[1] = ir_wrap_int(dt, v);
         op->fattr = (double)op->iattr[1];
@@ -315,7 +315,7 @@ loom_val loom_load_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *o
     ir_op *op = ir_opp(k, o);
     op->shape = shape;
     op->iattr[0] = mask ? 1 : 0;
-    op->fattr = ir_round_to((loom_dtype)k->vals[t].type.dtype, (float)fill);
+    op->fattr = ir_round_to_d((loom_dtype)k->vals[t].type.dtype, fill);
     if (!ir_dtype_is_float((loom_dtype)k->vals[t].type.dtype))
         op->fattr = (double)ir_wrap_int((loom_dtype)k->vals[t].type.dtype, (int64_t)fill);
     return finish(k, o);
@@ -375,7 +375,7 @@ loom_val loom_load_rows_at(loom_src at, loom_kernel *k, loom_val t, loom_val row
         return LOOM_NONE;
     ir_op *op = ir_opp(k, o);
     op->shape = shape;
-    op->fattr = ir_round_to((loom_dtype)k->vals[t].type.dtype, (float)fill);
+    op->fattr = ir_round_to_d((loom_dtype)k->vals[t].type.dtype, fill);
     if (!ir_dtype_is_float((loom_dtype)k->vals[t].type.dtype))
         op->fattr = (double)ir_wrap_int((loom_dtype)k->vals[t].type.dtype, (int64_t)fill);
     return finish(k, o);

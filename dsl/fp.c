@@ -78,6 +78,29 @@ uint16_t ir_f32_to_bf16(float f)
 
 float ir_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
 
+/* double -> float rounded to odd: when inexact, the result's last bit is set.  Rounding
+ * that to f16/bf16 (at least 2 bits shorter) then gives the correctly rounded result of
+ * the double, with no double-rounding error. */
+static float to_float_odd(double d)
+{
+    float f = (float)d;
+    if (isnan(d) || isinf(d) || (double)f == d)
+        return f;
+    if (fabs((double)f) > fabs(d))
+        f = nextafterf(f, 0.0f);
+    uint32_t u = f2u(f) | 1u;
+    return u2f(u);
+}
+
+float ir_round_to_d(loom_dtype t, double d)
+{
+    switch (t) {
+    case LOOM_F16: return ir_f16_to_f32(ir_f32_to_f16(to_float_odd(d)));
+    case LOOM_BF16: return ir_bf16_to_f32(ir_f32_to_bf16(to_float_odd(d)));
+    default: return (float)d;
+    }
+}
+
 float ir_round_to(loom_dtype t, float f)
 {
     switch (t) {

@@ -372,8 +372,8 @@ static bool interp_cast(interp *in, const ir_op *op)
             r->f[e] = ir_round_to(to, a->f[e]);
         else if (a->f)
             r->i[e] = to == LOOM_I1 ? (a->f[e] != 0) : f2i(to, a->f[e]);
-        else if (r->f)
-            r->f[e] = ir_round_to(to, (float)a->i[e]);
+        else if (r->f) /* int -> float rounds once: directly for f32, via an exact double else */
+            r->f[e] = to == LOOM_F32 ? (float)a->i[e] : ir_round_to_d(to, (double)a->i[e]);
         else
             r->i[e] = ir_wrap_int(to, a->i[e]);
     }

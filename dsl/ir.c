@@ -95,7 +95,7 @@ static bool grow(loom_kernel *k, void **arr, uint32_t *cap, uint32_t need, size_
 
 /* ---------------------------------------------------------------- kernels */
 
-loom_kernel *loom_kernel_create(const char *name, int num_warps)
+loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps)
 {
     loom_kernel *k = calloc(1, sizeof *k);
     if (!k)
@@ -112,7 +112,7 @@ loom_kernel *loom_kernel_create(const char *name, int num_warps)
     uint32_t body = ir_block_new(k, 0);
     k->open[k->nopen++] = body;
     if (num_warps < 1 || num_warps > 32)
-        ir_error(k, (loom_src){"<loom_kernel_create>", 0}, NULL,
+        ir_error(k, at, NULL,
                  "num_warps is %d; it must be between 1 and 32", num_warps);
     return k;
 }

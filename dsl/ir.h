@@ -188,6 +188,8 @@ uint16_t ir_f32_to_bf16(float f);
 float ir_bf16_to_f32(uint16_t h);
 /* Round a float to the precision of dtype t (f16, bf16: nearest even; f32: identity). */
 float ir_round_to(loom_dtype t, float f);
+/* Round a double to dtype t's precision once (no double rounding through f32). */
+float ir_round_to_d(loom_dtype t, double d);
 /* Wrap an integer to dtype t's width (i32 wraps, i1 is != 0). */
 int64_t ir_wrap_int(loom_dtype t, int64_t v);
 

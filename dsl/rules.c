@@ -81,18 +81,20 @@ static bool ew_common(rule_ctx *c, int from, int to, loom_shape *shape)
 {
     char b1[64], b2[64];
     *shape = (loom_shape){0, {0}};
+    int first = -1;
     for (int i = from; i < to; i++) {
         const ir_type *t = T(c, i);
         if (t->shape.rank == 0)
             continue;
-        if (shape->rank == 0)
+        if (first < 0) {
             *shape = t->shape;
-        else if (!ir_shape_eq(shape, &t->shape))
-            FAIL("shape mismatch: operand %d is %s but an earlier operand is %s[...] of shape "
-                 "rank %d; use loom_broadcast to match shapes",
-                 i, ts(t, b1), loom_dtype_name((loom_dtype)T(c, from)->dtype), shape->rank);
+            first = i;
+        } else if (!ir_shape_eq(shape, &t->shape)) {
+            FAIL("shape mismatch: operand %d is %s but operand %d is %s; use loom_broadcast to "
+                 "match shapes",
+                 i, ts(t, b1), first, ts(T(c, first), b2));
+        }
     }
-    (void)b2;
     return true;
 }
 

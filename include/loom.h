@@ -14,8 +14,9 @@
  *
  * Every builder call is a macro that records the caller's __FILE__ and __LINE__, so an
  * error names the line of user code that built the bad op.  A builder call never fails
- * loudly: a mistake is recorded in the kernel, the call returns LOOM_NONE, and every
- * later call that receives LOOM_NONE quietly returns LOOM_NONE too.  loom_verify()
+ * loudly: a mistake is recorded in the kernel and the call returns LOOM_NONE; once the
+ * kernel holds an error, every later call that receives LOOM_NONE quietly returns
+ * LOOM_NONE too (before that, a LOOM_NONE operand is itself reported).  loom_verify()
  * then reports the first cause of each chain.  A helper of your own that builds ops
  * can pass its caller's location with the `_at` forms: loom_add_at(here, k, a, b).
  *
@@ -99,7 +100,8 @@ typedef uint32_t loom_val;
 typedef struct loom_kernel loom_kernel;
 
 /* Create an empty kernel; num_warps is the CTA size in warps (1..32) for GPU lowering. */
-loom_kernel *loom_kernel_create(const char *name, int num_warps);
+#define loom_kernel_create(name, num_warps) loom_kernel_create_at(LOOM_HERE, name, num_warps)
+loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps);
 void loom_kernel_destroy(loom_kernel *k);
 const char *loom_kernel_name(const loom_kernel *k);
 int loom_kernel_num_warps(const loom_kernel *k);
@@ -212,9 +214,9 @@ loom_val loom_cmp_at(loom_src at, loom_kernel *k, loom_cmp_pred p, loom_val a, l
 #define loom_select(k, c, a, b) loom_select_at(LOOM_HERE, k, c, a, b)
 loom_val loom_select_at(loom_src at, loom_kernel *k, loom_val c, loom_val a, loom_val b);
 
-/* Cast between any two element types.  Into f16/bf16/f32: round to nearest even.  Float to
- * integer: truncate toward zero, NaN gives 0, out-of-range saturates.  Integer to narrower
- * integer: wrap.  To i1: value != 0. */
+/* Cast between any two element types.  Into f16/bf16/f32: round to nearest even (once).
+ * Float to i32/i64: truncate toward zero, NaN gives 0, out-of-range saturates.  Integer to
+ * narrower integer: wrap.  To i1: value != 0 (so NaN gives 1). */
 #define loom_cast(k, v, dtype) loom_cast_at(LOOM_HERE, k, v, dtype)
 loom_val loom_cast_at(loom_src at, loom_kernel *k, loom_val v, loom_dtype dt);
 
@@ -228,7 +230,8 @@ loom_val loom_reduce_max_at(loom_src at, loom_kernel *k, loom_val v, int axis);
 loom_val loom_reduce_min_at(loom_src at, loom_kernel *k, loom_val v, int axis);
 
 /* dot(a[M,K], b[K,N], acc[M,N]) = acc + a @ b, with a and b f16, bf16 or f32 (the same
- * dtype) and acc f32.  Products are exact in f32 and summed in f32, k in order. */
+ * dtype) and acc f32: for each k in order, acc = fma(a[m,k], b[k,n], acc) in f32 (the
+ * products of f16/bf16 inputs are exact). */
 #define loom_dot(k, a, b, acc) loom_dot_at(LOOM_HERE, k, a, b, acc)
 loom_val loom_dot_at(loom_src at, loom_kernel *k, loom_val a, loom_val b, loom_val acc);
 
@@ -294,7 +297,8 @@ loom_val loom_if_result(loom_kernel *k, loom_region_op op, int i);
 /* ---------------------------------------------------------------- 6. verify, print */
 
 /* Check the whole kernel.  LOOM_OK, or LOOM_ERR_VERIFY with every problem listed in
- * loom_kernel_errors(), one a line, as "file:line: error: op 'name': message". */
+ * loom_kernel_errors(), one a line, as "file:line: error: op 'name': message" (errors not
+ * tied to an op, such as argument declarations, omit the op part). */
 loom_status loom_verify(loom_kernel *k);
 const char *loom_kernel_errors(const loom_kernel *k); /* "" when there are none */
 int loom_kernel_num_errors(const loom_kernel *k);
@@ -354,6 +358,26 @@ typedef struct loom_arg {
  * argument.  With LOOM_DUMP_IR=1 the IR is printed to stderr first. */
 loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
                         int nargs);
+
+/* Compile and load k for the runtime's device without launching it (the module cache in
+ * memory, then on disk, is consulted first).  On the interpreter this only verifies. */
+typedef struct loom_compile_info {
+    int source;        /* 0: compiled now, 1: found in memory, 2: loaded from the disk cache */
+    double codegen_ms; /* loom IR -> PTX (LLVM), when compiled */
+    double link_ms;    /* PTX -> cubin, when compiled */
+    double load_ms;    /* module load */
+    double total_ms;   /* the whole call */
+} loom_compile_info;
+loom_status loom_prepare(loom_runtime *rt, loom_kernel *k, loom_compile_info *info);
+
+/* Timing on the GPU (LOOM_ERR_NO_GPU on the interpreter): run `warmup` times, then `reps`
+ * times back to back with device events between runs, and return the median in ms. */
+loom_status loom_time_launch(loom_runtime *rt, loom_kernel *k, const int grid[3],
+                             const loom_arg *args, int nargs, int warmup, int reps,
+                             double *median_ms);
+/* The same for a device-to-device copy of `bytes` from src to dst (the bandwidth ceiling). */
+loom_status loom_time_copy(loom_runtime *rt, loom_buffer *dst, const loom_buffer *src, size_t bytes,
+                           int warmup, int reps, double *median_ms);
 
 /* Lower a kernel to PTX text for arch ("sm_90a", "sm_80", ...; NULL: sm_90a).  *ptx is
  * malloc'ed (free it); *smem_bytes (may be NULL) receives the dynamic shared memory the
