@@ -1,22 +1,978 @@
 /*
- * driver.c -- placeholder GPU backend: reports that no GPU backend is built yet.
- * (Replaced by the dlopen-based CUDA driver backend.)
+ * driver.c -- the GPU backend: the CUDA driver API through dlopen (see rt.h, gpu.h).
+ *
+ * libcuda is opened with dlopen ("libcuda.so.1", then "libcuda.so"; LOOM_CUDA_LIB names
+ * another file) and every entry point is looked up by its versioned symbol name, so
+ * libloom neither needs cuda.h to build nor libcuda to start: without a driver, a stub
+ * driver or a device, rt_gpu_open returns LOOM_ERR_NO_GPU with the reason.  The driver
+ * is loaded once per process and never unloaded (unloading libcuda is not safe while its
+ * threads run).
+ *
+ * Each rt_gpu holds the primary context of device LOOM_DEVICE (default 0), made current
+ * on the calling thread by every call, so any thread may use it.  All work goes to the
+ * default stream: copies are synchronous, launches are asynchronous unless LOOM_SYNC=1.
+ *
+ * A launch finds its CUfunction by key (gpu.h): the in-memory table, else a cubin from
+ * the disk cache, else cg_compile_ptx + cuLink* (PTX -> cubin at -O3), whose cubin goes
+ * to the disk cache.  Every CUDA error reads "<call> failed: <NAME> (<text>)"; launch
+ * errors name the kernel, load errors carry the JIT log.
  */
-#include "rt.h"
+#define _GNU_SOURCE
+#include "cuda_api.h"
+#include "gpu.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------- the code generator */
+
+/* Weak default: replaced by codegen/'s definition when it is linked in. */
+__attribute__((weak)) loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out,
+                                                 size_t *smem_bytes_out, char *err, size_t errlen)
+{
+    (void)k;
+    (void)arch;
+    *ptx_out = NULL;
+    *smem_bytes_out = 0;
+    snprintf(err, errlen, "no code generator in this build");
+    return LOOM_ERR_UNSUPPORTED;
+}
+
+/* ---------------------------------------------------------------- the driver table */
+
+#define CU_FUNCS(X)                                                                                \
+    X(cuInit, "cuInit")                                                                            \
+    X(cuDriverGetVersion, "cuDriverGetVersion")                                                    \
+    X(cuGetErrorName, "cuGetErrorName")                                                            \
+    X(cuGetErrorString, "cuGetErrorString")                                                        \
+    X(cuDeviceGetCount, "cuDeviceGetCount")                                                        \
+    X(cuDeviceGet, "cuDeviceGet")                                                                  \
+    X(cuDeviceGetName, "cuDeviceGetName")                                                          \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                                                \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2")                                                  \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                        \
+    X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2")                                \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent")                                                          \
+    X(cuCtxSynchronize, "cuCtxSynchronize")                                                        \
+    X(cuMemAlloc_v2, "cuMemAlloc_v2")                                                              \
+    X(cuMemFree_v2, "cuMemFree_v2")                                                                \
+    X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2")                                                          \
+    X(cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2")                                                          \
+    X(cuMemcpyDtoD_v2, "cuMemcpyDtoD_v2")                                                          \
+    X(cuMemsetD8_v2, "cuMemsetD8_v2")                                                              \
+    X(cuLinkCreate_v2, "cuLinkCreate_v2")                                                          \
+    X(cuLinkAddData_v2, "cuLinkAddData_v2")                                                        \
+    X(cuLinkComplete, "cuLinkComplete")                                                            \
+    X(cuLinkDestroy, "cuLinkDestroy")                                                              \
+    X(cuModuleLoadDataEx, "cuModuleLoadDataEx")                                                    \
+    X(cuModuleUnload, "cuModuleUnload")                                                            \
+    X(cuModuleGetFunction, "cuModuleGetFunction")                                                  \
+    X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                    \
+    X(cuFuncGetAttribute, "cuFuncGetAttribute")                                                    \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx")                                                        \
+    X(cuEventCreate, "cuEventCreate")                                                              \
+    X(cuEventDestroy_v2, "cuEventDestroy_v2")                                                      \
+    X(cuEventRecord, "cuEventRecord")                                                              \
+    X(cuEventSynchronize, "cuEventSynchronize")
+
+static struct {
+    void *lib;
+    char path[256];
+#define DECL(fn, sym) PFN_##fn fn;
+    CU_FUNCS(DECL)
+#undef DECL
+    PFN_cuEventElapsedTime cuEventElapsedTime; /* _v2 where the driver has it */
+} cu;
+static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Load libcuda and its entry points once per process.  A failure is not remembered, so a
+ * later call (after LOOM_CUDA_LIB changed, say) tries again. */
+static loom_status load_driver(char *err, size_t errlen)
+{
+    loom_status st = LOOM_OK;
+    pthread_mutex_lock(&cu_lock);
+    if (cu.lib)
+        goto out;
+    const char *names[3] = {getenv("LOOM_CUDA_LIB"), "libcuda.so.1", "libcuda.so"};
+    void *lib = NULL;
+    char first_err[512] = "";
+    for (int i = 0; i < 3 && !lib; i++) {
+        if (!names[i] || !*names[i])
+            continue;
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (lib) {
+            snprintf(cu.path, sizeof cu.path, "%s", names[i]);
+        } else if (!first_err[0]) {
+            const char *e = dlerror();
+            snprintf(first_err, sizeof first_err, "%s", e ? e : names[i]);
+        }
+        if (i == 0 && names[0] && *names[0])
+            break; /* an explicit LOOM_CUDA_LIB is the only one tried */
+    }
+    if (!lib) {
+        snprintf(err, errlen, "no CUDA driver: cannot load libcuda.so.1 (%s)", first_err);
+        st = LOOM_ERR_NO_GPU;
+        goto out;
+    }
+#define LOOKUP(fn, sym)                                                                            \
+    *(void **)&cu.fn = dlsym(lib, sym);                                                            \
+    if (!cu.fn) {                                                                                  \
+        snprintf(err, errlen, "the CUDA driver %s is too old: it has no %s", cu.path, sym);       \
+        st = LOOM_ERR_NO_GPU;                                                                      \
+    }
+    CU_FUNCS(LOOKUP)
+#undef LOOKUP
+    if (st == LOOM_OK) {
+        *(void **)&cu.cuEventElapsedTime = dlsym(lib, "cuEventElapsedTime_v2");
+        if (!cu.cuEventElapsedTime)
+            *(void **)&cu.cuEventElapsedTime = dlsym(lib, "cuEventElapsedTime");
+        if (!cu.cuEventElapsedTime) {
+            snprintf(err, errlen, "the CUDA driver %s is too old: it has no cuEventElapsedTime",
+                     cu.path);
+            st = LOOM_ERR_NO_GPU;
+        }
+    }
+    if (st != LOOM_OK) {
+        dlclose(lib);
+        memset(&cu, 0, sizeof cu);
+        goto out;
+    }
+    cu.lib = lib;
+out:
+    pthread_mutex_unlock(&cu_lock);
+    return st;
+}
+
+/* Names of the results loom itself expects, for a driver (a stub) that cannot name them. */
+static const char *known_name(CUresult r)
+{
+    switch (r) {
+#define N(x) case x: return #x;
+    N(CUDA_ERROR_INVALID_VALUE) N(CUDA_ERROR_OUT_OF_MEMORY) N(CUDA_ERROR_NOT_INITIALIZED)
+    N(CUDA_ERROR_STUB_LIBRARY) N(CUDA_ERROR_NO_DEVICE) N(CUDA_ERROR_INVALID_DEVICE)
+    N(CUDA_ERROR_INVALID_IMAGE) N(CUDA_ERROR_NO_BINARY_FOR_GPU) N(CUDA_ERROR_INVALID_PTX)
+    N(CUDA_ERROR_UNSUPPORTED_PTX_VERSION) N(CUDA_ERROR_NOT_FOUND) N(CUDA_ERROR_ILLEGAL_ADDRESS)
+    N(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) N(CUDA_ERROR_LAUNCH_FAILED)
+    N(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH) N(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE)
+#undef N
+    default: return NULL;
+    }
+}
+
+/* "CUDA_ERROR_X (text)" for a result code. */
+static void cu_describe(CUresult r, char *buf, size_t n)
+{
+    const char *name = NULL, *str = NULL;
+    if (cu.cuGetErrorName && cu.cuGetErrorName(r, &name) != CUDA_SUCCESS)
+        name = NULL;
+    if (cu.cuGetErrorString && cu.cuGetErrorString(r, &str) != CUDA_SUCCESS)
+        str = NULL;
+    if (!name)
+        name = known_name(r);
+    if (name)
+        snprintf(buf, n, "%s (%s)", name, str ? str : "the driver gives no description");
+    else
+        snprintf(buf, n, "CUDA error %d (unknown to this driver)", r);
+}
+
+/* ---------------------------------------------------------------- rt_gpu */
+
+struct rt_gpu {
+    CUdevice dev;
+    CUcontext ctx;
+    rt_gpu_props props;
+    mc_table modules;  /* kernels compiled through rt_gpu_launch */
+    char last_kernel[128]; /* last kernel launched: named when a later call reports a fault */
+};
+
+struct rt_gpu_module {
+    CUmodule mod;
+};
+
+static loom_status cu_fail(rt_gpu *g, CUresult r, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Write "<what> failed: NAME (text)" and, for a sticky fault, the last kernel launched. */
+static loom_status cu_fail(rt_gpu *g, CUresult r, char *err, size_t errlen, const char *fmt, ...)
+{
+    char what[512], desc[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    cu_describe(r, desc, sizeof desc);
+    bool fault = r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED ||
+                 r == CUDA_ERROR_LAUNCH_TIMEOUT || (r >= 710 && r <= 720);
+    if (fault && g && g->last_kernel[0])
+        snprintf(err, errlen,
+                 "%s failed: %s; the last kernel launched was '%s' (launches are asynchronous: "
+                 "set LOOM_SYNC=1 to check each one)",
+                 what, desc, g->last_kernel);
+    else
+        snprintf(err, errlen, "%s failed: %s", what, desc);
+    return LOOM_ERR_CUDA;
+}
+
+#define CHECK(g, call, what)                                                                       \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return cu_fail(g, r_, err, errlen, "%s", what);                                        \
+    } while (0)
+
+static loom_status enter(rt_gpu *g, char *err, size_t errlen)
+{
+    CHECK(g, cu.cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+    return LOOM_OK;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+void rt_gpu_arch_name(int cc_major, int cc_minor, char *buf, size_t n)
+{
+    if (cc_major == 9 && cc_minor == 0)
+        snprintf(buf, n, "sm_90a");
+    else
+        snprintf(buf, n, "sm_%d%d", cc_major, cc_minor);
+}
+
+static int dev_attr(CUdevice dev, CUdevice_attribute a)
+{
+    int v = 0;
+    if (cu.cuDeviceGetAttribute(&v, a, dev) != CUDA_SUCCESS)
+        return 0;
+    return v;
+}
 
 loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen)
 {
     *out = NULL;
-    snprintf(err, errlen, "this build has no GPU backend");
-    return LOOM_ERR_NO_GPU;
+    loom_status st = load_driver(err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    char desc[256];
+    CUresult r = cu.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        cu_describe(r, desc, sizeof desc);
+        snprintf(err, errlen, "no usable GPU: cuInit failed: %s (driver %s)", desc, cu.path);
+        return LOOM_ERR_NO_GPU;
+    }
+    int count = 0;
+    r = cu.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count < 1) {
+        if (r != CUDA_SUCCESS)
+            cu_describe(r, desc, sizeof desc);
+        snprintf(err, errlen, "no usable GPU: %s%s", r != CUDA_SUCCESS ? "cuDeviceGetCount failed: " : "",
+                 r != CUDA_SUCCESS ? desc : "the driver reports no CUDA device");
+        return LOOM_ERR_NO_GPU;
+    }
+    int ordinal = 0;
+    const char *env = getenv("LOOM_DEVICE");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 0 || v >= count) {
+            snprintf(err, errlen, "LOOM_DEVICE=%s: there %s %d CUDA device%s (0..%d)", env,
+                     count == 1 ? "is" : "are", count, count == 1 ? "" : "s", count - 1);
+            return LOOM_ERR_NO_GPU;
+        }
+        ordinal = (int)v;
+    }
+    rt_gpu *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    r = cu.cuDeviceGet(&g->dev, ordinal);
+    if (r != CUDA_SUCCESS) {
+        free(g);
+        return cu_fail(NULL, r, err, errlen, "cuDeviceGet(%d)", ordinal);
+    }
+    r = cu.cuDevicePrimaryCtxRetain(&g->ctx, g->dev);
+    if (r != CUDA_SUCCESS) {
+        free(g);
+        return cu_fail(NULL, r, err, errlen, "cuDevicePrimaryCtxRetain(device %d)", ordinal);
+    }
+    r = cu.cuCtxSetCurrent(g->ctx);
+    if (r != CUDA_SUCCESS) {
+        cu.cuDevicePrimaryCtxRelease_v2(g->dev);
+        free(g);
+        return cu_fail(NULL, r, err, errlen, "cuCtxSetCurrent");
+    }
+    rt_gpu_props *p = &g->props;
+    p->ordinal = ordinal;
+    if (cu.cuDeviceGetName(p->name, (int)sizeof p->name, g->dev) != CUDA_SUCCESS)
+        snprintf(p->name, sizeof p->name, "CUDA device %d", ordinal);
+    p->cc_major = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    p->cc_minor = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    rt_gpu_arch_name(p->cc_major, p->cc_minor, p->arch, sizeof p->arch);
+    p->sm_count = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    p->max_threads_per_block = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    p->max_smem_per_block = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+    p->max_smem_per_block_optin = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    if (p->max_smem_per_block_optin < p->max_smem_per_block)
+        p->max_smem_per_block_optin = p->max_smem_per_block;
+    p->l2_bytes = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+    p->clock_khz = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+    p->mem_clock_khz = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
+    p->mem_bus_bits = dev_attr(g->dev, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+    if (cu.cuDeviceTotalMem_v2(&p->total_mem, g->dev) != CUDA_SUCCESS)
+        p->total_mem = 0;
+    if (cu.cuDriverGetVersion(&p->driver_version) != CUDA_SUCCESS)
+        p->driver_version = 0;
+    *out = g;
+    return LOOM_OK;
 }
-void rt_gpu_close(rt_gpu *g) { (void)g; }
-const char *rt_gpu_name(const rt_gpu *g) { (void)g; return ""; }
-loom_status rt_gpu_alloc(rt_gpu *g, size_t b, uint64_t *d, char *e, size_t n) { (void)g; (void)b; (void)d; (void)e; (void)n; return LOOM_ERR_NO_GPU; }
-void rt_gpu_free(rt_gpu *g, uint64_t d) { (void)g; (void)d; }
-loom_status rt_gpu_htod(rt_gpu *g, uint64_t d, const void *s, size_t b, char *e, size_t n) { (void)g; (void)d; (void)s; (void)b; (void)e; (void)n; return LOOM_ERR_NO_GPU; }
-loom_status rt_gpu_dtoh(rt_gpu *g, void *d, uint64_t s, size_t b, char *e, size_t n) { (void)g; (void)d; (void)s; (void)b; (void)e; (void)n; return LOOM_ERR_NO_GPU; }
-loom_status rt_gpu_memset8(rt_gpu *g, uint64_t d, unsigned char c, size_t b, char *e, size_t n) { (void)g; (void)d; (void)c; (void)b; (void)e; (void)n; return LOOM_ERR_NO_GPU; }
-loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt_launch_arg *a, char *e, size_t n) { (void)g; (void)k; (void)grid; (void)a; (void)e; (void)n; return LOOM_ERR_NO_GPU; }
+
+void rt_gpu_close(rt_gpu *g)
+{
+    if (!g)
+        return;
+    cu.cuCtxSetCurrent(g->ctx);
+    for (size_t i = 0; i < g->modules.n; i++)
+        cu.cuModuleUnload((CUmodule)g->modules.e[i].module);
+    mc_table_free(&g->modules);
+    cu.cuDevicePrimaryCtxRelease_v2(g->dev);
+    free(g);
+}
+
+const char *rt_gpu_name(const rt_gpu *g) { return g ? g->props.name : ""; }
+const rt_gpu_props *rt_gpu_properties(const rt_gpu *g) { return g ? &g->props : NULL; }
+
+/* ---------------------------------------------------------------- memory */
+
+loom_status rt_gpu_alloc(rt_gpu *g, size_t bytes, uint64_t *dptr, char *err, size_t errlen)
+{
+    *dptr = 0;
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUdeviceptr p = 0;
+    CUresult r = cu.cuMemAlloc_v2(&p, bytes);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuMemAlloc_v2(%zu bytes)", bytes);
+    *dptr = (uint64_t)p;
+    return LOOM_OK;
+}
+
+void rt_gpu_free(rt_gpu *g, uint64_t dptr)
+{
+    if (!g || !dptr)
+        return;
+    /* Nothing to report to: a failure here means the context is already broken, which
+     * the next call that can report will say. */
+    if (cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+        cu.cuMemFree_v2((CUdeviceptr)dptr);
+}
+
+loom_status rt_gpu_htod(rt_gpu *g, uint64_t dst, const void *src, size_t bytes, char *err, size_t errlen)
+{
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK || !bytes)
+        return st;
+    CUresult r = cu.cuMemcpyHtoD_v2((CUdeviceptr)dst, src, bytes);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuMemcpyHtoD_v2(%zu bytes)", bytes);
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_dtoh(rt_gpu *g, void *dst, uint64_t src, size_t bytes, char *err, size_t errlen)
+{
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK || !bytes)
+        return st;
+    CUresult r = cu.cuMemcpyDtoH_v2(dst, (CUdeviceptr)src, bytes);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuMemcpyDtoH_v2(%zu bytes)", bytes);
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_memset8(rt_gpu *g, uint64_t dst, unsigned char byte, size_t bytes, char *err,
+                           size_t errlen)
+{
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK || !bytes)
+        return st;
+    CUresult r = cu.cuMemsetD8_v2((CUdeviceptr)dst, byte, bytes);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuMemsetD8_v2(%zu bytes)", bytes);
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_dtod(rt_gpu *g, uint64_t dst, uint64_t src, size_t bytes, char *err, size_t errlen)
+{
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK || !bytes)
+        return st;
+    CUresult r = cu.cuMemcpyDtoD_v2((CUdeviceptr)dst, (CUdeviceptr)src, bytes);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuMemcpyDtoD_v2(%zu bytes)", bytes);
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_sync(rt_gpu *g, char *err, size_t errlen)
+{
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CHECK(g, cu.cuCtxSynchronize(), "cuCtxSynchronize");
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+static rt_gpu_stats stats;
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const char *rt_cache_result_name(rt_cache_result r)
+{
+    switch (r) {
+    case RT_CACHE_MEMORY: return "memory hit";
+    case RT_CACHE_DISK: return "disk hit";
+    case RT_CACHE_MISS: return "miss";
+    default: return "none";
+    }
+}
+
+void rt_gpu_stats_get(rt_gpu_stats *out)
+{
+    pthread_mutex_lock(&stats_lock);
+    *out = stats;
+    pthread_mutex_unlock(&stats_lock);
+}
+
+void rt_gpu_stats_reset(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    memset(&stats, 0, sizeof stats);
+    pthread_mutex_unlock(&stats_lock);
+}
+
+static void stats_record(const rt_gpu_stats *last)
+{
+    pthread_mutex_lock(&stats_lock);
+    memcpy(stats.kernel, last->kernel, sizeof stats.kernel);
+    stats.result = last->result;
+    stats.key_ms = last->key_ms;
+    stats.codegen_ms = last->codegen_ms;
+    stats.link_ms = last->link_ms;
+    stats.disk_ms = last->disk_ms;
+    stats.load_ms = last->load_ms;
+    stats.ptx_bytes = last->ptx_bytes;
+    stats.cubin_bytes = last->cubin_bytes;
+    stats.lookups++;
+    stats.memory_hits += last->result == RT_CACHE_MEMORY;
+    stats.disk_hits += last->result == RT_CACHE_DISK;
+    stats.misses += last->result == RT_CACHE_MISS;
+    stats.disk_rejected += last->disk_rejected;
+    stats.disk_write_failures += last->disk_write_failures;
+    pthread_mutex_unlock(&stats_lock);
+}
+
+/* ---------------------------------------------------------------- modules */
+
+#define JIT_LOG_BYTES 8192
+
+/* Link PTX into a cubin with the driver's JIT at -O3.  *cubin is malloc'ed. */
+static loom_status link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cubin, size_t *n,
+                            char *err, size_t errlen)
+{
+    *cubin = NULL;
+    *n = 0;
+    char *elog = calloc(1, JIT_LOG_BYTES);
+    if (!elog) {
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    CUjit_option opts[3] = {CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[3] = {(void *)(uintptr_t)3, elog, (void *)(uintptr_t)(JIT_LOG_BYTES - 1)};
+    CUlinkState ls = NULL;
+    loom_status st = LOOM_OK;
+    CUresult r = cu.cuLinkCreate_v2(3, opts, vals, &ls);
+    if (r != CUDA_SUCCESS) {
+        st = cu_fail(g, r, err, errlen, "cuLinkCreate_v2 for %s", what);
+        goto done;
+    }
+    r = cu.cuLinkAddData_v2(ls, CU_JIT_INPUT_PTX, (void *)ptx, strlen(ptx) + 1, what, 0, NULL, NULL);
+    const char *step = "cuLinkAddData_v2 (PTX -> SASS)";
+    void *img = NULL;
+    size_t imgn = 0;
+    if (r == CUDA_SUCCESS) {
+        step = "cuLinkComplete";
+        r = cu.cuLinkComplete(ls, &img, &imgn);
+    }
+    if (r != CUDA_SUCCESS) {
+        char desc[256];
+        cu_describe(r, desc, sizeof desc);
+        snprintf(err, errlen,
+                 "%s failed for %s: %s\nJIT log:\n%s\n(LOOM_DUMP_PTX=1 prints the PTX)", step,
+                 what, desc, elog[0] ? elog : "(empty)");
+        st = LOOM_ERR_COMPILE;
+        goto done;
+    }
+    *cubin = malloc(imgn ? imgn : 1);
+    if (!*cubin) {
+        snprintf(err, errlen, "out of host memory for a %zu-byte cubin", imgn);
+        st = LOOM_ERR_NOMEM;
+        goto done;
+    }
+    memcpy(*cubin, img, imgn);
+    *n = imgn;
+done:
+    if (ls)
+        cu.cuLinkDestroy(ls);
+    free(elog);
+    return st;
+}
+
+/* Load a cubin or PTX image as a module, with the JIT error log on failure. */
+static loom_status load_image(rt_gpu *g, const void *image, const char *what, CUmodule *mod,
+                              char *err, size_t errlen)
+{
+    char *elog = calloc(1, JIT_LOG_BYTES);
+    if (!elog) {
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[2] = {elog, (void *)(uintptr_t)(JIT_LOG_BYTES - 1)};
+    CUresult r = cu.cuModuleLoadDataEx(mod, image, 2, opts, vals);
+    loom_status st = LOOM_OK;
+    if (r != CUDA_SUCCESS) {
+        char desc[256];
+        cu_describe(r, desc, sizeof desc);
+        snprintf(err, errlen, "cuModuleLoadDataEx failed for %s: %s\nJIT log:\n%s", what, desc,
+                 elog[0] ? elog : "(empty)");
+        st = LOOM_ERR_COMPILE;
+    }
+    free(elog);
+    (void)g;
+    return st;
+}
+
+/* Give fn `smem` bytes of dynamic shared memory, refusing more than the device allows. */
+static loom_status set_smem(rt_gpu *g, CUfunction fn, uint64_t smem, const char *name, char *err,
+                            size_t errlen)
+{
+    if (smem > (uint64_t)g->props.max_smem_per_block_optin) {
+        snprintf(err, errlen,
+                 "kernel '%s' needs %llu bytes of shared memory; %s allows at most %d per block",
+                 name, (unsigned long long)smem, g->props.name, g->props.max_smem_per_block_optin);
+        return LOOM_ERR_UNSUPPORTED;
+    }
+    if (smem > 48 * 1024) {
+        CUresult r = cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+        if (r != CUDA_SUCCESS)
+            return cu_fail(g, r, err, errlen,
+                           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=%llu) for kernel '%s'",
+                           (unsigned long long)smem, name);
+    }
+    return LOOM_OK;
+}
+
+/* Load cubin, find function `name`, set its shared memory: a ready mc_entry. */
+static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, uint64_t smem,
+                              mc_entry *e, char *err, size_t errlen)
+{
+    char what[160];
+    snprintf(what, sizeof what, "kernel '%s'", name);
+    CUmodule mod = NULL;
+    loom_status st = load_image(g, cubin, what, &mod, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUfunction fn = NULL;
+    CUresult r = cu.cuModuleGetFunction(&fn, mod, name);
+    if (r != CUDA_SUCCESS) {
+        cu.cuModuleUnload(mod);
+        return cu_fail(g, r, err, errlen, "cuModuleGetFunction(\"%s\")", name);
+    }
+    st = set_smem(g, fn, smem, name, err, errlen);
+    if (st != LOOM_OK) {
+        cu.cuModuleUnload(mod);
+        return st;
+    }
+    e->module = mod;
+    e->function = fn;
+    e->smem_bytes = smem;
+    return LOOM_OK;
+}
+
+/* Find or build the function for kernel k (see the file comment). */
+static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gpu_stats *lastp,
+                                char *err, size_t errlen)
+{
+    rt_gpu_stats local, *lp = lastp ? lastp : &local;
+    memset(lp, 0, sizeof *lp);
+    const char *name = loom_kernel_name(k);
+    snprintf(lp->kernel, sizeof lp->kernel, "%s", name);
+    double t0 = now_ms();
+    mc_key key;
+    mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
+    lp->key_ms = now_ms() - t0;
+
+    mc_entry *hit = mc_table_find(&g->modules, &key);
+    if (hit) {
+        lp->result = RT_CACHE_MEMORY;
+        stats_record(lp);
+        *out = hit;
+        return LOOM_OK;
+    }
+
+    mc_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    loom_status st;
+    char dir[4096], why[512];
+    bool disk = mc_disk_dir(dir, sizeof dir);
+    void *cubin = NULL;
+    size_t cubin_n = 0;
+    uint64_t smem = 0;
+    if (disk) {
+        t0 = now_ms();
+        mc_lookup lk = mc_disk_load(dir, &key, &cubin, &cubin_n, &smem, why, sizeof why);
+        lp->disk_ms = now_ms() - t0;
+        if (lk == MC_REJECTED) {
+            lp->disk_rejected = 1;
+            if (env_on("LOOM_CACHE_VERBOSE"))
+                fprintf(stderr, "loom: rejected cache file %s\n", why);
+        }
+        if (lk == MC_HIT) {
+            lp->cubin_bytes = cubin_n;
+            t0 = now_ms();
+            st = make_entry(g, cubin, name, smem, &e, err, errlen);
+            lp->load_ms = now_ms() - t0;
+            free(cubin);
+            cubin = NULL;
+            if (st == LOOM_OK) {
+                lp->result = RT_CACHE_DISK;
+                goto add;
+            }
+            /* A cubin that passed its checks but does not load (another driver, say):
+             * rebuild it below and overwrite the file. */
+            lp->disk_rejected = 1;
+        }
+    }
+
+    lp->result = RT_CACHE_MISS;
+    char *ptx = NULL;
+    size_t smem_sz = 0;
+    t0 = now_ms();
+    st = cg_compile_ptx(k, g->props.arch, &ptx, &smem_sz, err, errlen);
+    lp->codegen_ms = now_ms() - t0;
+    if (st != LOOM_OK) {
+        free(ptx);
+        stats_record(lp);
+        return st;
+    }
+    if (!ptx) {
+        snprintf(err, errlen, "code generator returned no PTX for kernel '%s'", name);
+        stats_record(lp);
+        return LOOM_ERR_COMPILE;
+    }
+    lp->ptx_bytes = strlen(ptx);
+    if (env_on("LOOM_DUMP_PTX"))
+        fprintf(stderr, "// PTX of kernel '%s' for %s\n%s\n", name, g->props.arch, ptx);
+    char what[160];
+    snprintf(what, sizeof what, "kernel '%s' (%s)", name, g->props.arch);
+    t0 = now_ms();
+    st = link_ptx(g, ptx, what, &cubin, &cubin_n, err, errlen);
+    lp->link_ms = now_ms() - t0;
+    free(ptx);
+    if (st != LOOM_OK) {
+        stats_record(lp);
+        return st;
+    }
+    lp->cubin_bytes = cubin_n;
+    t0 = now_ms();
+    st = make_entry(g, cubin, name, smem_sz, &e, err, errlen);
+    lp->load_ms = now_ms() - t0;
+    if (st == LOOM_OK && disk) {
+        char werr[512];
+        t0 = now_ms();
+        if (mc_disk_store(dir, &key, cubin, cubin_n, smem_sz, werr, sizeof werr) != LOOM_OK) {
+            lp->disk_write_failures = 1;
+            if (env_on("LOOM_CACHE_VERBOSE"))
+                fprintf(stderr, "loom: module cache: %s\n", werr);
+        }
+        lp->disk_ms += now_ms() - t0;
+    }
+    free(cubin);
+    if (st != LOOM_OK) {
+        stats_record(lp);
+        return st;
+    }
+add:
+    stats_record(lp);
+    *out = mc_table_add(&g->modules, &e);
+    if (!*out) {
+        cu.cuModuleUnload((CUmodule)e.module);
+        snprintf(err, errlen, "out of host memory for the module cache");
+        return LOOM_ERR_NOMEM;
+    }
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- launch */
+
+static loom_status launch_fn(rt_gpu *g, CUfunction fn, const char *name, const unsigned grid[3],
+                             const unsigned block[3], unsigned smem, void **params, char *err,
+                             size_t errlen)
+{
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = grid[0];
+    cfg.gridDimY = grid[1];
+    cfg.gridDimZ = grid[2];
+    cfg.blockDimX = block[0];
+    cfg.blockDimY = block[1];
+    cfg.blockDimZ = block[2];
+    cfg.sharedMemBytes = smem;
+    cfg.hStream = NULL;
+    snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
+    CUresult r = cu.cuLaunchKernelEx(&cfg, fn, params, NULL);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen,
+                       "cuLaunchKernelEx of kernel '%s' (grid %ux%ux%u, block %ux%ux%u, %u bytes "
+                       "of dynamic shared memory)",
+                       name, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem);
+    if (env_on("LOOM_SYNC")) {
+        r = cu.cuCtxSynchronize();
+        if (r != CUDA_SUCCESS)
+            return cu_fail(NULL, r, err, errlen, "kernel '%s' (cuCtxSynchronize after launch)", name);
+    }
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt_launch_arg *args,
+                          char *err, size_t errlen)
+{
+    const char *name = loom_kernel_name(k);
+    int nargs = loom_kernel_num_args(k);
+    if (nargs < 0 || nargs > LOOM_MAX_ARGS) {
+        snprintf(err, errlen, "kernel '%s': bad argument count %d", name, nargs);
+        return LOOM_ERR_INVALID;
+    }
+    void *params[LOOM_MAX_ARGS];
+    for (int i = 0; i < nargs; i++) {
+        loom_arg_info ai;
+        if (!loom_kernel_arg_info(k, i, &ai)) {
+            snprintf(err, errlen, "kernel '%s': no argument %d", name, i);
+            return LOOM_ERR_INVALID;
+        }
+        if (ai.is_tensor) {
+            size_t align = loom_dtype_size(ai.dtype);
+            if (align > 1 && args[i].dptr % align != 0) {
+                snprintf(err, errlen,
+                         "launch of '%s': argument %d ('%s') is at device address 0x%llx, not "
+                         "aligned to its %s element size of %zu bytes",
+                         name, i, ai.name, (unsigned long long)args[i].dptr,
+                         loom_dtype_name(ai.dtype), align);
+                return LOOM_ERR_INVALID;
+            }
+            params[i] = (void *)&args[i].dptr;
+        } else {
+            switch (ai.dtype) {
+            case LOOM_I32: params[i] = (void *)&args[i].s.i32; break;
+            case LOOM_I64: params[i] = (void *)&args[i].s.i64; break;
+            case LOOM_F32: params[i] = (void *)&args[i].s.f32; break;
+            default:
+                snprintf(err, errlen, "launch of '%s': argument %d ('%s') is a %s scalar, which the "
+                         "GPU backend cannot pass", name, i, ai.name, loom_dtype_name(ai.dtype));
+                return LOOM_ERR_UNSUPPORTED;
+            }
+        }
+    }
+    int warps = loom_kernel_num_warps(k);
+    if (warps < 1 || warps * 32 > (g->props.max_threads_per_block ? g->props.max_threads_per_block : 1024)) {
+        snprintf(err, errlen, "kernel '%s': %d warps per CTA is more than %s allows", name, warps,
+                 g->props.name);
+        return LOOM_ERR_INVALID;
+    }
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    mc_entry *e;
+    st = get_function(g, k, &e, NULL, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    unsigned gr[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
+    unsigned bl[3] = {(unsigned)warps * 32u, 1, 1};
+    return launch_fn(g, (CUfunction)e->function, name, gr, bl, (unsigned)e->smem_bytes, params, err,
+                     errlen);
+}
+
+loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, char *err,
+                           size_t errlen)
+{
+    double t0 = now_ms();
+    loom_compile_info local;
+    if (!info)
+        info = &local;
+    memset(info, 0, sizeof *info);
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    mc_entry *e;
+    rt_gpu_stats last;
+    st = get_function(g, k, &e, &last, err, errlen);
+    info->source = last.result == RT_CACHE_MEMORY ? 1 : last.result == RT_CACHE_DISK ? 2 : 0;
+    info->codegen_ms = last.codegen_ms;
+    info->link_ms = last.link_ms;
+    info->load_ms = last.load_ms;
+    info->total_ms = now_ms() - t0;
+    return st;
+}
+
+/* ---------------------------------------------------------------- raw modules */
+
+loom_status rt_gpu_module_load(rt_gpu *g, const void *image, size_t bytes, bool is_ptx,
+                               const char *what, rt_gpu_module **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    (void)bytes;
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    void *cubin = NULL;
+    size_t n = 0;
+    if (is_ptx) {
+        st = link_ptx(g, image, what, &cubin, &n, err, errlen);
+        if (st != LOOM_OK)
+            return st;
+        image = cubin;
+    }
+    rt_gpu_module *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(cubin);
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    st = load_image(g, image, what, &m->mod, err, errlen);
+    free(cubin);
+    if (st != LOOM_OK) {
+        free(m);
+        return st;
+    }
+    *out = m;
+    return LOOM_OK;
+}
+
+void rt_gpu_module_unload(rt_gpu *g, rt_gpu_module *m)
+{
+    if (!g || !m)
+        return;
+    if (cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+        cu.cuModuleUnload(m->mod);
+    free(m);
+}
+
+loom_status rt_gpu_module_launch(rt_gpu *g, rt_gpu_module *m, const char *fn, const unsigned grid[3],
+                                 const unsigned block[3], unsigned smem_bytes, void **params,
+                                 char *err, size_t errlen)
+{
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUfunction f = NULL;
+    CUresult r = cu.cuModuleGetFunction(&f, m->mod, fn);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuModuleGetFunction(\"%s\")", fn);
+    st = set_smem(g, f, smem_bytes, fn, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    return launch_fn(g, f, fn, grid, block, smem_bytes, params, err, errlen);
+}
+
+/* ---------------------------------------------------------------- timing */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+loom_status rt_gpu_time_ms(rt_gpu *g, rt_gpu_work_fn work, void *ctx, int warmup, int reps,
+                           double *median_ms, char *err, size_t errlen)
+{
+    *median_ms = 0;
+    if (!g || !work || reps < 1 || reps > 100000 || warmup < 0) {
+        snprintf(err, errlen, "rt_gpu_time_ms: bad arguments (reps %d, warmup %d)", reps, warmup);
+        return LOOM_ERR_INVALID;
+    }
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    for (int i = 0; i < warmup; i++)
+        if ((st = work(ctx, err, errlen)) != LOOM_OK)
+            return st;
+    CUevent *ev = calloc((size_t)reps + 1, sizeof *ev);
+    double *t = calloc((size_t)reps, sizeof *t);
+    int made = 0;
+    if (!ev || !t) {
+        snprintf(err, errlen, "out of host memory");
+        st = LOOM_ERR_NOMEM;
+        goto done;
+    }
+    for (; made <= reps; made++) {
+        CUresult r = cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT);
+        if (r != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventCreate");
+            goto done;
+        }
+    }
+    CUresult r = cu.cuEventRecord(ev[0], NULL);
+    if (r != CUDA_SUCCESS) {
+        st = cu_fail(g, r, err, errlen, "cuEventRecord");
+        goto done;
+    }
+    for (int i = 0; i < reps; i++) {
+        if ((st = work(ctx, err, errlen)) != LOOM_OK)
+            goto done;
+        /* the work may have made another context current */
+        if ((st = enter(g, err, errlen)) != LOOM_OK)
+            goto done;
+        r = cu.cuEventRecord(ev[i + 1], NULL);
+        if (r != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventRecord");
+            goto done;
+        }
+    }
+    r = cu.cuEventSynchronize(ev[reps]);
+    if (r != CUDA_SUCCESS) {
+        st = cu_fail(g, r, err, errlen, "cuEventSynchronize");
+        goto done;
+    }
+    for (int i = 0; i < reps; i++) {
+        float ms = 0;
+        r = cu.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
+        if (r != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventElapsedTime");
+            goto done;
+        }
+        t[i] = ms;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+done:
+    for (int i = 0; i < made; i++)
+        cu.cuEventDestroy_v2(ev[i]);
+    free(ev);
+    free(t);
+    return st;
+}

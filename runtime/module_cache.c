@@ -1,0 +1,455 @@
+/*
+ * module_cache.c -- the module cache's host side: keys, the cache file format, atomic
+ * disk writes, and the in-memory table (see gpu.h).
+ *
+ * Compiling a kernel (code generation + PTX->cubin) takes tens of milliseconds; loading
+ * a cubin takes well under one.  So each compiled cubin is kept twice: in memory, per
+ * rt_gpu (a CUmodule/CUfunction per key), and on disk as <dir>/<key hex>.cubin so a new
+ * process starts warm without calling the code generator.
+ *
+ * The key hashes everything that determines the cubin: the printed IR (which includes
+ * every shape, dtype and constant), the target arch, LOOM_VERSION, num_warps, and the
+ * identity of the loom binary (so a changed code generator never reuses a stale cubin).
+ *
+ * A cache file is trusted only after its header checks out: magic, format version, the
+ * full key, the payload size and a checksum of the payload, and a checksum of the header
+ * itself.  Anything else (a truncated write, a flipped bit, another program's file) is
+ * deleted and rebuilt.  Files are written to a temporary name in the same directory,
+ * fsync'ed, then renamed over the final name: rename is atomic, so concurrent writers
+ * and readers only ever see a whole file.
+ *
+ * Hashing uses xxHash (XXH3, header-only via XXH_INLINE_ALL, no link dependency); where
+ * xxhash.h is missing a built-in XXH64 pair stands in (keys then differ, which only
+ * means a cold cache).
+ */
+#define _GNU_SOURCE
+#include "gpu.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<xxhash.h>) && !defined(LOOM_NO_XXHASH)
+#define LOOM_HAVE_XXHASH 1
+#endif
+#endif
+
+#ifdef LOOM_HAVE_XXHASH
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#else
+/* XXH64 (reference algorithm by Yann Collet), used only when xxhash.h is missing. */
+static const uint64_t P1 = 11400714785074694791ULL, P2 = 14029467366897019727ULL,
+                      P3 = 1609587929392839161ULL, P4 = 9650029242287828579ULL,
+                      P5 = 2870177450012600261ULL;
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t xround(uint64_t acc, uint64_t in) { return rotl64(acc + in * P2, 31) * P1; }
+static uint64_t xmerge(uint64_t acc, uint64_t v) { return (acc ^ xround(0, v)) * P1 + P4; }
+static uint64_t xxh64(const void *data, size_t len, uint64_t seed)
+{
+    const uint8_t *p = data, *end = p + len;
+    uint64_t h;
+    if (len >= 32) {
+        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
+        do {
+            v1 = xround(v1, rd64(p));
+            v2 = xround(v2, rd64(p + 8));
+            v3 = xround(v3, rd64(p + 16));
+            v4 = xround(v4, rd64(p + 24));
+            p += 32;
+        } while (p + 32 <= end);
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xmerge(h, v1);
+        h = xmerge(h, v2);
+        h = xmerge(h, v3);
+        h = xmerge(h, v4);
+    } else {
+        h = seed + P5;
+    }
+    h += (uint64_t)len;
+    while (p + 8 <= end) {
+        h ^= xround(0, rd64(p));
+        h = rotl64(h, 27) * P1 + P4;
+        p += 8;
+    }
+    if (p + 4 <= end) {
+        h ^= (uint64_t)rd32(p) * P1;
+        h = rotl64(h, 23) * P2 + P3;
+        p += 4;
+    }
+    while (p < end) {
+        h ^= (*p++) * P5;
+        h = rotl64(h, 11) * P1;
+    }
+    h ^= h >> 33;
+    h *= P2;
+    h ^= h >> 29;
+    h *= P3;
+    h ^= h >> 32;
+    return h;
+}
+#endif
+
+uint64_t mc_hash64(const void *p, size_t n)
+{
+#ifdef LOOM_HAVE_XXHASH
+    return XXH3_64bits(p, n);
+#else
+    return xxh64(p, n, 0);
+#endif
+}
+
+/* ---------------------------------------------------------------- keys */
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void mc_key_make(const char *ir_text, const char *arch, int num_warps, const char *build,
+                 mc_key *out)
+{
+    /* Fields are separated by NUL bytes (none can contain one), so no two different
+     * tuples serialize alike. */
+    char head[512];
+    int hn = snprintf(head, sizeof head, "loom-cubin%c%s%c%s%c%d%c%s%c", 0, LOOM_VERSION, 0,
+                      arch ? arch : "", 0, num_warps, 0, build ? build : "", 0);
+    if (hn < 0)
+        hn = 0;
+    if ((size_t)hn >= sizeof head)
+        hn = (int)sizeof head - 1;
+    const char *ir = ir_text ? ir_text : "";
+    size_t irn = strlen(ir);
+#ifdef LOOM_HAVE_XXHASH
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    XXH3_128bits_update(&st, head, (size_t)hn);
+    XXH3_128bits_update(&st, ir, irn);
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    put_u64(out->b, h.high64);
+    put_u64(out->b + 8, h.low64);
+#else
+    uint64_t a = xxh64(head, (size_t)hn, 0x6c6f6f6d), b = xxh64(head, (size_t)hn, 0x6b65726e);
+    put_u64(out->b, xxh64(ir, irn, a));
+    put_u64(out->b + 8, xxh64(ir, irn, b));
+#endif
+}
+
+void mc_key_hex(const mc_key *k, char out[33])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[k->b[i] >> 4];
+        out[2 * i + 1] = hex[k->b[i] & 15];
+    }
+    out[32] = 0;
+}
+
+const char *mc_build_id(void)
+{
+    static char id[600];
+    static int done;
+    if (done) /* benign race: every thread computes the same string */
+        return id;
+    Dl_info info;
+    struct stat sb;
+    if (dladdr((const void *)id, &info) && info.dli_fname && stat(info.dli_fname, &sb) == 0)
+        snprintf(id, sizeof id, "%s|%lld|%lld.%09ld", info.dli_fname, (long long)sb.st_size,
+                 (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
+    else
+        snprintf(id, sizeof id, "loom %s built %s %s", LOOM_VERSION, __DATE__, __TIME__);
+    done = 1;
+    return id;
+}
+
+/* ---------------------------------------------------------------- file format */
+
+loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, uint64_t smem_bytes,
+                      void **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!cubin && n)
+        return LOOM_ERR_INVALID;
+    uint8_t *f = malloc(MC_HEADER_BYTES + n);
+    if (!f)
+        return LOOM_ERR_NOMEM;
+    memcpy(f, MC_MAGIC, 8);
+    put_u32(f + 8, MC_FORMAT);
+    put_u32(f + 12, MC_HEADER_BYTES);
+    memcpy(f + 16, key->b, 16);
+    put_u64(f + 32, (uint64_t)n);
+    put_u64(f + 40, mc_hash64(cubin, n));
+    put_u64(f + 48, smem_bytes);
+    put_u64(f + 56, mc_hash64(f, 56));
+    if (n)
+        memcpy(f + MC_HEADER_BYTES, cubin, n);
+    *out = f;
+    *outlen = MC_HEADER_BYTES + n;
+    return LOOM_OK;
+}
+
+static bool reject(char *why, size_t whylen, const char *msg)
+{
+    if (why && whylen)
+        snprintf(why, whylen, "%s", msg);
+    return false;
+}
+
+bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin, size_t *cubin_len,
+               uint64_t *smem_bytes, char *why, size_t whylen)
+{
+    const uint8_t *f = file;
+    if (!f || n < MC_HEADER_BYTES)
+        return reject(why, whylen, "file shorter than the header");
+    if (memcmp(f, MC_MAGIC, 8) != 0)
+        return reject(why, whylen, "not a loom cubin cache file (bad magic)");
+    if (get_u32(f + 8) != MC_FORMAT || get_u32(f + 12) != MC_HEADER_BYTES)
+        return reject(why, whylen, "cache file of another format version");
+    if (get_u64(f + 56) != mc_hash64(f, 56))
+        return reject(why, whylen, "header checksum mismatch");
+    if (memcmp(f + 16, key->b, 16) != 0)
+        return reject(why, whylen, "file holds another key");
+    uint64_t len = get_u64(f + 32);
+    if (len != n - MC_HEADER_BYTES)
+        return reject(why, whylen, "payload size mismatch (truncated file?)");
+    if (get_u64(f + 40) != mc_hash64(f + MC_HEADER_BYTES, (size_t)len))
+        return reject(why, whylen, "payload checksum mismatch");
+    *cubin = f + MC_HEADER_BYTES;
+    *cubin_len = (size_t)len;
+    *smem_bytes = get_u64(f + 48);
+    return true;
+}
+
+/* ---------------------------------------------------------------- disk */
+
+bool mc_disk_dir(char *buf, size_t n)
+{
+    const char *off = getenv("LOOM_CACHE");
+    if (off && strcmp(off, "0") == 0)
+        return false;
+    const char *d = getenv("LOOM_CACHE_DIR");
+    int w;
+    if (d && *d) {
+        w = snprintf(buf, n, "%s", d);
+    } else if ((d = getenv("XDG_CACHE_HOME")) && *d) {
+        w = snprintf(buf, n, "%s/loom", d);
+    } else if ((d = getenv("HOME")) && *d) {
+        w = snprintf(buf, n, "%s/.cache/loom", d);
+    } else {
+        return false;
+    }
+    return w > 0 && (size_t)w < n;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir)
+{
+    char p[4096];
+    int w = snprintf(p, sizeof p, "%s", dir);
+    if (w <= 0 || (size_t)w >= sizeof p)
+        return -1;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+static int file_path(const char *dir, const mc_key *key, char *buf, size_t n)
+{
+    char hex[33];
+    mc_key_hex(key, hex);
+    int w = snprintf(buf, n, "%s/%s.cubin", dir, hex);
+    return (w > 0 && (size_t)w < n) ? 0 : -1;
+}
+
+loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin, size_t n,
+                          uint64_t smem_bytes, char *err, size_t errlen)
+{
+    char path[4096], tmp[4200], hex[33];
+    if (file_path(dir, key, path, sizeof path) != 0) {
+        snprintf(err, errlen, "cache directory name too long: %s", dir);
+        return LOOM_ERR_INVALID;
+    }
+    if (make_dirs(dir) != 0) {
+        snprintf(err, errlen, "cannot create cache directory %s: %s", dir, strerror(errno));
+        return LOOM_ERR_RUNTIME;
+    }
+    void *img;
+    size_t len;
+    loom_status st = mc_encode(key, cubin, n, smem_bytes, &img, &len);
+    if (st != LOOM_OK) {
+        snprintf(err, errlen, "cannot encode a %zu-byte cubin", n);
+        return st;
+    }
+    mc_key_hex(key, hex);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", dir, hex);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(errno));
+        free(img);
+        return LOOM_ERR_RUNTIME;
+    }
+    const uint8_t *p = img;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        p += w;
+        left -= (size_t)w;
+    }
+    int saved = errno;
+    free(img);
+    if (left || fsync(fd) != 0) {
+        if (!left)
+            saved = errno;
+        close(fd);
+        unlink(tmp);
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(saved));
+        return LOOM_ERR_RUNTIME;
+    }
+    (void)fchmod(fd, 0644);
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        snprintf(err, errlen, "cannot move %s to %s: %s", tmp, path, strerror(saved));
+        return LOOM_ERR_RUNTIME;
+    }
+    /* Make the rename itself durable (best effort). */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return LOOM_OK;
+}
+
+mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,
+                       uint64_t *smem_bytes, char *why, size_t whylen)
+{
+    char path[4096];
+    *cubin = NULL;
+    *n = 0;
+    if (why && whylen)
+        why[0] = 0;
+    if (file_path(dir, key, path, sizeof path) != 0)
+        return MC_MISS;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return MC_MISS;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > ((off_t)1 << 30)) {
+        close(fd);
+        if (why && whylen)
+            snprintf(why, whylen, "%s: not a regular file of a sane size", path);
+        return MC_MISS; /* never delete something that is not ours to judge */
+    }
+    size_t len = (size_t)sb.st_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        close(fd);
+        return MC_MISS;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    const void *payload;
+    size_t plen;
+    uint64_t smem;
+    char reason[128];
+    if (!mc_decode(key, buf, got, &payload, &plen, &smem, reason, sizeof reason)) {
+        free(buf);
+        unlink(path);
+        if (why && whylen)
+            snprintf(why, whylen, "%s: %s", path, reason);
+        return MC_REJECTED;
+    }
+    memmove(buf, payload, plen);
+    *cubin = buf;
+    *n = plen;
+    *smem_bytes = smem;
+    return MC_HIT;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+mc_entry *mc_table_find(mc_table *t, const mc_key *key)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (memcmp(t->e[i].key.b, key->b, 16) == 0)
+            return &t->e[i];
+    return NULL;
+}
+
+mc_entry *mc_table_add(mc_table *t, const mc_entry *e)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 16;
+        mc_entry *ne = realloc(t->e, cap * sizeof *ne);
+        if (!ne)
+            return NULL;
+        t->e = ne;
+        t->cap = cap;
+    }
+    t->e[t->n] = *e;
+    return &t->e[t->n++];
+}
+
+void mc_table_free(mc_table *t)
+{
+    free(t->e);
+    t->e = NULL;
+    t->n = t->cap = 0;
+}
