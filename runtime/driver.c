@@ -776,13 +776,15 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
             return LOOM_ERR_INVALID;
         }
         if (ai.is_tensor) {
-            size_t align = loom_dtype_size(ai.dtype);
-            if (align > 1 && args[i].dptr % align != 0) {
+            /* the code generator issues 16-byte vector accesses where offsets allow,
+             * so every tensor base must be 16-byte aligned (device allocations are) */
+            size_t align = 16;
+            if (args[i].dptr % align != 0) {
                 snprintf(err, errlen,
                          "launch of '%s': argument %d ('%s') is at device address 0x%llx, not "
-                         "aligned to its %s element size of %zu bytes",
+                         "16-byte aligned (loom's vector accesses need it; %s tensor)",
                          name, i, ai.name, (unsigned long long)args[i].dptr,
-                         loom_dtype_name(ai.dtype), align);
+                         loom_dtype_name(ai.dtype));
                 return LOOM_ERR_INVALID;
             }
             params[i] = (void *)&args[i].dptr;

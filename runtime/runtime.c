@@ -10,7 +10,7 @@
  * argument count and kinds must match, every tensor's buffer must hold the tensor's
  * whole extent, and the grid must be positive.  Each refusal names the argument.
  */
-#include "rt.h"
+#include "gpu.h"
 
 #include "../dsl/ir.h"
 
@@ -274,17 +274,6 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
 loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
                            char *err, size_t errlen);
 
-/* A build without codegen/ still links and reports it; codegen's definition wins. */
-__attribute__((weak)) loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out,
-                                                 size_t *smem_bytes_out, char *err, size_t errlen)
-{
-    (void)k;
-    (void)arch;
-    *ptx_out = NULL;
-    *smem_bytes_out = 0;
-    snprintf(err, errlen, "this build of loom has no code generator");
-    return LOOM_ERR_UNSUPPORTED;
-}
 
 loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_t *smem_bytes,
                              char *err, size_t errlen)
@@ -305,4 +294,91 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
     if (smem_bytes)
         *smem_bytes = smem;
     return st;
+}
+
+/* ---------------------------------------------------------------- compile, time */
+
+loom_status loom_prepare(loom_runtime *rt, loom_kernel *k, loom_compile_info *info)
+{
+    loom_compile_info local;
+    if (!info)
+        info = &local;
+    memset(info, 0, sizeof *info);
+    if (!rt || !k)
+        return LOOM_ERR_INVALID;
+    if (rt->status != LOOM_OK)
+        return rt->status;
+    if (loom_verify(k) != LOOM_OK)
+        return rt_fail(rt, LOOM_ERR_VERIFY, "kernel '%s' failed verification:\n%s", k->name,
+                       loom_kernel_errors(k));
+    if (!rt->gpu)
+        return LOOM_OK;
+    return rt_gpu_prepare(rt->gpu, k, info, rt->err, sizeof rt->err);
+}
+
+typedef struct launch_ctx {
+    loom_runtime *rt;
+    loom_kernel *k;
+    const int *grid;
+    const loom_arg *args;
+    int nargs;
+} launch_ctx;
+
+static loom_status launch_work(void *p, char *err, size_t errlen)
+{
+    launch_ctx *c = p;
+    loom_status st = loom_launch(c->rt, c->k, c->grid, c->args, c->nargs);
+    if (st != LOOM_OK)
+        snprintf(err, errlen, "%s", c->rt->err);
+    return st;
+}
+
+loom_status loom_time_launch(loom_runtime *rt, loom_kernel *k, const int grid[3],
+                             const loom_arg *args, int nargs, int warmup, int reps,
+                             double *median_ms)
+{
+    if (!rt || !k || !median_ms)
+        return LOOM_ERR_INVALID;
+    if (!rt->gpu)
+        return rt_fail(rt, LOOM_ERR_NO_GPU, "timing needs a GPU runtime");
+    /* the first launch compiles and checks the arguments; its errors are the user's */
+    loom_status st = loom_launch(rt, k, grid, args, nargs);
+    if (st != LOOM_OK)
+        return st;
+    launch_ctx c = {rt, k, grid, args, nargs};
+    char err[sizeof rt->err];
+    st = rt_gpu_time_ms(rt->gpu, launch_work, &c, warmup, reps, median_ms, err, sizeof err);
+    if (st != LOOM_OK)
+        return rt_fail(rt, st, "%s", err);
+    return LOOM_OK;
+}
+
+typedef struct copy_ctx {
+    rt_gpu *g;
+    uint64_t dst, src;
+    size_t bytes;
+} copy_ctx;
+
+static loom_status copy_work(void *p, char *err, size_t errlen)
+{
+    copy_ctx *c = p;
+    return rt_gpu_dtod(c->g, c->dst, c->src, c->bytes, err, errlen);
+}
+
+loom_status loom_time_copy(loom_runtime *rt, loom_buffer *dst, const loom_buffer *src, size_t bytes,
+                           int warmup, int reps, double *median_ms)
+{
+    if (!rt || !dst || !src || !median_ms)
+        return LOOM_ERR_INVALID;
+    if (!rt->gpu)
+        return rt_fail(rt, LOOM_ERR_NO_GPU, "timing needs a GPU runtime");
+    if (bytes > dst->bytes || bytes > src->bytes)
+        return rt_fail(rt, LOOM_ERR_INVALID, "copy of %zu bytes between buffers of %zu and %zu bytes",
+                       bytes, src->bytes, dst->bytes);
+    copy_ctx c = {rt->gpu, dst->dptr, src->dptr, bytes};
+    char err[sizeof rt->err];
+    loom_status st = rt_gpu_time_ms(rt->gpu, copy_work, &c, warmup, reps, median_ms, err, sizeof err);
+    if (st != LOOM_OK)
+        return rt_fail(rt, st, "%s", err);
+    return LOOM_OK;
 }
