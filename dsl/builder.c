@@ -287,6 +287,13 @@ static int tensor_rank(loom_kernel *k, loom_src at, const char *opname, loom_val
     return k->vals[t].type.shape.rank;
 }
 
+/* A load's fill value, as the tensor's dtype holds it. */
+static double fill_value(loom_kernel *k, loom_val t, double fill)
+{
+    loom_dtype dt = (loom_dtype)k->vals[t].type.dtype;
+    return ir_dtype_is_float(dt) ? ir_round_to_d(dt, fill) : (double)ir_wrap_int(dt, (int64_t)fill);
+}
+
 static bool offsets_given(loom_kernel *k, loom_src at, const char *opname, const loom_val *offs)
 {
     if (!offs) {
@@ -315,9 +322,7 @@ loom_val loom_load_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *o
     ir_op *op = ir_opp(k, o);
     op->shape = shape;
     op->iattr[0] = mask ? 1 : 0;
-    op->fattr = ir_round_to_d((loom_dtype)k->vals[t].type.dtype, fill);
-    if (!ir_dtype_is_float((loom_dtype)k->vals[t].type.dtype))
-        op->fattr = (double)ir_wrap_int((loom_dtype)k->vals[t].type.dtype, (int64_t)fill);
+    op->fattr = fill_value(k, t, fill);
     return finish(k, o);
 }
 
@@ -375,9 +380,7 @@ loom_val loom_load_rows_at(loom_src at, loom_kernel *k, loom_val t, loom_val row
         return LOOM_NONE;
     ir_op *op = ir_opp(k, o);
     op->shape = shape;
-    op->fattr = ir_round_to_d((loom_dtype)k->vals[t].type.dtype, fill);
-    if (!ir_dtype_is_float((loom_dtype)k->vals[t].type.dtype))
-        op->fattr = (double)ir_wrap_int((loom_dtype)k->vals[t].type.dtype, (int64_t)fill);
+    op->fattr = fill_value(k, t, fill);
     return finish(k, o);
 }
 

@@ -222,18 +222,26 @@ uint32_t ir_block_new(loom_kernel *k, uint32_t parent)
     return b;
 }
 
+/* A copy of list[0..n) with room for one more, in the arena (lists are short). */
+static uint32_t *grow_list(loom_kernel *k, const uint32_t *list, uint32_t n)
+{
+    uint32_t *nl = ir_arena_alloc(&k->arena, (n + 1) * sizeof(uint32_t));
+    if (!nl) {
+        k->oom = true;
+        return NULL;
+    }
+    if (n)
+        memcpy(nl, list, n * sizeof(uint32_t));
+    return nl;
+}
+
 uint32_t ir_block_add_arg(loom_kernel *k, uint32_t b, ir_type t)
 {
-    ir_block *blk = ir_blk(k, b);
-    uint32_t *na = ir_arena_alloc(&k->arena, (blk->nargs + 1) * sizeof(uint32_t));
-    if (!na) {
-        k->oom = true;
+    uint32_t *na = grow_list(k, ir_blk(k, b)->args, ir_blk(k, b)->nargs);
+    if (!na)
         return 0;
-    }
-    if (blk->nargs)
-        memcpy(na, blk->args, blk->nargs * sizeof(uint32_t));
-    uint32_t v = new_value(k, t, IR_V_BLOCKARG, b, blk->nargs, b);
-    blk = ir_blk(k, b);
+    uint32_t v = new_value(k, t, IR_V_BLOCKARG, b, ir_blk(k, b)->nargs, b);
+    ir_block *blk = ir_blk(k, b);
     na[blk->nargs] = v;
     blk->args = na;
     blk->nargs++;
@@ -279,16 +287,11 @@ uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *
 
 uint32_t ir_op_add_result(loom_kernel *k, uint32_t o, ir_type t)
 {
-    ir_op *op = ir_opp(k, o);
-    uint32_t *nr = ir_arena_alloc(&k->arena, (op->nres + 1) * sizeof(uint32_t));
-    if (!nr) {
-        k->oom = true;
+    uint32_t *nr = grow_list(k, ir_opp(k, o)->res, ir_opp(k, o)->nres);
+    if (!nr)
         return 0;
-    }
-    if (op->nres)
-        memcpy(nr, op->res, op->nres * sizeof(uint32_t));
-    uint32_t v = new_value(k, t, IR_V_RESULT, o, op->nres, op->block);
-    op = ir_opp(k, o);
+    uint32_t v = new_value(k, t, IR_V_RESULT, o, ir_opp(k, o)->nres, ir_opp(k, o)->block);
+    ir_op *op = ir_opp(k, o);
     nr[op->nres] = v;
     op->res = nr;
     op->nres++;

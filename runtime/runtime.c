@@ -219,6 +219,25 @@ static loom_status check_args(loom_runtime *rt, loom_kernel *k, const int grid[3
     return LOOM_OK;
 }
 
+/* A scalar argument's value as 8 bytes whose low bytes hold it (zero above). */
+static int64_t scalar_bits(const loom_kernel *k, int i, const loom_arg *a)
+{
+    union {
+        int64_t i64;
+        int32_t i32;
+        float f32;
+    } u = {0};
+    if (a->buf)
+        return 0;
+    if (k->args[i].dtype == LOOM_I32)
+        u.i32 = a->s.i32;
+    else if (k->args[i].dtype == LOOM_F32)
+        u.f32 = a->s.f32;
+    else
+        u.i64 = a->s.i64;
+    return u.i64;
+}
+
 loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
                         int nargs)
 {
@@ -241,14 +260,7 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
         rt_launch_arg la[LOOM_MAX_ARGS];
         for (int i = 0; i < nargs; i++) {
             la[i].dptr = args[i].buf ? args[i].buf->dptr : 0;
-            la[i].s.i64 = args[i].s.i64;
-            if (!args[i].buf && k->args[i].dtype == LOOM_I32) {
-                la[i].s.i64 = 0;
-                la[i].s.i32 = args[i].s.i32;
-            } else if (!args[i].buf && k->args[i].dtype == LOOM_F32) {
-                la[i].s.i64 = 0;
-                la[i].s.f32 = args[i].s.f32;
-            }
+            la[i].s.i64 = scalar_bits(k, i, &args[i]);
         }
         return rt_gpu_launch(rt->gpu, k, grid, la, rt->err, sizeof rt->err);
     }
@@ -256,14 +268,7 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
     for (int i = 0; i < nargs; i++) {
         ia[i].data = args[i].buf ? args[i].buf->host : NULL;
         ia[i].bytes = args[i].buf ? args[i].buf->bytes : 0;
-        ia[i].s.i64 = args[i].s.i64;
-        if (!args[i].buf && k->args[i].dtype == LOOM_I32) {
-            ia[i].s.i64 = 0;
-            ia[i].s.i32 = args[i].s.i32;
-        } else if (!args[i].buf && k->args[i].dtype == LOOM_F32) {
-            ia[i].s.i64 = 0;
-            ia[i].s.f32 = args[i].s.f32;
-        }
+        ia[i].s.i64 = scalar_bits(k, i, &args[i]);
     }
     return interp_run(k, grid, ia, rt->err, sizeof rt->err);
 }
