@@ -34,6 +34,10 @@ static uint32_t begin(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_
     if (!k)
         return 0;
     const char *name = ir_opdescs[kind].name;
+    /* inside the placeholder body of a loop or if whose header failed: that error is
+     * reported already, and nothing built here can run */
+    if (k->nopen > 1 && ir_blk(k, cur_block(k))->parent == 0)
+        return 0;
     for (int i = 0; i < n; i++) {
         if (opnd[i] == 0) {
             if (k->ndiags == 0 && !k->oom)
@@ -549,6 +553,7 @@ void loom_else_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const lo
         if (n != op->iattr[0]) {
             ir_error(k, at, "if", "the then-branch yields %d values but the if declares %lld results", n,
                      (long long)op->iattr[0]);
+            op->iattr[1] = 1; /* broken: loom_if_end stays quiet */
             o = 0;
         } else {
             bool good = true;
@@ -561,6 +566,7 @@ void loom_else_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const lo
             else if (!good) {
                 if (k->ndiags == 0)
                     ir_error(k, at, "if", "the then-branch yields LOOM_NONE");
+                op->iattr[1] = 1;
                 o = 0;
             }
         }
@@ -581,6 +587,10 @@ void loom_if_end_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const 
         return;
     if (o && (o >= k->nops || k->ops[o].kind != IR_IF)) {
         ir_error(k, at, "if", "loom_if_end: handle %u is not an if", o);
+        return;
+    }
+    if (o && k->ops[o].iattr[1]) { /* broken in loom_else: already reported */
+        close_region(k, at, 0, 1, 0, NULL, "if");
         return;
     }
     if (o && !k->ops[o].reg[1]) {

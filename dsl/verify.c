@@ -37,8 +37,8 @@ static void verify_block(loom_kernel *k, uint32_t b)
         }
         if (op->kind == IR_YIELD && i + 1 != blk->nops)
             ir_error(k, op->src, name, "yield is not the last op of its region");
-        if (op->kind == IR_FOR && op->iattr[1])
-            continue; /* a loop whose header failed: already reported */
+        if ((op->kind == IR_FOR || op->kind == IR_IF) && op->iattr[1])
+            continue; /* a loop or if whose building failed: already reported */
         if (operands_ok) {
             ir_type out[64];
             int nout = 0;

@@ -20,8 +20,10 @@ loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn,
     loom_val tile = loom_program_id(k, 0);
     loom_val b = loom_program_id(k, 1);
     loom_val tn = loom_const_i(k, LOOM_I32, tiles_n);
-    loom_val m0 = loom_mul(k, loom_div(k, tile, tn), loom_const_i(k, LOOM_I32, bm));
-    loom_val n0 = loom_mul(k, loom_rem(k, tile, tn), loom_const_i(k, LOOM_I32, bn));
+    loom_val cbm = loom_const_i(k, LOOM_I32, bm);
+    loom_val cbn = loom_const_i(k, LOOM_I32, bn);
+    loom_val m0 = loom_mul(k, loom_div(k, tile, tn), cbm);
+    loom_val n0 = loom_mul(k, loom_rem(k, tile, tn), cbn);
 
     /* the broadcast by index: read u(b), then user[u(b)]'s tile */
     loom_val u = loom_name(k, loom_load_scalar(k, map, (loom_val[]){b}), "u");

@@ -305,8 +305,6 @@ Test(verify, else_yield_count_must_match_results) { else_count_mismatch(-1); }
 
 Test(verify, else_yield_count_mismatch_gives_one_message)
 {
-    KNOWN_BUG("dsl/builder.c loom_else_at: after a yield-count mismatch the else branch is not "
-              "attached, so loom_if_end adds 'an if with results needs loom_else'");
     else_count_mismatch(1);
 }
 
@@ -389,9 +387,6 @@ Test(verify, cascade_into_the_body_of_a_broken_loop)
 {
     /* The loop's bound is LOOM_NONE from an earlier mistake, so loom_for_begin fails; ops in
      * its body that use values from outside the loop must not add messages. */
-    KNOWN_BUG("dsl/builder.c loom_for_begin_at/loom_if_begin_at: the detached body block of a "
-              "failed loop/if has parent 0, so every outer value used in it is reported as "
-              "'used outside its scope'");
     fx f = mk();
     int L = __LINE__; loom_val bad = loom_add(f.k, f.z, f.vx);
     loom_val hi = loom_reduce_sum(f.k, loom_cast(f.k, bad, LOOM_I32), 0);
