@@ -1,0 +1,119 @@
+/*
+ * emit.c -- the LLVM end of the pipeline: target machine, O3, PTX text.
+ *
+ * LLVM's NVPTX target is initialized once per process (pthread_once).  Each compile
+ * makes its own target machine (CPU = the arch, e.g. sm_90a; features pick the PTX ISA
+ * version: +ptx80 for sm_90/sm_90a, which Hopper needs, +ptx78 otherwise), runs the
+ * new pass manager's "default<O3>" pipeline over the module, and asks the target
+ * machine for assembly, which for NVPTX is the PTX text.
+ *
+ * Floating point: the NVPTX backend is told not to contract a*b+c into fma
+ * (-nvptx-fma-level=0) so every add and mul is emitted with .rn and rounds exactly
+ * as the interpreter's does; explicit fma ops still use fma.rn.  Division is IEEE
+ * (div.rn.f32, LLVM's default).
+ *
+ * All of LLVM is linked statically into libloom and its symbols are not exported, so a
+ * program using loom never sees LLVM and can run where LLVM is not installed.
+ */
+#define LOOM_CODEGEN_INTERNAL
+#include "codegen.h"
+
+#include <llvm-c/Core.h>
+#include <llvm-c/Support.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void init_llvm(void)
+{
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    const char *argv[] = {"loom", "-nvptx-fma-level=0"};
+    LLVMParseCommandLineOptions(2, argv, NULL);
+}
+
+loom_status cg_emit_init(cg_ctx *cg)
+{
+    (void)cg;
+    pthread_once(&init_once, init_llvm);
+    return LOOM_OK;
+}
+
+static const char *ptx_features(const char *arch)
+{
+    if (!strncmp(arch, "sm_9", 4) || !strncmp(arch, "sm_10", 5) || !strncmp(arch, "sm_12", 5))
+        return "+ptx80";
+    return "+ptx78";
+}
+
+void *cg_target_machine(cg_ctx *cg)
+{
+    const char *triple = "nvptx64-nvidia-cuda";
+    LLVMTargetRef t;
+    char *msg = NULL;
+    if (LLVMGetTargetFromTriple(triple, &t, &msg)) {
+        cg_fail(cg, LOOM_ERR_COMPILE, "LLVM has no NVPTX target: %s", msg ? msg : "?");
+        LLVMDisposeMessage(msg);
+        return NULL;
+    }
+    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, cg->arch, ptx_features(cg->arch),
+                                                      LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+                                                      LLVMCodeModelDefault);
+    if (!tm)
+        cg_fail(cg, LOOM_ERR_COMPILE, "LLVM cannot make a target machine for %s", cg->arch);
+    return tm;
+}
+
+void cg_target_machine_free(void *tm)
+{
+    if (tm)
+        LLVMDisposeTargetMachine((LLVMTargetMachineRef)tm);
+}
+
+loom_status cg_optimize(cg_ctx *cg, void *module, void *tm)
+{
+    LLVMModuleRef m = (LLVMModuleRef)module;
+    LLVMTargetDataRef td = LLVMCreateTargetDataLayout((LLVMTargetMachineRef)tm);
+    LLVMSetModuleDataLayout(m, td);
+    LLVMDisposeTargetData(td);
+    LLVMPassBuilderOptionsRef opt = LLVMCreatePassBuilderOptions();
+    LLVMErrorRef e = LLVMRunPasses(m, "default<O3>", (LLVMTargetMachineRef)tm, opt);
+    LLVMDisposePassBuilderOptions(opt);
+    if (e) {
+        char *msg = LLVMGetErrorMessage(e);
+        cg_fail(cg, LOOM_ERR_COMPILE, "LLVM optimization failed: %s", msg);
+        LLVMDisposeErrorMessage(msg);
+    }
+    return cg->st;
+}
+
+loom_status cg_emit_ptx(cg_ctx *cg, void *module, void *tm, char **ptx_out)
+{
+    char *msg = NULL;
+    LLVMMemoryBufferRef buf = NULL;
+    if (LLVMTargetMachineEmitToMemoryBuffer((LLVMTargetMachineRef)tm, (LLVMModuleRef)module, LLVMAssemblyFile,
+                                            &msg, &buf)) {
+        cg_fail(cg, LOOM_ERR_COMPILE, "PTX emission failed: %s", msg ? msg : "?");
+        LLVMDisposeMessage(msg);
+        return cg->st;
+    }
+    size_t n = LLVMGetBufferSize(buf);
+    char *s = malloc(n + 1);
+    if (!s) {
+        LLVMDisposeMemoryBuffer(buf);
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
+    }
+    memcpy(s, LLVMGetBufferStart(buf), n);
+    s[n] = 0;
+    LLVMDisposeMemoryBuffer(buf);
+    *ptx_out = s;
+    return LOOM_OK;
+}

@@ -1,0 +1,285 @@
+/*
+ * fold.c -- constant folding and algebraic simplification on the loom IR.
+ *
+ * How it works.  One walk over the kernel in program order (regions included).  An
+ * elementwise op whose operands are all scalar constants is evaluated here with the
+ * interpreter's rules (integers wrap, f16/bf16 round to nearest even after each op,
+ * integer division truncates, INT_MIN / -1 wraps) and rewritten in place into a const
+ * op: the op keeps its result value, so every use still refers to it, and the
+ * printed IR and the interpreter see an ordinary const.  Division by a zero constant
+ * is left alone (the interpreter reports it at run time), and so are exp2/log2/rsqrt
+ * (the GPU computes them approximately; folding them would make GPU and unfolded
+ * results disagree).
+ *
+ * Algebraic identities replace an op's uses by one of its operands when that operand
+ * has exactly the op's type (a scalar x * tile-of-ones is not x):
+ *     x * 1, 1 * x, x / 1                 (integers and floats)
+ *     x + 0, 0 + x, x - 0                 (integers; floats only for x - (+0) and
+ *                                          x + (-0), because -0 + +0 is +0)
+ *     x | 0, x & -1 and their mirrors      (integers, i1)
+ * and x % 1, x % -1 (scalar integers) become the constant 0.  The replaced op stays in
+ * its block, unused: it is pure, the lowering emits nothing LLVM keeps for it.  Uses
+ * are rewritten only where the operand is visible, which always holds because an
+ * op's operands dominate its uses.
+ */
+#define LOOM_CODEGEN_INTERNAL
+#include "codegen.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kval {
+    bool isf;
+    double f;
+    int64_t i;
+} kval;
+
+static bool is_const(loom_kernel *k, uint32_t v, kval *out)
+{
+    const ir_value *val = &k->vals[v];
+    if (val->kind != IR_V_RESULT || val->type.shape.rank != 0)
+        return false;
+    const ir_op *op = &k->ops[val->def];
+    if (op->kind != IR_CONST)
+        return false;
+    out->isf = ir_dtype_is_float((loom_dtype)op->iattr[0]);
+    out->f = op->fattr;
+    out->i = op->iattr[1];
+    return true;
+}
+
+static void make_const(ir_op *op, loom_dtype dt, kval r)
+{
+    op->kind = IR_CONST;
+    op->nopnd = 0;
+    op->iattr[0] = dt;
+    if (ir_dtype_is_float(dt)) {
+        op->iattr[1] = 0;
+        op->fattr = ir_round_to(dt, (float)r.f);
+    } else {
+        op->iattr[1] = ir_wrap_int(dt, r.i);
+        op->fattr = (double)op->iattr[1];
+    }
+}
+
+static int64_t f2i(loom_dtype dt, float x)
+{
+    if (isnan(x))
+        return 0;
+    if (dt == LOOM_I1)
+        return x != 0;
+    double lo = dt == LOOM_I32 ? -2147483648.0 : -9223372036854775808.0;
+    double hi = dt == LOOM_I32 ? 2147483647.0 : 9223372036854775807.0;
+    double t = trunc((double)x);
+    if (t <= lo)
+        return dt == LOOM_I32 ? INT32_MIN : INT64_MIN;
+    if (t >= hi)
+        return dt == LOOM_I32 ? INT32_MAX : INT64_MAX;
+    return (int64_t)t;
+}
+
+/* Evaluate a pure elementwise op on constants; false if it must not be folded. */
+static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const kval *x, kval *r)
+{
+    r->isf = ir_dtype_is_float(out);
+    if (op->kind == IR_CAST) {
+        if (x[0].isf && r->isf)
+            r->f = ir_round_to(out, (float)x[0].f);
+        else if (x[0].isf)
+            r->i = out == LOOM_I1 ? ((float)x[0].f != 0) : f2i(out, (float)x[0].f);
+        else if (r->isf)
+            r->f = ir_round_to(out, (float)x[0].i);
+        else
+            r->i = ir_wrap_int(out, x[0].i);
+        return true;
+    }
+    if (op->kind == IR_SELECT) {
+        *r = x[0].i ? x[1] : x[2];
+        return true;
+    }
+    if (op->kind == IR_CMP) {
+        bool z = false;
+        r->isf = false;
+        if (x[0].isf) {
+            float a = (float)x[0].f, b = (float)x[1].f;
+            switch (op->iattr[0]) {
+            case LOOM_EQ: z = a == b; break;
+            case LOOM_NE: z = !(a == b); break;
+            case LOOM_LT: z = a < b; break;
+            case LOOM_LE: z = a <= b; break;
+            case LOOM_GT: z = a > b; break;
+            case LOOM_GE: z = a >= b; break;
+            }
+        } else {
+            int64_t a = x[0].i, b = x[1].i;
+            switch (op->iattr[0]) {
+            case LOOM_EQ: z = a == b; break;
+            case LOOM_NE: z = a != b; break;
+            case LOOM_LT: z = a < b; break;
+            case LOOM_LE: z = a <= b; break;
+            case LOOM_GT: z = a > b; break;
+            case LOOM_GE: z = a >= b; break;
+            }
+        }
+        r->i = z;
+        return true;
+    }
+    if (ir_dtype_is_float(in)) {
+        float a = (float)x[0].f, b = op->nopnd > 1 ? (float)x[1].f : 0, z;
+        switch (op->kind) {
+        case IR_ADD: z = a + b; break;
+        case IR_SUB: z = a - b; break;
+        case IR_MUL: z = a * b; break;
+        case IR_DIV: z = a / b; break;
+        case IR_MIN: z = isnan(a) || isnan(b) ? NAN : (a < b ? a : b); break;
+        case IR_MAX: z = isnan(a) || isnan(b) ? NAN : (a > b ? a : b); break;
+        case IR_FMA: z = fmaf(a, b, (float)x[2].f); break;
+        case IR_NEG: z = -a; break;
+        case IR_ABS: z = fabsf(a); break;
+        default: return false;
+        }
+        r->f = ir_round_to(out, z);
+        return true;
+    }
+    int64_t a = x[0].i, b = op->nopnd > 1 ? x[1].i : 0, z;
+    uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    switch (op->kind) {
+    case IR_ADD: z = (int64_t)(ua + ub); break;
+    case IR_SUB: z = (int64_t)(ua - ub); break;
+    case IR_MUL: z = (int64_t)(ua * ub); break;
+    case IR_DIV:
+    case IR_REM:
+        if (b == 0)
+            return false;
+        if (b == -1)
+            z = op->kind == IR_DIV ? (int64_t)(0 - ua) : 0;
+        else
+            z = op->kind == IR_DIV ? a / b : a % b;
+        break;
+    case IR_MIN: z = a < b ? a : b; break;
+    case IR_MAX: z = a > b ? a : b; break;
+    case IR_AND: z = a & b; break;
+    case IR_OR: z = a | b; break;
+    case IR_NEG: z = (int64_t)(0 - ua); break;
+    case IR_ABS: z = a < 0 ? (int64_t)(0 - ua) : a; break;
+    case IR_NOT: z = !a; break;
+    default: return false;
+    }
+    r->i = ir_wrap_int(out, z);
+    return true;
+}
+
+static void replace_uses(loom_kernel *k, uint32_t from, uint32_t to)
+{
+    for (uint32_t o = 1; o < k->nops; o++) {
+        ir_op *op = &k->ops[o];
+        if (op->kind == IR_INVALID)
+            continue;
+        for (int i = 0; i < op->nopnd; i++)
+            if (op->opnd[i] == from)
+                op->opnd[i] = to;
+    }
+}
+
+static bool kis(const kval *c, double f, int64_t i, bool neg_zero)
+{
+    if (c->isf)
+        return c->f == f && (!neg_zero || signbit(c->f)) && (neg_zero || f != 0 || !signbit(c->f));
+    return c->i == i;
+}
+
+/* Algebraic identities: returns the value that replaces the op's result, or 0. */
+static uint32_t identity(loom_kernel *k, const ir_op *op)
+{
+    if (op->nopnd != 2)
+        return 0;
+    uint32_t a = op->opnd[0], b = op->opnd[1], r = op->res[0];
+    const ir_type *rt = &k->vals[r].type;
+    bool f = ir_dtype_is_float((loom_dtype)rt->dtype);
+    kval ca, cb;
+    bool ka = is_const(k, a, &ca), kb = is_const(k, b, &cb);
+    bool a_ok = ir_type_eq(&k->vals[a].type, rt), b_ok = ir_type_eq(&k->vals[b].type, rt);
+    switch (op->kind) {
+    case IR_MUL:
+        if (kb && a_ok && kis(&cb, 1, 1, false))
+            return a;
+        if (ka && b_ok && kis(&ca, 1, 1, false))
+            return b;
+        break;
+    case IR_DIV:
+        if (kb && a_ok && kis(&cb, 1, 1, false))
+            return a;
+        break;
+    case IR_ADD:
+        if (kb && a_ok && (f ? kis(&cb, 0, 0, true) : cb.i == 0))
+            return a;
+        if (ka && b_ok && (f ? kis(&ca, 0, 0, true) : ca.i == 0))
+            return b;
+        break;
+    case IR_SUB:
+        if (kb && a_ok && (f ? kis(&cb, 0, 0, false) : cb.i == 0))
+            return a;
+        break;
+    case IR_OR:
+        if (kb && a_ok && cb.i == 0)
+            return a;
+        if (ka && b_ok && ca.i == 0)
+            return b;
+        break;
+    case IR_AND: {
+        int64_t ones = rt->dtype == LOOM_I1 ? 1 : -1;
+        if (kb && a_ok && cb.i == ones)
+            return a;
+        if (ka && b_ok && ca.i == ones)
+            return b;
+        break;
+    }
+    default:
+        break;
+    }
+    return 0;
+}
+
+static void fold_block(cg_ctx *cg, uint32_t b)
+{
+    loom_kernel *k = cg->k;
+    ir_block *blk = &k->blocks[b];
+    for (uint32_t i = 0; i < blk->nops; i++) {
+        uint32_t o = blk->ops[i];
+        ir_op *op = &k->ops[o];
+        for (int r = 0; r < op->nreg; r++)
+            if (op->reg[r])
+                fold_block(cg, op->reg[r]);
+        if (!(ir_opdescs[op->kind].flags & IRF_ELEMENTWISE) || op->nres != 1)
+            continue;
+        uint32_t rv = op->res[0];
+        loom_dtype out = (loom_dtype)k->vals[rv].type.dtype;
+        loom_dtype in = (loom_dtype)k->vals[op->opnd[op->kind == IR_SELECT ? 1 : 0]].type.dtype;
+        kval x[3];
+        bool all = op->nopnd <= 3;
+        for (int j = 0; all && j < op->nopnd; j++)
+            all = is_const(k, op->opnd[j], &x[j]);
+        kval r = {0};
+        if (all && k->vals[rv].type.shape.rank == 0 && eval(op, in, out, x, &r)) {
+            make_const(op, out, r);
+            continue;
+        }
+        if (op->kind == IR_REM && k->vals[rv].type.shape.rank == 0 && is_const(k, op->opnd[1], &x[1]) &&
+            (x[1].i == 1 || x[1].i == -1)) {
+            make_const(op, out, (kval){false, 0, 0});
+            continue;
+        }
+        uint32_t with = identity(k, op);
+        if (with)
+            replace_uses(k, rv, with);
+    }
+}
+
+loom_status cg_fold(cg_ctx *cg)
+{
+    if (getenv("LOOM_NO_FOLD") && *getenv("LOOM_NO_FOLD") == '1')
+        return LOOM_OK;
+    fold_block(cg, 1);
+    return cg->st;
+}

@@ -1,0 +1,660 @@
+/*
+ * layout.c -- which thread holds which tile element: the layout algebra and the pass.
+ *
+ * How layouts work.  A register tile is spread over the CTA: each thread holds some of
+ * its elements as an array of SSA values.  Following Triton, the default is a BLOCKED
+ * layout: along the last (contiguous) dim each thread holds a vector of 16 bytes where
+ * the shape allows, lanes go along the last dim first and then the dims before it,
+ * warps go over the leading dims (then the last), and what is left of each dim repeats
+ * in registers.  All of this is expressed as a "linear" layout over power-of-two
+ * padded dims (see codegen.h): every register/lane/warp bit names one coordinate bit
+ * or none.  That single representation makes the operations exact and cheap:
+ *
+ *   - slice (a reduction's result): drop the register bits of the reduced dim and make
+ *     its lane/warp bits "none", so threads that shared a row now share its result;
+ *   - expand_dims inserts a dim no bit points to; broadcast of such a value back to its
+ *     parent's shape uses the parent layout, and every thread already holds what it
+ *     needs (reduce -> expand_dims -> broadcast moves no data: a row softmax);
+ *   - trans swaps two dims in the bit targets (no data movement either);
+ *   - cg_direct_map() decides whether a value can be re-read in another layout from
+ *     the thread's own registers; when not, the lowering converts through shared
+ *     memory (store in the source layout, bar.sync, load in the destination layout).
+ *
+ * Tile dims that are not powers of two are padded: padded coordinates hold garbage
+ * that loads fill, stores skip and reductions ignore.
+ *
+ * The pass walks the kernel in order and gives every tile value a layout: loads are
+ * the anchors (blocked for their dtype), elementwise ops take their first
+ * non-rematerializable operand's layout, reductions slice, dots keep their
+ * accumulator's layout, loop-carried values keep their initial value's.  Cheap values
+ * built from scalars (splat, arange, broadcasts and elementwise ops of those: masks,
+ * offsets) are marked `remat`: the lowering recomputes them directly in whatever
+ * layout a use wants, so they never force a conversion.
+ *
+ * The divisibility analysis (cg_divisor) tracks the largest power of two known to
+ * divide an integer scalar; the lowering uses it to prove 16-byte alignment of vector
+ * accesses.
+ */
+#define LOOM_CODEGEN_INTERNAL
+#include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int cg_lg(int64_t n)
+{
+    int b = 0;
+    while ((INT64_C(1) << b) < n)
+        b++;
+    return b;
+}
+
+int cg_elsize(loom_dtype dt) { return (int)loom_dtype_size(dt); }
+
+size_t cg_reg_bytes(loom_dtype dt)
+{
+    switch (dt) {
+    case LOOM_I64: return 8;
+    case LOOM_I1: return 1;
+    default: return 4; /* f16/bf16 are held as f32 */
+    }
+}
+
+bool cg_layout_eq(const cg_layout *a, const cg_layout *b)
+{
+    if (a->rank != b->rank || a->nreg != b->nreg || a->nwarp != b->nwarp)
+        return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d] || a->lg[d] != b->lg[d])
+            return false;
+    for (int i = 0; i < a->nreg; i++)
+        if (a->reg[i].dim != b->reg[i].dim || a->reg[i].bit != b->reg[i].bit)
+            return false;
+    for (int i = 0; i < 5; i++)
+        if (a->lane[i].dim != b->lane[i].dim || a->lane[i].bit != b->lane[i].bit)
+            return false;
+    for (int i = 0; i < a->nwarp; i++)
+        if (a->warp[i].dim != b->warp[i].dim || a->warp[i].bit != b->warp[i].bit)
+            return false;
+    return true;
+}
+
+int32_t cg_layout_add(cg_ctx *cg, const cg_layout *l)
+{
+    for (int i = 0; i < cg->nlays; i++)
+        if (cg_layout_eq(&cg->lays[i], l) && cg->lays[i].parent == l->parent)
+            return i;
+    if (cg->nlays == cg->caplays) {
+        int nc = cg->caplays ? cg->caplays * 2 : 32;
+        cg_layout *n = realloc(cg->lays, (size_t)nc * sizeof *n);
+        if (!n) {
+            cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
+            return -1;
+        }
+        cg->lays = n;
+        cg->caplays = nc;
+    }
+    cg->lays[cg->nlays] = *l;
+    return cg->nlays++;
+}
+
+int cg_layout_regs(const cg_layout *l) { return 1 << l->nreg; }
+
+int64_t cg_layout_padded_numel(const cg_layout *l)
+{
+    int64_t n = 1;
+    for (int d = 0; d < l->rank; d++)
+        n <<= l->lg[d];
+    return n;
+}
+
+int64_t cg_reg_coord(const cg_layout *l, int j, int d)
+{
+    int64_t c = 0;
+    for (int i = 0; i < l->nreg; i++)
+        if ((j >> i) & 1 && l->reg[i].dim == d)
+            c |= INT64_C(1) << l->reg[i].bit;
+    return c;
+}
+
+static cg_layout empty_layout(int rank, const int64_t *shape)
+{
+    cg_layout l;
+    memset(&l, 0, sizeof l);
+    l.rank = rank;
+    l.parent = -1;
+    for (int d = 0; d < rank; d++) {
+        l.shape[d] = shape[d];
+        l.lg[d] = (int8_t)cg_lg(shape[d]);
+    }
+    for (int i = 0; i < 5; i++)
+        l.lane[i].dim = -1;
+    for (int i = 0; i < CG_MAXWARPBITS; i++)
+        l.warp[i].dim = -1;
+    return l;
+}
+
+static bool push_reg(cg_ctx *cg, cg_layout *l, int dim, int bit)
+{
+    if (l->nreg >= 10)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
+                       "a register tile needs more than 1024 registers per thread; use smaller tiles "
+                       "or more warps");
+    l->reg[l->nreg].dim = (int8_t)dim;
+    l->reg[l->nreg].bit = (int8_t)bit;
+    l->nreg++;
+    return true;
+}
+
+bool cg_blocked(cg_ctx *cg, const loom_shape *s, int elsize, cg_layout *out)
+{
+    cg_layout l = empty_layout(s->rank, s->dim);
+    l.nwarp = cg->warp_bits;
+    int r = s->rank;
+    if (r == 0) {
+        *out = l;
+        return true;
+    }
+    int next[LOOM_MAX_RANK] = {0};
+    int last = r - 1;
+    int vb = cg_lg(16 / (elsize > 0 ? elsize : 4));
+    if (vb > l.lg[last])
+        vb = l.lg[last];
+    for (int b = 0; b < vb; b++)
+        push_reg(cg, &l, last, b);
+    next[last] = vb;
+    for (int i = 0; i < 5; i++)
+        for (int d = last; d >= 0; d--)
+            if (next[d] < l.lg[d]) {
+                l.lane[i] = (cg_bit){(int8_t)d, (int8_t)next[d]++};
+                break;
+            }
+    for (int i = 0; i < l.nwarp; i++) {
+        int order[LOOM_MAX_RANK], n = 0;
+        for (int d = r - 2; d >= 0; d--)
+            order[n++] = d;
+        order[n++] = last;
+        for (int t = 0; t < n; t++) {
+            int d = order[t];
+            if (next[d] < l.lg[d]) {
+                l.warp[i] = (cg_bit){(int8_t)d, (int8_t)next[d]++};
+                break;
+            }
+        }
+    }
+    for (int d = last; d >= 0; d--)
+        while (next[d] < l.lg[d])
+            if (!push_reg(cg, &l, d, next[d]++))
+                return false;
+    *out = l;
+    return true;
+}
+
+cg_layout cg_slice(const cg_layout *p, int32_t pid, int axis)
+{
+    int64_t shape[LOOM_MAX_RANK];
+    for (int d = 0, n = 0; d < p->rank; d++)
+        if (d != axis)
+            shape[n++] = p->shape[d];
+    cg_layout l = empty_layout(p->rank - 1, shape);
+    l.nwarp = p->nwarp;
+    l.parent = p->parent >= 0 ? p->parent : pid;
+#define SL(b) ((b).dim == axis || (b).dim < 0 ? (cg_bit){-1, 0} : (cg_bit){(int8_t)((b).dim > axis ? (b).dim - 1 : (b).dim), (b).bit})
+    for (int i = 0; i < p->nreg; i++)
+        if (p->reg[i].dim != axis)
+            l.reg[l.nreg++] = SL(p->reg[i]);
+    for (int i = 0; i < 5; i++)
+        l.lane[i] = SL(p->lane[i]);
+    for (int i = 0; i < p->nwarp; i++)
+        l.warp[i] = SL(p->warp[i]);
+#undef SL
+    return l;
+}
+
+cg_layout cg_expand(const cg_layout *p, int axis)
+{
+    int64_t shape[LOOM_MAX_RANK];
+    for (int d = 0, n = 0; d <= p->rank; d++)
+        shape[d] = d == axis ? 1 : p->shape[n++];
+    cg_layout l = empty_layout(p->rank + 1, shape);
+    l.nwarp = p->nwarp;
+    l.parent = p->parent;
+#define EX(b) ((b).dim < 0 ? (b) : (cg_bit){(int8_t)((b).dim >= axis ? (b).dim + 1 : (b).dim), (b).bit})
+    l.nreg = p->nreg;
+    for (int i = 0; i < p->nreg; i++)
+        l.reg[i] = EX(p->reg[i]);
+    for (int i = 0; i < 5; i++)
+        l.lane[i] = EX(p->lane[i]);
+    for (int i = 0; i < p->nwarp; i++)
+        l.warp[i] = EX(p->warp[i]);
+#undef EX
+    return l;
+}
+
+cg_layout cg_trans(const cg_layout *p)
+{
+    cg_layout l = *p;
+    l.shape[0] = p->shape[1];
+    l.shape[1] = p->shape[0];
+    l.lg[0] = p->lg[1];
+    l.lg[1] = p->lg[0];
+    l.parent = -1;
+#define TR(b) ((b).dim < 0 ? (b) : (cg_bit){(int8_t)(1 - (b).dim), (b).bit})
+    for (int i = 0; i < p->nreg; i++)
+        l.reg[i] = TR(p->reg[i]);
+    for (int i = 0; i < 5; i++)
+        l.lane[i] = TR(p->lane[i]);
+    for (int i = 0; i < p->nwarp; i++)
+        l.warp[i] = TR(p->warp[i]);
+#undef TR
+    return l;
+}
+
+bool cg_extend(cg_ctx *cg, const cg_layout *p, const loom_shape *t, cg_layout *out)
+{
+    cg_layout l = empty_layout(t->rank, t->dim);
+    int off = t->rank - p->rank;
+    l.nwarp = p->nwarp;
+#define SH(b) ((b).dim < 0 ? (b) : (cg_bit){(int8_t)((b).dim + off), (b).bit})
+    l.nreg = p->nreg;
+    for (int i = 0; i < p->nreg; i++)
+        l.reg[i] = SH(p->reg[i]);
+    for (int i = 0; i < 5; i++)
+        l.lane[i] = SH(p->lane[i]);
+    for (int i = 0; i < p->nwarp; i++)
+        l.warp[i] = SH(p->warp[i]);
+#undef SH
+    for (int d = t->rank - 1; d >= 0; d--) {
+        bool stretched = d < off || p->shape[d - off] != t->dim[d];
+        if (!stretched)
+            continue;
+        int b = 0;
+        for (int i = 0; i < 5 && b < l.lg[d]; i++)
+            if (l.lane[i].dim < 0)
+                l.lane[i] = (cg_bit){(int8_t)d, (int8_t)b++};
+        for (int i = 0; i < l.nwarp && b < l.lg[d]; i++)
+            if (l.warp[i].dim < 0)
+                l.warp[i] = (cg_bit){(int8_t)d, (int8_t)b++};
+        while (b < l.lg[d])
+            if (!push_reg(cg, &l, d, b++))
+                return false;
+    }
+    *out = l;
+    return true;
+}
+
+cg_layout cg_rowproj(const cg_layout *p)
+{
+    cg_layout l = *p;
+    for (int d = p->rank - 1; d >= 1; d--)
+        l = cg_slice(&l, -1, d);
+    l.parent = -1;
+    return l;
+}
+
+bool cg_direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *feed, int32_t *regmap)
+{
+    if (src->nwarp != dst->nwarp)
+        return false;
+    /* the dst dim -> src dim map (inverse of feed) */
+    int8_t tosrc[LOOM_MAX_RANK];
+    for (int d = 0; d < dst->rank; d++)
+        tosrc[d] = -1;
+    for (int s = 0; s < src->rank; s++)
+        if (feed[s] >= 0)
+            tosrc[feed[s]] = (int8_t)s;
+#define IMG(b) ((b).dim < 0 || tosrc[(b).dim] < 0 ? (cg_bit){-1, 0} : (cg_bit){tosrc[(b).dim], (b).bit})
+    for (int i = 0; i < 5; i++) {
+        cg_bit e = IMG(dst->lane[i]);
+        if (e.dim != src->lane[i].dim || (e.dim >= 0 && e.bit != src->lane[i].bit))
+            return false;
+    }
+    for (int i = 0; i < dst->nwarp; i++) {
+        cg_bit e = IMG(dst->warp[i]);
+        if (e.dim != src->warp[i].dim || (e.dim >= 0 && e.bit != src->warp[i].bit))
+            return false;
+    }
+#undef IMG
+    int n = cg_layout_regs(dst);
+    for (int j = 0; j < n; j++) {
+        int64_t c[LOOM_MAX_RANK];
+        for (int s = 0; s < src->rank; s++)
+            c[s] = feed[s] >= 0 ? cg_reg_coord(dst, j, feed[s]) : 0;
+        int jj = 0;
+        for (int i = 0; i < src->nreg; i++)
+            if (src->reg[i].dim >= 0 && (c[src->reg[i].dim] >> src->reg[i].bit) & 1)
+                jj |= 1 << i;
+        for (int s = 0; s < src->rank; s++)
+            if (cg_reg_coord(src, jj, s) != c[s])
+                return false;
+        if (regmap)
+            regmap[j] = jj;
+    }
+    return true;
+}
+
+bool cg_direct_same(const cg_layout *src, const cg_layout *dst, int32_t *regmap)
+{
+    if (src->rank != dst->rank)
+        return false;
+    int8_t feed[LOOM_MAX_RANK];
+    for (int d = 0; d < src->rank; d++) {
+        if (src->shape[d] != dst->shape[d])
+            return false;
+        feed[d] = (int8_t)d;
+    }
+    return cg_direct_map(src, dst, feed, regmap);
+}
+
+/* ---------------------------------------------------------------- the pass */
+
+static const ir_type *vty(cg_ctx *cg, uint32_t v) { return &cg->k->vals[v].type; }
+
+static int32_t add_blocked(cg_ctx *cg, const loom_shape *s, loom_dtype dt)
+{
+    cg_layout l;
+    if (!cg_blocked(cg, s, cg_elsize(dt), &l))
+        return -1;
+    return cg_layout_add(cg, &l);
+}
+
+static bool is_ew(uint16_t kind) { return (ir_opdescs[kind].flags & IRF_ELEMENTWISE) != 0; }
+
+/* A value whose layout is decided by what it is made of (not recomputable). */
+static bool fixed(cg_ctx *cg, uint32_t v) { return vty(cg, v)->shape.rank > 0 && !cg->remat[v]; }
+
+static bool set_layout(cg_ctx *cg, uint32_t v, int32_t id)
+{
+    if (id < 0)
+        return false;
+    cg->vlay[v] = id;
+    return true;
+}
+
+static bool layout_block(cg_ctx *cg, uint32_t b);
+
+static bool layout_op(cg_ctx *cg, uint32_t o)
+{
+    loom_kernel *k = cg->k;
+    ir_op *op = &k->ops[o];
+    if (op->kind == IR_FOR) {
+        ir_block *body = &k->blocks[op->reg[0]];
+        cg->vlay[body->args[0]] = cg->scalar_layout;
+        for (int i = 0; i < op->nres; i++) {
+            uint32_t init = op->opnd[3 + i];
+            const ir_type *t = vty(cg, init);
+            int32_t id = t->shape.rank == 0 ? cg->scalar_layout
+                         : fixed(cg, init)  ? cg->vlay[init]
+                                            : add_blocked(cg, &t->shape, (loom_dtype)t->dtype);
+            if (!set_layout(cg, body->args[1 + i], id) || !set_layout(cg, op->res[i], id))
+                return false;
+        }
+        return layout_block(cg, op->reg[0]);
+    }
+    if (op->kind == IR_IF) {
+        for (int r = 0; r < 2; r++)
+            if (op->reg[r] && !layout_block(cg, op->reg[r]))
+                return false;
+        for (int i = 0; i < op->nres; i++) {
+            const ir_type *t = vty(cg, op->res[i]);
+            int32_t id = -1;
+            if (t->shape.rank == 0)
+                id = cg->scalar_layout;
+            for (int r = 0; r < 2 && id < 0; r++) {
+                ir_block *blk = &k->blocks[op->reg[r]];
+                uint32_t y = blk->ops[blk->nops - 1];
+                uint32_t yv = k->ops[y].opnd[i];
+                if (fixed(cg, yv))
+                    id = cg->vlay[yv];
+            }
+            if (id < 0)
+                id = add_blocked(cg, &t->shape, (loom_dtype)t->dtype);
+            if (!set_layout(cg, op->res[i], id))
+                return false;
+        }
+        return true;
+    }
+    if (op->nres == 0)
+        return true;
+    uint32_t rv = op->res[0];
+    const ir_type *rt = vty(cg, rv);
+    if (rt->shape.rank == 0)
+        return set_layout(cg, rv, cg->scalar_layout);
+
+    /* remat: made only of scalars and other remat values */
+    bool rem = false;
+    switch (op->kind) {
+    case IR_SPLAT:
+    case IR_ARANGE:
+        rem = true;
+        break;
+    case IR_BROADCAST:
+    case IR_EXPAND_DIMS:
+    case IR_TRANS:
+        rem = !fixed(cg, op->opnd[0]);
+        break;
+    default:
+        if (is_ew(op->kind)) {
+            rem = true;
+            for (int i = 0; i < op->nopnd; i++)
+                if (fixed(cg, op->opnd[i]))
+                    rem = false;
+        }
+        break;
+    }
+    if (rem) {
+        cg->remat[rv] = 1;
+        return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
+    }
+
+    switch (op->kind) {
+    case IR_LOAD:
+    case IR_LOAD_ROWS:
+        return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
+    case IR_BROADCAST: {
+        uint32_t s = op->opnd[0];
+        const cg_layout *sl = cg_lay(cg, cg->vlay[s]);
+        const ir_type *st = vty(cg, s);
+        int off = rt->shape.rank - st->shape.rank;
+        int8_t feed[LOOM_MAX_RANK];
+        for (int d = 0; d < st->shape.rank; d++)
+            feed[d] = st->shape.dim[d] == rt->shape.dim[d + off] ? (int8_t)(d + off) : -1;
+        /* 1: the parent of a slice (reduce -> expand_dims -> broadcast back) */
+        if (sl->parent >= 0) {
+            const cg_layout *pl = cg_lay(cg, sl->parent);
+            bool same = pl->rank == rt->shape.rank;
+            for (int d = 0; same && d < pl->rank; d++)
+                same = pl->shape[d] == rt->shape.dim[d];
+            if (same && cg_direct_map(sl, pl, feed, NULL))
+                return set_layout(cg, rv, sl->parent);
+        }
+        /* 2: the default layout, if no data has to move */
+        int32_t def = add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype);
+        if (def < 0)
+            return false;
+        sl = cg_lay(cg, cg->vlay[s]);
+        if (cg_direct_map(sl, cg_lay(cg, def), feed, NULL))
+            return set_layout(cg, rv, def);
+        /* 3: extend the source's layout over the new dims */
+        cg_layout ext;
+        if (!cg_extend(cg, sl, &rt->shape, &ext))
+            return false;
+        return set_layout(cg, rv, cg_layout_add(cg, &ext));
+    }
+    case IR_EXPAND_DIMS: {
+        cg_layout l = cg_expand(cg_lay(cg, cg->vlay[op->opnd[0]]), (int)op->iattr[0]);
+        return set_layout(cg, rv, cg_layout_add(cg, &l));
+    }
+    case IR_TRANS: {
+        cg_layout l = cg_trans(cg_lay(cg, cg->vlay[op->opnd[0]]));
+        return set_layout(cg, rv, cg_layout_add(cg, &l));
+    }
+    case IR_REDUCE_SUM:
+    case IR_REDUCE_MAX:
+    case IR_REDUCE_MIN: {
+        int32_t sid = cg->vlay[op->opnd[0]];
+        cg_layout l = cg_slice(cg_lay(cg, sid), sid, (int)op->iattr[0]);
+        return set_layout(cg, rv, cg_layout_add(cg, &l));
+    }
+    case IR_DOT: {
+        uint32_t acc = op->opnd[2];
+        if (fixed(cg, acc))
+            return set_layout(cg, rv, cg->vlay[acc]);
+        return set_layout(cg, rv, add_blocked(cg, &rt->shape, LOOM_F32));
+    }
+    default:
+        if (is_ew(op->kind)) {
+            for (int i = 0; i < op->nopnd; i++)
+                if (fixed(cg, op->opnd[i]))
+                    return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
+        }
+        return CG_BUG(cg, "no layout rule for op '%s'", ir_opdescs[op->kind].name);
+    }
+}
+
+static bool layout_block(cg_ctx *cg, uint32_t b)
+{
+    ir_block *blk = &cg->k->blocks[b];
+    for (uint32_t i = 0; i < blk->nops; i++)
+        if (!layout_op(cg, blk->ops[i]) || cg->st != LOOM_OK)
+            return false;
+    return true;
+}
+
+loom_status cg_layouts(cg_ctx *cg)
+{
+    loom_kernel *k = cg->k;
+    int w = loom_kernel_num_warps(k);
+    cg->warp_bits = 0;
+    while ((2 << cg->warp_bits) <= w && cg->warp_bits < CG_MAXWARPBITS)
+        cg->warp_bits++;
+    free(cg->vlay);
+    free(cg->remat);
+    cg->vlay = malloc(k->nvals * sizeof *cg->vlay);
+    cg->remat = calloc(k->nvals, 1);
+    if (!cg->vlay || !cg->remat)
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
+    for (uint32_t v = 0; v < k->nvals; v++)
+        cg->vlay[v] = -1;
+    cg_layout sc;
+    loom_shape s0 = LOOM_SCALAR;
+    cg_blocked(cg, &s0, 4, &sc);
+    cg->scalar_layout = cg_layout_add(cg, &sc);
+    for (int a = 0; a < k->nargs; a++)
+        if (!k->args[a].is_tensor)
+            cg->vlay[k->args[a].value] = cg->scalar_layout;
+    if (!layout_block(cg, 1) && cg->st == LOOM_OK)
+        CG_BUG(cg, "layout assignment failed without a message");
+    return cg->st;
+}
+
+/* ---------------------------------------------------------------- queries */
+
+int32_t cg_want(cg_ctx *cg, uint32_t o, int i)
+{
+    loom_kernel *k = cg->k;
+    ir_op *op = &k->ops[o];
+    uint32_t v = op->opnd[i];
+    const ir_type *t = vty(cg, v);
+    if (t->kind != IR_T_TILE)
+        return -1;
+    if (t->shape.rank == 0)
+        return cg->scalar_layout;
+    switch (op->kind) {
+    case IR_LOAD:
+        return cg->vlay[op->res[0]]; /* the mask */
+    case IR_STORE: {
+        int r = vty(cg, op->opnd[0])->shape.rank;
+        if (i == 2 + r)
+            return cg->vlay[op->opnd[1 + r]]; /* the mask, in the value's layout */
+        return cg->vlay[v];
+    }
+    case IR_LOAD_ROWS: {
+        cg_layout l = cg_rowproj(cg_lay(cg, cg->vlay[op->res[0]]));
+        return cg_layout_add(cg, &l);
+    }
+    case IR_DOT:
+        return i == 2 ? cg->vlay[op->res[0]] : cg->vlay[v];
+    case IR_FOR:
+        return i >= 3 ? cg->vlay[op->res[i - 3]] : cg->vlay[v];
+    case IR_YIELD: {
+        ir_op *p = &k->ops[k->blocks[op->block].parent];
+        return cg->vlay[p->res[i]];
+    }
+    default:
+        if (ir_opdescs[op->kind].flags & IRF_ELEMENTWISE)
+            return cg->vlay[op->res[0]];
+        return cg->vlay[v];
+    }
+}
+
+bool cg_needs_convert(cg_ctx *cg, uint32_t v, int32_t want)
+{
+    if (want < 0 || !fixed(cg, v) || cg->vlay[v] == want)
+        return false;
+    return !cg_direct_same(cg_lay(cg, cg->vlay[v]), cg_lay(cg, want), NULL);
+}
+
+/* ---------------------------------------------------------------- divisibility */
+
+static int64_t ctz_div(int64_t c)
+{
+    if (c == 0)
+        return INT64_C(1) << 30;
+    int64_t d = 1;
+    while (!(c & d) && d < (INT64_C(1) << 30))
+        d <<= 1;
+    return d;
+}
+
+static int64_t dmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+int64_t cg_divisor(cg_ctx *cg, uint32_t v)
+{
+    loom_kernel *k = cg->k;
+    if (cg->div[v])
+        return cg->div[v];
+    cg->div[v] = 1; /* cycles (loop arguments) see 1 */
+    const ir_value *val = &k->vals[v];
+    int64_t d = 1;
+    if (val->kind == IR_V_RESULT) {
+        const ir_op *op = &k->ops[val->def];
+        switch (op->kind) {
+        case IR_CONST:
+            d = ir_dtype_is_int((loom_dtype)op->iattr[0]) ? ctz_div(op->iattr[1]) : 1;
+            break;
+        case IR_MUL: {
+            int64_t p = cg_divisor(cg, op->opnd[0]) * cg_divisor(cg, op->opnd[1]);
+            d = dmin(p, INT64_C(1) << 30);
+            break;
+        }
+        case IR_ADD:
+        case IR_SUB:
+        case IR_MIN:
+        case IR_MAX:
+            d = dmin(cg_divisor(cg, op->opnd[0]), cg_divisor(cg, op->opnd[1]));
+            break;
+        case IR_NEG:
+        case IR_ABS:
+            d = cg_divisor(cg, op->opnd[0]);
+            break;
+        case IR_SELECT:
+            d = dmin(cg_divisor(cg, op->opnd[1]), cg_divisor(cg, op->opnd[2]));
+            break;
+        case IR_CAST:
+            d = ir_dtype_is_int((loom_dtype)vty(cg, op->opnd[0])->dtype) ? cg_divisor(cg, op->opnd[0]) : 1;
+            if ((loom_dtype)op->iattr[0] == LOOM_I32)
+                d = dmin(d, INT64_C(1) << 30);
+            break;
+        default:
+            d = 1;
+        }
+    } else if (val->kind == IR_V_BLOCKARG) {
+        const ir_block *b = &k->blocks[val->def];
+        const ir_op *p = &k->ops[b->parent];
+        if (p->kind == IR_FOR && val->index == 0)
+            d = dmin(cg_divisor(cg, p->opnd[0]), cg_divisor(cg, p->opnd[2]));
+    }
+    cg->div[v] = d;
+    return d;
+}

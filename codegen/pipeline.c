@@ -1,0 +1,166 @@
+/*
+ * pipeline.c -- the one visible sequence of codegen passes.
+ *
+ *   verify -> fold -> layouts -> smem -> lower (LLVM IR) -> O3 -> PTX
+ *
+ * Each pass is a function over the pass context (cg_ctx) in its own file; this file
+ * only runs them in order and owns the debugging switches:
+ *
+ *   LOOM_VERIFY_PASSES=1       run the loom verifier after every pass that may change
+ *                              the IR (an error there is a codegen bug)
+ *   LOOM_DUMP_AFTER=<pass>|all print the loom IR (loom_print) to stderr after the named
+ *                              pass (verify, fold, layouts, smem)
+ *   LOOM_DUMP_LLVM=1           print the LLVM IR after O3 to stderr
+ *   LOOM_DUMP_PTX=1            print the PTX to stderr
+ *
+ * A user's mistake comes back as a status and a message; an internal error names the
+ * codegen file and line where it was detected.  Nothing here exits or aborts.
+ */
+#define LOOM_CODEGEN_INTERNAL
+#include "codegen.h"
+
+#include <llvm-c/Core.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cg_fail(cg_ctx *cg, loom_status st, const char *fmt, ...)
+{
+    if (cg->st != LOOM_OK)
+        return false;
+    cg->st = st;
+    if (cg->err && cg->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cg->err, cg->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
+{
+    if (cg->st != LOOM_OK)
+        return false;
+    cg->st = LOOM_ERR_COMPILE;
+    if (cg->err && cg->errlen) {
+        char body[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(body, sizeof body, fmt, ap);
+        va_end(ap);
+        snprintf(cg->err, cg->errlen, "internal error in loom codegen at %s:%d (kernel '%s'): %s", file, line,
+                 loom_kernel_name(cg->k), body);
+    }
+    return false;
+}
+
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* After a pass: dump if asked, verify if asked. */
+static loom_status after(cg_ctx *cg, const char *pass)
+{
+    if (cg->st != LOOM_OK)
+        return cg->st;
+    if (cg->dump_after && (!strcmp(cg->dump_after, "all") || !strcmp(cg->dump_after, pass)))
+        fprintf(stderr, "// loom IR after %s\n%s\n", pass, loom_print(cg->k));
+    if (cg->verify_passes && loom_verify(cg->k) != LOOM_OK)
+        return cg_fail(cg, LOOM_ERR_COMPILE, "internal error: the IR no longer verifies after pass '%s':\n%s", pass,
+                       loom_kernel_errors(cg->k)),
+               cg->st;
+    return LOOM_OK;
+}
+
+loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out, char *err,
+                           size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (!k || !ptx_out) {
+        if (err && errlen)
+            snprintf(err, errlen, "cg_compile_ptx: no kernel or no output pointer");
+        return LOOM_ERR_INVALID;
+    }
+    *ptx_out = NULL;
+    if (smem_bytes_out)
+        *smem_bytes_out = 0;
+    cg_ctx c = {0}, *cg = &c;
+    cg->k = k;
+    cg->arch = arch && *arch ? arch : "sm_90a";
+    cg->err = err;
+    cg->errlen = errlen;
+    cg->verify_passes = env_on("LOOM_VERIFY_PASSES");
+    cg->dump_after = getenv("LOOM_DUMP_AFTER");
+    if (cg->dump_after && !*cg->dump_after)
+        cg->dump_after = NULL;
+
+    LLVMContextRef ctx = NULL;
+    void *mod = NULL, *tm = NULL;
+
+    /* 1. verify */
+    if (loom_verify(k) != LOOM_OK) {
+        cg_fail(cg, LOOM_ERR_VERIFY, "%s", loom_kernel_errors(k));
+        goto out;
+    }
+    if (after(cg, "verify"))
+        goto out;
+    cg->div = calloc(k->nvals ? k->nvals : 1, sizeof *cg->div);
+    if (!cg->div) {
+        cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    /* 2. fold */
+    if (cg_fold(cg) || after(cg, "fold"))
+        goto out;
+    /* 3. layouts */
+    if (cg_layouts(cg) || after(cg, "layouts"))
+        goto out;
+    /* 4. shared memory plan */
+    if (cg_smem(cg) || after(cg, "smem"))
+        goto out;
+    /* 5. LLVM IR */
+    cg_emit_init(cg);
+    ctx = LLVMContextCreate();
+    if (cg_lower(cg, ctx, &mod))
+        goto out;
+    tm = cg_target_machine(cg);
+    if (!tm)
+        goto out;
+    /* 6. O3 */
+    if (cg_optimize(cg, mod, tm))
+        goto out;
+    if (env_on("LOOM_DUMP_LLVM")) {
+        char *s = LLVMPrintModuleToString((LLVMModuleRef)mod);
+        fprintf(stderr, "// LLVM IR of %s\n%s\n", loom_kernel_name(k), s);
+        LLVMDisposeMessage(s);
+    }
+    /* 7. PTX */
+    if (cg_emit_ptx(cg, mod, tm, ptx_out))
+        goto out;
+    if (env_on("LOOM_DUMP_PTX"))
+        fprintf(stderr, "// PTX of %s\n%s\n", loom_kernel_name(k), *ptx_out);
+    if (smem_bytes_out)
+        *smem_bytes_out = cg->smem_bytes;
+out:
+    if (mod)
+        LLVMDisposeModule((LLVMModuleRef)mod);
+    cg_target_machine_free(tm);
+    if (ctx)
+        LLVMContextDispose(ctx);
+    free(cg->lays);
+    free(cg->vlay);
+    free(cg->remat);
+    free(cg->op_scratch);
+    free(cg->div);
+    if (cg->st != LOOM_OK) {
+        free(*ptx_out);
+        *ptx_out = NULL;
+    }
+    return cg->st;
+}

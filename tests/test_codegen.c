@@ -1,0 +1,549 @@
+/*
+ * test_codegen.c -- the code generator: every op and the example kernels compile to PTX
+ * that ptxas accepts without spills.
+ *
+ * Each test builds a kernel with the DSL, compiles it with cg_compile_ptx for sm_90a
+ * and sm_80, checks the PTX names the entry, and assembles it with `ptxas -v` (found
+ * through $PTXAS, /usr/local/cuda/bin/ptxas or PATH; the ptxas step is skipped when
+ * there is none).  Kernel-specific checks look at the PTX text: 16-byte vector
+ * accesses in the broadcast-add, shuffles in the row softmax.  No GPU is needed; the
+ * GPU tests (tests/test_gpu.c) check the numbers.
+ *
+ * The fold tests run the interpreter before and after folding and compare.
+ */
+#include "testutil.h"
+
+#include "../codegen/codegen.h"
+
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- helpers */
+
+static const char *find_ptxas(void)
+{
+    static char path[512];
+    const char *e = getenv("PTXAS");
+    if (e && *e && access(e, X_OK) == 0)
+        return e;
+    if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0)
+        return "/usr/local/cuda/bin/ptxas";
+    FILE *p = popen("command -v ptxas 2>/dev/null", "r");
+    if (!p)
+        return NULL;
+    char *r = fgets(path, sizeof path, p);
+    pclose(p);
+    if (!r)
+        return NULL;
+    path[strcspn(path, "\n")] = 0;
+    return path[0] ? path : NULL;
+}
+
+static char *compile(loom_kernel *k, const char *arch, size_t *smem)
+{
+    char err[4096];
+    char *ptx = NULL;
+    size_t sm = 0;
+    loom_status st = cg_compile_ptx(k, arch, &ptx, &sm, err, sizeof err);
+    cr_assert_eq(st, LOOM_OK, "cg_compile_ptx(%s, %s): %s: %s", loom_kernel_name(k), arch, loom_status_name(st), err);
+    cr_assert(ptx);
+    char entry[256];
+    snprintf(entry, sizeof entry, ".entry %s", loom_kernel_name(k));
+    cr_assert(strstr(ptx, entry), "PTX has no '%s'", entry);
+    if (smem)
+        *smem = sm;
+    return ptx;
+}
+
+/* Assemble with ptxas -v: must succeed without spills.  Returns 0 if ptxas is absent. */
+static int ptxas_ok(const char *ptx, const char *arch, const char *name)
+{
+    const char *ptxas = find_ptxas();
+    if (!ptxas)
+        return 0;
+    char file[] = "/tmp/loom_cg_XXXXXX";
+    int fd = mkstemp(file);
+    cr_assert(fd >= 0);
+    size_t n = strlen(ptx);
+    cr_assert_eq(write(fd, ptx, n), (ssize_t)n);
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s -arch=%s -v %s -o /dev/null 2>&1", ptxas, arch, file);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    static char out[65536];
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = 0;
+    int rc = pclose(p);
+    unlink(file);
+    cr_assert_eq(rc, 0, "ptxas failed on %s (%s):\n%s", name, arch, out);
+    cr_assert(strstr(out, "0 bytes spill stores"), "ptxas reports spills for %s (%s):\n%s", name, arch, out);
+    return 1;
+}
+
+/* Compile for sm_90a and sm_80 and assemble both; returns the sm_90a PTX (caller frees). */
+static char *check_kernel(loom_kernel *k)
+{
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    char *ptx80 = compile(k, "sm_80", NULL);
+    ptxas_ok(ptx80, "sm_80", loom_kernel_name(k));
+    free(ptx80);
+    char *ptx = compile(k, "sm_90a", NULL);
+    ptxas_ok(ptx, "sm_90a", loom_kernel_name(k));
+    return ptx;
+}
+
+static void check_and_free(loom_kernel *k)
+{
+    free(check_kernel(k));
+    loom_kernel_destroy(k);
+}
+
+static loom_val ci(loom_kernel *k, int64_t v) { return loom_const_i(k, LOOM_I32, v); }
+
+/* ---------------------------------------------------------------- kernels of the examples */
+
+static loom_kernel *vector_add(int64_t n, int block, loom_dtype dt, int masked)
+{
+    loom_kernel *k = loom_kernel_create("vector_add", 4);
+    loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "out", dt, LOOM_SHAPE1(n), LOOM_OUT);
+    loom_val off = loom_mul(k, loom_program_id(k, 0), ci(k, block));
+    loom_val mask = LOOM_NONE;
+    if (masked) {
+        loom_val idx = loom_add(k, loom_splat(k, off, LOOM_SHAPE1(block)), loom_arange(k, 0, block));
+        mask = loom_cmp(k, LOOM_LT, idx, ci(k, n));
+    }
+    loom_val a = loom_load(k, x, &off, LOOM_SHAPE1(block), mask, 0.0);
+    loom_val b = loom_load(k, y, &off, LOOM_SHAPE1(block), mask, 0.0);
+    loom_store(k, o, &off, loom_add(k, a, b), mask);
+    return k;
+}
+
+static loom_kernel *row_softmax(int64_t r, int64_t n, int br, int bn, int warps)
+{
+    loom_kernel *k = loom_kernel_create("row_softmax", warps);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(r, n), LOOM_IN);
+    loom_val out = loom_arg_tensor(k, "out", LOOM_F32, LOOM_SHAPE2(r, n), LOOM_OUT);
+    loom_val offs[2] = {loom_mul(k, loom_program_id(k, 0), ci(k, br)), ci(k, 0)};
+    loom_val v = loom_load(k, x, offs, LOOM_SHAPE2(br, bn), LOOM_NONE, -INFINITY);
+    loom_val mx = loom_broadcast(k, loom_expand_dims(k, loom_reduce_max(k, v, 1), 1), LOOM_SHAPE2(br, bn));
+    loom_val e = loom_exp2(k, loom_mul(k, loom_sub(k, v, mx), loom_const_f(k, LOOM_F32, 1.4426950408889634)));
+    loom_val sum = loom_broadcast(k, loom_expand_dims(k, loom_reduce_sum(k, e, 1), 1), LOOM_SHAPE2(br, bn));
+    loom_store(k, out, offs, loom_div(k, e, sum), LOOM_NONE);
+    return k;
+}
+
+static loom_kernel *matmul(int64_t m, int64_t n, int64_t kk, int bm, int bn, int bk, loom_dtype dt, int masked)
+{
+    loom_kernel *k = loom_kernel_create("matmul", 4);
+    loom_val a = loom_arg_tensor(k, "a", dt, LOOM_SHAPE2(m, kk), LOOM_IN);
+    loom_val b = loom_arg_tensor(k, "b", dt, LOOM_SHAPE2(kk, n), LOOM_IN);
+    loom_val c = loom_arg_tensor(k, "c", LOOM_F32, LOOM_SHAPE2(m, n), LOOM_OUT);
+    loom_val m0 = loom_mul(k, loom_program_id(k, 0), ci(k, bm));
+    loom_val n0 = loom_mul(k, loom_program_id(k, 1), ci(k, bn));
+    loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0.0), LOOM_SHAPE2(bm, bn));
+    loom_region_op loop = loom_for_begin(k, ci(k, 0), ci(k, kk), ci(k, bk), 1, &acc0);
+    loom_val k0 = loom_for_iv(k, loop);
+    loom_val ma = LOOM_NONE, mb = LOOM_NONE;
+    if (masked) { /* explicit K mask on top of the bounds masks */
+        loom_val kr = loom_add(k, loom_splat(k, k0, LOOM_SHAPE1(bk)), loom_arange(k, 0, bk));
+        loom_val kin = loom_cmp(k, LOOM_LT, kr, ci(k, kk));
+        ma = loom_broadcast(k, loom_expand_dims(k, kin, 0), LOOM_SHAPE2(bm, bk));
+        mb = loom_broadcast(k, loom_expand_dims(k, kin, 1), LOOM_SHAPE2(bk, bn));
+    }
+    loom_val ta = loom_load(k, a, ((loom_val[]){m0, k0}), LOOM_SHAPE2(bm, bk), ma, 0.0);
+    loom_val tb = loom_load(k, b, ((loom_val[]){k0, n0}), LOOM_SHAPE2(bk, bn), mb, 0.0);
+    loom_val acc = loom_dot(k, ta, tb, loom_for_arg(k, loop, 0));
+    loom_for_end(k, loop, 1, &acc);
+    loom_store(k, c, ((loom_val[]){m0, n0}), loom_for_result(k, loop, 0), LOOM_NONE);
+    return k;
+}
+
+Test(codegen, broadcast_add_f32_vectorized)
+{
+    tpl_broadcast_add_shape s = {.B = 8, .U = 2, .M = 64, .N = 256, .dtype = LOOM_F32};
+    loom_kernel *k = tpl_broadcast_add(&s, 32, 128, 4);
+    char *ptx = check_kernel(k);
+    cr_assert(strstr(ptx, "ld.global.nc.v4.b32"), "no 16-byte loads:\n%s", ptx);
+    cr_assert(strstr(ptx, "st.global.v4.b32"), "no 16-byte stores:\n%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+Test(codegen, broadcast_add_f16_vectorized)
+{
+    tpl_broadcast_add_shape s = {.B = 4, .U = 3, .M = 40, .N = 128, .dtype = LOOM_F16};
+    loom_kernel *k = tpl_broadcast_add(&s, 16, 64, 4);
+    char *ptx = check_kernel(k);
+    cr_assert(strstr(ptx, "ld.global.nc.v4.b32"), "no 16-byte loads:\n%s", ptx);
+    cr_assert(strstr(ptx, "st.global.v4.b32"), "no 16-byte stores:\n%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+Test(codegen, broadcast_add_unaligned_n_falls_back)
+{
+    /* N = 100 is not a multiple of 8 f16 elements: the rows are not 16-byte aligned */
+    tpl_broadcast_add_shape s = {.B = 2, .U = 1, .M = 8, .N = 100, .dtype = LOOM_F16};
+    loom_kernel *k = tpl_broadcast_add(&s, 8, 64, 2);
+    char *ptx = check_kernel(k);
+    cr_assert(!strstr(ptx, ".v4.b32"), "16-byte access where rows are not aligned:\n%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+Test(codegen, vector_add)
+{
+    check_and_free(vector_add(100000, 1024, LOOM_F32, 0));
+    check_and_free(vector_add(1000, 256, LOOM_F32, 1));
+    check_and_free(vector_add(4096, 512, LOOM_F16, 0));
+    check_and_free(vector_add(4096, 512, LOOM_BF16, 0));
+}
+
+Test(codegen, row_softmax_uses_shuffles)
+{
+    loom_kernel *k = row_softmax(100, 1000, 2, 1024, 4);
+    char *ptx = check_kernel(k);
+    cr_assert(strstr(ptx, "shfl.sync.bfly"), "no warp shuffles:\n%s", ptx);
+    cr_assert(strstr(ptx, "max.NaN.f32"), "max does not propagate NaN:\n%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+    /* one row across all warps: the reduction crosses warps through shared memory */
+    k = row_softmax(64, 2048, 1, 2048, 8);
+    size_t smem = 0;
+    ptx = compile(k, "sm_90a", &smem);
+    ptxas_ok(ptx, "sm_90a", "row_softmax");
+    cr_assert_gt(smem, 0);
+    cr_assert(strstr(ptx, "bar.sync"));
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+Test(codegen, matmul_dot_in_loop)
+{
+    check_and_free(matmul(256, 256, 256, 64, 64, 32, LOOM_F16, 0));
+    check_and_free(matmul(100, 72, 50, 32, 32, 16, LOOM_F16, 1));
+    check_and_free(matmul(64, 64, 64, 32, 32, 16, LOOM_F32, 0));
+    check_and_free(matmul(64, 64, 64, 32, 32, 16, LOOM_BF16, 1));
+}
+
+Test(codegen, cold_compile_time)
+{
+    struct {
+        const char *name;
+        loom_kernel *k;
+    } ks[] = {
+        {"broadcast_add", tpl_broadcast_add(&(tpl_broadcast_add_shape){8, 2, 64, 256, LOOM_F16}, 32, 128, 4)},
+        {"vector_add", vector_add(1 << 20, 1024, LOOM_F32, 1)},
+        {"row_softmax", row_softmax(512, 1000, 2, 1024, 4)},
+        {"matmul", matmul(512, 512, 512, 64, 64, 32, LOOM_F16, 1)},
+    };
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        struct timespec t0, t1;
+        char err[1024], *ptx = NULL;
+        size_t smem;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        loom_status st = cg_compile_ptx(ks[i].k, "sm_90a", &ptx, &smem, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        cr_assert_eq(st, LOOM_OK, "%s", err);
+        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        printf("codegen: %-14s builder IR -> PTX %7.2f ms (%zu bytes of PTX, %zu bytes smem)\n", ks[i].name, ms,
+               strlen(ptx), smem);
+        free(ptx);
+        loom_kernel_destroy(ks[i].k);
+    }
+}
+
+/* ---------------------------------------------------------------- every op */
+
+/* Elementwise float ops on one dtype; every result is stored. */
+static loom_kernel *float_ops(loom_dtype dt, int64_t r, int64_t c)
+{
+    loom_kernel *k = loom_kernel_create("float_ops", 4);
+    loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(r, c), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE2(r, c), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", dt, LOOM_SHAPE3(16, r, c), LOOM_OUT);
+    loom_val s = loom_arg_scalar(k, "s", LOOM_F32);
+    loom_val z = ci(k, 0);
+    loom_val a = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(r, c), LOOM_NONE, 0);
+    loom_val b = loom_load(k, y, ((loom_val[]){z, z}), LOOM_SHAPE2(r, c), LOOM_NONE, 1);
+    loom_val sc = loom_cast(k, s, dt);
+    loom_val res[16] = {
+        loom_add(k, a, b), loom_sub(k, a, b), loom_mul(k, a, sc), loom_div(k, a, b),
+        loom_min(k, a, b), loom_max(k, a, b), loom_fma(k, a, b, a), loom_neg(k, a),
+        loom_abs(k, a), loom_exp2(k, a), loom_log2(k, b), loom_rsqrt(k, b),
+        loom_select(k, loom_cmp(k, LOOM_LT, a, b), a, b),
+        loom_select(k, loom_not(k, loom_cmp(k, LOOM_NE, a, b)), a, sc),
+        loom_cast(k, loom_cast(k, a, LOOM_I32), dt),
+        loom_cast(k, loom_cast(k, loom_cast(k, a, LOOM_I64), LOOM_F32), dt),
+    };
+    for (int i = 0; i < 16; i++)
+        loom_store(k, o, ((loom_val[]){ci(k, i), z, z}), res[i], LOOM_NONE);
+    return k;
+}
+
+OP_COVERED(add)
+OP_COVERED(sub)
+OP_COVERED(mul)
+OP_COVERED(div)
+OP_COVERED(min)
+OP_COVERED(max)
+OP_COVERED(fma)
+OP_COVERED(neg)
+OP_COVERED(abs)
+OP_COVERED(exp2)
+OP_COVERED(log2)
+OP_COVERED(rsqrt)
+OP_COVERED(cmp)
+OP_COVERED(select)
+OP_COVERED(not)
+OP_COVERED(cast)
+Test(codegen, float_elementwise)
+{
+    check_and_free(float_ops(LOOM_F32, 16, 64));
+    check_and_free(float_ops(LOOM_F16, 8, 64));
+    check_and_free(float_ops(LOOM_BF16, 8, 32));
+    check_and_free(float_ops(LOOM_F32, 3, 10)); /* padded, unvectorized */
+}
+
+static loom_kernel *int_ops(loom_dtype dt)
+{
+    loom_kernel *k = loom_kernel_create("int_ops", 2);
+    loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE1(256), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE1(256), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", dt, LOOM_SHAPE2(16, 256), LOOM_OUT);
+    loom_val ob = loom_arg_tensor(k, "ob", LOOM_I1, LOOM_SHAPE2(2, 256), LOOM_OUT);
+    loom_val n = loom_arg_scalar(k, "n", dt);
+    loom_val z = ci(k, 0);
+    loom_val a = loom_load(k, x, &z, LOOM_SHAPE1(256), LOOM_NONE, 0);
+    loom_val b = loom_load(k, y, &z, LOOM_SHAPE1(256), LOOM_NONE, 1);
+    loom_val lt = loom_cmp(k, LOOM_LT, a, b);
+    loom_val res[16] = {
+        loom_add(k, a, b), loom_sub(k, a, n), loom_mul(k, a, b), loom_div(k, a, b),
+        loom_rem(k, a, b), loom_min(k, a, b), loom_max(k, a, b), loom_and(k, a, b),
+        loom_or(k, a, b), loom_neg(k, a), loom_abs(k, a), loom_select(k, lt, a, b),
+        loom_cast(k, loom_cast(k, a, LOOM_F32), dt), loom_cast(k, loom_cast(k, a, dt == LOOM_I32 ? LOOM_I64 : LOOM_I32), dt),
+        loom_cast(k, lt, dt), loom_cast(k, loom_cast(k, a, LOOM_F16), dt),
+    };
+    for (int i = 0; i < 16; i++)
+        loom_store(k, o, ((loom_val[]){ci(k, i), z}), res[i], LOOM_NONE);
+    loom_val bits = loom_or(k, loom_and(k, lt, loom_cmp(k, LOOM_GE, a, n)), loom_not(k, loom_cast(k, a, LOOM_I1)));
+    loom_store(k, ob, ((loom_val[]){z, z}), bits, LOOM_NONE);
+    loom_store(k, ob, ((loom_val[]){ci(k, 1), z}), loom_cmp(k, LOOM_EQ, lt, loom_cmp(k, LOOM_LE, a, b)), LOOM_NONE);
+    return k;
+}
+
+OP_COVERED(rem)
+OP_COVERED(and)
+OP_COVERED(or)
+Test(codegen, int_elementwise)
+{
+    check_and_free(int_ops(LOOM_I32));
+    check_and_free(int_ops(LOOM_I64));
+}
+
+OP_COVERED(program_id)
+OP_COVERED(num_programs)
+OP_COVERED(const)
+OP_COVERED(arange)
+OP_COVERED(splat)
+OP_COVERED(broadcast)
+OP_COVERED(expand_dims)
+OP_COVERED(trans)
+Test(codegen, grid_and_shape_ops)
+{
+    loom_kernel *k = loom_kernel_create("shapes", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 32), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_I32, LOOM_SHAPE3(8, 64, 32), LOOM_OUT);
+    loom_val of = loom_arg_tensor(k, "of", LOOM_F32, LOOM_SHAPE3(4, 32, 64), LOOM_OUT);
+    loom_val z = ci(k, 0);
+    loom_val pid = loom_add(k, loom_program_id(k, 0), loom_mul(k, loom_program_id(k, 1), loom_num_programs(k, 2)));
+    loom_val np = loom_num_programs(k, 0);
+    loom_val row = loom_expand_dims(k, loom_arange(k, 0, 32), 0);                  /* [1,32] */
+    loom_val col = loom_expand_dims(k, loom_arange(k, 5, 69), 1);                  /* [64,1] */
+    loom_val grid = loom_add(k, loom_broadcast(k, row, LOOM_SHAPE2(64, 32)), loom_broadcast(k, col, LOOM_SHAPE2(64, 32)));
+    loom_store(k, o, ((loom_val[]){z, z, z}), grid, LOOM_NONE);
+    loom_store(k, o, ((loom_val[]){ci(k, 1), z, z}), loom_splat(k, loom_mul(k, pid, np), LOOM_SHAPE2(64, 32)), LOOM_NONE);
+    loom_val t = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(64, 32), LOOM_NONE, 0);
+    loom_store(k, of, ((loom_val[]){z, z, z}), loom_trans(k, t), LOOM_NONE);
+    /* a loaded tile with a broadcast of a loaded row: the row needs no conversion */
+    loom_val r0 = loom_load(k, x, ((loom_val[]){ci(k, 3), z}), LOOM_SHAPE1(32), LOOM_NONE, 0);
+    loom_val rb = loom_broadcast(k, loom_expand_dims(k, r0, 0), LOOM_SHAPE2(64, 32));
+    loom_store(k, of, ((loom_val[]){ci(k, 1), z, z}), loom_trans(k, loom_add(k, t, rb)), LOOM_NONE);
+    /* trans of a tile, then elementwise with a tile in the default layout: a conversion */
+    loom_val tt = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(32, 32), LOOM_NONE, 0);
+    loom_store(k, of, ((loom_val[]){ci(k, 2), z, z}), loom_add(k, loom_trans(k, tt), tt), LOOM_NONE);
+    /* rank-3 broadcast of a 1-D tile */
+    loom_val b3 = loom_broadcast(k, r0, LOOM_SHAPE3(2, 16, 32));
+    loom_store(k, of, ((loom_val[]){ci(k, 3), z, z}), loom_reduce_sum(k, b3, 0), LOOM_NONE);
+    check_and_free(k);
+}
+
+static loom_kernel *reduce_kernel(loom_dtype dt, int64_t r, int64_t c, int warps)
+{
+    loom_kernel *k = loom_kernel_create("reduce", warps);
+    loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(r, c), LOOM_IN);
+    loom_val o0 = loom_arg_tensor(k, "o0", dt, LOOM_SHAPE2(3, c), LOOM_OUT);
+    loom_val o1 = loom_arg_tensor(k, "o1", dt, LOOM_SHAPE2(3, r), LOOM_OUT);
+    loom_val z = ci(k, 0);
+    loom_val a = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(r, c), LOOM_NONE, 0);
+    loom_store(k, o0, ((loom_val[]){ci(k, 0), z}), loom_reduce_sum(k, a, 0), LOOM_NONE);
+    loom_store(k, o0, ((loom_val[]){ci(k, 1), z}), loom_reduce_max(k, a, 0), LOOM_NONE);
+    loom_store(k, o0, ((loom_val[]){ci(k, 2), z}), loom_reduce_min(k, a, 0), LOOM_NONE);
+    loom_store(k, o1, ((loom_val[]){ci(k, 0), z}), loom_reduce_sum(k, a, 1), LOOM_NONE);
+    loom_store(k, o1, ((loom_val[]){ci(k, 1), z}), loom_reduce_max(k, a, 1), LOOM_NONE);
+    loom_store(k, o1, ((loom_val[]){ci(k, 2), z}), loom_reduce_min(k, a, 1), LOOM_NONE);
+    return k;
+}
+
+OP_COVERED(reduce_sum)
+OP_COVERED(reduce_max)
+OP_COVERED(reduce_min)
+Test(codegen, reductions)
+{
+    check_and_free(reduce_kernel(LOOM_F32, 64, 64, 4));
+    check_and_free(reduce_kernel(LOOM_F16, 4, 1024, 4));
+    check_and_free(reduce_kernel(LOOM_BF16, 128, 8, 8));
+    check_and_free(reduce_kernel(LOOM_I32, 32, 32, 4));
+    check_and_free(reduce_kernel(LOOM_I64, 16, 16, 1));
+    check_and_free(reduce_kernel(LOOM_F32, 5, 37, 4)); /* padded dims */
+}
+
+OP_COVERED(dot)
+OP_COVERED(for)
+Test(codegen, dot_shapes)
+{
+    check_and_free(matmul(48, 40, 24, 16, 8, 8, LOOM_F32, 0)); /* small */
+    check_and_free(matmul(96, 96, 40, 32, 32, 8, LOOM_F16, 0));
+    check_and_free(matmul(30, 20, 10, 32, 32, 10, LOOM_F16, 0)); /* K tile not a power of two */
+}
+
+OP_COVERED(load)
+OP_COVERED(store)
+OP_COVERED(load_scalar)
+OP_COVERED(load_rows)
+Test(codegen, memory_ops)
+{
+    loom_kernel *k = loom_kernel_create("memory", 4);
+    int64_t st[2] = {40, 1};
+    loom_val x = loom_arg_tensor_strided(k, "x", LOOM_F16, LOOM_SHAPE2(50, 33), st, LOOM_IN);
+    loom_val idx = loom_arg_tensor(k, "idx", LOOM_I64, LOOM_SHAPE1(16), LOOM_IN);
+    loom_val bits = loom_arg_tensor(k, "bits", LOOM_I1, LOOM_SHAPE2(16, 64), LOOM_INOUT);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F16, LOOM_SHAPE3(4, 16, 64), LOOM_OUT);
+    loom_val lo = loom_arg_tensor(k, "lo", LOOM_I64, LOOM_SHAPE1(64), LOOM_OUT);
+    loom_val off = loom_arg_scalar(k, "off", LOOM_I64);
+    loom_val x3 = loom_arg_tensor(k, "x3", LOOM_F32, LOOM_SHAPE3(10, 8, 16), LOOM_IN);
+    loom_val o3 = loom_arg_tensor(k, "o3", LOOM_F32, LOOM_SHAPE3(4, 8, 16), LOOM_OUT);
+    loom_val z = ci(k, 0);
+    loom_val r = loom_load(k, idx, &z, LOOM_SHAPE1(16), LOOM_NONE, 0);
+    loom_val g = loom_load_rows(k, x, r, ((loom_val[]){z, ci(k, 8)}), LOOM_SHAPE2(16, 64), 0.5);
+    loom_val m = loom_load(k, bits, ((loom_val[]){z, z}), LOOM_SHAPE2(16, 64), LOOM_NONE, 0);
+    loom_store(k, o, ((loom_val[]){z, z, z}), g, m);
+    loom_val one = loom_load_scalar(k, x, ((loom_val[]){ci(k, 3), loom_cast(k, off, LOOM_I32)}));
+    loom_val t = loom_load(k, x, ((loom_val[]){off, z}), LOOM_SHAPE2(16, 64), loom_not(k, m), -2.0);
+    loom_store(k, o, ((loom_val[]){ci(k, 1), z, z}), loom_mul(k, t, one), LOOM_NONE);
+    loom_store(k, bits, ((loom_val[]){z, z}), loom_cmp(k, LOOM_GT, t, one), loom_not(k, m));
+    loom_val u = loom_load_scalar(k, idx, &z);
+    loom_store(k, lo, &z, loom_add(k, loom_splat(k, u, LOOM_SHAPE1(64)), loom_cast(k, loom_arange(k, 0, 64), LOOM_I64)),
+               LOOM_NONE);
+    /* i32 rows gathered from a rank-3 tensor, tile rank 3 */
+    loom_val rows = loom_rem(k, loom_arange(k, 7, 11), ci(k, 10));
+    loom_val g3 = loom_load_rows(k, x3, rows, ((loom_val[]){z, z, z}), LOOM_SHAPE3(4, 8, 16), 0);
+    loom_store(k, o3, ((loom_val[]){z, z, z}), g3, LOOM_NONE);
+    check_and_free(k);
+}
+
+OP_COVERED(if)
+OP_COVERED(yield)
+Test(codegen, control_flow)
+{
+    loom_kernel *k = loom_kernel_create("control", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_OUT);
+    loom_val n = loom_arg_scalar(k, "n", LOOM_I32);
+    loom_val z = ci(k, 0);
+    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(16, 64)),
+                        loom_const_i(k, LOOM_I32, 1), loom_splat(k, loom_const_f(k, LOOM_F32, 1), LOOM_SHAPE1(16))};
+    loom_region_op loop = loom_for_begin(k, z, n, ci(k, 16), 3, init);
+    loom_val iv = loom_for_iv(k, loop);
+    loom_val t = loom_load(k, x, ((loom_val[]){iv, z}), LOOM_SHAPE2(16, 64), LOOM_NONE, 0);
+    loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_GT, iv, ci(k, 16)), 2);
+    loom_val ythen[2] = {loom_add(k, loom_for_arg(k, loop, 0), t), loom_reduce_max(k, t, 1)};
+    loom_else(k, br, 2, ythen);
+    loom_val yelse[2] = {loom_sub(k, loom_for_arg(k, loop, 0), t), loom_for_arg(k, loop, 2)};
+    loom_if_end(k, br, 2, yelse);
+    loom_val next[3] = {loom_if_result(k, br, 0), loom_mul(k, loom_for_arg(k, loop, 1), ci(k, 3)),
+                        loom_if_result(k, br, 1)};
+    loom_for_end(k, loop, 3, next);
+    loom_val acc = loom_for_result(k, loop, 0);
+    loom_val sc = loom_cast(k, loom_for_result(k, loop, 1), LOOM_F32);
+    loom_val rowv = loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, loop, 2), 1), LOOM_SHAPE2(16, 64));
+    loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_GT, n, z), 0);
+    loom_store(k, o, ((loom_val[]){z, z}), loom_mul(k, loom_add(k, acc, rowv), sc), LOOM_NONE);
+    loom_if_end(k, w, 0, NULL);
+    check_and_free(k);
+}
+
+Test(codegen, odd_warps_and_scalars_only)
+{
+    loom_kernel *k = loom_kernel_create("odd", 3);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(300), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE1(300), LOOM_OUT);
+    loom_val z = ci(k, 0);
+    loom_val a = loom_load(k, x, &z, LOOM_SHAPE1(300), LOOM_NONE, 0);
+    loom_val s = loom_reduce_sum(k, a, 0);
+    loom_store(k, o, &z, loom_div(k, a, s), LOOM_NONE);
+    check_and_free(k);
+}
+
+Test(codegen, bad_kernel_is_an_error_not_a_crash)
+{
+    loom_kernel *k = loom_kernel_create("bad", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(16), LOOM_IN);
+    loom_val z = ci(k, 0);
+    loom_store(k, x, &z, loom_load(k, x, &z, LOOM_SHAPE1(16), LOOM_NONE, 0), LOOM_NONE); /* stores to an input */
+    char err[1024], *ptx = (char *)1;
+    cr_assert_eq(cg_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_ERR_VERIFY);
+    cr_assert_null(ptx);
+    cr_assert(strstr(err, "read-only"), "%s", err);
+    loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- fold */
+
+Test(codegen, fold_constants_and_identities)
+{
+    loom_kernel *k = loom_kernel_create("fold", 1);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_I32, LOOM_SHAPE1(8), LOOM_OUT);
+    loom_val of = loom_arg_tensor(k, "of", LOOM_F32, LOOM_SHAPE1(8), LOOM_OUT);
+    loom_val z = ci(k, 0);
+    loom_val pid = loom_program_id(k, 0);
+    loom_val c = loom_add(k, loom_mul(k, ci(k, 6), ci(k, 7)), loom_div(k, ci(k, -7), ci(k, 2))); /* 42 + -3 */
+    loom_val same = loom_mul(k, loom_add(k, pid, ci(k, 0)), ci(k, 1));                           /* pid */
+    loom_val r = loom_rem(k, pid, ci(k, 1));                                                      /* 0 */
+    loom_val f = loom_mul(k, loom_add(k, loom_const_f(k, LOOM_F32, 1.5), loom_const_f(k, LOOM_F32, 2)),
+                          loom_const_f(k, LOOM_F32, 1)); /* 3.5 */
+    loom_val t = loom_arange(k, 0, 8);
+    loom_store(k, o, &z, loom_add(k, loom_mul(k, t, c), loom_add(k, same, r)), LOOM_NONE);
+    loom_store(k, of, &z, loom_mul(k, loom_cast(k, t, LOOM_F32), f), LOOM_NONE);
+    int32_t want[8], got[8];
+    float wantf[8], gotf[8];
+    targ a[] = {TA_ARR(want), TA_ARR(wantf)};
+    T_RUN_OK(k, NULL, a, 2);
+    char *ptx = check_kernel(k); /* runs the fold pass on k */
+    free(ptx);
+    const char *ir = loom_print(k);
+    cr_assert(strstr(ir, "const 39"), "6*7 + -7/2 not folded:\n%s", ir);
+    cr_assert(strstr(ir, "const 3.5"), "1.5+2 not folded:\n%s", ir);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    targ b[] = {TA_ARR(got), TA_ARR(gotf)};
+    T_RUN_OK(k, NULL, b, 2);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(got[i], want[i]);
+        cr_assert_eq(got[i], i * 39);
+        cr_assert(t_same_f32(gotf[i], wantf[i]));
+    }
+    loom_kernel_destroy(k);
+}
