@@ -983,8 +983,17 @@ static LLVMTypeRef bits_type(L *l, int elsize)
 static int pack_words(L *l, LLVMValueRef *eb, int v, int elsize, LLVMValueRef *w)
 {
     int bytes = v * elsize;
-    if (bytes <= 2) {
-        w[0] = elsize == 1 ? LLVMBuildZExt(l->B, eb[0], l->t_i32, "") : eb[0];
+    if (bytes == 1) {
+        w[0] = LLVMBuildZExt(l->B, eb[0], l->t_i32, ""); /* st.u8 from a 32-bit register */
+        return 1;
+    }
+    if (bytes == 2) {
+        if (elsize == 2)
+            w[0] = eb[0];
+        else /* two bytes in one b16 */
+            w[0] = LLVMBuildOr(l->B, LLVMBuildZExt(l->B, eb[0], l->t_i16, ""),
+                               LLVMBuildShl(l->B, LLVMBuildZExt(l->B, eb[1], l->t_i16, ""),
+                                            LLVMConstInt(l->t_i16, 8, 0), ""), "");
         return 1;
     }
     int nw = bytes / 4;
@@ -1009,8 +1018,17 @@ static int pack_words(L *l, LLVMValueRef *eb, int v, int elsize, LLVMValueRef *w
 static void unpack_words(L *l, LLVMValueRef *w, int v, int elsize, LLVMValueRef *eb)
 {
     int bytes = v * elsize;
-    if (bytes <= 2) {
-        eb[0] = elsize == 1 ? LLVMBuildTrunc(l->B, w[0], l->t_i8, "") : w[0];
+    if (bytes == 1) {
+        eb[0] = LLVMBuildTrunc(l->B, w[0], l->t_i8, "");
+        return;
+    }
+    if (bytes == 2) {
+        if (elsize == 2) {
+            eb[0] = w[0];
+        } else {
+            eb[0] = LLVMBuildTrunc(l->B, w[0], l->t_i8, "");
+            eb[1] = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, w[0], LLVMConstInt(l->t_i16, 8, 0), ""), l->t_i8, "");
+        }
         return;
     }
     for (int e = 0; e < v; e++) {
@@ -1041,10 +1059,11 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLV
     if (!pred)
         pred = LLVMConstInt(l->t_i1, 1, 0);
     if (store) {
-        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0], {", nw + 1, vec, ty);
+        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0], %s", nw + 1, vec, ty,
+                      nw > 1 ? "{" : "");
         for (int i = 0; i < nw; i++)
             p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i + 1);
-        snprintf(text + p, sizeof text - (size_t)p, "};");
+        snprintf(text + p, sizeof text - (size_t)p, "%s;", nw > 1 ? "}" : "");
         c += snprintf(cons + c, sizeof cons - (size_t)c, "l");
         for (int i = 0; i < nw; i++)
             c += snprintf(cons + c, sizeof cons - (size_t)c, ",%s", rc);
@@ -1065,10 +1084,11 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLV
                           (unsigned)(bytes == 8 || bytes == 16 ? (i & 1 ? fill_word >> 32 : fill_word) : fill_word) &
                               0xffffffffu);
     }
-    p += snprintf(text + p, sizeof text - (size_t)p, "@$%d ld.global%s%s.%s {", nw + 1, nc ? ".nc" : "", vec, ty);
+    p += snprintf(text + p, sizeof text - (size_t)p, "@$%d ld.global%s%s.%s %s", nw + 1, nc ? ".nc" : "", vec, ty,
+                  nw > 1 ? "{" : "");
     for (int i = 0; i < nw; i++)
         p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i);
-    snprintf(text + p, sizeof text - (size_t)p, "}, [$%d];", nw);
+    snprintf(text + p, sizeof text - (size_t)p, "%s, [$%d];", nw > 1 ? "}" : "", nw);
     for (int i = 0; i < nw; i++)
         c += snprintf(cons + c, sizeof cons - (size_t)c, "%s=%s", i ? "," : "", rc);
     snprintf(cons + c, sizeof cons - (size_t)c, ",l,b");

@@ -14,6 +14,7 @@
 #include "testutil.h"
 
 #include "../codegen/codegen.h"
+#include "ir.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -259,7 +260,7 @@ Test(codegen, cold_compile_time)
 /* ---------------------------------------------------------------- every op */
 
 /* Elementwise float ops on one dtype; every result is stored. */
-static loom_kernel *float_ops(loom_dtype dt, int64_t r, int64_t c)
+static loom_kernel *float_ops_x(loom_dtype dt, int64_t r, int64_t c, int exact)
 {
     loom_kernel *k = loom_kernel_create("float_ops", 4);
     loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(r, c), LOOM_IN);
@@ -273,7 +274,10 @@ static loom_kernel *float_ops(loom_dtype dt, int64_t r, int64_t c)
     loom_val res[16] = {
         loom_add(k, a, b), loom_sub(k, a, b), loom_mul(k, a, sc), loom_div(k, a, b),
         loom_min(k, a, b), loom_max(k, a, b), loom_fma(k, a, b, a), loom_neg(k, a),
-        loom_abs(k, a), loom_exp2(k, a), loom_log2(k, b), loom_rsqrt(k, b),
+        loom_abs(k, a),
+        exact ? loom_add(k, a, a) : loom_exp2(k, a),
+        exact ? loom_sub(k, b, a) : loom_log2(k, b),
+        exact ? loom_mul(k, b, b) : loom_rsqrt(k, b),
         loom_select(k, loom_cmp(k, LOOM_LT, a, b), a, b),
         loom_select(k, loom_not(k, loom_cmp(k, LOOM_NE, a, b)), a, sc),
         loom_cast(k, loom_cast(k, a, LOOM_I32), dt),
@@ -283,6 +287,8 @@ static loom_kernel *float_ops(loom_dtype dt, int64_t r, int64_t c)
         loom_store(k, o, ((loom_val[]){ci(k, i), z, z}), res[i], LOOM_NONE);
     return k;
 }
+
+static loom_kernel *float_ops(loom_dtype dt, int64_t r, int64_t c) { return float_ops_x(dt, r, c, 0); }
 
 OP_COVERED(add)
 OP_COVERED(sub)
@@ -352,7 +358,7 @@ OP_COVERED(splat)
 OP_COVERED(broadcast)
 OP_COVERED(expand_dims)
 OP_COVERED(trans)
-Test(codegen, grid_and_shape_ops)
+static loom_kernel *shape_ops(void)
 {
     loom_kernel *k = loom_kernel_create("shapes", 4);
     loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 32), LOOM_IN);
@@ -378,8 +384,10 @@ Test(codegen, grid_and_shape_ops)
     /* rank-3 broadcast of a 1-D tile */
     loom_val b3 = loom_broadcast(k, r0, LOOM_SHAPE3(2, 16, 32));
     loom_store(k, of, ((loom_val[]){ci(k, 3), z, z}), loom_reduce_sum(k, b3, 0), LOOM_NONE);
-    check_and_free(k);
+    return k;
 }
+
+Test(codegen, grid_and_shape_ops) { check_and_free(shape_ops()); }
 
 static loom_kernel *reduce_kernel(loom_dtype dt, int64_t r, int64_t c, int warps)
 {
@@ -424,7 +432,7 @@ OP_COVERED(load)
 OP_COVERED(store)
 OP_COVERED(load_scalar)
 OP_COVERED(load_rows)
-Test(codegen, memory_ops)
+static loom_kernel *memory_ops(void)
 {
     loom_kernel *k = loom_kernel_create("memory", 4);
     int64_t st[2] = {40, 1};
@@ -452,12 +460,14 @@ Test(codegen, memory_ops)
     loom_val rows = loom_rem(k, loom_arange(k, 7, 11), ci(k, 10));
     loom_val g3 = loom_load_rows(k, x3, rows, ((loom_val[]){z, z, z}), LOOM_SHAPE3(4, 8, 16), 0);
     loom_store(k, o3, ((loom_val[]){z, z, z}), g3, LOOM_NONE);
-    check_and_free(k);
+    return k;
 }
+
+Test(codegen, memory_ops) { check_and_free(memory_ops()); }
 
 OP_COVERED(if)
 OP_COVERED(yield)
-Test(codegen, control_flow)
+static loom_kernel *control_flow(void)
 {
     loom_kernel *k = loom_kernel_create("control", 4);
     loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_IN);
@@ -483,10 +493,12 @@ Test(codegen, control_flow)
     loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_GT, n, z), 0);
     loom_store(k, o, ((loom_val[]){z, z}), loom_mul(k, loom_add(k, acc, rowv), sc), LOOM_NONE);
     loom_if_end(k, w, 0, NULL);
-    check_and_free(k);
+    return k;
 }
 
-Test(codegen, odd_warps_and_scalars_only)
+Test(codegen, control_flow) { check_and_free(control_flow()); }
+
+static loom_kernel *odd_kernel(void)
 {
     loom_kernel *k = loom_kernel_create("odd", 3);
     loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(300), LOOM_IN);
@@ -495,8 +507,10 @@ Test(codegen, odd_warps_and_scalars_only)
     loom_val a = loom_load(k, x, &z, LOOM_SHAPE1(300), LOOM_NONE, 0);
     loom_val s = loom_reduce_sum(k, a, 0);
     loom_store(k, o, &z, loom_div(k, a, s), LOOM_NONE);
-    check_and_free(k);
+    return k;
 }
+
+Test(codegen, odd_warps_and_scalars_only) { check_and_free(odd_kernel()); }
 
 Test(codegen, bad_kernel_is_an_error_not_a_crash)
 {
@@ -546,4 +560,235 @@ Test(codegen, fold_constants_and_identities)
         cr_assert(t_same_f32(gotf[i], wantf[i]));
     }
     loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- GPU against the interpreter */
+
+/* How to fill a tensor argument: random values, small integers (sums of them are exact
+ * in any order), or integers in [lo, hi]. */
+enum { FILL_RAND, FILL_SMALLINT, FILL_RANGE };
+typedef struct dspec {
+    int fill;
+    int64_t lo, hi;
+    loom_arg scalar;
+} dspec;
+
+static uint32_t rng_next(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+static void fill_elem(unsigned char *p, loom_dtype dt, double v)
+{
+    switch (dt) {
+    case LOOM_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case LOOM_F16: { uint16_t h = ir_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+    case LOOM_BF16: { uint16_t h = ir_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
+    case LOOM_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
+    case LOOM_I64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+    case LOOM_I1: p[0] = v != 0; break;
+    default: break;
+    }
+}
+
+/* ulp distance of two floats of dtype dt stored at a and b (NaN == NaN). */
+static int64_t ulps(loom_dtype dt, const unsigned char *a, const unsigned char *b)
+{
+    double x, y;
+    int64_t ia, ib;
+    if (dt == LOOM_F32) {
+        float fa, fb;
+        memcpy(&fa, a, 4);
+        memcpy(&fb, b, 4);
+        if (isnan(fa) && isnan(fb))
+            return 0;
+        int32_t u, v;
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        ia = u < 0 ? INT32_MIN - (int64_t)u : u;
+        ib = v < 0 ? INT32_MIN - (int64_t)v : v;
+        x = fa, y = fb;
+    } else {
+        uint16_t u, v;
+        memcpy(&u, a, 2);
+        memcpy(&v, b, 2);
+        x = dt == LOOM_F16 ? ir_f16_to_f32(u) : ir_bf16_to_f32(u);
+        y = dt == LOOM_F16 ? ir_f16_to_f32(v) : ir_bf16_to_f32(v);
+        if (isnan(x) && isnan(y))
+            return 0;
+        ia = (u & 0x8000) ? -(int64_t)(u & 0x7fff) : u;
+        ib = (v & 0x8000) ? -(int64_t)(v & 0x7fff) : v;
+    }
+    (void)x;
+    (void)y;
+    return ia > ib ? ia - ib : ib - ia;
+}
+
+/* Run k on the GPU and on the interpreter with the same inputs; every tensor must come
+ * back the same (floats within max_ulps).  Skips without a GPU. */
+static void gpu_vs_interp(loom_kernel *k, const int grid[3], const dspec *spec, int max_ulps)
+{
+    loom_runtime *g = loom_runtime_create(LOOM_TARGET_GPU);
+    if (!g || loom_runtime_status(g) != LOOM_OK) {
+        loom_runtime_destroy(g);
+        loom_kernel_destroy(k);
+        cr_skip_test("no GPU");
+    }
+    loom_runtime *c = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    int n = loom_kernel_num_args(k);
+    loom_buffer *bg[LOOM_MAX_ARGS] = {0}, *bc[LOOM_MAX_ARGS] = {0};
+    unsigned char *host[LOOM_MAX_ARGS] = {0}, *hg[LOOM_MAX_ARGS] = {0};
+    loom_arg ag[LOOM_MAX_ARGS], ac[LOOM_MAX_ARGS];
+    uint32_t seed = 12345;
+    for (int i = 0; i < n; i++) {
+        loom_arg_info info;
+        loom_kernel_arg_info(k, i, &info);
+        if (!info.is_tensor) {
+            ag[i] = ac[i] = spec[i].scalar;
+            continue;
+        }
+        size_t es = loom_dtype_size(info.dtype), cnt = info.min_bytes / es;
+        host[i] = malloc(info.min_bytes);
+        hg[i] = malloc(info.min_bytes);
+        for (size_t e = 0; e < cnt; e++) {
+            double v;
+            uint32_t r = rng_next(&seed);
+            bool fl = info.dtype == LOOM_F32 || info.dtype == LOOM_F16 || info.dtype == LOOM_BF16;
+            if (!(info.access & LOOM_IN))
+                v = 0;
+            else if (spec[i].fill == FILL_RANGE)
+                v = (double)(spec[i].lo + (int64_t)(r % (uint32_t)(spec[i].hi - spec[i].lo + 1)));
+            else if (spec[i].fill == FILL_SMALLINT || info.dtype == LOOM_I1)
+                v = info.dtype == LOOM_I1 ? (double)(r & 1) : (double)((int)(r % 17) - 8);
+            else if (fl)
+                v = ((double)(r % 1000000) / 1000000.0 - 0.5) * 8.0;
+            else
+                v = (double)((int)(r % 200) - 100 == 0 ? 7 : (int)(r % 200) - 100);
+            fill_elem(host[i] + e * es, info.dtype, v);
+        }
+        if (!(info.access & LOOM_IN))
+            memset(host[i], 0x55, info.min_bytes);
+        bg[i] = loom_buffer_create(g, info.min_bytes);
+        bc[i] = loom_buffer_create(c, info.min_bytes);
+        cr_assert(bg[i] && bc[i]);
+        loom_buffer_upload(bg[i], host[i], info.min_bytes);
+        loom_buffer_upload(bc[i], host[i], info.min_bytes);
+        ag[i] = LOOM_ARG_BUF(bg[i]);
+        ac[i] = LOOM_ARG_BUF(bc[i]);
+    }
+    loom_status st = loom_launch(c, k, grid, ac, n);
+    cr_assert_eq(st, LOOM_OK, "interpreter: %s", loom_runtime_error(c));
+    st = loom_launch(g, k, grid, ag, n);
+    cr_assert_eq(st, LOOM_OK, "GPU: %s", loom_runtime_error(g));
+    for (int i = 0; i < n; i++) {
+        loom_arg_info info;
+        loom_kernel_arg_info(k, i, &info);
+        if (!info.is_tensor)
+            continue;
+        loom_buffer_download(bg[i], hg[i], info.min_bytes);
+        loom_buffer_download(bc[i], host[i], info.min_bytes);
+        size_t es = loom_dtype_size(info.dtype), cnt = info.min_bytes / es;
+        bool fl = info.dtype == LOOM_F32 || info.dtype == LOOM_F16 || info.dtype == LOOM_BF16;
+        int bad = 0;
+        for (size_t e = 0; e < cnt && bad < 5; e++) {
+            const unsigned char *x = hg[i] + e * es, *y = host[i] + e * es;
+            bool ok = fl ? ulps(info.dtype, x, y) <= max_ulps : memcmp(x, y, es) == 0;
+            if (!ok) {
+                bad++;
+                uint64_t ux = 0, uy = 0;
+                memcpy(&ux, x, es);
+                memcpy(&uy, y, es);
+                cr_expect(ok, "kernel %s: '%s' element %zu: GPU bits 0x%llx, interpreter 0x%llx", loom_kernel_name(k),
+                          info.name, e, (unsigned long long)ux, (unsigned long long)uy);
+            }
+        }
+        loom_buffer_destroy(bg[i]);
+        loom_buffer_destroy(bc[i]);
+        free(host[i]);
+        free(hg[i]);
+    }
+    loom_runtime_destroy(g);
+    loom_runtime_destroy(c);
+    loom_kernel_destroy(k);
+}
+
+static const int ONE[3] = {1, 1, 1};
+#define NOSPEC ((dspec[LOOM_MAX_ARGS]){{0}})
+
+Test(codegen_gpu, float_ops_exact)
+{
+    dspec s[LOOM_MAX_ARGS] = {[3] = {.scalar = LOOM_ARG_F32(1.5f)}};
+    gpu_vs_interp(float_ops_x(LOOM_F32, 16, 64, 1), ONE, s, 0);
+    gpu_vs_interp(float_ops_x(LOOM_F16, 8, 64, 1), ONE, s, 0);
+    gpu_vs_interp(float_ops_x(LOOM_BF16, 8, 32, 1), ONE, s, 0);
+    gpu_vs_interp(float_ops_x(LOOM_F32, 3, 10, 1), ONE, s, 0);
+}
+
+Test(codegen_gpu, float_ops_approx)
+{
+    dspec s[LOOM_MAX_ARGS] = {[3] = {.scalar = LOOM_ARG_F32(-2.25f)}};
+    /* lg2.approx's error is absolute (about 2^-22): near log2(x) = 0 that is many ulps */
+    gpu_vs_interp(float_ops_x(LOOM_F32, 16, 64, 0), ONE, s, 256);
+    gpu_vs_interp(float_ops_x(LOOM_F16, 8, 64, 0), ONE, s, 1);
+}
+
+Test(codegen_gpu, int_ops)
+{
+    dspec s[LOOM_MAX_ARGS] = {[4] = {.scalar = LOOM_ARG_I32(-3)}};
+    gpu_vs_interp(int_ops(LOOM_I32), ONE, s, 0);
+    dspec s64[LOOM_MAX_ARGS] = {[4] = {.scalar = LOOM_ARG_I64(5)}};
+    gpu_vs_interp(int_ops(LOOM_I64), ONE, s64, 0);
+}
+
+Test(codegen_gpu, shapes) { gpu_vs_interp(shape_ops(), ONE, NOSPEC, 0); }
+
+Test(codegen_gpu, reductions)
+{
+    dspec s[LOOM_MAX_ARGS] = {{.fill = FILL_SMALLINT}};
+    gpu_vs_interp(reduce_kernel(LOOM_F32, 64, 64, 4), ONE, s, 0);
+    gpu_vs_interp(reduce_kernel(LOOM_F16, 4, 1024, 4), ONE, s, 0);
+    gpu_vs_interp(reduce_kernel(LOOM_BF16, 128, 8, 8), ONE, s, 0);
+    gpu_vs_interp(reduce_kernel(LOOM_I32, 32, 32, 4), ONE, NOSPEC, 0);
+    gpu_vs_interp(reduce_kernel(LOOM_I64, 16, 16, 1), ONE, NOSPEC, 0);
+    gpu_vs_interp(reduce_kernel(LOOM_F32, 5, 37, 4), ONE, s, 0);
+    gpu_vs_interp(reduce_kernel(LOOM_F32, 4, 1024, 8), ONE, s, 0); /* reduced dim split over warps */
+}
+
+Test(codegen_gpu, matmul_bit_exact)
+{
+    int g1[3] = {4, 4, 1}, g2[3] = {4, 3, 1}, g3[3] = {2, 2, 1};
+    gpu_vs_interp(matmul(256, 256, 256, 64, 64, 32, LOOM_F16, 0), g1, NOSPEC, 0);
+    gpu_vs_interp(matmul(100, 72, 50, 32, 32, 16, LOOM_F16, 1), g2, NOSPEC, 0);
+    gpu_vs_interp(matmul(64, 64, 64, 32, 32, 16, LOOM_F32, 0), g3, NOSPEC, 0);
+    gpu_vs_interp(matmul(64, 64, 64, 32, 32, 16, LOOM_BF16, 1), g3, NOSPEC, 0);
+    int g4[3] = {1, 1, 1};
+    gpu_vs_interp(matmul(30, 20, 10, 32, 32, 10, LOOM_F16, 0), g4, NOSPEC, 0);
+}
+
+Test(codegen_gpu, memory_ops)
+{
+    dspec s[LOOM_MAX_ARGS] = {[1] = {.fill = FILL_RANGE, .lo = 0, .hi = 49}, [5] = {.scalar = LOOM_ARG_I64(5)}};
+    gpu_vs_interp(memory_ops(), ONE, s, 0);
+}
+
+Test(codegen_gpu, control_flow)
+{
+    dspec s[LOOM_MAX_ARGS] = {[2] = {.scalar = LOOM_ARG_I32(64)}};
+    gpu_vs_interp(control_flow(), ONE, s, 0);
+    s[2].scalar = LOOM_ARG_I32(0);
+    gpu_vs_interp(control_flow(), ONE, s, 0);
+}
+
+Test(codegen_gpu, examples)
+{
+    int g[3] = {98, 1, 1};
+    gpu_vs_interp(vector_add(100000, 1024, LOOM_F32, 0), g, NOSPEC, 0);
+    int g2[3] = {4, 1, 1};
+    gpu_vs_interp(vector_add(1000, 256, LOOM_F32, 1), g2, NOSPEC, 0);
+    gpu_vs_interp(vector_add(1000, 256, LOOM_BF16, 0), g2, NOSPEC, 0);
+    int g3[3] = {8, 1, 1};
+    dspec si[LOOM_MAX_ARGS] = {{.fill = FILL_SMALLINT}};
+    gpu_vs_interp(odd_kernel(), ONE, si, 0);
+    (void)g3;
 }
