@@ -12,7 +12,12 @@
  *                              pass (verify, fold, layouts, smem)
  *   LOOM_DUMP_LLVM=1           print the LLVM IR after O3 to stderr
  *   LOOM_DUMP_PTX=1            print the PTX to stderr
+ *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug)
  *
+ * Checked with LLVM 19 (the default) and LLVM 22 (cmake -DLOOM_LLVM_CONFIG=...):
+ * kernels carry both the PTX kernel calling convention and the nvvm.annotations
+ * "kernel" entry, and .maxntid both as metadata and as the "nvvm.maxntid" attribute
+ * (ptxas refuses .maxntid together with .reqntid, so only maxntid is set).
  * A user's mistake comes back as a status and a message; an internal error names the
  * codegen file and line where it was detected.  Nothing here exits or aborts.
  */
