@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# run.sh -- loom's main job on sensible defaults: set up, build, then run every template
-# checked against its reference: on the GPU and on the interpreter where there is a GPU
-# (showing that they agree), else on the interpreter at a small shape.  PTX for every
-# template is written to build/ptx.
+# run.sh -- loom's main job on sensible defaults: set up, build, write PTX for every
+# template (build/ptx), then run every template with random inputs checked against its
+# plain-C reference.  With a GPU: at the default (benchmark) shapes, on the GPU and on the
+# interpreter, showing that both agree.  Without one: it says so and runs the interpreter
+# at small shapes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
 BUILD="${LOOM_BUILD_DIR:-build}"
 L="$BUILD/loomc"
-"$L" emit --all --arch sm_90a -o "$BUILD/ptx" || echo "(PTX generation failed)"
-small="B=64,U=3,M=45,N=100"
-if "$L" run ikbo_broadcast_add --shape "$small" | tee /dev/stderr | grep -q "no GPU"; then
-    "$L" run ikbo_broadcast_add --shape "$small,shuffle=1,dtype=f32"
+"$L" emit --all --arch sm_90a -o "$BUILD/ptx"
+if "$L" run ikbo_broadcast_add --shape B=2,U=1,M=3,N=5 | grep -q "no GPU here"; then
+    echo "no GPU on this machine: running every template on the interpreter at small shapes"
+    "$L" run ikbo_broadcast_add --shape B=64,U=3,M=45,N=100,shuffle=1 --interpret
+    "$L" run ikbo_broadcast_add --shape B=33,U=33,M=17,N=9,dtype=f32 --interpret
+    "$L" run row_softmax --shape R=64,N=1000 --interpret
+    "$L" run row_softmax --shape R=16,N=300,dtype=f16 --config BM=4 --interpret
 else
-    "$L" run ikbo_broadcast_add
+    for t in $("$L" list); do "$L" run "$t"; done
 fi
