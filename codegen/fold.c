@@ -63,21 +63,6 @@ static void make_const(ir_op *op, loom_dtype dt, kval r)
     }
 }
 
-static int64_t f2i(loom_dtype dt, float x)
-{
-    if (isnan(x))
-        return 0;
-    if (dt == LOOM_I1)
-        return x != 0;
-    double lo = dt == LOOM_I32 ? -2147483648.0 : -9223372036854775808.0;
-    double hi = dt == LOOM_I32 ? 2147483647.0 : 9223372036854775807.0;
-    double t = trunc((double)x);
-    if (t <= lo)
-        return dt == LOOM_I32 ? INT32_MIN : INT64_MIN;
-    if (t >= hi)
-        return dt == LOOM_I32 ? INT32_MAX : INT64_MAX;
-    return (int64_t)t;
-}
 
 /* Evaluate a pure elementwise op on constants; false if it must not be folded. */
 static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const kval *x, kval *r)
@@ -87,7 +72,7 @@ static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const kval *x, 
         if (x[0].isf && r->isf)
             r->f = ir_round_to(out, (float)x[0].f);
         else if (x[0].isf)
-            r->i = out == LOOM_I1 ? ((float)x[0].f != 0) : f2i(out, (float)x[0].f);
+            r->i = ir_float_to_int(out, (float)x[0].f);
         else if (r->isf)
             r->f = ir_round_to(out, (float)x[0].i);
         else

@@ -118,3 +118,19 @@ int64_t ir_wrap_int(loom_dtype t, int64_t v)
     default: return v;
     }
 }
+
+int64_t ir_float_to_int(loom_dtype dt, float x)
+{
+    if (dt == LOOM_I1)
+        return x != 0; /* NaN != 0: true */
+    if (isnan(x))
+        return 0;
+    double lo = dt == LOOM_I32 ? -2147483648.0 : -9223372036854775808.0;
+    double hi = dt == LOOM_I32 ? 2147483647.0 : 9223372036854775807.0;
+    double t = trunc((double)x);
+    if (t <= lo)
+        return dt == LOOM_I32 ? INT32_MIN : INT64_MIN;
+    if (t >= hi)
+        return dt == LOOM_I32 ? INT32_MAX : INT64_MAX;
+    return (int64_t)t;
+}

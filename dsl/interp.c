@@ -346,22 +346,6 @@ static bool interp_select(interp *in, const ir_op *op)
     return true;
 }
 
-/* Float to integer: truncate toward zero, NaN gives 0, out of range saturates. */
-static int64_t f2i(loom_dtype dt, float x)
-{
-    if (isnan(x))
-        return 0;
-    if (dt == LOOM_I1)
-        return x != 0;
-    double lo = dt == LOOM_I32 ? -2147483648.0 : -9223372036854775808.0;
-    double hi = dt == LOOM_I32 ? 2147483647.0 : 9223372036854775807.0;
-    double t = trunc((double)x);
-    if (t <= lo)
-        return dt == LOOM_I32 ? INT32_MIN : INT64_MIN;
-    if (t >= hi)
-        return dt == LOOM_I32 ? INT32_MAX : INT64_MAX;
-    return (int64_t)t;
-}
 
 static bool interp_cast(interp *in, const ir_op *op)
 {
@@ -371,7 +355,7 @@ static bool interp_cast(interp *in, const ir_op *op)
         if (a->f && r->f)
             r->f[e] = ir_round_to(to, a->f[e]);
         else if (a->f)
-            r->i[e] = to == LOOM_I1 ? (a->f[e] != 0) : f2i(to, a->f[e]);
+            r->i[e] = ir_float_to_int(to, a->f[e]);
         else if (r->f) /* int -> float rounds once: directly for f32, via an exact double else */
             r->f[e] = to == LOOM_F32 ? (float)a->i[e] : ir_round_to_d(to, (double)a->i[e]);
         else

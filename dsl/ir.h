@@ -192,6 +192,9 @@ float ir_round_to(loom_dtype t, float f);
 float ir_round_to_d(loom_dtype t, double d);
 /* Wrap an integer to dtype t's width (i32 wraps, i1 is != 0). */
 int64_t ir_wrap_int(loom_dtype t, int64_t v);
+/* Float to integer as loom_cast defines it: to i1 is x != 0 (NaN gives 1); to i32/i64
+ * truncates toward zero, NaN gives 0, out of range saturates. */
+int64_t ir_float_to_int(loom_dtype t, float x);
 
 /* ---------------------------------------------------------------- interpreter */
 
