@@ -266,5 +266,6 @@ loom_status cg_fold(cg_ctx *cg)
     if (getenv("LOOM_NO_FOLD") && *getenv("LOOM_NO_FOLD") == '1')
         return LOOM_OK;
     fold_block(cg, 1);
+    cg->k->gen++; /* the IR changed in place: cached verify/print answers are stale */
     return cg->st;
 }

@@ -107,6 +107,7 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
 
     LLVMContextRef ctx = NULL;
     void *mod = NULL, *tm = NULL;
+    loom_kernel *work = NULL;
 
     /* 1. verify */
     if (loom_verify(k) != LOOM_OK) {
@@ -115,6 +116,13 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
     }
     if (after(cg, "verify"))
         goto out;
+    /* the passes below rewrite IR (fold): they work on a copy, so the user's kernel and
+     * its printed text, which keys the module cache, stay as they were built */
+    cg->k = work = ir_kernel_clone(k);
+    if (!work) {
+        cg_fail(cg, LOOM_ERR_NOMEM, "out of memory copying the kernel");
+        goto out;
+    }
     cg->div = calloc(k->nvals ? k->nvals : 1, sizeof *cg->div);
     if (!cg->div) {
         cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
@@ -153,6 +161,7 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
     if (smem_bytes_out)
         *smem_bytes_out = cg->smem_bytes;
 out:
+    loom_kernel_destroy(work);
     if (mod)
         LLVMDisposeModule((LLVMModuleRef)mod);
     cg_target_machine_free(tm);

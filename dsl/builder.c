@@ -492,6 +492,7 @@ static void close_region(loom_kernel *k, loom_src at, uint32_t o, int reg, int n
     }
     k->blocks[b].closed = true;
     k->nopen--;
+    k->gen++;
 }
 
 void loom_for_end_at(loom_src at, loom_kernel *k, loom_region_op loop, int n, const loom_val *ys)

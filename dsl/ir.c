@@ -139,6 +139,76 @@ void loom_kernel_destroy(loom_kernel *k)
 const char *loom_kernel_name(const loom_kernel *k) { return k ? k->name : ""; }
 int loom_kernel_num_warps(const loom_kernel *k) { return k ? k->num_warps : 0; }
 
+/* A deep copy of a finished kernel (no diagnostics, no builder state): passes that
+ * rewrite IR work on it, so compiling never changes the user's kernel or its printed
+ * text (which keys the module cache). */
+loom_kernel *ir_kernel_clone(const loom_kernel *k)
+{
+    loom_kernel *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->name = strdup(k->name);
+    c->num_warps = k->num_warps;
+    c->nvals = k->nvals;
+    c->nops = k->nops;
+    c->nblocks = k->nblocks;
+    if (!c->name || !grow(c, (void **)&c->vals, &c->capvals, k->nvals, sizeof(ir_value)) ||
+        !grow(c, (void **)&c->ops, &c->capops, k->nops, sizeof(ir_op)) ||
+        !grow(c, (void **)&c->blocks, &c->capblocks, k->nblocks, sizeof(ir_block)))
+        goto fail;
+    memcpy(c->vals, k->vals, k->nvals * sizeof(ir_value));
+    memcpy(c->ops, k->ops, k->nops * sizeof(ir_op));
+    memcpy(c->blocks, k->blocks, k->nblocks * sizeof(ir_block));
+    memcpy(c->args, k->args, sizeof k->args);
+    c->nargs = k->nargs;
+    /* names, operand lists and block arguments point into k's arena: copy them */
+    for (uint32_t v = 0; v < c->nvals; v++)
+        if (k->vals[v].name && !(c->vals[v].name = ir_arena_strdup(&c->arena, k->vals[v].name)))
+            goto fail;
+    for (int a = 0; a < c->nargs; a++)
+        c->args[a].name = c->vals[c->args[a].value].name;
+    for (uint32_t o = 0; o < c->nops; o++) {
+        ir_op *op = &c->ops[o];
+        uint32_t *lists[2] = {op->opnd, op->res};
+        uint32_t counts[2] = {op->nopnd, op->nres};
+        for (int l = 0; l < 2; l++) {
+            if (!counts[l])
+                continue;
+            uint32_t *n = ir_arena_alloc(&c->arena, counts[l] * sizeof(uint32_t));
+            if (!n)
+                goto fail;
+            memcpy(n, lists[l], counts[l] * sizeof(uint32_t));
+            if (l == 0)
+                op->opnd = n;
+            else
+                op->res = n;
+        }
+    }
+    for (uint32_t b = 1; b < c->nblocks; b++) {
+        ir_block *blk = &c->blocks[b];
+        const uint32_t *ops = blk->ops, *args = blk->args;
+        blk->ops = NULL;
+        blk->args = NULL;
+        blk->capops = blk->nops;
+        if (blk->nops && !(blk->ops = malloc(blk->nops * sizeof(uint32_t))))
+            goto fail;
+        if (blk->nops)
+            memcpy(blk->ops, ops, blk->nops * sizeof(uint32_t));
+        if (blk->nargs) {
+            if (!(blk->args = ir_arena_alloc(&c->arena, blk->nargs * sizeof(uint32_t))))
+                goto fail;
+            memcpy(blk->args, args, blk->nargs * sizeof(uint32_t));
+        }
+    }
+    return c;
+fail:
+    for (uint32_t b = 1; c->blocks && b < c->nblocks; b++)
+        if (c->blocks[b].ops == k->blocks[b].ops)
+            c->blocks[b].ops = NULL; /* not yet copied: still k's */
+    loom_kernel_destroy(c);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- diagnostics */
 
 void ir_error(loom_kernel *k, loom_src at, const char *opname, const char *fmt, ...)
@@ -168,6 +238,7 @@ void ir_error(loom_kernel *k, loom_src at, const char *opname, const char *fmt, 
         k->diags = d;
         k->capdiags = nc;
     }
+    k->gen++;
     k->diags[k->ndiags].src = at;
     k->diags[k->ndiags].msg = strdup(line);
     if (k->diags[k->ndiags].msg)
@@ -208,6 +279,7 @@ static uint32_t new_value(loom_kernel *k, ir_type t, ir_valkind kind, uint32_t d
 {
     if (!grow(k, (void **)&k->vals, &k->capvals, k->nvals, sizeof(ir_value)))
         return 0;
+    k->gen++;
     uint32_t v = k->nvals++;
     k->vals[v] = (ir_value){.type = t, .kind = kind, .def = def, .index = index, .block = block};
     return v;
@@ -217,6 +289,7 @@ uint32_t ir_block_new(loom_kernel *k, uint32_t parent)
 {
     if (!grow(k, (void **)&k->blocks, &k->capblocks, k->nblocks, sizeof(ir_block)))
         return 0;
+    k->gen++;
     uint32_t b = k->nblocks++;
     k->blocks[b] = (ir_block){.parent = parent};
     return b;
@@ -254,6 +327,7 @@ uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *
         return 0;
     if (!grow(k, (void **)&k->ops, &k->capops, k->nops, sizeof(ir_op)))
         return 0;
+    k->gen++;
     uint32_t o = k->nops++;
     ir_op *op = ir_opp(k, o);
     *op = (ir_op){.kind = (uint16_t)kind, .src = at};
@@ -300,6 +374,7 @@ uint32_t ir_op_add_result(loom_kernel *k, uint32_t o, ir_type t)
 
 void ir_op_unlink(loom_kernel *k, uint32_t o)
 {
+    k->gen++;
     ir_block *blk = ir_blk(k, ir_opp(k, o)->block);
     for (uint32_t i = 0; i < blk->nops; i++)
         if (blk->ops[i] == o) {
@@ -432,8 +507,10 @@ int loom_kernel_arg_info(const loom_kernel *k, int i, loom_arg_info *out)
 
 loom_val loom_name(loom_kernel *k, loom_val v, const char *name)
 {
-    if (k && ir_valid(k, v) && name)
+    if (k && ir_valid(k, v) && name) {
         k->vals[v].name = ir_arena_strdup(&k->arena, name);
+        k->gen++;
+    }
     return v;
 }
 

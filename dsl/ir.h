@@ -148,12 +148,21 @@ struct loom_kernel {
     uint32_t open[64];
     int nopen;
     bool oom;
+    /* Bumped by every change to the IR or its diagnostics; loom_verify and loom_print
+     * reuse their last answer while it holds, so launching a kernel many times does not
+     * re-verify or re-print it. */
+    uint64_t gen;
+    uint64_t verified_gen, printed_gen; /* gen + 1 of the cached answer; 0: none */
+    loom_status verified;
     /* diagnostics */
     ir_diag *diags;
     int ndiags, capdiags;
     char *errtext;
     char *printed;
 };
+
+/* A deep copy of kernel k for passes that rewrite IR; NULL when out of memory. */
+loom_kernel *ir_kernel_clone(const loom_kernel *k);
 
 /* Record a user error at `at` for op `opname` (may be NULL). */
 void ir_error(loom_kernel *k, loom_src at, const char *opname, const char *fmt, ...)

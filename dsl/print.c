@@ -262,6 +262,8 @@ const char *loom_print(loom_kernel *k)
 {
     if (!k)
         return "";
+    if (k->printed && k->printed_gen == k->gen + 1)
+        return k->printed;
     pbuf p = {0};
     p.num = calloc(k->nvals + 1, sizeof(uint32_t));
     if (!p.num)
@@ -298,5 +300,6 @@ const char *loom_print(loom_kernel *k)
     }
     free(k->printed);
     k->printed = p.s;
+    k->printed_gen = k->gen + 1;
     return p.s ? p.s : "";
 }

@@ -74,8 +74,10 @@ loom_status loom_verify(loom_kernel *k)
 {
     if (!k)
         return LOOM_ERR_INVALID;
+    if (k->verified_gen == k->gen + 1)
+        return k->verified;
     verify_block(k, 1);
-    if (k->ndiags || k->oom)
-        return LOOM_ERR_VERIFY;
-    return LOOM_OK;
+    k->verified = k->ndiags || k->oom ? LOOM_ERR_VERIFY : LOOM_OK;
+    k->verified_gen = k->gen + 1; /* after verify_block: its errors bumped gen */
+    return k->verified;
 }

@@ -685,9 +685,7 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
         stats_record(lp);
         return LOOM_ERR_COMPILE;
     }
-    lp->ptx_bytes = strlen(ptx);
-    if (env_on("LOOM_DUMP_PTX"))
-        fprintf(stderr, "// PTX of kernel '%s' for %s\n%s\n", name, g->props.arch, ptx);
+    lp->ptx_bytes = strlen(ptx); /* (LOOM_DUMP_PTX is printed by the code generator) */
     char what[160];
     snprintf(what, sizeof what, "kernel '%s' (%s)", name, g->props.arch);
     t0 = now_ms();
