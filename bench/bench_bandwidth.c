@@ -12,66 +12,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
-typedef struct run {
-    loom_kernel *k;
-    loom_buffer *buf[LOOM_MAX_ARGS];
-    loom_arg args[LOOM_MAX_ARGS];
-    int nargs, grid[3];
-    size_t bytes; /* minimum traffic: every input read once, every output written once */
-} run;
-
-static void run_free(run *r)
-{
-    for (int i = 0; i < r->nargs; i++)
-        loom_buffer_destroy(r->buf[i]);
-    loom_kernel_destroy(r->k);
-    memset(r, 0, sizeof *r);
-}
-
-/* Build template t at (shape, config), random inputs uploaded, outputs poisoned. */
-static int run_setup(loom_runtime *rt, const loom_template *t, const int64_t *shape,
-                     const int64_t *config, run *r)
-{
-    char err[512] = "";
-    memset(r, 0, sizeof *r);
-    r->k = t->build(shape, config, err, sizeof err);
-    if (!r->k) {
-        fprintf(stderr, "%s: %s\n", t->name, err);
-        return -1;
-    }
-    r->nargs = loom_kernel_num_args(r->k);
-    void *host[LOOM_MAX_ARGS] = {0};
-    int64_t scal[LOOM_MAX_ARGS] = {0};
-    loom_arg_info ai[LOOM_MAX_ARGS];
-    for (int i = 0; i < r->nargs; i++) {
-        loom_kernel_arg_info(r->k, i, &ai[i]);
-        host[i] = ai[i].is_tensor ? calloc(1, ai[i].min_bytes) : &scal[i];
-        if (!host[i])
-            return -1;
-    }
-    t->init(shape, host, 42);
-    int rc = 0;
-    for (int i = 0; i < r->nargs; i++) {
-        if (!ai[i].is_tensor) {
-            memcpy(&r->args[i].s, &scal[i], sizeof r->args[i].s);
-            continue;
-        }
-        r->bytes += ai[i].min_bytes;
-        r->buf[i] = loom_buffer_create(rt, ai[i].min_bytes);
-        if (!r->buf[i] || loom_buffer_upload(r->buf[i], host[i], ai[i].min_bytes) != LOOM_OK) {
-            fprintf(stderr, "%s: %s\n", t->name, loom_runtime_error(rt));
-            rc = -1;
-        } else if (ai[i].access == LOOM_OUT) {
-            loom_buffer_fill(r->buf[i], 0xff);
-        }
-        r->args[i] = LOOM_ARG_BUF(r->buf[i]);
-        free(host[i]);
-    }
-    t->grid(shape, config, r->grid);
-    return rc;
-}
 
 typedef struct row {
     char name[96];
@@ -105,13 +45,13 @@ static void bench(loom_runtime *rt, const char *tname, const char *shape_s, cons
             printf("  %s [%s]: check failed: %s\n", tname, configs[c], rep);
             continue;
         }
-        run r;
-        if (run_setup(rt, t, shape, config, &r) != 0) {
-            run_free(&r);
+        loom_instance r;
+        if (loom_instance_create(rt, t, shape, config, 42, &r, err, sizeof err) != LOOM_OK) {
+            printf("  %s [%s]: %s\n", tname, configs[c], err);
             continue;
         }
         double ms = 0;
-        loom_status st = loom_time_launch(rt, r.k, r.grid, r.args, r.nargs, 5, 30, &ms);
+        loom_status st = loom_time_launch(rt, r.kernel, r.grid, r.args, r.nargs, 5, 30, &ms);
         if (st != LOOM_OK)
             printf("  %s [%s]: %s\n", tname, configs[c], loom_runtime_error(rt));
         else
@@ -121,7 +61,7 @@ static void bench(loom_runtime *rt, const char *tname, const char *shape_s, cons
             snprintf(best_cfg, sizeof best_cfg, "%s", configs[c]);
         }
         bytes = r.bytes;
-        run_free(&r);
+        loom_instance_destroy(&r);
     }
     if (best >= 1e30)
         return;

@@ -426,6 +426,26 @@ const loom_template *loom_template_find(const char *name);
  * in err naming the key. */
 int loom_params_parse(const loom_param *params, int n, const char *text, int64_t *vals, char *err,
                       size_t errlen);
+/* A template made ready to launch: its kernel, its grid, and a buffer per tensor argument
+ * holding random inputs (the template's init, from `seed`) with outputs poisoned (every
+ * byte 0xff).  host[i] keeps the host copy of argument i (scalars: scalars[i]). */
+typedef struct loom_instance {
+    loom_kernel *kernel;
+    int nargs, grid[3];
+    loom_arg args[LOOM_MAX_ARGS];
+    loom_buffer *buf[LOOM_MAX_ARGS];
+    void *host[LOOM_MAX_ARGS];
+    int64_t scalars[LOOM_MAX_ARGS];
+    loom_arg_info info[LOOM_MAX_ARGS];
+    size_t bytes; /* every tensor's extent: the traffic of one read or write of each */
+} loom_instance;
+/* Build and set up an instance; on failure the reason is in err and nothing is left
+ * allocated. */
+loom_status loom_instance_create(loom_runtime *rt, const loom_template *t, const int64_t *shape,
+                                 const int64_t *config, uint64_t seed, loom_instance *out,
+                                 char *err, size_t errlen);
+void loom_instance_destroy(loom_instance *in);
+
 /* Run template t at (shape, config) on runtime rt with random inputs and check every
  * output element against its reference; returns LOOM_OK when all pass.  A summary line
  * is written into report. */

@@ -94,84 +94,107 @@ int loom_params_parse(const loom_param *params, int n, const char *text, int64_t
     return rc;
 }
 
+void loom_instance_destroy(loom_instance *in)
+{
+    if (!in)
+        return;
+    for (int i = 0; i < in->nargs; i++) {
+        loom_buffer_destroy(in->buf[i]);
+        if (in->info[i].is_tensor)
+            free(in->host[i]);
+    }
+    loom_kernel_destroy(in->kernel);
+    memset(in, 0, sizeof *in);
+}
+
+loom_status loom_instance_create(loom_runtime *rt, const loom_template *t, const int64_t *shape,
+                                 const int64_t *config, uint64_t seed, loom_instance *in,
+                                 char *err, size_t errlen)
+{
+    memset(in, 0, sizeof *in);
+    char why[1024] = "";
+    in->kernel = t->build(shape, config, why, sizeof why);
+    if (!in->kernel) {
+        snprintf(err, errlen, "%s: refused: %s", t->name, why);
+        return LOOM_ERR_INVALID;
+    }
+    if (loom_verify(in->kernel) != LOOM_OK) {
+        snprintf(err, errlen, "%s: %s", t->name, loom_kernel_errors(in->kernel));
+        loom_instance_destroy(in);
+        return LOOM_ERR_VERIFY;
+    }
+    in->nargs = loom_kernel_num_args(in->kernel);
+    for (int i = 0; i < in->nargs; i++) {
+        loom_kernel_arg_info(in->kernel, i, &in->info[i]);
+        in->host[i] = in->info[i].is_tensor ? calloc(1, in->info[i].min_bytes) : &in->scalars[i];
+        if (!in->host[i]) {
+            snprintf(err, errlen, "%s: out of host memory", t->name);
+            loom_instance_destroy(in);
+            return LOOM_ERR_NOMEM;
+        }
+    }
+    t->init(shape, in->host, seed);
+    loom_status st = LOOM_OK;
+    for (int i = 0; i < in->nargs && st == LOOM_OK; i++) {
+        const loom_arg_info *ai = &in->info[i];
+        if (!ai->is_tensor) {
+            in->args[i] = (loom_arg){.buf = NULL};
+            memcpy(&in->args[i].s, &in->scalars[i], sizeof in->args[i].s);
+            continue;
+        }
+        in->bytes += ai->min_bytes;
+        in->buf[i] = loom_buffer_create(rt, ai->min_bytes);
+        st = in->buf[i] ? loom_buffer_upload(in->buf[i], in->host[i], ai->min_bytes) : LOOM_ERR_NOMEM;
+        if (st == LOOM_OK && ai->access == LOOM_OUT)
+            st = loom_buffer_fill(in->buf[i], 0xff); /* poison: NaN / -1 everywhere */
+        in->args[i] = LOOM_ARG_BUF(in->buf[i]);
+    }
+    if (st != LOOM_OK) {
+        snprintf(err, errlen, "%s: setup failed (%s): %s", t->name, loom_status_name(st),
+                 loom_runtime_error(rt));
+        loom_instance_destroy(in);
+        return st;
+    }
+    t->grid(shape, config, in->grid);
+    return LOOM_OK;
+}
+
 loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const int64_t *shape,
                                 const int64_t *config, uint64_t seed, char *report, size_t n)
 {
-    char err[1024] = "";
-    loom_kernel *k = t->build(shape, config, err, sizeof err);
-    if (!k) {
-        snprintf(report, n, "%s: refused: %s", t->name, err);
-        return LOOM_ERR_INVALID;
-    }
-    loom_status st = loom_verify(k);
-    if (st != LOOM_OK) {
-        snprintf(report, n, "%s: %s", t->name, loom_kernel_errors(k));
-        loom_kernel_destroy(k);
+    loom_instance in;
+    loom_status st = loom_instance_create(rt, t, shape, config, seed, &in, report, n);
+    if (st != LOOM_OK)
         return st;
-    }
-    int na = loom_kernel_num_args(k);
-    void *host[LOOM_MAX_ARGS] = {0}, *ref[LOOM_MAX_ARGS] = {0}, *got[LOOM_MAX_ARGS] = {0};
-    loom_buffer *buf[LOOM_MAX_ARGS] = {0};
-    loom_arg args[LOOM_MAX_ARGS];
-    int64_t scalars[LOOM_MAX_ARGS] = {0};
-    loom_arg_info ai[LOOM_MAX_ARGS] = {0};
-    st = LOOM_OK;
-    for (int i = 0; i < na && st == LOOM_OK; i++) {
-        loom_kernel_arg_info(k, i, &ai[i]);
-        if (!ai[i].is_tensor) {
-            host[i] = &scalars[i];
-            continue;
-        }
-        host[i] = calloc(1, ai[i].min_bytes);
-        if (ai[i].access & LOOM_OUT) {
-            ref[i] = calloc(1, ai[i].min_bytes);
-            got[i] = calloc(1, ai[i].min_bytes);
-        }
-        if (!host[i] || ((ai[i].access & LOOM_OUT) && (!ref[i] || !got[i])))
-            st = LOOM_ERR_NOMEM;
-    }
-    if (st == LOOM_OK) {
-        t->init(shape, host, seed);
-        for (int i = 0; i < na && st == LOOM_OK; i++) {
-            if (!ai[i].is_tensor) {
-                args[i] = (loom_arg){.buf = NULL};
-                memcpy(&args[i].s, &scalars[i], sizeof args[i].s);
-                continue;
-            }
-            buf[i] = loom_buffer_create(rt, ai[i].min_bytes);
-            if (!buf[i]) {
+    void *ref[LOOM_MAX_ARGS] = {0}, *got[LOOM_MAX_ARGS] = {0};
+    for (int i = 0; i < in.nargs && st == LOOM_OK; i++)
+        if (in.info[i].is_tensor && (in.info[i].access & LOOM_OUT)) {
+            ref[i] = calloc(1, in.info[i].min_bytes);
+            got[i] = calloc(1, in.info[i].min_bytes);
+            if (!ref[i] || !got[i])
                 st = LOOM_ERR_NOMEM;
-                break;
-            }
-            st = loom_buffer_upload(buf[i], host[i], ai[i].min_bytes);
-            if (st == LOOM_OK && ai[i].access == LOOM_OUT)
-                st = loom_buffer_fill(buf[i], 0xff); /* poison: NaN / -1 everywhere */
-            args[i] = LOOM_ARG_BUF(buf[i]);
         }
-    }
     if (st == LOOM_OK) {
-        int g[3];
-        t->grid(shape, config, g);
-        st = loom_launch(rt, k, g, args, na);
+        st = loom_launch(rt, in.kernel, in.grid, in.args, in.nargs);
         if (st != LOOM_OK)
             snprintf(report, n, "%s: launch failed (%s): %s", t->name, loom_status_name(st),
                      loom_runtime_error(rt));
     } else {
-        snprintf(report, n, "%s: setup failed (%s): %s", t->name, loom_status_name(st),
-                 loom_runtime_error(rt));
+        snprintf(report, n, "%s: out of host memory", t->name);
     }
     if (st == LOOM_OK) {
-        t->reference(shape, host, ref);
+        t->reference(shape, in.host, ref);
         int64_t bad = 0, total = 0;
         double worst = 0;
         char first[256] = "";
-        for (int i = 0; i < na && st == LOOM_OK; i++) {
+        for (int i = 0; i < in.nargs && st == LOOM_OK; i++) {
+            const loom_arg_info *ai = &in.info[i];
             if (!ref[i])
                 continue;
-            st = loom_buffer_download(buf[i], got[i], ai[i].min_bytes);
-            int64_t cnt = (int64_t)(ai[i].min_bytes / loom_dtype_size(ai[i].dtype));
+            st = loom_buffer_download(in.buf[i], got[i], ai->min_bytes);
+            int64_t cnt = (int64_t)(ai->min_bytes / loom_dtype_size(ai->dtype));
             for (int64_t e = 0; e < cnt; e++) {
-                double g = tpl_get(got[i], ai[i].dtype, e), r = tpl_get(ref[i], ai[i].dtype, e);
+                double g = tpl_get(got[i], ai->dtype, e), r = tpl_get(ref[i], ai->dtype, e);
                 double d = fabs(g - r);
                 bool ok = d <= t->atol + t->rtol * fabs(r) || (isnan(r) && isnan(g));
                 if (isnan(d) && !(isnan(r) && isnan(g)))
@@ -180,7 +203,7 @@ loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const 
                 if (!ok) {
                     if (!bad)
                         snprintf(first, sizeof first, " (first: %s[%lld] = %g, expected %g)",
-                                 ai[i].name, (long long)e, g, r);
+                                 ai->name, (long long)e, g, r);
                     bad++;
                 }
                 if (d > worst && !isnan(d))
@@ -193,13 +216,10 @@ loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const 
         if (bad && st == LOOM_OK)
             st = LOOM_ERR_RUNTIME;
     }
-    for (int i = 0; i < na; i++) {
-        loom_buffer_destroy(buf[i]);
-        if (ai[i].is_tensor)
-            free(host[i]);
+    for (int i = 0; i < in.nargs; i++) {
         free(ref[i]);
         free(got[i]);
     }
-    loom_kernel_destroy(k);
+    loom_instance_destroy(&in);
     return st;
 }
