@@ -43,17 +43,26 @@ static const char *bcast_shapes[] = {
 static const char *bcast_configs[] = {"BM=8,BN=256,warps=4", "BM=16,BN=64,warps=4", "BM=3,BN=40,warps=1",
                                       "BM=32,BN=256,warps=8"};
 
-Test(gpu, broadcast_add_matches_reference)
+/* Every shape under every config, on the GPU and on the interpreter. */
+static void check_all(const char *name, const char *const *shapes, size_t ns, const char *const *configs,
+                      size_t nc, uint64_t seed)
 {
     loom_runtime *rt = gpu_or_skip();
     loom_runtime *ri = loom_runtime_create(LOOM_TARGET_INTERPRET);
-    for (size_t s = 0; s < sizeof bcast_shapes / sizeof *bcast_shapes; s++)
-        for (size_t c = 0; c < sizeof bcast_configs / sizeof *bcast_configs; c++) {
-            check(rt, "ikbo_broadcast_add", bcast_shapes[s], bcast_configs[c], 100 + s);
-            check(ri, "ikbo_broadcast_add", bcast_shapes[s], bcast_configs[c], 100 + s);
+    for (size_t s = 0; s < ns; s++)
+        for (size_t c = 0; c < nc; c++) {
+            check(rt, name, shapes[s], configs[c], seed + s);
+            check(ri, name, shapes[s], configs[c], seed + s);
         }
     loom_runtime_destroy(ri);
     loom_runtime_destroy(rt);
+}
+
+#define COUNT(a) (sizeof(a) / sizeof *(a))
+
+Test(gpu, broadcast_add_matches_reference)
+{
+    check_all("ikbo_broadcast_add", bcast_shapes, COUNT(bcast_shapes), bcast_configs, COUNT(bcast_configs), 100);
 }
 
 static const char *sm_shapes[] = {"R=37,N=77,dtype=f32", "R=64,N=1000,dtype=f16", "R=5,N=4096,dtype=f32",
@@ -62,13 +71,5 @@ static const char *sm_configs[] = {"BM=1,warps=4", "BM=4,warps=4", "BM=2,warps=8
 
 Test(gpu, row_softmax_matches_reference)
 {
-    loom_runtime *rt = gpu_or_skip();
-    loom_runtime *ri = loom_runtime_create(LOOM_TARGET_INTERPRET);
-    for (size_t s = 0; s < sizeof sm_shapes / sizeof *sm_shapes; s++)
-        for (size_t c = 0; c < sizeof sm_configs / sizeof *sm_configs; c++) {
-            check(rt, "row_softmax", sm_shapes[s], sm_configs[c], 200 + s);
-            check(ri, "row_softmax", sm_shapes[s], sm_configs[c], 200 + s);
-        }
-    loom_runtime_destroy(ri);
-    loom_runtime_destroy(rt);
+    check_all("row_softmax", sm_shapes, COUNT(sm_shapes), sm_configs, COUNT(sm_configs), 200);
 }
