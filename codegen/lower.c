@@ -1446,6 +1446,10 @@ static bool lower_yield(L *l, uint32_t o, ir_op *op)
     return true; /* the enclosing for / if reads the yielded values */
 }
 
+/* The Hopper half of the lowering (shared memory, barriers, TMA, wgmma, tasks) is kept
+ * in its own file for reading; it uses this file's state and helpers. */
+#include "lower_hopper.c"
+
 static const lower_fn lower_table[IR_OP_COUNT] = {
 #define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = lower_##n,
 #include "ops.h"

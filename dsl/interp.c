@@ -681,6 +681,34 @@ static bool interp_yield(interp *in, const ir_op *op)
     return true; /* the enclosing for/if reads the yielded values */
 }
 
+/* ---------------------------------------------------------------- Hopper machinery
+ * PLACEHOLDER: the semantics of these ops are being written (tasks as threads, barriers,
+ * TMA, wgmma); until then the interpreter refuses kernels that use them. */
+#define HOPPER_TODO(opname)                                                                   \
+    static bool interp_##opname(interp *in, const ir_op *op)                                 \
+    {                                                                                       \
+        return fail(in, LOOM_ERR_UNSUPPORTED, op, "not interpreted yet");                  \
+    }
+HOPPER_TODO(smem_alloc)
+HOPPER_TODO(smem_slot)
+HOPPER_TODO(smem_trans)
+HOPPER_TODO(smem_load)
+HOPPER_TODO(smem_store)
+HOPPER_TODO(mbar_alloc)
+HOPPER_TODO(mbar_expect)
+HOPPER_TODO(mbar_arrive)
+HOPPER_TODO(mbar_wait)
+HOPPER_TODO(named_barrier)
+HOPPER_TODO(fence_async)
+HOPPER_TODO(tma_load)
+HOPPER_TODO(tma_store)
+HOPPER_TODO(tma_store_wait)
+HOPPER_TODO(wgmma)
+HOPPER_TODO(wgmma_commit)
+HOPPER_TODO(wgmma_wait)
+HOPPER_TODO(task)
+HOPPER_TODO(task_replica)
+
 static const interp_fn dispatch[IR_OP_COUNT] = {
 #define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = interp_##n,
 #include "ops.h"

@@ -560,7 +560,8 @@ bool ir_shape_eq(const loom_shape *a, const loom_shape *b)
 
 bool ir_type_eq(const ir_type *a, const ir_type *b)
 {
-    return a->kind == b->kind && a->dtype == b->dtype && ir_shape_eq(&a->shape, &b->shape);
+    return a->kind == b->kind && a->dtype == b->dtype && a->swizzle == b->swizzle &&
+           a->trans == b->trans && a->slots == b->slots && ir_shape_eq(&a->shape, &b->shape);
 }
 
 int64_t ir_shape_numel(const loom_shape *s)
@@ -581,6 +582,12 @@ const char *ir_type_str(const ir_type *t, char *buf, size_t n)
     const char *dt = loom_dtype_name((loom_dtype)t->dtype);
     if (t->kind == IR_T_TENSOR)
         snprintf(buf, n, "tensor<%s[%s]>", dt, dims);
+    else if (t->kind == IR_T_SMEM)
+        snprintf(buf, n, "smem<%s[%s]%s%s%.0d%s%.0d>", dt, dims, t->trans ? " T" : "",
+                 t->slots > 1 ? " x" : "", t->slots > 1 ? t->slots : 0, t->swizzle ? " swz" : "",
+                 t->swizzle);
+    else if (t->kind == IR_T_MBAR)
+        snprintf(buf, n, "mbar[%s]", dims);
     else if (t->shape.rank == 0)
         snprintf(buf, n, "%s", dt);
     else

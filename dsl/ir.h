@@ -30,6 +30,9 @@ enum {
     IRF_WRITES = 1 << 3,      /* writes global memory */
     IRF_REGION = 1 << 4,      /* owns regions */
     IRF_TERMINATOR = 1 << 5,  /* ends a region */
+    IRF_ALLOC = 1 << 6,       /* declares shared memory or barriers (top level only) */
+    IRF_SMEM = 1 << 7,        /* reads or writes shared memory */
+    IRF_SYNC = 1 << 8,        /* synchronizes (barriers, fences, waits): never moved */
 };
 
 typedef enum ir_opkind {
@@ -54,11 +57,16 @@ typedef enum ir_typekind {
     IR_T_NONE = 0,
     IR_T_TILE,   /* a register tile; rank 0 is a scalar */
     IR_T_TENSOR, /* a global tensor argument */
+    IR_T_SMEM,   /* shared memory: a ring of `slots` tiles of `shape` (a view: slots 1) */
+    IR_T_MBAR,   /* an array of shape[0] mbarriers */
 } ir_typekind;
 
 typedef struct ir_type {
     uint8_t kind;  /* ir_typekind */
     uint8_t dtype; /* loom_dtype */
+    uint8_t swizzle; /* IR_T_SMEM: 0, 32, 64, 128 */
+    uint8_t trans;   /* IR_T_SMEM: a transposed view of a 2-D tile (shape is the seen one) */
+    uint16_t slots;  /* IR_T_SMEM: ring size; 1 for a view */
     loom_shape shape;
 } ir_type;
 
@@ -105,7 +113,7 @@ typedef struct ir_op {
     uint32_t block;    /* the block that holds this op */
     loom_src src;
     /* attributes (meaning depends on the op; see the printer) */
-    int64_t iattr[2];  /* axis, pred, start/end, dtype, has_mask, ... */
+    int64_t iattr[4];  /* axis, pred, start/end, dtype, has_mask, ... */
     double fattr;      /* const value (floats), fill value */
     loom_shape shape;  /* load/arange/splat/broadcast target shape */
 } ir_op;
@@ -187,6 +195,20 @@ void ir_op_unlink(loom_kernel *k, uint32_t o);
 /* Run op o's type rule: on success fill `out` (the result types; *nout of them) and
  * return true; on failure record an error naming the op's source line and return false. */
 bool ir_rule(loom_kernel *k, uint32_t o, ir_type *out, int *nout, int maxout);
+
+/* The whole-kernel checks of the Hopper machinery (dsl/async_check.c), run by the
+ * verifier once every op is well formed: tasks fill the CTA, register budgets fit, each
+ * barrier's arrivals match the tasks that arrive, expected bytes match the TMA loads of
+ * a phase, and accumulators are read only after a wgmma_wait(0).  Errors are recorded. */
+void ir_check_async(loom_kernel *k);
+
+/* Task layout of a kernel: for each task op in order, its first warp and size. */
+typedef struct ir_task_info {
+    uint32_t op;
+    int first_warp, warps, regs, replicas;
+} ir_task_info;
+/* Fill up to max entries; returns the number of tasks (0: the kernel has none). */
+int ir_tasks(const loom_kernel *k, ir_task_info *out, int max);
 
 /* ---------------------------------------------------------------- numbers */
 

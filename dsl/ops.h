@@ -22,6 +22,12 @@
  * Operand layout of the memory ops:  load: tensor, offsets..., [mask]
  *   store: tensor, offsets..., value, [mask]      load_scalar: tensor, offsets...
  *   load_rows: tensor, rows, offsets...           for: lo, hi, step, inits...
+ *   tma_load: tensor, offsets..., view, bars, index   tma_store: tensor, offsets..., view
+ *
+ * Hopper machinery (include/loom.h section 5b).  Attributes: smem_alloc iattr = {slots,
+ * swizzle} with dtype/shape in its result type; mbar_alloc {count, arrivals};
+ * mbar_expect {bytes}; named_barrier {id, threads}; tma_store_wait / wgmma_wait
+ * {pending}; task {warps, regs, replicas}.
  */
 
 /*        ENUM          name           nopnd nreg rule          flags */
@@ -63,3 +69,22 @@ LOOM_OP(STORE,         store,         -1, 0, store,         IRF_WRITES)
 LOOM_OP(FOR,           for,           -1, 1, for,           IRF_REGION)
 LOOM_OP(IF,            if,            -1, 2, if,            IRF_REGION)
 LOOM_OP(YIELD,         yield,         -1, 0, yield,         IRF_TERMINATOR)
+LOOM_OP(SMEM_ALLOC,    smem_alloc,     0, 0, smem_alloc,    IRF_ALLOC)
+LOOM_OP(SMEM_SLOT,     smem_slot,      2, 0, smem_slot,     IRF_PURE)
+LOOM_OP(SMEM_TRANS,    smem_trans,     1, 0, smem_trans,    IRF_PURE)
+LOOM_OP(SMEM_LOAD,     smem_load,      1, 0, smem_load,     IRF_SMEM)
+LOOM_OP(SMEM_STORE,    smem_store,     2, 0, smem_store,    IRF_SMEM)
+LOOM_OP(MBAR_ALLOC,    mbar_alloc,     0, 0, mbar_alloc,    IRF_ALLOC)
+LOOM_OP(MBAR_EXPECT,   mbar_expect,    2, 0, mbar_arrive,   IRF_SYNC)
+LOOM_OP(MBAR_ARRIVE,   mbar_arrive,    2, 0, mbar_arrive,   IRF_SYNC)
+LOOM_OP(MBAR_WAIT,     mbar_wait,      3, 0, mbar_wait,     IRF_SYNC)
+LOOM_OP(NAMED_BARRIER, named_barrier,  0, 0, named_barrier, IRF_SYNC)
+LOOM_OP(FENCE_ASYNC,   fence_async,    0, 0, no_result,     IRF_SYNC)
+LOOM_OP(TMA_LOAD,      tma_load,      -1, 0, tma_load,      IRF_READS | IRF_SMEM)
+LOOM_OP(TMA_STORE,     tma_store,     -1, 0, tma_store,     IRF_WRITES | IRF_SMEM)
+LOOM_OP(TMA_STORE_WAIT, tma_store_wait, 0, 0, no_result,    IRF_SYNC)
+LOOM_OP(WGMMA,         wgmma,          3, 0, wgmma,         IRF_SMEM)
+LOOM_OP(WGMMA_COMMIT,  wgmma_commit,   0, 0, no_result,     IRF_SYNC)
+LOOM_OP(WGMMA_WAIT,    wgmma_wait,    -1, 0, wgmma_wait,    IRF_SYNC)
+LOOM_OP(TASK,          task,           0, 1, task,          IRF_REGION)
+LOOM_OP(TASK_REPLICA,  task_replica,   0, 0, task_replica,  IRF_PURE)

@@ -215,11 +215,30 @@ static void print_op(loom_kernel *k, pbuf *p, uint32_t o, int depth)
         }
         break;
     }
+    case IR_SMEM_ALLOC:
+        put(p, " %s", loom_dtype_name((loom_dtype)op->iattr[2]));
+        shape(p, &op->shape);
+        put(p, " slots=%lld swizzle=%lld", (long long)op->iattr[0], (long long)op->iattr[1]);
+        break;
+    case IR_MBAR_ALLOC:
+        put(p, " count=%lld arrivals=%lld", (long long)op->iattr[0], (long long)op->iattr[1]);
+        break;
+    case IR_NAMED_BARRIER:
+        put(p, " id=%lld threads=%lld", (long long)op->iattr[0], (long long)op->iattr[1]);
+        break;
+    case IR_TASK:
+        put(p, " warps=%lld regs=%lld replicas=%lld", (long long)op->iattr[0],
+            (long long)op->iattr[1], (long long)op->iattr[2]);
+        break;
     default:
         for (int i = 0; i < op->nopnd; i++) {
             put(p, i ? ", " : " ");
             val(k, p, op->opnd[i]);
         }
+        if (op->kind == IR_MBAR_EXPECT)
+            put(p, " bytes=%lld", (long long)op->iattr[0]);
+        if (op->kind == IR_TMA_STORE_WAIT || op->kind == IR_WGMMA_WAIT)
+            put(p, "%spending=%lld", op->nopnd ? " " : " ", (long long)op->iattr[0]);
         if (op->kind == IR_SPLAT || op->kind == IR_BROADCAST) {
             put(p, " to ");
             shape(p, &op->shape);

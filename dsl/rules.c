@@ -513,6 +513,285 @@ static bool rule_yield(rule_ctx *c)
     return true;
 }
 
+/* ---------------------------------------------------------------- Hopper machinery */
+
+static bool is_view(const ir_type *t) { return t->kind == IR_T_SMEM && t->slots == 1; }
+
+static bool want_i32_scalar(rule_ctx *c, int i, const char *what)
+{
+    char b[64];
+    if (!is_scalar(T(c, i)) || T(c, i)->dtype != LOOM_I32)
+        FAIL("%s is %s; an i32 scalar is needed", what, ts(T(c, i), b));
+    return true;
+}
+
+static bool want_view(rule_ctx *c, int i, const char *what)
+{
+    char b[64];
+    if (!is_view(T(c, i)))
+        FAIL("%s is %s; a shared-memory view is needed (loom_smem_slot of a ring, or a ring "
+             "of one slot)", what, ts(T(c, i), b));
+    return true;
+}
+
+/* Allocations sit in the kernel body, before any task. */
+static bool top_level(rule_ctx *c)
+{
+    if (c->op->block != 1)
+        FAIL("allocations go at the top level of the kernel, not inside a loop, if or task");
+    return true;
+}
+
+static bool in_task(rule_ctx *c)
+{
+    for (uint32_t b = c->op->block; b;) {
+        uint32_t p = c->k->blocks[b].parent;
+        if (!p)
+            break;
+        if (c->k->ops[p].kind == IR_TASK)
+            return true;
+        b = c->k->ops[p].block;
+    }
+    FAIL("only inside a task (loom_task_begin)");
+}
+
+static bool rule_smem_alloc(rule_ctx *c)
+{
+    ir_type r = {.kind = IR_T_SMEM, .dtype = (uint8_t)c->op->iattr[2], .shape = c->op->shape};
+    if (!top_level(c) || !check_shape(c, &r.shape, "shared tile shape"))
+        return false;
+    if (r.shape.rank < 1 || r.shape.rank > 3)
+        FAIL("a shared tile has rank 1 to 3, not %d", r.shape.rank);
+    if (r.dtype >= LOOM_DTYPE_COUNT || r.dtype == LOOM_I1)
+        FAIL("dtype %d cannot live in shared memory", r.dtype);
+    int64_t slots = c->op->iattr[0], swz = c->op->iattr[1];
+    if (slots < 1 || slots > 64)
+        FAIL("a ring has 1 to 64 slots, not %lld", (long long)slots);
+    if (swz != 0 && swz != 32 && swz != 64 && swz != 128)
+        FAIL("swizzle %lld is not 0, 32, 64 or 128 bytes", (long long)swz);
+    int64_t row = r.shape.dim[r.shape.rank - 1] * (int64_t)loom_dtype_size((loom_dtype)r.dtype);
+    if (swz && row % swz)
+        FAIL("the innermost dim is %lld bytes; with a %lld-byte swizzle it must be a multiple "
+             "of %lld bytes", (long long)row, (long long)swz, (long long)swz);
+    if (swz && ir_shape_numel(&r.shape) * (int64_t)loom_dtype_size((loom_dtype)r.dtype) % 1024)
+        FAIL("a swizzled slot must be a multiple of 1024 bytes (8 rows of the swizzle span)");
+    r.slots = (uint16_t)slots;
+    r.swizzle = (uint8_t)swz;
+    return emit(c, r);
+}
+
+static bool rule_smem_slot(rule_ctx *c)
+{
+    char b[64];
+    if (T(c, 0)->kind != IR_T_SMEM || T(c, 0)->trans)
+        FAIL("operand 0 is %s; a shared-memory ring is needed", ts(T(c, 0), b));
+    if (!want_i32_scalar(c, 1, "the slot index"))
+        return false;
+    ir_type r = *T(c, 0);
+    r.slots = 1;
+    return emit(c, r);
+}
+
+static bool rule_smem_trans(rule_ctx *c)
+{
+    char b[64];
+    if (!want_view(c, 0, "operand 0"))
+        return false;
+    if (T(c, 0)->shape.rank != 2)
+        FAIL("operand 0 is %s; only a 2-D view can be transposed", ts(T(c, 0), b));
+    ir_type r = *T(c, 0);
+    r.trans = !r.trans;
+    r.shape.dim[0] = T(c, 0)->shape.dim[1];
+    r.shape.dim[1] = T(c, 0)->shape.dim[0];
+    return emit(c, r);
+}
+
+static bool rule_smem_load(rule_ctx *c)
+{
+    if (!want_view(c, 0, "operand 0"))
+        return false;
+    return emit(c, tile((loom_dtype)T(c, 0)->dtype, T(c, 0)->shape));
+}
+
+static bool rule_smem_store(rule_ctx *c)
+{
+    char b1[64], b2[64];
+    if (!want_view(c, 0, "operand 0"))
+        return false;
+    const ir_type *v = T(c, 1), *s = T(c, 0);
+    if (v->kind != IR_T_TILE || v->dtype != s->dtype || !ir_shape_eq(&v->shape, &s->shape))
+        FAIL("the value is %s but the view is %s; they need the same dtype and shape%s", ts(v, b1),
+             ts(s, b2), v->dtype != s->dtype ? " (use loom_cast)" : "");
+    return true;
+}
+
+static bool rule_mbar_alloc(rule_ctx *c)
+{
+    if (!top_level(c))
+        return false;
+    int64_t n = c->op->iattr[0], arr = c->op->iattr[1];
+    if (n < 1 || n > 64)
+        FAIL("an mbarrier array holds 1 to 64 barriers, not %lld", (long long)n);
+    if (arr < 1 || arr > 1024)
+        FAIL("the arrival count is %lld; it must be between 1 and 1024", (long long)arr);
+    return emit(c, (ir_type){.kind = IR_T_MBAR, .shape = LOOM_SHAPE1(n)});
+}
+
+static bool want_bar(rule_ctx *c, int i)
+{
+    char b[64];
+    if (T(c, i)->kind != IR_T_MBAR)
+        FAIL("operand %d is %s; an mbarrier array (loom_mbar_alloc) is needed", i, ts(T(c, i), b));
+    return want_i32_scalar(c, i + 1, "the barrier index");
+}
+
+static bool rule_mbar_arrive(rule_ctx *c)
+{
+    if (!want_bar(c, 0) || !in_task(c))
+        return false;
+    if (c->op->kind == IR_MBAR_EXPECT && (c->op->iattr[0] < 0 || c->op->iattr[0] >= (1 << 20)))
+        FAIL("expects %lld bytes; a phase can expect 0 to 2^20-1 bytes", (long long)c->op->iattr[0]);
+    return true;
+}
+
+static bool rule_mbar_wait(rule_ctx *c)
+{
+    return want_bar(c, 0) && want_i32_scalar(c, 2, "the phase") && in_task(c);
+}
+
+static bool rule_named_barrier(rule_ctx *c)
+{
+    int64_t id = c->op->iattr[0], th = c->op->iattr[1];
+    if (id < 0 || id > 7)
+        FAIL("named barrier id %lld is not between 0 and 7", (long long)id);
+    if (th < 32 || th % 32 || th > 1024)
+        FAIL("named barrier thread count %lld must be a multiple of 32 up to 1024", (long long)th);
+    return in_task(c);
+}
+
+static bool rule_no_result(rule_ctx *c)
+{
+    if (c->op->kind == IR_TMA_STORE_WAIT || c->op->kind == IR_WGMMA_WAIT)
+        if (c->op->iattr[0] < 0 || c->op->iattr[0] > 7)
+            FAIL("pending %lld is not between 0 and 7", (long long)c->op->iattr[0]);
+    return in_task(c);
+}
+
+/* tensor, offsets (one per tensor dim), view[, bars, index] */
+static bool tma_common(rule_ctx *c, int extra)
+{
+    char b1[64], b2[64];
+    if (!check_tensor(c))
+        return false;
+    int r = T(c, 0)->shape.rank;
+    if (c->op->nopnd != 2 + r + extra)
+        FAIL("takes the tensor, %d offsets, the view%s; got %d operands", r,
+             extra ? ", the barriers and the barrier index" : "", c->op->nopnd);
+    if (!check_offsets(c, 1, r) || !want_view(c, 1 + r, "the view"))
+        return false;
+    const ir_type *v = T(c, 1 + r), *t = T(c, 0);
+    if (v->trans)
+        FAIL("TMA copies a view as stored; a transposed view cannot be its target");
+    if (v->dtype != t->dtype)
+        FAIL("the view is %s but the tensor is %s", ts(v, b1), ts(t, b2));
+    if (v->shape.rank > r)
+        FAIL("the view %s has more dims than the tensor %s", ts(v, b1), ts(t, b2));
+    for (int i = 0; i < v->shape.rank; i++)
+        if (v->shape.dim[i] > 256)
+            FAIL("the view %s has a dim over 256, the most a TMA box can hold", ts(v, b1));
+    if (v->shape.dim[v->shape.rank - 1] * (int64_t)loom_dtype_size((loom_dtype)v->dtype) % 16)
+        FAIL("the view's innermost dim is %lld bytes; TMA needs a multiple of 16",
+             (long long)(v->shape.dim[v->shape.rank - 1] * (int64_t)loom_dtype_size((loom_dtype)v->dtype)));
+    const ir_arg *a = &c->k->args[c->k->vals[c->op->opnd[0]].def];
+    if (a->strides[r - 1] != 1)
+        FAIL("argument '%s' has stride %lld in its innermost dim; TMA needs 1", a->name,
+             (long long)a->strides[r - 1]);
+    return in_task(c);
+}
+
+static bool rule_tma_load(rule_ctx *c)
+{
+    int r = c->op->nopnd >= 1 && T(c, 0)->kind == IR_T_TENSOR ? T(c, 0)->shape.rank : 0;
+    return tma_common(c, 2) && want_bar(c, 2 + r);
+}
+
+static bool rule_tma_store(rule_ctx *c)
+{
+    if (!tma_common(c, 0))
+        return false;
+    const ir_arg *a = &c->k->args[c->k->vals[c->op->opnd[0]].def];
+    if (!(a->access & LOOM_OUT))
+        FAIL("argument '%s' is read-only (declared LOOM_IN)", a->name);
+    return true;
+}
+
+static bool rule_wgmma(rule_ctx *c)
+{
+    char b1[64], b2[64], b3[64];
+    const ir_type *a = T(c, 0), *bb = T(c, 1), *acc = T(c, 2);
+    if (!(is_view(a) || (a->kind == IR_T_TILE && a->shape.rank == 2)))
+        FAIL("a is %s; a shared view or a 2-D register tile is needed", ts(a, b1));
+    if (!want_view(c, 1, "b"))
+        return false;
+    if (acc->kind != IR_T_TILE || acc->dtype != LOOM_F32 || acc->shape.rank != 2)
+        FAIL("the accumulator is %s; an f32 2-D tile is needed", ts(acc, b3));
+    if (a->shape.rank != 2 || bb->shape.rank != 2)
+        FAIL("a is %s and b is %s; wgmma takes 2-D operands", ts(a, b1), ts(bb, b2));
+    if (a->dtype != bb->dtype || (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16))
+        FAIL("a is %s and b is %s; both must be f16 or both bf16", ts(a, b1), ts(bb, b2));
+    int64_t M = a->shape.dim[0], K = a->shape.dim[1], N = bb->shape.dim[1];
+    if (bb->shape.dim[0] != K)
+        FAIL("inner dims differ: a is %s, b is %s", ts(a, b1), ts(bb, b2));
+    if (acc->shape.dim[0] != M || acc->shape.dim[1] != N)
+        FAIL("the accumulator is %s but a @ b is %lldx%lld", ts(acc, b3), (long long)M, (long long)N);
+    if (M % 64)
+        FAIL("M is %lld; wgmma needs a multiple of 64 rows", (long long)M);
+    if (K % 16)
+        FAIL("K is %lld; wgmma needs a multiple of 16", (long long)K);
+    if (N % 8 || N > 256)
+        FAIL("N is %lld; wgmma needs a multiple of 8 up to 256", (long long)N);
+    if (!in_task(c))
+        return false;
+    return emit(c, *acc);
+}
+
+static bool rule_wgmma_wait(rule_ctx *c)
+{
+    if (!rule_no_result(c))
+        return false;
+    for (int i = 0; i < c->op->nopnd; i++) {
+        char b[64];
+        if (T(c, i)->kind != IR_T_TILE || T(c, i)->dtype != LOOM_F32)
+            FAIL("operand %d is %s; wgmma_wait takes f32 accumulators", i, ts(T(c, i), b));
+        if (!emit(c, *T(c, i)))
+            FAIL("too many accumulators");
+    }
+    return true;
+}
+
+static bool rule_task(rule_ctx *c)
+{
+    int64_t w = c->op->iattr[0], regs = c->op->iattr[1], rep = c->op->iattr[2];
+    if (c->op->block != 1)
+        FAIL("a task goes at the top level of the kernel, not inside a loop, if or task");
+    if (w < 1 || w > 32)
+        FAIL("a task has 1 to 32 warps, not %lld", (long long)w);
+    if (rep < 1 || rep > 8)
+        FAIL("a task has 1 to 8 replicas, not %lld", (long long)rep);
+    if (regs && (regs < 24 || regs > 256 || regs % 8))
+        FAIL("register budget %lld must be 0 (none) or a multiple of 8 from 24 to 256",
+             (long long)regs);
+    if (regs && w % 4)
+        FAIL("a register budget needs whole warp groups: %lld warps is not a multiple of 4",
+             (long long)w);
+    return true;
+}
+
+static bool rule_task_replica(rule_ctx *c)
+{
+    return in_task(c) && emit(c, tile(LOOM_I32, LOOM_SCALAR));
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 typedef bool (*rule_fn)(rule_ctx *);

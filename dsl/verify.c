@@ -39,6 +39,8 @@ static void verify_block(loom_kernel *k, uint32_t b)
             ir_error(k, op->src, name, "yield is not the last op of its region");
         if ((op->kind == IR_FOR || op->kind == IR_IF) && op->iattr[1])
             continue; /* a loop or if whose building failed: already reported */
+        if (op->kind == IR_TASK && op->iattr[3])
+            continue; /* a task whose building failed: already reported */
         if (operands_ok) {
             ir_type out[64];
             int nout = 0;
@@ -58,7 +60,9 @@ static void verify_block(loom_kernel *k, uint32_t b)
             if (!reg->closed) {
                 ir_error(k, op->src, name,
                          "this %s was begun here but never ended (missing loom_%s)", name,
-                         op->kind == IR_FOR ? "for_end" : (r == 0 ? "else or loom_if_end" : "if_end"));
+                         op->kind == IR_FOR    ? "for_end"
+                         : op->kind == IR_TASK ? "task_end"
+                         : (r == 0 ? "else or loom_if_end" : "if_end"));
                 continue;
             }
             verify_block(k, rb);
@@ -77,6 +81,8 @@ loom_status loom_verify(loom_kernel *k)
     if (k->verified_gen == k->gen + 1)
         return k->verified;
     verify_block(k, 1);
+    if (k->ndiags == 0 && !k->oom)
+        ir_check_async(k);
     k->verified = k->ndiags || k->oom ? LOOM_ERR_VERIFY : LOOM_OK;
     k->verified_gen = k->gen + 1; /* after verify_block: its errors bumped gen */
     return k->verified;

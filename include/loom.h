@@ -294,6 +294,117 @@ void loom_else_at(loom_src at, loom_kernel *k, loom_region_op op, int n, const l
 void loom_if_end_at(loom_src at, loom_kernel *k, loom_region_op op, int n, const loom_val *yields);
 loom_val loom_if_result(loom_kernel *k, loom_region_op op, int i);
 
+/* ---------------------------------------------------------------- 5b. Hopper machinery
+ *
+ * The level of Meta's TLX: the kernel author says where data lives (shared memory rings),
+ * which warp group moves it (TMA into a ring slot, completing on an mbarrier) and which
+ * computes (wgmma from shared memory into f32 accumulators); loom makes each statement
+ * one or a few instructions and checks what it can.  Everything here is also defined by
+ * the interpreter, which runs each task as its own thread and reports deadlocks and reads
+ * of ring slots that no wait has made visible.  See docs/dsl.md, "Hopper machinery".
+ *
+ * Shared memory.  loom_smem_alloc() declares a ring of `slots` buffers, each a tile of
+ * `shape` (rank 1 to 3) and dtype, with a swizzle mode (bytes: 0, 32, 64, 128; the
+ * innermost dim times the element size must be a multiple of the swizzle span, and the
+ * swizzle is what TMA and wgmma see).  The compiler places and aligns it (1024 bytes for
+ * swizzled rings).  A ring's value is used through views: loom_smem_slot(ring, i) is
+ * slot i (an i32 scalar; a ring of one slot can be used as a view directly);
+ * loom_smem_trans(view) is the same memory seen as the transposed 2-D tile (a wgmma
+ * operand stored the other way round).  Allocations go at the top of the kernel, before
+ * any task. */
+typedef enum loom_swizzle { LOOM_SWIZZLE_NONE = 0, LOOM_SWIZZLE_32 = 32, LOOM_SWIZZLE_64 = 64,
+                            LOOM_SWIZZLE_128 = 128 } loom_swizzle;
+#define loom_smem_alloc(k, dtype, shape, slots, swizzle) \
+    loom_smem_alloc_at(LOOM_HERE, k, dtype, shape, slots, swizzle)
+#define loom_smem_slot(k, ring, i) loom_smem_slot_at(LOOM_HERE, k, ring, i)
+#define loom_smem_trans(k, view) loom_smem_trans_at(LOOM_HERE, k, view)
+#define loom_smem_load(k, view) loom_smem_load_at(LOOM_HERE, k, view)
+#define loom_smem_store(k, view, v) loom_smem_store_at(LOOM_HERE, k, view, v)
+loom_val loom_smem_alloc_at(loom_src at, loom_kernel *k, loom_dtype dt, loom_shape shape, int slots,
+                            loom_swizzle swizzle);
+loom_val loom_smem_slot_at(loom_src at, loom_kernel *k, loom_val ring, loom_val i);
+loom_val loom_smem_trans_at(loom_src at, loom_kernel *k, loom_val view);
+/* Register tile <-> shared view (the tile has the view's shape and dtype). */
+loom_val loom_smem_load_at(loom_src at, loom_kernel *k, loom_val view);
+void loom_smem_store_at(loom_src at, loom_kernel *k, loom_val view, loom_val v);
+
+/* Barriers.  loom_mbar_alloc() declares `count` mbarriers, each completing a phase when
+ * `arrivals` arrivals have been made and every byte it expects has landed.  An arrival is
+ * made by one task replica executing loom_mbar_arrive() or loom_mbar_expect() (the latter
+ * also expects `bytes` more bytes of TMA traffic in this phase); the compiler checks that
+ * the tasks arriving on a barrier array add up to `arrivals`.  loom_mbar_wait(bars, i,
+ * phase) blocks until the phase of parity `phase` (an i32 0 or 1) of barrier i has
+ * completed; a fresh barrier is in phase 0, so waiting on parity 1 passes at once (the
+ * usual start of a producer waiting for empty slots).  For the k-th use (k = 0, 1, ...) of
+ * an N-slot ring, loom_ring_slot() is k % N and loom_ring_phase() is (k / N) & 1.
+ * Named barriers: loom_named_barrier(id, threads) blocks until `threads` threads (whole
+ * task replicas, 32 per warp) have reached barrier id (0..7; each task replica also has
+ * its own internal ones).  loom_fence_async() orders this task's shared-memory writes
+ * before later async-proxy reads (wgmma, TMA store) of them. */
+#define loom_mbar_alloc(k, count, arrivals) loom_mbar_alloc_at(LOOM_HERE, k, count, arrivals)
+#define loom_mbar_expect(k, bars, i, bytes) loom_mbar_expect_at(LOOM_HERE, k, bars, i, bytes)
+#define loom_mbar_arrive(k, bars, i) loom_mbar_arrive_at(LOOM_HERE, k, bars, i)
+#define loom_mbar_wait(k, bars, i, phase) loom_mbar_wait_at(LOOM_HERE, k, bars, i, phase)
+#define loom_ring_slot(k, iter, n) loom_ring_slot_at(LOOM_HERE, k, iter, n)
+#define loom_ring_phase(k, iter, n) loom_ring_phase_at(LOOM_HERE, k, iter, n)
+#define loom_named_barrier(k, id, threads) loom_named_barrier_at(LOOM_HERE, k, id, threads)
+#define loom_fence_async(k) loom_fence_async_at(LOOM_HERE, k)
+loom_val loom_mbar_alloc_at(loom_src at, loom_kernel *k, int count, int arrivals);
+void loom_mbar_expect_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i, int64_t bytes);
+void loom_mbar_arrive_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i);
+void loom_mbar_wait_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i, loom_val phase);
+loom_val loom_ring_slot_at(loom_src at, loom_kernel *k, loom_val iter, int n);
+loom_val loom_ring_phase_at(loom_src at, loom_kernel *k, loom_val iter, int n);
+void loom_named_barrier_at(loom_src at, loom_kernel *k, int id, int threads);
+void loom_fence_async_at(loom_src at, loom_kernel *k);
+
+/* TMA.  loom_tma_load copies the box of global tensor t at element offsets offs (one per
+ * tensor dim; the box is the view's shape, right-aligned to the tensor's dims, leading
+ * dims of 1) into the view, asynchronously: it completes on barrier i of bars, counting
+ * the whole box's bytes; elements outside the tensor read as zero.  loom_tma_store copies
+ * a view to the tensor (elements outside it are skipped); loom_tma_store_wait(pending)
+ * waits until at most `pending` of this task's stores still read shared memory.  The
+ * tensor needs a 16-byte aligned base and strides that are multiples of 16 bytes (except
+ * the innermost, which must be 1); a launch that breaks that is refused. */
+#define loom_tma_load(k, t, offs, view, bars, i) loom_tma_load_at(LOOM_HERE, k, t, offs, view, bars, i)
+#define loom_tma_store(k, t, offs, view) loom_tma_store_at(LOOM_HERE, k, t, offs, view)
+#define loom_tma_store_wait(k, pending) loom_tma_store_wait_at(LOOM_HERE, k, pending)
+void loom_tma_load_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val view,
+                      loom_val bars, loom_val i);
+void loom_tma_store_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val view);
+void loom_tma_store_wait_at(loom_src at, loom_kernel *k, int pending);
+
+/* wgmma.  acc' = acc + a @ b issued asynchronously on the tensor cores: a is a shared
+ * view [M, K] or a register tile [M, K]; b a shared view [K, N] (loom_smem_trans of an
+ * [N, K] view is the usual K-major B); f16 or bf16 (the same for both); acc an f32 tile
+ * [M, N] with M a multiple of 64 per warp group of the task (each warp group owns M/G
+ * rows), N a multiple of 8 up to 256, K a multiple of 16.  loom_wgmma_commit() closes
+ * the group of wgmmas issued since the last commit; loom_wgmma_wait(pending, n, accs)
+ * waits until at most `pending` groups are in flight and returns the accumulators
+ * (results 0..n-1 via loom_wgmma_result).  An accumulator may be read by other ops only
+ * after a wait with pending = 0 (the verifier checks it). */
+#define loom_wgmma(k, a, b, acc) loom_wgmma_at(LOOM_HERE, k, a, b, acc)
+#define loom_wgmma_commit(k) loom_wgmma_commit_at(LOOM_HERE, k)
+#define loom_wgmma_wait(k, pending, n, accs) loom_wgmma_wait_at(LOOM_HERE, k, pending, n, accs)
+loom_val loom_wgmma_at(loom_src at, loom_kernel *k, loom_val a, loom_val b, loom_val acc);
+void loom_wgmma_commit_at(loom_src at, loom_kernel *k);
+loom_region_op loom_wgmma_wait_at(loom_src at, loom_kernel *k, int pending, int n, const loom_val *accs);
+loom_val loom_wgmma_result(loom_kernel *k, loom_region_op wait, int i);
+
+/* Warp-group tasks.  The kernel body can be split into tasks, like TLX's async_tasks:
+ * each task runs on its own `warps` warps (a multiple of 4 where it issues wgmma),
+ * repeated `replicas` times side by side (loom_task_replica() is 0..replicas-1), with a
+ * register budget per thread (setmaxnreg, 24..256, a multiple of 8; 0: leave it).  The
+ * kernel's num_warps must equal the sum of warps * replicas; the compiler checks the
+ * budgets against the register file (64K per SM) and sets launch bounds so ptxas honours
+ * them.  Tasks follow the allocations at the top of the kernel. */
+#define loom_task_begin(k, warps, regs, replicas) loom_task_begin_at(LOOM_HERE, k, warps, regs, replicas)
+#define loom_task_end(k, task) loom_task_end_at(LOOM_HERE, k, task)
+#define loom_task_replica(k) loom_task_replica_at(LOOM_HERE, k)
+loom_region_op loom_task_begin_at(loom_src at, loom_kernel *k, int warps, int regs, int replicas);
+void loom_task_end_at(loom_src at, loom_kernel *k, loom_region_op task);
+loom_val loom_task_replica_at(loom_src at, loom_kernel *k);
+
 /* ---------------------------------------------------------------- 6. verify, print */
 
 /* Check the whole kernel.  LOOM_OK, or LOOM_ERR_VERIFY with every problem listed in
