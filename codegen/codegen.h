@@ -88,10 +88,24 @@ typedef struct cg_ctx {
     int32_t *vlay;  /* per value: its layout id, -1 for tensors */
     uint8_t *remat; /* per value: a tile recomputed in whatever layout a use wants */
     int32_t scalar_layout;
+    uint8_t is_mma[256]; /* per layout id (< 256): a wgmma accumulator layout */
+    int32_t *prefer;     /* per value: a layout a load should take (-1: none) */
 
-    /* shared memory plan (codegen/smem.c) */
+    /* shared memory plan (codegen/smem.c): the kernel's allocations (smem rings, then
+     * mbarriers) from offset 0, then scratch: one region for a kernel without tasks, one
+     * per task replica otherwise (tasks run concurrently, so they cannot share it) */
     size_t *op_scratch; /* per op: scratch bytes it needs */
     size_t smem_bytes;
+    size_t *val_off;    /* per smem_alloc / mbar_alloc result: its byte offset */
+    size_t scratch_off; /* the kernel's (or the first task's) scratch region */
+    size_t task_scratch_off[64], task_scratch_size[64]; /* per task (index in order), per replica */
+
+    /* TMA descriptors the kernel takes as extra parameters after its arguments, in order */
+    int ntma;
+    struct cg_tma {
+        int arg, rank, swizzle;
+        int64_t box[5]; /* outermost first, rank entries */
+    } tma[16];
 
     /* divisibility (codegen/layout.c): per value, the largest known power-of-two
      * divisor of an integer scalar (0: not computed yet) */
@@ -147,6 +161,8 @@ bool cg_direct_same(const cg_layout *src, const cg_layout *dst, int32_t *regmap)
 
 /* Layout analysis results used by smem and lower. */
 int32_t cg_want(cg_ctx *cg, uint32_t o, int i); /* wanted layout of operand i of op o */
+/* The wgmma accumulator layout of an f32 [M, N] tile over the current task's warps. */
+int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s);
 bool cg_needs_convert(cg_ctx *cg, uint32_t v, int32_t want);
 size_t cg_reg_bytes(loom_dtype dt); /* bytes of one register element in scratch */
 int64_t cg_divisor(cg_ctx *cg, uint32_t v);

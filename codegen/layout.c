@@ -361,7 +361,82 @@ static int32_t add_blocked(cg_ctx *cg, const loom_shape *s, loom_dtype dt)
 static bool is_ew(uint16_t kind) { return (ir_opdescs[kind].flags & IRF_ELEMENTWISE) != 0; }
 
 /* A value whose layout is decided by what it is made of (not recomputable). */
-static bool fixed(cg_ctx *cg, uint32_t v) { return vty(cg, v)->shape.rank > 0 && !cg->remat[v]; }
+static bool fixed(cg_ctx *cg, uint32_t v)
+{
+    return vty(cg, v)->kind == IR_T_TILE && vty(cg, v)->shape.rank > 0 && !cg->remat[v];
+}
+
+/* The wgmma accumulator layout of an f32 tile [M, N] over the current task's warps
+ * (cg->warp_bits: 4 warps a warp group, G = 2^(warp_bits-2) groups, each owning M/G
+ * consecutive rows, in m64 blocks).  Per m64 block the instruction gives thread (lane,
+ * warp w of the group) its registers i = 0..N/2-1 at row 16w + lane/4 + 8*((i/2)%2)
+ * and column 2*(lane%4) + i%2 + 8*(i/4): in linear form reg bit 0 -> col 0, reg bit 1 ->
+ * row 3, reg bits 2.. -> col 3.., then the m64 blocks -> rows 6..; lane bits 0,1 -> col
+ * 1,2 and 2..4 -> rows 0..2; warp bits 0,1 -> rows 4,5, then the groups.  Register
+ * number i + (N/2) * block is what lower_wgmma writes. */
+int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s)
+{
+    if (s->rank != 2 || cg->warp_bits < 2)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
+                       "wgmma needs a task of whole warp groups (4, 8, ... warps)"), -1;
+    int gbits = cg->warp_bits - 2;
+    int lm = cg_lg(s->dim[0]), ln = cg_lg(s->dim[1]);
+    int mbits = lm - 6 - gbits; /* m64 blocks per warp group */
+    if (mbits < 0 || ln < 3)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
+                       "an accumulator of %lldx%lld is too small for %d warp groups (each needs 64 "
+                       "rows and 8 columns)",
+                       (long long)s->dim[0], (long long)s->dim[1], 1 << gbits), -1;
+    cg_layout l = {0};
+    l.rank = 2;
+    l.shape[0] = s->dim[0];
+    l.shape[1] = s->dim[1];
+    l.lg[0] = (int8_t)lm;
+    l.lg[1] = (int8_t)ln;
+    l.parent = -1;
+    int r = 0;
+    l.reg[r++] = (cg_bit){1, 0};
+    l.reg[r++] = (cg_bit){0, 3};
+    for (int b = 3; b < ln; b++)
+        l.reg[r++] = (cg_bit){1, (int8_t)b};
+    for (int b = 0; b < mbits; b++)
+        l.reg[r++] = (cg_bit){0, (int8_t)(6 + b)};
+    if (r > CG_MAXREGBITS)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED, "accumulator too large for one thread"), -1;
+    l.nreg = r;
+    l.lane[0] = (cg_bit){1, 1};
+    l.lane[1] = (cg_bit){1, 2};
+    l.lane[2] = (cg_bit){0, 0};
+    l.lane[3] = (cg_bit){0, 1};
+    l.lane[4] = (cg_bit){0, 2};
+    l.nwarp = cg->warp_bits;
+    l.warp[0] = (cg_bit){0, 4};
+    l.warp[1] = (cg_bit){0, 5};
+    for (int b = 0; b < gbits; b++)
+        l.warp[2 + b] = (cg_bit){0, (int8_t)(6 + mbits + b)};
+    int32_t id = cg_layout_add(cg, &l);
+    if (id >= 0 && id < (int32_t)sizeof cg->is_mma)
+        cg->is_mma[id] = 1;
+    return id;
+}
+
+/* If v (a loop's yielded value) comes out of wgmma, the accumulator layout it will have. */
+static int32_t mma_hint(cg_ctx *cg, uint32_t v, int depth)
+{
+    const ir_value *x = &cg->k->vals[v];
+    if (depth > 8 || x->kind != IR_V_RESULT || x->type.kind != IR_T_TILE)
+        return -1;
+    const ir_op *op = &cg->k->ops[x->def];
+    if (op->kind == IR_WGMMA)
+        return cg_mma_layout(cg, &x->type.shape);
+    if (op->kind == IR_WGMMA_WAIT)
+        return mma_hint(cg, op->opnd[x->index], depth + 1);
+    if (op->kind == IR_FOR) {
+        const ir_block *b = &cg->k->blocks[op->reg[0]];
+        return mma_hint(cg, cg->k->ops[b->ops[b->nops - 1]].opnd[x->index], depth + 1);
+    }
+    return -1;
+}
 
 static bool set_layout(cg_ctx *cg, uint32_t v, int32_t id)
 {
@@ -377,13 +452,25 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
 {
     loom_kernel *k = cg->k;
     ir_op *op = &k->ops[o];
+    if (op->kind == IR_TASK) {
+        int saved = cg->warp_bits;
+        cg->warp_bits = 0;
+        while ((2 << cg->warp_bits) <= op->iattr[0] && cg->warp_bits < CG_MAXWARPBITS)
+            cg->warp_bits++;
+        bool ok = layout_block(cg, op->reg[0]);
+        cg->warp_bits = saved;
+        return ok;
+    }
     if (op->kind == IR_FOR) {
         ir_block *body = &k->blocks[op->reg[0]];
         cg->vlay[body->args[0]] = cg->scalar_layout;
         for (int i = 0; i < op->nres; i++) {
             uint32_t init = op->opnd[3 + i];
             const ir_type *t = vty(cg, init);
+            ir_block *bb = &k->blocks[op->reg[0]];
+            int32_t hint = t->shape.rank ? mma_hint(cg, k->ops[bb->ops[bb->nops - 1]].opnd[i], 0) : -1;
             int32_t id = t->shape.rank == 0 ? cg->scalar_layout
+                         : hint >= 0        ? hint
                          : fixed(cg, init)  ? cg->vlay[init]
                                             : add_blocked(cg, &t->shape, (loom_dtype)t->dtype);
             if (!set_layout(cg, body->args[1 + i], id) || !set_layout(cg, op->res[i], id))
@@ -418,8 +505,20 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
         return true;
     uint32_t rv = op->res[0];
     const ir_type *rt = vty(cg, rv);
+    if (rt->kind != IR_T_TILE)
+        return true; /* shared memory and barriers: no registers */
     if (rt->shape.rank == 0)
         return set_layout(cg, rv, cg->scalar_layout);
+    if (op->kind == IR_WGMMA)
+        return set_layout(cg, rv, cg_mma_layout(cg, &rt->shape));
+    if (op->kind == IR_WGMMA_WAIT) {
+        for (int i = 0; i < op->nres; i++)
+            if (!set_layout(cg, op->res[i], cg->vlay[op->opnd[i]] >= 0
+                                                ? cg->vlay[op->opnd[i]]
+                                                : cg_mma_layout(cg, &vty(cg, op->res[i])->shape)))
+                return false;
+        return true;
+    }
 
     /* remat: made only of scalars and other remat values */
     bool rem = false;
@@ -450,6 +549,10 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
     switch (op->kind) {
     case IR_LOAD:
     case IR_LOAD_ROWS:
+        if (cg->prefer && cg->prefer[rv] >= 0 && cg->vlay[rv] < 0)
+            return set_layout(cg, rv, cg->prefer[rv]); /* a load "like" an accumulator */
+        return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
+    case IR_SMEM_LOAD:
         return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
     case IR_BROADCAST: {
         uint32_t s = op->opnd[0];
@@ -504,6 +607,11 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
     }
     default:
         if (is_ew(op->kind)) {
+            /* an accumulator's layout wins: epilogues then move no data */
+            for (int i = 0; i < op->nopnd; i++)
+                if (fixed(cg, op->opnd[i]) && cg->vlay[op->opnd[i]] >= 0 &&
+                    cg->vlay[op->opnd[i]] < (int32_t)sizeof cg->is_mma && cg->is_mma[cg->vlay[op->opnd[i]]])
+                    return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
             for (int i = 0; i < op->nopnd; i++)
                 if (fixed(cg, op->opnd[i]))
                     return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
@@ -521,6 +629,47 @@ static bool layout_block(cg_ctx *cg, uint32_t b)
     return true;
 }
 
+/* After a first assignment: a load (or gathered load) whose every use is an elementwise
+ * op that ended up in an accumulator layout should itself load in that layout (a load
+ * "like" the accumulator: bias, residual, broadcast-index rows), so the epilogue moves
+ * no data through shared memory.  Returns whether any preference was recorded. */
+static bool prefer_mma_loads(cg_ctx *cg)
+{
+    loom_kernel *k = cg->k;
+    bool any = false;
+    for (uint32_t v = 1; v < k->nvals; v++) {
+        const ir_value *x = &k->vals[v];
+        if (x->kind != IR_V_RESULT || x->type.kind != IR_T_TILE || x->type.shape.rank == 0)
+            continue;
+        const ir_op *def = &k->ops[x->def];
+        if (def->kind != IR_LOAD && def->kind != IR_LOAD_ROWS)
+            continue;
+        int32_t want = -1;
+        bool ok = true, used = false;
+        for (uint32_t o = 1; o < k->nops && ok; o++) {
+            const ir_op *op = &k->ops[o];
+            if (!op->block)
+                continue;
+            for (int i = 0; i < op->nopnd && ok; i++) {
+                if (op->opnd[i] != v)
+                    continue;
+                used = true;
+                int32_t rl = is_ew(op->kind) && op->nres ? cg->vlay[op->res[0]] : -1;
+                if (rl < 0 || rl >= (int32_t)sizeof cg->is_mma || !cg->is_mma[rl] ||
+                    (want >= 0 && want != rl))
+                    ok = false;
+                else
+                    want = rl;
+            }
+        }
+        if (ok && used && want >= 0 && cg->prefer) {
+            cg->prefer[v] = want;
+            any = true;
+        }
+    }
+    return any;
+}
+
 loom_status cg_layouts(cg_ctx *cg)
 {
     loom_kernel *k = cg->k;
@@ -536,10 +685,27 @@ loom_status cg_layouts(cg_ctx *cg)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
     for (uint32_t v = 0; v < k->nvals; v++)
         cg->vlay[v] = -1;
+    free(cg->prefer);
+    cg->prefer = malloc(k->nvals * sizeof *cg->prefer);
+    if (!cg->prefer)
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
+    for (uint32_t v = 0; v < k->nvals; v++)
+        cg->prefer[v] = -1;
     cg_layout sc;
     loom_shape s0 = LOOM_SCALAR;
     cg_blocked(cg, &s0, 4, &sc);
     cg->scalar_layout = cg_layout_add(cg, &sc);
+    for (int a = 0; a < k->nargs; a++)
+        if (!k->args[a].is_tensor)
+            cg->vlay[k->args[a].value] = cg->scalar_layout;
+    if (!layout_block(cg, 1) && cg->st == LOOM_OK)
+        CG_BUG(cg, "layout assignment failed without a message");
+    if (cg->st != LOOM_OK || !prefer_mma_loads(cg))
+        return cg->st;
+    /* again, with loads feeding accumulator epilogues landing in the accumulator's layout */
+    for (uint32_t v = 0; v < k->nvals; v++)
+        cg->vlay[v] = -1;
+    memset(cg->remat, 0, k->nvals);
     for (int a = 0; a < k->nargs; a++)
         if (!k->args[a].is_tensor)
             cg->vlay[k->args[a].value] = cg->scalar_layout;
@@ -575,6 +741,10 @@ int32_t cg_want(cg_ctx *cg, uint32_t o, int i)
     }
     case IR_DOT:
         return i == 2 ? cg->vlay[op->res[0]] : cg->vlay[v];
+    case IR_WGMMA:
+        return i == 2 ? cg->vlay[op->res[0]] : cg->vlay[v];
+    case IR_WGMMA_WAIT:
+        return cg->vlay[op->res[i]];
     case IR_FOR:
         return i >= 3 ? cg->vlay[op->res[i - 3]] : cg->vlay[v];
     case IR_YIELD: {

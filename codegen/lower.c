@@ -78,6 +78,15 @@ typedef struct L {
     LLVMTypeRef t_i1, t_i8, t_i16, t_i32, t_i64, t_f32, t_f16, t_gptr, t_sptr, t_void;
     LLVMValueRef smem;
     LLVMValueRef lane, warp;
+    LLVMValueRef tid;          /* threadIdx.x */
+    LLVMValueRef smem_base32;  /* shared-window address of loom_smem (i32), for inline PTX */
+    LLVMValueRef scratch_base; /* byte offset of this code's scratch region in loom_smem (i32) */
+    /* inside a task: the task-local thread index, the replica, the internal barrier */
+    LLVMValueRef tid_local, replica, bar_id;
+    int bar_threads; /* 0: the whole CTA (bar.sync 0) */
+    bool barriers_ready;
+    LLVMValueRef tma_param[16]; /* generic address of each TMA descriptor parameter */
+    int *op_tma;                /* per op: its first descriptor index (TMA ops) */
     LLVMValueRef (*tcoord)[LOOM_MAX_RANK]; /* per layout id */
     int ntcoord;
     lv *vals;
@@ -158,6 +167,16 @@ static LLVMValueRef asm_call(L *l, LLVMTypeRef ret, const char *text, const char
 
 static void barrier(L *l)
 {
+    if (l->bar_threads) { /* inside a task: its replica's own named barrier */
+        char t[64];
+        snprintf(t, sizeof t, "bar.sync $0, %d;", l->bar_threads);
+        LLVMTypeRef at = l->t_i32;
+        LLVMTypeRef ft = LLVMFunctionType(l->t_void, &at, 1, 0);
+        const char *c = "r,~{memory}";
+        LLVMValueRef a = LLVMGetInlineAsm(ft, t, strlen(t), c, strlen(c), 1, 0, LLVMInlineAsmDialectATT, 0);
+        LLVMBuildCall2(l->B, ft, a, &l->bar_id, 1, "");
+        return;
+    }
     LLVMTypeRef ft = LLVMFunctionType(l->t_void, NULL, 0, 0);
     const char *t = "bar.sync 0;", *c = "~{memory}";
     LLVMValueRef a = LLVMGetInlineAsm(ft, t, strlen(t), c, strlen(c), 1, 0, LLVMInlineAsmDialectATT, 0);
@@ -240,8 +259,11 @@ static LLVMValueRef lin_index(L *l, int32_t id, int j)
     return idx;
 }
 
+/* Scratch: byte_off within this code's scratch region. */
 static LLVMValueRef smem_ptr(L *l, LLVMValueRef byte_off)
 {
+    if (l->scratch_base)
+        byte_off = LLVMBuildAdd(l->B, byte_off, l->scratch_base, "");
     return LLVMBuildGEP2(l->B, l->t_i8, l->smem, &byte_off, 1, "");
 }
 
@@ -1515,10 +1537,14 @@ loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out)
         goto done;
     }
 
-    LLVMTypeRef pt[LOOM_MAX_ARGS];
+    if (!hopper_collect_tma(l))
+        goto done;
+    LLVMTypeRef pt[LOOM_MAX_ARGS + 16];
     for (int a = 0; a < k->nargs; a++)
         pt[a] = k->args[a].is_tensor ? l->t_gptr : reg_type(l, k->args[a].dtype);
-    LLVMTypeRef fty = LLVMFunctionType(l->t_void, pt, (unsigned)k->nargs, 0);
+    for (int t = 0; t < cg->ntma; t++)
+        pt[k->nargs + t] = LLVMPointerTypeInContext(l->C, 0); /* byval [128 x i8] */
+    LLVMTypeRef fty = LLVMFunctionType(l->t_void, pt, (unsigned)(k->nargs + cg->ntma), 0);
     l->fn = LLVMAddFunction(l->M, loom_kernel_name(k), fty);
     LLVMSetFunctionCallConv(l->fn, LLVMPTXKernelCallConv);
     int threads = loom_kernel_num_warps(k) * 32;
@@ -1528,6 +1554,7 @@ loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out)
                             LLVMCreateStringAttribute(l->C, "nvvm.maxntid", 12, nt, (unsigned)strlen(nt)));
     annotate(l, "kernel", 1);
     annotate(l, "maxntidx", threads);
+    hopper_kernel_attrs(l);
     for (int a = 0; a < k->nargs; a++) {
         LLVMSetValueName2(LLVMGetParam(l->fn, (unsigned)a), k->args[a].name, strlen(k->args[a].name));
         if (!k->args[a].is_tensor)
@@ -1540,7 +1567,7 @@ loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out)
     if (cg->smem_bytes) {
         l->smem = LLVMAddGlobalInAddressSpace(l->M, LLVMArrayType2(l->t_i8, 0), "loom_smem", 3);
         LLVMSetLinkage(l->smem, LLVMExternalLinkage);
-        LLVMSetAlignment(l->smem, 16);
+        LLVMSetAlignment(l->smem, 1024); /* swizzled rings need 1024-byte alignment */
     }
 
     l->entry = LLVMAppendBasicBlockInContext(l->C, l->fn, "entry");
@@ -1550,9 +1577,11 @@ loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out)
     LLVMValueRef tid = sreg(l, "llvm.nvvm.read.ptx.sreg.tid.x");
     l->lane = LLVMBuildAnd(l->PB, tid, ci32(l, 31), "lane");
     l->warp = LLVMBuildAnd(l->PB, LLVMBuildLShr(l->PB, tid, ci32(l, 5), ""), ci32(l, (1 << cg->warp_bits) - 1), "warp");
+    l->tid = tid;
     for (int a = 0; a < k->nargs; a++)
         if (!k->args[a].is_tensor)
             set_scalar(l, k->args[a].value, LLVMGetParam(l->fn, (unsigned)a));
+    hopper_entry(l);
 
     if (lower_block(l, 1)) {
         LLVMBuildRetVoid(l->B);
@@ -1568,6 +1597,7 @@ done:
     LLVMDisposeBuilder(l->PB);
     free(l->vals);
     free(l->tcoord);
+    free(l->op_tma);
     while (l->mem) {
         chunk *n = l->mem->next;
         free(l->mem);

@@ -1,27 +1,841 @@
-/* lower_hopper.c -- included by lower.c (see there). */
-#define HOPPER_TODO(opname)                                                                   \
-    static bool lower_##opname(L *l, uint32_t o, ir_op *op)                                  \
-    {                                                                                       \
-        (void)o;                                                                            \
-        return cg_fail(l->cg, LOOM_ERR_UNSUPPORTED, "%s:%d: op '%s' is not lowered yet",   \
-                       op->src.file, op->src.line, ir_opdescs[op->kind].name);              \
+/*
+ * lower_hopper.c -- the Hopper half of the lowering: shared-memory rings, mbarriers,
+ * TMA, wgmma and warp-group tasks.  Included by lower.c (it uses that file's state).
+ *
+ * Shared memory.  Every allocation has a fixed byte offset in loom_smem (codegen/smem.c);
+ * a ring, a slot view or a barrier array is held as one i32: its offset from loom_smem.
+ * Inline PTX wants shared-window addresses, which are loom_smem's address plus that.
+ * A swizzled tile whose rows are wider than the swizzle span is stored as column chunks
+ * of one span each ([rows][span] contiguous, chunk after chunk): that is what one TMA box
+ * per chunk deposits and what wgmma's descriptors describe (K-major: SBO = 8 rows of a
+ * span; MN-major: LBO = the chunk size, SBO = 8 rows).  Within a chunk the swizzle XORs
+ * byte-address bits 4.. with bits 7.. (128 B: 3 bits, 64 B: 2, 32 B: 1), which
+ * smem_load / smem_store apply element by element.
+ *
+ * Tasks.  The kernel body runs on every thread up to the first task (allocations,
+ * scalars; thread 0 initialises the mbarriers, then a fence and bar.sync 0).  Each task
+ * is a branch on the warp index; inside it a replica index and a task-local warp index
+ * replace the CTA's, layouts are those of the task's warp count (codegen/layout.c), the
+ * scratch region is the replica's own, and the internal barriers of conversions and
+ * reductions are the replica's named barrier (ids 1..7; the user's named barriers 0..7
+ * are hardware ids 8..15).  A register budget becomes setmaxnreg (inc or dec from the
+ * count every thread starts with, which launch bounds fix: 64K / threads).
+ *
+ * One thread per task replica issues what is issued once (TMA copies, expect-bytes);
+ * every warp's lane 0 arrives on an mbarrier (so the hardware arrival count of a barrier
+ * array is, per arriving task, replicas * warps for arrive and replicas for expect: the
+ * DSL counts replicas and the compiler scales); every thread waits.  wgmma is issued by
+ * the whole task (warp group g computes rows g*M/G ..); its accumulator registers pass
+ * through wgmma_wait as tied asm operands, so LLVM never reads them while in flight.
+ */
+
+/* ---------------------------------------------------------------- helpers */
+
+static void annotate(L *l, const char *key, int val);
+static void add_param_attr(L *l, unsigned idx, const char *name, uint64_t val);
+
+static LLVMValueRef *one_reg(L *l, LLVMValueRef x)
+{
+    LLVMValueRef *r = regs_alloc(l, 1);
+    if (r)
+        r[0] = x;
+    return r;
+}
+
+/* Hold a shared-memory value (ring, view, barriers): its byte offset in loom_smem. */
+static bool set_smem(L *l, uint32_t v, LLVMValueRef off)
+{
+    LLVMValueRef *r = one_reg(l, off);
+    if (!r)
+        return false;
+    l->vals[v].lay = -1;
+    l->vals[v].n = 1;
+    l->vals[v].r = r;
+    return true;
+}
+
+static LLVMValueRef smem_off(L *l, uint32_t v) { return l->vals[v].r[0]; }
+static LLVMValueRef saddr(L *l, LLVMValueRef off) { return LLVMBuildAdd(l->B, l->smem_base32, off, ""); }
+static LLVMValueRef scal(L *l, uint32_t v) { return l->vals[v].r[0]; }
+
+/* Run `text` (no results) with i32/i64 operands. */
+static void asm_void(L *l, const char *text, const char *cons, LLVMValueRef *args, int n)
+{
+    asm_call(l, l->t_void, text, cons, args, n, false);
+}
+
+/* if (cond) { ... }: returns the merge block; the builder is placed in the then block. */
+static LLVMBasicBlockRef if_begin(L *l, LLVMValueRef cond)
+{
+    LLVMBasicBlockRef t = LLVMAppendBasicBlockInContext(l->C, l->fn, "one");
+    LLVMBasicBlockRef m = LLVMAppendBasicBlockInContext(l->C, l->fn, "one.end");
+    LLVMBuildCondBr(l->B, cond, t, m);
+    LLVMPositionBuilderAtEnd(l->B, t);
+    return m;
+}
+
+static void if_end(L *l, LLVMBasicBlockRef m)
+{
+    LLVMBuildBr(l->B, m);
+    LLVMPositionBuilderAtEnd(l->B, m);
+}
+
+static LLVMValueRef elected(L *l)
+{
+    LLVMValueRef t = l->tid_local ? l->tid_local : l->tid;
+    return LLVMBuildICmp(l->B, LLVMIntEQ, t, ci32(l, 0), "");
+}
+
+static const ir_op *op_at(L *l, uint32_t o) { return &l->k->ops[o]; }
+
+/* ---------------------------------------------------------------- layout of a view */
+
+typedef struct vgeom {
+    int rank;
+    int64_t dim[3];  /* stored shape (not transposed) */
+    int es, swz;     /* element bytes, swizzle span (0: none) */
+    int64_t span;    /* bytes of one stored row within a chunk */
+    int64_t rows;    /* rows over all leading dims */
+    bool trans;
+} vgeom;
+
+static vgeom geom(L *l, uint32_t v)
+{
+    const ir_type *t = vty(l, v);
+    vgeom g = {0};
+    g.rank = t->shape.rank;
+    for (int d = 0; d < g.rank; d++)
+        g.dim[d] = t->shape.dim[d];
+    g.trans = t->trans;
+    if (g.trans) { /* stored the other way round */
+        g.dim[0] = t->shape.dim[1];
+        g.dim[1] = t->shape.dim[0];
     }
-HOPPER_TODO(smem_alloc)
-HOPPER_TODO(smem_slot)
-HOPPER_TODO(smem_trans)
-HOPPER_TODO(smem_load)
-HOPPER_TODO(smem_store)
-HOPPER_TODO(mbar_alloc)
-HOPPER_TODO(mbar_expect)
-HOPPER_TODO(mbar_arrive)
-HOPPER_TODO(mbar_wait)
-HOPPER_TODO(named_barrier)
-HOPPER_TODO(fence_async)
-HOPPER_TODO(tma_load)
-HOPPER_TODO(tma_store)
-HOPPER_TODO(tma_store_wait)
-HOPPER_TODO(wgmma)
-HOPPER_TODO(wgmma_commit)
-HOPPER_TODO(wgmma_wait)
-HOPPER_TODO(task)
-HOPPER_TODO(task_replica)
+    g.es = (int)loom_dtype_size((loom_dtype)t->dtype);
+    g.swz = t->swizzle;
+    int64_t inner = g.dim[g.rank - 1] * g.es;
+    g.span = g.swz && inner > g.swz ? g.swz : inner;
+    g.rows = 1;
+    for (int d = 0; d < g.rank - 1; d++)
+        g.rows *= g.dim[d];
+    return g;
+}
+
+/* Byte offset (i32) within the view of stored element (row, col) where row flattens the
+ * leading dims. */
+static LLVMValueRef elem_off(L *l, const vgeom *g, LLVMValueRef row, LLVMValueRef col)
+{
+    LLVMValueRef b = LLVMBuildMul(l->B, col, ci32(l, g->es), "");
+    LLVMValueRef chunk = LLVMBuildUDiv(l->B, b, ci32(l, g->span), "");
+    LLVMValueRef inb = LLVMBuildURem(l->B, b, ci32(l, g->span), "");
+    LLVMValueRef off = LLVMBuildAdd(
+        l->B, LLVMBuildMul(l->B, chunk, ci32(l, g->rows * g->span), ""),
+        LLVMBuildAdd(l->B, LLVMBuildMul(l->B, row, ci32(l, g->span), ""), inb, ""), "");
+    if (g->swz) {
+        LLVMValueRef x = LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, off, ci32(l, 7), ""), ci32(l, g->swz / 16 - 1), "");
+        off = LLVMBuildXor(l->B, off, LLVMBuildShl(l->B, x, ci32(l, 4), ""), "");
+    }
+    return off;
+}
+
+/* The stored (row, col) of register j of a tile in layout id seen through view geometry g. */
+static void view_rc(L *l, const vgeom *g, int32_t id, int j, LLVMValueRef *row, LLVMValueRef *col)
+{
+    int r = g->rank;
+    LLVMValueRef c[3];
+    for (int d = 0; d < r; d++)
+        c[d] = coord(l, id, j, d);
+    if (g->trans) { /* logical (i, j) is stored at (j, i) */
+        LLVMValueRef t = c[0];
+        c[0] = c[1];
+        c[1] = t;
+    }
+    LLVMValueRef rr = ci32(l, 0);
+    for (int d = 0; d < r - 1; d++)
+        rr = LLVMBuildAdd(l->B, LLVMBuildMul(l->B, rr, ci32(l, g->dim[d]), ""), c[d], "");
+    *row = rr;
+    *col = c[r - 1];
+}
+
+static LLVMValueRef sm_abs_ptr(L *l, LLVMValueRef off)
+{
+    return LLVMBuildGEP2(l->B, l->t_i8, l->smem, &off, 1, "");
+}
+
+/* ---------------------------------------------------------------- shared memory ops */
+
+static bool lower_smem_alloc(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    return set_smem(l, op->res[0], ci32(l, (int64_t)l->cg->val_off[op->res[0]]));
+}
+
+static bool lower_smem_slot(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    const ir_type *t = vty(l, op->opnd[0]);
+    int64_t slot = ir_shape_numel(&t->shape) * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
+    LLVMValueRef off = LLVMBuildAdd(l->B, smem_off(l, op->opnd[0]),
+                                    LLVMBuildMul(l->B, scal(l, op->opnd[1]), ci32(l, slot), ""), "");
+    return set_smem(l, op->res[0], off);
+}
+
+static bool lower_smem_trans(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    return set_smem(l, op->res[0], smem_off(l, op->opnd[0]));
+}
+
+static LLVMValueRef load_elem(L *l, loom_dtype dt, LLVMValueRef p)
+{
+    switch (dt) {
+    case LOOM_F16:
+        return LLVMBuildFPExt(l->B, LLVMBuildLoad2(l->B, l->t_f16, p, ""), l->t_f32, "");
+    case LOOM_BF16: {
+        LLVMValueRef h = LLVMBuildZExt(l->B, LLVMBuildLoad2(l->B, l->t_i16, p, ""), l->t_i32, "");
+        return LLVMBuildBitCast(l->B, LLVMBuildShl(l->B, h, ci32(l, 16), ""), l->t_f32, "");
+    }
+    default:
+        return LLVMBuildLoad2(l->B, reg_type(l, dt), p, "");
+    }
+}
+
+static void store_elem(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef v)
+{
+    switch (dt) {
+    case LOOM_F16:
+        LLVMBuildStore(l->B, LLVMBuildFPTrunc(l->B, v, l->t_f16, ""), p);
+        break;
+    case LOOM_BF16: { /* the value is already rounded to bf16: its top half */
+        LLVMValueRef b = LLVMBuildLShr(l->B, LLVMBuildBitCast(l->B, v, l->t_i32, ""), ci32(l, 16), "");
+        LLVMBuildStore(l->B, LLVMBuildTrunc(l->B, b, l->t_i16, ""), p);
+        break;
+    }
+    default:
+        LLVMBuildStore(l->B, v, p);
+    }
+}
+
+static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    vgeom g = geom(l, op->opnd[0]);
+    int32_t id = l->cg->vlay[op->res[0]];
+    int n = cg_layout_regs(cg_lay(l->cg, id));
+    LLVMValueRef *out = regs_alloc(l, n);
+    if (!out)
+        return false;
+    loom_dtype dt = vdt(l, op->res[0]);
+    LLVMValueRef base = smem_off(l, op->opnd[0]);
+    for (int j = 0; j < n; j++) {
+        LLVMValueRef row, col;
+        view_rc(l, &g, id, j, &row, &col);
+        LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
+        out[j] = load_elem(l, dt, p); /* padded coordinates read garbage they never use */
+    }
+    return set_result(l, op->res[0], id, out);
+}
+
+static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
+{
+    vgeom g = geom(l, op->opnd[0]);
+    int32_t id = cg_want(l->cg, o, 1);
+    LLVMValueRef *x = opnd_regs(l, o, 1);
+    if (!x)
+        return false;
+    const cg_layout *lay = cg_lay(l->cg, id);
+    int n = cg_layout_regs(lay);
+    loom_dtype dt = vdt(l, op->opnd[1]);
+    LLVMValueRef base = smem_off(l, op->opnd[0]);
+    for (int j = 0; j < n; j++) {
+        LLVMValueRef inb = NULL;
+        for (int d = 0; d < lay->rank; d++)
+            inb = and_pred(l, inb, in_tile(l, id, j, d));
+        LLVMBasicBlockRef m = inb ? if_begin(l, inb) : NULL;
+        LLVMValueRef row, col;
+        view_rc(l, &g, id, j, &row, &col);
+        store_elem(l, dt, sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), "")), x[j]);
+        if (m)
+            if_end(l, m);
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- barriers */
+
+/* The hardware arrival count of barrier array `bars`: per arriving task, replicas *
+ * warps (mbar_arrive: lane 0 of every warp) or replicas (mbar_expect: one thread). */
+static int64_t hw_arrivals(L *l, uint32_t bars, int64_t dsl)
+{
+    loom_kernel *k = l->k;
+    ir_task_info t[64];
+    int nt = ir_tasks(k, t, 64);
+    int64_t sum = 0;
+    bool any = false;
+    for (int i = 0; i < nt && i < 64; i++) {
+        int kind = 0; /* 1 expect, 2 arrive */
+        for (uint32_t o = 1; o < k->nops; o++) {
+            const ir_op *op = &k->ops[o];
+            if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT) || !op->block || op->opnd[0] != bars)
+                continue;
+            uint32_t tk = 0;
+            for (uint32_t b = op->block; b && !tk;) {
+                uint32_t p = k->blocks[b].parent;
+                if (!p)
+                    break;
+                if (k->ops[p].kind == IR_TASK)
+                    tk = p;
+                b = k->ops[p].block;
+            }
+            if (tk == t[i].op)
+                kind |= op->kind == IR_MBAR_EXPECT ? 1 : 2;
+        }
+        if (kind == 3) {
+            cg_fail(l->cg, LOOM_ERR_UNSUPPORTED,
+                    "the task at %s:%d both arrives on and expects bytes on one barrier array; "
+                    "use separate barrier arrays",
+                    k->ops[t[i].op].src.file, k->ops[t[i].op].src.line);
+            return 1;
+        }
+        if (kind) {
+            any = true;
+            sum += (int64_t)t[i].replicas * (kind == 2 ? t[i].warps : 1);
+        }
+    }
+    return any ? sum : dsl;
+}
+
+static bool lower_mbar_alloc(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    LLVMValueRef off = ci32(l, (int64_t)l->cg->val_off[op->res[0]]);
+    if (!set_smem(l, op->res[0], off))
+        return false;
+    int64_t count = hw_arrivals(l, op->res[0], op->iattr[1]);
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    for (int64_t i = 0; i < op->iattr[0]; i++) {
+        LLVMValueRef a[2] = {saddr(l, LLVMBuildAdd(l->B, off, ci32(l, 8 * i), "")), ci32(l, count)};
+        asm_void(l, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", a, 2);
+    }
+    if_end(l, m);
+    l->barriers_ready = false;
+    return true;
+}
+
+static LLVMValueRef bar_addr(L *l, ir_op *op, int first)
+{
+    LLVMValueRef off = LLVMBuildAdd(l->B, smem_off(l, op->opnd[first]),
+                                    LLVMBuildMul(l->B, scal(l, op->opnd[first + 1]), ci32(l, 8), ""), "");
+    return saddr(l, off);
+}
+
+static bool lower_mbar_expect(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    LLVMValueRef a[2] = {bar_addr(l, op, 0), ci32(l, op->iattr[0])};
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    asm_void(l, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}", a, 2);
+    if_end(l, m);
+    return true;
+}
+
+static bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    LLVMValueRef a = bar_addr(l, op, 0);
+    LLVMBasicBlockRef m = if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
+    asm_void(l, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", &a, 1);
+    if_end(l, m);
+    return true;
+}
+
+static bool lower_mbar_wait(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    LLVMValueRef a[2] = {bar_addr(l, op, 0), scal(l, op->opnd[2])};
+    asm_void(l,
+             "{\n\t.reg .pred p;\n\tLOOM_WAIT_${:uid}:\n\t"
+             "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t"
+             "@!p bra LOOM_WAIT_${:uid};\n\t}",
+             "r,r,~{memory}", a, 2);
+    return true;
+}
+
+static bool lower_named_barrier(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    char t[64];
+    snprintf(t, sizeof t, "bar.sync %d, %d;", (int)op->iattr[0] + 8, (int)op->iattr[1]);
+    asm_void(l, t, "~{memory}", NULL, 0);
+    return true;
+}
+
+static bool lower_fence_async(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    (void)op;
+    asm_void(l, "fence.proxy.async.shared::cta;", "~{memory}", NULL, 0);
+    return true;
+}
+
+/* ---------------------------------------------------------------- TMA */
+
+/* The boxes of one TMA op: one per chunk of the view (see the top of this file). */
+typedef struct tma_plan {
+    int rank, nchunk;
+    int64_t box[5];
+    int64_t chunk_cols, chunk_bytes;
+} tma_plan;
+
+static tma_plan plan_tma(loom_kernel *k, const ir_op *op)
+{
+    tma_plan p = {0};
+    const ir_type *tt = &k->vals[op->opnd[0]].type;
+    int r = tt->shape.rank;
+    const ir_type *vt = &k->vals[op->opnd[1 + r]].type;
+    int v = vt->shape.rank, es = (int)loom_dtype_size((loom_dtype)vt->dtype);
+    p.rank = r;
+    for (int d = 0; d < r; d++)
+        p.box[d] = d < r - v ? 1 : vt->shape.dim[d - (r - v)];
+    int64_t inner = vt->shape.dim[v - 1] * es;
+    p.nchunk = vt->swizzle && inner > vt->swizzle ? (int)(inner / vt->swizzle) : 1;
+    p.chunk_cols = vt->shape.dim[v - 1] / p.nchunk;
+    p.box[r - 1] = p.chunk_cols;
+    p.chunk_bytes = ir_shape_numel(&vt->shape) * es / p.nchunk;
+    return p;
+}
+
+static bool hopper_collect_tma(L *l)
+{
+    loom_kernel *k = l->k;
+    cg_ctx *cg = l->cg;
+    cg->ntma = 0;
+    l->op_tma = calloc(k->nops, sizeof *l->op_tma);
+    if (!l->op_tma)
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
+    for (uint32_t o = 1; o < k->nops; o++) {
+        const ir_op *op = &k->ops[o];
+        if ((op->kind != IR_TMA_LOAD && op->kind != IR_TMA_STORE) || !op->block)
+            continue;
+        tma_plan p = plan_tma(k, op);
+        const ir_value *tv = &k->vals[op->opnd[0]];
+        int r = tv->type.shape.rank;
+        int swz = k->vals[op->opnd[1 + r]].type.swizzle;
+        int found = -1;
+        for (int t = 0; t < cg->ntma && found < 0; t++) {
+            bool same = cg->tma[t].arg == (int)tv->def && cg->tma[t].swizzle == swz && cg->tma[t].rank == r;
+            for (int d = 0; same && d < r; d++)
+                same = cg->tma[t].box[d] == p.box[d];
+            if (same)
+                found = t;
+        }
+        if (found < 0) {
+            if (cg->ntma == 16)
+                return cg_fail(cg, LOOM_ERR_UNSUPPORTED, "%s:%d: a kernel can use at most 16 TMA descriptors",
+                               op->src.file, op->src.line);
+            found = cg->ntma++;
+            cg->tma[found].arg = (int)tv->def;
+            cg->tma[found].rank = r;
+            cg->tma[found].swizzle = swz;
+            for (int d = 0; d < r; d++)
+                cg->tma[found].box[d] = p.box[d];
+        }
+        l->op_tma[o] = found;
+    }
+    return true;
+}
+
+/* The coordinates operand list "{c_inner, ..., c_outer}" text for n dims from $first. */
+static void coords_text(char *buf, size_t n, int rank, int first)
+{
+    size_t p = (size_t)snprintf(buf, n, "{");
+    for (int d = 0; d < rank; d++)
+        p += (size_t)snprintf(buf + p, n - p, "%s$%d", d ? ", " : "", first + d);
+    snprintf(buf + p, n - p, "}");
+}
+
+static bool tma_common_lower(L *l, uint32_t o, ir_op *op, bool load)
+{
+    loom_kernel *k = l->k;
+    int r = vty(l, op->opnd[0])->shape.rank;
+    tma_plan p = plan_tma(k, op);
+    LLVMValueRef desc = l->tma_param[l->op_tma[o]];
+    LLVMValueRef dst = saddr(l, smem_off(l, op->opnd[1 + r]));
+    LLVMValueRef bar = load ? bar_addr(l, op, 2 + r) : NULL;
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    for (int c = 0; c < p.nchunk; c++) {
+        LLVMValueRef args[10];
+        int n = 0;
+        args[n++] = LLVMBuildAdd(l->B, dst, ci32(l, c * p.chunk_bytes), "");
+        args[n++] = desc;
+        for (int d = r - 1; d >= 0; d--) { /* innermost first */
+            LLVMValueRef x = scal(l, op->opnd[1 + d]);
+            if (LLVMTypeOf(x) == l->t_i64)
+                x = LLVMBuildTrunc(l->B, x, l->t_i32, "");
+            if (d == r - 1 && c)
+                x = LLVMBuildAdd(l->B, x, ci32(l, c * p.chunk_cols), "");
+            args[n++] = x;
+        }
+        if (load)
+            args[n++] = bar;
+        char co[64], text[256], cons[64];
+        coords_text(co, sizeof co, r, 2);
+        if (load)
+            snprintf(text, sizeof text,
+                     "cp.async.bulk.tensor.%dd.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, %s], [$%d];",
+                     r, co, 2 + r);
+        else
+            snprintf(text, sizeof text, "cp.async.bulk.tensor.%dd.global.shared::cta.bulk_group [$1, %s], [$0];", r,
+                     co);
+        size_t q = (size_t)snprintf(cons, sizeof cons, "r,l");
+        for (int d = 0; d < r; d++)
+            q += (size_t)snprintf(cons + q, sizeof cons - q, ",r");
+        snprintf(cons + q, sizeof cons - q, "%s,~{memory}", load ? ",r" : "");
+        asm_void(l, text, cons, args, n);
+    }
+    if (!load)
+        asm_void(l, "cp.async.bulk.commit_group;", "~{memory}", NULL, 0);
+    if_end(l, m);
+    return true;
+}
+
+static bool lower_tma_load(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, true); }
+static bool lower_tma_store(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, false); }
+
+static bool lower_tma_store_wait(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    char t[64];
+    snprintf(t, sizeof t, "cp.async.bulk.wait_group.read %d;", (int)op->iattr[0]);
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    asm_void(l, t, "~{memory}", NULL, 0);
+    if_end(l, m);
+    return true;
+}
+
+/* ---------------------------------------------------------------- wgmma */
+
+static int swz_mode(int swz) { return swz == 128 ? 1 : swz == 64 ? 2 : swz == 32 ? 3 : 0; }
+
+/* Descriptor (i64) for a wgmma operand at shared byte offset off (i32) of view geometry g;
+ * mn_major: the operand's M/N dim is the stored inner (contiguous) one. */
+static LLVMValueRef make_desc(L *l, const vgeom *g, LLVMValueRef off, bool mn_major)
+{
+    int64_t lbo = mn_major ? g->rows * g->span : 16, sbo = 8 * g->span;
+    uint64_t hi = ((uint64_t)((lbo >> 4) & 0x3fff) << 16) | ((uint64_t)((sbo >> 4) & 0x3fff) << 32) |
+                  ((uint64_t)swz_mode(g->swz) << 62);
+    LLVMValueRef a = LLVMBuildZExt(l->B, LLVMBuildLShr(l->B, saddr(l, off), ci32(l, 4), ""), l->t_i64, "");
+    a = LLVMBuildAnd(l->B, a, ci64(l, 0x3fff), "");
+    return LLVMBuildOr(l->B, a, LLVMConstInt(l->t_i64, hi, 0), "");
+}
+
+/* Byte offset within an operand view of element (mn, k) block starts: for a K-major
+ * operand (k contiguous) and for an MN-major one; chunks of one span along the inner dim. */
+static int64_t op_off(const vgeom *g, bool mn_major, int64_t mn, int64_t k)
+{
+    if (!mn_major) { /* stored [mn][k] */
+        int64_t b = k * g->es;
+        return (b / g->span) * g->rows * g->span + mn * g->span + b % g->span;
+    }
+    int64_t b = mn * g->es; /* stored [k][mn] */
+    return (b / g->span) * g->rows * g->span + k * g->span + b % g->span;
+}
+
+static bool lower_wgmma(L *l, uint32_t o, ir_op *op)
+{
+    cg_ctx *cg = l->cg;
+    const ir_type *at = vty(l, op->opnd[0]), *bt = vty(l, op->opnd[1]);
+    if (at->kind != IR_T_SMEM)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
+                       "%s:%d: wgmma with A in registers is not lowered yet; stage A in shared memory",
+                       op->src.file, op->src.line);
+    if (!at->swizzle || !bt->swizzle)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
+                       "%s:%d: wgmma operands in shared memory need a swizzle mode (LOOM_SWIZZLE_128, 64 or 32)",
+                       op->src.file, op->src.line);
+    int32_t id = cg->vlay[op->res[0]];
+    const cg_layout *lay = cg_lay(cg, id);
+    LLVMValueRef *acc = opnd_regs(l, o, 2);
+    if (!acc)
+        return false;
+    int n = cg_layout_regs(lay);
+    LLVMValueRef *out = regs_alloc(l, n);
+    if (!out)
+        return false;
+    memcpy(out, acc, (size_t)n * sizeof *out);
+    int64_t M = at->shape.dim[0], K = at->shape.dim[1], N = bt->shape.dim[1];
+    int gbits = lay->nwarp - 2;
+    int64_t G = INT64_C(1) << gbits, rows = M / G, mblocks = rows / 64;
+    int64_t Np = INT64_C(1) << lay->lg[1]; /* padded N: registers per m64 block = Np / 2 */
+    vgeom ga = geom(l, op->opnd[0]), gb = geom(l, op->opnd[1]);
+    bool a_mn = at->trans, b_mn = !bt->trans; /* B [K,N] stored as is: N contiguous */
+    const char *ty = at->dtype == LOOM_BF16 ? "bf16" : "f16";
+    /* warp group of this thread within the task: row offset g * rows */
+    LLVMValueRef g = LLVMBuildLShr(l->B, l->warp, ci32(l, 2), "");
+    LLVMValueRef a_base = smem_off(l, op->opnd[0]), b_base = smem_off(l, op->opnd[1]);
+    asm_void(l, "wgmma.fence.sync.aligned;", "~{memory}", NULL, 0);
+    int nr = (int)(N / 2);
+    char *text = lalloc(l, 8192), *cons = lalloc(l, 4096);
+    if (!text || !cons)
+        return false;
+    size_t p = (size_t)snprintf(text, 8192, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", nr + 2);
+    p += (size_t)snprintf(text + p, 8192 - p, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {", (long long)N, ty,
+                          ty);
+    for (int i = 0; i < nr; i++)
+        p += (size_t)snprintf(text + p, 8192 - p, "%s$%d", i ? ", " : "", i);
+    snprintf(text + p, 8192 - p, "}, $%d, $%d, p, 1, 1, %d, %d;\n\t}", nr, nr + 1, a_mn ? 1 : 0, b_mn ? 1 : 0);
+    size_t q = 0;
+    for (int i = 0; i < nr; i++)
+        q += (size_t)snprintf(cons + q, 4096 - q, "%s=f", i ? "," : "");
+    q += (size_t)snprintf(cons + q, 4096 - q, ",l,l,r");
+    for (int i = 0; i < nr; i++)
+        q += (size_t)snprintf(cons + q, 4096 - q, ",%d", i);
+    LLVMTypeRef *ft = lalloc(l, (size_t)nr * sizeof *ft);
+    LLVMValueRef *args = lalloc(l, (size_t)(nr + 3) * sizeof *args);
+    if (!ft || !args)
+        return false;
+    for (int i = 0; i < nr; i++)
+        ft[i] = l->t_f32;
+    LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)nr, 0);
+    LLVMTypeRef *at2 = lalloc(l, (size_t)(nr + 3) * sizeof *at2);
+    if (!at2)
+        return false;
+    for (int64_t mb = 0; mb < mblocks; mb++) {
+        /* a: rows g*rows + mb*64 .., b: all N */
+        LLVMValueRef arow = LLVMBuildMul(l->B, g, ci32(l, rows), "");
+        for (int64_t kk = 0; kk < K; kk += 16) {
+            LLVMValueRef aoff;
+            if (!a_mn) /* rows are whole spans: the dynamic row moves by row * span */
+                aoff = LLVMBuildAdd(l->B, a_base,
+                                    LLVMBuildAdd(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga.span), ""),
+                                                 ci32(l, op_off(&ga, false, mb * 64, kk)), ""), "");
+            else /* A stored [K][M]: the warp group's rows are columns: chunks of the span */
+                aoff = LLVMBuildAdd(l->B, a_base,
+                                    LLVMBuildAdd(l->B,
+                                                 LLVMBuildMul(l->B, LLVMBuildUDiv(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga.es), ""), ci32(l, ga.span), ""),
+                                                              ci32(l, ga.rows * ga.span), ""),
+                                                 ci32(l, op_off(&ga, true, mb * 64, kk)), ""), "");
+            LLVMValueRef boff = LLVMBuildAdd(l->B, b_base, ci32(l, op_off(&gb, b_mn, 0, kk)), "");
+            int na = 0;
+            args[na++] = make_desc(l, &ga, aoff, a_mn);
+            args[na++] = make_desc(l, &gb, boff, b_mn);
+            args[na++] = ci32(l, 1);
+            for (int i = 0; i < nr; i++)
+                args[na++] = out[mb * (Np / 2) + i];
+            for (int i = 0; i < na; i++)
+                at2[i] = LLVMTypeOf(args[i]);
+            LLVMTypeRef fty = LLVMFunctionType(st, at2, (unsigned)na, 0);
+            LLVMValueRef ia = LLVMGetInlineAsm(fty, text, strlen(text), cons, strlen(cons), 1, 0,
+                                               LLVMInlineAsmDialectATT, 0);
+            LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)na, "");
+            for (int i = 0; i < nr; i++)
+                out[mb * (Np / 2) + i] = LLVMBuildExtractValue(l->B, call, (unsigned)i, "");
+        }
+    }
+    (void)Np;
+    return set_result(l, op->res[0], id, out);
+}
+
+static bool lower_wgmma_commit(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    (void)op;
+    asm_void(l, "wgmma.commit_group.sync.aligned;", "~{memory}", NULL, 0);
+    return true;
+}
+
+/* The accumulators flow through the wait as tied operands: LLVM cannot touch them before. */
+static bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
+{
+    int total = 0;
+    LLVMValueRef *regs[16];
+    for (int i = 0; i < op->nopnd; i++) {
+        if (!(regs[i] = opnd_regs(l, o, i)))
+            return false;
+        total += cg_layout_regs(cg_lay(l->cg, l->cg->vlay[op->res[i]]));
+    }
+    char t[64];
+    snprintf(t, sizeof t, "wgmma.wait_group.sync.aligned %d;", (int)op->iattr[0]);
+    if (total == 0) {
+        asm_void(l, t, "~{memory}", NULL, 0);
+        return true;
+    }
+    char *cons = lalloc(l, (size_t)total * 8 + 32);
+    LLVMTypeRef *ft = lalloc(l, (size_t)total * sizeof *ft);
+    LLVMValueRef *args = lalloc(l, (size_t)total * sizeof *args);
+    if (!cons || !ft || !args)
+        return false;
+    size_t q = 0;
+    for (int i = 0; i < total; i++)
+        q += (size_t)sprintf(cons + q, "%s=f", i ? "," : "");
+    for (int i = 0; i < total; i++)
+        q += (size_t)sprintf(cons + q, ",%d", i);
+    sprintf(cons + q, ",~{memory}");
+    int a = 0;
+    for (int i = 0; i < op->nopnd; i++) {
+        int n = cg_layout_regs(cg_lay(l->cg, l->cg->vlay[op->res[i]]));
+        for (int j = 0; j < n; j++)
+            args[a++] = regs[i][j];
+    }
+    for (int i = 0; i < total; i++)
+        ft[i] = l->t_f32;
+    LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)total, 0);
+    LLVMTypeRef fty = LLVMFunctionType(st, ft, (unsigned)total, 0);
+    LLVMValueRef ia = LLVMGetInlineAsm(fty, t, strlen(t), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)total, "");
+    a = 0;
+    for (int i = 0; i < op->nres; i++) {
+        int32_t id = l->cg->vlay[op->res[i]];
+        int n = cg_layout_regs(cg_lay(l->cg, id));
+        LLVMValueRef *r = regs_alloc(l, n);
+        if (!r)
+            return false;
+        for (int j = 0; j < n; j++)
+            r[j] = LLVMBuildExtractValue(l->B, call, (unsigned)a++, "");
+        set_result(l, op->res[i], id, r);
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- tasks */
+
+static int entry_regs(loom_kernel *k)
+{
+    int threads = loom_kernel_num_warps(k) * 32;
+    int r = (65536 / threads) & ~7;
+    return r > 255 ? 255 : r;
+}
+
+static bool lower_task(L *l, uint32_t o, ir_op *op)
+{
+    cg_ctx *cg = l->cg;
+    ir_task_info t[64];
+    int nt = ir_tasks(l->k, t, 64), ti = -1, rep0 = 0;
+    for (int i = 0; i < nt && i < 64; i++) {
+        if (t[i].op == o)
+            ti = i;
+        if (ti < 0)
+            rep0 += t[i].replicas;
+    }
+    if (ti < 0)
+        return CG_BUG(cg, "task %u not found", o);
+    if (rep0 + t[ti].replicas > 7)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED, "%s:%d: at most 7 task replicas in all (one hardware named barrier each)",
+                       op->src.file, op->src.line);
+    if (!l->barriers_ready) { /* mbarrier inits visible to every task before any starts */
+        asm_void(l, "fence.mbarrier_init.release.cluster;", "~{memory}", NULL, 0);
+        barrier(l);
+        l->barriers_ready = true;
+    }
+    int warps = t[ti].warps, first = t[ti].first_warp;
+    LLVMValueRef wg = LLVMBuildLShr(l->B, l->tid, ci32(l, 5), "");
+    LLVMValueRef rel = LLVMBuildSub(l->B, wg, ci32(l, first), "");
+    LLVMValueRef in = LLVMBuildICmp(l->B, LLVMIntULT, rel, ci32(l, warps * t[ti].replicas), "");
+    LLVMBasicBlockRef m = if_begin(l, in);
+    /* a prologue block for the task's per-thread values (coordinates), then its body */
+    LLVMBasicBlockRef pro = LLVMGetInsertBlock(l->B);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(l->C, l->fn, "task.body");
+    if (t[ti].regs) {
+        int e = entry_regs(l->k);
+        char txt[64];
+        snprintf(txt, sizeof txt, "setmaxnreg.%s.sync.aligned.u32 %d;", t[ti].regs > e ? "inc" : "dec", t[ti].regs);
+        if (t[ti].regs != e)
+            asm_void(l, txt, "~{memory}", NULL, 0);
+    }
+    /* task-local state */
+    L saved = *l;
+    LLVMValueRef rep = LLVMBuildUDiv(l->B, rel, ci32(l, warps), "replica");
+    LLVMValueRef lw = LLVMBuildSub(l->B, rel, LLVMBuildMul(l->B, rep, ci32(l, warps), ""), "");
+    int wb = 0;
+    while ((2 << wb) <= warps && wb < CG_MAXWARPBITS)
+        wb++;
+    l->warp = LLVMBuildAnd(l->B, lw, ci32(l, (1 << wb) - 1), "twarp");
+    l->replica = rep;
+    l->tid_local = LLVMBuildSub(l->B, l->tid, ci32(l, (first)*32), "");
+    l->tid_local = LLVMBuildSub(l->B, l->tid_local, LLVMBuildMul(l->B, rep, ci32(l, warps * 32), ""), "tlocal");
+    l->bar_id = LLVMBuildAdd(l->B, rep, ci32(l, 1 + rep0), "");
+    l->bar_threads = warps * 32;
+    l->scratch_base = LLVMBuildAdd(l->B, ci32(l, (int64_t)cg->task_scratch_off[ti]),
+                                   LLVMBuildMul(l->B, rep, ci32(l, (int64_t)cg->task_scratch_size[ti]), ""), "");
+    /* coordinates are per task (warp ids differ): a fresh cache, computed in the task */
+    l->tcoord = NULL;
+    l->ntcoord = 0;
+    LLVMBuilderRef pb = l->PB;
+    l->PB = LLVMCreateBuilderInContext(l->C);
+    LLVMPositionBuilderAtEnd(l->PB, pro);
+    LLVMPositionBuilderAtEnd(l->B, body);
+    bool ok = lower_block(l, op->reg[0]);
+    LLVMBuildBr(l->PB, body);
+    LLVMDisposeBuilder(l->PB);
+    free(l->tcoord);
+    LLVMBuilderRef b = l->B;
+    l->PB = pb;
+    l->warp = saved.warp;
+    l->replica = saved.replica;
+    l->tid_local = saved.tid_local;
+    l->bar_id = saved.bar_id;
+    l->bar_threads = saved.bar_threads;
+    l->scratch_base = saved.scratch_base;
+    l->tcoord = saved.tcoord;
+    l->ntcoord = saved.ntcoord;
+    l->B = b;
+    if (!ok)
+        return false;
+    if_end(l, m);
+    return true;
+}
+
+static bool lower_task_replica(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    return set_scalar(l, op->res[0], l->replica ? l->replica : ci32(l, 0));
+}
+
+/* ---------------------------------------------------------------- kernel-level parts */
+
+static void hopper_kernel_attrs(L *l)
+{
+    cg_ctx *cg = l->cg;
+    if (ir_tasks(l->k, NULL, 0) > 0) {
+        /* launch bounds fix the register count every thread starts with (64K / threads),
+         * which setmaxnreg needs to know */
+        annotate(l, "minctasm", 1);
+        LLVMAddAttributeAtIndex(l->fn, LLVMAttributeFunctionIndex,
+                                LLVMCreateStringAttribute(l->C, "nvvm.minctasm", 13, "1", 1));
+    }
+    unsigned kb = LLVMGetEnumAttributeKindForName("byval", 5);
+    LLVMTypeRef desc_t = LLVMArrayType2(l->t_i8, 128);
+    for (int t = 0; t < cg->ntma; t++) {
+        unsigned idx = (unsigned)(l->k->nargs + t);
+        char name[32];
+        snprintf(name, sizeof name, "loom_tma%d", t);
+        LLVMSetValueName2(LLVMGetParam(l->fn, idx), name, strlen(name));
+        LLVMAddAttributeAtIndex(l->fn, idx + 1, LLVMCreateTypeAttribute(l->C, kb, desc_t));
+        add_param_attr(l, idx + 1, "align", 64);
+        LLVMAddAttributeAtIndex(l->fn, idx + 1, LLVMCreateStringAttribute(l->C, "nvvm.grid_constant", 18, "", 0));
+    }
+    if (cg->ntma) {
+        LLVMMetadataRef idx[16];
+        for (int t = 0; t < cg->ntma; t++)
+            idx[t] = LLVMValueAsMetadata(LLVMConstInt(l->t_i32, (unsigned long long)(l->k->nargs + t + 1), 0));
+        LLVMMetadataRef md[3] = {LLVMValueAsMetadata(l->fn), LLVMMDStringInContext2(l->C, "grid_constant", 13),
+                                 LLVMMDNodeInContext2(l->C, idx, (size_t)cg->ntma)};
+        LLVMAddNamedMetadataOperand(l->M, "nvvm.annotations",
+                                    LLVMMetadataAsValue(l->C, LLVMMDNodeInContext2(l->C, md, 3)));
+    }
+}
+
+static void hopper_entry(L *l)
+{
+    cg_ctx *cg = l->cg;
+    if (l->smem) {
+        LLVMValueRef p = LLVMBuildPtrToInt(l->PB, l->smem, l->t_i64, "");
+        l->smem_base32 = LLVMBuildTrunc(l->PB, p, l->t_i32, "smem_base");
+        if (cg->scratch_off && ir_tasks(l->k, NULL, 0) == 0)
+            l->scratch_base = ci32(l, (int64_t)cg->scratch_off);
+    }
+    for (int t = 0; t < cg->ntma; t++)
+        l->tma_param[t] = LLVMBuildPtrToInt(l->PB, LLVMGetParam(l->fn, (unsigned)(l->k->nargs + t)), l->t_i64, "");
+    l->barriers_ready = true;
+    (void)op_at;
+}

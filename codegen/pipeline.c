@@ -170,6 +170,8 @@ out:
     free(cg->lays);
     free(cg->vlay);
     free(cg->remat);
+    free(cg->prefer);
+    free(cg->val_off);
     free(cg->op_scratch);
     free(cg->div);
     if (cg->st != LOOM_OK) {

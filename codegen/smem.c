@@ -68,6 +68,41 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
     return up16(need);
 }
 
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Place the allocations (in program order) from offset 0. */
+static bool plan_allocs(cg_ctx *cg)
+{
+    loom_kernel *k = cg->k;
+    free(cg->val_off);
+    cg->val_off = calloc(k->nvals, sizeof *cg->val_off);
+    if (!cg->val_off)
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
+    size_t off = 0;
+    const ir_block *body = &k->blocks[1];
+    /* rings first (largest alignment), then barriers */
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < body->nops; i++) {
+            const ir_op *op = &k->ops[body->ops[i]];
+            if (op->kind != (pass ? IR_MBAR_ALLOC : IR_SMEM_ALLOC) || !op->nres)
+                continue;
+            const ir_type *t = &k->vals[op->res[0]].type;
+            size_t bytes, al;
+            if (pass) {
+                bytes = (size_t)t->shape.dim[0] * 8;
+                al = 8;
+            } else {
+                bytes = (size_t)ir_shape_numel(&t->shape) * loom_dtype_size((loom_dtype)t->dtype) * t->slots;
+                al = t->swizzle ? 1024 : 128;
+            }
+            off = align_up(off, al);
+            cg->val_off[op->res[0]] = off;
+            off += bytes;
+        }
+    cg->scratch_off = align_up(off, 128);
+    return true;
+}
+
 static void plan_block(cg_ctx *cg, uint32_t b)
 {
     ir_block *blk = &cg->k->blocks[b];
@@ -91,10 +126,29 @@ loom_status cg_smem(cg_ctx *cg)
     if (!cg->op_scratch)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
     cg->smem_bytes = 0;
-    plan_block(cg, 1);
+    if (!plan_allocs(cg))
+        return cg->st;
+    ir_task_info tasks[64];
+    int nt = ir_tasks(cg->k, tasks, 64);
+    if (nt == 0) {
+        plan_block(cg, 1);
+        cg->smem_bytes += cg->scratch_off;
+    } else {
+        /* the top level needs no scratch (scalars only); each task replica gets its own */
+        size_t off = cg->scratch_off;
+        for (int t = 0; t < nt && t < 64; t++) {
+            cg->smem_bytes = 0;
+            plan_block(cg, cg->k->ops[tasks[t].op].reg[0]);
+            size_t need = align_up(cg->smem_bytes, 128);
+            cg->task_scratch_off[t] = off;
+            cg->task_scratch_size[t] = need;
+            off += need * (size_t)tasks[t].replicas;
+        }
+        cg->smem_bytes = off;
+    }
     if (cg->st == LOOM_OK && cg->smem_bytes > (size_t)227 * 1024)
         cg_fail(cg, LOOM_ERR_UNSUPPORTED,
-                "kernel '%s' needs %zu bytes of shared memory scratch (more than 227 KiB); use smaller tiles",
+                "kernel '%s' needs %zu bytes of shared memory (rings, barriers and scratch: more than 227 KiB); use smaller tiles or fewer stages",
                 loom_kernel_name(cg->k), cg->smem_bytes);
     return cg->st;
 }
