@@ -37,6 +37,11 @@
  * in place (the printed IR stays valid and the interpreter gives the same results). */
 loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
                            char *err, size_t errlen);
+/* The same, also listing the TMA descriptors the kernel takes after its own parameters
+ * (runtime/tma.h: the launch encodes one per spec from that argument's buffer). */
+#include "tma.h"
+loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
+                               rt_tma_spec *tma_out, int *ntma_out, char *err, size_t errlen);
 
 /* ================================================================ internals */
 #ifdef LOOM_CODEGEN_INTERNAL

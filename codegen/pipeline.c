@@ -85,6 +85,16 @@ static loom_status after(cg_ctx *cg, const char *pass)
 loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out, char *err,
                            size_t errlen)
 {
+    rt_tma_spec tma[RT_TMA_MAX_SPECS];
+    int ntma = 0;
+    return cg_compile_ptx_tma(k, arch, ptx_out, smem_bytes_out, tma, &ntma, err, errlen);
+}
+
+loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
+                               rt_tma_spec *tma_out, int *ntma_out, char *err, size_t errlen)
+{
+    if (ntma_out)
+        *ntma_out = 0;
     if (err && errlen)
         err[0] = 0;
     if (!k || !ptx_out) {
@@ -160,6 +170,13 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
         fprintf(stderr, "// PTX of %s\n%s\n", loom_kernel_name(k), *ptx_out);
     if (smem_bytes_out)
         *smem_bytes_out = cg->smem_bytes;
+    /* the TMA descriptors the launch appends after the kernel's own parameters */
+    for (int t = 0; t < cg->ntma && t < RT_TMA_MAX_SPECS && tma_out && ntma_out; t++) {
+        tma_out[t] = (rt_tma_spec){.arg = cg->tma[t].arg, .rank = cg->tma[t].rank, .swizzle = cg->tma[t].swizzle};
+        for (int d = 0; d < cg->tma[t].rank; d++)
+            tma_out[t].box[d] = cg->tma[t].box[d];
+        *ntma_out = t + 1;
+    }
 out:
     loom_kernel_destroy(work);
     if (mod)

@@ -142,6 +142,19 @@ typedef struct CUlaunchConfig_st {
 _Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute layout");
 _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig layout");
 
+/* ---------------------------------------------------------------- TMA descriptors */
+
+/* CUtensorMap: 128 opaque bytes, 64-byte aligned.  The enums it is encoded from
+ * (CUtensorMapDataType, ...Interleave, ...Swizzle, ...L2promotion, ...FloatOOBfill) are
+ * passed as ints; runtime/tma.c holds the values it uses. */
+typedef struct CUtensorMap_st {
+    _Alignas(64) unsigned long long opaque[16];
+} CUtensorMap;
+typedef unsigned int cuuint32_t;
+typedef unsigned long long cuuint64_t;
+
+_Static_assert(sizeof(CUtensorMap) == 128, "CUtensorMap layout");
+
 /* ---------------------------------------------------------------- entry points */
 
 typedef CUresult (*PFN_cuInit)(unsigned int flags);
@@ -183,5 +196,10 @@ typedef CUresult (*PFN_cuEventDestroy_v2)(CUevent ev);
 typedef CUresult (*PFN_cuEventRecord)(CUevent ev, CUstream stream);
 typedef CUresult (*PFN_cuEventSynchronize)(CUevent ev);
 typedef CUresult (*PFN_cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
+typedef CUresult (*PFN_cuTensorMapEncodeTiled)(CUtensorMap *map, int dtype, cuuint32_t rank,
+                                               void *base, const cuuint64_t *dims,
+                                               const cuuint64_t *strides, const cuuint32_t *box,
+                                               const cuuint32_t *elem_strides, int interleave,
+                                               int swizzle, int l2_promotion, int oob_fill);
 
 #endif /* LOOM_CUDA_API_H */

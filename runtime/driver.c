@@ -16,6 +16,13 @@
  * the disk cache, else cg_compile_ptx + cuLink* (PTX -> cubin at -O3), whose cubin goes
  * to the disk cache.  Every CUDA error reads "<call> failed: <NAME> (<text>)"; launch
  * errors name the kernel, load errors carry the JIT log.
+ *
+ * A kernel that reads tensors with TMA takes one descriptor per rt_tma_spec after its own
+ * parameters: the code generator lists the specs, the cache entry keeps them (and the
+ * disk file, so a warm start has them), and each launch appends the descriptors, encoded
+ * from the arguments' buffers through the entry's rt_tma_cache (runtime/tma.c).
+ * cuTensorMapEncodeTiled is looked up apart from the other entry points: a driver
+ * without it (before CUDA 12) still runs every kernel that uses no TMA.
  */
 #define _GNU_SOURCE
 #include "cuda_api.h"
@@ -41,6 +48,16 @@ __attribute__((weak)) loom_status cg_compile_ptx(loom_kernel *k, const char *arc
     *smem_bytes_out = 0;
     snprintf(err, errlen, "no code generator in this build");
     return LOOM_ERR_UNSUPPORTED;
+}
+
+/* Weak default: no TMA descriptors.  A code generator that emits TMA copies defines it. */
+__attribute__((weak)) loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
+                                                     size_t *smem_bytes_out, rt_tma_spec *tma_out,
+                                                     int *ntma_out, char *err, size_t errlen)
+{
+    (void)tma_out;
+    *ntma_out = 0;
+    return cg_compile_ptx(k, arch, ptx_out, smem_bytes_out, err, errlen);
 }
 
 /* ---------------------------------------------------------------- the driver table */
@@ -87,6 +104,7 @@ static struct {
     CU_FUNCS(DECL)
 #undef DECL
     PFN_cuEventElapsedTime cuEventElapsedTime; /* _v2 where the driver has it */
+    PFN_cuTensorMapEncodeTiled cuTensorMapEncodeTiled; /* NULL before CUDA 12 */
 } cu;
 static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -142,6 +160,7 @@ static loom_status load_driver(char *err, size_t errlen)
         memset(&cu, 0, sizeof cu);
         goto out;
     }
+    *(void **)&cu.cuTensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
     cu.lib = lib;
 out:
     pthread_mutex_unlock(&cu_lock);
@@ -434,6 +453,43 @@ loom_status rt_gpu_sync(rt_gpu *g, char *err, size_t errlen)
     return LOOM_OK;
 }
 
+/* ---------------------------------------------------------------- TMA descriptors */
+
+loom_status rt_gpu_tensor_map_encode(const rt_tma_plan *p, void *desc, char *err, size_t errlen)
+{
+    loom_status st = load_driver(err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    if (!cu.cuTensorMapEncodeTiled) {
+        snprintf(err, errlen, "the CUDA driver %s has no cuTensorMapEncodeTiled (TMA needs CUDA 12 "
+                 "or newer)", cu.path);
+        return LOOM_ERR_UNSUPPORTED;
+    }
+    CUresult r = cu.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        char desc_s[256];
+        cu_describe(r, desc_s, sizeof desc_s);
+        snprintf(err, errlen, "no usable GPU: cuInit failed: %s", desc_s);
+        return LOOM_ERR_NO_GPU;
+    }
+    cuuint64_t dims[RT_TMA_MAX_RANK], strides[RT_TMA_MAX_RANK];
+    cuuint32_t box[RT_TMA_MAX_RANK], estr[RT_TMA_MAX_RANK];
+    for (uint32_t i = 0; i < p->rank && i < RT_TMA_MAX_RANK; i++) {
+        dims[i] = p->dims[i];
+        box[i] = p->box[i];
+        estr[i] = p->elem_strides[i];
+        strides[i] = i + 1 < p->rank ? p->strides[i] : 0;
+    }
+    r = cu.cuTensorMapEncodeTiled((CUtensorMap *)desc, p->dtype, p->rank, (void *)(uintptr_t)p->base,
+                                  dims, strides, box, estr, p->interleave, p->swizzle,
+                                  p->l2_promotion, p->oob_fill);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(NULL, r, err, errlen,
+                       "cuTensorMapEncodeTiled (rank %u, base 0x%llx, swizzle mode %d)", p->rank,
+                       (unsigned long long)p->base, p->swizzle);
+    return LOOM_OK;
+}
+
 /* ---------------------------------------------------------------- statistics */
 
 static rt_gpu_stats stats;
@@ -586,10 +642,12 @@ static loom_status set_smem(rt_gpu *g, CUfunction fn, uint64_t smem, const char 
     return LOOM_OK;
 }
 
-/* Load cubin, find function `name`, set its shared memory: a ready mc_entry. */
-static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, uint64_t smem,
+/* Load cubin, find function `name`, set its shared memory, make its TMA descriptor cache:
+ * a ready mc_entry. */
+static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, const mc_meta *meta,
                               mc_entry *e, char *err, size_t errlen)
 {
+    uint64_t smem = meta->smem_bytes;
     char what[160];
     snprintf(what, sizeof what, "kernel '%s'", name);
     CUmodule mod = NULL;
@@ -607,9 +665,25 @@ static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, ui
         cu.cuModuleUnload(mod);
         return st;
     }
+    rt_tma_cache *tc = NULL;
+    if (meta->ntma > 0) {
+        if (meta->ntma > RT_TMA_MAX_SPECS) {
+            cu.cuModuleUnload(mod);
+            snprintf(err, errlen, "kernel '%s' takes %d TMA descriptors; loom allows at most %d", name,
+                     meta->ntma, RT_TMA_MAX_SPECS);
+            return LOOM_ERR_UNSUPPORTED;
+        }
+        tc = rt_tma_cache_create(meta->tma, meta->ntma);
+        if (!tc) {
+            cu.cuModuleUnload(mod);
+            snprintf(err, errlen, "out of host memory for the TMA descriptors of kernel '%s'", name);
+            return LOOM_ERR_NOMEM;
+        }
+    }
     e->module = mod;
     e->function = fn;
     e->smem_bytes = smem;
+    e->tma = tc;
     return LOOM_OK;
 }
 
@@ -642,10 +716,11 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     bool disk = mc_disk_dir(dir, sizeof dir);
     void *cubin = NULL;
     size_t cubin_n = 0;
-    uint64_t smem = 0;
+    mc_meta meta;
+    memset(&meta, 0, sizeof meta);
     if (disk) {
         t0 = now_ms();
-        mc_lookup lk = mc_disk_load(dir, &key, &cubin, &cubin_n, &smem, why, sizeof why);
+        mc_lookup lk = mc_disk_load(dir, &key, &cubin, &cubin_n, &meta, why, sizeof why);
         lp->disk_ms = now_ms() - t0;
         if (lk == MC_REJECTED) {
             lp->disk_rejected = 1;
@@ -655,7 +730,7 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
         if (lk == MC_HIT) {
             lp->cubin_bytes = cubin_n;
             t0 = now_ms();
-            st = make_entry(g, cubin, name, smem, &e, err, errlen);
+            st = make_entry(g, cubin, name, &meta, &e, err, errlen);
             lp->load_ms = now_ms() - t0;
             free(cubin);
             cubin = NULL;
@@ -672,8 +747,10 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     lp->result = RT_CACHE_MISS;
     char *ptx = NULL;
     size_t smem_sz = 0;
+    memset(&meta, 0, sizeof meta);
     t0 = now_ms();
-    st = cg_compile_ptx(k, g->props.arch, &ptx, &smem_sz, err, errlen);
+    st = cg_compile_ptx_tma(k, g->props.arch, &ptx, &smem_sz, meta.tma, &meta.ntma, err, errlen);
+    meta.smem_bytes = smem_sz;
     lp->codegen_ms = now_ms() - t0;
     if (st != LOOM_OK) {
         free(ptx);
@@ -698,12 +775,12 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     }
     lp->cubin_bytes = cubin_n;
     t0 = now_ms();
-    st = make_entry(g, cubin, name, smem_sz, &e, err, errlen);
+    st = make_entry(g, cubin, name, &meta, &e, err, errlen);
     lp->load_ms = now_ms() - t0;
     if (st == LOOM_OK && disk) {
         char werr[512];
         t0 = now_ms();
-        if (mc_disk_store(dir, &key, cubin, cubin_n, smem_sz, werr, sizeof werr) != LOOM_OK) {
+        if (mc_disk_store(dir, &key, cubin, cubin_n, &meta, werr, sizeof werr) != LOOM_OK) {
             lp->disk_write_failures = 1;
             if (env_on("LOOM_CACHE_VERBOSE"))
                 fprintf(stderr, "loom: module cache: %s\n", werr);
@@ -720,6 +797,7 @@ add:
     *out = mc_table_add(&g->modules, &e);
     if (!*out) {
         cu.cuModuleUnload((CUmodule)e.module);
+        rt_tma_cache_destroy(e.tma);
         snprintf(err, errlen, "out of host memory for the module cache");
         return LOOM_ERR_NOMEM;
     }
@@ -766,7 +844,7 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
         snprintf(err, errlen, "kernel '%s': bad argument count %d", name, nargs);
         return LOOM_ERR_INVALID;
     }
-    void *params[LOOM_MAX_ARGS];
+    void *params[LOOM_MAX_ARGS + RT_TMA_MAX_SPECS];
     for (int i = 0; i < nargs; i++) {
         loom_arg_info ai;
         if (!loom_kernel_arg_info(k, i, &ai)) {
@@ -811,6 +889,26 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
     st = get_function(g, k, &e, NULL, err, errlen);
     if (st != LOOM_OK)
         return st;
+    /* TMA descriptors go after the kernel's own parameters, by value (the driver copies
+     * them at the launch call, so stack storage is enough) */
+    _Alignas(RT_TMA_DESC_ALIGN) unsigned char descs[RT_TMA_MAX_SPECS][RT_TMA_DESC_BYTES];
+    int ntma = rt_tma_cache_count(e->tma);
+    for (int t = 0; t < ntma; t++) {
+        const rt_tma_spec *sp = rt_tma_cache_spec(e->tma, t);
+        loom_arg_info ai;
+        if (sp->arg < 0 || sp->arg >= nargs || !loom_kernel_arg_info(k, sp->arg, &ai)) {
+            snprintf(err, errlen, "launch of '%s': TMA descriptor %d names argument %d; the kernel has "
+                     "%d (a code generator bug)", name, t, sp->arg, nargs);
+            return LOOM_ERR_INVALID;
+        }
+        char terr[512];
+        st = rt_tma_cache_get(e->tma, t, &ai, args[sp->arg].dptr, descs[t], terr, sizeof terr);
+        if (st != LOOM_OK) {
+            snprintf(err, errlen, "launch of '%s': %s", name, terr);
+            return st;
+        }
+        params[nargs + t] = descs[t];
+    }
     unsigned gr[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
     unsigned bl[3] = {(unsigned)warps * 32u, 1, 1};
     return launch_fn(g, (CUfunction)e->function, name, gr, bl, (unsigned)e->smem_bytes, params, err,
@@ -962,6 +1060,79 @@ loom_status rt_gpu_time_ms(rt_gpu *g, rt_gpu_work_fn work, void *ctx, int warmup
         float ms = 0;
         r = cu.cuEventElapsedTime(&ms, ev[i], ev[i + 1]);
         if (r != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventElapsedTime");
+            goto done;
+        }
+        t[i] = ms;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+done:
+    for (int i = 0; i < made; i++)
+        cu.cuEventDestroy_v2(ev[i]);
+    free(ev);
+    free(t);
+    return st;
+}
+
+loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
+                                int warmup, int reps, double *median_ms, char *err, size_t errlen)
+{
+    *median_ms = 0;
+    if (!g || !work || reps < 1 || reps > 100000 || warmup < 0) {
+        snprintf(err, errlen, "rt_gpu_time_each_ms: bad arguments (reps %d, warmup %d)", reps, warmup);
+        return LOOM_ERR_INVALID;
+    }
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    for (int i = 0; i < warmup; i++) {
+        if (prep && (st = prep(ctx, err, errlen)) != LOOM_OK)
+            return st;
+        if ((st = work(ctx, err, errlen)) != LOOM_OK)
+            return st;
+    }
+    CUevent *ev = calloc(2 * (size_t)reps, sizeof *ev);
+    double *t = calloc((size_t)reps, sizeof *t);
+    int made = 0;
+    CUresult r;
+    if (!ev || !t) {
+        snprintf(err, errlen, "out of host memory");
+        st = LOOM_ERR_NOMEM;
+        goto done;
+    }
+    for (; made < 2 * reps; made++) {
+        r = cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT);
+        if (r != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventCreate");
+            goto done;
+        }
+    }
+    for (int i = 0; i < reps; i++) {
+        if (prep && (st = prep(ctx, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((st = enter(g, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((r = cu.cuEventRecord(ev[2 * i], NULL)) != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventRecord");
+            goto done;
+        }
+        if ((st = work(ctx, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((st = enter(g, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((r = cu.cuEventRecord(ev[2 * i + 1], NULL)) != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventRecord");
+            goto done;
+        }
+    }
+    if ((r = cu.cuEventSynchronize(ev[2 * reps - 1])) != CUDA_SUCCESS) {
+        st = cu_fail(g, r, err, errlen, "cuEventSynchronize");
+        goto done;
+    }
+    for (int i = 0; i < reps; i++) {
+        float ms = 0;
+        if ((r = cu.cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1])) != CUDA_SUCCESS) {
             st = cu_fail(g, r, err, errlen, "cuEventElapsedTime");
             goto done;
         }

@@ -11,12 +11,18 @@
  * <key>.cubin files with a checked header.  Its disk functions take and return bytes, so
  * tests exercise them without a GPU.
  *
+ * A kernel that reads tensors through TMA takes descriptors after its own parameters
+ * (runtime/tma.h): the code generator lists them (cg_compile_ptx_tma), the module cache
+ * keeps that list with the cubin (in memory and on disk), and each launch encodes them
+ * from the arguments' buffers (cached per base address) and appends them.
+ *
  * Prefixes: rt_gpu_ (driver.c), mc_ (module_cache.c).
  */
 #ifndef LOOM_GPU_H
 #define LOOM_GPU_H
 
 #include "rt.h"
+#include "tma.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +41,14 @@
 #endif
 loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
                            char *err, size_t errlen);
+
+/* What the backend calls: cg_compile_ptx plus the TMA descriptors the kernel takes after
+ * its own parameters, in PTX parameter order: tma_out[0..*ntma_out), at most
+ * RT_TMA_MAX_SPECS.  driver.c's weak default calls cg_compile_ptx and reports none; a code
+ * generator that emits TMA copies defines it. */
+loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
+                               size_t *smem_bytes_out, rt_tma_spec *tma_out, int *ntma_out,
+                               char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- device properties */
 
@@ -79,6 +93,11 @@ typedef loom_status (*rt_gpu_work_fn)(void *ctx, char *err, size_t errlen);
  * back to back on the default stream, which loom launches use. */
 loom_status rt_gpu_time_ms(rt_gpu *g, rt_gpu_work_fn work, void *ctx, int warmup, int reps,
                            double *median_ms, char *err, size_t errlen);
+
+/* Like rt_gpu_time_ms, but each timed run has its own pair of events and is preceded by
+ * prep (untimed; NULL for none), e.g. an L2 flush, so cold-cache runs are measured. */
+loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
+                                int warmup, int reps, double *median_ms, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- compile statistics */
 
@@ -143,21 +162,34 @@ uint64_t mc_hash64(const void *p, size_t n);
 
 /* ---------------------------------------------------------------- module cache: disk */
 
-/* The cache file: a 64-byte little-endian header, then the cubin.
+/* What a launch needs besides the cubin, kept with it: the dynamic shared memory and the
+ * TMA descriptors the kernel takes after its own parameters. */
+typedef struct mc_meta {
+    uint64_t smem_bytes;
+    int ntma;
+    rt_tma_spec tma[RT_TMA_MAX_SPECS];
+} mc_meta;
+
+/* The cache file: a 64-byte little-endian header, then the payload: the TMA list, then
+ * the cubin.
  *   0 magic "LOOMCUBN"   8 u32 format version   12 u32 header size (64)
  *  16 key[16]           32 u64 payload size     40 u64 XXH3-64 of the payload
- *  48 u64 smem bytes    56 u64 XXH3-64 of bytes 0..55 */
+ *  48 u64 smem bytes    56 u64 XXH3-64 of bytes 0..55
+ * payload: u32 ntma, then ntma records of MC_TMA_RECORD bytes
+ *   (i32 arg, i32 rank, i64 box[5] outermost first, i32 swizzle), then the cubin.
+ * Format 2 added the TMA list; files of format 1 are rejected (and rebuilt). */
 #define MC_MAGIC "LOOMCUBN"
-#define MC_FORMAT 1u
+#define MC_FORMAT 2u
 #define MC_HEADER_BYTES 64
+#define MC_TMA_RECORD 52
 
-/* Encode a file image (malloc'ed into *out). */
-loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, uint64_t smem_bytes,
+/* Encode a file image (malloc'ed into *out); LOOM_ERR_INVALID for a bad meta. */
+loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, const mc_meta *meta,
                       void **out, size_t *outlen);
-/* Check a file image against key; on success point *cubin into it.  On failure return
- * false and say why in why (when given). */
+/* Check a file image against key; on success point *cubin into it and fill *meta.  On
+ * failure return false and say why in why (when given). */
 bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin, size_t *cubin_len,
-               uint64_t *smem_bytes, char *why, size_t whylen);
+               mc_meta *meta, char *why, size_t whylen);
 
 /* The cache directory: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom.
  * Returns false when LOOM_CACHE=0 or no directory can be named. */
@@ -166,24 +198,27 @@ bool mc_disk_dir(char *buf, size_t n);
 /* Write <dir>/<hex>.cubin atomically (temporary file in dir, fsync, rename), creating dir
  * when missing. */
 loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin, size_t n,
-                          uint64_t smem_bytes, char *err, size_t errlen);
+                          const mc_meta *meta, char *err, size_t errlen);
 
 typedef enum mc_lookup {
     MC_MISS = 0,     /* no file */
-    MC_HIT,          /* *cubin (malloc'ed) and *smem_bytes filled */
+    MC_HIT,          /* *cubin (malloc'ed) and *meta filled */
     MC_REJECTED,     /* a corrupt or foreign file: deleted; the reason is in why */
 } mc_lookup;
 mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,
-                       uint64_t *smem_bytes, char *why, size_t whylen);
+                       mc_meta *meta, char *why, size_t whylen);
 
 /* ---------------------------------------------------------------- module cache: memory */
 
-/* An entry of an rt_gpu's in-memory cache; module and function are CUmodule/CUfunction. */
+/* An entry of an rt_gpu's in-memory cache; module and function are CUmodule/CUfunction.
+ * tma holds the kernel's TMA specs and their encoded descriptors (NULL: none); the entry
+ * owns it (mc_table_free destroys it). */
 typedef struct mc_entry {
     mc_key key;
     void *module;
     void *function;
     uint64_t smem_bytes;
+    rt_tma_cache *tma;
 } mc_entry;
 
 typedef struct mc_table {
@@ -194,6 +229,6 @@ typedef struct mc_table {
 mc_entry *mc_table_find(mc_table *t, const mc_key *key);
 /* Add an entry (a copy); returns it, or NULL when out of memory. */
 mc_entry *mc_table_add(mc_table *t, const mc_entry *e);
-void mc_table_free(mc_table *t); /* frees the table only: unload modules first */
+void mc_table_free(mc_table *t); /* frees the table and TMA caches: unload modules first */
 
 #endif /* LOOM_GPU_H */

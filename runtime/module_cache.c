@@ -11,9 +11,14 @@
  * every shape, dtype and constant), the target arch, LOOM_VERSION, num_warps, and the
  * identity of the loom binary (so a changed code generator never reuses a stale cubin).
  *
+ * Besides the cubin, a file keeps what a launch needs from the code generator that the
+ * cubin does not say: the dynamic shared memory and the list of TMA descriptors the
+ * kernel takes after its own parameters (gpu.h: mc_meta), so a warm start launches
+ * without running the code generator.
+ *
  * A cache file is trusted only after its header checks out: magic, format version, the
  * full key, the payload size and a checksum of the payload, and a checksum of the header
- * itself.  Anything else (a truncated write, a flipped bit, another program's file) is
+ * itself; then the TMA list must be well formed.  Anything else (a truncated write, a flipped bit, another program's file) is
  * deleted and rebuilt.  Files are written to a temporary name in the same directory,
  * fsync'ed, then renamed over the final name: rename is atomic, so concurrent writers
  * and readers only ever see a whole file.
@@ -199,28 +204,57 @@ const char *mc_build_id(void)
 
 /* ---------------------------------------------------------------- file format */
 
-loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, uint64_t smem_bytes,
+/* A TMA spec a launch can use: what the code generator may produce (rt_tma_plan_make
+ * checks the rest against the tensor at launch). */
+static bool tma_spec_sane(const rt_tma_spec *t)
+{
+    if (t->arg < 0 || t->arg >= LOOM_MAX_ARGS || t->rank < 1 || t->rank > RT_TMA_MAX_RANK)
+        return false;
+    if (t->swizzle != 0 && t->swizzle != 32 && t->swizzle != 64 && t->swizzle != 128)
+        return false;
+    for (int d = 0; d < t->rank; d++)
+        if (t->box[d] < 1 || t->box[d] > 256)
+            return false;
+    return true;
+}
+
+loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, const mc_meta *meta,
                       void **out, size_t *outlen)
 {
     *out = NULL;
     *outlen = 0;
-    if (!cubin && n)
+    if ((!cubin && n) || !meta || meta->ntma < 0 || meta->ntma > RT_TMA_MAX_SPECS)
         return LOOM_ERR_INVALID;
-    uint8_t *f = malloc(MC_HEADER_BYTES + n);
+    for (int i = 0; i < meta->ntma; i++)
+        if (!tma_spec_sane(&meta->tma[i]))
+            return LOOM_ERR_INVALID;
+    size_t tlen = 4 + (size_t)meta->ntma * MC_TMA_RECORD, plen = tlen + n;
+    uint8_t *f = malloc(MC_HEADER_BYTES + plen);
     if (!f)
         return LOOM_ERR_NOMEM;
+    uint8_t *p = f + MC_HEADER_BYTES;
+    put_u32(p, (uint32_t)meta->ntma);
+    for (int i = 0; i < meta->ntma; i++) {
+        const rt_tma_spec *t = &meta->tma[i];
+        uint8_t *r = p + 4 + (size_t)i * MC_TMA_RECORD;
+        put_u32(r, (uint32_t)t->arg);
+        put_u32(r + 4, (uint32_t)t->rank);
+        for (int d = 0; d < RT_TMA_MAX_RANK; d++)
+            put_u64(r + 8 + 8 * d, d < t->rank ? (uint64_t)t->box[d] : 0);
+        put_u32(r + 48, (uint32_t)t->swizzle);
+    }
+    if (n)
+        memcpy(p + tlen, cubin, n);
     memcpy(f, MC_MAGIC, 8);
     put_u32(f + 8, MC_FORMAT);
     put_u32(f + 12, MC_HEADER_BYTES);
     memcpy(f + 16, key->b, 16);
-    put_u64(f + 32, (uint64_t)n);
-    put_u64(f + 40, mc_hash64(cubin, n));
-    put_u64(f + 48, smem_bytes);
+    put_u64(f + 32, (uint64_t)plen);
+    put_u64(f + 40, mc_hash64(p, plen));
+    put_u64(f + 48, meta->smem_bytes);
     put_u64(f + 56, mc_hash64(f, 56));
-    if (n)
-        memcpy(f + MC_HEADER_BYTES, cubin, n);
     *out = f;
-    *outlen = MC_HEADER_BYTES + n;
+    *outlen = MC_HEADER_BYTES + plen;
     return LOOM_OK;
 }
 
@@ -232,7 +266,7 @@ static bool reject(char *why, size_t whylen, const char *msg)
 }
 
 bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin, size_t *cubin_len,
-               uint64_t *smem_bytes, char *why, size_t whylen)
+               mc_meta *meta, char *why, size_t whylen)
 {
     const uint8_t *f = file;
     if (!f || n < MC_HEADER_BYTES)
@@ -250,9 +284,29 @@ bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin
         return reject(why, whylen, "payload size mismatch (truncated file?)");
     if (get_u64(f + 40) != mc_hash64(f + MC_HEADER_BYTES, (size_t)len))
         return reject(why, whylen, "payload checksum mismatch");
-    *cubin = f + MC_HEADER_BYTES;
-    *cubin_len = (size_t)len;
-    *smem_bytes = get_u64(f + 48);
+    const uint8_t *p = f + MC_HEADER_BYTES;
+    if (len < 4)
+        return reject(why, whylen, "payload shorter than its TMA list");
+    uint32_t ntma = get_u32(p);
+    if (ntma > RT_TMA_MAX_SPECS || len < 4 + (uint64_t)ntma * MC_TMA_RECORD)
+        return reject(why, whylen, "bad TMA descriptor count");
+    memset(meta, 0, sizeof *meta);
+    for (uint32_t i = 0; i < ntma; i++) {
+        const uint8_t *r = p + 4 + (size_t)i * MC_TMA_RECORD;
+        rt_tma_spec *t = &meta->tma[i];
+        t->arg = (int32_t)get_u32(r);
+        t->rank = (int32_t)get_u32(r + 4);
+        for (int d = 0; d < RT_TMA_MAX_RANK; d++)
+            t->box[d] = (int64_t)get_u64(r + 8 + 8 * d);
+        t->swizzle = (int32_t)get_u32(r + 48);
+        if (!tma_spec_sane(t))
+            return reject(why, whylen, "bad TMA descriptor record");
+    }
+    size_t tlen = 4 + (size_t)ntma * MC_TMA_RECORD;
+    meta->ntma = (int)ntma;
+    meta->smem_bytes = get_u64(f + 48);
+    *cubin = p + tlen;
+    *cubin_len = (size_t)len - tlen;
     return true;
 }
 
@@ -306,7 +360,7 @@ static int file_path(const char *dir, const mc_key *key, char *buf, size_t n)
 }
 
 loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin, size_t n,
-                          uint64_t smem_bytes, char *err, size_t errlen)
+                          const mc_meta *meta, char *err, size_t errlen)
 {
     char path[4096], tmp[4200], hex[33];
     if (file_path(dir, key, path, sizeof path) != 0) {
@@ -319,9 +373,10 @@ loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin,
     }
     void *img;
     size_t len;
-    loom_status st = mc_encode(key, cubin, n, smem_bytes, &img, &len);
+    loom_status st = mc_encode(key, cubin, n, meta, &img, &len);
     if (st != LOOM_OK) {
-        snprintf(err, errlen, "cannot encode a %zu-byte cubin", n);
+        snprintf(err, errlen, "cannot encode a %zu-byte cubin%s", n,
+                 st == LOOM_ERR_INVALID ? " (bad TMA descriptor list)" : "");
         return st;
     }
     mc_key_hex(key, hex);
@@ -370,7 +425,7 @@ loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin,
 }
 
 mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,
-                       uint64_t *smem_bytes, char *why, size_t whylen)
+                       mc_meta *meta, char *why, size_t whylen)
 {
     char path[4096];
     *cubin = NULL;
@@ -407,9 +462,8 @@ mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t 
     close(fd);
     const void *payload;
     size_t plen;
-    uint64_t smem;
     char reason[128];
-    if (!mc_decode(key, buf, got, &payload, &plen, &smem, reason, sizeof reason)) {
+    if (!mc_decode(key, buf, got, &payload, &plen, meta, reason, sizeof reason)) {
         free(buf);
         unlink(path);
         if (why && whylen)
@@ -419,7 +473,6 @@ mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t 
     memmove(buf, payload, plen);
     *cubin = buf;
     *n = plen;
-    *smem_bytes = smem;
     return MC_HIT;
 }
 
@@ -449,6 +502,8 @@ mc_entry *mc_table_add(mc_table *t, const mc_entry *e)
 
 void mc_table_free(mc_table *t)
 {
+    for (size_t i = 0; i < t->n; i++)
+        rt_tma_cache_destroy(t->e[i].tma);
     free(t->e);
     t->e = NULL;
     t->n = t->cap = 0;

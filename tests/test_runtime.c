@@ -224,6 +224,9 @@ Test(module_cache, keys)
     cr_assert_str_eq(mc_build_id(), mc_build_id());
 }
 
+/* A cache entry's launch data with only a shared-memory size. */
+#define META(smem) (&(mc_meta){.smem_bytes = (smem)})
+
 Test(module_cache, encode_decode)
 {
     mc_key k, other;
@@ -233,42 +236,42 @@ Test(module_cache, encode_decode)
     fill_pattern(payload, sizeof payload, 1);
     void *img;
     size_t n;
-    cr_assert_eq(mc_encode(&k, payload, sizeof payload, 12345, &img, &n), LOOM_OK);
-    cr_assert_eq(n, MC_HEADER_BYTES + sizeof payload);
+    cr_assert_eq(mc_encode(&k, payload, sizeof payload, META(12345), &img, &n), LOOM_OK);
+    cr_assert_eq(n, MC_HEADER_BYTES + 4 + sizeof payload); /* + an empty TMA list */
     cr_assert_eq(memcmp(img, "LOOMCUBN", 8), 0);
 
     const void *p;
     size_t pn;
-    uint64_t smem;
+    mc_meta meta;
     char why[128];
-    cr_assert(mc_decode(&k, img, n, &p, &pn, &smem, why, sizeof why), "%s", why);
+    cr_assert(mc_decode(&k, img, n, &p, &pn, &meta, why, sizeof why), "%s", why);
     cr_assert_eq(pn, sizeof payload);
-    cr_assert_eq(smem, 12345);
+    cr_assert_eq(meta.smem_bytes, 12345);
     cr_assert_eq(memcmp(p, payload, pn), 0);
 
     /* another key */
-    cr_assert_not(mc_decode(&other, img, n, &p, &pn, &smem, why, sizeof why));
+    cr_assert_not(mc_decode(&other, img, n, &p, &pn, &meta, why, sizeof why));
     cr_assert(strstr(why, "another key"), "%s", why);
     /* truncated */
-    cr_assert_not(mc_decode(&k, img, n - 1, &p, &pn, &smem, why, sizeof why));
-    cr_assert_not(mc_decode(&k, img, 10, &p, &pn, &smem, why, sizeof why));
+    cr_assert_not(mc_decode(&k, img, n - 1, &p, &pn, &meta, why, sizeof why));
+    cr_assert_not(mc_decode(&k, img, 10, &p, &pn, &meta, why, sizeof why));
     /* every single corrupted byte, header or payload, is caught */
     unsigned char *b = img;
     for (size_t i = 0; i < n; i += (i < MC_HEADER_BYTES ? 1 : 37)) {
         b[i] ^= 0x10;
-        cr_assert_not(mc_decode(&k, img, n, &p, &pn, &smem, why, sizeof why), "flip at %zu accepted", i);
+        cr_assert_not(mc_decode(&k, img, n, &p, &pn, &meta, why, sizeof why), "flip at %zu accepted", i);
         b[i] ^= 0x10;
     }
-    cr_assert(mc_decode(&k, img, n, &p, &pn, &smem, why, sizeof why));
+    cr_assert(mc_decode(&k, img, n, &p, &pn, &meta, why, sizeof why));
     /* foreign magic */
     memcpy(b, "NOTLOOM!", 8);
-    cr_assert_not(mc_decode(&k, img, n, &p, &pn, &smem, why, sizeof why));
+    cr_assert_not(mc_decode(&k, img, n, &p, &pn, &meta, why, sizeof why));
     cr_assert(strstr(why, "magic"), "%s", why);
     free(img);
 
     /* an empty payload is legal */
-    cr_assert_eq(mc_encode(&k, NULL, 0, 0, &img, &n), LOOM_OK);
-    cr_assert(mc_decode(&k, img, n, &p, &pn, &smem, why, sizeof why));
+    cr_assert_eq(mc_encode(&k, NULL, 0, META(0), &img, &n), LOOM_OK);
+    cr_assert(mc_decode(&k, img, n, &p, &pn, &meta, why, sizeof why));
     cr_assert_eq(pn, 0);
     free(img);
 }
@@ -302,26 +305,26 @@ Test(module_cache, disk_round_trip)
     mc_key_make("ir", "sm_90a", 4, "b", &k);
     void *c;
     size_t n;
-    uint64_t smem;
+    mc_meta meta;
     char why[512], err[512];
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_MISS);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_MISS);
 
     unsigned char payload[5000];
     fill_pattern(payload, sizeof payload, 3);
-    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, 98304, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, META(98304), err, sizeof err), LOOM_OK, "%s", err);
     cr_assert_eq(count_files(dir), 1, "no temporary file is left behind");
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_HIT, "%s", why);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_HIT, "%s", why);
     cr_assert_eq(n, sizeof payload);
-    cr_assert_eq(smem, 98304);
+    cr_assert_eq(meta.smem_bytes, 98304);
     cr_assert_eq(memcmp(c, payload, n), 0);
     free(c);
 
     /* overwrite with another payload: readers see the new whole file */
     payload[0] ^= 1;
-    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, 7, err, sizeof err), LOOM_OK);
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_HIT);
+    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, META(7), err, sizeof err), LOOM_OK);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_HIT);
     cr_assert_eq(memcmp(c, payload, n), 0);
-    cr_assert_eq(smem, 7);
+    cr_assert_eq(meta.smem_bytes, 7);
     free(c);
     char sub[512];
     snprintf(sub, sizeof sub, "%s/a", base);
@@ -341,19 +344,19 @@ Test(module_cache, disk_rejects_corrupt_and_foreign_files)
     fill_pattern(payload, sizeof payload, 5);
     void *c;
     size_t n;
-    uint64_t smem;
+    mc_meta meta;
 
     /* a corrupted payload byte */
-    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, 0, err, sizeof err), LOOM_OK);
+    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, META(0), err, sizeof err), LOOM_OK);
     FILE *f = fopen(path, "r+b");
     cr_assert(f);
-    fseek(f, MC_HEADER_BYTES + 1234, SEEK_SET);
+    fseek(f, MC_HEADER_BYTES + 4 + 1234, SEEK_SET);
     fputc(payload[1234] ^ 0x01, f);
     fclose(f);
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_REJECTED);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_REJECTED);
     cr_assert(strstr(why, "checksum"), "%s", why);
     cr_assert_eq(access(path, F_OK), -1, "a rejected file is deleted");
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_MISS);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_MISS);
 
     /* a foreign file under our name */
     f = fopen(path, "wb");
@@ -361,29 +364,29 @@ Test(module_cache, disk_rejects_corrupt_and_foreign_files)
     for (int i = 0; i < 200; i++)
         fputs("ELF? no, just text. ", f);
     fclose(f);
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_REJECTED);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_REJECTED);
     cr_assert(strstr(why, "magic"), "%s", why);
     cr_assert_eq(access(path, F_OK), -1);
 
     /* a truncated file (a crash in the middle of a non-atomic copy) */
-    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, 0, err, sizeof err), LOOM_OK);
+    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, META(0), err, sizeof err), LOOM_OK);
     cr_assert_eq(truncate(path, MC_HEADER_BYTES + 100), 0);
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_REJECTED);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_REJECTED);
     cr_assert_eq(access(path, F_OK), -1);
 
     /* the file of another key copied over ours */
     mc_key other;
     mc_key_make("ir2", "sm_90a", 4, "b", &other);
-    cr_assert_eq(mc_disk_store(dir, &other, payload, sizeof payload, 0, err, sizeof err), LOOM_OK);
+    cr_assert_eq(mc_disk_store(dir, &other, payload, sizeof payload, META(0), err, sizeof err), LOOM_OK);
     char opath[512];
     file_path(dir, &other, opath, sizeof opath);
     cr_assert_eq(rename(opath, path), 0);
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_REJECTED);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_REJECTED);
     cr_assert(strstr(why, "another key"), "%s", why);
 
     /* and a rebuild after a rejection works */
-    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, 0, err, sizeof err), LOOM_OK);
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_HIT);
+    cr_assert_eq(mc_disk_store(dir, &k, payload, sizeof payload, META(0), err, sizeof err), LOOM_OK);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_HIT);
     free(c);
     rm_tree(dir);
 }
@@ -393,7 +396,7 @@ Test(module_cache, disk_store_reports_unwritable_dir)
     mc_key k;
     mc_key_make("ir", "sm_90a", 4, "b", &k);
     char err[512] = "";
-    loom_status st = mc_disk_store("/proc/loom_cannot_be_here", &k, "x", 1, 0, err, sizeof err);
+    loom_status st = mc_disk_store("/proc/loom_cannot_be_here", &k, "x", 1, META(0), err, sizeof err);
     cr_assert_neq(st, LOOM_OK);
     cr_assert(strstr(err, "/proc/loom_cannot_be_here"), "%s", err);
 }
@@ -417,18 +420,18 @@ Test(module_cache, concurrent_writers_leave_a_valid_file)
             for (int r = 0; r < ROUNDS; r++) {
                 if (w < WRITERS) {
                     /* every writer writes the same cubin (same key), like racing processes */
-                    if (mc_disk_store(dir, &k, payload, BYTES, 42, err, sizeof err) != LOOM_OK)
+                    if (mc_disk_store(dir, &k, payload, BYTES, META(42), err, sizeof err) != LOOM_OK)
                         bad = 1;
                 } else {
                     /* a reader: a hit must be whole; a miss is fine */
                     void *c;
                     size_t n;
-                    uint64_t smem;
-                    mc_lookup lk = mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why);
+                    mc_meta meta;
+                    mc_lookup lk = mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why);
                     if (lk == MC_REJECTED)
                         bad = 2;
                     if (lk == MC_HIT) {
-                        if (n != BYTES || memcmp(c, payload, n) || smem != 42)
+                        if (n != BYTES || memcmp(c, payload, n) || meta.smem_bytes != 42)
                             bad = 3;
                         free(c);
                     }
@@ -446,9 +449,9 @@ Test(module_cache, concurrent_writers_leave_a_valid_file)
     }
     void *c;
     size_t n;
-    uint64_t smem;
+    mc_meta meta;
     char why[512];
-    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &smem, why, sizeof why), MC_HIT, "%s", why);
+    cr_assert_eq(mc_disk_load(dir, &k, &c, &n, &meta, why, sizeof why), MC_HIT, "%s", why);
     cr_assert_eq(n, BYTES);
     cr_assert_eq(memcmp(c, payload, n), 0);
     free(c);
