@@ -6,11 +6,20 @@
  * tricks): their correctness is easy to see by reading them, and they share no code
  * with loom's code generator.  NVRTC is loaded once per process and never unloaded;
  * compilation needs no GPU, so tests compile the references on any machine with NVRTC.
+ *
+ * The GEMM check (nvref_gemm_*) is the one place that says when a matrix product is
+ * right: a naive kernel computes each element of C in f32 with k in order, plus the sum
+ * of the products' magnitudes, and a comparison kernel applies a tolerance made of the
+ * output dtype's rounding and a term for another summation order scaled by that sum
+ * (nvref_gemm_tolerance).  Inputs come from a device-side fill (random, never zeros), so
+ * the benchmark and the GPU tests of the gemm template check big shapes without moving
+ * gigabytes through the host.
  */
 #define _GNU_SOURCE
 #include "nvrtc_ref.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,3 +271,285 @@ const char nvref_src_matmul_f16_f32[] =
     "        acc = fmaf(__half2float(a[(long long)m * K + k]), __half2float(b[(long long)k * N + n]), acc);\n"
     "    c[(long long)m * N + n] = acc;\n"
     "}\n";
+
+/* ---------------------------------------------------------------- GEMM reference */
+
+const char nvref_src_gemm[] =
+    "#include <cuda_fp16.h>\n"
+    "#include <cuda_bf16.h>\n"
+    "__device__ float ld(const __half *p, long long i) { return __half2float(p[i]); }\n"
+    "__device__ float ld(const __nv_bfloat16 *p, long long i) { return __bfloat162float(p[i]); }\n"
+    "__device__ float ld(const float *p, long long i) { return p[i]; }\n"
+    "__device__ void st(__half *p, long long i, float v) { p[i] = __float2half_rn(v); }\n"
+    "__device__ void st(__nv_bfloat16 *p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }\n"
+    "__device__ void st(float *p, long long i, float v) { p[i] = v; }\n"
+    "\n"
+    "/* one thread per element of C: x over N, y over M, z over the batch */\n"
+    "template <typename T>\n"
+    "__device__ void gemm(const T *A, const T *B, float *ref, float *absref, int M, int N, int K,\n"
+    "                     long long strideA, long long strideB)\n"
+    "{\n"
+    "    long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    long long m = blockIdx.y, b = blockIdx.z;\n"
+    "    if (n >= N)\n"
+    "        return;\n"
+    "    const T *a = A + b * strideA + m * K;\n"
+    "    const T *bb = B + b * strideB + n;\n"
+    "    float acc = 0.0f, mag = 0.0f;\n"
+    "    for (int k = 0; k < K; k++) {\n"
+    "        float p = ld(a, k) * ld(bb, (long long)k * N); /* exact: 11+11 or 8+8 bits */\n"
+    "        acc += p;\n"
+    "        mag += fabsf(p);\n"
+    "    }\n"
+    "    long long c = (b * M + m) * N + n;\n"
+    "    ref[c] = acc;\n"
+    "    absref[c] = mag;\n"
+    "}\n"
+    "extern \"C\" __global__ void loom_ref_gemm_f16(const __half *A, const __half *B, float *ref,\n"
+    "        float *absref, int M, int N, int K, long long strideA, long long strideB)\n"
+    "{ gemm(A, B, ref, absref, M, N, K, strideA, strideB); }\n"
+    "extern \"C\" __global__ void loom_ref_gemm_bf16(const __nv_bfloat16 *A, const __nv_bfloat16 *B,\n"
+    "        float *ref, float *absref, int M, int N, int K, long long strideA, long long strideB)\n"
+    "{ gemm(A, B, ref, absref, M, N, K, strideA, strideB); }\n"
+    "\n"
+    "/* uniform in [lo, hi) from (seed, index): splitmix64's finalizer, 24 bits */\n"
+    "template <typename T>\n"
+    "__device__ void fill(T *p, long long n, unsigned long long seed, float lo, float hi)\n"
+    "{\n"
+    "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        unsigned long long x = seed + (unsigned long long)i * 0x9E3779B97F4A7C15ull;\n"
+    "        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
+    "        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;\n"
+    "        x ^= x >> 31;\n"
+    "        float u = (float)(x >> 40) * (1.0f / 16777216.0f);\n"
+    "        st(p, i, lo + (hi - lo) * u);\n"
+    "    }\n"
+    "}\n"
+    "extern \"C\" __global__ void loom_ref_fill_f16(__half *p, long long n, unsigned long long seed,\n"
+    "        float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
+    "extern \"C\" __global__ void loom_ref_fill_bf16(__nv_bfloat16 *p, long long n,\n"
+    "        unsigned long long seed, float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
+    "extern \"C\" __global__ void loom_ref_fill_f32(float *p, long long n, unsigned long long seed,\n"
+    "        float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
+    "\n"
+    "/* dtype codes are loom_dtype's: 0 f16, 1 bf16, 2 f32 */\n"
+    "__device__ float ldt(const void *p, int dt, long long i)\n"
+    "{\n"
+    "    return dt == 0 ? ld((const __half *)p, i) : dt == 1 ? ld((const __nv_bfloat16 *)p, i)\n"
+    "                                                       : ld((const float *)p, i);\n"
+    "}\n"
+    "/* stats: [0] bad, [1] non-finite, [2] first bad index, [3] worst ratio (f32 bits; the\n"
+    " * bits of non-negative floats order like the floats) */\n"
+    "extern \"C\" __global__ void loom_ref_gemm_compare(const void *out, int out_dt, const void *ref,\n"
+    "        int ref_dt, const float *absref, long long n, float rel, float acc,\n"
+    "        unsigned long long *stats)\n"
+    "{\n"
+    "    unsigned long long bad = 0, nonfinite = 0, first = ~0ull;\n"
+    "    float worst = 0.0f;\n"
+    "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        float o = ldt(out, out_dt, i), r = ldt(ref, ref_dt, i);\n"
+    "        float tol = rel * fabsf(r) + acc * absref[i] + 1e-30f;\n"
+    "        float e = fabsf(o - r);\n"
+    "        bool fin = fabsf(o) <= 3.402823466e38f && fabsf(r) <= 3.402823466e38f;\n"
+    "        float q = fin ? e / tol : __int_as_float(0x7f800000);\n"
+    "        if (!(fin && e <= tol)) {\n"
+    "            bad++;\n"
+    "            nonfinite += !(fabsf(o) <= 3.402823466e38f);\n"
+    "            if ((unsigned long long)i < first)\n"
+    "                first = (unsigned long long)i;\n"
+    "        }\n"
+    "        worst = fmaxf(worst, q);\n"
+    "    }\n"
+    "    if (bad) {\n"
+    "        atomicAdd(&stats[0], bad);\n"
+    "        atomicAdd(&stats[1], nonfinite);\n"
+    "        atomicMin(&stats[2], first);\n"
+    "    }\n"
+    "    atomicMax(&stats[3], (unsigned long long)__float_as_uint(worst));\n"
+    "}\n";
+
+struct nvref_gemm {
+    rt_gpu *g;
+    rt_gpu_module *m;
+    uint64_t stats; /* 4 x u64 on the device */
+};
+
+loom_status nvref_gemm_open(rt_gpu *g, nvref_gemm **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    nvref_gemm *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    r->g = g;
+    loom_status st = nvref_load(g, nvref_src_gemm, "gemm_ref.cu", &r->m, err, errlen);
+    if (st == LOOM_OK)
+        st = rt_gpu_alloc(g, 4 * sizeof(uint64_t), &r->stats, err, errlen);
+    if (st != LOOM_OK) {
+        nvref_gemm_close(r);
+        return st;
+    }
+    *out = r;
+    return LOOM_OK;
+}
+
+void nvref_gemm_close(nvref_gemm *r)
+{
+    if (!r)
+        return;
+    rt_gpu_free(r->g, r->stats);
+    rt_gpu_module_unload(r->g, r->m);
+    free(r);
+}
+
+/* Blocks of 256 threads for a grid-stride loop over n elements. */
+static unsigned stride_blocks(int64_t n)
+{
+    int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+loom_status nvref_gemm_fill(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n, uint64_t seed,
+                            float lo, float hi, char *err, size_t errlen)
+{
+    const char *fn = dt == LOOM_F16 ? "loom_ref_fill_f16" : dt == LOOM_BF16 ? "loom_ref_fill_bf16"
+                   : dt == LOOM_F32 ? "loom_ref_fill_f32" : NULL;
+    if (!fn) {
+        snprintf(err, errlen, "nvref_gemm_fill: dtype %s (f16, bf16, f32 only)", loom_dtype_name(dt));
+        return LOOM_ERR_INVALID;
+    }
+    long long nn = (long long)n;
+    unsigned long long sd = (unsigned long long)seed;
+    void *params[] = {&p, &nn, &sd, &lo, &hi};
+    unsigned grid[3] = {stride_blocks(n), 1, 1}, block[3] = {256, 1, 1};
+    return rt_gpu_module_launch(r->g, r->m, fn, grid, block, 0, params, err, errlen);
+}
+
+loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,
+                                 uint64_t ref, uint64_t absref, char *err, size_t errlen)
+{
+    if (s->M < 1 || s->N < 1 || s->K < 1 || s->batch < 1 || s->M > 65535 || s->batch > 65535 ||
+        s->N > INT32_MAX || s->K > INT32_MAX || (s->in != LOOM_F16 && s->in != LOOM_BF16)) {
+        snprintf(err, errlen,
+                 "nvref_gemm_reference: shape M=%lld N=%lld K=%lld batch=%lld %s is outside what the "
+                 "reference serves (M, batch <= 65535; f16 or bf16)",
+                 (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
+                 loom_dtype_name(s->in));
+        return LOOM_ERR_INVALID;
+    }
+    int M = (int)s->M, N = (int)s->N, K = (int)s->K;
+    long long sa = s->a_shared ? 0 : (long long)s->M * s->K, sb = (long long)s->K * s->N;
+    void *params[] = {&A, &B, &ref, &absref, &M, &N, &K, &sa, &sb};
+    unsigned grid[3] = {(unsigned)((s->N + 127) / 128), (unsigned)s->M, (unsigned)s->batch};
+    unsigned block[3] = {128, 1, 1};
+    return rt_gpu_module_launch(r->g, r->m, s->in == LOOM_F16 ? "loom_ref_gemm_f16" : "loom_ref_gemm_bf16",
+                                grid, block, 0, params, err, errlen);
+}
+
+void nvref_gemm_tolerance(loom_dtype out, int64_t K, double *rel, double *acc)
+{
+    double u = out == LOOM_BF16 ? 0x1p-8 : out == LOOM_F16 ? 0x1p-11 : 0x1p-24;
+    *rel = 2 * u;
+    *acc = 4 * sqrt((double)(K > 0 ? K : 1)) * 0x1p-24;
+}
+
+/* One element of a device array as a double. */
+static loom_status read_elem(rt_gpu *g, uint64_t p, loom_dtype dt, int64_t i, double *v, char *err,
+                             size_t errlen)
+{
+    unsigned char b[4] = {0};
+    size_t sz = loom_dtype_size(dt);
+    loom_status st = rt_gpu_dtoh(g, b, p + (uint64_t)i * sz, sz, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    uint32_t bits = dt == LOOM_F32 ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24
+                                   : (uint32_t)b[0] | (uint32_t)b[1] << 8;
+    float f;
+    if (dt == LOOM_BF16) {
+        bits <<= 16;
+    } else if (dt == LOOM_F16) {
+        uint32_t sign = (bits & 0x8000u) << 16, ex = (bits >> 10) & 31, man = bits & 0x3ff;
+        if (ex == 31)
+            bits = sign | 0x7f800000u | (man << 13);
+        else if (ex)
+            bits = sign | ((ex + 112) << 23) | (man << 13);
+        else { /* zero or subnormal: value man * 2^-24 */
+            f = (float)man * 0x1p-24f;
+            *v = sign ? -f : f;
+            return LOOM_OK;
+        }
+    }
+    memcpy(&f, &bits, 4);
+    *v = f;
+    return LOOM_OK;
+}
+
+loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtype out_dt, uint64_t ref,
+                               loom_dtype ref_dt, uint64_t absref, double rel, double acc,
+                               nvref_gemm_report *rep, char *err, size_t errlen)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->first_bad = -1;
+    if ((unsigned)out_dt > LOOM_F32 || (unsigned)ref_dt > LOOM_F32) {
+        snprintf(err, errlen, "nvref_gemm_compare: f16, bf16 and f32 only");
+        return LOOM_ERR_INVALID;
+    }
+    uint64_t init[4] = {0, 0, ~0ull, 0};
+    loom_status st = rt_gpu_htod(r->g, r->stats, init, sizeof init, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    int odt = (int)out_dt, rdt = (int)ref_dt;
+    long long nn = (long long)n;
+    float frel = (float)rel, facc = (float)acc;
+    void *params[] = {&out, &odt, &ref, &rdt, &absref, &nn, &frel, &facc, &r->stats};
+    unsigned grid[3] = {stride_blocks(n), 1, 1}, block[3] = {256, 1, 1};
+    st = rt_gpu_module_launch(r->g, r->m, "loom_ref_gemm_compare", grid, block, 0, params, err, errlen);
+    uint64_t res[4];
+    if (st == LOOM_OK)
+        st = rt_gpu_dtoh(r->g, res, r->stats, sizeof res, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    rep->checked = (uint64_t)n;
+    rep->bad = res[0];
+    rep->nonfinite = res[1];
+    uint32_t wb = (uint32_t)res[3];
+    float w;
+    memcpy(&w, &wb, 4);
+    rep->worst = w;
+    if (rep->bad) {
+        rep->first_bad = (int64_t)res[2];
+        double a = 0;
+        if ((st = read_elem(r->g, out, out_dt, rep->first_bad, &rep->first_out, err, errlen)) != LOOM_OK ||
+            (st = read_elem(r->g, ref, ref_dt, rep->first_bad, &rep->first_ref, err, errlen)) != LOOM_OK ||
+            (st = read_elem(r->g, absref, LOOM_F32, rep->first_bad, &a, err, errlen)) != LOOM_OK)
+            return st;
+        rep->first_tol = rel * fabs(rep->first_ref) + acc * a;
+    }
+    return LOOM_OK;
+}
+
+loom_status nvref_gemm_check(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,
+                             uint64_t out, loom_dtype out_dt, nvref_gemm_report *rep, char *err,
+                             size_t errlen)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->first_bad = -1;
+    int64_t n = s->batch * s->M * s->N;
+    uint64_t ref = 0, absref = 0;
+    loom_status st = rt_gpu_alloc(r->g, (size_t)n * 4, &ref, err, errlen);
+    if (st == LOOM_OK)
+        st = rt_gpu_alloc(r->g, (size_t)n * 4, &absref, err, errlen);
+    if (st == LOOM_OK)
+        st = nvref_gemm_reference(r, s, A, B, ref, absref, err, errlen);
+    if (st == LOOM_OK) {
+        double rel, acc;
+        nvref_gemm_tolerance(out_dt, s->K, &rel, &acc);
+        st = nvref_gemm_compare(r, n, out, out_dt, ref, LOOM_F32, absref, rel, acc, rep, err, errlen);
+    }
+    rt_gpu_free(r->g, ref);
+    rt_gpu_free(r->g, absref);
+    return st;
+}

@@ -55,4 +55,69 @@ extern const char nvref_src_softmax_f32[];
  *   element of c, x over N and y over M. */
 extern const char nvref_src_matmul_f16_f32[];
 
+/* ---------------------------------------------------------------- GEMM reference and check */
+
+/* C = A @ B per batch, row-major: A [M,K] shared by every batch (a_shared) or
+ * [batch,M,K], B [batch,K,N], C [batch,M,N]; A and B f16 or bf16. */
+typedef struct nvref_gemm_shape {
+    int64_t M, N, K, batch;
+    int a_shared;
+    loom_dtype in; /* LOOM_F16 or LOOM_BF16 */
+} nvref_gemm_shape;
+
+/* What a comparison found. */
+typedef struct nvref_gemm_report {
+    uint64_t checked;    /* elements compared */
+    uint64_t bad;        /* elements outside the tolerance (non-finite ones included) */
+    uint64_t nonfinite;  /* NaN or Inf outputs */
+    double worst;        /* max over elements of |out - ref| / tol (<= 1 passes; inf for NaN) */
+    int64_t first_bad;   /* flat index of the first bad element, -1 when none */
+    double first_out, first_ref, first_tol;
+} nvref_gemm_report;
+
+/* The reference kernels compiled for one rt_gpu (a module and a small stats buffer). */
+typedef struct nvref_gemm nvref_gemm;
+
+loom_status nvref_gemm_open(rt_gpu *g, nvref_gemm **out, char *err, size_t errlen);
+void nvref_gemm_close(nvref_gemm *r);
+
+/* Fill n elements of dtype dt (f16, bf16, f32) at device address p with values uniform in
+ * [lo, hi), rounded to dt; the same seed gives the same values. */
+loom_status nvref_gemm_fill(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n, uint64_t seed,
+                            float lo, float hi, char *err, size_t errlen);
+
+/* The naive reference: ref[b,m,n] = sum_k A[b,m,k] * B[b,k,n] in f32, k in order (each
+ * product of two f16/bf16 values is exact in f32), and absref[b,m,n] = sum_k |A*B|, which
+ * scales the accumulation-order tolerance.  ref and absref: f32 [batch,M,N].  One thread
+ * per element of C (grid: N/128 x M x batch; M and batch at most 65535). */
+loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,
+                                 uint64_t ref, uint64_t absref, char *err, size_t errlen);
+
+/* The tolerance of an output of dtype out against the f32 reference at depth K:
+ *   |out - ref| <= rel * |ref| + acc * absref
+ * rel = 2 u_out (u_out = 2^-8 bf16, 2^-11 f16, 2^-24 f32: the output's rounding, twice);
+ * acc = 4 sqrt(K) 2^-24 (another f32 summation order: about sqrt(K) roundings of partial
+ * sums no larger than absref, with a margin of 4). */
+void nvref_gemm_tolerance(loom_dtype out, int64_t K, double *rel, double *acc);
+
+/* Compare n elements of out (dtype out_dt) with ref (dtype ref_dt) on the device:
+ * element i passes when it is finite and |out - ref| <= rel*|ref| + acc*absref[i]. */
+loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtype out_dt, uint64_t ref,
+                               loom_dtype ref_dt, uint64_t absref, double rel, double acc,
+                               nvref_gemm_report *rep, char *err, size_t errlen);
+
+/* All of it for a test: compute the reference of C = A @ B (device buffers of shape s),
+ * compare out (dtype out_dt, [batch,M,N]) with nvref_gemm_tolerance, and fill rep.
+ * LOOM_OK means the check ran; rep->bad == 0 means it passed. */
+loom_status nvref_gemm_check(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,
+                             uint64_t out, loom_dtype out_dt, nvref_gemm_report *rep, char *err,
+                             size_t errlen);
+
+/* loom_ref_gemm_f16 / loom_ref_gemm_bf16(const T *A, const T *B, float *ref, float *absref,
+ *     int M, int N, int K, long long strideA, long long strideB)   (strides per batch,
+ *     elements; strideA 0 when A is shared), loom_ref_fill_{f16,bf16,f32}(T *p, long long n,
+ *     unsigned long long seed, float lo, float hi), loom_ref_gemm_compare(...): the
+ *     sources nvref_gemm_open compiles. */
+extern const char nvref_src_gemm[];
+
 #endif /* LOOM_NVRTC_REF_H */

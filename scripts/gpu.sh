@@ -8,6 +8,12 @@
 #                               Criterion): unpack .gpu/, run the GPU tests, every template
 #                               on the GPU and the interpreter, the benchmarks, and end with
 #                               a short table.  Logs go to $OUT (or /tmp/loom-out).
+#
+# Knobs of `run` (to spend less GPU time on a part):
+#   LOOM_GPU_TARBALL   the pack to run (default .gpu/loom.tar.xz)
+#   LOOM_GPU_TESTS     a Criterion --filter for the tests (default: every test)
+#   LOOM_GPU_BENCHES   benchmarks to run, by name (default: every bench_*; "none" for none)
+#   LOOM_GPU_TEMPLATES 0 skips the template runs
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
@@ -39,7 +45,7 @@ fi
 OUTDIR="${OUT:-/tmp/loom-out}"
 mkdir -p "$OUTDIR"
 R=/tmp/loom-gpu
-rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xJf .gpu/loom.tar.xz
+rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xJf "${LOOM_GPU_TARBALL:-.gpu/loom.tar.xz}" || exit 1
 export LD_LIBRARY_PATH="$R/lib:${LD_LIBRARY_PATH:-}"
 export PATH="$R/bin:$PATH:/usr/local/cuda/bin"
 export LOOM_CACHE_DIR=/tmp/loom-cache
@@ -47,10 +53,12 @@ rm -rf "$LOOM_CACHE_DIR"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUTDIR/gpu.txt"
 
 echo "== GPU tests (Criterion)"
-loom_tests -j1 2>&1 | tee "$OUTDIR/tests.log" | grep -E "FAIL|CRASH|Synthesis|skipp" | tail -40
+filter=()
+[ -n "${LOOM_GPU_TESTS:-}" ] && filter=(--filter "$LOOM_GPU_TESTS")
+loom_tests -j1 "${filter[@]}" 2>&1 | tee "$OUTDIR/tests.log" | grep -E "FAIL|CRASH|Synthesis|skipp" | tail -40
 
 echo "== every template on the GPU and on the interpreter"
-for spec in "ikbo_broadcast_add --shape B=300,U=7,M=433,N=256,shuffle=1" \
+[ "${LOOM_GPU_TEMPLATES:-1}" = 0 ] || for spec in "ikbo_broadcast_add --shape B=300,U=7,M=433,N=256,shuffle=1" \
             "ikbo_broadcast_add --shape B=77,U=5,M=45,N=100,dtype=f32" \
             "ikbo_broadcast_add --shape B=64,U=64,M=33,N=37,dtype=bf16" \
             "row_softmax --shape R=300,N=1000" \
@@ -60,8 +68,10 @@ for spec in "ikbo_broadcast_add --shape B=300,U=7,M=433,N=256,shuffle=1" \
     loomc run $spec 2>&1
 done 2>&1 | tee "$OUTDIR/templates.log"
 
+benches="${LOOM_GPU_BENCHES:-}"
 for b in "$R"/bin/bench_*; do
     [ -x "$b" ] || continue
+    [ -z "$benches" ] || [[ " $benches " == *" $(basename "$b") "* ]] || continue
     echo "== $(basename "$b")"
     "$b" 2>&1 | tee "$OUTDIR/$(basename "$b").log"
 done
@@ -69,7 +79,8 @@ done
 echo
 echo "================ summary ($(head -1 "$OUTDIR/gpu.txt"))"
 grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
-grep -h -E ": (ok|FAIL) on" "$OUTDIR/templates.log" | sed 's/^/  /'
+[ -f "$OUTDIR/templates.log" ] && grep -h -E ": (ok|FAIL) on" "$OUTDIR/templates.log" | sed 's/^/  /'
 [ -f "$OUTDIR/bench_compile.log" ] && sed -n '2,$p' "$OUTDIR/bench_compile.log"
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
+[ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
 exit 0
