@@ -14,7 +14,10 @@
  *
  * A launch finds its CUfunction by key (gpu.h): the in-memory table, else a cubin from
  * the disk cache, else cg_compile_ptx + cuLink* (PTX -> cubin at -O3), whose cubin goes
- * to the disk cache.  Every CUDA error reads "<call> failed: <NAME> (<text>)"; launch
+ * to the disk cache.  Several threads may compile at once (the autotuner's pool): the
+ * table is read and extended under a mutex, entries are copied out (the table may
+ * grow and move), and compiling itself runs outside the lock; when two threads build
+ * the same key, the first entry added wins and the other module is unloaded.  Every CUDA error reads "<call> failed: <NAME> (<text>)"; launch
  * errors name the kernel, load errors carry the JIT log.
  */
 #define _GNU_SOURCE
@@ -187,6 +190,7 @@ struct rt_gpu {
     CUcontext ctx;
     rt_gpu_props props;
     mc_table modules;  /* kernels compiled through rt_gpu_launch */
+    pthread_mutex_t modules_lock; /* guards modules: the autotuner compiles on several threads */
     char last_kernel[128]; /* last kernel launched: named when a later call reports a fault */
 };
 
@@ -298,6 +302,7 @@ loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen)
         snprintf(err, errlen, "out of host memory");
         return LOOM_ERR_NOMEM;
     }
+    pthread_mutex_init(&g->modules_lock, NULL);
     r = cu.cuDeviceGet(&g->dev, ordinal);
     if (r != CUDA_SUCCESS) {
         free(g);
@@ -347,6 +352,7 @@ void rt_gpu_close(rt_gpu *g)
     for (size_t i = 0; i < g->modules.n; i++)
         cu.cuModuleUnload((CUmodule)g->modules.e[i].module);
     mc_table_free(&g->modules);
+    pthread_mutex_destroy(&g->modules_lock);
     cu.cuDevicePrimaryCtxRelease_v2(g->dev);
     free(g);
 }
@@ -613,8 +619,9 @@ static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, ui
     return LOOM_OK;
 }
 
-/* Find or build the function for kernel k (see the file comment). */
-static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gpu_stats *lastp,
+/* Find or build the function for kernel k (see the file comment); *out is a copy of the
+ * table's entry. */
+static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_stats *lastp,
                                 char *err, size_t errlen)
 {
     rt_gpu_stats local, *lp = lastp ? lastp : &local;
@@ -626,11 +633,14 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
     lp->key_ms = now_ms() - t0;
 
+    pthread_mutex_lock(&g->modules_lock);
     mc_entry *hit = mc_table_find(&g->modules, &key);
+    if (hit)
+        *out = *hit;
+    pthread_mutex_unlock(&g->modules_lock);
     if (hit) {
         lp->result = RT_CACHE_MEMORY;
         stats_record(lp);
-        *out = hit;
         return LOOM_OK;
     }
 
@@ -717,11 +727,19 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     }
 add:
     stats_record(lp);
-    *out = mc_table_add(&g->modules, &e);
-    if (!*out) {
+    pthread_mutex_lock(&g->modules_lock);
+    mc_entry *had = mc_table_find(&g->modules, &key), *added = NULL;
+    if (had)
+        *out = *had; /* another thread built the same kernel meanwhile: keep its module */
+    else if ((added = mc_table_add(&g->modules, &e)))
+        *out = *added;
+    pthread_mutex_unlock(&g->modules_lock);
+    if (!added) {
         cu.cuModuleUnload((CUmodule)e.module);
-        snprintf(err, errlen, "out of host memory for the module cache");
-        return LOOM_ERR_NOMEM;
+        if (!had) {
+            snprintf(err, errlen, "out of host memory for the module cache");
+            return LOOM_ERR_NOMEM;
+        }
     }
     return LOOM_OK;
 }
@@ -807,13 +825,13 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
     loom_status st = enter(g, err, errlen);
     if (st != LOOM_OK)
         return st;
-    mc_entry *e;
+    mc_entry e;
     st = get_function(g, k, &e, NULL, err, errlen);
     if (st != LOOM_OK)
         return st;
     unsigned gr[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
     unsigned bl[3] = {(unsigned)warps * 32u, 1, 1};
-    return launch_fn(g, (CUfunction)e->function, name, gr, bl, (unsigned)e->smem_bytes, params, err,
+    return launch_fn(g, (CUfunction)e.function, name, gr, bl, (unsigned)e.smem_bytes, params, err,
                      errlen);
 }
 
@@ -828,7 +846,7 @@ loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, c
     loom_status st = enter(g, err, errlen);
     if (st != LOOM_OK)
         return st;
-    mc_entry *e;
+    mc_entry e;
     rt_gpu_stats last;
     st = get_function(g, k, &e, &last, err, errlen);
     info->source = last.result == RT_CACHE_MEMORY ? 1 : last.result == RT_CACHE_DISK ? 2 : 0;
@@ -974,5 +992,64 @@ done:
         cu.cuEventDestroy_v2(ev[i]);
     free(ev);
     free(t);
+    return st;
+}
+
+loom_status rt_gpu_time_each(rt_gpu *g, rt_gpu_work_fn before, rt_gpu_work_fn work, void *ctx,
+                             int reps, double *times_ms, char *err, size_t errlen)
+{
+    if (!g || !work || !times_ms || reps < 1 || reps > 100000) {
+        snprintf(err, errlen, "rt_gpu_time_each: bad arguments (reps %d)", reps);
+        return LOOM_ERR_INVALID;
+    }
+    loom_status st = enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUevent *ev = calloc(2 * (size_t)reps, sizeof *ev);
+    int made = 0;
+    if (!ev) {
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    CUresult r = CUDA_SUCCESS;
+    for (; made < 2 * reps; made++)
+        if ((r = cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventCreate");
+            goto done;
+        }
+    for (int i = 0; i < reps; i++) {
+        if (before && (st = before(ctx, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((st = enter(g, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((r = cu.cuEventRecord(ev[2 * i], NULL)) != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventRecord");
+            goto done;
+        }
+        if ((st = work(ctx, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((st = enter(g, err, errlen)) != LOOM_OK)
+            goto done;
+        if ((r = cu.cuEventRecord(ev[2 * i + 1], NULL)) != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventRecord");
+            goto done;
+        }
+    }
+    if ((r = cu.cuEventSynchronize(ev[2 * reps - 1])) != CUDA_SUCCESS) {
+        st = cu_fail(g, r, err, errlen, "cuEventSynchronize");
+        goto done;
+    }
+    for (int i = 0; i < reps; i++) {
+        float ms = 0;
+        if ((r = cu.cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1])) != CUDA_SUCCESS) {
+            st = cu_fail(g, r, err, errlen, "cuEventElapsedTime");
+            goto done;
+        }
+        times_ms[i] = ms;
+    }
+done:
+    for (int i = 0; i < made; i++)
+        cu.cuEventDestroy_v2(ev[i]);
+    free(ev);
     return st;
 }
