@@ -11,6 +11,7 @@
  *   5. structured control flow          (dsl/builder.c)
  *   6. verify, print, errors            (dsl/verify.c, dsl/print.c)
  *   7. runtime: buffers and launch      (runtime/)
+ *   8. templates and the autotuner      (templates/, runtime/tune.c, runtime/tune_cache.c)
  *
  * Every builder call is a macro that records the caller's __FILE__ and __LINE__, so an
  * error names the line of user code that built the bad op.  A builder call never fails
@@ -27,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -502,10 +504,15 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
  * integer parameters (a dtype parameter holds a loom_dtype).  The registry lists every
  * template loom ships; loomc and the autotuner work from it. */
 #define LOOM_MAX_PARAMS 16
+#define LOOM_MAX_CANDIDATES 16
 typedef struct loom_param {
     const char *key;
     int64_t def;      /* default value */
     const char *doc;
+    /* Config knobs only: the values the autotuner tries (ncand == 0: def alone).  The
+     * configs it considers are every combination of the knobs' candidates. */
+    int ncand;
+    int64_t cand[LOOM_MAX_CANDIDATES];
 } loom_param;
 
 typedef struct loom_template {
@@ -527,6 +534,20 @@ typedef struct loom_template {
     void (*reference)(const int64_t *shape, void *const *host, void *const *ref);
     /* An output element passes when |out - ref| <= atol + rtol * |ref|. */
     double atol, rtol;
+
+    /* ---- autotuning (runtime/tune.c); every field below is optional */
+    /* Can `config` serve `shape` well enough to be worth timing?  Return 1, or 0 with the
+     * reason in why (shared memory, registers, divisibility, alignment: whatever limits
+     * the template).  NULL: every config the build accepts is a candidate. */
+    int (*valid)(const int64_t *shape, const int64_t *config, char *why, size_t n);
+    /* An estimate of the config's run time at shape (any unit; lower is faster).  The
+     * tuner compiles and times candidates in this order, keeps the best `max_configs`
+     * of them when asked to, and without a GPU falls back on the best of it when the
+     * default config is not valid for the shape. */
+    double (*cost)(const int64_t *shape, const int64_t *config);
+    /* Write the representative of shape's bucket into bucket[0..nshape-1]: shapes with
+     * the same representative share one tuned config in the cache.  NULL: exact shape. */
+    void (*bucket)(const int64_t *shape, int64_t *bucket);
 } loom_template;
 
 int loom_template_count(void);
@@ -562,6 +583,86 @@ void loom_instance_destroy(loom_instance *in);
  * is written into report. */
 loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const int64_t *shape,
                                 const int64_t *config, uint64_t seed, char *report, size_t n);
+
+/* ---- the autotuner (runtime/tune.c; docs/tuning.md)
+ *
+ * loom_tune(rt, t, shapes, n, opts, out) gives, for each shape, a kernel built with the
+ * best config and ready to launch.  Each shape is looked up in the tuning cache (a JSON
+ * file keyed by template, shape bucket, GPU and SM count, driver and loom version); on
+ * a miss every candidate config is checked for validity, compiled on a thread pool,
+ * run once against a reference, and timed (L2 flushed and inputs rotated between runs),
+ * and the fastest correct one is stored.  Without a GPU (or with LOOM_TUNE=0) nothing is
+ * timed: the default config is used (or, if the default cannot serve the shape, the
+ * cost model's best valid config), and the note says so. */
+
+/* What became of one candidate config. */
+typedef enum loom_tune_verdict {
+    LOOM_TUNE_TIMED = 0,      /* correct and timed: ms holds its median */
+    LOOM_TUNE_INVALID,        /* rejected by the template's valid(): reason says why */
+    LOOM_TUNE_REFUSED,        /* the build refused it or it failed verification */
+    LOOM_TUNE_COMPILE_FAILED, /* code generation, linking or loading failed */
+    LOOM_TUNE_LAUNCH_FAILED,  /* the launch failed */
+    LOOM_TUNE_WRONG,          /* its output differs from the reference beyond tolerance */
+    LOOM_TUNE_SKIPPED,        /* beyond opts.max_configs (in cost order) */
+} loom_tune_verdict;
+const char *loom_tune_verdict_name(loom_tune_verdict v);
+
+typedef struct loom_tune_result {
+    int64_t config[LOOM_MAX_PARAMS];
+    loom_tune_verdict verdict;
+    double ms;    /* median time (TIMED only) */
+    double cost;  /* the cost model's estimate (0 without one) */
+    char reason[200];
+} loom_tune_result;
+
+/* Where a shape's config came from. */
+typedef enum loom_tune_source {
+    LOOM_TUNE_NONE = 0,   /* nothing usable: status and note say why */
+    LOOM_TUNE_TUNED,      /* timed now */
+    LOOM_TUNE_CACHED,     /* found in the tuning cache */
+    LOOM_TUNE_DEFAULT,    /* not tuned (no GPU, LOOM_TUNE=0, no correct candidate): note says */
+} loom_tune_source;
+
+typedef struct loom_tuned {
+    const loom_template *t;
+    int64_t shape[LOOM_MAX_PARAMS];
+    int64_t config[LOOM_MAX_PARAMS];
+    loom_kernel *kernel;     /* built with config, verified, compiled and loaded (GPU) */
+    int grid[3];
+    loom_tune_source source;
+    loom_status status;      /* LOOM_OK when kernel is ready */
+    double ms;               /* the config's median time when timed now or cached, else 0 */
+    double tune_ms;          /* wall time spent on this shape */
+    int ncand, nvalid, ntimed; /* combinations, valid ones, timed correct ones */
+    int nresults;            /* every candidate's fate (when tuned now) */
+    loom_tune_result *results;
+    char note[512];
+} loom_tuned;
+
+typedef struct loom_tune_opts {
+    int force;        /* re-tune even when the cache has the shape (or LOOM_TUNE_FORCE=1) */
+    int max_configs;  /* time at most this many valid configs, the cost model's best first;
+                         0: all */
+    int threads;      /* compile threads; 0: LOOM_TUNE_THREADS, else one per core */
+    int warmup, reps; /* per config; 0: 2 and 15 (the finalists are re-timed with 4x reps) */
+    int quiet;        /* 0: a progress bar and a summary table on stderr when it is a
+                         terminal; 1: neither; 2: the progress bar only (the caller prints
+                         the table itself with loom_tune_print) */
+    int verbose;      /* 1: print every config's fate and time (or LOOM_TUNE_VERBOSE=1) */
+    uint64_t seed;    /* inputs of the correctness check; 0: 1 */
+} loom_tune_opts;
+
+/* Tune template t for nshapes shapes: shapes[i * t->nshape + j] is parameter j of shape i.
+ * out[i] (nshapes of them) receives each result; release them with loom_tuned_release.
+ * Returns LOOM_OK when every shape has a ready kernel, else the first failure (each
+ * out[i].note says what happened).  opts may be NULL. */
+loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *shapes, int nshapes,
+                      const loom_tune_opts *opts, loom_tuned *out);
+void loom_tuned_release(loom_tuned *r, int n);
+/* The summary table (one line per shape; with every_config, each candidate too). */
+void loom_tune_print(FILE *f, const loom_tuned *r, int n, int every_config);
+/* "k=v,k=v" of a config (or shape) of template t's parameter list. */
+void loom_params_format(const loom_param *params, int n, const int64_t *vals, char *buf, size_t len);
 
 
 /* Kernel templates shipped with loom (templates/): each builds a kernel for one shape and

@@ -14,7 +14,10 @@
  *
  * A launch finds its CUfunction by key (gpu.h): the in-memory table, else a cubin from
  * the disk cache, else cg_compile_ptx + cuLink* (PTX -> cubin at -O3), whose cubin goes
- * to the disk cache.  Every CUDA error reads "<call> failed: <NAME> (<text>)"; launch
+ * to the disk cache.  Several threads may compile at once (the autotuner's pool): the
+ * table is read and extended under a mutex, entries are copied out (the table may
+ * grow and move), and compiling itself runs outside the lock; when two threads build
+ * the same key, the first entry added wins and the other module is unloaded.  Every CUDA error reads "<call> failed: <NAME> (<text>)"; launch
  * errors name the kernel, load errors carry the JIT log.
  *
  * A kernel that reads tensors with TMA takes one descriptor per rt_tma_spec after its own
@@ -206,6 +209,7 @@ struct rt_gpu {
     CUcontext ctx;
     rt_gpu_props props;
     mc_table modules;  /* kernels compiled through rt_gpu_launch */
+    pthread_mutex_t modules_lock; /* guards modules: the autotuner compiles on several threads */
     char last_kernel[128]; /* last kernel launched: named when a later call reports a fault */
 };
 
@@ -317,6 +321,7 @@ loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen)
         snprintf(err, errlen, "out of host memory");
         return LOOM_ERR_NOMEM;
     }
+    pthread_mutex_init(&g->modules_lock, NULL);
     r = cu.cuDeviceGet(&g->dev, ordinal);
     if (r != CUDA_SUCCESS) {
         free(g);
@@ -366,6 +371,7 @@ void rt_gpu_close(rt_gpu *g)
     for (size_t i = 0; i < g->modules.n; i++)
         cu.cuModuleUnload((CUmodule)g->modules.e[i].module);
     mc_table_free(&g->modules);
+    pthread_mutex_destroy(&g->modules_lock);
     cu.cuDevicePrimaryCtxRelease_v2(g->dev);
     free(g);
 }
@@ -687,8 +693,9 @@ static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, co
     return LOOM_OK;
 }
 
-/* Find or build the function for kernel k (see the file comment). */
-static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gpu_stats *lastp,
+/* Find or build the function for kernel k (see the file comment); *out is a copy of the
+ * table's entry. */
+static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_stats *lastp,
                                 char *err, size_t errlen)
 {
     rt_gpu_stats local, *lp = lastp ? lastp : &local;
@@ -700,11 +707,14 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
     lp->key_ms = now_ms() - t0;
 
+    pthread_mutex_lock(&g->modules_lock);
     mc_entry *hit = mc_table_find(&g->modules, &key);
+    if (hit)
+        *out = *hit;
+    pthread_mutex_unlock(&g->modules_lock);
     if (hit) {
         lp->result = RT_CACHE_MEMORY;
         stats_record(lp);
-        *out = hit;
         return LOOM_OK;
     }
 
@@ -794,12 +804,20 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     }
 add:
     stats_record(lp);
-    *out = mc_table_add(&g->modules, &e);
-    if (!*out) {
+    pthread_mutex_lock(&g->modules_lock);
+    mc_entry *had = mc_table_find(&g->modules, &key), *added = NULL;
+    if (had)
+        *out = *had; /* another thread built the same kernel meanwhile: keep its module */
+    else if ((added = mc_table_add(&g->modules, &e)))
+        *out = *added;
+    pthread_mutex_unlock(&g->modules_lock);
+    if (!added) {
         cu.cuModuleUnload((CUmodule)e.module);
         rt_tma_cache_destroy(e.tma);
-        snprintf(err, errlen, "out of host memory for the module cache");
-        return LOOM_ERR_NOMEM;
+        if (!had) {
+            snprintf(err, errlen, "out of host memory for the module cache");
+            return LOOM_ERR_NOMEM;
+        }
     }
     return LOOM_OK;
 }
@@ -885,16 +903,16 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
     loom_status st = enter(g, err, errlen);
     if (st != LOOM_OK)
         return st;
-    mc_entry *e;
+    mc_entry e;
     st = get_function(g, k, &e, NULL, err, errlen);
     if (st != LOOM_OK)
         return st;
     /* TMA descriptors go after the kernel's own parameters, by value (the driver copies
      * them at the launch call, so stack storage is enough) */
     _Alignas(RT_TMA_DESC_ALIGN) unsigned char descs[RT_TMA_MAX_SPECS][RT_TMA_DESC_BYTES];
-    int ntma = rt_tma_cache_count(e->tma);
+    int ntma = rt_tma_cache_count(e.tma);
     for (int t = 0; t < ntma; t++) {
-        const rt_tma_spec *sp = rt_tma_cache_spec(e->tma, t);
+        const rt_tma_spec *sp = rt_tma_cache_spec(e.tma, t);
         loom_arg_info ai;
         if (sp->arg < 0 || sp->arg >= nargs || !loom_kernel_arg_info(k, sp->arg, &ai)) {
             snprintf(err, errlen, "launch of '%s': TMA descriptor %d names argument %d; the kernel has "
@@ -902,7 +920,7 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
             return LOOM_ERR_INVALID;
         }
         char terr[512];
-        st = rt_tma_cache_get(e->tma, t, &ai, args[sp->arg].dptr, descs[t], terr, sizeof terr);
+        st = rt_tma_cache_get(e.tma, t, &ai, args[sp->arg].dptr, descs[t], terr, sizeof terr);
         if (st != LOOM_OK) {
             snprintf(err, errlen, "launch of '%s': %s", name, terr);
             return st;
@@ -911,7 +929,7 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
     }
     unsigned gr[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
     unsigned bl[3] = {(unsigned)warps * 32u, 1, 1};
-    return launch_fn(g, (CUfunction)e->function, name, gr, bl, (unsigned)e->smem_bytes, params, err,
+    return launch_fn(g, (CUfunction)e.function, name, gr, bl, (unsigned)e.smem_bytes, params, err,
                      errlen);
 }
 
@@ -926,7 +944,7 @@ loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, c
     loom_status st = enter(g, err, errlen);
     if (st != LOOM_OK)
         return st;
-    mc_entry *e;
+    mc_entry e;
     rt_gpu_stats last;
     st = get_function(g, k, &e, &last, err, errlen);
     info->source = last.result == RT_CACHE_MEMORY ? 1 : last.result == RT_CACHE_DISK ? 2 : 0;
@@ -1075,41 +1093,30 @@ done:
     return st;
 }
 
-loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
-                                int warmup, int reps, double *median_ms, char *err, size_t errlen)
+loom_status rt_gpu_time_each(rt_gpu *g, rt_gpu_work_fn before, rt_gpu_work_fn work, void *ctx,
+                             int reps, double *times_ms, char *err, size_t errlen)
 {
-    *median_ms = 0;
-    if (!g || !work || reps < 1 || reps > 100000 || warmup < 0) {
-        snprintf(err, errlen, "rt_gpu_time_each_ms: bad arguments (reps %d, warmup %d)", reps, warmup);
+    if (!g || !work || !times_ms || reps < 1 || reps > 100000) {
+        snprintf(err, errlen, "rt_gpu_time_each: bad arguments (reps %d)", reps);
         return LOOM_ERR_INVALID;
     }
     loom_status st = enter(g, err, errlen);
     if (st != LOOM_OK)
         return st;
-    for (int i = 0; i < warmup; i++) {
-        if (prep && (st = prep(ctx, err, errlen)) != LOOM_OK)
-            return st;
-        if ((st = work(ctx, err, errlen)) != LOOM_OK)
-            return st;
-    }
     CUevent *ev = calloc(2 * (size_t)reps, sizeof *ev);
-    double *t = calloc((size_t)reps, sizeof *t);
     int made = 0;
-    CUresult r;
-    if (!ev || !t) {
+    if (!ev) {
         snprintf(err, errlen, "out of host memory");
-        st = LOOM_ERR_NOMEM;
-        goto done;
+        return LOOM_ERR_NOMEM;
     }
-    for (; made < 2 * reps; made++) {
-        r = cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT);
-        if (r != CUDA_SUCCESS) {
+    CUresult r = CUDA_SUCCESS;
+    for (; made < 2 * reps; made++)
+        if ((r = cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
             st = cu_fail(g, r, err, errlen, "cuEventCreate");
             goto done;
         }
-    }
     for (int i = 0; i < reps; i++) {
-        if (prep && (st = prep(ctx, err, errlen)) != LOOM_OK)
+        if (before && (st = before(ctx, err, errlen)) != LOOM_OK)
             goto done;
         if ((st = enter(g, err, errlen)) != LOOM_OK)
             goto done;
@@ -1136,14 +1143,40 @@ loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn w
             st = cu_fail(g, r, err, errlen, "cuEventElapsedTime");
             goto done;
         }
-        t[i] = ms;
+        times_ms[i] = ms;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
 done:
     for (int i = 0; i < made; i++)
         cu.cuEventDestroy_v2(ev[i]);
     free(ev);
+    return st;
+}
+
+loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
+                                int warmup, int reps, double *median_ms, char *err, size_t errlen)
+{
+    *median_ms = 0;
+    if (warmup < 0 || reps < 1 || reps > 100000) {
+        snprintf(err, errlen, "rt_gpu_time_each_ms: bad arguments (reps %d, warmup %d)", reps, warmup);
+        return LOOM_ERR_INVALID;
+    }
+    loom_status st;
+    for (int i = 0; i < warmup; i++) {
+        if (prep && (st = prep(ctx, err, errlen)) != LOOM_OK)
+            return st;
+        if ((st = work(ctx, err, errlen)) != LOOM_OK)
+            return st;
+    }
+    double *t = calloc((size_t)reps, sizeof *t);
+    if (!t) {
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    st = rt_gpu_time_each(g, prep, work, ctx, reps, t, err, errlen);
+    if (st == LOOM_OK) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
     free(t);
     return st;
 }

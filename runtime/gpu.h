@@ -94,8 +94,12 @@ typedef loom_status (*rt_gpu_work_fn)(void *ctx, char *err, size_t errlen);
 loom_status rt_gpu_time_ms(rt_gpu *g, rt_gpu_work_fn work, void *ctx, int warmup, int reps,
                            double *median_ms, char *err, size_t errlen);
 
-/* Like rt_gpu_time_ms, but each timed run has its own pair of events and is preceded by
- * prep (untimed; NULL for none), e.g. an L2 flush, so cold-cache runs are measured. */
+/* Run `before` (untimed: an L2 flush, say; may be NULL), then `work` between a pair of
+ * events, `reps` times (1..100000); times_ms[i] receives run i's time.  The autotuner's
+ * measurement: unlike rt_gpu_time_ms, what runs between two timed runs is not timed. */
+loom_status rt_gpu_time_each(rt_gpu *g, rt_gpu_work_fn before, rt_gpu_work_fn work, void *ctx,
+                             int reps, double *times_ms, char *err, size_t errlen);
+/* The median of `reps` such runs after `warmup` untimed ones (prep before each). */
 loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
                                 int warmup, int reps, double *median_ms, char *err, size_t errlen);
 

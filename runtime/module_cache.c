@@ -33,6 +33,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,21 +186,26 @@ void mc_key_hex(const mc_key *k, char out[33])
     out[32] = 0;
 }
 
-const char *mc_build_id(void)
+static char build_id[600];
+static pthread_once_t build_id_once = PTHREAD_ONCE_INIT;
+
+static void build_id_init(void)
 {
-    static char id[600];
-    static int done;
-    if (done) /* benign race: every thread computes the same string */
-        return id;
+    char *id = build_id;
     Dl_info info;
     struct stat sb;
-    if (dladdr((const void *)id, &info) && info.dli_fname && stat(info.dli_fname, &sb) == 0)
-        snprintf(id, sizeof id, "%s|%lld|%lld.%09ld", info.dli_fname, (long long)sb.st_size,
+    if (dladdr((const void *)build_id, &info) && info.dli_fname && stat(info.dli_fname, &sb) == 0)
+        snprintf(id, sizeof build_id, "%s|%lld|%lld.%09ld", info.dli_fname, (long long)sb.st_size,
                  (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
     else
-        snprintf(id, sizeof id, "loom %s built %s %s", LOOM_VERSION, __DATE__, __TIME__);
-    done = 1;
-    return id;
+        snprintf(id, sizeof build_id, "loom %s built %s %s", LOOM_VERSION, __DATE__, __TIME__);
+}
+
+/* Computed once (pthread_once): the autotuner compiles on several threads at a time. */
+const char *mc_build_id(void)
+{
+    pthread_once(&build_id_once, build_id_init);
+    return build_id;
 }
 
 /* ---------------------------------------------------------------- file format */

@@ -4,8 +4,15 @@
  * Frameworks materialize user[u(b)] for every candidate b (a copy B/U times larger than
  * user).  Here each program reads the index u(b) once and loads the user tile by that
  * index, so the broadcast never exists in memory.  Grid: (tiles of M x N, B).
+ *
+ * Tuning: BM x BN tiles and the CTA's warps, 196 combinations; valid() keeps those whose
+ * tile is not mostly masked, gives each thread whole 16-byte vectors and fits in
+ * registers; cost() ranks them by bytes moved; bucket() shares one config among shapes
+ * that differ only in B and U.
  */
 #include "tpl.h"
+
+#include <math.h>
 
 loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn, int warps)
 {
@@ -62,6 +69,82 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     return tpl_broadcast_add(&s, (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_WARPS]);
 }
 
+/* ---------------------------------------------------------------- tuning */
+
+static int64_t pow2_at_least(int64_t n)
+{
+    int64_t p = 1;
+    while (p < n)
+        p *= 2;
+    return p;
+}
+
+/* A config is worth timing when its tile fits the compiler's limits, is not mostly
+ * masked off, gives every thread whole 16-byte vectors, and holds its two tiles in
+ * registers without spilling. */
+static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
+{
+    if (sh[S_DTYPE] != LOOM_F16 && sh[S_DTYPE] != LOOM_BF16 && sh[S_DTYPE] != LOOM_F32)
+        return !!tpl_refuse(why, n, "dtype must be f16, bf16 or f32");
+    if (sh[S_U] < 1 || sh[S_B] < 1 || sh[S_M] < 1 || sh[S_N] < 1)
+        return !!tpl_refuse(why, n, "B, U, M, N must be positive");
+    if (sh[S_B] > 65535)
+        return !!tpl_refuse(why, n, "B=%lld candidates exceed the grid's y limit (65535)", (long long)sh[S_B]);
+    int64_t bm = cf[C_BM], bn = cf[C_BN], warps = cf[C_WARPS], tile = bm * bn;
+    if (bm < 1 || bn < 1 || warps < 1 || warps > 32)
+        return !!tpl_refuse(why, n, "BM and BN must be positive and warps 1..32");
+    if (tile > 65536)
+        return !!tpl_refuse(why, n, "a %lldx%lld tile exceeds 65536 elements", (long long)bm, (long long)bn);
+    if (bm > pow2_at_least(sh[S_M]))
+        return !!tpl_refuse(why, n, "BM=%lld is above M=%lld rounded up to a power of two: rows of every tile "
+                            "would be masked off", (long long)bm, (long long)sh[S_M]);
+    if (bn > pow2_at_least(sh[S_N]))
+        return !!tpl_refuse(why, n, "BN=%lld is above N=%lld rounded up to a power of two: columns of every tile "
+                            "would be masked off", (long long)bn, (long long)sh[S_N]);
+    int64_t es = (int64_t)loom_dtype_size((loom_dtype)sh[S_DTYPE]), vec = 16 / es;
+    if (bn % vec)
+        return !!tpl_refuse(why, n, "BN=%lld is not a multiple of %lld (a 16-byte vector of %s)", (long long)bn,
+                            (long long)vec, loom_dtype_name((loom_dtype)sh[S_DTYPE]));
+    int64_t threads = warps * 32, per = tile / threads;
+    if (per < vec)
+        return !!tpl_refuse(why, n, "%lld threads for a %lld-element tile: each would hold %lld elements, less "
+                            "than a 16-byte vector", (long long)threads, (long long)tile, (long long)per);
+    int64_t regs = 2 * per * es / 4 + 16; /* the cand and user tiles, plus addressing */
+    if (regs > 255)
+        return !!tpl_refuse(why, n, "about %lld registers per thread for two %lld-element tiles (255 at most: "
+                            "it would spill)", (long long)regs, (long long)per);
+    if (regs * threads > 65536)
+        return !!tpl_refuse(why, n, "%lld threads x %lld registers exceed the SM's 65536-register file",
+                            (long long)threads, (long long)regs);
+    return 1;
+}
+
+/* Memory-bound: the time is the bytes moved over the bandwidth, inflated by tile padding
+ * (masked lanes issue but move nothing) and by accesses narrower than a 16-byte vector,
+ * plus a small cost per CTA.  It ranks configs; it does not predict milliseconds. */
+static double cost(const int64_t *sh, const int64_t *cf)
+{
+    double B = (double)sh[S_B], M = (double)sh[S_M], N = (double)sh[S_N];
+    double es = (double)loom_dtype_size((loom_dtype)sh[S_DTYPE]);
+    double bm = (double)cf[C_BM], bn = (double)cf[C_BN], threads = 32.0 * (double)cf[C_WARPS];
+    double tm = ceil(M / bm), tn = ceil(N / bn);
+    double lanes = (M * N) / (tm * bm * tn * bn);
+    double per = bm * bn / threads, vec = 16 / es;
+    double vec_eff = per >= vec ? 1.0 : per / vec;
+    double bytes = 3 * B * M * N * es;
+    double t_mem = bytes / 3.0e12 / (lanes * (0.5 + 0.5 * vec_eff));
+    double t_cta = B * tm * tn * 0.5e-9;
+    return (t_mem + t_cta) * 1e3;
+}
+
+/* The tile shape does not depend on how many candidates or users there are: B and U
+ * are bucketed to the power of two at or above them. */
+static void bucket(const int64_t *sh, int64_t *bk)
+{
+    bk[S_B] = pow2_at_least(sh[S_B]);
+    bk[S_U] = pow2_at_least(sh[S_U]);
+}
+
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {
     tpl_broadcast_add_shape s = shape_of(sh);
@@ -107,11 +190,16 @@ const loom_template tpl_def_broadcast_add = {
               {"dtype", LOOM_F16, "element type"},
               {"shuffle", 0, "1: shuffled candidate-to-user mapping"}},
     .nconfig = 3,
-    .config = {{"BM", 8, "tile rows"}, {"BN", 256, "tile columns"}, {"warps", 4, "warps per CTA"}},
+    .config = {{"BM", 8, "tile rows", 7, {1, 2, 4, 8, 16, 32, 64}},
+               {"BN", 256, "tile columns", 7, {8, 16, 32, 64, 128, 256, 512}},
+               {"warps", 4, "warps per CTA", 4, {1, 2, 4, 8}}},
     .build = build,
     .grid = grid,
     .init = init,
     .reference = reference,
     .atol = 0,
     .rtol = 1e-3, /* f32: bit-exact in practice; f16/bf16: within one rounding */
+    .valid = valid,
+    .cost = cost,
+    .bucket = bucket,
 };

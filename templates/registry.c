@@ -96,6 +96,22 @@ int loom_params_parse(const loom_param *params, int n, const char *text, int64_t
     return rc;
 }
 
+void loom_params_format(const loom_param *params, int n, const int64_t *vals, char *buf, size_t len)
+{
+    if (!buf || !len)
+        return;
+    buf[0] = 0;
+    size_t p = 0;
+    for (int i = 0; i < n && p < len; i++) {
+        const char *sep = i ? "," : "";
+        if (strstr(params[i].key, "dtype") && vals[i] >= 0 && vals[i] < LOOM_DTYPE_COUNT)
+            p += (size_t)snprintf(buf + p, len - p, "%s%s=%s", sep, params[i].key,
+                                  loom_dtype_name((loom_dtype)vals[i]));
+        else
+            p += (size_t)snprintf(buf + p, len - p, "%s%s=%lld", sep, params[i].key, (long long)vals[i]);
+    }
+}
+
 void loom_instance_destroy(loom_instance *in)
 {
     if (!in)

@@ -51,6 +51,62 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     return k;
 }
 
+/* ---------------------------------------------------------------- tuning */
+
+/* Worth timing: the [BM, pow2(N)] tile fits the compiler's limit, its rows are not mostly
+ * masked off, every thread holds at least one element, its f32 tiles (the input, the
+ * exponentials, the result) fit in registers, and the cross-warp reductions' scratch
+ * fits in shared memory. */
+static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
+{
+    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
+    if (dt != LOOM_F16 && dt != LOOM_BF16 && dt != LOOM_F32)
+        return !!tpl_refuse(why, n, "dtype must be f16, bf16 or f32");
+    if (sh[S_R] < 1 || sh[S_N] < 1 || sh[S_R] > INT32_MAX)
+        return !!tpl_refuse(why, n, "R and N must be positive (R < 2^31)");
+    int64_t bm = cf[C_BM], warps = cf[C_WARPS], np = pow2_at_least(sh[S_N]);
+    if (bm < 1 || warps < 1 || warps > 32)
+        return !!tpl_refuse(why, n, "BM must be positive and warps 1..32");
+    int64_t tile = bm * np, threads = 32 * warps;
+    if (tile > 65536)
+        return !!tpl_refuse(why, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile", (long long)bm,
+                            (long long)np);
+    if (bm > pow2_at_least(sh[S_R]))
+        return !!tpl_refuse(why, n, "BM=%lld is above R=%lld rounded up to a power of two: rows would be masked off",
+                            (long long)bm, (long long)sh[S_R]);
+    if (threads > tile)
+        return !!tpl_refuse(why, n, "%lld threads for a %lld-element tile: some would hold no element",
+                            (long long)threads, (long long)tile);
+    int64_t regs = 3 * (tile / threads) + 16;
+    if (regs > 255)
+        return !!tpl_refuse(why, n, "about %lld registers per thread for three f32 tiles of %lld elements (255 at "
+                            "most: it would spill)", (long long)regs, (long long)(tile / threads));
+    int64_t smem = 2 * bm * warps * 4;
+    if (smem > 48 * 1024)
+        return !!tpl_refuse(why, n, "%lld bytes of shared memory for the cross-warp reductions (48 KiB at most "
+                            "without opt-in)", (long long)smem);
+    return 1;
+}
+
+/* Memory-bound: bytes read and written over the bandwidth, inflated by padding (N up to
+ * a power of two, R up to a multiple of BM), plus a cost per CTA and per cross-warp
+ * reduction step (two reductions of log2(warps) steps, each with a barrier). */
+static double cost(const int64_t *sh, const int64_t *cf)
+{
+    double R = (double)sh[S_R], N = (double)sh[S_N], es = (double)loom_dtype_size((loom_dtype)sh[S_DTYPE]);
+    double bm = (double)cf[C_BM], warps = (double)cf[C_WARPS], np = (double)pow2_at_least(sh[S_N]);
+    double progs = ceil(R / bm);
+    double lanes = (R * N) / (progs * bm * np);
+    double per = bm * np / (32 * warps);
+    double vec_eff = per >= 16 / es ? 1.0 : per / (16 / es);
+    double t_mem = 2 * R * N * es / 3.0e12 / (lanes * (0.5 + 0.5 * vec_eff));
+    double t_cta = progs * (0.5e-9 + 0.2e-9 * log2(warps) * 2);
+    return (t_mem + t_cta) * 1e3;
+}
+
+/* One config per row width: R is bucketed to the power of two at or above it. */
+static void bucket(const int64_t *sh, int64_t *bk) { bk[S_R] = pow2_at_least(sh[S_R]); }
+
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {
     g[0] = (int)TPL_CDIV(sh[S_R], cf[C_BM]);
@@ -83,11 +139,15 @@ const loom_template tpl_def_row_softmax = {
     .nshape = 3,
     .shape = {{"R", 4096, "rows"}, {"N", 1000, "columns"}, {"dtype", LOOM_F32, "element type"}},
     .nconfig = 2,
-    .config = {{"BM", 1, "rows per program"}, {"warps", 4, "warps per CTA"}},
+    .config = {{"BM", 1, "rows per program", 6, {1, 2, 4, 8, 16, 32}},
+               {"warps", 4, "warps per CTA", 6, {1, 2, 4, 8, 16, 32}}},
     .build = build,
     .grid = grid,
     .init = init,
     .reference = reference,
     .atol = 1e-6,
     .rtol = 1e-2, /* f32: ~1e-6 in practice; f16/bf16 outputs: one rounding (bf16: 2^-8) */
+    .valid = valid,
+    .cost = cost,
+    .bucket = bucket,
 };

@@ -10,12 +10,17 @@
  *       random inputs, checked against the template's reference; on the GPU where there
  *       is one (and then also on the interpreter, to show that they agree), else on the
  *       interpreter.
+ *   loomc tune NAME [--shape ..]... [--force] [--max N] [--threads N] [--report FILE.svg]
+ *       the autotuner (runtime/tune.c) for each --shape (repeatable; none: the default
+ *       shape): every config's fate and time, the pick, and with --report an SVG plot of
+ *       every config's time (--report re-tunes, so that every config is timed).
  *
  * Exit status: 0 on success, 1 on a failed check or compile, 2 on a usage error.
  */
 #include "loom.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +34,18 @@ static int usage(void)
             "       loomc ir NAME [--shape k=v,...] [--config k=v,...]\n"
             "       loomc emit NAME [--shape k=v,...] [--config k=v,...] [--arch sm_90a] -o FILE.ptx\n"
             "       loomc emit --all [--arch sm_90a] -o DIR\n"
-            "       loomc run NAME [--shape k=v,...] [--config k=v,...] [--interpret] [--seed N]\n");
+            "       loomc run NAME [--shape k=v,...] [--config k=v,...] [--interpret] [--seed N]\n"
+            "       loomc tune NAME [--shape k=v,...]... [--force] [--max N] [--threads N] [--report FILE.svg]\n");
     return 2;
 }
 
+#define MAX_SHAPES 64
 typedef struct opts {
-    const char *name, *shape, *config, *arch, *out;
-    int all, interpret;
+    const char *name, *shape, *config, *arch, *out, *report;
+    int all, interpret, force, max_configs, threads;
     uint64_t seed;
+    const char *shapes[MAX_SHAPES]; /* every --shape, for tune */
+    int nshapes;
 } opts;
 
 static int parse(int argc, char **argv, opts *o)
@@ -53,6 +62,19 @@ static int parse(int argc, char **argv, opts *o)
             dst = &o->arch;
         else if (!strcmp(a, "-o"))
             dst = &o->out;
+        else if (!strcmp(a, "--report"))
+            dst = &o->report;
+        else if (!strcmp(a, "--force"))
+            o->force = 1;
+        else if (!strcmp(a, "--max") || !strcmp(a, "--threads")) {
+            if (i + 1 >= argc)
+                return fprintf(stderr, "loomc: %s needs a value\n", a), -1;
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1)
+                return fprintf(stderr, "loomc: %s needs a positive integer, not '%s'\n", a, argv[i]), -1;
+            *(a[2] == 'm' ? &o->max_configs : &o->threads) = (int)v;
+        }
         else if (!strcmp(a, "--all"))
             o->all = 1;
         else if (!strcmp(a, "--interpret"))
@@ -72,6 +94,11 @@ static int parse(int argc, char **argv, opts *o)
             if (i + 1 >= argc)
                 return fprintf(stderr, "loomc: %s needs a value\n", a), -1;
             *dst = argv[++i];
+            if (dst == &o->shape) {
+                if (o->nshapes == MAX_SHAPES)
+                    return fprintf(stderr, "loomc: at most %d --shape options\n", MAX_SHAPES), -1;
+                o->shapes[o->nshapes++] = *dst;
+            }
         }
     }
     return 0;
@@ -205,6 +232,192 @@ static int cmd_run(const opts *o)
     return rc;
 }
 
+/* ---------------------------------------------------------------- tune */
+
+/* Text with &, <, > and quotes escaped for SVG. */
+static void svg_text(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const loom_tune_result *x = a, *y = b;
+    return (x->ms > y->ms) - (x->ms < y->ms);
+}
+
+/* One panel per tuned shape: a bar per timed config (fastest first, the pick in another
+ * colour), a y axis in ms, then the configs that were not timed with their reasons. */
+static int write_svg(const char *path, const loom_tuned *r, int n, const char *device)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "loomc: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    const int bar = 14, left = 70, plot_h = 260, top = 60, label_h = 150, line_h = 14;
+    int width = 640, height = 20;
+    for (int s = 0; s < n; s++) {
+        int timed = 0, other = 0;
+        for (int i = 0; i < r[s].nresults; i++)
+            r[s].results[i].verdict == LOOM_TUNE_TIMED && r[s].results[i].ms > 0 ? timed++ : other++;
+        if (left + timed * bar + 40 > width)
+            width = left + timed * bar + 40;
+        height += top + plot_h + label_h + 30 + (other > 40 ? 41 : other) * line_h;
+    }
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "font-family=\"monospace\" font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            width, height);
+    int y0 = 10;
+    for (int s = 0; s < n; s++) {
+        const loom_tuned *x = &r[s];
+        char sh[512], cf[512];
+        loom_params_format(x->t->shape, x->t->nshape, x->shape, sh, sizeof sh);
+        loom_tune_result *v = malloc((size_t)(x->nresults ? x->nresults : 1) * sizeof *v);
+        if (!v)
+            break;
+        int timed = 0;
+        double worst = 0;
+        for (int i = 0; i < x->nresults; i++)
+            if (x->results[i].verdict == LOOM_TUNE_TIMED && x->results[i].ms > 0) {
+                v[timed++] = x->results[i];
+                if (x->results[i].ms > worst)
+                    worst = x->results[i].ms;
+            }
+        qsort(v, (size_t)timed, sizeof *v, by_time);
+        fprintf(f, "<text x=\"10\" y=\"%d\" font-size=\"14\">", y0 + 18);
+        svg_text(f, x->t->name);
+        fprintf(f, " ");
+        svg_text(f, sh);
+        fprintf(f, "</text>\n<text x=\"10\" y=\"%d\">", y0 + 36);
+        snprintf(cf, sizeof cf, "%s: %d configs, %d valid, %d timed correct; picked ", device, x->ncand,
+                 x->nvalid, timed);
+        svg_text(f, cf);
+        loom_params_format(x->t->config, x->t->nconfig, x->config, cf, sizeof cf);
+        svg_text(f, cf);
+        fprintf(f, " (%.4f ms)</text>\n", x->ms);
+        int py = y0 + top, ph = plot_h;
+        double ymax = worst > 0 ? worst * 1.1 : 1;
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", left, py, left, py + ph);
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", left, py + ph,
+                left + timed * bar + 10, py + ph);
+        for (int tck = 0; tck <= 4; tck++) {
+            double val = ymax * tck / 4;
+            int ty = py + ph - (int)(ph * tck / 4);
+            fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>\n", left + 1, ty,
+                    left + timed * bar + 10, ty);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3f</text>\n", left - 4, ty + 4, val);
+        }
+        fprintf(f, "<text x=\"12\" y=\"%d\" transform=\"rotate(-90 12 %d)\" text-anchor=\"middle\">ms (median)</text>\n",
+                py + ph / 2, py + ph / 2);
+        for (int i = 0; i < timed; i++) {
+            int h = (int)(ph * v[i].ms / ymax), bx = left + 6 + i * bar;
+            bool pick = !memcmp(v[i].config, x->config, sizeof x->config);
+            loom_params_format(x->t->config, x->t->nconfig, v[i].config, cf, sizeof cf);
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>", bx,
+                    py + ph - h, bar - 3, h, pick ? "#d62728" : "#1f77b4");
+            svg_text(f, cf);
+            fprintf(f, ": %.4f ms</title></rect>\n", v[i].ms);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"9\" transform=\"rotate(60 %d %d)\">", bx + 3,
+                    py + ph + 10, bx + 3, py + ph + 10);
+            svg_text(f, cf);
+            fprintf(f, "</text>\n");
+        }
+        int ly = py + ph + label_h;
+        int listed = 0;
+        for (int i = 0; i < x->nresults; i++) {
+            const loom_tune_result *e = &x->results[i];
+            if (e->verdict == LOOM_TUNE_TIMED && e->ms > 0)
+                continue;
+            if (listed == 40) {
+                fprintf(f, "<text x=\"10\" y=\"%d\">... and more (loomc tune prints them all)</text>\n", ly);
+                ly += line_h;
+                break;
+            }
+            loom_params_format(x->t->config, x->t->nconfig, e->config, cf, sizeof cf);
+            fprintf(f, "<text x=\"10\" y=\"%d\" fill=\"#888\">", ly);
+            svg_text(f, cf);
+            fprintf(f, ": %s: ", loom_tune_verdict_name(e->verdict));
+            svg_text(f, e->reason);
+            fprintf(f, "</text>\n");
+            ly += line_h;
+            listed++;
+        }
+        y0 = ly + 30;
+        free(v);
+    }
+    fprintf(f, "</svg>\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "loomc: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_tune(const opts *o)
+{
+    const loom_template *t = find(o->name);
+    if (!t)
+        return 2;
+    int n = o->nshapes ? o->nshapes : 1;
+    int64_t *shapes = calloc((size_t)n * (size_t)t->nshape + 1, sizeof *shapes);
+    loom_tuned *res = calloc((size_t)n, sizeof *res);
+    if (!shapes || !res) {
+        free(shapes);
+        free(res);
+        fprintf(stderr, "loomc: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t vals[LOOM_MAX_PARAMS];
+        char err[512];
+        if (loom_params_parse(t->shape, t->nshape, o->nshapes ? o->shapes[i] : NULL, vals, err, sizeof err)) {
+            fprintf(stderr, "loomc: --shape for %s: %s\n", t->name, err);
+            free(shapes);
+            free(res);
+            return 2;
+        }
+        memcpy(shapes + (size_t)i * (size_t)t->nshape, vals, (size_t)t->nshape * sizeof *vals);
+    }
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_AUTO);
+    if (!rt) {
+        free(shapes);
+        free(res);
+        return 1;
+    }
+    loom_tune_opts opt = {.force = o->force || o->report != NULL, .max_configs = o->max_configs,
+                          .threads = o->threads, .quiet = 2, .seed = o->seed};
+    loom_status st = loom_tune(rt, t, shapes, n, &opt, res);
+    printf("on %s\n", loom_runtime_device_name(rt));
+    loom_tune_print(stdout, res, n, 1);
+    int rc = st != LOOM_OK;
+    if (o->report) {
+        int any = 0;
+        for (int i = 0; i < n; i++)
+            any |= res[i].nresults > 0;
+        if (!any) {
+            fprintf(stderr, "loomc: no per-config times to plot (%s)\n", res[0].note);
+            rc = 1;
+        } else if (write_svg(o->report, res, n, loom_runtime_device_name(rt)) == 0) {
+            printf("report: %s\n", o->report);
+        } else {
+            rc = 1;
+        }
+    }
+    loom_tuned_release(res, n);
+    loom_runtime_destroy(rt);
+    free(shapes);
+    free(res);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -246,6 +459,8 @@ int main(int argc, char **argv)
         return cmd_emit(&o);
     if (!strcmp(cmd, "run"))
         return cmd_run(&o);
+    if (!strcmp(cmd, "tune"))
+        return cmd_tune(&o);
     fprintf(stderr, "loomc: unknown command '%s'\n", cmd);
     return usage();
 }

@@ -1,0 +1,746 @@
+/*
+ * test_tune.c -- the autotuner (runtime/tune.c) and its cache (runtime/tune_cache.c).
+ *
+ * Without a GPU: the candidate lists and validity reasons of every registered template
+ * (and that every valid config builds), the device-side comparison kernel run on the
+ * interpreter, the cache file (round trip, corrupt files, writers in several processes
+ * at once, a writer killed at random moments), and loom_tune on the interpreter, which
+ * must hand back a launchable default config and say why it did not tune.
+ *
+ * With a GPU (skipped otherwise): tuning the broadcast-add over its valid configs at the
+ * benchmark shape picks a config within 3% of the best found by timing every config
+ * again independently, and a second start finds it in the cache and compiles nothing; a
+ * test template with planted faults shows that wrong, refused and invalid configs are
+ * rejected with their reasons, against the CPU reference and against the GPU reference.
+ *
+ * The test template below is not in the registry: the tuner knows templates only by
+ * their declarations.
+ */
+#include <criterion/criterion.h>
+
+#include "loom.h"
+
+#include "gpu.h"
+#include "tune.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- helpers */
+
+static char *temp_dir(void)
+{
+    static char buf[8][64];
+    static int next;
+    char *d = buf[next++ & 7];
+    snprintf(d, sizeof buf[0], "/tmp/loom-tune-test-XXXXXX");
+    cr_assert(mkdtemp(d), "mkdtemp");
+    return d;
+}
+
+static void remove_dir(const char *d)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void defaults(const loom_param *p, int n, int64_t *v)
+{
+    char err[256];
+    memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
+    cr_assert_eq(loom_params_parse(p, n, NULL, v, err, sizeof err), 0);
+}
+
+static const tc_device dev_a = {"NVIDIA Test GPU", 132, 13000};
+
+/* ---------------------------------------------------------------- a test template */
+
+/* y = 2 x, with planted faults: bug=1 computes 2x + 1 (a wrong result), bug=2 is refused
+ * by the build, bug=3 is rejected by valid(). */
+enum { TS_N };
+enum { TC_BLOCK, TC_WARPS, TC_BUG };
+
+static loom_kernel *ts_build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
+{
+    if (cf[TC_BUG] == 2) {
+        snprintf(err, n, "planted refusal (bug=2)");
+        return NULL;
+    }
+    loom_kernel *k = loom_kernel_create("tune_test_scale", (int)cf[TC_WARPS]);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(sh[TS_N]), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE1(sh[TS_N]), LOOM_OUT);
+    loom_val off = loom_mul(k, loom_program_id(k, 0), loom_const_i(k, LOOM_I32, cf[TC_BLOCK]));
+    loom_val v = loom_load(k, x, &off, LOOM_SHAPE1(cf[TC_BLOCK]), LOOM_NONE, 0.0);
+    loom_val r = loom_mul(k, v, loom_const_f(k, LOOM_F32, 2.0));
+    if (cf[TC_BUG] == 1)
+        r = loom_add(k, r, loom_const_f(k, LOOM_F32, 1.0));
+    loom_store(k, y, &off, r, LOOM_NONE);
+    return k;
+}
+
+static void ts_grid(const int64_t *sh, const int64_t *cf, int g[3])
+{
+    g[0] = (int)((sh[TS_N] + cf[TC_BLOCK] - 1) / cf[TC_BLOCK]);
+    g[1] = g[2] = 1;
+}
+
+static void ts_init(const int64_t *sh, void *const *host, uint64_t seed)
+{
+    float *x = host[0];
+    for (int64_t i = 0; i < sh[TS_N]; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((seed >> 40) % 2001) / 1000.0f - 1.0f;
+    }
+}
+
+static void ts_reference(const int64_t *sh, void *const *host, void *const *ref)
+{
+    const float *x = host[0];
+    float *y = ref[1];
+    for (int64_t i = 0; i < sh[TS_N]; i++)
+        y[i] = 2 * x[i];
+}
+
+static int ts_valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
+{
+    (void)sh;
+    if (cf[TC_BUG] == 3) {
+        snprintf(why, n, "planted: bug=3 is never valid");
+        return 0;
+    }
+    if (cf[TC_BLOCK] < 32 * cf[TC_WARPS]) {
+        snprintf(why, n, "BLOCK=%lld is smaller than the CTA's %lld threads", (long long)cf[TC_BLOCK],
+                 (long long)(32 * cf[TC_WARPS]));
+        return 0;
+    }
+    return 1;
+}
+
+static double ts_cost(const int64_t *sh, const int64_t *cf)
+{
+    (void)sh;
+    return (double)cf[TC_BUG] * 10 + 1.0 / (double)cf[TC_BLOCK];
+}
+
+static const loom_template test_scale = {
+    .name = "tune_test_scale",
+    .doc = "y = 2 x, with planted faults",
+    .nshape = 1,
+    .shape = {{"N", 1 << 20, "elements"}},
+    .nconfig = 3,
+    .config = {{"BLOCK", 512, "elements per program", 3, {32, 512, 2048}},
+               {"warps", 4, "warps per CTA", 2, {1, 4}},
+               {"bug", 0, "planted fault", 4, {0, 1, 2, 3}}},
+    .build = ts_build,
+    .grid = ts_grid,
+    .init = ts_init,
+    .reference = ts_reference,
+    .atol = 0,
+    .rtol = 1e-6,
+    .valid = ts_valid,
+    .cost = ts_cost,
+};
+
+/* ---------------------------------------------------------------- candidates, validity */
+
+/* Every template in the registry: the candidates are every combination, the invalid ones
+ * say why, the valid ones come first in cost order, the default config is valid at the
+ * default shape, and every valid config builds and verifies. */
+Test(tune, every_template_declares_valid_candidates)
+{
+    for (int ti = 0; ti < loom_template_count(); ti++) {
+        const loom_template *t = loom_template_at(ti);
+        int64_t sh[LOOM_MAX_PARAMS], def[LOOM_MAX_PARAMS];
+        defaults(t->shape, t->nshape, sh);
+        defaults(t->config, t->nconfig, def);
+        int64_t combos = 1;
+        for (int i = 0; i < t->nconfig; i++)
+            combos *= t->config[i].ncand ? t->config[i].ncand : 1;
+        loom_tune_result *r = NULL;
+        int nvalid = 0, n = tune_candidates(t, sh, &r, &nvalid);
+        cr_assert_eq(n, combos, "%s: %d candidates, expected %lld", t->name, n, (long long)combos);
+        cr_expect_gt(nvalid, 0, "%s: no valid config at the default shape", t->name);
+        bool def_seen = false;
+        for (int i = 0; i < n; i++) {
+            if (i < nvalid) {
+                cr_expect_eq(r[i].verdict, LOOM_TUNE_TIMED, "%s: valid ones first", t->name);
+                if (i > 0 && t->cost)
+                    cr_expect_leq(r[i - 1].cost, r[i].cost, "%s: valid ones in cost order", t->name);
+                def_seen |= !memcmp(r[i].config, def, sizeof def);
+                char err[1024] = "";
+                loom_kernel *k = t->build(sh, r[i].config, err, sizeof err);
+                cr_expect(k, "%s: valid config %d refused by the build: %s", t->name, i, err);
+                if (k)
+                    cr_expect_eq(loom_verify(k), LOOM_OK, "%s: %s", t->name, loom_kernel_errors(k));
+                loom_kernel_destroy(k);
+            } else {
+                cr_expect_eq(r[i].verdict, LOOM_TUNE_INVALID);
+                cr_expect_gt(strlen(r[i].reason), 10, "%s: an invalid config without a reason", t->name);
+            }
+        }
+        cr_expect(def_seen, "%s: the default config is not valid at the default shape", t->name);
+        free(r);
+    }
+}
+
+/* The reason of a rejection names what limits the config. */
+static void expect_reason(const char *tname, const char *shape, const char *config, const char *word)
+{
+    const loom_template *t = loom_template_find(tname);
+    cr_assert(t && t->valid);
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char err[256], why[256] = "";
+    cr_assert_eq(loom_params_parse(t->shape, t->nshape, shape, sh, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(loom_params_parse(t->config, t->nconfig, config, cf, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(t->valid(sh, cf, why, sizeof why), 0, "%s [%s] [%s] should be invalid", tname, shape, config);
+    cr_expect(strstr(why, word), "%s [%s]: reason '%s' does not mention '%s'", tname, config, why, word);
+}
+
+Test(tune, validity_reasons)
+{
+    expect_reason("ikbo_broadcast_add", "N=256", "BM=8,BN=512,warps=4", "masked off");
+    expect_reason("ikbo_broadcast_add", "M=433", "BM=1024,BN=32,warps=4", "masked off");
+    expect_reason("ikbo_broadcast_add", "N=4096,M=4096", "BM=64,BN=2048,warps=4", "65536");
+    expect_reason("ikbo_broadcast_add", "", "BM=1,BN=32,warps=8", "16-byte vector");
+    expect_reason("ikbo_broadcast_add", "dtype=f32", "BM=8,BN=30,warps=1", "16-byte vector");
+    expect_reason("ikbo_broadcast_add", "", "BM=64,BN=256,warps=1", "registers");
+    expect_reason("ikbo_broadcast_add", "B=70000", "", "grid");
+    expect_reason("row_softmax", "N=4096", "BM=32,warps=4", "65536");
+    expect_reason("row_softmax", "N=1000", "BM=16,warps=1", "registers");
+    expect_reason("row_softmax", "N=16", "BM=1,warps=32", "no element");
+    expect_reason("row_softmax", "R=3", "BM=8,warps=1", "masked off");
+}
+
+Test(tune, broadcast_add_has_at_least_32_valid_configs_at_the_benchmark_shape)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    int64_t sh[LOOM_MAX_PARAMS];
+    defaults(t->shape, t->nshape, sh);
+    loom_tune_result *r = NULL;
+    int nvalid = 0;
+    cr_assert_gt(tune_candidates(t, sh, &r, &nvalid), 0);
+    cr_expect_geq(nvalid, 32, "only %d valid configs", nvalid);
+    free(r);
+}
+
+/* ---------------------------------------------------------------- the comparison kernel */
+
+Test(tune, compare_kernel_counts_mismatches_on_the_interpreter)
+{
+    const int64_t n = 5000; /* three programs, the last one partial */
+    int grid0 = 0;
+    loom_kernel *k = tune_compare_kernel(LOOM_F32, n, &grid0);
+    cr_assert(k);
+    cr_assert_eq(grid0, (int)((n + TUNE_CMP_BLOCK - 1) / TUNE_CMP_BLOCK));
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    float *got = malloc(n * 4), *ref = malloc(n * 4), bad[8], mx[8];
+    for (int64_t i = 0; i < n; i++)
+        got[i] = ref[i] = (float)i * 0.25f - 100.0f;
+    got[7] += 0.5f;                    /* beyond atol + rtol*|ref| */
+    got[2500] = -got[2500];            /* beyond */
+    got[4999] += 1e-7f * fabsf(ref[4999]); /* within rtol */
+    got[100] = ref[100] = NAN;         /* NaN on both sides: passes */
+    got[3000] = NAN;                   /* NaN on one side: fails */
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_buffer *bg = loom_buffer_create(rt, n * 4), *br = loom_buffer_create(rt, n * 4);
+    loom_buffer *bb = loom_buffer_create(rt, grid0 * 4), *bm = loom_buffer_create(rt, grid0 * 4);
+    loom_buffer_upload(bg, got, n * 4);
+    loom_buffer_upload(br, ref, n * 4);
+    loom_arg a[6] = {LOOM_ARG_BUF(bg), LOOM_ARG_BUF(br), LOOM_ARG_F32(1e-6f), LOOM_ARG_F32(1e-6f),
+                     LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bm)};
+    int grid[3] = {grid0, 1, 1};
+    cr_assert_eq(loom_launch(rt, k, grid, a, 6), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer_download(bb, bad, grid0 * 4);
+    loom_buffer_download(bm, mx, grid0 * 4);
+    cr_expect_eq(bad[0], 1.0f);
+    cr_expect_eq(bad[1], 2.0f);
+    cr_expect_eq(bad[2], 0.0f);
+    cr_expect_float_eq(mx[0], 0.5f, 1e-6);
+    cr_expect(isinf(mx[1]), "a NaN against a number is an infinite error");
+    cr_expect_lt(mx[2], 1e-3f);
+    loom_buffer_destroy(bg);
+    loom_buffer_destroy(br);
+    loom_buffer_destroy(bb);
+    loom_buffer_destroy(bm);
+    loom_runtime_destroy(rt);
+    loom_kernel_destroy(k);
+    free(got);
+    free(ref);
+}
+
+/* ---------------------------------------------------------------- the cache file */
+
+static void store(const char *path, const char *key, const loom_template *t, int64_t bm, double ms)
+{
+    int64_t sh[LOOM_MAX_PARAMS];
+    defaults(t->shape, t->nshape, sh);
+    tc_record rec = {.ms = ms, .ncand = 196, .nvalid = 90, .tune_ms = 1234};
+    defaults(t->config, t->nconfig, rec.config);
+    rec.config[0] = bm;
+    char err[512] = "";
+    cr_assert_eq(tc_store(path, key, t, sh, sh, &dev_a, &rec, err, sizeof err), LOOM_OK, "%s", err);
+}
+
+Test(tune_cache, round_trip)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    char *dir = temp_dir(), path[256], warn[512];
+    snprintf(path, sizeof path, "%s/sub/dir/tune.json", dir); /* directories are created */
+    store(path, "key-one", t, 16, 0.25);
+    store(path, "key-two", t, 32, 0.5);
+    store(path, "key-one", t, 4, 0.125); /* replaces */
+    tc_file *f = tc_open(path, warn, sizeof warn);
+    cr_assert(f);
+    cr_expect_str_empty(warn);
+    cr_expect_eq(tc_count(f), 2);
+    tc_record r;
+    cr_assert(tc_find(f, "key-one", t, &r));
+    cr_expect_eq(r.config[0], 4);
+    cr_expect_eq(r.config[1], t->config[1].def);
+    cr_expect_float_eq(r.ms, 0.125, 1e-12);
+    cr_expect_eq(r.ncand, 196);
+    cr_expect_eq(r.nvalid, 90);
+    cr_assert(tc_find(f, "key-two", t, &r));
+    cr_expect_eq(r.config[0], 32);
+    cr_expect_not(tc_find(f, "key-three", t, &r));
+    /* another template's knobs do not fit an entry that lacks them */
+    cr_expect_not(tc_find(f, "key-one", &test_scale, &r));
+    tc_close(f);
+    remove_dir(dir);
+}
+
+Test(tune_cache, key_names_everything_the_choice_depends_on)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    int64_t a[LOOM_MAX_PARAMS], b[LOOM_MAX_PARAMS], ba[LOOM_MAX_PARAMS], bb[LOOM_MAX_PARAMS];
+    defaults(t->shape, t->nshape, a);
+    memcpy(b, a, sizeof a);
+    b[0] = 1000; /* B=1000 and B=1024 share a bucket */
+    memcpy(ba, a, sizeof a);
+    memcpy(bb, b, sizeof b);
+    t->bucket(a, ba);
+    t->bucket(b, bb);
+    char k1[1024], k2[1024];
+    tc_key(t, ba, &dev_a, k1, sizeof k1);
+    tc_key(t, bb, &dev_a, k2, sizeof k2);
+    cr_expect_str_eq(k1, k2);
+    cr_expect(strstr(k1, "ikbo_broadcast_add") && strstr(k1, "NVIDIA Test GPU") && strstr(k1, "sm=132") &&
+                  strstr(k1, "driver=13000") && strstr(k1, "loom=" LOOM_VERSION) && strstr(k1, "B=1024"),
+              "%s", k1);
+    tc_device other = dev_a;
+    other.sm_count = 114;
+    tc_key(t, ba, &other, k2, sizeof k2);
+    cr_expect_str_neq(k1, k2);
+    other = dev_a;
+    other.driver = 12040;
+    tc_key(t, ba, &other, k2, sizeof k2);
+    cr_expect_str_neq(k1, k2);
+    ba[2] = 432; /* M is not bucketed */
+    tc_key(t, ba, &dev_a, k2, sizeof k2);
+    cr_expect_str_neq(k1, k2);
+    /* a template with other candidates is another key */
+    loom_template t2 = *t;
+    t2.config[0].cand[0] = 3;
+    t->bucket(a, ba);
+    tc_key(&t2, ba, &dev_a, k2, sizeof k2);
+    cr_expect_str_neq(k1, k2);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(tune_cache, corrupt_files_are_ignored_and_rebuilt)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    char *dir = temp_dir(), path[256], warn[512];
+    snprintf(path, sizeof path, "%s/tune.json", dir);
+    const char *bad[] = {"{\"loom_tune_cache\": 1, \"entries\": {\"k\": {\"config\": {\"BM\": 8", /* truncated */
+                         "\x01\x02garbage\xff", "[1, 2, 3]", "{\"loom_tune_cache\": 99, \"entries\": {}}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_file(path, bad[i]);
+        tc_file *f = tc_open(path, warn, sizeof warn);
+        cr_assert(f);
+        cr_expect_neq(strlen(warn), 0, "case %zu: no warning", i);
+        cr_expect(strstr(warn, path), "the warning names the file: %s", warn);
+        cr_expect_eq(tc_count(f), 0);
+        tc_close(f);
+        store(path, "fresh", t, 2, 0.1); /* rebuilt */
+        f = tc_open(path, warn, sizeof warn);
+        cr_expect_str_empty(warn);
+        cr_expect_eq(tc_count(f), 1, "case %zu", i);
+        tc_record r;
+        cr_expect(tc_find(f, "fresh", t, &r));
+        tc_close(f);
+    }
+    /* a malformed entry is skipped alone */
+    write_file(path, "{\"loom_tune_cache\": 1, \"entries\": {"
+                     "\"bad1\": {\"config\": {\"BM\": \"eight\", \"BN\": 256, \"warps\": 4}},"
+                     "\"bad2\": {\"config\": {\"BM\": 8.5, \"BN\": 256, \"warps\": 4}},"
+                     "\"bad3\": 17,"
+                     "\"good\": {\"config\": {\"BM\": 8, \"BN\": 256, \"warps\": 4}, \"ms\": 0.3}}}");
+    tc_file *f = tc_open(path, warn, sizeof warn);
+    cr_expect_str_empty(warn);
+    tc_record r;
+    cr_expect_not(tc_find(f, "bad1", t, &r));
+    cr_expect_not(tc_find(f, "bad2", t, &r));
+    cr_expect_not(tc_find(f, "bad3", t, &r));
+    cr_expect(tc_find(f, "good", t, &r));
+    cr_expect_eq(r.config[0], 8);
+    tc_close(f);
+    remove_dir(dir);
+}
+
+Test(tune_cache, concurrent_writers_lose_nothing)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    char *dir = temp_dir(), path[256], warn[512];
+    snprintf(path, sizeof path, "%s/tune.json", dir);
+    enum { PROCS = 4, KEYS = 15 };
+    pid_t pids[PROCS];
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        cr_assert_geq(pids[p], 0);
+        if (pids[p] == 0) {
+            int64_t sh[LOOM_MAX_PARAMS];
+            defaults(t->shape, t->nshape, sh);
+            for (int k = 0; k < KEYS; k++) {
+                char key[64], err[512];
+                snprintf(key, sizeof key, "proc%d-key%d", p, k);
+                tc_record rec = {.ms = p + k * 0.01};
+                defaults(t->config, t->nconfig, rec.config);
+                rec.config[0] = p * 100 + k;
+                if (tc_store(path, key, t, sh, sh, &dev_a, &rec, err, sizeof err) != LOOM_OK)
+                    _exit(1);
+            }
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++) {
+        int status;
+        cr_assert_eq(waitpid(pids[p], &status, 0), pids[p]);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer %d failed", p);
+    }
+    tc_file *f = tc_open(path, warn, sizeof warn);
+    cr_expect_str_empty(warn);
+    cr_expect_eq(tc_count(f), PROCS * KEYS);
+    for (int p = 0; p < PROCS; p++)
+        for (int k = 0; k < KEYS; k++) {
+            char key[64];
+            tc_record r;
+            snprintf(key, sizeof key, "proc%d-key%d", p, k);
+            cr_expect(tc_find(f, key, t, &r), "%s lost", key);
+            cr_expect_eq(r.config[0], p * 100 + k);
+        }
+    tc_close(f);
+    remove_dir(dir);
+}
+
+/* A writer killed at random moments (SIGKILL: no clean-up of any kind) leaves a file the
+ * next reader parses without a warning, holding every entry stored before the kill; the
+ * next writer is not blocked and removes the dead writer's temporary file. */
+Test(tune_cache, killed_writer_leaves_a_readable_cache)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    char *dir = temp_dir(), path[256], warn[512];
+    snprintf(path, sizeof path, "%s/tune.json", dir);
+    store(path, "before", t, 8, 0.2);
+    for (int round = 0; round < 6; round++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            int64_t sh[LOOM_MAX_PARAMS];
+            defaults(t->shape, t->nshape, sh);
+            for (int k = 0;; k++) {
+                char key[64], err[512];
+                snprintf(key, sizeof key, "round%d-key%d", round, k % 50);
+                tc_record rec = {.ms = k};
+                defaults(t->config, t->nconfig, rec.config);
+                tc_store(path, key, t, sh, sh, &dev_a, &rec, err, sizeof err);
+            }
+        }
+        struct timespec ts = {0, (long)(2 + 7 * round) * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFSIGNALED(status));
+        tc_file *f = tc_open(path, warn, sizeof warn);
+        cr_assert(f);
+        cr_expect_str_empty(warn, "round %d: %s", round, warn);
+        tc_record r;
+        cr_expect(tc_find(f, "before", t, &r), "round %d: an entry stored before the kill is gone", round);
+        tc_close(f);
+    }
+    store(path, "after", t, 16, 0.1); /* the lock is free, orphans are removed */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int orphans = 0;
+    while ((de = readdir(d)))
+        orphans += strstr(de->d_name, ".tmp.") != NULL;
+    closedir(d);
+    cr_expect_eq(orphans, 0, "temporary files of the killed writers were left");
+    tc_file *f = tc_open(path, warn, sizeof warn);
+    tc_record r;
+    cr_expect(tc_find(f, "after", t, &r));
+    tc_close(f);
+    remove_dir(dir);
+}
+
+/* ---------------------------------------------------------------- loom_tune without a GPU */
+
+Test(tune, startup_on_the_interpreter_returns_ready_defaults)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    /* the second shape cannot use the default BN=256 (N=24): the cost model's best valid
+     * config is used instead */
+    const char *texts[2] = {"B=9,U=2,M=33,N=200", "B=5,U=3,M=7,N=24,dtype=f32,shuffle=1"};
+    int64_t shapes[2 * LOOM_MAX_PARAMS];
+    char err[256], rep[1024];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(loom_params_parse(t->shape, t->nshape, texts[i], shapes + i * t->nshape, err, sizeof err), 0);
+    loom_tuned out[2];
+    loom_tune_opts o = {.quiet = 1};
+    cr_assert_eq(loom_tune(rt, t, shapes, 2, &o, out), LOOM_OK, "%s", out[0].note);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(out[i].source, LOOM_TUNE_DEFAULT);
+        cr_expect_eq(out[i].status, LOOM_OK);
+        cr_assert(out[i].kernel);
+        cr_expect(strstr(out[i].note, "Not tuned"), "%s", out[i].note);
+        cr_expect(strstr(out[i].note, "interpreter"), "%s", out[i].note);
+        cr_expect_eq(loom_template_check(rt, t, out[i].shape, out[i].config, 3, rep, sizeof rep), LOOM_OK, "%s",
+                     rep);
+        int g[3];
+        t->grid(out[i].shape, out[i].config, g);
+        cr_expect(!memcmp(g, out[i].grid, sizeof g));
+    }
+    cr_expect_eq(out[0].config[1], 256, "the default config");
+    cr_expect_neq(out[1].config[1], 256);
+    cr_expect(strstr(out[1].note, "cannot serve"), "%s", out[1].note);
+    loom_tuned_release(out, 2);
+    loom_runtime_destroy(rt);
+}
+
+Test(tune, a_template_outside_the_registry_on_the_interpreter)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    int64_t shape[1] = {1000};
+    loom_tuned out;
+    cr_assert_eq(loom_tune(rt, &test_scale, shape, 1, &(loom_tune_opts){.quiet = 1}, &out), LOOM_OK);
+    cr_expect_eq(out.config[TC_BLOCK], 512);
+    cr_expect_eq(out.config[TC_BUG], 0);
+    cr_expect_eq(out.ncand, 24);
+    cr_expect_eq(out.nvalid, 15); /* bug=3 (6) and BLOCK=32 with 4 warps (3) are invalid */
+    loom_tuned_release(&out, 1);
+    loom_runtime_destroy(rt);
+}
+
+Test(tune, bad_arguments_are_reported)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    int64_t shape[1] = {1000};
+    loom_tuned out;
+    cr_expect_eq(loom_tune(rt, NULL, shape, 1, NULL, &out), LOOM_ERR_INVALID);
+    cr_expect(strstr(out.note, "no template"), "%s", out.note);
+    cr_expect_eq(loom_tune(NULL, &test_scale, shape, 1, NULL, &out), LOOM_ERR_INVALID);
+    cr_expect(strstr(out.note, "no runtime"), "%s", out.note);
+    loom_runtime_destroy(rt);
+}
+
+/* ---------------------------------------------------------------- on the GPU */
+
+static loom_runtime *gpu_or_skip(void)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_GPU);
+    cr_assert(rt);
+    if (loom_runtime_status(rt) != LOOM_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "no GPU: %s", loom_runtime_error(rt));
+        loom_runtime_destroy(rt);
+        cr_skip_test("%s", msg);
+    }
+    return rt;
+}
+
+/* Fresh caches (tuning and modules) for this test process. */
+static char *fresh_caches(void)
+{
+    char *dir = temp_dir(), p[256];
+    snprintf(p, sizeof p, "%s/tune.json", dir);
+    setenv("LOOM_TUNE_CACHE", p, 1);
+    snprintf(p, sizeof p, "%s/modules", dir);
+    setenv("LOOM_CACHE_DIR", p, 1);
+    unsetenv("LOOM_TUNE");
+    unsetenv("LOOM_TUNE_FORCE");
+    return dir;
+}
+
+/* Time every config again, independently of the tuner: back-to-back launches on one set
+ * of arguments (loom_time_launch), three interleaved rounds, median of the rounds. */
+static void exhaustive(loom_runtime *rt, const loom_tuned *x, double *best, double *picked, int *nbest)
+{
+    const loom_template *t = x->t;
+    loom_instance in;
+    char err[1024];
+    cr_assert_eq(loom_instance_create(rt, t, x->shape, x->config, 7, &in, err, sizeof err), LOOM_OK, "%s", err);
+    int n = x->nresults;
+    double *r = calloc((size_t)n * 3, sizeof *r);
+    loom_kernel **k = calloc((size_t)n, sizeof *k);
+    for (int i = 0; i < n; i++)
+        if (x->results[i].verdict == LOOM_TUNE_TIMED && x->results[i].ms > 0)
+            k[i] = t->build(x->shape, x->results[i].config, err, sizeof err);
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < n; i++) {
+            if (!k[i])
+                continue;
+            int g[3];
+            t->grid(x->shape, x->results[i].config, g);
+            cr_assert_eq(loom_time_launch(rt, k[i], g, in.args, in.nargs, 2, 20, &r[i * 3 + round]), LOOM_OK,
+                         "%s", loom_runtime_error(rt));
+        }
+    *best = 0;
+    for (int i = 0; i < n; i++) {
+        if (!k[i])
+            continue;
+        double a = r[i * 3], b = r[i * 3 + 1], c = r[i * 3 + 2];
+        double med = fmax(fmin(a, b), fmin(fmax(a, b), c));
+        if (*best == 0 || med < *best) {
+            *best = med;
+            *nbest = i;
+        }
+        if (!memcmp(x->results[i].config, x->config, sizeof x->config))
+            *picked = med;
+        loom_kernel_destroy(k[i]);
+    }
+    free(k);
+    free(r);
+    loom_instance_destroy(&in);
+}
+
+Test(gpu_tune, broadcast_add_pick_within_3pct_of_exhaustive_then_cached, .timeout = 300)
+{
+    char *dir = fresh_caches();
+    loom_runtime *rt = gpu_or_skip();
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    int64_t sh[LOOM_MAX_PARAMS];
+    defaults(t->shape, t->nshape, sh);
+    loom_tuned x;
+    cr_assert_eq(loom_tune(rt, t, sh, 1, &(loom_tune_opts){.quiet = 1}, &x), LOOM_OK, "%s", x.note);
+    cr_assert_eq(x.source, LOOM_TUNE_TUNED, "%s", x.note);
+    cr_expect_geq(x.ntimed, 32, "only %d configs timed: %s", x.ntimed, x.note);
+    char cf[256], rep[1024];
+    loom_params_format(t->config, t->nconfig, x.config, cf, sizeof cf);
+    double best = 0, picked = 0;
+    int ib = -1;
+    exhaustive(rt, &x, &best, &picked, &ib);
+    char bc[256];
+    loom_params_format(t->config, t->nconfig, x.results[ib].config, bc, sizeof bc);
+    cr_log_info("tuned in %.0f ms: %s (%.4f ms); exhaustive best %s %.4f ms; picked %.4f ms (x%.3f)", x.tune_ms, cf,
+                x.ms, bc, best, picked, picked / best);
+    cr_expect_leq(picked, 1.03 * best, "picked %s at %.4f ms, exhaustive best %s at %.4f ms", cf, picked, bc, best);
+    /* the pick runs correctly at other inputs too */
+    cr_expect_eq(loom_template_check(rt, t, sh, x.config, 11, rep, sizeof rep), LOOM_OK, "%s", rep);
+    loom_tuned_release(&x, 1);
+    loom_runtime_destroy(rt);
+
+    /* a second start: from the cache, compiling nothing */
+    rt = gpu_or_skip();
+    rt_gpu_stats_reset();
+    loom_tuned y;
+    cr_assert_eq(loom_tune(rt, t, sh, 1, &(loom_tune_opts){.quiet = 1}, &y), LOOM_OK, "%s", y.note);
+    cr_expect_eq(y.source, LOOM_TUNE_CACHED, "%s", y.note);
+    cr_expect(y.kernel);
+    rt_gpu_stats st;
+    rt_gpu_stats_get(&st);
+    cr_expect_eq(st.misses, 0, "the second start compiled %llu kernels", (unsigned long long)st.misses);
+    cr_expect_geq(st.disk_hits, 1);
+    cr_expect_lt(y.tune_ms, 100, "warm start took %.1f ms", y.tune_ms);
+    cr_log_info("warm start %.2f ms", y.tune_ms);
+    loom_tuned_release(&y, 1);
+    loom_runtime_destroy(rt);
+    remove_dir(dir);
+}
+
+static void expect_planted_faults(const loom_tuned *x)
+{
+    int wrong = 0, refused = 0, invalid = 0, timed = 0;
+    for (int i = 0; i < x->nresults; i++) {
+        const loom_tune_result *r = &x->results[i];
+        switch (r->config[TC_BUG]) {
+        case 0:
+            cr_expect_eq(r->verdict, r->config[TC_BLOCK] < 32 * r->config[TC_WARPS] ? LOOM_TUNE_INVALID
+                                                                                   : LOOM_TUNE_TIMED,
+                         "%s", r->reason);
+            timed += r->verdict == LOOM_TUNE_TIMED;
+            break;
+        case 1:
+            if (r->verdict != LOOM_TUNE_INVALID) {
+                cr_expect_eq(r->verdict, LOOM_TUNE_WRONG, "bug=1: %s", loom_tune_verdict_name(r->verdict));
+                cr_expect(strstr(r->reason, "outside tolerance"), "%s", r->reason);
+                wrong++;
+            }
+            break;
+        case 2:
+            if (r->verdict != LOOM_TUNE_INVALID) {
+                cr_expect_eq(r->verdict, LOOM_TUNE_REFUSED);
+                cr_expect(strstr(r->reason, "planted refusal"), "%s", r->reason);
+                refused++;
+            }
+            break;
+        default:
+            cr_expect_eq(r->verdict, LOOM_TUNE_INVALID);
+            cr_expect(strstr(r->reason, "planted"), "%s", r->reason);
+            invalid++;
+        }
+    }
+    cr_expect_eq(wrong, 5);
+    cr_expect_eq(refused, 5);
+    cr_expect_eq(invalid, 6);
+    cr_expect_eq(timed, 5);
+    cr_expect_eq(x->config[TC_BUG], 0);
+}
+
+Test(gpu_tune, wrong_refused_and_invalid_configs_are_rejected, .timeout = 120)
+{
+    char *dir = fresh_caches();
+    loom_runtime *rt = gpu_or_skip();
+    int64_t shape[1] = {(1 << 20) + 77};
+    loom_tuned x;
+    /* outputs under LOOM_TUNE_REF_MAX: checked against the CPU reference */
+    cr_assert_eq(loom_tune(rt, &test_scale, shape, 1, &(loom_tune_opts){.quiet = 1}, &x), LOOM_OK, "%s", x.note);
+    cr_expect_eq(x.source, LOOM_TUNE_TUNED, "%s", x.note);
+    cr_expect(strstr(x.note, "CPU reference"), "%s", x.note);
+    expect_planted_faults(&x);
+    loom_tuned_release(&x, 1);
+    /* above it: against the default config's GPU output */
+    setenv("LOOM_TUNE_REF_MAX", "1000", 1);
+    cr_assert_eq(loom_tune(rt, &test_scale, shape, 1, &(loom_tune_opts){.quiet = 1, .force = 1}, &x), LOOM_OK, "%s",
+                 x.note);
+    cr_expect(strstr(x.note, "GPU output"), "%s", x.note);
+    expect_planted_faults(&x);
+    loom_tuned_release(&x, 1);
+    unsetenv("LOOM_TUNE_REF_MAX");
+    /* LOOM_TUNE=0 with nothing cached for this shape: the default, untimed */
+    setenv("LOOM_TUNE", "0", 1);
+    shape[0] = 4096;
+    cr_assert_eq(loom_tune(rt, &test_scale, shape, 1, &(loom_tune_opts){.quiet = 1}, &x), LOOM_OK, "%s", x.note);
+    cr_expect_eq(x.source, LOOM_TUNE_DEFAULT);
+    cr_expect(strstr(x.note, "LOOM_TUNE=0"), "%s", x.note);
+    loom_tuned_release(&x, 1);
+    unsetenv("LOOM_TUNE");
+    loom_runtime_destroy(rt);
+    remove_dir(dir);
+}
