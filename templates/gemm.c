@@ -24,6 +24,7 @@
 #include "tpl.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED };
@@ -153,36 +154,68 @@ static loom_kernel *gemm_build(const g_cfg *c)
     return k;
 }
 
+/* Why (shape, config) cannot be served, or NULL when it can. */
+static const char *why_not(const g_cfg *c, char *buf, size_t n)
+{
+    if (c->dt != LOOM_F16 && c->dt != LOOM_BF16)
+        return "dtype must be f16 or bf16 (the tensor-core inputs)";
+    if (c->odt != LOOM_F16 && c->odt != LOOM_BF16 && c->odt != LOOM_F32)
+        return "odtype must be f16, bf16 or f32";
+    if (c->M < 1 || c->N < 1 || c->K < 1 || c->batch < 1)
+        return "M, N, K and batch must be positive";
+    if (c->K % 8 || c->N % 8)
+        return "K and N must be multiples of 8 (TMA needs 16-byte aligned rows)";
+    if (c->bk != 64)
+        return "BK must be 64 (one 128-byte swizzle span of f16/bf16)";
+    if (c->cwarps != 4 && c->cwarps != 8)
+        return "cwarps must be 4 or 8 (one or two consumer warp groups)";
+    if (c->bm != 64 * (c->cwarps / 4) && c->bm != 128 * (c->cwarps / 4))
+        return "BM must be 64 or 128 rows per consumer warp group";
+    if (c->bn < 64 || c->bn > 256 || (c->bn & (c->bn - 1)))
+        return "BN must be 64, 128 or 256";
+    if (c->stages < 2 || c->stages > 8)
+        return "stages must be 2 to 8";
+    int64_t smem = (int64_t)c->stages * (c->bm + c->bn) * c->bk * 2;
+    if (smem > 220 * 1024) {
+        snprintf(buf, n, "the ring needs %lld bytes of shared memory (over 220 KiB); use fewer stages or smaller tiles",
+                 (long long)smem);
+        return buf;
+    }
+    if ((int64_t)(c->bm / (c->cwarps / 4)) * c->bn / 128 > 192)
+        return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
+    if (c->ctas < 0 || c->group < 1)
+        return "ctas must be >= 0 and group >= 1";
+    return NULL;
+}
+
+static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
+{
+    g_cfg c = cfg_of(sh, cf);
+    char buf[200];
+    const char *w = why_not(&c, buf, sizeof buf);
+    if (w && why && n)
+        snprintf(why, n, "%s", w);
+    return w == NULL;
+}
+
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
     g_cfg c = cfg_of(sh, cf);
-    if (c.dt != LOOM_F16 && c.dt != LOOM_BF16)
-        return tpl_refuse(err, n, "dtype must be f16 or bf16 (the tensor-core inputs)");
-    if (c.odt != LOOM_F16 && c.odt != LOOM_BF16 && c.odt != LOOM_F32)
-        return tpl_refuse(err, n, "odtype must be f16, bf16 or f32");
-    if (c.M < 1 || c.N < 1 || c.K < 1 || c.batch < 1)
-        return tpl_refuse(err, n, "M, N, K and batch must be positive");
-    if (c.K % 8 || c.N % 8)
-        return tpl_refuse(err, n, "K and N must be multiples of 8 (TMA needs 16-byte aligned rows)");
-    if (c.bk != 64)
-        return tpl_refuse(err, n, "BK must be 64 (one 128-byte swizzle span of f16/bf16)");
-    if (c.cwarps != 4 && c.cwarps != 8)
-        return tpl_refuse(err, n, "cwarps must be 4 or 8 (one or two consumer warp groups)");
-    if (c.bm != 64 * (c.cwarps / 4) && c.bm != 128 * (c.cwarps / 4))
-        return tpl_refuse(err, n, "BM must be 64 or 128 rows per consumer warp group");
-    if (c.bn < 64 || c.bn > 256 || (c.bn & (c.bn - 1)))
-        return tpl_refuse(err, n, "BN must be 64, 128 or 256");
-    if (c.stages < 2 || c.stages > 8)
-        return tpl_refuse(err, n, "stages must be 2 to 8");
-    int64_t smem = (int64_t)c.stages * (c.bm + c.bn) * c.bk * 2;
-    if (smem > 220 * 1024)
-        return tpl_refuse(err, n, "the ring needs %lld bytes of shared memory (over 220 KiB); use fewer stages or smaller tiles",
-                          (long long)smem);
-    if ((int64_t)(c.bm / (c.cwarps / 4)) * c.bn / 128 > 128 * 2)
-        return tpl_refuse(err, n, "the accumulator needs more than 256 registers a thread");
-    if (c.ctas < 0 || c.group < 1)
-        return tpl_refuse(err, n, "ctas must be >= 0 and group >= 1");
+    char buf[200];
+    const char *w = why_not(&c, buf, sizeof buf);
+    if (w)
+        return tpl_refuse(err, n, "%s", w);
     return gemm_build(&c);
+}
+
+/* Rank configs before timing: waves of tiles over 132 SMs, penalising small tiles. */
+static double cost(const int64_t *sh, const int64_t *cf)
+{
+    g_cfg c = cfg_of(sh, cf);
+    double t = (double)tiles(&c), ctas = c.ctas ? c.ctas : 132;
+    double waves = t / ctas;
+    double per_tile = (double)c.bm * c.bn * c.K * (1.0 + 64.0 / c.bm + 64.0 / c.bn);
+    return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
@@ -236,13 +269,15 @@ const loom_template tpl_def_gemm = {
               {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},
               {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"}},
     .nconfig = 7,
-    .config = {{"BM", 128, "tile rows (64 or 128 per consumer warp group)"},
-               {"BN", 256, "tile columns (64, 128, 256)"},
+    .config = {{"BM", 128, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
+               {"BN", 256, "tile columns (64, 128, 256)", 3, {64, 128, 256}},
                {"BK", 64, "k step"},
-               {"stages", 4, "ring slots"},
-               {"cwarps", 8, "consumer warps (4: one warp group, 8: two)"},
-               {"ctas", 132, "persistent CTAs (0: one CTA per tile)"},
-               {"group", 8, "tile rows per L2 group"}},
+               {"stages", 4, "ring slots", 3, {3, 4, 5}},
+               {"cwarps", 8, "consumer warps (4: one warp group, 8: two)", 2, {4, 8}},
+               {"ctas", 132, "persistent CTAs (0: one CTA per tile)", 2, {0, 132}},
+               {"group", 8, "tile rows per L2 group", 2, {8, 16}}},
+    .valid = valid,
+    .cost = cost,
     .build = build,
     .grid = grid,
     .init = init,
