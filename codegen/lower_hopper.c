@@ -2,6 +2,9 @@
  * lower_hopper.c -- the Hopper half of the lowering: shared-memory rings, mbarriers,
  * TMA, wgmma and warp-group tasks.  Included by lower.c (it uses that file's state).
  *
+ * smem_load and smem_store begin with the task's barrier: a tile is read or written by
+ * all of the task's threads together, so the DSL's "the load sees the store" holds.
+ *
  * Shared memory.  Every allocation has a fixed byte offset in loom_smem (codegen/smem.c);
  * a ring, a slot view or a barrier array is held as one i32: its offset from loom_smem.
  * Inline PTX wants shared-window addresses, which are loom_smem's address plus that.
@@ -227,6 +230,7 @@ static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
         return false;
     loom_dtype dt = vdt(l, op->res[0]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
+    barrier(l); /* tile semantics: every thread's earlier writes of the view are visible */
     for (int j = 0; j < n; j++) {
         LLVMValueRef row, col;
         view_rc(l, &g, id, j, &row, &col);
@@ -247,6 +251,7 @@ static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
     int n = cg_layout_regs(lay);
     loom_dtype dt = vdt(l, op->opnd[1]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
+    barrier(l); /* tile semantics: every thread's earlier reads of the view are done */
     for (int j = 0; j < n; j++) {
         LLVMValueRef inb = NULL;
         for (int d = 0; d < lay->rank; d++)
