@@ -63,7 +63,10 @@ echo "== every template on the GPU and on the interpreter"
             "ikbo_broadcast_add --shape B=64,U=64,M=33,N=37,dtype=bf16" \
             "row_softmax --shape R=300,N=1000" \
             "row_softmax --shape R=129,N=4096,dtype=f16 --config BM=1,warps=8" \
-            "row_softmax --shape R=64,N=77,dtype=bf16 --config BM=4"; do
+            "row_softmax --shape R=64,N=77,dtype=bf16 --config BM=4" \
+            "gemm --shape M=300,N=200,K=136 --config ctas=0" \
+            "gemm --shape M=433,N=256,K=872,batch=6,dtype=bf16,odtype=f32,ashared=0 --config BN=128,stages=3" \
+            "gemm --shape M=77,N=72,K=40,batch=3 --config BM=64,cwarps=4,BN=64"; do
     echo "-- loomc run $spec"
     loomc run $spec 2>&1
 done 2>&1 | tee "$OUTDIR/templates.log"
