@@ -10,6 +10,12 @@
  * parameters; the launch (runtime/driver.c, rt_gpu_launch) encodes one per spec from the
  * buffer of the argument it names and appends it after the kernel's own parameters.
  *
+ * One rule lives outside the descriptor, in the copy instruction: the innermost
+ * coordinate of a copy, times the element size, must be a multiple of 16 bytes (negative
+ * coordinates included), or Hopper stops the kernel with an illegal instruction
+ * (tests/test_tma.c pins it down).  Coordinates are run-time values, so the DSL's checks
+ * or the code generator must guarantee it; the host cannot.
+ *
  * Prefix: rt_tma_.
  */
 #ifndef LOOM_TMA_H
