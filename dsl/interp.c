@@ -15,65 +15,58 @@
  * naming the op's source line and the offending index.  Elements of the tiled
  * (trailing) dims that fall outside the tensor are masked, as the DSL says.
  *
- * Each op's semantics is interp_<name>() below; the dispatch table is generated from
- * dsl/ops.h, so an op without semantics does not link.
+ * Each op's semantics is interp_<name>() below, or in dsl/interp_async.c for the Hopper
+ * machinery (shared memory, barriers, TMA, wgmma, tasks; it runs each task replica of a
+ * CTA as its own coroutine after the kernel body).  The dispatch table is generated from
+ * dsl/ops.h, so an op without semantics does not link.  dsl/interp.h is what the two
+ * files share.
  */
-#include "ir.h"
+#include "interp.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct tv {
-    uint8_t dt;
-    bool ready;
-    int64_t n;
-    loom_shape shape;
-    float *f;   /* float dtypes */
-    int64_t *i; /* integer dtypes and i1 */
-} tv;
-
-typedef struct interp {
-    loom_kernel *k;
-    const interp_arg *args;
-    tv *env;
-    int pid[3], grid[3];
-    loom_status st;
-    char *err;
-    size_t errlen;
-} interp;
-
-static bool fail(interp *in, loom_status st, const ir_op *op, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-#include <stdarg.h>
-static bool fail(interp *in, loom_status st, const ir_op *op, const char *fmt, ...)
+bool interp_fail(interp *in, loom_status st, const ir_op *op, const char *fmt, ...)
 {
     if (in->st != LOOM_OK)
         return false;
-    char body[400];
+    char body[600];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
     in->st = st;
+    char task[300] = "";
+    if (in->task_op)
+        snprintf(task, sizeof task, ", task at %s:%d (replica %d)",
+                 in->task_op->src.file ? in->task_op->src.file : "?", in->task_op->src.line,
+                 in->task_replica);
     if (in->err && in->errlen)
-        snprintf(in->err, in->errlen, "%s:%d: error: op '%s' in program (%d,%d,%d): %s",
+        snprintf(in->err, in->errlen, "%s:%d: error: op '%s' in program (%d,%d,%d)%s: %s",
                  op->src.file ? op->src.file : "?", op->src.line, ir_opdescs[op->kind].name,
-                 in->pid[0], in->pid[1], in->pid[2], body);
+                 in->pid[0], in->pid[1], in->pid[2], task, body);
     return false;
 }
 
 static bool is_f(uint8_t dt) { return ir_dtype_is_float((loom_dtype)dt); }
 
-/* The slot of value v, allocated on first use. */
-static tv *slot(interp *in, uint32_t v)
+/* The slot of value v, allocated on first use (shared-memory and barrier values hold
+ * references, set by the op that defines them). */
+tv *interp_slot(interp *in, uint32_t v)
 {
     tv *t = &in->env[v];
-    if (!t->f && !t->i) {
+    if (!t->init) {
         const ir_type *ty = &in->k->vals[v].type;
         t->dt = ty->dtype;
+        t->kind = ty->kind;
         t->shape = ty->shape;
+        if (ty->kind == IR_T_SMEM || ty->kind == IR_T_MBAR) {
+            t->n = 0;
+            t->init = true;
+            return t;
+        }
         t->n = ir_shape_numel(&ty->shape);
         if (is_f(t->dt))
             t->f = calloc((size_t)t->n, sizeof(float));
@@ -81,34 +74,25 @@ static tv *slot(interp *in, uint32_t v)
             t->i = calloc((size_t)t->n, sizeof(int64_t));
         if (!t->f && !t->i)
             return NULL;
+        t->init = true;
     }
     return t;
 }
 
-static tv *opnd(interp *in, const ir_op *op, int i) { return &in->env[op->opnd[i]]; }
-static tv *res(interp *in, const ir_op *op, int i) { return slot(in, op->res[i]); }
-
-static void copy_tv(tv *dst, const tv *src)
+void interp_copy_tv(tv *dst, const tv *src)
 {
-    if (dst->f)
+    if (dst->kind == IR_T_SMEM || dst->kind == IR_T_MBAR) {
+        dst->obj = src->obj;
+        dst->sidx = src->sidx;
+        dst->trans = src->trans;
+    } else if (dst->f) {
         memcpy(dst->f, src->f, (size_t)dst->n * sizeof(float));
-    else
+    } else {
         memcpy(dst->i, src->i, (size_t)dst->n * sizeof(int64_t));
-    dst->ready = true;
-}
-
-/* Scalar value as int64 (integers) -- for offsets, bounds, conditions. */
-static int64_t ival(const tv *t, int64_t e) { return t->i ? t->i[t->n == 1 ? 0 : e] : (int64_t)t->f[t->n == 1 ? 0 : e]; }
-static float fval(const tv *t, int64_t e) { return t->f[t->n == 1 ? 0 : e]; }
-
-/* Unravel a row-major linear index. */
-static void unravel(const loom_shape *s, int64_t e, int64_t *idx)
-{
-    for (int d = s->rank - 1; d >= 0; d--) {
-        idx[d] = e % s->dim[d];
-        e /= s->dim[d];
     }
 }
+
+static float fval(const tv *t, int64_t e) { return t->f[t->n == 1 ? 0 : e]; }
 
 /* ---------------------------------------------------------------- grid, constants, shapes */
 
@@ -116,19 +100,19 @@ typedef bool (*interp_fn)(interp *, const ir_op *);
 
 static bool interp_program_id(interp *in, const ir_op *op)
 {
-    res(in, op, 0)->i[0] = in->pid[op->iattr[0]];
+    interp_res(in, op, 0)->i[0] = in->pid[op->iattr[0]];
     return true;
 }
 
 static bool interp_num_programs(interp *in, const ir_op *op)
 {
-    res(in, op, 0)->i[0] = in->grid[op->iattr[0]];
+    interp_res(in, op, 0)->i[0] = in->grid[op->iattr[0]];
     return true;
 }
 
 static bool interp_const(interp *in, const ir_op *op)
 {
-    tv *r = res(in, op, 0);
+    tv *r = interp_res(in, op, 0);
     if (r->f)
         r->f[0] = (float)op->fattr;
     else
@@ -138,7 +122,7 @@ static bool interp_const(interp *in, const ir_op *op)
 
 static bool interp_arange(interp *in, const ir_op *op)
 {
-    tv *r = res(in, op, 0);
+    tv *r = interp_res(in, op, 0);
     for (int64_t e = 0; e < r->n; e++)
         r->i[e] = op->iattr[0] + e;
     return true;
@@ -146,7 +130,7 @@ static bool interp_arange(interp *in, const ir_op *op)
 
 static bool interp_splat(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
     for (int64_t e = 0; e < r->n; e++) {
         if (r->f)
             r->f[e] = a->f[0];
@@ -158,11 +142,11 @@ static bool interp_splat(interp *in, const ir_op *op)
 
 static bool interp_broadcast(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
     int64_t idx[LOOM_MAX_RANK];
     int off = r->shape.rank - a->shape.rank;
     for (int64_t e = 0; e < r->n; e++) {
-        unravel(&r->shape, e, idx);
+        interp_unravel(&r->shape, e, idx);
         int64_t src = 0;
         for (int d = 0; d < a->shape.rank; d++)
             src = src * a->shape.dim[d] + (a->shape.dim[d] == 1 ? 0 : idx[off + d]);
@@ -176,13 +160,13 @@ static bool interp_broadcast(interp *in, const ir_op *op)
 
 static bool interp_expand_dims(interp *in, const ir_op *op)
 {
-    copy_tv(res(in, op, 0), opnd(in, op, 0)); /* same elements, same order */
+    interp_copy_tv(interp_res(in, op, 0), interp_opnd(in, op, 0)); /* same elements, same order */
     return true;
 }
 
 static bool interp_trans(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
     int64_t R = a->shape.dim[0], C = a->shape.dim[1];
     for (int64_t i = 0; i < R; i++)
         for (int64_t j = 0; j < C; j++) {
@@ -205,7 +189,7 @@ static int64_t wrap_mul(uint8_t dt, int64_t a, int64_t b) { return ir_wrap_int((
 
 static bool binary(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *r = interp_res(in, op, 0);
     uint8_t dt = r->dt;
     for (int64_t e = 0; e < r->n; e++) {
         if (r->f) {
@@ -217,11 +201,11 @@ static bool binary(interp *in, const ir_op *op)
             case IR_DIV: z = x / y; break;
             case IR_MIN: z = fmin_nan(x, y); break;
             case IR_MAX: z = fmax_nan(x, y); break;
-            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: not a float op");
+            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: not a float op");
             }
             r->f[e] = ir_round_to((loom_dtype)dt, z);
         } else {
-            int64_t x = ival(a, e), y = ival(b, e), z = 0;
+            int64_t x = interp_ival(a, e), y = interp_ival(b, e), z = 0;
             switch (op->kind) {
             case IR_ADD: z = wrap_add(dt, x, y); break;
             case IR_SUB: z = wrap_sub(dt, x, y); break;
@@ -229,7 +213,7 @@ static bool binary(interp *in, const ir_op *op)
             case IR_DIV:
             case IR_REM:
                 if (y == 0)
-                    return fail(in, LOOM_ERR_RUNTIME, op, "integer division by zero at element %lld",
+                    return interp_fail(in, LOOM_ERR_RUNTIME, op, "integer division by zero at element %lld",
                                 (long long)e);
                 if (y == -1) /* INT_MIN / -1 wraps; INT_MIN % -1 is 0 */
                     z = op->kind == IR_DIV ? wrap_sub(dt, 0, x) : 0;
@@ -240,7 +224,7 @@ static bool binary(interp *in, const ir_op *op)
             case IR_MAX: z = x > y ? x : y; break;
             case IR_AND: z = x & y; break;
             case IR_OR: z = x | y; break;
-            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: not an integer op");
+            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: not an integer op");
             }
             r->i[e] = ir_wrap_int((loom_dtype)dt, z);
         }
@@ -260,7 +244,7 @@ static bool binary(interp *in, const ir_op *op)
 
 static bool interp_fma(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *c = opnd(in, op, 2), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *c = interp_opnd(in, op, 2), *r = interp_res(in, op, 0);
     for (int64_t e = 0; e < r->n; e++)
         r->f[e] = ir_round_to((loom_dtype)r->dt, fmaf(fval(a, e), fval(b, e), fval(c, e)));
     return true;
@@ -268,7 +252,7 @@ static bool interp_fma(interp *in, const ir_op *op)
 
 static bool unary(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
     for (int64_t e = 0; e < r->n; e++) {
         if (r->f) {
             float x = a->f[e], z = 0;
@@ -278,7 +262,7 @@ static bool unary(interp *in, const ir_op *op)
             case IR_EXP2: z = exp2f(x); break;
             case IR_LOG2: z = log2f(x); break;
             case IR_RSQRT: z = 1.0f / sqrtf(x); break;
-            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
+            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
             }
             r->f[e] = ir_round_to((loom_dtype)r->dt, z);
         } else {
@@ -287,7 +271,7 @@ static bool unary(interp *in, const ir_op *op)
             case IR_NEG: z = wrap_sub(r->dt, 0, x); break;
             case IR_ABS: z = x < 0 ? wrap_sub(r->dt, 0, x) : x; break;
             case IR_NOT: z = !x; break;
-            default: return fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
+            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
             }
             r->i[e] = ir_wrap_int((loom_dtype)r->dt, z);
         }
@@ -304,7 +288,7 @@ static bool unary(interp *in, const ir_op *op)
 
 static bool interp_cmp(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *r = interp_res(in, op, 0);
     for (int64_t e = 0; e < r->n; e++) {
         bool z = false;
         if (a->f) {
@@ -318,7 +302,7 @@ static bool interp_cmp(interp *in, const ir_op *op)
             case LOOM_GE: z = x >= y; break;
             }
         } else {
-            int64_t x = ival(a, e), y = ival(b, e);
+            int64_t x = interp_ival(a, e), y = interp_ival(b, e);
             switch (op->iattr[0]) {
             case LOOM_EQ: z = x == y; break;
             case LOOM_NE: z = x != y; break;
@@ -335,13 +319,13 @@ static bool interp_cmp(interp *in, const ir_op *op)
 
 static bool interp_select(interp *in, const ir_op *op)
 {
-    tv *c = opnd(in, op, 0), *a = opnd(in, op, 1), *b = opnd(in, op, 2), *r = res(in, op, 0);
+    tv *c = interp_opnd(in, op, 0), *a = interp_opnd(in, op, 1), *b = interp_opnd(in, op, 2), *r = interp_res(in, op, 0);
     for (int64_t e = 0; e < r->n; e++) {
-        bool t = ival(c, e) != 0;
+        bool t = interp_ival(c, e) != 0;
         if (r->f)
             r->f[e] = t ? fval(a, e) : fval(b, e);
         else
-            r->i[e] = t ? ival(a, e) : ival(b, e);
+            r->i[e] = t ? interp_ival(a, e) : interp_ival(b, e);
     }
     return true;
 }
@@ -349,7 +333,7 @@ static bool interp_select(interp *in, const ir_op *op)
 
 static bool interp_cast(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
     loom_dtype to = (loom_dtype)r->dt;
     for (int64_t e = 0; e < r->n; e++) {
         if (a->f && r->f)
@@ -368,7 +352,7 @@ static bool interp_cast(interp *in, const ir_op *op)
 
 static bool reduce(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
     int ax = (int)op->iattr[0];
     int64_t outer = 1, len = a->shape.dim[ax], inner = 1;
     for (int d = 0; d < ax; d++)
@@ -413,7 +397,7 @@ static bool reduce(interp *in, const ir_op *op)
 
 static bool interp_dot(interp *in, const ir_op *op)
 {
-    tv *a = opnd(in, op, 0), *b = opnd(in, op, 1), *c = opnd(in, op, 2), *r = res(in, op, 0);
+    tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *c = interp_opnd(in, op, 2), *r = interp_res(in, op, 0);
     int64_t M = a->shape.dim[0], K = a->shape.dim[1], N = b->shape.dim[1];
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
@@ -427,23 +411,12 @@ static bool interp_dot(interp *in, const ir_op *op)
 
 /* ---------------------------------------------------------------- memory */
 
-typedef struct tref {
-    const ir_arg *arg;
-    const interp_arg *buf;
-} tref;
-
-static tref tensor_of(interp *in, const ir_op *op)
-{
-    const ir_value *v = &in->k->vals[op->opnd[0]];
-    return (tref){&in->k->args[v->def], &in->args[v->def]};
-}
-
 /* Read / write element at linear element offset `off` of a tensor, with a buffer check. */
-static bool mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f, int64_t *i)
+bool interp_mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f, int64_t *i)
 {
     size_t sz = loom_dtype_size(t.arg->dtype);
     if (off < 0 || (size_t)off * sz + sz > t.buf->bytes || !t.buf->data)
-        return fail(in, LOOM_ERR_BOUNDS, op,
+        return interp_fail(in, LOOM_ERR_BOUNDS, op,
                     "read of element %lld of '%s' is outside its buffer of %zu bytes", (long long)off,
                     t.arg->name, t.buf->bytes);
     const unsigned char *p = (const unsigned char *)t.buf->data + (size_t)off * sz;
@@ -459,11 +432,11 @@ static bool mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f,
     return true;
 }
 
-static bool mem_write(interp *in, const ir_op *op, tref t, int64_t off, float f, int64_t i)
+bool interp_mem_write(interp *in, const ir_op *op, tref t, int64_t off, float f, int64_t i)
 {
     size_t sz = loom_dtype_size(t.arg->dtype);
     if (off < 0 || (size_t)off * sz + sz > t.buf->bytes || !t.buf->data)
-        return fail(in, LOOM_ERR_BOUNDS, op,
+        return interp_fail(in, LOOM_ERR_BOUNDS, op,
                     "write of element %lld of '%s' is outside its buffer of %zu bytes",
                     (long long)off, t.arg->name, t.buf->bytes);
     unsigned char *p = (unsigned char *)t.buf->data + (size_t)off * sz;
@@ -485,7 +458,7 @@ static bool check_leading(interp *in, const ir_op *op, tref t, const int64_t *ba
 {
     for (int d = first_dim; d < lead; d++)
         if (base[d] < 0 || base[d] >= t.arg->shape.dim[d])
-            return fail(in, LOOM_ERR_BOUNDS, op,
+            return interp_fail(in, LOOM_ERR_BOUNDS, op,
                         "offset %lld of dim %d is outside tensor '%s' of size %lld there",
                         (long long)base[d], d, t.arg->name, (long long)t.arg->shape.dim[d]);
     return true;
@@ -497,7 +470,7 @@ static int64_t block_elem(tref t, const loom_shape *ts, const int64_t *base, int
 {
     int r = t.arg->shape.rank, lead = r - ts->rank;
     int64_t idx[LOOM_MAX_RANK];
-    unravel(ts, e, idx);
+    interp_unravel(ts, e, idx);
     int64_t off = 0;
     for (int d = 0; d < r; d++) {
         int64_t x;
@@ -517,24 +490,24 @@ static int64_t block_elem(tref t, const loom_shape *ts, const int64_t *base, int
 static void read_offsets(interp *in, const ir_op *op, int first, int r, int64_t *base)
 {
     for (int d = 0; d < r; d++)
-        base[d] = ival(opnd(in, op, first + d), 0);
+        base[d] = interp_ival(interp_opnd(in, op, first + d), 0);
 }
 
 static bool interp_load(interp *in, const ir_op *op)
 {
-    tref t = tensor_of(in, op);
+    tref t = interp_tensor_of(in, op);
     int r = t.arg->shape.rank;
     int64_t base[LOOM_MAX_RANK];
     read_offsets(in, op, 1, r, base);
-    tv *res0 = res(in, op, 0);
-    tv *mask = op->iattr[0] ? opnd(in, op, 1 + r) : NULL;
+    tv *res0 = interp_res(in, op, 0);
+    tv *mask = op->iattr[0] ? interp_opnd(in, op, 1 + r) : NULL;
     if (!check_leading(in, op, t, base, r - op->shape.rank, 0))
         return false;
     for (int64_t e = 0; e < res0->n; e++) {
         int64_t off = (mask && !mask->i[e]) ? -1 : block_elem(t, &op->shape, base, e, -1);
         float f = (float)op->fattr;
         int64_t i = (int64_t)op->fattr;
-        if (off >= 0 && !mem_read(in, op, t, off, &f, &i))
+        if (off >= 0 && !interp_mem_read(in, op, t, off, &f, &i))
             return false;
         if (res0->f)
             res0->f[e] = f;
@@ -546,7 +519,7 @@ static bool interp_load(interp *in, const ir_op *op)
 
 static bool interp_load_scalar(interp *in, const ir_op *op)
 {
-    tref t = tensor_of(in, op);
+    tref t = interp_tensor_of(in, op);
     int r = t.arg->shape.rank;
     int64_t base[LOOM_MAX_RANK];
     read_offsets(in, op, 1, r, base);
@@ -555,10 +528,10 @@ static bool interp_load_scalar(interp *in, const ir_op *op)
     int64_t off = 0;
     for (int d = 0; d < r; d++)
         off += base[d] * t.arg->strides[d];
-    tv *r0 = res(in, op, 0);
+    tv *r0 = interp_res(in, op, 0);
     float f = 0;
     int64_t i = 0;
-    if (!mem_read(in, op, t, off, &f, &i))
+    if (!interp_mem_read(in, op, t, off, &f, &i))
         return false;
     if (r0->f)
         r0->f[0] = f;
@@ -569,23 +542,23 @@ static bool interp_load_scalar(interp *in, const ir_op *op)
 
 static bool interp_load_rows(interp *in, const ir_op *op)
 {
-    tref t = tensor_of(in, op);
+    tref t = interp_tensor_of(in, op);
     int r = t.arg->shape.rank;
     int64_t base[LOOM_MAX_RANK];
     read_offsets(in, op, 2, r, base);
-    tv *rows = opnd(in, op, 1), *r0 = res(in, op, 0);
+    tv *rows = interp_opnd(in, op, 1), *r0 = interp_res(in, op, 0);
     int64_t per_row = r0->n / op->shape.dim[0];
     for (int64_t e = 0; e < r0->n; e++) {
         int64_t row = rows->i[e / per_row];
         if (row < 0 || row >= t.arg->shape.dim[0])
-            return fail(in, LOOM_ERR_BOUNDS, op,
+            return interp_fail(in, LOOM_ERR_BOUNDS, op,
                         "gathered row %lld (index element %lld) is outside tensor '%s' of %lld rows",
                         (long long)row, (long long)(e / per_row), t.arg->name,
                         (long long)t.arg->shape.dim[0]);
         int64_t off = block_elem(t, &op->shape, base, e, row);
         float f = (float)op->fattr;
         int64_t i = (int64_t)op->fattr;
-        if (off >= 0 && !mem_read(in, op, t, off, &f, &i))
+        if (off >= 0 && !interp_mem_read(in, op, t, off, &f, &i))
             return false;
         if (r0->f)
             r0->f[e] = f;
@@ -597,19 +570,19 @@ static bool interp_load_rows(interp *in, const ir_op *op)
 
 static bool interp_store(interp *in, const ir_op *op)
 {
-    tref t = tensor_of(in, op);
+    tref t = interp_tensor_of(in, op);
     int r = t.arg->shape.rank;
     int64_t base[LOOM_MAX_RANK];
     read_offsets(in, op, 1, r, base);
-    tv *v = opnd(in, op, 1 + r);
-    tv *mask = op->iattr[0] ? opnd(in, op, 2 + r) : NULL;
+    tv *v = interp_opnd(in, op, 1 + r);
+    tv *mask = op->iattr[0] ? interp_opnd(in, op, 2 + r) : NULL;
     if (!check_leading(in, op, t, base, r - v->shape.rank, 0))
         return false;
     for (int64_t e = 0; e < v->n; e++) {
         if (mask && !mask->i[e])
             continue;
         int64_t off = block_elem(t, &v->shape, base, e, -1);
-        if (off >= 0 && !mem_write(in, op, t, off, v->f ? v->f[e] : 0, v->i ? v->i[e] : 0))
+        if (off >= 0 && !interp_mem_write(in, op, t, off, v->f ? v->f[e] : 0, v->i ? v->i[e] : 0))
             return false;
     }
     return true;
@@ -617,22 +590,20 @@ static bool interp_store(interp *in, const ir_op *op)
 
 /* ---------------------------------------------------------------- control flow */
 
-static const ir_op *exec_block(interp *in, uint32_t b);
-
 static bool interp_for(interp *in, const ir_op *op)
 {
-    int64_t lo = ival(opnd(in, op, 0), 0), hi = ival(opnd(in, op, 1), 0),
-            step = ival(opnd(in, op, 2), 0);
+    int64_t lo = interp_ival(interp_opnd(in, op, 0), 0), hi = interp_ival(interp_opnd(in, op, 1), 0),
+            step = interp_ival(interp_opnd(in, op, 2), 0);
     if (step <= 0)
-        return fail(in, LOOM_ERR_RUNTIME, op, "loop step is %lld; it must be positive", (long long)step);
+        return interp_fail(in, LOOM_ERR_RUNTIME, op, "loop step is %lld; it must be positive", (long long)step);
     const ir_block *body = &in->k->blocks[op->reg[0]];
-    tv *iv = slot(in, body->args[0]);
+    tv *iv = interp_slot(in, body->args[0]);
     int nc = op->nres;
     for (int i = 0; i < nc; i++)
-        copy_tv(slot(in, body->args[1 + i]), opnd(in, op, 3 + i));
+        interp_copy_tv(interp_slot(in, body->args[1 + i]), interp_opnd(in, op, 3 + i));
     for (int64_t x = lo; x < hi; x += step) {
         iv->i[0] = x;
-        const ir_op *y = exec_block(in, op->reg[0]);
+        const ir_op *y = interp_exec_block(in, op->reg[0]);
         if (!y)
             return false;
         /* two steps, so that yielding carried values in another order works */
@@ -643,7 +614,7 @@ static bool interp_for(interp *in, const ir_op *op)
             size_t bytes = (size_t)src->n * (src->f ? sizeof(float) : sizeof(int64_t));
             void *p = malloc(bytes);
             if (!p)
-                return fail(in, LOOM_ERR_NOMEM, op, "out of memory");
+                return interp_fail(in, LOOM_ERR_NOMEM, op, "out of memory");
             memcpy(p, src->f ? (void *)src->f : (void *)src->i, bytes);
             if (src->f)
                 tmp[i].f = p;
@@ -651,26 +622,26 @@ static bool interp_for(interp *in, const ir_op *op)
                 tmp[i].i = p;
         }
         for (int i = 0; i < nc; i++) {
-            copy_tv(&in->env[body->args[1 + i]], &tmp[i]);
+            interp_copy_tv(&in->env[body->args[1 + i]], &tmp[i]);
             free(tmp[i].f ? (void *)tmp[i].f : (void *)tmp[i].i);
         }
     }
     for (int i = 0; i < nc; i++)
-        copy_tv(res(in, op, i), &in->env[body->args[1 + i]]);
+        interp_copy_tv(interp_res(in, op, i), &in->env[body->args[1 + i]]);
     return true;
 }
 
 static bool interp_if(interp *in, const ir_op *op)
 {
-    bool c = ival(opnd(in, op, 0), 0) != 0;
+    bool c = interp_ival(interp_opnd(in, op, 0), 0) != 0;
     uint32_t b = c ? op->reg[0] : op->reg[1];
     if (!b)
         return true;
-    const ir_op *y = exec_block(in, b);
+    const ir_op *y = interp_exec_block(in, b);
     if (!y)
         return false;
     for (int i = 0; i < op->nres; i++)
-        copy_tv(res(in, op, i), &in->env[y->opnd[i]]);
+        interp_copy_tv(interp_res(in, op, i), &in->env[y->opnd[i]]);
     return true;
 }
 
@@ -681,33 +652,8 @@ static bool interp_yield(interp *in, const ir_op *op)
     return true; /* the enclosing for/if reads the yielded values */
 }
 
-/* ---------------------------------------------------------------- Hopper machinery
- * PLACEHOLDER: the semantics of these ops are being written (tasks as threads, barriers,
- * TMA, wgmma); until then the interpreter refuses kernels that use them. */
-#define HOPPER_TODO(opname)                                                                   \
-    static bool interp_##opname(interp *in, const ir_op *op)                                 \
-    {                                                                                       \
-        return fail(in, LOOM_ERR_UNSUPPORTED, op, "not interpreted yet");                  \
-    }
-HOPPER_TODO(smem_alloc)
-HOPPER_TODO(smem_slot)
-HOPPER_TODO(smem_trans)
-HOPPER_TODO(smem_load)
-HOPPER_TODO(smem_store)
-HOPPER_TODO(mbar_alloc)
-HOPPER_TODO(mbar_expect)
-HOPPER_TODO(mbar_arrive)
-HOPPER_TODO(mbar_wait)
-HOPPER_TODO(named_barrier)
-HOPPER_TODO(fence_async)
-HOPPER_TODO(tma_load)
-HOPPER_TODO(tma_store)
-HOPPER_TODO(tma_store_wait)
-HOPPER_TODO(wgmma)
-HOPPER_TODO(wgmma_commit)
-HOPPER_TODO(wgmma_wait)
-HOPPER_TODO(task)
-HOPPER_TODO(task_replica)
+/* The Hopper machinery (interp_smem_alloc ... interp_task_replica) is in
+ * dsl/interp_async.c. */
 
 static const interp_fn dispatch[IR_OP_COUNT] = {
 #define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = interp_##n,
@@ -716,7 +662,7 @@ static const interp_fn dispatch[IR_OP_COUNT] = {
 };
 
 /* Run block b; return its yield op (or a dummy for the body), NULL on error. */
-static const ir_op *exec_block(interp *in, uint32_t b)
+const ir_op *interp_exec_block(interp *in, uint32_t b)
 {
     static const ir_op none = {0};
     const ir_block *blk = &in->k->blocks[b];
@@ -724,8 +670,8 @@ static const ir_op *exec_block(interp *in, uint32_t b)
     for (uint32_t i = 0; i < blk->nops; i++) {
         const ir_op *op = &in->k->ops[blk->ops[i]];
         for (int r = 0; r < op->nres; r++)
-            if (!slot(in, op->res[r])) {
-                fail(in, LOOM_ERR_NOMEM, op, "out of memory for a tile");
+            if (!interp_slot(in, op->res[r])) {
+                interp_fail(in, LOOM_ERR_NOMEM, op, "out of memory for a tile");
                 return NULL;
             }
         if (!dispatch[op->kind](in, op))
@@ -741,19 +687,19 @@ loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args
     interp in = {.k = k, .args = args, .err = err, .errlen = errlen};
     if (err && errlen)
         err[0] = 0;
-    in.env = calloc(k->nvals, sizeof(tv));
+    in.env = in.main_env = calloc(k->nvals, sizeof(tv));
     if (!in.env)
         return LOOM_ERR_NOMEM;
     for (int d = 0; d < 3; d++)
         in.grid[d] = grid[d];
     /* scalar arguments */
-    for (int a = 0; a < k->nargs; a++) {
+    for (int a = 0; a < k->nargs && in.st == LOOM_OK; a++) {
         if (k->args[a].is_tensor)
             continue;
-        tv *t = slot(&in, k->args[a].value);
+        tv *t = interp_slot(&in, k->args[a].value);
         if (!t) {
-            free(in.env);
-            return LOOM_ERR_NOMEM;
+            in.st = LOOM_ERR_NOMEM;
+            break;
         }
         if (k->args[a].dtype == LOOM_F32)
             t->f[0] = args[a].s.f32;
@@ -762,19 +708,28 @@ loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args
         else
             t->i[0] = args[a].s.i64;
     }
+    if (in.st == LOOM_OK)
+        interp_hw_init(&in);
+    /* one CTA after another; a CTA with tasks runs its body (allocations, scalars), then
+     * its task replicas */
     for (int z = 0; z < grid[2] && in.st == LOOM_OK; z++)
         for (int y = 0; y < grid[1] && in.st == LOOM_OK; y++)
             for (int x = 0; x < grid[0] && in.st == LOOM_OK; x++) {
                 in.pid[0] = x;
                 in.pid[1] = y;
                 in.pid[2] = z;
-                if (!exec_block(&in, 1) && in.st == LOOM_OK)
-                    in.st = LOOM_ERR_NOMEM;
+                if (!interp_exec_block(&in, 1)) {
+                    if (in.st == LOOM_OK)
+                        in.st = LOOM_ERR_NOMEM;
+                } else {
+                    interp_hw_run_tasks(&in);
+                }
             }
+    interp_hw_free(&in);
     for (uint32_t v = 0; v < k->nvals; v++) {
-        free(in.env[v].f);
-        free(in.env[v].i);
+        free(in.main_env[v].f);
+        free(in.main_env[v].i);
     }
-    free(in.env);
+    free(in.main_env);
     return in.st;
 }

@@ -190,6 +190,10 @@ uint32_t ir_block_add_arg(loom_kernel *k, uint32_t b, ir_type t);
 /* Remove op o from its block (its results become dangling: used only on a build error). */
 void ir_op_unlink(loom_kernel *k, uint32_t o);
 
+/* The name value v has in loom_print's text ("%3", "%acc.5", "%x" for an argument),
+ * written into buf (n bytes); for error messages. */
+const char *ir_value_label(loom_kernel *k, uint32_t v, char *buf, size_t n);
+
 /* ---------------------------------------------------------------- type rules */
 
 /* Run op o's type rule: on success fill `out` (the result types; *nout of them) and

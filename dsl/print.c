@@ -322,3 +322,28 @@ const char *loom_print(loom_kernel *k)
     k->printed_gen = k->gen + 1;
     return p.s ? p.s : "";
 }
+
+/* The printer numbers values in print order, so the name of one value is found by
+ * numbering the whole kernel as loom_print does (used only for error messages). */
+const char *ir_value_label(loom_kernel *k, uint32_t v, char *buf, size_t n)
+{
+    if (!n)
+        return buf;
+    snprintf(buf, n, "%%?");
+    if (!k)
+        return buf;
+    pbuf p = {0};
+    p.num = calloc(k->nvals + 1, sizeof(uint32_t));
+    if (!p.num)
+        return buf;
+    print_block(k, &p, 1, 1);
+    pbuf q = {0};
+    q.num = p.num;
+    val(k, &q, v);
+    if (!q.oom && q.s)
+        snprintf(buf, n, "%s", q.s);
+    free(p.s);
+    free(q.s);
+    free(p.num);
+    return buf;
+}

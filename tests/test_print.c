@@ -11,6 +11,7 @@
  * the tests with LOOM_UPDATE_GOLDEN=1: the golden files are rewritten instead of checked
  * (then review the diff before committing).
  */
+#include "ir.h"
 #include "testutil.h"
 
 /* tests/golden/<name>.ir, relative to this file's directory. */
@@ -141,4 +142,25 @@ Test(print, masked_load_store)
     loom_val v = loom_load(k, x, offs, LOOM_SHAPE2(4, 8), m, -INFINITY);
     loom_store(k, y, offs, loom_cast(k, v, LOOM_BF16), m);
     check_golden(k, "masked_load_store");
+}
+
+/* ir_value_label (used by the interpreter's messages) names a value as the text does. */
+Test(print, value_labels_match_the_text)
+{
+    loom_kernel *k = loom_kernel_create("labels", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(8), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE1(8), LOOM_OUT);
+    loom_val z = loom_const_i(k, LOOM_I32, 0);
+    loom_val v = loom_load(k, x, &z, LOOM_SHAPE1(8), LOOM_NONE, 0);
+    loom_name(k, v, "v");
+    loom_val w = loom_add(k, v, v);
+    loom_store(k, o, &z, w, LOOM_NONE);
+    const char *text = loom_print(k);
+    char b[64];
+    cr_assert_str_eq(ir_value_label(k, x, b, sizeof b), "%x");
+    cr_assert_str_eq(ir_value_label(k, z, b, sizeof b), "%0");
+    cr_assert_str_eq(ir_value_label(k, v, b, sizeof b), "%v.1");
+    cr_assert_str_eq(ir_value_label(k, w, b, sizeof b), "%2");
+    cr_assert(strstr(text, "%v.1 = load %x[%0]") && strstr(text, "%2 = add %v.1, %v.1"), "%s", text);
+    loom_kernel_destroy(k);
 }

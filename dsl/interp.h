@@ -1,0 +1,124 @@
+/*
+ * interp.h -- what the interpreter's two files share (internal to dsl/).
+ *
+ * dsl/interp.c holds the core: value slots, the op semantics of the SIMT subset, control
+ * flow, the grid loop and the dispatch table made from dsl/ops.h.  dsl/interp_async.c
+ * holds the Hopper machinery: shared-memory rings, mbarriers, named barriers, TMA,
+ * wgmma, and the warp-group tasks, each task replica run as its own coroutine.  This
+ * header gives the second file the first one's value representation and helpers, and
+ * the first one the hooks that set up, run and free the per-CTA machinery.
+ *
+ * A value slot (tv) holds a whole tile: floats of every width as f32 values already
+ * rounded to their dtype, integers as int64 values already wrapped to their width.
+ * Shared-memory and barrier values hold no elements: they are references (obj, sidx,
+ * trans) into the per-CTA state of dsl/interp_async.c.
+ */
+#ifndef LOOM_INTERP_H
+#define LOOM_INTERP_H
+
+#include "ir.h"
+
+typedef struct tv {
+    uint8_t dt;
+    uint8_t kind;  /* ir_typekind of the value */
+    bool init;     /* set up (buffers allocated, or a reference kind) */
+    int64_t n;
+    loom_shape shape;
+    float *f;      /* float dtypes */
+    int64_t *i;    /* integer dtypes and i1 */
+    /* IR_T_SMEM: ring `obj`, slot `sidx` (-1: the whole ring), seen transposed if trans;
+     * IR_T_MBAR: barrier array `obj`. */
+    int obj;
+    int64_t sidx;
+    bool trans;
+} tv;
+
+typedef struct interp_hw interp_hw; /* per-run Hopper state (dsl/interp_async.c) */
+
+typedef struct interp {
+    loom_kernel *k;
+    const interp_arg *args;
+    tv *env;       /* slots of the code running now: the kernel body's or a task replica's */
+    tv *main_env;  /* the kernel body's slots (top-level values, shared by the tasks) */
+    int pid[3], grid[3];
+    loom_status st;
+    char *err;
+    size_t errlen;
+    interp_hw *hw;           /* NULL for kernels without shared memory, barriers or tasks */
+    const ir_op *task_op;    /* the task whose replica runs now (NULL outside tasks) */
+    int task_replica;
+} interp;
+
+/* Record the first error (later ones are dropped) as "file:line: error: op 'name' in
+ * program (x,y,z)[, task at file:line (replica r)]: message"; returns false. */
+bool interp_fail(interp *in, loom_status st, const ir_op *op, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The slot of value v in the current environment, set up on first use (NULL: no memory). */
+tv *interp_slot(interp *in, uint32_t v);
+/* Run block b; its last op (the yield), or NULL on an error. */
+const ir_op *interp_exec_block(interp *in, uint32_t b);
+
+static inline tv *interp_opnd(interp *in, const ir_op *op, int i) { return &in->env[op->opnd[i]]; }
+static inline tv *interp_res(interp *in, const ir_op *op, int i) { return interp_slot(in, op->res[i]); }
+/* Scalar (or element e of) a value as int64. */
+static inline int64_t interp_ival(const tv *t, int64_t e)
+{
+    return t->i ? t->i[t->n == 1 ? 0 : e] : (int64_t)t->f[t->n == 1 ? 0 : e];
+}
+void interp_copy_tv(tv *dst, const tv *src);
+/* Unravel a row-major linear index. */
+static inline void interp_unravel(const loom_shape *s, int64_t e, int64_t *idx)
+{
+    for (int d = s->rank - 1; d >= 0; d--) {
+        idx[d] = e % s->dim[d];
+        e /= s->dim[d];
+    }
+}
+
+/* A tensor argument and its buffer. */
+typedef struct tref {
+    const ir_arg *arg;
+    const interp_arg *buf;
+} tref;
+static inline tref interp_tensor_of(interp *in, const ir_op *op)
+{
+    const ir_value *v = &in->k->vals[op->opnd[0]];
+    return (tref){&in->k->args[v->def], &in->args[v->def]};
+}
+/* Element `off` (linear, in elements) of a tensor, after a check against its buffer. */
+bool interp_mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f, int64_t *i);
+bool interp_mem_write(interp *in, const ir_op *op, tref t, int64_t off, float f, int64_t i);
+
+/* ---------------------------------------------------------------- dsl/interp_async.c */
+
+/* Set up the Hopper state of a run (nothing for kernels that use none); checks what a
+ * launch would refuse (TMA tensors' strides).  false: in->st says why. */
+bool interp_hw_init(interp *in);
+/* After the kernel body of one CTA ran: run its task replicas to the end, reporting a
+ * deadlock if they block for good.  Nothing to do without tasks. */
+bool interp_hw_run_tasks(interp *in);
+void interp_hw_free(interp *in);
+
+#define INTERP_HOPPER_OP(name) bool interp_##name(interp *in, const ir_op *op);
+INTERP_HOPPER_OP(smem_alloc)
+INTERP_HOPPER_OP(smem_slot)
+INTERP_HOPPER_OP(smem_trans)
+INTERP_HOPPER_OP(smem_load)
+INTERP_HOPPER_OP(smem_store)
+INTERP_HOPPER_OP(mbar_alloc)
+INTERP_HOPPER_OP(mbar_expect)
+INTERP_HOPPER_OP(mbar_arrive)
+INTERP_HOPPER_OP(mbar_wait)
+INTERP_HOPPER_OP(named_barrier)
+INTERP_HOPPER_OP(fence_async)
+INTERP_HOPPER_OP(tma_load)
+INTERP_HOPPER_OP(tma_store)
+INTERP_HOPPER_OP(tma_store_wait)
+INTERP_HOPPER_OP(wgmma)
+INTERP_HOPPER_OP(wgmma_commit)
+INTERP_HOPPER_OP(wgmma_wait)
+INTERP_HOPPER_OP(task)
+INTERP_HOPPER_OP(task_replica)
+#undef INTERP_HOPPER_OP
+
+#endif /* LOOM_INTERP_H */
