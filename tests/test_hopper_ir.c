@@ -233,3 +233,25 @@ Test(hopper_checks, bad_operands_are_named_at_their_line)
     expect_error(k, "M is 32; wgmma needs a multiple of 64 rows", line);
     loom_kernel_destroy(k);
 }
+
+/* The whole warp-specialized GEMM template through the interpreter (CI has no GPU):
+ * producer and consumer tasks, ring phases, TMA edges, the wgmma pipeline. */
+Test(hopper_interp_template, gemm_runs_on_the_interpreter)
+{
+    const loom_template *t = loom_template_find("gemm");
+    cr_assert_not_null(t);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    static const char *cases[][2] = {
+        {"M=77,N=72,K=40,batch=3", "BM=64,cwarps=4,BN=64,stages=2"},
+        {"M=130,N=64,K=200,dtype=bf16,odtype=f32", "BM=128,cwarps=8,BN=64,stages=3,ctas=2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char err[512], rep[512];
+        cr_assert_eq(loom_params_parse(t->shape, t->nshape, cases[i][0], sh, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(loom_params_parse(t->config, t->nconfig, cases[i][1], cf, err, sizeof err), 0, "%s", err);
+        loom_status st = loom_template_check(rt, t, sh, cf, 11 + i, rep, sizeof rep);
+        cr_expect_eq(st, LOOM_OK, "%s | %s: %s", cases[i][0], cases[i][1], rep);
+    }
+    loom_runtime_destroy(rt);
+}
