@@ -39,7 +39,7 @@ fi
 OUTDIR="${OUT:-/tmp/loom-out}"
 mkdir -p "$OUTDIR"
 R=/tmp/loom-gpu
-rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xJf .gpu/loom.tar.xz
+rm -rf "$R" && mkdir -p "$R" && tar -C "$R" -xJf "${LOOM_GPU_TARBALL:-.gpu/loom.tar.xz}" || exit 1
 export LD_LIBRARY_PATH="$R/lib:${LD_LIBRARY_PATH:-}"
 export PATH="$R/bin:$PATH:/usr/local/cuda/bin"
 export LOOM_CACHE_DIR=/tmp/loom-cache
@@ -72,4 +72,5 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 grep -h -E ": (ok|FAIL) on" "$OUTDIR/templates.log" | sed 's/^/  /'
 [ -f "$OUTDIR/bench_compile.log" ] && sed -n '2,$p' "$OUTDIR/bench_compile.log"
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
+[ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"
 exit 0
