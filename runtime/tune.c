@@ -1246,6 +1246,9 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
                 st = LOOM_OK;
             else if (disabled)
                 st = use_default(&c, r, "Tuning is off (LOOM_TUNE=0)");
+            else if (!t->init || !t->reference)
+                st = use_default(&c, r, "Not tuned: the template has no init or reference function, so its "
+                                        "candidates cannot be checked");
             else {
                 st = tune_shape(&c, r, bucket, key);
                 tuned_any = true;
