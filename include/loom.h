@@ -633,6 +633,9 @@ typedef struct loom_tuned {
     loom_status status;      /* LOOM_OK when kernel is ready */
     double ms;               /* the config's median time when timed now or cached, else 0 */
     double tune_ms;          /* wall time spent on this shape */
+    double compile_ms;       /* of which: compiling the candidates (on the pool) */
+    double setup_ms;         /* making inputs and the reference (overlapping the compile) */
+    double measure_ms;       /* of which: checking and timing them */
     int ncand, nvalid, ntimed; /* combinations, valid ones, timed correct ones */
     int nresults;            /* every candidate's fate (when tuned now) */
     loom_tune_result *results;
@@ -651,6 +654,13 @@ typedef struct loom_tune_opts {
     int verbose;      /* 1: print every config's fate and time (or LOOM_TUNE_VERBOSE=1) */
     uint64_t seed;    /* inputs of the correctness check; 0: 1 */
 } loom_tune_opts;
+
+/* Time a launch the way the tuner does: after a first (untimed) launch and `warmup` runs,
+ * `reps` runs each preceded by an L2 flush (a buffer twice the L2 size is written,
+ * outside the timed window); returns the median in ms.  GPU only (LOOM_ERR_NO_GPU). */
+loom_status loom_time_launch_flushed(loom_runtime *rt, loom_kernel *k, const int grid[3],
+                                     const loom_arg *args, int nargs, int warmup, int reps,
+                                     double *median_ms);
 
 /* Tune template t for nshapes shapes: shapes[i * t->nshape + j] is parameter j of shape i.
  * out[i] (nshapes of them) receives each result; release them with loom_tuned_release.

@@ -47,5 +47,7 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
 
 /* The GPU backend of a runtime (runtime/runtime.c), or NULL on the interpreter. */
 rt_gpu *rt_runtime_gpu(const loom_runtime *rt);
+/* Set the runtime's error message (loom_runtime_error) and return st. */
+loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg);
 
 #endif /* LOOM_RT_H */

@@ -81,6 +81,10 @@ loom_runtime *loom_runtime_create(loom_target target)
 loom_status loom_runtime_status(const loom_runtime *rt) { return rt ? rt->status : LOOM_ERR_INVALID; }
 int loom_runtime_is_gpu(const loom_runtime *rt) { return rt && rt->gpu != NULL; }
 rt_gpu *rt_runtime_gpu(const loom_runtime *rt) { return rt ? rt->gpu : NULL; }
+loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg)
+{
+    return rt ? rt_fail(rt, st, "%s", msg) : st;
+}
 const char *loom_runtime_error(const loom_runtime *rt) { return rt ? rt->err : "no runtime"; }
 
 const char *loom_runtime_device_name(const loom_runtime *rt)

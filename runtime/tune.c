@@ -291,18 +291,18 @@ typedef struct pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int next, done;
+    double end_ms; /* when the last job finished */
 } pool;
 
 static void fail_job(job *j, loom_status st, const char *prefix, const char *msg)
 {
     j->st = st;
-    if (j->res) {
-        j->res->verdict = st == LOOM_ERR_VERIFY || st == LOOM_ERR_INVALID ? LOOM_TUNE_REFUSED
-                                                                          : LOOM_TUNE_COMPILE_FAILED;
-        first_line(j->res->reason, sizeof j->res->reason, prefix, msg);
-    } else {
+    if (!j->res) { /* a given kernel: its owner frees it */
         first_line(j->err, sizeof j->err, prefix, msg);
+        return;
     }
+    j->res->verdict = st == LOOM_ERR_VERIFY || st == LOOM_ERR_INVALID ? LOOM_TUNE_REFUSED : LOOM_TUNE_COMPILE_FAILED;
+    first_line(j->res->reason, sizeof j->res->reason, prefix, msg);
     loom_kernel_destroy(j->k);
     j->k = NULL;
 }
@@ -337,7 +337,8 @@ static void *worker(void *arg)
             return NULL;
         run_job(p, &p->jobs[i]);
         pthread_mutex_lock(&p->mu);
-        p->done++;
+        if (++p->done == p->njobs)
+            p->end_ms = now_ms();
         pthread_cond_signal(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
@@ -677,6 +678,48 @@ static loom_status bench_time(bench *b, loom_kernel *k, const int grid[3], int w
     return st;
 }
 
+loom_status loom_time_launch_flushed(loom_runtime *rt, loom_kernel *k, const int grid[3],
+                                     const loom_arg *args, int nargs, int warmup, int reps,
+                                     double *median_ms)
+{
+    if (!rt || !k || !median_ms || (nargs && !args) || nargs < 0 || nargs > LOOM_MAX_ARGS || reps < 1 ||
+        warmup < 0 || reps > 100000 || warmup > 100000)
+        return rt ? rt_runtime_fail(rt, LOOM_ERR_INVALID, "loom_time_launch_flushed: bad arguments")
+                  : LOOM_ERR_INVALID;
+    *median_ms = 0;
+    rt_gpu *g = rt_runtime_gpu(rt);
+    if (!g)
+        return rt_runtime_fail(rt, LOOM_ERR_NO_GPU, "timing needs a GPU runtime");
+    /* the first launch compiles and checks the arguments; its errors are the user's */
+    loom_status st = loom_launch(rt, k, grid, args, nargs);
+    if (st != LOOM_OK)
+        return st;
+    bench *b = calloc(1, sizeof *b);
+    double *times = malloc((size_t)reps * sizeof *times);
+    const rt_gpu_props *pp = rt_gpu_properties(g);
+    size_t l2 = pp->l2_bytes > 0 ? (size_t)pp->l2_bytes : (size_t)64 << 20;
+    if (!b || !times || !(b->flush = loom_buffer_create(rt, 2 * l2))) {
+        free(b);
+        free(times);
+        return rt_runtime_fail(rt, LOOM_ERR_NOMEM, "loom_time_launch_flushed: out of memory");
+    }
+    b->rt = rt;
+    b->g = g;
+    b->ncopies = 1;
+    b->nargs = nargs;
+    memcpy(b->args[0], args, (size_t)nargs * sizeof *args);
+    char err[1024];
+    st = bench_time(b, k, grid, warmup, reps, times, err, sizeof err);
+    if (st == LOOM_OK)
+        *median_ms = median(times, reps);
+    else
+        rt_runtime_fail(rt, st, err);
+    loom_buffer_destroy(b->flush);
+    free(b);
+    free(times);
+    return st;
+}
+
 /* ---------------------------------------------------------------- one shape */
 
 typedef struct tune_ctx {
@@ -868,8 +911,10 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     b.t = t;
     b.shape = r->shape;
     loom_kernel *probe = NULL;
-    for (int i = base; !probe && i < ntry; i++)
-        probe = t->build(r->shape, res[i].config, err, sizeof err);
+    int probe_i = base;
+    for (; !probe && probe_i < ntry; probe_i++)
+        probe = t->build(r->shape, res[probe_i].config, err, sizeof err);
+    probe_i--;
     if (!probe || loom_verify(probe) != LOOM_OK ||
         bench_compare_kernels(&b, probe, err, sizeof err) != LOOM_OK) {
         if (probe && loom_kernel_num_errors(probe))
@@ -902,11 +947,12 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     for (int i = 0; i < ntry; i++)
         jobs[nj++].res = &res[i];
     pool p = {.g = c->g, .t = t, .shape = r->shape, .jobs = jobs, .njobs = nj};
+    pr.total = nj;
     double t0 = now_ms();
     int started = pool_start(&p, th, nthreads_for(c, nj));
 
     /* meanwhile: inputs, copies, reference buffers */
-    loom_status st = bench_setup(&b, res[base].config, c->o.seed, err, sizeof err);
+    loom_status st = bench_setup(&b, res[probe_i].config, c->o.seed, err, sizeof err);
     int64_t out_elems = 0;
     for (int i = 0; i < b.nargs; i++)
         if (b.ref[i])
@@ -915,8 +961,9 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     b.gpu_reference = out_elems > ref_max;
     if (st == LOOM_OK && !b.gpu_reference)
         st = bench_cpu_reference(&b, err, sizeof err);
+    r->setup_ms = now_ms() - t0;
     pool_finish(&p, th, started, &pr);
-    double compile_ms = now_ms() - t0;
+    double compile_ms = (p.end_ms > 0 ? p.end_ms : now_ms()) - t0;
     free(th);
     for (int i = 0; i < ncmp; i++) {
         if (jobs[i].st != LOOM_OK && st == LOOM_OK) {
@@ -939,6 +986,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     int ncompiled = 0;
     for (int i = 0; i < ntry; i++) {
         kern[i] = jobs[ncmp + i].k;
+        jobs[ncmp + i].k = NULL;
         if (kern[i] && !bench_args_match(&b, kern[i])) {
             res[i].verdict = LOOM_TUNE_REFUSED;
             snprintf(res[i].reason, sizeof res[i].reason,
@@ -1043,22 +1091,30 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
         fin[nfin++] = pick;
     }
     if (nfin > 1 && times) {
+        /* 4 rounds; short kernels get more runs (about 5 ms of kernel time each, at most
+         * 200 runs), since their times are the noisiest */
         const int rounds = 4;
-        double *samples = malloc((size_t)nfin * rounds * reps * sizeof *samples);
-        bool ok = samples != NULL;
+        int per = (int)ceil(5.0 / best / rounds);
+        per = per < reps ? reps : per > 50 ? 50 : per;
+        double *samples = malloc((size_t)nfin * rounds * per * sizeof *samples);
+        double *rt_ = malloc((size_t)per * sizeof *rt_);
+        bool ok = samples && rt_;
         for (int rd = 0; ok && rd < rounds; rd++)
             for (int f = 0; ok && f < nfin; f++) {
                 int i = fin[f], grid[3];
                 char e[1024];
                 t->grid(r->shape, res[i].config, grid);
-                ok = bench_time(&b, kern[i], grid, 1, reps, times, e, sizeof e) == LOOM_OK;
-                memcpy(samples + ((size_t)f * rounds + rd) * reps, times, (size_t)reps * sizeof *times);
+                ok = bench_time(&b, kern[i], grid, 1, per, rt_, e, sizeof e) == LOOM_OK;
+                memcpy(samples + ((size_t)f * rounds + rd) * per, rt_, (size_t)per * sizeof *rt_);
             }
         for (int f = 0; ok && f < nfin; f++)
-            res[fin[f]].ms = median(samples + (size_t)f * rounds * reps, rounds * reps);
+            res[fin[f]].ms = median(samples + (size_t)f * rounds * per, rounds * per);
         free(samples);
+        free(rt_);
     }
     double time_ms = now_ms() - t1;
+    r->compile_ms = compile_ms;
+    r->measure_ms = time_ms;
     free(times);
     progress_end(&pr);
 
@@ -1083,8 +1139,9 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     r->source = LOOM_TUNE_TUNED;
     r->status = LOOM_OK;
     loom_params_format(t->config, t->nconfig, r->config, text, sizeof text);
-    note(r, "Tuned: %d timed of %d valid (%d combinations); compile %.0f ms, check and time %.0f ms; reference: %s.",
-         r->ntimed, nvalid, nres, compile_ms, time_ms,
+    note(r, "Tuned: %d timed of %d valid (%d combinations); compile %.0f ms (inputs and reference %.0f ms, "
+         "meanwhile), check and time %.0f ms; reference: %s.",
+         r->ntimed, nvalid, nres, compile_ms, r->setup_ms, time_ms,
          b.gpu_reference ? "the GPU output of the default (or first) config" : "the template's CPU reference");
     if (ref_from >= 0 && ref_from != base) {
         char rt_[256];
@@ -1110,6 +1167,8 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
 
 fallback:
     progress_end(&pr);
+    for (int i = ncmp; i < nj; i++)
+        loom_kernel_destroy(jobs[i].k);
     free(jobs);
     bench_free(&b);
     loom_status fb = use_default(c, r, "Not tuned");
@@ -1187,6 +1246,9 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
                 st = LOOM_OK;
             else if (disabled)
                 st = use_default(&c, r, "Tuning is off (LOOM_TUNE=0)");
+            else if (!t->init || !t->reference)
+                st = use_default(&c, r, "Not tuned: the template has no init or reference function, so its "
+                                        "candidates cannot be checked");
             else {
                 st = tune_shape(&c, r, bucket, key);
                 tuned_any = true;

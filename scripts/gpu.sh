@@ -86,4 +86,5 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/bench_compile.log" ] && sed -n '2,$p' "$OUTDIR/bench_compile.log"
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
 [ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
+[ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"
 exit 0

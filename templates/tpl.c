@@ -1,29 +1,81 @@
 /*
  * tpl.c -- host helpers for templates: random inputs and dtype-generic element access.
+ *
+ * Random inputs come from splitmix64, a counter-based generator, so a big fill is cut
+ * into ranges made on several threads with exactly the values one thread would make.
  */
 #include "tpl.h"
 
 #include "../dsl/ir.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 uint64_t tpl_rand(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull); /* TPL_GAMMA */
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 
+#define TPL_GAMMA 0x9e3779b97f4a7c15ull
+
+/* Elements [a, b) of a fill whose generator started at state0.  splitmix64 is a counter:
+ * element i takes the state state0 + (i + 1) * gamma, so any range can be made alone. */
+typedef struct fill_part {
+    void *p;
+    loom_dtype dt;
+    int64_t a, b;
+    double lo, hi;
+    uint64_t state0;
+} fill_part;
+
+static void *fill_range(void *arg)
+{
+    const fill_part *f = arg;
+    uint64_t s = f->state0 + (uint64_t)f->a * TPL_GAMMA;
+    bool is_float = ir_dtype_is_float(f->dt);
+    for (int64_t i = f->a; i < f->b; i++) {
+        double u = (double)(tpl_rand(&s) >> 11) * (1.0 / 9007199254740992.0);
+        double v = f->lo + u * (f->hi - f->lo);
+        tpl_set(f->p, f->dt, i, is_float ? v : floor(v));
+    }
+    return NULL;
+}
+
+/* Large fills (the autotuner's inputs at benchmark shapes: hundreds of millions of
+ * elements) are split over threads; the values are the same as one thread's. */
 void tpl_fill(void *p, loom_dtype dt, int64_t n, double lo, double hi, uint64_t *state)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double u = (double)(tpl_rand(state) >> 11) * (1.0 / 9007199254740992.0);
-        double v = lo + u * (hi - lo);
-        tpl_set(p, dt, i, ir_dtype_is_float(dt) ? v : floor(v));
+    enum { MAX_THREADS = 16, PER_THREAD = 1 << 20 };
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t nt = n / PER_THREAD;
+    nt = nt > MAX_THREADS ? MAX_THREADS : nt;
+    nt = nt > cores ? cores : nt;
+    if (nt < 2) {
+        fill_range(&(fill_part){p, dt, 0, n, lo, hi, *state});
+    } else {
+        fill_part part[MAX_THREADS];
+        pthread_t th[MAX_THREADS];
+        bool started[MAX_THREADS] = {false};
+        for (int64_t t = 0; t < nt; t++)
+            part[t] = (fill_part){p, dt, n * t / nt, n * (t + 1) / nt, lo, hi, *state};
+        for (int64_t t = 1; t < nt; t++)
+            started[t] = pthread_create(&th[t], NULL, fill_range, &part[t]) == 0;
+        fill_range(&part[0]);
+        for (int64_t t = 1; t < nt; t++) {
+            if (started[t])
+                pthread_join(th[t], NULL);
+            else
+                fill_range(&part[t]); /* no thread could be made: do it here */
+        }
     }
+    *state += (uint64_t)n * TPL_GAMMA;
 }
 
 double tpl_get(const void *p, loom_dtype dt, int64_t i)

@@ -20,6 +20,7 @@
 
 #include "loom.h"
 
+#include "../templates/tpl.h"
 #include "gpu.h"
 #include "tune.h"
 
@@ -229,6 +230,24 @@ Test(tune, broadcast_add_has_at_least_32_valid_configs_at_the_benchmark_shape)
     cr_assert_gt(tune_candidates(t, sh, &r, &nvalid), 0);
     cr_expect_geq(nvalid, 32, "only %d valid configs", nvalid);
     free(r);
+}
+
+/* The tuner's big inputs are filled on several threads, with the values one thread makes. */
+Test(tune, threaded_fill_gives_the_sequential_values)
+{
+    const int64_t n = (5 << 20) + 3;
+    uint16_t *h = malloc(n * 2);
+    uint64_t seed = 42, s = 42;
+    tpl_fill(h, LOOM_F16, n, -1, 1, &seed);
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(tpl_rand(&s) >> 11) * (1.0 / 9007199254740992.0);
+        uint16_t want;
+        tpl_set(&want, LOOM_F16, 0, -1 + u * 2);
+        if (h[i] != want)
+            cr_assert_fail("element %lld: 0x%04x, sequentially 0x%04x", (long long)i, h[i], want);
+    }
+    cr_expect_eq(seed, s, "the state advances as one thread's would");
+    free(h);
 }
 
 /* ---------------------------------------------------------------- the comparison kernel */
@@ -588,8 +607,9 @@ static char *fresh_caches(void)
     return dir;
 }
 
-/* Time every config again, independently of the tuner: back-to-back launches on one set
- * of arguments (loom_time_launch), three interleaved rounds, median of the rounds. */
+/* Time every config again, independently of the tuner's choices: L2-flushed launches on
+ * one set of arguments (loom_time_launch_flushed, the tuner's measure) with more runs,
+ * three interleaved rounds, median of the rounds. */
 static void exhaustive(loom_runtime *rt, const loom_tuned *x, double *best, double *picked, int *nbest)
 {
     const loom_template *t = x->t;
@@ -608,8 +628,8 @@ static void exhaustive(loom_runtime *rt, const loom_tuned *x, double *best, doub
                 continue;
             int g[3];
             t->grid(x->shape, x->results[i].config, g);
-            cr_assert_eq(loom_time_launch(rt, k[i], g, in.args, in.nargs, 2, 20, &r[i * 3 + round]), LOOM_OK,
-                         "%s", loom_runtime_error(rt));
+            cr_assert_eq(loom_time_launch_flushed(rt, k[i], g, in.args, in.nargs, 2, 30, &r[i * 3 + round]),
+                         LOOM_OK, "%s", loom_runtime_error(rt));
         }
     *best = 0;
     for (int i = 0; i < n; i++) {

@@ -266,10 +266,18 @@ static int write_svg(const char *path, const loom_tuned *r, int n, const char *d
     int width = 640, height = 20;
     for (int s = 0; s < n; s++) {
         int timed = 0, other = 0;
-        for (int i = 0; i < r[s].nresults; i++)
-            r[s].results[i].verdict == LOOM_TUNE_TIMED && r[s].results[i].ms > 0 ? timed++ : other++;
-        if (left + timed * bar + 40 > width)
-            width = left + timed * bar + 40;
+        for (int i = 0; i < r[s].nresults; i++) {
+            const loom_tune_result *e = &r[s].results[i];
+            if (e->verdict == LOOM_TUNE_TIMED && e->ms > 0) {
+                timed++;
+            } else if (other++ < 40) { /* a listed line: config, verdict, reason at ~7 px a character */
+                int chars = 40 + (int)strlen(e->reason);
+                if (20 + 7 * chars > width)
+                    width = 20 + 7 * chars;
+            }
+        }
+        if (left + timed * bar + 80 > width)
+            width = left + timed * bar + 80;
         height += top + plot_h + label_h + 30 + (other > 40 ? 41 : other) * line_h;
     }
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
