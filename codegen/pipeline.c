@@ -13,6 +13,8 @@
  *   LOOM_DUMP_LLVM=1           print the LLVM IR after O3 to stderr
  *   LOOM_DUMP_PTX=1            print the PTX to stderr
  *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug)
+ *   LOOM_TIME_PASSES=1         print each pass's wall time to stderr (where a cold
+ *                              compile's milliseconds go)
  *
  * Checked with LLVM 19 (the default) and LLVM 22 (cmake -DLOOM_LLVM_CONFIG=...):
  * kernels carry both the PTX kernel calling convention and the nvvm.annotations
@@ -30,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool cg_fail(cg_ctx *cg, loom_status st, const char *fmt, ...)
 {
@@ -60,6 +63,13 @@ bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
                  loom_kernel_name(cg->k), body);
     }
     return false;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 static bool env_on(const char *name)
@@ -108,12 +118,18 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
     LLVMContextRef ctx = NULL;
     void *mod = NULL, *tm = NULL;
     loom_kernel *work = NULL;
+    /* LOOM_TIME_PASSES: the end time of each stage */
+    const char *stage[8];
+    double stage_end[8], t_start = now_ms();
+    int nstage = 0;
+#define STAGE(name) (stage[nstage] = (name), stage_end[nstage++] = now_ms())
 
     /* 1. verify */
     if (loom_verify(k) != LOOM_OK) {
         cg_fail(cg, LOOM_ERR_VERIFY, "%s", loom_kernel_errors(k));
         goto out;
     }
+    STAGE("verify");
     if (after(cg, "verify"))
         goto out;
     /* the passes below rewrite IR (fold): they work on a copy, so the user's kernel and
@@ -131,23 +147,27 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
     /* 2. fold */
     if (cg_fold(cg) || after(cg, "fold"))
         goto out;
+    STAGE("fold");
     /* 3. layouts */
     if (cg_layouts(cg) || after(cg, "layouts"))
         goto out;
     /* 4. shared memory plan */
     if (cg_smem(cg) || after(cg, "smem"))
         goto out;
+    STAGE("layouts+smem");
     /* 5. LLVM IR */
     cg_emit_init(cg);
     ctx = LLVMContextCreate();
     if (cg_lower(cg, ctx, &mod))
         goto out;
+    STAGE("lower");
     tm = cg_target_machine(cg);
     if (!tm)
         goto out;
     /* 6. O3 */
     if (cg_optimize(cg, mod, tm))
         goto out;
+    STAGE("opt");
     if (env_on("LOOM_DUMP_LLVM")) {
         char *s = LLVMPrintModuleToString((LLVMModuleRef)mod);
         fprintf(stderr, "// LLVM IR of %s\n%s\n", loom_kernel_name(k), s);
@@ -156,6 +176,7 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
     /* 7. PTX */
     if (cg_emit_ptx(cg, mod, tm, ptx_out))
         goto out;
+    STAGE("ptx");
     if (env_on("LOOM_DUMP_PTX"))
         fprintf(stderr, "// PTX of %s\n%s\n", loom_kernel_name(k), *ptx_out);
     if (smem_bytes_out)
@@ -172,6 +193,15 @@ out:
     free(cg->remat);
     free(cg->op_scratch);
     free(cg->div);
+    if (cg->st == LOOM_OK && env_on("LOOM_TIME_PASSES")) {
+        char line[512];
+        int p = snprintf(line, sizeof line, "loom: codegen of %s:", loom_kernel_name(k));
+        for (int i = 0; i < nstage && p < (int)sizeof line; i++)
+            p += snprintf(line + p, sizeof line - (size_t)p, " %s %.2f", stage[i],
+                          stage_end[i] - (i ? stage_end[i - 1] : t_start));
+        fprintf(stderr, "%s ms (total %.2f)\n", line, now_ms() - t_start);
+    }
+#undef STAGE
     if (cg->st != LOOM_OK) {
         free(*ptx_out);
         *ptx_out = NULL;
