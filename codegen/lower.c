@@ -23,8 +23,10 @@
  * PTX (predicated ld/st with the fill value moved in first, as Triton does): 16-byte
  * vectors (ld.global.nc.v4.b32 for LOOM_IN tensors) when the last dim has stride 1,
  * the thread's registers are contiguous there, and the divisibility of the offsets,
- * strides and shape proves alignment and a predicate uniform over the vector;
- * otherwise narrower vectors or single elements.
+ * strides and shape proves alignment and a predicate uniform over the vector (an
+ * explicit mask too: cg_axis_info must show it constant over each vector); otherwise
+ * narrower vectors or single elements.  Never wider than exact: no element a mask or
+ * a bound excludes is read or written.
  *
  * Reductions: in-thread first, then butterfly shuffles (shfl.sync.bfly) over the lane
  * bits of the reduced dim, then across warps through shared memory when warps split
@@ -910,6 +912,7 @@ typedef struct macc {
     uint32_t offv[LOOM_MAX_RANK];     /* the offset values (for divisibility) */
     int32_t lay;
     LLVMValueRef *mask; /* per register, or NULL */
+    uint32_t maskv;     /* the mask value (when mask) */
     LLVMValueRef *rows; /* load_rows: per register row (i64), or NULL */
     LLVMValueRef *vals; /* store: per register */
     bool store;
@@ -1115,8 +1118,12 @@ static int vec_width(L *l, const macc *a)
     int v = 16 / es;
     if (v > (1 << lv))
         v = 1 << lv;
-    if (a->mask)
-        v = 1;
+    /* an explicit mask must be the same over each vector (one predicate per access) */
+    if (a->mask) {
+        int64_t c = cg_axis_info(l->cg, a->maskv, last).cnst;
+        while (v > c)
+            v /= 2;
+    }
     for (; v > 1; v /= 2) {
         if (a->arg->strides[tl] != 1 || a->arg->shape.dim[tl] % v || lay->shape[last] % v)
             continue;
@@ -1172,11 +1179,12 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         v = vec_width(l, &b);
     }
     uint64_t fb = fill_bits(dt, a->op->fattr);
+    /* the fill repeated over 64 bits: each 32-bit word of a vector gets its half */
     uint64_t fword = fb;
     if (es == 1)
-        fword = fb * 0x01010101u;
+        fword = fb * UINT64_C(0x0101010101010101);
     else if (es == 2)
-        fword = fb | (fb << 16);
+        fword = fb * UINT64_C(0x0001000100010001);
     else if (es == 4)
         fword = fb | (fb << 32);
     bool nc = !a->store && a->arg->access == LOOM_IN;
@@ -1250,6 +1258,7 @@ static bool lower_load(L *l, uint32_t o, ir_op *op)
     setup_access(l, o, op, &a, 1, id, op->shape.rank);
     if (op->iattr[0] && !(a.mask = opnd_regs(l, o, 1 + a.trank)))
         return false;
+    a.maskv = op->iattr[0] ? op->opnd[1 + a.trank] : 0;
     LLVMValueRef *out = regs_alloc(l, cg_layout_regs(cg_lay(l->cg, id)));
     if (!out || !block_access(l, &a, out))
         return false;
@@ -1296,6 +1305,7 @@ static bool lower_store(L *l, uint32_t o, ir_op *op)
         return false;
     if (op->iattr[0] && !(a.mask = opnd_regs(l, o, 2 + r)))
         return false;
+    a.maskv = op->iattr[0] ? op->opnd[2 + r] : 0;
     return block_access(l, &a, NULL);
 }
 

@@ -193,6 +193,7 @@ out:
     free(cg->remat);
     free(cg->op_scratch);
     free(cg->div);
+    free(cg->axis);
     if (cg->st == LOOM_OK && env_on("LOOM_TIME_PASSES")) {
         char line[512];
         int p = snprintf(line, sizeof line, "loom: codegen of %s:", loom_kernel_name(k));
