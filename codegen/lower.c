@@ -38,7 +38,8 @@
  * bit-identical to the interpreter on f32, f16 and bf16 inputs.
  *
  * Accuracy vs the interpreter: exp2/log2/rsqrt use ex2.approx / lg2.approx /
- * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  Integer division by
+ * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  Float division is
+ * correctly rounded (through f64, branch-free: fdiv_rn), bit for bit the interpreter's.  Integer division by
  * zero is undefined on the GPU (the interpreter reports it); here it yields the
  * dividend and never traps.  INT_MIN / -1 wraps like the interpreter.
  *
@@ -312,6 +313,38 @@ static LLVMValueRef approx(L *l, const char *insn, LLVMValueRef a)
     return asm_call(l, l->t_f32, text, "=f,f", &a, 1, true);
 }
 
+/* a / b for f32 a and b, correctly rounded, without a branch.  div.rn.f32 becomes a fast
+ * path plus a slow-path branch per division in ptxas, and a tile of divisions (a softmax's
+ * x / sum) made ptxas a third slower.  Here the quotient is computed in f64, where every
+ * f32 input is normal and no result can overflow or underflow: an approximate reciprocal,
+ * two Newton steps (error about 2^-52), one multiply, one rounding to f32.  That is the
+ * correctly rounded f32 quotient: a quotient of two 24-bit significands is either exact
+ * or at least 2^-49 (relative) away from a midpoint between f32 neighbours, far more
+ * than the f64 error, so rounding the f64 value to f32 lands on the right neighbour (the
+ * denormal and overflow ranges of f32 included).  b = +-0 and +-inf, where the Newton
+ * steps would give NaN, use the exact reciprocal (+-inf, +-0) instead; a NaN b stays NaN.
+ * The reciprocal depends on b alone, so a division of many values by one (a broadcast
+ * sum) computes it once. */
+static LLVMValueRef fdiv_rn(L *l, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMTypeRef d = LLVMDoubleTypeInContext(l->C);
+    LLVMValueRef db = LLVMBuildFPExt(l->B, b, d, "");
+    LLVMValueRef r = asm_call(l, d, "rcp.approx.ftz.f64 $0, $1;", "=d,d", &db, 1, true);
+    LLVMValueRef nb = LLVMBuildFNeg(l->B, db, ""), one = LLVMConstReal(d, 1.0);
+    for (int i = 0; i < 2; i++) {
+        LLVMValueRef e = call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){nb, r, one}, 3);
+        r = call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){r, e, r}, 3);
+    }
+    LLVMValueRef ab = fintr1(l, "llvm.fabs", b);
+    LLVMValueRef zero = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, 0.0), "");
+    LLVMValueRef inf = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, __builtin_inf()), "");
+    LLVMValueRef exact = LLVMBuildSelect(l->B, zero, LLVMConstReal(d, __builtin_inf()), LLVMConstReal(d, 0.0), "");
+    exact = call_intr(l, l->B, "llvm.copysign", &d, 1, (LLVMValueRef[]){exact, db}, 2);
+    r = LLVMBuildSelect(l->B, LLVMBuildOr(l->B, zero, inf, ""), exact, r, "");
+    LLVMValueRef q = LLVMBuildFMul(l->B, LLVMBuildFPExt(l->B, a, d, ""), r, "");
+    return LLVMBuildFPTrunc(l->B, q, l->t_f32, "");
+}
+
 static LLVMValueRef imin_max(L *l, bool is_max, LLVMValueRef a, LLVMValueRef b)
 {
     LLVMValueRef c = LLVMBuildICmp(l->B, is_max ? LLVMIntSGT : LLVMIntSLT, a, b, "");
@@ -368,7 +401,7 @@ static LLVMValueRef emit_ew(L *l, const ir_op *op, LLVMValueRef *x)
     case IR_ADD: return f ? round_to(l, out, LLVMBuildFAdd(B, x[0], x[1], "")) : LLVMBuildAdd(B, x[0], x[1], "");
     case IR_SUB: return f ? round_to(l, out, LLVMBuildFSub(B, x[0], x[1], "")) : LLVMBuildSub(B, x[0], x[1], "");
     case IR_MUL: return f ? round_to(l, out, LLVMBuildFMul(B, x[0], x[1], "")) : LLVMBuildMul(B, x[0], x[1], "");
-    case IR_DIV: return f ? round_to(l, out, LLVMBuildFDiv(B, x[0], x[1], "")) : int_divrem(l, false, x[0], x[1]);
+    case IR_DIV: return f ? round_to(l, out, fdiv_rn(l, x[0], x[1])) : int_divrem(l, false, x[0], x[1]);
     case IR_REM: return int_divrem(l, true, x[0], x[1]);
     case IR_MIN: return f ? fintr2(l, "llvm.minimum", x[0], x[1]) : imin_max(l, false, x[0], x[1]);
     case IR_MAX: return f ? fintr2(l, "llvm.maximum", x[0], x[1]) : imin_max(l, true, x[0], x[1]);

@@ -682,8 +682,9 @@ Test(codegen, fold_constants_and_identities)
 /* ---------------------------------------------------------------- GPU against the interpreter */
 
 /* How to fill a tensor argument: random values, small integers (sums of them are exact
- * in any order), or integers in [lo, hi]. */
-enum { FILL_RAND, FILL_SMALLINT, FILL_RANGE };
+ * in any order), integers in [lo, hi], or random bit patterns (f32: every class of value,
+ * denormals, infinities and NaNs included). */
+enum { FILL_RAND, FILL_SMALLINT, FILL_RANGE, FILL_BITS };
 typedef struct dspec {
     int fill;
     int64_t lo, hi;
@@ -772,6 +773,18 @@ static void gpu_vs_interp(loom_kernel *k, const int grid[3], const dspec *spec, 
             double v;
             uint32_t r = rng_next(&seed);
             bool fl = info.dtype == LOOM_F32 || info.dtype == LOOM_F16 || info.dtype == LOOM_BF16;
+            if (spec[i].fill == FILL_BITS && es == 4 && (info.access & LOOM_IN)) {
+                /* mostly raw bits; one in eight a special value or an all-ones significand */
+                uint32_t bits = r << 8 | (rng_next(&seed) & 0xff);
+                static const uint32_t special[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000,
+                                                   0x00000001, 0x807fffff, 0x00800000, 0x7f7fffff, 0x3fffffff};
+                if ((r & 7) == 0)
+                    bits = special[(r >> 3) % 10];
+                else if ((r & 7) == 1)
+                    bits |= 0x007fffff;
+                memcpy(host[i] + e * es, &bits, 4);
+                continue;
+            }
             if (!(info.access & LOOM_IN))
                 v = 0;
             else if (spec[i].fill == FILL_RANGE)
@@ -922,4 +935,28 @@ Test(codegen_gpu, masked_accesses)
     int g2[3] = {4, 1, 1};
     gpu_vs_interp(vector_add(1000, 256, LOOM_F16, 1), g2, NOSPEC, 0);
     gpu_vs_interp(vector_add(1001, 256, LOOM_F32, 1), g2, NOSPEC, 0);
+}
+
+/* Float division bit for bit against the host's, over every class of f32 value. */
+static loom_kernel *fdiv_kernel(int64_t n, int block)
+{
+    loom_kernel *k = loom_kernel_create("fdiv", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE2(2, n), LOOM_OUT);
+    loom_val off = loom_mul(k, loom_program_id(k, 0), ci(k, block));
+    loom_val a = loom_load(k, x, &off, LOOM_SHAPE1(block), LOOM_NONE, 1.0);
+    loom_val b = loom_load(k, y, &off, LOOM_SHAPE1(block), LOOM_NONE, 1.0);
+    loom_store(k, o, ((loom_val[]){ci(k, 0), off}), loom_div(k, a, b), LOOM_NONE);
+    /* one divisor for a whole row, as a softmax divides by its sum */
+    loom_val s = loom_broadcast(k, loom_load(k, y, &off, LOOM_SHAPE1(1), LOOM_NONE, 1.0), LOOM_SHAPE1(block));
+    loom_store(k, o, ((loom_val[]){ci(k, 1), off}), loom_div(k, a, s), LOOM_NONE);
+    return k;
+}
+
+Test(codegen_gpu, division_correctly_rounded)
+{
+    int g[3] = {1024, 1, 1};
+    dspec s[LOOM_MAX_ARGS] = {{.fill = FILL_BITS}, {.fill = FILL_BITS}};
+    gpu_vs_interp(fdiv_kernel(1024 * 1024, 1024), g, s, 0);
 }
