@@ -189,16 +189,33 @@ static LLVMValueRef tcoord(L *l, int32_t id, int d)
     if (l->tcoord[id][d])
         return l->tcoord[id][d];
     const cg_layout *lay = cg_lay(l->cg, id);
-    LLVMValueRef acc = ci32(l, 0);
-    for (int i = 0; i < 5 + lay->nwarp; i++) {
+    LLVMValueRef acc = NULL;
+    /* a run of lane (or warp) bits i..i+n-1 that lands on coordinate bits b..b+n-1 is one
+     * field: ((src >> i) & (2^n - 1)) << b (less IR for LLVM to chew on than bit by bit) */
+    for (int i = 0; i < 5 + lay->nwarp;) {
         cg_bit b = i < 5 ? lay->lane[i] : lay->warp[i - 5];
-        if (b.dim != d)
+        if (b.dim != d) {
+            i++;
             continue;
+        }
+        int n = 1, lim = i < 5 ? 5 : 5 + lay->nwarp;
+        while (i + n < lim) {
+            cg_bit c = i + n < 5 ? lay->lane[i + n] : lay->warp[i + n - 5];
+            if (c.dim != d || c.bit != b.bit + n)
+                break;
+            n++;
+        }
         LLVMValueRef src = i < 5 ? l->lane : l->warp;
         int sb = i < 5 ? i : i - 5;
-        LLVMValueRef x = LLVMBuildAnd(l->PB, LLVMBuildLShr(l->PB, src, ci32(l, sb), ""), ci32(l, 1), "");
-        acc = LLVMBuildOr(l->PB, acc, LLVMBuildShl(l->PB, x, ci32(l, b.bit), ""), "");
+        LLVMValueRef x = sb ? LLVMBuildLShr(l->PB, src, ci32(l, sb), "") : src;
+        x = LLVMBuildAnd(l->PB, x, ci32(l, (1 << n) - 1), "");
+        if (b.bit)
+            x = LLVMBuildShl(l->PB, x, ci32(l, b.bit), "");
+        acc = acc ? LLVMBuildOr(l->PB, acc, x, "") : x;
+        i += n;
     }
+    if (!acc)
+        acc = ci32(l, 0);
     l->tcoord[id][d] = acc;
     return acc;
 }
@@ -1080,11 +1097,14 @@ static void unpack_words(L *l, LLVMValueRef *w, int v, int elsize, LLVMValueRef 
     }
 }
 
-/* One predicated global access of `bytes` bytes at addr. */
-static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLVMValueRef pred, LLVMValueRef *w,
-                    uint64_t fill_word, uint16_t fill16)
+/* One predicated global access of `bytes` bytes at addr + imm (imm a constant byte offset,
+ * written into the instruction: PTX's [reg+imm] addressing). */
+static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LLVMValueRef pred,
+                    LLVMValueRef *w, uint64_t fill_word, uint16_t fill16)
 {
-    char text[512], cons[128];
+    char text[512], cons[128], disp[32] = "";
+    if (imm)
+        snprintf(disp, sizeof disp, "+%lld", (long long)imm);
     int nw = bytes <= 2 ? 1 : bytes / 4;
     const char *ty = bytes == 1 ? "u8" : bytes == 2 ? "b16" : "b32";
     const char *rc = bytes == 2 ? "h" : "r";
@@ -1095,7 +1115,7 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLV
     if (!pred)
         pred = LLVMConstInt(l->t_i1, 1, 0);
     if (store) {
-        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0], %s", nw + 1, vec, ty,
+        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0%s], %s", nw + 1, vec, ty, disp,
                       nw > 1 ? "{" : "");
         for (int i = 0; i < nw; i++)
             p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i + 1);
@@ -1124,7 +1144,7 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLV
                   nw > 1 ? "{" : "");
     for (int i = 0; i < nw; i++)
         p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i);
-    snprintf(text + p, sizeof text - (size_t)p, "%s, [$%d];", nw > 1 ? "}" : "", nw);
+    snprintf(text + p, sizeof text - (size_t)p, "%s, [$%d%s];", nw > 1 ? "}" : "", nw, disp);
     for (int i = 0; i < nw; i++)
         c += snprintf(cons + c, sizeof cons - (size_t)c, "%s=%s", i ? "," : "", rc);
     snprintf(cons + c, sizeof cons - (size_t)c, ",l,b");
@@ -1221,9 +1241,25 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
     else if (es == 4)
         fword = fb | (fb << 32);
     bool nc = !a->store && a->arg->access == LOOM_IN;
+    /* Below 2^31 bytes of span, an element's offset is the thread's part (from its lane
+     * and warp, computed once) plus its register's constant part, which goes into the
+     * instruction as an immediate: no address arithmetic per access. */
+    LLVMValueRef toff = NULL;
+    if (!wide) {
+        LLVMValueRef t = ci32(l, 0);
+        for (int s = 0; s < a->srank; s++) {
+            int td = a->lead + s;
+            if (gather && td == 0)
+                continue;
+            LLVMValueRef st = ci32(l, a->arg->strides[td] * es);
+            t = LLVMBuildAdd(l->B, t, LLVMBuildMul(l->B, tcoord(l, a->lay, s), st, ""), "");
+        }
+        toff = LLVMBuildSExt(l->B, t, l->t_i64, "");
+    }
     for (int j0 = 0; j0 < n; j0 += v) {
         LLVMValueRef pred = upred;
-        LLVMValueRef off = wide ? ci64(l, 0) : ci32(l, 0);
+        LLVMValueRef off = ci64(l, 0); /* wide: the whole offset, computed here */
+        int64_t imm = 0;
         for (int s = 0; s < a->srank; s++) {
             int td = a->lead + s;
             LLVMValueRef c = coord(l, a->lay, j0, s);
@@ -1234,11 +1270,14 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             }
             if (gather && td == 0)
                 continue;
-            LLVMValueRef cc = wide ? LLVMBuildZExt(l->B, c, l->t_i64, "") : c;
-            LLVMValueRef st = wide ? ci64(l, a->arg->strides[td] * es) : ci32(l, a->arg->strides[td] * es);
-            off = LLVMBuildAdd(l->B, off, LLVMBuildMul(l->B, cc, st, ""), "");
+            if (!wide) {
+                imm += cg_reg_coord(lay, j0, s) * a->arg->strides[td] * es;
+                continue;
+            }
+            LLVMValueRef cc = LLVMBuildZExt(l->B, c, l->t_i64, "");
+            off = LLVMBuildAdd(l->B, off, LLVMBuildMul(l->B, cc, ci64(l, a->arg->strides[td] * es), ""), "");
         }
-        LLVMValueRef off64 = wide ? off : LLVMBuildSExt(l->B, off, l->t_i64, "");
+        LLVMValueRef off64 = wide ? off : toff;
         if (gather) {
             LLVMValueRef row = a->rows[j0];
             pred = and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntULT, row, ci64(l, a->arg->shape.dim[0]), ""));
@@ -1252,9 +1291,9 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             for (int e = 0; e < v; e++)
                 eb[e] = to_bits(l, dt, a->vals[j0 + e]);
             pack_words(l, eb, v, es, w);
-            gaccess(l, true, false, v * es, addr, pred, w, 0, 0);
+            gaccess(l, true, false, v * es, addr, imm, pred, w, 0, 0);
         } else {
-            gaccess(l, false, nc, v * es, addr, pred, w, fword, (uint16_t)fb);
+            gaccess(l, false, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
             unpack_words(l, w, v, es, eb);
             for (int e = 0; e < v; e++)
                 out[j0 + e] = from_bits(l, dt, eb[e]);
