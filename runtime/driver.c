@@ -691,40 +691,6 @@ static loom_status link_ptx(rt_gpu *g, const char *ptx, const char *what, void *
     return link_driver(g, ptx, what, cubin, n, err, errlen);
 }
 
-/* ---------------------------------------------------------------- JIT start-up */
-
-/* A process's first link also starts the driver's PTX compiler (a library the driver
- * loads, and its set-up): a few milliseconds on top of the link.  On the first cache miss
- * a helper thread links an empty kernel while this thread runs LLVM, so that start-up
- * overlaps code generation instead of following it.  LOOM_JIT_PREWARM=0 turns it off. */
-static atomic_bool jit_started;
-
-static void *jit_prewarm(void *arg)
-{
-    rt_gpu *g = arg;
-    char ptx[256];
-    bool isa8 = !strncmp(g->props.arch, "sm_9", 4) || !strncmp(g->props.arch, "sm_1", 4);
-    snprintf(ptx, sizeof ptx, ".version %s\n.target %s\n.address_size 64\n.visible .entry loom_prewarm()\n{\n ret;\n}\n",
-             isa8 ? "8.0" : "7.0", g->props.arch);
-    if (cu.cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS)
-        return NULL;
-    void *cubin = NULL;
-    size_t n = 0;
-    char err[256];
-    link_driver(g, ptx, "the JIT start-up kernel", &cubin, &n, err, sizeof err); /* its result is not needed */
-    free(cubin);
-    return NULL;
-}
-
-/* Start the helper on the first miss of the process (true: join it before linking). */
-static bool jit_prewarm_start(rt_gpu *g, pthread_t *t)
-{
-    const char *v = getenv("LOOM_JIT_PREWARM");
-    if ((v && !strcmp(v, "0")) || want_nvjitlink() || atomic_exchange(&jit_started, true))
-        return false;
-    return pthread_create(t, NULL, jit_prewarm, g) == 0;
-}
-
 /* Load a cubin or PTX image as a module, with the JIT error log on failure. */
 static loom_status load_image(rt_gpu *g, const void *image, const char *what, CUmodule *mod,
                               char *err, size_t errlen)
@@ -856,13 +822,9 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry **out, rt_gp
     lp->result = RT_CACHE_MISS;
     char *ptx = NULL;
     size_t smem_sz = 0;
-    pthread_t warm;
-    bool warming = jit_prewarm_start(g, &warm);
     t0 = now_ms();
     st = cg_compile_ptx(k, g->props.arch, &ptx, &smem_sz, err, errlen);
     lp->codegen_ms = now_ms() - t0;
-    if (warming)
-        pthread_join(warm, NULL);
     if (st != LOOM_OK) {
         free(ptx);
         stats_record(lp);
