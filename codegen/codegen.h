@@ -5,7 +5,7 @@
  * internal to codegen/: the pass context, the layout algebra (codegen/layout.c) and
  * the passes of the pipeline (codegen/pipeline.c runs them in order):
  *
- *   verify -> fold -> layouts -> smem plan -> LLVM IR -> O3 -> PTX
+ *   verify -> fold -> layouts -> smem plan -> LLVM IR -> opt -> PTX
  *
  * Kernel ABI (what a launcher must pass):
  *   - the PTX entry is named loom_kernel_name(k);

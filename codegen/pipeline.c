@@ -1,7 +1,7 @@
 /*
  * pipeline.c -- the one visible sequence of codegen passes.
  *
- *   verify -> fold -> layouts -> smem -> lower (LLVM IR) -> O3 -> PTX
+ *   verify -> fold -> layouts -> smem -> lower (LLVM IR) -> opt -> PTX
  *
  * Each pass is a function over the pass context (cg_ctx) in its own file; this file
  * only runs them in order and owns the debugging switches:
@@ -10,7 +10,7 @@
  *                              the IR (an error there is a codegen bug)
  *   LOOM_DUMP_AFTER=<pass>|all print the loom IR (loom_print) to stderr after the named
  *                              pass (verify, fold, layouts, smem)
- *   LOOM_DUMP_LLVM=1           print the LLVM IR after O3 to stderr
+ *   LOOM_DUMP_LLVM=1           print the LLVM IR after opt to stderr
  *   LOOM_DUMP_PTX=1            print the PTX to stderr
  *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug)
  *   LOOM_TIME_PASSES=1         print each pass's wall time to stderr (where a cold
@@ -164,7 +164,7 @@ loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, siz
     tm = cg_target_machine(cg);
     if (!tm)
         goto out;
-    /* 6. O3 */
+    /* 6. opt (a short LLVM pipeline, codegen/emit.c) */
     if (cg_optimize(cg, mod, tm))
         goto out;
     STAGE("opt");
