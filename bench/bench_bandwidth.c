@@ -96,7 +96,8 @@ int main(void)
           "B=70,U=3,M=37,N=300,dtype=f16,shuffle=1");
     bench(rt, "ikbo_broadcast_add", "B=2048,U=30,M=433,N=256,dtype=f16,shuffle=1", bcast_cfgs,
           "B=70,U=3,M=37,N=300,dtype=f16,shuffle=1");
-    static const char *sm_cfgs[] = {"BM=1,warps=4", "BM=1,warps=8", "BM=2,warps=8", NULL};
+    static const char *sm_cfgs[] = {"BM=1,warps=4", "BM=1,warps=8", "BM=2,warps=8", "BM=2,warps=2",
+                                    "BM=4,warps=4", "BM=8,warps=8", NULL};
     bench(rt, "row_softmax", "R=65536,N=4096,dtype=f32", sm_cfgs, "R=37,N=4096,dtype=f32");
     bench(rt, "row_softmax", "R=131072,N=2000,dtype=f16", sm_cfgs, "R=37,N=2000,dtype=f16");
 

@@ -5,7 +5,7 @@
  * internal to codegen/: the pass context, the layout algebra (codegen/layout.c) and
  * the passes of the pipeline (codegen/pipeline.c runs them in order):
  *
- *   verify -> fold -> layouts -> smem plan -> LLVM IR -> O3 -> PTX
+ *   verify -> fold -> layouts -> smem plan -> LLVM IR -> opt -> PTX
  *
  * Kernel ABI (what a launcher must pass):
  *   - the PTX entry is named loom_kernel_name(k);
@@ -115,6 +115,8 @@ typedef struct cg_ctx {
     /* divisibility (codegen/layout.c): per value, the largest known power-of-two
      * divisor of an integer scalar (0: not computed yet) */
     int64_t *div;
+    /* per tile value and dim, what cg_axis_info found (allocated on first use) */
+    struct cg_axis *axis;
 
     /* debug */
     bool verify_passes;
@@ -171,6 +173,17 @@ int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s);
 bool cg_needs_convert(cg_ctx *cg, uint32_t v, int32_t want);
 size_t cg_reg_bytes(loom_dtype dt); /* bytes of one register element in scratch */
 int64_t cg_divisor(cg_ctx *cg, uint32_t v);
+/* What is known of tile value v along its dim d.  Split the dim (padded to a power of
+ * two) into aligned blocks of `cnst` elements: v is constant on each.  Into aligned
+ * blocks of `contig` elements: v (an integer) grows by one from element to element in
+ * each, and the first element of each block is a multiple of `div` (with contig 1:
+ * every element is).  All three are powers of two; 1 means nothing is known.  A mask
+ * whose cnst along the contiguous dim is at least a vector's width is uniform over each
+ * vector, so a masked access can still be one 16-byte access per vector. */
+typedef struct cg_axis {
+    int64_t cnst, contig, div;
+} cg_axis;
+cg_axis cg_axis_info(cg_ctx *cg, uint32_t v, int d);
 int cg_elsize(loom_dtype dt);
 
 #endif /* LOOM_CODEGEN_INTERNAL */

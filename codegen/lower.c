@@ -23,8 +23,10 @@
  * PTX (predicated ld/st with the fill value moved in first, as Triton does): 16-byte
  * vectors (ld.global.nc.v4.b32 for LOOM_IN tensors) when the last dim has stride 1,
  * the thread's registers are contiguous there, and the divisibility of the offsets,
- * strides and shape proves alignment and a predicate uniform over the vector;
- * otherwise narrower vectors or single elements.
+ * strides and shape proves alignment and a predicate uniform over the vector (an
+ * explicit mask too: cg_axis_info must show it constant over each vector); otherwise
+ * narrower vectors or single elements.  Never wider than exact: no element a mask or
+ * a bound excludes is read or written.
  *
  * Reductions: in-thread first, then butterfly shuffles (shfl.sync.bfly) over the lane
  * bits of the reduced dim, then across warps through shared memory when warps split
@@ -36,7 +38,8 @@
  * bit-identical to the interpreter on f32, f16 and bf16 inputs.
  *
  * Accuracy vs the interpreter: exp2/log2/rsqrt use ex2.approx / lg2.approx /
- * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  Integer division by
+ * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  Float division is
+ * correctly rounded (through f64, branch-free: fdiv_rn), bit for bit the interpreter's.  Integer division by
  * zero is undefined on the GPU (the interpreter reports it); here it yields the
  * dividend and never traps.  INT_MIN / -1 wraps like the interpreter.
  *
@@ -205,16 +208,33 @@ static LLVMValueRef tcoord(L *l, int32_t id, int d)
     if (l->tcoord[id][d])
         return l->tcoord[id][d];
     const cg_layout *lay = cg_lay(l->cg, id);
-    LLVMValueRef acc = ci32(l, 0);
-    for (int i = 0; i < 5 + lay->nwarp; i++) {
+    LLVMValueRef acc = NULL;
+    /* a run of lane (or warp) bits i..i+n-1 that lands on coordinate bits b..b+n-1 is one
+     * field: ((src >> i) & (2^n - 1)) << b (less IR for LLVM to chew on than bit by bit) */
+    for (int i = 0; i < 5 + lay->nwarp;) {
         cg_bit b = i < 5 ? lay->lane[i] : lay->warp[i - 5];
-        if (b.dim != d)
+        if (b.dim != d) {
+            i++;
             continue;
+        }
+        int n = 1, lim = i < 5 ? 5 : 5 + lay->nwarp;
+        while (i + n < lim) {
+            cg_bit c = i + n < 5 ? lay->lane[i + n] : lay->warp[i + n - 5];
+            if (c.dim != d || c.bit != b.bit + n)
+                break;
+            n++;
+        }
         LLVMValueRef src = i < 5 ? l->lane : l->warp;
         int sb = i < 5 ? i : i - 5;
-        LLVMValueRef x = LLVMBuildAnd(l->PB, LLVMBuildLShr(l->PB, src, ci32(l, sb), ""), ci32(l, 1), "");
-        acc = LLVMBuildOr(l->PB, acc, LLVMBuildShl(l->PB, x, ci32(l, b.bit), ""), "");
+        LLVMValueRef x = sb ? LLVMBuildLShr(l->PB, src, ci32(l, sb), "") : src;
+        x = LLVMBuildAnd(l->PB, x, ci32(l, (1 << n) - 1), "");
+        if (b.bit)
+            x = LLVMBuildShl(l->PB, x, ci32(l, b.bit), "");
+        acc = acc ? LLVMBuildOr(l->PB, acc, x, "") : x;
+        i += n;
     }
+    if (!acc)
+        acc = ci32(l, 0);
     l->tcoord[id][d] = acc;
     return acc;
 }
@@ -332,6 +352,38 @@ static LLVMValueRef approx(L *l, const char *insn, LLVMValueRef a)
     return asm_call(l, l->t_f32, text, "=f,f", &a, 1, true);
 }
 
+/* a / b for f32 a and b, correctly rounded, without a branch.  div.rn.f32 becomes a fast
+ * path plus a slow-path branch per division in ptxas, and a tile of divisions (a softmax's
+ * x / sum) made ptxas a third slower.  Here the quotient is computed in f64, where every
+ * f32 input is normal and no result can overflow or underflow: an approximate reciprocal,
+ * two Newton steps (error about 2^-52), one multiply, one rounding to f32.  That is the
+ * correctly rounded f32 quotient: a quotient of two 24-bit significands is either exact
+ * or at least 2^-49 (relative) away from a midpoint between f32 neighbours, far more
+ * than the f64 error, so rounding the f64 value to f32 lands on the right neighbour (the
+ * denormal and overflow ranges of f32 included).  b = +-0 and +-inf, where the Newton
+ * steps would give NaN, use the exact reciprocal (+-inf, +-0) instead; a NaN b stays NaN.
+ * The reciprocal depends on b alone, so a division of many values by one (a broadcast
+ * sum) computes it once. */
+static LLVMValueRef fdiv_rn(L *l, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMTypeRef d = LLVMDoubleTypeInContext(l->C);
+    LLVMValueRef db = LLVMBuildFPExt(l->B, b, d, "");
+    LLVMValueRef r = asm_call(l, d, "rcp.approx.ftz.f64 $0, $1;", "=d,d", &db, 1, true);
+    LLVMValueRef nb = LLVMBuildFNeg(l->B, db, ""), one = LLVMConstReal(d, 1.0);
+    for (int i = 0; i < 2; i++) {
+        LLVMValueRef e = call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){nb, r, one}, 3);
+        r = call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){r, e, r}, 3);
+    }
+    LLVMValueRef ab = fintr1(l, "llvm.fabs", b);
+    LLVMValueRef zero = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, 0.0), "");
+    LLVMValueRef inf = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, __builtin_inf()), "");
+    LLVMValueRef exact = LLVMBuildSelect(l->B, zero, LLVMConstReal(d, __builtin_inf()), LLVMConstReal(d, 0.0), "");
+    exact = call_intr(l, l->B, "llvm.copysign", &d, 1, (LLVMValueRef[]){exact, db}, 2);
+    r = LLVMBuildSelect(l->B, LLVMBuildOr(l->B, zero, inf, ""), exact, r, "");
+    LLVMValueRef q = LLVMBuildFMul(l->B, LLVMBuildFPExt(l->B, a, d, ""), r, "");
+    return LLVMBuildFPTrunc(l->B, q, l->t_f32, "");
+}
+
 static LLVMValueRef imin_max(L *l, bool is_max, LLVMValueRef a, LLVMValueRef b)
 {
     LLVMValueRef c = LLVMBuildICmp(l->B, is_max ? LLVMIntSGT : LLVMIntSLT, a, b, "");
@@ -388,7 +440,7 @@ static LLVMValueRef emit_ew(L *l, const ir_op *op, LLVMValueRef *x)
     case IR_ADD: return f ? round_to(l, out, LLVMBuildFAdd(B, x[0], x[1], "")) : LLVMBuildAdd(B, x[0], x[1], "");
     case IR_SUB: return f ? round_to(l, out, LLVMBuildFSub(B, x[0], x[1], "")) : LLVMBuildSub(B, x[0], x[1], "");
     case IR_MUL: return f ? round_to(l, out, LLVMBuildFMul(B, x[0], x[1], "")) : LLVMBuildMul(B, x[0], x[1], "");
-    case IR_DIV: return f ? round_to(l, out, LLVMBuildFDiv(B, x[0], x[1], "")) : int_divrem(l, false, x[0], x[1]);
+    case IR_DIV: return f ? round_to(l, out, fdiv_rn(l, x[0], x[1])) : int_divrem(l, false, x[0], x[1]);
     case IR_REM: return int_divrem(l, true, x[0], x[1]);
     case IR_MIN: return f ? fintr2(l, "llvm.minimum", x[0], x[1]) : imin_max(l, false, x[0], x[1]);
     case IR_MAX: return f ? fintr2(l, "llvm.maximum", x[0], x[1]) : imin_max(l, true, x[0], x[1]);
@@ -932,6 +984,7 @@ typedef struct macc {
     uint32_t offv[LOOM_MAX_RANK];     /* the offset values (for divisibility) */
     int32_t lay;
     LLVMValueRef *mask; /* per register, or NULL */
+    uint32_t maskv;     /* the mask value (when mask) */
     LLVMValueRef *rows; /* load_rows: per register row (i64), or NULL */
     LLVMValueRef *vals; /* store: per register */
     bool store;
@@ -1066,11 +1119,14 @@ static void unpack_words(L *l, LLVMValueRef *w, int v, int elsize, LLVMValueRef 
     }
 }
 
-/* One predicated global access of `bytes` bytes at addr. */
-static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLVMValueRef pred, LLVMValueRef *w,
-                    uint64_t fill_word, uint16_t fill16)
+/* One predicated global access of `bytes` bytes at addr + imm (imm a constant byte offset,
+ * written into the instruction: PTX's [reg+imm] addressing). */
+static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LLVMValueRef pred,
+                    LLVMValueRef *w, uint64_t fill_word, uint16_t fill16)
 {
-    char text[512], cons[128];
+    char text[512], cons[128], disp[32] = "";
+    if (imm)
+        snprintf(disp, sizeof disp, "+%lld", (long long)imm);
     int nw = bytes <= 2 ? 1 : bytes / 4;
     const char *ty = bytes == 1 ? "u8" : bytes == 2 ? "b16" : "b32";
     const char *rc = bytes == 2 ? "h" : "r";
@@ -1081,7 +1137,7 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLV
     if (!pred)
         pred = LLVMConstInt(l->t_i1, 1, 0);
     if (store) {
-        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0], %s", nw + 1, vec, ty,
+        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0%s], %s", nw + 1, vec, ty, disp,
                       nw > 1 ? "{" : "");
         for (int i = 0; i < nw; i++)
             p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i + 1);
@@ -1110,7 +1166,7 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, LLV
                   nw > 1 ? "{" : "");
     for (int i = 0; i < nw; i++)
         p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i);
-    snprintf(text + p, sizeof text - (size_t)p, "%s, [$%d];", nw > 1 ? "}" : "", nw);
+    snprintf(text + p, sizeof text - (size_t)p, "%s, [$%d%s];", nw > 1 ? "}" : "", nw, disp);
     for (int i = 0; i < nw; i++)
         c += snprintf(cons + c, sizeof cons - (size_t)c, "%s=%s", i ? "," : "", rc);
     snprintf(cons + c, sizeof cons - (size_t)c, ",l,b");
@@ -1137,8 +1193,12 @@ static int vec_width(L *l, const macc *a)
     int v = 16 / es;
     if (v > (1 << lv))
         v = 1 << lv;
-    if (a->mask)
-        v = 1;
+    /* an explicit mask must be the same over each vector (one predicate per access) */
+    if (a->mask) {
+        int64_t c = cg_axis_info(l->cg, a->maskv, last).cnst;
+        while (v > c)
+            v /= 2;
+    }
     for (; v > 1; v /= 2) {
         if (a->arg->strides[tl] != 1 || a->arg->shape.dim[tl] % v || lay->shape[last] % v)
             continue;
@@ -1194,17 +1254,34 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         v = vec_width(l, &b);
     }
     uint64_t fb = fill_bits(dt, a->op->fattr);
+    /* the fill repeated over 64 bits: each 32-bit word of a vector gets its half */
     uint64_t fword = fb;
     if (es == 1)
-        fword = fb * 0x01010101u;
+        fword = fb * UINT64_C(0x0101010101010101);
     else if (es == 2)
-        fword = fb | (fb << 16);
+        fword = fb * UINT64_C(0x0001000100010001);
     else if (es == 4)
         fword = fb | (fb << 32);
     bool nc = !a->store && a->arg->access == LOOM_IN;
+    /* Below 2^31 bytes of span, an element's offset is the thread's part (from its lane
+     * and warp, computed once) plus its register's constant part, which goes into the
+     * instruction as an immediate: no address arithmetic per access. */
+    LLVMValueRef toff = NULL;
+    if (!wide) {
+        LLVMValueRef t = ci32(l, 0);
+        for (int s = 0; s < a->srank; s++) {
+            int td = a->lead + s;
+            if (gather && td == 0)
+                continue;
+            LLVMValueRef st = ci32(l, a->arg->strides[td] * es);
+            t = LLVMBuildAdd(l->B, t, LLVMBuildMul(l->B, tcoord(l, a->lay, s), st, ""), "");
+        }
+        toff = LLVMBuildSExt(l->B, t, l->t_i64, "");
+    }
     for (int j0 = 0; j0 < n; j0 += v) {
         LLVMValueRef pred = upred;
-        LLVMValueRef off = wide ? ci64(l, 0) : ci32(l, 0);
+        LLVMValueRef off = ci64(l, 0); /* wide: the whole offset, computed here */
+        int64_t imm = 0;
         for (int s = 0; s < a->srank; s++) {
             int td = a->lead + s;
             LLVMValueRef c = coord(l, a->lay, j0, s);
@@ -1215,11 +1292,14 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             }
             if (gather && td == 0)
                 continue;
-            LLVMValueRef cc = wide ? LLVMBuildZExt(l->B, c, l->t_i64, "") : c;
-            LLVMValueRef st = wide ? ci64(l, a->arg->strides[td] * es) : ci32(l, a->arg->strides[td] * es);
-            off = LLVMBuildAdd(l->B, off, LLVMBuildMul(l->B, cc, st, ""), "");
+            if (!wide) {
+                imm += cg_reg_coord(lay, j0, s) * a->arg->strides[td] * es;
+                continue;
+            }
+            LLVMValueRef cc = LLVMBuildZExt(l->B, c, l->t_i64, "");
+            off = LLVMBuildAdd(l->B, off, LLVMBuildMul(l->B, cc, ci64(l, a->arg->strides[td] * es), ""), "");
         }
-        LLVMValueRef off64 = wide ? off : LLVMBuildSExt(l->B, off, l->t_i64, "");
+        LLVMValueRef off64 = wide ? off : toff;
         if (gather) {
             LLVMValueRef row = a->rows[j0];
             pred = and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntULT, row, ci64(l, a->arg->shape.dim[0]), ""));
@@ -1233,9 +1313,9 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             for (int e = 0; e < v; e++)
                 eb[e] = to_bits(l, dt, a->vals[j0 + e]);
             pack_words(l, eb, v, es, w);
-            gaccess(l, true, false, v * es, addr, pred, w, 0, 0);
+            gaccess(l, true, false, v * es, addr, imm, pred, w, 0, 0);
         } else {
-            gaccess(l, false, nc, v * es, addr, pred, w, fword, (uint16_t)fb);
+            gaccess(l, false, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
             unpack_words(l, w, v, es, eb);
             for (int e = 0; e < v; e++)
                 out[j0 + e] = from_bits(l, dt, eb[e]);
@@ -1272,6 +1352,7 @@ static bool lower_load(L *l, uint32_t o, ir_op *op)
     setup_access(l, o, op, &a, 1, id, op->shape.rank);
     if (op->iattr[0] && !(a.mask = opnd_regs(l, o, 1 + a.trank)))
         return false;
+    a.maskv = op->iattr[0] ? op->opnd[1 + a.trank] : 0;
     LLVMValueRef *out = regs_alloc(l, cg_layout_regs(cg_lay(l->cg, id)));
     if (!out || !block_access(l, &a, out))
         return false;
@@ -1318,6 +1399,7 @@ static bool lower_store(L *l, uint32_t o, ir_op *op)
         return false;
     if (op->iattr[0] && !(a.mask = opnd_regs(l, o, 2 + r)))
         return false;
+    a.maskv = op->iattr[0] ? op->opnd[2 + r] : 0;
     return block_access(l, &a, NULL);
 }
 

@@ -1,7 +1,7 @@
 /*
  * pipeline.c -- the one visible sequence of codegen passes.
  *
- *   verify -> fold -> layouts -> smem -> lower (LLVM IR) -> O3 -> PTX
+ *   verify -> fold -> layouts -> smem -> lower (LLVM IR) -> opt -> PTX
  *
  * Each pass is a function over the pass context (cg_ctx) in its own file; this file
  * only runs them in order and owns the debugging switches:
@@ -10,9 +10,11 @@
  *                              the IR (an error there is a codegen bug)
  *   LOOM_DUMP_AFTER=<pass>|all print the loom IR (loom_print) to stderr after the named
  *                              pass (verify, fold, layouts, smem)
- *   LOOM_DUMP_LLVM=1           print the LLVM IR after O3 to stderr
+ *   LOOM_DUMP_LLVM=1           print the LLVM IR after opt to stderr
  *   LOOM_DUMP_PTX=1            print the PTX to stderr
  *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug)
+ *   LOOM_TIME_PASSES=1         print each pass's wall time to stderr (where a cold
+ *                              compile's milliseconds go)
  *
  * Checked with LLVM 19 (the default) and LLVM 22 (cmake -DLOOM_LLVM_CONFIG=...):
  * kernels carry both the PTX kernel calling convention and the nvvm.annotations
@@ -30,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool cg_fail(cg_ctx *cg, loom_status st, const char *fmt, ...)
 {
@@ -60,6 +63,13 @@ bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
                  loom_kernel_name(cg->k), body);
     }
     return false;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 static bool env_on(const char *name)
@@ -118,12 +128,18 @@ loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
     LLVMContextRef ctx = NULL;
     void *mod = NULL, *tm = NULL;
     loom_kernel *work = NULL;
+    /* LOOM_TIME_PASSES: the end time of each stage */
+    const char *stage[8];
+    double stage_end[8], t_start = now_ms();
+    int nstage = 0;
+#define STAGE(name) (stage[nstage] = (name), stage_end[nstage++] = now_ms())
 
     /* 1. verify */
     if (loom_verify(k) != LOOM_OK) {
         cg_fail(cg, LOOM_ERR_VERIFY, "%s", loom_kernel_errors(k));
         goto out;
     }
+    STAGE("verify");
     if (after(cg, "verify"))
         goto out;
     /* the passes below rewrite IR (fold): they work on a copy, so the user's kernel and
@@ -141,23 +157,27 @@ loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
     /* 2. fold */
     if (cg_fold(cg) || after(cg, "fold"))
         goto out;
+    STAGE("fold");
     /* 3. layouts */
     if (cg_layouts(cg) || after(cg, "layouts"))
         goto out;
     /* 4. shared memory plan */
     if (cg_smem(cg) || after(cg, "smem"))
         goto out;
+    STAGE("layouts+smem");
     /* 5. LLVM IR */
     cg_emit_init(cg);
     ctx = LLVMContextCreate();
     if (cg_lower(cg, ctx, &mod))
         goto out;
+    STAGE("lower");
     tm = cg_target_machine(cg);
     if (!tm)
         goto out;
-    /* 6. O3 */
+    /* 6. opt (a short LLVM pipeline, codegen/emit.c) */
     if (cg_optimize(cg, mod, tm))
         goto out;
+    STAGE("opt");
     if (env_on("LOOM_DUMP_LLVM")) {
         char *s = LLVMPrintModuleToString((LLVMModuleRef)mod);
         fprintf(stderr, "// LLVM IR of %s\n%s\n", loom_kernel_name(k), s);
@@ -166,6 +186,7 @@ loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
     /* 7. PTX */
     if (cg_emit_ptx(cg, mod, tm, ptx_out))
         goto out;
+    STAGE("ptx");
     if (env_on("LOOM_DUMP_PTX"))
         fprintf(stderr, "// PTX of %s\n%s\n", loom_kernel_name(k), *ptx_out);
     if (smem_bytes_out)
@@ -191,6 +212,16 @@ out:
     free(cg->val_off);
     free(cg->op_scratch);
     free(cg->div);
+    free(cg->axis);
+    if (cg->st == LOOM_OK && env_on("LOOM_TIME_PASSES")) {
+        char line[512];
+        int p = snprintf(line, sizeof line, "loom: codegen of %s:", loom_kernel_name(k));
+        for (int i = 0; i < nstage && p < (int)sizeof line; i++)
+            p += snprintf(line + p, sizeof line - (size_t)p, " %s %.2f", stage[i],
+                          stage_end[i] - (i ? stage_end[i - 1] : t_start));
+        fprintf(stderr, "%s ms (total %.2f)\n", line, now_ms() - t_start);
+    }
+#undef STAGE
     if (cg->st != LOOM_OK) {
         free(*ptx_out);
         *ptx_out = NULL;

@@ -480,6 +480,7 @@ typedef struct loom_compile_info {
     double link_ms;    /* PTX -> cubin, when compiled */
     double load_ms;    /* module load */
     double total_ms;   /* the whole call */
+    const char *linker; /* what made the cubin when compiled: "driver" or "nvJitLink" (LOOM_LINKER) */
 } loom_compile_info;
 loom_status loom_prepare(loom_runtime *rt, loom_kernel *k, loom_compile_info *info);
 

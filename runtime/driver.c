@@ -26,6 +26,13 @@
  * from the arguments' buffers through the entry's rt_tma_cache (runtime/tma.c).
  * cuTensorMapEncodeTiled is looked up apart from the other entry points: a driver
  * without it (before CUDA 12) still runs every kernel that uses no TMA.
+ *
+ * Two linkers turn PTX into a cubin: the driver's JIT (cuLink*) and nvJitLink, the
+ * toolkit's library (libnvJitLink.so.13 or .12, dlopen'ed on first use; LOOM_NVJITLINK_LIB
+ * names another file).  Both run the same ptxas inside; LOOM_LINKER=driver|nvjitlink
+ * picks one, and the default is the driver (see link_ptx for why).  nvJitLink falls back
+ * to the driver where it is missing, fails, or makes a cubin the driver will not load
+ * (a toolkit newer than the driver).
  */
 #define _GNU_SOURCE
 #include "cuda_api.h"
@@ -34,6 +41,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -533,6 +541,7 @@ static void stats_record(const rt_gpu_stats *last)
     stats.key_ms = last->key_ms;
     stats.codegen_ms = last->codegen_ms;
     stats.link_ms = last->link_ms;
+    stats.linker = last->linker;
     stats.disk_ms = last->disk_ms;
     stats.load_ms = last->load_ms;
     stats.ptx_bytes = last->ptx_bytes;
@@ -551,8 +560,8 @@ static void stats_record(const rt_gpu_stats *last)
 #define JIT_LOG_BYTES 8192
 
 /* Link PTX into a cubin with the driver's JIT at -O3.  *cubin is malloc'ed. */
-static loom_status link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cubin, size_t *n,
-                            char *err, size_t errlen)
+static loom_status link_driver(rt_gpu *g, const char *ptx, const char *what, void **cubin, size_t *n,
+                               char *err, size_t errlen)
 {
     *cubin = NULL;
     *n = 0;
@@ -601,6 +610,147 @@ done:
         cu.cuLinkDestroy(ls);
     free(elog);
     return st;
+}
+
+/* ---------------------------------------------------------------- nvJitLink */
+
+/* The few nvJitLink entry points and values used (nvJitLink.h declares them; loom builds
+ * without the toolkit).  Results are 0 on success. */
+typedef int (*PFN_nvJitLinkCreate)(void **handle, uint32_t nopts, const char **opts);
+typedef int (*PFN_nvJitLinkDestroy)(void **handle);
+typedef int (*PFN_nvJitLinkAddData)(void *handle, int type, const void *data, size_t size, const char *name);
+typedef int (*PFN_nvJitLinkComplete)(void *handle);
+typedef int (*PFN_nvJitLinkGetSize)(void *handle, size_t *size);
+typedef int (*PFN_nvJitLinkGetData)(void *handle, void *out);
+#define NVJITLINK_INPUT_PTX 2
+
+#define JL_FUNCS(X)                                                                                \
+    X(PFN_nvJitLinkCreate, create, "nvJitLinkCreate")                                              \
+    X(PFN_nvJitLinkDestroy, destroy, "nvJitLinkDestroy")                                           \
+    X(PFN_nvJitLinkAddData, add_data, "nvJitLinkAddData")                                          \
+    X(PFN_nvJitLinkComplete, complete, "nvJitLinkComplete")                                        \
+    X(PFN_nvJitLinkGetSize, cubin_size, "nvJitLinkGetLinkedCubinSize")                             \
+    X(PFN_nvJitLinkGetData, cubin, "nvJitLinkGetLinkedCubin")                                      \
+    X(PFN_nvJitLinkGetSize, log_size, "nvJitLinkGetErrorLogSize")                                  \
+    X(PFN_nvJitLinkGetData, log, "nvJitLinkGetErrorLog")
+
+static struct {
+    int state; /* 0: not tried, 1: loaded, -1: unusable (why says why) */
+    char why[256];
+#define DECL(type, field, sym) type field;
+    JL_FUNCS(DECL)
+#undef DECL
+} jl;
+static pthread_mutex_t jl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Load nvJitLink once per process; false (with jl.why) where it cannot be used. */
+static bool jl_load(void)
+{
+    pthread_mutex_lock(&jl_lock);
+    if (jl.state == 0) {
+        const char *names[4] = {getenv("LOOM_NVJITLINK_LIB"), "libnvJitLink.so.13", "libnvJitLink.so.12",
+                                "libnvJitLink.so"};
+        void *lib = NULL;
+        for (int i = 0; i < 4 && !lib; i++)
+            if (names[i] && *names[i])
+                lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        jl.state = lib ? 1 : -1;
+        if (!lib)
+            snprintf(jl.why, sizeof jl.why, "no libnvJitLink.so.13 or .12 (%s)", dlerror());
+#define LOOKUP(type, field, sym)                                                                   \
+    if (lib && !(*(void **)&jl.field = dlsym(lib, sym))) {                                         \
+        jl.state = -1;                                                                             \
+        snprintf(jl.why, sizeof jl.why, "libnvJitLink has no %s", sym);                            \
+    }
+        JL_FUNCS(LOOKUP)
+#undef LOOKUP
+    }
+    bool ok = jl.state == 1;
+    pthread_mutex_unlock(&jl_lock);
+    return ok;
+}
+
+/* Link PTX into a cubin with nvJitLink at -O3 for g's arch.  *cubin is malloc'ed. */
+static loom_status link_nvjitlink(rt_gpu *g, const char *ptx, const char *what, void **cubin, size_t *n,
+                                  char *err, size_t errlen)
+{
+    *cubin = NULL;
+    *n = 0;
+    char arch[32];
+    snprintf(arch, sizeof arch, "-arch=%s", g->props.arch);
+    const char *opts[2] = {arch, "-O3"};
+    void *h = NULL;
+    const char *step = "nvJitLinkCreate";
+    int r = jl.create(&h, 2, opts);
+    if (r == 0) {
+        step = "nvJitLinkAddData (PTX -> SASS)";
+        r = jl.add_data(h, NVJITLINK_INPUT_PTX, ptx, strlen(ptx) + 1, what);
+    }
+    if (r == 0) {
+        step = "nvJitLinkComplete";
+        r = jl.complete(h);
+    }
+    size_t sz = 0;
+    if (r == 0) {
+        step = "nvJitLinkGetLinkedCubin";
+        r = jl.cubin_size(h, &sz);
+    }
+    if (r == 0 && !(*cubin = malloc(sz ? sz : 1))) {
+        jl.destroy(&h);
+        snprintf(err, errlen, "out of host memory for a %zu-byte cubin", sz);
+        return LOOM_ERR_NOMEM;
+    }
+    if (r == 0)
+        r = jl.cubin(h, *cubin);
+    if (r != 0) {
+        char log[JIT_LOG_BYTES] = "";
+        size_t ln = 0;
+        if (h && jl.log_size(h, &ln) == 0 && ln > 0 && ln < sizeof log)
+            jl.log(h, log);
+        snprintf(err, errlen, "%s failed for %s: nvJitLink error %d\nJIT log:\n%s\n(LOOM_DUMP_PTX=1 prints the PTX)",
+                 step, what, r, log[0] ? log : "(empty)");
+        free(*cubin);
+        *cubin = NULL;
+        if (h)
+            jl.destroy(&h);
+        return LOOM_ERR_COMPILE;
+    }
+    *n = sz;
+    jl.destroy(&h);
+    return LOOM_OK;
+}
+
+/* Set when a cubin nvJitLink made would not load: the driver is older than the toolkit,
+ * and every later link goes to the driver. */
+static atomic_bool jl_cubins_rejected;
+
+/* Which linker LOOM_LINKER asks for: true for nvJitLink.
+ *
+ * Why the driver by default: both run the same ptxas, so a kernel's link takes the same
+ * time either way (measured on an H200 host: bench_compile prints both), while nvJitLink
+ * first costs a dlopen of a 100 MB library and its own start-up, which a process pays on
+ * its first compile. */
+static bool want_nvjitlink(void)
+{
+    const char *v = getenv("LOOM_LINKER");
+    return v && !strcmp(v, "nvjitlink") && !jl_cubins_rejected;
+}
+
+/* Link PTX into a cubin (*cubin malloc'ed) with the chosen linker; *linker names the one
+ * that made it.  nvJitLink falls back to the driver where it cannot be loaded or fails. */
+static loom_status link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cubin, size_t *n,
+                            const char **linker, char *err, size_t errlen)
+{
+    if (want_nvjitlink() && jl_load()) {
+        if (link_nvjitlink(g, ptx, what, cubin, n, err, errlen) == LOOM_OK) {
+            *linker = "nvJitLink";
+            return LOOM_OK;
+        }
+        if (env_on("LOOM_CACHE_VERBOSE"))
+            fprintf(stderr, "loom: nvJitLink failed, linking with the driver: %s\n", err);
+    }
+    *linker = "driver";
+    return link_driver(g, ptx, what, cubin, n, err, errlen);
 }
 
 /* Load a cubin or PTX image as a module, with the JIT error log on failure. */
@@ -776,10 +926,10 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu
     char what[160];
     snprintf(what, sizeof what, "kernel '%s' (%s)", name, g->props.arch);
     t0 = now_ms();
-    st = link_ptx(g, ptx, what, &cubin, &cubin_n, err, errlen);
+    st = link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
     lp->link_ms = now_ms() - t0;
-    free(ptx);
     if (st != LOOM_OK) {
+        free(ptx);
         stats_record(lp);
         return st;
     }
@@ -787,6 +937,22 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu
     t0 = now_ms();
     st = make_entry(g, cubin, name, &meta, &e, err, errlen);
     lp->load_ms = now_ms() - t0;
+    if (st != LOOM_OK && !strcmp(lp->linker, "nvJitLink")) {
+        /* a toolkit newer than the driver: its cubins do not load; link with the driver */
+        jl_cubins_rejected = true;
+        free(cubin);
+        cubin = NULL;
+        t0 = now_ms();
+        st = link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
+        lp->link_ms += now_ms() - t0;
+        if (st == LOOM_OK) {
+            lp->cubin_bytes = cubin_n;
+            t0 = now_ms();
+            st = make_entry(g, cubin, name, &meta, &e, err, errlen);
+            lp->load_ms = now_ms() - t0;
+        }
+    }
+    free(ptx);
     if (st == LOOM_OK && disk) {
         char werr[512];
         t0 = now_ms();
@@ -951,6 +1117,7 @@ loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, c
     info->codegen_ms = last.codegen_ms;
     info->link_ms = last.link_ms;
     info->load_ms = last.load_ms;
+    info->linker = last.result == RT_CACHE_MISS ? last.linker : NULL;
     info->total_ms = now_ms() - t0;
     return st;
 }
@@ -968,7 +1135,8 @@ loom_status rt_gpu_module_load(rt_gpu *g, const void *image, size_t bytes, bool 
     void *cubin = NULL;
     size_t n = 0;
     if (is_ptx) {
-        st = link_ptx(g, image, what, &cubin, &n, err, errlen);
+        const char *linker;
+        st = link_ptx(g, image, what, &cubin, &n, &linker, err, errlen);
         if (st != LOOM_OK)
             return st;
         image = cubin;

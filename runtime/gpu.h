@@ -120,7 +120,8 @@ typedef struct rt_gpu_stats {
     rt_cache_result result;   /* how it was found */
     double key_ms;            /* print IR + hash */
     double codegen_ms;        /* cg_compile_ptx (miss only) */
-    double link_ms;           /* PTX -> cubin with cuLink* (miss only) */
+    double link_ms;           /* PTX -> cubin (miss only) */
+    const char *linker;       /* "driver" (cuLink*) or "nvJitLink" (miss only) */
     double disk_ms;           /* reading (hit) or writing (miss) the cache file */
     double load_ms;           /* cuModuleLoadData + cuModuleGetFunction */
     size_t ptx_bytes, cubin_bytes;

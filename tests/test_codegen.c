@@ -466,6 +466,111 @@ static loom_kernel *memory_ops(void)
 
 Test(codegen, memory_ops) { check_and_free(memory_ops()); }
 
+/* Masked accesses.  x [R, C] -> o [3, R, C], tiles of [br, bc] at (pid0 * br, pid1 * bc):
+ *   o[0] = load(x, mask rows < n), stored under the same mask (rows only: the
+ *          non-contiguous dim, so each 16-byte vector is all in or all out)
+ *   o[1] = load(x, mask cols < climit), stored under climit > cols (the contiguous dim:
+ *          uniform over each vector when climit is a multiple of its width)
+ *   o[2] = load(x, mask both), stored unmasked: the masked-off elements show the fill */
+static loom_kernel *masks(loom_dtype dt, int64_t r, int64_t c, int br, int bc, int64_t climit)
+{
+    loom_kernel *k = loom_kernel_create("masks", 4);
+    loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(r, c), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", dt, LOOM_SHAPE3(3, r, c), LOOM_OUT);
+    loom_val n = loom_arg_scalar(k, "n", LOOM_I32);
+    loom_val r0 = loom_mul(k, loom_program_id(k, 0), ci(k, br));
+    loom_val c0 = loom_mul(k, loom_program_id(k, 1), ci(k, bc));
+    loom_shape tile = LOOM_SHAPE2(br, bc);
+    loom_val rows = loom_add(k, loom_splat(k, r0, LOOM_SHAPE1(br)), loom_arange(k, 0, br));
+    loom_val cols = loom_add(k, loom_splat(k, c0, LOOM_SHAPE1(bc)), loom_arange(k, 0, bc));
+    loom_val mr = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, rows, n), 1), tile);
+    loom_val mc = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, cols, ci(k, climit)), 0), tile);
+    loom_val mc2 = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_GT, ci(k, climit), cols), 0), tile);
+    loom_val at[3] = {r0, c0};
+    loom_val t0 = loom_load(k, x, at, tile, mr, -2.5);
+    loom_store(k, o, ((loom_val[]){ci(k, 0), r0, c0}), t0, mr);
+    loom_val t1 = loom_load(k, x, at, tile, mc, 1.5);
+    loom_store(k, o, ((loom_val[]){ci(k, 1), r0, c0}), t1, mc2);
+    loom_val t2 = loom_load(k, x, at, tile, loom_and(k, mr, mc), -2.5);
+    loom_store(k, o, ((loom_val[]){ci(k, 2), r0, c0}), t2, LOOM_NONE);
+    return k;
+}
+
+static int count_of(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+Test(codegen, masked_accesses_vectorized)
+{
+    /* vector_add with an explicit tail mask: n = 1000 is a multiple of 4 floats */
+    loom_kernel *k = vector_add(1000, 256, LOOM_F32, 1);
+    char *ptx = check_kernel(k);
+    cr_assert(strstr(ptx, "ld.global.nc.v4.b32"), "masked loads not vectorized:\n%s", ptx);
+    cr_assert(strstr(ptx, "st.global.v4.b32"), "masked stores not vectorized:\n%s", ptx);
+    cr_assert(!strstr(ptx, "ld.global.nc.b32"), "a scalar load left:\n%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+    /* f16 masks on rows and on columns (48: a multiple of 8 halves), both directions */
+    k = masks(LOOM_F16, 50, 72, 16, 64, 48);
+    ptx = check_kernel(k);
+    cr_assert_eq(count_of(ptx, "ld.global.nc.v4.b32"), 3 * 16 * 64 / 8 / 128, "loads:\n%s", ptx);
+    cr_assert_eq(count_of(ptx, "st.global.v4.b32"), 3 * 16 * 64 / 8 / 128, "stores:\n%s", ptx);
+    cr_assert(!strstr(ptx, "ld.global.nc.b16") && !strstr(ptx, "st.global.b16"), "a 2-byte access left:\n%s", ptx);
+    /* masked-off halves take the fill in every word of the vector (-2.5: 0xc100, 1.5: 0x3e00) */
+    cr_assert_eq(count_of(ptx, "0xc100c100"), 2 * 4, "%s", ptx);
+    cr_assert_eq(count_of(ptx, "0x3e003e00"), 4, "%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+    /* the row softmax's auto-masked tail: N = 2000 halves padded to a 2048-wide tile */
+    char why[256] = "";
+    k = loom_template_find("row_softmax")->build((int64_t[]){64, 2000, LOOM_F16}, (int64_t[]){1, 4}, why, sizeof why);
+    cr_assert(k, "%s", why);
+    ptx = check_kernel(k);
+    cr_assert_eq(count_of(ptx, "ld.global.nc.v4.b32"), 2, "%s", ptx);
+    cr_assert_eq(count_of(ptx, "st.global.v4.b32"), 2, "%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+Test(codegen, masked_accesses_stay_exact)
+{
+    /* climit = 45 splits a vector of 8 halves: the column-masked accesses must not read or
+     * write elements 45..47, so they go element by element; the row-masked ones (and the
+     * unmasked store) stay wide */
+    loom_kernel *k = masks(LOOM_F16, 50, 72, 16, 64, 45);
+    char *ptx = check_kernel(k);
+    cr_assert_eq(count_of(ptx, "ld.global.nc.v4.b32"), 16 * 64 / 8 / 128, "%s", ptx);
+    cr_assert_eq(count_of(ptx, "st.global.v4.b32"), 2 * 16 * 64 / 8 / 128, "%s", ptx);
+    cr_assert(strstr(ptx, "ld.global.nc.b16"), "%s", ptx);
+    cr_assert(strstr(ptx, "st.global.b16"), "%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+    /* n = 1001 is not a multiple of 4: the tail mask is not uniform over a vector */
+    k = vector_add(1001, 256, LOOM_F32, 1);
+    ptx = check_kernel(k);
+    cr_assert(!strstr(ptx, ".v4.b32"), "%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+    /* a mask loaded from memory says nothing about its neighbours */
+    loom_kernel *m = loom_kernel_create("data_mask", 4);
+    loom_val x = loom_arg_tensor(m, "x", LOOM_F32, LOOM_SHAPE1(512), LOOM_IN);
+    loom_val b = loom_arg_tensor(m, "b", LOOM_I32, LOOM_SHAPE1(512), LOOM_IN);
+    loom_val o = loom_arg_tensor(m, "o", LOOM_F32, LOOM_SHAPE1(512), LOOM_OUT);
+    loom_val z = ci(m, 0);
+    loom_val mk = loom_cmp(m, LOOM_NE, loom_load(m, b, &z, LOOM_SHAPE1(512), LOOM_NONE, 0), z);
+    loom_store(m, o, &z, loom_load(m, x, &z, LOOM_SHAPE1(512), mk, 0), mk);
+    ptx = check_kernel(m);
+    cr_assert_eq(count_of(ptx, "ld.global.nc.v4.b32"), 1, "only b's load is wide:\n%s", ptx);
+    cr_assert(strstr(ptx, "ld.global.nc.b32"), "%s", ptx);
+    cr_assert(!strstr(ptx, "st.global.v4.b32"), "%s", ptx);
+    free(ptx);
+    loom_kernel_destroy(m);
+}
+
 OP_COVERED(if)
 OP_COVERED(yield)
 static loom_kernel *control_flow(void)
@@ -577,8 +682,9 @@ Test(codegen, fold_constants_and_identities)
 /* ---------------------------------------------------------------- GPU against the interpreter */
 
 /* How to fill a tensor argument: random values, small integers (sums of them are exact
- * in any order), or integers in [lo, hi]. */
-enum { FILL_RAND, FILL_SMALLINT, FILL_RANGE };
+ * in any order), integers in [lo, hi], or random bit patterns (f32: every class of value,
+ * denormals, infinities and NaNs included). */
+enum { FILL_RAND, FILL_SMALLINT, FILL_RANGE, FILL_BITS };
 typedef struct dspec {
     int fill;
     int64_t lo, hi;
@@ -667,6 +773,18 @@ static void gpu_vs_interp(loom_kernel *k, const int grid[3], const dspec *spec, 
             double v;
             uint32_t r = rng_next(&seed);
             bool fl = info.dtype == LOOM_F32 || info.dtype == LOOM_F16 || info.dtype == LOOM_BF16;
+            if (spec[i].fill == FILL_BITS && es == 4 && (info.access & LOOM_IN)) {
+                /* mostly raw bits; one in eight a special value or an all-ones significand */
+                uint32_t bits = r << 8 | (rng_next(&seed) & 0xff);
+                static const uint32_t special[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000,
+                                                   0x00000001, 0x807fffff, 0x00800000, 0x7f7fffff, 0x3fffffff};
+                if ((r & 7) == 0)
+                    bits = special[(r >> 3) % 10];
+                else if ((r & 7) == 1)
+                    bits |= 0x007fffff;
+                memcpy(host[i] + e * es, &bits, 4);
+                continue;
+            }
             if (!(info.access & LOOM_IN))
                 v = 0;
             else if (spec[i].fill == FILL_RANGE)
@@ -803,4 +921,42 @@ Test(codegen_gpu, examples)
     dspec si[LOOM_MAX_ARGS] = {{.fill = FILL_SMALLINT}};
     gpu_vs_interp(odd_kernel(), ONE, si, 0);
     (void)g3;
+}
+
+Test(codegen_gpu, masked_accesses)
+{
+    /* rows past n = 37 and the tensor's own tails (R = 50, C = 72) in every block */
+    int g[3] = {4, 2, 1};
+    dspec s[LOOM_MAX_ARGS] = {[2] = {.scalar = LOOM_ARG_I32(37)}};
+    gpu_vs_interp(masks(LOOM_F16, 50, 72, 16, 64, 48), g, s, 0); /* every access 16 bytes */
+    gpu_vs_interp(masks(LOOM_F16, 50, 72, 16, 64, 45), g, s, 0); /* columns element by element */
+    gpu_vs_interp(masks(LOOM_F32, 50, 72, 16, 64, 44), g, s, 0);
+    gpu_vs_interp(masks(LOOM_BF16, 50, 72, 16, 64, 40), g, s, 0);
+    int g2[3] = {4, 1, 1};
+    gpu_vs_interp(vector_add(1000, 256, LOOM_F16, 1), g2, NOSPEC, 0);
+    gpu_vs_interp(vector_add(1001, 256, LOOM_F32, 1), g2, NOSPEC, 0);
+}
+
+/* Float division bit for bit against the host's, over every class of f32 value. */
+static loom_kernel *fdiv_kernel(int64_t n, int block)
+{
+    loom_kernel *k = loom_kernel_create("fdiv", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE2(2, n), LOOM_OUT);
+    loom_val off = loom_mul(k, loom_program_id(k, 0), ci(k, block));
+    loom_val a = loom_load(k, x, &off, LOOM_SHAPE1(block), LOOM_NONE, 1.0);
+    loom_val b = loom_load(k, y, &off, LOOM_SHAPE1(block), LOOM_NONE, 1.0);
+    loom_store(k, o, ((loom_val[]){ci(k, 0), off}), loom_div(k, a, b), LOOM_NONE);
+    /* one divisor for a whole row, as a softmax divides by its sum */
+    loom_val s = loom_broadcast(k, loom_load(k, y, &off, LOOM_SHAPE1(1), LOOM_NONE, 1.0), LOOM_SHAPE1(block));
+    loom_store(k, o, ((loom_val[]){ci(k, 1), off}), loom_div(k, a, s), LOOM_NONE);
+    return k;
+}
+
+Test(codegen_gpu, division_correctly_rounded)
+{
+    int g[3] = {1024, 1, 1};
+    dspec s[LOOM_MAX_ARGS] = {{.fill = FILL_BITS}, {.fill = FILL_BITS}};
+    gpu_vs_interp(fdiv_kernel(1024 * 1024, 1024), g, s, 0);
 }
