@@ -99,6 +99,10 @@ loom_status rt_gpu_time_ms(rt_gpu *g, rt_gpu_work_fn work, void *ctx, int warmup
  * measurement: unlike rt_gpu_time_ms, what runs between two timed runs is not timed. */
 loom_status rt_gpu_time_each(rt_gpu *g, rt_gpu_work_fn before, rt_gpu_work_fn work, void *ctx,
                              int reps, double *times_ms, char *err, size_t errlen);
+/* Atomically replace path with len bytes of data (temporary file in dir named after
+ * base, fsync, rename, fsync of dir); shared by the module and tuning caches. */
+loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
+                            size_t len, char *err, size_t errlen);
 /* The median of `reps` such runs after `warmup` untimed ones (prep before each). */
 loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
                                 int warmup, int reps, double *median_ms, char *err, size_t errlen);

@@ -365,10 +365,57 @@ static int file_path(const char *dir, const mc_key *key, char *buf, size_t n)
     return (w > 0 && (size_t)w < n) ? 0 : -1;
 }
 
+/* Write len bytes to a temporary file in dir (named after base), fsync it and rename it
+ * to path, then fsync dir: readers see the old file or the whole new one, never a part. */
+loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
+                            size_t len, char *err, size_t errlen)
+{
+    char tmp[4600];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", dir, base);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(errno));
+        return LOOM_ERR_RUNTIME;
+    }
+    size_t left = len;
+    const char *p = data;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        p += w;
+        left -= (size_t)w;
+    }
+    int saved = errno;
+    if (left || fsync(fd) != 0) {
+        if (!left)
+            saved = errno;
+        close(fd);
+        unlink(tmp);
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(saved));
+        return LOOM_ERR_RUNTIME;
+    }
+    (void)fchmod(fd, 0644);
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        snprintf(err, errlen, "cannot move %s to %s: %s", tmp, path, strerror(saved));
+        return LOOM_ERR_RUNTIME;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd); /* make the rename durable (best effort) */
+        close(dfd);
+    }
+    return LOOM_OK;
+}
+
 loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin, size_t n,
                           const mc_meta *meta, char *err, size_t errlen)
 {
-    char path[4096], tmp[4200], hex[33];
+    char path[4096], hex[33];
     if (file_path(dir, key, path, sizeof path) != 0) {
         snprintf(err, errlen, "cache directory name too long: %s", dir);
         return LOOM_ERR_INVALID;
@@ -386,48 +433,9 @@ loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin,
         return st;
     }
     mc_key_hex(key, hex);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", dir, hex);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(errno));
-        free(img);
-        return LOOM_ERR_RUNTIME;
-    }
-    const uint8_t *p = img;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        p += w;
-        left -= (size_t)w;
-    }
-    int saved = errno;
+    st = mc_replace_file(dir, hex, path, img, len, err, errlen);
     free(img);
-    if (left || fsync(fd) != 0) {
-        if (!left)
-            saved = errno;
-        close(fd);
-        unlink(tmp);
-        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(saved));
-        return LOOM_ERR_RUNTIME;
-    }
-    (void)fchmod(fd, 0644);
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
-        saved = errno;
-        unlink(tmp);
-        snprintf(err, errlen, "cannot move %s to %s: %s", tmp, path, strerror(saved));
-        return LOOM_ERR_RUNTIME;
-    }
-    /* Make the rename itself durable (best effort). */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
-    return LOOM_OK;
+    return st;
 }
 
 mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,

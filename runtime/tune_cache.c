@@ -340,52 +340,6 @@ static cJSON *make_entry(const loom_template *t, const int64_t *shape, const int
     return e;
 }
 
-/* Write text to a temporary file in dir, fsync it and rename it to path. */
-static loom_status replace_file(const char *dir, const char *base, const char *path,
-                                const char *text, char *err, size_t errlen)
-{
-    char tmp[4600];
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", dir, base);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(errno));
-        return LOOM_ERR_RUNTIME;
-    }
-    size_t left = strlen(text);
-    const char *p = text;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        p += w;
-        left -= (size_t)w;
-    }
-    int saved = errno;
-    if (left || fsync(fd) != 0) {
-        if (!left)
-            saved = errno;
-        close(fd);
-        unlink(tmp);
-        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(saved));
-        return LOOM_ERR_RUNTIME;
-    }
-    (void)fchmod(fd, 0644);
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
-        saved = errno;
-        unlink(tmp);
-        snprintf(err, errlen, "cannot move %s to %s: %s", tmp, path, strerror(saved));
-        return LOOM_ERR_RUNTIME;
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd); /* make the rename durable (best effort) */
-        close(dfd);
-    }
-    return LOOM_OK;
-}
-
 loom_status tc_store(const char *path, const char *key, const loom_template *t,
                      const int64_t *shape, const int64_t *bucket, const tc_device *dev,
                      const tc_record *rec, char *err, size_t errlen)
@@ -463,7 +417,7 @@ loom_status tc_store(const char *path, const char *key, const loom_template *t,
         withnl[on + 1] = 0;
         out = withnl;
     }
-    st = replace_file(dir, base, path, out, err, errlen);
+    st = mc_replace_file(dir, base, path, out, strlen(out), err, errlen);
     free(out);
 out:
     if (st == LOOM_ERR_NOMEM)

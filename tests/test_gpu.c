@@ -7,21 +7,10 @@
 #include <criterion/criterion.h>
 
 #include "loom.h"
+#include "testutil.h"
 
 #include <stdio.h>
 
-static loom_runtime *gpu_or_skip(void)
-{
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_GPU);
-    cr_assert(rt);
-    if (loom_runtime_status(rt) != LOOM_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "no GPU: %s", loom_runtime_error(rt));
-        loom_runtime_destroy(rt);
-        cr_skip_test("%s", msg);
-    }
-    return rt;
-}
 
 static void check(loom_runtime *rt, const char *name, const char *shape, const char *config, uint64_t seed)
 {
@@ -47,7 +36,7 @@ static const char *bcast_configs[] = {"BM=8,BN=256,warps=4", "BM=16,BN=64,warps=
 static void check_all(const char *name, const char *const *shapes, size_t ns, const char *const *configs,
                       size_t nc, uint64_t seed)
 {
-    loom_runtime *rt = gpu_or_skip();
+    loom_runtime *rt = t_gpu_or_skip();
     loom_runtime *ri = loom_runtime_create(LOOM_TARGET_INTERPRET);
     for (size_t s = 0; s < ns; s++)
         for (size_t c = 0; c < nc; c++) {

@@ -19,6 +19,7 @@
 #include <criterion/criterion.h>
 
 #include "loom.h"
+#include "testutil.h"
 
 #include "../templates/tpl.h"
 #include "gpu.h"
@@ -581,18 +582,6 @@ Test(tune, bad_arguments_are_reported)
 
 /* ---------------------------------------------------------------- on the GPU */
 
-static loom_runtime *gpu_or_skip(void)
-{
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_GPU);
-    cr_assert(rt);
-    if (loom_runtime_status(rt) != LOOM_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "no GPU: %s", loom_runtime_error(rt));
-        loom_runtime_destroy(rt);
-        cr_skip_test("%s", msg);
-    }
-    return rt;
-}
 
 /* Fresh caches (tuning and modules) for this test process. */
 static char *fresh_caches(void)
@@ -653,7 +642,7 @@ static void exhaustive(loom_runtime *rt, const loom_tuned *x, double *best, doub
 Test(gpu_tune, broadcast_add_pick_within_3pct_of_exhaustive_then_cached, .timeout = 300)
 {
     char *dir = fresh_caches();
-    loom_runtime *rt = gpu_or_skip();
+    loom_runtime *rt = t_gpu_or_skip();
     const loom_template *t = loom_template_find("ikbo_broadcast_add");
     int64_t sh[LOOM_MAX_PARAMS];
     defaults(t->shape, t->nshape, sh);
@@ -677,7 +666,7 @@ Test(gpu_tune, broadcast_add_pick_within_3pct_of_exhaustive_then_cached, .timeou
     loom_runtime_destroy(rt);
 
     /* a second start: from the cache, compiling nothing */
-    rt = gpu_or_skip();
+    rt = t_gpu_or_skip();
     rt_gpu_stats_reset();
     loom_tuned y;
     cr_assert_eq(loom_tune(rt, t, sh, 1, &(loom_tune_opts){.quiet = 1}, &y), LOOM_OK, "%s", y.note);
@@ -736,7 +725,7 @@ static void expect_planted_faults(const loom_tuned *x)
 Test(gpu_tune, wrong_refused_and_invalid_configs_are_rejected, .timeout = 120)
 {
     char *dir = fresh_caches();
-    loom_runtime *rt = gpu_or_skip();
+    loom_runtime *rt = t_gpu_or_skip();
     int64_t shape[1] = {(1 << 20) + 77};
     loom_tuned x;
     /* outputs under LOOM_TUNE_REF_MAX: checked against the CPU reference */

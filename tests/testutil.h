@@ -54,6 +54,20 @@ static inline void loom_test_register_op(const char *name)
 
 /* ---------------------------------------------------------------- bits */
 
+/* A GPU runtime, or skip the test (with the reason) where there is none. */
+static inline loom_runtime *t_gpu_or_skip(void)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_GPU);
+    cr_assert(rt);
+    if (loom_runtime_status(rt) != LOOM_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "no GPU: %s", loom_runtime_error(rt));
+        loom_runtime_destroy(rt);
+        cr_skip_test("%s", msg);
+    }
+    return rt;
+}
+
 static inline uint32_t t_f2u(float f)
 {
     uint32_t u;
