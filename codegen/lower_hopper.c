@@ -383,6 +383,51 @@ static bool lower_fence_async(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
+/* ---------------------------------------------------------------- flags */
+
+/* The generic address of the flag element of a flag op (flags, offsets..., value), as i64. */
+static LLVMValueRef flag_addr(L *l, ir_op *op)
+{
+    uint32_t t = op->opnd[0];
+    const ir_arg *arg = &l->k->args[l->k->vals[t].def];
+    LLVMValueRef off = ci64(l, 0);
+    for (int d = 0; d < arg->shape.rank; d++)
+        off = LLVMBuildAdd(l->B, off,
+                           LLVMBuildMul(l->B, to_i64(l, scal(l, op->opnd[1 + d])), ci64(l, arg->strides[d] * 4), ""), "");
+    LLVMValueRef p = LLVMBuildGEP2(l->B, l->t_i8, LLVMGetParam(l->fn, l->k->vals[t].def), &off, 1, "");
+    return LLVMBuildPtrToInt(l->B, p, l->t_i64, "");
+}
+
+/* Every thread of the replica is past its stores (bar.sync), then one thread adds with
+ * release semantics at GPU scope. */
+static bool lower_flag_add(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    LLVMValueRef a[2] = {flag_addr(l, op), scal(l, op->opnd[op->nopnd - 1])};
+    barrier(l);
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    asm_void(l, "red.release.gpu.add.s32 [$0], $1;", "l,r,~{memory}", a, 2);
+    if_end(l, m);
+    return true;
+}
+
+/* One thread spins with acquire loads until the flag reaches the target, then bar.sync
+ * makes what it acquired visible to the whole replica. */
+static bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    LLVMValueRef a[2] = {flag_addr(l, op), scal(l, op->opnd[op->nopnd - 1])};
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    asm_void(l,
+             "{\n\t.reg .pred p;\n\t.reg .s32 v;\n\tLOOM_FLAG_${:uid}:\n\t"
+             "ld.acquire.gpu.s32 v, [$0];\n\tsetp.lt.s32 p, v, $1;\n\t"
+             "@p bra LOOM_FLAG_${:uid};\n\t}",
+             "l,r,~{memory}", a, 2);
+    if_end(l, m);
+    barrier(l);
+    return true;
+}
+
 /* ---------------------------------------------------------------- TMA */
 
 /* The boxes of one TMA op: one per chunk of the view (see the top of this file). */

@@ -816,3 +816,28 @@ loom_val loom_task_replica_at(loom_src at, loom_kernel *k)
 {
     return build0(k, at, IR_TASK_REPLICA, 0, 0);
 }
+
+/* flags, offsets (one per dim), value: flag_add and flag_wait share the operand layout */
+static void flag_op(loom_kernel *k, loom_src at, ir_opkind kind, const char *name, loom_val flags,
+                    const loom_val *offs, loom_val v)
+{
+    int r = tensor_rank(k, at, name, flags);
+    if (r < 0 || !offsets_given(k, at, name, offs))
+        return;
+    uint32_t ops[2 + LOOM_MAX_RANK];
+    ops[0] = flags;
+    for (int i = 0; i < r; i++)
+        ops[1 + i] = offs[i];
+    ops[1 + r] = v;
+    finish(k, begin(k, at, kind, ops, 2 + r));
+}
+
+void loom_flag_add_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val v)
+{
+    flag_op(k, at, IR_FLAG_ADD, "flag_add", flags, offs, v);
+}
+
+void loom_flag_wait_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val target)
+{
+    flag_op(k, at, IR_FLAG_WAIT, "flag_wait", flags, offs, target);
+}

@@ -540,6 +540,52 @@ static bool interp_load_scalar(interp *in, const ir_op *op)
     return true;
 }
 
+/* The flag element of a flag op (after the offsets' bounds check), or -1. */
+static int64_t flag_elem(interp *in, const ir_op *op, tref t)
+{
+    int r = t.arg->shape.rank;
+    int64_t base[LOOM_MAX_RANK], off = 0;
+    read_offsets(in, op, 1, r, base);
+    if (!check_leading(in, op, t, base, r, 0))
+        return -1;
+    for (int d = 0; d < r; d++)
+        off += base[d] * t.arg->strides[d];
+    return off;
+}
+
+/* Once per program or task replica: flags[offs] += v. */
+static bool interp_flag_add(interp *in, const ir_op *op)
+{
+    tref t = interp_tensor_of(in, op);
+    int64_t off = flag_elem(in, op, t), x = 0;
+    float f = 0;
+    if (off < 0 || !interp_mem_read(in, op, t, off, &f, &x))
+        return false;
+    x += interp_ival(interp_opnd(in, op, 1 + t.arg->shape.rank), 0);
+    if (!interp_mem_write(in, op, t, off, 0, x))
+        return false;
+    interp_flag_added(in);
+    return true;
+}
+
+/* Until flags[offs] >= target: other programs run meanwhile (interp_flag_block). */
+static bool interp_flag_wait(interp *in, const ir_op *op)
+{
+    tref t = interp_tensor_of(in, op);
+    int64_t off = flag_elem(in, op, t);
+    int64_t target = interp_ival(interp_opnd(in, op, 1 + t.arg->shape.rank), 0);
+    for (;;) {
+        int64_t x = 0;
+        float f = 0;
+        if (off < 0 || !interp_mem_read(in, op, t, off, &f, &x))
+            return false;
+        if (x >= target)
+            return true;
+        if (!interp_flag_block(in, op, t, off, target))
+            return false;
+    }
+}
+
 static bool interp_load_rows(interp *in, const ir_op *op)
 {
     tref t = interp_tensor_of(in, op);
@@ -708,6 +754,10 @@ loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args
         else
             t->i[0] = args[a].s.i64;
     }
+    if (in.st == LOOM_OK && ir_uses_op(k, IR_FLAG_WAIT)) {
+        in.st = interp_run_side_by_side(&in);
+        goto done;
+    }
     if (in.st == LOOM_OK)
         interp_hw_init(&in);
     /* one CTA after another; a CTA with tasks runs its body (allocations, scalars), then
@@ -726,6 +776,7 @@ loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args
                 }
             }
     interp_hw_free(&in);
+done:
     for (uint32_t v = 0; v < k->nvals; v++) {
         free(in.main_env[v].f);
         free(in.main_env[v].i);

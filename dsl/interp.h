@@ -47,6 +47,7 @@ typedef struct interp {
     interp_hw *hw;           /* NULL for kernels without shared memory, barriers or tasks */
     const ir_op *task_op;    /* the task whose replica runs now (NULL outside tasks) */
     int task_replica;
+    struct prog *prog;       /* this program's record when programs run side by side */
 } interp;
 
 /* Record the first error (later ones are dropped) as "file:line: error: op 'name' in
@@ -98,6 +99,17 @@ bool interp_hw_init(interp *in);
  * deadlock if they block for good.  Nothing to do without tasks. */
 bool interp_hw_run_tasks(interp *in);
 void interp_hw_free(interp *in);
+
+/* Flags (loom_flag_add / loom_flag_wait).  A kernel with flag waits runs its programs side
+ * by side, each a coroutine with its own slots and Hopper state, so a program can wait for
+ * another's flag; a round in which every unfinished program stays blocked and no flag
+ * changed is a deadlock, reported with each wait's line and the flag's value. */
+loom_status interp_run_side_by_side(interp *base);
+/* Block the running program or task replica until flags element `off` may have reached
+ * target (the caller re-reads it); false on an error or a deadlock. */
+bool interp_flag_block(interp *in, const ir_op *op, tref t, int64_t off, int64_t target);
+/* A flag changed: waits may be met now. */
+void interp_flag_added(interp *in);
 
 #define INTERP_HOPPER_OP(name) bool interp_##name(interp *in, const ir_op *op);
 INTERP_HOPPER_OP(smem_alloc)

@@ -113,6 +113,10 @@ typedef struct task {
     int64_t wg_committed, wg_retired; /* wgmma groups closed / retired by waits */
     int64_t st_issued, st_retired;    /* TMA stores issued / retired by waits */
     int64_t fences;
+    /* a replica blocked on a flag waits for element foff of farg (buffer fbuf) >= ftarget */
+    const interp_arg *fbuf;
+    const ir_arg *farg;
+    int64_t foff, ftarget;
 } task;
 
 struct interp_hw {
@@ -866,6 +870,7 @@ bool interp_task(interp *in, const ir_op *op)
         t->state = T_READY;
         t->wait_op = NULL;
         t->wait_nb = -1;
+        t->fbuf = NULL;
         memset(t->seen, 0, ((size_t)hw->nbars + 1) * sizeof(int64_t));
         memset(t->arrived, 0, ((size_t)hw->nbars + 1) * sizeof(int64_t));
         t->nreads = 0;
@@ -890,12 +895,24 @@ static void task_entry(void)
     /* returning resumes the scheduler (uc_link) */
 }
 
+/* An i32 flag element (its bounds were checked when the wait began). */
+static int64_t flag_value(const interp_arg *buf, int64_t off)
+{
+    int32_t x;
+    memcpy(&x, (const unsigned char *)buf->data + (size_t)off * 4, 4);
+    return x;
+}
+
+static void prog_yield(struct prog *p);
+
 static bool can_run(const interp_hw *hw, const task *t)
 {
     if (t->state == T_READY)
         return true;
     if (t->state != T_BLOCKED)
         return false;
+    if (t->fbuf)
+        return flag_value(t->fbuf, t->foff) >= t->ftarget;
     if (t->wait_nb >= 0)
         return hw->nb[t->wait_nb].gen != t->wait_gen;
     return (hw->bars[t->wait_bar].completed & 1) != t->wait_parity;
@@ -983,8 +1000,17 @@ bool interp_hw_run_tasks(interp *in)
         for (int j = 0; j < n && pick < 0; j++)
             if (can_run(hw, hw->tasks[(next + j) % n]))
                 pick = (next + j) % n;
-        if (pick < 0)
-            break;
+        if (pick < 0) {
+            /* every replica is blocked; one waiting on a flag may be released by another
+             * program: let the others run */
+            bool flag_wait = false;
+            for (int j = 0; j < n; j++)
+                flag_wait |= hw->tasks[j]->state == T_BLOCKED && hw->tasks[j]->fbuf;
+            if (!flag_wait || !in->prog)
+                break;
+            prog_yield(in->prog);
+            continue;
+        }
         task *t = hw->tasks[pick];
         t->state = T_RUNNING;
         hw->running = pick;
@@ -1009,4 +1035,219 @@ bool interp_hw_run_tasks(interp *in)
     in->task_op = NULL;
     hw->ntasks = 0;
     return in->st == LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- flags: programs side by side */
+
+/* One program of a side-by-side run: its own interpreter state on its own stack. */
+typedef struct prog {
+    interp in;
+    struct side *side;
+    void *stack;
+    size_t stack_bytes;
+    ucontext_t ctx;
+    bool done;
+    /* a wait of the kernel body (outside tasks): element woff of warg/wbuf >= wtarget */
+    const ir_op *wait_op;
+    const interp_arg *wbuf;
+    const ir_arg *warg;
+    int64_t woff, wtarget;
+} prog;
+
+typedef struct side {
+    ucontext_t sched;
+    uint64_t adds; /* flag adds so far: a round without one, and without a program ending,
+                      changed nothing any wait depends on */
+    prog *progs;
+    int n;
+} side;
+
+enum { SIDE_MAX_PROGRAMS = 1024 };
+
+static _Thread_local prog *pboot;
+
+void interp_flag_added(interp *in)
+{
+    if (in->prog)
+        in->prog->side->adds++;
+}
+
+static void prog_yield(prog *p) { swapcontext(&p->ctx, &p->side->sched); }
+
+bool interp_flag_block(interp *in, const ir_op *op, tref t, int64_t off, int64_t target)
+{
+    prog *p = in->prog;
+    if (!p)
+        return interp_fail(in, LOOM_ERR_RUNTIME, op, "a flag wait outside a side-by-side run");
+    task *tk = cur(in);
+    if (tk) {
+        tk->wait_op = op;
+        tk->wait_nb = -1;
+        tk->fbuf = t.buf;
+        tk->farg = t.arg;
+        tk->foff = off;
+        tk->ftarget = target;
+        block(in, tk);
+        tk->fbuf = NULL;
+    } else {
+        p->wait_op = op;
+        p->wbuf = t.buf;
+        p->warg = t.arg;
+        p->woff = off;
+        p->wtarget = target;
+        prog_yield(p);
+        p->wait_op = NULL;
+    }
+    return in->st == LOOM_OK;
+}
+
+static void prog_entry(void)
+{
+    prog *p = pboot;
+    interp *in = &p->in;
+    if (!interp_exec_block(in, 1)) {
+        if (in->st == LOOM_OK)
+            in->st = LOOM_ERR_NOMEM;
+    } else {
+        interp_hw_run_tasks(in);
+    }
+    p->done = true;
+}
+
+static void report_side_deadlock(interp *base, side *S)
+{
+    base->st = LOOM_ERR_RUNTIME;
+    if (!base->err || !base->errlen)
+        return;
+    size_t at = 0, n = base->errlen;
+    int shown = 0, more = 0;
+#define PUT(...)                                                                \
+    do {                                                                        \
+        if (at < n) {                                                           \
+            int w_ = snprintf(base->err + at, n - at, __VA_ARGS__);             \
+            at += w_ > 0 ? (size_t)w_ : 0;                                      \
+        }                                                                       \
+    } while (0)
+    PUT("error: deadlock: every unfinished program waits on a flag that no running program "
+        "will change");
+    for (int i = 0; i < S->n; i++) {
+        prog *p = &S->progs[i];
+        if (p->done)
+            continue;
+        const interp_hw *hw = p->in.hw;
+        for (int j = -1; j < (hw ? hw->ntasks : 0); j++) {
+            const task *t = j >= 0 ? hw->tasks[j] : NULL;
+            const ir_op *w = t ? (t->state == T_BLOCKED && t->fbuf ? t->wait_op : NULL) : p->wait_op;
+            if (!w)
+                continue;
+            if (shown == 8) {
+                more++;
+                continue;
+            }
+            shown++;
+            char tn[150] = "", tb[160] = "";
+            if (t)
+                snprintf(tb, sizeof tb, " %s", task_name(t, tn, sizeof tn));
+            const interp_arg *buf = t ? t->fbuf : p->wbuf;
+            const ir_arg *arg = t ? t->farg : p->warg;
+            int64_t off = t ? t->foff : p->woff, target = t ? t->ftarget : p->wtarget;
+            PUT("\n  program (%d,%d,%d)%s waits at %s:%d for %s[%lld] >= %lld; it is %lld",
+                p->in.pid[0], p->in.pid[1], p->in.pid[2], tb, file_of(w), w->src.line, arg->name,
+                (long long)off, (long long)target, (long long)flag_value(buf, off));
+        }
+    }
+    if (more)
+        PUT("\n  ... and %d more waits", more);
+#undef PUT
+}
+
+loom_status interp_run_side_by_side(interp *base)
+{
+    loom_kernel *k = base->k;
+    int64_t n = (int64_t)base->grid[0] * base->grid[1] * base->grid[2];
+    if (n > SIDE_MAX_PROGRAMS) {
+        if (base->err && base->errlen)
+            snprintf(base->err, base->errlen,
+                     "error: the kernel waits on flags, so the interpreter runs its programs side by "
+                     "side; the grid has %lld programs, more than the %d it can run that way (on the "
+                     "GPU such a kernel must also fit on the SMs at once: launch it persistent)",
+                     (long long)n, SIDE_MAX_PROGRAMS);
+        return LOOM_ERR_RUNTIME;
+    }
+    side S = {.n = (int)n};
+    S.progs = calloc((size_t)n, sizeof(prog));
+    if (!S.progs)
+        return LOOM_ERR_NOMEM;
+    loom_status st = LOOM_OK;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < S.n && st == LOOM_OK; i++) {
+        prog *p = &S.progs[i];
+        p->side = &S;
+        p->in = (interp){.k = k, .args = base->args, .err = base->err, .errlen = base->errlen,
+                         .prog = p};
+        for (int d = 0; d < 3; d++)
+            p->in.grid[d] = base->grid[d];
+        p->in.pid[0] = i % base->grid[0];
+        p->in.pid[1] = (i / base->grid[0]) % base->grid[1];
+        p->in.pid[2] = i / (base->grid[0] * base->grid[1]);
+        p->in.env = p->in.main_env = calloc(k->nvals, sizeof(tv));
+        p->stack_bytes = STACK_BYTES + page;
+        p->stack = mmap(NULL, p->stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (!p->in.main_env || p->stack == MAP_FAILED) {
+            p->stack = NULL;
+            st = LOOM_ERR_NOMEM;
+            break;
+        }
+        mprotect(p->stack, page, PROT_NONE);
+        for (int a = 0; a < k->nargs && st == LOOM_OK; a++) {
+            if (k->args[a].is_tensor)
+                continue;
+            tv *t = interp_slot(&p->in, k->args[a].value);
+            if (!t)
+                st = LOOM_ERR_NOMEM;
+            else
+                interp_copy_tv(t, &base->main_env[k->args[a].value]);
+        }
+        if (st == LOOM_OK && !interp_hw_init(&p->in))
+            st = p->in.st;
+        getcontext(&p->ctx);
+        p->ctx.uc_stack.ss_sp = p->stack;
+        p->ctx.uc_stack.ss_size = p->stack_bytes;
+        p->ctx.uc_link = &S.sched;
+        makecontext(&p->ctx, prog_entry, 0);
+    }
+    /* round-robin in program order until every program ends, one fails, or a round
+     * changes nothing */
+    for (int left = S.n; st == LOOM_OK && left > 0;) {
+        uint64_t adds0 = S.adds;
+        int left0 = left;
+        for (int i = 0; i < S.n && st == LOOM_OK; i++) {
+            prog *p = &S.progs[i];
+            if (p->done)
+                continue;
+            pboot = p;
+            swapcontext(&S.sched, &p->ctx);
+            st = p->in.st;
+            left -= p->done;
+        }
+        if (st == LOOM_OK && left > 0 && left == left0 && S.adds == adds0) {
+            report_side_deadlock(base, &S);
+            st = base->st;
+        }
+    }
+    for (int i = 0; i < S.n; i++) {
+        prog *p = &S.progs[i];
+        if (p->in.main_env) {
+            interp_hw_free(&p->in);
+            for (uint32_t v = 0; v < k->nvals; v++) {
+                free(p->in.main_env[v].f);
+                free(p->in.main_env[v].i);
+            }
+            free(p->in.main_env);
+        }
+        if (p->stack)
+            munmap(p->stack, p->stack_bytes);
+    }
+    free(S.progs);
+    return st;
 }

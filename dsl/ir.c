@@ -594,3 +594,11 @@ const char *ir_type_str(const ir_type *t, char *buf, size_t n)
         snprintf(buf, n, "%s[%s]", dt, dims);
     return buf;
 }
+
+bool ir_uses_op(const loom_kernel *k, ir_opkind kind)
+{
+    for (uint32_t o = 1; o < k->nops; o++)
+        if (k->ops[o].kind == kind && k->ops[o].block)
+            return true;
+    return false;
+}

@@ -193,6 +193,8 @@ void ir_op_unlink(loom_kernel *k, uint32_t o);
 /* The name value v has in loom_print's text ("%3", "%acc.5", "%x" for an argument),
  * written into buf (n bytes); for error messages. */
 const char *ir_value_label(loom_kernel *k, uint32_t v, char *buf, size_t n);
+/* Does a live op (one still in a block) of this kind occur in the kernel? */
+bool ir_uses_op(const loom_kernel *k, ir_opkind kind);
 
 /* ---------------------------------------------------------------- type rules */
 

@@ -23,6 +23,7 @@
  *   store: tensor, offsets..., value, [mask]      load_scalar: tensor, offsets...
  *   load_rows: tensor, rows, offsets...           for: lo, hi, step, inits...
  *   tma_load: tensor, offsets..., view, bars, index   tma_store: tensor, offsets..., view
+ *   flag_add: flags, offsets..., value            flag_wait: flags, offsets..., target
  *
  * Hopper machinery (include/loom.h section 5b).  Attributes: smem_alloc iattr = {slots,
  * swizzle} with dtype/shape in its result type; mbar_alloc {count, arrivals};
@@ -86,5 +87,7 @@ LOOM_OP(TMA_STORE_WAIT, tma_store_wait, 0, 0, no_result,    IRF_SYNC)
 LOOM_OP(WGMMA,         wgmma,          3, 0, wgmma,         IRF_SMEM)
 LOOM_OP(WGMMA_COMMIT,  wgmma_commit,   0, 0, no_result,     IRF_SYNC)
 LOOM_OP(WGMMA_WAIT,    wgmma_wait,    -1, 0, wgmma_wait,    IRF_SYNC)
+LOOM_OP(FLAG_ADD,      flag_add,      -1, 0, flag,          IRF_SYNC)
+LOOM_OP(FLAG_WAIT,     flag_wait,     -1, 0, flag,          IRF_SYNC)
 LOOM_OP(TASK,          task,           0, 1, task,          IRF_REGION)
 LOOM_OP(TASK_REPLICA,  task_replica,   0, 0, task_replica,  IRF_PURE)

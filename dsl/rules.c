@@ -669,6 +669,27 @@ static bool rule_named_barrier(rule_ctx *c)
     return in_task(c);
 }
 
+/* flag_add / flag_wait: an i32 tensor declared LOOM_INOUT, one offset per dim, an i32
+ * scalar (the value to add, or the target to wait for) */
+static bool rule_flag(rule_ctx *c)
+{
+    char b[64];
+    if (!check_tensor(c))
+        return false;
+    int r = T(c, 0)->shape.rank;
+    if (c->op->nopnd != 2 + r)
+        FAIL("takes the flags, %d offsets and %s; got %d operands", r,
+             c->op->kind == IR_FLAG_ADD ? "the value to add" : "the target", c->op->nopnd);
+    const ir_arg *a = &c->k->args[c->k->vals[c->op->opnd[0]].def];
+    if (T(c, 0)->dtype != LOOM_I32)
+        FAIL("the flags '%s' are %s; flags are an i32 tensor", a->name, ts(T(c, 0), b));
+    if ((a->access & (LOOM_IN | LOOM_OUT)) != (LOOM_IN | LOOM_OUT))
+        FAIL("the flags '%s' must be declared LOOM_INOUT (they are read and written)", a->name);
+    if (!check_offsets(c, 1, r))
+        return false;
+    return want_i32_scalar(c, 1 + r, c->op->kind == IR_FLAG_ADD ? "the value to add" : "the target");
+}
+
 static bool rule_no_result(rule_ctx *c)
 {
     if (c->op->kind == IR_TMA_STORE_WAIT || c->op->kind == IR_WGMMA_WAIT)

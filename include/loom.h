@@ -407,6 +407,23 @@ loom_region_op loom_task_begin_at(loom_src at, loom_kernel *k, int warps, int re
 void loom_task_end_at(loom_src at, loom_kernel *k, loom_region_op task);
 loom_val loom_task_replica_at(loom_src at, loom_kernel *k);
 
+/* Flags in global memory: one program hands data to another inside a kernel.  The writer
+ * stores its results, then loom_flag_add(flags, offs, v) adds v to the i32 element
+ * flags[offs] with release semantics (every thread of the task replica, or of the
+ * program outside tasks, has finished its earlier stores when the add is seen; it is
+ * done once per replica).  A reader calls loom_flag_wait(flags, offs, target), which
+ * returns when flags[offs] >= target with acquire semantics: the writer's stores are then
+ * visible to every thread of the replica.  The flags are an argument declared LOOM_INOUT;
+ * counting up across launches (target = launches * adds) saves clearing them.
+ * A wait on another program needs that program to be running: a kernel with flag waits
+ * is launched with at most one program per SM (persistent), and the launch refuses a
+ * larger grid.  The interpreter runs such kernels' programs side by side as coroutines
+ * and reports a wait that can never be met, with its line and the flag's value. */
+#define loom_flag_add(k, flags, offs, v) loom_flag_add_at(LOOM_HERE, k, flags, offs, v)
+#define loom_flag_wait(k, flags, offs, target) loom_flag_wait_at(LOOM_HERE, k, flags, offs, target)
+void loom_flag_add_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val v);
+void loom_flag_wait_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val target);
+
 /* ---------------------------------------------------------------- 6. verify, print */
 
 /* Check the whole kernel.  LOOM_OK, or LOOM_ERR_VERIFY with every problem listed in

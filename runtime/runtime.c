@@ -262,6 +262,14 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
     if (st != LOOM_OK)
         return st;
     if (rt->gpu) {
+        int64_t progs = (int64_t)grid[0] * grid[1] * grid[2];
+        int sms = rt_gpu_properties(rt->gpu)->sm_count;
+        if (progs > sms && ir_uses_op(k, IR_FLAG_WAIT))
+            return rt_fail(rt, LOOM_ERR_INVALID,
+                           "launch of '%s': the kernel waits on flags set by other programs, so all its "
+                           "programs must run at once; the grid has %lld programs but the GPU has %d SMs "
+                           "(launch it persistent: at most one program per SM)",
+                           k->name, (long long)progs, sms);
         rt_launch_arg la[LOOM_MAX_ARGS];
         for (int i = 0; i < nargs; i++) {
             la[i].dptr = args[i].buf ? args[i].buf->dptr : 0;
