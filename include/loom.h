@@ -705,6 +705,52 @@ typedef struct tpl_broadcast_add_shape {
 loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn, int warps);
 void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, int grid[3]);
 
+/* IKBO linear compression: out[b] = W_cand @ E_cand[b] + W_user @ E_user[cand_to_user[b]].
+ * W_user [M, Ku], W_cand [M, Kc], E_user [U, Ku, N], E_cand [B, Kc, N], cand_to_user [B]
+ * i32 (each in [0, U)), out [B, M, N]; f16 or bf16, f32 accumulation; any B, U, M, Ku, Kc;
+ * N a multiple of 8.  Prepare once per shape (the weights are uploaded and padded, the
+ * kernels built, tuned and loaded), then run many times; the stages are the steps of the
+ * IKBO co-design, each runnable on its own (templates/ikbo_lce.c has the details). */
+typedef struct loom_ikbo_lce_shape {
+    int64_t B, U, M, N, Ku, Kc;
+    loom_dtype dtype;
+} loom_ikbo_lce_shape;
+
+typedef enum loom_ikbo_stage {
+    LOOM_IKBO_MATERIALIZED = 0,   /* the framework baseline: gather E_user[u] B times, one GEMM
+                                     over the concatenated K */
+    LOOM_IKBO_DECOMPOSED = 1,     /* user GEMM at U, candidate GEMM at B, broadcast-add (the
+                                     weights padded to a multiple of 8 on every run) */
+    LOOM_IKBO_K_ALIGNED = 2,      /* the same, with the weights padded once when prepared */
+    LOOM_IKBO_FUSED_EPILOGUE = 3, /* user GEMM, then the candidate GEMM adding user_res[u(b)]
+                                     in its epilogue */
+    LOOM_IKBO_PERSISTENT = 4,     /* one persistent warp-specialized kernel: user tiles
+                                     first, handed to the candidate tiles by flags */
+} loom_ikbo_stage;
+const char *loom_ikbo_stage_name(loom_ikbo_stage s);
+
+/* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c: BM, BN, ring
+ * stages, consumer warps 4 or 8, persistent CTAs). */
+typedef struct loom_ikbo_lce_config {
+    int bm, bn, stages, cwarps, ctas;
+} loom_ikbo_lce_config;
+
+typedef struct loom_ikbo_lce loom_ikbo_lce;
+/* w_user [M, Ku] and w_cand [M, Kc] are host arrays of the dtype.  cfg NULL: the config
+ * the tuner picks for this shape (loom_tune over the "ikbo_lce" template, cached on disk;
+ * without a GPU, the default).  A shape or config that cannot be served is refused with
+ * the reason in loom_runtime_error(rt). */
+loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                  const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
+                                  loom_ikbo_lce **out);
+/* Launch the stage's kernels on device buffers (asynchronous on the GPU, like loom_launch).
+ * Buffers too small for the shape are refused with a message naming them. */
+loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand,
+                              loom_buffer *cand_to_user, loom_buffer *out);
+/* "stage 4 (persistent): ikbo_lce_fused BM=128,BN=256,..." */
+const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p);
+void loom_ikbo_lce_destroy(loom_ikbo_lce *p);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

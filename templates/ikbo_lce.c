@@ -1,0 +1,489 @@
+/*
+ * ikbo_lce.c -- IKBO linear compression: out[b] = W_cand @ E_cand[b] + W_user @ E_user[u(b)].
+ *
+ * Shapes: W_user [M, Ku], W_cand [M, Kc], E_user [U, Ku, N], E_cand [B, Kc, N], the user
+ * index u = cand_to_user [B] (i32), out [B, M, N]; f16 or bf16 in and out, f32
+ * accumulation.  The user half is computed once per user, not once per candidate.
+ *
+ * One builder makes every GEMM kernel of the four stages (templates/ikbo_lce_api.c runs
+ * them), each a warp-specialized TMA + wgmma kernel like templates/gemm.c:
+ *
+ *   IK_USER        user_res[u] = W_user @ E_user[u]                    (tiles: U x M x N)
+ *   IK_CAND        cand[b] = W_cand @ E_cand[b]                          (tiles: B x M x N)
+ *   IK_CAND_FUSED  out[b] = W_cand @ E_cand[b] + user_res[u(b)]: the broadcast-index
+ *                  epilogue reads user u(b)'s tile in the accumulator's layout and adds it
+ *   IK_FUSED       one persistent kernel: every program first takes user tiles, then
+ *                  candidate tiles (tile t = pid, pid + ctas, ...; the user tiles come
+ *                  first in that order, so a program never waits before its own user
+ *                  tiles are done).  A user tile stores its f32 result and adds 1 to its
+ *                  flag (release); a candidate tile's epilogue waits for the flag of its
+ *                  user's tile to reach the launch's epoch (acquire), then adds the tile.
+ *
+ * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
+ * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
+ * as given and TMA reads its rows past K as zero: any K works.  Tiles are ordered with
+ * the M tiles of one batch entry next to each other, so programs working side by side
+ * share E[b] in L2.
+ */
+#include "ikbo_lce.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CI(v) loom_const_i(k, LOOM_I32, (v))
+
+int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
+
+int64_t ik_tiles_mn(const ik_spec *s) { return TPL_CDIV(s->M, s->bm) * TPL_CDIV(s->N, s->bn); }
+
+static bool has_user(const ik_spec *s) { return s->mode == IK_USER || s->mode == IK_FUSED; }
+static bool has_cand(const ik_spec *s) { return s->mode != IK_USER; }
+
+int64_t ik_tiles(const ik_spec *s)
+{
+    return ik_tiles_mn(s) * ((has_user(s) ? s->U : 0) + (has_cand(s) ? s->B : 0));
+}
+
+void ik_grid(const ik_spec *s, int grid[3])
+{
+    int64_t t = ik_tiles(s);
+    grid[0] = (int)(s->ctas && s->ctas < t ? s->ctas : t);
+    grid[1] = grid[2] = 1;
+}
+
+const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
+{
+    if (s->dt != LOOM_F16 && s->dt != LOOM_BF16)
+        return "dtype must be f16 or bf16 (the tensor-core inputs)";
+    if (s->B < 1 || s->U < 1 || s->M < 1 || s->N < 1 || s->Ku < 1 || s->Kc < 1)
+        return "B, U, M, N, Ku and Kc must be positive";
+    if (s->N % 8)
+        return "N must be a multiple of 8 (TMA needs 16-byte aligned rows of E and out)";
+    if (s->cwarps != 4 && s->cwarps != 8)
+        return "cwarps must be 4 or 8 (one or two consumer warp groups)";
+    if (s->bm != 64 * (s->cwarps / 4) && s->bm != 128 * (s->cwarps / 4))
+        return "BM must be 64 or 128 rows per consumer warp group";
+    if (s->bn < 64 || s->bn > 256 || (s->bn & (s->bn - 1)))
+        return "BN must be 64, 128 or 256";
+    if (s->stages < 2 || s->stages > 8)
+        return "stages must be 2 to 8";
+    int64_t smem = (int64_t)s->stages * (s->bm + s->bn) * 64 * 2;
+    if (smem > 220 * 1024) {
+        snprintf(buf, n, "the ring needs %lld bytes of shared memory (over 220 KiB); use fewer stages or smaller tiles",
+                 (long long)smem);
+        return buf;
+    }
+    if ((int64_t)(s->bm / (s->cwarps / 4)) * s->bn / 128 > 192)
+        return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
+    if (s->ctas < 0)
+        return "ctas must be >= 0";
+    if (s->mode == IK_FUSED && (s->ctas < 1 || s->ctas > 1024))
+        return "the fused kernel is persistent: ctas must be 1 to 1024 (at most one per SM on the GPU)";
+    return NULL;
+}
+
+/* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
+ * index within the entry's M x N tiles. */
+typedef struct tile_at {
+    loom_val j, m0, n0, r;
+} tile_at;
+
+static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc)
+{
+    int64_t tm = TPL_CDIV(s->M, s->bm), per = ik_tiles_mn(s);
+    tile_at a;
+    a.j = loom_div(k, tc, CI(per));
+    a.r = loom_rem(k, tc, CI(per));
+    a.m0 = loom_mul(k, loom_rem(k, a.r, CI(tm)), CI(s->bm));
+    a.n0 = loom_mul(k, loom_div(k, a.r, CI(tm)), CI(s->bn));
+    return a;
+}
+
+/* The kernel's arguments (LOOM_NONE where its mode has none). */
+typedef struct ik_args {
+    loom_val wu, wc, eu, ec, index, ures, flags, epoch, out;
+} ik_args;
+
+static ik_args declare(loom_kernel *k, const ik_spec *s)
+{
+    ik_args a = {0};
+    int64_t kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
+    if (has_user(s)) {
+        a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, kpu), LOOM_IN);
+        a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
+    }
+    if (has_cand(s)) {
+        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, kpc), LOOM_IN);
+        a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
+    }
+    if (s->mode == IK_CAND_FUSED || s->mode == IK_FUSED)
+        a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
+    if (s->mode != IK_CAND)
+        a.ures = loom_arg_tensor(k, "user_res", s->mode == IK_USER ? s->odt : LOOM_F32,
+                                 LOOM_SHAPE3(s->U, s->M, s->N),
+                                 s->mode == IK_USER ? LOOM_OUT : s->mode == IK_FUSED ? LOOM_INOUT : LOOM_IN);
+    if (s->mode == IK_FUSED) {
+        a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE3(s->U, TPL_CDIV(s->M, 64), TPL_CDIV(s->N, 64)),
+                                  LOOM_INOUT);
+        a.epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
+    }
+    if (s->mode != IK_USER)
+        a.out = loom_arg_tensor(k, "out", s->dt, LOOM_SHAPE3(s->B, s->M, s->N), LOOM_OUT);
+    return a;
+}
+
+/* expect the two boxes on full[slot], then TMA W's [BM, 64] and E[j]'s [64, BN] boxes */
+static void load_step(loom_kernel *k, const ik_spec *s, loom_val w, loom_val e, tile_at t, loom_val k0,
+                      loom_val as, loom_val bs, loom_val full, loom_val slot)
+{
+    loom_mbar_expect(k, full, slot, (int64_t)(s->bm + s->bn) * 64 * (int64_t)loom_dtype_size(s->dt));
+    loom_tma_load(k, w, ((loom_val[]){t.m0, k0}), loom_smem_slot(k, as, slot), full, slot);
+    loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, bs, slot), full, slot);
+}
+
+/* The epilogue of tile t from the accumulator's registers. */
+static void epilogue(loom_kernel *k, const ik_spec *s, const ik_args *a, loom_val is_user, tile_at t, loom_val acc)
+{
+    loom_shape tile = LOOM_SHAPE2(s->bm, s->bn);
+    if (s->mode == IK_USER) {
+        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), loom_cast(k, acc, s->odt), LOOM_NONE);
+        return;
+    }
+    if (s->mode == IK_CAND) {
+        loom_store(k, a->out, ((loom_val[]){t.j, t.m0, t.n0}), loom_cast(k, acc, s->dt), LOOM_NONE);
+        return;
+    }
+    loom_region_op br = 0;
+    if (s->mode == IK_FUSED) {
+        /* a user tile: publish its f32 result, then its flag */
+        br = loom_if_begin(k, is_user, 0);
+        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), acc, LOOM_NONE);
+        /* one flag per 64 x 64 block of user_res (so the flags do not depend on the tile
+         * config); blocks of the tile past M or N have none */
+        for (int i = 0; i < s->bm / 64; i++)
+            for (int j = 0; j < s->bn / 64; j++) {
+                loom_val mb = loom_add(k, loom_div(k, t.m0, CI(64)), CI(i));
+                loom_val nb = loom_add(k, loom_div(k, t.n0, CI(64)), CI(j));
+                loom_region_op in = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_LT, mb, CI(TPL_CDIV(s->M, 64))),
+                                                               loom_cmp(k, LOOM_LT, nb, CI(TPL_CDIV(s->N, 64)))), 0);
+                loom_flag_add(k, a->flags, ((loom_val[]){t.j, mb, nb}), CI(1));
+                loom_if_end(k, in, 0, NULL);
+            }
+        loom_else(k, br, 0, NULL);
+    }
+    /* the broadcast-index epilogue: user u(b)'s tile, read by index in the accumulator's
+     * layout, added to the candidate's accumulator */
+    loom_val u = loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
+    if (s->mode == IK_FUSED)
+        loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
+    loom_val x = loom_load(k, a->ures, ((loom_val[]){u, t.m0, t.n0}), tile, LOOM_NONE, 0.0);
+    loom_store(k, a->out, ((loom_val[]){t.j, t.m0, t.n0}), loom_cast(k, loom_add(k, acc, x), s->dt), LOOM_NONE);
+    if (br)
+        loom_if_end(k, br, 0, NULL);
+}
+
+static const char *mode_name(ik_mode m)
+{
+    return m == IK_USER ? "ikbo_user_gemm" : m == IK_CAND ? "ikbo_cand_gemm" : m == IK_CAND_FUSED ? "ikbo_cand_fused" : "ikbo_lce_fused";
+}
+
+loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
+{
+    char buf[200];
+    const char *w = ik_why_not(s, buf, sizeof buf);
+    if (w)
+        return tpl_refuse(err, errlen, "%s", w);
+    int prod_warps = 4;
+    loom_kernel *k = loom_kernel_create(mode_name(s->mode), prod_warps + s->cwarps);
+    ik_args a = declare(k, s);
+
+    loom_val as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
+    loom_val bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
+    loom_val full = loom_mbar_alloc(k, s->stages, 1);
+    loom_val empty = loom_mbar_alloc(k, s->stages, 1);
+    int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
+    int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = TPL_CDIV(ik_pad8(s->Kc), 64);
+    loom_val pid = loom_program_id(k, 0);
+    loom_val step = s->ctas ? loom_num_programs(k, 0) : CI(ntot);
+    loom_val zero = CI(0), one = CI(1);
+
+    /* Per tile: is it a user tile, its coordinates among its kind, and its k steps. */
+#define TILE_OF(tv)                                                                                \
+    loom_val is_user = s->mode == IK_FUSED ? loom_cmp(k, LOOM_LT, (tv), CI(nut))                   \
+                                           : loom_const_i(k, LOOM_I1, s->mode == IK_USER);         \
+    tile_at t = tile_coords(k, s, s->mode == IK_FUSED ? loom_select(k, is_user, (tv), loom_sub(k, (tv), CI(nut))) : (tv)); \
+    loom_val nk = s->mode == IK_FUSED ? loom_select(k, is_user, CI(nku), CI(nkc)) : CI(has_user(s) ? nku : nkc)
+
+    /* producer: TMA into the ring */
+    loom_region_op pt = loom_task_begin(k, prod_warps, 40, 1);
+    {
+        loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
+        TILE_OF(loom_for_iv(k, tl));
+        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
+        {
+            loom_val kk = loom_for_iv(k, kl);
+            loom_val it = loom_add(k, it0, kk);
+            loom_val sl = loom_ring_slot(k, it, s->stages);
+            loom_mbar_wait(k, empty, sl, loom_sub(k, one, loom_ring_phase(k, it, s->stages)));
+            loom_val k0 = loom_mul(k, kk, CI(64));
+            if (s->mode == IK_FUSED) {
+                loom_region_op br = loom_if_begin(k, is_user, 0);
+                load_step(k, s, a.wu, a.eu, t, k0, as, bs, full, sl);
+                loom_else(k, br, 0, NULL);
+                load_step(k, s, a.wc, a.ec, t, k0, as, bs, full, sl);
+                loom_if_end(k, br, 0, NULL);
+            } else if (has_user(s)) {
+                load_step(k, s, a.wu, a.eu, t, k0, as, bs, full, sl);
+            } else {
+                load_step(k, s, a.wc, a.ec, t, k0, as, bs, full, sl);
+            }
+        }
+        loom_for_end(k, kl, 0, NULL);
+        loom_val next = loom_add(k, it0, nk);
+        loom_for_end(k, tl, 1, &next);
+    }
+    loom_task_end(k, pt);
+
+    /* consumers: wgmma out of the ring, then the mode's epilogue from registers */
+    loom_region_op ct = loom_task_begin(k, s->cwarps, 232, 1);
+    {
+        loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
+        TILE_OF(loom_for_iv(k, tl));
+        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
+        loom_region_op kl = loom_for_begin(k, zero, nk, one, 1, &acc0);
+        {
+            loom_val kk = loom_for_iv(k, kl);
+            loom_val it = loom_add(k, it0, kk);
+            loom_val sl = loom_ring_slot(k, it, s->stages);
+            loom_mbar_wait(k, full, sl, loom_ring_phase(k, it, s->stages));
+            loom_val acc = loom_wgmma(k, loom_smem_slot(k, as, sl), loom_smem_slot(k, bs, sl), loom_for_arg(k, kl, 0));
+            loom_wgmma_commit(k);
+            loom_region_op wt = loom_wgmma_wait(k, 1, 1, &acc);
+            /* the previous step's wgmma is done: give its slot back */
+            loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
+            loom_mbar_arrive(k, empty, loom_ring_slot(k, loom_sub(k, it, one), s->stages));
+            loom_if_end(k, first, 0, NULL);
+            loom_val r = loom_wgmma_result(k, wt, 0);
+            loom_for_end(k, kl, 1, &r);
+        }
+        loom_val accl = loom_for_result(k, kl, 0);
+        loom_region_op wt = loom_wgmma_wait(k, 0, 1, &accl);
+        loom_val last = loom_sub(k, loom_add(k, it0, nk), one);
+        loom_mbar_arrive(k, empty, loom_ring_slot(k, last, s->stages));
+        epilogue(k, s, &a, is_user, t, loom_wgmma_result(k, wt, 0));
+        loom_val next = loom_add(k, it0, nk);
+        loom_for_end(k, tl, 1, &next);
+    }
+    loom_task_end(k, ct);
+#undef TILE_OF
+    return k;
+}
+
+/* ---------------------------------------------------------------- the two small kernels */
+
+/* dst[m, 0:Kp] = src[m, 0:K] padded with zeros (Kp = ik_pad8(K)): one row a program. */
+loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt)
+{
+    int64_t kp = ik_pad8(K), w = 1;
+    while (w < kp)
+        w *= 2;
+    loom_kernel *k = loom_kernel_create("ikbo_pad_weights", 4);
+    loom_val src = loom_arg_tensor(k, "src", dt, LOOM_SHAPE2(M, K), LOOM_IN);
+    loom_val dst = loom_arg_tensor(k, "dst", dt, LOOM_SHAPE2(M, kp), LOOM_OUT);
+    loom_val m = loom_program_id(k, 0);
+    loom_val x = loom_load(k, src, ((loom_val[]){m, CI(0)}), LOOM_SHAPE2(1, w), LOOM_NONE, 0.0);
+    loom_store(k, dst, ((loom_val[]){m, CI(0)}), x, LOOM_NONE);
+    return k;
+}
+
+/* The materialized broadcast of frameworks: cat[b] = [E_user[u(b)]; E_cand[b]] along K
+ * (rows Ku + Kc, padded with zero rows to a multiple of 8), [rows, N] a program per
+ * (row block of 16, b). */
+loom_kernel *ik_gather_kernel(const ik_spec *s)
+{
+    int64_t kt = ik_pad8(s->Ku + s->Kc), w = 1;
+    while (w < s->N)
+        w *= 2;
+    loom_kernel *k = loom_kernel_create("ikbo_materialize", 4);
+    loom_val eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
+    loom_val ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
+    loom_val index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
+    loom_val cat = loom_arg_tensor(k, "E_cat", s->dt, LOOM_SHAPE3(s->B, kt, s->N), LOOM_OUT);
+    loom_val r0 = loom_mul(k, loom_program_id(k, 0), CI(16));
+    loom_val b = loom_program_id(k, 1);
+    loom_val u = loom_load_scalar(k, index, ((loom_val[]){b}));
+    loom_val rows = loom_add(k, loom_arange(k, 0, 16), loom_splat(k, r0, LOOM_SHAPE1(16)));
+    loom_val rr = loom_broadcast(k, loom_expand_dims(k, rows, 1), LOOM_SHAPE2(16, w));
+    loom_val in_u = loom_cmp(k, LOOM_LT, rr, loom_splat(k, CI(s->Ku), LOOM_SHAPE2(16, w)));
+    /* rows below Ku come from the user, the others from the candidate (masks keep each
+     * load inside its own tensor; both read zero past their ends) */
+    loom_val xu = loom_load(k, eu, ((loom_val[]){u, r0, CI(0)}), LOOM_SHAPE2(16, w), in_u, 0.0);
+    loom_val xc = loom_load(k, ec, ((loom_val[]){b, loom_sub(k, r0, CI(s->Ku)), CI(0)}), LOOM_SHAPE2(16, w),
+                            loom_not(k, in_u), 0.0);
+    loom_store(k, cat, ((loom_val[]){b, r0, CI(0)}), loom_select(k, in_u, xu, xc), LOOM_NONE);
+    return k;
+}
+
+#undef CI
+
+/* ---------------------------------------------------------------- registry entry: the stage-4 kernel */
+
+enum { S_B, S_U, S_M, S_N, S_KU, S_KC, S_DTYPE, S_SHUFFLE };
+enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS };
+
+ik_spec ik_spec_of(ik_mode mode, const int64_t *sh, const int64_t *cf)
+{
+    return (ik_spec){mode, sh[S_B], sh[S_U], sh[S_M], sh[S_N], sh[S_KU], sh[S_KC], (loom_dtype)sh[S_DTYPE],
+                     (loom_dtype)sh[S_DTYPE], (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS],
+                     (int)cf[C_CTAS]};
+}
+
+static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
+{
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    char buf[200];
+    const char *w = ik_why_not(&s, buf, sizeof buf);
+    if (w && why && n)
+        snprintf(why, n, "%s", w);
+    return w == NULL;
+}
+
+static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
+{
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    return ik_build(&s, err, n);
+}
+
+static void grid(const int64_t *sh, const int64_t *cf, int g[3])
+{
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    ik_grid(&s, g);
+}
+
+/* Rank configs: waves of equal tiles over the persistent CTAs, the rows and columns
+ * computed past M and N, the ring's depth. */
+static double cost(const int64_t *sh, const int64_t *cf)
+{
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    double tm = (double)TPL_CDIV(s.M, s.bm), tn = (double)TPL_CDIV(s.N, s.bn);
+    double per_tile_u = (double)s.bm * s.bn * ik_pad8(s.Ku), per_tile_c = (double)s.bm * s.bn * ik_pad8(s.Kc);
+    double work = tm * tn * (s.U * per_tile_u + s.B * per_tile_c) * (1.0 + 64.0 / s.bm + 64.0 / s.bn);
+    double ctas = s.ctas ? s.ctas : 132, tiles = (double)ik_tiles(&s);
+    double waves = tiles / ctas, tail = waves > (int64_t)waves ? 1.0 : 0.0;
+    return work / tiles * ((int64_t)waves + tail) / (s.stages >= 3 ? 1.0 : 1.3);
+}
+
+/* The user of each candidate: contiguous runs (b * U / B), or a random permutation of them. */
+void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map)
+{
+    for (int64_t b = 0; b < B; b++)
+        map[b] = (int32_t)(b * U / B);
+    if (U > B) /* more users than candidates: spread them */
+        for (int64_t b = 0; b < B; b++)
+            map[b] = (int32_t)((b * U) / B);
+    if (shuffle)
+        for (int64_t b = B - 1; b > 0; b--) {
+            int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));
+            int32_t x = map[b];
+            map[b] = map[j];
+            map[j] = x;
+        }
+}
+
+/* Fill W [M, Kp] with values in its first K columns and zeros after. */
+static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, uint64_t *seed)
+{
+    int64_t kp = ik_pad8(K);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t q = 0; q < kp; q++)
+            tpl_set(w, dt, m * kp + q, q < K ? (double)(tpl_rand(seed) % 2001) / 1000.0 - 1.0 : 0.0);
+}
+
+static void init(const int64_t *sh, void *const *host, uint64_t seed)
+{
+    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
+    fill_padded(host[0], dt, sh[S_M], sh[S_KU], &seed); /* W_user */
+    fill_padded(host[2], dt, sh[S_M], sh[S_KC], &seed); /* W_cand */
+    tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &seed);
+    tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &seed);
+    ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], seed, host[4]);
+    /* user_res, flags: zero (the buffers come zeroed); epoch 1 */
+    *(int32_t *)host[7] = 1;
+}
+
+/* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded ([M, pad8(K)]). */
+void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
+                  const int32_t *map, void *ures, void *out)
+{
+    int64_t M = s->M, N = s->N, kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
+    double *u = calloc((size_t)(s->U * M * N), sizeof(double)), *row = malloc((size_t)N * sizeof(double));
+    if (!u || !row)
+        goto done;
+    for (int64_t x = 0; x < s->U; x++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t q = 0; q < s->Ku; q++) {
+                double a = tpl_get(wu, s->dt, m * kpu + q);
+                for (int64_t j = 0; j < N; j++)
+                    u[(x * M + m) * N + j] += a * tpl_get(eu, s->dt, (x * s->Ku + q) * N + j);
+            }
+    if (ures)
+        for (int64_t i = 0; i < s->U * M * N; i++)
+            tpl_set(ures, LOOM_F32, i, u[i]);
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t j = 0; j < N; j++)
+                row[j] = u[((int64_t)map[b] * M + m) * N + j];
+            for (int64_t q = 0; q < s->Kc; q++) {
+                double a = tpl_get(wc, s->dt, m * kpc + q);
+                for (int64_t j = 0; j < N; j++)
+                    row[j] += a * tpl_get(ec, s->dt, (b * s->Kc + q) * N + j);
+            }
+            for (int64_t j = 0; j < N; j++)
+                tpl_set(out, s->dt, (b * M + m) * N + j, row[j]);
+        }
+done:
+    free(u);
+    free(row);
+}
+
+static void reference(const int64_t *sh, void *const *host, void *const *ref)
+{
+    static const int64_t cf[5] = {128, 256, 4, 8, 132}; /* the outputs do not depend on it */
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[8]);
+    if (ref[6]) /* one add for each 64 x 64 block of user_res */
+        for (int64_t i = 0; i < s.U * TPL_CDIV(s.M, 64) * TPL_CDIV(s.N, 64); i++)
+            ((int32_t *)ref[6])[i] = 1;
+}
+
+const loom_template tpl_def_ikbo_lce = {
+    .name = "ikbo_lce",
+    .doc = "IKBO linear compression out[b] = W_cand @ E_cand[b] + W_user @ E_user[u(b)]: one persistent "
+           "warp-specialized kernel, user tiles handed to candidate tiles by flags (stage 4)",
+    .nshape = 8,
+    .shape = {{"B", 1024, "candidates"},
+              {"U", 15, "users"},
+              {"M", 433, "rows of the weights and of out"},
+              {"N", 256, "columns of E and out (a multiple of 8)"},
+              {"Ku", 1178, "user K (any; the weights are padded to a multiple of 8)"},
+              {"Kc", 866, "candidate K (any)"},
+              {"dtype", LOOM_F16, "f16 or bf16"},
+              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
+    .nconfig = 5,
+    .config = {{"BM", 128, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
+               {"BN", 256, "tile columns", 3, {64, 128, 256}},
+               {"stages", 4, "ring slots", 4, {2, 3, 4, 5}},
+               {"cwarps", 8, "consumer warps (4 or 8)", 2, {4, 8}},
+               {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}}},
+    .valid = valid,
+    .cost = cost,
+    .build = build,
+    .grid = grid,
+    .init = init,
+    .reference = reference,
+    .atol = 2e-2,
+    .rtol = 2e-2,
+};

@@ -1,0 +1,46 @@
+/*
+ * ikbo_lce.h -- the IKBO linear-compression kernels (templates/ikbo_lce.c) and what the
+ * C API (templates/ikbo_lce_api.c) and the registry entry need of them (internal).
+ * Prefix: ik_.
+ */
+#ifndef LOOM_IKBO_LCE_H
+#define LOOM_IKBO_LCE_H
+
+#include "tpl.h"
+
+typedef enum ik_mode {
+    IK_USER,       /* user_res[u] = W_user @ E_user[u] */
+    IK_CAND,       /* out[b] = W_cand @ E_cand[b] */
+    IK_CAND_FUSED, /* out[b] = W_cand @ E_cand[b] + user_res[u(b)] (broadcast-index epilogue) */
+    IK_FUSED,      /* both in one persistent kernel, the user tiles handed over by flags */
+} ik_mode;
+
+typedef struct ik_spec {
+    ik_mode mode;
+    int64_t B, U, M, N, Ku, Kc; /* K as the user gives it; the weights are padded (ik_pad8) */
+    loom_dtype dt;              /* f16 or bf16: inputs and out */
+    loom_dtype odt;             /* IK_USER: user_res's dtype (f16/bf16, or f32 for IK_CAND_FUSED) */
+    int bm, bn, stages, cwarps, ctas;
+} ik_spec;
+
+int64_t ik_pad8(int64_t k);
+int64_t ik_tiles_mn(const ik_spec *s); /* tiles of one [M, N] output */
+int64_t ik_tiles(const ik_spec *s);    /* tiles of the whole kernel */
+void ik_grid(const ik_spec *s, int grid[3]);
+/* Why the spec cannot be built, or NULL. */
+const char *ik_why_not(const ik_spec *s, char *buf, size_t n);
+loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen);
+/* dst [M, pad8(K)] = src [M, K] padded with zero columns: grid (M, 1, 1). */
+loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt);
+/* E_cat [B, pad8(Ku + Kc), N] = [E_user[u(b)]; E_cand[b]]: grid (cdiv(pad8(Ku+Kc), 16), B, 1). */
+loom_kernel *ik_gather_kernel(const ik_spec *s);
+
+/* The registry entry's shape and config vectors as a spec of the given mode. */
+ik_spec ik_spec_of(ik_mode mode, const int64_t *shape, const int64_t *config);
+/* The user of each candidate: b * U / B, shuffled by a permutation when shuffle is set. */
+void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map);
+/* out (and ures, f32, when not NULL) computed in double from padded weights. */
+void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
+                  const int32_t *map, void *ures, void *out);
+
+#endif
