@@ -458,6 +458,9 @@ int loom_runtime_is_gpu(const loom_runtime *rt);
 const char *loom_runtime_device_name(const loom_runtime *rt);
 /* The last error message of this runtime ("" if none). */
 const char *loom_runtime_error(const loom_runtime *rt);
+/* Record a message as the runtime's last error (for layers built on the runtime, such as
+ * the IKBO API). */
+void loom_runtime_set_error(loom_runtime *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Buffers live where the runtime runs kernels (device memory, or host memory for the
  * interpreter).  Upload/download copy whole byte ranges. */

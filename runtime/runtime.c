@@ -44,6 +44,16 @@ static loom_status rt_fail(loom_runtime *rt, loom_status st, const char *fmt, ..
     return st;
 }
 
+void loom_runtime_set_error(loom_runtime *rt, const char *fmt, ...)
+{
+    if (!rt)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rt->err, sizeof rt->err, fmt, ap);
+    va_end(ap);
+}
+
 static bool env_true(const char *name)
 {
     const char *v = getenv(name);
