@@ -676,6 +676,14 @@ typedef struct loom_tune_opts {
     uint64_t seed;    /* inputs of the correctness check; 0: 1 */
 } loom_tune_opts;
 
+/* Time any GPU work on rt -- a sequence of launches, say a whole IKBO stage: run work
+ * `warmup` times, then `reps` times, each run after an untimed write of twice the L2 so
+ * no run finds its inputs in cache; the median in ms.  work returns LOOM_OK or its
+ * failure (which stops the timing).  LOOM_ERR_NO_GPU on the interpreter. */
+loom_status loom_time_work(loom_runtime *rt, loom_status (*work)(void *ctx), void *ctx, int warmup, int reps,
+                           double *median_ms);
+
+
 /* Time a launch the way the tuner does: after a first (untimed) launch and `warmup` runs,
  * `reps` runs each preceded by an L2 flush (a buffer twice the L2 size is written,
  * outside the timed window); returns the median in ms.  GPU only (LOOM_ERR_NO_GPU). */

@@ -49,5 +49,7 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
 rt_gpu *rt_runtime_gpu(const loom_runtime *rt);
 /* Set the runtime's error message (loom_runtime_error) and return st. */
 loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg);
+/* A GPU buffer's device address (0 on the interpreter). */
+uint64_t rt_buffer_dptr(const loom_buffer *b);
 
 #endif /* LOOM_RT_H */

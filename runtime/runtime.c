@@ -410,3 +410,53 @@ loom_status loom_time_copy(loom_runtime *rt, loom_buffer *dst, const loom_buffer
         return rt_fail(rt, st, "%s", err);
     return LOOM_OK;
 }
+
+/* ---------------------------------------------------------------- timing any work */
+
+typedef struct work_ctx {
+    loom_runtime *rt;
+    loom_status (*work)(void *);
+    void *ctx;
+    loom_buffer *flush;
+    int n;
+} work_ctx;
+
+static loom_status work_flush(void *p, char *err, size_t errlen)
+{
+    work_ctx *w = p;
+    loom_status st = rt_gpu_memset8(w->rt->gpu, w->flush->dptr, (unsigned char)(w->n++ & 0xff), w->flush->bytes, err,
+                                    errlen);
+    return st;
+}
+
+static loom_status work_run(void *p, char *err, size_t errlen)
+{
+    work_ctx *w = p;
+    loom_status st = w->work(w->ctx);
+    if (st != LOOM_OK)
+        snprintf(err, errlen, "%s", w->rt->err[0] ? w->rt->err : loom_status_name(st));
+    return st;
+}
+
+loom_status loom_time_work(loom_runtime *rt, loom_status (*work)(void *ctx), void *ctx, int warmup, int reps,
+                           double *median_ms)
+{
+    if (!rt || !work || !median_ms || warmup < 0 || reps < 1 || reps > 100000)
+        return rt ? rt_fail(rt, LOOM_ERR_INVALID, "loom_time_work: bad arguments") : LOOM_ERR_INVALID;
+    *median_ms = 0;
+    if (!rt->gpu)
+        return rt_fail(rt, LOOM_ERR_NO_GPU, "loom_time_work: timing needs a GPU runtime");
+    const rt_gpu_props *pp = rt_gpu_properties(rt->gpu);
+    size_t l2 = pp->l2_bytes > 0 ? (size_t)pp->l2_bytes : (size_t)64 << 20;
+    work_ctx w = {rt, work, ctx, loom_buffer_create(rt, 2 * l2), 0};
+    if (!w.flush)
+        return rt_fail(rt, LOOM_ERR_NOMEM, "loom_time_work: no memory for the L2 flush buffer");
+    char err[1024] = "";
+    loom_status st = rt_gpu_time_each_ms(rt->gpu, work_flush, work_run, &w, warmup, reps, median_ms, err, sizeof err);
+    loom_buffer_destroy(w.flush);
+    if (st != LOOM_OK)
+        return rt_fail(rt, st, "loom_time_work: %s", err);
+    return LOOM_OK;
+}
+
+uint64_t rt_buffer_dptr(const loom_buffer *b) { return b ? b->dptr : 0; }
