@@ -8,6 +8,8 @@
  *                                  2 to 1000 at B=1024
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
  *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..          skip tuning, use this config
+ *   without a GPU: every stage on the interpreter at a small odd shape, checked the same
+ *   way, and each stage's kernels written as PTX (--ptx DIR, default build/ptx/ikbo_lce)
  *
  * Each shape is tuned once (loom_tune over the ikbo_lce template, cached); every stage runs
  * with that tile config.  Correctness, by the issue's rule, on the headline shapes (and on
@@ -192,6 +194,95 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int
         loom_buffer_destroy(bs[i]);
 }
 
+/* Without a GPU: every stage on the interpreter at a small odd shape, checked by the same
+ * rule against a CPU reference, and each stage's kernels written as PTX into ptx_dir. */
+static int interpreter_run(const char *ptx_dir)
+{
+    static const lce_shape s = {24, 5, 77, 64, 37, 29};
+    static const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6};
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    size_t e = 2, nout = (size_t)(s.B * s.M * s.N);
+    uint64_t seed = 99;
+    uint16_t *wu = malloc((size_t)(s.M * s.Ku) * e), *wc = malloc((size_t)(s.M * s.Kc) * e);
+    uint16_t *eu = malloc((size_t)(s.U * s.Ku * s.N) * e), *ec = malloc((size_t)(s.B * s.Kc * s.N) * e);
+    uint16_t *out = malloc(nout * e);
+    int32_t *map = malloc((size_t)s.B * 4);
+    float *refc = malloc(nout * 4), *refu = malloc((size_t)(s.U * s.M * s.N) * 4);
+    if (!rt || !wu || !wc || !eu || !ec || !out || !map || !refc || !refu)
+        DIE("out of memory");
+    tpl_fill(wu, LOOM_F16, s.M * s.Ku, -1, 1, &seed);
+    tpl_fill(wc, LOOM_F16, s.M * s.Kc, -1, 1, &seed);
+    tpl_fill(eu, LOOM_F16, s.U * s.Ku * s.N, -1, 1, &seed);
+    tpl_fill(ec, LOOM_F16, s.B * s.Kc * s.N, -1, 1, &seed);
+    for (int64_t x = 0; x < s.U + s.B; x++) /* the two halves, in double, kept as f32 */
+        for (int64_t m = 0; m < s.M; m++)
+            for (int64_t j = 0; j < s.N; j++) {
+                bool user = x < s.U;
+                int64_t b = user ? x : x - s.U, K = user ? s.Ku : s.Kc;
+                double acc = 0;
+                for (int64_t q = 0; q < K; q++)
+                    acc += tpl_get(user ? wu : wc, LOOM_F16, m * K + q) *
+                           tpl_get(user ? eu : ec, LOOM_F16, (b * K + q) * s.N + j);
+                (user ? refu : refc)[(b * s.M + m) * s.N + j] = (float)acc;
+            }
+    loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16};
+    printf("no GPU: every IKBO LCE stage on the interpreter at B=%lld U=%lld M=%lld N=%lld Ku=%lld Kc=%lld "
+           "(f16), PTX into %s\n", (long long)s.B, (long long)s.U, (long long)s.M, (long long)s.N, (long long)s.Ku,
+           (long long)s.Kc, ptx_dir);
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        ik_mapping(s.B, s.U, shuffle, seed, map);
+        loom_buffer *deu = loom_buffer_create(rt, (size_t)(s.U * s.Ku * s.N) * e);
+        loom_buffer *dec = loom_buffer_create(rt, (size_t)(s.B * s.Kc * s.N) * e);
+        loom_buffer *dmap = loom_buffer_create(rt, (size_t)s.B * 4), *dout = loom_buffer_create(rt, nout * e);
+        if (!deu || !dec || !dmap || !dout || loom_buffer_upload(deu, eu, loom_buffer_size(deu)) ||
+            loom_buffer_upload(dec, ec, loom_buffer_size(dec)) || loom_buffer_upload(dmap, map, loom_buffer_size(dmap)))
+            DIE("buffers: %s", loom_runtime_error(rt));
+        for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
+            loom_ikbo_lce *p = NULL;
+            if (loom_ikbo_lce_prepare(rt, &ls, (loom_ikbo_stage)st, wu, wc, &cfg, &p) != LOOM_OK)
+                DIE("stage %d: %s", st, loom_runtime_error(rt));
+            run_ctx x = {p, deu, dec, dmap, dout};
+            if (run_once(&x) || loom_buffer_download(dout, out, nout * e))
+                DIE("stage %d: %s", st, loom_runtime_error(rt));
+            double er, tol;
+            check(refc, refu, map, out, &s, &er, &tol);
+            failures += !(er <= tol);
+            printf("  %s users, stage %d %-15s %s: max|out-ref32| %.3g, max|ref16-ref32| %.3g  (%s)\n",
+                   shuffle ? "shuffled  " : "contiguous", st, loom_ikbo_stage_name((loom_ikbo_stage)st),
+                   er <= tol ? "ok  " : "FAIL", er, tol, loom_ikbo_lce_describe(p));
+            int grid[3];
+            loom_kernel *k;
+            for (int i = 0; shuffle == 0 && (k = loom_ikbo_lce_kernel(p, i, grid)) != NULL; i++) {
+                char *ptx = NULL, perr[1024], path[512];
+                size_t smem = 0;
+                if (loom_compile_ptx(k, "sm_90a", &ptx, &smem, perr, sizeof perr) != LOOM_OK)
+                    DIE("PTX of %s: %s", loom_kernel_name(k), perr);
+                snprintf(path, sizeof path, "%s/stage%d_%s.ptx", ptx_dir, st, loom_kernel_name(k));
+                FILE *f = fopen(path, "w");
+                if (!f || fputs(ptx, f) < 0 || fclose(f) != 0)
+                    DIE("cannot write %s", path);
+                free(ptx);
+            }
+            loom_ikbo_lce_destroy(p);
+        }
+        loom_buffer *bs[] = {deu, dec, dmap, dout};
+        for (size_t i = 0; i < 4; i++)
+            loom_buffer_destroy(bs[i]);
+    }
+    free(wu);
+    free(wc);
+    free(eu);
+    free(ec);
+    free(out);
+    free(map);
+    free(refc);
+    free(refu);
+    loom_runtime_destroy(rt);
+    if (failures)
+        printf("bench_ikbo_lce: %d FAILED\n", failures);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     lce_shape head = {1024, 15, 433, 256, 1178, 866};
@@ -199,9 +290,12 @@ int main(int argc, char **argv)
     loom_ikbo_lce_config cfg = {0};
     lce_shape custom = head;
     int have_shape = 0;
+    const char *ptx_dir = "build/ptx/ikbo_lce";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep"))
             sweep = 1;
+        else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)
+            ptx_dir = argv[++i];
         else if (!strcmp(argv[i], "--check-all"))
             check_all = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -224,16 +318,16 @@ int main(int argc, char **argv)
                 DIE("--config wants BM=..,BN=..,stages=..,cwarps=..,ctas=..");
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_lce [--sweep] [--check-all] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
+            fprintf(stderr, "usage: bench_ikbo_lce [--sweep] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
                             "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..]\n");
             return 2;
         }
     }
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_GPU);
     if (!rt || loom_runtime_status(rt) != LOOM_OK) {
-        printf("bench_ikbo_lce: skipped: no GPU (%s)\n", rt ? loom_runtime_error(rt) : "no runtime");
+        printf("bench_ikbo_lce: no GPU here (%s)\n", rt ? loom_runtime_error(rt) : "no runtime");
         loom_runtime_destroy(rt);
-        return 0;
+        return interpreter_run(ptx_dir);
     }
     char err[1024];
     nvref_gemm *ref = NULL;

@@ -758,8 +758,11 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
  * Buffers too small for the shape are refused with a message naming them. */
 loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand,
                               loom_buffer *cand_to_user, loom_buffer *out);
-/* "stage 4 (persistent): ikbo_lce_fused BM=128,BN=256,..." */
+/* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused" */
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p);
+/* The kernels a run launches, in order (for their PTX or IR): kernel i and its grid;
+ * NULL past the last. */
+loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3]);
 void loom_ikbo_lce_destroy(loom_ikbo_lce *p);
 
 #if defined(__GNUC__)

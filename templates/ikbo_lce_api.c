@@ -358,6 +358,15 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }
 
+loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3])
+{
+    if (!p || i < 0 || i >= p->nk)
+        return NULL;
+    if (grid)
+        memcpy(grid, p->grid[i], sizeof p->grid[i]);
+    return p->k[i];
+}
+
 void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
 {
     if (!p)
