@@ -179,6 +179,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int
             DIE("timing stage %d: %s", st, loom_runtime_error(rt));
         printf("  stage %d %-15s %8.3f ms %7.1f TF/s  x%.2f vs materialized  %s\n", st,
                loom_ikbo_stage_name((loom_ikbo_stage)st), ms[st], gflop / ms[st], ms[0] / ms[st], verdict);
+        fflush(stdout);
         loom_ikbo_lce_destroy(p);
     }
     fflush(stdout);
