@@ -164,6 +164,11 @@ static LLVMValueRef asm_call(L *l, LLVMTypeRef ret, const char *text, const char
         add_fn_attr_call(l, c, "nounwind", 0);
         add_fn_attr_call(l, c, "memory", 0); /* memory(none) */
         add_fn_attr_call(l, c, "willreturn", 0);
+    } else {
+        /* barriers, .aligned and .sync instructions: LLVM must not duplicate them into
+         * divergent paths (tail merging once split a bar.sync between an elected thread
+         * and the rest of its warp, which deadlocks) */
+        add_fn_attr_call(l, c, "convergent", 0);
     }
     return c;
 }
@@ -177,13 +182,13 @@ static void barrier(L *l)
         LLVMTypeRef ft = LLVMFunctionType(l->t_void, &at, 1, 0);
         const char *c = "r,~{memory}";
         LLVMValueRef a = LLVMGetInlineAsm(ft, t, strlen(t), c, strlen(c), 1, 0, LLVMInlineAsmDialectATT, 0);
-        LLVMBuildCall2(l->B, ft, a, &l->bar_id, 1, "");
+        add_fn_attr_call(l, LLVMBuildCall2(l->B, ft, a, &l->bar_id, 1, ""), "convergent", 0);
         return;
     }
     LLVMTypeRef ft = LLVMFunctionType(l->t_void, NULL, 0, 0);
     const char *t = "bar.sync 0;", *c = "~{memory}";
     LLVMValueRef a = LLVMGetInlineAsm(ft, t, strlen(t), c, strlen(c), 1, 0, LLVMInlineAsmDialectATT, 0);
-    LLVMBuildCall2(l->B, ft, a, NULL, 0, "");
+    add_fn_attr_call(l, LLVMBuildCall2(l->B, ft, a, NULL, 0, ""), "convergent", 0);
 }
 
 static LLVMValueRef sreg(L *l, const char *name)

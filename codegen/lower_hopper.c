@@ -678,6 +678,7 @@ static bool lower_wgmma(L *l, uint32_t o, ir_op *op)
             LLVMValueRef ia = LLVMGetInlineAsm(fty, text, strlen(text), cons, strlen(cons), 1, 0,
                                                LLVMInlineAsmDialectATT, 0);
             LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)na, "");
+            add_fn_attr_call(l, call, "convergent", 0);
             for (int i = 0; i < nr; i++)
                 out[mb * (Np / 2) + i] = LLVMBuildExtractValue(l->B, call, (unsigned)i, "");
         }
@@ -733,6 +734,7 @@ static bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
     LLVMTypeRef fty = LLVMFunctionType(st, ft, (unsigned)total, 0);
     LLVMValueRef ia = LLVMGetInlineAsm(fty, t, strlen(t), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
     LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)total, "");
+    add_fn_attr_call(l, call, "convergent", 0);
     a = 0;
     for (int i = 0; i < op->nres; i++) {
         int32_t id = l->cg->vlay[op->res[i]];
