@@ -631,7 +631,7 @@ const char *loom_tune_verdict_name(loom_tune_verdict v);
 typedef struct loom_tune_result {
     int64_t config[LOOM_MAX_PARAMS];
     loom_tune_verdict verdict;
-    double ms;    /* median time (TIMED only) */
+    double ms;    /* TIMED only: its final time if a finalist, else its first-pass time */
     double cost;  /* the cost model's estimate (0 without one) */
     char reason[200];
 } loom_tune_result;
@@ -652,11 +652,11 @@ typedef struct loom_tuned {
     int grid[3];
     loom_tune_source source;
     loom_status status;      /* LOOM_OK when kernel is ready */
-    double ms;               /* the config's median time when timed now or cached, else 0 */
+    double ms;               /* the config's time (finalists' pass) when timed now or cached, else 0 */
     double tune_ms;          /* wall time spent on this shape */
     double compile_ms;       /* of which: compiling the candidates (on the pool) */
     double setup_ms;         /* making inputs and the reference (overlapping the compile) */
-    double measure_ms;       /* of which: checking and timing them */
+    double measure_ms;       /* checking and timing them (overlapping the compile) */
     int ncand, nvalid, ntimed; /* combinations, valid ones, timed correct ones */
     int nresults;            /* every candidate's fate (when tuned now) */
     loom_tune_result *results;
@@ -668,7 +668,7 @@ typedef struct loom_tune_opts {
     int max_configs;  /* time at most this many valid configs, the cost model's best first;
                          0: all */
     int threads;      /* compile threads; 0: LOOM_TUNE_THREADS, else one per core */
-    int warmup, reps; /* per config; 0: 2 and 15 (the finalists are re-timed with 4x reps) */
+    int warmup, reps; /* rounds of each first-pass group; 0: 1 and 5 (docs/tuning.md) */
     int quiet;        /* 0: a progress bar and a summary table on stderr when it is a
                          terminal; 1: neither; 2: the progress bar only (the caller prints
                          the table itself with loom_tune_print) */

@@ -15,12 +15,15 @@
  *      template's valid(); the valid ones are ranked by its cost model (when it has one)
  *      and, if asked, only the best max_configs are kept.
  *   3. Compile, in parallel.  A pthread pool builds, verifies and compiles each
- *      candidate (rt_gpu_prepare: codegen, PTX -> cubin, module load).  Codegen works on
- *      a private copy of the kernel with its own LLVM context, LLVM's target is
- *      initialized once (pthread_once), the module table is guarded by a mutex, and each
- *      worker makes the device's primary context current on its own thread.  Meanwhile
- *      the main thread makes the inputs (the template's init), uploads them, and computes
- *      the reference.
+ *      candidate (rt_gpu_prepare: codegen, PTX -> cubin, module load): the comparison
+ *      kernels first, then the default config (its output is the reference for large
+ *      outputs), then the others in cost order.  Codegen works on a private copy of the
+ *      kernel with its own LLVM context, LLVM's target is initialized once (pthread_once),
+ *      the module table is guarded by a mutex, and each worker makes the device's primary
+ *      context current on its own thread.  Meanwhile the main thread makes the inputs (the
+ *      template's init), uploads them, and computes the reference; then it checks and
+ *      times the candidates as they come off the pool (steps 4 and 5), while the rest
+ *      compile.
  *   4. Check.  Each compiled candidate runs once on poisoned outputs and is compared with
  *      the reference on the device, by a comparison kernel written in loom's own DSL
  *      (tune_compare_kernel): only a count and a maximum per program come back, so a
@@ -31,13 +34,20 @@
  *      config the test suite checks against the CPU reference at many shapes), and the
  *      tolerance is doubled since both sides round.  A candidate beyond tolerance is
  *      rejected with the number of bad elements and the largest error.
- *   5. Time.  One by one on the device: warm-up runs, then repetitions, each between a
- *      pair of events, the median kept.  Before every run (outside the timed window) a
- *      buffer twice the L2 size is written, which evicts the L2; and successive runs use
- *      different copies of every argument (enough copies to exceed four L2 sizes, at most
- *      eight, within a quarter of device memory), so no run finds its inputs cached by the
- *      run before.  The best few (within 5% of the best) are then re-timed in interleaved
- *      rounds with more repetitions, which removes most of the noise from the final pick.
+ *   5. Time, in two passes.  Every run is timed between a pair of events; before it
+ *      (outside the timed window) a buffer twice the L2 size is written, which evicts the
+ *      L2, and successive runs use different copies of the arguments when one copy is
+ *      smaller than four L2 sizes, so no run finds its inputs cached by the run before.
+ *      - The first pass: checked candidates are timed in groups of up to TUNE_FIRST_GROUP,
+ *        a few rounds of one run each in turn, with the anchor (the first config timed)
+ *        in every group; a candidate's time is the anchor's times the ratio of their
+ *        times in its group.  The GPU's clock drops by a tenth within a tenth of a second
+ *        of sustained tensor-core load and recovers while the GPU waits for the compiler,
+ *        so only times taken side by side compare.
+ *      - The finalists (the best few of the first pass, tune_finalists) are timed again
+ *        together, one run of each in turn, many runs each (tune_final_runs), and the
+ *        best interquartile mean wins: the comparison is made under sustained load, as
+ *        a serving GPU runs, with any drift shared by all of them.
  *   6. Store.  The winner goes into the cache (one atomic file replace under a lock per
  *      shape, so a process killed mid-way keeps every shape finished before), and its
  *      kernel is returned ready to launch.
@@ -66,6 +76,8 @@
 
 #define TUNE_MAX_COPIES 8
 #define TUNE_MAX_COMBOS 65536
+#define TUNE_TOGETHER 8 /* kernels timed together (one run of each in turn), at most */
+_Static_assert(TUNE_FIN_MAX <= TUNE_TOGETHER && TUNE_FIRST_GROUP + 1 <= TUNE_TOGETHER, "timed together");
 
 static double now_ms(void)
 {
@@ -194,6 +206,41 @@ int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_resu
     return (int)total;
 }
 
+/* ---------------------------------------------------------------- the finalists */
+
+int tune_finalists(const double *ms, int n, int *fin)
+{
+    /* insertion into fin, kept sorted by time, of at most TUNE_FIN_MAX of the fastest */
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(ms[i] > 0))
+            continue;
+        int at = nf;
+        while (at > 0 && ms[fin[at - 1]] > ms[i])
+            at--;
+        if (at >= TUNE_FIN_MAX)
+            continue;
+        if (nf < TUNE_FIN_MAX)
+            nf++;
+        memmove(fin + at + 1, fin + at, (size_t)(nf - 1 - at) * sizeof *fin);
+        fin[at] = i;
+    }
+    /* beyond the first TUNE_FIN_MIN, only those within the margin of the fastest */
+    int keep = 0;
+    while (keep < nf && (keep < TUNE_FIN_MIN || ms[fin[keep]] <= ms[fin[0]] * (1 + TUNE_FIN_MARGIN)))
+        keep++;
+    return keep;
+}
+
+int tune_final_runs(double best_ms, int nfin)
+{
+    if (nfin < 1)
+        return 0;
+    double per = best_ms > 0 ? TUNE_FIN_BUDGET_MS / (best_ms * nfin) : TUNE_FIN_RUNS_MAX;
+    int runs = per >= TUNE_FIN_RUNS_MAX ? TUNE_FIN_RUNS_MAX : (int)ceil(per);
+    return runs < TUNE_FIN_RUNS_MIN ? TUNE_FIN_RUNS_MIN : runs;
+}
+
 /* ---------------------------------------------------------------- the comparison kernel */
 
 loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0)
@@ -237,8 +284,9 @@ loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0)
 typedef struct progress {
     bool on;
     const char *tname;
-    const char *phase;
-    int done, total;
+    int compiled, jobs;           /* compile jobs finished, of jobs */
+    int checked, total;           /* candidates checked and timed (or rejected), of total */
+    const char *phase;            /* NULL while compiling and timing; then the final phase */
     double best_ms;
     char best[160];
     double last_ms;
@@ -252,16 +300,20 @@ static void progress_draw(progress *p, bool force)
     if (!force && t - p->last_ms < 50)
         return;
     p->last_ms = t;
-    int width = 24, fill = p->total ? (int)((int64_t)width * p->done / p->total) : width;
-    char bar[32];
+    int width = 24, fill = p->total ? (int)((int64_t)width * p->checked / p->total) : width;
+    char bar[32], what[96];
     for (int i = 0; i < width; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[width] = 0;
-    if (p->best_ms > 0)
-        fprintf(stderr, "\r\033[Kloom tune %s [%s] %d/%d %s  best %.4f ms (%s)", p->tname, bar, p->done,
-                p->total, p->phase, p->best_ms, p->best);
+    if (p->phase)
+        snprintf(what, sizeof what, "%s", p->phase);
     else
-        fprintf(stderr, "\r\033[Kloom tune %s [%s] %d/%d %s", p->tname, bar, p->done, p->total, p->phase);
+        snprintf(what, sizeof what, "%d/%d compiled, %d/%d checked and timed", p->compiled, p->jobs, p->checked,
+                 p->total);
+    if (p->best_ms > 0)
+        fprintf(stderr, "\r\033[Kloom tune %s [%s] %s  best %.4f ms (%s)", p->tname, bar, what, p->best_ms, p->best);
+    else
+        fprintf(stderr, "\r\033[Kloom tune %s [%s] %s", p->tname, bar, what);
     fflush(stderr);
 }
 
@@ -280,8 +332,12 @@ typedef struct job {
     loom_tune_result *res; /* the candidate (NULL for a given kernel) */
     loom_status st;
     char err[512];         /* for a given kernel */
+    double codegen_ms, link_ms, load_ms; /* of the compile (0 when served by a cache) */
 } job;
 
+/* The compile pool: workers take jobs in order; the main thread takes finished jobs in the
+ * order they finish (pool_next), so it checks and times each candidate while the others
+ * compile. */
 typedef struct pool {
     rt_gpu *g;
     const loom_template *t;
@@ -291,6 +347,7 @@ typedef struct pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int next, done;
+    int *order;    /* job indices in the order they finished (done of them) */
     double end_ms; /* when the last job finished */
 } pool;
 
@@ -320,6 +377,9 @@ static void run_job(pool *p, job *j)
     if (p->g) {
         loom_compile_info info;
         loom_status st = rt_gpu_prepare(p->g, j->k, &info, err, sizeof err);
+        j->codegen_ms = info.codegen_ms;
+        j->link_ms = info.link_ms;
+        j->load_ms = info.load_ms;
         if (st != LOOM_OK)
             return fail_job(j, st, "", err);
     }
@@ -337,6 +397,7 @@ static void *worker(void *arg)
             return NULL;
         run_job(p, &p->jobs[i]);
         pthread_mutex_lock(&p->mu);
+        p->order[p->done] = i;
         if (++p->done == p->njobs)
             p->end_ms = now_ms();
         pthread_cond_signal(&p->cv);
@@ -344,7 +405,8 @@ static void *worker(void *arg)
     }
 }
 
-/* Start nthreads workers over p's jobs; returns how many started (0: run them inline). */
+/* Start nthreads workers over p's jobs; returns how many started (0: the jobs run inline,
+ * one by one, as pool_next asks for them). */
 static int pool_start(pool *p, pthread_t *th, int nthreads)
 {
     pthread_mutex_init(&p->mu, NULL);
@@ -356,13 +418,28 @@ static int pool_start(pool *p, pthread_t *th, int nthreads)
     return started;
 }
 
-/* Wait for every job (drawing progress), then join the workers. */
-static void pool_finish(pool *p, pthread_t *th, int started, progress *pr)
+/* The next finished job after the *seen already taken, or -1 when every job has been
+ * taken.  When none has finished yet: with wait, wait for one (drawing progress); without,
+ * return -2.  With no worker thread, the next job runs here. */
+static int pool_next(pool *p, int started, int *seen, progress *pr, bool wait)
 {
-    if (started == 0)
-        worker(p); /* no thread could be made: compile here */
+    if (*seen >= p->njobs)
+        return -1;
+    if (started == 0 && p->done == *seen) {
+        if (!wait)
+            return -2;
+        int i = p->next++;
+        run_job(p, &p->jobs[i]);
+        p->order[p->done++] = i;
+        if (p->done == p->njobs)
+            p->end_ms = now_ms();
+    }
     pthread_mutex_lock(&p->mu);
-    while (p->done < p->njobs) {
+    while (p->done <= *seen) {
+        if (!wait) {
+            pthread_mutex_unlock(&p->mu);
+            return -2;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100 * 1000 * 1000;
@@ -371,12 +448,23 @@ static void pool_finish(pool *p, pthread_t *th, int started, progress *pr)
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-        pr->done = p->done;
+        pr->compiled = p->done;
         pthread_mutex_unlock(&p->mu);
         progress_draw(pr, false);
         pthread_mutex_lock(&p->mu);
     }
+    int j = p->order[(*seen)++];
+    pr->compiled = p->done;
     pthread_mutex_unlock(&p->mu);
+    return j;
+}
+
+/* Wait for every job, then join the workers. */
+static void pool_finish(pool *p, pthread_t *th, int started, progress *pr)
+{
+    int seen = 0;
+    while (pool_next(p, started, &seen, pr, true) >= 0)
+        ;
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     pthread_mutex_destroy(&p->mu);
@@ -403,9 +491,11 @@ typedef struct bench {
     float *hbad, *hmax;
     double atol, rtol;
     bool gpu_reference;
-    /* the run being timed */
-    loom_kernel *cur;
-    int grid[3];
+    double inputs_ms; /* of the set-up: making and uploading the inputs */
+    /* the runs being timed: kernels cur[0..ncur-1] in turn, one run each, round after round */
+    loom_kernel *cur[TUNE_TOGETHER];
+    int grid[TUNE_TOGETHER][3];
+    int ncur;
     unsigned rep;
 } bench;
 
@@ -462,7 +552,9 @@ static loom_status bench_compare_kernels(bench *b, loom_kernel *probe, char *err
  * set up with (any valid one: arguments depend on the shape alone). */
 static loom_status bench_setup(bench *b, const int64_t *config, uint64_t seed, char *err, size_t n)
 {
+    double t0 = now_ms();
     loom_status st = loom_instance_create(b->rt, b->t, b->shape, config, seed, &b->in, err, n);
+    b->inputs_ms = now_ms() - t0;
     if (st != LOOM_OK)
         return st;
     const rt_gpu_props *pp = rt_gpu_properties(b->g);
@@ -470,7 +562,7 @@ static loom_status bench_setup(bench *b, const int64_t *config, uint64_t seed, c
     size_t budget = pp && pp->total_mem ? pp->total_mem / 4 : (size_t)4 << 30;
     size_t bytes = b->in.bytes ? b->in.bytes : 1;
     int k = (int)((4 * l2 + bytes - 1) / bytes);
-    k = k < 2 ? 2 : k > TUNE_MAX_COPIES ? TUNE_MAX_COPIES : k;
+    k = k < 1 ? 1 : k > TUNE_MAX_COPIES ? TUNE_MAX_COPIES : k;
     while (k > 1 && (size_t)k * bytes > budget)
         k--;
     b->ncopies = k;
@@ -640,8 +732,9 @@ static loom_status flush_work(void *p, char *err, size_t n)
 static loom_status run_work(void *p, char *err, size_t n)
 {
     bench *b = p;
-    int c = (int)(b->rep++ % (unsigned)b->ncopies);
-    loom_status st = loom_launch(b->rt, b->cur, b->grid, b->args[c], b->nargs);
+    int i = (int)(b->rep % (unsigned)b->ncur), c = (int)(b->rep / (unsigned)b->ncur % (unsigned)b->ncopies);
+    b->rep++;
+    loom_status st = loom_launch(b->rt, b->cur[i], b->grid[i], b->args[c], b->nargs);
     if (st != LOOM_OK)
         snprintf(err, n, "%s", loom_runtime_error(b->rt));
     return st;
@@ -653,29 +746,64 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
+double tune_median(double *v, int n)
 {
+    if (n < 1)
+        return 0;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Time k: warmup + reps runs, each after an L2 flush and on the next copy of the
- * arguments; the per-run times of the reps go to times[0..reps-1]. */
-static loom_status bench_time(bench *b, loom_kernel *k, const int grid[3], int warmup, int reps,
-                              double *times, char *err, size_t n)
+double tune_iqm(double *v, int n)
 {
-    double *all = malloc((size_t)(warmup + reps) * sizeof *all);
+    if (n < 4)
+        return tune_median(v, n);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double sum = 0;
+    int lo = n / 4, hi = n - n / 4;
+    for (int i = lo; i < hi; i++)
+        sum += v[i];
+    return sum / (hi - lo);
+}
+
+/* Time nk kernels interleaved: warmup + reps rounds, each round one run of every kernel
+ * in turn, each run after an L2 flush and on the next copy of the arguments.  Kernel i's
+ * times of the timed rounds go to times[i * reps + 0 .. reps - 1].  Interleaving gives
+ * every kernel the same share of any drift of the clocks (power, temperature), so their
+ * times compare fairly. */
+static loom_status bench_time_many(bench *b, loom_kernel *const *k, const int (*grid)[3], int nk, int warmup,
+                                   int reps, double *times, char *err, size_t n)
+{
+    if (nk < 1 || nk > TUNE_TOGETHER) {
+        snprintf(err, n, "bench_time_many: %d kernels", nk);
+        return LOOM_ERR_INVALID;
+    }
+    int runs = (warmup + reps) * nk;
+    double *all = malloc((size_t)runs * sizeof *all);
     if (!all) {
         snprintf(err, n, "out of host memory");
         return LOOM_ERR_NOMEM;
     }
-    b->cur = k;
-    memcpy(b->grid, grid, sizeof b->grid);
-    loom_status st = rt_gpu_time_each(b->g, flush_work, run_work, b, warmup + reps, all, err, n);
+    for (int i = 0; i < nk; i++) {
+        b->cur[i] = k[i];
+        memcpy(b->grid[i], grid[i], sizeof b->grid[i]);
+    }
+    b->ncur = nk;
+    b->rep = 0;
+    loom_status st = rt_gpu_time_each(b->g, flush_work, run_work, b, runs, all, err, n);
     if (st == LOOM_OK)
-        memcpy(times, all + warmup, (size_t)reps * sizeof *times);
+        for (int r = 0; r < reps; r++)
+            for (int i = 0; i < nk; i++)
+                times[(size_t)i * reps + r] = all[(size_t)(warmup + r) * nk + i];
     free(all);
     return st;
+}
+
+/* One kernel: warmup + reps runs; the reps' times go to times[0..reps-1]. */
+static loom_status bench_time(bench *b, loom_kernel *k, const int grid[3], int warmup, int reps,
+                              double *times, char *err, size_t n)
+{
+    return bench_time_many(b, &k, (const int(*)[3])grid, 1, warmup, reps, times, err, n);
 }
 
 loom_status loom_time_launch_flushed(loom_runtime *rt, loom_kernel *k, const int grid[3],
@@ -711,7 +839,7 @@ loom_status loom_time_launch_flushed(loom_runtime *rt, loom_kernel *k, const int
     char err[1024];
     st = bench_time(b, k, grid, warmup, reps, times, err, sizeof err);
     if (st == LOOM_OK)
-        *median_ms = median(times, reps);
+        *median_ms = tune_median(times, reps);
     else
         rt_runtime_fail(rt, st, err);
     loom_buffer_destroy(b->flush);
@@ -865,6 +993,164 @@ static int nthreads_for(const tune_ctx *c, int njobs)
     return (int)(n < njobs ? n : njobs);
 }
 
+/* The first pass's yardstick: the first config timed.  Every later group of candidates is
+ * timed together with it, one run of each in turn, and each candidate's time is the
+ * anchor's own first time scaled by the ratio of their times in that group.  The GPU's
+ * clock drops by up to 13% within a tenth of a second of sustained tensor-core load (H200)
+ * and recovers while it waits for the compiler, so raw times taken at different moments
+ * do not compare; ratios taken in the same few milliseconds do. */
+typedef struct tune_anchor {
+    loom_kernel *k;
+    int grid[3];
+    double ms;
+} tune_anchor;
+
+/* Run candidate x (kernel k) once on poisoned outputs and compare them with the
+ * reference.  A failure sets x's verdict and reason.  Returns false when the CUDA context
+ * broke (an asynchronous fault): nothing more can run. */
+static bool check_one(bench *b, const loom_template *t, const int64_t *shape, loom_tune_result *x, loom_kernel *k,
+                      bool *passed)
+{
+    int grid[3];
+    t->grid(shape, x->config, grid);
+    double nbad, worst;
+    bool fault;
+    char e[1024];
+    *passed = false;
+    loom_status st = bench_check(b, k, grid, &nbad, &worst, &fault, e, sizeof e);
+    if (st != LOOM_OK) {
+        x->verdict = LOOM_TUNE_LAUNCH_FAILED;
+        first_line(x->reason, sizeof x->reason, "", e);
+        return !fault;
+    }
+    if (nbad > 0) {
+        x->verdict = LOOM_TUNE_WRONG;
+        snprintf(x->reason, sizeof x->reason, "%.0f elements outside tolerance (max |err| %.3g) vs %s", nbad, worst,
+                 b->gpu_reference ? "the reference config's GPU output" : "the CPU reference");
+        return true;
+    }
+    *passed = true;
+    return true;
+}
+
+/* The first pass of a group of checked candidates grp[0..ng-1] (at most TUNE_FIRST_GROUP):
+ * warmup + reps rounds, each one run of the anchor and of every candidate in turn (without
+ * an anchor yet, the first candidate becomes it).  Sets each one's verdict and ms.
+ * times holds (ng + 1) * reps.  Returns false when the CUDA context broke. */
+static bool time_group(bench *b, const loom_template *t, const int64_t *shape, loom_tune_result *res,
+                       loom_kernel **kern, const int *grp, int ng, tune_anchor *a, int warmup, int reps, double *times)
+{
+    loom_kernel *ks[TUNE_FIRST_GROUP + 1];
+    int gs[TUNE_FIRST_GROUP + 1][3], nk = 0;
+    bool had = a->k != NULL;
+    if (had) {
+        ks[nk] = a->k;
+        memcpy(gs[nk++], a->grid, sizeof a->grid);
+    }
+    for (int g = 0; g < ng; g++) {
+        ks[nk] = kern[grp[g]];
+        t->grid(shape, res[grp[g]].config, gs[nk++]);
+    }
+    char e[1024];
+    loom_status st = bench_time_many(b, ks, (const int(*)[3])gs, nk, warmup, reps, times, e, sizeof e);
+    if (st != LOOM_OK) {
+        for (int g = 0; g < ng; g++) {
+            res[grp[g]].verdict = LOOM_TUNE_LAUNCH_FAILED;
+            first_line(res[grp[g]].reason, sizeof res[grp[g]].reason, "while timing: ", e);
+        }
+        return st != LOOM_ERR_CUDA;
+    }
+    double am = tune_iqm(times, reps);
+    if (!had) {
+        a->k = ks[0];
+        memcpy(a->grid, gs[0], sizeof a->grid);
+        a->ms = am;
+    }
+    for (int g = 0; g < ng; g++) {
+        loom_tune_result *x = &res[grp[g]];
+        int slot = had ? g + 1 : g;
+        x->ms = slot == 0 ? a->ms : a->ms * tune_iqm(times + (size_t)slot * reps, reps) / (am > 0 ? am : 1);
+        x->verdict = LOOM_TUNE_TIMED;
+    }
+    return true;
+}
+
+/* The first pass in progress: the group of checked candidates waiting to be timed. */
+typedef struct first_pass {
+    bench *b;
+    tune_ctx *c;
+    loom_tuned *r;
+    loom_tune_result *res;
+    loom_kernel **kern;
+    int grp[TUNE_FIRST_GROUP], ng;
+    tune_anchor anchor;
+    int warmup, reps;
+    double *times; /* (TUNE_FIRST_GROUP + 1) * reps */
+    bool broken;   /* the CUDA context broke: nothing more runs */
+    progress *pr;
+    double t0, ms; /* the tuning's start; time spent checking and timing */
+} first_pass;
+
+static void not_run(loom_tune_result *x)
+{
+    x->verdict = LOOM_TUNE_LAUNCH_FAILED;
+    snprintf(x->reason, sizeof x->reason, "not run: an earlier fault broke the CUDA context");
+}
+
+/* Time the waiting group (if any). */
+static void fp_flush(first_pass *f)
+{
+    if (f->ng == 0)
+        return;
+    const loom_template *t = f->c->t;
+    double t0 = now_ms();
+    if (!f->broken)
+        f->broken = !time_group(f->b, t, f->r->shape, f->res, f->kern, f->grp, f->ng, &f->anchor, f->warmup,
+                                f->reps, f->times);
+    else
+        for (int g = 0; g < f->ng; g++)
+            not_run(&f->res[f->grp[g]]);
+    f->ms += now_ms() - t0;
+    for (int g = 0; g < f->ng; g++) {
+        loom_tune_result *x = &f->res[f->grp[g]];
+        if (x->verdict == LOOM_TUNE_TIMED) {
+            f->r->ntimed++;
+            if (f->pr->best_ms == 0 || x->ms < f->pr->best_ms) {
+                f->pr->best_ms = x->ms;
+                loom_params_format(t->config, t->nconfig, x->config, f->pr->best, sizeof f->pr->best);
+            }
+        }
+        if (f->c->o.verbose) {
+            char text[512];
+            loom_params_format(t->config, t->nconfig, x->config, text, sizeof text);
+            fprintf(stderr, "loom tune: at %7.1f ms, in a group of %d: %-48s %s %.4f ms\n", now_ms() - f->t0, f->ng,
+                    text, loom_tune_verdict_name(x->verdict), x->ms);
+        }
+    }
+    f->pr->checked += f->ng;
+    progress_draw(f->pr, false);
+    f->ng = 0;
+}
+
+/* Check candidate i; when it passes, it joins the group, which is timed once full. */
+static void fp_add(first_pass *f, int i)
+{
+    double t0 = now_ms();
+    bool passed = false;
+    if (f->broken)
+        not_run(&f->res[i]);
+    else
+        f->broken = !check_one(f->b, f->c->t, f->r->shape, &f->res[i], f->kern[i], &passed);
+    f->ms += now_ms() - t0;
+    if (!passed) {
+        f->pr->checked++;
+        return;
+    }
+    f->grp[f->ng++] = i;
+    if (f->ng == TUNE_FIRST_GROUP)
+        fp_flush(f);
+}
+
 /* The full tuning of one shape (GPU only). */
 static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket, const char *key)
 {
@@ -926,16 +1212,29 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     }
     loom_kernel_destroy(probe);
 
-    /* compile every candidate and the comparison kernels on the pool */
-    progress pr = {.on = c->show_progress, .tname = t->name, .phase = "compiled", .total = ntry};
+    /* compile every candidate and the comparison kernels on the pool: the comparison
+     * kernels first (every check needs them), then the reference config (base: the
+     * default, whose output is the reference for large outputs), then the others in cost
+     * order */
+    progress pr = {.on = c->show_progress, .tname = t->name, .total = ntry};
     int ncmp = 0;
     for (int i = 0; i < b.nargs; i++)
         ncmp += b.cmpk[i] != NULL;
     job *jobs = calloc((size_t)(ntry + ncmp), sizeof *jobs);
+    int *order = calloc((size_t)(ntry + ncmp), sizeof *order);
+    int *dq = calloc((size_t)ntry, sizeof *dq);
+    loom_kernel **kern = calloc((size_t)ntry, sizeof *kern);
     pthread_t *th = calloc(64, sizeof *th);
-    if (!jobs || !th) {
+    int warmup = c->o.warmup > 0 ? c->o.warmup : TUNE_FIRST_WARMUP;
+    int reps = c->o.reps > 0 ? c->o.reps : TUNE_FIRST_REPS;
+    double *times = malloc((size_t)reps * (TUNE_FIRST_GROUP + 1) * sizeof *times);
+    if (!jobs || !order || !dq || !kern || !th || !times) {
         free(jobs);
+        free(order);
+        free(dq);
+        free(kern);
         free(th);
+        free(times);
         bench_free(&b);
         note(r, "Out of host memory.");
         return r->status = LOOM_ERR_NOMEM;
@@ -943,11 +1242,13 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     int nj = 0;
     for (int i = 0; i < b.nargs; i++)
         if (b.cmpk[i])
-            jobs[nj++].k = b.cmpk[i]; /* first: every check needs them */
+            jobs[nj++].k = b.cmpk[i];
+    jobs[nj++].res = &res[base];
     for (int i = 0; i < ntry; i++)
-        jobs[nj++].res = &res[i];
-    pool p = {.g = c->g, .t = t, .shape = r->shape, .jobs = jobs, .njobs = nj};
-    pr.total = nj;
+        if (i != base)
+            jobs[nj++].res = &res[i];
+    pool p = {.g = c->g, .t = t, .shape = r->shape, .jobs = jobs, .njobs = nj, .order = order};
+    pr.jobs = nj;
     double t0 = now_ms();
     int started = pool_start(&p, th, nthreads_for(c, nj));
 
@@ -959,169 +1260,162 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
             out_elems += (int64_t)(b.in.info[i].min_bytes / loom_dtype_size(b.in.info[i].dtype));
     long ref_max = env_long("LOOM_TUNE_REF_MAX", 1L << 22);
     b.gpu_reference = out_elems > ref_max;
+    double tref = now_ms();
     if (st == LOOM_OK && !b.gpu_reference)
         st = bench_cpu_reference(&b, err, sizeof err);
     r->setup_ms = now_ms() - t0;
+    if (c->o.verbose)
+        fprintf(stderr, "loom tune: set-up %.0f ms: inputs %.0f ms (%zu bytes), %d copies, CPU reference %.0f ms\n",
+                r->setup_ms, b.inputs_ms, b.in.bytes, b.ncopies, now_ms() - tref);
+
+    /* check each candidate as soon as it is compiled, and time it briefly (the first pass)
+     * in a group with the next ones checked and the anchor, while the others compile.  A
+     * candidate waits (in dq) while the comparison kernels or the reference are not ready;
+     * a group is timed when it is full or when no compiled candidate is waiting. */
+    int seen = 0, ncmp_done = 0, ref_from = -1, ncompiled = 0, nmiss = 0, dh = 0, dn = 0;
+    bool base_done = false, aborted = st != LOOM_OK, ref_tried = false;
+    double codegen_ms = 0, link_ms = 0;
+    first_pass fp = {.b = &b, .c = c, .r = r, .res = res, .kern = kern, .warmup = warmup, .reps = reps,
+                     .times = times, .pr = &pr, .t0 = t0};
+    for (;;) {
+        bool need_ref = b.gpu_reference && ref_from < 0;
+        int i;
+        if (dn > 0 && !aborted && !fp.broken && (need_ref ? base_done : ncmp_done == ncmp)) {
+            i = dq[dh];
+            dh = (dh + 1) % ntry;
+            dn--;
+        } else {
+            int j = pool_next(&p, started, &seen, &pr, fp.ng == 0);
+            if (j == -2) { /* nothing new is compiled: time the waiting group meanwhile */
+                fp_flush(&fp);
+                continue;
+            }
+            if (j < 0)
+                break;
+            if (j < ncmp) {
+                if (jobs[j].st != LOOM_OK && !aborted) {
+                    snprintf(err, sizeof err, "the comparison kernel failed to compile: %s", jobs[j].err);
+                    st = jobs[j].st;
+                    aborted = true;
+                }
+                jobs[j].k = NULL; /* owned by the bench */
+                ncmp_done++;
+                continue;
+            }
+            i = (int)(jobs[j].res - res);
+            kern[i] = jobs[j].k;
+            jobs[j].k = NULL;
+            base_done |= i == base;
+            codegen_ms += jobs[j].codegen_ms;
+            link_ms += jobs[j].link_ms;
+            nmiss += jobs[j].codegen_ms > 0;
+            if (kern[i] && !bench_args_match(&b, kern[i])) {
+                res[i].verdict = LOOM_TUNE_REFUSED;
+                snprintf(res[i].reason, sizeof res[i].reason,
+                         "its arguments differ from the other configs' (arguments must depend on the shape alone)");
+                loom_kernel_destroy(kern[i]);
+                kern[i] = NULL;
+            }
+            ncompiled += kern[i] != NULL;
+            if (!kern[i] || aborted || fp.broken) {
+                if (kern[i] && fp.broken)
+                    not_run(&res[i]);
+                pr.checked++;
+                continue;
+            }
+        }
+        if (b.gpu_reference && ref_from < 0) {
+            if (i != base && !base_done) { /* the default config's output is the reference */
+                dq[(dh + dn++) % ntry] = i;
+                continue;
+            }
+            int grid[3];
+            char e[1024];
+            double tr = now_ms();
+            t->grid(r->shape, res[i].config, grid);
+            ref_tried = true;
+            loom_status rs = bench_gpu_reference(&b, kern[i], grid, e, sizeof e);
+            fp.ms += now_ms() - tr;
+            if (rs != LOOM_OK) {
+                res[i].verdict = LOOM_TUNE_LAUNCH_FAILED;
+                first_line(res[i].reason, sizeof res[i].reason, "as the reference: ", e);
+                pr.checked++;
+                continue;
+            }
+            ref_from = i;
+        }
+        if (ncmp_done < ncmp) {
+            dq[(dh + dn++) % ntry] = i;
+            continue;
+        }
+        fp_add(&fp, i);
+    }
+    fp_flush(&fp);
+    for (; dn > 0; dn--, dh = (dh + 1) % ntry)
+        if (fp.broken)
+            not_run(&res[dq[dh]]);
+    double check_ms = fp.ms;
     pool_finish(&p, th, started, &pr);
     double compile_ms = (p.end_ms > 0 ? p.end_ms : now_ms()) - t0;
     free(th);
-    for (int i = 0; i < ncmp; i++) {
-        if (jobs[i].st != LOOM_OK && st == LOOM_OK) {
-            snprintf(err, sizeof err, "the comparison kernel failed to compile: %s", jobs[i].err);
-            st = jobs[i].st;
-        }
-        jobs[i].k = NULL; /* owned by the bench */
-    }
-    if (st != LOOM_OK) {
+    free(order);
+    free(dq);
+    free(times);
+    if (aborted) {
         note(r, "Tuning set-up failed: %s.", err);
         goto fallback;
     }
-    /* compiled candidates, in cost order */
-    loom_kernel **kern = calloc((size_t)ntry, sizeof *kern);
-    if (!kern) {
-        note(r, "Out of host memory.");
-        st = LOOM_ERR_NOMEM;
+    if (b.gpu_reference && ref_from < 0) {
+        note(r, ref_tried ? "No config could produce the reference output." : "No candidate compiled.");
+        st = LOOM_ERR_RUNTIME;
         goto fallback;
     }
-    int ncompiled = 0;
-    for (int i = 0; i < ntry; i++) {
-        kern[i] = jobs[ncmp + i].k;
-        jobs[ncmp + i].k = NULL;
-        if (kern[i] && !bench_args_match(&b, kern[i])) {
-            res[i].verdict = LOOM_TUNE_REFUSED;
-            snprintf(res[i].reason, sizeof res[i].reason,
-                     "its arguments differ from the other configs' (arguments must depend on the shape alone)");
-            loom_kernel_destroy(kern[i]);
-            kern[i] = NULL;
-        }
-        ncompiled += kern[i] != NULL;
-    }
 
-    /* the reference for large outputs: the default config's (or the first compiled) GPU output */
-    int ref_from = -1;
-    if (b.gpu_reference) {
-        /* the default config first, then the others in cost order */
-        for (int a = -1; a < ntry && ref_from < 0; a++) {
-            int i = a < 0 ? base : a;
-            if ((a >= 0 && i == base) || !kern[i])
-                continue;
-            int grid[3];
-            t->grid(r->shape, res[i].config, grid);
-            char e[1024];
-            if (bench_gpu_reference(&b, kern[i], grid, e, sizeof e) == LOOM_OK)
-                ref_from = i;
-        }
-        if (ref_from < 0) {
-            note(r, "No config could produce the reference output.");
-            st = LOOM_ERR_RUNTIME;
-            for (int i = 0; i < ntry; i++)
-                loom_kernel_destroy(kern[i]);
-            free(kern);
-            goto fallback;
-        }
-    }
-
-    /* check and time, one by one */
-    int warmup = c->o.warmup > 0 ? c->o.warmup : 2, reps = c->o.reps > 0 ? c->o.reps : 15;
-    double *times = malloc((size_t)reps * 4 * sizeof *times);
-    pr.phase = "timed";
-    pr.total = ncompiled;
-    pr.done = 0;
-    bool broken = false;
+    /* the finalists: re-timed together, run by run in turn, with many more runs */
+    double *fms = calloc((size_t)ntry, sizeof *fms);
+    int fin[TUNE_FIN_MAX], nfin = 0, fruns = 0;
     double t1 = now_ms();
-    for (int i = 0; i < ntry && times; i++) {
-        if (!kern[i])
-            continue;
-        if (broken) {
-            res[i].verdict = LOOM_TUNE_LAUNCH_FAILED;
-            snprintf(res[i].reason, sizeof res[i].reason, "not run: an earlier fault broke the CUDA context");
-            continue;
+    for (int i = 0; fms && i < ntry; i++)
+        fms[i] = kern[i] && res[i].verdict == LOOM_TUNE_TIMED ? res[i].ms : 0;
+    if (fms)
+        nfin = tune_finalists(fms, ntry, fin);
+    if (nfin > 1) {
+        loom_kernel *fk[TUNE_FIN_MAX];
+        int fg[TUNE_FIN_MAX][3];
+        for (int f = 0; f < nfin; f++) {
+            fk[f] = kern[fin[f]];
+            t->grid(r->shape, res[fin[f]].config, fg[f]);
         }
-        int grid[3];
-        t->grid(r->shape, res[i].config, grid);
-        double nbad, worst;
-        bool fault;
-        char e[1024];
-        st = bench_check(&b, kern[i], grid, &nbad, &worst, &fault, e, sizeof e);
-        if (st != LOOM_OK) {
-            res[i].verdict = LOOM_TUNE_LAUNCH_FAILED;
-            snprintf(res[i].reason, sizeof res[i].reason, "%s", e);
-            broken = fault;
-        } else if (nbad > 0) {
-            res[i].verdict = LOOM_TUNE_WRONG;
-            snprintf(res[i].reason, sizeof res[i].reason, "%.0f elements outside tolerance (max |err| %.3g) vs %s",
-                     nbad, worst, b.gpu_reference ? "the reference config's GPU output" : "the CPU reference");
-        } else if ((st = bench_time(&b, kern[i], grid, warmup, reps, times, e, sizeof e)) != LOOM_OK) {
-            res[i].verdict = LOOM_TUNE_LAUNCH_FAILED;
-            first_line(res[i].reason, sizeof res[i].reason, "while timing: ", e);
-            broken = st == LOOM_ERR_CUDA;
-        } else {
-            res[i].verdict = LOOM_TUNE_TIMED;
-            res[i].ms = median(times, reps);
-            r->ntimed++;
-            if (pr.best_ms == 0 || res[i].ms < pr.best_ms) {
-                pr.best_ms = res[i].ms;
-                loom_params_format(t->config, t->nconfig, res[i].config, pr.best, sizeof pr.best);
-            }
-        }
-        pr.done++;
-        progress_draw(&pr, false);
-    }
-    st = LOOM_OK;
-
-    /* the finalists (within 5% of the best, at most 4) again, in interleaved rounds */
-    int fin[4], nfin = 0;
-    double best = 0;
-    for (int i = 0; i < ntry; i++)
-        if (kern[i] && res[i].verdict == LOOM_TUNE_TIMED && (best == 0 || res[i].ms < best))
-            best = res[i].ms;
-    for (int pass = 0; pass < 4 && best > 0; pass++) {
-        /* pick by increasing time: the smallest not yet picked */
-        int pick = -1;
-        for (int i = 0; i < ntry; i++) {
-            bool taken = false;
+        fruns = tune_final_runs(fms[fin[0]], nfin);
+        double *samples = malloc((size_t)nfin * (size_t)fruns * sizeof *samples);
+        char e[1024] = "out of host memory";
+        pr.phase = "finalists";
+        progress_draw(&pr, true);
+        if (samples && bench_time_many(&b, fk, (const int(*)[3])fg, nfin, 1, fruns, samples, e, sizeof e) == LOOM_OK) {
             for (int f = 0; f < nfin; f++)
-                taken |= fin[f] == i;
-            if (!taken && kern[i] && res[i].verdict == LOOM_TUNE_TIMED && res[i].ms <= best * 1.05 &&
-                (pick < 0 || res[i].ms < res[pick].ms))
-                pick = i;
+                res[fin[f]].ms = tune_iqm(samples + (size_t)f * fruns, fruns);
+        } else {
+            note(r, "The finalists' timing failed (%s): the first pass decides.", e);
+            fruns = 0;
         }
-        if (pick < 0)
-            break;
-        fin[nfin++] = pick;
-    }
-    if (nfin > 1 && times) {
-        /* 4 rounds; short kernels get more runs (about 5 ms of kernel time each, at most
-         * 200 runs), since their times are the noisiest */
-        const int rounds = 4;
-        int per = (int)ceil(5.0 / best / rounds);
-        per = per < reps ? reps : per > 50 ? 50 : per;
-        double *samples = malloc((size_t)nfin * rounds * per * sizeof *samples);
-        double *rt_ = malloc((size_t)per * sizeof *rt_);
-        bool ok = samples && rt_;
-        for (int rd = 0; ok && rd < rounds; rd++)
-            for (int f = 0; ok && f < nfin; f++) {
-                int i = fin[f], grid[3];
-                char e[1024];
-                t->grid(r->shape, res[i].config, grid);
-                ok = bench_time(&b, kern[i], grid, 1, per, rt_, e, sizeof e) == LOOM_OK;
-                memcpy(samples + ((size_t)f * rounds + rd) * per, rt_, (size_t)per * sizeof *rt_);
-            }
-        for (int f = 0; ok && f < nfin; f++)
-            res[fin[f]].ms = median(samples + (size_t)f * rounds * per, rounds * per);
         free(samples);
-        free(rt_);
+        if (c->o.verbose)
+            for (int f = 0; f < nfin; f++) {
+                loom_params_format(t->config, t->nconfig, res[fin[f]].config, text, sizeof text);
+                fprintf(stderr, "loom tune: finalist %-48s first pass %.4f ms, %d interleaved runs %.4f ms\n", text,
+                        fms[fin[f]], fruns, res[fin[f]].ms);
+            }
     }
-    double time_ms = now_ms() - t1;
+    free(fms);
+    double final_ms = now_ms() - t1;
     r->compile_ms = compile_ms;
-    r->measure_ms = time_ms;
-    free(times);
+    r->measure_ms = check_ms + final_ms;
     progress_end(&pr);
 
-    int win = -1;
-    for (int i = 0; i < ntry; i++)
-        if (kern[i] && res[i].verdict == LOOM_TUNE_TIMED && (win < 0 || res[i].ms < res[win].ms))
-            win = i;
+    int win = -1; /* the fastest finalist (the finalists were timed together) */
+    for (int f = 0; f < nfin; f++)
+        if (win < 0 || res[fin[f]].ms < res[win].ms)
+            win = fin[f];
     for (int i = 0; i < ntry; i++)
         if (i != win)
             loom_kernel_destroy(kern[i]);
@@ -1129,7 +1423,9 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
         free(kern);
         note(r, "No candidate ran correctly (%d compiled of %d tried).", ncompiled, ntry);
         st = LOOM_ERR_RUNTIME;
-        goto fallback;
+        free(jobs);
+        bench_free(&b);
+        return use_default(c, r, "Not tuned") == LOOM_OK ? LOOM_OK : st;
     }
     r->kernel = kern[win];
     free(kern);
@@ -1138,15 +1434,14 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     r->ms = res[win].ms;
     r->source = LOOM_TUNE_TUNED;
     r->status = LOOM_OK;
-    loom_params_format(t->config, t->nconfig, r->config, text, sizeof text);
-    note(r, "Tuned: %d timed of %d valid (%d combinations); compile %.0f ms (inputs and reference %.0f ms, "
-         "meanwhile), check and time %.0f ms; reference: %s.",
-         r->ntimed, nvalid, nres, compile_ms, r->setup_ms, time_ms,
-         b.gpu_reference ? "the GPU output of the default (or first) config" : "the template's CPU reference");
+    note(r, "Tuned: %d timed of %d valid (%d combinations) in %.0f ms: compile %.0f ms on %d threads (%d compiled: "
+         "codegen %.0f + link %.0f ms in all); inputs and reference %.0f ms, check and first pass %.0f ms, both "
+         "meanwhile; %d finalists x %d runs %.0f ms; reference: %s.",
+         r->ntimed, nvalid, nres, now_ms() - t0, compile_ms, started, nmiss, codegen_ms, link_ms, r->setup_ms,
+         check_ms, nfin, fruns, final_ms, b.gpu_reference ? "the default config's GPU output" : "the CPU reference");
     if (ref_from >= 0 && ref_from != base) {
-        char rt_[256];
-        loom_params_format(t->config, t->nconfig, res[ref_from].config, rt_, sizeof rt_);
-        note(r, "(reference config: %s)", rt_);
+        loom_params_format(t->config, t->nconfig, res[ref_from].config, text, sizeof text);
+        note(r, "(reference config: %s)", text);
     }
     free(jobs);
     bench_free(&b);
@@ -1167,8 +1462,9 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
 
 fallback:
     progress_end(&pr);
-    for (int i = ncmp; i < nj; i++)
-        loom_kernel_destroy(jobs[i].k);
+    for (int i = 0; i < ntry; i++)
+        loom_kernel_destroy(kern[i]);
+    free(kern);
     free(jobs);
     bench_free(&b);
     loom_status fb = use_default(c, r, "Not tuned");

@@ -28,6 +28,42 @@
 int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_result **out,
                     int *nvalid);
 
+/* The first pass: each candidate, as soon as it is compiled and checked, joins a group of
+ * at most TUNE_FIRST_GROUP (timed when full, or when no other compiled candidate is
+ * waiting), while the others compile.  A group runs TUNE_FIRST_WARMUP + TUNE_FIRST_REPS
+ * rounds (opts.warmup, opts.reps), each one run of the anchor (the first config timed)
+ * and of every member in turn; a member's first-pass time is the anchor's first time
+ * times the ratio of their interquartile means. */
+#define TUNE_FIRST_WARMUP 1
+#define TUNE_FIRST_REPS 5
+#define TUNE_FIRST_GROUP 7
+
+/* The finalists: the fastest TUNE_FIN_MIN of the first pass, and those after them within
+ * TUNE_FIN_MARGIN of the fastest, at most TUNE_FIN_MAX.  They are timed again together,
+ * one run of each in turn, tune_final_runs() runs each, and the best interquartile mean
+ * wins. */
+#define TUNE_FIN_MIN 3
+#define TUNE_FIN_MAX 8
+#define TUNE_FIN_MARGIN 0.10
+#define TUNE_FIN_BUDGET_MS 250.0 /* of kernel time, over all finalists */
+#define TUNE_FIN_RUNS_MIN 10
+#define TUNE_FIN_RUNS_MAX 100
+
+/* The finalists among n candidates whose first-pass times are ms[i] (0: not timed):
+ * their indices into fin[TUNE_FIN_MAX], fastest first (the lower index first among
+ * equal times); returns how many. */
+int tune_finalists(const double *ms, int n, int *fin);
+/* Runs of each finalist in the final pass: TUNE_FIN_BUDGET_MS of kernel time shared by
+ * nfin finalists of about best_ms each, within [TUNE_FIN_RUNS_MIN, TUNE_FIN_RUNS_MAX]. */
+int tune_final_runs(double best_ms, int nfin);
+/* The median of v[0..n-1] (v is sorted in place); 0 when n < 1. */
+double tune_median(double *v, int n);
+/* The interquartile mean of v[0..n-1]: the mean of the middle half once sorted (in place),
+ * the median when n < 4.  As robust to stray runs as the median, and finer than the
+ * timer's resolution for kernels of a few microseconds, where medians of quantized times
+ * tie or jump a whole step. */
+double tune_iqm(double *v, int n);
+
 /* The kernel that compares an output with its reference on the device: arguments
  * got[n] and ref[n] of dtype dt, atol and rtol (f32 scalars), then bad[grid] and
  * maxerr[grid] (f32): per program of TUNE_CMP_BLOCK elements, the number of elements

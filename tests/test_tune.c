@@ -3,13 +3,13 @@
  *
  * Without a GPU: the candidate lists and validity reasons of every registered template
  * (and that every valid config builds), the device-side comparison kernel run on the
- * interpreter, the cache file (round trip, corrupt files, writers in several processes
+ * interpreter, the choice of finalists and their runs, the statistics, the cache file (round trip, corrupt files, writers in several processes
  * at once, a writer killed at random moments), and loom_tune on the interpreter, which
  * must hand back a launchable default config and say why it did not tune.
  *
  * With a GPU (skipped otherwise): tuning the broadcast-add over its valid configs at the
  * benchmark shape picks a config within 3% of the best found by timing every config
- * again independently, and a second start finds it in the cache and compiles nothing; a
+ * again independently (the pick and the best timed again side by side), and a second start finds it in the cache and compiles nothing; a
  * test template with planted faults shows that wrong, refused and invalid configs are
  * rejected with their reasons, against the CPU reference and against the GPU reference.
  *
@@ -294,6 +294,82 @@ Test(tune, compare_kernel_counts_mismatches_on_the_interpreter)
     loom_kernel_destroy(k);
     free(got);
     free(ref);
+}
+
+/* ---------------------------------------------------------------- the two timing passes */
+
+/* The finalists: the fastest TUNE_FIN_MIN whatever their times, then the others within
+ * TUNE_FIN_MARGIN of the fastest, at most TUNE_FIN_MAX, fastest first; untimed ones (0)
+ * never. */
+Test(tune, finalists_are_the_fastest_within_the_margin)
+{
+    int fin[TUNE_FIN_MAX];
+    double none[3] = {0, 0, 0};
+    cr_expect_eq(tune_finalists(none, 3, fin), 0);
+    double one[3] = {0, 2.5, 0};
+    cr_assert_eq(tune_finalists(one, 3, fin), 1);
+    cr_expect_eq(fin[0], 1);
+    /* far apart: the fastest three all the same */
+    double apart[5] = {9.0, 1.0, 0, 4.0, 2.0};
+    cr_assert_eq(tune_finalists(apart, 5, fin), TUNE_FIN_MIN);
+    cr_expect_eq(fin[0], 1);
+    cr_expect_eq(fin[1], 4);
+    cr_expect_eq(fin[2], 3);
+    /* many close ones: capped at TUNE_FIN_MAX, the fastest kept, in order of time */
+    double close[20];
+    for (int i = 0; i < 20; i++)
+        close[i] = 1.0 + 0.001 * ((i * 7) % 20); /* a permutation of 1.000 .. 1.019 */
+    int n = tune_finalists(close, 20, fin);
+    cr_assert_eq(n, TUNE_FIN_MAX);
+    for (int f = 0; f < n; f++) {
+        cr_expect_float_eq(close[fin[f]], 1.0 + 0.001 * f, 1e-12, "finalist %d", f);
+    }
+    /* the margin: 1.00, 1.05, 1.09 (within), then beyond 1.10 after the minimum three */
+    double m[6] = {1.30, 1.09, 1.00, 1.12, 1.05, 1.101};
+    cr_assert_eq(tune_finalists(m, 6, fin), 3);
+    cr_expect_eq(fin[0], 2);
+    cr_expect_eq(fin[1], 4);
+    cr_expect_eq(fin[2], 1);
+    double m2[6] = {1.30, 1.02, 1.00, 1.12, 1.05, 1.099};
+    cr_expect_eq(tune_finalists(m2, 6, fin), 4);
+    cr_expect_eq(fin[3], 5);
+    /* equal times: the lower index first */
+    double eq[4] = {2.0, 1.0, 1.0, 1.0};
+    cr_assert_eq(tune_finalists(eq, 4, fin), 3);
+    cr_expect(fin[0] == 1 && fin[1] == 2 && fin[2] == 3);
+}
+
+/* Runs per finalist: the budget shared out, within bounds. */
+Test(tune, final_runs_share_the_budget)
+{
+    cr_expect_eq(tune_final_runs(1.0, 0), 0);
+    cr_expect_eq(tune_final_runs(0.001, 8), TUNE_FIN_RUNS_MAX, "short kernels: the most runs");
+    cr_expect_eq(tune_final_runs(0, 3), TUNE_FIN_RUNS_MAX);
+    cr_expect_eq(tune_final_runs(50.0, 8), TUNE_FIN_RUNS_MIN, "long kernels: the fewest");
+    int r = tune_final_runs(0.6, 8);
+    cr_expect_eq(r, (int)ceil(TUNE_FIN_BUDGET_MS / (0.6 * 8)));
+    cr_expect_leq(r * 0.6 * 8, TUNE_FIN_BUDGET_MS + 0.6 * 8);
+}
+
+/* The statistics: the median, and the interquartile mean that sees below the timer's
+ * step. */
+Test(tune, median_and_interquartile_mean)
+{
+    double a[5] = {5, 1, 100, 2, 3};
+    cr_expect_float_eq(tune_median(a, 5), 3.0, 1e-12);
+    double b[4] = {4, 1, 3, 2};
+    cr_expect_float_eq(tune_median(b, 4), 2.5, 1e-12);
+    cr_expect_eq(tune_median(b, 0), 0);
+    double c[3] = {7, 1, 1000};
+    cr_expect_float_eq(tune_iqm(c, 3), 7.0, 1e-12, "fewer than 4: the median");
+    double d[8] = {1000, 1, 2, 3, 4, 5, 6, 0.001}; /* the middle half: 2 3 4 5 */
+    cr_expect_float_eq(tune_iqm(d, 8), 3.5, 1e-12);
+    /* times quantized to a step of 1 for a kernel of about 7.5: the median says 7 or 8, the
+     * interquartile mean lies between */
+    double q[9] = {7, 8, 7, 8, 7, 8, 8, 7, 50};
+    cr_expect_float_eq(tune_iqm(q, 9), (7 + 7 + 8 + 8 + 8) / 5.0, 1e-12); /* 7 7 [7 7 8 8 8] 8 50 */
+    double q2[8] = {7, 8, 7, 8, 7, 8, 8, 7};
+    cr_expect_float_eq(tune_iqm(q2, 8), 7.5, 1e-12);
 }
 
 /* ---------------------------------------------------------------- the cache file */
@@ -596,21 +672,28 @@ static char *fresh_caches(void)
     return dir;
 }
 
-/* Time every config again, independently of the tuner's choices: L2-flushed launches on
- * one set of arguments (loom_time_launch_flushed, the tuner's measure) with more runs,
- * three interleaved rounds, median of the rounds. */
+/* Time every config again, independently of the tuner's choices, with the tuner's measure
+ * (L2-flushed launches, loom_time_launch_flushed) on one set of arguments: three
+ * interleaved rounds of 30 runs rank them (median of the rounds); then the ranking's best
+ * four and the pick are timed again together, 20 interleaved rounds of 10 runs (the
+ * interquartile mean of the rounds), so that the pick and the best compare under the same
+ * conditions. */
 static void exhaustive(loom_runtime *rt, const loom_tuned *x, double *best, double *picked, int *nbest)
 {
     const loom_template *t = x->t;
     loom_instance in;
     char err[1024];
     cr_assert_eq(loom_instance_create(rt, t, x->shape, x->config, 7, &in, err, sizeof err), LOOM_OK, "%s", err);
-    int n = x->nresults;
-    double *r = calloc((size_t)n * 3, sizeof *r);
+    int n = x->nresults, ipick = -1;
+    double *r = calloc((size_t)n * 3, sizeof *r), *rank = calloc((size_t)n, sizeof *rank);
     loom_kernel **k = calloc((size_t)n, sizeof *k);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (x->results[i].verdict == LOOM_TUNE_TIMED && x->results[i].ms > 0)
             k[i] = t->build(x->shape, x->results[i].config, err, sizeof err);
+        if (!memcmp(x->results[i].config, x->config, sizeof x->config))
+            ipick = i;
+    }
+    cr_assert(ipick >= 0 && k[ipick]);
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < n; i++) {
             if (!k[i])
@@ -620,22 +703,50 @@ static void exhaustive(loom_runtime *rt, const loom_tuned *x, double *best, doub
             cr_assert_eq(loom_time_launch_flushed(rt, k[i], g, in.args, in.nargs, 2, 30, &r[i * 3 + round]),
                          LOOM_OK, "%s", loom_runtime_error(rt));
         }
-    *best = 0;
-    for (int i = 0; i < n; i++) {
-        if (!k[i])
-            continue;
-        double a = r[i * 3], b = r[i * 3 + 1], c = r[i * 3 + 2];
-        double med = fmax(fmin(a, b), fmin(fmax(a, b), c));
-        if (*best == 0 || med < *best) {
-            *best = med;
-            *nbest = i;
+    int top[5] = {-1, -1, -1, -1, -1}, ntop = 0;
+    for (int i = 0; i < n; i++)
+        if (k[i])
+            rank[i] = tune_median(r + i * 3, 3);
+    for (int f = 0; f < 4; f++) { /* the best four, by selection */
+        int b = -1;
+        for (int i = 0; i < n; i++) {
+            bool taken = false;
+            for (int j = 0; j < ntop; j++)
+                taken |= top[j] == i;
+            if (k[i] && !taken && (b < 0 || rank[i] < rank[b]))
+                b = i;
         }
-        if (!memcmp(x->results[i].config, x->config, sizeof x->config))
-            *picked = med;
-        loom_kernel_destroy(k[i]);
+        if (b >= 0)
+            top[ntop++] = b;
     }
+    bool pick_in = false;
+    for (int j = 0; j < ntop; j++)
+        pick_in |= top[j] == ipick;
+    if (!pick_in)
+        top[ntop++] = ipick;
+    double fair[5][20];
+    for (int round = 0; round < 20; round++)
+        for (int j = 0; j < ntop; j++) {
+            int g[3];
+            t->grid(x->shape, x->results[top[j]].config, g);
+            cr_assert_eq(loom_time_launch_flushed(rt, k[top[j]], g, in.args, in.nargs, 1, 10, &fair[j][round]),
+                         LOOM_OK, "%s", loom_runtime_error(rt));
+        }
+    *best = 0;
+    for (int j = 0; j < ntop; j++) {
+        double ms = tune_iqm(fair[j], 20);
+        if (*best == 0 || ms < *best) {
+            *best = ms;
+            *nbest = top[j];
+        }
+        if (top[j] == ipick)
+            *picked = ms;
+    }
+    for (int i = 0; i < n; i++)
+        loom_kernel_destroy(k[i]);
     free(k);
     free(r);
+    free(rank);
     loom_instance_destroy(&in);
 }
 
