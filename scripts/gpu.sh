@@ -14,6 +14,8 @@
 #   LOOM_GPU_TESTS     a Criterion --filter for the tests (default: every test)
 #   LOOM_GPU_BENCHES   benchmarks to run, by name (default: every bench_*; "none" for none)
 #   LOOM_GPU_TEMPLATES 0 skips the template runs
+#   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
+#                      B and ratio sweeps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
@@ -76,7 +78,9 @@ for b in "$R"/bin/bench_*; do
     [ -x "$b" ] || continue
     [ -z "$benches" ] || [[ " $benches " == *" $(basename "$b") "* ]] || continue
     echo "== $(basename "$b")"
-    "$b" 2>&1 | tee "$OUTDIR/$(basename "$b").log"
+    args=()
+    [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS:---sweep})
+    "$b" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$b").log"
 done
 
 echo
@@ -87,4 +91,5 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
 [ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
 [ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"
+[ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -24
 exit 0
