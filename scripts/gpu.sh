@@ -79,7 +79,7 @@ for b in "$R"/bin/bench_*; do
     [ -z "$benches" ] || [[ " $benches " == *" $(basename "$b") "* ]] || continue
     echo "== $(basename "$b")"
     args=()
-    [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS:---sweep})
+    [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS---sweep})
     "$b" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$b").log"
 done
 
