@@ -28,11 +28,12 @@
  *                  few k steps apart, so one's epilogue overlaps the other's last k steps
  *                  or first ones of the next tile
  *
- * The defaults are what measured best on the H200 for large square products (see
- * bench/RESULTS.md): one consumer warp group with 128x128 tiles (two m64 blocks a k16
- * step), 4 stages, the TMA-store epilogue.  For the IKBO shapes (M=433, batched, N=256)
- * BM=64,BN=256 was best.  Stage counts that are not powers of two ran 5-15% slower, and
- * two consumer warp groups on one tile (or taking turns) were slower than one.
+ * The defaults are what measured best on the H200 over the shapes of bench_gemm (see
+ * bench/RESULTS.md): one consumer warp group with 64x256 tiles, 4 stages, the TMA-store
+ * epilogue, groups of 32 tile rows (BM=128,BN=128 was as fast on large squares, but wastes
+ * rows at the IKBO M=433).  Other stage counts ran 5-25% slower (3: the loads arrive
+ * late; 5 and more: slower too, not understood), BK=32 slower, and two consumer warp
+ * groups on one tile, taking turns or splitting it, 5-8% slower than one.
  *
  * Tiles are visited persistently (grid = `ctas` programs, tile t = pid, pid + ctas, ...)
  * in groups of `group` tile rows so neighbouring CTAs share A and B in L2; ctas=0
@@ -493,14 +494,14 @@ const loom_template tpl_def_gemm = {
               {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},
               {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"}},
     .nconfig = 9,
-    .config = {{"BM", 128, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
-               {"BN", 128, "tile columns (64, 128, 256)", 3, {64, 128, 256}},
+    .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
+               {"BN", 256, "tile columns (64, 128, 256)", 3, {64, 128, 256}},
                {"BK", 64, "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "
                           "shared memory; slower on the H200)"},
                {"stages", 4, "ring slots (powers of two ran faster on the H200)", 3, {2, 3, 4}},
                {"cwarps", 4, "consumer warps (4: one warp group, 8: two)", 2, {4, 8}},
                {"ctas", 132, "persistent CTAs (0: one CTA per tile)", 1, {132}},
-               {"group", 8, "tile rows per L2 group", 2, {8, 16}},
+               {"group", 32, "tile rows per L2 group", 2, {8, 32}},
                {"consumers", 0, "how the consumer warp groups share the tiles: 0 cooperative (one task "
                                 "splits each tile), 1 ping-pong (two take turns on whole tiles), 2 split "
                                 "(two share each tile by rows and run free of each other)", 2, {0, 1}},

@@ -77,12 +77,12 @@ Test(hopper_ptx, gemm_is_warp_specialized_with_tma_and_wgmma)
     free(p);
 }
 
-/* The default config: one consumer warp group owns 128x128 tiles (two m64 blocks), the
- * epilogue goes through shared memory and TMA, and the tile's last slot is given back in
- * the asm of the wait that frees it. */
-Test(hopper_ptx, gemm_default_is_one_consumer_warp_group)
+/* One consumer warp group owning 128x128 tiles (two m64 blocks), the epilogue through
+ * shared memory and TMA, and the tile's last slot given back in the asm of the wait that
+ * frees it. */
+Test(hopper_ptx, gemm_one_consumer_warp_group)
 {
-    char *p = template_ptx("gemm", "M=4096,N=4096,K=4096", "");
+    char *p = template_ptx("gemm", "M=4096,N=4096,K=4096", "BM=128,BN=128");
     cr_expect(strstr(p, ".maxntid 256, 1, 1") != NULL, "a producer and one consumer warp group");
     cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL);
     cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 232;") != NULL, "256 threads start with 255");
