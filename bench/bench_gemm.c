@@ -16,17 +16,24 @@
  * A is shared.  cuBLAS is loaded with dlopen (LOOM_CUBLAS_LIB, else libcublas.so.13, else
  * .so.12) and called with its default algorithm, which uses tensor cores.
  *
- * Timing: inputs are random (a device-side fill, never zeros); each measurement runs
- * warm-up launches, then repetitions each preceded by an L2 flush (a memset of 4x the L2)
- * outside the timed events, and reports the median, like Triton's do_bench that measured
- * the cuBLAS figures in ../shared/BENCH.md.
+ * Timing: inputs are random (a device-side fill, never zeros).  cuBLAS and every loom
+ * config of a case are timed interleaved: each round runs every contender once, each run
+ * preceded by an L2 flush (a memset of 4x the L2) outside its timed events, so a change of
+ * clock or temperature during the measurement hits all of them alike.  After warm-up
+ * rounds, rounds run until each contender has about 300 ms of kernel time (at least 30,
+ * at most 400); each figure is the median of its runs, and the spread printed beside it
+ * is the half-width of the middle half of its runs (interquartile range / 2 / median).
+ * This is Triton's do_bench (which measured the cuBLAS figures in ../shared/BENCH.md)
+ * with the contenders interleaved.
  *
  * loom's kernel comes from the registry: loom_template_find("gemm") with the shape keys
  * M, N, K, batch, dtype, odtype, ashared and the template's default config (or
- * --config k=v,...).  Until the template exists this prints "loom gemm: not built yet"
- * and still measures and checks cuBLAS.
+ * --config k=v,...; --config may be given up to 8 times: every config is checked and
+ * timed in the same rounds, one row each).  Until the template exists this prints
+ * "loom gemm: not built yet" and still measures and checks cuBLAS.
  *
- * Usage: bench_gemm [--config k=v,...] [--only NAME]    (skips cleanly without a GPU)
+ * Usage: bench_gemm [--config k=v,...]... [--only NAME[,NAME...]] [--dtype bf16|f16]
+ *                   [--ms MS]     (skips cleanly without a GPU)
  */
 #include "gpu.h"
 #include "nvrtc_ref.h"
@@ -114,22 +121,26 @@ typedef struct gemm_case {
     int a_shared;
 } gemm_case;
 
+enum { MAXCFG = 8 };
+
 typedef struct bench_ctx {
     rt_gpu *g;
     const gemm_case *c;
     loom_dtype dt;
-    uint64_t A, B, C;      /* the launch's output goes to C */
+    uint64_t A, B, Cb, Cl; /* cuBLAS writes Cb, loom Cl */
     uint64_t flush;
     size_t flush_bytes;
-    loom_kernel *k;        /* loom's, when timing loom */
-    int grid[3];
+    int nk;                       /* loom kernels built */
+    loom_kernel *k[MAXCFG];
+    int grid[MAXCFG][3];
+    int ncont, who[MAXCFG + 1];   /* contenders: -1 cuBLAS, i loom config i */
+    int turn;                     /* the next interleaved run */
 } bench_ctx;
 
 static int cuda_type(loom_dtype dt) { return dt == LOOM_BF16 ? CUDA_R_16BF : dt == LOOM_F16 ? CUDA_R_16F : CUDA_R_32F; }
 
-static loom_status run_cublas(void *p, char *err, size_t errlen)
+static loom_status run_cublas(bench_ctx *x, char *err, size_t errlen)
 {
-    bench_ctx *x = p;
     const gemm_case *c = x->c;
     float alpha = 1.0f, beta = 0.0f;
     int t = cuda_type(x->dt), m = (int)c->N, n = (int)c->M, k = (int)c->K;
@@ -137,14 +148,14 @@ static loom_status run_cublas(void *p, char *err, size_t errlen)
     /* column-major C^T [N,M] = B^T [N,K] @ A^T [K,M] */
     if (c->batch == 1)
         s = cb.GemmEx(cb.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, (const void *)(uintptr_t)x->B, t, m,
-                      (const void *)(uintptr_t)x->A, t, k, &beta, (void *)(uintptr_t)x->C, t, m,
+                      (const void *)(uintptr_t)x->A, t, k, &beta, (void *)(uintptr_t)x->Cb, t, m,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     else
         s = cb.GemmStridedBatchedEx(cb.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha,
                                     (const void *)(uintptr_t)x->B, t, m, (long long)(c->K * c->N),
                                     (const void *)(uintptr_t)x->A, t, k,
                                     c->a_shared ? 0LL : (long long)(c->M * c->K), &beta,
-                                    (void *)(uintptr_t)x->C, t, m, (long long)(c->M * c->N), (int)c->batch,
+                                    (void *)(uintptr_t)x->Cb, t, m, (long long)(c->M * c->N), (int)c->batch,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != 0) {
         snprintf(err, errlen, "cuBLAS gemm failed: %s", cb.GetStatusString(s));
@@ -153,15 +164,22 @@ static loom_status run_cublas(void *p, char *err, size_t errlen)
     return LOOM_OK;
 }
 
-static loom_status run_loom(void *p, char *err, size_t errlen)
+static loom_status run_loom(bench_ctx *x, int i, char *err, size_t errlen)
 {
-    bench_ctx *x = p;
     rt_launch_arg la[3];
     memset(la, 0, sizeof la);
     la[0].dptr = x->A;
     la[1].dptr = x->B;
-    la[2].dptr = x->C;
-    return rt_gpu_launch(x->g, x->k, x->grid, la, err, errlen);
+    la[2].dptr = x->Cl;
+    return rt_gpu_launch(x->g, x->k[i], x->grid[i], la, err, errlen);
+}
+
+/* One run of the next contender in turn (the interleaved timing's work). */
+static loom_status run_turn(void *p, char *err, size_t errlen)
+{
+    bench_ctx *x = p;
+    int w = x->who[x->turn++ % x->ncont];
+    return w < 0 ? run_cublas(x, err, errlen) : run_loom(x, w, err, errlen);
 }
 
 static loom_status flush_l2(void *p, char *err, size_t errlen)
@@ -170,16 +188,45 @@ static loom_status flush_l2(void *p, char *err, size_t errlen)
     return rt_gpu_memset8(x->g, x->flush, 0x5a, x->flush_bytes, err, errlen);
 }
 
-/* Median ms of `work` over enough repetitions for about 100 ms of kernel time. */
-static loom_status time_it(bench_ctx *x, rt_gpu_work_fn work, double *ms, char *err, size_t errlen)
+static int cmp_dbl(const void *a, const void *b)
 {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Time every contender interleaved (see the top of the file): ms[i] the median of
+ * contender i's runs, spread[i] half its interquartile range over the median. */
+static loom_status time_all(bench_ctx *x, double target_ms, double *ms, double *spread, char *err, size_t errlen)
+{
+    int n = x->ncont, warm = 3;
+    double *t = malloc(sizeof *t * (size_t)n * 400);
+    double *one = malloc(sizeof *one * 400);
+    if (!t || !one) {
+        free(t);
+        free(one);
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    x->turn = 0;
+    loom_status st = rt_gpu_time_each(x->g, flush_l2, run_turn, x, warm * n, t, err, errlen);
     double est = 0;
-    loom_status st = rt_gpu_time_each_ms(x->g, flush_l2, work, x, 2, 3, &est, err, errlen);
-    if (st != LOOM_OK)
-        return st;
-    int reps = est > 0 ? (int)(100.0 / est) : 300;
-    reps = reps < 10 ? 10 : reps > 300 ? 300 : reps;
-    return rt_gpu_time_each_ms(x->g, flush_l2, work, x, 5, reps, ms, err, errlen);
+    for (int i = 0; st == LOOM_OK && i < warm * n; i++)
+        est = t[i] > est ? t[i] : est; /* the slowest contender's longest run */
+    int rounds = est > 0 ? (int)(target_ms / est) : 400;
+    rounds = rounds < 30 ? 30 : rounds > 400 ? 400 : rounds;
+    x->turn = 0;
+    if (st == LOOM_OK)
+        st = rt_gpu_time_each(x->g, flush_l2, run_turn, x, rounds * n, t, err, errlen);
+    for (int i = 0; st == LOOM_OK && i < n; i++) {
+        for (int r = 0; r < rounds; r++)
+            one[r] = t[r * n + i];
+        qsort(one, (size_t)rounds, sizeof *one, cmp_dbl);
+        ms[i] = rounds % 2 ? one[rounds / 2] : 0.5 * (one[rounds / 2 - 1] + one[rounds / 2]);
+        spread[i] = ms[i] > 0 ? 0.5 * (one[(3 * rounds) / 4] - one[rounds / 4]) / ms[i] : 0;
+    }
+    free(t);
+    free(one);
+    return st;
 }
 
 static void describe(char *buf, size_t n, const char *who, const nvref_gemm_report *r)
@@ -234,29 +281,37 @@ static loom_kernel *loom_gemm(const loom_template *t, const gemm_case *c, loom_d
 typedef struct row {
     char shape[40];
     loom_dtype dt;
-    double loom_tf, cublas_tf;
+    const char *config;
+    double loom_tf, cublas_tf, loom_spread, cublas_spread;
     char check[600];
 } row;
 
-static row rows[32];
+static row rows[256];
 static int nrows, failures;
 
-static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const char *config,
-                       const gemm_case *c, loom_dtype dt, uint64_t flush, size_t flush_bytes, int have_cublas)
+/* One case and dtype: cuBLAS and every config, checked, then timed together. */
+static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const char *const *configs,
+                       int nconfig, const gemm_case *c, loom_dtype dt, uint64_t flush, size_t flush_bytes,
+                       int have_cublas, double target_ms)
 {
     char err[2048];
-    row *w = &rows[nrows++];
-    memset(w, 0, sizeof *w);
-    snprintf(w->shape, sizeof w->shape, "%s", c->name);
-    w->dt = dt;
+    if (nrows + nconfig > (int)(sizeof rows / sizeof *rows))
+        return;
+    row *w = &rows[nrows];
+    nrows += nconfig;
+    for (int i = 0; i < nconfig; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        snprintf(w[i].shape, sizeof w[i].shape, "%s", c->name);
+        w[i].dt = dt;
+        w[i].config = configs[i];
+    }
     size_t es = loom_dtype_size(dt);
     int64_t na = (c->a_shared ? 1 : c->batch) * c->M * c->K, nb = c->batch * c->K * c->N, nc = c->batch * c->M * c->N;
     nvref_gemm_shape s = {c->M, c->N, c->K, c->batch, c->a_shared, dt};
     uint64_t A = 0, B = 0, Cb = 0, Cl = 0, R = 0, Rabs = 0;
-    loom_kernel *k = NULL;
     double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K * (double)c->batch;
     size_t need[3] = {(size_t)na * es, (size_t)nb * es, (size_t)nc * es};
-    char cpart[700] = "", lpart[1400] = "";
+    char cpart[700] = "", lpart[MAXCFG][1400];
     loom_status st = LOOM_OK;
 #define TRY(call)                                                                                  \
     if (st == LOOM_OK && (st = (call)) != LOOM_OK)                                                 \
@@ -272,9 +327,19 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
     TRY(nvref_gemm_reference(ref, &s, A, B, R, Rabs, err, sizeof err));
     double rel, acc;
     nvref_gemm_tolerance(dt, c->K, &rel, &acc);
-    bench_ctx x = {g, c, dt, A, B, Cb, flush, flush_bytes, NULL, {1, 1, 1}};
+    bench_ctx x;
+    memset(&x, 0, sizeof x);
+    x.g = g;
+    x.c = c;
+    x.dt = dt;
+    x.A = A;
+    x.B = B;
+    x.Cb = Cb;
+    x.Cl = Cl;
+    x.flush = flush;
+    x.flush_bytes = flush_bytes;
     nvref_gemm_report rc, rl, rlc;
-    int cublas_ok = 0;
+    int cublas_ok = 0, slot[MAXCFG]; /* config i's kernel, or -1 */
 
     if (st == LOOM_OK && have_cublas) {
         TRY(rt_gpu_memset8(g, Cb, 0xff, need[2], err, sizeof err)); /* NaN until written */
@@ -284,47 +349,64 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
             describe(cpart, sizeof cpart, "cuBLAS", &rc);
             cublas_ok = rc.bad == 0;
             failures += !cublas_ok;
-            double ms = 0;
-            TRY(time_it(&x, run_cublas, &ms, err, sizeof err));
-            if (st == LOOM_OK)
-                w->cublas_tf = flop / ms * 1e-9;
+            x.who[x.ncont++] = -1;
         }
     }
-    if (st == LOOM_OK && t) {
-        k = loom_gemm(t, c, dt, config, x.grid, need, lpart, sizeof lpart);
-        if (k) {
-            x.k = k;
-            x.C = Cl;
-            TRY(rt_gpu_memset8(g, Cl, 0xff, need[2], err, sizeof err));
-            TRY(run_loom(&x, err, sizeof err));
-            TRY(nvref_gemm_compare(ref, nc, Cl, dt, R, LOOM_F32, Rabs, rel, acc, &rl, err, sizeof err));
+    for (int i = 0; i < nconfig; i++) {
+        slot[i] = -1;
+        lpart[i][0] = 0;
+        if (st != LOOM_OK || !t)
+            continue;
+        loom_kernel *k = loom_gemm(t, c, dt, configs[i], x.grid[x.nk], need, lpart[i], sizeof lpart[i]);
+        if (!k)
+            continue;
+        slot[i] = x.nk;
+        x.k[x.nk++] = k;
+        TRY(rt_gpu_memset8(g, Cl, 0xff, need[2], err, sizeof err));
+        TRY(run_loom(&x, slot[i], err, sizeof err));
+        TRY(nvref_gemm_compare(ref, nc, Cl, dt, R, LOOM_F32, Rabs, rel, acc, &rl, err, sizeof err));
+        if (st == LOOM_OK) {
+            describe(lpart[i], sizeof lpart[i], "loom", &rl);
+            failures += rl.bad != 0;
+        }
+        if (st == LOOM_OK && cublas_ok) { /* both rounded: twice the tolerance */
+            TRY(nvref_gemm_compare(ref, nc, Cl, dt, Cb, dt, Rabs, 2 * rel, 2 * acc, &rlc, err, sizeof err));
             if (st == LOOM_OK) {
-                describe(lpart, sizeof lpart, "loom", &rl);
-                failures += rl.bad != 0;
+                size_t l = strlen(lpart[i]);
+                snprintf(lpart[i] + l, sizeof lpart[i] - l, "; vs cuBLAS %s", rlc.bad ? "FAIL" : "ok");
+                failures += rlc.bad != 0;
             }
-            if (st == LOOM_OK && cublas_ok) { /* both rounded: twice the tolerance */
-                TRY(nvref_gemm_compare(ref, nc, Cl, dt, Cb, dt, Rabs, 2 * rel, 2 * acc, &rlc, err, sizeof err));
-                if (st == LOOM_OK) {
-                    size_t l = strlen(lpart);
-                    snprintf(lpart + l, sizeof lpart - l, "; vs cuBLAS %s", rlc.bad ? "FAIL" : "ok");
-                    failures += rlc.bad != 0;
-                }
-            }
-            double ms = 0;
-            TRY(time_it(&x, run_loom, &ms, err, sizeof err));
-            if (st == LOOM_OK)
-                w->loom_tf = flop / ms * 1e-9;
         }
+        if (st == LOOM_OK)
+            x.who[x.ncont++] = slot[i];
     }
-    if (st == LOOM_OK)
-        snprintf(w->check, sizeof w->check, "%s%s%s", cpart, cpart[0] && lpart[0] ? "; " : "", lpart);
-    else
+    double ms[MAXCFG + 1] = {0}, spread[MAXCFG + 1] = {0};
+    if (st == LOOM_OK && x.ncont > 0)
+        TRY(time_all(&x, target_ms, ms, spread, err, sizeof err));
+    for (int i = 0; i < nconfig; i++) {
+        for (int j = 0; st == LOOM_OK && j < x.ncont; j++) {
+            if (x.who[j] == -1) {
+                w[i].cublas_tf = flop / ms[j] * 1e-9;
+                w[i].cublas_spread = spread[j];
+            } else if (x.who[j] == slot[i]) {
+                w[i].loom_tf = flop / ms[j] * 1e-9;
+                w[i].loom_spread = spread[j];
+            }
+        }
+        if (st == LOOM_OK)
+            snprintf(w[i].check, sizeof w[i].check, "%.280s%s%.300s", cpart, cpart[0] && lpart[i][0] ? "; " : "",
+                     lpart[i]);
+        else if (i)
+            memcpy(w[i].check, w->check, sizeof w[i].check);
+        printf("  %-18s %-5s loom %7.1f  cuBLAS %7.1f TFLOP/s  [%s]  %s\n", w[i].shape, loom_dtype_name(dt),
+               w[i].loom_tf, w[i].cublas_tf, *w[i].config ? w[i].config : "defaults", w[i].check);
+    }
+    if (st != LOOM_OK)
         failures++;
 #undef TRY
-    printf("  %-18s %-5s loom %7.1f  cuBLAS %7.1f TFLOP/s  %s\n", w->shape, loom_dtype_name(dt), w->loom_tf,
-           w->cublas_tf, w->check);
     fflush(stdout);
-    loom_kernel_destroy(k);
+    for (int i = 0; i < x.nk; i++)
+        loom_kernel_destroy(x.k[i]);
     rt_gpu_free(g, A);
     rt_gpu_free(g, B);
     rt_gpu_free(g, Cb);
@@ -338,19 +420,44 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
     }
 }
 
+/* Whether name is one of the comma-separated list (NULL: every name). */
+static int listed(const char *list, const char *name)
+{
+    if (!list)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n))
+            return 1;
+        p += l + (e ? 1 : 0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    const char *config = "", *only = NULL;
+    const char *configs[MAXCFG], *only = NULL, *dtype = NULL;
+    int nconfig = 0;
+    double target_ms = 300;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < argc)
-            config = argv[++i];
+        if (!strcmp(argv[i], "--config") && i + 1 < argc && nconfig < MAXCFG)
+            configs[nconfig++] = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
+            dtype = argv[++i];
+        else if (!strcmp(argv[i], "--ms") && i + 1 < argc)
+            target_ms = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_gemm [--config k=v,...] [--only SHAPE-NAME]\n");
+            fprintf(stderr, "usage: bench_gemm [--config k=v,...]... (at most %d) [--only SHAPE-NAME[,...]] "
+                            "[--dtype bf16|f16] [--ms MS]\n", MAXCFG);
             return 2;
         }
     }
+    if (nconfig == 0)
+        configs[nconfig++] = "";
     rt_gpu *g = NULL;
     char err[1024];
     if (rt_gpu_open(&g, err, sizeof err) != LOOM_OK) {
@@ -375,7 +482,8 @@ int main(int argc, char **argv)
     if (!t)
         printf("loom gemm: not built yet\n");
     else
-        printf("loom gemm: template '%s', config '%s'\n", t->name, *config ? config : "(defaults)");
+        for (int i = 0; i < nconfig; i++)
+            printf("loom gemm: template '%s', config '%s'\n", t->name, *configs[i] ? configs[i] : "(defaults)");
 
     size_t flush_bytes = (size_t)(p->l2_bytes > 0 ? p->l2_bytes : 64 << 20) * 4;
     uint64_t flush = 0;
@@ -392,21 +500,26 @@ int main(int argc, char **argv)
     };
     static const loom_dtype dts[] = {LOOM_BF16, LOOM_F16};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        if (only && strcmp(only, cases[i].name))
+        if (!listed(only, cases[i].name))
             continue;
         for (size_t d = 0; d < 2; d++)
-            bench_case(g, ref, t, config, &cases[i], dts[d], flush, flush_bytes, have_cublas);
+            if (!dtype || !strcmp(dtype, loom_dtype_name(dts[d])))
+                bench_case(g, ref, t, configs, nconfig, &cases[i], dts[d], flush, flush_bytes, have_cublas,
+                           target_ms);
     }
 
-    printf("\n(MxNxKxbatch: the IKBO shapes, one A shared by the batch)\n%-18s %-5s %10s %12s %6s  %s\n", "shape", "dtype", "loom TF/s", "cuBLAS TF/s", "ratio", "check");
+    printf("\n(MxNxKxbatch: the IKBO shapes, one A shared by the batch; +-: half the interquartile range of the "
+           "runs)\n%-18s %-5s %10s %6s %12s %6s %6s  %-28s %s\n",
+           "shape", "dtype", "loom TF/s", "+-", "cuBLAS TF/s", "+-", "ratio", "config", "check");
     for (int i = 0; i < nrows; i++) {
         char lt[16] = "-", ratio[16] = "-";
         if (rows[i].loom_tf > 0)
             snprintf(lt, sizeof lt, "%.1f", rows[i].loom_tf);
         if (rows[i].loom_tf > 0 && rows[i].cublas_tf > 0)
             snprintf(ratio, sizeof ratio, "%.3f", rows[i].loom_tf / rows[i].cublas_tf);
-        printf("%-18s %-5s %10s %12.1f %6s  %s\n", rows[i].shape, loom_dtype_name(rows[i].dt), lt,
-               rows[i].cublas_tf, ratio, rows[i].check);
+        printf("%-18s %-5s %10s %5.1f%% %12.1f %5.1f%% %6s  %-28s %s\n", rows[i].shape, loom_dtype_name(rows[i].dt),
+               lt, 100 * rows[i].loom_spread, rows[i].cublas_tf, 100 * rows[i].cublas_spread, ratio,
+               *rows[i].config ? rows[i].config : "defaults", rows[i].check);
     }
     rt_gpu_free(g, flush);
     nvref_gemm_close(ref);

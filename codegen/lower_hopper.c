@@ -26,8 +26,9 @@
  *
  * One thread per task replica issues what is issued once (TMA copies, expect-bytes);
  * every warp's lane 0 arrives on an mbarrier (so the hardware arrival count of a barrier
- * array is, per arriving task, replicas * warps for arrive and replicas for expect: the
- * DSL counts replicas and the compiler scales); every thread waits.  wgmma is issued by
+ * array is, per arriving task, replicas * warps for arrive and replicas for expect, where
+ * replicas are those arriving in one phase: all, or one where they take turns; the DSL
+ * counts replicas and the compiler scales); every thread waits.  wgmma is issued by
  * the whole task (warp group g computes rows g*M/G ..); its accumulator registers pass
  * through wgmma_wait as tied asm operands, so LLVM never reads them while in flight.
  */
@@ -240,6 +241,39 @@ static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
     return set_result(l, op->res[0], id, out);
 }
 
+/* Registers j and j + 1 (j even) of layout lay hold neighbouring elements of a row, and
+ * every register is inside the tile: the wgmma accumulator layout, where each thread holds
+ * column pairs.  Such a tile is stored two elements at a time. */
+static bool pairs_in_rows(const cg_layout *lay, const vgeom *g)
+{
+    if (g->trans || lay->nreg < 1 || lay->reg[0].dim != lay->rank - 1 || lay->reg[0].bit != 0)
+        return false;
+    for (int d = 0; d < lay->rank; d++)
+        if (lay->shape[d] != (INT64_C(1) << lay->lg[d]))
+            return false;
+    return true;
+}
+
+/* Two elements (already rounded to dt) as one i32 (16-bit types) or <2 x float> (f32). */
+static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
+{
+    if (dt == LOOM_F32) {
+        LLVMValueRef v = LLVMGetUndef(LLVMVectorType(l->t_f32, 2));
+        v = LLVMBuildInsertElement(l->B, v, a, ci32(l, 0), "");
+        return LLVMBuildInsertElement(l->B, v, b, ci32(l, 1), "");
+    }
+    if (dt == LOOM_F16) {
+        LLVMValueRef v = LLVMGetUndef(LLVMVectorType(l->t_f16, 2));
+        v = LLVMBuildInsertElement(l->B, v, LLVMBuildFPTrunc(l->B, a, l->t_f16, ""), ci32(l, 0), "");
+        v = LLVMBuildInsertElement(l->B, v, LLVMBuildFPTrunc(l->B, b, l->t_f16, ""), ci32(l, 1), "");
+        return LLVMBuildBitCast(l->B, v, l->t_i32, "");
+    }
+    /* bf16: the top halves of the rounded f32 values */
+    LLVMValueRef lo = LLVMBuildLShr(l->B, LLVMBuildBitCast(l->B, a, l->t_i32, ""), ci32(l, 16), "");
+    LLVMValueRef hi = LLVMBuildAnd(l->B, LLVMBuildBitCast(l->B, b, l->t_i32, ""), ci32(l, (int32_t)0xffff0000), "");
+    return LLVMBuildOr(l->B, lo, hi, "");
+}
+
 static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
 {
     vgeom g = geom(l, op->opnd[0]);
@@ -252,6 +286,34 @@ static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
     loom_dtype dt = vdt(l, op->opnd[1]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
     barrier(l); /* tile semantics: every thread's earlier reads of the view are done */
+    if ((dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32) && pairs_in_rows(lay, &g) && n % 2 == 0) {
+        /* The tile a cast from f32 made (an epilogue's): round and pack each pair with one
+         * cvt.rn.{bf16,f16}x2.f32 from the f32 registers (round to nearest even, as the
+         * cast; the cast's own rounding is then dead).  bf16 has no cheaper rounding. */
+        const ir_value *xv = &l->k->vals[op->opnd[1]];
+        const ir_op *def = xv->kind == IR_V_RESULT ? &l->k->ops[xv->def] : NULL;
+        const lv *src = def && def->kind == IR_CAST && dt != LOOM_F32 && vdt(l, def->opnd[0]) == LOOM_F32
+                            ? &l->vals[def->opnd[0]]
+                            : NULL;
+        if (src && (src->lay != id || !src->r))
+            src = NULL;
+        const char *cvt = dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
+        /* a pair never straddles a swizzle unit (16 bytes) or a chunk: its column is even */
+        for (int j = 0; j < n; j += 2) {
+            LLVMValueRef row, col;
+            view_rc(l, &g, id, j, &row, &col);
+            LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
+            LLVMValueRef v;
+            if (src) {
+                LLVMValueRef ab[2] = {src->r[j + 1], src->r[j]}; /* the first operand fills the upper half */
+                v = asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true);
+            } else
+                v = pack2(l, dt, x[j], x[j + 1]);
+            LLVMValueRef st = LLVMBuildStore(l->B, v, p);
+            LLVMSetAlignment(st, (unsigned)(2 * g.es));
+        }
+        return true;
+    }
     for (int j = 0; j < n; j++) {
         LLVMValueRef inb = NULL;
         for (int d = 0; d < lay->rank; d++)
@@ -268,8 +330,9 @@ static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
 
 /* ---------------------------------------------------------------- barriers */
 
-/* The hardware arrival count of barrier array `bars`: per arriving task, replicas *
- * warps (mbar_arrive: lane 0 of every warp) or replicas (mbar_expect: one thread). */
+/* The hardware arrival count of barrier array `bars`: per arriving task, the replicas that
+ * arrive in one phase (all, or one where they take turns: ir_mbar_arrivals) times warps
+ * (mbar_arrive: lane 0 of every warp) or once (mbar_expect: one thread). */
 static int64_t hw_arrivals(L *l, uint32_t bars, int64_t dsl)
 {
     loom_kernel *k = l->k;
@@ -304,7 +367,7 @@ static int64_t hw_arrivals(L *l, uint32_t bars, int64_t dsl)
         }
         if (kind) {
             any = true;
-            sum += (int64_t)t[i].replicas * (kind == 2 ? t[i].warps : 1);
+            sum += ir_mbar_arrivals(k, bars, t[i].op) * (kind == 2 ? t[i].warps : 1);
         }
     }
     return any ? sum : dsl;
@@ -344,9 +407,12 @@ static bool lower_mbar_expect(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
+static bool arrive_fused(const loom_kernel *k, uint32_t a);
+
 static bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
 {
-    (void)o;
+    if (arrive_fused(l->k, o)) /* emitted by the wgmma_wait before it */
+        return true;
     LLVMValueRef a = bar_addr(l, op, 0);
     LLVMBasicBlockRef m = if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
     asm_void(l, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", &a, 1);
@@ -695,6 +761,30 @@ static bool lower_wgmma_commit(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
+/* An mbar_arrive that directly follows a wgmma_wait in its block is emitted inside the
+ * wait's asm.  ptxas schedules the arithmetic on the returned accumulators freely, and it
+ * placed such an arrive (which nothing depends on) after all of an epilogue's arithmetic:
+ * a ring slot given back a thousand instructions late, while the producer waits for it.
+ * Inside the asm the arrive happens as soon as the wait returns.  Returns the arrive op
+ * fused into wait op w, or 0. */
+static uint32_t arrive_after_wait(const loom_kernel *k, uint32_t w)
+{
+    const ir_block *b = &k->blocks[k->ops[w].block];
+    for (uint32_t i = 0; i + 1 < b->nops; i++)
+        if (b->ops[i] == w)
+            return k->ops[b->ops[i + 1]].kind == IR_MBAR_ARRIVE ? b->ops[i + 1] : 0;
+    return 0;
+}
+
+static bool arrive_fused(const loom_kernel *k, uint32_t a)
+{
+    const ir_block *b = &k->blocks[k->ops[a].block];
+    for (uint32_t i = 1; i < b->nops; i++)
+        if (b->ops[i] == a)
+            return k->ops[b->ops[i - 1]].kind == IR_WGMMA_WAIT;
+    return false;
+}
+
 /* The accumulators flow through the wait as tied operands: LLVM cannot touch them before. */
 static bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
 {
@@ -705,35 +795,53 @@ static bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
             return false;
         total += cg_layout_regs(cg_lay(l->cg, l->cg->vlay[op->res[i]]));
     }
-    char t[64];
-    snprintf(t, sizeof t, "wgmma.wait_group.sync.aligned %d;", (int)op->iattr[0]);
+    uint32_t fa = arrive_after_wait(l->k, o);
+    char t[256];
+    if (fa) /* lane 0 of each warp arrives (lower_mbar_arrive), right after the wait */
+        snprintf(t, sizeof t,
+                 "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, $%d, 0;\n\twgmma.wait_group.sync.aligned %d;\n\t"
+                 "@p mbarrier.arrive.shared::cta.b64 _, [$%d];\n\t}",
+                 2 * total, (int)op->iattr[0], 2 * total + 1); /* after the outputs and tied inputs */
+    else
+        snprintf(t, sizeof t, "wgmma.wait_group.sync.aligned %d;", (int)op->iattr[0]);
+    LLVMValueRef extra[2] = {NULL, NULL};
+    if (fa) {
+        extra[0] = l->lane;
+        extra[1] = bar_addr(l, &l->k->ops[fa], 0);
+    }
+    int ne = fa ? 2 : 0;
     if (total == 0) {
-        asm_void(l, t, "~{memory}", NULL, 0);
+        asm_void(l, t, fa ? "r,r,~{memory}" : "~{memory}", extra, ne);
         return true;
     }
     char *cons = lalloc(l, (size_t)total * 8 + 32);
     LLVMTypeRef *ft = lalloc(l, (size_t)total * sizeof *ft);
-    LLVMValueRef *args = lalloc(l, (size_t)total * sizeof *args);
-    if (!cons || !ft || !args)
+    LLVMTypeRef *it = lalloc(l, (size_t)(total + 2) * sizeof *it);
+    LLVMValueRef *args = lalloc(l, (size_t)(total + 2) * sizeof *args);
+    if (!cons || !ft || !it || !args)
         return false;
     size_t q = 0;
     for (int i = 0; i < total; i++)
         q += (size_t)sprintf(cons + q, "%s=f", i ? "," : "");
     for (int i = 0; i < total; i++)
         q += (size_t)sprintf(cons + q, ",%d", i);
-    sprintf(cons + q, ",~{memory}");
+    sprintf(cons + q, "%s,~{memory}", fa ? ",r,r" : "");
     int a = 0;
     for (int i = 0; i < op->nopnd; i++) {
         int n = cg_layout_regs(cg_lay(l->cg, l->cg->vlay[op->res[i]]));
         for (int j = 0; j < n; j++)
             args[a++] = regs[i][j];
     }
+    for (int i = 0; i < ne; i++)
+        args[a++] = extra[i];
     for (int i = 0; i < total; i++)
-        ft[i] = l->t_f32;
+        ft[i] = it[i] = l->t_f32;
+    for (int i = 0; i < ne; i++)
+        it[total + i] = l->t_i32;
     LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)total, 0);
-    LLVMTypeRef fty = LLVMFunctionType(st, ft, (unsigned)total, 0);
+    LLVMTypeRef fty = LLVMFunctionType(st, it, (unsigned)(total + ne), 0);
     LLVMValueRef ia = LLVMGetInlineAsm(fty, t, strlen(t), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
-    LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)total, "");
+    LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)(total + ne), "");
     add_fn_attr_call(l, call, "convergent", 0);
     a = 0;
     for (int i = 0; i < op->nres; i++) {

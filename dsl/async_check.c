@@ -8,8 +8,11 @@
  *     warp-group boundary when they carry a register budget, and their budgets fit the
  *     register file (64K 32-bit registers per SM, one CTA);
  *   - with tasks, the top level holds only allocations, scalar arithmetic and tasks;
- *   - the tasks that arrive on a barrier array add up to its arrival count (each task
- *     replica arrives once per phase: the model the DSL documents);
+ *   - the tasks that arrive on a barrier array add up to its arrival count: each task
+ *     replica arrives once a phase (the model the DSL documents), or, where the barrier
+ *     index of a task's arrivals depends on loom_task_replica, its replicas may take
+ *     turns instead (one of them arrives a phase: a ring whose slots the replicas consume
+ *     alternately, or a barrier per replica); see ir_mbar_arrivals;
  *   - an mbar_expect's byte count equals the bytes of the TMA loads that complete on the
  *     same barrier in the same block (when there are any there to count);
  *   - an accumulator produced by wgmma is read by other ops only after a wgmma_wait with
@@ -120,51 +123,157 @@ static void check_tasks(loom_kernel *k)
     }
 }
 
+/* dep[v] != 0 when value v depends on loom_task_replica: a forward pass over the ops,
+ * through results, loop-carried values and yields, repeated until nothing changes. */
+static uint8_t *replica_deps(const loom_kernel *k)
+{
+    uint8_t *dep = calloc(k->nvals + 1, 1);
+    if (!dep)
+        return NULL;
+    bool changed = true;
+#define MARK(v)                                                                                    \
+    do {                                                                                           \
+        if (!dep[v]) {                                                                             \
+            dep[v] = 1;                                                                            \
+            changed = true;                                                                        \
+        }                                                                                          \
+    } while (0)
+    for (int round = 0; changed && round < 64; round++) {
+        changed = false;
+        for (uint32_t o = 1; o < k->nops; o++) {
+            const ir_op *op = &k->ops[o];
+            if (!op->block)
+                continue;
+            bool in = op->kind == IR_TASK_REPLICA;
+            for (int j = 0; j < op->nopnd && !in; j++)
+                in = dep[op->opnd[j]];
+            if (in)
+                for (int r = 0; r < op->nres; r++)
+                    MARK(op->res[r]);
+            if (op->kind == IR_FOR) {
+                const ir_block *body = &k->blocks[op->reg[0]];
+                if (body->nargs && (dep[op->opnd[0]] || dep[op->opnd[2]]))
+                    MARK(body->args[0]);
+                for (int j = 3; j < op->nopnd && (uint32_t)(j - 2) < body->nargs; j++)
+                    if (dep[op->opnd[j]])
+                        MARK(body->args[j - 2]);
+            }
+            if (op->kind == IR_YIELD) {
+                uint32_t p = k->blocks[op->block].parent;
+                if (!p)
+                    continue;
+                const ir_op *par = &k->ops[p];
+                for (int j = 0; j < op->nopnd && j < par->nres; j++)
+                    if (dep[op->opnd[j]]) {
+                        MARK(par->res[j]);
+                        if (par->kind == IR_FOR && (uint32_t)(1 + j) < k->blocks[par->reg[0]].nargs)
+                            MARK(k->blocks[par->reg[0]].args[1 + j]);
+                    }
+            }
+        }
+    }
+#undef MARK
+    return dep;
+}
+
+/* The tasks that arrive on barrier array `bars`, their replicas, and whether they may take
+ * turns (the barrier index of one of their arrivals depends on loom_task_replica).
+ * Returns the number of tasks (at most 64), or -1 when an arrival sits outside any task. */
+typedef struct arrivers {
+    uint32_t task[64];
+    int64_t replicas[64];
+    bool turns[64];
+} arrivers;
+
+static int find_arrivers(const loom_kernel *k, uint32_t bars, const uint8_t *dep, arrivers *a)
+{
+    int nt = 0;
+    for (uint32_t o = 1; o < k->nops; o++) {
+        const ir_op *op = &k->ops[o];
+        if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT) || !op->block || op->opnd[0] != bars)
+            continue;
+        uint32_t t = task_of(k, o);
+        if (!t)
+            return -1;
+        int i = 0;
+        while (i < nt && a->task[i] != t)
+            i++;
+        if (i == nt) {
+            if (nt == 64)
+                continue;
+            a->task[nt] = t;
+            a->replicas[nt] = k->ops[t].iattr[2];
+            a->turns[nt] = false;
+            nt++;
+        }
+        if (dep && dep[op->opnd[1]] && a->replicas[i] > 1)
+            a->turns[i] = true;
+    }
+    return nt;
+}
+
+int64_t ir_mbar_arrivals(const loom_kernel *k, uint32_t bars, uint32_t task)
+{
+    const ir_op *al = &k->ops[k->vals[bars].def];
+    uint8_t *dep = replica_deps(k);
+    arrivers a;
+    int nt = find_arrivers(k, bars, dep, &a);
+    free(dep);
+    int64_t all = 0, turns = 0, mine = -1;
+    for (int i = 0; i < nt; i++) {
+        all += a.replicas[i];
+        turns += a.turns[i] ? 1 : a.replicas[i];
+    }
+    for (int i = 0; i < nt; i++)
+        if (a.task[i] == task)
+            mine = al->kind == IR_MBAR_ALLOC && al->iattr[1] != all && al->iattr[1] == turns && a.turns[i]
+                       ? 1
+                       : a.replicas[i];
+    return mine < 0 ? 0 : mine;
+}
+
 /* Arrivals on each barrier array; bytes expected vs TMA loads. */
 static void check_barriers(loom_kernel *k)
 {
+    uint8_t *dep = replica_deps(k);
+    if (!dep) {
+        k->oom = true;
+        return;
+    }
     for (uint32_t o = 1; o < k->nops; o++) {
         ir_op *al = &k->ops[o];
         if (al->kind != IR_MBAR_ALLOC || !al->nres || !al->block)
             continue;
-        uint32_t bars = al->res[0];
-        uint32_t tasks[64];
-        int nt = 0;
-        bool outside = false;
-        for (uint32_t a = 1; a < k->nops; a++) {
-            ir_op *op = &k->ops[a];
-            if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT) || !op->block ||
-                op->opnd[0] != bars)
-                continue;
-            uint32_t t = task_of(k, a);
-            if (!t) {
-                outside = true;
-                continue;
-            }
-            bool seen = false;
-            for (int i = 0; i < nt; i++)
-                seen |= tasks[i] == t;
-            if (!seen && nt < 64)
-                tasks[nt++] = t;
-        }
-        if (outside || nt == 0)
+        arrivers a;
+        int nt = find_arrivers(k, al->res[0], dep, &a);
+        if (nt <= 0)
             continue;
-        int64_t sum = 0;
+        int64_t all = 0, turns = 0;
+        bool any_turns = false;
         char list[512] = "";
         size_t p = 0;
         for (int i = 0; i < nt && p < sizeof list; i++) {
-            sum += k->ops[tasks[i]].iattr[2];
-            p += (size_t)snprintf(list + p, sizeof list - p, "%sthe task at line %d (%lld replica%s)",
-                                  i ? ", " : "", k->ops[tasks[i]].src.line,
-                                  (long long)k->ops[tasks[i]].iattr[2],
-                                  k->ops[tasks[i]].iattr[2] == 1 ? "" : "s");
+            all += a.replicas[i];
+            turns += a.turns[i] ? 1 : a.replicas[i];
+            any_turns |= a.turns[i];
+            p += (size_t)snprintf(list + p, sizeof list - p, "%sthe task at line %d (%lld replica%s%s)",
+                                  i ? ", " : "", k->ops[a.task[i]].src.line, (long long)a.replicas[i],
+                                  a.replicas[i] == 1 ? "" : "s", a.turns[i] ? ", which may take turns" : "");
         }
-        if (sum != al->iattr[1])
+        if (al->iattr[1] == all || (any_turns && al->iattr[1] == turns))
+            continue;
+        if (any_turns)
+            ir_error(k, al->src, "mbar_alloc",
+                     "these barriers expect %lld arrivals a phase, but %lld task replicas arrive on them "
+                     "(%lld where replicas take turns): %s",
+                     (long long)al->iattr[1], (long long)all, (long long)turns, list);
+        else
             ir_error(k, al->src, "mbar_alloc",
                      "these barriers expect %lld arrivals a phase, but %lld task replicas arrive "
                      "on them: %s",
-                     (long long)al->iattr[1], (long long)sum, list);
+                     (long long)al->iattr[1], (long long)all, list);
     }
+    free(dep);
     /* expect-bytes vs the TMA loads of the same block on the same barrier */
     for (uint32_t o = 1; o < k->nops; o++) {
         ir_op *ex = &k->ops[o];

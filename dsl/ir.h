@@ -215,6 +215,11 @@ typedef struct ir_task_info {
 } ir_task_info;
 /* Fill up to max entries; returns the number of tasks (0: the kernel has none). */
 int ir_tasks(const loom_kernel *k, ir_task_info *out, int max);
+/* How many replicas of task op `task` arrive on barrier array `bars` (an mbar_alloc
+ * result) in one phase: all of its replicas, or 1 where they take turns (the barrier
+ * index of its arrivals depends on loom_task_replica and the array's arrival count is
+ * met only that way); 0 when the task does not arrive on it. */
+int64_t ir_mbar_arrivals(const loom_kernel *k, uint32_t bars, uint32_t task);
 
 /* ---------------------------------------------------------------- numbers */
 

@@ -65,7 +65,7 @@ loom_status rt_tma_plan_make(const rt_tma_spec *s, const loom_arg_info *info, ui
 
 /* Encode into desc (128 bytes, 64-byte aligned) the descriptor of tensor argument `info`
  * at device address base: out-of-bounds reads are filled with zero, no interleave, L2
- * promotion 128B.  Validation as rt_tma_plan_make (no GPU needed to get its messages);
+ * promotion 256B.  Validation as rt_tma_plan_make (no GPU needed to get its messages);
  * then the driver: LOOM_ERR_NO_GPU without one, LOOM_ERR_CUDA when it refuses. */
 loom_status rt_tma_encode(const rt_tma_spec *s, const loom_arg_info *info, uint64_t base, void *desc,
                           char *err, size_t errlen);

@@ -3,21 +3,41 @@
  *
  * The algorithm, as the builder calls below spell it:
  *
- *   shared: A ring [stages][BM, BK], B ring [stages][BK, BN] (128-byte swizzle),
- *           barriers full[stages] (the producer's expect-bytes: 1 arrival) and
- *           empty[stages] (the consumer task: 1 arrival a phase)
+ *   shared: A ring [stages][BM, BK], B ring [stages][BK, BN] (128-byte swizzle; A's
+ *           64-byte at BK=32), barriers full[stages] (the producer's expect-bytes: 1
+ *           arrival) and empty[stages] (the consumers: 1 arrival a phase, 2 when split),
+ *           with tmastore=1 a staging buffer for the output tile
  *   producer task (one warp group, 40 registers): for each output tile it owns, for each
  *           k step i (a running count over tiles): wait empty[i % S] (phase ^ 1), expect
  *           the bytes of both boxes on full[i % S], TMA A and B into slot i % S
- *   consumer task (one or two warp groups, 232 registers): for each tile: acc = 0; for
- *           each k step: wait full[slot], wgmma, commit, wait until one group is in
- *           flight, release the previous slot (arrive on empty); after the loop wait for
- *           all, release the last slot; then the epilogue: cast and store the tile
- *           straight from the accumulator's registers (masked at the M/N edges)
+ *   consumer warp groups (232 registers): for each tile: acc = 0; for each k step: wait
+ *           full[slot], wgmma, commit, wait until one group is in flight, release the
+ *           previous slot (arrive on empty); after the loop wait for all, release the
+ *           last slot; then the epilogue: cast and store the tile, straight from the
+ *           accumulator's registers (masked at the M/N edges) or, with tmastore=1, through
+ *           a staging buffer in shared memory and a TMA store that runs asynchronously
+ *
+ * How the consumer warp groups share the work (`consumers`):
+ *   0 cooperative  one task of cwarps warps; its warp groups split every tile by rows
+ *   1 ping-pong    two replicas of one warp group take turns on whole BMxBN tiles: one's
+ *                  epilogue runs while the other's mainloop keeps the tensor cores busy
+ *   2 split        two replicas of one warp group share every tile by rows (each its own
+ *                  accumulator and its own half of the A slot), consume every ring slot and
+ *                  run free of each other, up to the ring's depth apart; with tmastore=1
+ *                  they hand one staging buffer over (replica 0 first), which puts them a
+ *                  few k steps apart, so one's epilogue overlaps the other's last k steps
+ *                  or first ones of the next tile
+ *
+ * The defaults are what measured best on the H200 over the shapes of bench_gemm (see
+ * bench/RESULTS.md): one consumer warp group with 64x256 tiles, 4 stages, the TMA-store
+ * epilogue, groups of 32 tile rows (BM=128,BN=128 was as fast on large squares, but wastes
+ * rows at the IKBO M=433).  Other stage counts ran 5-25% slower (3: the loads arrive
+ * late; 5 and more: slower too, not understood), BK=32 slower, and two consumer warp
+ * groups on one tile, taking turns or splitting it, 5-8% slower than one.
  *
  * Tiles are visited persistently (grid = `ctas` programs, tile t = pid, pid + ctas, ...)
- * in groups of 8 tile rows so neighbouring CTAs share A and B in L2; ctas=0 launches one
- * program per tile instead.  Out-of-range rows and K columns read as zero (TMA), so any
+ * in groups of `group` tile rows so neighbouring CTAs share A and B in L2; ctas=0
+ * launches one program per tile instead.  Out-of-range rows and K columns read as zero (TMA), so any
  * M and N work and K only needs 16-byte aligned rows (a multiple of 8).  A batch runs as
  * more tiles; A may be shared by the whole batch (ashared=1, the IKBO weights case).
  */
@@ -28,29 +48,32 @@
 #include <stdlib.h>
 
 enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED };
-enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP };
+enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE };
+enum { COOPERATIVE, PINGPONG, SPLIT };
 
 typedef struct g_cfg {
     int64_t M, N, K, batch;
     loom_dtype dt, odt;
     int ashared;
-    int bm, bn, bk, stages, cwarps, ctas, group;
+    int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore;
 } g_cfg;
 
 static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
 {
     return (g_cfg){sh[S_M], sh[S_N], sh[S_K], sh[S_BATCH], (loom_dtype)sh[S_DTYPE], (loom_dtype)sh[S_ODTYPE],
                    (int)sh[S_ASHARED], (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_BK], (int)cf[C_STAGES],
-                   (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_GROUP]};
+                   (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_GROUP], (int)cf[C_CONSUMERS],
+                   (int)cf[C_TMASTORE]};
 }
 
 static int64_t tiles(const g_cfg *c) { return TPL_CDIV(c->M, c->bm) * TPL_CDIV(c->N, c->bn) * c->batch; }
+
+#define CI(v) loom_const_i(k, LOOM_I32, (v))
 
 /* The tile t of this program: batch b, first row m0, first column n0 (grouped order). */
 static void tile_coords(loom_kernel *k, const g_cfg *c, loom_val t, loom_val *b, loom_val *m0, loom_val *n0)
 {
     int64_t tm = TPL_CDIV(c->M, c->bm), tn = TPL_CDIV(c->N, c->bn);
-#define CI(v) loom_const_i(k, LOOM_I32, (v))
     *b = loom_div(k, t, CI(tm * tn));
     loom_val r = loom_rem(k, t, CI(tm * tn));
     loom_val per_group = CI((int64_t)c->group * tn);
@@ -59,6 +82,205 @@ static void tile_coords(loom_kernel *k, const g_cfg *c, loom_val t, loom_val *b,
     loom_val in = loom_rem(k, r, per_group);
     *m0 = loom_mul(k, loom_add(k, first, loom_rem(k, in, gsize)), CI(c->bm));
     *n0 = loom_mul(k, loom_div(k, in, gsize), CI(c->bn));
+}
+
+/* What the consumer task works with. */
+typedef struct ring {
+    loom_val C, as, bs, full, empty;
+    loom_val cs;    /* tmastore: the output tile's staging buffer (ping-pong: one slot per replica) */
+    loom_val hand;  /* split with tmastore: hand[r] is replica r's "I am done with the buffer" */
+    bool batched;
+} ring;
+
+/* The mainloop of one tile: k steps it0 .. it0 + nsteps - 1 of the ring.  Each step waits
+ * for its slot, issues the wgmmas, lets one group stay in flight and gives the previous
+ * step's slot back.  Returns the accumulator with the last group still in flight. */
+static loom_val mainloop(loom_kernel *k, const g_cfg *c, const ring *r, loom_val it0, loom_val nsteps, int bm,
+                         loom_val rep)
+{
+    loom_val zero = CI(0), one = CI(1);
+    loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(bm, c->bn));
+    loom_region_op kl = loom_for_begin(k, zero, nsteps, one, 1, &acc0);
+    {
+        loom_val kk = loom_for_iv(k, kl);
+        loom_val it = loom_add(k, it0, kk);
+        loom_val s = loom_ring_slot(k, it, c->stages);
+        loom_mbar_wait(k, r->full, s, loom_ring_phase(k, it, c->stages));
+        /* split: replica rep's rows are the A slot's half 2s + rep */
+        loom_val sa = c->consumers == SPLIT ? loom_add(k, loom_mul(k, s, CI(2)), rep) : s;
+        loom_val acc = loom_wgmma(k, loom_smem_slot(k, r->as, sa), loom_smem_slot(k, r->bs, s), loom_for_arg(k, kl, 0));
+        loom_wgmma_commit(k);
+        loom_region_op w = loom_wgmma_wait(k, 1, 1, &acc);
+        /* the previous step's wgmma is done: give its slot back */
+        loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
+        loom_mbar_arrive(k, r->empty, loom_ring_slot(k, loom_sub(k, it, one), c->stages));
+        loom_if_end(k, first, 0, NULL);
+        loom_val res = loom_wgmma_result(k, w, 0);
+        loom_for_end(k, kl, 1, &res);
+    }
+    return loom_for_result(k, kl, 0);
+}
+
+/* After the mainloop of the tile whose k steps start at ring use it0: wait for its last
+ * wgmma group and give the last slot back (right after the wait: the compiler issues the
+ * two together); returns the tile cast to the output type. */
+static loom_val finish(loom_kernel *k, const g_cfg *c, const ring *r, loom_val acc, loom_val it0)
+{
+    loom_val last = loom_ring_slot(k, loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk) - 1)), c->stages);
+    loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
+    loom_mbar_arrive(k, r->empty, last);
+    return loom_cast(k, loom_wgmma_result(k, w, 0), c->odt);
+}
+
+/* Store the tile: straight from the accumulator's registers (masked at the M/N edges), or
+ * (tmastore) into the staging buffer `view`, then to global memory with one TMA store
+ * that runs on while the next tile's mainloop does; the buffer is written again only
+ * after a wait on that store, a tile later.  `threads`: the task replica's threads (the
+ * buffer is full when all of them have written). */
+static void store_tile(loom_kernel *k, const g_cfg *c, const ring *r, const loom_val *offs, loom_val out,
+                       loom_val view, int threads)
+{
+    if (!c->tmastore) {
+        loom_store(k, r->C, offs, out, LOOM_NONE);
+        return;
+    }
+    loom_tma_store_wait(k, 0); /* the previous tile's store has read the buffer */
+    loom_smem_store(k, view, out);
+    loom_fence_async(k);
+    loom_named_barrier(k, 2, threads);
+    loom_tma_store(k, r->C, offs, view);
+}
+
+/* Cooperative: the consumer warp groups split every tile (group g owns rows g*BM/G ..). */
+static void consumers_cooperative(loom_kernel *k, const g_cfg *c, const ring *r, loom_val pid, loom_val step,
+                                  loom_val ntiles)
+{
+    int64_t nk = TPL_CDIV(c->K, c->bk);
+    loom_val zero = CI(0);
+    loom_region_op ct = loom_task_begin(k, c->cwarps, 232, 1);
+    {
+        loom_region_op tl = loom_for_begin(k, pid, ntiles, step, 1, &zero);
+        loom_val b, m0, n0;
+        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
+        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val out = finish(k, c, r, mainloop(k, c, r, it0, CI(nk), c->bm, LOOM_NONE), it0);
+        loom_val *offs = r->batched ? (loom_val[]){b, m0, n0} : (loom_val[]){m0, n0};
+        store_tile(k, c, r, offs, out, c->tmastore ? loom_smem_slot(k, r->cs, zero) : LOOM_NONE, c->cwarps * 32);
+        loom_val next = loom_add(k, it0, CI(nk));
+        loom_for_end(k, tl, 1, &next);
+        if (c->tmastore)
+            loom_tma_store_wait(k, 0);
+    }
+    loom_task_end(k, ct);
+}
+
+/* Ping-pong: two consumer warp groups (task replicas) take turns on whole tiles.  The
+ * CTA's tiles j = 0, 1, 2, ... (the producer's order) go to replica j % 2.  Their
+ * mainloops run one after the other, in tile order, so while one runs its mainloop on the
+ * tensor cores the other runs its epilogue.  Two named barriers hand the turn over:
+ *
+ *   replica 0:        mainloop | X | epilogue | Y |        mainloop | X | ...
+ *   replica 1:  | X |          mainloop        | Y | epilogue | X |   ...
+ *
+ * The order is also what makes the ring's parity waits sound: a replica starts waiting
+ * on the full barriers of its tile only after the other has waited on all of its own, so
+ * no wait can see the parity of a phase two uses old.  Each ring slot is consumed, and
+ * given back, by one replica a use: the empty barriers count one arrival a phase (the
+ * replicas take turns, which the arrival check recognises by the slot index depending on
+ * loom_task_replica).  Replica 0 has as many tiles as replica 1 or one more; in the
+ * latter case replica 1 meets it at X and Y once more after its last tile. */
+static void consumers_pingpong(loom_kernel *k, const g_cfg *c, const ring *r, loom_val pid, loom_val step,
+                               loom_val ntiles)
+{
+    int64_t nk = TPL_CDIV(c->K, c->bk);
+    loom_val one = CI(1);
+    enum { X = 0, Y = 1 };
+    loom_region_op ct = loom_task_begin(k, 4, 232, 2);
+    {
+        loom_val rep = loom_task_replica(k);
+        loom_val second = loom_cmp(k, LOOM_EQ, rep, one);
+        loom_val it_first = loom_mul(k, rep, CI(nk));
+        loom_region_op tl = loom_for_begin(k, loom_add(k, pid, loom_mul(k, rep, step)), ntiles,
+                                           loom_mul(k, step, CI(2)), 1, &it_first);
+        loom_val b, m0, n0;
+        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
+        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_region_op w1 = loom_if_begin(k, second, 0);
+        loom_named_barrier(k, X, 256);
+        loom_if_end(k, w1, 0, NULL);
+        loom_val accl = mainloop(k, c, r, it0, CI(nk), c->bm, rep);
+        loom_region_op hand = loom_if_begin(k, second, 0);
+        loom_named_barrier(k, Y, 256);
+        loom_else(k, hand, 0, NULL);
+        loom_named_barrier(k, X, 256);
+        loom_if_end(k, hand, 0, NULL);
+        loom_val out = finish(k, c, r, accl, it0);
+        loom_val *offs = r->batched ? (loom_val[]){b, m0, n0} : (loom_val[]){m0, n0};
+        store_tile(k, c, r, offs, out, c->tmastore ? loom_smem_slot(k, r->cs, rep) : LOOM_NONE, 128);
+        loom_region_op w2 = loom_if_begin(k, second, 0);
+        loom_else(k, w2, 0, NULL);
+        loom_named_barrier(k, Y, 256);
+        loom_if_end(k, w2, 0, NULL);
+        loom_val next = loom_add(k, it0, CI(2 * nk));
+        loom_for_end(k, tl, 1, &next);
+        /* replica 1 after its n tiles: does replica 0 have tile 2n? (it = nk + 2n*nk now) */
+        loom_val j = loom_div(k, loom_for_result(k, tl, 0), CI(nk));
+        loom_val more = loom_cmp(k, LOOM_LT, loom_add(k, pid, loom_mul(k, loom_sub(k, j, one), step)), ntiles);
+        loom_region_op ex = loom_if_begin(k, loom_and(k, second, more), 0);
+        loom_named_barrier(k, X, 256);
+        loom_named_barrier(k, Y, 256);
+        loom_if_end(k, ex, 0, NULL);
+        if (c->tmastore)
+            loom_tma_store_wait(k, 0);
+    }
+    loom_task_end(k, ct);
+}
+
+/* Split: two replicas of one warp group share every tile by rows: replica rep owns rows
+ * m0 + rep*BM/2 .., with its own accumulator and its own half of each A slot (the
+ * producer loads the two halves as slots 2s and 2s + 1).  Both consume every ring slot
+ * (the empty barriers count two arrivals a phase) but wait for nothing else of each
+ * other, so they may drift apart by up to the ring's depth.  With tmastore they stage
+ * their halves in one buffer in turn, replica 0 first: each waits for the other's "done"
+ * (hand[1 - rep], parity (j & 1) ^ (1 - rep) for its j-th tile: replica 0's first wait
+ * passes on the fresh barrier), writes, TMA-stores, waits until that store has read the
+ * buffer and arrives on hand[rep] (warp 0's arrival, the one that waited, comes last).
+ * Replica 1 then runs that much behind, and the epilogue of one overlaps k steps of the
+ * other. */
+static void consumers_split(loom_kernel *k, const g_cfg *c, const ring *r, loom_val pid, loom_val step,
+                            loom_val ntiles)
+{
+    int64_t nk = TPL_CDIV(c->K, c->bk);
+    int half = c->bm / 2;
+    loom_val zero = CI(0), one = CI(1);
+    loom_region_op ct = loom_task_begin(k, 4, 232, 2);
+    {
+        loom_val rep = loom_task_replica(k);
+        loom_region_op tl = loom_for_begin(k, pid, ntiles, step, 1, &zero);
+        loom_val b, m0, n0;
+        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
+        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val out = finish(k, c, r, mainloop(k, c, r, it0, CI(nk), half, rep), it0);
+        loom_val m = loom_add(k, m0, loom_mul(k, rep, CI(half)));
+        loom_val *offs = r->batched ? (loom_val[]){b, m, n0} : (loom_val[]){m, n0};
+        if (!c->tmastore)
+            loom_store(k, r->C, offs, out, LOOM_NONE);
+        else {
+            loom_val j = loom_div(k, it0, CI(nk));
+            loom_val other = loom_sub(k, one, rep);
+            loom_mbar_wait(k, r->hand, other, loom_rem(k, loom_add(k, j, other), CI(2)));
+            loom_val view = loom_smem_slot(k, r->cs, zero);
+            loom_smem_store(k, view, out);
+            loom_fence_async(k);
+            loom_named_barrier(k, 2, 128);
+            loom_tma_store(k, r->C, offs, view);
+            loom_tma_store_wait(k, 0);
+            loom_mbar_arrive(k, r->hand, rep);
+        }
+        loom_val next = loom_add(k, it0, CI(nk));
+        loom_for_end(k, tl, 1, &next);
+    }
+    loom_task_end(k, ct);
 }
 
 static loom_kernel *gemm_build(const g_cfg *c)
@@ -73,15 +295,24 @@ static loom_kernel *gemm_build(const g_cfg *c)
     loom_val B = loom_arg_tensor(k, "B", c->dt, bsh, LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", c->odt, csh, LOOM_OUT);
 
-    loom_val as = loom_smem_alloc(k, c->dt, LOOM_SHAPE2(c->bm, c->bk), c->stages, LOOM_SWIZZLE_128);
+    bool split = c->consumers == SPLIT;
+    int arows = split ? c->bm / 2 : c->bm; /* split: A slots hold half a tile's rows */
+    /* A's rows are BK wide (128 bytes at BK=64, 64 at BK=32): the swizzle spans one row */
+    loom_swizzle aswz = c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128;
+    loom_val as = loom_smem_alloc(k, c->dt, LOOM_SHAPE2(arows, c->bk), c->stages * (split ? 2 : 1), aswz);
     loom_val bs = loom_smem_alloc(k, c->dt, LOOM_SHAPE2(c->bk, c->bn), c->stages, LOOM_SWIZZLE_128);
     loom_val full = loom_mbar_alloc(k, c->stages, 1);
-    loom_val empty = loom_mbar_alloc(k, c->stages, 1);
+    loom_val empty = loom_mbar_alloc(k, c->stages, split ? 2 : 1);
     int64_t nk = TPL_CDIV(c->K, c->bk), ntiles = tiles(c);
     int64_t bytes = ((int64_t)c->bm * c->bk + (int64_t)c->bk * c->bn) * (int64_t)loom_dtype_size(c->dt);
     loom_val pid = loom_program_id(k, 0);
     loom_val step = c->ctas ? loom_num_programs(k, 0) : CI(ntiles);
     loom_val zero = CI(0), one = CI(1);
+    loom_val cs = c->tmastore ? loom_smem_alloc(k, c->odt, LOOM_SHAPE2(arows, c->bn),
+                                                c->consumers == PINGPONG ? 2 : 1, LOOM_SWIZZLE_128)
+                              : LOOM_NONE;
+    loom_val hand = c->tmastore && split ? loom_mbar_alloc(k, 2, 1) : LOOM_NONE;
+    ring r = {C, as, bs, full, empty, cs, hand, batched};
 
     /* producer: TMA into the ring */
     loom_region_op pt = loom_task_begin(k, prod_warps, 40, 1);
@@ -98,10 +329,14 @@ static loom_kernel *gemm_build(const g_cfg *c)
             loom_mbar_wait(k, empty, s, loom_sub(k, one, loom_ring_phase(k, it, c->stages)));
             loom_mbar_expect(k, full, s, bytes);
             loom_val k0 = loom_mul(k, kk, CI(c->bk));
-            if (batched && !c->ashared)
-                loom_tma_load(k, A, ((loom_val[]){b, m0, k0}), loom_smem_slot(k, as, s), full, s);
-            else
-                loom_tma_load(k, A, ((loom_val[]){m0, k0}), loom_smem_slot(k, as, s), full, s);
+            for (int h = 0; h < (split ? 2 : 1); h++) {
+                loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
+                loom_val sa = split ? loom_add(k, loom_mul(k, s, CI(2)), CI(h)) : s;
+                if (batched && !c->ashared)
+                    loom_tma_load(k, A, ((loom_val[]){b, m, k0}), loom_smem_slot(k, as, sa), full, s);
+                else
+                    loom_tma_load(k, A, ((loom_val[]){m, k0}), loom_smem_slot(k, as, sa), full, s);
+            }
             if (batched)
                 loom_tma_load(k, B, ((loom_val[]){b, k0, n0}), loom_smem_slot(k, bs, s), full, s);
             else
@@ -113,46 +348,15 @@ static loom_kernel *gemm_build(const g_cfg *c)
     }
     loom_task_end(k, pt);
 
-    /* consumers: wgmma out of the ring, epilogue from registers */
-    loom_region_op ct = loom_task_begin(k, c->cwarps, 232, 1);
-    {
-        loom_region_op tl = loom_for_begin(k, pid, CI(ntiles), step, 1, &zero);
-        loom_val b, m0, n0;
-        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(c->bm, c->bn));
-        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc0);
-        {
-            loom_val kk = loom_for_iv(k, kl);
-            loom_val it = loom_add(k, it0, kk);
-            loom_val s = loom_ring_slot(k, it, c->stages);
-            loom_mbar_wait(k, full, s, loom_ring_phase(k, it, c->stages));
-            loom_val acc = loom_wgmma(k, loom_smem_slot(k, as, s), loom_smem_slot(k, bs, s), loom_for_arg(k, kl, 0));
-            loom_wgmma_commit(k);
-            loom_region_op w = loom_wgmma_wait(k, 1, 1, &acc);
-            /* the previous step's wgmma is done: give its slot back */
-            loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
-            loom_mbar_arrive(k, empty, loom_ring_slot(k, loom_sub(k, it, one), c->stages));
-            loom_if_end(k, first, 0, NULL);
-            loom_val r = loom_wgmma_result(k, w, 0);
-            loom_for_end(k, kl, 1, &r);
-        }
-        loom_val accl = loom_for_result(k, kl, 0);
-        loom_region_op w = loom_wgmma_wait(k, 0, 1, &accl);
-        loom_val last = loom_add(k, it0, CI(nk - 1));
-        loom_mbar_arrive(k, empty, loom_ring_slot(k, last, c->stages));
-        loom_val out = loom_cast(k, loom_wgmma_result(k, w, 0), c->odt);
-        if (batched)
-            loom_store(k, C, ((loom_val[]){b, m0, n0}), out, LOOM_NONE);
-        else
-            loom_store(k, C, ((loom_val[]){m0, n0}), out, LOOM_NONE);
-        loom_val next = loom_add(k, it0, CI(nk));
-        loom_for_end(k, tl, 1, &next);
-    }
-    loom_task_end(k, ct);
-#undef CI
+    if (c->consumers == PINGPONG)
+        consumers_pingpong(k, c, &r, pid, step, CI(ntiles));
+    else if (split)
+        consumers_split(k, c, &r, pid, step, CI(ntiles));
+    else
+        consumers_cooperative(k, c, &r, pid, step, CI(ntiles));
     return k;
 }
+#undef CI
 
 /* Why (shape, config) cannot be served, or NULL when it can. */
 static const char *why_not(const g_cfg *c, char *buf, size_t n)
@@ -165,23 +369,44 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "M, N, K and batch must be positive";
     if (c->K % 8 || c->N % 8)
         return "K and N must be multiples of 8 (TMA needs 16-byte aligned rows)";
-    if (c->bk != 64)
-        return "BK must be 64 (one 128-byte swizzle span of f16/bf16)";
+    if (c->bk != 64 && c->bk != 32)
+        return "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
     if (c->cwarps != 4 && c->cwarps != 8)
         return "cwarps must be 4 or 8 (one or two consumer warp groups)";
-    if (c->bm != 64 * (c->cwarps / 4) && c->bm != 128 * (c->cwarps / 4))
-        return "BM must be 64 or 128 rows per consumer warp group";
+    if (c->consumers < COOPERATIVE || c->consumers > SPLIT)
+        return "consumers must be 0 (cooperative), 1 (ping-pong) or 2 (split)";
+    if (c->consumers != COOPERATIVE && c->cwarps != 8)
+        return "consumers=1 and 2 need cwarps=8 (two consumer warp groups)";
+    if (c->consumers == PINGPONG && c->ctas == 0)
+        return "consumers=1 (ping-pong) needs persistent CTAs (ctas > 0): with one CTA per tile there is no "
+               "second tile to take turns on";
+    int wgs = c->consumers == PINGPONG ? 1 : c->cwarps / 4; /* warp groups sharing one tile */
+    if (c->bm != 64 * wgs && c->bm != 128 * wgs)
+        return c->consumers == PINGPONG ? "BM must be 64 or 128 with consumers=1 (one warp group owns a whole tile)"
+                                        : "BM must be 64 or 128 rows per consumer warp group";
     if (c->bn < 64 || c->bn > 256 || (c->bn & (c->bn - 1)))
         return "BN must be 64, 128 or 256";
-    if (c->stages < 2 || c->stages > 8)
-        return "stages must be 2 to 8";
-    int64_t smem = (int64_t)c->stages * (c->bm + c->bn) * c->bk * 2;
-    if (smem > 220 * 1024) {
-        snprintf(buf, n, "the ring needs %lld bytes of shared memory (over 220 KiB); use fewer stages or smaller tiles",
-                 (long long)smem);
+    if (c->stages < 2 || c->stages > 12)
+        return "stages must be 2 to 12";
+    if (c->tmastore != 0 && c->tmastore != 1)
+        return "tmastore must be 0 or 1";
+    int64_t ring = (int64_t)c->stages * (c->bm + c->bn) * c->bk * 2;
+    int64_t stage = !c->tmastore ? 0
+                    : (int64_t)(c->consumers == PINGPONG ? 2 : 1) * (c->consumers == SPLIT ? c->bm / 2 : c->bm) *
+                          c->bn * (int64_t)loom_dtype_size(c->odt);
+    if (ring + stage > 226 * 1024) { /* 227 KiB a CTA, less room for the barriers */
+        if (stage)
+            snprintf(buf, n,
+                     "the ring (%lld bytes) and the output staging buffer (%lld) need more than 226 KiB of "
+                     "shared memory; use fewer stages, smaller tiles or tmastore=0",
+                     (long long)ring, (long long)stage);
+        else
+            snprintf(buf, n,
+                     "the ring needs %lld bytes of shared memory (over 226 KiB); use fewer stages or smaller tiles",
+                     (long long)ring);
         return buf;
     }
-    if ((int64_t)(c->bm / (c->cwarps / 4)) * c->bn / 128 > 192)
+    if ((int64_t)(c->bm / wgs) * c->bn / 128 > 192)
         return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
     if (c->ctas < 0 || c->group < 1)
         return "ctas must be >= 0 and group >= 1";
@@ -268,14 +493,20 @@ const loom_template tpl_def_gemm = {
               {"dtype", LOOM_F16, "input type: f16 or bf16"},
               {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},
               {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"}},
-    .nconfig = 7,
-    .config = {{"BM", 128, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
+    .nconfig = 9,
+    .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns (64, 128, 256)", 3, {64, 128, 256}},
-               {"BK", 64, "k step"},
-               {"stages", 4, "ring slots", 3, {3, 4, 5}},
-               {"cwarps", 8, "consumer warps (4: one warp group, 8: two)", 2, {4, 8}},
-               {"ctas", 132, "persistent CTAs (0: one CTA per tile)", 2, {0, 132}},
-               {"group", 8, "tile rows per L2 group", 2, {8, 16}}},
+               {"BK", 64, "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "
+                          "shared memory; slower on the H200)"},
+               {"stages", 4, "ring slots (powers of two ran faster on the H200)", 3, {2, 3, 4}},
+               {"cwarps", 4, "consumer warps (4: one warp group, 8: two)", 2, {4, 8}},
+               {"ctas", 132, "persistent CTAs (0: one CTA per tile)", 1, {132}},
+               {"group", 32, "tile rows per L2 group", 2, {8, 32}},
+               {"consumers", 0, "how the consumer warp groups share the tiles: 0 cooperative (one task "
+                                "splits each tile), 1 ping-pong (two take turns on whole tiles), 2 split "
+                                "(two share each tile by rows and run free of each other)", 2, {0, 1}},
+               {"tmastore", 1, "1: the epilogue stages the tile in shared memory and writes it with one TMA "
+                               "store; 0: it stores straight from the accumulator registers", 2, {1, 0}}},
     .valid = valid,
     .cost = cost,
     .build = build,

@@ -36,7 +36,8 @@ struct loom_ikbo_lce {
     char desc[768];
 };
 
-static const loom_ikbo_lce_config default_cfg = {128, 256, 4, 8, 132};
+/* one consumer warp group on 64 x 256 tiles: the fastest gemm config at the IKBO shapes */
+static const loom_ikbo_lce_config default_cfg = {64, 256, 4, 4, 132};
 
 const char *loom_ikbo_stage_name(loom_ikbo_stage s)
 {
@@ -169,11 +170,23 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
         if ((st = add_kernel(p, ik_gather_kernel(&sp), g, NULL)) != LOOM_OK)
             return st;
+        /* the gemm template with its own defaults, the tile config set by name; its TMA-store
+         * epilogue is dropped when the ring leaves no shared memory for it */
         const loom_template *gt = loom_template_find("gemm");
-        int64_t gs[7] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1};
-        int64_t gc[7] = {p->cfg.bm, p->cfg.bn, 64, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas, 8};
+        int64_t gs[LOOM_MAX_PARAMS] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1}, gc[LOOM_MAX_PARAMS];
+        char text[160];
+        snprintf(text, sizeof text, "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d", p->cfg.bm, p->cfg.bn, p->cfg.stages,
+                 p->cfg.cwarps, p->cfg.ctas);
+        if (loom_params_parse(gt->config, gt->nconfig, text, gc, err, sizeof err) != 0)
+            return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: the baseline gemm's config: %s", err);
+        loom_kernel *k = gt->build(gs, gc, err, sizeof err);
+        for (int i = 0; !k && i < gt->nconfig; i++)
+            if (!strcmp(gt->config[i].key, "tmastore") && gc[i]) {
+                gc[i] = 0;
+                k = gt->build(gs, gc, err, sizeof err);
+            }
         gt->grid(gs, gc, g);
-        return add_kernel(p, gt->build(gs, gc, err, sizeof err), g, err);
+        return add_kernel(p, k, g, err);
     }
     case LOOM_IKBO_DECOMPOSED:
     case LOOM_IKBO_K_ALIGNED: {

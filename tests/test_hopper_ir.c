@@ -58,7 +58,7 @@ OP_COVERED(wgmma_wait)
 OP_COVERED(task)
 Test(hopper_ptx, gemm_is_warp_specialized_with_tma_and_wgmma)
 {
-    char *p = template_ptx("gemm", "M=4096,N=4096,K=4096", "");
+    char *p = template_ptx("gemm", "M=4096,N=4096,K=4096", "BM=128,BN=256,cwarps=8,tmastore=0");
     cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL, "producer gives registers back");
     cr_expect(strstr(p, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL, "consumers take them");
     cr_expect(strstr(p, ".maxntid 384, 1, 1") != NULL);
@@ -74,6 +74,25 @@ Test(hopper_ptx, gemm_is_warp_specialized_with_tma_and_wgmma)
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;") != NULL);
     cr_expect(strstr(p, ".param .align 64 .b8 gemm_param_3[128]") != NULL, "TMA descriptors by value");
     cr_expect(count(p, "bar.sync") == 1, "the epilogue stores from the accumulator layout: no conversion");
+    free(p);
+}
+
+/* One consumer warp group owning 128x128 tiles (two m64 blocks), the epilogue through
+ * shared memory and TMA, and the tile's last slot given back in the asm of the wait that
+ * frees it. */
+Test(hopper_ptx, gemm_one_consumer_warp_group)
+{
+    char *p = template_ptx("gemm", "M=4096,N=4096,K=4096", "BM=128,BN=128");
+    cr_expect(strstr(p, ".maxntid 256, 1, 1") != NULL, "a producer and one consumer warp group");
+    cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL);
+    cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 232;") != NULL, "256 threads start with 255");
+    cr_expect_eq(count(p, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"), 8,
+                 "two m64 blocks of four k16 steps");
+    cr_expect_eq(count(p, "cvt.rn.f16x2.f32"), 64, "128 accumulators a thread, two a cvt");
+    cr_expect_eq(count(p, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"), 2,
+                 "a 128x128 tile leaves in two 64-column TMA stores");
+    cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;\n\t@p mbarrier.arrive.shared::cta.b64") != NULL);
+    cr_expect(count(p, "st.global") == 0);
     free(p);
 }
 
@@ -172,6 +191,151 @@ Test(hopper_checks, arrivals_must_match_the_arriving_tasks)
     loom_kernel_destroy(k);
 }
 
+/* The hardware count of the barrier initialised by the n-th mbarrier.init (0-based): the
+ * value of the mov into its count register, or the immediate. */
+static long init_count(const char *p, int n)
+{
+    const char *at = p;
+    for (int i = 0; i <= n; i++) {
+        at = strstr(at, "mbarrier.init.shared::cta.b64 [");
+        if (!at)
+            return -1;
+        at++;
+    }
+    const char *reg = strstr(at, "], ");
+    if (!reg)
+        return -1;
+    reg += 3;
+    char name[32];
+    size_t len = strcspn(reg, ";");
+    if (len >= sizeof name)
+        return -1;
+    memcpy(name, reg, len);
+    name[len] = 0;
+    if (name[0] != '%')
+        return strtol(name, NULL, 10);
+    char mov[64];
+    snprintf(mov, sizeof mov, "mov.b32 \t%s, ", name);
+    long v = -1;
+    for (const char *q = p; (q = strstr(q, mov)) && q < at; q++)
+        v = strtol(q + strlen(mov), NULL, 10);
+    return v;
+}
+
+/* Replicas with a barrier each: the barrier index depends on loom_task_replica, so one
+ * replica arrives a phase (count 1, four warps in hardware); counting both is also
+ * accepted (every replica each phase, the model without turns). */
+Test(hopper_checks, replicas_taking_turns_arrive_once_a_phase)
+{
+    for (int per_phase = 1; per_phase <= 2; per_phase++) {
+        loom_kernel *k = loom_kernel_create("t", 8);
+        loom_val bars = loom_mbar_alloc(k, 2, per_phase);
+        loom_region_op t = loom_task_begin(k, 4, 0, 2);
+        loom_val r = loom_task_replica(k);
+        loom_mbar_arrive(k, bars, r);
+        loom_mbar_wait(k, bars, r, loom_const_i(k, LOOM_I32, 0));
+        loom_task_end(k, t);
+        cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+        char *p = ptx_of(k);
+        cr_expect_eq(init_count(p, 0), 4 * per_phase, "per phase %d: hardware count %ld", per_phase,
+                     init_count(p, 0));
+        free(p);
+        loom_kernel_destroy(k);
+    }
+}
+
+/* Turns taken through a loop: each replica walks every other use of a 2-slot ring, its
+ * first use given by its replica index (the ping-pong GEMM's consumers). */
+Test(hopper_checks, replicas_taking_turns_through_a_loop)
+{
+    loom_kernel *k = loom_kernel_create("t", 12);
+    loom_val bars = loom_mbar_alloc(k, 2, 1);
+    loom_region_op p = loom_task_begin(k, 4, 0, 1);
+    {
+        loom_val z = loom_const_i(k, LOOM_I32, 0);
+        loom_region_op l = loom_for_begin(k, z, loom_const_i(k, LOOM_I32, 8), loom_const_i(k, LOOM_I32, 1), 0, NULL);
+        loom_val it = loom_for_iv(k, l);
+        loom_mbar_wait(k, bars, loom_ring_slot(k, it, 2), loom_ring_phase(k, it, 2));
+        loom_for_end(k, l, 0, NULL);
+    }
+    loom_task_end(k, p);
+    loom_region_op c = loom_task_begin(k, 4, 0, 2);
+    {
+        loom_val first = loom_task_replica(k);
+        loom_region_op l = loom_for_begin(k, loom_const_i(k, LOOM_I32, 0), loom_const_i(k, LOOM_I32, 4),
+                                          loom_const_i(k, LOOM_I32, 1), 1, &first);
+        loom_val it = loom_for_arg(k, l, 0);
+        loom_mbar_arrive(k, bars, loom_ring_slot(k, it, 2));
+        loom_val next = loom_add(k, it, loom_const_i(k, LOOM_I32, 2));
+        loom_for_end(k, l, 1, &next);
+    }
+    loom_task_end(k, c);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    char *ptx = ptx_of(k);
+    cr_expect_eq(init_count(ptx, 0), 4, "one replica's four warps a phase: %ld", init_count(ptx, 0));
+    free(ptx);
+    loom_kernel_destroy(k);
+    /* the same count with every replica arriving at the same index is an error */
+    k = loom_kernel_create("t", 8);
+    int line = __LINE__ + 1;
+    bars = loom_mbar_alloc(k, 2, 1);
+    c = loom_task_begin(k, 4, 0, 2);
+    loom_mbar_arrive(k, bars, loom_const_i(k, LOOM_I32, 1));
+    loom_task_end(k, c);
+    expect_error(k, "expect 1 arrivals a phase, but 2 task replicas arrive", line);
+    loom_kernel_destroy(k);
+    /* a count that fits neither model names both */
+    k = loom_kernel_create("t", 12);
+    line = __LINE__ + 1;
+    bars = loom_mbar_alloc(k, 2, 2);
+    c = loom_task_begin(k, 4, 0, 3);
+    loom_mbar_arrive(k, bars, loom_ring_slot(k, loom_task_replica(k), 2));
+    loom_task_end(k, c);
+    expect_error(k, "expect 2 arrivals a phase, but 3 task replicas arrive on them (1 where replicas take turns)",
+                 line);
+    loom_kernel_destroy(k);
+}
+
+/* The ping-pong GEMM: two consumer replicas of one warp group take turns on whole tiles,
+ * handing over with named barriers; the empty barriers count one replica's four warps;
+ * the last slot of a tile is given back inside the asm of the wait that frees it. */
+Test(hopper_ptx, gemm_pingpong_takes_turns)
+{
+    char *p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=bf16,odtype=bf16", "BM=128,cwarps=8,consumers=1,BN=128,stages=5");
+    cr_expect(count(p, "mbarrier.init.shared::cta.b64") == 10, "5 full and 5 empty barriers");
+    cr_expect_eq(init_count(p, 0), 1, "full: the producer's expect");
+    cr_expect_eq(init_count(p, 5), 4, "empty: one consumer replica's 4 warps a phase, got %ld", init_count(p, 5));
+    cr_expect(count(p, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") == 8,
+              "BK=64, BM=128 by one warp group: two m64 blocks of four k16 steps");
+    cr_expect(count(p, "bar.sync 8, 256;") >= 2 && count(p, "bar.sync 9, 256;") >= 2,
+              "the turn handed over on user barriers 0 and 1 (hardware 8 and 9)");
+    cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;\n\t@p mbarrier.arrive.shared::cta.b64") != NULL,
+              "the last slot given back right after the wait");
+    cr_expect(strstr(p, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL);
+    free(p);
+}
+
+/* The epilogue through shared memory: each pair of columns is rounded and packed by one
+ * cvt from the f32 accumulator and written with one 32-bit shared store, then the tile
+ * leaves with TMA stores (one per 128-byte column chunk) that the next tile's epilogue
+ * waits for. */
+Test(hopper_ptx, gemm_tma_store_epilogue)
+{
+    char *p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=bf16,odtype=bf16", "BM=128,BN=256,cwarps=8,tmastore=1,stages=3");
+    cr_expect_eq(count(p, "cvt.rn.bf16x2.f32"), 64, "128 accumulators a thread, two a cvt: %d",
+                 count(p, "cvt.rn.bf16x2.f32"));
+    cr_expect_eq(count(p, "st.shared.b32") + count(p, "st.shared.u32"), 64, "one 32-bit store a pair");
+    cr_expect_eq(count(p, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"), 4,
+                 "a 128x256 tile in four 64-column chunks");
+    cr_expect(strstr(p, "cp.async.bulk.wait_group.read 0;") != NULL);
+    cr_expect(strstr(p, "fence.proxy.async.shared::cta;") != NULL);
+    cr_expect(count(p, "st.global") == 0, "no store from registers");
+    free(p);
+    p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=f16,odtype=f16", "BM=128,cwarps=8,consumers=1,BN=128,tmastore=1");
+    cr_expect_eq(count(p, "cvt.rn.f16x2.f32"), 64);
+    free(p);
+}
+
 Test(hopper_checks, expect_bytes_must_match_the_tma_loads)
 {
     loom_kernel *k = loom_kernel_create("t", 4);
@@ -244,6 +408,21 @@ Test(hopper_interp_template, gemm_runs_on_the_interpreter)
     static const char *cases[][2] = {
         {"M=77,N=72,K=40,batch=3", "BM=64,cwarps=4,BN=64,stages=2"},
         {"M=130,N=64,K=200,dtype=bf16,odtype=f32", "BM=128,cwarps=8,BN=64,stages=3,ctas=2"},
+        /* ping-pong: 3 tiles a CTA (replica 1 meets replica 0 once more after its last) */
+        {"M=300,N=200,K=136", "BM=128,cwarps=8,consumers=1,BN=128,ctas=2"},
+        {"M=77,N=72,K=40,batch=5,dtype=bf16,odtype=f32,ashared=0", "cwarps=8,consumers=1,BM=64,BN=64,stages=2,ctas=3"},
+        {"M=200,N=256,K=72,batch=3", "cwarps=8,consumers=1,BM=64,BN=256,stages=3,ctas=4"},
+        /* the epilogue through shared memory and a TMA store */
+        {"M=130,N=200,K=72,dtype=bf16", "BM=128,BN=256,cwarps=8,tmastore=1,stages=2,ctas=2"},
+        {"M=130,N=200,K=72", ""}, /* the default: one consumer warp group, 64x256 tiles, TMA store */
+        {"M=77,N=72,K=40,batch=5,odtype=f32,ashared=0", "cwarps=8,consumers=1,BM=64,BN=64,stages=2,ctas=2,tmastore=1"},
+        {"M=300,N=200,K=136,dtype=bf16", "BM=128,cwarps=8,consumers=1,BN=128,ctas=2,tmastore=1"},
+        /* split: two replicas share each tile by rows and hand the staging buffer over */
+        {"M=300,N=200,K=136", "BM=128,BN=256,cwarps=8,consumers=2,ctas=2,stages=2"},
+        {"M=77,N=72,K=40,batch=5,dtype=bf16,odtype=f32,ashared=0", "BM=128,cwarps=8,consumers=2,BN=64,tmastore=1,ctas=2,stages=2"},
+        {"M=200,N=256,K=72,batch=3", "cwarps=8,consumers=2,BM=256,BN=128,tmastore=1,ctas=3"},
+        /* BK=32: A rows of one 64-byte swizzle span */
+        {"M=130,N=72,K=200,dtype=bf16", "BM=128,BN=256,cwarps=8,BK=32,stages=6,ctas=2,tmastore=0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];

@@ -97,7 +97,7 @@ Test(tma, plan_reorders_dims_and_strides_for_the_driver)
         cr_expect_eq(p.strides[i], strides[i], "strides[%d] = %llu", i, (unsigned long long)p.strides[i]);
     cr_expect_eq(p.swizzle, 3);      /* CU_TENSOR_MAP_SWIZZLE_128B */
     cr_expect_eq(p.interleave, 0);   /* NONE */
-    cr_expect_eq(p.l2_promotion, 2); /* L2_128B */
+    cr_expect_eq(p.l2_promotion, 3); /* L2_256B */
     cr_expect_eq(p.oob_fill, 0);     /* zeros */
 
     /* every dtype TMA can move, and each swizzle mode */
