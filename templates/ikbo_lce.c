@@ -83,6 +83,14 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
     return NULL;
 }
 
+/* Candidate tiles go out through a shared-memory staging tile and one TMA store (which
+ * runs on during the next tile's mainloop) whenever the ring leaves room for it. */
+static bool staged(const ik_spec *s)
+{
+    return s->mode != IK_USER &&
+           (int64_t)s->stages * (s->bm + s->bn) * 64 * 2 + (int64_t)s->bm * s->bn * 2 <= 220 * 1024;
+}
+
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
  * index within the entry's M x N tiles. */
 typedef struct tile_at {
@@ -142,8 +150,25 @@ static void load_step(loom_kernel *k, const ik_spec *s, loom_val w, loom_val e, 
     loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, bs, slot), full, slot);
 }
 
+/* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store */
+static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val v, loom_val cs)
+{
+    loom_val offs[3] = {t.j, t.m0, t.n0};
+    if (!cs) {
+        loom_store(k, a->out, offs, v, LOOM_NONE);
+        return;
+    }
+    loom_val view = loom_smem_slot(k, cs, loom_const_i(k, LOOM_I32, 0));
+    loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
+    loom_smem_store(k, view, v);
+    loom_fence_async(k);
+    loom_named_barrier(k, 2, s->cwarps * 32);
+    loom_tma_store(k, a->out, offs, view);
+}
+
 /* The epilogue of tile t from the accumulator's registers. */
-static void epilogue(loom_kernel *k, const ik_spec *s, const ik_args *a, loom_val is_user, tile_at t, loom_val acc)
+static void epilogue(loom_kernel *k, const ik_spec *s, const ik_args *a, loom_val is_user, tile_at t, loom_val acc,
+                     loom_val cs)
 {
     loom_shape tile = LOOM_SHAPE2(s->bm, s->bn);
     if (s->mode == IK_USER) {
@@ -151,7 +176,7 @@ static void epilogue(loom_kernel *k, const ik_spec *s, const ik_args *a, loom_va
         return;
     }
     if (s->mode == IK_CAND) {
-        loom_store(k, a->out, ((loom_val[]){t.j, t.m0, t.n0}), loom_cast(k, acc, s->dt), LOOM_NONE);
+        store_out(k, s, a, t, loom_cast(k, acc, s->dt), cs);
         return;
     }
     loom_region_op br = 0;
@@ -178,7 +203,7 @@ static void epilogue(loom_kernel *k, const ik_spec *s, const ik_args *a, loom_va
     if (s->mode == IK_FUSED)
         loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
     loom_val x = loom_load(k, a->ures, ((loom_val[]){u, t.m0, t.n0}), tile, LOOM_NONE, 0.0);
-    loom_store(k, a->out, ((loom_val[]){t.j, t.m0, t.n0}), loom_cast(k, loom_add(k, acc, x), s->dt), LOOM_NONE);
+    store_out(k, s, a, t, loom_cast(k, loom_add(k, acc, x), s->dt), cs);
     if (br)
         loom_if_end(k, br, 0, NULL);
 }
@@ -202,6 +227,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     loom_val bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
     loom_val full = loom_mbar_alloc(k, s->stages, 1);
     loom_val empty = loom_mbar_alloc(k, s->stages, 1);
+    loom_val cs = staged(s) ? loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bn), 1, LOOM_SWIZZLE_128) : LOOM_NONE;
     int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
     int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = TPL_CDIV(ik_pad8(s->Kc), 64);
     loom_val pid = loom_program_id(k, 0);
@@ -273,9 +299,11 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         loom_region_op wt = loom_wgmma_wait(k, 0, 1, &accl);
         loom_val last = loom_sub(k, loom_add(k, it0, nk), one);
         loom_mbar_arrive(k, empty, loom_ring_slot(k, last, s->stages));
-        epilogue(k, s, &a, is_user, t, loom_wgmma_result(k, wt, 0));
+        epilogue(k, s, &a, is_user, t, loom_wgmma_result(k, wt, 0), cs);
         loom_val next = loom_add(k, it0, nk);
         loom_for_end(k, tl, 1, &next);
+        if (cs)
+            loom_tma_store_wait(k, 0); /* the last store has read the staging tile */
     }
     loom_task_end(k, ct);
 #undef TILE_OF
