@@ -71,14 +71,6 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
 
 /* ---------------------------------------------------------------- tuning */
 
-static int64_t pow2_at_least(int64_t n)
-{
-    int64_t p = 1;
-    while (p < n)
-        p *= 2;
-    return p;
-}
-
 /* A config is worth timing when its tile fits the compiler's limits, is not mostly
  * masked off, gives every thread whole 16-byte vectors, and holds its two tiles in
  * registers without spilling. */
@@ -95,10 +87,10 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
         return !!tpl_refuse(why, n, "BM and BN must be positive and warps 1..32");
     if (tile > 65536)
         return !!tpl_refuse(why, n, "a %lldx%lld tile exceeds 65536 elements", (long long)bm, (long long)bn);
-    if (bm > pow2_at_least(sh[S_M]))
+    if (bm > tpl_pow2_at_least(sh[S_M]))
         return !!tpl_refuse(why, n, "BM=%lld is above M=%lld rounded up to a power of two: rows of every tile "
                             "would be masked off", (long long)bm, (long long)sh[S_M]);
-    if (bn > pow2_at_least(sh[S_N]))
+    if (bn > tpl_pow2_at_least(sh[S_N]))
         return !!tpl_refuse(why, n, "BN=%lld is above N=%lld rounded up to a power of two: columns of every tile "
                             "would be masked off", (long long)bn, (long long)sh[S_N]);
     int64_t es = (int64_t)loom_dtype_size((loom_dtype)sh[S_DTYPE]), vec = 16 / es;
@@ -141,8 +133,8 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * are bucketed to the power of two at or above them. */
 static void bucket(const int64_t *sh, int64_t *bk)
 {
-    bk[S_B] = pow2_at_least(sh[S_B]);
-    bk[S_U] = pow2_at_least(sh[S_U]);
+    bk[S_B] = tpl_pow2_at_least(sh[S_B]);
+    bk[S_U] = tpl_pow2_at_least(sh[S_U]);
 }
 
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])

@@ -315,9 +315,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
 /* dst[m, 0:Kp] = src[m, 0:K] padded with zeros (Kp = ik_pad8(K)): one row a program. */
 loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt)
 {
-    int64_t kp = ik_pad8(K), w = 1;
-    while (w < kp)
-        w *= 2;
+    int64_t kp = ik_pad8(K), w = tpl_pow2_at_least(kp);
     loom_kernel *k = loom_kernel_create("ikbo_pad_weights", 4);
     loom_val src = loom_arg_tensor(k, "src", dt, LOOM_SHAPE2(M, K), LOOM_IN);
     loom_val dst = loom_arg_tensor(k, "dst", dt, LOOM_SHAPE2(M, kp), LOOM_OUT);
@@ -332,9 +330,7 @@ loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt)
  * (row block of 16, b). */
 loom_kernel *ik_gather_kernel(const ik_spec *s)
 {
-    int64_t kt = ik_pad8(s->Ku + s->Kc), w = 1;
-    while (w < s->N)
-        w *= 2;
+    int64_t kt = ik_pad8(s->Ku + s->Kc), w = tpl_pow2_at_least(s->N);
     loom_kernel *k = loom_kernel_create("ikbo_materialize", 4);
     loom_val eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
     loom_val ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
@@ -407,11 +403,8 @@ static double cost(const int64_t *sh, const int64_t *cf)
 /* The user of each candidate: contiguous runs (b * U / B), or a random permutation of them. */
 void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map)
 {
-    for (int64_t b = 0; b < B; b++)
+    for (int64_t b = 0; b < B; b++) /* with more users than candidates, spread over them */
         map[b] = (int32_t)(b * U / B);
-    if (U > B) /* more users than candidates: spread them */
-        for (int64_t b = 0; b < B; b++)
-            map[b] = (int32_t)((b * U) / B);
     if (shuffle)
         for (int64_t b = B - 1; b > 0; b--) {
             int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));

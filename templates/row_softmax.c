@@ -21,14 +21,6 @@
 enum { S_R, S_N, S_DTYPE };
 enum { C_BM, C_WARPS };
 
-static int64_t pow2_at_least(int64_t n)
-{
-    int64_t p = 1;
-    while (p < n)
-        p *= 2;
-    return p;
-}
-
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
     loom_dtype dt = (loom_dtype)sh[S_DTYPE];
@@ -36,7 +28,7 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
         return tpl_refuse(err, n, "dtype must be f16, bf16 or f32");
     if (sh[S_R] < 1 || sh[S_N] < 1 || sh[S_R] > INT32_MAX)
         return tpl_refuse(err, n, "R and N must be positive (R < 2^31)");
-    int64_t bm = cf[C_BM], np = pow2_at_least(sh[S_N]);
+    int64_t bm = cf[C_BM], np = tpl_pow2_at_least(sh[S_N]);
     if (bm < 1 || bm * np > 65536)
         return tpl_refuse(err, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile",
                           (long long)bm, (long long)np);
@@ -72,14 +64,14 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
         return !!tpl_refuse(why, n, "dtype must be f16, bf16 or f32");
     if (sh[S_R] < 1 || sh[S_N] < 1 || sh[S_R] > INT32_MAX)
         return !!tpl_refuse(why, n, "R and N must be positive (R < 2^31)");
-    int64_t bm = cf[C_BM], warps = cf[C_WARPS], np = pow2_at_least(sh[S_N]);
+    int64_t bm = cf[C_BM], warps = cf[C_WARPS], np = tpl_pow2_at_least(sh[S_N]);
     if (bm < 1 || warps < 1 || warps > 32)
         return !!tpl_refuse(why, n, "BM must be positive and warps 1..32");
     int64_t tile = bm * np, threads = 32 * warps;
     if (tile > 65536)
         return !!tpl_refuse(why, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile", (long long)bm,
                             (long long)np);
-    if (bm > pow2_at_least(sh[S_R]))
+    if (bm > tpl_pow2_at_least(sh[S_R]))
         return !!tpl_refuse(why, n, "BM=%lld is above R=%lld rounded up to a power of two: rows would be masked off",
                             (long long)bm, (long long)sh[S_R]);
     if (threads > tile)
@@ -102,7 +94,7 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 static double cost(const int64_t *sh, const int64_t *cf)
 {
     double R = (double)sh[S_R], N = (double)sh[S_N], es = (double)loom_dtype_size((loom_dtype)sh[S_DTYPE]);
-    double bm = (double)cf[C_BM], warps = (double)cf[C_WARPS], np = (double)pow2_at_least(sh[S_N]);
+    double bm = (double)cf[C_BM], warps = (double)cf[C_WARPS], np = (double)tpl_pow2_at_least(sh[S_N]);
     double progs = ceil(R / bm);
     double lanes = (R * N) / (progs * bm * np);
     double per = bm * np / (32 * warps);
@@ -113,7 +105,7 @@ static double cost(const int64_t *sh, const int64_t *cf)
 }
 
 /* One config per row width: R is bucketed to the power of two at or above it. */
-static void bucket(const int64_t *sh, int64_t *bk) { bk[S_R] = pow2_at_least(sh[S_R]); }
+static void bucket(const int64_t *sh, int64_t *bk) { bk[S_R] = tpl_pow2_at_least(sh[S_R]); }
 
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {

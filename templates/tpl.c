@@ -117,3 +117,11 @@ loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
     return NULL;
 }
+
+int64_t tpl_pow2_at_least(int64_t n)
+{
+    int64_t p = 1;
+    while (p < n)
+        p *= 2;
+    return p;
+}

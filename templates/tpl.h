@@ -29,6 +29,9 @@ double tpl_round(loom_dtype dt, double v);
 loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The smallest power of two >= n (tile dims are powers of two). */
+int64_t tpl_pow2_at_least(int64_t n);
+
 #define TPL_CDIV(a, b) (((a) + (b)-1) / (b))
 
 #endif
