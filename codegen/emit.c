@@ -119,6 +119,31 @@ loom_status cg_optimize(cg_ctx *cg, void *module, void *tm)
     return cg->st;
 }
 
+/* A kernel launched in clusters says so in its PTX: .reqnctapercluster after the entry's
+ * other performance directives (LLVM 19 has no annotation for it).  Then a plain launch
+ * groups its CTAs, and the AOT launcher needs nothing more. */
+static loom_status cluster_directive(cg_ctx *cg, char **ptx)
+{
+    int c = cg->k->cluster;
+    if (c <= 1)
+        return LOOM_OK;
+    char *entry = strstr(*ptx, ".entry"), *body = entry ? strstr(entry, "\n{") : NULL;
+    if (!body)
+        return cg_fail(cg, LOOM_ERR_COMPILE, "the PTX of a cluster kernel has no .entry body"), cg->st;
+    char dir[64];
+    int dn = snprintf(dir, sizeof dir, "\n.reqnctapercluster %d, 1, 1", c);
+    size_t at = (size_t)(body - *ptx), n = strlen(*ptx);
+    char *s = malloc(n + (size_t)dn + 1);
+    if (!s)
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
+    memcpy(s, *ptx, at);
+    memcpy(s + at, dir, (size_t)dn);
+    memcpy(s + at + dn, *ptx + at, n - at + 1);
+    free(*ptx);
+    *ptx = s;
+    return LOOM_OK;
+}
+
 loom_status cg_emit_ptx(cg_ctx *cg, void *module, void *tm, char **ptx_out)
 {
     char *msg = NULL;
@@ -139,5 +164,5 @@ loom_status cg_emit_ptx(cg_ctx *cg, void *module, void *tm, char **ptx_out)
     s[n] = 0;
     LLVMDisposeMemoryBuffer(buf);
     *ptx_out = s;
-    return LOOM_OK;
+    return cluster_directive(cg, ptx_out);
 }

@@ -1671,6 +1671,7 @@ loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out)
     hopper_entry(l);
 
     if (lower_block(l, 1)) {
+        cluster_sync(l);
         LLVMBuildRetVoid(l->B);
         LLVMBuildBr(l->PB, body);
         char *msg = NULL;

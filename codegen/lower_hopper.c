@@ -36,6 +36,7 @@
 /* ---------------------------------------------------------------- helpers */
 
 static void annotate(L *l, const char *key, int val);
+
 static void add_param_attr(L *l, unsigned idx, const char *name, uint64_t val);
 
 static LLVMValueRef *one_reg(L *l, LLVMValueRef x)
@@ -66,6 +67,15 @@ static LLVMValueRef scal(L *l, uint32_t v) { return l->vals[v].r[0]; }
 static void asm_void(L *l, const char *text, const char *cons, LLVMValueRef *args, int n)
 {
     asm_call(l, l->t_void, text, cons, args, n, false);
+}
+
+/* Every thread of every CTA of the cluster arrives, then waits (nothing without clusters):
+ * after the barriers are initialised (peers arrive on them and multicast into this CTA)
+ * and before a CTA exits (peers may still arrive on its barriers). */
+static void cluster_sync(L *l)
+{
+    if (l->k->cluster > 1)
+        asm_void(l, "barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;", "~{memory}", NULL, 0);
 }
 
 /* if (cond) { ... }: returns the merge block; the builder is placed in the then block. */
@@ -188,6 +198,18 @@ static bool lower_smem_trans(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     return set_smem(l, op->res[0], smem_off(l, op->opnd[0]));
+}
+
+/* A part is a tile of its own: whole column chunks (dim 1), or rows of a view one chunk
+ * wide (dim 0); see rule_smem_part. */
+static bool lower_smem_part(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    const ir_type *t = vty(l, op->opnd[0]);
+    int64_t es = (int64_t)loom_dtype_size((loom_dtype)t->dtype), inner = t->shape.dim[1] * es;
+    int64_t bytes = op->iattr[0] == 0 ? op->iattr[1] * inner
+                                      : op->iattr[1] * es / t->swizzle * t->shape.dim[0] * t->swizzle;
+    return set_smem(l, op->res[0], LLVMBuildAdd(l->B, smem_off(l, op->opnd[0]), ci32(l, bytes), ""));
 }
 
 static LLVMValueRef load_elem(L *l, loom_dtype dt, LLVMValueRef p)
@@ -344,7 +366,8 @@ static int64_t hw_arrivals(L *l, uint32_t bars, int64_t dsl)
         int kind = 0; /* 1 expect, 2 arrive */
         for (uint32_t o = 1; o < k->nops; o++) {
             const ir_op *op = &k->ops[o];
-            if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT) || !op->block || op->opnd[0] != bars)
+            if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT && op->kind != IR_MBAR_ARRIVE_CLUSTER) ||
+                !op->block || op->opnd[0] != bars)
                 continue;
             uint32_t tk = 0;
             for (uint32_t b = op->block; b && !tk;) {
@@ -416,6 +439,24 @@ static bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
     LLVMValueRef a = bar_addr(l, op, 0);
     LLVMBasicBlockRef m = if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
     asm_void(l, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", &a, 1);
+    if_end(l, m);
+    return true;
+}
+
+/* Lane 0 of every warp arrives on barrier i of each CTA of the cluster (its own included),
+ * through the barrier's address in that CTA's shared window. */
+static bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    LLVMValueRef a = bar_addr(l, op, 0);
+    LLVMBasicBlockRef m = if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
+    for (int q = 0; q < (l->k->cluster > 1 ? l->k->cluster : 1); q++) {
+        LLVMValueRef args[2] = {a, ci32(l, q)};
+        asm_void(l,
+                 "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, $0, $1;\n\t"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n\t}",
+                 "r,r,~{memory}", args, 2);
+    }
     if_end(l, m);
     return true;
 }
@@ -531,7 +572,8 @@ static bool hopper_collect_tma(L *l)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
     for (uint32_t o = 1; o < k->nops; o++) {
         const ir_op *op = &k->ops[o];
-        if ((op->kind != IR_TMA_LOAD && op->kind != IR_TMA_STORE) || !op->block)
+        if ((op->kind != IR_TMA_LOAD && op->kind != IR_TMA_LOAD_MULTICAST && op->kind != IR_TMA_STORE) ||
+            !op->block)
             continue;
         tma_plan p = plan_tma(k, op);
         const ir_value *tv = &k->vals[op->opnd[0]];
@@ -570,7 +612,7 @@ static void coords_text(char *buf, size_t n, int rank, int first)
     snprintf(buf + p, n - p, "}");
 }
 
-static bool tma_common_lower(L *l, uint32_t o, ir_op *op, bool load)
+static bool tma_common_lower(L *l, uint32_t o, ir_op *op, bool load, bool multicast)
 {
     loom_kernel *k = l->k;
     int r = vty(l, op->opnd[0])->shape.rank;
@@ -594,19 +636,25 @@ static bool tma_common_lower(L *l, uint32_t o, ir_op *op, bool load)
         }
         if (load)
             args[n++] = bar;
-        char co[64], text[256], cons[64];
+        if (multicast) /* every CTA of the cluster */
+            args[n++] = LLVMConstInt(LLVMInt16TypeInContext(l->C), (1u << l->k->cluster) - 1, 0);
+        char co[64], text[320], cons[64];
         coords_text(co, sizeof co, r, 2);
+        char mask[16] = "";
+        if (multicast)
+            snprintf(mask, sizeof mask, ", $%d", 3 + r);
         if (load)
             snprintf(text, sizeof text,
-                     "cp.async.bulk.tensor.%dd.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, %s], [$%d];",
-                     r, co, 2 + r);
+                     "cp.async.bulk.tensor.%dd.shared::cluster.global.mbarrier::complete_tx::bytes%s [$0], [$1, %s], "
+                     "[$%d]%s;",
+                     r, multicast ? ".multicast::cluster" : "", co, 2 + r, mask);
         else
             snprintf(text, sizeof text, "cp.async.bulk.tensor.%dd.global.shared::cta.bulk_group [$1, %s], [$0];", r,
                      co);
         size_t q = (size_t)snprintf(cons, sizeof cons, "r,l");
         for (int d = 0; d < r; d++)
             q += (size_t)snprintf(cons + q, sizeof cons - q, ",r");
-        snprintf(cons + q, sizeof cons - q, "%s,~{memory}", load ? ",r" : "");
+        snprintf(cons + q, sizeof cons - q, "%s%s,~{memory}", load ? ",r" : "", multicast ? ",h" : "");
         asm_void(l, text, cons, args, n);
     }
     if (!load)
@@ -615,8 +663,12 @@ static bool tma_common_lower(L *l, uint32_t o, ir_op *op, bool load)
     return true;
 }
 
-static bool lower_tma_load(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, true); }
-static bool lower_tma_store(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, false); }
+static bool lower_tma_load(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, true, false); }
+static bool lower_tma_store(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, false, false); }
+static bool lower_tma_load_multicast(L *l, uint32_t o, ir_op *op)
+{
+    return tma_common_lower(l, o, op, true, l->k->cluster > 1);
+}
 
 static bool lower_tma_store_wait(L *l, uint32_t o, ir_op *op)
 {
@@ -885,6 +937,7 @@ static bool lower_task(L *l, uint32_t o, ir_op *op)
     if (!l->barriers_ready) { /* mbarrier inits visible to every task before any starts */
         asm_void(l, "fence.mbarrier_init.release.cluster;", "~{memory}", NULL, 0);
         barrier(l);
+        cluster_sync(l); /* ... and to the cluster's other CTAs, which arrive on them */
         l->barriers_ready = true;
     }
     int warps = t[ti].warps, first = t[ti].first_warp;
@@ -943,6 +996,14 @@ static bool lower_task(L *l, uint32_t o, ir_op *op)
         return false;
     if_end(l, m);
     return true;
+}
+
+static bool lower_cluster_rank(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    if (l->k->cluster <= 1)
+        return set_scalar(l, op->res[0], ci32(l, 0));
+    return set_scalar(l, op->res[0], asm_call(l, l->t_i32, "mov.u32 $0, %cluster_ctarank;", "=r", NULL, 0, true));
 }
 
 static bool lower_task_replica(L *l, uint32_t o, ir_op *op)

@@ -14,7 +14,8 @@
  *     turns instead (one of them arrives a phase: a ring whose slots the replicas consume
  *     alternately, or a barrier per replica); see ir_mbar_arrivals;
  *   - an mbar_expect's byte count equals the bytes of the TMA loads that complete on the
- *     same barrier in the same block (when there are any there to count);
+ *     same barrier in the same block (when there are any there to count; a multicast
+ *     counts once per CTA of the cluster, each CTA multicasting its own part);
  *   - an accumulator produced by wgmma is read by other ops only after a wgmma_wait with
  *     pending = 0 (in flight, its registers still belong to the tensor cores).
  *
@@ -181,7 +182,8 @@ static uint8_t *replica_deps(const loom_kernel *k)
  * Returns the number of tasks (at most 64), or -1 when an arrival sits outside any task. */
 typedef struct arrivers {
     uint32_t task[64];
-    int64_t replicas[64];
+    int64_t replicas[64]; /* arrivals a phase when every replica arrives */
+    int64_t one[64];      /* ... and when the replicas take turns */
     bool turns[64];
 } arrivers;
 
@@ -190,7 +192,8 @@ static int find_arrivers(const loom_kernel *k, uint32_t bars, const uint8_t *dep
     int nt = 0;
     for (uint32_t o = 1; o < k->nops; o++) {
         const ir_op *op = &k->ops[o];
-        if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT) || !op->block || op->opnd[0] != bars)
+        if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT && op->kind != IR_MBAR_ARRIVE_CLUSTER) ||
+            !op->block || op->opnd[0] != bars)
             continue;
         uint32_t t = task_of(k, o);
         if (!t)
@@ -203,8 +206,15 @@ static int find_arrivers(const loom_kernel *k, uint32_t bars, const uint8_t *dep
                 continue;
             a->task[nt] = t;
             a->replicas[nt] = k->ops[t].iattr[2];
+            a->one[nt] = 1;
             a->turns[nt] = false;
             nt++;
+        }
+        /* an arrival on the barrier in every CTA of the cluster: each barrier receives the
+         * task's arrivals from all of them */
+        if (op->kind == IR_MBAR_ARRIVE_CLUSTER && a->one[i] == 1 && k->cluster > 1) {
+            a->replicas[i] *= k->cluster;
+            a->one[i] = k->cluster;
         }
         if (dep && dep[op->opnd[1]] && a->replicas[i] > 1)
             a->turns[i] = true;
@@ -222,12 +232,12 @@ int64_t ir_mbar_arrivals(const loom_kernel *k, uint32_t bars, uint32_t task)
     int64_t all = 0, turns = 0, mine = -1;
     for (int i = 0; i < nt; i++) {
         all += a.replicas[i];
-        turns += a.turns[i] ? 1 : a.replicas[i];
+        turns += a.turns[i] ? a.one[i] : a.replicas[i];
     }
     for (int i = 0; i < nt; i++)
         if (a.task[i] == task)
             mine = al->kind == IR_MBAR_ALLOC && al->iattr[1] != all && al->iattr[1] == turns && a.turns[i]
-                       ? 1
+                       ? a.one[i]
                        : a.replicas[i];
     return mine < 0 ? 0 : mine;
 }
@@ -254,11 +264,12 @@ static void check_barriers(loom_kernel *k)
         size_t p = 0;
         for (int i = 0; i < nt && p < sizeof list; i++) {
             all += a.replicas[i];
-            turns += a.turns[i] ? 1 : a.replicas[i];
+            turns += a.turns[i] ? a.one[i] : a.replicas[i];
             any_turns |= a.turns[i];
-            p += (size_t)snprintf(list + p, sizeof list - p, "%sthe task at line %d (%lld replica%s%s)",
+            p += (size_t)snprintf(list + p, sizeof list - p, "%sthe task at line %d (%lld replica%s%s%s)",
                                   i ? ", " : "", k->ops[a.task[i]].src.line, (long long)a.replicas[i],
-                                  a.replicas[i] == 1 ? "" : "s", a.turns[i] ? ", which may take turns" : "");
+                                  a.replicas[i] == 1 ? "" : "s", a.one[i] > 1 ? " over the cluster's CTAs" : "",
+                                  a.turns[i] ? ", which may take turns" : "");
         }
         if (al->iattr[1] == all || (any_turns && al->iattr[1] == turns))
             continue;
@@ -284,13 +295,25 @@ static void check_barriers(loom_kernel *k)
         int nloads = 0;
         for (uint32_t i = 0; i < b->nops; i++) {
             ir_op *ld = &k->ops[b->ops[i]];
-            if (ld->kind != IR_TMA_LOAD)
+            if (ld->kind != IR_TMA_LOAD && ld->kind != IR_TMA_LOAD_MULTICAST)
                 continue;
             int r = k->vals[ld->opnd[0]].type.shape.rank;
             if (ld->opnd[2 + r] != ex->opnd[0] || ld->opnd[3 + r] != ex->opnd[1])
                 continue;
-            bytes += view_bytes(k, ld->opnd[1 + r]);
+            /* every CTA of the cluster multicasts its part: the barrier receives n of them */
+            bytes += view_bytes(k, ld->opnd[1 + r]) * (ld->kind == IR_TMA_LOAD_MULTICAST ? k->cluster : 1);
             nloads++;
+        }
+        /* loads on the same barrier inside branches of this block may or may not run:
+         * nothing to prove (the interpreter checks the bytes as they land) */
+        for (uint32_t o2 = 1; o2 < k->nops && nloads; o2++) {
+            const ir_op *ld = &k->ops[o2];
+            if ((ld->kind != IR_TMA_LOAD && ld->kind != IR_TMA_LOAD_MULTICAST) || !ld->block ||
+                ld->block == ex->block)
+                continue;
+            int r = k->vals[ld->opnd[0]].type.shape.rank;
+            if (ld->opnd[2 + r] == ex->opnd[0] && ld->opnd[3 + r] == ex->opnd[1])
+                nloads = 0;
         }
         if (nloads && bytes != ex->iattr[0])
             ir_error(k, ex->src, "mbar_expect",

@@ -641,6 +641,18 @@ loom_val loom_smem_trans_at(loom_src at, loom_kernel *k, loom_val view)
     return build1(k, at, IR_SMEM_TRANS, view, 0);
 }
 
+loom_val loom_smem_part_at(loom_src at, loom_kernel *k, loom_val view, int dim, int64_t start, int64_t size)
+{
+    uint32_t o = begin(k, at, IR_SMEM_PART, &view, 1);
+    if (!o)
+        return LOOM_NONE;
+    ir_op *op = ir_opp(k, o);
+    op->iattr[0] = dim;
+    op->iattr[1] = start;
+    op->iattr[2] = size;
+    return finish(k, o);
+}
+
 loom_val loom_smem_load_at(loom_src at, loom_kernel *k, loom_val view)
 {
     return build1(k, at, IR_SMEM_LOAD, view, 0);
@@ -664,6 +676,11 @@ void loom_mbar_expect_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i,
 void loom_mbar_arrive_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i)
 {
     build2(k, at, IR_MBAR_ARRIVE, bars, i, 0);
+}
+
+void loom_mbar_arrive_cluster_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i)
+{
+    build2(k, at, IR_MBAR_ARRIVE_CLUSTER, bars, i, 0);
 }
 
 void loom_mbar_wait_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i, loom_val phase)
@@ -715,7 +732,7 @@ static void tma_build(loom_src at, loom_kernel *k, ir_opkind kind, loom_val t, c
     for (int d = 0; d < r; d++)
         ops[n++] = offs[d];
     ops[n++] = view;
-    if (kind == IR_TMA_LOAD) {
+    if (kind != IR_TMA_STORE) {
         ops[n++] = bars;
         ops[n++] = i;
     }
@@ -726,6 +743,12 @@ void loom_tma_load_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *o
                       loom_val bars, loom_val i)
 {
     tma_build(at, k, IR_TMA_LOAD, t, offs, view, bars, i);
+}
+
+void loom_tma_load_multicast_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val view,
+                                loom_val bars, loom_val i)
+{
+    tma_build(at, k, IR_TMA_LOAD_MULTICAST, t, offs, view, bars, i);
 }
 
 void loom_tma_store_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val view)
@@ -841,3 +864,21 @@ void loom_flag_wait_at(loom_src at, loom_kernel *k, loom_val flags, const loom_v
 {
     flag_op(k, at, IR_FLAG_WAIT, "flag_wait", flags, offs, target);
 }
+
+/* ---------------------------------------------------------------- clusters */
+
+void loom_kernel_set_cluster_at(loom_src at, loom_kernel *k, int n)
+{
+    if (!k)
+        return;
+    if (n != 1 && n != 2 && n != 4 && n != 8) {
+        ir_error(k, at, NULL, "cluster size %d: it must be 1, 2, 4 or 8 (the portable cluster sizes)", n);
+        return;
+    }
+    k->cluster = n;
+    k->gen++;
+}
+
+int loom_kernel_cluster(const loom_kernel *k) { return k && k->cluster > 1 ? k->cluster : 1; }
+
+loom_val loom_cluster_rank_at(loom_src at, loom_kernel *k) { return build0(k, at, IR_CLUSTER_RANK, 0, 0); }

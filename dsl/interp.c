@@ -85,6 +85,9 @@ void interp_copy_tv(tv *dst, const tv *src)
         dst->obj = src->obj;
         dst->sidx = src->sidx;
         dst->trans = src->trans;
+        dst->poff = src->poff;
+        dst->prows = src->prows;
+        dst->pcols = src->pcols;
     } else if (dst->f) {
         memcpy(dst->f, src->f, (size_t)dst->n * sizeof(float));
     } else {
@@ -754,7 +757,7 @@ loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args
         else
             t->i[0] = args[a].s.i64;
     }
-    if (in.st == LOOM_OK && ir_uses_op(k, IR_FLAG_WAIT)) {
+    if (in.st == LOOM_OK && (ir_uses_op(k, IR_FLAG_WAIT) || k->cluster > 1)) {
         in.st = interp_run_side_by_side(&in);
         goto done;
     }

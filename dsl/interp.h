@@ -31,6 +31,9 @@ typedef struct tv {
     int obj;
     int64_t sidx;
     bool trans;
+    /* a part of its slot (loom_smem_part): a [prows, pcols] window starting at element
+     * poff of the slot; pcols == 0 for the whole slot */
+    int64_t poff, prows, pcols;
 } tv;
 
 typedef struct interp_hw interp_hw; /* per-run Hopper state (dsl/interp_async.c) */
@@ -131,6 +134,10 @@ INTERP_HOPPER_OP(wgmma_commit)
 INTERP_HOPPER_OP(wgmma_wait)
 INTERP_HOPPER_OP(task)
 INTERP_HOPPER_OP(task_replica)
+INTERP_HOPPER_OP(smem_part)
+INTERP_HOPPER_OP(mbar_arrive_cluster)
+INTERP_HOPPER_OP(tma_load_multicast)
+INTERP_HOPPER_OP(cluster_rank)
 #undef INTERP_HOPPER_OP
 
 #endif /* LOOM_INTERP_H */

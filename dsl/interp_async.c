@@ -107,7 +107,8 @@ typedef struct task {
     int wait_bar, wait_parity, wait_nb;
     uint64_t wait_gen;
     int64_t *seen;    /* per barrier: the completed phases its waits have observed */
-    int64_t *arrived; /* per barrier: completed + 1 at its last arrival (0: none) */
+    int64_t *arrived; /* per cluster rank and barrier: completed + 1 at its last arrival there
+                         (0: none) */
     rd *reads;
     int nreads, capreads;
     int64_t wg_committed, wg_retired; /* wgmma groups closed / retired by waits */
@@ -133,7 +134,7 @@ struct interp_hw {
     ucontext_t sched;
 };
 
-enum { STACK_BYTES = 1 << 20 };
+enum { STACK_BYTES = 1 << 20, CLUSTER_MAX = 8 };
 
 /* The interp whose coroutine is being started (makecontext passes no pointer). */
 static _Thread_local interp *boot;
@@ -216,7 +217,7 @@ static bool check_tma_args(interp *in)
     loom_kernel *k = in->k;
     for (uint32_t o = 1; o < k->nops; o++) {
         const ir_op *op = &k->ops[o];
-        if (op->kind != IR_TMA_LOAD && op->kind != IR_TMA_STORE)
+        if (op->kind != IR_TMA_LOAD && op->kind != IR_TMA_LOAD_MULTICAST && op->kind != IR_TMA_STORE)
             continue;
         uint32_t ai = k->vals[op->opnd[0]].def;
         const ir_arg *a = &k->args[ai];
@@ -334,13 +335,23 @@ void interp_hw_free(interp *in)
 static ring *ring_of(interp *in, const tv *v) { return &in->hw->rings[v->obj]; }
 static int64_t slot_of(const tv *v) { return v->sidx < 0 ? 0 : v->sidx; }
 
-/* Where element e (row-major over the view's shape as seen) lives in its slot. */
+/* Where element e (row-major over the view's shape as seen) lives in its slot: a
+ * transposed view swaps its two dims; a part (loom_smem_part) is a window of the slot. */
 static int64_t view_index(const ring *g, const tv *v, int64_t e)
 {
-    if (!v->trans)
+    if (!v->trans && !v->pcols)
         return e;
-    int64_t rows = g->shape.dim[0], cols = g->shape.dim[1]; /* as stored; seen [cols, rows] */
-    return (e % rows) * cols + e / rows;
+    /* as stored; a transposed view is seen [cols, rows] */
+    int64_t rows = v->pcols ? v->prows : g->shape.dim[0], cols = v->pcols ? v->pcols : g->shape.dim[1];
+    int64_t x = v->trans ? (e % rows) * cols + e / rows : e;
+    return v->pcols ? v->poff + (x / cols) * g->shape.dim[1] + x % cols : x;
+}
+
+static void copy_part(tv *t, const tv *v)
+{
+    t->poff = v->poff;
+    t->prows = v->prows;
+    t->pcols = v->pcols;
 }
 
 bool interp_smem_alloc(interp *in, const ir_op *op)
@@ -358,6 +369,7 @@ bool interp_smem_alloc(interp *in, const ir_op *op)
     t->obj = r;
     t->sidx = g->slots == 1 ? 0 : -1;
     t->trans = false;
+    t->poff = t->prows = t->pcols = 0;
     return true;
 }
 
@@ -375,6 +387,7 @@ bool interp_smem_slot(interp *in, const ir_op *op)
     t->obj = ringv->obj;
     t->sidx = ringv->sidx < 0 ? i : ringv->sidx;
     t->trans = false;
+    copy_part(t, ringv);
     return true;
 }
 
@@ -384,6 +397,29 @@ bool interp_smem_trans(interp *in, const ir_op *op)
     t->obj = v->obj;
     t->sidx = slot_of(v);
     t->trans = !v->trans;
+    copy_part(t, v);
+    return true;
+}
+
+bool interp_smem_part(interp *in, const ir_op *op)
+{
+    tv *v = interp_opnd(in, op, 0), *t = interp_res(in, op, 0);
+    const ring *g = ring_of(in, v);
+    int64_t rows = v->pcols ? v->prows : g->shape.dim[0], cols = v->pcols ? v->pcols : g->shape.dim[1];
+    int64_t off = v->pcols ? v->poff : 0;
+    if (op->iattr[0] == 0) {
+        off += op->iattr[1] * g->shape.dim[1];
+        rows = op->iattr[2];
+    } else {
+        off += op->iattr[1];
+        cols = op->iattr[2];
+    }
+    t->obj = v->obj;
+    t->sidx = slot_of(v);
+    t->trans = false;
+    t->poff = off;
+    t->prows = rows;
+    t->pcols = cols;
     return true;
 }
 
@@ -563,15 +599,18 @@ static bool settle(interp *in, const ir_op *op, int gb)
     return true;
 }
 
-static bool arrive(interp *in, const ir_op *op, int64_t bytes)
+static interp *peer(interp *in, int q);
+static bool from_peer(interp *in, interp *dst, bool ok);
+
+/* One arrival of the running replica on barrier gb of CTA dst (this one, or the peer of
+ * rank q in its cluster). */
+static bool arrive_on(interp *in, interp *dst, int q, const ir_op *op, int gb, int64_t bytes)
 {
     task *t = cur(in);
-    int gb;
-    mbar *b;
-    if (!need_task(in, op) || !(b = bar_at(in, op, 0, &gb)))
-        return false;
+    mbar *b = &dst->hw->bars[gb];
+    int64_t *mark = &t->arrived[(int64_t)q * (in->hw->nbars + 1) + gb];
     char bb[128], tb[160];
-    if (t->arrived[gb] == b->completed + 1)
+    if (*mark == b->completed + 1)
         return interp_fail(in, LOOM_ERR_RUNTIME, op,
                            "arrival overflow on barrier %s: the %s arrives a second time in its "
                            "phase %lld (each task replica makes one arrival a phase; the barrier "
@@ -587,13 +626,33 @@ static bool arrive(interp *in, const ir_op *op, int64_t bytes)
     b->tx += bytes;
     b->expected += bytes;
     b->pending--;
-    t->arrived[gb] = b->completed + 1;
-    return settle(in, op, gb);
+    *mark = b->completed + 1;
+    return from_peer(in, dst, settle(dst, op, gb));
+}
+
+static bool arrive(interp *in, const ir_op *op, int64_t bytes)
+{
+    int gb;
+    if (!need_task(in, op) || !bar_at(in, op, 0, &gb))
+        return false;
+    return arrive_on(in, in, 0, op, gb, bytes);
 }
 
 bool interp_mbar_expect(interp *in, const ir_op *op) { return arrive(in, op, op->iattr[0]); }
 
 bool interp_mbar_arrive(interp *in, const ir_op *op) { return arrive(in, op, 0); }
+
+/* An arrival on barrier i in every CTA of the cluster. */
+bool interp_mbar_arrive_cluster(interp *in, const ir_op *op)
+{
+    int gb;
+    if (!need_task(in, op) || !bar_at(in, op, 0, &gb))
+        return false;
+    for (int q = 0; q < in->k->cluster; q++)
+        if (!arrive_on(in, peer(in, q), q, op, gb, 0))
+            return false;
+    return true;
+}
 
 /* Hand control back to the scheduler until it resumes this replica. */
 static void block(interp *in, task *t)
@@ -690,35 +749,56 @@ static int64_t box_elem(tref tr, const loom_shape *box, const int64_t *base, int
     return off;
 }
 
-bool interp_tma_load(interp *in, const ir_op *op)
+/* The box of a TMA load lands in view v of CTA dst (this one, or a peer in its cluster)
+ * and completes on that CTA's barrier gb. */
+static bool tma_land(interp *in, interp *dst, const ir_op *op, const tv *v, int gb)
 {
     tref tr = interp_tensor_of(in, op);
-    int r = tr.arg->shape.rank, gb;
+    int r = tr.arg->shape.rank;
     int64_t base[LOOM_MAX_RANK];
     for (int d = 0; d < r; d++)
         base[d] = interp_ival(interp_opnd(in, op, 1 + d), 0);
-    tv *v = interp_opnd(in, op, 1 + r);
-    mbar *b = bar_at(in, op, 2 + r, &gb);
-    if (!b || !check_overwrite(in, op, v->obj, slot_of(v)))
+    if (!from_peer(in, dst, check_overwrite(dst, op, v->obj, slot_of(v))))
         return false;
-    ring *g = ring_of(in, v);
-    int64_t at = slot_of(v) * g->numel;
-    for (int64_t e = 0; e < g->numel; e++) {
+    ring *g = &dst->hw->rings[v->obj];
+    mbar *b = &dst->hw->bars[gb];
+    int64_t at = slot_of(v) * g->numel, n = ir_shape_numel(&v->shape);
+    for (int64_t e = 0; e < n; e++) {
         int64_t off = box_elem(tr, &v->shape, base, e);
         float f = 0;
         int64_t i = 0;
         if (off >= 0 && !interp_mem_read(in, op, tr, off, &f, &i))
             return false;
         if (g->f)
-            g->f[at + e] = f;
+            g->f[at + view_index(g, v, e)] = f;
         else
-            g->i[at + e] = i;
+            g->i[at + view_index(g, v, e)] = i;
     }
     g->meta[slot_of(v)] = (slot_meta){.tma = op, .bar = gb, .phase = b->completed, .st_task = -1};
-    int64_t bytes = g->numel * (int64_t)loom_dtype_size(g->dt);
+    int64_t bytes = n * (int64_t)loom_dtype_size(g->dt);
     b->tx -= bytes;
     b->landed += bytes;
-    return settle(in, op, gb);
+    return from_peer(in, dst, settle(dst, op, gb));
+}
+
+bool interp_tma_load(interp *in, const ir_op *op)
+{
+    int r = interp_tensor_of(in, op).arg->shape.rank, gb;
+    if (!bar_at(in, op, 2 + r, &gb))
+        return false;
+    return tma_land(in, in, op, interp_opnd(in, op, 1 + r), gb);
+}
+
+/* The box lands in the same view of every CTA of the cluster, on each one's barrier. */
+bool interp_tma_load_multicast(interp *in, const ir_op *op)
+{
+    int r = interp_tensor_of(in, op).arg->shape.rank, gb;
+    if (!bar_at(in, op, 2 + r, &gb))
+        return false;
+    for (int q = 0; q < in->k->cluster; q++)
+        if (!tma_land(in, peer(in, q), op, interp_opnd(in, op, 1 + r), gb))
+            return false;
+    return true;
 }
 
 bool interp_tma_store(interp *in, const ir_op *op)
@@ -733,11 +813,10 @@ bool interp_tma_store(interp *in, const ir_op *op)
     if (!need_task(in, op) || !check_visible(in, op, v) || !check_fenced(in, op, v))
         return false;
     const ring *g = ring_of(in, v);
-    int64_t at = slot_of(v) * g->numel;
-    for (int64_t e = 0; e < g->numel; e++) {
-        int64_t off = box_elem(tr, &v->shape, base, e);
-        if (off >= 0 &&
-            !interp_mem_write(in, op, tr, off, g->f ? g->f[at + e] : 0, g->i ? g->i[at + e] : 0))
+    int64_t at = slot_of(v) * g->numel, n = ir_shape_numel(&v->shape);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = box_elem(tr, &v->shape, base, e), x = at + view_index(g, v, e);
+        if (off >= 0 && !interp_mem_write(in, op, tr, off, g->f ? g->f[x] : 0, g->i ? g->i[x] : 0))
             return false;
     }
     return add_read(in, op, t, v, t->st_issued++, true);
@@ -850,7 +929,7 @@ static task *task_record(interp *in, int i)
     mprotect(t->stack, page, PROT_NONE); /* an overflow faults instead of corrupting memory */
     t->env = calloc(in->k->nvals, sizeof(tv));
     t->seen = calloc((size_t)hw->nbars + 1, sizeof(int64_t));
-    t->arrived = calloc((size_t)hw->nbars + 1, sizeof(int64_t));
+    t->arrived = calloc(((size_t)hw->nbars + 1) * CLUSTER_MAX, sizeof(int64_t));
     if (!t->env || !t->seen || !t->arrived)
         return NULL;
     return t;
@@ -872,7 +951,7 @@ bool interp_task(interp *in, const ir_op *op)
         t->wait_nb = -1;
         t->fbuf = NULL;
         memset(t->seen, 0, ((size_t)hw->nbars + 1) * sizeof(int64_t));
-        memset(t->arrived, 0, ((size_t)hw->nbars + 1) * sizeof(int64_t));
+        memset(t->arrived, 0, ((size_t)hw->nbars + 1) * CLUSTER_MAX * sizeof(int64_t));
         t->nreads = 0;
         t->wg_committed = t->wg_retired = t->st_issued = t->st_retired = t->fences = 0;
     }
@@ -918,6 +997,35 @@ static bool can_run(const interp_hw *hw, const task *t)
     return (hw->bars[t->wait_bar].completed & 1) != t->wait_parity;
 }
 
+/* What blocked replica t waits on, as "task ... waits on ... at file:line, ..."; false
+ * for a replica that waits on nothing. */
+static bool describe_wait(interp *in, const task *t, char *buf, size_t n)
+{
+    const interp_hw *hw = in->hw;
+    char tb[160], bb[128];
+    const ir_op *w = t->wait_op;
+    if (!w)
+        return false;
+    if (t->fbuf)
+        snprintf(buf, n, "%s waits at %s:%d for %s[%lld] >= %lld; it is %lld", task_name(t, tb, sizeof tb),
+                 file_of(w), w->src.line, t->farg->name, (long long)t->foff, (long long)t->ftarget,
+                 (long long)flag_value(t->fbuf, t->foff));
+    else if (t->wait_nb >= 0)
+        snprintf(buf, n, "%s waits on named barrier %d at %s:%d, threads arrived %lld of %lld",
+                 task_name(t, tb, sizeof tb), t->wait_nb, file_of(w), w->src.line,
+                 (long long)hw->nb[t->wait_nb].arrived, (long long)hw->nb[t->wait_nb].target);
+    else {
+        const mbar *b = &hw->bars[t->wait_bar];
+        snprintf(buf, n,
+                 "%s waits on barrier %s for phase parity %d at %s:%d, barrier completed %lld "
+                 "phases (arrivals %lld of %lld, bytes pending %lld)",
+                 task_name(t, tb, sizeof tb), bar_name(in, t->wait_bar, bb, sizeof bb), t->wait_parity,
+                 file_of(w), w->src.line, (long long)b->completed, (long long)(b->arrivals - b->pending),
+                 (long long)b->arrivals, (long long)b->tx);
+    }
+    return true;
+}
+
 static void report_deadlock(interp *in)
 {
     interp_hw *hw = in->hw;
@@ -935,24 +1043,9 @@ static void report_deadlock(interp *in)
     PUT("error: deadlock in program (%d,%d,%d): every unfinished task is blocked", in->pid[0],
         in->pid[1], in->pid[2]);
     for (int i = 0; i < hw->ntasks; i++) {
-        const task *t = hw->tasks[i];
-        if (t->state == T_DONE)
-            continue;
-        char tb[160], bb[128];
-        const ir_op *w = t->wait_op;
-        if (t->wait_nb >= 0) {
-            const nbar *nb = &hw->nb[t->wait_nb];
-            PUT("\n  %s waits on named barrier %d at %s:%d, threads arrived %lld of %lld",
-                task_name(t, tb, sizeof tb), t->wait_nb, file_of(w), w->src.line,
-                (long long)nb->arrived, (long long)nb->target);
-        } else {
-            const mbar *b = &hw->bars[t->wait_bar];
-            PUT("\n  %s waits on barrier %s for phase parity %d at %s:%d, barrier completed %lld "
-                "phases (arrivals %lld of %lld, bytes pending %lld)",
-                task_name(t, tb, sizeof tb), bar_name(in, t->wait_bar, bb, sizeof bb),
-                t->wait_parity, file_of(w), w->src.line, (long long)b->completed,
-                (long long)(b->arrivals - b->pending), (long long)b->arrivals, (long long)b->tx);
-        }
+        char w[512];
+        if (hw->tasks[i]->state != T_DONE && describe_wait(in, hw->tasks[i], w, sizeof w))
+            PUT("\n  %s", w);
     }
 #undef PUT
 }
@@ -1001,12 +1094,13 @@ bool interp_hw_run_tasks(interp *in)
             if (can_run(hw, hw->tasks[(next + j) % n]))
                 pick = (next + j) % n;
         if (pick < 0) {
-            /* every replica is blocked; one waiting on a flag may be released by another
-             * program: let the others run */
-            bool flag_wait = false;
+            /* every replica is blocked; one waiting on a flag, or on a barrier that the
+             * cluster's other CTAs arrive on, may be released by another program: let the
+             * others run */
+            bool outside = false;
             for (int j = 0; j < n; j++)
-                flag_wait |= hw->tasks[j]->state == T_BLOCKED && hw->tasks[j]->fbuf;
-            if (!flag_wait || !in->prog)
+                outside |= hw->tasks[j]->state == T_BLOCKED && (hw->tasks[j]->fbuf || in->k->cluster > 1);
+            if (!outside || !in->prog)
                 break;
             prog_yield(in->prog);
             continue;
@@ -1109,6 +1203,13 @@ static void prog_entry(void)
         if (in->st == LOOM_OK)
             in->st = LOOM_ERR_NOMEM;
     } else {
+        if (in->k->cluster > 1) {
+            /* the cluster barrier after the allocations: every CTA of the cluster has set
+             * up its shared memory and barriers before any task runs (peers multicast into
+             * them and arrive on them) */
+            interp_flag_added(in);
+            prog_yield(p);
+        }
         interp_hw_run_tasks(in);
     }
     p->done = true;
@@ -1128,8 +1229,12 @@ static void report_side_deadlock(interp *base, side *S)
             at += w_ > 0 ? (size_t)w_ : 0;                                      \
         }                                                                       \
     } while (0)
-    PUT("error: deadlock: every unfinished program waits on a flag that no running program "
-        "will change");
+    if (base->k->cluster > 1)
+        PUT("error: deadlock: every unfinished program of the cluster is blocked, on a barrier or a "
+            "flag that no running program will change");
+    else
+        PUT("error: deadlock: every unfinished program waits on a flag that no running program "
+            "will change");
     for (int i = 0; i < S->n; i++) {
         prog *p = &S->progs[i];
         if (p->done)
@@ -1137,23 +1242,19 @@ static void report_side_deadlock(interp *base, side *S)
         const interp_hw *hw = p->in.hw;
         for (int j = -1; j < (hw ? hw->ntasks : 0); j++) {
             const task *t = j >= 0 ? hw->tasks[j] : NULL;
-            const ir_op *w = t ? (t->state == T_BLOCKED && t->fbuf ? t->wait_op : NULL) : p->wait_op;
-            if (!w)
+            char w[512];
+            if (t ? t->state != T_BLOCKED || !describe_wait(&p->in, t, w, sizeof w) : !p->wait_op)
                 continue;
+            if (!t)
+                snprintf(w, sizeof w, "waits at %s:%d for %s[%lld] >= %lld; it is %lld", file_of(p->wait_op),
+                         p->wait_op->src.line, p->warg->name, (long long)p->woff, (long long)p->wtarget,
+                         (long long)flag_value(p->wbuf, p->woff));
             if (shown == 8) {
                 more++;
                 continue;
             }
             shown++;
-            char tn[150] = "", tb[160] = "";
-            if (t)
-                snprintf(tb, sizeof tb, " %s", task_name(t, tn, sizeof tn));
-            const interp_arg *buf = t ? t->fbuf : p->wbuf;
-            const ir_arg *arg = t ? t->farg : p->warg;
-            int64_t off = t ? t->foff : p->woff, target = t ? t->ftarget : p->wtarget;
-            PUT("\n  program (%d,%d,%d)%s waits at %s:%d for %s[%lld] >= %lld; it is %lld",
-                p->in.pid[0], p->in.pid[1], p->in.pid[2], tb, file_of(w), w->src.line, arg->name,
-                (long long)off, (long long)target, (long long)flag_value(buf, off));
+            PUT("\n  program (%d,%d,%d) %s", p->in.pid[0], p->in.pid[1], p->in.pid[2], w);
         }
     }
     if (more)
@@ -1161,24 +1262,47 @@ static void report_side_deadlock(interp *base, side *S)
 #undef PUT
 }
 
-loom_status interp_run_side_by_side(interp *base)
+/* The interpreter of the CTA of rank q in this one's cluster (this one without clusters). */
+static interp *peer(interp *in, int q)
+{
+    int c = in->k->cluster;
+    if (c <= 1 || !in->prog)
+        return in;
+    prog *p = in->prog;
+    int me = in->pid[0] % c;
+    return &p->side->progs[(p - p->side->progs) - me + q].in;
+}
+
+/* After an op of `in` changed CTA dst: an error there is this program's error; a change
+ * to another program is progress for the side-by-side scheduler. */
+static bool from_peer(interp *in, interp *dst, bool ok)
+{
+    if (dst == in)
+        return ok;
+    if (!ok) {
+        if (in->st == LOOM_OK)
+            in->st = dst->st != LOOM_OK ? dst->st : LOOM_ERR_RUNTIME;
+        return false;
+    }
+    interp_flag_added(in);
+    return true;
+}
+
+bool interp_cluster_rank(interp *in, const ir_op *op)
+{
+    interp_res(in, op, 0)->i[0] = in->pid[0] % (in->k->cluster > 1 ? in->k->cluster : 1);
+    return true;
+}
+
+/* Run programs first .. first+n-1 (linear ids, x fastest) side by side. */
+static loom_status side_run(interp *base, int64_t first, int64_t n)
 {
     loom_kernel *k = base->k;
-    int64_t n = (int64_t)base->grid[0] * base->grid[1] * base->grid[2];
-    if (n > SIDE_MAX_PROGRAMS) {
-        if (base->err && base->errlen)
-            snprintf(base->err, base->errlen,
-                     "error: the kernel waits on flags, so the interpreter runs its programs side by "
-                     "side; the grid has %lld programs, more than the %d it can run that way (on the "
-                     "GPU such a kernel must also fit on the SMs at once: launch it persistent)",
-                     (long long)n, SIDE_MAX_PROGRAMS);
-        return LOOM_ERR_RUNTIME;
-    }
     side S = {.n = (int)n};
     S.progs = calloc((size_t)n, sizeof(prog));
     if (!S.progs)
         return LOOM_ERR_NOMEM;
-    loom_status st = LOOM_OK;
+    volatile loom_status st = LOOM_OK; /* getcontext below */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     for (int i = 0; i < S.n && st == LOOM_OK; i++) {
         prog *p = &S.progs[i];
@@ -1187,9 +1311,10 @@ loom_status interp_run_side_by_side(interp *base)
                          .prog = p};
         for (int d = 0; d < 3; d++)
             p->in.grid[d] = base->grid[d];
-        p->in.pid[0] = i % base->grid[0];
-        p->in.pid[1] = (i / base->grid[0]) % base->grid[1];
-        p->in.pid[2] = i / (base->grid[0] * base->grid[1]);
+        int64_t id = first + i;
+        p->in.pid[0] = (int)(id % base->grid[0]);
+        p->in.pid[1] = (int)((id / base->grid[0]) % base->grid[1]);
+        p->in.pid[2] = (int)(id / ((int64_t)base->grid[0] * base->grid[1]));
         p->in.env = p->in.main_env = calloc(k->nvals, sizeof(tv));
         p->stack_bytes = STACK_BYTES + page;
         p->stack = mmap(NULL, p->stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1250,4 +1375,37 @@ loom_status interp_run_side_by_side(interp *base)
     }
     free(S.progs);
     return st;
+}
+
+/* Kernels with flag waits run all their programs side by side; kernels with clusters run
+ * one cluster's programs side by side at a time (both where both). */
+loom_status interp_run_side_by_side(interp *base)
+{
+    loom_kernel *k = base->k;
+    int64_t n = (int64_t)base->grid[0] * base->grid[1] * base->grid[2];
+    int c = k->cluster > 1 ? k->cluster : 1;
+    if (base->grid[0] % c) {
+        if (base->err && base->errlen)
+            snprintf(base->err, base->errlen,
+                     "error: the kernel runs in clusters of %d programs along x, but the grid's x is %d, "
+                     "not a multiple of %d",
+                     c, base->grid[0], c);
+        return LOOM_ERR_INVALID;
+    }
+    if (!ir_uses_op(k, IR_FLAG_WAIT)) {
+        loom_status st = LOOM_OK;
+        for (int64_t f = 0; f < n && st == LOOM_OK; f += c)
+            st = side_run(base, f, c);
+        return st;
+    }
+    if (n > SIDE_MAX_PROGRAMS) {
+        if (base->err && base->errlen)
+            snprintf(base->err, base->errlen,
+                     "error: the kernel waits on flags, so the interpreter runs its programs side by "
+                     "side; the grid has %lld programs, more than the %d it can run that way (on the "
+                     "GPU such a kernel must also fit on the SMs at once: launch it persistent)",
+                     (long long)n, SIDE_MAX_PROGRAMS);
+        return LOOM_ERR_RUNTIME;
+    }
+    return side_run(base, 0, n);
 }

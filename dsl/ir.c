@@ -102,6 +102,7 @@ loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps)
         return NULL;
     k->name = strdup(name && *name ? name : "kernel");
     k->num_warps = num_warps;
+    k->cluster = 1;
     k->nvals = k->nops = k->nblocks = 1; /* sentinels */
     if (!k->name || !grow(k, (void **)&k->vals, &k->capvals, 1, sizeof(ir_value)) ||
         !grow(k, (void **)&k->ops, &k->capops, 1, sizeof(ir_op)) ||
@@ -149,6 +150,7 @@ loom_kernel *ir_kernel_clone(const loom_kernel *k)
         return NULL;
     c->name = strdup(k->name);
     c->num_warps = k->num_warps;
+    c->cluster = k->cluster;
     c->nvals = k->nvals;
     c->nops = k->nops;
     c->nblocks = k->nblocks;

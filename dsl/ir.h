@@ -143,6 +143,7 @@ void ir_arena_free(ir_arena *a);
 struct loom_kernel {
     char *name;
     int num_warps;
+    int cluster; /* CTAs per cluster along grid x (loom_kernel_set_cluster); 1: no clusters */
     ir_arena arena;
     ir_value *vals;
     uint32_t nvals, capvals;

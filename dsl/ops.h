@@ -22,13 +22,17 @@
  * Operand layout of the memory ops:  load: tensor, offsets..., [mask]
  *   store: tensor, offsets..., value, [mask]      load_scalar: tensor, offsets...
  *   load_rows: tensor, rows, offsets...           for: lo, hi, step, inits...
- *   tma_load: tensor, offsets..., view, bars, index   tma_store: tensor, offsets..., view
+ *   tma_load, tma_load_multicast: tensor, offsets..., view, bars, index
+ *   tma_store: tensor, offsets..., view
  *   flag_add: flags, offsets..., value            flag_wait: flags, offsets..., target
  *
  * Hopper machinery (include/loom.h section 5b).  Attributes: smem_alloc iattr = {slots,
  * swizzle} with dtype/shape in its result type; mbar_alloc {count, arrivals};
  * mbar_expect {bytes}; named_barrier {id, threads}; tma_store_wait / wgmma_wait
- * {pending}; task {warps, regs, replicas}.
+ * {pending}; task {warps, regs, replicas}; smem_part {dim, start, size}.
+ * Clusters (loom_kernel_set_cluster): cluster_rank, tma_load_multicast (every CTA of the
+ * cluster receives the box and its barrier the bytes), mbar_arrive_cluster (an arrival on
+ * the barrier in every CTA of the cluster).
  */
 
 /*        ENUM          name           nopnd nreg rule          flags */
@@ -73,15 +77,18 @@ LOOM_OP(YIELD,         yield,         -1, 0, yield,         IRF_TERMINATOR)
 LOOM_OP(SMEM_ALLOC,    smem_alloc,     0, 0, smem_alloc,    IRF_ALLOC)
 LOOM_OP(SMEM_SLOT,     smem_slot,      2, 0, smem_slot,     IRF_PURE)
 LOOM_OP(SMEM_TRANS,    smem_trans,     1, 0, smem_trans,    IRF_PURE)
+LOOM_OP(SMEM_PART,     smem_part,      1, 0, smem_part,     IRF_PURE)
 LOOM_OP(SMEM_LOAD,     smem_load,      1, 0, smem_load,     IRF_SMEM)
 LOOM_OP(SMEM_STORE,    smem_store,     2, 0, smem_store,    IRF_SMEM)
 LOOM_OP(MBAR_ALLOC,    mbar_alloc,     0, 0, mbar_alloc,    IRF_ALLOC)
 LOOM_OP(MBAR_EXPECT,   mbar_expect,    2, 0, mbar_arrive,   IRF_SYNC)
 LOOM_OP(MBAR_ARRIVE,   mbar_arrive,    2, 0, mbar_arrive,   IRF_SYNC)
+LOOM_OP(MBAR_ARRIVE_CLUSTER, mbar_arrive_cluster, 2, 0, mbar_arrive, IRF_SYNC)
 LOOM_OP(MBAR_WAIT,     mbar_wait,      3, 0, mbar_wait,     IRF_SYNC)
 LOOM_OP(NAMED_BARRIER, named_barrier,  0, 0, named_barrier, IRF_SYNC)
 LOOM_OP(FENCE_ASYNC,   fence_async,    0, 0, no_result,     IRF_SYNC)
 LOOM_OP(TMA_LOAD,      tma_load,      -1, 0, tma_load,      IRF_READS | IRF_SMEM)
+LOOM_OP(TMA_LOAD_MULTICAST, tma_load_multicast, -1, 0, tma_load, IRF_READS | IRF_SMEM)
 LOOM_OP(TMA_STORE,     tma_store,     -1, 0, tma_store,     IRF_WRITES | IRF_SMEM)
 LOOM_OP(TMA_STORE_WAIT, tma_store_wait, 0, 0, no_result,    IRF_SYNC)
 LOOM_OP(WGMMA,         wgmma,          3, 0, wgmma,         IRF_SMEM)
@@ -91,3 +98,4 @@ LOOM_OP(FLAG_ADD,      flag_add,      -1, 0, flag,          IRF_SYNC)
 LOOM_OP(FLAG_WAIT,     flag_wait,     -1, 0, flag,          IRF_SYNC)
 LOOM_OP(TASK,          task,           0, 1, task,          IRF_REGION)
 LOOM_OP(TASK_REPLICA,  task_replica,   0, 0, task_replica,  IRF_PURE)
+LOOM_OP(CLUSTER_RANK,  cluster_rank,   0, 0, cluster_rank,  IRF_PURE)

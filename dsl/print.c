@@ -237,6 +237,9 @@ static void print_op(loom_kernel *k, pbuf *p, uint32_t o, int depth)
         }
         if (op->kind == IR_MBAR_EXPECT)
             put(p, " bytes=%lld", (long long)op->iattr[0]);
+        if (op->kind == IR_SMEM_PART)
+            put(p, " dim=%lld start=%lld size=%lld", (long long)op->iattr[0], (long long)op->iattr[1],
+                (long long)op->iattr[2]);
         if (op->kind == IR_TMA_STORE_WAIT || op->kind == IR_WGMMA_WAIT)
             put(p, "%spending=%lld", op->nopnd ? " " : " ", (long long)op->iattr[0]);
         if (op->kind == IR_SPLAT || op->kind == IR_BROADCAST) {
@@ -309,7 +312,10 @@ const char *loom_print(loom_kernel *k)
             }
         }
     }
-    put(&p, ") warps=%d {\n", k->num_warps);
+    put(&p, ") warps=%d", k->num_warps);
+    if (k->cluster > 1)
+        put(&p, " cluster=%d", k->cluster);
+    put(&p, " {\n");
     print_block(k, &p, 1, 1);
     put(&p, "}\n");
     free(p.num);

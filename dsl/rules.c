@@ -606,6 +606,47 @@ static bool rule_smem_trans(rule_ctx *c)
     return emit(c, r);
 }
 
+/* A part of a 2-D view that is a plain tile in memory (see loom_smem_part in loom.h). */
+static bool rule_smem_part(rule_ctx *c)
+{
+    char b[64];
+    if (!want_view(c, 0, "operand 0"))
+        return false;
+    const ir_type *v = T(c, 0);
+    if (v->trans)
+        FAIL("operand 0 is a transposed view; take the part of the view as stored, then transpose it");
+    if (v->shape.rank != 2)
+        FAIL("operand 0 is %s; parts are taken of 2-D views", ts(v, b));
+    int64_t dim = c->op->iattr[0], start = c->op->iattr[1], size = c->op->iattr[2];
+    if (dim != 0 && dim != 1)
+        FAIL("dim %lld is not 0 or 1", (long long)dim);
+    if (start < 0 || size < 1 || start + size > v->shape.dim[dim])
+        FAIL("the part [%lld, %lld) of dim %lld is outside the view %s", (long long)start,
+             (long long)(start + size), (long long)dim, ts(v, b));
+    int64_t es = (int64_t)loom_dtype_size((loom_dtype)v->dtype), inner = v->shape.dim[1] * es;
+    if (dim == 1) {
+        if (!v->swizzle || inner <= v->swizzle)
+            FAIL("columns of %s are not stored apart: a column part needs a swizzled view whose rows "
+                 "span several %d-byte chunks (each chunk is its own tile)",
+                 ts(v, b), v->swizzle ? v->swizzle : 128);
+        int64_t cc = v->swizzle / es;
+        if (start % cc || size % cc)
+            FAIL("columns [%lld, %lld) do not fall on the view's %lld-column chunks (its %d-byte swizzle span)",
+                 (long long)start, (long long)(start + size), (long long)cc, v->swizzle);
+    } else {
+        if (v->swizzle && inner > v->swizzle)
+            FAIL("rows of %s are split over %lld column chunks of %d bytes, so a row part is not one "
+                 "tile; take a column part first",
+                 ts(v, b), (long long)(inner / v->swizzle), v->swizzle);
+        if (v->swizzle && start % 8)
+            FAIL("row %lld: a part of a swizzled view starts on a multiple of 8 rows (the swizzle's period)",
+                 (long long)start);
+    }
+    ir_type r = *v;
+    r.shape.dim[dim] = size;
+    return emit(c, r);
+}
+
 static bool rule_smem_load(rule_ctx *c)
 {
     if (!want_view(c, 0, "operand 0"))
@@ -811,6 +852,11 @@ static bool rule_task(rule_ctx *c)
 static bool rule_task_replica(rule_ctx *c)
 {
     return in_task(c) && emit(c, tile(LOOM_I32, LOOM_SCALAR));
+}
+
+static bool rule_cluster_rank(rule_ctx *c)
+{
+    return want_nopnd(c, 0) && emit(c, tile(LOOM_I32, LOOM_SCALAR));
 }
 
 /* ---------------------------------------------------------------- dispatch */

@@ -320,12 +320,19 @@ typedef enum loom_swizzle { LOOM_SWIZZLE_NONE = 0, LOOM_SWIZZLE_32 = 32, LOOM_SW
     loom_smem_alloc_at(LOOM_HERE, k, dtype, shape, slots, swizzle)
 #define loom_smem_slot(k, ring, i) loom_smem_slot_at(LOOM_HERE, k, ring, i)
 #define loom_smem_trans(k, view) loom_smem_trans_at(LOOM_HERE, k, view)
+#define loom_smem_part(k, view, dim, start, size) loom_smem_part_at(LOOM_HERE, k, view, dim, start, size)
 #define loom_smem_load(k, view) loom_smem_load_at(LOOM_HERE, k, view)
 #define loom_smem_store(k, view, v) loom_smem_store_at(LOOM_HERE, k, view, v)
 loom_val loom_smem_alloc_at(loom_src at, loom_kernel *k, loom_dtype dt, loom_shape shape, int slots,
                             loom_swizzle swizzle);
 loom_val loom_smem_slot_at(loom_src at, loom_kernel *k, loom_val ring, loom_val i);
 loom_val loom_smem_trans_at(loom_src at, loom_kernel *k, loom_val view);
+/* A part of a 2-D view that is itself a plain tile in memory, so TMA can fill it (each CTA
+ * of a cluster multicasting its part of a shared operand): along dim 1, `size` columns
+ * from `start`, both multiples of the swizzle span (a 128-byte swizzled [64, 256] f16
+ * tile has parts of 64, 128 or 192 columns); along dim 0, rows of a view whose rows are
+ * at most one span, `start` a multiple of 8 when swizzled. */
+loom_val loom_smem_part_at(loom_src at, loom_kernel *k, loom_val view, int dim, int64_t start, int64_t size);
 /* Register tile <-> shared view (the tile has the view's shape and dtype). */
 loom_val loom_smem_load_at(loom_src at, loom_kernel *k, loom_val view);
 void loom_smem_store_at(loom_src at, loom_kernel *k, loom_val view, loom_val v);
@@ -375,6 +382,30 @@ void loom_tma_load_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *o
                       loom_val bars, loom_val i);
 void loom_tma_store_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val view);
 void loom_tma_store_wait_at(loom_src at, loom_kernel *k, int pending);
+
+/* Clusters.  loom_kernel_set_cluster(k, n) launches the kernel's programs in clusters of
+ * n (2, 4 or 8) along grid x: programs x = c*n .. c*n+n-1 run at once on SMs of one GPC and
+ * can reach each other's shared memory; the grid's x must be a multiple of n (a launch
+ * refuses it otherwise).  loom_cluster_rank() is the program's rank in its cluster (an i32,
+ * program_id(0) % n).  loom_tma_load_multicast is loom_tma_load delivering the box to the
+ * same view in every CTA of the cluster, each completing on its own barrier i of bars:
+ * when each of the n CTAs multicasts 1/n of a shared operand, every barrier sees the whole
+ * operand's bytes, and the checker counts a multicast as n times its box.
+ * loom_mbar_arrive_cluster(bars, i) arrives on barrier i in every CTA of the cluster (a
+ * consumer releasing a ring slot that its peers' multicasts fill): a barrier array that
+ * receives these counts n arrivals per arriving task replica.  The compiler synchronizes
+ * the cluster after the barriers are initialised and before any CTA exits. */
+#define loom_cluster_rank(k) loom_cluster_rank_at(LOOM_HERE, k)
+#define loom_tma_load_multicast(k, t, offs, view, bars, i) \
+    loom_tma_load_multicast_at(LOOM_HERE, k, t, offs, view, bars, i)
+#define loom_mbar_arrive_cluster(k, bars, i) loom_mbar_arrive_cluster_at(LOOM_HERE, k, bars, i)
+#define loom_kernel_set_cluster(k, n) loom_kernel_set_cluster_at(LOOM_HERE, k, n)
+void loom_kernel_set_cluster_at(loom_src at, loom_kernel *k, int n);
+int loom_kernel_cluster(const loom_kernel *k); /* 1 without clusters */
+loom_val loom_cluster_rank_at(loom_src at, loom_kernel *k);
+void loom_tma_load_multicast_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val view,
+                                loom_val bars, loom_val i);
+void loom_mbar_arrive_cluster_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i);
 
 /* wgmma.  acc' = acc + a @ b issued asynchronously on the tensor cores: a is a shared
  * view [M, K] or a register tile [M, K]; b a shared view [K, N] (loom_smem_trans of an

@@ -203,6 +203,11 @@ static loom_status check_args(loom_runtime *rt, loom_kernel *k, const int grid[3
             return rt_fail(rt, LOOM_ERR_INVALID,
                            "launch of '%s': grid[%d] is %d; it must be between 1 and %d", k->name, d,
                            grid[d], d == 0 ? 2147483647 : 65535);
+    if (k->cluster > 1 && grid[0] % k->cluster)
+        return rt_fail(rt, LOOM_ERR_INVALID,
+                       "launch of '%s': the kernel runs in clusters of %d programs along x, but grid[0] is %d, "
+                       "not a multiple of %d",
+                       k->name, k->cluster, grid[0], k->cluster);
     if (nargs != k->nargs)
         return rt_fail(rt, LOOM_ERR_INVALID, "launch of '%s': %d arguments given, the kernel takes %d",
                        k->name, nargs, k->nargs);
