@@ -37,7 +37,10 @@
  *
  * Tiles are visited persistently (grid = `ctas` programs, tile t = pid, pid + ctas, ...)
  * in groups of `group` tile rows so neighbouring CTAs share A and B in L2; ctas=0
- * launches one program per tile instead.  Out-of-range rows and K columns read as zero (TMA), so any
+ * launches one program per tile instead.  With cluster=2 the programs run in pairs (a
+ * cluster) that take two tiles stacked along M at a time: they need the same B tile, so
+ * each CTA TMA-loads one column half of it multicast into both CTAs' ring slot (half the
+ * L2 reads of B), and a consumer gives a slot back to both producers.  Out-of-range rows and K columns read as zero (TMA), so any
  * M and N work and K only needs 16-byte aligned rows (a multiple of 8).  A batch runs as
  * more tiles; A may be shared by the whole batch (ashared=1, the IKBO weights case).
  */
@@ -48,14 +51,14 @@
 #include <stdlib.h>
 
 enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED };
-enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE };
+enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE, C_CLUSTER };
 enum { COOPERATIVE, PINGPONG, SPLIT };
 
 typedef struct g_cfg {
     int64_t M, N, K, batch;
     loom_dtype dt, odt;
     int ashared;
-    int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore;
+    int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore, cluster;
 } g_cfg;
 
 static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
@@ -63,25 +66,53 @@ static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
     return (g_cfg){sh[S_M], sh[S_N], sh[S_K], sh[S_BATCH], (loom_dtype)sh[S_DTYPE], (loom_dtype)sh[S_ODTYPE],
                    (int)sh[S_ASHARED], (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_BK], (int)cf[C_STAGES],
                    (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_GROUP], (int)cf[C_CONSUMERS],
-                   (int)cf[C_TMASTORE]};
+                   (int)cf[C_TMASTORE], (int)cf[C_CLUSTER]};
 }
 
-static int64_t tiles(const g_cfg *c) { return TPL_CDIV(c->M, c->bm) * TPL_CDIV(c->N, c->bn) * c->batch; }
+/* The units the programs (or, with clusters, the clusters) step through: tiles, or pairs
+ * of vertically adjacent tiles (a cluster's CTAs take one tile of a pair each). */
+static int64_t units(const g_cfg *c)
+{
+    return TPL_CDIV(c->M, (int64_t)c->bm * c->cluster) * TPL_CDIV(c->N, c->bn) * c->batch;
+}
 
 #define CI(v) loom_const_i(k, LOOM_I32, (v))
 
-/* The tile t of this program: batch b, first row m0, first column n0 (grouped order). */
+/* The tile of unit t for this program: batch b, first row m0, first column n0 (grouped
+ * order).  With clusters a unit is `cluster` tiles stacked along M, and rank r of the
+ * cluster takes the r-th: the cluster's CTAs share the B tile. */
 static void tile_coords(loom_kernel *k, const g_cfg *c, loom_val t, loom_val *b, loom_val *m0, loom_val *n0)
 {
-    int64_t tm = TPL_CDIV(c->M, c->bm), tn = TPL_CDIV(c->N, c->bn);
+    int64_t um = (int64_t)c->bm * c->cluster; /* the unit's rows */
+    int64_t tm = TPL_CDIV(c->M, um), tn = TPL_CDIV(c->N, c->bn);
     *b = loom_div(k, t, CI(tm * tn));
     loom_val r = loom_rem(k, t, CI(tm * tn));
     loom_val per_group = CI((int64_t)c->group * tn);
     loom_val first = loom_mul(k, loom_div(k, r, per_group), CI(c->group));
     loom_val gsize = loom_min(k, loom_sub(k, CI(tm), first), CI(c->group));
     loom_val in = loom_rem(k, r, per_group);
-    *m0 = loom_mul(k, loom_add(k, first, loom_rem(k, in, gsize)), CI(c->bm));
+    *m0 = loom_mul(k, loom_add(k, first, loom_rem(k, in, gsize)), CI(um));
+    if (c->cluster > 1)
+        *m0 = loom_add(k, *m0, loom_mul(k, loom_cluster_rank(k), CI(c->bm)));
     *n0 = loom_mul(k, loom_div(k, in, gsize), CI(c->bn));
+}
+
+/* The first unit of this program (with clusters, of its cluster) and the stride to its
+ * next: computed in each task (a kernel with tasks holds no such arithmetic at its top). */
+static void my_units(loom_kernel *k, const g_cfg *c, loom_val nunits, loom_val *first, loom_val *step)
+{
+    *first = loom_div(k, loom_program_id(k, 0), CI(c->cluster));
+    *step = c->ctas ? loom_div(k, loom_num_programs(k, 0), CI(c->cluster)) : nunits;
+}
+
+/* Give ring slot s back: to this CTA's producer, or with clusters to every CTA's (each
+ * multicast part of B into this CTA's slot). */
+static void release(loom_kernel *k, const g_cfg *c, loom_val empty, loom_val s)
+{
+    if (c->cluster > 1)
+        loom_mbar_arrive_cluster(k, empty, s);
+    else
+        loom_mbar_arrive(k, empty, s);
 }
 
 /* What the consumer task works with. */
@@ -113,7 +144,7 @@ static loom_val mainloop(loom_kernel *k, const g_cfg *c, const ring *r, loom_val
         loom_region_op w = loom_wgmma_wait(k, 1, 1, &acc);
         /* the previous step's wgmma is done: give its slot back */
         loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
-        loom_mbar_arrive(k, r->empty, loom_ring_slot(k, loom_sub(k, it, one), c->stages));
+        release(k, c, r->empty, loom_ring_slot(k, loom_sub(k, it, one), c->stages));
         loom_if_end(k, first, 0, NULL);
         loom_val res = loom_wgmma_result(k, w, 0);
         loom_for_end(k, kl, 1, &res);
@@ -128,7 +159,7 @@ static loom_val finish(loom_kernel *k, const g_cfg *c, const ring *r, loom_val a
 {
     loom_val last = loom_ring_slot(k, loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk) - 1)), c->stages);
     loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
-    loom_mbar_arrive(k, r->empty, last);
+    release(k, c, r->empty, last);
     return loom_cast(k, loom_wgmma_result(k, w, 0), c->odt);
 }
 
@@ -152,13 +183,14 @@ static void store_tile(loom_kernel *k, const g_cfg *c, const ring *r, const loom
 }
 
 /* Cooperative: the consumer warp groups split every tile (group g owns rows g*BM/G ..). */
-static void consumers_cooperative(loom_kernel *k, const g_cfg *c, const ring *r, loom_val pid, loom_val step,
-                                  loom_val ntiles)
+static void consumers_cooperative(loom_kernel *k, const g_cfg *c, const ring *r, loom_val ntiles)
 {
     int64_t nk = TPL_CDIV(c->K, c->bk);
     loom_val zero = CI(0);
     loom_region_op ct = loom_task_begin(k, c->cwarps, 232, 1);
     {
+        loom_val pid, step;
+        my_units(k, c, ntiles, &pid, &step);
         loom_region_op tl = loom_for_begin(k, pid, ntiles, step, 1, &zero);
         loom_val b, m0, n0;
         tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
@@ -189,14 +221,15 @@ static void consumers_cooperative(loom_kernel *k, const g_cfg *c, const ring *r,
  * replicas take turns, which the arrival check recognises by the slot index depending on
  * loom_task_replica).  Replica 0 has as many tiles as replica 1 or one more; in the
  * latter case replica 1 meets it at X and Y once more after its last tile. */
-static void consumers_pingpong(loom_kernel *k, const g_cfg *c, const ring *r, loom_val pid, loom_val step,
-                               loom_val ntiles)
+static void consumers_pingpong(loom_kernel *k, const g_cfg *c, const ring *r, loom_val ntiles)
 {
     int64_t nk = TPL_CDIV(c->K, c->bk);
     loom_val one = CI(1);
     enum { X = 0, Y = 1 };
     loom_region_op ct = loom_task_begin(k, 4, 232, 2);
     {
+        loom_val pid, step;
+        my_units(k, c, ntiles, &pid, &step);
         loom_val rep = loom_task_replica(k);
         loom_val second = loom_cmp(k, LOOM_EQ, rep, one);
         loom_val it_first = loom_mul(k, rep, CI(nk));
@@ -247,14 +280,15 @@ static void consumers_pingpong(loom_kernel *k, const g_cfg *c, const ring *r, lo
  * buffer and arrives on hand[rep] (warp 0's arrival, the one that waited, comes last).
  * Replica 1 then runs that much behind, and the epilogue of one overlaps k steps of the
  * other. */
-static void consumers_split(loom_kernel *k, const g_cfg *c, const ring *r, loom_val pid, loom_val step,
-                            loom_val ntiles)
+static void consumers_split(loom_kernel *k, const g_cfg *c, const ring *r, loom_val ntiles)
 {
     int64_t nk = TPL_CDIV(c->K, c->bk);
     int half = c->bm / 2;
     loom_val zero = CI(0), one = CI(1);
     loom_region_op ct = loom_task_begin(k, 4, 232, 2);
     {
+        loom_val pid, step;
+        my_units(k, c, ntiles, &pid, &step);
         loom_val rep = loom_task_replica(k);
         loom_region_op tl = loom_for_begin(k, pid, ntiles, step, 1, &zero);
         loom_val b, m0, n0;
@@ -287,6 +321,8 @@ static loom_kernel *gemm_build(const g_cfg *c)
 {
     int prod_warps = 4, warps = prod_warps + c->cwarps;
     loom_kernel *k = loom_kernel_create("gemm", warps);
+    if (c->cluster > 1)
+        loom_kernel_set_cluster(k, c->cluster);
     bool batched = c->batch > 1;
     loom_shape ash = batched && !c->ashared ? LOOM_SHAPE3(c->batch, c->M, c->K) : LOOM_SHAPE2(c->M, c->K);
     loom_shape bsh = batched ? LOOM_SHAPE3(c->batch, c->K, c->N) : LOOM_SHAPE2(c->K, c->N);
@@ -302,11 +338,10 @@ static loom_kernel *gemm_build(const g_cfg *c)
     loom_val as = loom_smem_alloc(k, c->dt, LOOM_SHAPE2(arows, c->bk), c->stages * (split ? 2 : 1), aswz);
     loom_val bs = loom_smem_alloc(k, c->dt, LOOM_SHAPE2(c->bk, c->bn), c->stages, LOOM_SWIZZLE_128);
     loom_val full = loom_mbar_alloc(k, c->stages, 1);
-    loom_val empty = loom_mbar_alloc(k, c->stages, split ? 2 : 1);
-    int64_t nk = TPL_CDIV(c->K, c->bk), ntiles = tiles(c);
+    /* the consumers that give a slot back a phase, from every CTA of the cluster */
+    loom_val empty = loom_mbar_alloc(k, c->stages, (split ? 2 : 1) * c->cluster);
+    int64_t nk = TPL_CDIV(c->K, c->bk), ntiles = units(c);
     int64_t bytes = ((int64_t)c->bm * c->bk + (int64_t)c->bk * c->bn) * (int64_t)loom_dtype_size(c->dt);
-    loom_val pid = loom_program_id(k, 0);
-    loom_val step = c->ctas ? loom_num_programs(k, 0) : CI(ntiles);
     loom_val zero = CI(0), one = CI(1);
     loom_val cs = c->tmastore ? loom_smem_alloc(k, c->odt, LOOM_SHAPE2(arows, c->bn),
                                                 c->consumers == PINGPONG ? 2 : 1, LOOM_SWIZZLE_128)
@@ -317,6 +352,9 @@ static loom_kernel *gemm_build(const g_cfg *c)
     /* producer: TMA into the ring */
     loom_region_op pt = loom_task_begin(k, prod_warps, 40, 1);
     {
+        loom_val pid, step;
+        my_units(k, c, CI(ntiles), &pid, &step);
+        loom_val rank = c->cluster > 1 ? loom_cluster_rank(k) : LOOM_NONE;
         loom_region_op tl = loom_for_begin(k, pid, CI(ntiles), step, 1, &zero);
         loom_val b, m0, n0;
         tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
@@ -337,7 +375,19 @@ static loom_kernel *gemm_build(const g_cfg *c)
                 else
                     loom_tma_load(k, A, ((loom_val[]){m, k0}), loom_smem_slot(k, as, sa), full, s);
             }
-            if (batched)
+            if (c->cluster > 1) /* rank q multicasts the q-th column part of B to the cluster */
+                for (int q = 0; q < c->cluster; q++) {
+                    int64_t w = c->bn / c->cluster;
+                    loom_region_op mine = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rank, CI(q)), 0);
+                    loom_val part = loom_smem_part(k, loom_smem_slot(k, bs, s), 1, q * w, w);
+                    loom_val nq = loom_add(k, n0, CI(q * w));
+                    if (batched)
+                        loom_tma_load_multicast(k, B, ((loom_val[]){b, k0, nq}), part, full, s);
+                    else
+                        loom_tma_load_multicast(k, B, ((loom_val[]){k0, nq}), part, full, s);
+                    loom_if_end(k, mine, 0, NULL);
+                }
+            else if (batched)
                 loom_tma_load(k, B, ((loom_val[]){b, k0, n0}), loom_smem_slot(k, bs, s), full, s);
             else
                 loom_tma_load(k, B, ((loom_val[]){k0, n0}), loom_smem_slot(k, bs, s), full, s);
@@ -349,11 +399,11 @@ static loom_kernel *gemm_build(const g_cfg *c)
     loom_task_end(k, pt);
 
     if (c->consumers == PINGPONG)
-        consumers_pingpong(k, c, &r, pid, step, CI(ntiles));
+        consumers_pingpong(k, c, &r, CI(ntiles));
     else if (split)
-        consumers_split(k, c, &r, pid, step, CI(ntiles));
+        consumers_split(k, c, &r, CI(ntiles));
     else
-        consumers_cooperative(k, c, &r, pid, step, CI(ntiles));
+        consumers_cooperative(k, c, &r, CI(ntiles));
     return k;
 }
 #undef CI
@@ -410,6 +460,12 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
     if (c->ctas < 0 || c->group < 1)
         return "ctas must be >= 0 and group >= 1";
+    if (c->cluster != 1 && c->cluster != 2)
+        return "cluster must be 1 or 2 (CTAs sharing the B tile)";
+    if (c->cluster > 1 && c->bn < 128)
+        return "cluster=2 needs BN >= 128: each CTA multicasts half of B's 64-column chunks";
+    if (c->cluster > 1 && c->ctas % c->cluster)
+        return "with clusters, ctas must be a multiple of the cluster size";
     return NULL;
 }
 
@@ -437,7 +493,7 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
 static double cost(const int64_t *sh, const int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
-    double t = (double)tiles(&c), ctas = c.ctas ? c.ctas : 132;
+    double t = (double)units(&c) * c.cluster, ctas = c.ctas ? c.ctas : 132;
     double waves = t / ctas;
     double per_tile = (double)c.bm * c.bn * c.K * (1.0 + 64.0 / c.bm + 64.0 / c.bn);
     return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
@@ -446,8 +502,8 @@ static double cost(const int64_t *sh, const int64_t *cf)
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {
     g_cfg c = cfg_of(sh, cf);
-    int64_t t = tiles(&c);
-    g[0] = (int)(c.ctas && c.ctas < t ? c.ctas : t);
+    int64_t u = units(&c), cl = c.ctas / c.cluster; /* clusters */
+    g[0] = (int)((c.ctas && cl < u ? cl : u) * c.cluster);
     g[1] = g[2] = 1;
 }
 
@@ -493,7 +549,7 @@ const loom_template tpl_def_gemm = {
               {"dtype", LOOM_F16, "input type: f16 or bf16"},
               {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},
               {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"}},
-    .nconfig = 9,
+    .nconfig = 10,
     .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns (64, 128, 256)", 3, {64, 128, 256}},
                {"BK", 64, "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "
@@ -506,7 +562,9 @@ const loom_template tpl_def_gemm = {
                                 "splits each tile), 1 ping-pong (two take turns on whole tiles), 2 split "
                                 "(two share each tile by rows and run free of each other)", 2, {0, 1}},
                {"tmastore", 1, "1: the epilogue stages the tile in shared memory and writes it with one TMA "
-                               "store; 0: it stores straight from the accumulator registers", 2, {1, 0}}},
+                               "store; 0: it stores straight from the accumulator registers", 2, {1, 0}},
+               {"cluster", 1, "CTAs a cluster (1 or 2): the two tiles of a cluster are stacked along M and "
+                              "share B, each CTA multicasting half of it (half the L2 traffic of B)", 2, {1, 2}}},
     .valid = valid,
     .cost = cost,
     .build = build,
