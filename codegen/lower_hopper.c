@@ -444,7 +444,10 @@ static bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
 }
 
 /* Lane 0 of every warp arrives on barrier i of each CTA of the cluster (its own included),
- * through the barrier's address in that CTA's shared window. */
+ * through the barrier's address in that CTA's shared window.  The arrival has the default
+ * release at CTA scope: it orders this warp's reads of the slot (done: the wgmma wait
+ * came first) before the peer's TMA overwrites it; release at cluster scope made every
+ * arrival a memory fence and the cluster GEMM three times slower. */
 static bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
@@ -454,7 +457,7 @@ static bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
         LLVMValueRef args[2] = {a, ci32(l, q)};
         asm_void(l,
                  "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, $0, $1;\n\t"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n\t}",
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n\t}",
                  "r,r,~{memory}", args, 2);
     }
     if_end(l, m);

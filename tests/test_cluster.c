@@ -300,7 +300,7 @@ Test(cluster, ptx_has_cluster_launch_multicast_and_remote_arrivals)
     cr_assert(strstr(ptx, ".reqnctapercluster 2, 1, 1"), "no cluster directive");
     cr_assert(strstr(ptx, ".multicast::cluster"), "no multicast load");
     cr_assert(strstr(ptx, "mapa.shared::cluster.u32"), "no mapa");
-    cr_assert(strstr(ptx, "mbarrier.arrive.release.cluster.shared::cluster.b64"), "no remote arrival");
+    cr_assert(strstr(ptx, "mbarrier.arrive.shared::cluster.b64"), "no remote arrival");
     cr_assert(strstr(ptx, "barrier.cluster.arrive"), "no cluster barrier");
     cr_assert(strstr(ptx, "%cluster_ctarank"), "no cluster rank");
     const char *ptxas = ptxas_path();
