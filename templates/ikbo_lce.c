@@ -41,12 +41,14 @@
  *            kernel.
  *   stage 4  a loader warp group: it waits for the flag (so neither the producer nor the
  *            consumer ever waits on one), then copies the planes with ordinary loads and
- *            shared stores.  Not TMA: the tile was written by another program's generic
- *            stores, and a TMA load (the async proxy) is ordered after them only by a
- *            fence.proxy.async.global between the acquire and the copy, which the DSL
- *            cannot express yet; the generic copy is ordered by the acquire alone.  Where
- *            the register file leaves no room for a loader (two consumer warp groups),
- *            the consumer copies the planes itself at the same points.
+ *            shared stores, each plane's loads issued before the staging tile is free, so
+ *            only the stores follow the release.  Not TMA: the tile was written by
+ *            another program's generic stores, and a TMA load (the async proxy) is
+ *            ordered after them only by a fence.proxy.async.global between the acquire
+ *            and the copy, which the DSL cannot express yet; the generic copy is ordered
+ *            by the acquire alone.  Where the register file leaves no room for a loader
+ *            (two consumer warp groups), the consumer copies the planes itself at the
+ *            same points.
  *
  * Two mbarriers pace the staging tile between its fetcher and the consumer, one phase per
  * plane (hi of the c-th candidate tile of the program is fetch 2c, lo fetch 2c + 1):
@@ -250,32 +252,43 @@ static void wait_free(loom_kernel *k, const ik_smem *m, int plane)
     loom_mbar_wait(k, m->ufree, CI(0), CI(1 - plane));
 }
 
-/* Producer, stage 3: plane `plane` of user u(b)'s tile into the staging tile by TMA. */
+/* The user of candidate tile t. */
+static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
+{
+    return loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
+}
+
+/* Producer, stage 3: plane `plane` of user u's tile into the staging tile by TMA. */
 static void fetch_plane_tma(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t,
-                            int plane)
+                            loom_val u, int plane)
 {
     loom_val zero = CI(0);
     wait_free(k, m, plane);
-    loom_val u = loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
     loom_mbar_expect(k, m->ufull, zero, staging_bytes(s));
     loom_tma_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), m->cs, m->ufull, zero);
 }
 
-/* Stage 4: plane `plane` of user u(b)'s tile into the staging tile through registers, by
- * the `threads` threads of the calling task: (with wait_flag) wait for the tile's flag
- * (acquire: the user tile's stores are then visible to the task's generic loads), load,
- * store, fence the stores for the wgmma that reads them (the async proxy), and meet at
- * named barrier `bar`.  The user tile is the same [BM, BN] tile of user_res, so the flag
- * of its first 64 x 64 block, added after all of its stores, stands for the whole tile. */
-static void copy_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, int plane,
-                       bool wait_flag, int bar, int threads)
+/* Stage 4: wait until user u's tile has been published (acquire: its stores are then
+ * visible to the task's generic loads).  The user tile is the same [BM, BN] tile of
+ * user_res, so the flag of its first 64 x 64 block, added after all of its stores,
+ * stands for the whole tile. */
+static void wait_user(loom_kernel *k, const ik_args *a, tile_at t, loom_val u)
 {
-    loom_val u = loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
-    if (wait_flag)
-        loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}),
-                       a->epoch);
-    loom_val x = loom_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), LOOM_SHAPE2(s->bm, s->bn),
-                           LOOM_NONE, 0.0);
+    loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
+}
+
+/* Stage 4: plane `plane` of user u's tile, [BM, BN] into registers. */
+static loom_val load_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val u, int plane)
+{
+    return loom_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), LOOM_SHAPE2(s->bm, s->bn), LOOM_NONE,
+                     0.0);
+}
+
+/* Stage 4: a plane from registers into the staging tile, by the `threads` threads of the
+ * calling task: store, fence the stores for the wgmma that reads them (the async proxy),
+ * and meet at named barrier `bar`. */
+static void put_plane(loom_kernel *k, const ik_smem *m, loom_val x, int bar, int threads)
+{
     loom_smem_store(k, m->cs, x);
     loom_fence_async(k);
     loom_named_barrier(k, bar, threads);
@@ -345,9 +358,12 @@ static loom_val add_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, co
                           loom_val acc)
 {
     if (fetcher_of(s) == FETCH_CONSUMER) {
-        if (plane == 0)
+        loom_val u = user_of(k, a, t);
+        if (plane == 0) {
+            wait_user(k, a, t, u);
             loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
-        copy_plane(k, s, a, m, t, plane, plane == 0, BAR_CONS, s->cwarps * 32);
+        }
+        put_plane(k, m, load_plane(k, s, a, t, u, plane), BAR_CONS, s->cwarps * 32);
     } else {
         loom_mbar_wait(k, m->ufull, CI(0), CI(plane));
     }
@@ -394,9 +410,15 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
     loom_val hi = loom_cast(k, acc, s->dt);
     if (s->planes == 1) {
         loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), hi, LOOM_NONE);
-    } else { /* lo = acc - hi is exact in f32 */
+    } else {
+        /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same value,
+         * -0 aside, whose lo is then -0 - 0 = -0; but not the same expression to LLVM),
+         * so hi is needed by its own stores only and the compiler stores it as it goes:
+         * a hi tile kept for lo (bf16 is held in f32 registers) and acc would not fit in
+         * the consumers' 232 registers. */
         loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), hi, LOOM_NONE);
-        loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, hi, LOOM_F32)), s->dt);
+        loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
+        loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
         loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
     }
     if (s->mode != IK_FUSED)
@@ -464,6 +486,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
         TILE_OF(loom_for_iv(k, tl));
         loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val u = fetch == FETCH_PRODUCER ? user_of(k, &a, t) : LOOM_NONE;
         loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
         {
             loom_val kk = loom_for_iv(k, kl);
@@ -491,7 +514,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
                 p2 = p2 > p1 ? p2 : p1;
                 for (int plane = 0; plane < 2; plane++) {
                     loom_region_op at = loom_if_begin(k, loom_cmp(k, LOOM_EQ, kk, CI(plane ? p2 : p1)), 0);
-                    fetch_plane_tma(k, s, &a, &m, t, plane);
+                    fetch_plane_tma(k, s, &a, &m, t, u, plane);
                     loom_if_end(k, at, 0, NULL);
                 }
             }
@@ -537,7 +560,9 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
 
     /* stage 4's loader: for each candidate tile of this program (the first is the first
      * tile at or past the user tiles), each plane into the staging tile once the consumer
-     * has freed it, then user_full */
+     * has freed it, then user_full.  The flag wait and each plane's loads come before the
+     * wait for the staging tile (hi's while the consumer finishes the previous tile, lo's
+     * while it adds hi), so once it is free only the shared stores remain. */
     if (fetch == FETCH_LOADER) {
         loom_region_op lt = loom_task_begin(k, load_warps, LOAD_REGS, 1);
         {
@@ -545,9 +570,12 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
             loom_val first = loom_add(k, pid, loom_mul(k, loom_div(k, loom_sub(k, loom_add(k, behind, step), one), step), step));
             loom_region_op tl = loom_for_begin(k, first, CI(ntot), step, 0, NULL);
             tile_at t = tile_coords(k, s, loom_sub(k, loom_for_iv(k, tl), CI(nut)));
+            loom_val u = user_of(k, &a, t);
+            wait_user(k, &a, t, u);
             for (int plane = 0; plane < 2; plane++) {
+                loom_val x = load_plane(k, s, &a, t, u, plane);
                 wait_free(k, &m, plane);
-                copy_plane(k, s, &a, &m, t, plane, plane == 0, BAR_LOAD, load_warps * 32);
+                put_plane(k, &m, x, BAR_LOAD, load_warps * 32);
                 loom_mbar_arrive(k, m.ufull, zero);
             }
             loom_for_end(k, tl, 0, NULL);
