@@ -199,7 +199,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int
  * rule against a CPU reference, and each stage's kernels written as PTX into ptx_dir. */
 static int interpreter_run(const char *ptx_dir)
 {
-    static const lce_shape s = {24, 5, 77, 64, 37, 29};
+    static const lce_shape s = {24, 5, 77, 64, 37, 229}; /* 4 candidate k steps */
     static const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6};
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
     size_t e = 2, nout = (size_t)(s.B * s.M * s.N);

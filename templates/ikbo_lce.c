@@ -6,18 +6,55 @@
  * accumulation.  The user half is computed once per user, not once per candidate.
  *
  * One builder makes every GEMM kernel of the four stages (templates/ikbo_lce_api.c runs
- * them), each a warp-specialized TMA + wgmma kernel like templates/gemm.c:
+ * them), each a warp-specialized TMA + wgmma kernel like templates/gemm.c: a producer
+ * warp group fills a ring of W and E tiles by TMA, a consumer task runs wgmma out of it.
  *
  *   IK_USER        user_res[u] = W_user @ E_user[u]                    (tiles: U x M x N)
  *   IK_CAND        cand[b] = W_cand @ E_cand[b]                          (tiles: B x M x N)
- *   IK_CAND_FUSED  out[b] = W_cand @ E_cand[b] + user_res[u(b)]: the broadcast-index
- *                  epilogue reads user u(b)'s tile in the accumulator's layout and adds it
+ *   IK_CAND_FUSED  out[b] = W_cand @ E_cand[b] + user_res[u(b)]
  *   IK_FUSED       one persistent kernel: every program first takes user tiles, then
  *                  candidate tiles (tile t = pid, pid + ctas, ...; the user tiles come
  *                  first in that order, so a program never waits before its own user
- *                  tiles are done).  A user tile stores its f32 result and adds 1 to its
- *                  flag (release); a candidate tile's epilogue waits for the flag of its
- *                  user's tile to reach the launch's epoch (acquire), then adds the tile.
+ *                  tiles are done).  A user tile stores its result and adds 1 to its
+ *                  flag (release); the candidate tiles that need it wait for the flag to
+ *                  reach the launch's epoch (acquire).
+ *
+ * user_res keeps the f32 accumulator's precision as two planes of the I/O dtype, hi =
+ * round(u) and lo = round(u - hi) (u = hi + lo to 22 bits for f16): out is then rounded
+ * once, from acc + u, as with f32.  (hi alone is not enough: round(acc + round(u)) can
+ * be off by half an ulp of u more than round(u + c), and on small samples it loses to
+ * the framework's round(round(c) + round(u)) the checks compare against.)
+ *
+ * How a candidate tile adds its user's tile.  The consumer warp group must not wait for
+ * it: each plane travels into the staging tile (the shared-memory tile the result leaves
+ * through by TMA store) while the mainloop runs, and the consumer adds it on the tensor
+ * cores, as one more wgmma with an identity matrix: acc += I[BM, BM] @ plane[BM, BN]
+ * (exact: the products are the plane's values times 1 or 0).  hi joins the wgmma stream
+ * in the middle of the mainloop, lo two k steps before its end; the accumulator never
+ * leaves the registers and the epilogue is that of a plain GEMM.  The planes take turns
+ * in the staging tile (both at once would not leave room for a ring of four stages).
+ * Who brings them:
+ *
+ *   stage 3  the producer, by TMA, hi after the tile's first `stages` k steps and lo
+ *            `stages` steps after the consumer has taken hi (the ring is full at both
+ *            points, so nothing waits for them); user_res was written by the previous
+ *            kernel.
+ *   stage 4  a loader warp group: it waits for the flag (so neither the producer nor the
+ *            consumer ever waits on one), then copies the planes with ordinary loads and
+ *            shared stores, each plane's loads issued before the staging tile is free, so
+ *            only the stores follow the release.  Not TMA: the tile was written by
+ *            another program's generic stores, and a TMA load (the async proxy) is
+ *            ordered after them only by a fence.proxy.async.global between the acquire
+ *            and the copy, which the DSL cannot express yet; the generic copy is ordered
+ *            by the acquire alone.  Where the register file leaves no room for a loader
+ *            (two consumer warp groups), the consumer copies the planes itself at the
+ *            same points.
+ *
+ * Two mbarriers pace the staging tile between its fetcher and the consumer, one phase per
+ * plane (hi of the c-th candidate tile of the program is fetch 2c, lo fetch 2c + 1):
+ * user_full (the plane has landed) and user_free (the staging tile may be overwritten:
+ * for hi, once the previous tile's TMA store has read it, which the consumer says at k
+ * step 0, its first wgmma in flight; for lo, once the hi wgmma is done).
  *
  * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
  * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
@@ -33,12 +70,35 @@
 
 #define CI(v) loom_const_i(k, LOOM_I32, (v))
 
+/* Shared memory the tiles of a CTA may take: the hardware's 227 KiB of dynamic shared
+ * memory less 1 KiB for the mbarriers. */
+#define IK_SMEM (226 * 1024)
+
+/* Register budgets (per thread) of the producer, the consumers and the stage-4 loader. */
+enum { PROD_REGS = 40, CONS_REGS = 232, LOAD_REGS = 232 };
+
+/* Named barriers: the consumer task's threads, and the loader's. */
+enum { BAR_CONS = 2, BAR_LOAD = 3 };
+
 int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
 
 int64_t ik_tiles_mn(const ik_spec *s) { return TPL_CDIV(s->M, s->bm) * TPL_CDIV(s->N, s->bn); }
 
 static bool has_user(const ik_spec *s) { return s->mode == IK_USER || s->mode == IK_FUSED; }
 static bool has_cand(const ik_spec *s) { return s->mode != IK_USER; }
+/* The candidate tiles add user_res[u(b)]'s tile. */
+static bool adds_user(const ik_spec *s) { return s->mode == IK_CAND_FUSED || s->mode == IK_FUSED; }
+
+static int64_t esz(const ik_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
+static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (s->bm + s->bn) * 64 * esz(s); }
+static int64_t staging_bytes(const ik_spec *s) { return (int64_t)s->bm * s->bn * esz(s); }
+static int64_t eye_bytes(const ik_spec *s) { return (int64_t)s->bm * s->bm * esz(s); }
+
+/* Where the consumer adds the planes of a candidate tile of nk k steps: hi before step j1
+ * (>= 1: step 0 frees the staging tile first), lo before step j2 (> j1: step j1 frees it
+ * again; j2 past the last step when nk == 1). */
+static int64_t hi_step(int64_t nk) { return (nk - 2) / 2 > 1 ? (nk - 2) / 2 : 1; }
+static int64_t lo_step(int64_t nk) { return nk - 2 > hi_step(nk) + 1 ? nk - 2 : hi_step(nk) + 1; }
 
 int64_t ik_tiles(const ik_spec *s)
 {
@@ -68,10 +128,20 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "BN must be 64, 128 or 256";
     if (s->stages < 2 || s->stages > 8)
         return "stages must be 2 to 8";
-    int64_t smem = (int64_t)s->stages * (s->bm + s->bn) * 64 * 2;
-    if (smem > 220 * 1024) {
-        snprintf(buf, n, "the ring needs %lld bytes of shared memory (over 220 KiB); use fewer stages or smaller tiles",
-                 (long long)smem);
+    if (ring_bytes(s) > IK_SMEM) {
+        snprintf(buf, n, "the ring needs %lld bytes of shared memory (over 226 KiB); use fewer stages or smaller tiles",
+                 (long long)ring_bytes(s));
+        return buf;
+    }
+    if (adds_user(s) && s->planes != 2)
+        return "the fused modes read user_res as two planes (hi, lo): planes must be 2";
+    if (s->planes != 1 && s->planes != 2)
+        return "planes must be 1 or 2";
+    if (adds_user(s) && ring_bytes(s) + staging_bytes(s) + eye_bytes(s) > IK_SMEM) {
+        snprintf(buf, n,
+                 "the user tile is added through shared memory: the ring (%lld bytes), the staging tile (%lld) and "
+                 "the identity (%lld) need over 226 KiB; use fewer stages or smaller tiles",
+                 (long long)ring_bytes(s), (long long)staging_bytes(s), (long long)eye_bytes(s));
         return buf;
     }
     if ((int64_t)(s->bm / (s->cwarps / 4)) * s->bn / 128 > 192)
@@ -84,11 +154,23 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 }
 
 /* Candidate tiles go out through a shared-memory staging tile and one TMA store (which
- * runs on during the next tile's mainloop) whenever the ring leaves room for it. */
+ * runs on during the next tile's mainloop): always where they add the user tile (which
+ * comes in through it), else whenever the ring leaves room for it. */
 static bool staged(const ik_spec *s)
 {
-    return s->mode != IK_USER &&
-           (int64_t)s->stages * (s->bm + s->bn) * 64 * 2 + (int64_t)s->bm * s->bn * 2 <= 220 * 1024;
+    return has_cand(s) && (adds_user(s) || ring_bytes(s) + staging_bytes(s) <= IK_SMEM);
+}
+
+/* Who brings the user tile into the staging tile (see the top of the file). */
+typedef enum fetcher { FETCH_NONE, FETCH_PRODUCER, FETCH_LOADER, FETCH_CONSUMER } fetcher;
+
+static fetcher fetcher_of(const ik_spec *s)
+{
+    if (s->mode == IK_CAND_FUSED)
+        return FETCH_PRODUCER;
+    if (s->mode != IK_FUSED)
+        return FETCH_NONE;
+    return 128 * (PROD_REGS + LOAD_REGS) + s->cwarps * 32 * CONS_REGS <= 65536 ? FETCH_LOADER : FETCH_CONSUMER;
 }
 
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
@@ -125,12 +207,15 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
         a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, kpc), LOOM_IN);
         a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
     }
-    if (s->mode == IK_CAND_FUSED || s->mode == IK_FUSED)
+    if (adds_user(s))
         a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
-    if (s->mode != IK_CAND)
-        a.ures = loom_arg_tensor(k, "user_res", s->mode == IK_USER ? s->odt : LOOM_F32,
-                                 LOOM_SHAPE3(s->U, s->M, s->N),
+    if (s->mode != IK_CAND) {
+        loom_shape us = LOOM_SHAPE3(s->U, s->M, s->N);
+        if (s->planes == 2) /* [U, 2, M, N]: hi, lo */
+            us = (loom_shape){4, {s->U, 2, s->M, s->N}};
+        a.ures = loom_arg_tensor(k, "user_res", s->dt, us,
                                  s->mode == IK_USER ? LOOM_OUT : s->mode == IK_FUSED ? LOOM_INOUT : LOOM_IN);
+    }
     if (s->mode == IK_FUSED) {
         a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE3(s->U, TPL_CDIV(s->M, 64), TPL_CDIV(s->N, 64)),
                                   LOOM_INOUT);
@@ -141,13 +226,72 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
     return a;
 }
 
+/* Shared memory and barriers: the ring of W [BM, 64] and E [64, BN] tiles with its full
+ * and empty barriers; the staging tile cs [BM, BN]; where candidate tiles add the user
+ * tile, the identity eye [BM, BM] and the barriers pacing the staging tile (user_full,
+ * user_free: see the top of the file). */
+typedef struct ik_smem {
+    loom_val as, bs, full, empty;
+    loom_val cs, eye, ufull, ufree;
+} ik_smem;
+
 /* expect the two boxes on full[slot], then TMA W's [BM, 64] and E[j]'s [64, BN] boxes */
-static void load_step(loom_kernel *k, const ik_spec *s, loom_val w, loom_val e, tile_at t, loom_val k0,
-                      loom_val as, loom_val bs, loom_val full, loom_val slot)
+static void load_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val e, tile_at t,
+                      loom_val k0, loom_val slot)
 {
-    loom_mbar_expect(k, full, slot, (int64_t)(s->bm + s->bn) * 64 * (int64_t)loom_dtype_size(s->dt));
-    loom_tma_load(k, w, ((loom_val[]){t.m0, k0}), loom_smem_slot(k, as, slot), full, slot);
-    loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, bs, slot), full, slot);
+    loom_mbar_expect(k, m->full, slot, (int64_t)(s->bm + s->bn) * 64 * esz(s));
+    loom_tma_load(k, w, ((loom_val[]){t.m0, k0}), loom_smem_slot(k, m->as, slot), m->full, slot);
+    loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, m->bs, slot), m->full, slot);
+}
+
+/* The fetcher's side of the staging tile for plane `plane` (0 hi, 1 lo): wait until the
+ * consumer has freed it (fetch f waits for the f-th release; the first finds the fresh
+ * barrier free). */
+static void wait_free(loom_kernel *k, const ik_smem *m, int plane)
+{
+    loom_mbar_wait(k, m->ufree, CI(0), CI(1 - plane));
+}
+
+/* The user of candidate tile t. */
+static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
+{
+    return loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
+}
+
+/* Producer, stage 3: plane `plane` of user u's tile into the staging tile by TMA. */
+static void fetch_plane_tma(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t,
+                            loom_val u, int plane)
+{
+    loom_val zero = CI(0);
+    wait_free(k, m, plane);
+    loom_mbar_expect(k, m->ufull, zero, staging_bytes(s));
+    loom_tma_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), m->cs, m->ufull, zero);
+}
+
+/* Stage 4: wait until user u's tile has been published (acquire: its stores are then
+ * visible to the task's generic loads).  The user tile is the same [BM, BN] tile of
+ * user_res, so the flag of its first 64 x 64 block, added after all of its stores,
+ * stands for the whole tile. */
+static void wait_user(loom_kernel *k, const ik_args *a, tile_at t, loom_val u)
+{
+    loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
+}
+
+/* Stage 4: plane `plane` of user u's tile, [BM, BN] into registers. */
+static loom_val load_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val u, int plane)
+{
+    return loom_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), LOOM_SHAPE2(s->bm, s->bn), LOOM_NONE,
+                     0.0);
+}
+
+/* Stage 4: a plane from registers into the staging tile, by the `threads` threads of the
+ * calling task: store, fence the stores for the wgmma that reads them (the async proxy),
+ * and meet at named barrier `bar`. */
+static void put_plane(loom_kernel *k, const ik_smem *m, loom_val x, int bar, int threads)
+{
+    loom_smem_store(k, m->cs, x);
+    loom_fence_async(k);
+    loom_named_barrier(k, bar, threads);
 }
 
 /* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store */
@@ -158,54 +302,138 @@ static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_a
         loom_store(k, a->out, offs, v, LOOM_NONE);
         return;
     }
-    loom_val view = loom_smem_slot(k, cs, loom_const_i(k, LOOM_I32, 0));
     loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
-    loom_smem_store(k, view, v);
+    loom_smem_store(k, cs, v);
     loom_fence_async(k);
-    loom_named_barrier(k, 2, s->cwarps * 32);
-    loom_tma_store(k, a->out, offs, view);
+    loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
+    loom_tma_store(k, a->out, offs, cs);
 }
 
-/* The epilogue of tile t from the accumulator's registers. */
-static void epilogue(loom_kernel *k, const ik_spec *s, const ik_args *a, loom_val is_user, tile_at t, loom_val acc,
-                     loom_val cs)
+/* Consumer: the staging tile back to the planes' fetcher, once this task's TMA stores
+ * have read it (the wait is one thread's: the task meets before the arrive). */
+static void release_staging(loom_kernel *k, const ik_spec *s, const ik_smem *m)
 {
-    loom_shape tile = LOOM_SHAPE2(s->bm, s->bn);
-    if (s->mode == IK_USER) {
-        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), loom_cast(k, acc, s->odt), LOOM_NONE);
+    loom_tma_store_wait(k, 0);
+    loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
+    loom_mbar_arrive(k, m->ufree, CI(0));
+}
+
+/* Consumer: k steps lo .. hi-1 of the tile whose first ring use is it0 (acc in flight in
+ * and out): wgmma on each slot once it has landed, one group left in flight, each slot
+ * given back once its group is done.  With `release` (an i1, or LOOM_NONE), step lo also
+ * releases the staging tile: its wait has retired every group but step lo's. */
+static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it0, int64_t lo, int64_t hi,
+                         loom_val acc, loom_val release)
+{
+    if (lo >= hi)
+        return acc;
+    loom_val zero = CI(0), one = CI(1);
+    loom_region_op kl = loom_for_begin(k, CI(lo), CI(hi), one, 1, &acc);
+    {
+        loom_val kk = loom_for_iv(k, kl);
+        loom_val it = loom_add(k, it0, kk);
+        loom_val sl = loom_ring_slot(k, it, s->stages);
+        loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
+        loom_val r = loom_wgmma(k, loom_smem_slot(k, m->as, sl), loom_smem_slot(k, m->bs, sl), loom_for_arg(k, kl, 0));
+        loom_wgmma_commit(k);
+        loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
+        /* the previous step's wgmma is done: give its slot back */
+        loom_region_op prev = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
+        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_sub(k, it, one), s->stages));
+        loom_if_end(k, prev, 0, NULL);
+        if (release) {
+            loom_region_op rel = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_EQ, kk, CI(lo)), release), 0);
+            release_staging(k, s, m);
+            loom_if_end(k, rel, 0, NULL);
+        }
+        r = loom_wgmma_result(k, wt, 0);
+        loom_for_end(k, kl, 1, &r);
+    }
+    return loom_for_result(k, kl, 0);
+}
+
+/* Consumer: plane `plane` of the user tile is in the staging tile (its fetcher's word,
+ * or this task's own copy), then acc += I @ plane on the tensor cores. */
+static loom_val add_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, int plane,
+                          loom_val acc)
+{
+    if (fetcher_of(s) == FETCH_CONSUMER) {
+        loom_val u = user_of(k, a, t);
+        if (plane == 0) {
+            wait_user(k, a, t, u);
+            loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
+        }
+        put_plane(k, m, load_plane(k, s, a, t, u, plane), BAR_CONS, s->cwarps * 32);
+    } else {
+        loom_mbar_wait(k, m->ufull, CI(0), CI(plane));
+    }
+    acc = loom_wgmma(k, m->eye, m->cs, acc);
+    loom_wgmma_commit(k);
+    return acc;
+}
+
+/* Consumer: one tile (nk k steps from ring use it0; a candidate tile, the c-th of this
+ * program, adds its user's tile), mainloop then epilogue. */
+static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
+                 int64_t nk, bool cand, loom_val c)
+{
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
+    if (!cand || !adds_user(s)) {
+        acc = mainloop(k, s, m, it0, 0, nk, acc, LOOM_NONE);
+    } else {
+        bool own = fetcher_of(s) == FETCH_CONSUMER; /* no fetcher to release to */
+        int64_t j1 = hi_step(nk), j2 = lo_step(nk);
+        /* steps 0 .. j1-1 (step 0 frees the staging tile for hi, but for the first tile),
+         * hi, steps j1 .. j2-1 (step j1 frees it for lo), lo, the last steps */
+        acc = mainloop(k, s, m, it0, 0, j1, acc, own ? LOOM_NONE : loom_cmp(k, LOOM_GT, c, CI(0)));
+        acc = add_plane(k, s, a, m, t, 0, acc);
+        if (j1 < nk) {
+            acc = mainloop(k, s, m, it0, j1, j2 < nk ? j2 : nk, acc, own ? LOOM_NONE : loom_const_i(k, LOOM_I1, 1));
+        } else { /* one k step: wait for the hi wgmma here */
+            loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
+            acc = loom_wgmma_result(k, w, 0);
+            if (!own)
+                release_staging(k, s, m);
+        }
+        acc = add_plane(k, s, a, m, t, 1, acc);
+        acc = mainloop(k, s, m, it0, j2 < nk ? j2 : nk, nk, acc, LOOM_NONE);
+    }
+    loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
+    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_add(k, it0, CI(nk - 1)), s->stages));
+    acc = loom_wgmma_result(k, wt, 0);
+
+    /* the epilogue */
+    if (cand) {
+        store_out(k, s, a, t, loom_cast(k, acc, s->dt), staged(s) ? m->cs : LOOM_NONE);
         return;
     }
-    if (s->mode == IK_CAND) {
-        store_out(k, s, a, t, loom_cast(k, acc, s->dt), cs);
+    loom_val hi = loom_cast(k, acc, s->dt);
+    if (s->planes == 1) {
+        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), hi, LOOM_NONE);
+    } else {
+        /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same value,
+         * -0 aside, whose lo is then -0 - 0 = -0; but not the same expression to LLVM),
+         * so hi is needed by its own stores only and the compiler stores it as it goes:
+         * a hi tile kept for lo (bf16 is held in f32 registers) and acc would not fit in
+         * the consumers' 232 registers. */
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), hi, LOOM_NONE);
+        loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
+        loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
+    }
+    if (s->mode != IK_FUSED)
         return;
-    }
-    loom_region_op br = 0;
-    if (s->mode == IK_FUSED) {
-        /* a user tile: publish its f32 result, then its flag */
-        br = loom_if_begin(k, is_user, 0);
-        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), acc, LOOM_NONE);
-        /* one flag per 64 x 64 block of user_res (so the flags do not depend on the tile
-         * config); blocks of the tile past M or N have none */
-        for (int i = 0; i < s->bm / 64; i++)
-            for (int j = 0; j < s->bn / 64; j++) {
-                loom_val mb = loom_add(k, loom_div(k, t.m0, CI(64)), CI(i));
-                loom_val nb = loom_add(k, loom_div(k, t.n0, CI(64)), CI(j));
-                loom_region_op in = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_LT, mb, CI(TPL_CDIV(s->M, 64))),
-                                                               loom_cmp(k, LOOM_LT, nb, CI(TPL_CDIV(s->N, 64)))), 0);
-                loom_flag_add(k, a->flags, ((loom_val[]){t.j, mb, nb}), CI(1));
-                loom_if_end(k, in, 0, NULL);
-            }
-        loom_else(k, br, 0, NULL);
-    }
-    /* the broadcast-index epilogue: user u(b)'s tile, read by index in the accumulator's
-     * layout, added to the candidate's accumulator */
-    loom_val u = loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
-    if (s->mode == IK_FUSED)
-        loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
-    loom_val x = loom_load(k, a->ures, ((loom_val[]){u, t.m0, t.n0}), tile, LOOM_NONE, 0.0);
-    store_out(k, s, a, t, loom_cast(k, loom_add(k, acc, x), s->dt), cs);
-    if (br)
-        loom_if_end(k, br, 0, NULL);
+    /* one flag per 64 x 64 block of user_res (so the flags do not depend on the tile
+     * config), added once the tile's stores are done; blocks past M or N have none */
+    for (int i = 0; i < s->bm / 64; i++)
+        for (int jb = 0; jb < s->bn / 64; jb++) {
+            loom_val mb = loom_add(k, loom_div(k, t.m0, CI(64)), CI(i));
+            loom_val nb = loom_add(k, loom_div(k, t.n0, CI(64)), CI(jb));
+            loom_region_op in = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_LT, mb, CI(TPL_CDIV(s->M, 64))),
+                                                           loom_cmp(k, LOOM_LT, nb, CI(TPL_CDIV(s->N, 64)))), 0);
+            loom_flag_add(k, a->flags, ((loom_val[]){t.j, mb, nb}), CI(1));
+            loom_if_end(k, in, 0, NULL);
+        }
 }
 
 static const char *mode_name(ik_mode m)
@@ -215,24 +443,35 @@ static const char *mode_name(ik_mode m)
 
 loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
 {
-    char buf[200];
+    char buf[300];
     const char *w = ik_why_not(s, buf, sizeof buf);
     if (w)
         return tpl_refuse(err, errlen, "%s", w);
-    int prod_warps = 4;
-    loom_kernel *k = loom_kernel_create(mode_name(s->mode), prod_warps + s->cwarps);
+    fetcher fetch = fetcher_of(s);
+    int prod_warps = 4, load_warps = fetch == FETCH_LOADER ? 4 : 0;
+    loom_kernel *k = loom_kernel_create(mode_name(s->mode), prod_warps + s->cwarps + load_warps);
     ik_args a = declare(k, s);
 
-    loom_val as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
-    loom_val bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
-    loom_val full = loom_mbar_alloc(k, s->stages, 1);
-    loom_val empty = loom_mbar_alloc(k, s->stages, 1);
-    loom_val cs = staged(s) ? loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bn), 1, LOOM_SWIZZLE_128) : LOOM_NONE;
+    ik_smem m = {0};
+    m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
+    m.bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
+    m.full = loom_mbar_alloc(k, s->stages, 1);
+    m.empty = loom_mbar_alloc(k, s->stages, 1);
+    if (staged(s))
+        m.cs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bn), 1, LOOM_SWIZZLE_128);
+    if (adds_user(s)) {
+        m.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bm), 1, LOOM_SWIZZLE_128);
+        if (fetch != FETCH_CONSUMER) {
+            m.ufull = loom_mbar_alloc(k, 1, 1);
+            m.ufree = loom_mbar_alloc(k, 1, 1);
+        }
+    }
     int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
     int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = TPL_CDIV(ik_pad8(s->Kc), 64);
     loom_val pid = loom_program_id(k, 0);
     loom_val step = s->ctas ? loom_num_programs(k, 0) : CI(ntot);
     loom_val zero = CI(0), one = CI(1);
+    loom_val init[2] = {zero, zero};
 
     /* Per tile: is it a user tile, its coordinates among its kind, and its k steps. */
 #define TILE_OF(tv)                                                                                \
@@ -241,29 +480,43 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     tile_at t = tile_coords(k, s, s->mode == IK_FUSED ? loom_select(k, is_user, (tv), loom_sub(k, (tv), CI(nut))) : (tv)); \
     loom_val nk = s->mode == IK_FUSED ? loom_select(k, is_user, CI(nku), CI(nkc)) : CI(has_user(s) ? nku : nkc)
 
-    /* producer: TMA into the ring */
-    loom_region_op pt = loom_task_begin(k, prod_warps, 40, 1);
+    /* producer: TMA into the ring (the tile loop carries the ring use) */
+    loom_region_op pt = loom_task_begin(k, prod_warps, PROD_REGS, 1);
     {
         loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
         TILE_OF(loom_for_iv(k, tl));
         loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val u = fetch == FETCH_PRODUCER ? user_of(k, &a, t) : LOOM_NONE;
         loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
         {
             loom_val kk = loom_for_iv(k, kl);
             loom_val it = loom_add(k, it0, kk);
             loom_val sl = loom_ring_slot(k, it, s->stages);
-            loom_mbar_wait(k, empty, sl, loom_sub(k, one, loom_ring_phase(k, it, s->stages)));
+            loom_mbar_wait(k, m.empty, sl, loom_sub(k, one, loom_ring_phase(k, it, s->stages)));
             loom_val k0 = loom_mul(k, kk, CI(64));
             if (s->mode == IK_FUSED) {
                 loom_region_op br = loom_if_begin(k, is_user, 0);
-                load_step(k, s, a.wu, a.eu, t, k0, as, bs, full, sl);
+                load_step(k, s, &m, a.wu, a.eu, t, k0, sl);
                 loom_else(k, br, 0, NULL);
-                load_step(k, s, a.wc, a.ec, t, k0, as, bs, full, sl);
+                load_step(k, s, &m, a.wc, a.ec, t, k0, sl);
                 loom_if_end(k, br, 0, NULL);
             } else if (has_user(s)) {
-                load_step(k, s, a.wu, a.eu, t, k0, as, bs, full, sl);
+                load_step(k, s, &m, a.wu, a.eu, t, k0, sl);
             } else {
-                load_step(k, s, a.wc, a.ec, t, k0, as, bs, full, sl);
+                load_step(k, s, &m, a.wc, a.ec, t, k0, sl);
+            }
+            if (fetch == FETCH_PRODUCER) {
+                /* the planes, each once the ring is full past the step where the consumer
+                 * frees the staging tile for it (step 0 for hi, step j1 for lo) */
+                int64_t p1 = (nkc < s->stages ? nkc : s->stages) - 1;
+                int64_t j1 = hi_step(nkc), p2 = j1 + s->stages - 1;
+                p2 = p2 < nkc - 1 ? p2 : nkc - 1;
+                p2 = p2 > p1 ? p2 : p1;
+                for (int plane = 0; plane < 2; plane++) {
+                    loom_region_op at = loom_if_begin(k, loom_cmp(k, LOOM_EQ, kk, CI(plane ? p2 : p1)), 0);
+                    fetch_plane_tma(k, s, &a, &m, t, u, plane);
+                    loom_if_end(k, at, 0, NULL);
+                }
             }
         }
         loom_for_end(k, kl, 0, NULL);
@@ -272,40 +525,63 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     }
     loom_task_end(k, pt);
 
-    /* consumers: wgmma out of the ring, then the mode's epilogue from registers */
-    loom_region_op ct = loom_task_begin(k, s->cwarps, 232, 1);
+    /* consumers: wgmma out of the ring, then the tile's epilogue (the tile loop carries the
+     * ring use and the candidate tiles so far) */
+    loom_region_op ct = loom_task_begin(k, s->cwarps, CONS_REGS, 1);
     {
-        loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
-        TILE_OF(loom_for_iv(k, tl));
-        loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
-        loom_region_op kl = loom_for_begin(k, zero, nk, one, 1, &acc0);
-        {
-            loom_val kk = loom_for_iv(k, kl);
-            loom_val it = loom_add(k, it0, kk);
-            loom_val sl = loom_ring_slot(k, it, s->stages);
-            loom_mbar_wait(k, full, sl, loom_ring_phase(k, it, s->stages));
-            loom_val acc = loom_wgmma(k, loom_smem_slot(k, as, sl), loom_smem_slot(k, bs, sl), loom_for_arg(k, kl, 0));
-            loom_wgmma_commit(k);
-            loom_region_op wt = loom_wgmma_wait(k, 1, 1, &acc);
-            /* the previous step's wgmma is done: give its slot back */
-            loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
-            loom_mbar_arrive(k, empty, loom_ring_slot(k, loom_sub(k, it, one), s->stages));
-            loom_if_end(k, first, 0, NULL);
-            loom_val r = loom_wgmma_result(k, wt, 0);
-            loom_for_end(k, kl, 1, &r);
+        if (adds_user(s)) { /* the identity, once */
+            loom_shape sq = LOOM_SHAPE2(s->bm, s->bm);
+            loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, s->bm), 1), sq);
+            loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, s->bm), 0), sq);
+            loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, s->dt, 1), sq),
+                                       loom_splat(k, loom_const_f(k, s->dt, 0), sq));
+            loom_smem_store(k, m.eye, eye);
+            loom_fence_async(k);
+            loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
         }
-        loom_val accl = loom_for_result(k, kl, 0);
-        loom_region_op wt = loom_wgmma_wait(k, 0, 1, &accl);
-        loom_val last = loom_sub(k, loom_add(k, it0, nk), one);
-        loom_mbar_arrive(k, empty, loom_ring_slot(k, last, s->stages));
-        epilogue(k, s, &a, is_user, t, loom_wgmma_result(k, wt, 0), cs);
-        loom_val next = loom_add(k, it0, nk);
-        loom_for_end(k, tl, 1, &next);
-        if (cs)
+        loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 2, init);
+        TILE_OF(loom_for_iv(k, tl));
+        loom_val it0 = loom_for_arg(k, tl, 0), c = loom_for_arg(k, tl, 1);
+        if (s->mode == IK_FUSED) {
+            loom_region_op br = loom_if_begin(k, is_user, 0);
+            tile(k, s, &a, &m, t, it0, nku, false, c);
+            loom_else(k, br, 0, NULL);
+            tile(k, s, &a, &m, t, it0, nkc, true, c);
+            loom_if_end(k, br, 0, NULL);
+        } else {
+            tile(k, s, &a, &m, t, it0, has_user(s) ? nku : nkc, has_cand(s), c);
+        }
+        loom_val next[2] = {loom_add(k, it0, nk), loom_add(k, c, loom_select(k, is_user, zero, one))};
+        loom_for_end(k, tl, 2, next);
+        if (m.cs)
             loom_tma_store_wait(k, 0); /* the last store has read the staging tile */
     }
     loom_task_end(k, ct);
+
+    /* stage 4's loader: for each candidate tile of this program (the first is the first
+     * tile at or past the user tiles), each plane into the staging tile once the consumer
+     * has freed it, then user_full.  The flag wait and each plane's loads come before the
+     * wait for the staging tile (hi's while the consumer finishes the previous tile, lo's
+     * while it adds hi), so once it is free only the shared stores remain. */
+    if (fetch == FETCH_LOADER) {
+        loom_region_op lt = loom_task_begin(k, load_warps, LOAD_REGS, 1);
+        {
+            loom_val behind = loom_max(k, loom_sub(k, CI(nut), pid), zero);
+            loom_val first = loom_add(k, pid, loom_mul(k, loom_div(k, loom_sub(k, loom_add(k, behind, step), one), step), step));
+            loom_region_op tl = loom_for_begin(k, first, CI(ntot), step, 0, NULL);
+            tile_at t = tile_coords(k, s, loom_sub(k, loom_for_iv(k, tl), CI(nut)));
+            loom_val u = user_of(k, &a, t);
+            wait_user(k, &a, t, u);
+            for (int plane = 0; plane < 2; plane++) {
+                loom_val x = load_plane(k, s, &a, t, u, plane);
+                wait_free(k, &m, plane);
+                put_plane(k, &m, x, BAR_LOAD, load_warps * 32);
+                loom_mbar_arrive(k, m.ufull, zero);
+            }
+            loom_for_end(k, tl, 0, NULL);
+        }
+        loom_task_end(k, lt);
+    }
 #undef TILE_OF
     return k;
 }
@@ -360,15 +636,14 @@ enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS };
 
 ik_spec ik_spec_of(ik_mode mode, const int64_t *sh, const int64_t *cf)
 {
-    return (ik_spec){mode, sh[S_B], sh[S_U], sh[S_M], sh[S_N], sh[S_KU], sh[S_KC], (loom_dtype)sh[S_DTYPE],
-                     (loom_dtype)sh[S_DTYPE], (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS],
-                     (int)cf[C_CTAS]};
+    return (ik_spec){mode, sh[S_B], sh[S_U], sh[S_M], sh[S_N], sh[S_KU], sh[S_KC], (loom_dtype)sh[S_DTYPE], 2,
+                     (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS], (int)cf[C_CTAS]};
 }
 
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    char buf[200];
+    char buf[300];
     const char *w = ik_why_not(&s, buf, sizeof buf);
     if (w && why && n)
         snprintf(why, n, "%s", w);
@@ -450,9 +725,13 @@ void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *
                 for (int64_t j = 0; j < N; j++)
                     u[(x * M + m) * N + j] += a * tpl_get(eu, s->dt, (x * s->Ku + q) * N + j);
             }
-    if (ures)
-        for (int64_t i = 0; i < s->U * M * N; i++)
-            tpl_set(ures, LOOM_F32, i, u[i]);
+    if (ures) /* user x's planes at [x][0] and [x][1] */
+        for (int64_t i = 0; i < s->U * M * N; i++) {
+            int64_t x = i / (M * N), e = i % (M * N);
+            double hi = tpl_round(s->dt, u[i]);
+            tpl_set(ures, s->dt, (2 * x) * M * N + e, hi);
+            tpl_set(ures, s->dt, (2 * x + 1) * M * N + e, u[i] - hi);
+        }
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t m = 0; m < M; m++) {
             for (int64_t j = 0; j < N; j++)

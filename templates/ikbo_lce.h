@@ -11,15 +11,17 @@
 typedef enum ik_mode {
     IK_USER,       /* user_res[u] = W_user @ E_user[u] */
     IK_CAND,       /* out[b] = W_cand @ E_cand[b] */
-    IK_CAND_FUSED, /* out[b] = W_cand @ E_cand[b] + user_res[u(b)] (broadcast-index epilogue) */
+    IK_CAND_FUSED, /* out[b] = W_cand @ E_cand[b] + user_res[u(b)] (the user tile fetched by the producer) */
     IK_FUSED,      /* both in one persistent kernel, the user tiles handed over by flags */
 } ik_mode;
 
 typedef struct ik_spec {
     ik_mode mode;
     int64_t B, U, M, N, Ku, Kc; /* K as the user gives it; the weights are padded (ik_pad8) */
-    loom_dtype dt;              /* f16 or bf16: inputs and out */
-    loom_dtype odt;             /* IK_USER: user_res's dtype (f16/bf16, or f32 for IK_CAND_FUSED) */
+    loom_dtype dt;              /* f16 or bf16: inputs, user_res and out */
+    int planes;                 /* user_res [U, M, N] rounded to dt (1: stages 1, 2), or
+                                   [U, 2, M, N] as hi + lo planes of dt (2: stages 3, 4;
+                                   IK_CAND_FUSED and IK_FUSED need it) */
     int bm, bn, stages, cwarps, ctas;
 } ik_spec;
 
@@ -39,7 +41,8 @@ loom_kernel *ik_gather_kernel(const ik_spec *s);
 ik_spec ik_spec_of(ik_mode mode, const int64_t *shape, const int64_t *config);
 /* The user of each candidate: b * U / B, shuffled by a permutation when shuffle is set. */
 void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map);
-/* out (and ures, f32, when not NULL) computed in double from padded weights. */
+/* out (and ures, when not NULL: [U, 2, M, N] hi and lo planes of the dtype) computed in
+ * double from padded weights. */
 void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                   const int32_t *map, void *ures, void *out);
 

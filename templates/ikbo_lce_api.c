@@ -8,7 +8,9 @@
  *   1 decomposed     pad both weights, user GEMM (f16 user_res), candidate GEMM (f16),
  *                    the broadcast-add template
  *   2 K aligned      as 1, the weights padded once at prepare
- *   3 fused epilogue user GEMM (f32 user_res), candidate GEMM adding user_res[u(b)]
+ *   3 fused epilogue user GEMM (user_res as hi + lo planes of the dtype), candidate GEMM
+ *                    adding user_res[u(b)] (the producer fetches it by TMA during the
+ *                    mainloop, the tensor cores add it)
  *   4 persistent     one kernel; its flags count launches, so each run passes the next
  *                    epoch instead of clearing them
  */
@@ -121,10 +123,11 @@ static loom_status add_kernel(loom_ikbo_lce *p, loom_kernel *k, const int grid[3
     return LOOM_OK;
 }
 
-static loom_status add_gemm(loom_ikbo_lce *p, ik_mode mode, loom_dtype odt)
+/* A GEMM kernel of the stage; planes: user_res's (ikbo_lce.h). */
+static loom_status add_gemm(loom_ikbo_lce *p, ik_mode mode, int planes)
 {
     const loom_ikbo_lce_shape *s = &p->s;
-    ik_spec sp = {mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, odt,
+    ik_spec sp = {mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes,
                   p->cfg.bm, p->cfg.bn, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas};
     char err[256] = "";
     int g[3];
@@ -166,7 +169,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         if (st != LOOM_OK)
             return fail(p, st, "loom_ikbo_lce_prepare: the materialized E (%lld bytes): %s",
                         (long long)(s->B * kt * s->N * (int64_t)e), loom_runtime_error(p->rt));
-        ik_spec sp = {IK_CAND, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, s->dtype, 0, 0, 0, 0, 0};
+        ik_spec sp = {IK_CAND, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 1, 0, 0, 0, 0, 0};
         int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
         if ((st = add_kernel(p, ik_gather_kernel(&sp), g, NULL)) != LOOM_OK)
             return st;
@@ -211,7 +214,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         p->cand = dev(p, (size_t)(s->B * s->M * s->N) * e, &st);
         if (st != LOOM_OK)
             return fail(p, st, "loom_ikbo_lce_prepare: buffers: %s", loom_runtime_error(p->rt));
-        if ((st = add_gemm(p, IK_USER, s->dtype)) != LOOM_OK || (st = add_gemm(p, IK_CAND, s->dtype)) != LOOM_OK)
+        if ((st = add_gemm(p, IK_USER, 1)) != LOOM_OK || (st = add_gemm(p, IK_CAND, 1)) != LOOM_OK)
             return st;
         tpl_broadcast_add_shape bs = {s->B, s->U, s->M, s->N, s->dtype};
         int g[3];
@@ -222,16 +225,16 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
     case LOOM_IKBO_PERSISTENT: {
         if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu)) == LOOM_OK)
             st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc);
-        p->ures = dev(p, (size_t)(s->U * s->M * s->N) * 4, &st);
+        p->ures = dev(p, (size_t)(s->U * 2 * s->M * s->N) * e, &st); /* hi and lo planes */
         if (p->stage == LOOM_IKBO_PERSISTENT)
             p->flags = dev(p, (size_t)(s->U * TPL_CDIV(s->M, 64) * TPL_CDIV(s->N, 64)) * 4, &st);
         if (st != LOOM_OK)
             return fail(p, st, "loom_ikbo_lce_prepare: buffers: %s", loom_runtime_error(p->rt));
         if (p->stage == LOOM_IKBO_PERSISTENT)
-            return add_gemm(p, IK_FUSED, s->dtype);
-        if ((st = add_gemm(p, IK_USER, LOOM_F32)) != LOOM_OK)
+            return add_gemm(p, IK_FUSED, 2);
+        if ((st = add_gemm(p, IK_USER, 2)) != LOOM_OK)
             return st;
-        return add_gemm(p, IK_CAND_FUSED, s->dtype);
+        return add_gemm(p, IK_CAND_FUSED, 2);
     }
     }
     return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: stage %d is not 0 to 4", (int)p->stage);
@@ -263,9 +266,9 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
     }
     /* the shape and config, checked before anything is allocated */
     ik_spec sp = {stage == LOOM_IKBO_PERSISTENT ? IK_FUSED : IK_CAND_FUSED, shape->B, shape->U, shape->M, shape->N,
-                  shape->Ku, shape->Kc, shape->dtype, shape->dtype, p->cfg.bm, p->cfg.bn, p->cfg.stages,
+                  shape->Ku, shape->Kc, shape->dtype, 2, p->cfg.bm, p->cfg.bn, p->cfg.stages,
                   p->cfg.cwarps, p->cfg.ctas};
-    char buf[200];
+    char buf[300];
     const char *why = ik_why_not(&sp, buf, sizeof buf);
     loom_status st = LOOM_OK;
     if (why)

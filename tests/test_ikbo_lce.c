@@ -139,10 +139,14 @@ static double run_stage(loom_runtime *rt, const lce_case *c, loom_dtype dt, loom
 }
 
 static const lce_case small_cases[] = {
-    {9, 4, 77, 64, 37, 21, 0},  /* M, Ku, Kc odd; contiguous users */
-    {6, 6, 70, 64, 19, 45, 1},  /* one candidate per user, shuffled */
-    {5, 7, 65, 128, 8, 13, 1},  /* more users than candidates (some unused), shuffled */
+    {9, 4, 77, 64, 37, 21, 0},   /* M, Ku, Kc odd; contiguous users */
+    {6, 6, 70, 64, 19, 45, 1},   /* one candidate per user, shuffled */
+    {5, 7, 65, 128, 8, 13, 1},   /* more users than candidates (some unused), shuffled */
+    {7, 3, 66, 64, 70, 333, 1},  /* 6 k steps: the user tile's planes join mid-mainloop */
+    {4, 2, 64, 64, 130, 100, 0}, /* 2 and 3 k steps */
+    {3, 2, 40, 64, 9, 150, 1},   /* 3 k steps */
 };
+enum { NSMALL = sizeof small_cases / sizeof small_cases[0] };
 
 static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const loom_ikbo_lce_config *cfg,
                           loom_dtype dt)
@@ -158,10 +162,14 @@ static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const
 Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
-    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5};
-    all_stages_on(rt, small_cases, 3, &cfg, LOOM_F16);
-    loom_ikbo_lce_config two = {128, 64, 3, 8, 3}; /* two consumer warp groups, bf16 */
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5}; /* stage 4: a loader warp group */
+    all_stages_on(rt, small_cases, NSMALL, &cfg, LOOM_F16);
+    loom_ikbo_lce_config deep = {64, 64, 4, 4, 3}; /* the ring deeper than some tiles' k steps */
+    all_stages_on(rt, small_cases + 3, 2, &deep, LOOM_F16);
+    /* two consumer warp groups, bf16 (stage 4: no room for a loader; the consumers copy) */
+    loom_ikbo_lce_config two = {128, 64, 3, 8, 3};
     all_stages_on(rt, small_cases, 1, &two, LOOM_BF16);
+    all_stages_on(rt, small_cases + 3, 1, &two, LOOM_BF16);
     loom_runtime_destroy(rt);
 }
 
@@ -179,6 +187,10 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     loom_ikbo_lce_config cfg = {64, 64, 2, 4, 0};
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "persistent: ctas must be"), "%s", loom_runtime_error(rt));
+    loom_ikbo_lce_config roomless = {128, 256, 4, 8, 2}; /* the ring leaves no room for the user tile */
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_FUSED_EPILOGUE, h.wu, h.wc, &roomless, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "the staging tile (65536) and the identity (32768) need over 226 KiB"),
+              "%s", loom_runtime_error(rt));
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, (loom_ikbo_stage)9, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "stage 9 is not 0 to 4"), "%s", loom_runtime_error(rt));
     cfg.ctas = 2;
@@ -205,11 +217,16 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
         {67, 67, 433, 256, 99, 61, 1},    /* one candidate per user, shuffled */
         {130, 400, 129, 72, 37, 50, 1},   /* more users than candidates, N=72 */
     };
-    loom_ikbo_lce_config cfg = {128, 256, 4, 8, 132}, narrow = {128, 64, 4, 8, 132};
+    /* the default config (stage 4: a loader warp group) and two consumer warp groups
+     * (stage 4: the consumers copy the user tile) */
+    loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132}, two = {128, 128, 4, 8, 132}, narrow = {128, 64, 4, 8, 132};
     for (int i = 0; i < 3; i++) {
         host_io h = make_inputs(&gpu_cases[i], LOOM_F16, 11 + (uint64_t)i);
-        for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++)
+        for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
             run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &narrow : &cfg, &h);
+            if (i == 0 && st >= LOOM_IKBO_FUSED_EPILOGUE)
+                run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &two, &h);
+        }
         free_inputs(&h);
     }
     loom_runtime_destroy(rt);
