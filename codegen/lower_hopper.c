@@ -521,8 +521,9 @@ static bool lower_flag_add(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
-/* One thread spins with acquire loads until the flag reaches the target, then bar.sync
- * makes what it acquired visible to the whole replica. */
+/* One thread spins with acquire loads until the flag reaches the target and fences the
+ * async proxy (so the TMA loads it issues next, from the same elected thread, see what
+ * it acquired), then bar.sync makes that visible to the whole replica. */
 static bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
@@ -531,7 +532,7 @@ static bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
     asm_void(l,
              "{\n\t.reg .pred p;\n\t.reg .s32 v;\n\tLOOM_FLAG_${:uid}:\n\t"
              "ld.acquire.gpu.s32 v, [$0];\n\tsetp.lt.s32 p, v, $1;\n\t"
-             "@p bra LOOM_FLAG_${:uid};\n\t}",
+             "@p bra LOOM_FLAG_${:uid};\n\tfence.proxy.async.global;\n\t}",
              "l,r,~{memory}", a, 2);
     if_end(l, m);
     barrier(l);

@@ -444,7 +444,8 @@ loom_val loom_task_replica_at(loom_src at, loom_kernel *k);
  * program outside tasks, has finished its earlier stores when the add is seen; it is
  * done once per replica).  A reader calls loom_flag_wait(flags, offs, target), which
  * returns when flags[offs] >= target with acquire semantics: the writer's stores are then
- * visible to every thread of the replica.  The flags are an argument declared LOOM_INOUT;
+ * visible to every thread of the replica, to its loads and to its TMA loads (the wait
+ * ends with a fence of the async proxy).  The flags are an argument declared LOOM_INOUT;
  * counting up across launches (target = launches * adds) saves clearing them.
  * A wait on another program needs that program to be running: a kernel with flag waits
  * is launched with at most one program per SM (persistent), and the launch refuses a

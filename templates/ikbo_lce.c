@@ -39,16 +39,13 @@
  *            `stages` steps after the consumer has taken hi (the ring is full at both
  *            points, so nothing waits for them); user_res was written by the previous
  *            kernel.
- *   stage 4  a loader warp group: it waits for the flag (so neither the producer nor the
- *            consumer ever waits on one), then copies the planes with ordinary loads and
- *            shared stores, each plane's loads issued before the staging tile is free, so
- *            only the stores follow the release.  Not TMA: the tile was written by
- *            another program's generic stores, and a TMA load (the async proxy) is
- *            ordered after them only by a fence.proxy.async.global between the acquire
- *            and the copy, which the DSL cannot express yet; the generic copy is ordered
- *            by the acquire alone.  Where the register file leaves no room for a loader
- *            (two consumer warp groups), the consumer copies the planes itself at the
- *            same points.
+ *   stage 4  the same, once the producer has waited for the user tile's flag (just
+ *            before hi: the user tiles come first, so by then it is nearly always
+ *            set).  The tile was written by another program's generic stores; the
+ *            flag wait ends with a fence of the async proxy, which orders them before
+ *            the TMA load.  (Session 4 had a loader warp group wait and copy the planes
+ *            with generic loads instead: 0.461 ms at the headline against stage 3's
+ *            0.401, the copy through registers and bank-conflicted shared stores.)
  *
  * Two mbarriers pace the staging tile between its fetcher and the consumer, one phase per
  * plane (hi of the c-th candidate tile of the program is fetch 2c, lo fetch 2c + 1):
@@ -74,11 +71,11 @@
  * memory less 1 KiB for the mbarriers. */
 #define IK_SMEM (226 * 1024)
 
-/* Register budgets (per thread) of the producer, the consumers and the stage-4 loader. */
-enum { PROD_REGS = 40, CONS_REGS = 232, LOAD_REGS = 232 };
+/* Register budgets (per thread) of the producer and the consumers. */
+enum { PROD_REGS = 40, CONS_REGS = 232 };
 
-/* Named barriers: the consumer task's threads, and the loader's. */
-enum { BAR_CONS = 2, BAR_LOAD = 3 };
+/* Named barrier of the consumer task's threads. */
+enum { BAR_CONS = 2 };
 
 int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
 
@@ -159,18 +156,6 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 static bool staged(const ik_spec *s)
 {
     return has_cand(s) && (adds_user(s) || ring_bytes(s) + staging_bytes(s) <= IK_SMEM);
-}
-
-/* Who brings the user tile into the staging tile (see the top of the file). */
-typedef enum fetcher { FETCH_NONE, FETCH_PRODUCER, FETCH_LOADER, FETCH_CONSUMER } fetcher;
-
-static fetcher fetcher_of(const ik_spec *s)
-{
-    if (s->mode == IK_CAND_FUSED)
-        return FETCH_PRODUCER;
-    if (s->mode != IK_FUSED)
-        return FETCH_NONE;
-    return 128 * (PROD_REGS + LOAD_REGS) + s->cwarps * 32 * CONS_REGS <= 65536 ? FETCH_LOADER : FETCH_CONSUMER;
 }
 
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
@@ -258,40 +243,26 @@ static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
     return loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
 }
 
-/* Producer, stage 3: plane `plane` of user u's tile into the staging tile by TMA. */
-static void fetch_plane_tma(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t,
-                            loom_val u, int plane)
-{
-    loom_val zero = CI(0);
-    wait_free(k, m, plane);
-    loom_mbar_expect(k, m->ufull, zero, staging_bytes(s));
-    loom_tma_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), m->cs, m->ufull, zero);
-}
-
-/* Stage 4: wait until user u's tile has been published (acquire: its stores are then
- * visible to the task's generic loads).  The user tile is the same [BM, BN] tile of
- * user_res, so the flag of its first 64 x 64 block, added after all of its stores,
- * stands for the whole tile. */
+/* Stage 4: wait until user u's tile has been published (acquire, then a proxy fence: its
+ * stores are then visible to the task's TMA loads).  The user tile is the same [BM, BN]
+ * tile of user_res, so the flag of its first 64 x 64 block, added after all of its
+ * stores, stands for the whole tile. */
 static void wait_user(loom_kernel *k, const ik_args *a, tile_at t, loom_val u)
 {
     loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
 }
 
-/* Stage 4: plane `plane` of user u's tile, [BM, BN] into registers. */
-static loom_val load_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val u, int plane)
+/* Producer: plane `plane` of candidate tile t's user tile into the staging tile by TMA
+ * (stage 4: hi first waits for the user tile's flag). */
+static void fetch_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, int plane)
 {
-    return loom_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), LOOM_SHAPE2(s->bm, s->bn), LOOM_NONE,
-                     0.0);
-}
-
-/* Stage 4: a plane from registers into the staging tile, by the `threads` threads of the
- * calling task: store, fence the stores for the wgmma that reads them (the async proxy),
- * and meet at named barrier `bar`. */
-static void put_plane(loom_kernel *k, const ik_smem *m, loom_val x, int bar, int threads)
-{
-    loom_smem_store(k, m->cs, x);
-    loom_fence_async(k);
-    loom_named_barrier(k, bar, threads);
+    loom_val zero = CI(0);
+    loom_val u = user_of(k, a, t);
+    if (s->mode == IK_FUSED && plane == 0)
+        wait_user(k, a, t, u);
+    wait_free(k, m, plane);
+    loom_mbar_expect(k, m->ufull, zero, staging_bytes(s));
+    loom_tma_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), m->cs, m->ufull, zero);
 }
 
 /* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store */
@@ -352,21 +323,11 @@ static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loo
     return loom_for_result(k, kl, 0);
 }
 
-/* Consumer: plane `plane` of the user tile is in the staging tile (its fetcher's word,
- * or this task's own copy), then acc += I @ plane on the tensor cores. */
-static loom_val add_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, int plane,
-                          loom_val acc)
+/* Consumer: once plane `plane` of the user tile has landed in the staging tile, acc +=
+ * I @ plane on the tensor cores. */
+static loom_val add_plane(loom_kernel *k, const ik_smem *m, int plane, loom_val acc)
 {
-    if (fetcher_of(s) == FETCH_CONSUMER) {
-        loom_val u = user_of(k, a, t);
-        if (plane == 0) {
-            wait_user(k, a, t, u);
-            loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
-        }
-        put_plane(k, m, load_plane(k, s, a, t, u, plane), BAR_CONS, s->cwarps * 32);
-    } else {
-        loom_mbar_wait(k, m->ufull, CI(0), CI(plane));
-    }
+    loom_mbar_wait(k, m->ufull, CI(0), CI(plane));
     acc = loom_wgmma(k, m->eye, m->cs, acc);
     loom_wgmma_commit(k);
     return acc;
@@ -381,21 +342,19 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
     if (!cand || !adds_user(s)) {
         acc = mainloop(k, s, m, it0, 0, nk, acc, LOOM_NONE);
     } else {
-        bool own = fetcher_of(s) == FETCH_CONSUMER; /* no fetcher to release to */
         int64_t j1 = hi_step(nk), j2 = lo_step(nk);
         /* steps 0 .. j1-1 (step 0 frees the staging tile for hi, but for the first tile),
          * hi, steps j1 .. j2-1 (step j1 frees it for lo), lo, the last steps */
-        acc = mainloop(k, s, m, it0, 0, j1, acc, own ? LOOM_NONE : loom_cmp(k, LOOM_GT, c, CI(0)));
-        acc = add_plane(k, s, a, m, t, 0, acc);
+        acc = mainloop(k, s, m, it0, 0, j1, acc, loom_cmp(k, LOOM_GT, c, CI(0)));
+        acc = add_plane(k, m, 0, acc);
         if (j1 < nk) {
-            acc = mainloop(k, s, m, it0, j1, j2 < nk ? j2 : nk, acc, own ? LOOM_NONE : loom_const_i(k, LOOM_I1, 1));
+            acc = mainloop(k, s, m, it0, j1, j2 < nk ? j2 : nk, acc, loom_const_i(k, LOOM_I1, 1));
         } else { /* one k step: wait for the hi wgmma here */
             loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
             acc = loom_wgmma_result(k, w, 0);
-            if (!own)
-                release_staging(k, s, m);
+            release_staging(k, s, m);
         }
-        acc = add_plane(k, s, a, m, t, 1, acc);
+        acc = add_plane(k, m, 1, acc);
         acc = mainloop(k, s, m, it0, j2 < nk ? j2 : nk, nk, acc, LOOM_NONE);
     }
     loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
@@ -447,9 +406,8 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     const char *w = ik_why_not(s, buf, sizeof buf);
     if (w)
         return tpl_refuse(err, errlen, "%s", w);
-    fetcher fetch = fetcher_of(s);
-    int prod_warps = 4, load_warps = fetch == FETCH_LOADER ? 4 : 0;
-    loom_kernel *k = loom_kernel_create(mode_name(s->mode), prod_warps + s->cwarps + load_warps);
+    int prod_warps = 4;
+    loom_kernel *k = loom_kernel_create(mode_name(s->mode), prod_warps + s->cwarps);
     ik_args a = declare(k, s);
 
     ik_smem m = {0};
@@ -461,10 +419,8 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         m.cs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bn), 1, LOOM_SWIZZLE_128);
     if (adds_user(s)) {
         m.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bm), 1, LOOM_SWIZZLE_128);
-        if (fetch != FETCH_CONSUMER) {
-            m.ufull = loom_mbar_alloc(k, 1, 1);
-            m.ufree = loom_mbar_alloc(k, 1, 1);
-        }
+        m.ufull = loom_mbar_alloc(k, 1, 1);
+        m.ufree = loom_mbar_alloc(k, 1, 1);
     }
     int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
     int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = TPL_CDIV(ik_pad8(s->Kc), 64);
@@ -486,7 +442,6 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
         TILE_OF(loom_for_iv(k, tl));
         loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_val u = fetch == FETCH_PRODUCER ? user_of(k, &a, t) : LOOM_NONE;
         loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
         {
             loom_val kk = loom_for_iv(k, kl);
@@ -505,16 +460,17 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
             } else {
                 load_step(k, s, &m, a.wc, a.ec, t, k0, sl);
             }
-            if (fetch == FETCH_PRODUCER) {
-                /* the planes, each once the ring is full past the step where the consumer
-                 * frees the staging tile for it (step 0 for hi, step j1 for lo) */
+            if (adds_user(s)) {
+                /* a candidate tile's planes, each once the ring is full past the step where
+                 * the consumer frees the staging tile for it (step 0 for hi, step j1 for lo) */
                 int64_t p1 = (nkc < s->stages ? nkc : s->stages) - 1;
                 int64_t j1 = hi_step(nkc), p2 = j1 + s->stages - 1;
                 p2 = p2 < nkc - 1 ? p2 : nkc - 1;
                 p2 = p2 > p1 ? p2 : p1;
                 for (int plane = 0; plane < 2; plane++) {
-                    loom_region_op at = loom_if_begin(k, loom_cmp(k, LOOM_EQ, kk, CI(plane ? p2 : p1)), 0);
-                    fetch_plane_tma(k, s, &a, &m, t, u, plane);
+                    loom_val when = loom_cmp(k, LOOM_EQ, kk, CI(plane ? p2 : p1));
+                    loom_region_op at = loom_if_begin(k, loom_and(k, when, loom_not(k, is_user)), 0);
+                    fetch_plane(k, s, &a, &m, t, plane);
                     loom_if_end(k, at, 0, NULL);
                 }
             }
@@ -558,30 +514,6 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     }
     loom_task_end(k, ct);
 
-    /* stage 4's loader: for each candidate tile of this program (the first is the first
-     * tile at or past the user tiles), each plane into the staging tile once the consumer
-     * has freed it, then user_full.  The flag wait and each plane's loads come before the
-     * wait for the staging tile (hi's while the consumer finishes the previous tile, lo's
-     * while it adds hi), so once it is free only the shared stores remain. */
-    if (fetch == FETCH_LOADER) {
-        loom_region_op lt = loom_task_begin(k, load_warps, LOAD_REGS, 1);
-        {
-            loom_val behind = loom_max(k, loom_sub(k, CI(nut), pid), zero);
-            loom_val first = loom_add(k, pid, loom_mul(k, loom_div(k, loom_sub(k, loom_add(k, behind, step), one), step), step));
-            loom_region_op tl = loom_for_begin(k, first, CI(ntot), step, 0, NULL);
-            tile_at t = tile_coords(k, s, loom_sub(k, loom_for_iv(k, tl), CI(nut)));
-            loom_val u = user_of(k, &a, t);
-            wait_user(k, &a, t, u);
-            for (int plane = 0; plane < 2; plane++) {
-                loom_val x = load_plane(k, s, &a, t, u, plane);
-                wait_free(k, &m, plane);
-                put_plane(k, &m, x, BAR_LOAD, load_warps * 32);
-                loom_mbar_arrive(k, m.ufull, zero);
-            }
-            loom_for_end(k, tl, 0, NULL);
-        }
-        loom_task_end(k, lt);
-    }
 #undef TILE_OF
     return k;
 }

@@ -162,11 +162,11 @@ static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const
 Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
-    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5}; /* stage 4: a loader warp group */
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5};
     all_stages_on(rt, small_cases, NSMALL, &cfg, LOOM_F16);
     loom_ikbo_lce_config deep = {64, 64, 4, 4, 3}; /* the ring deeper than some tiles' k steps */
     all_stages_on(rt, small_cases + 3, 2, &deep, LOOM_F16);
-    /* two consumer warp groups, bf16 (stage 4: no room for a loader; the consumers copy) */
+    /* two consumer warp groups, bf16 */
     loom_ikbo_lce_config two = {128, 64, 3, 8, 3};
     all_stages_on(rt, small_cases, 1, &two, LOOM_BF16);
     all_stages_on(rt, small_cases + 3, 1, &two, LOOM_BF16);
@@ -217,8 +217,7 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
         {67, 67, 433, 256, 99, 61, 1},    /* one candidate per user, shuffled */
         {130, 400, 129, 72, 37, 50, 1},   /* more users than candidates, N=72 */
     };
-    /* the default config (stage 4: a loader warp group) and two consumer warp groups
-     * (stage 4: the consumers copy the user tile) */
+    /* the default config and two consumer warp groups */
     loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132}, two = {128, 128, 4, 8, 132}, narrow = {128, 64, 4, 8, 132};
     for (int i = 0; i < 3; i++) {
         host_io h = make_inputs(&gpu_cases[i], LOOM_F16, 11 + (uint64_t)i);
