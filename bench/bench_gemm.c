@@ -34,6 +34,7 @@
  *
  * Usage: bench_gemm [--config k=v,...]... [--only NAME[,NAME...]] [--dtype bf16|f16]
  *                   [--ms MS]     (skips cleanly without a GPU)
+ *        --shape MxNxKxBATCH      that shape alone instead (A shared when BATCH > 1)
  */
 #include "gpu.h"
 #include "nvrtc_ref.h"
@@ -438,7 +439,7 @@ static int listed(const char *list, const char *name)
 
 int main(int argc, char **argv)
 {
-    const char *configs[MAXCFG], *only = NULL, *dtype = NULL;
+    const char *configs[MAXCFG], *only = NULL, *dtype = NULL, *extra = NULL;
     int nconfig = 0;
     double target_ms = 300;
     for (int i = 1; i < argc; i++) {
@@ -446,15 +447,29 @@ int main(int argc, char **argv)
             configs[nconfig++] = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            extra = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
             dtype = argv[++i];
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc)
             target_ms = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_gemm [--config k=v,...]... (at most %d) [--only SHAPE-NAME[,...]] "
-                            "[--dtype bf16|f16] [--ms MS]\n", MAXCFG);
+                            "[--shape MxNxKxBATCH] [--dtype bf16|f16] [--ms MS]\n", MAXCFG);
             return 2;
         }
+    }
+    gemm_case mine = {0};
+    if (extra) { /* one more shape, by itself; A is shared by a batch, as in IKBO */
+        long long m, n, kk, b;
+        char tail;
+        if (sscanf(extra, "%lldx%lldx%lldx%lld%c", &m, &n, &kk, &b, &tail) != 4 || m < 1 || n < 1 || kk < 1 ||
+            b < 1) {
+            fprintf(stderr, "bench_gemm: --shape %s: expected MxNxKxBATCH, four positive integers\n", extra);
+            return 2;
+        }
+        mine = (gemm_case){extra, m, n, kk, b, b > 1};
+        only = extra;
     }
     if (nconfig == 0)
         configs[nconfig++] = "";
@@ -499,13 +514,14 @@ int main(int argc, char **argv)
         {"433x256x1184x1024", 433, 256, 1184, 1024, 1},
     };
     static const loom_dtype dts[] = {LOOM_BF16, LOOM_F16};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        if (!listed(only, cases[i].name))
+    size_t ncase = sizeof cases / sizeof *cases;
+    for (size_t i = 0; i <= ncase; i++) {
+        const gemm_case *c = i < ncase ? &cases[i] : &mine;
+        if (!c->M || !listed(only, c->name))
             continue;
         for (size_t d = 0; d < 2; d++)
             if (!dtype || !strcmp(dtype, loom_dtype_name(dts[d])))
-                bench_case(g, ref, t, configs, nconfig, &cases[i], dts[d], flush, flush_bytes, have_cublas,
-                           target_ms);
+                bench_case(g, ref, t, configs, nconfig, c, dts[d], flush, flush_bytes, have_cublas, target_ms);
     }
 
     printf("\n(MxNxKxbatch: the IKBO shapes, one A shared by the batch; +-: half the interquartile range of the "
