@@ -7,7 +7,8 @@
  *   bench_ikbo_lce --sweep         also B from 512 to 4096 at ratio 70, and the ratio B/U from
  *                                  2 to 1000 at B=1024
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
- *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..          skip tuning, use this config
+ *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..   skip tuning, use this config
+ *                                  (keys of the ikbo_lce template; those left out keep their defaults)
  *   without a GPU: every stage on the interpreter at a small odd shape, checked the same
  *   way, and each stage's kernels written as PTX (--ptx DIR, default build/ptx/ikbo_lce)
  *
@@ -200,7 +201,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int
 static int interpreter_run(const char *ptx_dir)
 {
     static const lce_shape s = {24, 5, 77, 64, 37, 229}; /* 4 candidate k steps */
-    static const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6};
+    static const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6, 0};
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
     size_t e = 2, nout = (size_t)(s.B * s.M * s.N);
     uint64_t seed = 99;
@@ -314,13 +315,17 @@ int main(int argc, char **argv)
             }
             have_shape = 1;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-            if (sscanf(argv[++i], "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d", &cfg.bm, &cfg.bn, &cfg.stages, &cfg.cwarps,
-                       &cfg.ctas) != 5)
-                DIE("--config wants BM=..,BN=..,stages=..,cwarps=..,ctas=..");
+            /* the ikbo_lce template's keys; those not given keep their defaults */
+            const loom_template *t = loom_template_find("ikbo_lce");
+            int64_t c[LOOM_MAX_PARAMS];
+            char why[256];
+            if (loom_params_parse(t->config, t->nconfig, argv[++i], c, why, sizeof why) != 0)
+                DIE("--config: %s", why);
+            cfg = (loom_ikbo_lce_config){(int)c[0], (int)c[1], (int)c[2], (int)c[3], (int)c[4], (int)c[5]};
             have_cfg = 1;
         } else {
             fprintf(stderr, "usage: bench_ikbo_lce [--sweep] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
-                            "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..]\n");
+                            "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..]\n");
             return 2;
         }
     }

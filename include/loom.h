@@ -773,9 +773,10 @@ typedef enum loom_ikbo_stage {
 const char *loom_ikbo_stage_name(loom_ikbo_stage s);
 
 /* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c: BM, BN, ring
- * stages, consumer warps 4 or 8, persistent CTAs). */
+ * stages, consumer warps 4 or 8, persistent CTAs, consumers 0 (one task shares each
+ * tile) or 1 (ping-pong: two warp groups of BM rows each take turns on whole tiles)). */
 typedef struct loom_ikbo_lce_config {
-    int bm, bn, stages, cwarps, ctas;
+    int bm, bn, stages, cwarps, ctas, consumers;
 } loom_ikbo_lce_config;
 
 typedef struct loom_ikbo_lce loom_ikbo_lce;

@@ -74,8 +74,8 @@
 /* Register budgets (per thread) of the producer and the consumers. */
 enum { PROD_REGS = 40, CONS_REGS = 232 };
 
-/* Named barrier of the consumer task's threads. */
-enum { BAR_CONS = 2 };
+/* Named barriers of the consumer task's threads: the staging tile, the identity. */
+enum { BAR_CONS = 2, BAR_EYE = 3 };
 
 int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
 
@@ -91,11 +91,8 @@ static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (s->bm
 static int64_t staging_bytes(const ik_spec *s) { return (int64_t)s->bm * s->bn * esz(s); }
 static int64_t eye_bytes(const ik_spec *s) { return (int64_t)s->bm * s->bm * esz(s); }
 
-/* Where the consumer adds the planes of a candidate tile of nk k steps: hi before step j1
- * (>= 1: step 0 frees the staging tile first), lo before step j2 (> j1: step j1 frees it
- * again; j2 past the last step when nk == 1). */
-static int64_t hi_step(int64_t nk) { return (nk - 2) / 2 > 1 ? (nk - 2) / 2 : 1; }
-static int64_t lo_step(int64_t nk) { return nk - 2 > hi_step(nk) + 1 ? nk - 2 : hi_step(nk) + 1; }
+/* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use. */
+static int64_t plane_steps(const ik_spec *s) { return 2 * (s->bm / 64); }
 
 int64_t ik_tiles(const ik_spec *s)
 {
@@ -119,8 +116,16 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "N must be a multiple of 8 (TMA needs 16-byte aligned rows of E and out)";
     if (s->cwarps != 4 && s->cwarps != 8)
         return "cwarps must be 4 or 8 (one or two consumer warp groups)";
-    if (s->bm != 64 * (s->cwarps / 4) && s->bm != 128 * (s->cwarps / 4))
-        return "BM must be 64 or 128 rows per consumer warp group";
+    if (s->consumers != IK_COOPERATIVE && s->consumers != IK_PINGPONG)
+        return "consumers must be 0 (one task shares each tile) or 1 (ping-pong: two take turns on whole tiles)";
+    if (s->consumers == IK_PINGPONG && s->cwarps != 8)
+        return "consumers=1 (ping-pong) needs cwarps=8 (two consumer warp groups)";
+    if (s->consumers == IK_PINGPONG && s->ctas < 1)
+        return "consumers=1 (ping-pong) needs persistent CTAs (ctas > 0)";
+    int wgs = s->consumers == IK_PINGPONG ? 1 : s->cwarps / 4; /* warp groups sharing a tile */
+    if (s->bm != 64 * wgs && s->bm != 128 * wgs)
+        return s->consumers == IK_PINGPONG ? "BM must be 64 or 128 with consumers=1 (one warp group owns a tile)"
+                                           : "BM must be 64 or 128 rows per consumer warp group";
     if (s->bn < 64 || s->bn > 256 || (s->bn & (s->bn - 1)))
         return "BN must be 64, 128 or 256";
     if (s->stages < 2 || s->stages > 8)
@@ -141,7 +146,7 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
                  (long long)ring_bytes(s), (long long)staging_bytes(s), (long long)eye_bytes(s));
         return buf;
     }
-    if ((int64_t)(s->bm / (s->cwarps / 4)) * s->bn / 128 > 192)
+    if ((int64_t)(s->bm / wgs) * s->bn / 128 > 192)
         return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
     if (s->ctas < 0)
         return "ctas must be >= 0";
@@ -213,12 +218,19 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
 
 /* Shared memory and barriers: the ring of W [BM, 64] and E [64, BN] tiles with its full
  * and empty barriers; the staging tile cs [BM, BN]; where candidate tiles add the user
- * tile, the identity eye [BM, BM] and the barriers pacing the staging tile (user_full,
- * user_free: see the top of the file). */
+ * tile, the identity eye [BM, BM]. */
 typedef struct ik_smem {
     loom_val as, bs, full, empty;
-    loom_val cs, eye, ufull, ufree;
+    loom_val cs, eye;
 } ik_smem;
+
+/* Ping-pong: the consumer replica (0 or 1) and "is it replica 1" (LOOM_NONE otherwise). */
+typedef struct ik_turns {
+    loom_val rep, second;
+} ik_turns;
+
+/* The named barriers that hand the tensor cores over between ping-pong replicas. */
+enum { BAR_X = 4, BAR_Y = 5 };
 
 /* expect the two boxes on full[slot], then TMA W's [BM, 64] and E[j]'s [64, BN] boxes */
 static void load_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val e, tile_at t,
@@ -227,14 +239,6 @@ static void load_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_v
     loom_mbar_expect(k, m->full, slot, (int64_t)(s->bm + s->bn) * 64 * esz(s));
     loom_tma_load(k, w, ((loom_val[]){t.m0, k0}), loom_smem_slot(k, m->as, slot), m->full, slot);
     loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, m->bs, slot), m->full, slot);
-}
-
-/* The fetcher's side of the staging tile for plane `plane` (0 hi, 1 lo): wait until the
- * consumer has freed it (fetch f waits for the f-th release; the first finds the fresh
- * barrier free). */
-static void wait_free(loom_kernel *k, const ik_smem *m, int plane)
-{
-    loom_mbar_wait(k, m->ufree, CI(0), CI(1 - plane));
 }
 
 /* The user of candidate tile t. */
@@ -252,147 +256,135 @@ static void wait_user(loom_kernel *k, const ik_args *a, tile_at t, loom_val u)
     loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
 }
 
-/* Producer: plane `plane` of candidate tile t's user tile into the staging tile by TMA
- * (stage 4: hi first waits for the user tile's flag). */
-static void fetch_plane(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, int plane)
+/* Producer: the plane steps of candidate tile t, ring uses it .. it + plane_steps - 1:
+ * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot (stage 4 first
+ * waits for the user tile's flag). */
+static void load_planes(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it)
 {
-    loom_val zero = CI(0);
     loom_val u = user_of(k, a, t);
-    if (s->mode == IK_FUSED && plane == 0)
+    if (s->mode == IK_FUSED)
         wait_user(k, a, t, u);
-    wait_free(k, m, plane);
-    loom_mbar_expect(k, m->ufull, zero, staging_bytes(s));
-    loom_tma_load(k, a->ures, ((loom_val[]){u, CI(plane), t.m0, t.n0}), m->cs, m->ufull, zero);
+    for (int64_t q = 0; q < plane_steps(s); q++) {
+        int64_t p = q / (s->bm / 64), h = q % (s->bm / 64);
+        loom_val use = loom_add(k, it, CI(q));
+        loom_val sl = loom_ring_slot(k, use, s->stages);
+        loom_mbar_wait(k, m->empty, sl, loom_sub(k, CI(1), loom_ring_phase(k, use, s->stages)));
+        loom_mbar_expect(k, m->full, sl, (int64_t)64 * s->bn * esz(s));
+        loom_tma_load(k, a->ures, ((loom_val[]){u, CI(p), loom_add(k, t.m0, CI(64 * h)), t.n0}),
+                      loom_smem_slot(k, m->bs, sl), m->full, sl);
+    }
 }
 
-/* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store */
-static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val v, loom_val cs)
+/* Consumer: ring use `it`: wait for its slot, acc += a @ (the slot's E half), one group
+ * left in flight; then, where `give_back` (an i1, or LOOM_NONE for always), the previous
+ * use's slot goes back to the producer (its group is done). */
+static loom_val ring_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it, loom_val av, loom_val acc,
+                          loom_val give_back)
+{
+    loom_val sl = loom_ring_slot(k, it, s->stages);
+    loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
+    loom_val r = loom_wgmma(k, av ? av : loom_smem_slot(k, m->as, sl), loom_smem_slot(k, m->bs, sl), acc);
+    loom_wgmma_commit(k);
+    loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
+    loom_region_op prev = give_back ? loom_if_begin(k, give_back, 0) : 0;
+    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_sub(k, it, CI(1)), s->stages));
+    if (give_back)
+        loom_if_end(k, prev, 0, NULL);
+    return loom_wgmma_result(k, wt, 0);
+}
+
+/* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store.
+ * One consumer task waits for the previous store lazily, before writing; ping-pong
+ * replicas share cs and take turns, so each waits until its store has read it. */
+static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val v, loom_val cs,
+                      const ik_turns *pp)
 {
     loom_val offs[3] = {t.j, t.m0, t.n0};
     if (!cs) {
         loom_store(k, a->out, offs, v, LOOM_NONE);
         return;
     }
-    loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
+    if (!pp)
+        loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
     loom_smem_store(k, cs, v);
     loom_fence_async(k);
-    loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
+    loom_named_barrier(k, BAR_CONS, pp ? 128 : s->cwarps * 32);
     loom_tma_store(k, a->out, offs, cs);
+    if (pp)
+        loom_tma_store_wait(k, 0);
 }
 
-/* Consumer: the staging tile back to the planes' fetcher, once this task's TMA stores
- * have read it (the wait is one thread's: the task meets before the arrive). */
-static void release_staging(loom_kernel *k, const ik_spec *s, const ik_smem *m)
+/* Consumer: one tile (nk k steps from ring use it0; a candidate tile adds its user's tile
+ * in plane steps after them): the mainloop, the ping-pong hand-over, the epilogue. */
+static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
+                 int64_t nk, bool cand, const ik_turns *pp)
 {
-    loom_tma_store_wait(k, 0);
-    loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
-    loom_mbar_arrive(k, m->ufree, CI(0));
-}
-
-/* Consumer: k steps lo .. hi-1 of the tile whose first ring use is it0 (acc in flight in
- * and out): wgmma on each slot once it has landed, one group left in flight, each slot
- * given back once its group is done.  With `release` (an i1, or LOOM_NONE), step lo also
- * releases the staging tile: its wait has retired every group but step lo's. */
-static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it0, int64_t lo, int64_t hi,
-                         loom_val acc, loom_val release)
-{
-    if (lo >= hi)
-        return acc;
     loom_val zero = CI(0), one = CI(1);
-    loom_region_op kl = loom_for_begin(k, CI(lo), CI(hi), one, 1, &acc);
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
+    loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
     {
         loom_val kk = loom_for_iv(k, kl);
-        loom_val it = loom_add(k, it0, kk);
-        loom_val sl = loom_ring_slot(k, it, s->stages);
-        loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
-        loom_val r = loom_wgmma(k, loom_smem_slot(k, m->as, sl), loom_smem_slot(k, m->bs, sl), loom_for_arg(k, kl, 0));
-        loom_wgmma_commit(k);
-        loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
-        /* the previous step's wgmma is done: give its slot back */
-        loom_region_op prev = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
-        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_sub(k, it, one), s->stages));
-        loom_if_end(k, prev, 0, NULL);
-        if (release) {
-            loom_region_op rel = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_EQ, kk, CI(lo)), release), 0);
-            release_staging(k, s, m);
-            loom_if_end(k, rel, 0, NULL);
-        }
-        r = loom_wgmma_result(k, wt, 0);
+        loom_val r = ring_step(k, s, m, loom_add(k, it0, kk), LOOM_NONE, loom_for_arg(k, kl, 0),
+                               loom_cmp(k, LOOM_GT, kk, zero));
         loom_for_end(k, kl, 1, &r);
     }
-    return loom_for_result(k, kl, 0);
-}
-
-/* Consumer: once plane `plane` of the user tile has landed in the staging tile, acc +=
- * I @ plane on the tensor cores. */
-static loom_val add_plane(loom_kernel *k, const ik_smem *m, int plane, loom_val acc)
-{
-    loom_mbar_wait(k, m->ufull, CI(0), CI(plane));
-    acc = loom_wgmma(k, m->eye, m->cs, acc);
-    loom_wgmma_commit(k);
-    return acc;
-}
-
-/* Consumer: one tile (nk k steps from ring use it0; a candidate tile, the c-th of this
- * program, adds its user's tile), mainloop then epilogue. */
-static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
-                 int64_t nk, bool cand, loom_val c)
-{
-    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
-    if (!cand || !adds_user(s)) {
-        acc = mainloop(k, s, m, it0, 0, nk, acc, LOOM_NONE);
-    } else {
-        int64_t j1 = hi_step(nk), j2 = lo_step(nk);
-        /* steps 0 .. j1-1 (step 0 frees the staging tile for hi, but for the first tile),
-         * hi, steps j1 .. j2-1 (step j1 frees it for lo), lo, the last steps */
-        acc = mainloop(k, s, m, it0, 0, j1, acc, loom_cmp(k, LOOM_GT, c, CI(0)));
-        acc = add_plane(k, m, 0, acc);
-        if (j1 < nk) {
-            acc = mainloop(k, s, m, it0, j1, j2 < nk ? j2 : nk, acc, loom_const_i(k, LOOM_I1, 1));
-        } else { /* one k step: wait for the hi wgmma here */
-            loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
-            acc = loom_wgmma_result(k, w, 0);
-            release_staging(k, s, m);
+    acc = loom_for_result(k, kl, 0);
+    int64_t steps = nk;
+    if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
+        for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
+            int64_t h = q % (s->bm / 64);
+            loom_val eye = s->bm == 64 ? m->eye : loom_smem_part(k, m->eye, 1, 64 * h, 64);
+            acc = ring_step(k, s, m, loom_add(k, it0, CI(steps)), eye, acc, LOOM_NONE);
         }
-        acc = add_plane(k, m, 1, acc);
-        acc = mainloop(k, s, m, it0, j2 < nk ? j2 : nk, nk, acc, LOOM_NONE);
+    if (pp) { /* the tensor cores to the other replica */
+        loom_region_op hand = loom_if_begin(k, pp->second, 0);
+        loom_named_barrier(k, BAR_Y, 256);
+        loom_else(k, hand, 0, NULL);
+        loom_named_barrier(k, BAR_X, 256);
+        loom_if_end(k, hand, 0, NULL);
     }
     loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
-    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_add(k, it0, CI(nk - 1)), s->stages));
+    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_add(k, it0, CI(steps - 1)), s->stages));
     acc = loom_wgmma_result(k, wt, 0);
 
     /* the epilogue */
     if (cand) {
-        store_out(k, s, a, t, loom_cast(k, acc, s->dt), staged(s) ? m->cs : LOOM_NONE);
-        return;
-    }
-    loom_val hi = loom_cast(k, acc, s->dt);
-    if (s->planes == 1) {
-        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), hi, LOOM_NONE);
+        store_out(k, s, a, t, loom_cast(k, acc, s->dt), staged(s) ? m->cs : LOOM_NONE, pp);
     } else {
-        /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same value,
-         * -0 aside, whose lo is then -0 - 0 = -0; but not the same expression to LLVM),
-         * so hi is needed by its own stores only and the compiler stores it as it goes:
-         * a hi tile kept for lo (bf16 is held in f32 registers) and acc would not fit in
-         * the consumers' 232 registers. */
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), hi, LOOM_NONE);
-        loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
-        loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
-    }
-    if (s->mode != IK_FUSED)
-        return;
-    /* one flag per 64 x 64 block of user_res (so the flags do not depend on the tile
-     * config), added once the tile's stores are done; blocks past M or N have none */
-    for (int i = 0; i < s->bm / 64; i++)
-        for (int jb = 0; jb < s->bn / 64; jb++) {
-            loom_val mb = loom_add(k, loom_div(k, t.m0, CI(64)), CI(i));
-            loom_val nb = loom_add(k, loom_div(k, t.n0, CI(64)), CI(jb));
-            loom_region_op in = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_LT, mb, CI(TPL_CDIV(s->M, 64))),
-                                                           loom_cmp(k, LOOM_LT, nb, CI(TPL_CDIV(s->N, 64)))), 0);
-            loom_flag_add(k, a->flags, ((loom_val[]){t.j, mb, nb}), CI(1));
-            loom_if_end(k, in, 0, NULL);
+        loom_val hi = loom_cast(k, acc, s->dt);
+        if (s->planes == 1) {
+            loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), hi, LOOM_NONE);
+        } else {
+            /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same
+             * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
+             * to LLVM), so hi is needed by its own stores only and the compiler stores it
+             * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
+             * would not fit in the consumers' 232 registers. */
+            loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), hi, LOOM_NONE);
+            loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
+            loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
+            loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
         }
+        if (s->mode == IK_FUSED)
+            /* one flag per 64 x 64 block of user_res (so the flags do not depend on the
+             * tile config), added once the tile's stores are done; blocks past M or N
+             * have none */
+            for (int i = 0; i < s->bm / 64; i++)
+                for (int jb = 0; jb < s->bn / 64; jb++) {
+                    loom_val mb = loom_add(k, loom_div(k, t.m0, CI(64)), CI(i));
+                    loom_val nb = loom_add(k, loom_div(k, t.n0, CI(64)), CI(jb));
+                    loom_region_op in = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_LT, mb, CI(TPL_CDIV(s->M, 64))),
+                                                                   loom_cmp(k, LOOM_LT, nb, CI(TPL_CDIV(s->N, 64)))), 0);
+                    loom_flag_add(k, a->flags, ((loom_val[]){t.j, mb, nb}), CI(1));
+                    loom_if_end(k, in, 0, NULL);
+                }
+    }
+    if (pp) { /* replica 0 waits until replica 1's mainloop is done */
+        loom_region_op w = loom_if_begin(k, pp->second, 0);
+        loom_else(k, w, 0, NULL);
+        loom_named_barrier(k, BAR_Y, 256);
+        loom_if_end(k, w, 0, NULL);
+    }
 }
 
 static const char *mode_name(ik_mode m)
@@ -417,31 +409,30 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     m.empty = loom_mbar_alloc(k, s->stages, 1);
     if (staged(s))
         m.cs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bn), 1, LOOM_SWIZZLE_128);
-    if (adds_user(s)) {
+    if (adds_user(s))
         m.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bm), 1, LOOM_SWIZZLE_128);
-        m.ufull = loom_mbar_alloc(k, 1, 1);
-        m.ufree = loom_mbar_alloc(k, 1, 1);
-    }
     int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
     int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = TPL_CDIV(ik_pad8(s->Kc), 64);
+    int64_t nsc = nkc + (adds_user(s) ? plane_steps(s) : 0); /* ring uses of a candidate tile */
     loom_val pid = loom_program_id(k, 0);
     loom_val step = s->ctas ? loom_num_programs(k, 0) : CI(ntot);
     loom_val zero = CI(0), one = CI(1);
-    loom_val init[2] = {zero, zero};
 
-    /* Per tile: is it a user tile, its coordinates among its kind, and its k steps. */
-#define TILE_OF(tv)                                                                                \
-    loom_val is_user = s->mode == IK_FUSED ? loom_cmp(k, LOOM_LT, (tv), CI(nut))                   \
-                                           : loom_const_i(k, LOOM_I1, s->mode == IK_USER);         \
-    tile_at t = tile_coords(k, s, s->mode == IK_FUSED ? loom_select(k, is_user, (tv), loom_sub(k, (tv), CI(nut))) : (tv)); \
-    loom_val nk = s->mode == IK_FUSED ? loom_select(k, is_user, CI(nku), CI(nkc)) : CI(has_user(s) ? nku : nkc)
+    /* Is tile tv a user tile, and its ring uses. */
+#define IS_USER(tv) (s->mode == IK_FUSED ? loom_cmp(k, LOOM_LT, (tv), CI(nut)) : loom_const_i(k, LOOM_I1, s->mode == IK_USER))
+#define USES(tv) (s->mode == IK_FUSED ? loom_select(k, IS_USER(tv), CI(nku), CI(nsc)) : CI(has_user(s) ? nku : nsc))
+    /* Tile tv's coordinates among its kind. */
+#define TILE_OF(tv) tile_coords(k, s, s->mode == IK_FUSED ? loom_select(k, IS_USER(tv), (tv), loom_sub(k, (tv), CI(nut))) : (tv))
 
     /* producer: TMA into the ring (the tile loop carries the ring use) */
     loom_region_op pt = loom_task_begin(k, prod_warps, PROD_REGS, 1);
     {
         loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
-        TILE_OF(loom_for_iv(k, tl));
+        loom_val tv = loom_for_iv(k, tl);
+        loom_val is_user = IS_USER(tv);
+        tile_at t = TILE_OF(tv);
         loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val nk = s->mode == IK_FUSED ? loom_select(k, is_user, CI(nku), CI(nkc)) : CI(has_user(s) ? nku : nkc);
         loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
         {
             loom_val kk = loom_for_iv(k, kl);
@@ -460,61 +451,92 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
             } else {
                 load_step(k, s, &m, a.wc, a.ec, t, k0, sl);
             }
-            if (adds_user(s)) {
-                /* a candidate tile's planes, each once the ring is full past the step where
-                 * the consumer frees the staging tile for it (step 0 for hi, step j1 for lo) */
-                int64_t p1 = (nkc < s->stages ? nkc : s->stages) - 1;
-                int64_t j1 = hi_step(nkc), p2 = j1 + s->stages - 1;
-                p2 = p2 < nkc - 1 ? p2 : nkc - 1;
-                p2 = p2 > p1 ? p2 : p1;
-                for (int plane = 0; plane < 2; plane++) {
-                    loom_val when = loom_cmp(k, LOOM_EQ, kk, CI(plane ? p2 : p1));
-                    loom_region_op at = loom_if_begin(k, loom_and(k, when, loom_not(k, is_user)), 0);
-                    fetch_plane(k, s, &a, &m, t, plane);
-                    loom_if_end(k, at, 0, NULL);
-                }
-            }
         }
         loom_for_end(k, kl, 0, NULL);
-        loom_val next = loom_add(k, it0, nk);
+        if (adds_user(s)) { /* a candidate tile's planes, after its k steps */
+            loom_region_op pl = loom_if_begin(k, loom_not(k, is_user), 0);
+            load_planes(k, s, &a, &m, t, loom_add(k, it0, CI(nkc)));
+            loom_if_end(k, pl, 0, NULL);
+        }
+        loom_val next = loom_add(k, it0, USES(tv));
         loom_for_end(k, tl, 1, &next);
     }
     loom_task_end(k, pt);
 
     /* consumers: wgmma out of the ring, then the tile's epilogue (the tile loop carries the
-     * ring use and the candidate tiles so far) */
-    loom_region_op ct = loom_task_begin(k, s->cwarps, CONS_REGS, 1);
+     * ring use).  Ping-pong: replica r takes the program's tiles r, r + 2, ..., its ring
+     * uses skipping the other's tiles. */
+    bool turns = s->consumers == IK_PINGPONG;
+    loom_region_op ct = loom_task_begin(k, turns ? 4 : s->cwarps, CONS_REGS, turns ? 2 : 1);
     {
-        if (adds_user(s)) { /* the identity, once */
+        ik_turns pp = {LOOM_NONE, LOOM_NONE};
+        loom_val first = pid, stride = step, it_first = zero;
+        if (turns) {
+            pp.rep = loom_task_replica(k);
+            pp.second = loom_cmp(k, LOOM_EQ, pp.rep, one);
+            first = loom_add(k, pid, loom_mul(k, pp.rep, step));
+            stride = loom_mul(k, step, CI(2));
+            it_first = loom_select(k, loom_and(k, pp.second, loom_cmp(k, LOOM_LT, pid, CI(ntot))), USES(pid), zero);
+        }
+        if (adds_user(s)) { /* the identity, once (ping-pong: replica 0 writes it) */
             loom_shape sq = LOOM_SHAPE2(s->bm, s->bm);
+            loom_region_op w0 = turns ? loom_if_begin(k, loom_not(k, pp.second), 0) : 0;
             loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, s->bm), 1), sq);
             loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, s->bm), 0), sq);
             loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, s->dt, 1), sq),
                                        loom_splat(k, loom_const_f(k, s->dt, 0), sq));
             loom_smem_store(k, m.eye, eye);
             loom_fence_async(k);
-            loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
+            if (turns)
+                loom_if_end(k, w0, 0, NULL);
+            loom_named_barrier(k, BAR_EYE, s->cwarps * 32);
         }
-        loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 2, init);
-        TILE_OF(loom_for_iv(k, tl));
-        loom_val it0 = loom_for_arg(k, tl, 0), c = loom_for_arg(k, tl, 1);
+        loom_region_op tl = loom_for_begin(k, first, CI(ntot), stride, 1, &it_first);
+        loom_val tv = loom_for_iv(k, tl);
+        tile_at t = TILE_OF(tv);
+        loom_val it0 = loom_for_arg(k, tl, 0);
+        if (turns) { /* replica 1 waits until replica 0's mainloop is done */
+            loom_region_op w1 = loom_if_begin(k, pp.second, 0);
+            loom_named_barrier(k, BAR_X, 256);
+            loom_if_end(k, w1, 0, NULL);
+        }
+        const ik_turns *ppp = turns ? &pp : NULL;
         if (s->mode == IK_FUSED) {
-            loom_region_op br = loom_if_begin(k, is_user, 0);
-            tile(k, s, &a, &m, t, it0, nku, false, c);
+            loom_region_op br = loom_if_begin(k, IS_USER(tv), 0);
+            tile(k, s, &a, &m, t, it0, nku, false, ppp);
             loom_else(k, br, 0, NULL);
-            tile(k, s, &a, &m, t, it0, nkc, true, c);
+            tile(k, s, &a, &m, t, it0, nkc, true, ppp);
             loom_if_end(k, br, 0, NULL);
         } else {
-            tile(k, s, &a, &m, t, it0, has_user(s) ? nku : nkc, has_cand(s), c);
+            tile(k, s, &a, &m, t, it0, has_user(s) ? nku : nkc, has_cand(s), ppp);
         }
-        loom_val next[2] = {loom_add(k, it0, nk), loom_add(k, c, loom_select(k, is_user, zero, one))};
-        loom_for_end(k, tl, 2, next);
+        loom_val next = loom_add(k, it0, USES(tv));
+        if (turns) { /* and the other replica's tile in between */
+            loom_val other = loom_add(k, tv, step);
+            next = loom_add(k, next, loom_select(k, loom_cmp(k, LOOM_LT, other, CI(ntot)), USES(other), zero));
+        }
+        loom_for_end(k, tl, 1, &next);
+        if (turns) {
+            /* replica 1 after its n tiles: replica 0 has tile 2n too when pid + (2n) * step
+             * < ntot; meet it at X and Y once more */
+            loom_val n = loom_div(k, loom_add(k, loom_sub(k, CI(ntot), first), loom_sub(k, stride, one)), stride);
+            loom_val last0 = loom_add(k, pid, loom_mul(k, loom_mul(k, n, CI(2)), step));
+            loom_val more = loom_and(k, pp.second, loom_and(k, loom_cmp(k, LOOM_LT, first, CI(ntot)),
+                                                            loom_cmp(k, LOOM_LT, last0, CI(ntot))));
+            loom_val none1 = loom_and(k, pp.second, loom_and(k, loom_cmp(k, LOOM_GE, first, CI(ntot)),
+                                                             loom_cmp(k, LOOM_LT, pid, CI(ntot))));
+            loom_region_op ex = loom_if_begin(k, loom_or(k, more, none1), 0);
+            loom_named_barrier(k, BAR_X, 256);
+            loom_named_barrier(k, BAR_Y, 256);
+            loom_if_end(k, ex, 0, NULL);
+        }
         if (m.cs)
             loom_tma_store_wait(k, 0); /* the last store has read the staging tile */
     }
     loom_task_end(k, ct);
-
 #undef TILE_OF
+#undef USES
+#undef IS_USER
     return k;
 }
 
@@ -564,12 +586,13 @@ loom_kernel *ik_gather_kernel(const ik_spec *s)
 /* ---------------------------------------------------------------- registry entry: the stage-4 kernel */
 
 enum { S_B, S_U, S_M, S_N, S_KU, S_KC, S_DTYPE, S_SHUFFLE };
-enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS };
+enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS, C_CONSUMERS };
 
 ik_spec ik_spec_of(ik_mode mode, const int64_t *sh, const int64_t *cf)
 {
     return (ik_spec){mode, sh[S_B], sh[S_U], sh[S_M], sh[S_N], sh[S_KU], sh[S_KC], (loom_dtype)sh[S_DTYPE], 2,
-                     (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS], (int)cf[C_CTAS]};
+                     (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS], (int)cf[C_CTAS],
+                     (int)cf[C_CONSUMERS]};
 }
 
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
@@ -683,7 +706,7 @@ done:
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    static const int64_t cf[5] = {128, 256, 4, 8, 132}; /* the outputs do not depend on it */
+    static const int64_t cf[6] = {128, 256, 4, 8, 132, 0}; /* the outputs do not depend on it */
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[8]);
     if (ref[6]) /* one add for each 64 x 64 block of user_res */
@@ -704,12 +727,14 @@ const loom_template tpl_def_ikbo_lce = {
               {"Kc", 866, "candidate K (any)"},
               {"dtype", LOOM_F16, "f16 or bf16"},
               {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
-    .nconfig = 5,
+    .nconfig = 6,
     .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns", 3, {64, 128, 256}},
                {"stages", 4, "ring slots", 3, {2, 3, 4}},
                {"cwarps", 4, "consumer warps (4 or 8)", 2, {4, 8}},
-               {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}}},
+               {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
+               {"consumers", 0, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
+                                "whole tiles (cwarps=8)", 2, {0, 1}}},
     .valid = valid,
     .cost = cost,
     .build = build,

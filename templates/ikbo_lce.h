@@ -23,7 +23,11 @@ typedef struct ik_spec {
                                    [U, 2, M, N] as hi + lo planes of dt (2: stages 3, 4;
                                    IK_CAND_FUSED and IK_FUSED need it) */
     int bm, bn, stages, cwarps, ctas;
+    int consumers; /* IK_COOPERATIVE: one task of cwarps warps shares each BM x BN tile;
+                      IK_PINGPONG: two warp groups take turns on whole tiles (BM rows each) */
 } ik_spec;
+
+enum { IK_COOPERATIVE, IK_PINGPONG };
 
 int64_t ik_pad8(int64_t k);
 int64_t ik_tiles_mn(const ik_spec *s); /* tiles of one [M, N] output */

@@ -39,7 +39,7 @@ struct loom_ikbo_lce {
 };
 
 /* one consumer warp group on 64 x 256 tiles: the fastest gemm config at the IKBO shapes */
-static const loom_ikbo_lce_config default_cfg = {64, 256, 4, 4, 132};
+static const loom_ikbo_lce_config default_cfg = {64, 256, 4, 4, 132, 0};
 
 const char *loom_ikbo_stage_name(loom_ikbo_stage s)
 {
@@ -123,12 +123,25 @@ static loom_status add_kernel(loom_ikbo_lce *p, loom_kernel *k, const int grid[3
     return LOOM_OK;
 }
 
-/* A GEMM kernel of the stage; planes: user_res's (ikbo_lce.h). */
-static loom_status add_gemm(loom_ikbo_lce *p, ik_mode mode, int planes)
+/* The spec of one of the stage's kernels; planes: user_res's (ikbo_lce.h). */
+static ik_spec spec_of(const loom_ikbo_lce *p, ik_mode mode, int planes)
 {
     const loom_ikbo_lce_shape *s = &p->s;
-    ik_spec sp = {mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes,
-                  p->cfg.bm, p->cfg.bn, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas};
+    return (ik_spec){mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes,
+                     p->cfg.bm, p->cfg.bn, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas, p->cfg.consumers};
+}
+
+/* "BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=.." */
+static void config_text(const loom_ikbo_lce_config *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d", c->bm, c->bn, c->stages, c->cwarps,
+             c->ctas, c->consumers);
+}
+
+/* A GEMM kernel of the stage. */
+static loom_status add_gemm(loom_ikbo_lce *p, ik_mode mode, int planes)
+{
+    ik_spec sp = spec_of(p, mode, planes);
     char err[256] = "";
     int g[3];
     ik_grid(&sp, g);
@@ -146,7 +159,7 @@ static loom_status tuned_config(loom_ikbo_lce *p)
     loom_status st = loom_tune(p->rt, t, shape, 1, &o, &r);
     if (st == LOOM_OK)
         p->cfg = (loom_ikbo_lce_config){(int)r.config[0], (int)r.config[1], (int)r.config[2], (int)r.config[3],
-                                         (int)r.config[4]};
+                                         (int)r.config[4], (int)r.config[5]};
     loom_tuned_release(&r, 1);
     return st;
 }
@@ -169,7 +182,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         if (st != LOOM_OK)
             return fail(p, st, "loom_ikbo_lce_prepare: the materialized E (%lld bytes): %s",
                         (long long)(s->B * kt * s->N * (int64_t)e), loom_runtime_error(p->rt));
-        ik_spec sp = {IK_CAND, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 1, 0, 0, 0, 0, 0};
+        ik_spec sp = spec_of(p, IK_CAND, 1);
         int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
         if ((st = add_kernel(p, ik_gather_kernel(&sp), g, NULL)) != LOOM_OK)
             return st;
@@ -178,8 +191,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         const loom_template *gt = loom_template_find("gemm");
         int64_t gs[LOOM_MAX_PARAMS] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1}, gc[LOOM_MAX_PARAMS];
         char text[160];
-        snprintf(text, sizeof text, "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d", p->cfg.bm, p->cfg.bn, p->cfg.stages,
-                 p->cfg.cwarps, p->cfg.ctas);
+        config_text(&p->cfg, text, sizeof text);
         if (loom_params_parse(gt->config, gt->nconfig, text, gc, err, sizeof err) != 0)
             return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: the baseline gemm's config: %s", err);
         loom_kernel *k = gt->build(gs, gc, err, sizeof err);
@@ -265,9 +277,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         return LOOM_ERR_INVALID;
     }
     /* the shape and config, checked before anything is allocated */
-    ik_spec sp = {stage == LOOM_IKBO_PERSISTENT ? IK_FUSED : IK_CAND_FUSED, shape->B, shape->U, shape->M, shape->N,
-                  shape->Ku, shape->Kc, shape->dtype, 2, p->cfg.bm, p->cfg.bn, p->cfg.stages,
-                  p->cfg.cwarps, p->cfg.ctas};
+    ik_spec sp = spec_of(p, stage == LOOM_IKBO_PERSISTENT ? IK_FUSED : IK_CAND_FUSED, 2);
     char buf[300];
     const char *why = ik_why_not(&sp, buf, sizeof buf);
     loom_status st = LOOM_OK;
@@ -281,8 +291,9 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         loom_ikbo_lce_destroy(p);
         return st;
     }
-    int n = snprintf(p->desc, sizeof p->desc, "stage %d (%s): BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d;", (int)stage,
-                     loom_ikbo_stage_name(stage), p->cfg.bm, p->cfg.bn, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas);
+    char text[160];
+    config_text(&p->cfg, text, sizeof text);
+    int n = snprintf(p->desc, sizeof p->desc, "stage %d (%s): %s;", (int)stage, loom_ikbo_stage_name(stage), text);
     for (int i = 0; i < p->nk && n > 0 && (size_t)n < sizeof p->desc; i++)
         n += snprintf(p->desc + n, sizeof p->desc - (size_t)n, " %s", loom_kernel_name(p->k[i]));
     *out = p;

@@ -162,14 +162,20 @@ static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const
 Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
-    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5};
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0};
     all_stages_on(rt, small_cases, NSMALL, &cfg, LOOM_F16);
-    loom_ikbo_lce_config deep = {64, 64, 4, 4, 3}; /* the ring deeper than some tiles' k steps */
+    loom_ikbo_lce_config deep = {64, 64, 4, 4, 3, 0}; /* the ring deeper than some tiles' k steps */
     all_stages_on(rt, small_cases + 3, 2, &deep, LOOM_F16);
     /* two consumer warp groups, bf16 */
-    loom_ikbo_lce_config two = {128, 64, 3, 8, 3};
+    loom_ikbo_lce_config two = {128, 64, 3, 8, 3, 0};
     all_stages_on(rt, small_cases, 1, &two, LOOM_BF16);
     all_stages_on(rt, small_cases + 3, 1, &two, LOOM_BF16);
+    /* ping-pong: two warp groups take turns on whole tiles; 5 programs leave some with an
+     * odd number of tiles, 7 with one tile or none */
+    loom_ikbo_lce_config pp = {64, 64, 3, 8, 5, 1}, pp7 = {64, 64, 2, 8, 7, 1}, pp128 = {128, 64, 2, 8, 3, 1};
+    all_stages_on(rt, small_cases, NSMALL, &pp, LOOM_F16);
+    all_stages_on(rt, small_cases + 1, 2, &pp7, LOOM_F16);
+    all_stages_on(rt, small_cases + 3, 1, &pp128, LOOM_BF16);
     loom_runtime_destroy(rt);
 }
 
@@ -184,13 +190,16 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     cr_assert(strstr(loom_runtime_error(rt), "N must be a multiple of 8"), "%s", loom_runtime_error(rt));
     cr_assert_null(p);
     loom_ikbo_lce_shape s = {4, 2, 40, 64, 9, 11, LOOM_F16};
-    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 0};
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 0, 0};
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "persistent: ctas must be"), "%s", loom_runtime_error(rt));
-    loom_ikbo_lce_config roomless = {128, 256, 4, 8, 2}; /* the ring leaves no room for the user tile */
+    loom_ikbo_lce_config roomless = {128, 256, 4, 8, 2, 0}; /* the ring leaves no room for the user tile */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_FUSED_EPILOGUE, h.wu, h.wc, &roomless, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "the staging tile (65536) and the identity (32768) need over 226 KiB"),
               "%s", loom_runtime_error(rt));
+    loom_ikbo_lce_config lone = {64, 64, 2, 4, 2, 1}; /* ping-pong with one warp group */
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &lone, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "consumers=1 (ping-pong) needs cwarps=8"), "%s", loom_runtime_error(rt));
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, (loom_ikbo_stage)9, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "stage 9 is not 0 to 4"), "%s", loom_runtime_error(rt));
     cfg.ctas = 2;
@@ -217,14 +226,17 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
         {67, 67, 433, 256, 99, 61, 1},    /* one candidate per user, shuffled */
         {130, 400, 129, 72, 37, 50, 1},   /* more users than candidates, N=72 */
     };
-    /* the default config and two consumer warp groups */
-    loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132}, two = {128, 128, 4, 8, 132}, narrow = {128, 64, 4, 8, 132};
+    /* the default config, two consumer warp groups sharing a tile, and ping-pong */
+    loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132, 0}, two = {128, 128, 4, 8, 132, 0},
+                         narrow = {128, 64, 4, 8, 132, 0}, pp = {64, 256, 4, 8, 132, 1};
     for (int i = 0; i < 3; i++) {
         host_io h = make_inputs(&gpu_cases[i], LOOM_F16, 11 + (uint64_t)i);
         for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
             run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &narrow : &cfg, &h);
             if (i == 0 && st >= LOOM_IKBO_FUSED_EPILOGUE)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &two, &h);
+            if (i < 2 && st >= LOOM_IKBO_FUSED_EPILOGUE)
+                run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &pp, &h);
         }
         free_inputs(&h);
     }
