@@ -144,17 +144,15 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int
         loom_ikbo_lce *p = NULL;
         if (loom_ikbo_lce_prepare(rt, &ls, LOOM_IKBO_PERSISTENT, wu, wc, NULL, &p) != LOOM_OK)
             DIE("tuning: %s", loom_runtime_error(rt));
-        const char *d = loom_ikbo_lce_describe(p);
-        if (sscanf(strstr(d, "BM="), "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d", &cfg.bm, &cfg.bn, &cfg.stages,
-                   &cfg.cwarps, &cfg.ctas) != 5)
-            DIE("tuned config: %s", d);
+        cfg = loom_ikbo_lce_config_of(p);
         loom_ikbo_lce_destroy(p);
     }
     double ms[5] = {0};
-    printf("B=%lld U=%lld (ratio %.0f) M=%lld N=%lld Ku=%lld Kc=%lld %s; BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d\n",
+    printf("B=%lld U=%lld (ratio %.0f) M=%lld N=%lld Ku=%lld Kc=%lld %s; "
+           "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d\n",
            (long long)s->B, (long long)s->U, (double)s->B / (double)s->U, (long long)s->M, (long long)s->N,
            (long long)s->Ku, (long long)s->Kc, shuffle ? "shuffled" : "contiguous", cfg.bm, cfg.bn, cfg.stages,
-           cfg.cwarps, cfg.ctas);
+           cfg.cwarps, cfg.ctas, cfg.consumers);
     double gflop = 2.0 * (double)s->M * (double)s->N * ((double)s->B * (double)s->Kc + (double)s->U * (double)s->Ku) / 1e9;
     for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
         loom_ikbo_lce *p = NULL;

@@ -793,6 +793,8 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
                               loom_buffer *cand_to_user, loom_buffer *out);
 /* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused" */
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p);
+/* The tile config the stage's kernels were built with (given, or the tuner's). */
+loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p);
 /* The kernels a run launches, in order (for their PTX or IR): kernel i and its grid;
  * NULL past the last. */
 loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3]);

@@ -15,9 +15,8 @@
  *   IK_FUSED       one persistent kernel: every program first takes user tiles, then
  *                  candidate tiles (tile t = pid, pid + ctas, ...; the user tiles come
  *                  first in that order, so a program never waits before its own user
- *                  tiles are done).  A user tile stores its result and adds 1 to its
- *                  flag (release); the candidate tiles that need it wait for the flag to
- *                  reach the launch's epoch (acquire).
+ *                  tiles are done).  The user tiles hand their results over through a
+ *                  counter in global memory (below).
  *
  * user_res keeps the f32 accumulator's precision as two planes of the I/O dtype, hi =
  * round(u) and lo = round(u - hi) (u = hi + lo to 22 bits for f16): out is then rounded
@@ -25,33 +24,35 @@
  * be off by half an ulp of u more than round(u + c), and on small samples it loses to
  * the framework's round(round(c) + round(u)) the checks compare against.)
  *
- * How a candidate tile adds its user's tile.  The consumer warp group must not wait for
- * it: each plane travels into the staging tile (the shared-memory tile the result leaves
- * through by TMA store) while the mainloop runs, and the consumer adds it on the tensor
- * cores, as one more wgmma with an identity matrix: acc += I[BM, BM] @ plane[BM, BN]
- * (exact: the products are the plane's values times 1 or 0).  hi joins the wgmma stream
- * in the middle of the mainloop, lo two k steps before its end; the accumulator never
- * leaves the registers and the epilogue is that of a plain GEMM.  The planes take turns
- * in the staging tile (both at once would not leave room for a ring of four stages).
- * Who brings them:
+ * How a candidate tile adds its user's tile: as more k steps of its GEMM.  acc +=
+ * I[BM, BM] @ plane[BM, BN] on the tensor cores (exact: the products are the plane's
+ * values times 1 or 0), for hi and then lo, 64 rows of the plane a ring use: the producer
+ * TMA-loads the plane's rows into the E half of a ring slot, and the consumer runs the
+ * wgmma with a 64-column part of the identity (kept in shared memory, written once) in
+ * place of the slot's W tile.  So the planes flow through the ring like any k step:
+ * nothing waits for them, the accumulator never leaves the registers and the epilogue is
+ * that of a plain GEMM.  user_res was written by the previous kernel (stage 3) or by the
+ * user tiles of the same kernel (stage 4).
  *
- *   stage 3  the producer, by TMA, hi after the tile's first `stages` k steps and lo
- *            `stages` steps after the consumer has taken hi (the ring is full at both
- *            points, so nothing waits for them); user_res was written by the previous
- *            kernel.
- *   stage 4  the same, once the producer has waited for the user tile's flag (just
- *            before hi: the user tiles come first, so by then it is nearly always
- *            set).  The tile was written by another program's generic stores; the
- *            flag wait ends with a fence of the async proxy, which orders them before
- *            the TMA load.  (Session 4 had a loader warp group wait and copy the planes
- *            with generic loads instead: 0.461 ms at the headline against stage 3's
- *            0.401, the copy through registers and bank-conflicted shared stores.)
+ * Stage 4's hand-over.  Each user tile, once its stores are done, adds 1 to one counter
+ * in global memory (release).  A program's producer, before the planes of its first
+ * candidate tile, waits until the counter reaches every user tile of the launch
+ * (acquire; the counter counts up over launches, by the 64 x 64 blocks of user_res: epoch * U *
+ * cdiv(M, 64) * cdiv(N, 64)).  One wait a
+ * program, not one a tile: a wait is an L2 round trip the producer cannot hide, and
+ * since every program takes its user tiles first, waiting for all of them costs at most
+ * the end of the slowest user tile.  The user tiles were written by other programs'
+ * generic stores; the wait ends with a fence of the async proxy, which orders them
+ * before the TMA loads.  (Session 4 had a loader warp group wait per tile and copy the
+ * planes with generic loads: 0.461 ms at the headline against stage 3's 0.401; a wait a
+ * tile in the producer, with TMA: 0.416 against 0.394.)
  *
- * Two mbarriers pace the staging tile between its fetcher and the consumer, one phase per
- * plane (hi of the c-th candidate tile of the program is fetch 2c, lo fetch 2c + 1):
- * user_full (the plane has landed) and user_free (the staging tile may be overwritten:
- * for hi, once the previous tile's TMA store has read it, which the consumer says at k
- * step 0, its first wgmma in flight; for lo, once the hi wgmma is done).
+ * Consumers (`consumers`): one task of cwarps warps shares each tile by rows, or (1,
+ * ping-pong) two warp groups take turns on whole tiles, each with its own tile of BM
+ * rows: one's epilogue runs while the other's mainloop keeps the tensor cores busy.  They
+ * hand the tensor cores over at named barriers X and Y (the order makes the ring's
+ * parity waits sound, as in templates/gemm.c) and share one staging tile, which each
+ * leaves only once its TMA store has read it.
  *
  * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
  * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
@@ -93,6 +94,8 @@ static int64_t eye_bytes(const ik_spec *s) { return (int64_t)s->bm * s->bm * esz
 
 /* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use. */
 static int64_t plane_steps(const ik_spec *s) { return 2 * (s->bm / 64); }
+
+int64_t ik_user_blocks(const ik_spec *s) { return s->U * TPL_CDIV(s->M, 64) * TPL_CDIV(s->N, 64); }
 
 int64_t ik_tiles(const ik_spec *s)
 {
@@ -207,8 +210,7 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
                                  s->mode == IK_USER ? LOOM_OUT : s->mode == IK_FUSED ? LOOM_INOUT : LOOM_IN);
     }
     if (s->mode == IK_FUSED) {
-        a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE3(s->U, TPL_CDIV(s->M, 64), TPL_CDIV(s->N, 64)),
-                                  LOOM_INOUT);
+        a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT); /* the user tiles done */
         a.epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
     }
     if (s->mode != IK_USER)
@@ -247,23 +249,11 @@ static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
     return loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
 }
 
-/* Stage 4: wait until user u's tile has been published (acquire, then a proxy fence: its
- * stores are then visible to the task's TMA loads).  The user tile is the same [BM, BN]
- * tile of user_res, so the flag of its first 64 x 64 block, added after all of its
- * stores, stands for the whole tile. */
-static void wait_user(loom_kernel *k, const ik_args *a, tile_at t, loom_val u)
-{
-    loom_flag_wait(k, a->flags, ((loom_val[]){u, loom_div(k, t.m0, CI(64)), loom_div(k, t.n0, CI(64))}), a->epoch);
-}
-
 /* Producer: the plane steps of candidate tile t, ring uses it .. it + plane_steps - 1:
- * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot (stage 4 first
- * waits for the user tile's flag). */
+ * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot. */
 static void load_planes(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it)
 {
     loom_val u = user_of(k, a, t);
-    if (s->mode == IK_FUSED)
-        wait_user(k, a, t, u);
     for (int64_t q = 0; q < plane_steps(s); q++) {
         int64_t p = q / (s->bm / 64), h = q % (s->bm / 64);
         loom_val use = loom_add(k, it, CI(q));
@@ -365,19 +355,11 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
             loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
             loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
         }
-        if (s->mode == IK_FUSED)
-            /* one flag per 64 x 64 block of user_res (so the flags do not depend on the
-             * tile config), added once the tile's stores are done; blocks past M or N
-             * have none */
-            for (int i = 0; i < s->bm / 64; i++)
-                for (int jb = 0; jb < s->bn / 64; jb++) {
-                    loom_val mb = loom_add(k, loom_div(k, t.m0, CI(64)), CI(i));
-                    loom_val nb = loom_add(k, loom_div(k, t.n0, CI(64)), CI(jb));
-                    loom_region_op in = loom_if_begin(k, loom_and(k, loom_cmp(k, LOOM_LT, mb, CI(TPL_CDIV(s->M, 64))),
-                                                                   loom_cmp(k, LOOM_LT, nb, CI(TPL_CDIV(s->N, 64)))), 0);
-                    loom_flag_add(k, a->flags, ((loom_val[]){t.j, mb, nb}), CI(1));
-                    loom_if_end(k, in, 0, NULL);
-                }
+        if (s->mode == IK_FUSED) { /* the tile's 64 x 64 blocks of user_res are done */
+            loom_val mb = loom_min(k, CI(s->bm / 64), loom_sub(k, CI(TPL_CDIV(s->M, 64)), loom_div(k, t.m0, CI(64))));
+            loom_val nb = loom_min(k, CI(s->bn / 64), loom_sub(k, CI(TPL_CDIV(s->N, 64)), loom_div(k, t.n0, CI(64))));
+            loom_flag_add(k, a->flags, ((loom_val[]){CI(0)}), loom_mul(k, mb, nb));
+        }
     }
     if (pp) { /* replica 0 waits until replica 1's mainloop is done */
         loom_region_op w = loom_if_begin(k, pp->second, 0);
@@ -455,6 +437,16 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         loom_for_end(k, kl, 0, NULL);
         if (adds_user(s)) { /* a candidate tile's planes, after its k steps */
             loom_region_op pl = loom_if_begin(k, loom_not(k, is_user), 0);
+            if (s->mode == IK_FUSED) {
+                /* before the first candidate tile's: every user tile of the launch is done
+                 * (acquire; then a proxy fence, for the TMA loads) */
+                loom_val behind = loom_max(k, loom_sub(k, CI(nut), pid), zero);
+                loom_val first = loom_add(k, pid, loom_mul(k, loom_div(k, loom_sub(k, loom_add(k, behind, step), one),
+                                                                        step), step));
+                loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, tv, first), 0);
+                loom_flag_wait(k, a.flags, ((loom_val[]){zero}), loom_mul(k, a.epoch, CI(ik_user_blocks(s))));
+                loom_if_end(k, w, 0, NULL);
+            }
             load_planes(k, s, &a, &m, t, loom_add(k, it0, CI(nkc)));
             loom_if_end(k, pl, 0, NULL);
         }
@@ -661,7 +653,7 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &seed);
     tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &seed);
     ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], seed, host[4]);
-    /* user_res, flags: zero (the buffers come zeroed); epoch 1 */
+    /* user_res, the counter: zero (the buffers come zeroed); epoch 1 */
     *(int32_t *)host[7] = 1;
 }
 
@@ -709,9 +701,8 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
     static const int64_t cf[6] = {128, 256, 4, 8, 132, 0}; /* the outputs do not depend on it */
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[8]);
-    if (ref[6]) /* one add for each 64 x 64 block of user_res */
-        for (int64_t i = 0; i < s.U * TPL_CDIV(s.M, 64) * TPL_CDIV(s.N, 64); i++)
-            ((int32_t *)ref[6])[i] = 1;
+    if (ref[6]) /* the counter after one launch */
+        *(int32_t *)ref[6] = (int32_t)ik_user_blocks(&s);
 }
 
 const loom_template tpl_def_ikbo_lce = {

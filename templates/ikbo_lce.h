@@ -32,6 +32,9 @@ enum { IK_COOPERATIVE, IK_PINGPONG };
 int64_t ik_pad8(int64_t k);
 int64_t ik_tiles_mn(const ik_spec *s); /* tiles of one [M, N] output */
 int64_t ik_tiles(const ik_spec *s);    /* tiles of the whole kernel */
+/* The 64 x 64 blocks of user_res: stage 4's counter of user tiles done grows by this
+ * much a launch. */
+int64_t ik_user_blocks(const ik_spec *s);
 void ik_grid(const ik_spec *s, int grid[3]);
 /* Why the spec cannot be built, or NULL. */
 const char *ik_why_not(const ik_spec *s, char *buf, size_t n);

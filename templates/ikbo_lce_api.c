@@ -9,10 +9,10 @@
  *                    the broadcast-add template
  *   2 K aligned      as 1, the weights padded once at prepare
  *   3 fused epilogue user GEMM (user_res as hi + lo planes of the dtype), candidate GEMM
- *                    adding user_res[u(b)] (the producer fetches it by TMA during the
- *                    mainloop, the tensor cores add it)
- *   4 persistent     one kernel; its flags count launches, so each run passes the next
- *                    epoch instead of clearing them
+ *                    adding user_res[u(b)] (its planes come through the ring as more k
+ *                    steps, added on the tensor cores)
+ *   4 persistent     one kernel; its counter of user tiles done grows every launch, so
+ *                    each run passes the next epoch instead of clearing it
  */
 #include "ikbo_lce.h"
 
@@ -239,7 +239,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
             st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc);
         p->ures = dev(p, (size_t)(s->U * 2 * s->M * s->N) * e, &st); /* hi and lo planes */
         if (p->stage == LOOM_IKBO_PERSISTENT)
-            p->flags = dev(p, (size_t)(s->U * TPL_CDIV(s->M, 64) * TPL_CDIV(s->N, 64)) * 4, &st);
+            p->flags = dev(p, 4, &st); /* the counter of user tiles done */
         if (st != LOOM_OK)
             return fail(p, st, "loom_ikbo_lce_prepare: buffers: %s", loom_runtime_error(p->rt));
         if (p->stage == LOOM_IKBO_PERSISTENT)
@@ -367,7 +367,9 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
         return st;
     }
     case LOOM_IKBO_PERSISTENT: {
-        if (p->epoch == 0x3fffffff) { /* the flags count launches: start over long before they wrap */
+        ik_spec sp = spec_of(p, IK_FUSED, 2);
+        if ((int64_t)(p->epoch + 1) * ik_user_blocks(&sp) > INT32_MAX) { /* the counter grows every launch: start
+                                                                         over before it wraps */
             if ((st = loom_buffer_fill(p->flags, 0)) != LOOM_OK)
                 return fail(p, st, "loom_ikbo_lce_run: clearing the flags: %s", loom_runtime_error(p->rt));
             p->epoch = 0;
@@ -384,6 +386,11 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
 }
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }
+
+loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p)
+{
+    return p ? p->cfg : (loom_ikbo_lce_config){0, 0, 0, 0, 0, 0};
+}
 
 loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3])
 {
