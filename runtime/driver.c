@@ -741,6 +741,25 @@ static bool want_nvjitlink(void)
 static loom_status link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cubin, size_t *n,
                             const char **linker, char *err, size_t errlen)
 {
+    /* setmaxnreg (a task's register budget): both linkers compile PTX as a relocatable
+     * unit, where ptxas drops it ("(C7504) 'setmaxnreg' ignored to maintain compatibility
+     * across compilation units"), so every thread keeps the launch's 64K / threads
+     * registers and a 384-thread kernel's consumers (232 wanted, 168 kept) spill.  Such
+     * PTX is the image itself: cuModuleLoadDataEx (load_image) compiles it as a whole
+     * program, which honours setmaxnreg (and the driver's JIT cache keeps the result). */
+    if (strstr(ptx, "setmaxnreg")) {
+        size_t len = strlen(ptx) + 1;
+        if (!(*cubin = malloc(len))) {
+            snprintf(err, errlen, "out of host memory");
+            return LOOM_ERR_NOMEM;
+        }
+        memcpy(*cubin, ptx, len);
+        *n = len;
+        *linker = "PTX load";
+        (void)g;
+        (void)what;
+        return LOOM_OK;
+    }
     if (want_nvjitlink() && jl_load()) {
         if (link_nvjitlink(g, ptx, what, cubin, n, err, errlen) == LOOM_OK) {
             *linker = "nvJitLink";

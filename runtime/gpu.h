@@ -125,7 +125,7 @@ typedef struct rt_gpu_stats {
     double key_ms;            /* print IR + hash */
     double codegen_ms;        /* cg_compile_ptx (miss only) */
     double link_ms;           /* PTX -> cubin (miss only) */
-    const char *linker;       /* "driver" (cuLink*) or "nvJitLink" (miss only) */
+    const char *linker;       /* "driver" (cuLink*), "nvJitLink" or "PTX load" (setmaxnreg; miss only) */
     double disk_ms;           /* reading (hit) or writing (miss) the cache file */
     double load_ms;           /* cuModuleLoadData + cuModuleGetFunction */
     size_t ptx_bytes, cubin_bytes;

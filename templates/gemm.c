@@ -32,8 +32,14 @@
  * bench/RESULTS.md): one consumer warp group with 64x256 tiles, 4 stages, the TMA-store
  * epilogue, groups of 32 tile rows (BM=128,BN=128 was as fast on large squares, but wastes
  * rows at the IKBO M=433).  Other stage counts ran 5-25% slower (3: the loads arrive
- * late; 5 and more: slower too, not understood), BK=32 slower, and two consumer warp
- * groups on one tile, taking turns or splitting it, 5-8% slower than one.
+ * late; 5 and more: slower too, not understood), BK=32 slower.  Two consumer warp groups
+ * (384 threads) need setmaxnreg to give each its 232 registers, which ptxas honours only
+ * when it compiles the PTX as a whole program (the runtime loads such PTX so; linked as a
+ * relocatable unit they spilled and ran 5-10% slower than one warp group).  With it,
+ * split 128x256 tiles (consumers=2,cwarps=8,BM=128) are the fastest on large squares
+ * (0.996 of cuBLAS at 4096^3, 1.02 at 8192^3, against 0.974 and 1.013 for the
+ * defaults) but waste rows at M=433 (0.81-0.96 against 0.89-1.05 on the IKBO shapes);
+ * ping-pong on 64x256 tiles measured 0.96-0.98 at 4096^3, no better than one warp group.
  *
  * Tiles are visited persistently (grid = `ctas` programs, tile t = pid, pid + ctas, ...)
  * in groups of `group` tile rows so neighbouring CTAs share A and B in L2; ctas=0
@@ -560,7 +566,8 @@ const loom_template tpl_def_gemm = {
                {"group", 32, "tile rows per L2 group", 2, {8, 32}},
                {"consumers", 0, "how the consumer warp groups share the tiles: 0 cooperative (one task "
                                 "splits each tile), 1 ping-pong (two take turns on whole tiles), 2 split "
-                                "(two share each tile by rows and run free of each other)", 2, {0, 1}},
+                                "(two share each tile by rows and run free of each other; with BM=128 the "
+                                "fastest on large squares on the H200)", 3, {0, 1, 2}},
                {"tmastore", 1, "1: the epilogue stages the tile in shared memory and writes it with one TMA "
                                "store; 0: it stores straight from the accumulator registers", 2, {1, 0}},
                {"cluster", 1, "CTAs a cluster (1 or 2): the two tiles of a cluster are stacked along M and "
