@@ -159,8 +159,9 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 }
 
 /* Candidate tiles go out through a shared-memory staging tile and one TMA store (which
- * runs on during the next tile's mainloop): always where they add the user tile (which
- * comes in through it), else whenever the ring leaves room for it. */
+ * runs on during the next tile's mainloop): always where they add the user tile (the
+ * fused kernels' output is as large as their input, and ik_why_not makes room), else
+ * whenever the ring leaves room for it. */
 static bool staged(const ik_spec *s)
 {
     return has_cand(s) && (adds_user(s) || ring_bytes(s) + staging_bytes(s) <= IK_SMEM);
