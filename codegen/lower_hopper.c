@@ -366,19 +366,9 @@ static int64_t hw_arrivals(L *l, uint32_t bars, int64_t dsl)
         int kind = 0; /* 1 expect, 2 arrive */
         for (uint32_t o = 1; o < k->nops; o++) {
             const ir_op *op = &k->ops[o];
-            if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT && op->kind != IR_MBAR_ARRIVE_CLUSTER) ||
-                !op->block || op->opnd[0] != bars)
+            if (!ir_is_arrival(op->kind) || !op->block || op->opnd[0] != bars)
                 continue;
-            uint32_t tk = 0;
-            for (uint32_t b = op->block; b && !tk;) {
-                uint32_t p = k->blocks[b].parent;
-                if (!p)
-                    break;
-                if (k->ops[p].kind == IR_TASK)
-                    tk = p;
-                b = k->ops[p].block;
-            }
-            if (tk == t[i].op)
+            if (ir_task_of(k, o) == t[i].op)
                 kind |= op->kind == IR_MBAR_EXPECT ? 1 : 2;
         }
         if (kind == 3) {
@@ -576,7 +566,7 @@ static bool hopper_collect_tma(L *l)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
     for (uint32_t o = 1; o < k->nops; o++) {
         const ir_op *op = &k->ops[o];
-        if ((op->kind != IR_TMA_LOAD && op->kind != IR_TMA_LOAD_MULTICAST && op->kind != IR_TMA_STORE) ||
+        if ((!ir_is_tma_load(op->kind) && op->kind != IR_TMA_STORE) ||
             !op->block)
             continue;
         tma_plan p = plan_tma(k, op);

@@ -44,8 +44,7 @@ int ir_tasks(const loom_kernel *k, ir_task_info *out, int max)
     return n;
 }
 
-/* The task op enclosing op o, or 0. */
-static uint32_t task_of(const loom_kernel *k, uint32_t o)
+uint32_t ir_task_of(const loom_kernel *k, uint32_t o)
 {
     for (uint32_t b = k->ops[o].block; b;) {
         uint32_t p = k->blocks[b].parent;
@@ -192,10 +191,10 @@ static int find_arrivers(const loom_kernel *k, uint32_t bars, const uint8_t *dep
     int nt = 0;
     for (uint32_t o = 1; o < k->nops; o++) {
         const ir_op *op = &k->ops[o];
-        if ((op->kind != IR_MBAR_ARRIVE && op->kind != IR_MBAR_EXPECT && op->kind != IR_MBAR_ARRIVE_CLUSTER) ||
+        if (!ir_is_arrival(op->kind) ||
             !op->block || op->opnd[0] != bars)
             continue;
-        uint32_t t = task_of(k, o);
+        uint32_t t = ir_task_of(k, o);
         if (!t)
             return -1;
         int i = 0;
@@ -295,7 +294,7 @@ static void check_barriers(loom_kernel *k)
         int nloads = 0;
         for (uint32_t i = 0; i < b->nops; i++) {
             ir_op *ld = &k->ops[b->ops[i]];
-            if (ld->kind != IR_TMA_LOAD && ld->kind != IR_TMA_LOAD_MULTICAST)
+            if (!ir_is_tma_load(ld->kind))
                 continue;
             int r = k->vals[ld->opnd[0]].type.shape.rank;
             if (ld->opnd[2 + r] != ex->opnd[0] || ld->opnd[3 + r] != ex->opnd[1])
@@ -308,7 +307,7 @@ static void check_barriers(loom_kernel *k)
          * nothing to prove (the interpreter checks the bytes as they land) */
         for (uint32_t o2 = 1; o2 < k->nops && nloads; o2++) {
             const ir_op *ld = &k->ops[o2];
-            if ((ld->kind != IR_TMA_LOAD && ld->kind != IR_TMA_LOAD_MULTICAST) || !ld->block ||
+            if (!ir_is_tma_load(ld->kind) || !ld->block ||
                 ld->block == ex->block)
                 continue;
             int r = k->vals[ld->opnd[0]].type.shape.rank;

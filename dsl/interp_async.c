@@ -217,7 +217,7 @@ static bool check_tma_args(interp *in)
     loom_kernel *k = in->k;
     for (uint32_t o = 1; o < k->nops; o++) {
         const ir_op *op = &k->ops[o];
-        if (op->kind != IR_TMA_LOAD && op->kind != IR_TMA_LOAD_MULTICAST && op->kind != IR_TMA_STORE)
+        if (!ir_is_tma_load(op->kind) && op->kind != IR_TMA_STORE)
             continue;
         uint32_t ai = k->vals[op->opnd[0]].def;
         const ir_arg *a = &k->args[ai];

@@ -181,6 +181,13 @@ static inline ir_value *ir_val(loom_kernel *k, uint32_t v) { return &k->vals[v];
 static inline ir_op *ir_opp(loom_kernel *k, uint32_t o) { return &k->ops[o]; }
 static inline ir_block *ir_blk(loom_kernel *k, uint32_t b) { return &k->blocks[b]; }
 static inline bool ir_valid(const loom_kernel *k, uint32_t v) { return v != 0 && v < k->nvals; }
+/* An op that arrives on an mbarrier: arrive, arrive on every CTA of the cluster, expect-bytes. */
+static inline bool ir_is_arrival(ir_opkind kind)
+{
+    return kind == IR_MBAR_ARRIVE || kind == IR_MBAR_EXPECT || kind == IR_MBAR_ARRIVE_CLUSTER;
+}
+/* A TMA load, plain or multicast. */
+static inline bool ir_is_tma_load(ir_opkind kind) { return kind == IR_TMA_LOAD || kind == IR_TMA_LOAD_MULTICAST; }
 
 /* Create an op in the innermost open block with the given operands and no results. */
 uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *opnd, int nopnd);
@@ -216,6 +223,8 @@ typedef struct ir_task_info {
 } ir_task_info;
 /* Fill up to max entries; returns the number of tasks (0: the kernel has none). */
 int ir_tasks(const loom_kernel *k, ir_task_info *out, int max);
+/* The task op enclosing op o, or 0. */
+uint32_t ir_task_of(const loom_kernel *k, uint32_t o);
 /* How many replicas of task op `task` arrive on barrier array `bars` (an mbar_alloc
  * result) in one phase: all of its replicas, or 1 where they take turns (the barrier
  * index of its arrivals depends on loom_task_replica and the array's arrival count is

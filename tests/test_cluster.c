@@ -284,13 +284,6 @@ Test(cluster, smem_part_views_their_window)
     loom_kernel_destroy(k);
 }
 
-static const char *ptxas_path(void)
-{
-    if (getenv("PTXAS") && access(getenv("PTXAS"), X_OK) == 0)
-        return getenv("PTXAS");
-    return access("/usr/local/cuda/bin/ptxas", X_OK) == 0 ? "/usr/local/cuda/bin/ptxas" : NULL;
-}
-
 Test(cluster, ptx_has_cluster_launch_multicast_and_remote_arrivals)
 {
     int wl;
@@ -303,24 +296,7 @@ Test(cluster, ptx_has_cluster_launch_multicast_and_remote_arrivals)
     cr_assert(strstr(ptx, "mbarrier.arrive.shared::cluster.b64"), "no remote arrival");
     cr_assert(strstr(ptx, "barrier.cluster.arrive"), "no cluster barrier");
     cr_assert(strstr(ptx, "%cluster_ctarank"), "no cluster rank");
-    const char *ptxas = ptxas_path();
-    if (ptxas) {
-        char file[] = "/tmp/loom_cluster_XXXXXX";
-        int fd = mkstemp(file);
-        cr_assert(fd >= 0);
-        cr_assert_eq(write(fd, ptx, strlen(ptx)), (ssize_t)strlen(ptx));
-        close(fd);
-        char cmd[512], out[8192];
-        snprintf(cmd, sizeof cmd, "%s -arch=sm_90a -v %s -o /dev/null 2>&1", ptxas, file);
-        FILE *p = popen(cmd, "r");
-        cr_assert(p);
-        size_t n = fread(out, 1, sizeof out - 1, p);
-        out[n] = 0;
-        int rc = pclose(p);
-        unlink(file);
-        cr_assert_eq(rc, 0, "ptxas:\n%s", out);
-        cr_assert(strstr(out, "0 bytes spill stores"), "spills:\n%s", out);
-    }
+    t_ptxas_ok(ptx, "sm_90a", "the cluster gemm");
     free(ptx);
     loom_kernel_destroy(k);
 }

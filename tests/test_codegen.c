@@ -22,25 +22,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static const char *find_ptxas(void)
-{
-    static char path[512];
-    const char *e = getenv("PTXAS");
-    if (e && *e && access(e, X_OK) == 0)
-        return e;
-    if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0)
-        return "/usr/local/cuda/bin/ptxas";
-    FILE *p = popen("command -v ptxas 2>/dev/null", "r");
-    if (!p)
-        return NULL;
-    char *r = fgets(path, sizeof path, p);
-    pclose(p);
-    if (!r)
-        return NULL;
-    path[strcspn(path, "\n")] = 0;
-    return path[0] ? path : NULL;
-}
-
 static char *compile(loom_kernel *k, const char *arch, size_t *smem)
 {
     char err[4096];
@@ -57,41 +38,15 @@ static char *compile(loom_kernel *k, const char *arch, size_t *smem)
     return ptx;
 }
 
-/* Assemble with ptxas -v: must succeed without spills.  Returns 0 if ptxas is absent. */
-static int ptxas_ok(const char *ptx, const char *arch, const char *name)
-{
-    const char *ptxas = find_ptxas();
-    if (!ptxas)
-        return 0;
-    char file[] = "/tmp/loom_cg_XXXXXX";
-    int fd = mkstemp(file);
-    cr_assert(fd >= 0);
-    size_t n = strlen(ptx);
-    cr_assert_eq(write(fd, ptx, n), (ssize_t)n);
-    close(fd);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s -arch=%s -v %s -o /dev/null 2>&1", ptxas, arch, file);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    static char out[65536];
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = 0;
-    int rc = pclose(p);
-    unlink(file);
-    cr_assert_eq(rc, 0, "ptxas failed on %s (%s):\n%s", name, arch, out);
-    cr_assert(strstr(out, "0 bytes spill stores"), "ptxas reports spills for %s (%s):\n%s", name, arch, out);
-    return 1;
-}
-
 /* Compile for sm_90a and sm_80 and assemble both; returns the sm_90a PTX (caller frees). */
 static char *check_kernel(loom_kernel *k)
 {
     cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
     char *ptx80 = compile(k, "sm_80", NULL);
-    ptxas_ok(ptx80, "sm_80", loom_kernel_name(k));
+    t_ptxas_ok(ptx80, "sm_80", loom_kernel_name(k));
     free(ptx80);
     char *ptx = compile(k, "sm_90a", NULL);
-    ptxas_ok(ptx, "sm_90a", loom_kernel_name(k));
+    t_ptxas_ok(ptx, "sm_90a", loom_kernel_name(k));
     return ptx;
 }
 
@@ -216,7 +171,7 @@ Test(codegen, row_softmax_uses_shuffles)
     k = row_softmax(64, 2048, 1, 2048, 8);
     size_t smem = 0;
     ptx = compile(k, "sm_90a", &smem);
-    ptxas_ok(ptx, "sm_90a", "row_softmax");
+    t_ptxas_ok(ptx, "sm_90a", "row_softmax");
     cr_assert_gt(smem, 0);
     cr_assert(strstr(ptx, "bar.sync"));
     free(ptx);

@@ -6,6 +6,8 @@
  *   t_run()            runs a kernel on the interpreter with host arrays as arguments
  *                      (uploaded before, downloaded after), keeping the runtime's error.
  *   bit helpers        f32/u32 views and NaN-aware bit-exact comparison.
+ *   t_ptxas_ok()       assembles PTX with ptxas -v (found through $PTXAS, the CUDA
+ *                      toolkit or PATH) and checks it has no spills.
  *   KNOWN_BUG()        skips a test that documents a reported library bug, unless
  *                      LOOM_TEST_KNOWN_BUGS=1 is set (then it runs and shows the failure).
  */
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- op coverage registry */
 
@@ -154,6 +157,55 @@ static inline const char *t_loc(const char *file, int line)
     char *b = buf[next++ & 3];
     snprintf(b, sizeof buf[0], "%s:%d:", base ? base + 1 : file, line);
     return b;
+}
+
+/* ---------------------------------------------------------------- ptxas */
+
+/* ptxas: $PTXAS, /usr/local/cuda/bin/ptxas or the PATH's; NULL where there is none. */
+static inline const char *t_find_ptxas(void)
+{
+    static char path[512];
+    const char *e = getenv("PTXAS");
+    if (e && *e && access(e, X_OK) == 0)
+        return e;
+    if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0)
+        return "/usr/local/cuda/bin/ptxas";
+    FILE *p = popen("command -v ptxas 2>/dev/null", "r");
+    if (!p)
+        return NULL;
+    char *r = fgets(path, sizeof path, p);
+    pclose(p);
+    if (!r)
+        return NULL;
+    path[strcspn(path, "\n")] = 0;
+    return path[0] ? path : NULL;
+}
+
+/* Assemble PTX with ptxas -v for arch: it must assemble, without spills.  Returns 0
+ * (and checks nothing) where there is no ptxas. */
+static inline int t_ptxas_ok(const char *ptx, const char *arch, const char *name)
+{
+    const char *ptxas = t_find_ptxas();
+    if (!ptxas)
+        return 0;
+    char file[] = "/tmp/loom_ptx_XXXXXX";
+    int fd = mkstemp(file);
+    cr_assert(fd >= 0);
+    size_t n = strlen(ptx);
+    cr_assert_eq(write(fd, ptx, n), (ssize_t)n);
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s -arch=%s -v %s -o /dev/null 2>&1", ptxas, arch, file);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    static char out[65536];
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = 0;
+    int rc = pclose(p);
+    unlink(file);
+    cr_assert_eq(rc, 0, "ptxas failed on %s (%s):\n%s", name, arch, out);
+    cr_assert(strstr(out, "0 bytes spill stores"), "ptxas reports spills for %s (%s):\n%s", name, arch, out);
+    return 1;
 }
 
 #endif /* LOOM_TESTUTIL_H */
