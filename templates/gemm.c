@@ -58,7 +58,7 @@
 
 enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED };
 enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE, C_CLUSTER };
-enum { COOPERATIVE, PINGPONG, SPLIT };
+enum { COOPERATIVE = TPL_COOPERATIVE, PINGPONG = TPL_PINGPONG, SPLIT = TPL_SPLIT };
 
 typedef struct g_cfg {
     int64_t M, N, K, batch;
@@ -427,21 +427,9 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "K and N must be multiples of 8 (TMA needs 16-byte aligned rows)";
     if (c->bk != 64 && c->bk != 32)
         return "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
-    if (c->cwarps != 4 && c->cwarps != 8)
-        return "cwarps must be 4 or 8 (one or two consumer warp groups)";
-    if (c->consumers < COOPERATIVE || c->consumers > SPLIT)
-        return "consumers must be 0 (cooperative), 1 (ping-pong) or 2 (split)";
-    if (c->consumers != COOPERATIVE && c->cwarps != 8)
-        return "consumers=1 and 2 need cwarps=8 (two consumer warp groups)";
-    if (c->consumers == PINGPONG && c->ctas == 0)
-        return "consumers=1 (ping-pong) needs persistent CTAs (ctas > 0): with one CTA per tile there is no "
-               "second tile to take turns on";
-    int wgs = c->consumers == PINGPONG ? 1 : c->cwarps / 4; /* warp groups sharing one tile */
-    if (c->bm != 64 * wgs && c->bm != 128 * wgs)
-        return c->consumers == PINGPONG ? "BM must be 64 or 128 with consumers=1 (one warp group owns a whole tile)"
-                                        : "BM must be 64 or 128 rows per consumer warp group";
-    if (c->bn < 64 || c->bn > 256 || (c->bn & (c->bn - 1)))
-        return "BN must be 64, 128 or 256";
+    const char *w = tpl_why_not_consumers(c->cwarps, c->consumers, SPLIT, c->ctas, c->bm, c->bn);
+    if (w)
+        return w;
     if (c->stages < 2 || c->stages > 12)
         return "stages must be 2 to 12";
     if (c->tmastore != 0 && c->tmastore != 1)
@@ -462,8 +450,6 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
                      (long long)ring);
         return buf;
     }
-    if ((int64_t)(c->bm / wgs) * c->bn / 128 > 192)
-        return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
     if (c->ctas < 0 || c->group < 1)
         return "ctas must be >= 0 and group >= 1";
     if (c->cluster != 1 && c->cluster != 2)

@@ -117,20 +117,9 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "B, U, M, N, Ku and Kc must be positive";
     if (s->N % 8)
         return "N must be a multiple of 8 (TMA needs 16-byte aligned rows of E and out)";
-    if (s->cwarps != 4 && s->cwarps != 8)
-        return "cwarps must be 4 or 8 (one or two consumer warp groups)";
-    if (s->consumers != IK_COOPERATIVE && s->consumers != IK_PINGPONG)
-        return "consumers must be 0 (one task shares each tile) or 1 (ping-pong: two take turns on whole tiles)";
-    if (s->consumers == IK_PINGPONG && s->cwarps != 8)
-        return "consumers=1 (ping-pong) needs cwarps=8 (two consumer warp groups)";
-    if (s->consumers == IK_PINGPONG && s->ctas < 1)
-        return "consumers=1 (ping-pong) needs persistent CTAs (ctas > 0)";
-    int wgs = s->consumers == IK_PINGPONG ? 1 : s->cwarps / 4; /* warp groups sharing a tile */
-    if (s->bm != 64 * wgs && s->bm != 128 * wgs)
-        return s->consumers == IK_PINGPONG ? "BM must be 64 or 128 with consumers=1 (one warp group owns a tile)"
-                                           : "BM must be 64 or 128 rows per consumer warp group";
-    if (s->bn < 64 || s->bn > 256 || (s->bn & (s->bn - 1)))
-        return "BN must be 64, 128 or 256";
+    const char *w = tpl_why_not_consumers(s->cwarps, s->consumers, TPL_PINGPONG, s->ctas, s->bm, s->bn);
+    if (w)
+        return w;
     if (s->stages < 2 || s->stages > 8)
         return "stages must be 2 to 8";
     if (ring_bytes(s) > IK_SMEM) {
@@ -149,8 +138,6 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
                  (long long)ring_bytes(s), (long long)staging_bytes(s), (long long)eye_bytes(s));
         return buf;
     }
-    if ((int64_t)(s->bm / wgs) * s->bn / 128 > 192)
-        return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
     if (s->ctas < 0)
         return "ctas must be >= 0";
     if (s->mode == IK_FUSED && (s->ctas < 1 || s->ctas > 1024))

@@ -27,7 +27,7 @@ typedef struct ik_spec {
                       IK_PINGPONG: two warp groups take turns on whole tiles (BM rows each) */
 } ik_spec;
 
-enum { IK_COOPERATIVE, IK_PINGPONG };
+enum { IK_COOPERATIVE = TPL_COOPERATIVE, IK_PINGPONG = TPL_PINGPONG };
 
 int64_t ik_pad8(int64_t k);
 int64_t ik_tiles_mn(const ik_spec *s); /* tiles of one [M, N] output */

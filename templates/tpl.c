@@ -118,6 +118,31 @@ loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     return NULL;
 }
 
+const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas, int bm, int bn)
+{
+    if (cwarps != 4 && cwarps != 8)
+        return "cwarps must be 4 or 8 (one or two consumer warp groups)";
+    if (consumers < TPL_COOPERATIVE || consumers > last)
+        return last == TPL_SPLIT ? "consumers must be 0 (cooperative), 1 (ping-pong) or 2 (split)"
+                                 : "consumers must be 0 (one task shares each tile) or 1 (ping-pong: two take turns "
+                                   "on whole tiles)";
+    if (consumers != TPL_COOPERATIVE && cwarps != 8)
+        return last == TPL_SPLIT ? "consumers=1 and 2 need cwarps=8 (two consumer warp groups)"
+                                 : "consumers=1 (ping-pong) needs cwarps=8 (two consumer warp groups)";
+    if (consumers == TPL_PINGPONG && ctas == 0)
+        return "consumers=1 (ping-pong) needs persistent CTAs (ctas > 0): with one CTA per tile there is no "
+               "second tile to take turns on";
+    int wgs = consumers == TPL_PINGPONG ? 1 : cwarps / 4; /* warp groups sharing one tile */
+    if (bm != 64 * wgs && bm != 128 * wgs)
+        return consumers == TPL_PINGPONG ? "BM must be 64 or 128 with consumers=1 (one warp group owns a whole tile)"
+                                         : "BM must be 64 or 128 rows per consumer warp group";
+    if (bn < 64 || bn > 256 || (bn & (bn - 1)))
+        return "BN must be 64, 128 or 256";
+    if ((int64_t)(bm / wgs) * bn / 128 > 192)
+        return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
+    return NULL;
+}
+
 int64_t tpl_pow2_at_least(int64_t n)
 {
     int64_t p = 1;

@@ -32,6 +32,17 @@ loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
 /* The smallest power of two >= n (tile dims are powers of two). */
 int64_t tpl_pow2_at_least(int64_t n);
 
+/* How the consumer warp groups of a warp-specialized GEMM template share its tiles:
+ * TPL_COOPERATIVE, one task of cwarps warps splits each tile by rows; TPL_PINGPONG, two
+ * warp groups take turns on whole tiles (needs cwarps=8 and persistent CTAs); TPL_SPLIT,
+ * two warp groups share each tile by rows, each on its own. */
+enum { TPL_COOPERATIVE, TPL_PINGPONG, TPL_SPLIT };
+
+/* Why cwarps (4 or 8), consumers (0 .. last, last one of the above), ctas (0: a CTA a
+ * tile) and the BM x BN tile cannot go together (the accumulator included: at most 192
+ * of a consumer's 232 registers a thread), or NULL. */
+const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas, int bm, int bn);
+
 #define TPL_CDIV(a, b) (((a) + (b)-1) / (b))
 
 #endif
