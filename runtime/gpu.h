@@ -103,6 +103,11 @@ loom_status rt_gpu_time_each(rt_gpu *g, rt_gpu_work_fn before, rt_gpu_work_fn wo
  * base, fsync, rename, fsync of dir); shared by the module and tuning caches. */
 loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
                             size_t len, char *err, size_t errlen);
+/* Read the whole regular file at path, at most max bytes, into a malloc'ed buffer with a
+ * 0 byte after the data (*len: the bytes read).  NULL with errno set: ENOENT and the
+ * like from open, EFBIG when it is not a regular file or is larger than max, ENOMEM;
+ * shared by the module and tuning caches. */
+char *mc_read_file(const char *path, size_t max, size_t *len);
 /* The median of `reps` such runs after `warmup` untimed ones (prep before each). */
 loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
                                 int warmup, int reps, double *median_ms, char *err, size_t errlen);

@@ -438,6 +438,38 @@ loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin,
     return st;
 }
 
+char *mc_read_file(const char *path, size_t max, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max) {
+        close(fd);
+        errno = EFBIG;
+        return NULL;
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        errno = ENOMEM;
+        return NULL;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = 0;
+    *len = got;
+    return buf;
+}
+
 mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,
                        mc_meta *meta, char *why, size_t whylen)
 {
@@ -448,32 +480,13 @@ mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t 
         why[0] = 0;
     if (file_path(dir, key, path, sizeof path) != 0)
         return MC_MISS;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return MC_MISS;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > ((off_t)1 << 30)) {
-        close(fd);
-        if (why && whylen)
+    size_t got = 0;
+    char *buf = mc_read_file(path, (size_t)1 << 30, &got);
+    if (!buf) {
+        if (errno == EFBIG && why && whylen)
             snprintf(why, whylen, "%s: not a regular file of a sane size", path);
         return MC_MISS; /* never delete something that is not ours to judge */
     }
-    size_t len = (size_t)sb.st_size;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) {
-        close(fd);
-        return MC_MISS;
-    }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
     const void *payload;
     size_t plen;
     char reason[128];

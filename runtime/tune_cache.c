@@ -99,39 +99,6 @@ struct tc_file {
     cJSON *entries;  /* its "entries" object */
 };
 
-/* Read a whole file (at most TC_MAX_BYTES).  Returns NULL with errno set (ENOENT: none). */
-static char *slurp(const char *path, size_t *len)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > TC_MAX_BYTES) {
-        close(fd);
-        errno = EFBIG;
-        return NULL;
-    }
-    size_t n = (size_t)sb.st_size, got = 0;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        close(fd);
-        errno = ENOMEM;
-        return NULL;
-    }
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[got] = 0;
-    *len = got;
-    return buf;
-}
-
 /* Parse the cache text; NULL (and the reason in why) when it is not a cache of ours. */
 static cJSON *parse_cache(const char *text, size_t len, char *why, size_t wn)
 {
@@ -166,7 +133,7 @@ tc_file *tc_open(const char *path, char *warn, size_t wn)
     if (!f)
         return NULL;
     size_t len = 0;
-    char *text = path ? slurp(path, &len) : NULL;
+    char *text = path ? mc_read_file(path, TC_MAX_BYTES, &len) : NULL;
     if (!text) {
         if (path && errno != ENOENT && warn && wn)
             snprintf(warn, wn, "tuning cache %s cannot be read (%s): ignored", path, strerror(errno));
@@ -375,7 +342,7 @@ loom_status tc_store(const char *path, const char *key, const loom_template *t,
     /* read what is there now (other processes may have added entries) */
     loom_status st = LOOM_OK;
     size_t len = 0;
-    char *text = slurp(path, &len);
+    char *text = mc_read_file(path, TC_MAX_BYTES, &len);
     cJSON *root = NULL;
     if (text) {
         char why[256];
