@@ -33,16 +33,22 @@ static const char *const shapes[] = {
     "M=600,N=520,K=392,odtype=f32",
 };
 
+/* Every config at every shape (the inputs' seed: seed + the shape's index). */
+static void check_configs(const char *const *configs, size_t n, uint64_t seed)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (size_t c = 0; c < n; c++)
+            check(rt, shapes[s], configs[c], seed + s);
+    loom_runtime_destroy(rt);
+}
+
 Test(gemm_gpu, cooperative)
 {
     static const char *const configs[] = {"", "BM=128,BN=256,cwarps=8,tmastore=0", "BM=128,cwarps=8,BN=128,stages=3,ctas=3,tmastore=0",
                                           "BM=64,cwarps=4,BN=64,stages=2,ctas=0,tmastore=0",
                                           "BM=128,BN=256,cwarps=8,tmastore=1,stages=3", "BM=64,cwarps=4,BN=256,tmastore=1,ctas=0"};
-    loom_runtime *rt = t_gpu_or_skip();
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
-            check(rt, shapes[s], configs[c], 100 + s);
-    loom_runtime_destroy(rt);
+    check_configs(configs, sizeof configs / sizeof *configs, 100);
 }
 
 Test(gemm_gpu, pingpong)
@@ -53,11 +59,7 @@ Test(gemm_gpu, pingpong)
                                           "cwarps=8,consumers=1,BM=64,BN=256,stages=4,tmastore=1",
                                           "BM=128,cwarps=8,consumers=1,BN=128,stages=5,ctas=3,tmastore=1",
                                           "BM=128,cwarps=8,consumers=1,BN=128,stages=2,ctas=2,tmastore=1"};
-    loom_runtime *rt = t_gpu_or_skip();
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
-            check(rt, shapes[s], configs[c], 200 + s);
-    loom_runtime_destroy(rt);
+    check_configs(configs, sizeof configs / sizeof *configs, 200);
 }
 
 Test(gemm_gpu, split)
@@ -65,11 +67,7 @@ Test(gemm_gpu, split)
     static const char *const configs[] = {"BM=128,BN=256,cwarps=8,consumers=2", "BM=128,BN=256,cwarps=8,consumers=2,tmastore=1", "BM=128,BN=256,cwarps=8,consumers=2,tmastore=1,ctas=3,stages=2",
                                           "cwarps=8,consumers=2,BM=256,BN=128,tmastore=1,ctas=5",
                                           "BM=128,cwarps=8,consumers=2,BN=64,stages=3,ctas=0"};
-    loom_runtime *rt = t_gpu_or_skip();
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
-            check(rt, shapes[s], configs[c], 300 + s);
-    loom_runtime_destroy(rt);
+    check_configs(configs, sizeof configs / sizeof *configs, 300);
 }
 
 /* BK=32: A in 64-byte swizzled rows, twice the ring slots for the same shared memory */
@@ -78,9 +76,5 @@ Test(gemm_gpu, bk32)
     static const char *const configs[] = {"BM=128,BN=256,cwarps=8,BK=32,stages=8,tmastore=0", "BK=32,stages=6,BM=128,BN=256,cwarps=8,consumers=2,tmastore=1,ctas=3",
                                           "BK=32,stages=8,BN=256,cwarps=8,consumers=1,BM=64,tmastore=1",
                                           "BK=32,stages=9,BM=64,cwarps=4,BN=256,tmastore=1"};
-    loom_runtime *rt = t_gpu_or_skip();
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
-            check(rt, shapes[s], configs[c], 400 + s);
-    loom_runtime_destroy(rt);
+    check_configs(configs, sizeof configs / sizeof *configs, 400);
 }
