@@ -319,7 +319,7 @@ int main(int argc, char **argv)
             char why[256];
             if (loom_params_parse(t->config, t->nconfig, argv[++i], c, why, sizeof why) != 0)
                 DIE("--config: %s", why);
-            cfg = (loom_ikbo_lce_config){(int)c[0], (int)c[1], (int)c[2], (int)c[3], (int)c[4], (int)c[5]};
+            cfg = ik_config_of(c);
             have_cfg = 1;
         } else {
             fprintf(stderr, "usage: bench_ikbo_lce [--sweep] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "

@@ -575,6 +575,12 @@ ik_spec ik_spec_of(ik_mode mode, const int64_t *sh, const int64_t *cf)
                      (int)cf[C_CONSUMERS]};
 }
 
+loom_ikbo_lce_config ik_config_of(const int64_t *cf)
+{
+    return (loom_ikbo_lce_config){(int)cf[C_BM],     (int)cf[C_BN],   (int)cf[C_STAGES],
+                                  (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_CONSUMERS]};
+}
+
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);

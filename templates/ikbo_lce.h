@@ -44,6 +44,9 @@ loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt);
 /* E_cat [B, pad8(Ku + Kc), N] = [E_user[u(b)]; E_cand[b]]: grid (cdiv(pad8(Ku+Kc), 16), B, 1). */
 loom_kernel *ik_gather_kernel(const ik_spec *s);
 
+/* The registry entry's config vector (BM, BN, stages, cwarps, ctas, consumers) as the
+ * C API's config. */
+loom_ikbo_lce_config ik_config_of(const int64_t *config);
 /* The registry entry's shape and config vectors as a spec of the given mode. */
 ik_spec ik_spec_of(ik_mode mode, const int64_t *shape, const int64_t *config);
 /* The user of each candidate: b * U / B, shuffled by a permutation when shuffle is set. */

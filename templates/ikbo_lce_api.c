@@ -158,8 +158,7 @@ static loom_status tuned_config(loom_ikbo_lce *p)
     loom_tuned r;
     loom_status st = loom_tune(p->rt, t, shape, 1, &o, &r);
     if (st == LOOM_OK)
-        p->cfg = (loom_ikbo_lce_config){(int)r.config[0], (int)r.config[1], (int)r.config[2], (int)r.config[3],
-                                         (int)r.config[4], (int)r.config[5]};
+        p->cfg = ik_config_of(r.config);
     loom_tuned_release(&r, 1);
     return st;
 }
