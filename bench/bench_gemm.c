@@ -13,8 +13,9 @@
  * C [batch,M,N] (rank 2 when batch is 1).  cuBLAS is column-major, so the row-major
  * C = A @ B is computed as the column-major C^T = B^T A^T: the same bytes, with B as the
  * first operand.  Batches go through cublasGemmStridedBatchedEx, with A's stride 0 when
- * A is shared.  cuBLAS is loaded with dlopen (LOOM_CUBLAS_LIB, else libcublas.so.13, else
- * .so.12) and called with its default algorithm, which uses tensor cores.
+ * A is shared.  cuBLAS is loaded with dlopen (bench/cublas_dl.c: LOOM_CUBLAS_LIB, else
+ * libcublas.so.13, else .so.12) and called with its default algorithm, which uses tensor
+ * cores.
  *
  * Timing: inputs are random (a device-side fill, never zeros).  cuBLAS and every loom
  * config of a case are timed interleaved: each round runs every contender once, each run
@@ -36,83 +37,16 @@
  *                   [--ms MS]     (skips cleanly without a GPU)
  *        --shape MxNxKxBATCH      that shape alone instead (A shared when BATCH > 1)
  */
+#include "cublas_dl.h"
 #include "gpu.h"
 #include "nvrtc_ref.h"
 
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- cuBLAS by hand */
-
-typedef int cublasStatus_t; /* CUBLAS_STATUS_SUCCESS = 0 */
-typedef struct cublasContext *cublasHandle_t;
-enum { CUBLAS_OP_N = 0 };
-enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 }; /* cudaDataType */
-enum { CUBLAS_COMPUTE_32F = 68 };
-enum { CUBLAS_GEMM_DEFAULT = -1 };
-
-static struct {
-    void *lib;
-    char path[256];
-    cublasStatus_t (*Create)(cublasHandle_t *);
-    cublasStatus_t (*Destroy)(cublasHandle_t);
-    cublasStatus_t (*GetVersion)(cublasHandle_t, int *);
-    const char *(*GetStatusString)(cublasStatus_t);
-    cublasStatus_t (*GemmEx)(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int,
-                             const void *, int, int, const void *, void *, int, int, int, int);
-    cublasStatus_t (*GemmStridedBatchedEx)(cublasHandle_t, int, int, int, int, int, const void *,
-                                           const void *, int, int, long long, const void *, int, int,
-                                           long long, const void *, void *, int, int, long long, int, int,
-                                           int);
-    cublasHandle_t h;
-    int version;
-} cb;
-
-/* Open cuBLAS and make a handle (on the primary context that rt_gpu made current). */
-static int cublas_open(char *err, size_t errlen)
-{
-    const char *names[4] = {getenv("LOOM_CUBLAS_LIB"), "libcublas.so.13", "libcublas.so.12",
-                            "/usr/local/cuda/lib64/libcublas.so"};
-    char first[384] = "";
-    for (int i = 0; i < 4 && !cb.lib; i++) {
-        if (!names[i] || !*names[i])
-            continue;
-        cb.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (cb.lib)
-            snprintf(cb.path, sizeof cb.path, "%s", names[i]);
-        else if (!first[0])
-            snprintf(first, sizeof first, "%s", dlerror());
-        if (i == 0 && names[0] && *names[0])
-            break;
-    }
-    if (!cb.lib) {
-        snprintf(err, errlen, "cannot load cuBLAS (%s)", first);
-        return -1;
-    }
-#define SYM(field, name)                                                                           \
-    if (!(*(void **)&cb.field = dlsym(cb.lib, name))) {                                            \
-        snprintf(err, errlen, "%s has no %s", cb.path, name);                                      \
-        return -1;                                                                                 \
-    }
-    SYM(Create, "cublasCreate_v2")
-    SYM(Destroy, "cublasDestroy_v2")
-    SYM(GetVersion, "cublasGetVersion_v2")
-    SYM(GetStatusString, "cublasGetStatusString")
-    SYM(GemmEx, "cublasGemmEx")
-    SYM(GemmStridedBatchedEx, "cublasGemmStridedBatchedEx")
-#undef SYM
-    cublasStatus_t s = cb.Create(&cb.h);
-    if (s != 0) {
-        snprintf(err, errlen, "cublasCreate_v2 failed: %s", cb.GetStatusString(s));
-        return -1;
-    }
-    if (cb.GetVersion(cb.h, &cb.version) != 0)
-        cb.version = 0;
-    return 0;
-}
+static cublas_dl cb;
 
 /* ---------------------------------------------------------------- one shape */
 
@@ -138,31 +72,10 @@ typedef struct bench_ctx {
     int turn;                     /* the next interleaved run */
 } bench_ctx;
 
-static int cuda_type(loom_dtype dt) { return dt == LOOM_BF16 ? CUDA_R_16BF : dt == LOOM_F16 ? CUDA_R_16F : CUDA_R_32F; }
-
 static loom_status run_cublas(bench_ctx *x, char *err, size_t errlen)
 {
     const gemm_case *c = x->c;
-    float alpha = 1.0f, beta = 0.0f;
-    int t = cuda_type(x->dt), m = (int)c->N, n = (int)c->M, k = (int)c->K;
-    cublasStatus_t s;
-    /* column-major C^T [N,M] = B^T [N,K] @ A^T [K,M] */
-    if (c->batch == 1)
-        s = cb.GemmEx(cb.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, (const void *)(uintptr_t)x->B, t, m,
-                      (const void *)(uintptr_t)x->A, t, k, &beta, (void *)(uintptr_t)x->Cb, t, m,
-                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    else
-        s = cb.GemmStridedBatchedEx(cb.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha,
-                                    (const void *)(uintptr_t)x->B, t, m, (long long)(c->K * c->N),
-                                    (const void *)(uintptr_t)x->A, t, k,
-                                    c->a_shared ? 0LL : (long long)(c->M * c->K), &beta,
-                                    (void *)(uintptr_t)x->Cb, t, m, (long long)(c->M * c->N), (int)c->batch,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != 0) {
-        snprintf(err, errlen, "cuBLAS gemm failed: %s", cb.GetStatusString(s));
-        return LOOM_ERR_CUDA;
-    }
-    return LOOM_OK;
+    return cublas_dl_gemm(&cb, x->dt, c->M, c->N, c->K, c->batch, x->A, c->a_shared, x->B, x->Cb, err, errlen);
 }
 
 static loom_status run_loom(bench_ctx *x, int i, char *err, size_t errlen)
@@ -486,7 +399,7 @@ int main(int argc, char **argv)
         rt_gpu_close(g);
         return 0;
     }
-    int have_cublas = cublas_open(err, sizeof err) == 0;
+    int have_cublas = cublas_dl_open(&cb, err, sizeof err) == 0;
     printf("bench_gemm on %s (%d SMs, L2 %d MiB)\n", p->name, p->sm_count, p->l2_bytes >> 20);
     if (have_cublas)
         printf("cuBLAS %d (%s): cublasGemmEx / cublasGemmStridedBatchedEx, fp32 compute, default algorithm\n",
@@ -540,7 +453,7 @@ int main(int argc, char **argv)
     rt_gpu_free(g, flush);
     nvref_gemm_close(ref);
     if (have_cublas)
-        cb.Destroy(cb.h);
+        cublas_dl_close(&cb);
     rt_gpu_close(g);
     return failures ? 1 : 0;
 }

@@ -1,6 +1,6 @@
 /*
  * bench_ikbo_lce.c -- IKBO linear compression on the GPU: every stage of the co-design
- * against the materialized-broadcast baseline, all measured in the same run.
+ * against two materialized-broadcast baselines, all measured in the same run.
  *
  *   bench_ikbo_lce                 the headline shape (B=1024, U=15, M=433, N=256, Ku=1178,
  *                                  Kc=866, f16), contiguous and shuffled users
@@ -12,14 +12,30 @@
  *   without a GPU: every stage on the interpreter at a small odd shape, checked the same
  *   way, and each stage's kernels written as PTX (--ptx DIR, default build/ptx/ikbo_lce)
  *
+ * The baselines.  "framework" is what PyTorch runs for the materialized broadcast with K
+ * padded (../shared/BENCH.md's 1.45 ms on an H200):
+ *   Eg = E_user.index_select(0, u)               [B, Ku, N]        a copy kernel
+ *   E_cat = cat([Eg, E_cand], dim=1)             [B, Kpu + Kpc, N] a copy kernel
+ *   out = cat([W_user, W_cand], dim=1) @ E_cat   cuBLAS strided batched, W's stride 0
+ * (Kpu, Kpc: Ku, Kc padded to multiples of 8 with zero rows, and the weights with zero
+ * columns; the weights' concatenation and E_cat's zero rows are written once, untimed).
+ * The copies are CUDA C compiled with NVRTC, written for full bandwidth (16-byte vector
+ * accesses, coalesced) so that they are no slower than PyTorch's; cuBLAS is loaded with
+ * dlopen (bench/cublas_dl.c), fp16 in and out, fp32 compute, its default algorithm.
+ * Without cuBLAS the row says "skipped" and why.
+ * Stage 0 "materialized" is loom's stronger version of it: one gather kernel writing E_cat,
+ * then loom's gemm template over K = pad8(Ku + Kc).  Every stage prints its speed-up over
+ * both.
+ *
  * Each shape is tuned once (loom_tune over the ikbo_lce template, cached); every stage runs
  * with that tile config.  Correctness, by the issue's rule, on the headline shapes (and on
- * every shape with --check-all): max |out - ref32| <= max |ref16 - ref32|, where ref32 comes
- * from the NVRTC naive f32 GEMMs (runtime/nvrtc_ref.c) of the user and candidate halves,
- * and ref16 rounds each half to f16 and then their sum, as the decomposed f16 computation
- * does.  Timing: loom_time_work, median of runs each after an L2 flush.  Exit status 1 if
- * any check fails.
+ * every shape with --check-all), for the stages and the framework alike:
+ * max |out - ref32| <= max |ref16 - ref32|, where ref32 comes from the NVRTC naive f32
+ * GEMMs (runtime/nvrtc_ref.c) of the user and candidate halves, and ref16 rounds each half
+ * to f16 and then their sum, as the decomposed f16 computation does.  Timing:
+ * loom_time_work, median of runs each after an L2 flush.  Exit status 1 if any check fails.
  */
+#include "cublas_dl.h"
 #include "gpu.h"
 #include "ikbo_lce.h"
 #include "nvrtc_ref.h"
@@ -79,7 +95,183 @@ static void check(const float *refc, const float *refu, const int32_t *map, cons
     *tol = t;
 }
 
-static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int shuffle, int do_check,
+/* What a run's output is checked against: check()'s arguments. */
+typedef struct lce_ref {
+    const float *refc, *refu; /* NULL: not checked */
+    const int32_t *map;
+    const lce_shape *s;
+    loom_buffer *out;
+    uint16_t *hout;
+} lce_ref;
+
+/* Check one run of work against r (when r->refc is set) into verdict, then time it: the
+ * stages and the framework are measured by this one function. */
+static double measure(loom_runtime *rt, loom_status (*work)(void *), void *ctx, const lce_ref *r, const char *what,
+                      char *verdict, size_t n)
+{
+    verdict[0] = 0;
+    if (r->refc) {
+        if (loom_buffer_fill(r->out, 0xff) || work(ctx) || loom_buffer_download(r->out, r->hout, loom_buffer_size(r->out)))
+            DIE("%s: %s", what, loom_runtime_error(rt));
+        double er, tol;
+        check(r->refc, r->refu, r->map, r->hout, r->s, &er, &tol);
+        bool ok = er <= tol;
+        failures += !ok;
+        snprintf(verdict, n, "%s: max|out-ref32| %.3g, max|ref16-ref32| %.3g", ok ? "ok" : "FAIL", er, tol);
+    }
+    double ms = 0;
+    if (loom_time_work(rt, work, ctx, 3, 20, &ms) != LOOM_OK)
+        DIE("timing %s: %s", what, loom_runtime_error(rt));
+    return ms;
+}
+
+/* ---------------------------------------------------------------- the framework baseline */
+
+/* PyTorch's two copies (index_select, cat) in CUDA C, at full bandwidth so that the
+ * baseline is not slowed by them.  A thread moves 16 bytes (uint4) at a time; a block of
+ * 256 threads moves 1024 consecutive units of one slab, each thread 4 of them 256 apart,
+ * loads first so that four are in flight: each access of a warp covers 512 contiguous
+ * bytes. */
+static const char fw_src[] =
+    "__device__ void copy_units(const uint4 *__restrict__ src, uint4 *__restrict__ dst, long long n)\n"
+    "{\n"
+    "    long long i = (long long)blockIdx.x * 1024 + threadIdx.x;\n"
+    "    uint4 r[4];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < 4; j++)\n"
+    "        if (i + 256 * j < n)\n"
+    "            r[j] = src[i + 256 * j];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < 4; j++)\n"
+    "        if (i + 256 * j < n)\n"
+    "            dst[i + 256 * j] = r[j];\n"
+    "}\n"
+    "/* Eg[b] = E_user[u(b)], slabs of n units; grid (cdiv(n, 1024), B), blocks of 256 */\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) ikfw_index_select(const uint4 *eu, const int *map,\n"
+    "        uint4 *eg, long long n)\n"
+    "{\n"
+    "    long long b = blockIdx.y;\n"
+    "    copy_units(eu + map[b] * n, eg + b * n, n);\n"
+    "}\n"
+    "/* E_cat[b] = [Eg[b] (nu units) at unit 0; E_cand[b] (nc units) at unit c0], ld units a\n"
+    " * candidate (the zero rows between are not touched); grid (cdiv(max(nu, nc), 1024), B, 2),\n"
+    " * z picks the input, as PyTorch's batched cat copies every input in one launch */\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) ikfw_cat(const uint4 *eg, const uint4 *ec,\n"
+    "        uint4 *ecat, long long nu, long long nc, long long c0, long long ld)\n"
+    "{\n"
+    "    long long b = blockIdx.y;\n"
+    "    if (blockIdx.z == 0)\n"
+    "        copy_units(eg + b * nu, ecat + b * ld, nu);\n"
+    "    else\n"
+    "        copy_units(ec + b * nc, ecat + b * ld + c0, nc);\n"
+    "}\n";
+
+/* Per process: the copies' module and cuBLAS (have_cublas 0: why says why not). */
+typedef struct framework {
+    rt_gpu_module *m;
+    cublas_dl cb;
+    int have_cublas;
+    char why[512];
+} framework;
+
+/* Per shape: the bench's inputs and output, the framework's own buffers, and the launch
+ * sizes in 16-byte units (nu, nc: a candidate's Eg and E_cand; c0: where E_cand starts in
+ * E_cat[b]; ld: E_cat[b]'s size). */
+typedef struct fw_ctx {
+    loom_runtime *rt;
+    framework *f;
+    const lce_shape *s;
+    loom_buffer *eu, *ec, *map, *out;
+    loom_buffer *wcat, *eg, *ecat;
+    int64_t kt;
+    long long nu, nc, c0, ld;
+} fw_ctx;
+
+static void fw_open(loom_runtime *rt, framework *f)
+{
+    char err[2048];
+    memset(f, 0, sizeof *f);
+    if (nvref_load(rt_runtime_gpu(rt), fw_src, "ikbo_framework.cu", &f->m, err, sizeof err) != LOOM_OK)
+        DIE("the framework's copy kernels: %s", err);
+    f->have_cublas = cublas_dl_open(&f->cb, f->why, sizeof f->why) == 0;
+}
+
+static void fw_close(loom_runtime *rt, framework *f)
+{
+    rt_gpu_module_unload(rt_runtime_gpu(rt), f->m);
+    if (f->have_cublas)
+        cublas_dl_close(&f->cb);
+}
+
+/* The framework's buffers for x's shape: W_cat [M, Kpu + Kpc] (uploaded), Eg, and E_cat
+ * with its zero rows (written here once: the copies never touch them).  NULL, or why the
+ * framework cannot run this shape. */
+static const char *fw_prepare(fw_ctx *x, const uint16_t *wu, const uint16_t *wc)
+{
+    const lce_shape *s = x->s;
+    if (!x->f->have_cublas)
+        return x->f->why;
+    if ((s->Ku * s->N) % 8 || (s->Kc * s->N) % 8)
+        return "Ku*N and Kc*N must be multiples of 8 (its copies move 16 bytes a thread)";
+    if (s->B > 65535)
+        return "B is over 65535 (its copies' grid has a row of blocks a candidate)";
+    int64_t kpu = ik_pad8(s->Ku);
+    x->kt = kpu + ik_pad8(s->Kc);
+    x->nu = s->Ku * s->N / 8;
+    x->nc = s->Kc * s->N / 8;
+    x->c0 = kpu * s->N / 8;
+    x->ld = x->kt * s->N / 8;
+    uint16_t *w = calloc((size_t)(s->M * x->kt), 2);
+    if (!w)
+        DIE("out of host memory");
+    for (int64_t m = 0; m < s->M; m++) {
+        memcpy(w + m * x->kt, wu + m * s->Ku, (size_t)s->Ku * 2);
+        memcpy(w + m * x->kt + kpu, wc + m * s->Kc, (size_t)s->Kc * 2);
+    }
+    x->wcat = loom_buffer_create(x->rt, (size_t)(s->M * x->kt) * 2);
+    x->eg = loom_buffer_create(x->rt, (size_t)(s->B * s->Ku * s->N) * 2);
+    x->ecat = loom_buffer_create(x->rt, (size_t)(s->B * x->kt * s->N) * 2);
+    bool ok = x->wcat && x->eg && x->ecat && loom_buffer_upload(x->wcat, w, loom_buffer_size(x->wcat)) == LOOM_OK &&
+              loom_buffer_fill(x->ecat, 0) == LOOM_OK;
+    free(w);
+    if (!ok)
+        DIE("the framework's buffers: %s", loom_runtime_error(x->rt));
+    return NULL;
+}
+
+static void fw_release(fw_ctx *x)
+{
+    loom_buffer_destroy(x->wcat);
+    loom_buffer_destroy(x->eg);
+    loom_buffer_destroy(x->ecat);
+}
+
+/* One run of the framework: index_select, cat, the GEMM (the default stream, in order). */
+static loom_status fw_once(void *c)
+{
+    fw_ctx *x = c;
+    const lce_shape *s = x->s;
+    rt_gpu *g = rt_runtime_gpu(x->rt);
+    uint64_t eu = rt_buffer_dptr(x->eu), ec = rt_buffer_dptr(x->ec), map = rt_buffer_dptr(x->map);
+    uint64_t eg = rt_buffer_dptr(x->eg), ecat = rt_buffer_dptr(x->ecat);
+    unsigned block[3] = {256, 1, 1};
+    unsigned gi[3] = {(unsigned)((x->nu + 1023) / 1024), (unsigned)s->B, 1};
+    unsigned gc[3] = {(unsigned)(((x->nu > x->nc ? x->nu : x->nc) + 1023) / 1024), (unsigned)s->B, 2};
+    void *pi[] = {&eu, &map, &eg, &x->nu};
+    void *pc[] = {&eg, &ec, &ecat, &x->nu, &x->nc, &x->c0, &x->ld};
+    char err[1024];
+    loom_status st = rt_gpu_module_launch(g, x->f->m, "ikfw_index_select", gi, block, 0, pi, err, sizeof err);
+    if (st == LOOM_OK)
+        st = rt_gpu_module_launch(g, x->f->m, "ikfw_cat", gc, block, 0, pc, err, sizeof err);
+    if (st == LOOM_OK)
+        st = cublas_dl_gemm(&x->f->cb, LOOM_F16, s->M, s->N, x->kt, s->B, rt_buffer_dptr(x->wcat), 1, ecat,
+                            rt_buffer_dptr(x->out), err, sizeof err);
+    if (st != LOOM_OK)
+        loom_runtime_set_error(x->rt, "the framework baseline: %s", err);
+    return st;
+}
+
+static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lce_shape *s, int shuffle, int do_check,
                       const loom_ikbo_lce_config *fixed)
 {
     rt_gpu *g = rt_runtime_gpu(rt);
@@ -154,6 +346,20 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int
            (long long)s->Ku, (long long)s->Kc, shuffle ? "shuffled" : "contiguous", cfg.bm, cfg.bn, cfg.stages,
            cfg.cwarps, cfg.ctas, cfg.consumers);
     double gflop = 2.0 * (double)s->M * (double)s->N * ((double)s->B * (double)s->Kc + (double)s->U * (double)s->Ku) / 1e9;
+    lce_ref r = {refc, refu, map, s, out, hout};
+    char verdict[160];
+    /* the framework first: every stage's row says its speed-up over it */
+    double fw_ms = 0;
+    fw_ctx fx = {.rt = rt, .f = fw, .s = s, .eu = eu, .ec = ec, .map = dmap, .out = out};
+    const char *why = fw_prepare(&fx, wu, wc);
+    if (why) {
+        printf("  framework  skipped: %s\n", why);
+    } else {
+        fw_ms = measure(rt, fw_once, &fx, &r, "framework", verdict, sizeof verdict);
+        printf("  framework %-13s %8.3f ms %7.1f TF/s  %s\n", "copies+cuBLAS", fw_ms, gflop / fw_ms, verdict);
+        fw_release(&fx); /* before the stages allocate their own */
+    }
+    fflush(stdout);
     for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
         loom_ikbo_lce *p = NULL;
         if (loom_ikbo_lce_prepare(rt, &ls, (loom_ikbo_stage)st, wu, wc, &cfg, &p) != LOOM_OK) {
@@ -163,21 +369,13 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, int
             continue;
         }
         run_ctx x = {p, eu, ec, dmap, out};
-        char verdict[160] = "";
-        if (do_check) {
-            if (loom_buffer_fill(out, 0xff) || run_once(&x) || loom_buffer_download(out, hout, loom_buffer_size(out)))
-                DIE("stage %d: %s", st, loom_runtime_error(rt));
-            double er, tol;
-            check(refc, refu, map, hout, s, &er, &tol);
-            bool ok = er <= tol;
-            failures += !ok;
-            snprintf(verdict, sizeof verdict, "%s: max|out-ref32| %.3g, max|ref16-ref32| %.3g", ok ? "ok" : "FAIL", er,
-                     tol);
-        }
-        if (loom_time_work(rt, run_once, &x, 3, 20, &ms[st]) != LOOM_OK)
-            DIE("timing stage %d: %s", st, loom_runtime_error(rt));
-        printf("  stage %d %-15s %8.3f ms %7.1f TF/s  x%.2f vs materialized  %s\n", st,
-               loom_ikbo_stage_name((loom_ikbo_stage)st), ms[st], gflop / ms[st], ms[0] / ms[st], verdict);
+        char what[16], vs_fw[40] = "";
+        snprintf(what, sizeof what, "stage %d", st);
+        ms[st] = measure(rt, run_once, &x, &r, what, verdict, sizeof verdict);
+        if (fw_ms > 0)
+            snprintf(vs_fw, sizeof vs_fw, "  x%.2f vs framework", fw_ms / ms[st]);
+        printf("  stage %d %-15s %8.3f ms %7.1f TF/s  x%.2f vs materialized%s  %s\n", st,
+               loom_ikbo_stage_name((loom_ikbo_stage)st), ms[st], gflop / ms[st], ms[0] / ms[st], vs_fw, verdict);
         fflush(stdout);
         loom_ikbo_lce_destroy(p);
     }
@@ -338,10 +536,15 @@ int main(int argc, char **argv)
     if (nvref_gemm_open(rt_runtime_gpu(rt), &ref, err, sizeof err) != LOOM_OK)
         DIE("NVRTC reference: %s", err);
     printf("IKBO LCE on %s (f16; TF/s counts the decomposed FLOPs)\n", loom_runtime_device_name(rt));
+    framework fw;
+    fw_open(rt, &fw);
+    if (fw.have_cublas)
+        printf("framework: index_select and cat copies (NVRTC), cuBLAS %d (%s) strided batched GEMM\n",
+               fw.cb.version, fw.cb.path);
     const loom_ikbo_lce_config *fc = have_cfg ? &cfg : NULL;
     lce_shape first = have_shape ? custom : head;
-    one_shape(rt, ref, &first, 0, 1, fc);
-    one_shape(rt, ref, &first, 1, 1, fc);
+    one_shape(rt, ref, &fw, &first, 0, 1, fc);
+    one_shape(rt, ref, &fw, &first, 1, 1, fc);
     if (sweep) {
         printf("== B sweep at ratio 70\n");
         for (int64_t B = 512; B <= 4096; B *= 2) {
@@ -349,7 +552,7 @@ int main(int argc, char **argv)
             s.B = B;
             s.U = B / 70 > 0 ? (B + 35) / 70 : 1;
             if (B != 1024)
-                one_shape(rt, ref, &s, 0, check_all, fc);
+                one_shape(rt, ref, &fw, &s, 0, check_all, fc);
         }
         printf("== ratio sweep at B=1024\n");
         static const int ratios[] = {2, 10, 200, 1000};
@@ -357,9 +560,10 @@ int main(int argc, char **argv)
             lce_shape s = head;
             s.U = (1024 + ratios[i] / 2) / ratios[i];
             s.U = s.U < 1 ? 1 : s.U;
-            one_shape(rt, ref, &s, 0, check_all, fc);
+            one_shape(rt, ref, &fw, &s, 0, check_all, fc);
         }
     }
+    fw_close(rt, &fw);
     nvref_gemm_close(ref);
     loom_runtime_destroy(rt);
     if (failures)

@@ -91,5 +91,5 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
 [ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
 [ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"
-[ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -24
+[ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -40
 exit 0

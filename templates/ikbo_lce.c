@@ -25,14 +25,15 @@
  * the framework's round(round(c) + round(u)) the checks compare against.)
  *
  * How a candidate tile adds its user's tile: as more k steps of its GEMM.  acc +=
- * I[BM, BM] @ plane[BM, BN] on the tensor cores (exact: the products are the plane's
- * values times 1 or 0), for hi and then lo, 64 rows of the plane a ring use: the producer
- * TMA-loads the plane's rows into the E half of a ring slot, and the consumer runs the
- * wgmma with a 64-column part of the identity (kept in shared memory, written once) in
- * place of the slot's W tile.  So the planes flow through the ring like any k step:
- * nothing waits for them, the accumulator never leaves the registers and the epilogue is
- * that of a plain GEMM.  user_res was written by the previous kernel (stage 3) or by the
- * user tiles of the same kernel (stage 4).
+ * I @ plane[64 rows, BN] on the tensor cores (exact: the products are the plane's values
+ * times 1 or 0), for hi and then lo, 64 rows of the plane a ring use.  The identity is
+ * part of the prepared W_cand: past the 64-column k steps of Kc come IK_EYE columns with
+ * W[m, kid + m % IK_EYE] = 1 (ik_wc_cols), so a W box of the tile's rows at column kid +
+ * (m0 % IK_EYE) + 64h is the identity on the rows of the plane's h-th 64-row part and
+ * zero on the others.  The producer loads that box and the plane's rows into a ring slot
+ * like any k step: nothing waits for the planes, the accumulator never leaves the
+ * registers, and the epilogue is that of a plain GEMM.  user_res was written by the
+ * previous kernel (stage 3) or by the user tiles of the same kernel (stage 4).
  *
  * Stage 4's hand-over.  Each user tile, once its stores are done, adds 1 to one counter
  * in global memory (release).  A program's producer, before the planes of its first
@@ -47,18 +48,25 @@
  * planes with generic loads: 0.461 ms at the headline against stage 3's 0.401; a wait a
  * tile in the producer, with TMA: 0.416 against 0.394.)
  *
- * Consumers (`consumers`): one task of cwarps warps shares each tile by rows, or (1,
+ * Consumers (`consumers`): one task of cwarps warps shares each tile by rows; or (1,
  * ping-pong) two warp groups take turns on whole tiles, each with its own tile of BM
  * rows: one's epilogue runs while the other's mainloop keeps the tensor cores busy.  They
  * hand the tensor cores over at named barriers X and Y (the order makes the ring's
  * parity waits sound, as in templates/gemm.c) and share one staging tile, which each
- * leaves only once its TMA store has read it.
+ * leaves only once its TMA store has read it.  Or (2, split) two warp groups share each
+ * 128-row tile, 64 rows each, so one E tile in shared memory feeds twice the rows (the
+ * L2-to-SM traffic a FLOP is 0.6 of 64-row tiles'); a group whose rows are all past M
+ * (M = 433: the last tile's second half) computes nothing and only gives the ring's
+ * slots back, and of the plane steps each group computes the two that hold its rows.
+ * They stage their halves in one buffer in turn (the hand barriers, as in gemm.c).
  *
  * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
  * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
  * as given and TMA reads its rows past K as zero: any K works.  Tiles are ordered with
  * the M tiles of one batch entry next to each other, so programs working side by side
- * share E[b] in L2.
+ * share E[b] in L2; within an entry the M x N tiles are rotated by the entry's index, so
+ * that a persistent program (stride ctas) does not always get the same, perhaps short,
+ * last M tile.
  */
 #include "ikbo_lce.h"
 
@@ -75,8 +83,8 @@
 /* Register budgets (per thread) of the producer and the consumers. */
 enum { PROD_REGS = 40, CONS_REGS = 232 };
 
-/* Named barriers of the consumer task's threads: the staging tile, the identity. */
-enum { BAR_CONS = 2, BAR_EYE = 3 };
+/* Named barrier of the consumer task's threads: the staging tile. */
+enum { BAR_CONS = 2 };
 
 int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
 
@@ -87,13 +95,26 @@ static bool has_cand(const ik_spec *s) { return s->mode != IK_USER; }
 /* The candidate tiles add user_res[u(b)]'s tile. */
 static bool adds_user(const ik_spec *s) { return s->mode == IK_CAND_FUSED || s->mode == IK_FUSED; }
 
+static bool split(const ik_spec *s) { return s->consumers == IK_SPLIT; }
 static int64_t esz(const ik_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
 static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (s->bm + s->bn) * 64 * esz(s); }
-static int64_t staging_bytes(const ik_spec *s) { return (int64_t)s->bm * s->bn * esz(s); }
-static int64_t eye_bytes(const ik_spec *s) { return (int64_t)s->bm * s->bm * esz(s); }
+/* The staging tile: BM rows, or a split group's 64 (the groups take turns on it). */
+static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 : s->bm) * s->bn * esz(s); }
 
 /* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use. */
 static int64_t plane_steps(const ik_spec *s) { return 2 * (s->bm / 64); }
+
+/* k steps of the candidate GEMM, and the first identity column of W_cand after them. */
+static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(ik_pad8(s->Kc), 64); }
+
+int64_t ik_wc_cols(const ik_spec *s) { return adds_user(s) ? 64 * cand_steps(s) + IK_EYE : ik_pad8(s->Kc); }
+
+void ik_wc_eye(const ik_spec *s, void *w)
+{
+    int64_t cols = ik_wc_cols(s), kid = 64 * cand_steps(s);
+    for (int64_t m = 0; adds_user(s) && m < s->M; m++)
+        tpl_set(w, s->dt, m * cols + kid + m % IK_EYE, 1.0);
+}
 
 int64_t ik_user_blocks(const ik_spec *s) { return s->U * TPL_CDIV(s->M, 64) * TPL_CDIV(s->N, 64); }
 
@@ -117,7 +138,7 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "B, U, M, N, Ku and Kc must be positive";
     if (s->N % 8)
         return "N must be a multiple of 8 (TMA needs 16-byte aligned rows of E and out)";
-    const char *w = tpl_why_not_consumers(s->cwarps, s->consumers, TPL_PINGPONG, s->ctas, s->bm, s->bn);
+    const char *w = tpl_why_not_consumers(s->cwarps, s->consumers, TPL_SPLIT, s->ctas, s->bm, s->bn);
     if (w)
         return w;
     if (s->stages < 2 || s->stages > 8)
@@ -127,15 +148,17 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
                  (long long)ring_bytes(s));
         return buf;
     }
+    if (split(s) && s->bm != 128)
+        return "consumers=2 (split) needs BM=128: each of the two warp groups owns 64 rows";
     if (adds_user(s) && s->planes != 2)
         return "the fused modes read user_res as two planes (hi, lo): planes must be 2";
     if (s->planes != 1 && s->planes != 2)
         return "planes must be 1 or 2";
-    if (adds_user(s) && ring_bytes(s) + staging_bytes(s) + eye_bytes(s) > IK_SMEM) {
+    if (adds_user(s) && ring_bytes(s) + staging_bytes(s) > IK_SMEM) {
         snprintf(buf, n,
-                 "the user tile is added through shared memory: the ring (%lld bytes), the staging tile (%lld) and "
-                 "the identity (%lld) need over 226 KiB; use fewer stages or smaller tiles",
-                 (long long)ring_bytes(s), (long long)staging_bytes(s), (long long)eye_bytes(s));
+                 "the fused kernels stage their output in shared memory: the ring (%lld bytes) and the staging "
+                 "tile (%lld) need over 226 KiB; use fewer stages or smaller tiles",
+                 (long long)ring_bytes(s), (long long)staging_bytes(s));
         return buf;
     }
     if (s->ctas < 0)
@@ -155,7 +178,7 @@ static bool staged(const ik_spec *s)
 }
 
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
- * index within the entry's M x N tiles. */
+ * index within the entry's M x N tiles (the order rotated by j). */
 typedef struct tile_at {
     loom_val j, m0, n0, r;
 } tile_at;
@@ -165,7 +188,7 @@ static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc)
     int64_t tm = TPL_CDIV(s->M, s->bm), per = ik_tiles_mn(s);
     tile_at a;
     a.j = loom_div(k, tc, CI(per));
-    a.r = loom_rem(k, tc, CI(per));
+    a.r = loom_rem(k, loom_add(k, loom_rem(k, tc, CI(per)), a.j), CI(per)); /* rotated by the entry */
     a.m0 = loom_mul(k, loom_rem(k, a.r, CI(tm)), CI(s->bm));
     a.n0 = loom_mul(k, loom_div(k, a.r, CI(tm)), CI(s->bn));
     return a;
@@ -179,13 +202,13 @@ typedef struct ik_args {
 static ik_args declare(loom_kernel *k, const ik_spec *s)
 {
     ik_args a = {0};
-    int64_t kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
+    int64_t kpu = ik_pad8(s->Ku);
     if (has_user(s)) {
         a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, kpu), LOOM_IN);
         a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
     }
     if (has_cand(s)) {
-        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, kpc), LOOM_IN);
+        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, ik_wc_cols(s)), LOOM_IN);
         a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
     }
     if (adds_user(s))
@@ -206,12 +229,12 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
     return a;
 }
 
-/* Shared memory and barriers: the ring of W [BM, 64] and E [64, BN] tiles with its full
- * and empty barriers; the staging tile cs [BM, BN]; where candidate tiles add the user
- * tile, the identity eye [BM, BM]. */
+/* Shared memory and barriers: the ring of W [BM, 64] (split: two [64, 64] halves a slot)
+ * and E [64, BN] tiles with its full and empty barriers; the staging tile cs; split: the
+ * hand barriers of the staging tile's turns (hand[r]: group r is done with it). */
 typedef struct ik_smem {
     loom_val as, bs, full, empty;
-    loom_val cs, eye;
+    loom_val cs, hand;
 } ik_smem;
 
 /* Ping-pong: the consumer replica (0 or 1) and "is it replica 1" (LOOM_NONE otherwise). */
@@ -222,12 +245,25 @@ typedef struct ik_turns {
 /* The named barriers that hand the tensor cores over between ping-pong replicas. */
 enum { BAR_X = 4, BAR_Y = 5 };
 
+/* W's [BM, 64] box at (m0, k0) into ring slot sl's W part (split: as two 64-row halves). */
+static void load_w(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val m0, loom_val k0,
+                   loom_val sl)
+{
+    if (!split(s)) {
+        loom_tma_load(k, w, ((loom_val[]){m0, k0}), loom_smem_slot(k, m->as, sl), m->full, sl);
+        return;
+    }
+    for (int64_t h = 0; h < 2; h++)
+        loom_tma_load(k, w, ((loom_val[]){loom_add(k, m0, CI(64 * h)), k0}),
+                      loom_smem_slot(k, m->as, loom_add(k, loom_mul(k, sl, CI(2)), CI(h))), m->full, sl);
+}
+
 /* expect the two boxes on full[slot], then TMA W's [BM, 64] and E[j]'s [64, BN] boxes */
 static void load_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val e, tile_at t,
                       loom_val k0, loom_val slot)
 {
     loom_mbar_expect(k, m->full, slot, (int64_t)(s->bm + s->bn) * 64 * esz(s));
-    loom_tma_load(k, w, ((loom_val[]){t.m0, k0}), loom_smem_slot(k, m->as, slot), m->full, slot);
+    load_w(k, s, m, w, t.m0, k0, slot);
     loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, m->bs, slot), m->full, slot);
 }
 
@@ -238,37 +274,59 @@ static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
 }
 
 /* Producer: the plane steps of candidate tile t, ring uses it .. it + plane_steps - 1:
- * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot. */
+ * W_cand's identity box for rows m0 + 64h .. and those rows of plane p of user u's tile,
+ * as one k step each. */
 static void load_planes(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it)
 {
     loom_val u = user_of(k, a, t);
+    loom_val eye0 = loom_add(k, CI(64 * cand_steps(s)), loom_rem(k, t.m0, CI(IK_EYE)));
     for (int64_t q = 0; q < plane_steps(s); q++) {
         int64_t p = q / (s->bm / 64), h = q % (s->bm / 64);
         loom_val use = loom_add(k, it, CI(q));
         loom_val sl = loom_ring_slot(k, use, s->stages);
         loom_mbar_wait(k, m->empty, sl, loom_sub(k, CI(1), loom_ring_phase(k, use, s->stages)));
-        loom_mbar_expect(k, m->full, sl, (int64_t)64 * s->bn * esz(s));
+        loom_mbar_expect(k, m->full, sl, (int64_t)(s->bm + s->bn) * 64 * esz(s));
+        load_w(k, s, m, a->wc, t.m0, loom_add(k, eye0, CI(64 * h)), sl);
         loom_tma_load(k, a->ures, ((loom_val[]){u, CI(p), loom_add(k, t.m0, CI(64 * h)), t.n0}),
                       loom_smem_slot(k, m->bs, sl), m->full, sl);
     }
 }
 
-/* Consumer: ring use `it`: wait for its slot, acc += a @ (the slot's E half), one group
- * left in flight; then, where `give_back` (an i1, or LOOM_NONE for always), the previous
- * use's slot goes back to the producer (its group is done). */
-static loom_val ring_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it, loom_val av, loom_val acc,
-                          loom_val give_back)
+/* The W operand of ring slot sl: the slot's W tile, or split group rep's half of it. */
+static loom_val w_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl, loom_val rep)
+{
+    if (!split(s))
+        return loom_smem_slot(k, m->as, sl);
+    return loom_smem_slot(k, m->as, loom_add(k, loom_mul(k, sl, CI(2)), rep));
+}
+
+/* Consumer: ring use `it`: wait for its slot, acc += W @ E of the slot, one group left in
+ * flight; then, where `give_back` (an i1, or LOOM_NONE for always), ring use prev's slot
+ * goes back to the producer (its group is done; prev LOOM_NONE: none goes back). */
+static loom_val ring_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it, loom_val prev,
+                          loom_val rep, loom_val acc, loom_val give_back)
 {
     loom_val sl = loom_ring_slot(k, it, s->stages);
     loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
-    loom_val r = loom_wgmma(k, av ? av : loom_smem_slot(k, m->as, sl), loom_smem_slot(k, m->bs, sl), acc);
+    loom_val r = loom_wgmma(k, w_view(k, s, m, sl, rep), loom_smem_slot(k, m->bs, sl), acc);
     loom_wgmma_commit(k);
     loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
-    loom_region_op prev = give_back ? loom_if_begin(k, give_back, 0) : 0;
-    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_sub(k, it, CI(1)), s->stages));
-    if (give_back)
-        loom_if_end(k, prev, 0, NULL);
+    if (prev) {
+        loom_region_op pb = give_back ? loom_if_begin(k, give_back, 0) : 0;
+        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, prev, s->stages));
+        if (give_back)
+            loom_if_end(k, pb, 0, NULL);
+    }
     return loom_wgmma_result(k, wt, 0);
+}
+
+/* Split: a ring use this group computes nothing on: wait until it is filled (so that the
+ * arrival counts toward this use's phase of empty), then give the slot back. */
+static void pass_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it)
+{
+    loom_val sl = loom_ring_slot(k, it, s->stages);
+    loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
+    loom_mbar_arrive(k, m->empty, sl);
 }
 
 /* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store.
@@ -292,6 +350,31 @@ static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_a
         loom_tma_store_wait(k, 0);
 }
 
+/* A user tile's epilogue: acc into user_res (one plane, or hi and lo); in the fused
+ * kernel, then count its 64 x 64 blocks done (rows: the tile's, or a split group's 64). */
+static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val acc, int64_t rows)
+{
+    loom_val hi = loom_cast(k, acc, s->dt);
+    if (s->planes == 1) {
+        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), hi, LOOM_NONE);
+    } else {
+        /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same
+         * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
+         * to LLVM), so hi is needed by its own stores only and the compiler stores it
+         * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
+         * would not fit in the consumers' 232 registers. */
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), hi, LOOM_NONE);
+        loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
+        loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
+    }
+    if (s->mode == IK_FUSED) { /* the tile's 64 x 64 blocks of user_res are done */
+        loom_val mb = loom_min(k, CI(rows / 64), loom_sub(k, CI(TPL_CDIV(s->M, 64)), loom_div(k, t.m0, CI(64))));
+        loom_val nb = loom_min(k, CI(s->bn / 64), loom_sub(k, CI(TPL_CDIV(s->N, 64)), loom_div(k, t.n0, CI(64))));
+        loom_flag_add(k, a->flags, ((loom_val[]){CI(0)}), loom_mul(k, mb, nb));
+    }
+}
+
 /* Consumer: one tile (nk k steps from ring use it0; a candidate tile adds its user's tile
  * in plane steps after them): the mainloop, the ping-pong hand-over, the epilogue. */
 static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
@@ -299,21 +382,15 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
 {
     loom_val zero = CI(0), one = CI(1);
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
-    loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
+    int64_t steps = nk + (cand && adds_user(s) ? plane_steps(s) : 0); /* acc += I @ plane: more k steps */
+    loom_region_op kl = loom_for_begin(k, zero, CI(steps), one, 1, &acc);
     {
-        loom_val kk = loom_for_iv(k, kl);
-        loom_val r = ring_step(k, s, m, loom_add(k, it0, kk), LOOM_NONE, loom_for_arg(k, kl, 0),
+        loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
+        loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), LOOM_NONE, loom_for_arg(k, kl, 0),
                                loom_cmp(k, LOOM_GT, kk, zero));
         loom_for_end(k, kl, 1, &r);
     }
     acc = loom_for_result(k, kl, 0);
-    int64_t steps = nk;
-    if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
-        for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
-            int64_t h = q % (s->bm / 64);
-            loom_val eye = s->bm == 64 ? m->eye : loom_smem_part(k, m->eye, 1, 64 * h, 64);
-            acc = ring_step(k, s, m, loom_add(k, it0, CI(steps)), eye, acc, LOOM_NONE);
-        }
     if (pp) { /* the tensor cores to the other replica */
         loom_region_op hand = loom_if_begin(k, pp->second, 0);
         loom_named_barrier(k, BAR_Y, 256);
@@ -326,35 +403,98 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
     acc = loom_wgmma_result(k, wt, 0);
 
     /* the epilogue */
-    if (cand) {
+    if (cand)
         store_out(k, s, a, t, loom_cast(k, acc, s->dt), staged(s) ? m->cs : LOOM_NONE, pp);
-    } else {
-        loom_val hi = loom_cast(k, acc, s->dt);
-        if (s->planes == 1) {
-            loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), hi, LOOM_NONE);
-        } else {
-            /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same
-             * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
-             * to LLVM), so hi is needed by its own stores only and the compiler stores it
-             * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
-             * would not fit in the consumers' 232 registers. */
-            loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), hi, LOOM_NONE);
-            loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
-            loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
-            loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
-        }
-        if (s->mode == IK_FUSED) { /* the tile's 64 x 64 blocks of user_res are done */
-            loom_val mb = loom_min(k, CI(s->bm / 64), loom_sub(k, CI(TPL_CDIV(s->M, 64)), loom_div(k, t.m0, CI(64))));
-            loom_val nb = loom_min(k, CI(s->bn / 64), loom_sub(k, CI(TPL_CDIV(s->N, 64)), loom_div(k, t.n0, CI(64))));
-            loom_flag_add(k, a->flags, ((loom_val[]){CI(0)}), loom_mul(k, mb, nb));
-        }
-    }
+    else
+        store_user(k, s, a, t, acc, s->bm);
     if (pp) { /* replica 0 waits until replica 1's mainloop is done */
         loom_region_op w = loom_if_begin(k, pp->second, 0);
         loom_else(k, w, 0, NULL);
         loom_named_barrier(k, BAR_Y, 256);
         loom_if_end(k, w, 0, NULL);
     }
+}
+
+/* Split: group rep's half (rows m0 + 64 rep ..) of one tile, the tile's j-th of the
+ * program.  Rows all past M: it only passes the ring uses on.  Of the plane steps
+ * (hi h0, hi h1, lo h0, lo h1) it computes the two of its half, after its k steps, and
+ * passes the other two on.  Staged output: the groups take turns on the staging tile,
+ * group 0 first (hand[1 - rep]'s parity (j + 1 - rep) % 2: group 0's first wait passes on
+ * the fresh barrier); a group with nothing to store takes its turn too. */
+static void tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
+                       int64_t nk, bool cand, loom_val rep, loom_val j)
+{
+    loom_val zero = CI(0), one = CI(1), other = loom_sub(k, one, rep);
+    bool planes = cand && adds_user(s);
+    int64_t uses = nk + (planes ? plane_steps(s) : 0);
+    tile_at h = t;
+    h.m0 = loom_add(k, t.m0, loom_mul(k, rep, CI(64)));
+    loom_val turn_parity = loom_rem(k, loom_add(k, j, other), CI(2));
+    loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, h.m0, CI(s->M)), 0);
+    {
+        loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, s->bn));
+        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
+        {
+            loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
+            loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, loom_for_arg(k, kl, 0),
+                                   loom_cmp(k, LOOM_GT, kk, zero));
+            loom_for_end(k, kl, 1, &r);
+        }
+        acc = loom_for_result(k, kl, 0);
+        loom_val last = loom_add(k, it0, CI(nk - 1));
+        for (int64_t p = 0; planes && p < 2; p++) {
+            loom_val first = loom_add(k, it0, CI(nk + 2 * p));
+            loom_val mine = loom_add(k, first, rep);
+            if (s->stages < 3) {
+                /* mine may be two uses after last, in last's slot: give that back first
+                 * (a ring of 3 or more has mine's slot back already) */
+                loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
+                loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
+                acc = loom_wgmma_result(k, wt, 0);
+            }
+            acc = ring_step(k, s, m, mine, s->stages < 3 ? LOOM_NONE : last, rep, acc, LOOM_NONE);
+            pass_step(k, s, m, loom_add(k, first, other));
+            last = mine;
+        }
+        loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
+        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
+        acc = loom_wgmma_result(k, wt, 0);
+        if (m->cs)
+            loom_mbar_wait(k, m->hand, other, turn_parity);
+        if (!cand) {
+            store_user(k, s, a, h, acc, 64);
+        } else if (!m->cs) {
+            store_out(k, s, a, h, loom_cast(k, acc, s->dt), LOOM_NONE, NULL);
+        } else {
+            loom_smem_store(k, m->cs, loom_cast(k, acc, s->dt));
+            loom_fence_async(k);
+            loom_named_barrier(k, BAR_CONS, 128);
+            loom_tma_store(k, a->out, ((loom_val[]){h.j, h.m0, h.n0}), m->cs);
+            loom_tma_store_wait(k, 0);
+        }
+    }
+    loom_else(k, br, 0, NULL);
+    {
+        loom_region_op pl = loom_for_begin(k, zero, CI(uses), one, 0, NULL);
+        pass_step(k, s, m, loom_add(k, it0, loom_for_iv(k, pl)));
+        loom_for_end(k, pl, 0, NULL);
+        if (m->cs)
+            loom_mbar_wait(k, m->hand, other, turn_parity);
+    }
+    loom_if_end(k, br, 0, NULL);
+    if (m->cs) /* the staging tile to the other group */
+        loom_mbar_arrive(k, m->hand, rep);
+}
+
+/* Consumer: a user or candidate tile, by the consumers' scheme. */
+static void consume(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
+                    bool cand, const ik_turns *pp, loom_val rep, loom_val j)
+{
+    int64_t nk = cand ? cand_steps(s) : TPL_CDIV(ik_pad8(s->Ku), 64);
+    if (split(s))
+        tile_split(k, s, a, m, t, it0, nk, cand, rep, j);
+    else
+        tile(k, s, a, m, t, it0, nk, cand, pp);
 }
 
 static const char *mode_name(ik_mode m)
@@ -373,16 +513,20 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     ik_args a = declare(k, s);
 
     ik_smem m = {0};
-    m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
+    if (split(s))
+        m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, 64), 2 * s->stages, LOOM_SWIZZLE_128);
+    else
+        m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
     m.bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
     m.full = loom_mbar_alloc(k, s->stages, 1);
-    m.empty = loom_mbar_alloc(k, s->stages, 1);
-    if (staged(s))
-        m.cs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bn), 1, LOOM_SWIZZLE_128);
-    if (adds_user(s))
-        m.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, s->bm), 1, LOOM_SWIZZLE_128);
+    m.empty = loom_mbar_alloc(k, s->stages, split(s) ? 2 : 1); /* split: both groups give each slot back */
+    if (staged(s)) {
+        m.cs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(split(s) ? 64 : s->bm, s->bn), 1, LOOM_SWIZZLE_128);
+        if (split(s))
+            m.hand = loom_mbar_alloc(k, 2, 1);
+    }
     int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
-    int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = TPL_CDIV(ik_pad8(s->Kc), 64);
+    int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = cand_steps(s);
     int64_t nsc = nkc + (adds_user(s) ? plane_steps(s) : 0); /* ring uses of a candidate tile */
     loom_val pid = loom_program_id(k, 0);
     loom_val step = s->ctas ? loom_num_programs(k, 0) : CI(ntot);
@@ -445,33 +589,22 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
 
     /* consumers: wgmma out of the ring, then the tile's epilogue (the tile loop carries the
      * ring use).  Ping-pong: replica r takes the program's tiles r, r + 2, ..., its ring
-     * uses skipping the other's tiles. */
-    bool turns = s->consumers == IK_PINGPONG;
-    loom_region_op ct = loom_task_begin(k, turns ? 4 : s->cwarps, CONS_REGS, turns ? 2 : 1);
+     * uses skipping the other's tiles.  Split: both replicas take every tile, each its
+     * 64 rows (the loop also carries the tile's number, for the staging tile's turns). */
+    bool turns = s->consumers == IK_PINGPONG, halves = split(s);
+    loom_region_op ct = loom_task_begin(k, turns || halves ? 4 : s->cwarps, CONS_REGS, turns || halves ? 2 : 1);
     {
         ik_turns pp = {LOOM_NONE, LOOM_NONE};
-        loom_val first = pid, stride = step, it_first = zero;
+        loom_val first = pid, stride = step, carried[2] = {zero, zero};
         if (turns) {
             pp.rep = loom_task_replica(k);
             pp.second = loom_cmp(k, LOOM_EQ, pp.rep, one);
             first = loom_add(k, pid, loom_mul(k, pp.rep, step));
             stride = loom_mul(k, step, CI(2));
-            it_first = loom_select(k, loom_and(k, pp.second, loom_cmp(k, LOOM_LT, pid, CI(ntot))), USES(pid), zero);
+            carried[0] = loom_select(k, loom_and(k, pp.second, loom_cmp(k, LOOM_LT, pid, CI(ntot))), USES(pid), zero);
         }
-        if (adds_user(s)) { /* the identity, once (ping-pong: replica 0 writes it) */
-            loom_shape sq = LOOM_SHAPE2(s->bm, s->bm);
-            loom_region_op w0 = turns ? loom_if_begin(k, loom_not(k, pp.second), 0) : 0;
-            loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, s->bm), 1), sq);
-            loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, s->bm), 0), sq);
-            loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, s->dt, 1), sq),
-                                       loom_splat(k, loom_const_f(k, s->dt, 0), sq));
-            loom_smem_store(k, m.eye, eye);
-            loom_fence_async(k);
-            if (turns)
-                loom_if_end(k, w0, 0, NULL);
-            loom_named_barrier(k, BAR_EYE, s->cwarps * 32);
-        }
-        loom_region_op tl = loom_for_begin(k, first, CI(ntot), stride, 1, &it_first);
+        loom_val rep = halves ? loom_task_replica(k) : LOOM_NONE;
+        loom_region_op tl = loom_for_begin(k, first, CI(ntot), stride, halves ? 2 : 1, carried);
         loom_val tv = loom_for_iv(k, tl);
         tile_at t = TILE_OF(tv);
         loom_val it0 = loom_for_arg(k, tl, 0);
@@ -481,21 +614,22 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
             loom_if_end(k, w1, 0, NULL);
         }
         const ik_turns *ppp = turns ? &pp : NULL;
+        loom_val j = halves ? loom_for_arg(k, tl, 1) : LOOM_NONE;
         if (s->mode == IK_FUSED) {
             loom_region_op br = loom_if_begin(k, IS_USER(tv), 0);
-            tile(k, s, &a, &m, t, it0, nku, false, ppp);
+            consume(k, s, &a, &m, t, it0, false, ppp, rep, j);
             loom_else(k, br, 0, NULL);
-            tile(k, s, &a, &m, t, it0, nkc, true, ppp);
+            consume(k, s, &a, &m, t, it0, true, ppp, rep, j);
             loom_if_end(k, br, 0, NULL);
         } else {
-            tile(k, s, &a, &m, t, it0, has_user(s) ? nku : nkc, has_cand(s), ppp);
+            consume(k, s, &a, &m, t, it0, has_cand(s), ppp, rep, j);
         }
-        loom_val next = loom_add(k, it0, USES(tv));
+        loom_val next[2] = {loom_add(k, it0, USES(tv)), halves ? loom_add(k, loom_for_arg(k, tl, 1), one) : zero};
         if (turns) { /* and the other replica's tile in between */
             loom_val other = loom_add(k, tv, step);
-            next = loom_add(k, next, loom_select(k, loom_cmp(k, LOOM_LT, other, CI(ntot)), USES(other), zero));
+            next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, CI(ntot)), USES(other), zero));
         }
-        loom_for_end(k, tl, 1, &next);
+        loom_for_end(k, tl, halves ? 2 : 1, next);
         if (turns) {
             /* replica 1 after its n tiles: replica 0 has tile 2n too when pid + (2n) * step
              * < ntot; meet it at X and Y once more */
@@ -604,13 +738,15 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 }
 
 /* Rank configs: waves of equal tiles over the persistent CTAs, the rows and columns
- * computed past M and N, the ring's depth. */
+ * computed past M and N (split: rows of whole 64-row halves), the ring's depth. */
 static double cost(const int64_t *sh, const int64_t *cf)
 {
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     double tm = (double)TPL_CDIV(s.M, s.bm), tn = (double)TPL_CDIV(s.N, s.bn);
     double per_tile_u = (double)s.bm * s.bn * ik_pad8(s.Ku), per_tile_c = (double)s.bm * s.bn * ik_pad8(s.Kc);
-    double work = tm * tn * (s.U * per_tile_u + s.B * per_tile_c) * (1.0 + 64.0 / s.bm + 64.0 / s.bn);
+    /* split: a group whose rows are all past M computes nothing */
+    double busy = split(&s) ? (double)TPL_CDIV(s.M, 64) * 64 / ((double)tm * s.bm) : 1.0;
+    double work = busy * tm * tn * (s.U * per_tile_u + s.B * per_tile_c) * (1.0 + 64.0 / s.bm + 64.0 / s.bn);
     double ctas = s.ctas ? s.ctas : 132, tiles = (double)ik_tiles(&s);
     double waves = tiles / ctas, tail = waves > (int64_t)waves ? 1.0 : 0.0;
     return work / tiles * ((int64_t)waves + tail) / (s.stages >= 3 ? 1.0 : 1.3);
@@ -630,10 +766,9 @@ void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map)
         }
 }
 
-/* Fill W [M, Kp] with values in its first K columns and zeros after. */
-static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, uint64_t *seed)
+/* Fill W [M, kp] with values in its first K columns and zeros after. */
+static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, int64_t kp, uint64_t *seed)
 {
-    int64_t kp = ik_pad8(K);
     for (int64_t m = 0; m < M; m++)
         for (int64_t q = 0; q < kp; q++)
             tpl_set(w, dt, m * kp + q, q < K ? (double)(tpl_rand(seed) % 2001) / 1000.0 - 1.0 : 0.0);
@@ -642,8 +777,11 @@ static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, uint64_t *
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     loom_dtype dt = (loom_dtype)sh[S_DTYPE];
-    fill_padded(host[0], dt, sh[S_M], sh[S_KU], &seed); /* W_user */
-    fill_padded(host[2], dt, sh[S_M], sh[S_KC], &seed); /* W_cand */
+    static const int64_t cf[6] = {64, 256, 4, 4, 132, 0}; /* W_cand's layout does not depend on it */
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    fill_padded(host[0], dt, sh[S_M], sh[S_KU], ik_pad8(sh[S_KU]), &seed); /* W_user */
+    fill_padded(host[2], dt, sh[S_M], sh[S_KC], ik_wc_cols(&s), &seed);     /* W_cand, then its identity */
+    ik_wc_eye(&s, host[2]);
     tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &seed);
     tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &seed);
     ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], seed, host[4]);
@@ -651,11 +789,12 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     *(int32_t *)host[7] = 1;
 }
 
-/* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded ([M, pad8(K)]). */
+/* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded (W_user [M, pad8(Ku)],
+ * W_cand [M, ik_wc_cols]). */
 void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                   const int32_t *map, void *ures, void *out)
 {
-    int64_t M = s->M, N = s->N, kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
+    int64_t M = s->M, N = s->N, kpu = ik_pad8(s->Ku), kpc = ik_wc_cols(s);
     double *u = calloc((size_t)(s->U * M * N), sizeof(double)), *row = malloc((size_t)N * sizeof(double));
     if (!u || !row)
         goto done;
@@ -719,7 +858,8 @@ const loom_template tpl_def_ikbo_lce = {
                {"cwarps", 4, "consumer warps (4 or 8)", 2, {4, 8}},
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
                {"consumers", 0, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
-                                "whole tiles (cwarps=8)", 2, {0, 1}}},
+                                "whole tiles (cwarps=8); 2: split, two warp groups share each 128-row tile "
+                                "(cwarps=8, BM=128)", 3, {0, 1, 2}}},
     .valid = valid,
     .cost = cost,
     .build = build,

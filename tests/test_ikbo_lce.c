@@ -145,6 +145,7 @@ static const lce_case small_cases[] = {
     {7, 3, 66, 64, 70, 333, 1},  /* 6 k steps: the user tile's planes join mid-mainloop */
     {4, 2, 64, 64, 130, 100, 0}, /* 2 and 3 k steps */
     {3, 2, 40, 64, 9, 150, 1},   /* 3 k steps */
+    {5, 3, 130, 64, 20, 70, 1},  /* split: the second tile's second group has no rows */
 };
 enum { NSMALL = sizeof small_cases / sizeof small_cases[0] };
 
@@ -176,6 +177,11 @@ Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
     all_stages_on(rt, small_cases, NSMALL, &pp, LOOM_F16);
     all_stages_on(rt, small_cases + 1, 2, &pp7, LOOM_F16);
     all_stages_on(rt, small_cases + 3, 1, &pp128, LOOM_BF16);
+    /* split: two warp groups share each 128-row tile (64 rows each; a group whose rows are
+     * all past M, as at M = 40, 64 and 130, only passes the ring on) */
+    loom_ikbo_lce_config sp = {128, 64, 2, 8, 5, 2}, sp3 = {128, 64, 3, 8, 2, 2};
+    all_stages_on(rt, small_cases, NSMALL, &sp, LOOM_F16);
+    all_stages_on(rt, small_cases + 4, 3, &sp3, LOOM_BF16);
     loom_runtime_destroy(rt);
 }
 
@@ -195,11 +201,15 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     cr_assert(strstr(loom_runtime_error(rt), "persistent: ctas must be"), "%s", loom_runtime_error(rt));
     loom_ikbo_lce_config roomless = {128, 256, 4, 8, 2, 0}; /* the ring leaves no room for the user tile */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_FUSED_EPILOGUE, h.wu, h.wc, &roomless, &p), LOOM_ERR_INVALID);
-    cr_assert(strstr(loom_runtime_error(rt), "the staging tile (65536) and the identity (32768) need over 226 KiB"),
+    cr_assert(strstr(loom_runtime_error(rt), "the ring (196608 bytes) and the staging tile (65536) need over 226 KiB"),
               "%s", loom_runtime_error(rt));
+    loom_ikbo_lce_config split64 = {64, 64, 2, 8, 2, 2}; /* split needs 64 rows a group */
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &split64, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "BM must be 64 or 128 rows per consumer warp group"), "%s",
+              loom_runtime_error(rt));
     loom_ikbo_lce_config lone = {64, 64, 2, 4, 2, 1}; /* ping-pong with one warp group */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &lone, &p), LOOM_ERR_INVALID);
-    cr_assert(strstr(loom_runtime_error(rt), "consumers=1 (ping-pong) needs cwarps=8"), "%s", loom_runtime_error(rt));
+    cr_assert(strstr(loom_runtime_error(rt), "consumers=1 and 2 need cwarps=8"), "%s", loom_runtime_error(rt));
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, (loom_ikbo_stage)9, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "stage 9 is not 0 to 4"), "%s", loom_runtime_error(rt));
     cfg.ctas = 2;
