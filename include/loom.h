@@ -774,7 +774,8 @@ const char *loom_ikbo_stage_name(loom_ikbo_stage s);
 
 /* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c: BM, BN, ring
  * stages, consumer warps 4 or 8, persistent CTAs, consumers 0 (one task shares each
- * tile) or 1 (ping-pong: two warp groups of BM rows each take turns on whole tiles)). */
+ * tile), 1 (ping-pong: two warp groups of BM rows each take turns on whole tiles) or 2
+ * (split: two warp groups share each 128-row tile, 64 rows each; BM=128, cwarps=8)). */
 typedef struct loom_ikbo_lce_config {
     int bm, bn, stages, cwarps, ctas, consumers;
 } loom_ikbo_lce_config;

@@ -154,13 +154,6 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "the fused modes read user_res as two planes (hi, lo): planes must be 2";
     if (s->planes != 1 && s->planes != 2)
         return "planes must be 1 or 2";
-    if (adds_user(s) && ring_bytes(s) + staging_bytes(s) > IK_SMEM) {
-        snprintf(buf, n,
-                 "the fused kernels stage their output in shared memory: the ring (%lld bytes) and the staging "
-                 "tile (%lld) need over 226 KiB; use fewer stages or smaller tiles",
-                 (long long)ring_bytes(s), (long long)staging_bytes(s));
-        return buf;
-    }
     if (s->ctas < 0)
         return "ctas must be >= 0";
     if (s->mode == IK_FUSED && (s->ctas < 1 || s->ctas > 1024))
@@ -169,12 +162,11 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 }
 
 /* Candidate tiles go out through a shared-memory staging tile and one TMA store (which
- * runs on during the next tile's mainloop): always where they add the user tile (the
- * fused kernels' output is as large as their input, and ik_why_not makes room), else
- * whenever the ring leaves room for it. */
+ * runs on during the next tile's mainloop) whenever the ring leaves room for it, else
+ * straight from the accumulator's registers (a deeper ring against a slower epilogue). */
 static bool staged(const ik_spec *s)
 {
-    return has_cand(s) && (adds_user(s) || ring_bytes(s) + staging_bytes(s) <= IK_SMEM);
+    return has_cand(s) && ring_bytes(s) + staging_bytes(s) <= IK_SMEM;
 }
 
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
@@ -854,7 +846,7 @@ const loom_template tpl_def_ikbo_lce = {
     .nconfig = 6,
     .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns", 3, {64, 128, 256}},
-               {"stages", 4, "ring slots", 3, {2, 3, 4}},
+               {"stages", 4, "ring slots (5 leaves no room for the staging tile at 64 x 256)", 4, {2, 3, 4, 5}},
                {"cwarps", 4, "consumer warps (4 or 8)", 2, {4, 8}},
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
                {"consumers", 0, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
