@@ -25,15 +25,16 @@
  * the framework's round(round(c) + round(u)) the checks compare against.)
  *
  * How a candidate tile adds its user's tile: as more k steps of its GEMM.  acc +=
- * I @ plane[64 rows, BN] on the tensor cores (exact: the products are the plane's values
- * times 1 or 0), for hi and then lo, 64 rows of the plane a ring use.  The identity is
- * part of the prepared W_cand: past the 64-column k steps of Kc come IK_EYE columns with
- * W[m, kid + m % IK_EYE] = 1 (ik_wc_cols), so a W box of the tile's rows at column kid +
- * (m0 % IK_EYE) + 64h is the identity on the rows of the plane's h-th 64-row part and
- * zero on the others.  The producer loads that box and the plane's rows into a ring slot
- * like any k step: nothing waits for the planes, the accumulator never leaves the
- * registers, and the epilogue is that of a plain GEMM.  user_res was written by the
- * previous kernel (stage 3) or by the user tiles of the same kernel (stage 4).
+ * I[BM, BM] @ plane[BM, BN] on the tensor cores (exact: the products are the plane's
+ * values times 1 or 0), for hi and then lo, 64 rows of the plane a ring use: the producer
+ * TMA-loads the plane's rows into the E half of a ring slot, and the consumer runs the
+ * wgmma with a 64-column part of the identity (kept in shared memory, written once) in
+ * place of the slot's W tile.  So the planes flow through the ring like any k step:
+ * nothing waits for them, the accumulator never leaves the registers and the epilogue is
+ * that of a plain GEMM.  user_res was written by the previous kernel (stage 3) or by the
+ * user tiles of the same kernel (stage 4).  (An identity carried as columns of W_cand,
+ * loaded with each plane step, measured 2-3% slower at the headline on an H200: 8 KiB
+ * more of L2 traffic a step.)
  *
  * Stage 4's hand-over.  Each user tile, once its stores are done, adds 1 to one counter
  * in global memory (release).  A program's producer, before the planes of its first
@@ -83,8 +84,8 @@
 /* Register budgets (per thread) of the producer and the consumers. */
 enum { PROD_REGS = 40, CONS_REGS = 232 };
 
-/* Named barrier of the consumer task's threads: the staging tile. */
-enum { BAR_CONS = 2 };
+/* Named barriers of the consumer task's threads: the staging tile, the identity. */
+enum { BAR_CONS = 2, BAR_EYE = 3 };
 
 int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
 
@@ -101,20 +102,15 @@ static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (s->bm
 /* The staging tile: BM rows, or a split group's 64 (the groups take turns on it). */
 static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 : s->bm) * s->bn * esz(s); }
 
+/* The identity the plane steps multiply by: [BM, BM], or a split group's [64, 64]. */
+static int64_t eye_rows(const ik_spec *s) { return split(s) ? 64 : s->bm; }
+static int64_t eye_bytes(const ik_spec *s) { return adds_user(s) ? eye_rows(s) * eye_rows(s) * esz(s) : 0; }
+
 /* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use. */
 static int64_t plane_steps(const ik_spec *s) { return 2 * (s->bm / 64); }
 
-/* k steps of the candidate GEMM, and the first identity column of W_cand after them. */
+/* k steps of the candidate GEMM. */
 static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(ik_pad8(s->Kc), 64); }
-
-int64_t ik_wc_cols(const ik_spec *s) { return adds_user(s) ? 64 * cand_steps(s) + IK_EYE : ik_pad8(s->Kc); }
-
-void ik_wc_eye(const ik_spec *s, void *w)
-{
-    int64_t cols = ik_wc_cols(s), kid = 64 * cand_steps(s);
-    for (int64_t m = 0; adds_user(s) && m < s->M; m++)
-        tpl_set(w, s->dt, m * cols + kid + m % IK_EYE, 1.0);
-}
 
 int64_t ik_user_blocks(const ik_spec *s) { return s->U * TPL_CDIV(s->M, 64) * TPL_CDIV(s->N, 64); }
 
@@ -150,6 +146,13 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
     }
     if (split(s) && s->bm != 128)
         return "consumers=2 (split) needs BM=128: each of the two warp groups owns 64 rows";
+    if (ring_bytes(s) + eye_bytes(s) > IK_SMEM) {
+        snprintf(buf, n,
+                 "the user tile is added through shared memory: the ring (%lld bytes) and the identity (%lld) need "
+                 "over 226 KiB; use fewer stages or smaller tiles",
+                 (long long)ring_bytes(s), (long long)eye_bytes(s));
+        return buf;
+    }
     if (adds_user(s) && s->planes != 2)
         return "the fused modes read user_res as two planes (hi, lo): planes must be 2";
     if (s->planes != 1 && s->planes != 2)
@@ -166,7 +169,7 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
  * straight from the accumulator's registers (a deeper ring against a slower epilogue). */
 static bool staged(const ik_spec *s)
 {
-    return has_cand(s) && ring_bytes(s) + staging_bytes(s) <= IK_SMEM;
+    return has_cand(s) && ring_bytes(s) + staging_bytes(s) + eye_bytes(s) <= IK_SMEM;
 }
 
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
@@ -200,7 +203,7 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
         a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
     }
     if (has_cand(s)) {
-        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, ik_wc_cols(s)), LOOM_IN);
+        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, ik_pad8(s->Kc)), LOOM_IN);
         a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
     }
     if (adds_user(s))
@@ -223,10 +226,11 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
 
 /* Shared memory and barriers: the ring of W [BM, 64] (split: two [64, 64] halves a slot)
  * and E [64, BN] tiles with its full and empty barriers; the staging tile cs; split: the
- * hand barriers of the staging tile's turns (hand[r]: group r is done with it). */
+ * hand barriers of the staging tile's turns (hand[r]: group r is done with it); where
+ * candidate tiles add the user tile, the identity eye. */
 typedef struct ik_smem {
     loom_val as, bs, full, empty;
-    loom_val cs, hand;
+    loom_val cs, hand, eye;
 } ik_smem;
 
 /* Ping-pong: the consumer replica (0 or 1) and "is it replica 1" (LOOM_NONE otherwise). */
@@ -266,19 +270,16 @@ static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
 }
 
 /* Producer: the plane steps of candidate tile t, ring uses it .. it + plane_steps - 1:
- * W_cand's identity box for rows m0 + 64h .. and those rows of plane p of user u's tile,
- * as one k step each. */
+ * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot. */
 static void load_planes(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it)
 {
     loom_val u = user_of(k, a, t);
-    loom_val eye0 = loom_add(k, CI(64 * cand_steps(s)), loom_rem(k, t.m0, CI(IK_EYE)));
     for (int64_t q = 0; q < plane_steps(s); q++) {
         int64_t p = q / (s->bm / 64), h = q % (s->bm / 64);
         loom_val use = loom_add(k, it, CI(q));
         loom_val sl = loom_ring_slot(k, use, s->stages);
         loom_mbar_wait(k, m->empty, sl, loom_sub(k, CI(1), loom_ring_phase(k, use, s->stages)));
-        loom_mbar_expect(k, m->full, sl, (int64_t)(s->bm + s->bn) * 64 * esz(s));
-        load_w(k, s, m, a->wc, t.m0, loom_add(k, eye0, CI(64 * h)), sl);
+        loom_mbar_expect(k, m->full, sl, (int64_t)64 * s->bn * esz(s));
         loom_tma_load(k, a->ures, ((loom_val[]){u, CI(p), loom_add(k, t.m0, CI(64 * h)), t.n0}),
                       loom_smem_slot(k, m->bs, sl), m->full, sl);
     }
@@ -292,15 +293,16 @@ static loom_val w_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_
     return loom_smem_slot(k, m->as, loom_add(k, loom_mul(k, sl, CI(2)), rep));
 }
 
-/* Consumer: ring use `it`: wait for its slot, acc += W @ E of the slot, one group left in
- * flight; then, where `give_back` (an i1, or LOOM_NONE for always), ring use prev's slot
- * goes back to the producer (its group is done; prev LOOM_NONE: none goes back). */
+/* Consumer: ring use `it`: wait for its slot, acc += a @ E of the slot (a: the slot's W,
+ * or av where given: the identity), one group left in flight; then, where `give_back` (an
+ * i1, or LOOM_NONE for always), ring use prev's slot goes back to the producer (its group
+ * is done; prev LOOM_NONE: none goes back). */
 static loom_val ring_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it, loom_val prev,
-                          loom_val rep, loom_val acc, loom_val give_back)
+                          loom_val rep, loom_val av, loom_val acc, loom_val give_back)
 {
     loom_val sl = loom_ring_slot(k, it, s->stages);
     loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
-    loom_val r = loom_wgmma(k, w_view(k, s, m, sl, rep), loom_smem_slot(k, m->bs, sl), acc);
+    loom_val r = loom_wgmma(k, av ? av : w_view(k, s, m, sl, rep), loom_smem_slot(k, m->bs, sl), acc);
     loom_wgmma_commit(k);
     loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
     if (prev) {
@@ -374,15 +376,22 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
 {
     loom_val zero = CI(0), one = CI(1);
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
-    int64_t steps = nk + (cand && adds_user(s) ? plane_steps(s) : 0); /* acc += I @ plane: more k steps */
-    loom_region_op kl = loom_for_begin(k, zero, CI(steps), one, 1, &acc);
+    loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
     {
         loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
-        loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), LOOM_NONE, loom_for_arg(k, kl, 0),
+        loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), LOOM_NONE, LOOM_NONE, loom_for_arg(k, kl, 0),
                                loom_cmp(k, LOOM_GT, kk, zero));
         loom_for_end(k, kl, 1, &r);
     }
     acc = loom_for_result(k, kl, 0);
+    int64_t steps = nk;
+    if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
+        for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
+            int64_t h = q % (s->bm / 64);
+            loom_val eye = s->bm == 64 ? m->eye : loom_smem_part(k, m->eye, 1, 64 * h, 64);
+            loom_val it = loom_add(k, it0, CI(steps));
+            acc = ring_step(k, s, m, it, loom_sub(k, it, one), LOOM_NONE, eye, acc, LOOM_NONE);
+        }
     if (pp) { /* the tensor cores to the other replica */
         loom_region_op hand = loom_if_begin(k, pp->second, 0);
         loom_named_barrier(k, BAR_Y, 256);
@@ -428,7 +437,7 @@ static void tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const
         loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
         {
             loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
-            loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, loom_for_arg(k, kl, 0),
+            loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
                                    loom_cmp(k, LOOM_GT, kk, zero));
             loom_for_end(k, kl, 1, &r);
         }
@@ -444,7 +453,7 @@ static void tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const
                 loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
                 acc = loom_wgmma_result(k, wt, 0);
             }
-            acc = ring_step(k, s, m, mine, s->stages < 3 ? LOOM_NONE : last, rep, acc, LOOM_NONE);
+            acc = ring_step(k, s, m, mine, s->stages < 3 ? LOOM_NONE : last, rep, m->eye, acc, LOOM_NONE);
             pass_step(k, s, m, loom_add(k, first, other));
             last = mine;
         }
@@ -517,6 +526,8 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         if (split(s))
             m.hand = loom_mbar_alloc(k, 2, 1);
     }
+    if (adds_user(s))
+        m.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(eye_rows(s), eye_rows(s)), 1, LOOM_SWIZZLE_128);
     int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
     int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = cand_steps(s);
     int64_t nsc = nkc + (adds_user(s) ? plane_steps(s) : 0); /* ring uses of a candidate tile */
@@ -596,6 +607,21 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
             carried[0] = loom_select(k, loom_and(k, pp.second, loom_cmp(k, LOOM_LT, pid, CI(ntot))), USES(pid), zero);
         }
         loom_val rep = halves ? loom_task_replica(k) : LOOM_NONE;
+        if (adds_user(s)) { /* the identity, once (two replicas: replica 0 writes it) */
+            int64_t n = eye_rows(s);
+            loom_shape sq = LOOM_SHAPE2(n, n);
+            loom_val r0 = turns ? pp.second : rep;
+            loom_region_op w0 = r0 ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, turns ? pp.rep : rep, zero), 0) : 0;
+            loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 1), sq);
+            loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 0), sq);
+            loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, s->dt, 1), sq),
+                                       loom_splat(k, loom_const_f(k, s->dt, 0), sq));
+            loom_smem_store(k, m.eye, eye);
+            loom_fence_async(k);
+            if (r0)
+                loom_if_end(k, w0, 0, NULL);
+            loom_named_barrier(k, BAR_EYE, s->cwarps * 32);
+        }
         loom_region_op tl = loom_for_begin(k, first, CI(ntot), stride, halves ? 2 : 1, carried);
         loom_val tv = loom_for_iv(k, tl);
         tile_at t = TILE_OF(tv);
@@ -769,11 +795,8 @@ static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, int64_t kp
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     loom_dtype dt = (loom_dtype)sh[S_DTYPE];
-    static const int64_t cf[6] = {64, 256, 4, 4, 132, 0}; /* W_cand's layout does not depend on it */
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     fill_padded(host[0], dt, sh[S_M], sh[S_KU], ik_pad8(sh[S_KU]), &seed); /* W_user */
-    fill_padded(host[2], dt, sh[S_M], sh[S_KC], ik_wc_cols(&s), &seed);     /* W_cand, then its identity */
-    ik_wc_eye(&s, host[2]);
+    fill_padded(host[2], dt, sh[S_M], sh[S_KC], ik_pad8(sh[S_KC]), &seed); /* W_cand */
     tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &seed);
     tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &seed);
     ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], seed, host[4]);
@@ -782,11 +805,11 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
 }
 
 /* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded (W_user [M, pad8(Ku)],
- * W_cand [M, ik_wc_cols]). */
+ * W_cand [M, pad8(Kc)]). */
 void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                   const int32_t *map, void *ures, void *out)
 {
-    int64_t M = s->M, N = s->N, kpu = ik_pad8(s->Ku), kpc = ik_wc_cols(s);
+    int64_t M = s->M, N = s->N, kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
     double *u = calloc((size_t)(s->U * M * N), sizeof(double)), *row = malloc((size_t)N * sizeof(double));
     if (!u || !row)
         goto done;
@@ -846,7 +869,7 @@ const loom_template tpl_def_ikbo_lce = {
     .nconfig = 6,
     .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns", 3, {64, 128, 256}},
-               {"stages", 4, "ring slots (5 leaves no room for the staging tile at 64 x 256)", 4, {2, 3, 4, 5}},
+               {"stages", 4, "ring slots", 3, {2, 3, 4}},
                {"cwarps", 4, "consumer warps (4 or 8)", 2, {4, 8}},
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
                {"consumers", 0, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "

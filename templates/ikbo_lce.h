@@ -30,10 +30,6 @@ typedef struct ik_spec {
 
 enum { IK_COOPERATIVE = TPL_COOPERATIVE, IK_PINGPONG = TPL_PINGPONG, IK_SPLIT = TPL_SPLIT };
 
-/* Identity columns of the prepared W_cand where candidate tiles add the user tile (one
- * 64-column part of them a plane step; as wide as the largest BM). */
-enum { IK_EYE = 256 };
-
 int64_t ik_pad8(int64_t k);
 int64_t ik_tiles_mn(const ik_spec *s); /* tiles of one [M, N] output */
 int64_t ik_tiles(const ik_spec *s);    /* tiles of the whole kernel */
@@ -41,11 +37,6 @@ int64_t ik_tiles(const ik_spec *s);    /* tiles of the whole kernel */
  * much a launch. */
 int64_t ik_user_blocks(const ik_spec *s);
 void ik_grid(const ik_spec *s, int grid[3]);
-/* Columns of the W_cand the kernel reads: pad8(Kc), or where candidate tiles add the user
- * tile, the k steps' 64 * cdiv(pad8(Kc), 64) and IK_EYE identity columns after them. */
-int64_t ik_wc_cols(const ik_spec *s);
-/* Write those identity ones into a host W_cand [M, ik_wc_cols] (zero elsewhere past Kc). */
-void ik_wc_eye(const ik_spec *s, void *w);
 /* Why the spec cannot be built, or NULL. */
 const char *ik_why_not(const ik_spec *s, char *buf, size_t n);
 loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen);
@@ -62,7 +53,7 @@ ik_spec ik_spec_of(ik_mode mode, const int64_t *shape, const int64_t *config);
 /* The user of each candidate: b * U / B, shuffled by a permutation when shuffle is set. */
 void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map);
 /* out (and ures, when not NULL: [U, 2, M, N] hi and lo planes of the dtype) computed in
- * double from padded weights (W_user [M, pad8(Ku)], W_cand [M, ik_wc_cols(s)]). */
+ * double from padded weights (W_user [M, pad8(Ku)], W_cand [M, pad8(Kc)]). */
 void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                   const int32_t *map, void *ures, void *out);
 

@@ -82,7 +82,7 @@ static loom_buffer *dev(loom_ikbo_lce *p, size_t bytes, loom_status *st)
 }
 
 /* Upload host weights [M, K] as [M, Kp] (columns K..Kp-1 zero), at column offset col0
- * of a [M, ld] buffer; where `eye` is given, with W_cand's identity columns (ik_wc_eye). */
+ * of a [M, ld] buffer. */
 static void pad_into(unsigned char *dst, int64_t ld, int64_t col0, const void *src, int64_t M, int64_t K, size_t e)
 {
     for (int64_t m = 0; m < M; m++)
@@ -90,7 +90,7 @@ static void pad_into(unsigned char *dst, int64_t ld, int64_t col0, const void *s
 }
 
 static loom_status upload_padded(loom_ikbo_lce *p, loom_buffer **out, const void *const *w, const int64_t *K,
-                                 int nw, int64_t ld, const ik_spec *eye)
+                                 int nw, int64_t ld)
 {
     size_t e = es(p), bytes = (size_t)(p->s.M * ld) * e;
     unsigned char *h = calloc(1, bytes ? bytes : 1);
@@ -101,8 +101,6 @@ static loom_status upload_padded(loom_ikbo_lce *p, loom_buffer **out, const void
         pad_into(h, ld, col, w[i], p->s.M, K[i], e);
         col += K[i];
     }
-    if (eye)
-        ik_wc_eye(eye, h);
     loom_status st = LOOM_OK;
     *out = dev(p, bytes, &st);
     if (st == LOOM_OK)
@@ -177,7 +175,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         int64_t kt = ik_pad8(s->Ku + s->Kc);
         const void *w[2] = {w_user, w_cand};
         const int64_t K[2] = {s->Ku, s->Kc};
-        if ((st = upload_padded(p, &p->wu, w, K, 2, kt, NULL)) != LOOM_OK)
+        if ((st = upload_padded(p, &p->wu, w, K, 2, kt)) != LOOM_OK)
             return fail(p, st, "loom_ikbo_lce_prepare: uploading the weights: %s", loom_runtime_error(p->rt));
         p->ecat = dev(p, (size_t)(s->B * kt * s->N) * e, &st);
         if (st != LOOM_OK)
@@ -220,8 +218,8 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
             if (st == LOOM_OK && (st = add_kernel(p, ik_pad_kernel(s->M, s->Ku, s->dtype), g, NULL)) == LOOM_OK)
                 st = add_kernel(p, ik_pad_kernel(s->M, s->Kc, s->dtype), g, NULL);
         } else {
-            if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu, NULL)) == LOOM_OK)
-                st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc, NULL);
+            if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu)) == LOOM_OK)
+                st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc);
         }
         p->ures = dev(p, (size_t)(s->U * s->M * s->N) * e, &st);
         p->cand = dev(p, (size_t)(s->B * s->M * s->N) * e, &st);
@@ -236,9 +234,8 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
     }
     case LOOM_IKBO_FUSED_EPILOGUE:
     case LOOM_IKBO_PERSISTENT: {
-        ik_spec fused = spec_of(p, IK_CAND_FUSED, 2); /* W_cand with the identity columns */
-        if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu, NULL)) == LOOM_OK)
-            st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, ik_wc_cols(&fused), &fused);
+        if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu)) == LOOM_OK)
+            st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc);
         p->ures = dev(p, (size_t)(s->U * 2 * s->M * s->N) * e, &st); /* hi and lo planes */
         if (p->stage == LOOM_IKBO_PERSISTENT)
             p->flags = dev(p, 4, &st); /* the counter of user tiles done */
