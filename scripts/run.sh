@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh -- loom's main job on sensible defaults: set up, build, write PTX for every
 # template (build/ptx), then the IKBO linear compression at its headline shape: tuned,
-# every stage checked against an independent reference and timed against the
-# materialized-broadcast baseline in the same run (bench/bench_ikbo_lce.c); then every
+# every stage checked against an independent reference and timed against two
+# materialized-broadcast baselines in the same run, loom's own and what frameworks run
+# (index_select, cat, cuBLAS; bench/bench_ikbo_lce.c); then every
 # other template with random inputs checked against its plain-C reference, on the GPU
 # and on the interpreter.  Without a GPU it says so, runs every IKBO stage on the
 # interpreter at a small shape (PTX of its kernels in build/ptx/ikbo_lce), and every
