@@ -60,6 +60,8 @@
  * (M = 433: the last tile's second half) computes nothing and only gives the ring's
  * slots back, and of the plane steps each group computes the two that hold its rows.
  * They stage their halves in one buffer in turn (the hand barriers, as in gemm.c).
+ * (At the headline on an H200 split tiles took 0.437 ms against 0.400 for 64-row tiles
+ * with one warp group, so the tuner keeps the latter there; bench/RESULTS.md, session 6.)
  *
  * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
  * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
@@ -166,7 +168,9 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 
 /* Candidate tiles go out through a shared-memory staging tile and one TMA store (which
  * runs on during the next tile's mainloop) whenever the ring leaves room for it, else
- * straight from the accumulator's registers (a deeper ring against a slower epilogue). */
+ * straight from the accumulator's registers (a deeper ring against a slower epilogue:
+ * 64 x 256 tiles with 5 stages and register stores took 0.53 ms at the headline on an
+ * H200, against 0.40 with 4 stages and the staging tile). */
 static bool staged(const ik_spec *s)
 {
     return has_cand(s) && ring_bytes(s) + staging_bytes(s) + eye_bytes(s) <= IK_SMEM;
@@ -270,7 +274,8 @@ static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
 }
 
 /* Producer: the plane steps of candidate tile t, ring uses it .. it + plane_steps - 1:
- * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot. */
+ * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot.  (Its user's
+ * index read before the tile's k steps, to hide that load, measured no faster.) */
 static void load_planes(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it)
 {
     loom_val u = user_of(k, a, t);
