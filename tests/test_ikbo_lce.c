@@ -239,17 +239,26 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
         {67, 67, 433, 256, 99, 61, 1},    /* one candidate per user, shuffled */
         {130, 400, 129, 72, 37, 50, 1},   /* more users than candidates, N=72 */
     };
-    /* the default config, two consumer warp groups sharing a tile, and ping-pong */
+    /* the default config, two consumer warp groups sharing a tile, ping-pong, split
+     * (M = 433 and 129: the last tile's second group has no rows), and a ring with no
+     * room for the staging tile (the fused kernels store from registers) */
     loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132, 0}, two = {128, 128, 4, 8, 132, 0},
-                         narrow = {128, 64, 4, 8, 132, 0}, pp = {64, 256, 4, 8, 132, 1};
+                         narrow = {128, 64, 4, 8, 132, 0}, pp = {64, 256, 4, 8, 132, 1},
+                         sp = {128, 256, 3, 8, 132, 2}, sp_narrow = {128, 64, 4, 8, 132, 2},
+                         deep = {64, 256, 5, 4, 132, 0};
     for (int i = 0; i < 3; i++) {
         host_io h = make_inputs(&gpu_cases[i], LOOM_F16, 11 + (uint64_t)i);
         for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
+            bool fused = st >= LOOM_IKBO_FUSED_EPILOGUE;
             run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &narrow : &cfg, &h);
-            if (i == 0 && st >= LOOM_IKBO_FUSED_EPILOGUE)
+            if (i == 0 && fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &two, &h);
-            if (i < 2 && st >= LOOM_IKBO_FUSED_EPILOGUE)
+            if (i < 2 && fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &pp, &h);
+            if (i != 1 || fused)
+                run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &sp_narrow : &sp, &h);
+            if (i == 0 && fused)
+                run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &deep, &h);
         }
         free_inputs(&h);
     }
