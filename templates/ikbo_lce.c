@@ -329,24 +329,50 @@ static void pass_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_v
 }
 
 /* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store.
- * One consumer task waits for the previous store lazily, before writing; ping-pong
- * replicas share cs and take turns, so each waits until its store has read it. */
+ * One consumer task waits for the previous store lazily, before writing; two replicas
+ * (`turns`: ping-pong or split, 128 threads each) share cs and take turns, so each waits
+ * until its store has read it. */
 static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val v, loom_val cs,
-                      const ik_turns *pp)
+                      bool turns)
 {
     loom_val offs[3] = {t.j, t.m0, t.n0};
     if (!cs) {
         loom_store(k, a->out, offs, v, LOOM_NONE);
         return;
     }
-    if (!pp)
+    if (!turns)
         loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
     loom_smem_store(k, cs, v);
     loom_fence_async(k);
-    loom_named_barrier(k, BAR_CONS, pp ? 128 : s->cwarps * 32);
+    loom_named_barrier(k, BAR_CONS, turns ? 128 : s->cwarps * 32);
     loom_tma_store(k, a->out, offs, cs);
-    if (pp)
+    if (turns)
         loom_tma_store_wait(k, 0);
+}
+
+/* Consumer: the k steps of a tile, ring uses it0 .. it0 + nk - 1, into a fresh [rows, BN]
+ * accumulator (split: group rep's W half); the last group is left in flight. */
+static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it0, int64_t nk, int64_t rows,
+                         loom_val rep)
+{
+    loom_val zero = CI(0), one = CI(1);
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(rows, s->bn));
+    loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
+    {
+        loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
+        loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
+                               loom_cmp(k, LOOM_GT, kk, zero));
+        loom_for_end(k, kl, 1, &r);
+    }
+    return loom_for_result(k, kl, 0);
+}
+
+/* Consumer: wait for acc's last wgmma group and give ring use last's slot back. */
+static loom_val drain(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val acc, loom_val last)
+{
+    loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
+    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
+    return loom_wgmma_result(k, wt, 0);
 }
 
 /* A user tile's epilogue: acc into user_res (one plane, or hi and lo); in the fused
@@ -379,23 +405,14 @@ static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_
 static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
                  int64_t nk, bool cand, const ik_turns *pp)
 {
-    loom_val zero = CI(0), one = CI(1);
-    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(s->bm, s->bn));
-    loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
-    {
-        loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
-        loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), LOOM_NONE, LOOM_NONE, loom_for_arg(k, kl, 0),
-                               loom_cmp(k, LOOM_GT, kk, zero));
-        loom_for_end(k, kl, 1, &r);
-    }
-    acc = loom_for_result(k, kl, 0);
+    loom_val acc = mainloop(k, s, m, it0, nk, s->bm, LOOM_NONE);
     int64_t steps = nk;
     if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
         for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
             int64_t h = q % (s->bm / 64);
             loom_val eye = s->bm == 64 ? m->eye : loom_smem_part(k, m->eye, 1, 64 * h, 64);
             loom_val it = loom_add(k, it0, CI(steps));
-            acc = ring_step(k, s, m, it, loom_sub(k, it, one), LOOM_NONE, eye, acc, LOOM_NONE);
+            acc = ring_step(k, s, m, it, loom_sub(k, it, CI(1)), LOOM_NONE, eye, acc, LOOM_NONE);
         }
     if (pp) { /* the tensor cores to the other replica */
         loom_region_op hand = loom_if_begin(k, pp->second, 0);
@@ -404,13 +421,11 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
         loom_named_barrier(k, BAR_X, 256);
         loom_if_end(k, hand, 0, NULL);
     }
-    loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
-    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, loom_add(k, it0, CI(steps - 1)), s->stages));
-    acc = loom_wgmma_result(k, wt, 0);
+    acc = drain(k, s, m, acc, loom_add(k, it0, CI(steps - 1)));
 
     /* the epilogue */
     if (cand)
-        store_out(k, s, a, t, loom_cast(k, acc, s->dt), staged(s) ? m->cs : LOOM_NONE, pp);
+        store_out(k, s, a, t, loom_cast(k, acc, s->dt), m->cs, pp != NULL);
     else
         store_user(k, s, a, t, acc, s->bm);
     if (pp) { /* replica 0 waits until replica 1's mainloop is done */
@@ -438,46 +453,25 @@ static void tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const
     loom_val turn_parity = loom_rem(k, loom_add(k, j, other), CI(2));
     loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, h.m0, CI(s->M)), 0);
     {
-        loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, s->bn));
-        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
-        {
-            loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
-            loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
-                                   loom_cmp(k, LOOM_GT, kk, zero));
-            loom_for_end(k, kl, 1, &r);
-        }
-        acc = loom_for_result(k, kl, 0);
+        loom_val acc = mainloop(k, s, m, it0, nk, 64, rep);
         loom_val last = loom_add(k, it0, CI(nk - 1));
         for (int64_t p = 0; planes && p < 2; p++) {
             loom_val first = loom_add(k, it0, CI(nk + 2 * p));
             loom_val mine = loom_add(k, first, rep);
-            if (s->stages < 3) {
-                /* mine may be two uses after last, in last's slot: give that back first
-                 * (a ring of 3 or more has mine's slot back already) */
-                loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
-                loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
-                acc = loom_wgmma_result(k, wt, 0);
-            }
+            if (s->stages < 3) /* mine may be two uses after last, in last's slot: give that back
+                                * first (a ring of 3 or more has mine's slot back already) */
+                acc = drain(k, s, m, acc, last);
             acc = ring_step(k, s, m, mine, s->stages < 3 ? LOOM_NONE : last, rep, m->eye, acc, LOOM_NONE);
             pass_step(k, s, m, loom_add(k, first, other));
             last = mine;
         }
-        loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
-        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
-        acc = loom_wgmma_result(k, wt, 0);
+        acc = drain(k, s, m, acc, last);
         if (m->cs)
             loom_mbar_wait(k, m->hand, other, turn_parity);
-        if (!cand) {
+        if (cand)
+            store_out(k, s, a, h, loom_cast(k, acc, s->dt), m->cs, true);
+        else
             store_user(k, s, a, h, acc, 64);
-        } else if (!m->cs) {
-            store_out(k, s, a, h, loom_cast(k, acc, s->dt), LOOM_NONE, NULL);
-        } else {
-            loom_smem_store(k, m->cs, loom_cast(k, acc, s->dt));
-            loom_fence_async(k);
-            loom_named_barrier(k, BAR_CONS, 128);
-            loom_tma_store(k, a->out, ((loom_val[]){h.j, h.m0, h.n0}), m->cs);
-            loom_tma_store_wait(k, 0);
-        }
     }
     loom_else(k, br, 0, NULL);
     {
@@ -615,15 +609,15 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         if (adds_user(s)) { /* the identity, once (two replicas: replica 0 writes it) */
             int64_t n = eye_rows(s);
             loom_shape sq = LOOM_SHAPE2(n, n);
-            loom_val r0 = turns ? pp.second : rep;
-            loom_region_op w0 = r0 ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, turns ? pp.rep : rep, zero), 0) : 0;
+            loom_val who = turns ? pp.rep : rep;
+            loom_region_op w0 = who ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, who, zero), 0) : 0;
             loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 1), sq);
             loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 0), sq);
             loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, s->dt, 1), sq),
                                        loom_splat(k, loom_const_f(k, s->dt, 0), sq));
             loom_smem_store(k, m.eye, eye);
             loom_fence_async(k);
-            if (r0)
+            if (who)
                 loom_if_end(k, w0, 0, NULL);
             loom_named_barrier(k, BAR_EYE, s->cwarps * 32);
         }
