@@ -560,6 +560,8 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
             return set_layout(cg, rv, cg->prefer[rv]); /* a load "like" an accumulator */
         return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
     case IR_SMEM_LOAD:
+        if (cg->prefer && cg->prefer[rv] >= 0 && cg->vlay[rv] < 0)
+            return set_layout(cg, rv, cg->prefer[rv]); /* read "like" an accumulator */
         return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
     case IR_BROADCAST: {
         uint32_t s = op->opnd[0];
@@ -636,10 +638,37 @@ static bool layout_block(cg_ctx *cg, uint32_t b)
     return true;
 }
 
-/* After a first assignment: a load (or gathered load) whose every use is an elementwise
- * op that ended up in an accumulator layout should itself load in that layout (a load
- * "like" the accumulator: bias, residual, broadcast-index rows), so the epilogue moves
- * no data through shared memory.  Returns whether any preference was recorded. */
+/* The accumulator layout every use of v ends in: each use an elementwise op whose result
+ * got an accumulator layout, or a one-operand elementwise op (a cast) whose result's uses
+ * all do, up to `depth` such links; -1 if none, -2 if the uses disagree or end elsewhere. */
+static int32_t mma_use_layout(cg_ctx *cg, uint32_t v, int depth)
+{
+    loom_kernel *k = cg->k;
+    int32_t want = -1;
+    for (uint32_t o = 1; o < k->nops; o++) {
+        const ir_op *op = &k->ops[o];
+        if (!op->block)
+            continue;
+        for (int i = 0; i < op->nopnd; i++) {
+            if (op->opnd[i] != v)
+                continue;
+            int32_t rl = is_ew(op->kind) && op->nres ? cg->vlay[op->res[0]] : -1;
+            if (rl < 0 || rl >= (int32_t)sizeof cg->is_mma || !cg->is_mma[rl])
+                rl = is_ew(op->kind) && op->nres && op->nopnd == 1 && depth > 0 ? mma_use_layout(cg, op->res[0], depth - 1)
+                                                                               : -2;
+            if (rl < 0 || (want >= 0 && want != rl))
+                return -2;
+            want = rl;
+        }
+    }
+    return want;
+}
+
+/* After a first assignment: a load (global, gathered or from shared memory) whose every
+ * use is an elementwise op that ended up in an accumulator layout, perhaps after a cast,
+ * should itself load in that layout (a load "like" the accumulator: bias, residual,
+ * broadcast-index rows, a tile TMA brought), so the epilogue moves no data through
+ * shared memory.  Returns whether any preference was recorded. */
 static bool prefer_mma_loads(cg_ctx *cg)
 {
     loom_kernel *k = cg->k;
@@ -649,27 +678,10 @@ static bool prefer_mma_loads(cg_ctx *cg)
         if (x->kind != IR_V_RESULT || x->type.kind != IR_T_TILE || x->type.shape.rank == 0)
             continue;
         const ir_op *def = &k->ops[x->def];
-        if (def->kind != IR_LOAD && def->kind != IR_LOAD_ROWS)
+        if (def->kind != IR_LOAD && def->kind != IR_LOAD_ROWS && def->kind != IR_SMEM_LOAD)
             continue;
-        int32_t want = -1;
-        bool ok = true, used = false;
-        for (uint32_t o = 1; o < k->nops && ok; o++) {
-            const ir_op *op = &k->ops[o];
-            if (!op->block)
-                continue;
-            for (int i = 0; i < op->nopnd && ok; i++) {
-                if (op->opnd[i] != v)
-                    continue;
-                used = true;
-                int32_t rl = is_ew(op->kind) && op->nres ? cg->vlay[op->res[0]] : -1;
-                if (rl < 0 || rl >= (int32_t)sizeof cg->is_mma || !cg->is_mma[rl] ||
-                    (want >= 0 && want != rl))
-                    ok = false;
-                else
-                    want = rl;
-            }
-        }
-        if (ok && used && want >= 0 && cg->prefer) {
+        int32_t want = mma_use_layout(cg, v, 2);
+        if (want >= 0 && cg->prefer) {
             cg->prefer[v] = want;
             any = true;
         }

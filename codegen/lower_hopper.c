@@ -242,6 +242,23 @@ static void store_elem(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef v)
     }
 }
 
+static bool pairs_in_rows(const cg_layout *lay, const vgeom *g);
+
+/* Two neighbouring 16-bit elements of a row as one 32-bit load, widened to f32. */
+static void load_pair(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef *a, LLVMValueRef *b)
+{
+    LLVMValueRef w = LLVMBuildLoad2(l->B, l->t_i32, p, "");
+    if (dt == LOOM_F16) {
+        LLVMValueRef v = LLVMBuildBitCast(l->B, w, LLVMVectorType(l->t_f16, 2), "");
+        *a = LLVMBuildFPExt(l->B, LLVMBuildExtractElement(l->B, v, ci32(l, 0), ""), l->t_f32, "");
+        *b = LLVMBuildFPExt(l->B, LLVMBuildExtractElement(l->B, v, ci32(l, 1), ""), l->t_f32, "");
+        return;
+    }
+    /* bf16: the low half is the first element */
+    *a = LLVMBuildBitCast(l->B, LLVMBuildShl(l->B, w, ci32(l, 16), ""), l->t_f32, "");
+    *b = LLVMBuildBitCast(l->B, LLVMBuildAnd(l->B, w, ci32(l, (int32_t)0xffff0000), ""), l->t_f32, "");
+}
+
 static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
@@ -254,6 +271,17 @@ static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
     loom_dtype dt = vdt(l, op->res[0]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
     barrier(l); /* tile semantics: every thread's earlier writes of the view are visible */
+    if ((dt == LOOM_F16 || dt == LOOM_BF16) && pairs_in_rows(cg_lay(l->cg, id), &g) && n % 2 == 0) {
+        /* the accumulator's layout (a tile read "like" one): a pair never straddles a
+         * swizzle unit or a chunk, so each is one 32-bit load */
+        for (int j = 0; j < n; j += 2) {
+            LLVMValueRef row, col;
+            view_rc(l, &g, id, j, &row, &col);
+            load_pair(l, dt, sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), "")), &out[j],
+                      &out[j + 1]);
+        }
+        return set_result(l, op->res[0], id, out);
+    }
     for (int j = 0; j < n; j++) {
         LLVMValueRef row, col;
         view_rc(l, &g, id, j, &row, &col);

@@ -60,8 +60,9 @@
  * (M = 433: the last tile's second half) computes nothing and only gives the ring's
  * slots back, and of the plane steps each group computes the two that hold its rows.
  * They stage their halves in one buffer in turn (the hand barriers, as in gemm.c).
- * (At the headline on an H200 split tiles took 0.437 ms against 0.400 for 64-row tiles
- * with one warp group, so the tuner keeps the latter there; bench/RESULTS.md, session 6.)
+ * (At the headline on an H200 split tiles took 0.437 ms with 3 stages and 0.414 with 4
+ * (which store through borrowed ring slots, below) against 0.400 for 64-row tiles with
+ * one warp group, so the tuner keeps the latter there; bench/RESULTS.md, sessions 6-7.)
  *
  * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
  * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
@@ -170,10 +171,26 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
  * runs on during the next tile's mainloop) whenever the ring leaves room for it, else
  * straight from the accumulator's registers (a deeper ring against a slower epilogue:
  * 64 x 256 tiles with 5 stages and register stores took 0.53 ms at the headline on an
- * H200, against 0.40 with 4 stages and the staging tile). */
-static bool staged(const ik_spec *s)
+ * H200, against 0.40 with 4 stages and the staging tile), or through a borrowed ring
+ * slot (below). */
+static bool cs_fits(const ik_spec *s) { return ring_bytes(s) + staging_bytes(s) + eye_bytes(s) <= IK_SMEM; }
+static bool staged(const ik_spec *s) { return has_cand(s) && cs_fits(s); }
+
+/* Where the staging tile does not fit but the candidate tiles have plane steps, a
+ * tile's output (a warp group's 64 x BN) goes out through the E part of its last plane
+ * step's ring slot instead, which has that shape: the group keeps the slot after the
+ * step's wgmma, writes the tile into it, starts the TMA store, and gives the slot back
+ * to the producer only after its next tile's first wgmma has been issued (and the store
+ * has read the slot), so the wait for the store hides behind the tensor cores.  It frees
+ * the staging tile's shared memory for a deeper ring (64 x 256: 5 stages; split 128 x
+ * 256: 4).  A ring of 3 slots at least: with 2 the producer could wait on the held slot
+ * for the ring use the holder waits on.  (Stage 4 at the headline on an H200: split
+ * 128 x 256 with 4 stages 0.414 ms against 0.437 with 3 and the shared staging tile;
+ * 64 x 256 with 5 stages 0.459 against 0.403 with 4 and the staging tile, so the tuner
+ * keeps the latter.) */
+static bool borrows(const ik_spec *s)
 {
-    return has_cand(s) && ring_bytes(s) + staging_bytes(s) + eye_bytes(s) <= IK_SMEM;
+    return adds_user(s) && !cs_fits(s) && s->stages >= 3 && s->consumers != IK_PINGPONG && (split(s) || s->bm == 64);
 }
 
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
@@ -244,6 +261,9 @@ typedef struct ik_turns {
 
 /* The named barriers that hand the tensor cores over between ping-pong replicas. */
 enum { BAR_X = 4, BAR_Y = 5 };
+
+/* Borrowing: each split group's own barrier before its TMA store. */
+enum { BAR_G0 = 6, BAR_G1 = 7 };
 
 /* W's [BM, 64] box at (m0, k0) into ring slot sl's W part (split: as two 64-row halves). */
 static void load_w(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val m0, loom_val k0,
@@ -350,13 +370,40 @@ static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_a
         loom_tma_store_wait(k, 0);
 }
 
+/* Borrowing (borrows()): did the group's previous tile store through a ring slot it still
+ * holds (an i1), and that slot's ring use. */
+typedef struct ik_held {
+    loom_val flag, use;
+} ik_held;
+
+/* The held slot back to the producer, once the TMA store has read it. */
+static void release_held(loom_kernel *k, const ik_spec *s, const ik_smem *m, const ik_held *h)
+{
+    loom_region_op r = loom_if_begin(k, h->flag, 0);
+    loom_tma_store_wait(k, 0);
+    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, h->use, s->stages));
+    loom_if_end(k, r, 0, NULL);
+}
+
 /* Consumer: the k steps of a tile, ring uses it0 .. it0 + nk - 1, into a fresh [rows, BN]
- * accumulator (split: group rep's W half); the last group is left in flight. */
+ * accumulator (split: group rep's W half); the last group is left in flight.  A held
+ * slot (h, or NULL) goes back once the first step's wgmma is issued. */
 static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it0, int64_t nk, int64_t rows,
-                         loom_val rep)
+                         loom_val rep, const ik_held *h)
 {
     loom_val zero = CI(0), one = CI(1);
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(rows, s->bn));
+    if (h) { /* the first step, then the held slot */
+        acc = ring_step(k, s, m, it0, LOOM_NONE, rep, LOOM_NONE, acc, LOOM_NONE);
+        release_held(k, s, m, h);
+        loom_region_op kl = loom_for_begin(k, one, CI(nk), one, 1, &acc);
+        {
+            loom_val it = loom_add(k, it0, loom_for_iv(k, kl));
+            loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0), LOOM_NONE);
+            loom_for_end(k, kl, 1, &r);
+        }
+        return loom_for_result(k, kl, 0);
+    }
     loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
     {
         loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
@@ -367,12 +414,35 @@ static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loo
     return loom_for_result(k, kl, 0);
 }
 
-/* Consumer: wait for acc's last wgmma group and give ring use last's slot back. */
+/* Consumer: wait for acc's last wgmma group and give ring use last's slot back (LOOM_NONE:
+ * the group keeps it). */
 static loom_val drain(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val acc, loom_val last)
 {
     loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
-    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
+    if (last)
+        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
     return loom_wgmma_result(k, wt, 0);
+}
+
+/* Borrowing: out[j, m0.., n0..] = v through the E part of ring use held's slot, which
+ * the group keeps until release_held (rep: split group rep, whose 128 threads meet at
+ * their own named barrier; LOOM_NONE: the one consumer task). */
+static void store_held(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val v,
+                       loom_val held, loom_val rep)
+{
+    loom_val view = loom_smem_slot(k, m->bs, loom_ring_slot(k, held, s->stages));
+    loom_smem_store(k, view, v);
+    loom_fence_async(k);
+    if (rep) {
+        loom_region_op g = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rep, CI(0)), 0);
+        loom_named_barrier(k, BAR_G0, 128);
+        loom_else(k, g, 0, NULL);
+        loom_named_barrier(k, BAR_G1, 128);
+        loom_if_end(k, g, 0, NULL);
+    } else {
+        loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
+    }
+    loom_tma_store(k, a->out, ((loom_val[]){t.j, t.m0, t.n0}), view);
 }
 
 /* A user tile's epilogue: acc into user_res (one plane, or hi and lo); in the fused
@@ -401,11 +471,14 @@ static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_
 }
 
 /* Consumer: one tile (nk k steps from ring use it0; a candidate tile adds its user's tile
- * in plane steps after them): the mainloop, the ping-pong hand-over, the epilogue. */
-static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
-                 int64_t nk, bool cand, const ik_turns *pp)
+ * in plane steps after them): the mainloop, the ping-pong hand-over, the epilogue.
+ * Borrowing (h: the slot the previous tile holds): returns whether this tile holds its
+ * last slot (an i32). */
+static loom_val tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
+                     int64_t nk, bool cand, const ik_turns *pp, const ik_held *h)
 {
-    loom_val acc = mainloop(k, s, m, it0, nk, s->bm, LOOM_NONE);
+    bool hold = h && cand;
+    loom_val acc = mainloop(k, s, m, it0, nk, s->bm, LOOM_NONE, h);
     int64_t steps = nk;
     if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
         for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
@@ -421,10 +494,13 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
         loom_named_barrier(k, BAR_X, 256);
         loom_if_end(k, hand, 0, NULL);
     }
-    acc = drain(k, s, m, acc, loom_add(k, it0, CI(steps - 1)));
+    loom_val last = loom_add(k, it0, CI(steps - 1));
+    acc = drain(k, s, m, acc, hold ? LOOM_NONE : last);
 
     /* the epilogue */
-    if (cand)
+    if (hold)
+        store_held(k, s, a, m, t, loom_cast(k, acc, s->dt), last, LOOM_NONE);
+    else if (cand)
         store_out(k, s, a, t, loom_cast(k, acc, s->dt), m->cs, pp != NULL);
     else
         store_user(k, s, a, t, acc, s->bm);
@@ -434,6 +510,7 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
         loom_named_barrier(k, BAR_Y, 256);
         loom_if_end(k, w, 0, NULL);
     }
+    return h ? CI(hold) : LOOM_NONE;
 }
 
 /* Split: group rep's half (rows m0 + 64 rep ..) of one tile, the tile's j-th of the
@@ -441,19 +518,20 @@ static void tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_sm
  * (hi h0, hi h1, lo h0, lo h1) it computes the two of its half, after its k steps, and
  * passes the other two on.  Staged output: the groups take turns on the staging tile,
  * group 0 first (hand[1 - rep]'s parity (j + 1 - rep) % 2: group 0's first wait passes on
- * the fresh barrier); a group with nothing to store takes its turn too. */
-static void tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
-                       int64_t nk, bool cand, loom_val rep, loom_val j)
+ * the fresh barrier); a group with nothing to store takes its turn too.  Borrowing (h):
+ * group rep stores through the slot of its lo step and returns whether it holds one. */
+static loom_val tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t,
+                           loom_val it0, int64_t nk, bool cand, loom_val rep, loom_val j, const ik_held *h)
 {
     loom_val zero = CI(0), one = CI(1), other = loom_sub(k, one, rep);
-    bool planes = cand && adds_user(s);
+    bool planes = cand && adds_user(s), hold = h && cand;
     int64_t uses = nk + (planes ? plane_steps(s) : 0);
-    tile_at h = t;
-    h.m0 = loom_add(k, t.m0, loom_mul(k, rep, CI(64)));
+    tile_at half = t;
+    half.m0 = loom_add(k, t.m0, loom_mul(k, rep, CI(64)));
     loom_val turn_parity = loom_rem(k, loom_add(k, j, other), CI(2));
-    loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, h.m0, CI(s->M)), 0);
+    loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, half.m0, CI(s->M)), h ? 1 : 0);
     {
-        loom_val acc = mainloop(k, s, m, it0, nk, 64, rep);
+        loom_val acc = mainloop(k, s, m, it0, nk, 64, rep, h);
         loom_val last = loom_add(k, it0, CI(nk - 1));
         for (int64_t p = 0; planes && p < 2; p++) {
             loom_val first = loom_add(k, it0, CI(nk + 2 * p));
@@ -465,36 +543,42 @@ static void tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const
             pass_step(k, s, m, loom_add(k, first, other));
             last = mine;
         }
-        acc = drain(k, s, m, acc, last);
+        acc = drain(k, s, m, acc, hold ? LOOM_NONE : last);
         if (m->cs)
             loom_mbar_wait(k, m->hand, other, turn_parity);
-        if (cand)
-            store_out(k, s, a, h, loom_cast(k, acc, s->dt), m->cs, true);
+        if (hold)
+            store_held(k, s, a, m, half, loom_cast(k, acc, s->dt), last, rep);
+        else if (cand)
+            store_out(k, s, a, half, loom_cast(k, acc, s->dt), m->cs, true);
         else
-            store_user(k, s, a, h, acc, 64);
+            store_user(k, s, a, half, acc, 64);
     }
-    loom_else(k, br, 0, NULL);
+    loom_val held_now = CI(hold);
+    loom_else(k, br, h ? 1 : 0, &held_now);
     {
+        if (h)
+            release_held(k, s, m, h);
         loom_region_op pl = loom_for_begin(k, zero, CI(uses), one, 0, NULL);
         pass_step(k, s, m, loom_add(k, it0, loom_for_iv(k, pl)));
         loom_for_end(k, pl, 0, NULL);
         if (m->cs)
             loom_mbar_wait(k, m->hand, other, turn_parity);
     }
-    loom_if_end(k, br, 0, NULL);
+    loom_if_end(k, br, h ? 1 : 0, &zero);
     if (m->cs) /* the staging tile to the other group */
         loom_mbar_arrive(k, m->hand, rep);
+    return h ? loom_if_result(k, br, 0) : LOOM_NONE;
 }
 
-/* Consumer: a user or candidate tile, by the consumers' scheme. */
-static void consume(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
-                    bool cand, const ik_turns *pp, loom_val rep, loom_val j)
+/* Consumer: a user or candidate tile, by the consumers' scheme (borrowing: returns
+ * whether it holds a slot after it). */
+static loom_val consume(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
+                        bool cand, const ik_turns *pp, loom_val rep, loom_val j, const ik_held *h)
 {
     int64_t nk = cand ? cand_steps(s) : TPL_CDIV(ik_pad8(s->Ku), 64);
     if (split(s))
-        tile_split(k, s, a, m, t, it0, nk, cand, rep, j);
-    else
-        tile(k, s, a, m, t, it0, nk, cand, pp);
+        return tile_split(k, s, a, m, t, it0, nk, cand, rep, j, h);
+    return tile(k, s, a, m, t, it0, nk, cand, pp, h);
 }
 
 static const char *mode_name(ik_mode m)
@@ -597,7 +681,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     loom_region_op ct = loom_task_begin(k, turns || halves ? 4 : s->cwarps, CONS_REGS, turns || halves ? 2 : 1);
     {
         ik_turns pp = {LOOM_NONE, LOOM_NONE};
-        loom_val first = pid, stride = step, carried[2] = {zero, zero};
+        loom_val first = pid, stride = step, carried[3] = {zero, zero, zero};
         if (turns) {
             pp.rep = loom_task_replica(k);
             pp.second = loom_cmp(k, LOOM_EQ, pp.rep, one);
@@ -621,10 +705,20 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
                 loom_if_end(k, w0, 0, NULL);
             loom_named_barrier(k, BAR_EYE, s->cwarps * 32);
         }
-        loom_region_op tl = loom_for_begin(k, first, CI(ntot), stride, halves ? 2 : 1, carried);
+        /* carried: the ring use, split: the tile's number, borrowing: is a slot held */
+        bool borrow = borrows(s);
+        int nc = 1 + halves + borrow, hc = nc - 1;
+        loom_region_op tl = loom_for_begin(k, first, CI(ntot), stride, nc, carried);
         loom_val tv = loom_for_iv(k, tl);
         tile_at t = TILE_OF(tv);
         loom_val it0 = loom_for_arg(k, tl, 0);
+        /* the slot the previous tile holds: its last ring use (split: group rep's lo step) */
+        ik_held held = {LOOM_NONE, LOOM_NONE};
+        if (borrow) {
+            held.flag = loom_cmp(k, LOOM_NE, loom_for_arg(k, tl, hc), zero);
+            held.use = halves ? loom_add(k, loom_sub(k, it0, CI(2)), rep) : loom_sub(k, it0, one);
+        }
+        const ik_held *hp = borrow ? &held : NULL;
         if (turns) { /* replica 1 waits until replica 0's mainloop is done */
             loom_region_op w1 = loom_if_begin(k, pp.second, 0);
             loom_named_barrier(k, BAR_X, 256);
@@ -632,21 +726,26 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         }
         const ik_turns *ppp = turns ? &pp : NULL;
         loom_val j = halves ? loom_for_arg(k, tl, 1) : LOOM_NONE;
+        loom_val now_held;
         if (s->mode == IK_FUSED) {
-            loom_region_op br = loom_if_begin(k, IS_USER(tv), 0);
-            consume(k, s, &a, &m, t, it0, false, ppp, rep, j);
-            loom_else(k, br, 0, NULL);
-            consume(k, s, &a, &m, t, it0, true, ppp, rep, j);
-            loom_if_end(k, br, 0, NULL);
+            loom_region_op br = loom_if_begin(k, IS_USER(tv), borrow);
+            loom_val hu = consume(k, s, &a, &m, t, it0, false, ppp, rep, j, hp);
+            loom_else(k, br, borrow, &hu);
+            loom_val hc2 = consume(k, s, &a, &m, t, it0, true, ppp, rep, j, hp);
+            loom_if_end(k, br, borrow, &hc2);
+            now_held = borrow ? loom_if_result(k, br, 0) : LOOM_NONE;
         } else {
-            consume(k, s, &a, &m, t, it0, has_cand(s), ppp, rep, j);
+            now_held = consume(k, s, &a, &m, t, it0, has_cand(s), ppp, rep, j, hp);
         }
-        loom_val next[2] = {loom_add(k, it0, USES(tv)), halves ? loom_add(k, loom_for_arg(k, tl, 1), one) : zero};
+        loom_val next[3] = {loom_add(k, it0, USES(tv)), halves ? loom_add(k, loom_for_arg(k, tl, 1), one) : zero,
+                            zero};
+        if (borrow)
+            next[hc] = now_held;
         if (turns) { /* and the other replica's tile in between */
             loom_val other = loom_add(k, tv, step);
             next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, CI(ntot)), USES(other), zero));
         }
-        loom_for_end(k, tl, halves ? 2 : 1, next);
+        loom_for_end(k, tl, nc, next);
         if (turns) {
             /* replica 1 after its n tiles: replica 0 has tile 2n too when pid + (2n) * step
              * < ntot; meet it at X and Y once more */
@@ -661,8 +760,8 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
             loom_named_barrier(k, BAR_Y, 256);
             loom_if_end(k, ex, 0, NULL);
         }
-        if (m.cs)
-            loom_tma_store_wait(k, 0); /* the last store has read the staging tile */
+        if (m.cs || borrow)
+            loom_tma_store_wait(k, 0); /* the last store has read the staging tile (or held slot) */
     }
     loom_task_end(k, ct);
 #undef TILE_OF

@@ -182,9 +182,16 @@ Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
     loom_ikbo_lce_config sp = {128, 64, 2, 8, 5, 2}, sp3 = {128, 64, 3, 8, 2, 2};
     all_stages_on(rt, small_cases, NSMALL, &sp, LOOM_F16);
     all_stages_on(rt, small_cases + 4, 3, &sp3, LOOM_BF16);
-    /* a ring that leaves no room for the staging tile: the fused kernels store from registers */
+    /* a ring that leaves no room for the staging tile: the fused kernels store through the
+     * slot of the tile's last plane step, the unfused ones from registers */
     loom_ikbo_lce_config deep5 = {64, 256, 5, 4, 3, 0};
     all_stages_on(rt, small_cases + 2, 1, &deep5, LOOM_F16);
+    all_stages_on(rt, small_cases + 3, 1, &deep5, LOOM_BF16);
+    /* split 128 x 256 with 4 stages: no room for the staging tile either, each group
+     * stores through its lo step's slot (M=130: the second tile's second group has none) */
+    loom_ikbo_lce_config sp4 = {128, 256, 4, 8, 3, 2};
+    all_stages_on(rt, small_cases + 5, 2, &sp4, LOOM_F16);
+    all_stages_on(rt, small_cases + 3, 1, &sp4, LOOM_BF16);
     loom_runtime_destroy(rt);
 }
 
@@ -240,12 +247,13 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
         {130, 400, 129, 72, 37, 50, 1},   /* more users than candidates, N=72 */
     };
     /* the default config, two consumer warp groups sharing a tile, ping-pong, split
-     * (M = 433 and 129: the last tile's second group has no rows), and a ring with no
-     * room for the staging tile (the fused kernels store from registers) */
+     * (M = 433 and 129: the last tile's second group has no rows), and rings with no room
+     * for the staging tile (the fused kernels store through a borrowed ring slot, one
+     * warp group or split; the others from registers) */
     loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132, 0}, two = {128, 128, 4, 8, 132, 0},
                          narrow = {128, 64, 4, 8, 132, 0}, pp = {64, 256, 4, 8, 132, 1},
                          sp = {128, 256, 3, 8, 132, 2}, sp_narrow = {128, 64, 4, 8, 132, 2},
-                         deep = {64, 256, 5, 4, 132, 0};
+                         deep = {64, 256, 5, 4, 132, 0}, sp_deep = {128, 256, 4, 8, 132, 2};
     for (int i = 0; i < 3; i++) {
         host_io h = make_inputs(&gpu_cases[i], LOOM_F16, 11 + (uint64_t)i);
         for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
@@ -257,8 +265,10 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &pp, &h);
             if (i != 1 || fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &sp_narrow : &sp, &h);
-            if (i == 0 && fused)
+            if (i == 0 && fused) {
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &deep, &h);
+                run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &sp_deep, &h);
+            }
         }
         free_inputs(&h);
     }
