@@ -46,7 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 typedef struct lce_shape {
     int64_t B, U, M, N, Ku, Kc;
@@ -394,27 +393,6 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
         loom_buffer_destroy(bs[i]);
 }
 
-/* mkdir -p dir: 0, or -1 with errno set. */
-static int make_dirs(const char *dir)
-{
-    char p[512];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *c = p + 1;; c++) {
-        bool end = *c == 0;
-        if (*c == '/' || end) {
-            *c = 0;
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
-                return -1;
-            if (end)
-                return 0;
-            *c = '/';
-        }
-    }
-}
-
 /* Without a GPU: every stage on the interpreter at a small odd shape, checked by the same
  * rule against a CPU reference, and each stage's kernels written as PTX into ptx_dir. */
 static int interpreter_run(const char *ptx_dir)
@@ -447,7 +425,7 @@ static int interpreter_run(const char *ptx_dir)
                 (user ? refu : refc)[(b * s.M + m) * s.N + j] = (float)acc;
             }
     loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16};
-    if (make_dirs(ptx_dir) != 0)
+    if (rt_make_dirs(ptx_dir) != 0)
         DIE("cannot create the PTX folder %s: %s", ptx_dir, strerror(errno));
     printf("no GPU: every IKBO LCE stage on the interpreter at B=%lld U=%lld M=%lld N=%lld Ku=%lld Kc=%lld "
            "(f16), PTX into %s\n", (long long)s.B, (long long)s.U, (long long)s.M, (long long)s.N, (long long)s.Ku,

@@ -337,8 +337,7 @@ bool mc_disk_dir(char *buf, size_t n)
     return w > 0 && (size_t)w < n;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *dir)
+int rt_make_dirs(const char *dir)
 {
     char p[4096];
     int w = snprintf(p, sizeof p, "%s", dir);
@@ -420,7 +419,7 @@ loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin,
         snprintf(err, errlen, "cache directory name too long: %s", dir);
         return LOOM_ERR_INVALID;
     }
-    if (make_dirs(dir) != 0) {
+    if (rt_make_dirs(dir) != 0) {
         snprintf(err, errlen, "cannot create cache directory %s: %s", dir, strerror(errno));
         return LOOM_ERR_RUNTIME;
     }

@@ -51,5 +51,7 @@ rt_gpu *rt_runtime_gpu(const loom_runtime *rt);
 loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg);
 /* A GPU buffer's device address (0 on the interpreter). */
 uint64_t rt_buffer_dptr(const loom_buffer *b);
+/* mkdir -p dir (runtime/module_cache.c): 0, or -1 with errno set. */
+int rt_make_dirs(const char *dir);
 
 #endif /* LOOM_RT_H */

@@ -212,15 +212,7 @@ static int make_parent_dirs(const char *path)
     if (!slash || slash == p)
         return 0;
     *slash = 0;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return -1;
-        *s = '/';
-    }
-    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    return rt_make_dirs(p);
 }
 
 /* Split path into its directory ("." when none) and base name. */

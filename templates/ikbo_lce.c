@@ -391,24 +391,18 @@ static void release_held(loom_kernel *k, const ik_spec *s, const ik_smem *m, con
 static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it0, int64_t nk, int64_t rows,
                          loom_val rep, const ik_held *h)
 {
-    loom_val zero = CI(0), one = CI(1);
+    loom_val zero = CI(0), one = CI(1), from = zero;
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(rows, s->bn));
-    if (h) { /* the first step, then the held slot */
+    if (h) { /* the first step outside the loop, then the held slot */
         acc = ring_step(k, s, m, it0, LOOM_NONE, rep, LOOM_NONE, acc, LOOM_NONE);
         release_held(k, s, m, h);
-        loom_region_op kl = loom_for_begin(k, one, CI(nk), one, 1, &acc);
-        {
-            loom_val it = loom_add(k, it0, loom_for_iv(k, kl));
-            loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0), LOOM_NONE);
-            loom_for_end(k, kl, 1, &r);
-        }
-        return loom_for_result(k, kl, 0);
+        from = one;
     }
-    loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc);
+    loom_region_op kl = loom_for_begin(k, from, CI(nk), one, 1, &acc);
     {
         loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
         loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
-                               loom_cmp(k, LOOM_GT, kk, zero));
+                               h ? LOOM_NONE : loom_cmp(k, LOOM_GT, kk, zero));
         loom_for_end(k, kl, 1, &r);
     }
     return loom_for_result(k, kl, 0);
@@ -729,10 +723,10 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         loom_val now_held;
         if (s->mode == IK_FUSED) {
             loom_region_op br = loom_if_begin(k, IS_USER(tv), borrow);
-            loom_val hu = consume(k, s, &a, &m, t, it0, false, ppp, rep, j, hp);
-            loom_else(k, br, borrow, &hu);
-            loom_val hc2 = consume(k, s, &a, &m, t, it0, true, ppp, rep, j, hp);
-            loom_if_end(k, br, borrow, &hc2);
+            loom_val after_user = consume(k, s, &a, &m, t, it0, false, ppp, rep, j, hp);
+            loom_else(k, br, borrow, &after_user);
+            loom_val after_cand = consume(k, s, &a, &m, t, it0, true, ppp, rep, j, hp);
+            loom_if_end(k, br, borrow, &after_cand);
             now_held = borrow ? loom_if_result(k, br, 0) : LOOM_NONE;
         } else {
             now_held = consume(k, s, &a, &m, t, it0, has_cand(s), ppp, rep, j, hp);

@@ -37,14 +37,6 @@ static char *template_ptx(const char *name, const char *shape, const char *confi
     return ptx;
 }
 
-static int count(const char *s, const char *needle)
-{
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, needle)); p++)
-        n++;
-    return n;
-}
-
 OP_COVERED(smem_alloc)
 OP_COVERED(smem_slot)
 OP_COVERED(mbar_alloc)
@@ -62,18 +54,18 @@ Test(hopper_ptx, gemm_is_warp_specialized_with_tma_and_wgmma)
     cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL, "producer gives registers back");
     cr_expect(strstr(p, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL, "consumers take them");
     cr_expect(strstr(p, ".maxntid 384, 1, 1") != NULL);
-    cr_expect(count(p, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") == 5,
+    cr_expect(t_count(p, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") == 5,
               "one box of A and four 128-byte chunks of B per k step");
     cr_expect(strstr(p, "mbarrier.arrive.expect_tx.shared::cta.b64") != NULL);
     cr_expect(strstr(p, "mbarrier.try_wait.parity.shared::cta.b64") != NULL);
-    cr_expect(count(p, "mbarrier.init.shared::cta.b64") == 8, "4 full and 4 empty barriers");
-    cr_expect(count(p, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") == 4,
+    cr_expect(t_count(p, "mbarrier.init.shared::cta.b64") == 8, "4 full and 4 empty barriers");
+    cr_expect(t_count(p, "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") == 4,
               "BK=64: four k16 steps, one m64 block per warp group");
     cr_expect(strstr(p, "wgmma.commit_group.sync.aligned;") != NULL);
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 1;") != NULL);
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;") != NULL);
     cr_expect(strstr(p, ".param .align 64 .b8 gemm_param_3[128]") != NULL, "TMA descriptors by value");
-    cr_expect(count(p, "bar.sync") == 1, "the epilogue stores from the accumulator layout: no conversion");
+    cr_expect(t_count(p, "bar.sync") == 1, "the epilogue stores from the accumulator layout: no conversion");
     free(p);
 }
 
@@ -86,13 +78,13 @@ Test(hopper_ptx, gemm_one_consumer_warp_group)
     cr_expect(strstr(p, ".maxntid 256, 1, 1") != NULL, "a producer and one consumer warp group");
     cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL);
     cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 232;") != NULL, "256 threads start with 255");
-    cr_expect_eq(count(p, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"), 8,
+    cr_expect_eq(t_count(p, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"), 8,
                  "two m64 blocks of four k16 steps");
-    cr_expect_eq(count(p, "cvt.rn.f16x2.f32"), 64, "128 accumulators a thread, two a cvt");
-    cr_expect_eq(count(p, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"), 2,
+    cr_expect_eq(t_count(p, "cvt.rn.f16x2.f32"), 64, "128 accumulators a thread, two a cvt");
+    cr_expect_eq(t_count(p, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"), 2,
                  "a 128x128 tile leaves in two 64-column TMA stores");
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;\n\t@p mbarrier.arrive.shared::cta.b64") != NULL);
-    cr_expect(count(p, "st.global") == 0);
+    cr_expect(t_count(p, "st.global") == 0);
     free(p);
 }
 
@@ -302,12 +294,12 @@ Test(hopper_checks, replicas_taking_turns_through_a_loop)
 Test(hopper_ptx, gemm_pingpong_takes_turns)
 {
     char *p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=bf16,odtype=bf16", "BM=128,cwarps=8,consumers=1,BN=128,stages=5");
-    cr_expect(count(p, "mbarrier.init.shared::cta.b64") == 10, "5 full and 5 empty barriers");
+    cr_expect(t_count(p, "mbarrier.init.shared::cta.b64") == 10, "5 full and 5 empty barriers");
     cr_expect_eq(init_count(p, 0), 1, "full: the producer's expect");
     cr_expect_eq(init_count(p, 5), 4, "empty: one consumer replica's 4 warps a phase, got %ld", init_count(p, 5));
-    cr_expect(count(p, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") == 8,
+    cr_expect(t_count(p, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") == 8,
               "BK=64, BM=128 by one warp group: two m64 blocks of four k16 steps");
-    cr_expect(count(p, "bar.sync 8, 256;") >= 2 && count(p, "bar.sync 9, 256;") >= 2,
+    cr_expect(t_count(p, "bar.sync 8, 256;") >= 2 && t_count(p, "bar.sync 9, 256;") >= 2,
               "the turn handed over on user barriers 0 and 1 (hardware 8 and 9)");
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;\n\t@p mbarrier.arrive.shared::cta.b64") != NULL,
               "the last slot given back right after the wait");
@@ -322,17 +314,17 @@ Test(hopper_ptx, gemm_pingpong_takes_turns)
 Test(hopper_ptx, gemm_tma_store_epilogue)
 {
     char *p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=bf16,odtype=bf16", "BM=128,BN=256,cwarps=8,tmastore=1,stages=3");
-    cr_expect_eq(count(p, "cvt.rn.bf16x2.f32"), 64, "128 accumulators a thread, two a cvt: %d",
-                 count(p, "cvt.rn.bf16x2.f32"));
-    cr_expect_eq(count(p, "st.shared.b32") + count(p, "st.shared.u32"), 64, "one 32-bit store a pair");
-    cr_expect_eq(count(p, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"), 4,
+    cr_expect_eq(t_count(p, "cvt.rn.bf16x2.f32"), 64, "128 accumulators a thread, two a cvt: %d",
+                 t_count(p, "cvt.rn.bf16x2.f32"));
+    cr_expect_eq(t_count(p, "st.shared.b32") + t_count(p, "st.shared.u32"), 64, "one 32-bit store a pair");
+    cr_expect_eq(t_count(p, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"), 4,
                  "a 128x256 tile in four 64-column chunks");
     cr_expect(strstr(p, "cp.async.bulk.wait_group.read 0;") != NULL);
     cr_expect(strstr(p, "fence.proxy.async.shared::cta;") != NULL);
-    cr_expect(count(p, "st.global") == 0, "no store from registers");
+    cr_expect(t_count(p, "st.global") == 0, "no store from registers");
     free(p);
     p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=f16,odtype=f16", "BM=128,cwarps=8,consumers=1,BN=128,tmastore=1");
-    cr_expect_eq(count(p, "cvt.rn.f16x2.f32"), 64);
+    cr_expect_eq(t_count(p, "cvt.rn.f16x2.f32"), 64);
     free(p);
 }
 

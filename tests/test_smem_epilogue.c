@@ -110,14 +110,6 @@ static void free_io(io *x)
     free(x->ref);
 }
 
-static int count(const char *s, const char *needle)
-{
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, needle)); p++)
-        n++;
-    return n;
-}
-
 Test(smem_epilogue, residual_on_the_interpreter)
 {
     const int64_t M = 130; /* three tiles, the last with 2 rows */
@@ -140,9 +132,9 @@ Test(smem_epilogue, residual_is_read_in_the_accumulator_layout)
         size_t smem = 0;
         cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
         /* [64, 128] f32 accumulator: 64 registers a thread, 32 column pairs */
-        cr_expect_eq(count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"), 32, "one 32-bit load a pair: %d",
-                     count(ptx, "ld.shared.b32") + count(ptx, "ld.shared.u32"));
-        cr_expect_eq(count(ptx, "ld.shared.b16") + count(ptx, "ld.shared.u16"), 0, "no 16-bit loads");
+        cr_expect_eq(t_count(ptx, "ld.shared.b32") + t_count(ptx, "ld.shared.u32"), 32, "one 32-bit load a pair: %d",
+                     t_count(ptx, "ld.shared.b32") + t_count(ptx, "ld.shared.u32"));
+        cr_expect_eq(t_count(ptx, "ld.shared.b16") + t_count(ptx, "ld.shared.u16"), 0, "no 16-bit loads");
         size_t tiles = (BM * K + K * N + BM * N) * 2;
         cr_expect(smem <= tiles + 1024, "no conversion scratch: %zu bytes of shared memory for %zu of tiles", smem,
                   tiles);

@@ -208,4 +208,13 @@ static inline int t_ptxas_ok(const char *ptx, const char *arch, const char *name
     return 1;
 }
 
+/* How many times needle occurs in s (overlapping), e.g. an instruction in PTX text. */
+static inline int t_count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
 #endif /* LOOM_TESTUTIL_H */
