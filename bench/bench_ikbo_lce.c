@@ -7,7 +7,7 @@
  *   bench_ikbo_lce --sweep         also B from 512 to 4096 at ratio 70, and the ratio B/U from
  *                                  2 to 1000 at B=1024
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
- *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..   skip tuning, use this config
+ *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..   skip tuning, use this config
  *                                  (keys of the ikbo_lce template; those left out keep their defaults)
  *   without a GPU: every stage on the interpreter at a small odd shape, checked the same
  *   way, and each stage's kernels written as PTX (--ptx DIR, default build/ptx/ikbo_lce)
@@ -342,10 +342,10 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
     }
     double ms[5] = {0};
     printf("B=%lld U=%lld (ratio %.0f) M=%lld N=%lld Ku=%lld Kc=%lld %s; "
-           "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d\n",
+           "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d,trans=%d\n",
            (long long)s->B, (long long)s->U, (double)s->B / (double)s->U, (long long)s->M, (long long)s->N,
            (long long)s->Ku, (long long)s->Kc, shuffle ? "shuffled" : "contiguous", cfg.bm, cfg.bn, cfg.stages,
-           cfg.cwarps, cfg.ctas, cfg.consumers);
+           cfg.cwarps, cfg.ctas, cfg.consumers, cfg.trans);
     double gflop = 2.0 * (double)s->M * (double)s->N * ((double)s->B * (double)s->Kc + (double)s->U * (double)s->Ku) / 1e9;
     lce_ref r = {refc, refu, map, s, out, hout};
     char verdict[160];
@@ -398,7 +398,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
 static int interpreter_run(const char *ptx_dir)
 {
     static const lce_shape s = {24, 5, 77, 64, 37, 229}; /* 4 candidate k steps */
-    static const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6, 0};
+    static const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6, 0, 0, 1};
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
     size_t e = 2, nout = (size_t)(s.B * s.M * s.N);
     uint64_t seed = 99;
@@ -524,7 +524,7 @@ int main(int argc, char **argv)
             have_cfg = 1;
         } else {
             fprintf(stderr, "usage: bench_ikbo_lce [--sweep] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
-                            "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..]\n");
+                            "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..]\n");
             return 2;
         }
     }

@@ -324,6 +324,58 @@ static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
     return LLVMBuildOr(l->B, lo, hi, "");
 }
 
+static bool same_bit(cg_bit a, int dim, int bit) { return a.dim == dim && a.bit == bit; }
+
+/* Is lay the transpose of one warp group's wgmma accumulator [64, R] (codegen/layout.c,
+ * cg_mma_layout), i.e. a tile [R, 64] whose register pairs run down the rows, R a
+ * multiple of 16?  Per thread: reg bit 0 -> row 0, reg bit 1 -> col 3, reg bits 2.. ->
+ * rows 3..; lane bits 0,1 -> rows 1,2 and 2..4 -> cols 0..2; warp bits -> cols 4,5. */
+static bool acc_trans_layout(const cg_layout *lay)
+{
+    if (lay->rank != 2 || lay->nwarp != 2 || lay->lg[1] != 6 || lay->shape[1] != 64 || lay->shape[0] % 16 ||
+        lay->nreg != 2 + lay->lg[0] - 3)
+        return false;
+    static const int8_t lane[5][2] = {{0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}};
+    for (int i = 0; i < 5; i++)
+        if (!same_bit(lay->lane[i], lane[i][0], lane[i][1]))
+            return false;
+    if (!same_bit(lay->warp[0], 1, 4) || !same_bit(lay->warp[1], 1, 5) || !same_bit(lay->reg[0], 0, 0) ||
+        !same_bit(lay->reg[1], 1, 3))
+        return false;
+    for (int b = 2; b < lay->nreg; b++)
+        if (!same_bit(lay->reg[b], 0, b + 1))
+            return false;
+    return true;
+}
+
+/* A transposed accumulator tile [R, 64] (acc_trans_layout) of a 16-bit dtype into a view
+ * of that shape with rows of 128 bytes (128-byte swizzle): each 8 x 8 block of the
+ * accumulator a thread group holds is one stmatrix fragment, stored transposed, four at a
+ * time (stmatrix.x4.trans: 16 rows by both 8-column halves of the warp's 16 columns).
+ * Thread t gives the address of row t % 8 of block t / 8; the blocks of one instruction
+ * are 16 rows further on than the last's, so the address is one per thread plus a
+ * constant (the swizzle XORs by row % 8, which 16 rows leave alone). */
+static void store_acc_trans(L *l, const vgeom *g, LLVMValueRef base, const LLVMValueRef *x, loom_dtype dt,
+                            int64_t rows)
+{
+    LLVMValueRef t = l->lane, blk = LLVMBuildLShr(l->B, t, ci32(l, 3), "");
+    LLVMValueRef row = LLVMBuildOr(l->B, LLVMBuildShl(l->B, LLVMBuildLShr(l->B, blk, ci32(l, 1), ""), ci32(l, 3), ""),
+                                   LLVMBuildAnd(l->B, t, ci32(l, 7), ""), "");
+    LLVMValueRef col = LLVMBuildOr(l->B, LLVMBuildShl(l->B, LLVMBuildAnd(l->B, l->warp, ci32(l, 3), ""), ci32(l, 4), ""),
+                                   LLVMBuildShl(l->B, LLVMBuildAnd(l->B, blk, ci32(l, 1), ""), ci32(l, 3), ""), "");
+    LLVMValueRef at = LLVMBuildAdd(l->B, base, elem_off(l, g, row, col), "");
+    for (int64_t c = 0; c < rows / 16; c++) {
+        LLVMValueRef a[5];
+        a[0] = saddr(l, LLVMBuildAdd(l->B, at, ci32(l, c * 16 * g->span), ""));
+        for (int i = 0; i < 4; i++) { /* block i: columns + 8 (i & 1), rows 16c + 8 (i >> 1) */
+            int j = 2 * (i & 1) + 4 * (int)(2 * c + (i >> 1));
+            a[1 + i] = pack2(l, dt, x[j], x[j + 1]);
+        }
+        asm_void(l, "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}",
+                 a, 5);
+    }
+}
+
 static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
 {
     vgeom g = geom(l, op->opnd[0]);
@@ -336,6 +388,11 @@ static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
     loom_dtype dt = vdt(l, op->opnd[1]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
     barrier(l); /* tile semantics: every thread's earlier reads of the view are done */
+    if ((dt == LOOM_F16 || dt == LOOM_BF16) && g.rank == 2 && !g.trans && g.es == 2 && g.swz == 128 &&
+        g.span == 128 && g.dim[0] == lay->shape[0] && g.dim[1] == 64 && acc_trans_layout(lay)) {
+        store_acc_trans(l, &g, base, x, dt, lay->shape[0]);
+        return true;
+    }
     if ((dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32) && pairs_in_rows(lay, &g) && n % 2 == 0) {
         /* The tile a cast from f32 made (an epilogue's): round and pack each pair with one
          * cvt.rn.{bf16,f16}x2.f32 from the f32 registers (round to nearest even, as the

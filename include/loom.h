@@ -778,6 +778,8 @@ const char *loom_ikbo_stage_name(loom_ikbo_stage s);
  * (split: two warp groups share each 128-row tile, 64 rows each; BM=128, cwarps=8)). */
 typedef struct loom_ikbo_lce_config {
     int bm, bn, stages, cwarps, ctas, consumers;
+    int trans;   /* 1: the transposed product (consumers=2, BN=128; docs/tuning.md) */
+    int cluster; /* trans: 2 runs CTAs in pairs sharing the W tile by multicast */
 } loom_ikbo_lce_config;
 
 typedef struct loom_ikbo_lce loom_ikbo_lce;

@@ -39,8 +39,8 @@
  * Stage 4's hand-over.  Each user tile, once its stores are done, adds 1 to one counter
  * in global memory (release).  A program's producer, before the planes of its first
  * candidate tile, waits until the counter reaches every user tile of the launch
- * (acquire; the counter counts up over launches, by the 64 x 64 blocks of user_res: epoch * U *
- * cdiv(M, 64) * cdiv(N, 64)).  One wait a
+ * (acquire; the counter counts up over launches, by rows of user_res times its blocks of 64
+ * columns: epoch * U * M * cdiv(N, 64)).  One wait a
  * program, not one a tile: a wait is an L2 round trip the producer cannot hide, and
  * since every program takes its user tiles first, waiting for all of them costs at most
  * the end of the slowest user tile.  The user tiles were written by other programs'
@@ -92,7 +92,22 @@ enum { BAR_CONS = 2, BAR_EYE = 3 };
 
 int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
 
-int64_t ik_tiles_mn(const ik_spec *s) { return TPL_CDIV(s->M, s->bm) * TPL_CDIV(s->N, s->bn); }
+static bool tr(const ik_spec *s) { return s->trans != 0; }
+static int clu(const ik_spec *s) { return s->cluster == 2 ? 2 : 1; }
+
+int64_t ik_tile_rows(const ik_spec *s)
+{
+    int64_t q = 8 * clu(s); /* cluster=2: two halves of a multiple of 8 */
+    return tr(s) ? TPL_CDIV(TPL_CDIV(s->M, TPL_CDIV(s->M, s->bm)), q) * q : s->bm;
+}
+
+/* The units of one [M, N] output the programs step through: tiles, or (cluster=2) pairs of
+ * tiles side by side along N (a cluster's CTAs take one each; an odd last one is paired
+ * with a tile past N, whose warp groups only pass the ring on). */
+int64_t ik_tiles_mn(const ik_spec *s)
+{
+    return TPL_CDIV(s->M, ik_tile_rows(s)) * TPL_CDIV(TPL_CDIV(s->N, s->bn), clu(s));
+}
 
 static bool has_user(const ik_spec *s) { return s->mode == IK_USER || s->mode == IK_FUSED; }
 static bool has_cand(const ik_spec *s) { return s->mode != IK_USER; }
@@ -101,7 +116,7 @@ static bool adds_user(const ik_spec *s) { return s->mode == IK_CAND_FUSED || s->
 
 static bool split(const ik_spec *s) { return s->consumers == IK_SPLIT; }
 static int64_t esz(const ik_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
-static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (s->bm + s->bn) * 64 * esz(s); }
+static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (ik_tile_rows(s) + s->bn) * 64 * esz(s); }
 /* The staging tile: BM rows, or a split group's 64 (the groups take turns on it). */
 static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 : s->bm) * s->bn * esz(s); }
 
@@ -109,13 +124,16 @@ static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 
 static int64_t eye_rows(const ik_spec *s) { return split(s) ? 64 : s->bm; }
 static int64_t eye_bytes(const ik_spec *s) { return adds_user(s) ? eye_rows(s) * eye_rows(s) * esz(s) : 0; }
 
-/* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use. */
-static int64_t plane_steps(const ik_spec *s) { return 2 * (s->bm / 64); }
+/* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use (trans: 64
+ * columns a use). */
+static int64_t halves_of(const ik_spec *s) { return tr(s) ? s->bn / 64 : s->bm / 64; }
+static int64_t plane_steps(const ik_spec *s) { return 2 * halves_of(s); }
 
 /* k steps of the candidate GEMM. */
 static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(ik_pad8(s->Kc), 64); }
 
-int64_t ik_user_blocks(const ik_spec *s) { return s->U * TPL_CDIV(s->M, 64) * TPL_CDIV(s->N, 64); }
+/* The counter's unit: a row of user_res by a block of 64 columns, whatever the tiles. */
+int64_t ik_user_blocks(const ik_spec *s) { return s->U * s->M * TPL_CDIV(s->N, 64); }
 
 int64_t ik_tiles(const ik_spec *s)
 {
@@ -124,7 +142,7 @@ int64_t ik_tiles(const ik_spec *s)
 
 void ik_grid(const ik_spec *s, int grid[3])
 {
-    int64_t t = ik_tiles(s);
+    int64_t t = ik_tiles(s) * clu(s);
     grid[0] = (int)(s->ctas && s->ctas < t ? s->ctas : t);
     grid[1] = grid[2] = 1;
 }
@@ -137,9 +155,24 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "B, U, M, N, Ku and Kc must be positive";
     if (s->N % 8)
         return "N must be a multiple of 8 (TMA needs 16-byte aligned rows of E and out)";
-    const char *w = tpl_why_not_consumers(s->cwarps, s->consumers, TPL_SPLIT, s->ctas, s->bm, s->bn);
-    if (w)
-        return w;
+    if (s->trans != 0 && s->trans != 1)
+        return "trans must be 0 or 1";
+    if (s->cluster < 0 || s->cluster > 2)
+        return "cluster must be 1 or 2";
+    if (clu(s) > 1 && !tr(s))
+        return "cluster=2 needs trans=1 (the pair shares the W tile of a tile's two column halves)";
+    if (clu(s) > 1 && s->ctas % 2)
+        return "cluster=2 needs an even number of CTAs (ctas)";
+    if (tr(s)) {
+        if (s->consumers != IK_SPLIT || s->cwarps != 8 || s->bn != 128)
+            return "trans=1 needs consumers=2, cwarps=8 and BN=128 (two warp groups of 64 columns each)";
+        if (s->bm < 8 || s->bm > 256 || s->bm % 8)
+            return "trans=1: BM (the most rows of a tile, on wgmma's N side) must be a multiple of 8 up to 256";
+    } else {
+        const char *w = tpl_why_not_consumers(s->cwarps, s->consumers, TPL_SPLIT, s->ctas, s->bm, s->bn);
+        if (w)
+            return w;
+    }
     if (s->stages < 2 || s->stages > 8)
         return "stages must be 2 to 8";
     if (ring_bytes(s) > IK_SMEM) {
@@ -147,7 +180,7 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
                  (long long)ring_bytes(s));
         return buf;
     }
-    if (split(s) && s->bm != 128)
+    if (split(s) && !tr(s) && s->bm != 128)
         return "consumers=2 (split) needs BM=128: each of the two warp groups owns 64 rows";
     if (ring_bytes(s) + eye_bytes(s) > IK_SMEM) {
         snprintf(buf, n,
@@ -174,7 +207,7 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
  * H200, against 0.40 with 4 stages and the staging tile), or through a borrowed ring
  * slot (below). */
 static bool cs_fits(const ik_spec *s) { return ring_bytes(s) + staging_bytes(s) + eye_bytes(s) <= IK_SMEM; }
-static bool staged(const ik_spec *s) { return has_cand(s) && cs_fits(s); }
+static bool staged(const ik_spec *s) { return has_cand(s) && !tr(s) && cs_fits(s); }
 
 /* Where the staging tile does not fit but the candidate tiles have plane steps, a
  * tile's output (a warp group's 64 x BN) goes out through the E part of its last plane
@@ -190,6 +223,8 @@ static bool staged(const ik_spec *s) { return has_cand(s) && cs_fits(s); }
  * keeps the latter.) */
 static bool borrows(const ik_spec *s)
 {
+    if (tr(s))
+        return adds_user(s) && s->stages >= 3;
     return adds_user(s) && !cs_fits(s) && s->stages >= 3 && s->consumers != IK_PINGPONG && (split(s) || s->bm == 64);
 }
 
@@ -199,14 +234,16 @@ typedef struct tile_at {
     loom_val j, m0, n0, r;
 } tile_at;
 
-static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc)
+static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc, loom_val rank)
 {
-    int64_t tm = TPL_CDIV(s->M, s->bm), per = ik_tiles_mn(s);
+    int64_t rows = ik_tile_rows(s), tm = TPL_CDIV(s->M, rows), per = ik_tiles_mn(s);
     tile_at a;
     a.j = loom_div(k, tc, CI(per));
     a.r = loom_rem(k, loom_add(k, loom_rem(k, tc, CI(per)), a.j), CI(per)); /* rotated by the entry */
-    a.m0 = loom_mul(k, loom_rem(k, a.r, CI(tm)), CI(s->bm));
-    a.n0 = loom_mul(k, loom_div(k, a.r, CI(tm)), CI(s->bn));
+    a.m0 = loom_mul(k, loom_rem(k, a.r, CI(tm)), CI(rows));
+    a.n0 = loom_mul(k, loom_div(k, a.r, CI(tm)), CI(s->bn * clu(s)));
+    if (rank) /* the cluster's rank-th tile of the unit */
+        a.n0 = loom_add(k, a.n0, loom_mul(k, rank, CI(s->bn)));
     return a;
 }
 
@@ -269,7 +306,18 @@ enum { BAR_G0 = 6, BAR_G1 = 7 };
 static void load_w(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val m0, loom_val k0,
                    loom_val sl)
 {
-    if (!split(s)) {
+    if (clu(s) > 1) { /* rank q multicasts rows q * rows / 2 .. of the box to the pair */
+        int64_t half = ik_tile_rows(s) / 2;
+        loom_val rank = loom_cluster_rank(k);
+        for (int64_t q = 0; q < 2; q++) {
+            loom_region_op mine = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rank, CI(q)), 0);
+            loom_tma_load_multicast(k, w, ((loom_val[]){loom_add(k, m0, CI(q * half)), k0}),
+                                    loom_smem_part(k, loom_smem_slot(k, m->as, sl), 0, q * half, half), m->full, sl);
+            loom_if_end(k, mine, 0, NULL);
+        }
+        return;
+    }
+    if (!split(s) || tr(s)) {
         loom_tma_load(k, w, ((loom_val[]){m0, k0}), loom_smem_slot(k, m->as, sl), m->full, sl);
         return;
     }
@@ -278,13 +326,20 @@ static void load_w(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val 
                       loom_smem_slot(k, m->as, loom_add(k, loom_mul(k, sl, CI(2)), CI(h))), m->full, sl);
 }
 
-/* expect the two boxes on full[slot], then TMA W's [BM, 64] and E[j]'s [64, BN] boxes */
+/* expect the boxes on full[slot], then TMA W's [rows, 64] and E[j]'s [64, BN] boxes (trans:
+ * E's as two [64, 64] halves, one a warp group) */
 static void load_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val e, tile_at t,
                       loom_val k0, loom_val slot)
 {
-    loom_mbar_expect(k, m->full, slot, (int64_t)(s->bm + s->bn) * 64 * esz(s));
+    loom_mbar_expect(k, m->full, slot, (int64_t)(ik_tile_rows(s) + s->bn) * 64 * esz(s));
     load_w(k, s, m, w, t.m0, k0, slot);
-    loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, m->bs, slot), m->full, slot);
+    if (!tr(s)) {
+        loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, m->bs, slot), m->full, slot);
+        return;
+    }
+    for (int64_t h = 0; h < s->bn / 64; h++)
+        loom_tma_load(k, e, ((loom_val[]){t.j, k0, loom_add(k, t.n0, CI(64 * h))}),
+                      loom_smem_slot(k, m->bs, loom_add(k, loom_mul(k, slot, CI(s->bn / 64)), CI(h))), m->full, slot);
 }
 
 /* The user of candidate tile t. */
@@ -294,28 +349,72 @@ static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
 }
 
 /* Producer: the plane steps of candidate tile t, ring uses it .. it + plane_steps - 1:
- * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot.  (Its user's
- * index read before the tile's k steps, to hide that load, measured no faster.) */
+ * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot (trans: the
+ * tile's rows by columns n0 + 64h .., into the W part).  (Its user's index read before
+ * the tile's k steps, to hide that load, measured no faster.) */
 static void load_planes(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it)
 {
     loom_val u = user_of(k, a, t);
     for (int64_t q = 0; q < plane_steps(s); q++) {
-        int64_t p = q / (s->bm / 64), h = q % (s->bm / 64);
+        int64_t p = q / halves_of(s), h = q % halves_of(s);
         loom_val use = loom_add(k, it, CI(q));
         loom_val sl = loom_ring_slot(k, use, s->stages);
         loom_mbar_wait(k, m->empty, sl, loom_sub(k, CI(1), loom_ring_phase(k, use, s->stages)));
+        if (tr(s)) {
+            loom_mbar_expect(k, m->full, sl, ik_tile_rows(s) * 64 * esz(s));
+            loom_tma_load(k, a->ures, ((loom_val[]){u, CI(p), t.m0, loom_add(k, t.n0, CI(64 * h))}),
+                          loom_smem_slot(k, m->as, sl), m->full, sl);
+            continue;
+        }
         loom_mbar_expect(k, m->full, sl, (int64_t)64 * s->bn * esz(s));
         loom_tma_load(k, a->ures, ((loom_val[]){u, CI(p), loom_add(k, t.m0, CI(64 * h)), t.n0}),
                       loom_smem_slot(k, m->bs, sl), m->full, sl);
     }
 }
 
-/* The W operand of ring slot sl: the slot's W tile, or split group rep's half of it. */
-static loom_val w_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl, loom_val rep)
+/* wgmma's A operand of ring slot sl: the slot's W tile, or split group rep's half of it;
+ * trans: group rep's [64, 64] half of E, transposed (E^T: rows n, columns k). */
+static loom_val a_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl, loom_val rep)
 {
+    if (tr(s))
+        return loom_smem_trans(k, loom_smem_slot(k, m->bs, loom_add(k, loom_mul(k, sl, CI(s->bn / 64)), rep)));
     if (!split(s))
         return loom_smem_slot(k, m->as, sl);
     return loom_smem_slot(k, m->as, loom_add(k, loom_mul(k, sl, CI(2)), rep));
+}
+
+/* wgmma's B operand of ring slot sl (of a k step and of a plane step alike): the slot's E
+ * tile [64, BN]; trans: its W tile (or plane part) transposed, [64, rows]. */
+static loom_val b_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl)
+{
+    if (tr(s))
+        return loom_smem_trans(k, loom_smem_slot(k, m->as, sl));
+    return loom_smem_slot(k, m->bs, sl);
+}
+
+/* The ring slot part a held slot's tile output goes out through: [64, BN] (E), or trans
+ * [rows, 64] (W). */
+static loom_val held_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl)
+{
+    return loom_smem_slot(k, tr(s) ? m->as : m->bs, sl);
+}
+
+/* What a warp group stores of its accumulator: acc in the dtype, or trans its transpose
+ * (out's rows by the group's 64 columns). */
+static loom_val out_tile(loom_kernel *k, const ik_spec *s, loom_val acc)
+{
+    loom_val v = loom_cast(k, acc, s->dt);
+    return tr(s) ? loom_trans(k, v) : v;
+}
+
+/* Ring slot sl back to the producer (cluster=2: to both CTAs' producers, whose multicasts
+ * fill it). */
+static void free_slot(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl)
+{
+    if (clu(s) > 1)
+        loom_mbar_arrive_cluster(k, m->empty, sl);
+    else
+        loom_mbar_arrive(k, m->empty, sl);
 }
 
 /* Consumer: ring use `it`: wait for its slot, acc += a @ E of the slot (a: the slot's W,
@@ -327,12 +426,12 @@ static loom_val ring_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, lo
 {
     loom_val sl = loom_ring_slot(k, it, s->stages);
     loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
-    loom_val r = loom_wgmma(k, av ? av : w_view(k, s, m, sl, rep), loom_smem_slot(k, m->bs, sl), acc);
+    loom_val r = loom_wgmma(k, av ? av : a_view(k, s, m, sl, rep), b_view(k, s, m, sl), acc);
     loom_wgmma_commit(k);
     loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
     if (prev) {
         loom_region_op pb = give_back ? loom_if_begin(k, give_back, 0) : 0;
-        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, prev, s->stages));
+        free_slot(k, s, m, loom_ring_slot(k, prev, s->stages));
         if (give_back)
             loom_if_end(k, pb, 0, NULL);
     }
@@ -345,7 +444,7 @@ static void pass_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_v
 {
     loom_val sl = loom_ring_slot(k, it, s->stages);
     loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
-    loom_mbar_arrive(k, m->empty, sl);
+    free_slot(k, s, m, sl);
 }
 
 /* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store.
@@ -381,18 +480,19 @@ static void release_held(loom_kernel *k, const ik_spec *s, const ik_smem *m, con
 {
     loom_region_op r = loom_if_begin(k, h->flag, 0);
     loom_tma_store_wait(k, 0);
-    loom_mbar_arrive(k, m->empty, loom_ring_slot(k, h->use, s->stages));
+    free_slot(k, s, m, loom_ring_slot(k, h->use, s->stages));
     loom_if_end(k, r, 0, NULL);
 }
 
 /* Consumer: the k steps of a tile, ring uses it0 .. it0 + nk - 1, into a fresh [rows, BN]
- * accumulator (split: group rep's W half); the last group is left in flight.  A held
+ * accumulator (split: group rep's W half; trans: [64, the tile's rows], group rep's E
+ * half); the last group is left in flight.  A held
  * slot (h, or NULL) goes back once the first step's wgmma is issued. */
 static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it0, int64_t nk, int64_t rows,
                          loom_val rep, const ik_held *h)
 {
     loom_val zero = CI(0), one = CI(1), from = zero;
-    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(rows, s->bn));
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(rows, tr(s) ? ik_tile_rows(s) : s->bn));
     if (h) { /* the first step outside the loop, then the held slot */
         acc = ring_step(k, s, m, it0, LOOM_NONE, rep, LOOM_NONE, acc, LOOM_NONE);
         release_held(k, s, m, h);
@@ -414,7 +514,7 @@ static loom_val drain(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_v
 {
     loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
     if (last)
-        loom_mbar_arrive(k, m->empty, loom_ring_slot(k, last, s->stages));
+        free_slot(k, s, m, loom_ring_slot(k, last, s->stages));
     return loom_wgmma_result(k, wt, 0);
 }
 
@@ -424,7 +524,7 @@ static loom_val drain(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_v
 static void store_held(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val v,
                        loom_val held, loom_val rep)
 {
-    loom_val view = loom_smem_slot(k, m->bs, loom_ring_slot(k, held, s->stages));
+    loom_val view = held_view(k, s, m, loom_ring_slot(k, held, s->stages));
     loom_smem_store(k, view, v);
     loom_fence_async(k);
     if (rep) {
@@ -440,27 +540,29 @@ static void store_held(loom_kernel *k, const ik_spec *s, const ik_args *a, const
 }
 
 /* A user tile's epilogue: acc into user_res (one plane, or hi and lo); in the fused
- * kernel, then count its 64 x 64 blocks done (rows: the tile's, or a split group's 64). */
+ * kernel, then count its rows times blocks of 64 columns done (rows: the tile's, or a
+ * split group's 64; trans: the tile's rows by the group's 64 columns). */
 static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val acc, int64_t rows)
 {
     loom_val hi = loom_cast(k, acc, s->dt);
     if (s->planes == 1) {
-        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), hi, LOOM_NONE);
+        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), tr(s) ? loom_trans(k, hi) : hi, LOOM_NONE);
     } else {
         /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same
          * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
          * to LLVM), so hi is needed by its own stores only and the compiler stores it
          * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
          * would not fit in the consumers' 232 registers. */
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), hi, LOOM_NONE);
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), tr(s) ? loom_trans(k, hi) : hi, LOOM_NONE);
         loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
         loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), lo, LOOM_NONE);
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), tr(s) ? loom_trans(k, lo) : lo, LOOM_NONE);
     }
-    if (s->mode == IK_FUSED) { /* the tile's 64 x 64 blocks of user_res are done */
-        loom_val mb = loom_min(k, CI(rows / 64), loom_sub(k, CI(TPL_CDIV(s->M, 64)), loom_div(k, t.m0, CI(64))));
-        loom_val nb = loom_min(k, CI(s->bn / 64), loom_sub(k, CI(TPL_CDIV(s->N, 64)), loom_div(k, t.n0, CI(64))));
-        loom_flag_add(k, a->flags, ((loom_val[]){CI(0)}), loom_mul(k, mb, nb));
+    if (s->mode == IK_FUSED) { /* its rows times its blocks of 64 columns are done */
+        int64_t cb = tr(s) ? 1 : s->bn / 64;
+        loom_val mr = loom_min(k, CI(tr(s) ? ik_tile_rows(s) : rows), loom_sub(k, CI(s->M), t.m0));
+        loom_val nb = loom_min(k, CI(cb), loom_sub(k, CI(TPL_CDIV(s->N, 64)), loom_div(k, t.n0, CI(64))));
+        loom_flag_add(k, a->flags, ((loom_val[]){CI(0)}), loom_mul(k, mr, nb));
     }
 }
 
@@ -493,9 +595,9 @@ static loom_val tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const i
 
     /* the epilogue */
     if (hold)
-        store_held(k, s, a, m, t, loom_cast(k, acc, s->dt), last, LOOM_NONE);
+        store_held(k, s, a, m, t, out_tile(k, s, acc), last, LOOM_NONE);
     else if (cand)
-        store_out(k, s, a, t, loom_cast(k, acc, s->dt), m->cs, pp != NULL);
+        store_out(k, s, a, t, out_tile(k, s, acc), m->cs, pp != NULL);
     else
         store_user(k, s, a, t, acc, s->bm);
     if (pp) { /* replica 0 waits until replica 1's mainloop is done */
@@ -520,10 +622,11 @@ static loom_val tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, c
     loom_val zero = CI(0), one = CI(1), other = loom_sub(k, one, rep);
     bool planes = cand && adds_user(s), hold = h && cand;
     int64_t uses = nk + (planes ? plane_steps(s) : 0);
-    tile_at half = t;
-    half.m0 = loom_add(k, t.m0, loom_mul(k, rep, CI(64)));
+    tile_at half = t; /* the group's part: rows m0 + 64 rep .. (trans: columns n0 + 64 rep ..) */
+    loom_val *at = tr(s) ? &half.n0 : &half.m0;
+    *at = loom_add(k, *at, loom_mul(k, rep, CI(64)));
     loom_val turn_parity = loom_rem(k, loom_add(k, j, other), CI(2));
-    loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, half.m0, CI(s->M)), h ? 1 : 0);
+    loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, *at, CI(tr(s) ? s->N : s->M)), h ? 1 : 0);
     {
         loom_val acc = mainloop(k, s, m, it0, nk, 64, rep, h);
         loom_val last = loom_add(k, it0, CI(nk - 1));
@@ -541,9 +644,9 @@ static loom_val tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, c
         if (m->cs)
             loom_mbar_wait(k, m->hand, other, turn_parity);
         if (hold)
-            store_held(k, s, a, m, half, loom_cast(k, acc, s->dt), last, rep);
+            store_held(k, s, a, m, half, out_tile(k, s, acc), last, rep);
         else if (cand)
-            store_out(k, s, a, half, loom_cast(k, acc, s->dt), m->cs, true);
+            store_out(k, s, a, half, out_tile(k, s, acc), m->cs, true);
         else
             store_user(k, s, a, half, acc, 64);
     }
@@ -575,6 +678,21 @@ static loom_val consume(loom_kernel *k, const ik_spec *s, const ik_args *a, cons
     return tile(k, s, a, m, t, it0, nk, cand, pp, h);
 }
 
+/* A task's first unit (tiles; cluster=2: tile pairs, by the cluster), stride and rank in
+ * its cluster (LOOM_NONE without clusters). */
+static void units(loom_kernel *k, const ik_spec *s, int64_t ntot, loom_val *pid, loom_val *step, loom_val *rank)
+{
+    *pid = loom_program_id(k, 0);
+    *step = s->ctas ? loom_num_programs(k, 0) : CI(ntot);
+    *rank = LOOM_NONE;
+    if (clu(s) > 1) {
+        *rank = loom_cluster_rank(k);
+        *pid = loom_div(k, *pid, CI(clu(s)));
+        if (s->ctas)
+            *step = loom_div(k, *step, CI(clu(s)));
+    }
+}
+
 static const char *mode_name(ik_mode m)
 {
     return m == IK_USER ? "ikbo_user_gemm" : m == IK_CAND ? "ikbo_cand_gemm" : m == IK_CAND_FUSED ? "ikbo_cand_fused" : "ikbo_lce_fused";
@@ -591,13 +709,19 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     ik_args a = declare(k, s);
 
     ik_smem m = {0};
-    if (split(s))
-        m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, 64), 2 * s->stages, LOOM_SWIZZLE_128);
-    else
-        m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
-    m.bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
+    if (tr(s)) { /* W [rows, 64] a slot, E as [64, 64] halves */
+        m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(ik_tile_rows(s), 64), s->stages, LOOM_SWIZZLE_128);
+        m.bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, 64), s->bn / 64 * s->stages, LOOM_SWIZZLE_128);
+    } else {
+        if (split(s))
+            m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, 64), 2 * s->stages, LOOM_SWIZZLE_128);
+        else
+            m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
+        m.bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
+    }
     m.full = loom_mbar_alloc(k, s->stages, 1);
-    m.empty = loom_mbar_alloc(k, s->stages, split(s) ? 2 : 1); /* split: both groups give each slot back */
+    /* split: both groups give each slot back; cluster=2: those of both CTAs */
+    m.empty = loom_mbar_alloc(k, s->stages, (split(s) ? 2 : 1) * clu(s));
     if (staged(s)) {
         m.cs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(split(s) ? 64 : s->bm, s->bn), 1, LOOM_SWIZZLE_128);
         if (split(s))
@@ -608,19 +732,24 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
     int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = cand_steps(s);
     int64_t nsc = nkc + (adds_user(s) ? plane_steps(s) : 0); /* ring uses of a candidate tile */
-    loom_val pid = loom_program_id(k, 0);
-    loom_val step = s->ctas ? loom_num_programs(k, 0) : CI(ntot);
+    /* pid: the program's (cluster=2: its cluster's) first unit, step: the stride, rank: the
+     * program's in its cluster (set at the start of each task) */
+    loom_val pid, step, rank;
+#define UNITS() units(k, s, ntot, &pid, &step, &rank)
+    if (clu(s) > 1)
+        loom_kernel_set_cluster(k, clu(s));
     loom_val zero = CI(0), one = CI(1);
 
     /* Is tile tv a user tile, and its ring uses. */
 #define IS_USER(tv) (s->mode == IK_FUSED ? loom_cmp(k, LOOM_LT, (tv), CI(nut)) : loom_const_i(k, LOOM_I1, s->mode == IK_USER))
 #define USES(tv) (s->mode == IK_FUSED ? loom_select(k, IS_USER(tv), CI(nku), CI(nsc)) : CI(has_user(s) ? nku : nsc))
     /* Tile tv's coordinates among its kind. */
-#define TILE_OF(tv) tile_coords(k, s, s->mode == IK_FUSED ? loom_select(k, IS_USER(tv), (tv), loom_sub(k, (tv), CI(nut))) : (tv))
+#define TILE_OF(tv) tile_coords(k, s, s->mode == IK_FUSED ? loom_select(k, IS_USER(tv), (tv), loom_sub(k, (tv), CI(nut))) : (tv), rank)
 
     /* producer: TMA into the ring (the tile loop carries the ring use) */
     loom_region_op pt = loom_task_begin(k, prod_warps, PROD_REGS, 1);
     {
+        UNITS();
         loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
         loom_val tv = loom_for_iv(k, tl);
         loom_val is_user = IS_USER(tv);
@@ -674,6 +803,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     bool turns = s->consumers == IK_PINGPONG, halves = split(s);
     loom_region_op ct = loom_task_begin(k, turns || halves ? 4 : s->cwarps, CONS_REGS, turns || halves ? 2 : 1);
     {
+        UNITS();
         ik_turns pp = {LOOM_NONE, LOOM_NONE};
         loom_val first = pid, stride = step, carried[3] = {zero, zero, zero};
         if (turns) {
@@ -758,6 +888,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
             loom_tma_store_wait(k, 0); /* the last store has read the staging tile (or held slot) */
     }
     loom_task_end(k, ct);
+#undef UNITS
 #undef TILE_OF
 #undef USES
 #undef IS_USER
@@ -810,19 +941,19 @@ loom_kernel *ik_gather_kernel(const ik_spec *s)
 /* ---------------------------------------------------------------- registry entry: the stage-4 kernel */
 
 enum { S_B, S_U, S_M, S_N, S_KU, S_KC, S_DTYPE, S_SHUFFLE };
-enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS, C_CONSUMERS };
+enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS, C_CONSUMERS, C_TRANS, C_CLUSTER };
 
 ik_spec ik_spec_of(ik_mode mode, const int64_t *sh, const int64_t *cf)
 {
     return (ik_spec){mode, sh[S_B], sh[S_U], sh[S_M], sh[S_N], sh[S_KU], sh[S_KC], (loom_dtype)sh[S_DTYPE], 2,
                      (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS], (int)cf[C_CTAS],
-                     (int)cf[C_CONSUMERS]};
+                     (int)cf[C_CONSUMERS], (int)cf[C_TRANS], (int)cf[C_CLUSTER]};
 }
 
 loom_ikbo_lce_config ik_config_of(const int64_t *cf)
 {
-    return (loom_ikbo_lce_config){(int)cf[C_BM],     (int)cf[C_BN],   (int)cf[C_STAGES],
-                                  (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_CONSUMERS]};
+    return (loom_ikbo_lce_config){(int)cf[C_BM],   (int)cf[C_BN],        (int)cf[C_STAGES], (int)cf[C_CWARPS],
+                                  (int)cf[C_CTAS], (int)cf[C_CONSUMERS], (int)cf[C_TRANS], (int)cf[C_CLUSTER]};
 }
 
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
@@ -848,15 +979,19 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 }
 
 /* Rank configs: waves of equal tiles over the persistent CTAs, the rows and columns
- * computed past M and N (split: rows of whole 64-row halves), the ring's depth. */
+ * computed past M and N (split: rows of whole 64-row halves; trans: columns of whole
+ * 64-column halves), the L2 traffic a FLOP, the ring's depth. */
 static double cost(const int64_t *sh, const int64_t *cf)
 {
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    double tm = (double)TPL_CDIV(s.M, s.bm), tn = (double)TPL_CDIV(s.N, s.bn);
-    double per_tile_u = (double)s.bm * s.bn * ik_pad8(s.Ku), per_tile_c = (double)s.bm * s.bn * ik_pad8(s.Kc);
-    /* split: a group whose rows are all past M computes nothing */
-    double busy = split(&s) ? (double)TPL_CDIV(s.M, 64) * 64 / ((double)tm * s.bm) : 1.0;
-    double work = busy * tm * tn * (s.U * per_tile_u + s.B * per_tile_c) * (1.0 + 64.0 / s.bm + 64.0 / s.bn);
+    double rows = (double)ik_tile_rows(&s);
+    double tm = (double)TPL_CDIV(s.M, (int64_t)rows), tn = (double)TPL_CDIV(s.N, s.bn);
+    double per_tile_u = rows * s.bn * ik_pad8(s.Ku), per_tile_c = rows * s.bn * ik_pad8(s.Kc);
+    /* split: a group whose rows (trans: columns) are all past M (N) computes nothing */
+    double busy = !split(&s) ? 1.0
+                  : tr(&s)   ? (double)TPL_CDIV(s.N, 64) * 64 / (tn * s.bn)
+                             : (double)TPL_CDIV(s.M, 64) * 64 / (tm * s.bm);
+    double work = busy * tm * tn * (s.U * per_tile_u + s.B * per_tile_c) * (1.0 + 64.0 / rows + 64.0 / s.bn);
     double ctas = s.ctas ? s.ctas : 132, tiles = (double)ik_tiles(&s);
     double waves = tiles / ctas, tail = waves > (int64_t)waves ? 1.0 : 0.0;
     return work / tiles * ((int64_t)waves + tail) / (s.stages >= 3 ? 1.0 : 1.3);
@@ -938,7 +1073,7 @@ done:
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    static const int64_t cf[6] = {128, 256, 4, 8, 132, 0}; /* the outputs do not depend on it */
+    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the outputs do not depend on it */
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[8]);
     if (ref[6]) /* the counter after one launch */
@@ -958,7 +1093,7 @@ const loom_template tpl_def_ikbo_lce = {
               {"Kc", 866, "candidate K (any)"},
               {"dtype", LOOM_F16, "f16 or bf16"},
               {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
-    .nconfig = 6,
+    .nconfig = 8,
     .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns", 3, {64, 128, 256}},
                {"stages", 4, "ring slots", 3, {2, 3, 4}},
@@ -966,7 +1101,12 @@ const loom_template tpl_def_ikbo_lce = {
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
                {"consumers", 0, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
                                 "whole tiles (cwarps=8); 2: split, two warp groups share each 128-row tile "
-                                "(cwarps=8, BM=128)", 3, {0, 1, 2}}},
+                                "(cwarps=8, BM=128)", 3, {0, 1, 2}},
+               {"trans", 0, "1: the transposed product out^T = E^T @ W^T (consumers=2, cwarps=8, BN=128): each warp "
+                            "group owns 64 columns of out, a tile's rows (on wgmma's N side) are M split evenly "
+                            "into tiles of at most BM rows", 2, {0, 1}},
+               {"cluster", 1, "trans=1: 2 runs the CTAs in pairs that take a tile's two column halves, each "
+                              "multicasting half of the W tile to both (half the L2 reads of W)", 2, {1, 2}}},
     .valid = valid,
     .cost = cost,
     .build = build,

@@ -26,12 +26,19 @@ typedef struct ik_spec {
     int consumers; /* IK_COOPERATIVE: one task of cwarps warps shares each BM x BN tile;
                       IK_PINGPONG: two warp groups take turns on whole tiles (BM rows each);
                       IK_SPLIT: two warp groups share each 128-row tile, 64 rows each */
+    int trans;     /* 1: the transposed product out[b]^T = E[b]^T @ W^T (with IK_SPLIT, BN = 128:
+                      each warp group owns 64 columns of out and every row of the tile; the
+                      tile's rows, on wgmma's N side, are M split evenly into tiles of at most
+                      BM rows, a multiple of 8: 224 at M = 433) */
+    int cluster;   /* trans: 2 runs the programs in pairs taking a tile's two column halves
+                      (tiles n0 and n0 + BN), each multicasting half of the W tile to both */
 } ik_spec;
 
 enum { IK_COOPERATIVE = TPL_COOPERATIVE, IK_PINGPONG = TPL_PINGPONG, IK_SPLIT = TPL_SPLIT };
 
 int64_t ik_pad8(int64_t k);
-int64_t ik_tiles_mn(const ik_spec *s); /* tiles of one [M, N] output */
+int64_t ik_tile_rows(const ik_spec *s); /* rows of out a tile covers */
+int64_t ik_tiles_mn(const ik_spec *s);  /* tiles of one [M, N] output */
 int64_t ik_tiles(const ik_spec *s);    /* tiles of the whole kernel */
 /* The 64 x 64 blocks of user_res: stage 4's counter of user tiles done grows by this
  * much a launch. */
@@ -45,7 +52,7 @@ loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt);
 /* E_cat [B, pad8(Ku + Kc), N] = [E_user[u(b)]; E_cand[b]]: grid (cdiv(pad8(Ku+Kc), 16), B, 1). */
 loom_kernel *ik_gather_kernel(const ik_spec *s);
 
-/* The registry entry's config vector (BM, BN, stages, cwarps, ctas, consumers) as the
+/* The registry entry's config vector (BM, BN, stages, cwarps, ctas, consumers, trans) as the
  * C API's config. */
 loom_ikbo_lce_config ik_config_of(const int64_t *config);
 /* The registry entry's shape and config vectors as a spec of the given mode. */

@@ -39,7 +39,7 @@ struct loom_ikbo_lce {
 };
 
 /* one consumer warp group on 64 x 256 tiles: the fastest gemm config at the IKBO shapes */
-static const loom_ikbo_lce_config default_cfg = {64, 256, 4, 4, 132, 0};
+static const loom_ikbo_lce_config default_cfg = {64, 256, 4, 4, 132, 0, 0, 1};
 
 const char *loom_ikbo_stage_name(loom_ikbo_stage s)
 {
@@ -128,14 +128,17 @@ static ik_spec spec_of(const loom_ikbo_lce *p, ik_mode mode, int planes)
 {
     const loom_ikbo_lce_shape *s = &p->s;
     return (ik_spec){mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes,
-                     p->cfg.bm, p->cfg.bn, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas, p->cfg.consumers};
+                     p->cfg.bm, p->cfg.bn, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas, p->cfg.consumers, p->cfg.trans,
+                     p->cfg.cluster};
 }
 
 /* "BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=.." */
 static void config_text(const loom_ikbo_lce_config *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d", c->bm, c->bn, c->stages, c->cwarps,
-             c->ctas, c->consumers);
+    int w = snprintf(buf, n, "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d", c->bm, c->bn, c->stages,
+                     c->cwarps, c->ctas, c->consumers);
+    if (c->trans && w > 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, ",trans=%d,cluster=%d", c->trans, c->cluster);
 }
 
 /* A GEMM kernel of the stage. */
@@ -190,7 +193,8 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         const loom_template *gt = loom_template_find("gemm");
         int64_t gs[LOOM_MAX_PARAMS] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1}, gc[LOOM_MAX_PARAMS];
         char text[160];
-        config_text(&p->cfg, text, sizeof text);
+        /* (the gemm template has no transposed product: then its tiles are the defaults) */
+        config_text(p->cfg.trans ? &default_cfg : &p->cfg, text, sizeof text);
         if (loom_params_parse(gt->config, gt->nconfig, text, gc, err, sizeof err) != 0)
             return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: the baseline gemm's config: %s", err);
         loom_kernel *k = gt->build(gs, gc, err, sizeof err);
@@ -388,7 +392,7 @@ const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc 
 
 loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p)
 {
-    return p ? p->cfg : (loom_ikbo_lce_config){0, 0, 0, 0, 0, 0};
+    return p ? p->cfg : (loom_ikbo_lce_config){0, 0, 0, 0, 0, 0, 0, 0};
 }
 
 loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3])

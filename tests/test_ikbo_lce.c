@@ -163,33 +163,33 @@ static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const
 Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
-    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0};
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1};
     all_stages_on(rt, small_cases, NSMALL, &cfg, LOOM_F16);
-    loom_ikbo_lce_config deep = {64, 64, 4, 4, 3, 0}; /* the ring deeper than some tiles' k steps */
+    loom_ikbo_lce_config deep = {64, 64, 4, 4, 3, 0, 0, 1}; /* the ring deeper than some tiles' k steps */
     all_stages_on(rt, small_cases + 3, 2, &deep, LOOM_F16);
     /* two consumer warp groups, bf16 */
-    loom_ikbo_lce_config two = {128, 64, 3, 8, 3, 0};
+    loom_ikbo_lce_config two = {128, 64, 3, 8, 3, 0, 0, 1};
     all_stages_on(rt, small_cases, 1, &two, LOOM_BF16);
     all_stages_on(rt, small_cases + 3, 1, &two, LOOM_BF16);
     /* ping-pong: two warp groups take turns on whole tiles; 5 programs leave some with an
      * odd number of tiles, 7 with one tile or none */
-    loom_ikbo_lce_config pp = {64, 64, 3, 8, 5, 1}, pp7 = {64, 64, 2, 8, 7, 1}, pp128 = {128, 64, 2, 8, 3, 1};
+    loom_ikbo_lce_config pp = {64, 64, 3, 8, 5, 1, 0, 1}, pp7 = {64, 64, 2, 8, 7, 1, 0, 1}, pp128 = {128, 64, 2, 8, 3, 1, 0, 1};
     all_stages_on(rt, small_cases, NSMALL, &pp, LOOM_F16);
     all_stages_on(rt, small_cases + 1, 2, &pp7, LOOM_F16);
     all_stages_on(rt, small_cases + 3, 1, &pp128, LOOM_BF16);
     /* split: two warp groups share each 128-row tile (64 rows each; a group whose rows are
      * all past M, as at M = 40, 64 and 130, only passes the ring on) */
-    loom_ikbo_lce_config sp = {128, 64, 2, 8, 5, 2}, sp3 = {128, 64, 3, 8, 2, 2};
+    loom_ikbo_lce_config sp = {128, 64, 2, 8, 5, 2, 0, 1}, sp3 = {128, 64, 3, 8, 2, 2, 0, 1};
     all_stages_on(rt, small_cases, NSMALL, &sp, LOOM_F16);
     all_stages_on(rt, small_cases + 4, 3, &sp3, LOOM_BF16);
     /* a ring that leaves no room for the staging tile: the fused kernels store through the
      * slot of the tile's last plane step, the unfused ones from registers */
-    loom_ikbo_lce_config deep5 = {64, 256, 5, 4, 3, 0};
+    loom_ikbo_lce_config deep5 = {64, 256, 5, 4, 3, 0, 0, 1};
     all_stages_on(rt, small_cases + 2, 1, &deep5, LOOM_F16);
     all_stages_on(rt, small_cases + 3, 1, &deep5, LOOM_BF16);
     /* split 128 x 256 with 4 stages: no room for the staging tile either, each group
      * stores through its lo step's slot (M=130: the second tile's second group has none) */
-    loom_ikbo_lce_config sp4 = {128, 256, 4, 8, 3, 2};
+    loom_ikbo_lce_config sp4 = {128, 256, 4, 8, 3, 2, 0, 1};
     all_stages_on(rt, small_cases + 5, 2, &sp4, LOOM_F16);
     all_stages_on(rt, small_cases + 3, 1, &sp4, LOOM_BF16);
     loom_runtime_destroy(rt);
@@ -206,18 +206,18 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     cr_assert(strstr(loom_runtime_error(rt), "N must be a multiple of 8"), "%s", loom_runtime_error(rt));
     cr_assert_null(p);
     loom_ikbo_lce_shape s = {4, 2, 40, 64, 9, 11, LOOM_F16};
-    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 0, 0};
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 0, 0, 0, 1};
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "persistent: ctas must be"), "%s", loom_runtime_error(rt));
-    loom_ikbo_lce_config roomless = {128, 256, 5, 8, 2, 0}; /* the ring alone is over the shared memory */
+    loom_ikbo_lce_config roomless = {128, 256, 5, 8, 2, 0, 0, 1}; /* the ring alone is over the shared memory */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_FUSED_EPILOGUE, h.wu, h.wc, &roomless, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "the ring needs 245760 bytes of shared memory (over 226 KiB)"), "%s",
               loom_runtime_error(rt));
-    loom_ikbo_lce_config split64 = {64, 64, 2, 8, 2, 2}; /* split needs 64 rows a group */
+    loom_ikbo_lce_config split64 = {64, 64, 2, 8, 2, 2, 0, 1}; /* split needs 64 rows a group */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &split64, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "BM must be 64 or 128 rows per consumer warp group"), "%s",
               loom_runtime_error(rt));
-    loom_ikbo_lce_config lone = {64, 64, 2, 4, 2, 1}; /* ping-pong with one warp group */
+    loom_ikbo_lce_config lone = {64, 64, 2, 4, 2, 1, 0, 1}; /* ping-pong with one warp group */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &lone, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "consumers=1 and 2 need cwarps=8"), "%s", loom_runtime_error(rt));
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, (loom_ikbo_stage)9, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
@@ -250,10 +250,10 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
      * (M = 433 and 129: the last tile's second group has no rows), and rings with no room
      * for the staging tile (the fused kernels store through a borrowed ring slot, one
      * warp group or split; the others from registers) */
-    loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132, 0}, two = {128, 128, 4, 8, 132, 0},
-                         narrow = {128, 64, 4, 8, 132, 0}, pp = {64, 256, 4, 8, 132, 1},
-                         sp = {128, 256, 3, 8, 132, 2}, sp_narrow = {128, 64, 4, 8, 132, 2},
-                         deep = {64, 256, 5, 4, 132, 0}, sp_deep = {128, 256, 4, 8, 132, 2};
+    loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132, 0, 0, 1}, two = {128, 128, 4, 8, 132, 0, 0, 1},
+                         narrow = {128, 64, 4, 8, 132, 0, 0, 1}, pp = {64, 256, 4, 8, 132, 1, 0, 1},
+                         sp = {128, 256, 3, 8, 132, 2, 0, 1}, sp_narrow = {128, 64, 4, 8, 132, 2, 0, 1},
+                         deep = {64, 256, 5, 4, 132, 0, 0, 1}, sp_deep = {128, 256, 4, 8, 132, 2, 0, 1};
     for (int i = 0; i < 3; i++) {
         host_io h = make_inputs(&gpu_cases[i], LOOM_F16, 11 + (uint64_t)i);
         for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
