@@ -342,10 +342,10 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
     }
     double ms[5] = {0};
     printf("B=%lld U=%lld (ratio %.0f) M=%lld N=%lld Ku=%lld Kc=%lld %s; "
-           "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d,trans=%d\n",
+           "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d,trans=%d,cluster=%d\n",
            (long long)s->B, (long long)s->U, (double)s->B / (double)s->U, (long long)s->M, (long long)s->N,
            (long long)s->Ku, (long long)s->Kc, shuffle ? "shuffled" : "contiguous", cfg.bm, cfg.bn, cfg.stages,
-           cfg.cwarps, cfg.ctas, cfg.consumers, cfg.trans);
+           cfg.cwarps, cfg.ctas, cfg.consumers, cfg.trans, cfg.cluster);
     double gflop = 2.0 * (double)s->M * (double)s->N * ((double)s->B * (double)s->Kc + (double)s->U * (double)s->Ku) / 1e9;
     lce_ref r = {refc, refu, map, s, out, hout};
     char verdict[160];

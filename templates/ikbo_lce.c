@@ -1094,18 +1094,19 @@ const loom_template tpl_def_ikbo_lce = {
               {"dtype", LOOM_F16, "f16 or bf16"},
               {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
     .nconfig = 8,
-    .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
-               {"BN", 256, "tile columns", 3, {64, 128, 256}},
+    .config = {{"BM", 256, "tile rows (64 or 128 per consumer warp group; trans=1: at most BM, M split evenly)", 3,
+                {64, 128, 256}},
+               {"BN", 128, "tile columns", 3, {64, 128, 256}},
                {"stages", 4, "ring slots", 3, {2, 3, 4}},
-               {"cwarps", 4, "consumer warps (4 or 8)", 2, {4, 8}},
+               {"cwarps", 8, "consumer warps (4 or 8)", 2, {4, 8}},
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
-               {"consumers", 0, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
+               {"consumers", 2, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
                                 "whole tiles (cwarps=8); 2: split, two warp groups share each 128-row tile "
                                 "(cwarps=8, BM=128)", 3, {0, 1, 2}},
-               {"trans", 0, "1: the transposed product out^T = E^T @ W^T (consumers=2, cwarps=8, BN=128): each warp "
+               {"trans", 1, "1: the transposed product out^T = E^T @ W^T (consumers=2, cwarps=8, BN=128): each warp "
                             "group owns 64 columns of out, a tile's rows (on wgmma's N side) are M split evenly "
                             "into tiles of at most BM rows", 2, {0, 1}},
-               {"cluster", 1, "trans=1: 2 runs the CTAs in pairs that take a tile's two column halves, each "
+               {"cluster", 2, "trans=1: 2 runs the CTAs in pairs that take a tile's two column halves, each "
                               "multicasting half of the W tile to both (half the L2 reads of W)", 2, {1, 2}}},
     .valid = valid,
     .cost = cost,

@@ -38,8 +38,14 @@ struct loom_ikbo_lce {
     char desc[768];
 };
 
-/* one consumer warp group on 64 x 256 tiles: the fastest gemm config at the IKBO shapes */
-static const loom_ikbo_lce_config default_cfg = {64, 256, 4, 4, 132, 0, 0, 1};
+/* The transposed product on 224 x 128 tiles (at M = 433), two consumer warp groups, W
+ * multicast over pairs of CTAs: the fastest at the headline (bench/RESULTS.md, session 8). */
+static const loom_ikbo_lce_config default_cfg = {256, 128, 4, 8, 132, 2, 1, 2};
+/* Plain GEMMs (stage 0's baseline, stages 1 and 2) with a transposed config: one consumer
+ * warp group on 64 x 256 tiles, the fastest gemm config at the IKBO shapes (a transposed
+ * tile stores through its plane steps' ring slots, which plain GEMMs do not have, so it
+ * would store from registers). */
+static const loom_ikbo_lce_config gemm_cfg = {64, 256, 4, 4, 132, 0, 0, 1};
 
 const char *loom_ikbo_stage_name(loom_ikbo_stage s)
 {
@@ -123,13 +129,14 @@ static loom_status add_kernel(loom_ikbo_lce *p, loom_kernel *k, const int grid[3
     return LOOM_OK;
 }
 
-/* The spec of one of the stage's kernels; planes: user_res's (ikbo_lce.h). */
+/* The spec of one of the stage's kernels; planes: user_res's (ikbo_lce.h: 1 for the plain
+ * GEMMs of stages 1 and 2, which take gemm_cfg's tiles where the config is transposed). */
 static ik_spec spec_of(const loom_ikbo_lce *p, ik_mode mode, int planes)
 {
     const loom_ikbo_lce_shape *s = &p->s;
-    return (ik_spec){mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes,
-                     p->cfg.bm, p->cfg.bn, p->cfg.stages, p->cfg.cwarps, p->cfg.ctas, p->cfg.consumers, p->cfg.trans,
-                     p->cfg.cluster};
+    const loom_ikbo_lce_config *c = planes == 1 && p->cfg.trans ? &gemm_cfg : &p->cfg;
+    return (ik_spec){mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes, c->bm, c->bn, c->stages, c->cwarps,
+                     c->ctas, c->consumers, c->trans, c->cluster};
 }
 
 /* "BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=.." */
@@ -194,7 +201,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         int64_t gs[LOOM_MAX_PARAMS] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1}, gc[LOOM_MAX_PARAMS];
         char text[160];
         /* (the gemm template has no transposed product: then its tiles are the defaults) */
-        config_text(p->cfg.trans ? &default_cfg : &p->cfg, text, sizeof text);
+        config_text(p->cfg.trans ? &gemm_cfg : &p->cfg, text, sizeof text);
         if (loom_params_parse(gt->config, gt->nconfig, text, gc, err, sizeof err) != 0)
             return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: the baseline gemm's config: %s", err);
         loom_kernel *k = gt->build(gs, gc, err, sizeof err);
@@ -295,7 +302,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         return st;
     }
     char text[160];
-    config_text(&p->cfg, text, sizeof text);
+    config_text(stage <= LOOM_IKBO_K_ALIGNED && p->cfg.trans ? &gemm_cfg : &p->cfg, text, sizeof text);
     int n = snprintf(p->desc, sizeof p->desc, "stage %d (%s): %s;", (int)stage, loom_ikbo_stage_name(stage), text);
     for (int i = 0; i < p->nk && n > 0 && (size_t)n < sizeof p->desc; i++)
         n += snprintf(p->desc + n, sizeof p->desc - (size_t)n, " %s", loom_kernel_name(p->k[i]));

@@ -195,6 +195,54 @@ Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
     loom_runtime_destroy(rt);
 }
 
+/* The transposed product (trans=1): two warp groups of 64 columns each, a tile's rows (M
+ * split evenly, on wgmma's N side) stored transposed through the slots of their plane
+ * steps; cluster=2: pairs of CTAs take a tile's two column halves and multicast W.  N = 64
+ * leaves a tile's second group (and with clusters the pair's second tile) past N. */
+Test(ikbo_lce, transposed_product_on_the_interpreter_at_odd_shapes)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    static const lce_case wide[] = {
+        {7, 9, 40, 200, 33, 66, 1},    /* more users than candidates; N = 200: a group half past N */
+        {3, 2, 433, 256, 70, 130, 0},  /* the headline's M and N: 224-row tiles */
+    };
+    loom_ikbo_lce_config tr = {256, 128, 4, 8, 5, 2, 1, 1}, tc = {256, 128, 3, 8, 4, 2, 1, 2},
+                         tc64 = {64, 128, 2, 8, 6, 2, 1, 2}; /* 2 stages: stores from registers */
+    all_stages_on(rt, small_cases, NSMALL, &tr, LOOM_F16);
+    all_stages_on(rt, small_cases, NSMALL, &tc, LOOM_F16);
+    all_stages_on(rt, small_cases + 3, 2, &tc, LOOM_BF16);
+    all_stages_on(rt, small_cases + 1, 2, &tc64, LOOM_F16);
+    all_stages_on(rt, wide, 2, &tc, LOOM_F16);
+    all_stages_on(rt, wide, 1, &tr, LOOM_BF16);
+    loom_runtime_destroy(rt);
+}
+
+/* The transposed kernel's PTX: wgmma m64n224, the epilogue by stmatrix.trans (14 a warp:
+ * 224 rows by 16 columns in 16 x 16 blocks), W multicast, no spills. */
+Test(ikbo_lce, transposed_product_ptx)
+{
+    const loom_template *t = loom_template_find("ikbo_lce");
+    cr_assert(t);
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char why[256];
+    for (int i = 0; i < t->nshape; i++)
+        sh[i] = t->shape[i].def;
+    cr_assert_eq(loom_params_parse(t->config, t->nconfig, "BM=256,BN=128,stages=4,cwarps=8,consumers=2,trans=1,"
+                                   "cluster=2", cf, why, sizeof why), 0, "%s", why);
+    loom_kernel *k = t->build(sh, cf, why, sizeof why);
+    cr_assert(k, "%s", why);
+    char *ptx = NULL, err[2048];
+    size_t smem = 0;
+    cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect(t_count(ptx, "wgmma.mma_async.sync.aligned.m64n224k16") > 0);
+    cr_expect_eq(t_count(ptx, "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), 14, "%d",
+                 t_count(ptx, "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    cr_expect(t_count(ptx, ".multicast::cluster") > 0);
+    t_ptxas_ok(ptx, "sm_90a", "ikbo_lce trans=1 cluster=2");
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
 Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
@@ -217,6 +265,16 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &split64, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "BM must be 64 or 128 rows per consumer warp group"), "%s",
               loom_runtime_error(rt));
+    loom_ikbo_lce_config trans64 = {256, 64, 4, 8, 2, 2, 1, 1}; /* trans: 64 columns a warp group */
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &trans64, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "trans=1 needs consumers=2, cwarps=8 and BN=128"), "%s",
+              loom_runtime_error(rt));
+    loom_ikbo_lce_config pair = {64, 256, 4, 4, 2, 0, 0, 2}; /* a cluster shares W of a transposed tile */
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &pair, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "cluster=2 needs trans=1"), "%s", loom_runtime_error(rt));
+    loom_ikbo_lce_config odd = {256, 128, 4, 8, 3, 2, 1, 2};
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &odd, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "cluster=2 needs an even number of CTAs"), "%s", loom_runtime_error(rt));
     loom_ikbo_lce_config lone = {64, 64, 2, 4, 2, 1, 0, 1}; /* ping-pong with one warp group */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &lone, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "consumers=1 and 2 need cwarps=8"), "%s", loom_runtime_error(rt));
@@ -253,7 +311,8 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
     loom_ikbo_lce_config cfg = {64, 256, 4, 4, 132, 0, 0, 1}, two = {128, 128, 4, 8, 132, 0, 0, 1},
                          narrow = {128, 64, 4, 8, 132, 0, 0, 1}, pp = {64, 256, 4, 8, 132, 1, 0, 1},
                          sp = {128, 256, 3, 8, 132, 2, 0, 1}, sp_narrow = {128, 64, 4, 8, 132, 2, 0, 1},
-                         deep = {64, 256, 5, 4, 132, 0, 0, 1}, sp_deep = {128, 256, 4, 8, 132, 2, 0, 1};
+                         deep = {64, 256, 5, 4, 132, 0, 0, 1}, sp_deep = {128, 256, 4, 8, 132, 2, 0, 1},
+                         tr = {256, 128, 4, 8, 132, 2, 1, 1}, tc = {256, 128, 4, 8, 132, 2, 1, 2};
     for (int i = 0; i < 3; i++) {
         host_io h = make_inputs(&gpu_cases[i], LOOM_F16, 11 + (uint64_t)i);
         for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
@@ -265,6 +324,11 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &pp, &h);
             if (i != 1 || fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &sp_narrow : &sp, &h);
+            /* the transposed product (stages 0-2 take the plain GEMM tiles), alone and in
+             * pairs multicasting W (N=72: the pair's second tile is past N) */
+            run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &tc, &h);
+            if (fused)
+                run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &tr, &h);
             if (i == 0 && fused) {
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &deep, &h);
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &sp_deep, &h);
