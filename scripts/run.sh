@@ -23,7 +23,9 @@ if "$L" run ikbo_broadcast_add --shape B=2,U=1,M=3,N=5 | grep -q "no GPU here"; 
     "$L" run row_softmax --shape R=64,N=1000 --interpret
     "$L" run row_softmax --shape R=16,N=300,dtype=f16 --config BM=4 --interpret
     "$L" run gemm --shape M=77,N=72,K=40,batch=3 --config BM=64,cwarps=4,BN=64 --interpret
-    "$L" run ikbo_lce --shape B=7,U=3,M=77,N=64,Ku=21,Kc=13,shuffle=1 --config BM=64,BN=64,stages=2,cwarps=4,ctas=4 --interpret
+    # the default tiles (the transposed product, pairs of CTAs), then one warp group on 64-row tiles
+    "$L" run ikbo_lce --shape B=7,U=3,M=77,N=64,Ku=21,Kc=13,shuffle=1 --config ctas=4 --interpret
+    "$L" run ikbo_lce --shape B=7,U=3,M=77,N=64,Ku=21,Kc=13,shuffle=1 --config BM=64,BN=64,stages=2,cwarps=4,ctas=4,consumers=0,trans=0,cluster=1 --interpret
 else
     # ikbo_lce ran above (its default shape is the headline, too large for the interpreter)
     for t in $("$L" list); do [ "$t" = ikbo_lce ] || "$L" run "$t"; done

@@ -165,7 +165,8 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "cluster=2 needs an even number of CTAs (ctas)";
     if (tr(s)) {
         if (s->consumers != IK_SPLIT || s->cwarps != 8 || s->bn != 128)
-            return "trans=1 needs consumers=2, cwarps=8 and BN=128 (two warp groups of 64 columns each)";
+            return "trans=1 needs consumers=2, cwarps=8 and BN=128 (two warp groups of 64 columns each); trans=0 for the "
+                   "other tilings";
         if (s->bm < 8 || s->bm > 256 || s->bm % 8)
             return "trans=1: BM (the most rows of a tile, on wgmma's N side) must be a multiple of 8 up to 256";
     } else {
