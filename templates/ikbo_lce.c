@@ -64,6 +64,17 @@
  * (which store through borrowed ring slots, below) against 0.400 for 64-row tiles with
  * one warp group, so the tuner keeps the latter there; bench/RESULTS.md, sessions 6-7.)
  *
+ * The transposed product (trans=1, the default): out[b]^T = E[b]^T @ W^T, as cuBLAS runs
+ * this GEMM.  M sits on wgmma's N side, so a tile has M split evenly into at most BM rows
+ * (224 at M = 433: 15 rows of waste, as with 64-row blocks) by 128 columns; two warp
+ * groups own 64 columns each (A: their [64, 64] half of the E tile, read transposed; B:
+ * the W tile [rows, 64]).  A plane step loads the user tile's rows by one group's 64
+ * columns into a slot's W part (four a tile, each group computing its two), and each
+ * group's output, transposed by stmatrix, goes out through its lo step's slot.  With
+ * cluster=2 two CTAs take a tile's two column halves and each multicasts half of the W
+ * tile to both.  (Stage 4 at the headline on an H200: 0.378 ms with the pair, 0.440
+ * without, 0.402 for 64 x 256 tiles with one warp group; bench/RESULTS.md, session 8.)
+ *
  * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
  * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
  * as given and TMA reads its rows past K as zero: any K works.  Tiles are ordered with
