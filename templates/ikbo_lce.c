@@ -411,13 +411,12 @@ static loom_val held_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, lo
     return loom_smem_slot(k, tr(s) ? m->as : m->bs, sl);
 }
 
-/* What a warp group stores of its accumulator: acc in the dtype, or trans its transpose
- * (out's rows by the group's 64 columns). */
-static loom_val out_tile(loom_kernel *k, const ik_spec *s, loom_val acc)
-{
-    loom_val v = loom_cast(k, acc, s->dt);
-    return tr(s) ? loom_trans(k, v) : v;
-}
+/* A warp group's tile as out and user_res hold it: as is, or trans its transpose (the
+ * tile's rows by the group's 64 columns). */
+static loom_val oriented(loom_kernel *k, const ik_spec *s, loom_val v) { return tr(s) ? loom_trans(k, v) : v; }
+
+/* What a warp group stores of its accumulator: acc in the dtype, oriented. */
+static loom_val out_tile(loom_kernel *k, const ik_spec *s, loom_val acc) { return oriented(k, s, loom_cast(k, acc, s->dt)); }
 
 /* Ring slot sl back to the producer (cluster=2: to both CTAs' producers, whose multicasts
  * fill it). */
@@ -558,17 +557,17 @@ static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_
 {
     loom_val hi = loom_cast(k, acc, s->dt);
     if (s->planes == 1) {
-        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), tr(s) ? loom_trans(k, hi) : hi, LOOM_NONE);
+        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), oriented(k, s, hi), LOOM_NONE);
     } else {
         /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same
          * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
          * to LLVM), so hi is needed by its own stores only and the compiler stores it
          * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
          * would not fit in the consumers' 232 registers. */
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), tr(s) ? loom_trans(k, hi) : hi, LOOM_NONE);
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), oriented(k, s, hi), LOOM_NONE);
         loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
         loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), tr(s) ? loom_trans(k, lo) : lo, LOOM_NONE);
+        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), oriented(k, s, lo), LOOM_NONE);
     }
     if (s->mode == IK_FUSED) { /* its rows times its blocks of 64 columns are done */
         int64_t cb = tr(s) ? 1 : s->bn / 64;
