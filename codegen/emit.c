@@ -27,8 +27,7 @@
  * All of LLVM is linked statically into libloom and its symbols are not exported, so a
  * program using loom never sees LLVM and can run where LLVM is not installed.
  */
-#define LOOM_CODEGEN_INTERNAL
-#include "codegen.h"
+#include "cg.h"
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Support.h>

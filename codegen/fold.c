@@ -22,8 +22,7 @@
  * are rewritten only where the operand is visible, which always holds because an
  * op's operands dominate its uses.
  */
-#define LOOM_CODEGEN_INTERNAL
-#include "codegen.h"
+#include "cg.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -42,8 +42,7 @@
  * multiple of the vector width) or a mask on the rows only is the same for every
  * element of a 16-byte vector, so masked accesses stay vectorized.
  */
-#define LOOM_CODEGEN_INTERNAL
-#include "codegen.h"
+#include "cg.h"
 
 #include <stdlib.h>
 #include <string.h>

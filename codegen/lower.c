@@ -46,8 +46,7 @@
  * The dispatch table is generated from dsl/ops.h, so an op without a lowering does not
  * link.
  */
-#define LOOM_CODEGEN_INTERNAL
-#include "codegen.h"
+#include "cg.h"
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>

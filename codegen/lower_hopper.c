@@ -667,7 +667,7 @@ static bool hopper_collect_tma(L *l)
                 found = t;
         }
         if (found < 0) {
-            if (cg->ntma == 16)
+            if (cg->ntma == CG_MAX_TMA)
                 return cg_fail(cg, LOOM_ERR_UNSUPPORTED, "%s:%d: a kernel can use at most 16 TMA descriptors",
                                op->src.file, op->src.line);
             found = cg->ntma++;

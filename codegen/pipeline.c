@@ -23,8 +23,8 @@
  * A user's mistake comes back as a status and a message; an internal error names the
  * codegen file and line where it was detected.  Nothing here exits or aborts.
  */
-#define LOOM_CODEGEN_INTERNAL
-#include "codegen.h"
+#include "cg.h"
+#include "../util/util.h"
 
 #include <llvm-c/Core.h>
 
@@ -65,18 +65,7 @@ bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
     return false;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
-static bool env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
 
 /* After a pass: dump if asked, verify if asked. */
 static loom_status after(cg_ctx *cg, const char *pass)
@@ -92,35 +81,31 @@ static loom_status after(cg_ctx *cg, const char *pass)
     return LOOM_OK;
 }
 
-loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out, char *err,
-                           size_t errlen)
+void cg_result_free(cg_result *r)
 {
-    rt_tma_spec tma[RT_TMA_MAX_SPECS];
-    int ntma = 0;
-    return cg_compile_ptx_tma(k, arch, ptx_out, smem_bytes_out, tma, &ntma, err, errlen);
+    if (!r)
+        return;
+    free(r->ptx);
+    *r = (cg_result){0};
 }
 
-loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
-                               rt_tma_spec *tma_out, int *ntma_out, char *err, size_t errlen)
+loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *err, size_t errlen)
 {
-    if (ntma_out)
-        *ntma_out = 0;
     if (err && errlen)
         err[0] = 0;
-    if (!k || !ptx_out) {
+    if (!k || !out) {
         if (err && errlen)
-            snprintf(err, errlen, "cg_compile_ptx: no kernel or no output pointer");
+            snprintf(err, errlen, "cg_compile: no kernel or no result");
         return LOOM_ERR_INVALID;
     }
-    *ptx_out = NULL;
-    if (smem_bytes_out)
-        *smem_bytes_out = 0;
+    *out = (cg_result){0};
+    char **ptx_out = &out->ptx;
     cg_ctx c = {0}, *cg = &c;
     cg->k = k;
     cg->arch = arch && *arch ? arch : "sm_90a";
     cg->err = err;
     cg->errlen = errlen;
-    cg->verify_passes = env_on("LOOM_VERIFY_PASSES");
+    cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
     cg->dump_after = getenv("LOOM_DUMP_AFTER");
     if (cg->dump_after && !*cg->dump_after)
         cg->dump_after = NULL;
@@ -130,9 +115,9 @@ loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
     loom_kernel *work = NULL;
     /* LOOM_TIME_PASSES: the end time of each stage */
     const char *stage[8];
-    double stage_end[8], t_start = now_ms();
+    double stage_end[8], t_start = util_now_ms();
     int nstage = 0;
-#define STAGE(name) (stage[nstage] = (name), stage_end[nstage++] = now_ms())
+#define STAGE(name) (stage[nstage] = (name), stage_end[nstage++] = util_now_ms())
 
     /* 1. verify */
     if (loom_verify(k) != LOOM_OK) {
@@ -178,7 +163,7 @@ loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
     if (cg_optimize(cg, mod, tm))
         goto out;
     STAGE("opt");
-    if (env_on("LOOM_DUMP_LLVM")) {
+    if (util_env_on("LOOM_DUMP_LLVM")) {
         char *s = LLVMPrintModuleToString((LLVMModuleRef)mod);
         fprintf(stderr, "// LLVM IR of %s\n%s\n", loom_kernel_name(k), s);
         LLVMDisposeMessage(s);
@@ -187,17 +172,12 @@ loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
     if (cg_emit_ptx(cg, mod, tm, ptx_out))
         goto out;
     STAGE("ptx");
-    if (env_on("LOOM_DUMP_PTX"))
+    if (util_env_on("LOOM_DUMP_PTX"))
         fprintf(stderr, "// PTX of %s\n%s\n", loom_kernel_name(k), *ptx_out);
-    if (smem_bytes_out)
-        *smem_bytes_out = cg->smem_bytes;
+    out->smem_bytes = cg->smem_bytes;
     /* the TMA descriptors the launch appends after the kernel's own parameters */
-    for (int t = 0; t < cg->ntma && t < RT_TMA_MAX_SPECS && tma_out && ntma_out; t++) {
-        tma_out[t] = (rt_tma_spec){.arg = cg->tma[t].arg, .rank = cg->tma[t].rank, .swizzle = cg->tma[t].swizzle};
-        for (int d = 0; d < cg->tma[t].rank; d++)
-            tma_out[t].box[d] = cg->tma[t].box[d];
-        *ntma_out = t + 1;
-    }
+    out->ntma = cg->ntma;
+    memcpy(out->tma, cg->tma, sizeof out->tma);
 out:
     loom_kernel_destroy(work);
     if (mod)
@@ -213,18 +193,16 @@ out:
     free(cg->op_scratch);
     free(cg->div);
     free(cg->axis);
-    if (cg->st == LOOM_OK && env_on("LOOM_TIME_PASSES")) {
+    if (cg->st == LOOM_OK && util_env_on("LOOM_TIME_PASSES")) {
         char line[512];
         int p = snprintf(line, sizeof line, "loom: codegen of %s:", loom_kernel_name(k));
         for (int i = 0; i < nstage && p < (int)sizeof line; i++)
             p += snprintf(line + p, sizeof line - (size_t)p, " %s %.2f", stage[i],
                           stage_end[i] - (i ? stage_end[i - 1] : t_start));
-        fprintf(stderr, "%s ms (total %.2f)\n", line, now_ms() - t_start);
+        fprintf(stderr, "%s ms (total %.2f)\n", line, util_now_ms() - t_start);
     }
 #undef STAGE
-    if (cg->st != LOOM_OK) {
-        free(*ptx_out);
-        *ptx_out = NULL;
-    }
+    if (cg->st != LOOM_OK)
+        cg_result_free(out);
     return cg->st;
 }

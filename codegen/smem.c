@@ -12,8 +12,7 @@
  * that it never uses more), and reports the maximum as the kernel's dynamic shared
  * memory size.  Sizes are rounded up to 16 bytes.
  */
-#define LOOM_CODEGEN_INTERNAL
-#include "codegen.h"
+#include "cg.h"
 
 #include <stdlib.h>
 

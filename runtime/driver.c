@@ -13,7 +13,7 @@
  * default stream: copies are synchronous, launches are asynchronous unless LOOM_SYNC=1.
  *
  * A launch finds its CUfunction by key (gpu.h): the in-memory table, else a cubin from
- * the disk cache, else cg_compile_ptx + cuLink* (PTX -> cubin at -O3), whose cubin goes
+ * the disk cache, else cg_compile + cuLink* (PTX -> cubin at -O3), whose cubin goes
  * to the disk cache.  Several threads may compile at once (the autotuner's pool): the
  * table is read and extended under a mutex, entries are copied out (the table may
  * grow and move), and compiling itself runs outside the lock; when two threads build
@@ -36,6 +36,8 @@
  */
 #define _GNU_SOURCE
 #include "cuda_api.h"
+#include "../util/util.h"
+#include "codegen.h"
 #include "gpu.h"
 
 #include <dlfcn.h>
@@ -46,30 +48,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ---------------------------------------------------------------- the code generator */
-
-/* Weak default: replaced by codegen/'s definition when it is linked in. */
-__attribute__((weak)) loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out,
-                                                 size_t *smem_bytes_out, char *err, size_t errlen)
-{
-    (void)k;
-    (void)arch;
-    *ptx_out = NULL;
-    *smem_bytes_out = 0;
-    snprintf(err, errlen, "no code generator in this build");
-    return LOOM_ERR_UNSUPPORTED;
-}
-
-/* Weak default: no TMA descriptors.  A code generator that emits TMA copies defines it. */
-__attribute__((weak)) loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
-                                                     size_t *smem_bytes_out, rt_tma_spec *tma_out,
-                                                     int *ntma_out, char *err, size_t errlen)
-{
-    (void)tma_out;
-    *ntma_out = 0;
-    return cg_compile_ptx(k, arch, ptx_out, smem_bytes_out, err, errlen);
-}
 
 /* ---------------------------------------------------------------- the driver table */
 
@@ -261,18 +239,7 @@ static loom_status enter(rt_gpu *g, char *err, size_t errlen)
     return LOOM_OK;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
-static bool env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
 
 void rt_gpu_arch_name(int cc_major, int cc_minor, char *buf, size_t n)
 {
@@ -765,7 +732,7 @@ static loom_status link_ptx(rt_gpu *g, const char *ptx, const char *what, void *
             *linker = "nvJitLink";
             return LOOM_OK;
         }
-        if (env_on("LOOM_CACHE_VERBOSE"))
+        if (util_env_on("LOOM_CACHE_VERBOSE"))
             fprintf(stderr, "loom: nvJitLink failed, linking with the driver: %s\n", err);
     }
     *linker = "driver";
@@ -871,10 +838,10 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu
     memset(lp, 0, sizeof *lp);
     const char *name = loom_kernel_name(k);
     snprintf(lp->kernel, sizeof lp->kernel, "%s", name);
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     mc_key key;
     mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
-    lp->key_ms = now_ms() - t0;
+    lp->key_ms = util_now_ms() - t0;
 
     pthread_mutex_lock(&g->modules_lock);
     mc_entry *hit = mc_table_find(&g->modules, &key);
@@ -898,19 +865,19 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu
     mc_meta meta;
     memset(&meta, 0, sizeof meta);
     if (disk) {
-        t0 = now_ms();
+        t0 = util_now_ms();
         mc_lookup lk = mc_disk_load(dir, &key, &cubin, &cubin_n, &meta, why, sizeof why);
-        lp->disk_ms = now_ms() - t0;
+        lp->disk_ms = util_now_ms() - t0;
         if (lk == MC_REJECTED) {
             lp->disk_rejected = 1;
-            if (env_on("LOOM_CACHE_VERBOSE"))
+            if (util_env_on("LOOM_CACHE_VERBOSE"))
                 fprintf(stderr, "loom: rejected cache file %s\n", why);
         }
         if (lk == MC_HIT) {
             lp->cubin_bytes = cubin_n;
-            t0 = now_ms();
+            t0 = util_now_ms();
             st = make_entry(g, cubin, name, &meta, &e, err, errlen);
-            lp->load_ms = now_ms() - t0;
+            lp->load_ms = util_now_ms() - t0;
             free(cubin);
             cubin = NULL;
             if (st == LOOM_OK) {
@@ -924,13 +891,15 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu
     }
 
     lp->result = RT_CACHE_MISS;
-    char *ptx = NULL;
-    size_t smem_sz = 0;
     memset(&meta, 0, sizeof meta);
-    t0 = now_ms();
-    st = cg_compile_ptx_tma(k, g->props.arch, &ptx, &smem_sz, meta.tma, &meta.ntma, err, errlen);
-    meta.smem_bytes = smem_sz;
-    lp->codegen_ms = now_ms() - t0;
+    t0 = util_now_ms();
+    cg_result cr;
+    st = cg_compile(k, g->props.arch, &cr, err, errlen);
+    char *ptx = cr.ptx; /* this function frees it */
+    meta.smem_bytes = cr.smem_bytes;
+    meta.ntma = cr.ntma;
+    memcpy(meta.tma, cr.tma, sizeof meta.tma);
+    lp->codegen_ms = util_now_ms() - t0;
     if (st != LOOM_OK) {
         free(ptx);
         stats_record(lp);
@@ -944,43 +913,43 @@ static loom_status get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu
     lp->ptx_bytes = strlen(ptx); /* (LOOM_DUMP_PTX is printed by the code generator) */
     char what[160];
     snprintf(what, sizeof what, "kernel '%s' (%s)", name, g->props.arch);
-    t0 = now_ms();
+    t0 = util_now_ms();
     st = link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
-    lp->link_ms = now_ms() - t0;
+    lp->link_ms = util_now_ms() - t0;
     if (st != LOOM_OK) {
         free(ptx);
         stats_record(lp);
         return st;
     }
     lp->cubin_bytes = cubin_n;
-    t0 = now_ms();
+    t0 = util_now_ms();
     st = make_entry(g, cubin, name, &meta, &e, err, errlen);
-    lp->load_ms = now_ms() - t0;
+    lp->load_ms = util_now_ms() - t0;
     if (st != LOOM_OK && !strcmp(lp->linker, "nvJitLink")) {
         /* a toolkit newer than the driver: its cubins do not load; link with the driver */
         jl_cubins_rejected = true;
         free(cubin);
         cubin = NULL;
-        t0 = now_ms();
+        t0 = util_now_ms();
         st = link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
-        lp->link_ms += now_ms() - t0;
+        lp->link_ms += util_now_ms() - t0;
         if (st == LOOM_OK) {
             lp->cubin_bytes = cubin_n;
-            t0 = now_ms();
+            t0 = util_now_ms();
             st = make_entry(g, cubin, name, &meta, &e, err, errlen);
-            lp->load_ms = now_ms() - t0;
+            lp->load_ms = util_now_ms() - t0;
         }
     }
     free(ptx);
     if (st == LOOM_OK && disk) {
         char werr[512];
-        t0 = now_ms();
+        t0 = util_now_ms();
         if (mc_disk_store(dir, &key, cubin, cubin_n, &meta, werr, sizeof werr) != LOOM_OK) {
             lp->disk_write_failures = 1;
-            if (env_on("LOOM_CACHE_VERBOSE"))
+            if (util_env_on("LOOM_CACHE_VERBOSE"))
                 fprintf(stderr, "loom: module cache: %s\n", werr);
         }
-        lp->disk_ms += now_ms() - t0;
+        lp->disk_ms += util_now_ms() - t0;
     }
     free(cubin);
     if (st != LOOM_OK) {
@@ -1030,7 +999,7 @@ static loom_status launch_fn(rt_gpu *g, CUfunction fn, const char *name, const u
                        "cuLaunchKernelEx of kernel '%s' (grid %ux%ux%u, block %ux%ux%u, %u bytes "
                        "of dynamic shared memory)",
                        name, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem);
-    if (env_on("LOOM_SYNC")) {
+    if (util_env_on("LOOM_SYNC")) {
         r = cu.cuCtxSynchronize();
         if (r != CUDA_SUCCESS)
             return cu_fail(NULL, r, err, errlen, "kernel '%s' (cuCtxSynchronize after launch)", name);
@@ -1121,7 +1090,7 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
 loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, char *err,
                            size_t errlen)
 {
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     loom_compile_info local;
     if (!info)
         info = &local;
@@ -1137,7 +1106,7 @@ loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, c
     info->link_ms = last.link_ms;
     info->load_ms = last.load_ms;
     info->linker = last.result == RT_CACHE_MISS ? last.linker : NULL;
-    info->total_ms = now_ms() - t0;
+    info->total_ms = util_now_ms() - t0;
     return st;
 }
 

@@ -12,7 +12,7 @@
  * tests exercise them without a GPU.
  *
  * A kernel that reads tensors through TMA takes descriptors after its own parameters
- * (runtime/tma.h): the code generator lists them (cg_compile_ptx_tma), the module cache
+ * (runtime/tma.h): the code generator lists them (cg_compile), the module cache
  * keeps that list with the cubin (in memory and on disk), and each launch encodes them
  * from the arguments' buffers (cached per base address) and appends them.
  *
@@ -27,28 +27,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* ---------------------------------------------------------------- the code generator */
-
-/* codegen/codegen.h declares it; it is repeated here (identically) so the backend builds
- * before the code generator exists.  driver.c holds a weak default that returns
- * LOOM_ERR_UNSUPPORTED; the real definition overrides it.  *ptx_out is freed with free();
- * arch is e.g. "sm_90a". */
-#if defined(__has_include)
-#if __has_include("../codegen/codegen.h")
-#include "../codegen/codegen.h"
-#endif
-#endif
-loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
-                           char *err, size_t errlen);
-
-/* What the backend calls: cg_compile_ptx plus the TMA descriptors the kernel takes after
- * its own parameters, in PTX parameter order: tma_out[0..*ntma_out), at most
- * RT_TMA_MAX_SPECS.  driver.c's weak default calls cg_compile_ptx and reports none; a code
- * generator that emits TMA copies defines it. */
-loom_status cg_compile_ptx_tma(loom_kernel *k, const char *arch, char **ptx_out,
-                               size_t *smem_bytes_out, rt_tma_spec *tma_out, int *ntma_out,
-                               char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- device properties */
 
@@ -118,7 +96,7 @@ typedef enum rt_cache_result {
     RT_CACHE_NONE = 0, /* no launch yet */
     RT_CACHE_MEMORY,   /* module found in this rt_gpu's memory cache */
     RT_CACHE_DISK,     /* cubin read from the disk cache (no code generation) */
-    RT_CACHE_MISS,     /* compiled: cg_compile_ptx + link */
+    RT_CACHE_MISS,     /* compiled: cg_compile + link */
 } rt_cache_result;
 
 const char *rt_cache_result_name(rt_cache_result r);
@@ -128,7 +106,7 @@ typedef struct rt_gpu_stats {
     char kernel[64];          /* name of the last kernel looked up */
     rt_cache_result result;   /* how it was found */
     double key_ms;            /* print IR + hash */
-    double codegen_ms;        /* cg_compile_ptx (miss only) */
+    double codegen_ms;        /* cg_compile (miss only) */
     double link_ms;           /* PTX -> cubin (miss only) */
     const char *linker;       /* "driver" (cuLink*), "nvJitLink" or "PTX load" (setmaxnreg; miss only) */
     double disk_ms;           /* reading (hit) or writing (miss) the cache file */

@@ -10,7 +10,9 @@
  * argument count and kinds must match, every tensor's buffer must hold the tensor's
  * whole extent, and the grid must be positive.  Each refusal names the argument.
  */
+#include "codegen.h"
 #include "gpu.h"
+#include "../util/util.h"
 
 #include "../dsl/ir.h"
 
@@ -54,18 +56,13 @@ void loom_runtime_set_error(loom_runtime *rt, const char *fmt, ...)
     va_end(ap);
 }
 
-static bool env_true(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
 
 loom_runtime *loom_runtime_create(loom_target target)
 {
     loom_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return NULL;
-    if (target == LOOM_TARGET_AUTO && env_true("LOOM_INTERPRET"))
+    if (target == LOOM_TARGET_AUTO && util_env_on("LOOM_INTERPRET"))
         target = LOOM_TARGET_INTERPRET;
     if (target == LOOM_TARGET_INTERPRET) {
         rt->target = LOOM_TARGET_INTERPRET;
@@ -271,7 +268,7 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
     if (loom_verify(k) != LOOM_OK)
         return rt_fail(rt, LOOM_ERR_VERIFY, "kernel '%s' failed verification:\n%s", k->name,
                        loom_kernel_errors(k));
-    if (env_true("LOOM_DUMP_IR"))
+    if (util_env_on("LOOM_DUMP_IR"))
         fprintf(stderr, "%s", loom_print(k));
     loom_status st = check_args(rt, k, grid, args, nargs);
     if (st != LOOM_OK)
@@ -303,11 +300,6 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
 
 /* ---------------------------------------------------------------- PTX */
 
-/* The code generator (codegen/pipeline.c). */
-loom_status cg_compile_ptx(loom_kernel *k, const char *arch, char **ptx_out, size_t *smem_bytes_out,
-                           char *err, size_t errlen);
-
-
 loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_t *smem_bytes,
                              char *err, size_t errlen)
 {
@@ -322,10 +314,11 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
             snprintf(err, errlen, "kernel '%s' failed verification:\n%s", k->name, loom_kernel_errors(k));
         return LOOM_ERR_VERIFY;
     }
-    size_t smem = 0;
-    loom_status st = cg_compile_ptx(k, arch ? arch : "sm_90a", ptx, &smem, err, errlen);
+    cg_result r;
+    loom_status st = cg_compile(k, arch, &r, err, errlen);
+    *ptx = r.ptx;
     if (smem_bytes)
-        *smem_bytes = smem;
+        *smem_bytes = r.smem_bytes;
     return st;
 }
 

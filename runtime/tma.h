@@ -21,24 +21,20 @@
 #ifndef LOOM_TMA_H
 #define LOOM_TMA_H
 
+#include "codegen.h"
 #include "loom.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define RT_TMA_MAX_RANK 5    /* the most dims a descriptor can describe */
-#define RT_TMA_MAX_SPECS 16  /* the most descriptors one kernel takes */
+#define RT_TMA_MAX_RANK CG_TMA_MAX_RANK /* the most dims a descriptor can describe */
+#define RT_TMA_MAX_SPECS CG_MAX_TMA      /* the most descriptors one kernel takes */
 #define RT_TMA_DESC_BYTES 128
 #define RT_TMA_DESC_ALIGN 64
 
-/* One descriptor a kernel needs. */
-typedef struct rt_tma_spec {
-    int arg;                       /* index of the tensor argument it describes */
-    int rank;                      /* 1..5: the tensor's rank (outermost first, as loom's) */
-    int64_t box[RT_TMA_MAX_RANK];  /* the box (the shared tile) per dim, outermost first */
-    int swizzle;                   /* 0, 32, 64 or 128 (bytes) */
-} rt_tma_spec;
+/* One descriptor a kernel needs: the code generator's ABI type (codegen/codegen.h). */
+typedef cg_tma_spec rt_tma_spec;
 
 /* The arguments of cuTensorMapEncodeTiled that a spec and a tensor give, in the driver's
  * order: dims innermost first, strides in bytes for dims 1..rank-1 (the innermost dim is

@@ -2,7 +2,7 @@
  * test_codegen.c -- the code generator: every op and the example kernels compile to PTX
  * that ptxas accepts without spills.
  *
- * Each test builds a kernel with the DSL, compiles it with cg_compile_ptx for sm_90a
+ * Each test builds a kernel with the DSL, compiles it with cg_compile for sm_90a
  * and sm_80, checks the PTX names the entry, and assembles it with `ptxas -v` (found
  * through $PTXAS, /usr/local/cuda/bin/ptxas or PATH; the ptxas step is skipped when
  * there is none).  Kernel-specific checks look at the PTX text: 16-byte vector
@@ -13,8 +13,7 @@
  */
 #include "testutil.h"
 
-#define LOOM_CODEGEN_INTERNAL /* the fold test runs cg_fold itself */
-#include "../codegen/codegen.h"
+#include "cg.h" /* the fold test runs cg_fold itself */
 #include "ir.h"
 
 #include <time.h>
@@ -25,10 +24,11 @@
 static char *compile(loom_kernel *k, const char *arch, size_t *smem)
 {
     char err[4096];
-    char *ptx = NULL;
-    size_t sm = 0;
-    loom_status st = cg_compile_ptx(k, arch, &ptx, &sm, err, sizeof err);
-    cr_assert_eq(st, LOOM_OK, "cg_compile_ptx(%s, %s): %s: %s", loom_kernel_name(k), arch, loom_status_name(st), err);
+    cg_result r;
+    loom_status st = cg_compile(k, arch, &r, err, sizeof err);
+    char *ptx = r.ptx;
+    size_t sm = r.smem_bytes;
+    cr_assert_eq(st, LOOM_OK, "cg_compile(%s, %s): %s: %s", loom_kernel_name(k), arch, loom_status_name(st), err);
     cr_assert(ptx);
     char entry[256];
     snprintf(entry, sizeof entry, ".entry %s", loom_kernel_name(k));
@@ -199,11 +199,13 @@ Test(codegen, cold_compile_time)
     };
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         struct timespec t0, t1;
-        char err[1024], *ptx = NULL;
-        size_t smem;
+        char err[1024];
+        cg_result r;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        loom_status st = cg_compile_ptx(ks[i].k, "sm_90a", &ptx, &smem, err, sizeof err);
+        loom_status st = cg_compile(ks[i].k, "sm_90a", &r, err, sizeof err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
+        char *ptx = r.ptx;
+        size_t smem = r.smem_bytes;
         cr_assert_eq(st, LOOM_OK, "%s", err);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
         printf("codegen: %-14s builder IR -> PTX %7.2f ms (%zu bytes of PTX, %zu bytes smem)\n", ks[i].name, ms,
@@ -579,9 +581,10 @@ Test(codegen, bad_kernel_is_an_error_not_a_crash)
     loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(16), LOOM_IN);
     loom_val z = ci(k, 0);
     loom_store(k, x, &z, loom_load(k, x, &z, LOOM_SHAPE1(16), LOOM_NONE, 0), LOOM_NONE); /* stores to an input */
-    char err[1024], *ptx = (char *)1;
-    cr_assert_eq(cg_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_ERR_VERIFY);
-    cr_assert_null(ptx);
+    char err[1024];
+    cg_result r = {.ptx = (char *)1};
+    cr_assert_eq(cg_compile(k, "sm_90a", &r, err, sizeof err), LOOM_ERR_VERIFY);
+    cr_assert_null(r.ptx);
     cr_assert(strstr(err, "read-only"), "%s", err);
     loom_kernel_destroy(k);
 }

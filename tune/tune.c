@@ -63,6 +63,7 @@
  */
 #define _GNU_SOURCE
 #include "gpu.h"
+#include "../util/util.h"
 #include "tune.h"
 
 #include <math.h>
@@ -79,18 +80,7 @@
 #define TUNE_TOGETHER 8 /* kernels timed together (one run of each in turn), at most */
 _Static_assert(TUNE_FIN_MAX <= TUNE_TOGETHER && TUNE_FIRST_GROUP + 1 <= TUNE_TOGETHER, "timed together");
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
-static bool env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
 
 static bool env_off(const char *name)
 {
@@ -296,7 +286,7 @@ static void progress_draw(progress *p, bool force)
 {
     if (!p->on)
         return;
-    double t = now_ms();
+    double t = util_now_ms();
     if (!force && t - p->last_ms < 50)
         return;
     p->last_ms = t;
@@ -399,7 +389,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&p->mu);
         p->order[p->done] = i;
         if (++p->done == p->njobs)
-            p->end_ms = now_ms();
+            p->end_ms = util_now_ms();
         pthread_cond_signal(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
@@ -432,7 +422,7 @@ static int pool_next(pool *p, int started, int *seen, progress *pr, bool wait)
         run_job(p, &p->jobs[i]);
         p->order[p->done++] = i;
         if (p->done == p->njobs)
-            p->end_ms = now_ms();
+            p->end_ms = util_now_ms();
     }
     pthread_mutex_lock(&p->mu);
     while (p->done <= *seen) {
@@ -552,9 +542,9 @@ static loom_status bench_compare_kernels(bench *b, loom_kernel *probe, char *err
  * set up with (any valid one: arguments depend on the shape alone). */
 static loom_status bench_setup(bench *b, const int64_t *config, uint64_t seed, char *err, size_t n)
 {
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     loom_status st = loom_instance_create(b->rt, b->t, b->shape, config, seed, &b->in, err, n);
-    b->inputs_ms = now_ms() - t0;
+    b->inputs_ms = util_now_ms() - t0;
     if (st != LOOM_OK)
         return st;
     const rt_gpu_props *pp = rt_gpu_properties(b->g);
@@ -1103,14 +1093,14 @@ static void fp_flush(first_pass *f)
     if (f->ng == 0)
         return;
     const loom_template *t = f->c->t;
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     if (!f->broken)
         f->broken = !time_group(f->b, t, f->r->shape, f->res, f->kern, f->grp, f->ng, &f->anchor, f->warmup,
                                 f->reps, f->times);
     else
         for (int g = 0; g < f->ng; g++)
             not_run(&f->res[f->grp[g]]);
-    f->ms += now_ms() - t0;
+    f->ms += util_now_ms() - t0;
     for (int g = 0; g < f->ng; g++) {
         loom_tune_result *x = &f->res[f->grp[g]];
         if (x->verdict == LOOM_TUNE_TIMED) {
@@ -1123,7 +1113,7 @@ static void fp_flush(first_pass *f)
         if (f->c->o.verbose) {
             char text[512];
             loom_params_format(t->config, t->nconfig, x->config, text, sizeof text);
-            fprintf(stderr, "loom tune: at %7.1f ms, in a group of %d: %-48s %s %.4f ms\n", now_ms() - f->t0, f->ng,
+            fprintf(stderr, "loom tune: at %7.1f ms, in a group of %d: %-48s %s %.4f ms\n", util_now_ms() - f->t0, f->ng,
                     text, loom_tune_verdict_name(x->verdict), x->ms);
         }
     }
@@ -1135,13 +1125,13 @@ static void fp_flush(first_pass *f)
 /* Check candidate i; when it passes, it joins the group, which is timed once full. */
 static void fp_add(first_pass *f, int i)
 {
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     bool passed = false;
     if (f->broken)
         not_run(&f->res[i]);
     else
         f->broken = !check_one(f->b, f->c->t, f->r->shape, &f->res[i], f->kern[i], &passed);
-    f->ms += now_ms() - t0;
+    f->ms += util_now_ms() - t0;
     if (!passed) {
         f->pr->checked++;
         return;
@@ -1249,7 +1239,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
             jobs[nj++].res = &res[i];
     pool p = {.g = c->g, .t = t, .shape = r->shape, .jobs = jobs, .njobs = nj, .order = order};
     pr.jobs = nj;
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     int started = pool_start(&p, th, nthreads_for(c, nj));
 
     /* meanwhile: inputs, copies, reference buffers */
@@ -1260,13 +1250,13 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
             out_elems += (int64_t)(b.in.info[i].min_bytes / loom_dtype_size(b.in.info[i].dtype));
     long ref_max = env_long("LOOM_TUNE_REF_MAX", 1L << 22);
     b.gpu_reference = out_elems > ref_max;
-    double tref = now_ms();
+    double tref = util_now_ms();
     if (st == LOOM_OK && !b.gpu_reference)
         st = bench_cpu_reference(&b, err, sizeof err);
-    r->setup_ms = now_ms() - t0;
+    r->setup_ms = util_now_ms() - t0;
     if (c->o.verbose)
         fprintf(stderr, "loom tune: set-up %.0f ms: inputs %.0f ms (%zu bytes), %d copies, CPU reference %.0f ms\n",
-                r->setup_ms, b.inputs_ms, b.in.bytes, b.ncopies, now_ms() - tref);
+                r->setup_ms, b.inputs_ms, b.in.bytes, b.ncopies, util_now_ms() - tref);
 
     /* check each candidate as soon as it is compiled, and time it briefly (the first pass)
      * in a group with the next ones checked and the anchor, while the others compile.  A
@@ -1331,11 +1321,11 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
             }
             int grid[3];
             char e[1024];
-            double tr = now_ms();
+            double tr = util_now_ms();
             t->grid(r->shape, res[i].config, grid);
             ref_tried = true;
             loom_status rs = bench_gpu_reference(&b, kern[i], grid, e, sizeof e);
-            fp.ms += now_ms() - tr;
+            fp.ms += util_now_ms() - tr;
             if (rs != LOOM_OK) {
                 res[i].verdict = LOOM_TUNE_LAUNCH_FAILED;
                 first_line(res[i].reason, sizeof res[i].reason, "as the reference: ", e);
@@ -1356,7 +1346,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
             not_run(&res[dq[dh]]);
     double check_ms = fp.ms;
     pool_finish(&p, th, started, &pr);
-    double compile_ms = (p.end_ms > 0 ? p.end_ms : now_ms()) - t0;
+    double compile_ms = (p.end_ms > 0 ? p.end_ms : util_now_ms()) - t0;
     free(th);
     free(order);
     free(dq);
@@ -1374,7 +1364,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     /* the finalists: re-timed together, run by run in turn, with many more runs */
     double *fms = calloc((size_t)ntry, sizeof *fms);
     int fin[TUNE_FIN_MAX], nfin = 0, fruns = 0;
-    double t1 = now_ms();
+    double t1 = util_now_ms();
     for (int i = 0; fms && i < ntry; i++)
         fms[i] = kern[i] && res[i].verdict == LOOM_TUNE_TIMED ? res[i].ms : 0;
     if (fms)
@@ -1407,7 +1397,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
             }
     }
     free(fms);
-    double final_ms = now_ms() - t1;
+    double final_ms = util_now_ms() - t1;
     r->compile_ms = compile_ms;
     r->measure_ms = check_ms + final_ms;
     progress_end(&pr);
@@ -1437,7 +1427,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     note(r, "Tuned: %d timed of %d valid (%d combinations) in %.0f ms: compile %.0f ms on %d threads (%d compiled: "
          "codegen %.0f + link %.0f ms in all); inputs and reference %.0f ms, check and first pass %.0f ms, both "
          "meanwhile; %d finalists x %d runs %.0f ms; reference: %s.",
-         r->ntimed, nvalid, nres, now_ms() - t0, compile_ms, started, nmiss, codegen_ms, link_ms, r->setup_ms,
+         r->ntimed, nvalid, nres, util_now_ms() - t0, compile_ms, started, nmiss, codegen_ms, link_ms, r->setup_ms,
          check_ms, nfin, fruns, final_ms, b.gpu_reference ? "the default config's GPU output" : "the CPU reference");
     if (ref_from >= 0 && ref_from != base) {
         loom_params_format(t->config, t->nconfig, res[ref_from].config, text, sizeof text);
@@ -1448,7 +1438,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, const int64_t *bucket,
     if (c->have_cache) {
         tc_record rec = {.ms = r->ms, .ncand = nres, .nvalid = nvalid};
         memcpy(rec.config, r->config, sizeof rec.config);
-        rec.tune_ms = now_ms() - t0;
+        rec.tune_ms = util_now_ms() - t0;
         char e[1024];
         if (tc_store(c->cache_path, key, t, r->shape, bucket, &c->dev, &rec, e, sizeof e) != LOOM_OK)
             note(r, "Not stored in the tuning cache: %s.", e);
@@ -1503,9 +1493,9 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
         c.o = *opts;
     if (!c.o.seed)
         c.o.seed = 1;
-    if (env_on("LOOM_TUNE_FORCE"))
+    if (util_env_on("LOOM_TUNE_FORCE"))
         c.o.force = 1;
-    if (env_on("LOOM_TUNE_VERBOSE"))
+    if (util_env_on("LOOM_TUNE_VERBOSE"))
         c.o.verbose = 1;
     c.show_progress = c.o.quiet != 1 && isatty(2);
     bool disabled = env_off("LOOM_TUNE");
@@ -1523,7 +1513,7 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
     bool tuned_any = false;
     for (int s = 0; s < nshapes; s++) {
         loom_tuned *r = &out[s];
-        double t0 = now_ms();
+        double t0 = util_now_ms();
         r->t = t;
         for (int i = 0; i < t->nshape; i++)
             r->shape[i] = shapes[(size_t)s * (size_t)t->nshape + (size_t)i];
@@ -1550,7 +1540,7 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
                 tuned_any = true;
             }
         }
-        r->tune_ms = now_ms() - t0;
+        r->tune_ms = util_now_ms() - t0;
         if (st != LOOM_OK && first == LOOM_OK)
             first = st;
     }

@@ -1,0 +1,158 @@
+/*
+ * cg.h -- internals of the code generator (codegen/): the pass context, the layout
+ * algebra (codegen/layout.c) and the passes codegen/pipeline.c runs in order:
+ *
+ *   verify -> fold -> layouts -> smem plan -> LLVM IR -> opt -> PTX
+ *
+ * Only files of codegen/ (and white-box tests) include it; the rest of loom goes
+ * through codegen.h.
+ */
+#ifndef LOOM_CG_H
+#define LOOM_CG_H
+
+#include "codegen.h"
+#include "ir.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+
+/* ---------------------------------------------------------------- layouts
+ *
+ * A layout says which thread holds which element of a register tile, and in which of
+ * its registers.  Every layout loom makes is a "linear" one over padded power-of-two
+ * dims: each bit of the register index, of the lane id (5 bits) and of the warp id
+ * maps to one bit of one tile coordinate, or to nothing (then threads or registers
+ * that differ in that bit hold the same element: duplication).  The coordinate of
+ * register j in thread (lane, warp) is the OR (= sum) of the targets of its set bits.
+ * Blocked layouts (Triton's), slices of them (reduction results), expand_dims and
+ * broadcasts of slices and transposes are all of this form, and the algebra below
+ * keeps them exact.  See codegen/layout.c. */
+#define CG_MAXREGBITS 12 /* at most 4096 registers of one tile per thread */
+#define CG_MAXWARPBITS 5
+
+typedef struct cg_bit {
+    int8_t dim; /* -1: no coordinate (duplication) */
+    int8_t bit;
+} cg_bit;
+
+typedef struct cg_layout {
+    int rank;
+    int64_t shape[LOOM_MAX_RANK]; /* the tile's real shape */
+    int8_t lg[LOOM_MAX_RANK];     /* log2 of the padded (power-of-two) dims */
+    int nreg, nwarp;              /* register bits, warp bits (lanes: always 5) */
+    cg_bit reg[CG_MAXREGBITS];
+    cg_bit lane[5];
+    cg_bit warp[CG_MAXWARPBITS];
+    int32_t parent; /* slice / expand_dims chains: the blocked layout they came from, or -1 */
+} cg_layout;
+
+/* ---------------------------------------------------------------- the pass context */
+
+typedef struct cg_ctx {
+    loom_kernel *k;
+    const char *arch;
+    char *err;
+    size_t errlen;
+    loom_status st;
+    int warp_bits; /* floor(log2(num_warps)): warps beyond that duplicate work */
+
+    /* layouts (codegen/layout.c) */
+    cg_layout *lays;
+    int nlays, caplays;
+    int32_t *vlay;  /* per value: its layout id, -1 for tensors */
+    uint8_t *remat; /* per value: a tile recomputed in whatever layout a use wants */
+    int32_t scalar_layout;
+    uint8_t is_mma[256]; /* per layout id (< 256): a wgmma accumulator layout */
+    int32_t *prefer;     /* per value: a layout a load should take (-1: none) */
+
+    /* shared memory plan (codegen/smem.c): the kernel's allocations (smem rings, then
+     * mbarriers) from offset 0, then scratch: one region for a kernel without tasks, one
+     * per task replica otherwise (tasks run concurrently, so they cannot share it) */
+    size_t *op_scratch; /* per op: scratch bytes it needs */
+    size_t smem_bytes;
+    size_t *val_off;    /* per smem_alloc / mbar_alloc result: its byte offset */
+    size_t scratch_off; /* the kernel's (or the first task's) scratch region */
+    size_t task_scratch_off[64], task_scratch_size[64]; /* per task (index in order), per replica */
+
+    /* TMA descriptors the kernel takes as extra parameters after its arguments, in order */
+    int ntma;
+    cg_tma_spec tma[CG_MAX_TMA];
+
+    /* divisibility (codegen/layout.c): per value, the largest known power-of-two
+     * divisor of an integer scalar (0: not computed yet) */
+    int64_t *div;
+    /* per tile value and dim, what cg_axis_info found (allocated on first use) */
+    struct cg_axis *axis;
+
+    /* debug */
+    bool verify_passes;
+    const char *dump_after;
+} cg_ctx;
+
+/* Record an error (the first one wins); returns false so callers can `return cg_fail()`. */
+bool cg_fail(cg_ctx *cg, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define CG_BUG(cg, ...) cg_bug((cg), __FILE__, __LINE__, __VA_ARGS__)
+bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---------------------------------------------------------------- passes */
+
+loom_status cg_fold(cg_ctx *cg);    /* codegen/fold.c */
+loom_status cg_layouts(cg_ctx *cg); /* codegen/layout.c */
+loom_status cg_smem(cg_ctx *cg);    /* codegen/smem.c */
+/* codegen/lower.c: build the LLVM module (an LLVMModuleRef in an LLVMContextRef, both
+ * returned as void * so this header needs no LLVM include). */
+loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out);
+/* codegen/emit.c */
+loom_status cg_emit_init(cg_ctx *cg);
+loom_status cg_optimize(cg_ctx *cg, void *module, void *tm);
+loom_status cg_emit_ptx(cg_ctx *cg, void *module, void *tm, char **ptx_out);
+void *cg_target_machine(cg_ctx *cg);  /* LLVMTargetMachineRef, or NULL with an error */
+void cg_target_machine_free(void *tm);
+
+/* ---------------------------------------------------------------- layout algebra */
+
+int cg_lg(int64_t n); /* ceil(log2(n)) */
+int32_t cg_layout_add(cg_ctx *cg, const cg_layout *l); /* dedup; -1 when out of memory */
+static inline const cg_layout *cg_lay(const cg_ctx *cg, int32_t id) { return &cg->lays[id]; }
+bool cg_layout_eq(const cg_layout *a, const cg_layout *b);
+int cg_layout_regs(const cg_layout *l); /* registers per thread: 2^nreg */
+int64_t cg_layout_padded_numel(const cg_layout *l);
+/* Constant part of the coordinate of register j along dim d. */
+int64_t cg_reg_coord(const cg_layout *l, int j, int d);
+bool cg_blocked(cg_ctx *cg, const loom_shape *s, int elsize, cg_layout *out);
+cg_layout cg_slice(const cg_layout *p, int32_t pid, int axis);
+cg_layout cg_expand(const cg_layout *l, int axis);
+cg_layout cg_trans(const cg_layout *l);
+bool cg_extend(cg_ctx *cg, const cg_layout *l, const loom_shape *target, cg_layout *out);
+cg_layout cg_rowproj(const cg_layout *l);
+/* Can every thread find, in its own registers of `src`, the element f(c) for each
+ * element c it holds in `dst`?  feed[s] is the dst dim that source dim s takes its
+ * coordinate from (-1: coordinate 0).  If so, fill regmap[j] (per dst register). */
+bool cg_direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *feed, int32_t *regmap);
+bool cg_direct_same(const cg_layout *src, const cg_layout *dst, int32_t *regmap);
+
+/* Layout analysis results used by smem and lower. */
+int32_t cg_want(cg_ctx *cg, uint32_t o, int i); /* wanted layout of operand i of op o */
+/* The wgmma accumulator layout of an f32 [M, N] tile over the current task's warps. */
+int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s);
+bool cg_needs_convert(cg_ctx *cg, uint32_t v, int32_t want);
+size_t cg_reg_bytes(loom_dtype dt); /* bytes of one register element in scratch */
+int64_t cg_divisor(cg_ctx *cg, uint32_t v);
+/* What is known of tile value v along its dim d.  Split the dim (padded to a power of
+ * two) into aligned blocks of `cnst` elements: v is constant on each.  Into aligned
+ * blocks of `contig` elements: v (an integer) grows by one from element to element in
+ * each, and the first element of each block is a multiple of `div` (with contig 1:
+ * every element is).  All three are powers of two; 1 means nothing is known.  A mask
+ * whose cnst along the contiguous dim is at least a vector's width is uniform over each
+ * vector, so a masked access can still be one 16-byte access per vector. */
+typedef struct cg_axis {
+    int64_t cnst, contig, div;
+} cg_axis;
+cg_axis cg_axis_info(cg_ctx *cg, uint32_t v, int d);
+int cg_elsize(loom_dtype dt);
+
+
+#endif /* LOOM_CG_H */
