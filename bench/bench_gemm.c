@@ -5,7 +5,7 @@
  * N=256, K in {872, 1184}, batch 1024, one A shared by the batch), bf16 and fp16 inputs,
  * fp32 accumulation, output in the input's dtype, print loom's TFLOP/s, cuBLAS's and the
  * ratio.  Both results are checked first against a naive fp32 reference kernel compiled
- * with NVRTC (runtime/nvrtc_ref.c, nvref_gemm_*), with a tolerance made of the output's
+ * with NVRTC (support/nvrtc_ref.c, nvref_gemm_*), with a tolerance made of the output's
  * rounding and a summation-order term that grows with K; loom's is also compared with
  * cuBLAS's.  A check that fails is printed and makes the exit status 1.
  *
@@ -13,7 +13,7 @@
  * C [batch,M,N] (rank 2 when batch is 1).  cuBLAS is column-major, so the row-major
  * C = A @ B is computed as the column-major C^T = B^T A^T: the same bytes, with B as the
  * first operand.  Batches go through cublasGemmStridedBatchedEx, with A's stride 0 when
- * A is shared.  cuBLAS is loaded with dlopen (bench/cublas_dl.c: LOOM_CUBLAS_LIB, else
+ * A is shared.  cuBLAS is loaded with dlopen (support/cublas_dl.c: LOOM_CUBLAS_LIB, else
  * libcublas.so.13, else .so.12) and called with its default algorithm, which uses tensor
  * cores.
  *

@@ -21,7 +21,7 @@
  * columns; the weights' concatenation and E_cat's zero rows are written once, untimed).
  * The copies are CUDA C compiled with NVRTC, written for full bandwidth (16-byte vector
  * accesses, coalesced) so that they are no slower than PyTorch's; cuBLAS is loaded with
- * dlopen (bench/cublas_dl.c), fp16 in and out, fp32 compute, its default algorithm.
+ * dlopen (support/cublas_dl.c), fp16 in and out, fp32 compute, its default algorithm.
  * Without cuBLAS the row says "skipped" and why.
  * Stage 0 "materialized" is loom's stronger version of it: one gather kernel writing E_cat,
  * then loom's gemm template over K = pad8(Ku + Kc).  Every stage prints its speed-up over
@@ -31,7 +31,7 @@
  * with that tile config.  Correctness, by the issue's rule, on the headline shapes (and on
  * every shape with --check-all), for the stages and the framework alike:
  * max |out - ref32| <= max |ref16 - ref32|, where ref32 comes from the NVRTC naive f32
- * GEMMs (runtime/nvrtc_ref.c) of the user and candidate halves, and ref16 rounds each half
+ * GEMMs (support/nvrtc_ref.c) of the user and candidate halves, and ref16 rounds each half
  * to f16 and then their sum, as the decomposed f16 computation does.  Timing:
  * loom_time_work, median of runs each after an L2 flush.  Exit status 1 if any check fails.
  */

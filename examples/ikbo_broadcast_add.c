@@ -7,7 +7,7 @@
  *
  * Usage: ikbo_broadcast_add [B U M N]
  */
-#include "loom.h"
+#include "loom_ikbo.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
 /*
- * loom.h -- the one public header of loom, a kernel compiler written in C.
+ * loom.h -- the public header of loom, a kernel compiler written in C: the DSL and the
+ * runtime.
  *
  * A C program describes a GPU kernel with the builder calls below (the DSL), then
  * runs it with loom_launch() on the GPU or on the CPU interpreter.  Sections:
@@ -11,7 +12,10 @@
  *   5. structured control flow          (dsl/builder.c)
  *   6. verify, print, errors            (dsl/verify.c, dsl/print.c)
  *   7. runtime: buffers and launch      (runtime/)
- *   8. templates and the autotuner      (templates/, runtime/tune.c, runtime/tune_cache.c)
+ *   8. templates and the autotuner      (templates/registry.c, tune/)
+ *
+ * The IKBO operations built on it (the linear compression's C API, the broadcast-add
+ * template) are in loom_ikbo.h.
  *
  * Every builder call is a macro that records the caller's __FILE__ and __LINE__, so an
  * error names the line of user code that built the bad op.  A builder call never fails
@@ -734,74 +738,6 @@ void loom_tuned_release(loom_tuned *r, int n);
 void loom_tune_print(FILE *f, const loom_tuned *r, int n, int every_config);
 /* "k=v,k=v" of a config (or shape) of template t's parameter list. */
 void loom_params_format(const loom_param *params, int n, const int64_t *vals, char *buf, size_t len);
-
-
-/* Kernel templates shipped with loom (templates/): each builds a kernel for one shape and
- * one config with the DSL above; the matching _grid function gives its launch grid. */
-
-/* IKBO broadcast-add: out[b,m,n] = cand[b,m,n] + user[cand_to_user[b],m,n].
- * Arguments: cand [B,M,N], user [U,M,N], cand_to_user [B] i32, out [B,M,N]. */
-typedef struct tpl_broadcast_add_shape {
-    int64_t B, U, M, N;
-    loom_dtype dtype;
-} tpl_broadcast_add_shape;
-loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn, int warps);
-void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, int grid[3]);
-
-/* IKBO linear compression: out[b] = W_cand @ E_cand[b] + W_user @ E_user[cand_to_user[b]].
- * W_user [M, Ku], W_cand [M, Kc], E_user [U, Ku, N], E_cand [B, Kc, N], cand_to_user [B]
- * i32 (each in [0, U)), out [B, M, N]; f16 or bf16, f32 accumulation; any B, U, M, Ku, Kc;
- * N a multiple of 8.  Prepare once per shape (the weights are uploaded and padded, the
- * kernels built, tuned and loaded), then run many times; the stages are the steps of the
- * IKBO co-design, each runnable on its own (templates/ikbo_lce.c has the details). */
-typedef struct loom_ikbo_lce_shape {
-    int64_t B, U, M, N, Ku, Kc;
-    loom_dtype dtype;
-} loom_ikbo_lce_shape;
-
-typedef enum loom_ikbo_stage {
-    LOOM_IKBO_MATERIALIZED = 0,   /* the framework baseline: gather E_user[u] B times, one GEMM
-                                     over the concatenated K */
-    LOOM_IKBO_DECOMPOSED = 1,     /* user GEMM at U, candidate GEMM at B, broadcast-add (the
-                                     weights padded to a multiple of 8 on every run) */
-    LOOM_IKBO_K_ALIGNED = 2,      /* the same, with the weights padded once when prepared */
-    LOOM_IKBO_FUSED_EPILOGUE = 3, /* user GEMM, then the candidate GEMM adding user_res[u(b)]
-                                     in its epilogue */
-    LOOM_IKBO_PERSISTENT = 4,     /* one persistent warp-specialized kernel: user tiles
-                                     first, handed to the candidate tiles by flags */
-} loom_ikbo_stage;
-const char *loom_ikbo_stage_name(loom_ikbo_stage s);
-
-/* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c: BM, BN, ring
- * stages, consumer warps 4 or 8, persistent CTAs, consumers 0 (one task shares each
- * tile), 1 (ping-pong: two warp groups of BM rows each take turns on whole tiles) or 2
- * (split: two warp groups share each 128-row tile, 64 rows each; BM=128, cwarps=8)). */
-typedef struct loom_ikbo_lce_config {
-    int bm, bn, stages, cwarps, ctas, consumers;
-    int trans;   /* 1: the transposed product (consumers=2, BN=128; docs/tuning.md) */
-    int cluster; /* trans: 2 runs CTAs in pairs sharing the W tile by multicast */
-} loom_ikbo_lce_config;
-
-typedef struct loom_ikbo_lce loom_ikbo_lce;
-/* w_user [M, Ku] and w_cand [M, Kc] are host arrays of the dtype.  cfg NULL: the config
- * the tuner picks for this shape (loom_tune over the "ikbo_lce" template, cached on disk;
- * without a GPU, the default).  A shape or config that cannot be served is refused with
- * the reason in loom_runtime_error(rt). */
-loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                                  const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
-                                  loom_ikbo_lce **out);
-/* Launch the stage's kernels on device buffers (asynchronous on the GPU, like loom_launch).
- * Buffers too small for the shape are refused with a message naming them. */
-loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand,
-                              loom_buffer *cand_to_user, loom_buffer *out);
-/* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused" */
-const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p);
-/* The tile config the stage's kernels were built with (given, or the tuner's). */
-loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p);
-/* The kernels a run launches, in order (for their PTX or IR): kernel i and its grid;
- * NULL past the last. */
-loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3]);
-void loom_ikbo_lce_destroy(loom_ikbo_lce *p);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -10,6 +10,7 @@
 #define LOOM_TPL_H
 
 #include "loom.h"
+#include "loom_ikbo.h" /* the IKBO operations are templates */
 
 #include <stdint.h>
 #include <stdio.h>

@@ -13,6 +13,8 @@
  */
 #include "testutil.h"
 
+#include "loom_ikbo.h"
+
 #include "cg.h" /* the fold test runs cg_fold itself */
 #include "ir.h"
 

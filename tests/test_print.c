@@ -14,6 +14,8 @@
 #include "ir.h"
 #include "testutil.h"
 
+#include "loom_ikbo.h"
+
 /* tests/golden/<name>.ir, relative to this file's directory. */
 static void golden_path(const char *name, char *buf, size_t n)
 {

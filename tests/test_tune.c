@@ -1,5 +1,5 @@
 /*
- * test_tune.c -- the autotuner (runtime/tune.c) and its cache (runtime/tune_cache.c).
+ * test_tune.c -- the autotuner (tune/) and its cache (tune/tune_cache.c).
  *
  * Without a GPU: the candidate lists and validity reasons of every registered template
  * (and that every valid config builds), the device-side comparison kernel run on the

@@ -11,7 +11,7 @@
  *       is one (and then also on the interpreter, to show that they agree), else on the
  *       interpreter.
  *   loomc tune NAME [--shape ..]... [--force] [--max N] [--threads N] [--report FILE.svg]
- *       the autotuner (runtime/tune.c) for each --shape (repeatable; none: the default
+ *       the autotuner (tune/) for each --shape (repeatable; none: the default
  *       shape): every config's fate and time, the pick, and with --report an SVG plot of
  *       every config's time (--report re-tunes, so that every config is timed).
  *

@@ -1,0 +1,98 @@
+/*
+ * loom_ikbo.h -- loom's In-Kernel Broadcast Optimization (IKBO) operations for
+ * recommendation inference, built on the DSL and runtime of loom.h: candidates read their
+ * user's data by an index (cand_to_user) instead of a broadcast copied B/U times.
+ *
+ *   - the broadcast-add kernel template (templates/broadcast_add.c): the smallest IKBO
+ *     kernel, and the README's first kernel;
+ *   - the linear compression (LCE), prepared once per shape and run per request
+ *     (templates/ikbo_lce.c builds its kernels, templates/ikbo_lce_api.c runs them).
+ *
+ * Their templates are also in loom's registry (loom_template_find("ikbo_lce"), ...), so
+ * loom_tune and loomc reach them by name.
+ */
+#ifndef LOOM_IKBO_H
+#define LOOM_IKBO_H
+
+#include "loom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+/* IKBO broadcast-add: out[b,m,n] = cand[b,m,n] + user[cand_to_user[b],m,n].
+ * Arguments: cand [B,M,N], user [U,M,N], cand_to_user [B] i32, out [B,M,N]. */
+typedef struct tpl_broadcast_add_shape {
+    int64_t B, U, M, N;
+    loom_dtype dtype;
+} tpl_broadcast_add_shape;
+loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn, int warps);
+void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, int grid[3]);
+
+/* IKBO linear compression: out[b] = W_cand @ E_cand[b] + W_user @ E_user[cand_to_user[b]].
+ * W_user [M, Ku], W_cand [M, Kc], E_user [U, Ku, N], E_cand [B, Kc, N], cand_to_user [B]
+ * i32 (each in [0, U)), out [B, M, N]; f16 or bf16, f32 accumulation; any B, U, M, Ku, Kc;
+ * N a multiple of 8.  Prepare once per shape (the weights are uploaded and padded, the
+ * kernels built, tuned and loaded), then run many times; the stages are the steps of the
+ * IKBO co-design, each runnable on its own (templates/ikbo_lce.c has the details). */
+typedef struct loom_ikbo_lce_shape {
+    int64_t B, U, M, N, Ku, Kc;
+    loom_dtype dtype;
+} loom_ikbo_lce_shape;
+
+typedef enum loom_ikbo_stage {
+    LOOM_IKBO_MATERIALIZED = 0,   /* the framework baseline: gather E_user[u] B times, one GEMM
+                                     over the concatenated K */
+    LOOM_IKBO_DECOMPOSED = 1,     /* user GEMM at U, candidate GEMM at B, broadcast-add (the
+                                     weights padded to a multiple of 8 on every run) */
+    LOOM_IKBO_K_ALIGNED = 2,      /* the same, with the weights padded once when prepared */
+    LOOM_IKBO_FUSED_EPILOGUE = 3, /* user GEMM, then the candidate GEMM adding user_res[u(b)]
+                                     in its epilogue */
+    LOOM_IKBO_PERSISTENT = 4,     /* one persistent warp-specialized kernel: user tiles
+                                     first, handed to the candidate tiles by flags */
+} loom_ikbo_stage;
+const char *loom_ikbo_stage_name(loom_ikbo_stage s);
+
+/* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c: BM, BN, ring
+ * stages, consumer warps 4 or 8, persistent CTAs, consumers 0 (one task shares each
+ * tile), 1 (ping-pong: two warp groups of BM rows each take turns on whole tiles) or 2
+ * (split: two warp groups share each 128-row tile, 64 rows each; BM=128, cwarps=8)). */
+typedef struct loom_ikbo_lce_config {
+    int bm, bn, stages, cwarps, ctas, consumers;
+    int trans;   /* 1: the transposed product (consumers=2, BN=128; docs/tuning.md) */
+    int cluster; /* trans: 2 runs CTAs in pairs sharing the W tile by multicast */
+} loom_ikbo_lce_config;
+
+typedef struct loom_ikbo_lce loom_ikbo_lce;
+/* w_user [M, Ku] and w_cand [M, Kc] are host arrays of the dtype.  cfg NULL: the config
+ * the tuner picks for this shape (loom_tune over the "ikbo_lce" template, cached on disk;
+ * without a GPU, the default).  A shape or config that cannot be served is refused with
+ * the reason in loom_runtime_error(rt). */
+loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                  const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
+                                  loom_ikbo_lce **out);
+/* Launch the stage's kernels on device buffers (asynchronous on the GPU, like loom_launch).
+ * Buffers too small for the shape are refused with a message naming them. */
+loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand,
+                              loom_buffer *cand_to_user, loom_buffer *out);
+/* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused" */
+const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p);
+/* The tile config the stage's kernels were built with (given, or the tuner's). */
+loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p);
+/* The kernels a run launches, in order (for their PTX or IR): kernel i and its grid;
+ * NULL past the last. */
+loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3]);
+void loom_ikbo_lce_destroy(loom_ikbo_lce *p);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_IKBO_H */
