@@ -1,6 +1,9 @@
 /*
  * lower_hopper.c -- the Hopper half of the lowering: shared-memory rings, mbarriers,
- * TMA, wgmma and warp-group tasks.  Included by lower.c (it uses that file's state).
+ * TMA, wgmma and warp-group tasks, and the flags and cluster ops that go with them.  It
+ * works on the lowering state of lower.h; lower.c calls its kernel-level parts
+ * (lw_hopper_collect_tma, lw_hopper_kernel_attrs, lw_hopper_entry, lw_cluster_sync)
+ * while it makes the kernel function.
  *
  * smem_load and smem_store begin with the task's barrier: a tile is read or written by
  * all of the task's threads together, so the DSL's "the load sees the store" holds.
@@ -32,16 +35,17 @@
  * the whole task (warp group g computes rows g*M/G ..); its accumulator registers pass
  * through wgmma_wait as tied asm operands, so LLVM never reads them while in flight.
  */
+#include "lower.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------- helpers */
 
-static void annotate(L *l, const char *key, int val);
-
-static void add_param_attr(L *l, unsigned idx, const char *name, uint64_t val);
-
 static LLVMValueRef *one_reg(L *l, LLVMValueRef x)
 {
-    LLVMValueRef *r = regs_alloc(l, 1);
+    LLVMValueRef *r = lw_regs_alloc(l, 1);
     if (r)
         r[0] = x;
     return r;
@@ -66,13 +70,13 @@ static LLVMValueRef scal(L *l, uint32_t v) { return l->vals[v].r[0]; }
 /* Run `text` (no results) with i32/i64 operands. */
 static void asm_void(L *l, const char *text, const char *cons, LLVMValueRef *args, int n)
 {
-    asm_call(l, l->t_void, text, cons, args, n, false);
+    lw_asm_call(l, l->t_void, text, cons, args, n, false);
 }
 
 /* Every thread of every CTA of the cluster arrives, then waits (nothing without clusters):
  * after the barriers are initialised (peers arrive on them and multicast into this CTA)
  * and before a CTA exits (peers may still arrive on its barriers). */
-static void cluster_sync(L *l)
+void lw_cluster_sync(L *l)
 {
     if (l->k->cluster > 1)
         asm_void(l, "barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;", "~{memory}", NULL, 0);
@@ -99,8 +103,6 @@ static LLVMValueRef elected(L *l)
     LLVMValueRef t = l->tid_local ? l->tid_local : l->tid;
     return LLVMBuildICmp(l->B, LLVMIntEQ, t, ci32(l, 0), "");
 }
-
-static const ir_op *op_at(L *l, uint32_t o) { return &l->k->ops[o]; }
 
 /* ---------------------------------------------------------------- layout of a view */
 
@@ -158,7 +160,7 @@ static void view_rc(L *l, const vgeom *g, int32_t id, int j, LLVMValueRef *row, 
     int r = g->rank;
     LLVMValueRef c[3];
     for (int d = 0; d < r; d++)
-        c[d] = coord(l, id, j, d);
+        c[d] = lw_coord(l, id, j, d);
     if (g->trans) { /* logical (i, j) is stored at (j, i) */
         LLVMValueRef t = c[0];
         c[0] = c[1];
@@ -178,13 +180,13 @@ static LLVMValueRef sm_abs_ptr(L *l, LLVMValueRef off)
 
 /* ---------------------------------------------------------------- shared memory ops */
 
-static bool lower_smem_alloc(L *l, uint32_t o, ir_op *op)
+bool lower_smem_alloc(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     return set_smem(l, op->res[0], ci32(l, (int64_t)l->cg->val_off[op->res[0]]));
 }
 
-static bool lower_smem_slot(L *l, uint32_t o, ir_op *op)
+bool lower_smem_slot(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     const ir_type *t = vty(l, op->opnd[0]);
@@ -194,7 +196,7 @@ static bool lower_smem_slot(L *l, uint32_t o, ir_op *op)
     return set_smem(l, op->res[0], off);
 }
 
-static bool lower_smem_trans(L *l, uint32_t o, ir_op *op)
+bool lower_smem_trans(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     return set_smem(l, op->res[0], smem_off(l, op->opnd[0]));
@@ -202,7 +204,7 @@ static bool lower_smem_trans(L *l, uint32_t o, ir_op *op)
 
 /* A part is a tile of its own: whole column chunks (dim 1), or rows of a view one chunk
  * wide (dim 0); see rule_smem_part. */
-static bool lower_smem_part(L *l, uint32_t o, ir_op *op)
+bool lower_smem_part(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     const ir_type *t = vty(l, op->opnd[0]);
@@ -259,18 +261,18 @@ static void load_pair(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef *a, LLVM
     *b = LLVMBuildBitCast(l->B, LLVMBuildAnd(l->B, w, ci32(l, (int32_t)0xffff0000), ""), l->t_f32, "");
 }
 
-static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
+bool lower_smem_load(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     vgeom g = geom(l, op->opnd[0]);
     int32_t id = l->cg->vlay[op->res[0]];
     int n = cg_layout_regs(cg_lay(l->cg, id));
-    LLVMValueRef *out = regs_alloc(l, n);
+    LLVMValueRef *out = lw_regs_alloc(l, n);
     if (!out)
         return false;
     loom_dtype dt = vdt(l, op->res[0]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
-    barrier(l); /* tile semantics: every thread's earlier writes of the view are visible */
+    lw_barrier(l); /* tile semantics: every thread's earlier writes of the view are visible */
     if ((dt == LOOM_F16 || dt == LOOM_BF16) && pairs_in_rows(cg_lay(l->cg, id), &g) && n % 2 == 0) {
         /* the accumulator's layout (a tile read "like" one): a pair never straddles a
          * swizzle unit or a chunk, so each is one 32-bit load */
@@ -280,7 +282,7 @@ static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
             load_pair(l, dt, sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), "")), &out[j],
                       &out[j + 1]);
         }
-        return set_result(l, op->res[0], id, out);
+        return lw_set_result(l, op->res[0], id, out);
     }
     for (int j = 0; j < n; j++) {
         LLVMValueRef row, col;
@@ -288,7 +290,7 @@ static bool lower_smem_load(L *l, uint32_t o, ir_op *op)
         LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
         out[j] = load_elem(l, dt, p); /* padded coordinates read garbage they never use */
     }
-    return set_result(l, op->res[0], id, out);
+    return lw_set_result(l, op->res[0], id, out);
 }
 
 /* Registers j and j + 1 (j even) of layout lay hold neighbouring elements of a row, and
@@ -376,18 +378,18 @@ static void store_acc_trans(L *l, const vgeom *g, LLVMValueRef base, const LLVMV
     }
 }
 
-static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
+bool lower_smem_store(L *l, uint32_t o, ir_op *op)
 {
     vgeom g = geom(l, op->opnd[0]);
     int32_t id = cg_want(l->cg, o, 1);
-    LLVMValueRef *x = opnd_regs(l, o, 1);
+    LLVMValueRef *x = lw_opnd_regs(l, o, 1);
     if (!x)
         return false;
     const cg_layout *lay = cg_lay(l->cg, id);
     int n = cg_layout_regs(lay);
     loom_dtype dt = vdt(l, op->opnd[1]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
-    barrier(l); /* tile semantics: every thread's earlier reads of the view are done */
+    lw_barrier(l); /* tile semantics: every thread's earlier reads of the view are done */
     if ((dt == LOOM_F16 || dt == LOOM_BF16) && g.rank == 2 && !g.trans && g.es == 2 && g.swz == 128 &&
         g.span == 128 && g.dim[0] == lay->shape[0] && g.dim[1] == 64 && acc_trans_layout(lay)) {
         store_acc_trans(l, &g, base, x, dt, lay->shape[0]);
@@ -413,7 +415,7 @@ static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
             LLVMValueRef v;
             if (src) {
                 LLVMValueRef ab[2] = {src->r[j + 1], src->r[j]}; /* the first operand fills the upper half */
-                v = asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true);
+                v = lw_asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true);
             } else
                 v = pack2(l, dt, x[j], x[j + 1]);
             LLVMValueRef st = LLVMBuildStore(l->B, v, p);
@@ -424,7 +426,7 @@ static bool lower_smem_store(L *l, uint32_t o, ir_op *op)
     for (int j = 0; j < n; j++) {
         LLVMValueRef inb = NULL;
         for (int d = 0; d < lay->rank; d++)
-            inb = and_pred(l, inb, in_tile(l, id, j, d));
+            inb = lw_and_pred(l, inb, lw_in_tile(l, id, j, d));
         LLVMBasicBlockRef m = inb ? if_begin(l, inb) : NULL;
         LLVMValueRef row, col;
         view_rc(l, &g, id, j, &row, &col);
@@ -471,7 +473,7 @@ static int64_t hw_arrivals(L *l, uint32_t bars, int64_t dsl)
     return any ? sum : dsl;
 }
 
-static bool lower_mbar_alloc(L *l, uint32_t o, ir_op *op)
+bool lower_mbar_alloc(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef off = ci32(l, (int64_t)l->cg->val_off[op->res[0]]);
@@ -495,7 +497,7 @@ static LLVMValueRef bar_addr(L *l, ir_op *op, int first)
     return saddr(l, off);
 }
 
-static bool lower_mbar_expect(L *l, uint32_t o, ir_op *op)
+bool lower_mbar_expect(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef a[2] = {bar_addr(l, op, 0), ci32(l, op->iattr[0])};
@@ -507,7 +509,7 @@ static bool lower_mbar_expect(L *l, uint32_t o, ir_op *op)
 
 static bool arrive_fused(const loom_kernel *k, uint32_t a);
 
-static bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
+bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
 {
     if (arrive_fused(l->k, o)) /* emitted by the wgmma_wait before it */
         return true;
@@ -523,7 +525,7 @@ static bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
  * release at CTA scope: it orders this warp's reads of the slot (done: the wgmma wait
  * came first) before the peer's TMA overwrites it; release at cluster scope made every
  * arrival a memory fence and the cluster GEMM three times slower. */
-static bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
+bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef a = bar_addr(l, op, 0);
@@ -539,7 +541,7 @@ static bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
-static bool lower_mbar_wait(L *l, uint32_t o, ir_op *op)
+bool lower_mbar_wait(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef a[2] = {bar_addr(l, op, 0), scal(l, op->opnd[2])};
@@ -551,7 +553,7 @@ static bool lower_mbar_wait(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
-static bool lower_named_barrier(L *l, uint32_t o, ir_op *op)
+bool lower_named_barrier(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     char t[64];
@@ -560,7 +562,7 @@ static bool lower_named_barrier(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
-static bool lower_fence_async(L *l, uint32_t o, ir_op *op)
+bool lower_fence_async(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     (void)op;
@@ -578,18 +580,18 @@ static LLVMValueRef flag_addr(L *l, ir_op *op)
     LLVMValueRef off = ci64(l, 0);
     for (int d = 0; d < arg->shape.rank; d++)
         off = LLVMBuildAdd(l->B, off,
-                           LLVMBuildMul(l->B, to_i64(l, scal(l, op->opnd[1 + d])), ci64(l, arg->strides[d] * 4), ""), "");
+                           LLVMBuildMul(l->B, lw_to_i64(l, scal(l, op->opnd[1 + d])), ci64(l, arg->strides[d] * 4), ""), "");
     LLVMValueRef p = LLVMBuildGEP2(l->B, l->t_i8, LLVMGetParam(l->fn, l->k->vals[t].def), &off, 1, "");
     return LLVMBuildPtrToInt(l->B, p, l->t_i64, "");
 }
 
 /* Every thread of the replica is past its stores (bar.sync), then one thread adds with
  * release semantics at GPU scope. */
-static bool lower_flag_add(L *l, uint32_t o, ir_op *op)
+bool lower_flag_add(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef a[2] = {flag_addr(l, op), scal(l, op->opnd[op->nopnd - 1])};
-    barrier(l);
+    lw_barrier(l);
     LLVMBasicBlockRef m = if_begin(l, elected(l));
     asm_void(l, "red.release.gpu.add.s32 [$0], $1;", "l,r,~{memory}", a, 2);
     if_end(l, m);
@@ -599,7 +601,7 @@ static bool lower_flag_add(L *l, uint32_t o, ir_op *op)
 /* One thread spins with acquire loads until the flag reaches the target and fences the
  * async proxy (so the TMA loads it issues next, from the same elected thread, see what
  * it acquired), then bar.sync makes that visible to the whole replica. */
-static bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
+bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef a[2] = {flag_addr(l, op), scal(l, op->opnd[op->nopnd - 1])};
@@ -610,7 +612,7 @@ static bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
              "@p bra LOOM_FLAG_${:uid};\n\tfence.proxy.async.global;\n\t}",
              "l,r,~{memory}", a, 2);
     if_end(l, m);
-    barrier(l);
+    lw_barrier(l);
     return true;
 }
 
@@ -641,7 +643,7 @@ static tma_plan plan_tma(loom_kernel *k, const ir_op *op)
     return p;
 }
 
-static bool hopper_collect_tma(L *l)
+bool lw_hopper_collect_tma(L *l)
 {
     loom_kernel *k = l->k;
     cg_ctx *cg = l->cg;
@@ -742,14 +744,14 @@ static bool tma_common_lower(L *l, uint32_t o, ir_op *op, bool load, bool multic
     return true;
 }
 
-static bool lower_tma_load(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, true, false); }
-static bool lower_tma_store(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, false, false); }
-static bool lower_tma_load_multicast(L *l, uint32_t o, ir_op *op)
+bool lower_tma_load(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, true, false); }
+bool lower_tma_store(L *l, uint32_t o, ir_op *op) { return tma_common_lower(l, o, op, false, false); }
+bool lower_tma_load_multicast(L *l, uint32_t o, ir_op *op)
 {
     return tma_common_lower(l, o, op, true, l->k->cluster > 1);
 }
 
-static bool lower_tma_store_wait(L *l, uint32_t o, ir_op *op)
+bool lower_tma_store_wait(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     char t[64];
@@ -788,7 +790,7 @@ static int64_t op_off(const vgeom *g, bool mn_major, int64_t mn, int64_t k)
     return (b / g->span) * g->rows * g->span + k * g->span + b % g->span;
 }
 
-static bool lower_wgmma(L *l, uint32_t o, ir_op *op)
+bool lower_wgmma(L *l, uint32_t o, ir_op *op)
 {
     cg_ctx *cg = l->cg;
     const ir_type *at = vty(l, op->opnd[0]), *bt = vty(l, op->opnd[1]);
@@ -802,11 +804,11 @@ static bool lower_wgmma(L *l, uint32_t o, ir_op *op)
                        op->src.file, op->src.line);
     int32_t id = cg->vlay[op->res[0]];
     const cg_layout *lay = cg_lay(cg, id);
-    LLVMValueRef *acc = opnd_regs(l, o, 2);
+    LLVMValueRef *acc = lw_opnd_regs(l, o, 2);
     if (!acc)
         return false;
     int n = cg_layout_regs(lay);
-    LLVMValueRef *out = regs_alloc(l, n);
+    LLVMValueRef *out = lw_regs_alloc(l, n);
     if (!out)
         return false;
     memcpy(out, acc, (size_t)n * sizeof *out);
@@ -822,7 +824,7 @@ static bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     LLVMValueRef a_base = smem_off(l, op->opnd[0]), b_base = smem_off(l, op->opnd[1]);
     asm_void(l, "wgmma.fence.sync.aligned;", "~{memory}", NULL, 0);
     int nr = (int)(N / 2);
-    char *text = lalloc(l, 8192), *cons = lalloc(l, 4096);
+    char *text = lw_alloc(l, 8192), *cons = lw_alloc(l, 4096);
     if (!text || !cons)
         return false;
     size_t p = (size_t)snprintf(text, 8192, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", nr + 2);
@@ -837,14 +839,14 @@ static bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     q += (size_t)snprintf(cons + q, 4096 - q, ",l,l,r");
     for (int i = 0; i < nr; i++)
         q += (size_t)snprintf(cons + q, 4096 - q, ",%d", i);
-    LLVMTypeRef *ft = lalloc(l, (size_t)nr * sizeof *ft);
-    LLVMValueRef *args = lalloc(l, (size_t)(nr + 3) * sizeof *args);
+    LLVMTypeRef *ft = lw_alloc(l, (size_t)nr * sizeof *ft);
+    LLVMValueRef *args = lw_alloc(l, (size_t)(nr + 3) * sizeof *args);
     if (!ft || !args)
         return false;
     for (int i = 0; i < nr; i++)
         ft[i] = l->t_f32;
     LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)nr, 0);
-    LLVMTypeRef *at2 = lalloc(l, (size_t)(nr + 3) * sizeof *at2);
+    LLVMTypeRef *at2 = lw_alloc(l, (size_t)(nr + 3) * sizeof *at2);
     if (!at2)
         return false;
     for (int64_t mb = 0; mb < mblocks; mb++) {
@@ -875,16 +877,16 @@ static bool lower_wgmma(L *l, uint32_t o, ir_op *op)
             LLVMValueRef ia = LLVMGetInlineAsm(fty, text, strlen(text), cons, strlen(cons), 1, 0,
                                                LLVMInlineAsmDialectATT, 0);
             LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)na, "");
-            add_fn_attr_call(l, call, "convergent", 0);
+            lw_add_fn_attr_call(l, call, "convergent", 0);
             for (int i = 0; i < nr; i++)
                 out[mb * (Np / 2) + i] = LLVMBuildExtractValue(l->B, call, (unsigned)i, "");
         }
     }
     (void)Np;
-    return set_result(l, op->res[0], id, out);
+    return lw_set_result(l, op->res[0], id, out);
 }
 
-static bool lower_wgmma_commit(L *l, uint32_t o, ir_op *op)
+bool lower_wgmma_commit(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     (void)op;
@@ -917,12 +919,12 @@ static bool arrive_fused(const loom_kernel *k, uint32_t a)
 }
 
 /* The accumulators flow through the wait as tied operands: LLVM cannot touch them before. */
-static bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
+bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
 {
     int total = 0;
     LLVMValueRef *regs[16];
     for (int i = 0; i < op->nopnd; i++) {
-        if (!(regs[i] = opnd_regs(l, o, i)))
+        if (!(regs[i] = lw_opnd_regs(l, o, i)))
             return false;
         total += cg_layout_regs(cg_lay(l->cg, l->cg->vlay[op->res[i]]));
     }
@@ -945,10 +947,10 @@ static bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
         asm_void(l, t, fa ? "r,r,~{memory}" : "~{memory}", extra, ne);
         return true;
     }
-    char *cons = lalloc(l, (size_t)total * 8 + 32);
-    LLVMTypeRef *ft = lalloc(l, (size_t)total * sizeof *ft);
-    LLVMTypeRef *it = lalloc(l, (size_t)(total + 2) * sizeof *it);
-    LLVMValueRef *args = lalloc(l, (size_t)(total + 2) * sizeof *args);
+    char *cons = lw_alloc(l, (size_t)total * 8 + 32);
+    LLVMTypeRef *ft = lw_alloc(l, (size_t)total * sizeof *ft);
+    LLVMTypeRef *it = lw_alloc(l, (size_t)(total + 2) * sizeof *it);
+    LLVMValueRef *args = lw_alloc(l, (size_t)(total + 2) * sizeof *args);
     if (!cons || !ft || !it || !args)
         return false;
     size_t q = 0;
@@ -973,17 +975,17 @@ static bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
     LLVMTypeRef fty = LLVMFunctionType(st, it, (unsigned)(total + ne), 0);
     LLVMValueRef ia = LLVMGetInlineAsm(fty, t, strlen(t), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
     LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)(total + ne), "");
-    add_fn_attr_call(l, call, "convergent", 0);
+    lw_add_fn_attr_call(l, call, "convergent", 0);
     a = 0;
     for (int i = 0; i < op->nres; i++) {
         int32_t id = l->cg->vlay[op->res[i]];
         int n = cg_layout_regs(cg_lay(l->cg, id));
-        LLVMValueRef *r = regs_alloc(l, n);
+        LLVMValueRef *r = lw_regs_alloc(l, n);
         if (!r)
             return false;
         for (int j = 0; j < n; j++)
             r[j] = LLVMBuildExtractValue(l->B, call, (unsigned)a++, "");
-        set_result(l, op->res[i], id, r);
+        lw_set_result(l, op->res[i], id, r);
     }
     return true;
 }
@@ -997,7 +999,7 @@ static int entry_regs(loom_kernel *k)
     return r > 255 ? 255 : r;
 }
 
-static bool lower_task(L *l, uint32_t o, ir_op *op)
+bool lower_task(L *l, uint32_t o, ir_op *op)
 {
     cg_ctx *cg = l->cg;
     ir_task_info t[64];
@@ -1015,8 +1017,8 @@ static bool lower_task(L *l, uint32_t o, ir_op *op)
                        op->src.file, op->src.line);
     if (!l->barriers_ready) { /* mbarrier inits visible to every task before any starts */
         asm_void(l, "fence.mbarrier_init.release.cluster;", "~{memory}", NULL, 0);
-        barrier(l);
-        cluster_sync(l); /* ... and to the cluster's other CTAs, which arrive on them */
+        lw_barrier(l);
+        lw_cluster_sync(l); /* ... and to the cluster's other CTAs, which arrive on them */
         l->barriers_ready = true;
     }
     int warps = t[ti].warps, first = t[ti].first_warp;
@@ -1056,7 +1058,7 @@ static bool lower_task(L *l, uint32_t o, ir_op *op)
     l->PB = LLVMCreateBuilderInContext(l->C);
     LLVMPositionBuilderAtEnd(l->PB, pro);
     LLVMPositionBuilderAtEnd(l->B, body);
-    bool ok = lower_block(l, op->reg[0]);
+    bool ok = lw_lower_block(l, op->reg[0]);
     LLVMBuildBr(l->PB, body);
     LLVMDisposeBuilder(l->PB);
     free(l->tcoord);
@@ -1077,29 +1079,29 @@ static bool lower_task(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
-static bool lower_cluster_rank(L *l, uint32_t o, ir_op *op)
+bool lower_cluster_rank(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     if (l->k->cluster <= 1)
-        return set_scalar(l, op->res[0], ci32(l, 0));
-    return set_scalar(l, op->res[0], asm_call(l, l->t_i32, "mov.u32 $0, %cluster_ctarank;", "=r", NULL, 0, true));
+        return lw_set_scalar(l, op->res[0], ci32(l, 0));
+    return lw_set_scalar(l, op->res[0], lw_asm_call(l, l->t_i32, "mov.u32 $0, %cluster_ctarank;", "=r", NULL, 0, true));
 }
 
-static bool lower_task_replica(L *l, uint32_t o, ir_op *op)
+bool lower_task_replica(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
-    return set_scalar(l, op->res[0], l->replica ? l->replica : ci32(l, 0));
+    return lw_set_scalar(l, op->res[0], l->replica ? l->replica : ci32(l, 0));
 }
 
 /* ---------------------------------------------------------------- kernel-level parts */
 
-static void hopper_kernel_attrs(L *l)
+void lw_hopper_kernel_attrs(L *l)
 {
     cg_ctx *cg = l->cg;
     if (ir_tasks(l->k, NULL, 0) > 0) {
         /* launch bounds fix the register count every thread starts with (64K / threads),
          * which setmaxnreg needs to know */
-        annotate(l, "minctasm", 1);
+        lw_annotate(l, "minctasm", 1);
         LLVMAddAttributeAtIndex(l->fn, LLVMAttributeFunctionIndex,
                                 LLVMCreateStringAttribute(l->C, "nvvm.minctasm", 13, "1", 1));
     }
@@ -1111,7 +1113,7 @@ static void hopper_kernel_attrs(L *l)
         snprintf(name, sizeof name, "loom_tma%d", t);
         LLVMSetValueName2(LLVMGetParam(l->fn, idx), name, strlen(name));
         LLVMAddAttributeAtIndex(l->fn, idx + 1, LLVMCreateTypeAttribute(l->C, kb, desc_t));
-        add_param_attr(l, idx + 1, "align", 64);
+        lw_add_param_attr(l, idx + 1, "align", 64);
         LLVMAddAttributeAtIndex(l->fn, idx + 1, LLVMCreateStringAttribute(l->C, "nvvm.grid_constant", 18, "", 0));
     }
     if (cg->ntma) {
@@ -1125,7 +1127,7 @@ static void hopper_kernel_attrs(L *l)
     }
 }
 
-static void hopper_entry(L *l)
+void lw_hopper_entry(L *l)
 {
     cg_ctx *cg = l->cg;
     if (l->smem) {
@@ -1137,5 +1139,4 @@ static void hopper_entry(L *l)
     for (int t = 0; t < cg->ntma; t++)
         l->tma_param[t] = LLVMBuildPtrToInt(l->PB, LLVMGetParam(l->fn, (unsigned)(l->k->nargs + t)), l->t_i64, "");
     l->barriers_ready = true;
-    (void)op_at;
 }

@@ -1,0 +1,180 @@
+/*
+ * lower.h -- internals of the lowering (loom IR to LLVM IR), shared by its files.
+ *
+ * The lowering state.  cg_lower (lower.c) builds the kernel as one LLVM function and
+ * carries an L through every op: the LLVM context and module, two builders (the body's,
+ * and the prologue's, which puts per-thread values such as the lane and warp ids and
+ * the coordinates made from them into the entry block, once), and per IR value an lv:
+ * its registers, one SSA value per element the thread holds in the value's layout
+ * (codegen/layout.c), or a single one for a scalar or a shared-memory value.  A task
+ * (lower_hopper.c) swaps the per-thread fields for its own (warp id, thread index,
+ * replica, barrier, scratch region, prologue builder, coordinate cache) while its body
+ * is lowered.  Register arrays and the lowering's other scratch come from an arena
+ * (lw_alloc: a list of chunks, freed together at the end), so they are passed around
+ * freely and never freed one by one.
+ *
+ * The files.  Each op of dsl/ops.h has a function lower_<name>, declared at the end of
+ * this header from the op table itself (lower.c's dispatch table is built from the same
+ * list), in the file of its kind:
+ *   lower.c         the arena, coordinates, operands in the layout an op wants
+ *                   (conversions through shared memory), grid ids, constants and shape
+ *                   ops, control flow, the dispatch, the kernel function and cg_lower
+ *   lower_math.c    elementwise ops, reductions, dot
+ *   lower_mem.c     global memory: load, load_rows, store, load_scalar
+ *   lower_hopper.c  shared-memory views, mbarriers, TMA, wgmma, tasks, flags, clusters
+ * The helpers more than one file uses are declared here, prefixed lw_ (the small
+ * accessors are inline here); every other helper is static in its file.
+ *
+ * Only the lower*.c files include this header.
+ */
+#ifndef LOOM_LOWER_H
+#define LOOM_LOWER_H
+
+#include "cg.h"
+
+#include <llvm-c/Core.h>
+
+/* ---------------------------------------------------------------- state */
+
+typedef struct lv {
+    int32_t lay;
+    int n;
+    LLVMValueRef *r;
+} lv;
+
+typedef struct chunk {
+    struct chunk *next;
+    long double align; /* what follows the header is aligned for anything */
+} chunk;
+
+typedef struct L {
+    cg_ctx *cg;
+    loom_kernel *k;
+    LLVMContextRef C;
+    LLVMModuleRef M;
+    LLVMBuilderRef B, PB; /* body builder, prologue (entry block) builder */
+    LLVMValueRef fn;
+    LLVMBasicBlockRef entry;
+    LLVMTypeRef t_i1, t_i8, t_i16, t_i32, t_i64, t_f32, t_f16, t_gptr, t_sptr, t_void;
+    LLVMValueRef smem;
+    LLVMValueRef lane, warp;
+    LLVMValueRef tid;          /* threadIdx.x */
+    LLVMValueRef smem_base32;  /* shared-window address of loom_smem (i32), for inline PTX */
+    LLVMValueRef scratch_base; /* byte offset of this code's scratch region in loom_smem (i32) */
+    /* inside a task: the task-local thread index, the replica, the internal barrier */
+    LLVMValueRef tid_local, replica, bar_id;
+    int bar_threads; /* 0: the whole CTA (bar.sync 0) */
+    bool barriers_ready;
+    LLVMValueRef tma_param[16]; /* generic address of each TMA descriptor parameter */
+    int *op_tma;                /* per op: its first descriptor index (TMA ops) */
+    LLVMValueRef (*tcoord)[LOOM_MAX_RANK]; /* per layout id */
+    int ntcoord;
+    lv *vals;
+    uint32_t cur_op;
+    chunk *mem;
+} L;
+
+static inline const ir_type *vty(L *l, uint32_t v) { return &l->k->vals[v].type; }
+static inline loom_dtype vdt(L *l, uint32_t v) { return (loom_dtype)l->k->vals[v].type.dtype; }
+
+/* The LLVM type of a register holding an element of dt (f32 for every float type). */
+static inline LLVMTypeRef reg_type(L *l, loom_dtype dt)
+{
+    switch (dt) {
+    case LOOM_I32: return l->t_i32;
+    case LOOM_I64: return l->t_i64;
+    case LOOM_I1: return l->t_i1;
+    default: return l->t_f32;
+    }
+}
+
+static inline LLVMValueRef ci32(L *l, int64_t v) { return LLVMConstInt(l->t_i32, (unsigned long long)v, 1); }
+static inline LLVMValueRef ci64(L *l, int64_t v) { return LLVMConstInt(l->t_i64, (unsigned long long)v, 1); }
+
+/* ---------------------------------------------------------------- helpers (lower.c) */
+
+/* n zeroed bytes from the arena; NULL (with the error recorded) when out of memory. */
+void *lw_alloc(L *l, size_t n);
+LLVMValueRef *lw_regs_alloc(L *l, int n);
+LLVMValueRef lw_to_i64(L *l, LLVMValueRef x); /* sign-extends an i32 */
+
+LLVMValueRef lw_call_intr(L *l, LLVMBuilderRef B, const char *name, LLVMTypeRef *tys, int nty,
+                          LLVMValueRef *args, int nargs);
+void lw_add_fn_attr_call(L *l, LLVMValueRef call, const char *name, uint64_t val);
+LLVMValueRef lw_asm_call(L *l, LLVMTypeRef ret, const char *text, const char *cons, LLVMValueRef *args,
+                         int nargs, bool pure);
+void lw_barrier(L *l); /* the CTA's bar.sync 0, or inside a task its replica's named barrier */
+
+/* coordinates of register j of layout id along dim d (i32) */
+LLVMValueRef lw_tcoord(L *l, int32_t id, int d); /* the per-thread part */
+LLVMValueRef lw_coord(L *l, int32_t id, int j, int d);
+LLVMValueRef lw_in_tile(L *l, int32_t id, int j, int d); /* inside the unpadded tile? NULL: always */
+LLVMValueRef lw_and_pred(L *l, LLVMValueRef a, LLVMValueRef b); /* NULL is true */
+LLVMValueRef lw_lin_index(L *l, int32_t id, int j); /* in a row-major array over the padded dims */
+
+/* scratch: the shared memory the plan (codegen/smem.c) gave the current op */
+LLVMValueRef lw_smem_ptr(L *l, LLVMValueRef byte_off);
+bool lw_check_scratch(L *l, size_t bytes);
+void lw_smem_store(L *l, LLVMValueRef byte_off, LLVMValueRef v);
+LLVMValueRef lw_smem_load(L *l, LLVMValueRef byte_off, LLVMTypeRef t);
+
+/* operands (in the layout op o wants for operand i) and results */
+LLVMValueRef *lw_opnd_regs(L *l, uint32_t o, int i);
+bool lw_set_result(L *l, uint32_t v, int32_t lay, LLVMValueRef *r);
+bool lw_set_scalar(L *l, uint32_t v, LLVMValueRef x);
+bool lw_lower_block(L *l, uint32_t b); /* the ops of block b, in order */
+
+/* the kernel function's metadata and attributes */
+void lw_annotate(L *l, const char *key, int val);
+void lw_add_param_attr(L *l, unsigned idx, const char *name, uint64_t val);
+
+/* ---------------------------------------------------------------- lower_math.c */
+
+LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x); /* one element of an elementwise op */
+
+/* ---------------------------------------------------------------- lower_hopper.c: kernel-level parts */
+
+bool lw_hopper_collect_tma(L *l);  /* the TMA descriptors, before the function is made */
+void lw_hopper_kernel_attrs(L *l); /* the function's launch bounds and descriptor params */
+void lw_hopper_entry(L *l);        /* the entry block's shared-memory and descriptor values */
+void lw_cluster_sync(L *l);        /* every CTA of the cluster arrives, then waits */
+
+/* ---------------------------------------------------------------- op lowerings */
+
+typedef bool (*lower_fn)(L *, uint32_t, ir_op *);
+
+/* Ops that share a lowering function: their names stand for it here, before the
+ * declarations below, which then declare the shared function. */
+#define lower_arange lower_shape_like /* lower.c */
+#define lower_splat lower_shape_like
+#define lower_broadcast lower_shape_like
+#define lower_expand_dims lower_shape_like
+#define lower_trans lower_shape_like
+#define lower_add lower_elementwise /* lower_math.c */
+#define lower_sub lower_elementwise
+#define lower_mul lower_elementwise
+#define lower_div lower_elementwise
+#define lower_rem lower_elementwise
+#define lower_min lower_elementwise
+#define lower_max lower_elementwise
+#define lower_and lower_elementwise
+#define lower_or lower_elementwise
+#define lower_fma lower_elementwise
+#define lower_neg lower_elementwise
+#define lower_abs lower_elementwise
+#define lower_exp2 lower_elementwise
+#define lower_log2 lower_elementwise
+#define lower_rsqrt lower_elementwise
+#define lower_not lower_elementwise
+#define lower_cmp lower_elementwise
+#define lower_select lower_elementwise
+#define lower_cast lower_elementwise
+#define lower_reduce_sum lower_reduce /* lower_math.c */
+#define lower_reduce_max lower_reduce
+#define lower_reduce_min lower_reduce
+
+#define LOOM_OP(E, n, nop, nreg, rule, fl) bool lower_##n(L *l, uint32_t o, ir_op *op);
+#include "ops.h"
+#undef LOOM_OP
+
+#endif /* LOOM_LOWER_H */

@@ -1,0 +1,448 @@
+/*
+ * lower_math.c -- the arithmetic of the lowering: elementwise ops, reductions and dot
+ * (the one through shared memory; wgmma is lowered in lower_hopper.c).
+ *
+ * Elementwise ops are computed element by element over the registers of the result's
+ * layout, each operand fetched in that layout.  lw_emit_ew makes one element; lower.c
+ * uses it too, to recompute a remat value where it is used.  Floats are f32 in
+ * registers: an f16 or bf16 result is rounded back to its type (round_to) by every op
+ * that makes one.
+ *
+ * Reductions: in-thread first, then butterfly shuffles (shfl.sync.bfly) over the lane
+ * bits of the reduced dim, then across warps through shared memory when warps split
+ * it.  Float sums accumulate in f32 (the order differs from the interpreter's
+ * sequential order, so sums may differ in the last bits); max/min use llvm.maximum /
+ * minimum (max.NaN.f32: NaN propagates; the sign of a zero result may differ from the
+ * interpreter's when comparing -0 with +0).  Dot stages A and B through shared memory
+ * and each thread runs llvm.fma.f32 over k in order for its accumulator elements:
+ * bit-identical to the interpreter on f32, f16 and bf16 inputs.
+ *
+ * Accuracy vs the interpreter: exp2/log2/rsqrt use ex2.approx / lg2.approx /
+ * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  Float division is
+ * correctly rounded (through f64, branch-free: fdiv_rn), bit for bit the interpreter's.
+ * Integer division by zero is undefined on the GPU (the interpreter reports it); here it
+ * yields the dividend and never traps.  INT_MIN / -1 wraps like the interpreter.
+ */
+#include "lower.h"
+
+#include <stdio.h>
+
+/* ---------------------------------------------------------------- elementwise */
+
+static LLVMValueRef round_to(L *l, loom_dtype dt, LLVMValueRef f)
+{
+    if (dt == LOOM_F16) {
+        LLVMValueRef h = LLVMBuildFPTrunc(l->B, f, l->t_f16, "");
+        return LLVMBuildFPExt(l->B, h, l->t_f32, "");
+    }
+    if (dt == LOOM_BF16) {
+        LLVMValueRef u = LLVMBuildBitCast(l->B, f, l->t_i32, "");
+        LLVMValueRef lsb = LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, u, ci32(l, 16), ""), ci32(l, 1), "");
+        LLVMValueRef r = LLVMBuildAdd(l->B, LLVMBuildAdd(l->B, u, ci32(l, 0x7fff), ""), lsb, "");
+        r = LLVMBuildAnd(l->B, r, ci32(l, (int32_t)0xffff0000), "");
+        LLVMValueRef nanv = LLVMBuildOr(l->B, LLVMBuildAnd(l->B, u, ci32(l, (int32_t)0xffff0000), ""),
+                                        ci32(l, 0x00400000), "");
+        LLVMValueRef isnan = LLVMBuildFCmp(l->B, LLVMRealUNO, f, f, "");
+        return LLVMBuildBitCast(l->B, LLVMBuildSelect(l->B, isnan, nanv, r, ""), l->t_f32, "");
+    }
+    return f;
+}
+
+static LLVMValueRef fintr1(L *l, const char *name, LLVMValueRef a)
+{
+    LLVMTypeRef t = l->t_f32;
+    return lw_call_intr(l, l->B, name, &t, 1, &a, 1);
+}
+
+static LLVMValueRef fintr2(L *l, const char *name, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMTypeRef t = l->t_f32;
+    LLVMValueRef args[2] = {a, b};
+    return lw_call_intr(l, l->B, name, &t, 1, args, 2);
+}
+
+static LLVMValueRef approx(L *l, const char *insn, LLVMValueRef a)
+{
+    char text[64];
+    snprintf(text, sizeof text, "%s.approx.f32 $0, $1;", insn);
+    return lw_asm_call(l, l->t_f32, text, "=f,f", &a, 1, true);
+}
+
+/* a / b for f32 a and b, correctly rounded, without a branch.  div.rn.f32 becomes a fast
+ * path plus a slow-path branch per division in ptxas, and a tile of divisions (a softmax's
+ * x / sum) made ptxas a third slower.  Here the quotient is computed in f64, where every
+ * f32 input is normal and no result can overflow or underflow: an approximate reciprocal,
+ * two Newton steps (error about 2^-52), one multiply, one rounding to f32.  That is the
+ * correctly rounded f32 quotient: a quotient of two 24-bit significands is either exact
+ * or at least 2^-49 (relative) away from a midpoint between f32 neighbours, far more
+ * than the f64 error, so rounding the f64 value to f32 lands on the right neighbour (the
+ * denormal and overflow ranges of f32 included).  b = +-0 and +-inf, where the Newton
+ * steps would give NaN, use the exact reciprocal (+-inf, +-0) instead; a NaN b stays NaN.
+ * The reciprocal depends on b alone, so a division of many values by one (a broadcast
+ * sum) computes it once. */
+static LLVMValueRef fdiv_rn(L *l, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMTypeRef d = LLVMDoubleTypeInContext(l->C);
+    LLVMValueRef db = LLVMBuildFPExt(l->B, b, d, "");
+    LLVMValueRef r = lw_asm_call(l, d, "rcp.approx.ftz.f64 $0, $1;", "=d,d", &db, 1, true);
+    LLVMValueRef nb = LLVMBuildFNeg(l->B, db, ""), one = LLVMConstReal(d, 1.0);
+    for (int i = 0; i < 2; i++) {
+        LLVMValueRef e = lw_call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){nb, r, one}, 3);
+        r = lw_call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){r, e, r}, 3);
+    }
+    LLVMValueRef ab = fintr1(l, "llvm.fabs", b);
+    LLVMValueRef zero = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, 0.0), "");
+    LLVMValueRef inf = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, __builtin_inf()), "");
+    LLVMValueRef exact = LLVMBuildSelect(l->B, zero, LLVMConstReal(d, __builtin_inf()), LLVMConstReal(d, 0.0), "");
+    exact = lw_call_intr(l, l->B, "llvm.copysign", &d, 1, (LLVMValueRef[]){exact, db}, 2);
+    r = LLVMBuildSelect(l->B, LLVMBuildOr(l->B, zero, inf, ""), exact, r, "");
+    LLVMValueRef q = LLVMBuildFMul(l->B, LLVMBuildFPExt(l->B, a, d, ""), r, "");
+    return LLVMBuildFPTrunc(l->B, q, l->t_f32, "");
+}
+
+static LLVMValueRef imin_max(L *l, bool is_max, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMValueRef c = LLVMBuildICmp(l->B, is_max ? LLVMIntSGT : LLVMIntSLT, a, b, "");
+    return LLVMBuildSelect(l->B, c, a, b, "");
+}
+
+static LLVMValueRef int_divrem(L *l, bool rem, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMTypeRef t = LLVMTypeOf(a);
+    LLVMValueRef m1 = LLVMConstAllOnes(t), zero = LLVMConstNull(t), one = LLVMConstInt(t, 1, 0);
+    LLVMValueRef is_m1 = LLVMBuildICmp(l->B, LLVMIntEQ, b, m1, "");
+    LLVMValueRef bad = LLVMBuildOr(l->B, is_m1, LLVMBuildICmp(l->B, LLVMIntEQ, b, zero, ""), "");
+    LLVMValueRef safe = LLVMBuildSelect(l->B, bad, one, b, "");
+    LLVMValueRef q = rem ? LLVMBuildSRem(l->B, a, safe, "") : LLVMBuildSDiv(l->B, a, safe, "");
+    LLVMValueRef special = rem ? zero : LLVMBuildSub(l->B, zero, a, "");
+    return LLVMBuildSelect(l->B, is_m1, special, q, "");
+}
+
+static LLVMValueRef cast_val(L *l, loom_dtype from, loom_dtype to, LLVMValueRef x)
+{
+    bool ff = ir_dtype_is_float(from), tf = ir_dtype_is_float(to);
+    if (ff && tf)
+        return round_to(l, to, x);
+    if (ff) {
+        if (to == LOOM_I1)
+            return LLVMBuildFCmp(l->B, LLVMRealUNE, x, LLVMConstReal(l->t_f32, 0), "");
+        LLVMTypeRef tys[2] = {reg_type(l, to), l->t_f32};
+        return lw_call_intr(l, l->B, "llvm.fptosi.sat", tys, 2, &x, 1);
+    }
+    if (tf) {
+        LLVMValueRef f = from == LOOM_I1 ? LLVMBuildUIToFP(l->B, x, l->t_f32, "")
+                                         : LLVMBuildSIToFP(l->B, x, l->t_f32, "");
+        return round_to(l, to, f);
+    }
+    if (to == LOOM_I1)
+        return LLVMBuildICmp(l->B, LLVMIntNE, x, LLVMConstNull(LLVMTypeOf(x)), "");
+    if (from == to)
+        return x;
+    if (from == LOOM_I1)
+        return LLVMBuildZExt(l->B, x, reg_type(l, to), "");
+    if (from == LOOM_I32)
+        return LLVMBuildSExt(l->B, x, l->t_i64, "");
+    return LLVMBuildTrunc(l->B, x, l->t_i32, "");
+}
+
+/* One element of an elementwise op: x[] are its operands' elements. */
+LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x)
+{
+    loom_dtype in = vdt(l, op->opnd[op->kind == IR_SELECT ? 1 : 0]);
+    loom_dtype out = vdt(l, op->res[0]);
+    bool f = ir_dtype_is_float(in);
+    LLVMBuilderRef B = l->B;
+    switch (op->kind) {
+    case IR_ADD: return f ? round_to(l, out, LLVMBuildFAdd(B, x[0], x[1], "")) : LLVMBuildAdd(B, x[0], x[1], "");
+    case IR_SUB: return f ? round_to(l, out, LLVMBuildFSub(B, x[0], x[1], "")) : LLVMBuildSub(B, x[0], x[1], "");
+    case IR_MUL: return f ? round_to(l, out, LLVMBuildFMul(B, x[0], x[1], "")) : LLVMBuildMul(B, x[0], x[1], "");
+    case IR_DIV: return f ? round_to(l, out, fdiv_rn(l, x[0], x[1])) : int_divrem(l, false, x[0], x[1]);
+    case IR_REM: return int_divrem(l, true, x[0], x[1]);
+    case IR_MIN: return f ? fintr2(l, "llvm.minimum", x[0], x[1]) : imin_max(l, false, x[0], x[1]);
+    case IR_MAX: return f ? fintr2(l, "llvm.maximum", x[0], x[1]) : imin_max(l, true, x[0], x[1]);
+    case IR_AND: return LLVMBuildAnd(B, x[0], x[1], "");
+    case IR_OR: return LLVMBuildOr(B, x[0], x[1], "");
+    case IR_FMA: {
+        LLVMTypeRef t = l->t_f32;
+        return round_to(l, out, lw_call_intr(l, B, "llvm.fma", &t, 1, x, 3));
+    }
+    case IR_NEG: return f ? LLVMBuildFNeg(B, x[0], "") : LLVMBuildSub(B, LLVMConstNull(LLVMTypeOf(x[0])), x[0], "");
+    case IR_ABS:
+        if (f)
+            return fintr1(l, "llvm.fabs", x[0]);
+        return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, x[0], LLVMConstNull(LLVMTypeOf(x[0])), ""),
+                               LLVMBuildSub(B, LLVMConstNull(LLVMTypeOf(x[0])), x[0], ""), x[0], "");
+    case IR_EXP2: return round_to(l, out, approx(l, "ex2", x[0]));
+    case IR_LOG2: return round_to(l, out, approx(l, "lg2", x[0]));
+    case IR_RSQRT: return round_to(l, out, approx(l, "rsqrt", x[0]));
+    case IR_NOT: return LLVMBuildXor(B, x[0], LLVMConstInt(l->t_i1, 1, 0), "");
+    case IR_CMP: {
+        static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
+                                               LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
+        static const LLVMIntPredicate sp[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+        static const LLVMIntPredicate up[] = {LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
+        int p = (int)op->iattr[0];
+        if (f)
+            return LLVMBuildFCmp(B, fp[p], x[0], x[1], "");
+        return LLVMBuildICmp(B, in == LOOM_I1 ? up[p] : sp[p], x[0], x[1], "");
+    }
+    case IR_SELECT: return LLVMBuildSelect(B, x[0], x[1], x[2], "");
+    case IR_CAST: return cast_val(l, in, out, x[0]);
+    default:
+        CG_BUG(l->cg, "op '%s' is not elementwise", ir_opdescs[op->kind].name);
+        return LLVMGetUndef(reg_type(l, out));
+    }
+}
+
+/* ---------------------------------------------------------------- elementwise ops */
+
+bool lower_elementwise(L *l, uint32_t o, ir_op *op)
+{
+    uint32_t rv = op->res[0];
+    if (l->cg->remat[rv])
+        return true;
+    int32_t id = l->cg->vlay[rv];
+    int n = cg_layout_regs(cg_lay(l->cg, id));
+    LLVMValueRef *ins[3] = {0};
+    for (int i = 0; i < op->nopnd && i < 3; i++)
+        if (!(ins[i] = lw_opnd_regs(l, o, i)))
+            return false;
+    LLVMValueRef *out = lw_regs_alloc(l, n);
+    if (!out)
+        return false;
+    for (int j = 0; j < n; j++) {
+        LLVMValueRef x[3];
+        for (int i = 0; i < op->nopnd && i < 3; i++)
+            x[i] = vty(l, op->opnd[i])->shape.rank == 0 ? ins[i][0] : ins[i][j];
+        out[j] = lw_emit_ew(l, op, x);
+    }
+    return lw_set_result(l, rv, id, out);
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+static LLVMValueRef red_identity(L *l, uint16_t kind, loom_dtype dt)
+{
+    if (ir_dtype_is_float(dt)) {
+        if (kind == IR_REDUCE_SUM)
+            return LLVMConstReal(l->t_f32, 0.0);
+        return LLVMConstReal(l->t_f32, kind == IR_REDUCE_MAX ? -__builtin_inf() : __builtin_inf());
+    }
+    LLVMTypeRef t = reg_type(l, dt);
+    if (kind == IR_REDUCE_SUM)
+        return LLVMConstNull(t);
+    bool i64 = dt == LOOM_I64;
+    int64_t mn = i64 ? INT64_MIN : INT32_MIN, mx = i64 ? INT64_MAX : INT32_MAX;
+    return LLVMConstInt(t, (unsigned long long)(kind == IR_REDUCE_MAX ? mn : mx), 1);
+}
+
+static LLVMValueRef red_combine(L *l, uint16_t kind, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
+{
+    bool f = ir_dtype_is_float(dt);
+    switch (kind) {
+    case IR_REDUCE_SUM: return f ? LLVMBuildFAdd(l->B, a, b, "") : LLVMBuildAdd(l->B, a, b, "");
+    case IR_REDUCE_MAX: return f ? fintr2(l, "llvm.maximum", a, b) : imin_max(l, true, a, b);
+    default: return f ? fintr2(l, "llvm.minimum", a, b) : imin_max(l, false, a, b);
+    }
+}
+
+static LLVMValueRef shfl_xor(L *l, LLVMValueRef v, int mask)
+{
+    LLVMTypeRef t = LLVMTypeOf(v);
+    if (t == l->t_i64) {
+        LLVMValueRef lo = LLVMBuildTrunc(l->B, v, l->t_i32, "");
+        LLVMValueRef hi = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, v, ci64(l, 32), ""), l->t_i32, "");
+        lo = shfl_xor(l, lo, mask);
+        hi = shfl_xor(l, hi, mask);
+        return LLVMBuildOr(l->B, LLVMBuildZExt(l->B, lo, l->t_i64, ""),
+                           LLVMBuildShl(l->B, LLVMBuildZExt(l->B, hi, l->t_i64, ""), ci64(l, 32), ""), "");
+    }
+    bool f = t == l->t_f32;
+    LLVMValueRef args[4] = {ci32(l, -1), v, ci32(l, mask), ci32(l, 0x1f)};
+    return lw_call_intr(l, l->B, f ? "llvm.nvvm.shfl.sync.bfly.f32" : "llvm.nvvm.shfl.sync.bfly.i32", NULL, 0,
+                        args, 4);
+}
+
+bool lower_reduce(L *l, uint32_t o, ir_op *op)
+{
+    cg_ctx *cg = l->cg;
+    uint32_t src = op->opnd[0], rv = op->res[0];
+    int ax = (int)op->iattr[0];
+    loom_dtype dt = vdt(l, src);
+    int32_t sid = cg->vlay[src], rid = cg->vlay[rv];
+    LLVMValueRef *in = lw_opnd_regs(l, o, 0);
+    if (!in)
+        return false;
+    const cg_layout *sl = cg_lay(cg, sid);
+    int ns = cg_layout_regs(sl), nr = cg_layout_regs(cg_lay(cg, rid));
+    LLVMValueRef *acc = lw_regs_alloc(l, nr);
+    if (!acc)
+        return false;
+    /* in-thread: source register j -> result register compress(j) */
+    for (int j = 0; j < ns; j++) {
+        int jr = 0, nb = 0;
+        for (int i = 0; i < sl->nreg; i++)
+            if (sl->reg[i].dim != ax)
+                jr |= ((j >> i) & 1) << nb++;
+        LLVMValueRef x = in[j];
+        LLVMValueRef ok = lw_in_tile(l, sid, j, ax);
+        if (ok)
+            x = LLVMBuildSelect(l->B, ok, x, red_identity(l, op->kind, dt), "");
+        acc[jr] = acc[jr] ? red_combine(l, op->kind, dt, acc[jr], x) : x;
+    }
+    /* across lanes */
+    for (int i = 0; i < 5; i++)
+        if (sl->lane[i].dim == ax)
+            for (int j = 0; j < nr; j++)
+                acc[j] = red_combine(l, op->kind, dt, acc[j], shfl_xor(l, acc[j], 1 << i));
+    /* across warps */
+    int wb[CG_MAXWARPBITS], nwb = 0;
+    for (int i = 0; i < sl->nwarp; i++)
+        if (sl->warp[i].dim == ax)
+            wb[nwb++] = i;
+    if (nwb) {
+        size_t eb = cg_reg_bytes(dt);
+        int64_t pn = cg_layout_padded_numel(cg_lay(cg, rid));
+        if (!lw_check_scratch(l, ((size_t)1 << nwb) * (size_t)pn * eb))
+            return false;
+        LLVMValueRef wa = ci32(l, 0);
+        for (int t = 0; t < nwb; t++) {
+            LLVMValueRef bit = LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, l->warp, ci32(l, wb[t]), ""), ci32(l, 1), "");
+            wa = LLVMBuildOr(l->B, wa, LLVMBuildShl(l->B, bit, ci32(l, t), ""), "");
+        }
+        lw_barrier(l);
+        LLVMValueRef *idx = lw_regs_alloc(l, nr);
+        if (!idx)
+            return false;
+        for (int j = 0; j < nr; j++) {
+            idx[j] = lw_lin_index(l, rid, j);
+            LLVMValueRef slot = LLVMBuildAdd(l->B, LLVMBuildMul(l->B, wa, ci32(l, pn), ""), idx[j], "");
+            lw_smem_store(l, LLVMBuildMul(l->B, slot, ci32(l, (int64_t)eb), ""), acc[j]);
+        }
+        lw_barrier(l);
+        for (int j = 0; j < nr; j++) {
+            LLVMValueRef a = NULL;
+            for (int w = 0; w < (1 << nwb); w++) {
+                LLVMValueRef slot = LLVMBuildAdd(l->B, ci32(l, (int64_t)w * pn), idx[j], "");
+                LLVMValueRef x = lw_smem_load(l, LLVMBuildMul(l->B, slot, ci32(l, (int64_t)eb), ""), reg_type(l, dt));
+                a = a ? red_combine(l, op->kind, dt, a, x) : x;
+            }
+            acc[j] = a;
+        }
+    }
+    if (op->kind == IR_REDUCE_SUM)
+        for (int j = 0; j < nr; j++)
+            acc[j] = round_to(l, dt, acc[j]);
+    return lw_set_result(l, rv, rid, acc);
+}
+
+/* ---------------------------------------------------------------- dot */
+
+bool lower_dot(L *l, uint32_t o, ir_op *op)
+{
+    cg_ctx *cg = l->cg;
+    uint32_t a = op->opnd[0], b = op->opnd[1], rv = op->res[0];
+    int64_t M = vty(l, a)->shape.dim[0], K = vty(l, a)->shape.dim[1], N = vty(l, b)->shape.dim[1];
+    int64_t pm = INT64_C(1) << cg_lg(M), pk = INT64_C(1) << cg_lg(K), pn = INT64_C(1) << cg_lg(N);
+    int64_t boff = (pm * pk * 4 + 15) & ~INT64_C(15);
+    LLVMValueRef *ar = lw_opnd_regs(l, o, 0), *br = lw_opnd_regs(l, o, 1), *cr = lw_opnd_regs(l, o, 2);
+    if (!ar || !br || !cr)
+        return false;
+    if (!lw_check_scratch(l, (size_t)(boff + pk * pn * 4)))
+        return false;
+    int32_t la = cg->vlay[a], lb = cg->vlay[b], rid = cg->vlay[rv];
+    int lgk = cg_lg(K), lgn = cg_lg(N);
+    lw_barrier(l);
+    for (int j = 0; j < cg_layout_regs(cg_lay(cg, la)); j++) {
+        LLVMValueRef idx = LLVMBuildOr(l->B, LLVMBuildShl(l->B, lw_coord(l, la, j, 0), ci32(l, lgk), ""),
+                                       lw_coord(l, la, j, 1), "");
+        lw_smem_store(l, LLVMBuildShl(l->B, idx, ci32(l, 2), ""), ar[j]);
+    }
+    for (int j = 0; j < cg_layout_regs(cg_lay(cg, lb)); j++) {
+        LLVMValueRef idx = LLVMBuildOr(l->B, LLVMBuildShl(l->B, lw_coord(l, lb, j, 0), ci32(l, lgn), ""),
+                                       lw_coord(l, lb, j, 1), "");
+        lw_smem_store(l, LLVMBuildAdd(l->B, LLVMBuildShl(l->B, idx, ci32(l, 2), ""), ci32(l, boff), ""), br[j]);
+    }
+    lw_barrier(l);
+    const cg_layout *rl = cg_lay(cg, rid);
+    int n = cg_layout_regs(rl);
+    LLVMValueRef *acc = lw_regs_alloc(l, n);
+    int *mu = lw_alloc(l, (size_t)n * sizeof(int) * 2);
+    int64_t *um = lw_alloc(l, (size_t)n * sizeof(int64_t) * 2);
+    if (!acc || !mu || !um)
+        return false;
+    int *nu = mu + n;
+    int64_t *un = um + n;
+    int cm = 0, cn = 0;
+    for (int j = 0; j < n; j++) {
+        int64_t m = cg_reg_coord(rl, j, 0), nn = cg_reg_coord(rl, j, 1);
+        int x;
+        for (x = 0; x < cm && um[x] != m; x++)
+            ;
+        if (x == cm)
+            um[cm++] = m;
+        mu[j] = x;
+        for (x = 0; x < cn && un[x] != nn; x++)
+            ;
+        if (x == cn)
+            un[cn++] = nn;
+        nu[j] = x;
+    }
+    /* per-thread base pointers: row tm of A, column tn of B (coordinate bits of the
+     * thread and of the registers are disjoint, so | is +) */
+    LLVMValueRef tm = lw_tcoord(l, rid, 0), tn = lw_tcoord(l, rid, 1);
+    LLVMValueRef abase = lw_smem_ptr(l, LLVMBuildShl(l->B, tm, ci32(l, lgk + 2), ""));
+    LLVMValueRef bbase = lw_smem_ptr(l, LLVMBuildAdd(l->B, LLVMBuildShl(l->B, tn, ci32(l, 2), ""), ci32(l, boff), ""));
+    LLVMValueRef *av = lw_regs_alloc(l, cm), *bv = lw_regs_alloc(l, cn);
+    if (!av || !bv)
+        return false;
+    LLVMTypeRef ft = l->t_f32;
+    /* k runs in a loop, `unroll` steps per iteration, in order: fma(a, b, acc) */
+    int unroll = K % 4 == 0 ? 4 : K % 2 == 0 ? 2 : 1;
+    if (K <= 8)
+        unroll = (int)K;
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(l->B);
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(l->C, l->fn, "dot.k");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(l->C, l->fn, "dot.done");
+    LLVMBuildBr(l->B, body);
+    LLVMPositionBuilderAtEnd(l->B, body);
+    LLVMValueRef kv = LLVMBuildPhi(l->B, l->t_i32, "k");
+    LLVMValueRef *phi = lw_regs_alloc(l, n);
+    if (!phi)
+        return false;
+    for (int j = 0; j < n; j++) {
+        phi[j] = LLVMBuildPhi(l->B, ft, "");
+        acc[j] = phi[j];
+    }
+    LLVMValueRef ak = LLVMBuildGEP2(l->B, l->t_i8, abase, (LLVMValueRef[]){LLVMBuildShl(l->B, kv, ci32(l, 2), "")}, 1, "");
+    LLVMValueRef bk = LLVMBuildGEP2(l->B, l->t_i8, bbase,
+                                    (LLVMValueRef[]){LLVMBuildShl(l->B, kv, ci32(l, lgn + 2), "")}, 1, "");
+    for (int u = 0; u < unroll; u++) {
+        for (int x = 0; x < cm; x++) {
+            LLVMValueRef off = ci32(l, ((um[x] << lgk) + u) * 4);
+            av[x] = LLVMBuildLoad2(l->B, ft, LLVMBuildGEP2(l->B, l->t_i8, ak, &off, 1, ""), "");
+        }
+        for (int x = 0; x < cn; x++) {
+            LLVMValueRef off = ci32(l, (((int64_t)u << lgn) + un[x]) * 4);
+            bv[x] = LLVMBuildLoad2(l->B, ft, LLVMBuildGEP2(l->B, l->t_i8, bk, &off, 1, ""), "");
+        }
+        for (int j = 0; j < n; j++) {
+            LLVMValueRef args[3] = {av[mu[j]], bv[nu[j]], acc[j]};
+            acc[j] = lw_call_intr(l, l->B, "llvm.fma", &ft, 1, args, 3);
+        }
+    }
+    LLVMValueRef knext = LLVMBuildAdd(l->B, kv, ci32(l, unroll), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(l->B);
+    LLVMBuildCondBr(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, knext, ci32(l, K), ""), body, exit);
+    LLVMBasicBlockRef from[2] = {pre, latch};
+    LLVMValueRef inc[2] = {ci32(l, 0), knext};
+    LLVMAddIncoming(kv, inc, from, 2);
+    for (int j = 0; j < n; j++) {
+        inc[0] = cr[j];
+        inc[1] = acc[j];
+        LLVMAddIncoming(phi[j], inc, from, 2);
+    }
+    LLVMPositionBuilderAtEnd(l->B, exit);
+    /* the exit's only predecessor is the loop block: its last fmas are the results */
+    return lw_set_result(l, rv, rid, acc);
+}

@@ -1,0 +1,469 @@
+/*
+ * lower_mem.c -- global memory: load, load_rows (a gather of rows), store and
+ * load_scalar.
+ *
+ * Memory ops compute, per element, the tile coordinate, its bounds predicate (tiled
+ * dims are masked against the tensor's compile-time shape, leading offsets checked
+ * too so a bad offset never faults) and its address.  Accesses are emitted as inline
+ * PTX (predicated ld/st with the fill value moved in first, as Triton does): 16-byte
+ * vectors (ld.global.nc.v4.b32 for LOOM_IN tensors) when the last dim has stride 1,
+ * the thread's registers are contiguous there, and the divisibility of the offsets,
+ * strides and shape proves alignment and a predicate uniform over the vector (an
+ * explicit mask too: cg_axis_info must show it constant over each vector); otherwise
+ * narrower vectors or single elements.  Never wider than exact: no element a mask or
+ * a bound excludes is read or written.
+ *
+ * One planner serves the three tile ops: a macc describes the access (tensor, offsets,
+ * layout, mask, the rows of a gather, the values of a store) and block_access emits it:
+ * the uniform part of the offset and the leading dims' checks once, the valid range of
+ * each tiled dim, the vector width (vec_width), then one predicated access (gaccess) per
+ * vector.  load_scalar, uniform, is a plain load.
+ */
+#include "lower.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the access planner */
+
+typedef struct macc {
+    uint32_t o;
+    ir_op *op;
+    const ir_arg *arg;
+    LLVMValueRef base;     /* the tensor parameter */
+    int trank, srank, lead;
+    LLVMValueRef offs[LOOM_MAX_RANK]; /* i64 */
+    uint32_t offv[LOOM_MAX_RANK];     /* the offset values (for divisibility) */
+    int32_t lay;
+    LLVMValueRef *mask; /* per register, or NULL */
+    uint32_t maskv;     /* the mask value (when mask) */
+    LLVMValueRef *rows; /* load_rows: per register row (i64), or NULL */
+    LLVMValueRef *vals; /* store: per register */
+    bool store;
+} macc;
+
+static LLVMValueRef clamp64(L *l, LLVMValueRef x, int64_t lo, int64_t hi)
+{
+    x = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, x, ci64(l, lo), ""), ci64(l, lo), x, "");
+    x = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSGT, x, ci64(l, hi), ""), ci64(l, hi), x, "");
+    return LLVMBuildTrunc(l->B, x, l->t_i32, "");
+}
+
+static uint64_t fill_bits(loom_dtype dt, double f)
+{
+    float x = (float)f;
+    uint32_t u;
+    switch (dt) {
+    case LOOM_F32: memcpy(&u, &x, 4); return u;
+    case LOOM_F16: return ir_f32_to_f16(x);
+    case LOOM_BF16: return ir_f32_to_bf16(x);
+    case LOOM_I32: return (uint32_t)(int32_t)f;
+    case LOOM_I64: return (uint64_t)(int64_t)f;
+    case LOOM_I1: return f != 0;
+    default: return 0;
+    }
+}
+
+/* Element bits (iE, E = 8*elsize) from a register value. */
+static LLVMValueRef to_bits(L *l, loom_dtype dt, LLVMValueRef x)
+{
+    switch (dt) {
+    case LOOM_F32: return LLVMBuildBitCast(l->B, x, l->t_i32, "");
+    case LOOM_F16: return LLVMBuildBitCast(l->B, LLVMBuildFPTrunc(l->B, x, l->t_f16, ""), l->t_i16, "");
+    case LOOM_BF16:
+        return LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, LLVMBuildBitCast(l->B, x, l->t_i32, ""), ci32(l, 16), ""),
+                              l->t_i16, "");
+    case LOOM_I1: return LLVMBuildZExt(l->B, x, l->t_i8, "");
+    default: return x;
+    }
+}
+
+static LLVMValueRef from_bits(L *l, loom_dtype dt, LLVMValueRef b)
+{
+    switch (dt) {
+    case LOOM_F32: return LLVMBuildBitCast(l->B, b, l->t_f32, "");
+    case LOOM_F16: return LLVMBuildFPExt(l->B, LLVMBuildBitCast(l->B, b, l->t_f16, ""), l->t_f32, "");
+    case LOOM_BF16:
+        return LLVMBuildBitCast(l->B, LLVMBuildShl(l->B, LLVMBuildZExt(l->B, b, l->t_i32, ""), ci32(l, 16), ""),
+                                l->t_f32, "");
+    case LOOM_I1: return LLVMBuildICmp(l->B, LLVMIntNE, b, LLVMConstInt(l->t_i8, 0, 0), "");
+    default: return b;
+    }
+}
+
+static LLVMTypeRef bits_type(L *l, int elsize)
+{
+    switch (elsize) {
+    case 1: return l->t_i8;
+    case 2: return l->t_i16;
+    case 8: return l->t_i64;
+    default: return l->t_i32;
+    }
+}
+
+/* Split v element-bit values (each iE) into the words of a `bytes`-wide access. */
+static int pack_words(L *l, LLVMValueRef *eb, int v, int elsize, LLVMValueRef *w)
+{
+    int bytes = v * elsize;
+    if (bytes == 1) {
+        w[0] = LLVMBuildZExt(l->B, eb[0], l->t_i32, ""); /* st.u8 from a 32-bit register */
+        return 1;
+    }
+    if (bytes == 2) {
+        if (elsize == 2)
+            w[0] = eb[0];
+        else /* two bytes in one b16 */
+            w[0] = LLVMBuildOr(l->B, LLVMBuildZExt(l->B, eb[0], l->t_i16, ""),
+                               LLVMBuildShl(l->B, LLVMBuildZExt(l->B, eb[1], l->t_i16, ""),
+                                            LLVMConstInt(l->t_i16, 8, 0), ""), "");
+        return 1;
+    }
+    int nw = bytes / 4;
+    for (int i = 0; i < nw; i++)
+        w[i] = ci32(l, 0);
+    for (int e = 0; e < v; e++) {
+        if (elsize == 8) {
+            w[2 * e] = LLVMBuildTrunc(l->B, eb[e], l->t_i32, "");
+            w[2 * e + 1] = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, eb[e], ci64(l, 32), ""), l->t_i32, "");
+            continue;
+        }
+        int per = 4 / elsize, wi = e / per, sh = (e % per) * elsize * 8;
+        LLVMValueRef z = LLVMBuildZExt(l->B, eb[e], l->t_i32, "");
+        if (elsize == 4)
+            z = eb[e];
+        w[wi] = sh ? LLVMBuildOr(l->B, w[wi], LLVMBuildShl(l->B, z, ci32(l, sh), ""), "")
+                   : (elsize == 4 ? z : LLVMBuildOr(l->B, w[wi], z, ""));
+    }
+    return nw;
+}
+
+static void unpack_words(L *l, LLVMValueRef *w, int v, int elsize, LLVMValueRef *eb)
+{
+    int bytes = v * elsize;
+    if (bytes == 1) {
+        eb[0] = LLVMBuildTrunc(l->B, w[0], l->t_i8, "");
+        return;
+    }
+    if (bytes == 2) {
+        if (elsize == 2) {
+            eb[0] = w[0];
+        } else {
+            eb[0] = LLVMBuildTrunc(l->B, w[0], l->t_i8, "");
+            eb[1] = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, w[0], LLVMConstInt(l->t_i16, 8, 0), ""), l->t_i8, "");
+        }
+        return;
+    }
+    for (int e = 0; e < v; e++) {
+        if (elsize == 8) {
+            LLVMValueRef lo = LLVMBuildZExt(l->B, w[2 * e], l->t_i64, "");
+            LLVMValueRef hi = LLVMBuildShl(l->B, LLVMBuildZExt(l->B, w[2 * e + 1], l->t_i64, ""), ci64(l, 32), "");
+            eb[e] = LLVMBuildOr(l->B, lo, hi, "");
+            continue;
+        }
+        int per = 4 / elsize, wi = e / per, sh = (e % per) * elsize * 8;
+        LLVMValueRef x = sh ? LLVMBuildLShr(l->B, w[wi], ci32(l, sh), "") : w[wi];
+        eb[e] = elsize == 4 ? x : LLVMBuildTrunc(l->B, x, bits_type(l, elsize), "");
+    }
+}
+
+/* One predicated global access of `bytes` bytes at addr + imm (imm a constant byte offset,
+ * written into the instruction: PTX's [reg+imm] addressing). */
+static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LLVMValueRef pred,
+                    LLVMValueRef *w, uint64_t fill_word, uint16_t fill16)
+{
+    char text[512], cons[128], disp[32] = "";
+    if (imm)
+        snprintf(disp, sizeof disp, "+%lld", (long long)imm);
+    int nw = bytes <= 2 ? 1 : bytes / 4;
+    const char *ty = bytes == 1 ? "u8" : bytes == 2 ? "b16" : "b32";
+    const char *rc = bytes == 2 ? "h" : "r";
+    char vec[16] = "";
+    if (nw > 1)
+        snprintf(vec, sizeof vec, ".v%d", nw);
+    int p = 0, c = 0;
+    if (!pred)
+        pred = LLVMConstInt(l->t_i1, 1, 0);
+    if (store) {
+        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0%s], %s", nw + 1, vec, ty, disp,
+                      nw > 1 ? "{" : "");
+        for (int i = 0; i < nw; i++)
+            p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i + 1);
+        snprintf(text + p, sizeof text - (size_t)p, "%s;", nw > 1 ? "}" : "");
+        c += snprintf(cons + c, sizeof cons - (size_t)c, "l");
+        for (int i = 0; i < nw; i++)
+            c += snprintf(cons + c, sizeof cons - (size_t)c, ",%s", rc);
+        snprintf(cons + c, sizeof cons - (size_t)c, ",b");
+        LLVMValueRef args[8];
+        args[0] = addr;
+        for (int i = 0; i < nw; i++)
+            args[1 + i] = w[i];
+        args[nw + 1] = pred;
+        lw_asm_call(l, l->t_void, text, cons, args, nw + 2, false);
+        return;
+    }
+    for (int i = 0; i < nw; i++) {
+        if (bytes == 2)
+            p += snprintf(text + p, sizeof text - (size_t)p, "mov.b16 $%d, 0x%04x; ", i, fill16);
+        else
+            p += snprintf(text + p, sizeof text - (size_t)p, "mov.b32 $%d, 0x%08x; ", i,
+                          (unsigned)(bytes == 8 || bytes == 16 ? (i & 1 ? fill_word >> 32 : fill_word) : fill_word) &
+                              0xffffffffu);
+    }
+    p += snprintf(text + p, sizeof text - (size_t)p, "@$%d ld.global%s%s.%s %s", nw + 1, nc ? ".nc" : "", vec, ty,
+                  nw > 1 ? "{" : "");
+    for (int i = 0; i < nw; i++)
+        p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i);
+    snprintf(text + p, sizeof text - (size_t)p, "%s, [$%d%s];", nw > 1 ? "}" : "", nw, disp);
+    for (int i = 0; i < nw; i++)
+        c += snprintf(cons + c, sizeof cons - (size_t)c, "%s=%s", i ? "," : "", rc);
+    snprintf(cons + c, sizeof cons - (size_t)c, ",l,b");
+    LLVMTypeRef wt = bytes == 2 ? l->t_i16 : l->t_i32;
+    LLVMTypeRef rt = wt;
+    if (nw > 1) {
+        LLVMTypeRef el[4] = {wt, wt, wt, wt};
+        rt = LLVMStructTypeInContext(l->C, el, (unsigned)nw, 0);
+    }
+    LLVMValueRef args[2] = {addr, pred};
+    LLVMValueRef r = lw_asm_call(l, rt, text, cons, args, 2, nc);
+    for (int i = 0; i < nw; i++)
+        w[i] = nw > 1 ? LLVMBuildExtractValue(l->B, r, (unsigned)i, "") : r;
+}
+
+/* The vector width (elements) for this access. */
+static int vec_width(L *l, const macc *a)
+{
+    const cg_layout *lay = cg_lay(l->cg, a->lay);
+    int es = cg_elsize(a->arg->dtype), last = a->srank - 1, tl = a->trank - 1;
+    int lv = 0;
+    while (lv < lay->nreg && lay->reg[lv].dim == last && lay->reg[lv].bit == lv)
+        lv++;
+    int v = 16 / es;
+    if (v > (1 << lv))
+        v = 1 << lv;
+    /* an explicit mask must be the same over each vector (one predicate per access) */
+    if (a->mask) {
+        int64_t c = cg_axis_info(l->cg, a->maskv, last).cnst;
+        while (v > c)
+            v /= 2;
+    }
+    for (; v > 1; v /= 2) {
+        if (a->arg->strides[tl] != 1 || a->arg->shape.dim[tl] % v || lay->shape[last] % v)
+            continue;
+        if (cg_divisor(l->cg, a->offv[tl]) % v)
+            continue;
+        bool ok = true;
+        for (int d = 0; d < tl; d++)
+            if (a->arg->strides[d] % v)
+                ok = false;
+        if (ok)
+            break;
+    }
+    return v;
+}
+
+/* Emit a block access (load, store, load_rows); for loads fills out[] (per register). */
+static bool block_access(L *l, macc *a, LLVMValueRef *out)
+{
+    const cg_layout *lay = cg_lay(l->cg, a->lay);
+    loom_dtype dt = a->arg->dtype;
+    int es = cg_elsize(dt);
+    int n = cg_layout_regs(lay);
+    bool gather = a->rows != NULL;
+    /* uniform part: byte offset and leading-dim validity */
+    LLVMValueRef uoff = ci64(l, 0), upred = NULL;
+    for (int d = 0; d < a->trank; d++) {
+        if (gather && d == 0)
+            continue;
+        uoff = LLVMBuildAdd(l->B, uoff, LLVMBuildMul(l->B, a->offs[d], ci64(l, a->arg->strides[d] * es), ""), "");
+        if (d < a->lead) {
+            LLVMValueRef ok = LLVMBuildICmp(l->B, LLVMIntULT, a->offs[d], ci64(l, a->arg->shape.dim[d]), "");
+            upred = lw_and_pred(l, upred, ok);
+        }
+    }
+    LLVMValueRef base = LLVMBuildGEP2(l->B, l->t_i8, a->base, &uoff, 1, "");
+    /* per tiled dim: valid coordinate range [lo, hi) */
+    LLVMValueRef lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK];
+    int64_t span = 0;
+    for (int s = 0; s < a->srank; s++) {
+        int td = a->lead + s;
+        lo[s] = hi[s] = NULL;
+        span += ((INT64_C(1) << lay->lg[s]) - 1) * (a->arg->strides[td] < 0 ? -a->arg->strides[td] : a->arg->strides[td]);
+        if (gather && td == 0)
+            continue;
+        lo[s] = clamp64(l, LLVMBuildNeg(l->B, a->offs[td], ""), -1, INT64_C(1) << 21);
+        hi[s] = clamp64(l, LLVMBuildSub(l->B, ci64(l, a->arg->shape.dim[td]), a->offs[td], ""), -1, INT64_C(1) << 21);
+    }
+    bool wide = span * es >= (INT64_C(1) << 31);
+    int v = gather ? 1 : vec_width(l, a);
+    if (gather) { /* vectors along the last dim are fine for gathers too */
+        macc b = *a;
+        b.rows = NULL;
+        v = vec_width(l, &b);
+    }
+    uint64_t fb = fill_bits(dt, a->op->fattr);
+    /* the fill repeated over 64 bits: each 32-bit word of a vector gets its half */
+    uint64_t fword = fb;
+    if (es == 1)
+        fword = fb * UINT64_C(0x0101010101010101);
+    else if (es == 2)
+        fword = fb * UINT64_C(0x0001000100010001);
+    else if (es == 4)
+        fword = fb | (fb << 32);
+    bool nc = !a->store && a->arg->access == LOOM_IN;
+    /* Below 2^31 bytes of span, an element's offset is the thread's part (from its lane
+     * and warp, computed once) plus its register's constant part, which goes into the
+     * instruction as an immediate: no address arithmetic per access. */
+    LLVMValueRef toff = NULL;
+    if (!wide) {
+        LLVMValueRef t = ci32(l, 0);
+        for (int s = 0; s < a->srank; s++) {
+            int td = a->lead + s;
+            if (gather && td == 0)
+                continue;
+            LLVMValueRef st = ci32(l, a->arg->strides[td] * es);
+            t = LLVMBuildAdd(l->B, t, LLVMBuildMul(l->B, lw_tcoord(l, a->lay, s), st, ""), "");
+        }
+        toff = LLVMBuildSExt(l->B, t, l->t_i64, "");
+    }
+    for (int j0 = 0; j0 < n; j0 += v) {
+        LLVMValueRef pred = upred;
+        LLVMValueRef off = ci64(l, 0); /* wide: the whole offset, computed here */
+        int64_t imm = 0;
+        for (int s = 0; s < a->srank; s++) {
+            int td = a->lead + s;
+            LLVMValueRef c = lw_coord(l, a->lay, j0, s);
+            pred = lw_and_pred(l, pred, lw_in_tile(l, a->lay, j0, s));
+            if (lo[s]) {
+                pred = lw_and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntSGE, c, lo[s], ""));
+                pred = lw_and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntSLT, c, hi[s], ""));
+            }
+            if (gather && td == 0)
+                continue;
+            if (!wide) {
+                imm += cg_reg_coord(lay, j0, s) * a->arg->strides[td] * es;
+                continue;
+            }
+            LLVMValueRef cc = LLVMBuildZExt(l->B, c, l->t_i64, "");
+            off = LLVMBuildAdd(l->B, off, LLVMBuildMul(l->B, cc, ci64(l, a->arg->strides[td] * es), ""), "");
+        }
+        LLVMValueRef off64 = wide ? off : toff;
+        if (gather) {
+            LLVMValueRef row = a->rows[j0];
+            pred = lw_and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntULT, row, ci64(l, a->arg->shape.dim[0]), ""));
+            off64 = LLVMBuildAdd(l->B, off64, LLVMBuildMul(l->B, row, ci64(l, a->arg->strides[0] * es), ""), "");
+        }
+        if (a->mask)
+            pred = lw_and_pred(l, pred, a->mask[j0]);
+        LLVMValueRef addr = LLVMBuildGEP2(l->B, l->t_i8, base, &off64, 1, "");
+        LLVMValueRef w[4], eb[16];
+        if (a->store) {
+            for (int e = 0; e < v; e++)
+                eb[e] = to_bits(l, dt, a->vals[j0 + e]);
+            pack_words(l, eb, v, es, w);
+            gaccess(l, true, false, v * es, addr, imm, pred, w, 0, 0);
+        } else {
+            gaccess(l, false, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
+            unpack_words(l, w, v, es, eb);
+            for (int e = 0; e < v; e++)
+                out[j0 + e] = from_bits(l, dt, eb[e]);
+        }
+    }
+    return true;
+}
+
+static bool setup_access(L *l, uint32_t o, ir_op *op, macc *a, int first_off, int32_t lay, int srank)
+{
+    memset(a, 0, sizeof *a);
+    a->o = o;
+    a->op = op;
+    uint32_t t = op->opnd[0];
+    const ir_value *tv = &l->k->vals[t];
+    a->arg = &l->k->args[tv->def];
+    a->base = LLVMGetParam(l->fn, tv->def);
+    a->trank = a->arg->shape.rank;
+    a->srank = srank;
+    a->lead = a->trank - srank;
+    a->lay = lay;
+    for (int d = 0; d < a->trank; d++) {
+        a->offv[d] = op->opnd[first_off + d];
+        a->offs[d] = lw_to_i64(l, l->vals[a->offv[d]].r[0]);
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+bool lower_load(L *l, uint32_t o, ir_op *op)
+{
+    uint32_t rv = op->res[0];
+    int32_t id = l->cg->vlay[rv];
+    macc a;
+    setup_access(l, o, op, &a, 1, id, op->shape.rank);
+    if (op->iattr[0] && !(a.mask = lw_opnd_regs(l, o, 1 + a.trank)))
+        return false;
+    a.maskv = op->iattr[0] ? op->opnd[1 + a.trank] : 0;
+    LLVMValueRef *out = lw_regs_alloc(l, cg_layout_regs(cg_lay(l->cg, id)));
+    if (!out || !block_access(l, &a, out))
+        return false;
+    return lw_set_result(l, rv, id, out);
+}
+
+bool lower_load_rows(L *l, uint32_t o, ir_op *op)
+{
+    uint32_t rv = op->res[0];
+    int32_t id = l->cg->vlay[rv];
+    macc a;
+    setup_access(l, o, op, &a, 2, id, op->shape.rank);
+    LLVMValueRef *rows = lw_opnd_regs(l, o, 1);
+    if (!rows)
+        return false;
+    /* rows are in rowproj(layout): register j of the tile takes row register compress(j) */
+    const cg_layout *lay = cg_lay(l->cg, id);
+    int n = cg_layout_regs(lay);
+    a.rows = lw_regs_alloc(l, n);
+    LLVMValueRef *out = lw_regs_alloc(l, n);
+    if (!a.rows || !out)
+        return false;
+    for (int j = 0; j < n; j++) {
+        int jr = 0, nb = 0;
+        for (int i = 0; i < lay->nreg; i++)
+            if (lay->reg[i].dim == 0)
+                jr |= ((j >> i) & 1) << nb++;
+        a.rows[j] = lw_to_i64(l, rows[jr]);
+    }
+    if (!block_access(l, &a, out))
+        return false;
+    return lw_set_result(l, rv, id, out);
+}
+
+bool lower_store(L *l, uint32_t o, ir_op *op)
+{
+    int r = vty(l, op->opnd[0])->shape.rank;
+    uint32_t val = op->opnd[1 + r];
+    macc a;
+    int32_t id = cg_want(l->cg, o, 1 + r);
+    setup_access(l, o, op, &a, 1, id, vty(l, val)->shape.rank);
+    a.store = true;
+    if (!(a.vals = lw_opnd_regs(l, o, 1 + r)))
+        return false;
+    if (op->iattr[0] && !(a.mask = lw_opnd_regs(l, o, 2 + r)))
+        return false;
+    a.maskv = op->iattr[0] ? op->opnd[2 + r] : 0;
+    return block_access(l, &a, NULL);
+}
+
+bool lower_load_scalar(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    uint32_t t = op->opnd[0];
+    const ir_arg *arg = &l->k->args[l->k->vals[t].def];
+    int es = cg_elsize(arg->dtype);
+    LLVMValueRef off = ci64(l, 0);
+    for (int d = 0; d < arg->shape.rank; d++)
+        off = LLVMBuildAdd(l->B, off,
+                           LLVMBuildMul(l->B, lw_to_i64(l, l->vals[op->opnd[1 + d]].r[0]), ci64(l, arg->strides[d] * es), ""), "");
+    LLVMValueRef p = LLVMBuildGEP2(l->B, l->t_i8, LLVMGetParam(l->fn, l->k->vals[t].def), &off, 1, "");
+    LLVMValueRef x = LLVMBuildLoad2(l->B, bits_type(l, es), p, "");
+    LLVMSetAlignment(x, (unsigned)es);
+    return lw_set_scalar(l, op->res[0], from_bits(l, arg->dtype, x));
+}
