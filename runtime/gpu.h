@@ -1,28 +1,24 @@
 /*
- * gpu.h -- internals of the GPU backend beyond rt.h: device properties, timing, compile
- * statistics, raw modules (for NVRTC references), and the module cache's host side.
+ * gpu.h -- internals of the GPU backend beyond rt.h: device properties, more memory
+ * calls, compiling without launching, timing, compile statistics, and raw modules (for
+ * NVRTC references).
  *
- * The backend (runtime/driver.c) opens libcuda with dlopen and uses the device's primary
- * context, so every rt_gpu opened on the same device shares one context: device pointers
- * of a loom_runtime's buffers are valid for an rt_gpu a benchmark opens itself, and
- * events recorded there time kernels launched through loom_launch.
+ * The backend (runtime/driver.c and its neighbours; driver.h lists them) opens libcuda
+ * with dlopen and uses the device's primary context, so every rt_gpu opened on the same
+ * device shares one context: device pointers of a loom_runtime's buffers are valid for
+ * an rt_gpu a benchmark opens itself, and events recorded there time kernels launched
+ * through loom_launch.
  *
- * runtime/module_cache.c keeps compiled kernels: in memory per rt_gpu, and on disk as
- * <key>.cubin files with a checked header.  Its disk functions take and return bytes, so
- * tests exercise them without a GPU.
+ * Compiled kernels are kept by the module cache (module_cache.h), in memory per rt_gpu
+ * and on disk.  A kernel that reads tensors through TMA takes descriptors after its own
+ * parameters (tma.h), which each launch encodes and appends.
  *
- * A kernel that reads tensors through TMA takes descriptors after its own parameters
- * (runtime/tma.h): the code generator lists them (cg_compile), the module cache
- * keeps that list with the cubin (in memory and on disk), and each launch encodes them
- * from the arguments' buffers (cached per base address) and appends them.
- *
- * Prefixes: rt_gpu_ (driver.c), mc_ (module_cache.c).
+ * Prefixes: rt_gpu_, rt_cache_.
  */
 #ifndef LOOM_GPU_H
 #define LOOM_GPU_H
 
 #include "rt.h"
-#include "tma.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -77,15 +73,6 @@ loom_status rt_gpu_time_ms(rt_gpu *g, rt_gpu_work_fn work, void *ctx, int warmup
  * measurement: unlike rt_gpu_time_ms, what runs between two timed runs is not timed. */
 loom_status rt_gpu_time_each(rt_gpu *g, rt_gpu_work_fn before, rt_gpu_work_fn work, void *ctx,
                              int reps, double *times_ms, char *err, size_t errlen);
-/* Atomically replace path with len bytes of data (temporary file in dir named after
- * base, fsync, rename, fsync of dir); shared by the module and tuning caches. */
-loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
-                            size_t len, char *err, size_t errlen);
-/* Read the whole regular file at path, at most max bytes, into a malloc'ed buffer with a
- * 0 byte after the data (*len: the bytes read).  NULL with errno set: ENOENT and the
- * like from open, EFBIG when it is not a regular file or is larger than max, ENOMEM;
- * shared by the module and tuning caches. */
-char *mc_read_file(const char *path, size_t max, size_t *len);
 /* The median of `reps` such runs after `warmup` untimed ones (prep before each). */
 loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
                                 int warmup, int reps, double *median_ms, char *err, size_t errlen);
@@ -134,93 +121,5 @@ void rt_gpu_module_unload(rt_gpu *g, rt_gpu_module *m);
 loom_status rt_gpu_module_launch(rt_gpu *g, rt_gpu_module *m, const char *fn, const unsigned grid[3],
                                  const unsigned block[3], unsigned smem_bytes, void **params,
                                  char *err, size_t errlen);
-
-/* ---------------------------------------------------------------- module cache: keys */
-
-typedef struct mc_key {
-    uint8_t b[16];
-} mc_key;
-
-/* key = XXH3-128 of (IR text, arch, LOOM_VERSION, num_warps, build).  build names the
- * loom build (mc_build_id()), so a rebuilt code generator never reuses stale cubins. */
-void mc_key_make(const char *ir_text, const char *arch, int num_warps, const char *build,
-                 mc_key *out);
-/* 32 lowercase hex digits + NUL. */
-void mc_key_hex(const mc_key *k, char out[33]);
-/* Identity of the loom binary: path, size and mtime of the object holding this code. */
-const char *mc_build_id(void);
-/* 64-bit checksum of bytes (XXH3-64). */
-uint64_t mc_hash64(const void *p, size_t n);
-
-/* ---------------------------------------------------------------- module cache: disk */
-
-/* What a launch needs besides the cubin, kept with it: the dynamic shared memory and the
- * TMA descriptors the kernel takes after its own parameters. */
-typedef struct mc_meta {
-    uint64_t smem_bytes;
-    int ntma;
-    rt_tma_spec tma[RT_TMA_MAX_SPECS];
-} mc_meta;
-
-/* The cache file: a 64-byte little-endian header, then the payload: the TMA list, then
- * the cubin.
- *   0 magic "LOOMCUBN"   8 u32 format version   12 u32 header size (64)
- *  16 key[16]           32 u64 payload size     40 u64 XXH3-64 of the payload
- *  48 u64 smem bytes    56 u64 XXH3-64 of bytes 0..55
- * payload: u32 ntma, then ntma records of MC_TMA_RECORD bytes
- *   (i32 arg, i32 rank, i64 box[5] outermost first, i32 swizzle), then the cubin.
- * Format 2 added the TMA list; files of format 1 are rejected (and rebuilt). */
-#define MC_MAGIC "LOOMCUBN"
-#define MC_FORMAT 2u
-#define MC_HEADER_BYTES 64
-#define MC_TMA_RECORD 52
-
-/* Encode a file image (malloc'ed into *out); LOOM_ERR_INVALID for a bad meta. */
-loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, const mc_meta *meta,
-                      void **out, size_t *outlen);
-/* Check a file image against key; on success point *cubin into it and fill *meta.  On
- * failure return false and say why in why (when given). */
-bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin, size_t *cubin_len,
-               mc_meta *meta, char *why, size_t whylen);
-
-/* The cache directory: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom.
- * Returns false when LOOM_CACHE=0 or no directory can be named. */
-bool mc_disk_dir(char *buf, size_t n);
-
-/* Write <dir>/<hex>.cubin atomically (temporary file in dir, fsync, rename), creating dir
- * when missing. */
-loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin, size_t n,
-                          const mc_meta *meta, char *err, size_t errlen);
-
-typedef enum mc_lookup {
-    MC_MISS = 0,     /* no file */
-    MC_HIT,          /* *cubin (malloc'ed) and *meta filled */
-    MC_REJECTED,     /* a corrupt or foreign file: deleted; the reason is in why */
-} mc_lookup;
-mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,
-                       mc_meta *meta, char *why, size_t whylen);
-
-/* ---------------------------------------------------------------- module cache: memory */
-
-/* An entry of an rt_gpu's in-memory cache; module and function are CUmodule/CUfunction.
- * tma holds the kernel's TMA specs and their encoded descriptors (NULL: none); the entry
- * owns it (mc_table_free destroys it). */
-typedef struct mc_entry {
-    mc_key key;
-    void *module;
-    void *function;
-    uint64_t smem_bytes;
-    rt_tma_cache *tma;
-} mc_entry;
-
-typedef struct mc_table {
-    mc_entry *e;
-    size_t n, cap;
-} mc_table;
-
-mc_entry *mc_table_find(mc_table *t, const mc_key *key);
-/* Add an entry (a copy); returns it, or NULL when out of memory. */
-mc_entry *mc_table_add(mc_table *t, const mc_entry *e);
-void mc_table_free(mc_table *t); /* frees the table and TMA caches: unload modules first */
 
 #endif /* LOOM_GPU_H */

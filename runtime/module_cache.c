@@ -1,6 +1,6 @@
 /*
  * module_cache.c -- the module cache's host side: keys, the cache file format, atomic
- * disk writes, and the in-memory table (see gpu.h).
+ * disk writes, and the in-memory table (see module_cache.h).
  *
  * Compiling a kernel (code generation + PTX->cubin) takes tens of milliseconds; loading
  * a cubin takes well under one.  So each compiled cubin is kept twice: in memory, per
@@ -13,7 +13,7 @@
  *
  * Besides the cubin, a file keeps what a launch needs from the code generator that the
  * cubin does not say: the dynamic shared memory and the list of TMA descriptors the
- * kernel takes after its own parameters (gpu.h: mc_meta), so a warm start launches
+ * kernel takes after its own parameters (module_cache.h: mc_meta), so a warm start launches
  * without running the code generator.
  *
  * A cache file is trusted only after its header checks out: magic, format version, the
@@ -28,7 +28,7 @@
  * means a cold cache).
  */
 #define _GNU_SOURCE
-#include "gpu.h"
+#include "module_cache.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -2,9 +2,9 @@
  * rt.h -- runtime internals: the GPU backend as the rest of loom sees it.
  *
  * runtime/runtime.c owns loom_runtime and loom_buffer and dispatches each launch to the
- * interpreter or to the GPU backend below.  The GPU backend (runtime/driver.c,
- * runtime/module.c) loads libcuda with dlopen, so a machine without a driver gets
- * LOOM_ERR_NO_GPU instead of a crash at start-up.
+ * interpreter or to the GPU backend below.  The GPU backend (runtime/driver.c and its
+ * neighbours; driver.h lists them) loads libcuda with dlopen, so a machine without a
+ * driver gets LOOM_ERR_NO_GPU instead of a crash at start-up.
  *
  * Prefix: rt_.
  */
@@ -51,7 +51,5 @@ rt_gpu *rt_runtime_gpu(const loom_runtime *rt);
 loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg);
 /* A GPU buffer's device address (0 on the interpreter). */
 uint64_t rt_buffer_dptr(const loom_buffer *b);
-/* mkdir -p dir (runtime/module_cache.c): 0, or -1 with errno set. */
-int rt_make_dirs(const char *dir);
 
 #endif /* LOOM_RT_H */

@@ -13,7 +13,7 @@
  * loom describes tensors outermost dim first with strides in elements; the driver wants
  * dims innermost first and strides in bytes, without the innermost dim's (which must be
  * contiguous).  rt_tma_plan_make does that reordering once, into an rt_tma_plan that
- * runtime/driver.c hands to the driver unchanged.
+ * runtime/launch.c hands to the driver unchanged.
  *
  * The cache keeps, per descriptor a kernel takes, the last few (base address,
  * descriptor) pairs: the descriptor of a loaded kernel depends on nothing else (its

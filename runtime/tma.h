@@ -7,7 +7,7 @@
  * cuTensorMapEncodeTiled and passes by value as an extra kernel parameter
  * (`.param .align 64 .b8 NAME[128]`, grid-constant).  The code generator says which
  * descriptors a kernel needs as a list of rt_tma_spec, in the order of those extra
- * parameters; the launch (runtime/driver.c, rt_gpu_launch) encodes one per spec from the
+ * parameters; the launch (runtime/launch.c, rt_gpu_launch) encodes one per spec from the
  * buffer of the argument it names and appends it after the kernel's own parameters.
  *
  * One rule lives outside the descriptor, in the copy instruction: the innermost
@@ -74,7 +74,7 @@ uint64_t rt_tma_box_bytes(const rt_tma_spec *s, loom_dtype dt);
  * it to see the descriptor cache work). */
 uint64_t rt_tma_encode_count(void);
 
-/* Implemented by runtime/driver.c: cuTensorMapEncodeTiled on a checked plan. */
+/* Implemented by runtime/launch.c: cuTensorMapEncodeTiled on a checked plan. */
 loom_status rt_gpu_tensor_map_encode(const rt_tma_plan *p, void *desc, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- descriptor cache */

@@ -7,6 +7,7 @@
  * GPU, NVRTC or the code generator skip themselves cleanly (cr_skip_test) without them.
  */
 #include "gpu.h"
+#include "module_cache.h"
 #include "nvrtc_ref.h"
 #include "ir.h"
 

@@ -15,6 +15,7 @@
  * Criterion runs each test in its own process, so tests may set environment variables.
  */
 #include "gpu.h"
+#include "module_cache.h"
 #include "tma.h"
 
 #include <criterion/criterion.h>

@@ -1,0 +1,412 @@
+/*
+ * module.c -- a kernel's module: found in memory, read from the disk cache, or compiled
+ * (driver.h: rt_get_function; gpu.h: rt_gpu_prepare); raw modules; compile statistics.
+ *
+ * A launch finds its CUfunction by key (module_cache.h): the in-memory table, else a
+ * cubin from the disk cache, else cg_compile + rt_link_ptx (PTX -> cubin at -O3, link.c),
+ * whose cubin goes to the disk cache.  Several threads may compile at once (the
+ * autotuner's pool): the table is read and extended under a mutex, entries are copied
+ * out (the table may grow and move), and compiling itself runs outside the lock; when
+ * two threads build the same key, the first entry added wins and the other module is
+ * unloaded.  Load errors carry the JIT log.
+ *
+ * A kernel that reads tensors with TMA takes descriptors after its own parameters: the
+ * code generator lists their specs, and the entry keeps them (and the disk file, so a
+ * warm start has them) in an rt_tma_cache that each launch encodes through (launch.c).
+ *
+ * Raw modules are PTX or cubins made outside loom's compile path (the NVRTC reference
+ * kernels of support/): linked and loaded the same way, launched by function name.
+ *
+ * Every lookup is recorded in process-wide statistics (gpu.h: rt_gpu_stats): how the
+ * kernel was found and what each step cost.  rt_gpu_prepare also hands its own lookup's
+ * record to the caller, as a loom_compile_info.
+ */
+#include "codegen.h"
+#include "driver.h"
+#include "../util/util.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- statistics */
+
+static rt_gpu_stats stats;
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const char *rt_cache_result_name(rt_cache_result r)
+{
+    switch (r) {
+    case RT_CACHE_MEMORY: return "memory hit";
+    case RT_CACHE_DISK: return "disk hit";
+    case RT_CACHE_MISS: return "miss";
+    default: return "none";
+    }
+}
+
+void rt_gpu_stats_get(rt_gpu_stats *out)
+{
+    pthread_mutex_lock(&stats_lock);
+    *out = stats;
+    pthread_mutex_unlock(&stats_lock);
+}
+
+void rt_gpu_stats_reset(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    memset(&stats, 0, sizeof stats);
+    pthread_mutex_unlock(&stats_lock);
+}
+
+static void stats_record(const rt_gpu_stats *last)
+{
+    pthread_mutex_lock(&stats_lock);
+    memcpy(stats.kernel, last->kernel, sizeof stats.kernel);
+    stats.result = last->result;
+    stats.key_ms = last->key_ms;
+    stats.codegen_ms = last->codegen_ms;
+    stats.link_ms = last->link_ms;
+    stats.linker = last->linker;
+    stats.disk_ms = last->disk_ms;
+    stats.load_ms = last->load_ms;
+    stats.ptx_bytes = last->ptx_bytes;
+    stats.cubin_bytes = last->cubin_bytes;
+    stats.lookups++;
+    stats.memory_hits += last->result == RT_CACHE_MEMORY;
+    stats.disk_hits += last->result == RT_CACHE_DISK;
+    stats.misses += last->result == RT_CACHE_MISS;
+    stats.disk_rejected += last->disk_rejected;
+    stats.disk_write_failures += last->disk_write_failures;
+    pthread_mutex_unlock(&stats_lock);
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* Load a cubin or PTX image as a module, with the JIT error log on failure. */
+static loom_status load_image(rt_gpu *g, const void *image, const char *what, CUmodule *mod,
+                              char *err, size_t errlen)
+{
+    char *elog = calloc(1, JIT_LOG_BYTES);
+    if (!elog) {
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[2] = {elog, (void *)(uintptr_t)(JIT_LOG_BYTES - 1)};
+    CUresult r = cu.cuModuleLoadDataEx(mod, image, 2, opts, vals);
+    loom_status st = LOOM_OK;
+    if (r != CUDA_SUCCESS) {
+        char desc[256];
+        cu_describe(r, desc, sizeof desc);
+        snprintf(err, errlen, "cuModuleLoadDataEx failed for %s: %s\nJIT log:\n%s", what, desc,
+                 elog[0] ? elog : "(empty)");
+        st = LOOM_ERR_COMPILE;
+    }
+    free(elog);
+    (void)g;
+    return st;
+}
+
+/* Give fn `smem` bytes of dynamic shared memory, refusing more than the device allows. */
+static loom_status set_smem(rt_gpu *g, CUfunction fn, uint64_t smem, const char *name, char *err,
+                            size_t errlen)
+{
+    if (smem > (uint64_t)g->props.max_smem_per_block_optin) {
+        snprintf(err, errlen,
+                 "kernel '%s' needs %llu bytes of shared memory; %s allows at most %d per block",
+                 name, (unsigned long long)smem, g->props.name, g->props.max_smem_per_block_optin);
+        return LOOM_ERR_UNSUPPORTED;
+    }
+    if (smem > 48 * 1024) {
+        CUresult r = cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+        if (r != CUDA_SUCCESS)
+            return cu_fail(g, r, err, errlen,
+                           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=%llu) for kernel '%s'",
+                           (unsigned long long)smem, name);
+    }
+    return LOOM_OK;
+}
+
+/* Load cubin, find function `name`, set its shared memory, make its TMA descriptor cache:
+ * a ready mc_entry. */
+static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, const mc_meta *meta,
+                              mc_entry *e, char *err, size_t errlen)
+{
+    uint64_t smem = meta->smem_bytes;
+    char what[160];
+    snprintf(what, sizeof what, "kernel '%s'", name);
+    CUmodule mod = NULL;
+    loom_status st = load_image(g, cubin, what, &mod, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUfunction fn = NULL;
+    CUresult r = cu.cuModuleGetFunction(&fn, mod, name);
+    if (r != CUDA_SUCCESS) {
+        cu.cuModuleUnload(mod);
+        return cu_fail(g, r, err, errlen, "cuModuleGetFunction(\"%s\")", name);
+    }
+    st = set_smem(g, fn, smem, name, err, errlen);
+    if (st != LOOM_OK) {
+        cu.cuModuleUnload(mod);
+        return st;
+    }
+    rt_tma_cache *tc = NULL;
+    if (meta->ntma > 0) {
+        if (meta->ntma > RT_TMA_MAX_SPECS) {
+            cu.cuModuleUnload(mod);
+            snprintf(err, errlen, "kernel '%s' takes %d TMA descriptors; loom allows at most %d", name,
+                     meta->ntma, RT_TMA_MAX_SPECS);
+            return LOOM_ERR_UNSUPPORTED;
+        }
+        tc = rt_tma_cache_create(meta->tma, meta->ntma);
+        if (!tc) {
+            cu.cuModuleUnload(mod);
+            snprintf(err, errlen, "out of host memory for the TMA descriptors of kernel '%s'", name);
+            return LOOM_ERR_NOMEM;
+        }
+    }
+    e->module = mod;
+    e->function = fn;
+    e->smem_bytes = smem;
+    e->tma = tc;
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------------- lookup */
+
+/* Find or build the function for kernel k (see the file comment); *out is a copy of the
+ * table's entry. */
+loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_stats *lastp,
+                            char *err, size_t errlen)
+{
+    rt_gpu_stats local, *lp = lastp ? lastp : &local;
+    memset(lp, 0, sizeof *lp);
+    const char *name = loom_kernel_name(k);
+    snprintf(lp->kernel, sizeof lp->kernel, "%s", name);
+    double t0 = util_now_ms();
+    mc_key key;
+    mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
+    lp->key_ms = util_now_ms() - t0;
+
+    pthread_mutex_lock(&g->modules_lock);
+    mc_entry *hit = mc_table_find(&g->modules, &key);
+    if (hit)
+        *out = *hit;
+    pthread_mutex_unlock(&g->modules_lock);
+    if (hit) {
+        lp->result = RT_CACHE_MEMORY;
+        stats_record(lp);
+        return LOOM_OK;
+    }
+
+    mc_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    loom_status st;
+    char dir[4096], why[512];
+    bool disk = mc_disk_dir(dir, sizeof dir);
+    void *cubin = NULL;
+    size_t cubin_n = 0;
+    mc_meta meta;
+    memset(&meta, 0, sizeof meta);
+    if (disk) {
+        t0 = util_now_ms();
+        mc_lookup lk = mc_disk_load(dir, &key, &cubin, &cubin_n, &meta, why, sizeof why);
+        lp->disk_ms = util_now_ms() - t0;
+        if (lk == MC_REJECTED) {
+            lp->disk_rejected = 1;
+            if (util_env_on("LOOM_CACHE_VERBOSE"))
+                fprintf(stderr, "loom: rejected cache file %s\n", why);
+        }
+        if (lk == MC_HIT) {
+            lp->cubin_bytes = cubin_n;
+            t0 = util_now_ms();
+            st = make_entry(g, cubin, name, &meta, &e, err, errlen);
+            lp->load_ms = util_now_ms() - t0;
+            free(cubin);
+            cubin = NULL;
+            if (st == LOOM_OK) {
+                lp->result = RT_CACHE_DISK;
+                goto add;
+            }
+            /* A cubin that passed its checks but does not load (another driver, say):
+             * rebuild it below and overwrite the file. */
+            lp->disk_rejected = 1;
+        }
+    }
+
+    lp->result = RT_CACHE_MISS;
+    memset(&meta, 0, sizeof meta);
+    t0 = util_now_ms();
+    cg_result cr;
+    st = cg_compile(k, g->props.arch, &cr, err, errlen);
+    char *ptx = cr.ptx; /* this function frees it */
+    meta.smem_bytes = cr.smem_bytes;
+    meta.ntma = cr.ntma;
+    memcpy(meta.tma, cr.tma, sizeof meta.tma);
+    lp->codegen_ms = util_now_ms() - t0;
+    if (st != LOOM_OK) {
+        free(ptx);
+        stats_record(lp);
+        return st;
+    }
+    if (!ptx) {
+        snprintf(err, errlen, "code generator returned no PTX for kernel '%s'", name);
+        stats_record(lp);
+        return LOOM_ERR_COMPILE;
+    }
+    lp->ptx_bytes = strlen(ptx); /* (LOOM_DUMP_PTX is printed by the code generator) */
+    char what[160];
+    snprintf(what, sizeof what, "kernel '%s' (%s)", name, g->props.arch);
+    t0 = util_now_ms();
+    st = rt_link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
+    lp->link_ms = util_now_ms() - t0;
+    if (st != LOOM_OK) {
+        free(ptx);
+        stats_record(lp);
+        return st;
+    }
+    lp->cubin_bytes = cubin_n;
+    t0 = util_now_ms();
+    st = make_entry(g, cubin, name, &meta, &e, err, errlen);
+    lp->load_ms = util_now_ms() - t0;
+    if (st != LOOM_OK && !strcmp(lp->linker, "nvJitLink")) {
+        /* a toolkit newer than the driver: its cubins do not load; link with the driver */
+        rt_link_reject_nvjitlink();
+        free(cubin);
+        cubin = NULL;
+        t0 = util_now_ms();
+        st = rt_link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
+        lp->link_ms += util_now_ms() - t0;
+        if (st == LOOM_OK) {
+            lp->cubin_bytes = cubin_n;
+            t0 = util_now_ms();
+            st = make_entry(g, cubin, name, &meta, &e, err, errlen);
+            lp->load_ms = util_now_ms() - t0;
+        }
+    }
+    free(ptx);
+    if (st == LOOM_OK && disk) {
+        char werr[512];
+        t0 = util_now_ms();
+        if (mc_disk_store(dir, &key, cubin, cubin_n, &meta, werr, sizeof werr) != LOOM_OK) {
+            lp->disk_write_failures = 1;
+            if (util_env_on("LOOM_CACHE_VERBOSE"))
+                fprintf(stderr, "loom: module cache: %s\n", werr);
+        }
+        lp->disk_ms += util_now_ms() - t0;
+    }
+    free(cubin);
+    if (st != LOOM_OK) {
+        stats_record(lp);
+        return st;
+    }
+add:
+    stats_record(lp);
+    pthread_mutex_lock(&g->modules_lock);
+    mc_entry *had = mc_table_find(&g->modules, &key), *added = NULL;
+    if (had)
+        *out = *had; /* another thread built the same kernel meanwhile: keep its module */
+    else if ((added = mc_table_add(&g->modules, &e)))
+        *out = *added;
+    pthread_mutex_unlock(&g->modules_lock);
+    if (!added) {
+        cu.cuModuleUnload((CUmodule)e.module);
+        rt_tma_cache_destroy(e.tma);
+        if (!had) {
+            snprintf(err, errlen, "out of host memory for the module cache");
+            return LOOM_ERR_NOMEM;
+        }
+    }
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, char *err,
+                           size_t errlen)
+{
+    double t0 = util_now_ms();
+    loom_compile_info local;
+    if (!info)
+        info = &local;
+    memset(info, 0, sizeof *info);
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    mc_entry e;
+    rt_gpu_stats last;
+    st = rt_get_function(g, k, &e, &last, err, errlen);
+    info->source = last.result == RT_CACHE_MEMORY ? 1 : last.result == RT_CACHE_DISK ? 2 : 0;
+    info->codegen_ms = last.codegen_ms;
+    info->link_ms = last.link_ms;
+    info->load_ms = last.load_ms;
+    info->linker = last.result == RT_CACHE_MISS ? last.linker : NULL;
+    info->total_ms = util_now_ms() - t0;
+    return st;
+}
+
+/* ---------------------------------------------------------------- raw modules */
+
+struct rt_gpu_module {
+    CUmodule mod;
+};
+
+loom_status rt_gpu_module_load(rt_gpu *g, const void *image, size_t bytes, bool is_ptx,
+                               const char *what, rt_gpu_module **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    (void)bytes;
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    void *cubin = NULL;
+    size_t n = 0;
+    if (is_ptx) {
+        const char *linker;
+        st = rt_link_ptx(g, image, what, &cubin, &n, &linker, err, errlen);
+        if (st != LOOM_OK)
+            return st;
+        image = cubin;
+    }
+    rt_gpu_module *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(cubin);
+        snprintf(err, errlen, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    st = load_image(g, image, what, &m->mod, err, errlen);
+    free(cubin);
+    if (st != LOOM_OK) {
+        free(m);
+        return st;
+    }
+    *out = m;
+    return LOOM_OK;
+}
+
+void rt_gpu_module_unload(rt_gpu *g, rt_gpu_module *m)
+{
+    if (!g || !m)
+        return;
+    if (cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+        cu.cuModuleUnload(m->mod);
+    free(m);
+}
+
+loom_status rt_gpu_module_launch(rt_gpu *g, rt_gpu_module *m, const char *fn, const unsigned grid[3],
+                                 const unsigned block[3], unsigned smem_bytes, void **params,
+                                 char *err, size_t errlen)
+{
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUfunction f = NULL;
+    CUresult r = cu.cuModuleGetFunction(&f, m->mod, fn);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuModuleGetFunction(\"%s\")", fn);
+    st = set_smem(g, f, smem_bytes, fn, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    return rt_launch_fn(g, f, fn, grid, block, smem_bytes, params, err, errlen);
+}

@@ -1,0 +1,128 @@
+/*
+ * module_cache.h -- the module cache's host side (runtime/module_cache.c): keys, the
+ * cache file format, the disk cache, and an rt_gpu's in-memory table; and the file
+ * helpers the module and tuning caches share.
+ *
+ * runtime/module_cache.c keeps compiled kernels: in memory per rt_gpu, and on disk as
+ * <key>.cubin files with a checked header.  Its disk functions take and return bytes, so
+ * tests exercise them without a GPU.  The lookup that uses them is runtime/module.c.
+ *
+ * A kernel that reads tensors through TMA takes descriptors after its own parameters
+ * (runtime/tma.h): the code generator lists them (cg_compile), and the module cache
+ * keeps that list with the cubin (in memory and on disk).
+ *
+ * Prefixes: mc_, and rt_make_dirs.
+ */
+#ifndef LOOM_MODULE_CACHE_H
+#define LOOM_MODULE_CACHE_H
+
+#include "loom.h"
+#include "tma.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- keys */
+
+typedef struct mc_key {
+    uint8_t b[16];
+} mc_key;
+
+/* key = XXH3-128 of (IR text, arch, LOOM_VERSION, num_warps, build).  build names the
+ * loom build (mc_build_id()), so a rebuilt code generator never reuses stale cubins. */
+void mc_key_make(const char *ir_text, const char *arch, int num_warps, const char *build,
+                 mc_key *out);
+/* 32 lowercase hex digits + NUL. */
+void mc_key_hex(const mc_key *k, char out[33]);
+/* Identity of the loom binary: path, size and mtime of the object holding this code. */
+const char *mc_build_id(void);
+/* 64-bit checksum of bytes (XXH3-64). */
+uint64_t mc_hash64(const void *p, size_t n);
+
+/* ---------------------------------------------------------------- disk */
+
+/* What a launch needs besides the cubin, kept with it: the dynamic shared memory and the
+ * TMA descriptors the kernel takes after its own parameters. */
+typedef struct mc_meta {
+    uint64_t smem_bytes;
+    int ntma;
+    rt_tma_spec tma[RT_TMA_MAX_SPECS];
+} mc_meta;
+
+/* The cache file: a 64-byte little-endian header, then the payload: the TMA list, then
+ * the cubin.
+ *   0 magic "LOOMCUBN"   8 u32 format version   12 u32 header size (64)
+ *  16 key[16]           32 u64 payload size     40 u64 XXH3-64 of the payload
+ *  48 u64 smem bytes    56 u64 XXH3-64 of bytes 0..55
+ * payload: u32 ntma, then ntma records of MC_TMA_RECORD bytes
+ *   (i32 arg, i32 rank, i64 box[5] outermost first, i32 swizzle), then the cubin.
+ * Format 2 added the TMA list; files of format 1 are rejected (and rebuilt). */
+#define MC_MAGIC "LOOMCUBN"
+#define MC_FORMAT 2u
+#define MC_HEADER_BYTES 64
+#define MC_TMA_RECORD 52
+
+/* Encode a file image (malloc'ed into *out); LOOM_ERR_INVALID for a bad meta. */
+loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, const mc_meta *meta,
+                      void **out, size_t *outlen);
+/* Check a file image against key; on success point *cubin into it and fill *meta.  On
+ * failure return false and say why in why (when given). */
+bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin, size_t *cubin_len,
+               mc_meta *meta, char *why, size_t whylen);
+
+/* The cache directory: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom.
+ * Returns false when LOOM_CACHE=0 or no directory can be named. */
+bool mc_disk_dir(char *buf, size_t n);
+
+/* Write <dir>/<hex>.cubin atomically (temporary file in dir, fsync, rename), creating dir
+ * when missing. */
+loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin, size_t n,
+                          const mc_meta *meta, char *err, size_t errlen);
+
+typedef enum mc_lookup {
+    MC_MISS = 0,     /* no file */
+    MC_HIT,          /* *cubin (malloc'ed) and *meta filled */
+    MC_REJECTED,     /* a corrupt or foreign file: deleted; the reason is in why */
+} mc_lookup;
+mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,
+                       mc_meta *meta, char *why, size_t whylen);
+
+/* ---------------------------------------------------------------- memory */
+
+/* An entry of an rt_gpu's in-memory cache; module and function are CUmodule/CUfunction.
+ * tma holds the kernel's TMA specs and their encoded descriptors (NULL: none); the entry
+ * owns it (mc_table_free destroys it). */
+typedef struct mc_entry {
+    mc_key key;
+    void *module;
+    void *function;
+    uint64_t smem_bytes;
+    rt_tma_cache *tma;
+} mc_entry;
+
+typedef struct mc_table {
+    mc_entry *e;
+    size_t n, cap;
+} mc_table;
+
+mc_entry *mc_table_find(mc_table *t, const mc_key *key);
+/* Add an entry (a copy); returns it, or NULL when out of memory. */
+mc_entry *mc_table_add(mc_table *t, const mc_entry *e);
+void mc_table_free(mc_table *t); /* frees the table and TMA caches: unload modules first */
+
+/* ---------------------------------------------------------------- files */
+
+/* Atomically replace path with len bytes of data (temporary file in dir named after
+ * base, fsync, rename, fsync of dir); shared by the module and tuning caches. */
+loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
+                            size_t len, char *err, size_t errlen);
+/* Read the whole regular file at path, at most max bytes, into a malloc'ed buffer with a
+ * 0 byte after the data (*len: the bytes read).  NULL with errno set: ENOENT and the
+ * like from open, EFBIG when it is not a regular file or is larger than max, ENOMEM;
+ * shared by the module and tuning caches. */
+char *mc_read_file(const char *path, size_t max, size_t *len);
+/* mkdir -p dir: 0, or -1 with errno set. */
+int rt_make_dirs(const char *dir);
+
+#endif /* LOOM_MODULE_CACHE_H */
