@@ -1,25 +1,46 @@
 /*
- * tune.h -- internals of the autotuner (runtime/tune.c) and of its persistent cache
- * (runtime/tune_cache.c), declared here so the tests can reach them.
+ * tune.h -- internals of the autotuner (tune/): what its files share, and what the tests
+ * reach (tests/test_tune.c).
  *
- * The public side is loom_tune() in include/loom.h, section 8.  tune.c enumerates a
- * template's candidate configs, compiles them on a thread pool, checks each against a
- * reference with a comparison kernel built in loom's own DSL, and times them.
- * tune_cache.c keeps the winners in one JSON file (cJSON) shared by every process on
- * the machine.
+ * The public side is loom_tune() in include/loom.h, section 8.  The files, in the order a
+ * tuning goes through them:
  *
- * Prefixes: tune_ (tune.c), tc_ (tune_cache.c).
+ *   tune.c        the driver: loom_tune, and tune_shape, which tunes one shape step by
+ *                 step with the files below
+ *   candidates.c  the candidate configs in cost order; the finalists of the first pass
+ *   pool.c        the thread pool that compiles the candidates
+ *   check.c       the bench (inputs, their copies, the reference) and the check of a
+ *                 candidate's output by a comparison kernel built in loom's own DSL
+ *   measure.c     the timed runs, the first pass (in groups, with an anchor), the final pass
+ *   report.c      the progress bar and the summary table
+ *   tune_cache.c  the winners, in one JSON file (cJSON) shared by every process on the
+ *                 machine
+ *
+ * Prefixes: tune_ (all but tune_cache.c), tc_ (tune_cache.c).
  */
 #ifndef LOOM_TUNE_H
 #define LOOM_TUNE_H
 
 #include "loom.h"
+#include "gpu.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
-/* ---------------------------------------------------------------- tune.c */
+/* Copy the first line of s into buf, after prefix (errors from the code generator run
+ * long). */
+static inline void tune_first_line(char *buf, size_t n, const char *prefix, const char *s)
+{
+    const char *nl = strchr(s, '\n');
+    int len = nl ? (int)(nl - s) : (int)strlen(s);
+    snprintf(buf, n, "%s%.*s", prefix, len, s);
+}
+
+/* ---------------------------------------------------------------- candidates.c */
 
 /* Every combination of t's config candidates at shape, the valid ones first in cost
  * order (enumeration order among equal costs), then the invalid ones with their
@@ -27,6 +48,138 @@
  * receives the number of valid ones. */
 int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_result **out,
                     int *nvalid);
+
+/* The finalists: the fastest TUNE_FIN_MIN of the first pass, and those after them within
+ * TUNE_FIN_MARGIN of the fastest, at most TUNE_FIN_MAX.  They are timed again together,
+ * one run of each in turn, tune_final_runs() runs each, and the best interquartile mean
+ * wins. */
+#define TUNE_FIN_MIN 3
+#define TUNE_FIN_MAX 8
+#define TUNE_FIN_MARGIN 0.10
+
+/* The finalists among n candidates whose first-pass times are ms[i] (0: not timed):
+ * their indices into fin[TUNE_FIN_MAX], fastest first (the lower index first among
+ * equal times); returns how many. */
+int tune_finalists(const double *ms, int n, int *fin);
+
+/* ---------------------------------------------------------------- report.c */
+
+/* The progress bar, on stderr when it is a terminal. */
+typedef struct tune_progress {
+    bool on;
+    const char *tname;
+    int compiled, jobs;           /* compile jobs finished, of jobs */
+    int checked, total;           /* candidates checked and timed (or rejected), of total */
+    const char *phase;            /* NULL while compiling and timing; then the final phase */
+    double best_ms;
+    char best[160];
+    double last_ms;
+} tune_progress;
+
+/* Redraw the bar: at most every 50 ms, unless force. */
+void tune_progress_draw(tune_progress *p, bool force);
+/* Erase the bar. */
+void tune_progress_end(tune_progress *p);
+
+/* ---------------------------------------------------------------- pool.c */
+
+/* One compile: a candidate, or a given kernel (a comparison kernel). */
+typedef struct tune_job {
+    loom_kernel *k;        /* built by the worker, or given (the comparison kernels) */
+    loom_tune_result *res; /* the candidate (NULL for a given kernel) */
+    loom_status st;
+    char err[512];         /* for a given kernel */
+    double codegen_ms, link_ms, load_ms; /* of the compile (0 when served by a cache) */
+} tune_job;
+
+/* The compile pool: workers take jobs in order; the main thread takes finished jobs in the
+ * order they finish (tune_pool_next), so it checks and times each candidate while the
+ * others compile. */
+typedef struct tune_pool {
+    rt_gpu *g;
+    const loom_template *t;
+    const int64_t *shape;
+    tune_job *jobs;
+    int njobs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int next, done;
+    int *order;    /* job indices in the order they finished (done of them) */
+    double end_ms; /* when the last job finished */
+} tune_pool;
+
+/* Start nthreads workers over p's jobs; returns how many started (0: the jobs run inline,
+ * one by one, as tune_pool_next asks for them). */
+int tune_pool_start(tune_pool *p, pthread_t *th, int nthreads);
+/* The next finished job after the *seen already taken, or -1 when every job has been
+ * taken.  When none has finished yet: with wait, wait for one (drawing progress); without,
+ * return -2.  With no worker thread, the next job runs here. */
+int tune_pool_next(tune_pool *p, int started, int *seen, tune_progress *pr, bool wait);
+/* Wait for every job, then join the workers. */
+void tune_pool_finish(tune_pool *p, pthread_t *th, int started, tune_progress *pr);
+
+/* ---------------------------------------------------------------- check.c */
+
+#define TUNE_MAX_COPIES 8
+#define TUNE_TOGETHER 8 /* kernels timed together (one run of each in turn), at most */
+
+/* What the candidates of one shape run on: the inputs and their copies, the flush buffer,
+ * the reference and the comparison kernels (check.c), and the runs being timed
+ * (measure.c). */
+typedef struct tune_bench {
+    loom_runtime *rt;
+    rt_gpu *g;
+    const loom_template *t;
+    const int64_t *shape;
+    loom_instance in; /* copy 0, and the host copies of the inputs */
+    int nargs, ncopies;
+    loom_arg args[TUNE_MAX_COPIES][LOOM_MAX_ARGS];
+    loom_buffer *extra[TUNE_MAX_COPIES][LOOM_MAX_ARGS];
+    loom_buffer *flush;
+    /* the reference and the comparison, per output argument */
+    loom_buffer *ref[LOOM_MAX_ARGS];
+    loom_kernel *cmpk[LOOM_MAX_ARGS];
+    int cmpgrid[LOOM_MAX_ARGS];
+    loom_buffer *cbad[LOOM_MAX_ARGS], *cmax[LOOM_MAX_ARGS];
+    float *hbad, *hmax;
+    double atol, rtol;
+    bool gpu_reference;
+    double inputs_ms; /* of the set-up: making and uploading the inputs */
+    /* the runs being timed: kernels cur[0..ncur-1] in turn, one run each, round after round */
+    loom_kernel *cur[TUNE_TOGETHER];
+    int grid[TUNE_TOGETHER][3];
+    int ncur;
+    unsigned rep;
+} tune_bench;
+
+/* The kernel that compares an output with its reference on the device: arguments
+ * got[n] and ref[n] of dtype dt, atol and rtol (f32 scalars), then bad[grid] and
+ * maxerr[grid] (f32): per program of TUNE_CMP_BLOCK elements, the number of elements
+ * with |got - ref| > atol + rtol * |ref| (NaN on both sides passes) and the largest
+ * |got - ref| (infinity for a NaN on one side only).  *grid0 receives the grid size. */
+#define TUNE_CMP_BLOCK 2048
+loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0);
+
+void tune_bench_free(tune_bench *b);
+/* The comparison kernels (one per output argument of the probe kernel), built before
+ * the pool starts so that it compiles them with the candidates. */
+loom_status tune_bench_compare_kernels(tune_bench *b, loom_kernel *probe, char *err, size_t n);
+/* Inputs, copies, flush buffer, reference buffers.  config is the config the instance is
+ * set up with (any valid one: arguments depend on the shape alone). */
+loom_status tune_bench_setup(tune_bench *b, const int64_t *config, uint64_t seed, char *err, size_t n);
+/* The CPU reference, computed from the host inputs and uploaded into b->ref. */
+loom_status tune_bench_cpu_reference(tune_bench *b, char *err, size_t n);
+/* The GPU reference: kernel k run with b->ref as its outputs. */
+loom_status tune_bench_gpu_reference(tune_bench *b, loom_kernel *k, const int grid[3], char *err, size_t n);
+/* Does k take the same arguments as the bench was set up for? */
+bool tune_bench_args_match(const tune_bench *b, loom_kernel *k);
+/* Run candidate x (kernel k) once on poisoned outputs and compare them with the
+ * reference.  A failure sets x's verdict and reason.  Returns false when the CUDA context
+ * broke (an asynchronous fault): nothing more can run. */
+bool tune_check_one(tune_bench *b, const loom_template *t, const int64_t *shape, loom_tune_result *x,
+                    loom_kernel *k, bool *passed);
+
+/* ---------------------------------------------------------------- measure.c */
 
 /* The first pass: each candidate, as soon as it is compiled and checked, joins a group of
  * at most TUNE_FIRST_GROUP (timed when full, or when no other compiled candidate is
@@ -37,22 +190,13 @@ int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_resu
 #define TUNE_FIRST_WARMUP 1
 #define TUNE_FIRST_REPS 5
 #define TUNE_FIRST_GROUP 7
+_Static_assert(TUNE_FIN_MAX <= TUNE_TOGETHER && TUNE_FIRST_GROUP + 1 <= TUNE_TOGETHER, "timed together");
 
-/* The finalists: the fastest TUNE_FIN_MIN of the first pass, and those after them within
- * TUNE_FIN_MARGIN of the fastest, at most TUNE_FIN_MAX.  They are timed again together,
- * one run of each in turn, tune_final_runs() runs each, and the best interquartile mean
- * wins. */
-#define TUNE_FIN_MIN 3
-#define TUNE_FIN_MAX 8
-#define TUNE_FIN_MARGIN 0.10
-#define TUNE_FIN_BUDGET_MS 250.0 /* of kernel time, over all finalists */
+/* The final pass's runs: TUNE_FIN_BUDGET_MS of kernel time over all finalists. */
+#define TUNE_FIN_BUDGET_MS 250.0
 #define TUNE_FIN_RUNS_MIN 10
 #define TUNE_FIN_RUNS_MAX 100
 
-/* The finalists among n candidates whose first-pass times are ms[i] (0: not timed):
- * their indices into fin[TUNE_FIN_MAX], fastest first (the lower index first among
- * equal times); returns how many. */
-int tune_finalists(const double *ms, int n, int *fin);
 /* Runs of each finalist in the final pass: TUNE_FIN_BUDGET_MS of kernel time shared by
  * nfin finalists of about best_ms each, within [TUNE_FIN_RUNS_MIN, TUNE_FIN_RUNS_MAX]. */
 int tune_final_runs(double best_ms, int nfin);
@@ -64,13 +208,47 @@ double tune_median(double *v, int n);
  * tie or jump a whole step. */
 double tune_iqm(double *v, int n);
 
-/* The kernel that compares an output with its reference on the device: arguments
- * got[n] and ref[n] of dtype dt, atol and rtol (f32 scalars), then bad[grid] and
- * maxerr[grid] (f32): per program of TUNE_CMP_BLOCK elements, the number of elements
- * with |got - ref| > atol + rtol * |ref| (NaN on both sides passes) and the largest
- * |got - ref| (infinity for a NaN on one side only).  *grid0 receives the grid size. */
-#define TUNE_CMP_BLOCK 2048
-loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0);
+/* The first pass's yardstick: the first config timed.  Every later group of candidates is
+ * timed together with it, one run of each in turn, and each candidate's time is the
+ * anchor's own first time scaled by the ratio of their times in that group.  The GPU's
+ * clock drops by up to 13% within a tenth of a second of sustained tensor-core load (H200)
+ * and recovers while it waits for the compiler, so raw times taken at different moments
+ * do not compare; ratios taken in the same few milliseconds do. */
+typedef struct tune_anchor {
+    loom_kernel *k;
+    int grid[3];
+    double ms;
+} tune_anchor;
+
+/* The first pass in progress: the group of checked candidates waiting to be timed. */
+typedef struct tune_first_pass {
+    tune_bench *b;
+    const loom_template *t;
+    bool verbose;
+    loom_tuned *r;
+    loom_tune_result *res;
+    loom_kernel **kern;
+    int grp[TUNE_FIRST_GROUP], ng;
+    tune_anchor anchor;
+    int warmup, reps;
+    double *times; /* (TUNE_FIRST_GROUP + 1) * reps */
+    bool broken;   /* the CUDA context broke: nothing more runs */
+    tune_progress *pr;
+    double t0, ms; /* the tuning's start; time spent checking and timing */
+} tune_first_pass;
+
+/* Check candidate i; when it passes, it joins the group, which is timed once full. */
+void tune_fp_add(tune_first_pass *f, int i);
+/* Time the waiting group (if any). */
+void tune_fp_flush(tune_first_pass *f);
+/* Reject x: an earlier fault broke the CUDA context. */
+void tune_not_run(loom_tune_result *x);
+/* The final pass: finalists res[fin[0..nfin-1]] (kernels kern[fin[f]]) timed together,
+ * one run of each in turn, runs rounds after one of warm-up; each one's ms becomes the
+ * interquartile mean of its runs.  On failure their ms stay and err says why. */
+loom_status tune_time_finalists(tune_bench *b, const loom_template *t, const int64_t *shape,
+                                loom_tune_result *res, loom_kernel **kern, const int *fin, int nfin, int runs,
+                                char *err, size_t n);
 
 /* ---------------------------------------------------------------- tune_cache.c */
 

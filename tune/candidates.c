@@ -1,0 +1,127 @@
+/*
+ * candidates.c -- which configs the tuner tries, in which order, and which of them it
+ * times a second time.
+ *
+ * A template's knobs each list their candidate values, and the candidates are every
+ * combination of them (the last knob varying fastest; at most TUNE_MAX_COMBOS, a bound
+ * no template comes near).  The tuner knows no template by name: the template's valid()
+ * rejects the combinations that cannot serve the shape, each with a reason the summary
+ * table shows, and its cost model, when it has one, ranks the valid ones.  The order
+ * matters twice: a max_configs cut keeps the front of the list, and the compile pool
+ * works from the front, so the promising configs are checked and timed first.  Equal
+ * costs keep the enumeration order, so the list, and with it the tuning, is the same from
+ * run to run.
+ *
+ * After the first pass, tune_finalists picks the candidates worth timing again, at length
+ * and side by side: the fastest few, and any others close enough to the fastest that the
+ * first pass's few runs could have ranked them wrong.
+ */
+#include "tune.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TUNE_MAX_COMBOS 65536
+
+/* ---------------------------------------------------------------- the candidates */
+
+typedef struct ranked {
+    int idx;
+    int invalid;
+    double cost;
+} ranked;
+
+static int cmp_ranked(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    if (x->invalid != y->invalid)
+        return x->invalid - y->invalid;
+    if (x->cost != y->cost)
+        return x->cost < y->cost ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_result **out,
+                    int *nvalid)
+{
+    *out = NULL;
+    *nvalid = 0;
+    int64_t total = 1;
+    for (int i = 0; i < t->nconfig; i++) {
+        int nc = t->config[i].ncand > 0 ? t->config[i].ncand : 1;
+        total *= nc;
+        if (total > TUNE_MAX_COMBOS)
+            total = TUNE_MAX_COMBOS; /* the rest are never looked at */
+    }
+    loom_tune_result *r = calloc((size_t)total, sizeof *r);
+    ranked *rk = calloc((size_t)total, sizeof *rk);
+    if (!r || !rk) {
+        free(r);
+        free(rk);
+        return -1;
+    }
+    for (int64_t c = 0; c < total; c++) {
+        /* mixed radix, the last knob varying fastest */
+        int64_t rest = c;
+        for (int i = t->nconfig - 1; i >= 0; i--) {
+            const loom_param *p = &t->config[i];
+            if (p->ncand > 0) {
+                r[c].config[i] = p->cand[rest % p->ncand];
+                rest /= p->ncand;
+            } else {
+                r[c].config[i] = p->def;
+            }
+        }
+        r[c].verdict = LOOM_TUNE_TIMED; /* pending: not rejected so far */
+        if (t->valid && !t->valid(shape, r[c].config, r[c].reason, sizeof r[c].reason)) {
+            r[c].verdict = LOOM_TUNE_INVALID;
+            if (!r[c].reason[0])
+                snprintf(r[c].reason, sizeof r[c].reason, "rejected by the template (no reason given)");
+        } else {
+            r[c].reason[0] = 0;
+            r[c].cost = t->cost ? t->cost(shape, r[c].config) : 0;
+            ++*nvalid;
+        }
+        rk[c] = (ranked){(int)c, r[c].verdict == LOOM_TUNE_INVALID, r[c].cost};
+    }
+    qsort(rk, (size_t)total, sizeof *rk, cmp_ranked);
+    loom_tune_result *sorted = malloc((size_t)total * sizeof *sorted);
+    if (!sorted) {
+        free(r);
+        free(rk);
+        return -1;
+    }
+    for (int64_t c = 0; c < total; c++)
+        sorted[c] = r[rk[c].idx];
+    free(r);
+    free(rk);
+    *out = sorted;
+    return (int)total;
+}
+
+/* ---------------------------------------------------------------- the finalists */
+
+int tune_finalists(const double *ms, int n, int *fin)
+{
+    /* insertion into fin, kept sorted by time, of at most TUNE_FIN_MAX of the fastest */
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(ms[i] > 0))
+            continue;
+        int at = nf;
+        while (at > 0 && ms[fin[at - 1]] > ms[i])
+            at--;
+        if (at >= TUNE_FIN_MAX)
+            continue;
+        if (nf < TUNE_FIN_MAX)
+            nf++;
+        memmove(fin + at + 1, fin + at, (size_t)(nf - 1 - at) * sizeof *fin);
+        fin[at] = i;
+    }
+    /* beyond the first TUNE_FIN_MIN, only those within the margin of the fastest */
+    int keep = 0;
+    while (keep < nf && (keep < TUNE_FIN_MIN || ms[fin[keep]] <= ms[fin[0]] * (1 + TUNE_FIN_MARGIN)))
+        keep++;
+    return keep;
+}

@@ -1,0 +1,313 @@
+/*
+ * check.c -- the bench the candidates of a shape run on, and the check that a candidate
+ * computes the right thing before it is timed.
+ *
+ * The bench is set up once per shape, on the main thread while the pool compiles
+ * (tune_bench_setup).  The template's init makes the inputs, which are uploaded; they are
+ * copied as many times as it takes to fill four L2 sizes, so that successive timed runs
+ * take different copies and none finds its inputs left in the L2 by the run before; a
+ * buffer of twice the L2 size is made for the flush written before each timed run; and
+ * each output gets a reference buffer.  The arguments depend on the shape alone, so one
+ * bench serves every candidate, and tune_bench_args_match turns away a kernel that
+ * disagrees.
+ *
+ * The reference is the template's CPU reference when the outputs are small (the driver
+ * decides: LOOM_TUNE_REF_MAX).  For large outputs the CPU would take seconds, so it is the
+ * default config's output on the GPU (tune_bench_gpu_reference), and the tolerance is
+ * doubled since both sides round.  A check (tune_check_one) runs the candidate once on
+ * poisoned outputs (0xff bytes: NaN or -1, so an element it forgets to write is caught)
+ * and compares them with the reference on the device, by a kernel written in loom's own
+ * DSL (tune_compare_kernel): per program of TUNE_CMP_BLOCK elements it writes the count
+ * of elements beyond tolerance and the largest error, and only those come back to the
+ * host, so a check costs a fraction of a millisecond even for outputs of hundreds of MB.
+ * The comparison kernels are built before the pool starts (tune_bench_compare_kernels),
+ * so that it compiles them first, with the candidates.
+ */
+#include "../util/util.h"
+#include "tune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the comparison kernel */
+
+loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0)
+{
+    int64_t nprog = (n + TUNE_CMP_BLOCK - 1) / TUNE_CMP_BLOCK;
+    if (n < 1 || nprog > INT32_MAX)
+        return NULL;
+    *grid0 = (int)nprog;
+    loom_kernel *k = loom_kernel_create("loom_tune_compare", 4);
+    loom_val got = loom_arg_tensor(k, "got", dt, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val ref = loom_arg_tensor(k, "ref", dt, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val atol = loom_arg_scalar(k, "atol", LOOM_F32);
+    loom_val rtol = loom_arg_scalar(k, "rtol", LOOM_F32);
+    loom_val bad = loom_arg_tensor(k, "bad", LOOM_F32, LOOM_SHAPE1(nprog), LOOM_OUT);
+    loom_val maxerr = loom_arg_tensor(k, "maxerr", LOOM_F32, LOOM_SHAPE1(nprog), LOOM_OUT);
+
+    loom_val pid = loom_program_id(k, 0);
+    loom_val off = n > INT32_MAX - TUNE_CMP_BLOCK
+                       ? loom_mul(k, loom_cast(k, pid, LOOM_I64), loom_const_i(k, LOOM_I64, TUNE_CMP_BLOCK))
+                       : loom_mul(k, pid, loom_const_i(k, LOOM_I32, TUNE_CMP_BLOCK));
+    loom_shape tile = LOOM_SHAPE1(TUNE_CMP_BLOCK);
+    /* the tail beyond n loads 0 on both sides, which compares equal */
+    loom_val g = loom_cast(k, loom_load(k, got, &off, tile, LOOM_NONE, 0.0), LOOM_F32);
+    loom_val r = loom_cast(k, loom_load(k, ref, &off, tile, LOOM_NONE, 0.0), LOOM_F32);
+    loom_val d = loom_abs(k, loom_sub(k, g, r));
+    loom_val ok = loom_cmp(k, LOOM_LE, d, loom_add(k, loom_splat(k, atol, tile), loom_mul(k, rtol, loom_abs(k, r))));
+    loom_val both_nan = loom_and(k, loom_cmp(k, LOOM_NE, g, g), loom_cmp(k, LOOM_NE, r, r));
+    ok = loom_or(k, ok, both_nan);
+    loom_val zero = loom_const_f(k, LOOM_F32, 0.0), one = loom_const_f(k, LOOM_F32, 1.0);
+    loom_val nbad = loom_reduce_sum(k, loom_select(k, ok, zero, one), 0);
+    loom_val inf = loom_const_f(k, LOOM_F32, INFINITY);
+    loom_val err = loom_select(k, both_nan, zero, loom_select(k, loom_cmp(k, LOOM_NE, d, d), inf, d));
+    loom_val worst = loom_reduce_max(k, err, 0);
+    loom_store(k, bad, &pid, loom_splat(k, nbad, LOOM_SHAPE1(1)), LOOM_NONE);
+    loom_store(k, maxerr, &pid, loom_splat(k, worst, LOOM_SHAPE1(1)), LOOM_NONE);
+    return k;
+}
+
+/* ---------------------------------------------------------------- the bench */
+
+static bool is_output(const loom_arg_info *ai) { return ai->is_tensor && (ai->access & LOOM_OUT); }
+
+void tune_bench_free(tune_bench *b)
+{
+    for (int c = 0; c < TUNE_MAX_COPIES; c++)
+        for (int i = 0; i < LOOM_MAX_ARGS; i++)
+            loom_buffer_destroy(b->extra[c][i]);
+    for (int i = 0; i < LOOM_MAX_ARGS; i++) {
+        loom_buffer_destroy(b->ref[i]);
+        loom_buffer_destroy(b->cbad[i]);
+        loom_buffer_destroy(b->cmax[i]);
+        loom_kernel_destroy(b->cmpk[i]);
+    }
+    loom_buffer_destroy(b->flush);
+    loom_instance_destroy(&b->in);
+    free(b->hbad);
+    free(b->hmax);
+    memset(b, 0, sizeof *b);
+}
+
+loom_status tune_bench_compare_kernels(tune_bench *b, loom_kernel *probe, char *err, size_t n)
+{
+    b->nargs = loom_kernel_num_args(probe);
+    int most = 0;
+    for (int i = 0; i < b->nargs; i++) {
+        loom_arg_info ai;
+        loom_kernel_arg_info(probe, i, &ai);
+        if (!is_output(&ai))
+            continue;
+        int64_t cnt = (int64_t)(ai.min_bytes / loom_dtype_size(ai.dtype));
+        b->cmpk[i] = tune_compare_kernel(ai.dtype, cnt, &b->cmpgrid[i]);
+        if (!b->cmpk[i]) {
+            snprintf(err, n, "output '%s' of %lld elements cannot be compared", ai.name, (long long)cnt);
+            return LOOM_ERR_UNSUPPORTED;
+        }
+        if (b->cmpgrid[i] > most)
+            most = b->cmpgrid[i];
+    }
+    b->hbad = malloc((size_t)most * sizeof(float) + 4);
+    b->hmax = malloc((size_t)most * sizeof(float) + 4);
+    if (!b->hbad || !b->hmax) {
+        snprintf(err, n, "out of host memory");
+        return LOOM_ERR_NOMEM;
+    }
+    return LOOM_OK;
+}
+
+loom_status tune_bench_setup(tune_bench *b, const int64_t *config, uint64_t seed, char *err, size_t n)
+{
+    double t0 = util_now_ms();
+    loom_status st = loom_instance_create(b->rt, b->t, b->shape, config, seed, &b->in, err, n);
+    b->inputs_ms = util_now_ms() - t0;
+    if (st != LOOM_OK)
+        return st;
+    const rt_gpu_props *pp = rt_gpu_properties(b->g);
+    size_t l2 = pp && pp->l2_bytes > 0 ? (size_t)pp->l2_bytes : (size_t)64 << 20;
+    size_t budget = pp && pp->total_mem ? pp->total_mem / 4 : (size_t)4 << 30;
+    size_t bytes = b->in.bytes ? b->in.bytes : 1;
+    int k = (int)((4 * l2 + bytes - 1) / bytes);
+    k = k < 1 ? 1 : k > TUNE_MAX_COPIES ? TUNE_MAX_COPIES : k;
+    while (k > 1 && (size_t)k * bytes > budget)
+        k--;
+    b->ncopies = k;
+    memcpy(b->args[0], b->in.args, sizeof b->in.args);
+    for (int c = 1; c < k; c++)
+        for (int i = 0; i < b->nargs; i++) {
+            const loom_arg_info *ai = &b->in.info[i];
+            b->args[c][i] = b->in.args[i];
+            if (!ai->is_tensor)
+                continue;
+            loom_buffer *x = loom_buffer_create(b->rt, ai->min_bytes);
+            if (!x)
+                goto fail;
+            b->extra[c][i] = x;
+            b->args[c][i] = LOOM_ARG_BUF(x);
+            st = ai->access == LOOM_OUT ? loom_buffer_fill(x, 0xff)
+                                        : loom_buffer_upload(x, b->in.host[i], ai->min_bytes);
+            if (st != LOOM_OK)
+                goto fail;
+        }
+    b->flush = loom_buffer_create(b->rt, 2 * l2);
+    if (!b->flush)
+        goto fail;
+    for (int i = 0; i < b->nargs; i++)
+        if (is_output(&b->in.info[i]) && !(b->ref[i] = loom_buffer_create(b->rt, b->in.info[i].min_bytes)))
+            goto fail;
+    for (int i = 0; i < b->nargs; i++)
+        if (b->cmpk[i] && (!(b->cbad[i] = loom_buffer_create(b->rt, (size_t)b->cmpgrid[i] * 4)) ||
+                           !(b->cmax[i] = loom_buffer_create(b->rt, (size_t)b->cmpgrid[i] * 4))))
+            goto fail;
+    return LOOM_OK;
+fail:
+    snprintf(err, n, "setting up %d copies of the arguments (%zu bytes each): %s", k, bytes,
+             loom_runtime_error(b->rt));
+    return LOOM_ERR_NOMEM;
+}
+
+/* Outputs of copy 0 back to their starting state: OUT poisoned (0xff bytes: NaN or -1),
+ * INOUT re-uploaded. */
+static loom_status bench_reset_outputs(tune_bench *b, loom_buffer *const *bufs)
+{
+    for (int i = 0; i < b->nargs; i++) {
+        const loom_arg_info *ai = &b->in.info[i];
+        if (!is_output(ai))
+            continue;
+        loom_status st = ai->access == LOOM_OUT ? loom_buffer_fill(bufs[i], 0xff)
+                                                : loom_buffer_upload(bufs[i], b->in.host[i], ai->min_bytes);
+        if (st != LOOM_OK)
+            return st;
+    }
+    return LOOM_OK;
+}
+
+loom_status tune_bench_cpu_reference(tune_bench *b, char *err, size_t n)
+{
+    void *ref[LOOM_MAX_ARGS] = {0};
+    loom_status st = LOOM_OK;
+    for (int i = 0; i < b->nargs && st == LOOM_OK; i++)
+        if (b->ref[i] && !(ref[i] = calloc(1, b->in.info[i].min_bytes)))
+            st = LOOM_ERR_NOMEM;
+    if (st == LOOM_OK) {
+        b->t->reference(b->shape, b->in.host, ref);
+        for (int i = 0; i < b->nargs && st == LOOM_OK; i++)
+            if (ref[i])
+                st = loom_buffer_upload(b->ref[i], ref[i], b->in.info[i].min_bytes);
+    }
+    for (int i = 0; i < b->nargs; i++)
+        free(ref[i]);
+    if (st != LOOM_OK)
+        snprintf(err, n, "reference: %s", st == LOOM_ERR_NOMEM ? "out of host memory" : loom_runtime_error(b->rt));
+    return st;
+}
+
+loom_status tune_bench_gpu_reference(tune_bench *b, loom_kernel *k, const int grid[3], char *err, size_t n)
+{
+    loom_arg args[LOOM_MAX_ARGS];
+    memcpy(args, b->args[0], sizeof args);
+    for (int i = 0; i < b->nargs; i++)
+        if (b->ref[i])
+            args[i] = LOOM_ARG_BUF(b->ref[i]);
+    loom_status st = bench_reset_outputs(b, b->ref);
+    if (st == LOOM_OK)
+        st = loom_launch(b->rt, k, grid, args, b->nargs);
+    if (st == LOOM_OK) {
+        char e[1024];
+        st = rt_gpu_sync(b->g, e, sizeof e);
+        if (st != LOOM_OK)
+            snprintf(err, n, "%s", e);
+    } else {
+        snprintf(err, n, "%s", loom_runtime_error(b->rt));
+    }
+    return st;
+}
+
+bool tune_bench_args_match(const tune_bench *b, loom_kernel *k)
+{
+    if (loom_kernel_num_args(k) != b->nargs)
+        return false;
+    for (int i = 0; i < b->nargs; i++) {
+        loom_arg_info ai;
+        loom_kernel_arg_info(k, i, &ai);
+        const loom_arg_info *want = &b->in.info[i];
+        if (ai.is_tensor != want->is_tensor || ai.dtype != want->dtype || ai.min_bytes != want->min_bytes ||
+            ai.access != want->access)
+            return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- the check */
+
+/* Run k once on copy 0 and compare its outputs with the reference.  Returns LOOM_OK and
+ * the number of bad elements (and the worst error), or the launch's failure with the
+ * message in err; *fault is set when the failure was reported by a later synchronizing
+ * call (an asynchronous fault: the context may be unusable now). */
+static loom_status bench_check(tune_bench *b, loom_kernel *k, const int grid[3], double *nbad, double *worst,
+                               bool *fault, char *err, size_t n)
+{
+    *nbad = 0;
+    *worst = 0;
+    *fault = false;
+    loom_status st = bench_reset_outputs(b, b->in.buf);
+    if (st == LOOM_OK)
+        st = loom_launch(b->rt, k, grid, b->args[0], b->nargs);
+    if (st != LOOM_OK) {
+        tune_first_line(err, n, "", loom_runtime_error(b->rt));
+        return st;
+    }
+    double scale = b->gpu_reference ? 2.0 : 1.0;
+    for (int i = 0; i < b->nargs; i++) {
+        if (!b->cmpk[i])
+            continue;
+        loom_arg ca[6] = {LOOM_ARG_BUF(b->in.buf[i]), LOOM_ARG_BUF(b->ref[i]),
+                          LOOM_ARG_F32((float)(scale * b->t->atol)), LOOM_ARG_F32((float)(scale * b->t->rtol)),
+                          LOOM_ARG_BUF(b->cbad[i]), LOOM_ARG_BUF(b->cmax[i])};
+        int cg[3] = {b->cmpgrid[i], 1, 1};
+        st = loom_launch(b->rt, b->cmpk[i], cg, ca, 6);
+        size_t bytes = (size_t)b->cmpgrid[i] * 4;
+        if (st == LOOM_OK)
+            st = loom_buffer_download(b->cbad[i], b->hbad, bytes);
+        if (st == LOOM_OK)
+            st = loom_buffer_download(b->cmax[i], b->hmax, bytes);
+        if (st != LOOM_OK) {
+            *fault = true;
+            tune_first_line(err, n, "", loom_runtime_error(b->rt));
+            return st;
+        }
+        for (int p = 0; p < b->cmpgrid[i]; p++) {
+            *nbad += b->hbad[p];
+            if (!(b->hmax[p] <= *worst))
+                *worst = b->hmax[p];
+        }
+    }
+    return LOOM_OK;
+}
+
+bool tune_check_one(tune_bench *b, const loom_template *t, const int64_t *shape, loom_tune_result *x, loom_kernel *k,
+                    bool *passed)
+{
+    int grid[3];
+    t->grid(shape, x->config, grid);
+    double nbad, worst;
+    bool fault;
+    char e[1024];
+    *passed = false;
+    loom_status st = bench_check(b, k, grid, &nbad, &worst, &fault, e, sizeof e);
+    if (st != LOOM_OK) {
+        x->verdict = LOOM_TUNE_LAUNCH_FAILED;
+        tune_first_line(x->reason, sizeof x->reason, "", e);
+        return !fault;
+    }
+    if (nbad > 0) {
+        x->verdict = LOOM_TUNE_WRONG;
+        snprintf(x->reason, sizeof x->reason, "%.0f elements outside tolerance (max |err| %.3g) vs %s", nbad, worst,
+                 b->gpu_reference ? "the reference config's GPU output" : "the CPU reference");
+        return true;
+    }
+    *passed = true;
+    return true;
+}
