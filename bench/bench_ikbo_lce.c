@@ -38,7 +38,6 @@
 #include "cublas_dl.h"
 #include "gpu.h"
 #include "ikbo_lce.h"
-#include "module_cache.h"
 #include "nvrtc_ref.h"
 #include "rt.h"
 

@@ -11,12 +11,14 @@
  * (runtime/tma.h): the code generator lists them (cg_compile), and the module cache
  * keeps that list with the cubin (in memory and on disk).
  *
- * Prefixes: mc_, and rt_make_dirs.
+ * Prefix: mc_.  The directory, hash and file helpers it shares with the tuning cache
+ * are declared in rt.h.
  */
 #ifndef LOOM_MODULE_CACHE_H
 #define LOOM_MODULE_CACHE_H
 
 #include "loom.h"
+#include "rt.h"
 #include "tma.h"
 
 #include <stdbool.h>
@@ -37,8 +39,6 @@ void mc_key_make(const char *ir_text, const char *arch, int num_warps, const cha
 void mc_key_hex(const mc_key *k, char out[33]);
 /* Identity of the loom binary: path, size and mtime of the object holding this code. */
 const char *mc_build_id(void);
-/* 64-bit checksum of bytes (XXH3-64). */
-uint64_t mc_hash64(const void *p, size_t n);
 
 /* ---------------------------------------------------------------- disk */
 
@@ -71,9 +71,6 @@ loom_status mc_encode(const mc_key *key, const void *cubin, size_t n, const mc_m
 bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin, size_t *cubin_len,
                mc_meta *meta, char *why, size_t whylen);
 
-/* The cache directory: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom.
- * Returns false when LOOM_CACHE=0 or no directory can be named. */
-bool mc_disk_dir(char *buf, size_t n);
 
 /* Write <dir>/<hex>.cubin atomically (temporary file in dir, fsync, rename), creating dir
  * when missing. */
@@ -111,18 +108,5 @@ mc_entry *mc_table_find(mc_table *t, const mc_key *key);
 mc_entry *mc_table_add(mc_table *t, const mc_entry *e);
 void mc_table_free(mc_table *t); /* frees the table and TMA caches: unload modules first */
 
-/* ---------------------------------------------------------------- files */
-
-/* Atomically replace path with len bytes of data (temporary file in dir named after
- * base, fsync, rename, fsync of dir); shared by the module and tuning caches. */
-loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
-                            size_t len, char *err, size_t errlen);
-/* Read the whole regular file at path, at most max bytes, into a malloc'ed buffer with a
- * 0 byte after the data (*len: the bytes read).  NULL with errno set: ENOENT and the
- * like from open, EFBIG when it is not a regular file or is larger than max, ENOMEM;
- * shared by the module and tuning caches. */
-char *mc_read_file(const char *path, size_t max, size_t *len);
-/* mkdir -p dir: 0, or -1 with errno set. */
-int rt_make_dirs(const char *dir);
 
 #endif /* LOOM_MODULE_CACHE_H */

@@ -52,4 +52,25 @@ loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg);
 /* A GPU buffer's device address (0 on the interpreter). */
 uint64_t rt_buffer_dptr(const loom_buffer *b);
 
+/* ---------------------------------------------------------------- cache files
+ * The module cache's directory, hash and file primitives (runtime/module_cache.c), which
+ * the tuning cache (tune/tune_cache.c) shares. */
+
+/* The cache directory: LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom.
+ * Returns false when LOOM_CACHE=0 or no directory can be named. */
+bool mc_disk_dir(char *buf, size_t n);
+/* 64-bit checksum of bytes (XXH3-64). */
+uint64_t mc_hash64(const void *p, size_t n);
+/* Atomically replace path with len bytes of data (temporary file in dir named after
+ * base, fsync, rename, fsync of dir); shared by the module and tuning caches. */
+loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
+                            size_t len, char *err, size_t errlen);
+/* Read the whole regular file at path, at most max bytes, into a malloc'ed buffer with a
+ * 0 byte after the data (*len: the bytes read).  NULL with errno set: ENOENT and the
+ * like from open, EFBIG when it is not a regular file or is larger than max, ENOMEM;
+ * shared by the module and tuning caches. */
+char *mc_read_file(const char *path, size_t max, size_t *len);
+/* mkdir -p dir: 0, or -1 with errno set. */
+int rt_make_dirs(const char *dir);
+
 #endif /* LOOM_RT_H */

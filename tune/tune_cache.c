@@ -29,7 +29,7 @@
  * JSON goes through cJSON rather than a parser of our own.
  */
 #define _GNU_SOURCE
-#include "module_cache.h"
+#include "rt.h"
 #include "tune.h"
 
 #include <cjson/cJSON.h>
