@@ -1559,7 +1559,7 @@ static bool lower_yield(L *l, uint32_t o, ir_op *op)
 #include "lower_hopper.c"
 
 static const lower_fn lower_table[IR_OP_COUNT] = {
-#define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = lower_##n,
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = lower_##n,
 #include "ops.h"
 #undef LOOM_OP
 };
