@@ -105,6 +105,8 @@ loom_status cg_smem(cg_ctx *cg);    /* codegen/smem.c */
 /* codegen/lower.c: build the LLVM module (an LLVMModuleRef in an LLVMContextRef, both
  * returned as void * so this header needs no LLVM include). */
 loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out);
+/* Whether op kind `kind` has a lowering (codegen/lower.c's dispatch). */
+bool cg_op_lowered(int kind);
 /* codegen/emit.c */
 loom_status cg_emit_init(cg_ctx *cg);
 loom_status cg_optimize(cg_ctx *cg, void *module, void *tm);

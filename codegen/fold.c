@@ -1,15 +1,15 @@
 /*
  * fold.c -- constant folding and algebraic simplification on the loom IR.
  *
- * How it works.  One walk over the kernel in program order (regions included).  An
- * elementwise op whose operands are all scalar constants is evaluated here with the
+ * How it works.  One walk over the kernel in program order (regions included).  An op
+ * the table marks IRF_FOLD (dsl/ops.h: the elementwise ops but exp2/log2/rsqrt, which
+ * the GPU computes approximately, so folding them would make GPU and unfolded results
+ * disagree) whose operands are all scalar constants is evaluated here with the
  * interpreter's rules (integers wrap, f16/bf16 round to nearest even after each op,
  * integer division truncates, INT_MIN / -1 wraps) and rewritten in place into a const
  * op: the op keeps its result value, so every use still refers to it, and the
  * printed IR and the interpreter see an ordinary const.  Division by a zero constant
- * is left alone (the interpreter reports it at run time), and so are exp2/log2/rsqrt
- * (the GPU computes them approximately; folding them would make GPU and unfolded
- * results disagree).
+ * is left alone (the interpreter reports it at run time).
  *
  * Algebraic identities replace an op's uses by one of its operands when that operand
  * has exactly the op's type (a scalar x * tile-of-ones is not x):
@@ -63,7 +63,7 @@ static void make_const(ir_op *op, loom_dtype dt, kval r)
 }
 
 
-/* Evaluate a pure elementwise op on constants; false if it must not be folded. */
+/* Evaluate an IRF_FOLD op on constants; false if it must not be folded. */
 static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const kval *x, kval *r)
 {
     r->isf = ir_dtype_is_float(out);
@@ -235,7 +235,7 @@ static void fold_block(cg_ctx *cg, uint32_t b)
         for (int r = 0; r < op->nreg; r++)
             if (op->reg[r])
                 fold_block(cg, op->reg[r]);
-        if (!(ir_opdescs[op->kind].flags & IRF_ELEMENTWISE) || op->nres != 1)
+        if (!(ir_opdescs[op->kind].flags & IRF_FOLD) || op->nres != 1)
             continue;
         uint32_t rv = op->res[0];
         loom_dtype out = (loom_dtype)k->vals[rv].type.dtype;

@@ -23,10 +23,11 @@
  * Tile dims that are not powers of two are padded: padded coordinates hold garbage
  * that loads fill, stores skip and reductions ignore.
  *
- * The pass walks the kernel in order and gives every tile value a layout: loads are
- * the anchors (blocked for their dtype), elementwise ops take their first
- * non-rematerializable operand's layout, reductions slice, dots keep their
- * accumulator's layout, loop-carried values keep their initial value's.  Cheap values
+ * The pass walks the kernel in order and gives every tile value a layout by its op's
+ * layout class (the `layout` column of dsl/ops.h): loads are the anchors (blocked for
+ * their dtype), elementwise ops take their first non-rematerializable operand's layout,
+ * reductions slice, dots keep their accumulator's layout, wgmma results take the
+ * accumulator layout, loop-carried values keep their initial value's.  Cheap values
  * built from scalars (splat, arange, broadcasts and elementwise ops of those: masks,
  * offsets) are marked `remat`: the lowering recomputes them directly in whatever
  * layout a use wants, so they never force a conversion.
@@ -364,7 +365,16 @@ static int32_t add_blocked(cg_ctx *cg, const loom_shape *s, loom_dtype dt)
     return cg_layout_add(cg, &l);
 }
 
-static bool is_ew(uint16_t kind) { return (ir_opdescs[kind].flags & IRF_ELEMENTWISE) != 0; }
+/* The layout class of each op: the `layout` column of dsl/ops.h, which says what each
+ * class means (NONE first, so the invalid op 0 has none). */
+enum { LAY_NONE, LAY_EW, LAY_SHAPE, LAY_REDUCE, LAY_LOAD, LAY_DOT, LAY_MMA, LAY_REGION };
+static const uint8_t lay_class[IR_OP_COUNT] = {
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = LAY_##lay,
+#include "ops.h"
+#undef LOOM_OP
+};
+
+static bool is_ew(uint16_t kind) { return lay_class[kind] == LAY_EW; }
 
 /* A value whose layout is decided by what it is made of (not recomputable). */
 static bool fixed(cg_ctx *cg, uint32_t v)
@@ -454,10 +464,10 @@ static bool set_layout(cg_ctx *cg, uint32_t v, int32_t id)
 
 static bool layout_block(cg_ctx *cg, uint32_t b);
 
-static bool layout_op(cg_ctx *cg, uint32_t o)
+/* Ops with regions: their blocks, and results in the layouts the blocks yield. */
+static bool layout_region(cg_ctx *cg, const ir_op *op)
 {
     loom_kernel *k = cg->k;
-    ir_op *op = &k->ops[o];
     if (op->kind == IR_TASK) {
         int saved = cg->warp_bits;
         cg->warp_bits = 0;
@@ -507,6 +517,48 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
         }
         return true;
     }
+    return CG_BUG(cg, "no layout rule for the regions of op '%s'", ir_opdescs[op->kind].name);
+}
+
+/* A broadcast of a value that is not recomputed (rv, of type rt). */
+static bool layout_broadcast(cg_ctx *cg, const ir_op *op, uint32_t rv, const ir_type *rt)
+{
+    uint32_t s = op->opnd[0];
+    const cg_layout *sl = cg_lay(cg, cg->vlay[s]);
+    const ir_type *st = vty(cg, s);
+    int off = rt->shape.rank - st->shape.rank;
+    int8_t feed[LOOM_MAX_RANK];
+    for (int d = 0; d < st->shape.rank; d++)
+        feed[d] = st->shape.dim[d] == rt->shape.dim[d + off] ? (int8_t)(d + off) : -1;
+    /* 1: the parent of a slice (reduce -> expand_dims -> broadcast back) */
+    if (sl->parent >= 0) {
+        const cg_layout *pl = cg_lay(cg, sl->parent);
+        bool same = pl->rank == rt->shape.rank;
+        for (int d = 0; same && d < pl->rank; d++)
+            same = pl->shape[d] == rt->shape.dim[d];
+        if (same && cg_direct_map(sl, pl, feed, NULL))
+            return set_layout(cg, rv, sl->parent);
+    }
+    /* 2: the default layout, if no data has to move */
+    int32_t def = add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype);
+    if (def < 0)
+        return false;
+    sl = cg_lay(cg, cg->vlay[s]);
+    if (cg_direct_map(sl, cg_lay(cg, def), feed, NULL))
+        return set_layout(cg, rv, def);
+    /* 3: extend the source's layout over the new dims */
+    cg_layout ext;
+    if (!cg_extend(cg, sl, &rt->shape, &ext))
+        return false;
+    return set_layout(cg, rv, cg_layout_add(cg, &ext));
+}
+
+static bool layout_op(cg_ctx *cg, uint32_t o)
+{
+    ir_op *op = &cg->k->ops[o];
+    uint8_t cls = lay_class[op->kind];
+    if (cls == LAY_REGION)
+        return layout_region(cg, op);
     if (op->nres == 0)
         return true;
     uint32_t rv = op->res[0];
@@ -515,117 +567,70 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
         return true; /* shared memory and barriers: no registers */
     if (rt->shape.rank == 0)
         return set_layout(cg, rv, cg->scalar_layout);
-    if (op->kind == IR_WGMMA)
-        return set_layout(cg, rv, cg_mma_layout(cg, &rt->shape));
-    if (op->kind == IR_WGMMA_WAIT) {
-        for (int i = 0; i < op->nres; i++)
-            if (!set_layout(cg, op->res[i], cg->vlay[op->opnd[i]] >= 0
-                                                ? cg->vlay[op->opnd[i]]
-                                                : cg_mma_layout(cg, &vty(cg, op->res[i])->shape)))
-                return false;
-        return true;
-    }
 
     /* remat: made only of scalars and other remat values */
-    bool rem = false;
-    switch (op->kind) {
-    case IR_SPLAT:
-    case IR_ARANGE:
-        rem = true;
-        break;
-    case IR_BROADCAST:
-    case IR_EXPAND_DIMS:
-    case IR_TRANS:
-        rem = !fixed(cg, op->opnd[0]);
-        break;
-    default:
-        if (is_ew(op->kind)) {
-            rem = true;
-            for (int i = 0; i < op->nopnd; i++)
-                if (fixed(cg, op->opnd[i]))
-                    rem = false;
+    if (cls == LAY_EW || cls == LAY_SHAPE) {
+        bool rem = true;
+        for (int i = 0; i < op->nopnd; i++)
+            if (fixed(cg, op->opnd[i]))
+                rem = false;
+        if (rem) {
+            cg->remat[rv] = 1;
+            return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
         }
-        break;
-    }
-    if (rem) {
-        cg->remat[rv] = 1;
-        return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
     }
 
-    switch (op->kind) {
-    case IR_LOAD:
-    case IR_LOAD_ROWS:
-        if (cg->prefer && cg->prefer[rv] >= 0 && cg->vlay[rv] < 0)
-            return set_layout(cg, rv, cg->prefer[rv]); /* a load "like" an accumulator */
-        return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
-    case IR_SMEM_LOAD:
-        if (cg->prefer && cg->prefer[rv] >= 0 && cg->vlay[rv] < 0)
-            return set_layout(cg, rv, cg->prefer[rv]); /* read "like" an accumulator */
-        return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
-    case IR_BROADCAST: {
-        uint32_t s = op->opnd[0];
-        const cg_layout *sl = cg_lay(cg, cg->vlay[s]);
-        const ir_type *st = vty(cg, s);
-        int off = rt->shape.rank - st->shape.rank;
-        int8_t feed[LOOM_MAX_RANK];
-        for (int d = 0; d < st->shape.rank; d++)
-            feed[d] = st->shape.dim[d] == rt->shape.dim[d + off] ? (int8_t)(d + off) : -1;
-        /* 1: the parent of a slice (reduce -> expand_dims -> broadcast back) */
-        if (sl->parent >= 0) {
-            const cg_layout *pl = cg_lay(cg, sl->parent);
-            bool same = pl->rank == rt->shape.rank;
-            for (int d = 0; same && d < pl->rank; d++)
-                same = pl->shape[d] == rt->shape.dim[d];
-            if (same && cg_direct_map(sl, pl, feed, NULL))
-                return set_layout(cg, rv, sl->parent);
+    switch (cls) {
+    case LAY_EW:
+        /* an accumulator's layout wins: epilogues then move no data */
+        for (int i = 0; i < op->nopnd; i++)
+            if (fixed(cg, op->opnd[i]) && cg->vlay[op->opnd[i]] >= 0 &&
+                cg->vlay[op->opnd[i]] < (int32_t)sizeof cg->is_mma && cg->is_mma[cg->vlay[op->opnd[i]]])
+                return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
+        for (int i = 0; i < op->nopnd; i++)
+            if (fixed(cg, op->opnd[i]))
+                return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
+        break;
+    case LAY_SHAPE: /* splat and arange are made of scalars: always recomputed */
+        if (op->kind == IR_BROADCAST)
+            return layout_broadcast(cg, op, rv, rt);
+        if (op->kind == IR_EXPAND_DIMS) {
+            cg_layout l = cg_expand(cg_lay(cg, cg->vlay[op->opnd[0]]), (int)op->iattr[0]);
+            return set_layout(cg, rv, cg_layout_add(cg, &l));
         }
-        /* 2: the default layout, if no data has to move */
-        int32_t def = add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype);
-        if (def < 0)
-            return false;
-        sl = cg_lay(cg, cg->vlay[s]);
-        if (cg_direct_map(sl, cg_lay(cg, def), feed, NULL))
-            return set_layout(cg, rv, def);
-        /* 3: extend the source's layout over the new dims */
-        cg_layout ext;
-        if (!cg_extend(cg, sl, &rt->shape, &ext))
-            return false;
-        return set_layout(cg, rv, cg_layout_add(cg, &ext));
-    }
-    case IR_EXPAND_DIMS: {
-        cg_layout l = cg_expand(cg_lay(cg, cg->vlay[op->opnd[0]]), (int)op->iattr[0]);
-        return set_layout(cg, rv, cg_layout_add(cg, &l));
-    }
-    case IR_TRANS: {
-        cg_layout l = cg_trans(cg_lay(cg, cg->vlay[op->opnd[0]]));
-        return set_layout(cg, rv, cg_layout_add(cg, &l));
-    }
-    case IR_REDUCE_SUM:
-    case IR_REDUCE_MAX:
-    case IR_REDUCE_MIN: {
+        if (op->kind == IR_TRANS) {
+            cg_layout l = cg_trans(cg_lay(cg, cg->vlay[op->opnd[0]]));
+            return set_layout(cg, rv, cg_layout_add(cg, &l));
+        }
+        break;
+    case LAY_REDUCE: {
         int32_t sid = cg->vlay[op->opnd[0]];
         cg_layout l = cg_slice(cg_lay(cg, sid), sid, (int)op->iattr[0]);
         return set_layout(cg, rv, cg_layout_add(cg, &l));
     }
-    case IR_DOT: {
+    case LAY_LOAD:
+        if (cg->prefer && cg->prefer[rv] >= 0 && cg->vlay[rv] < 0)
+            return set_layout(cg, rv, cg->prefer[rv]); /* a load "like" an accumulator */
+        return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
+    case LAY_DOT: {
         uint32_t acc = op->opnd[2];
         if (fixed(cg, acc))
             return set_layout(cg, rv, cg->vlay[acc]);
         return set_layout(cg, rv, add_blocked(cg, &rt->shape, LOOM_F32));
     }
+    case LAY_MMA:
+        if (op->kind == IR_WGMMA)
+            return set_layout(cg, rv, cg_mma_layout(cg, &rt->shape));
+        for (int i = 0; i < op->nres; i++) /* wgmma_wait: its operands' layouts */
+            if (!set_layout(cg, op->res[i], cg->vlay[op->opnd[i]] >= 0
+                                                ? cg->vlay[op->opnd[i]]
+                                                : cg_mma_layout(cg, &vty(cg, op->res[i])->shape)))
+                return false;
+        return true;
     default:
-        if (is_ew(op->kind)) {
-            /* an accumulator's layout wins: epilogues then move no data */
-            for (int i = 0; i < op->nopnd; i++)
-                if (fixed(cg, op->opnd[i]) && cg->vlay[op->opnd[i]] >= 0 &&
-                    cg->vlay[op->opnd[i]] < (int32_t)sizeof cg->is_mma && cg->is_mma[cg->vlay[op->opnd[i]]])
-                    return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
-            for (int i = 0; i < op->nopnd; i++)
-                if (fixed(cg, op->opnd[i]))
-                    return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
-        }
-        return CG_BUG(cg, "no layout rule for op '%s'", ir_opdescs[op->kind].name);
+        break;
     }
+    return CG_BUG(cg, "no layout rule for op '%s'", ir_opdescs[op->kind].name);
 }
 
 static bool layout_block(cg_ctx *cg, uint32_t b)
@@ -677,7 +682,7 @@ static bool prefer_mma_loads(cg_ctx *cg)
         if (x->kind != IR_V_RESULT || x->type.kind != IR_T_TILE || x->type.shape.rank == 0)
             continue;
         const ir_op *def = &k->ops[x->def];
-        if (def->kind != IR_LOAD && def->kind != IR_LOAD_ROWS && def->kind != IR_SMEM_LOAD)
+        if (lay_class[def->kind] != LAY_LOAD)
             continue;
         int32_t want = mma_use_layout(cg, v, 2);
         if (want >= 0 && cg->prefer) {
@@ -770,7 +775,7 @@ int32_t cg_want(cg_ctx *cg, uint32_t o, int i)
         return cg->vlay[p->res[i]];
     }
     default:
-        if (ir_opdescs[op->kind].flags & IRF_ELEMENTWISE)
+        if (is_ew(op->kind))
             return cg->vlay[op->res[0]];
         return cg->vlay[v];
     }
@@ -931,15 +936,14 @@ static cg_axis axis_of(cg_ctx *cg, uint32_t v, int d)
     }
     case IR_TRANS:
         return cg_axis_info(cg, op->opnd[0], 1 - d);
-    case IR_REDUCE_SUM:
-    case IR_REDUCE_MAX:
-    case IR_REDUCE_MIN: { /* combining values constant along d stays constant along d */
+    default:
+        break;
+    }
+    if (lay_class[op->kind] == LAY_REDUCE) {
+        /* combining values constant along d stays constant along d */
         int a = (int)op->iattr[0];
         cg_axis s = cg_axis_info(cg, op->opnd[0], d < a ? d : d + 1);
         return (cg_axis){s.cnst, 1, 1};
-    }
-    default:
-        break;
     }
     if (!is_ew(op->kind))
         return none;

@@ -585,10 +585,13 @@ bool lower_yield(L *l, uint32_t o, ir_op *op)
 }
 
 static const lower_fn lower_table[IR_OP_COUNT] = {
-#define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = lower_##n,
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = lower_##n,
 #include "ops.h"
 #undef LOOM_OP
 };
+
+bool cg_op_lowered(int kind) { return kind > 0 && kind < IR_OP_COUNT && lower_table[kind] != NULL; }
+
 
 bool lw_lower_block(L *l, uint32_t b)
 {

@@ -173,7 +173,7 @@ typedef bool (*lower_fn)(L *, uint32_t, ir_op *);
 #define lower_reduce_max lower_reduce
 #define lower_reduce_min lower_reduce
 
-#define LOOM_OP(E, n, nop, nreg, rule, fl) bool lower_##n(L *l, uint32_t o, ir_op *op);
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) bool lower_##n(L *l, uint32_t o, ir_op *op);
 #include "ops.h"
 #undef LOOM_OP
 

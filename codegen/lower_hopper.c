@@ -794,10 +794,11 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
 {
     cg_ctx *cg = l->cg;
     const ir_type *at = vty(l, op->opnd[0]), *bt = vty(l, op->opnd[1]);
-    if (at->kind != IR_T_SMEM)
-        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
-                       "%s:%d: wgmma with A in registers is not lowered yet; stage A in shared memory",
-                       op->src.file, op->src.line);
+    if (at->kind != IR_T_SMEM) /* rule_wgmma refuses A in registers */
+        return CG_BUG(cg, "wgmma at %s:%d: A is not in shared memory", op->src.file, op->src.line);
+    /* a documented refusal (docs/dsl.md, "What the code generator refuses"): the
+     * interpreter runs unswizzled operands, but wgmma's descriptors here describe
+     * swizzled layouts only */
     if (!at->swizzle || !bt->swizzle)
         return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
                        "%s:%d: wgmma operands in shared memory need a swizzle mode (LOOM_SWIZZLE_128, 64 or 32)",

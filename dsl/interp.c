@@ -15,10 +15,11 @@
  * naming the op's source line and the offending index.  Elements of the tiled
  * (trailing) dims that fall outside the tensor are masked, as the DSL says.
  *
- * Each op's semantics is interp_<name>() below, or in dsl/interp_async.c for the Hopper
- * machinery (shared memory, barriers, TMA, wgmma, tasks; it runs each task replica of a
- * CTA as its own coroutine after the kernel body).  The dispatch table is generated from
- * dsl/ops.h, so an op without semantics does not link.  dsl/interp.h is what the two
+ * Each op's semantics is interp_<name>() below, or, for the ops whose `sem` column in
+ * dsl/ops.h is hopper, in the Hopper machinery (shared memory, barriers, TMA, wgmma,
+ * tasks: dsl/interp_smem.c, interp_async.c, interp_tasks.c; each task replica of a CTA
+ * runs as its own coroutine after the kernel body).  The dispatch table is generated
+ * from dsl/ops.h, so an op without semantics does not link.  dsl/interp.h is what the
  * files share.
  */
 #include "interp.h"
@@ -701,14 +702,16 @@ static bool interp_yield(interp *in, const ir_op *op)
     return true; /* the enclosing for/if reads the yielded values */
 }
 
-/* The Hopper machinery (interp_smem_alloc ... interp_task_replica) is in
- * dsl/interp_async.c. */
+/* The Hopper ops (sem column hopper) are declared in dsl/interp.h. */
 
 static const interp_fn dispatch[IR_OP_COUNT] = {
-#define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = interp_##n,
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = interp_##n,
 #include "ops.h"
 #undef LOOM_OP
 };
+
+bool interp_has_semantics(int kind) { return kind > 0 && kind < IR_OP_COUNT && dispatch[kind] != NULL; }
+
 
 /* Run block b; return its yield op (or a dummy for the body), NULL on error. */
 const ir_op *interp_exec_block(interp *in, uint32_t b)

@@ -1,17 +1,19 @@
 /*
- * interp.h -- what the interpreter's two files share (internal to dsl/).
+ * interp.h -- what the interpreter's files share (internal to dsl/).
  *
  * dsl/interp.c holds the core: value slots, the op semantics of the SIMT subset, control
- * flow, the grid loop and the dispatch table made from dsl/ops.h.  dsl/interp_async.c
- * holds the Hopper machinery: shared-memory rings, mbarriers, named barriers, TMA,
- * wgmma, and the warp-group tasks, each task replica run as its own coroutine.  This
- * header gives the second file the first one's value representation and helpers, and
- * the first one the hooks that set up, run and free the per-CTA machinery.
+ * flow, the grid loop and the dispatch table made from dsl/ops.h.  Three files hold the
+ * Hopper machinery (dsl/interp_hw.h says what each one does): interp_smem.c the per-CTA
+ * state and shared-memory rings, interp_async.c mbarriers, named barriers, TMA and wgmma,
+ * interp_tasks.c the warp-group tasks, each task replica run as its own coroutine, and
+ * the programs run side by side.  This header gives them the core's value representation
+ * and helpers, and the core the hooks that set up, run and free the per-CTA machinery
+ * and the prototypes of the Hopper ops' semantics (made from dsl/ops.h).
  *
  * A value slot (tv) holds a whole tile: floats of every width as f32 values already
  * rounded to their dtype, integers as int64 values already wrapped to their width.
  * Shared-memory and barrier values hold no elements: they are references (obj, sidx,
- * trans) into the per-CTA state of dsl/interp_async.c.
+ * trans) into the per-CTA state of the Hopper files.
  */
 #ifndef LOOM_INTERP_H
 #define LOOM_INTERP_H
@@ -36,7 +38,7 @@ typedef struct tv {
     int64_t poff, prows, pcols;
 } tv;
 
-typedef struct interp_hw interp_hw; /* per-run Hopper state (dsl/interp_async.c) */
+typedef struct interp_hw interp_hw; /* per-run Hopper state (dsl/interp_hw.h) */
 
 typedef struct interp {
     loom_kernel *k;
@@ -93,20 +95,23 @@ static inline tref interp_tensor_of(interp *in, const ir_op *op)
 bool interp_mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f, int64_t *i);
 bool interp_mem_write(interp *in, const ir_op *op, tref t, int64_t off, float f, int64_t i);
 
-/* ---------------------------------------------------------------- dsl/interp_async.c */
+/* ---------------------------------------------------------------- the Hopper machinery */
 
-/* Set up the Hopper state of a run (nothing for kernels that use none); checks what a
- * launch would refuse (TMA tensors' strides).  false: in->st says why. */
+/* dsl/interp_smem.c: set up the Hopper state of a run (nothing for kernels that use
+ * none); checks what a launch would refuse (TMA tensors' strides).  false: in->st says
+ * why. */
 bool interp_hw_init(interp *in);
-/* After the kernel body of one CTA ran: run its task replicas to the end, reporting a
- * deadlock if they block for good.  Nothing to do without tasks. */
-bool interp_hw_run_tasks(interp *in);
 void interp_hw_free(interp *in);
 
-/* Flags (loom_flag_add / loom_flag_wait).  A kernel with flag waits runs its programs side
- * by side, each a coroutine with its own slots and Hopper state, so a program can wait for
- * another's flag; a round in which every unfinished program stays blocked and no flag
- * changed is a deadlock, reported with each wait's line and the flag's value. */
+/* dsl/interp_tasks.c: after the kernel body of one CTA ran, run its task replicas to the
+ * end, reporting a deadlock if they block for good.  Nothing to do without tasks. */
+bool interp_hw_run_tasks(interp *in);
+
+/* Flags (loom_flag_add / loom_flag_wait), dsl/interp_tasks.c.  A kernel with flag waits
+ * runs its programs side by side, each a coroutine with its own slots and Hopper state,
+ * so a program can wait for another's flag; a round in which every unfinished program
+ * stays blocked and no flag changed is a deadlock, reported with each wait's line and the
+ * flag's value. */
 loom_status interp_run_side_by_side(interp *base);
 /* Block the running program or task replica until flags element `off` may have reached
  * target (the caller re-reads it); false on an error or a deadlock. */
@@ -114,30 +119,14 @@ bool interp_flag_block(interp *in, const ir_op *op, tref t, int64_t off, int64_t
 /* A flag changed: waits may be met now. */
 void interp_flag_added(interp *in);
 
-#define INTERP_HOPPER_OP(name) bool interp_##name(interp *in, const ir_op *op);
-INTERP_HOPPER_OP(smem_alloc)
-INTERP_HOPPER_OP(smem_slot)
-INTERP_HOPPER_OP(smem_trans)
-INTERP_HOPPER_OP(smem_load)
-INTERP_HOPPER_OP(smem_store)
-INTERP_HOPPER_OP(mbar_alloc)
-INTERP_HOPPER_OP(mbar_expect)
-INTERP_HOPPER_OP(mbar_arrive)
-INTERP_HOPPER_OP(mbar_wait)
-INTERP_HOPPER_OP(named_barrier)
-INTERP_HOPPER_OP(fence_async)
-INTERP_HOPPER_OP(tma_load)
-INTERP_HOPPER_OP(tma_store)
-INTERP_HOPPER_OP(tma_store_wait)
-INTERP_HOPPER_OP(wgmma)
-INTERP_HOPPER_OP(wgmma_commit)
-INTERP_HOPPER_OP(wgmma_wait)
-INTERP_HOPPER_OP(task)
-INTERP_HOPPER_OP(task_replica)
-INTERP_HOPPER_OP(smem_part)
-INTERP_HOPPER_OP(mbar_arrive_cluster)
-INTERP_HOPPER_OP(tma_load_multicast)
-INTERP_HOPPER_OP(cluster_rank)
-#undef INTERP_HOPPER_OP
+/* The semantics of the ops whose `sem` column in dsl/ops.h is hopper (defined in the
+ * Hopper files); the core ones are static in dsl/interp.c. */
+#define INTERP_SEM_core(name)
+#define INTERP_SEM_hopper(name) bool interp_##name(interp *in, const ir_op *op);
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) INTERP_SEM_##sem(n)
+#include "ops.h"
+#undef LOOM_OP
+#undef INTERP_SEM_hopper
+#undef INTERP_SEM_core
 
 #endif /* LOOM_INTERP_H */

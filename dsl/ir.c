@@ -17,7 +17,7 @@
 
 const ir_opdesc ir_opdescs[IR_OP_COUNT] = {
     [IR_INVALID] = {"<invalid>", 0, 0, 0},
-#define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = {#n, nop, nreg, fl},
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = {#n, nop, nreg, fl},
 #include "ops.h"
 #undef LOOM_OP
 };

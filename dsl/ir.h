@@ -25,7 +25,7 @@
 
 enum {
     IRF_PURE = 1 << 0,        /* no side effects; may be folded or removed when unused */
-    IRF_ELEMENTWISE = 1 << 1, /* result[i] depends on operands[i] alone */
+    IRF_FOLD = 1 << 1,        /* elementwise, folded on constants (codegen/fold.c) */
     IRF_READS = 1 << 2,       /* reads global memory */
     IRF_WRITES = 1 << 3,      /* writes global memory */
     IRF_REGION = 1 << 4,      /* owns regions */
@@ -37,7 +37,7 @@ enum {
 
 typedef enum ir_opkind {
     IR_INVALID = 0,
-#define LOOM_OP(E, n, nop, nreg, rule, fl) IR_##E,
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) IR_##E,
 #include "ops.h"
 #undef LOOM_OP
     IR_OP_COUNT
@@ -263,6 +263,8 @@ typedef struct interp_arg {
 
 /* Run verified kernel k over the grid.  On an error, returns the status and writes a
  * message (naming the op's source line) into err. */
+/* Whether the interpreter has semantics for op kind `kind` (dsl/interp.c's dispatch). */
+bool interp_has_semantics(int kind);
 loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args, char *err,
                        size_t errlen);
 

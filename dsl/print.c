@@ -102,10 +102,151 @@ static const char *pred_name(int64_t p)
     return p >= 0 && p < 6 ? n[p] : "?";
 }
 
+/* ---------------------------------------------------------------- ops */
+
+/* What follows an op's name is its form, print_<form>() for the `print` column of
+ * dsl/ops.h, then the attributes its `attrs` column names, as name=value. */
+
+/* " %a, %b" */
+static void print_opnds(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    for (int i = 0; i < op->nopnd; i++) {
+        put(p, i ? ", " : " ");
+        val(k, p, op->opnd[i]);
+    }
+}
+
+/* "program_id 0", "reduce_sum %3, axis=1" */
+static void print_axis(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    for (int i = 0; i < op->nopnd; i++) {
+        put(p, " ");
+        val(k, p, op->opnd[i]);
+    }
+    put(p, op->nopnd ? ", axis=%lld" : " %lld", (long long)op->iattr[0]);
+}
+
+static void print_const(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    (void)k;
+    put(p, " ");
+    if (ir_dtype_is_float((loom_dtype)op->iattr[0]))
+        fnum(p, op->fattr);
+    else
+        put(p, "%lld", (long long)op->iattr[1]);
+}
+
+static void print_arange(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    (void)k;
+    put(p, " %lld, %lld", (long long)op->iattr[0], (long long)op->iattr[1]);
+}
+
+static void print_cmp(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    put(p, " %s", pred_name(op->iattr[0]));
+    print_opnds(k, p, op);
+}
+
+/* "load %x[%0, %1] shape=[...] mask=%m fill=F", "store %out[%0], %v", "load_rows %x[rows=%r,
+ * %1] ..." */
+static void print_access(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    int t_rank = op->nopnd && ir_valid(k, op->opnd[0]) && ir_val(k, op->opnd[0])->type.kind == IR_T_TENSOR
+                     ? ir_val(k, op->opnd[0])->type.shape.rank
+                     : 0;
+    int first = op->kind == IR_LOAD_ROWS ? 2 : 1;
+    put(p, " ");
+    val(k, p, op->opnd[0]);
+    put(p, "[");
+    for (int i = 0; i < t_rank; i++) {
+        if (i)
+            put(p, ", ");
+        if (i == 0 && op->kind == IR_LOAD_ROWS) {
+            put(p, "rows=");
+            val(k, p, op->opnd[1]);
+        } else {
+            val(k, p, op->opnd[first + i]);
+        }
+    }
+    put(p, "]");
+    int rest = first + t_rank;
+    if (op->kind == IR_STORE) {
+        put(p, ", ");
+        val(k, p, op->opnd[rest++]);
+    }
+    if (op->kind == IR_LOAD || op->kind == IR_LOAD_ROWS) {
+        put(p, " shape=");
+        shape(p, &op->shape);
+    }
+    if ((op->kind == IR_LOAD || op->kind == IR_STORE) && op->iattr[0]) {
+        put(p, " mask=");
+        val(k, p, op->opnd[rest]);
+    }
+    if (op->kind == IR_LOAD || op->kind == IR_LOAD_ROWS) {
+        put(p, " fill=");
+        fnum(p, op->fattr);
+    }
+}
+
+/* "for %iv = %lo to %hi step %s iter(%arg = %init, ...)" */
+static void print_for(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    ir_block *body = ir_blk(k, op->reg[0]);
+    for (uint32_t i = 0; i < body->nargs; i++)
+        name_val(k, p, body->args[i]);
+    put(p, " ");
+    if (body->nargs)
+        val(k, p, body->args[0]);
+    put(p, " = ");
+    val(k, p, op->opnd[0]);
+    put(p, " to ");
+    val(k, p, op->opnd[1]);
+    put(p, " step ");
+    val(k, p, op->opnd[2]);
+    if (op->nopnd > 3) {
+        put(p, " iter(");
+        for (int i = 3; i < op->nopnd; i++) {
+            if (i > 3)
+                put(p, ", ");
+            if ((uint32_t)(i - 2) < body->nargs)
+                val(k, p, body->args[i - 2]);
+            put(p, " = ");
+            val(k, p, op->opnd[i]);
+        }
+        put(p, ")");
+    }
+}
+
+/* "smem_alloc f16[64x64] ..." (the dtype in iattr[2]) */
+static void print_tile(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    (void)k;
+    put(p, " %s", loom_dtype_name((loom_dtype)op->iattr[2]));
+    shape(p, &op->shape);
+}
+
+/* "broadcast %3 to [64x64]" */
+static void print_to_shape(loom_kernel *k, pbuf *p, const ir_op *op)
+{
+    print_opnds(k, p, op);
+    put(p, " to ");
+    shape(p, &op->shape);
+}
+
+typedef void (*print_fn)(loom_kernel *, pbuf *, const ir_op *);
+static const struct {
+    print_fn form;
+    const char *attrs; /* names of iattr[0], iattr[1], ..., separated by spaces */
+} forms[IR_OP_COUNT] = {
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = {print_##pr, attrs},
+#include "ops.h"
+#undef LOOM_OP
+};
+
 static void print_op(loom_kernel *k, pbuf *p, uint32_t o, int depth)
 {
     ir_op *op = ir_opp(k, o);
-    const char *name = ir_opdescs[op->kind].name;
     for (int i = 0; i < op->nres; i++)
         name_val(k, p, op->res[i]);
     indent(p, depth);
@@ -116,137 +257,13 @@ static void print_op(loom_kernel *k, pbuf *p, uint32_t o, int depth)
     }
     if (op->nres)
         put(p, " = ");
-    put(p, "%s", name);
-    int t_rank = op->nopnd && ir_valid(k, op->opnd[0]) && ir_val(k, op->opnd[0])->type.kind == IR_T_TENSOR
-                     ? ir_val(k, op->opnd[0])->type.shape.rank
-                     : 0;
-    switch ((ir_opkind)op->kind) {
-    case IR_PROGRAM_ID:
-    case IR_NUM_PROGRAMS:
-    case IR_EXPAND_DIMS:
-    case IR_REDUCE_SUM:
-    case IR_REDUCE_MAX:
-    case IR_REDUCE_MIN:
-        for (int i = 0; i < op->nopnd; i++) {
-            put(p, " ");
-            val(k, p, op->opnd[i]);
-        }
-        put(p, op->nopnd ? ", axis=%lld" : " %lld", (long long)op->iattr[0]);
-        break;
-    case IR_CONST:
-        put(p, " ");
-        if (ir_dtype_is_float((loom_dtype)op->iattr[0]))
-            fnum(p, op->fattr);
-        else
-            put(p, "%lld", (long long)op->iattr[1]);
-        break;
-    case IR_ARANGE:
-        put(p, " %lld, %lld", (long long)op->iattr[0], (long long)op->iattr[1]);
-        break;
-    case IR_CMP:
-        put(p, " %s", pred_name(op->iattr[0]));
-        for (int i = 0; i < op->nopnd; i++) {
-            put(p, i ? ", " : " ");
-            val(k, p, op->opnd[i]);
-        }
-        break;
-    case IR_LOAD:
-    case IR_LOAD_SCALAR:
-    case IR_STORE:
-    case IR_LOAD_ROWS: {
-        int first = op->kind == IR_LOAD_ROWS ? 2 : 1;
-        put(p, " ");
-        val(k, p, op->opnd[0]);
-        put(p, "[");
-        for (int i = 0; i < t_rank; i++) {
-            if (i)
-                put(p, ", ");
-            if (i == 0 && op->kind == IR_LOAD_ROWS) {
-                put(p, "rows=");
-                val(k, p, op->opnd[1]);
-            } else {
-                val(k, p, op->opnd[first + i]);
-            }
-        }
-        put(p, "]");
-        int rest = first + t_rank;
-        if (op->kind == IR_STORE) {
-            put(p, ", ");
-            val(k, p, op->opnd[rest++]);
-        }
-        if (op->kind == IR_LOAD || op->kind == IR_LOAD_ROWS) {
-            put(p, " shape=");
-            shape(p, &op->shape);
-        }
-        if ((op->kind == IR_LOAD || op->kind == IR_STORE) && op->iattr[0]) {
-            put(p, " mask=");
-            val(k, p, op->opnd[rest]);
-        }
-        if (op->kind == IR_LOAD || op->kind == IR_LOAD_ROWS) {
-            put(p, " fill=");
-            fnum(p, op->fattr);
-        }
-        break;
-    }
-    case IR_FOR: {
-        ir_block *body = ir_blk(k, op->reg[0]);
-        for (uint32_t i = 0; i < body->nargs; i++)
-            name_val(k, p, body->args[i]);
-        put(p, " ");
-        if (body->nargs)
-            val(k, p, body->args[0]);
-        put(p, " = ");
-        val(k, p, op->opnd[0]);
-        put(p, " to ");
-        val(k, p, op->opnd[1]);
-        put(p, " step ");
-        val(k, p, op->opnd[2]);
-        if (op->nopnd > 3) {
-            put(p, " iter(");
-            for (int i = 3; i < op->nopnd; i++) {
-                if (i > 3)
-                    put(p, ", ");
-                if ((uint32_t)(i - 2) < body->nargs)
-                    val(k, p, body->args[i - 2]);
-                put(p, " = ");
-                val(k, p, op->opnd[i]);
-            }
-            put(p, ")");
-        }
-        break;
-    }
-    case IR_SMEM_ALLOC:
-        put(p, " %s", loom_dtype_name((loom_dtype)op->iattr[2]));
-        shape(p, &op->shape);
-        put(p, " slots=%lld swizzle=%lld", (long long)op->iattr[0], (long long)op->iattr[1]);
-        break;
-    case IR_MBAR_ALLOC:
-        put(p, " count=%lld arrivals=%lld", (long long)op->iattr[0], (long long)op->iattr[1]);
-        break;
-    case IR_NAMED_BARRIER:
-        put(p, " id=%lld threads=%lld", (long long)op->iattr[0], (long long)op->iattr[1]);
-        break;
-    case IR_TASK:
-        put(p, " warps=%lld regs=%lld replicas=%lld", (long long)op->iattr[0],
-            (long long)op->iattr[1], (long long)op->iattr[2]);
-        break;
-    default:
-        for (int i = 0; i < op->nopnd; i++) {
-            put(p, i ? ", " : " ");
-            val(k, p, op->opnd[i]);
-        }
-        if (op->kind == IR_MBAR_EXPECT)
-            put(p, " bytes=%lld", (long long)op->iattr[0]);
-        if (op->kind == IR_SMEM_PART)
-            put(p, " dim=%lld start=%lld size=%lld", (long long)op->iattr[0], (long long)op->iattr[1],
-                (long long)op->iattr[2]);
-        if (op->kind == IR_TMA_STORE_WAIT || op->kind == IR_WGMMA_WAIT)
-            put(p, "%spending=%lld", op->nopnd ? " " : " ", (long long)op->iattr[0]);
-        if (op->kind == IR_SPLAT || op->kind == IR_BROADCAST) {
-            put(p, " to ");
-            shape(p, &op->shape);
-        }
-        break;
+    put(p, "%s", ir_opdescs[op->kind].name);
+    forms[op->kind].form(k, p, op);
+    const char *names = forms[op->kind].attrs;
+    for (int i = 0; *names; i++) {
+        int len = (int)strcspn(names, " ");
+        put(p, " %.*s=%lld", len, names, (long long)op->iattr[i]);
+        names += len + (names[len] == ' ');
     }
     if (op->nres) {
         put(p, " : ");

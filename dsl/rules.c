@@ -791,9 +791,13 @@ static bool rule_wgmma(rule_ctx *c)
 {
     char b1[64], b2[64], b3[64];
     const ir_type *a = T(c, 0), *bb = T(c, 1), *acc = T(c, 2);
-    if (!(is_view(a) || (a->kind == IR_T_TILE && a->shape.rank == 2)))
-        FAIL("a is %s; a shared view or a 2-D register tile is needed", ts(a, b1));
-    if (!want_view(c, 1, "b"))
+    /* the instruction can take A from registers, but no backend lowers that form, and a
+     * rule never accepts what no backend lowers */
+    if (a->kind == IR_T_TILE)
+        FAIL("a is %s, a register tile; wgmma takes A from shared memory (no backend lowers A "
+             "in registers): loom_smem_store it into a view, loom_fence_async, and pass the view",
+             ts(a, b1));
+    if (!want_view(c, 0, "a") || !want_view(c, 1, "b"))
         return false;
     if (acc->kind != IR_T_TILE || acc->dtype != LOOM_F32 || acc->shape.rank != 2)
         FAIL("the accumulator is %s; an f32 2-D tile is needed", ts(acc, b3));
@@ -863,7 +867,7 @@ static bool rule_cluster_rank(rule_ctx *c)
 
 typedef bool (*rule_fn)(rule_ctx *);
 static const rule_fn rules[IR_OP_COUNT] = {
-#define LOOM_OP(E, n, nop, nreg, rule, fl) [IR_##E] = rule_##rule,
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = rule_##rule,
 #include "ops.h"
 #undef LOOM_OP
 };

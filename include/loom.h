@@ -412,14 +412,14 @@ void loom_tma_load_multicast_at(loom_src at, loom_kernel *k, loom_val t, const l
 void loom_mbar_arrive_cluster_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i);
 
 /* wgmma.  acc' = acc + a @ b issued asynchronously on the tensor cores: a is a shared
- * view [M, K] or a register tile [M, K]; b a shared view [K, N] (loom_smem_trans of an
- * [N, K] view is the usual K-major B); f16 or bf16 (the same for both); acc an f32 tile
- * [M, N] with M a multiple of 64 per warp group of the task (each warp group owns M/G
- * rows), N a multiple of 8 up to 256, K a multiple of 16.  loom_wgmma_commit() closes
- * the group of wgmmas issued since the last commit; loom_wgmma_wait(pending, n, accs)
- * waits until at most `pending` groups are in flight and returns the accumulators
- * (results 0..n-1 via loom_wgmma_result).  An accumulator may be read by other ops only
- * after a wait with pending = 0 (the verifier checks it). */
+ * view [M, K] (a register tile is refused: no backend lowers A in registers); b a shared
+ * view [K, N] (loom_smem_trans of an [N, K] view is the usual K-major B); f16 or bf16 (the
+ * same for both); acc an f32 tile [M, N] with M a multiple of 64 per warp group of the
+ * task (each warp group owns M/G rows), N a multiple of 8 up to 256, K a multiple of 16.
+ * loom_wgmma_commit() closes the group of wgmmas issued since the last commit;
+ * loom_wgmma_wait(pending, n, accs) waits until at most `pending` groups are in flight and
+ * returns the accumulators (results 0..n-1 via loom_wgmma_result).  An accumulator may be
+ * read by other ops only after a wait with pending = 0 (the verifier checks it). */
 #define loom_wgmma(k, a, b, acc) loom_wgmma_at(LOOM_HERE, k, a, b, acc)
 #define loom_wgmma_commit(k) loom_wgmma_commit_at(LOOM_HERE, k)
 #define loom_wgmma_wait(k, pending, n, accs) loom_wgmma_wait_at(LOOM_HERE, k, pending, n, accs)

@@ -390,6 +390,36 @@ Test(hopper_checks, bad_operands_are_named_at_their_line)
     loom_kernel_destroy(k);
 }
 
+/* The instruction can read A from registers, but no backend lowers that form: the rule
+ * refuses it at the builder's line, so the interpreter never runs a kernel the GPU
+ * cannot. */
+Test(hopper_checks, wgmma_refuses_a_in_registers)
+{
+    loom_kernel *k = loom_kernel_create("t", 4);
+    loom_val b = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(32, 16), 1, LOOM_SWIZZLE_32);
+    loom_region_op t = loom_task_begin(k, 4, 0, 1);
+    loom_val a = loom_splat(k, loom_const_f(k, LOOM_F16, 1), LOOM_SHAPE2(64, 32));
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, 16));
+    int line = __LINE__ + 1;
+    loom_val r = loom_wgmma(k, a, b, acc);
+    loom_task_end(k, t);
+    cr_expect_eq(r, LOOM_NONE);
+    expect_error(k, "op 'wgmma': a is f16[64x32], a register tile; wgmma takes A from shared memory", line);
+    loom_kernel_destroy(k);
+
+    /* anything else that is not a view is named the way b is */
+    k = loom_kernel_create("t", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F16, LOOM_SHAPE2(64, 32), LOOM_IN);
+    b = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(32, 16), 1, LOOM_SWIZZLE_32);
+    t = loom_task_begin(k, 4, 0, 1);
+    acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, 16));
+    line = __LINE__ + 1;
+    loom_wgmma(k, x, b, acc);
+    loom_task_end(k, t);
+    expect_error(k, "a is tensor<f16[64x32]>; a shared-memory view is needed", line);
+    loom_kernel_destroy(k);
+}
+
 /* The whole warp-specialized GEMM template through the interpreter (CI has no GPU):
  * producer and consumer tasks, ring phases, TMA edges, the wgmma pipeline. */
 Test(hopper_interp_template, gemm_runs_on_the_interpreter)

@@ -146,6 +146,45 @@ Test(print, masked_load_store)
     check_golden(k, "masked_load_store");
 }
 
+/* The Hopper ops: a producer task brings a tile by TMA, a consumer multiplies it by its
+ * transpose and stores half of the product by TMA.  Attributes print as name=value after
+ * the operands (the `attrs` column of dsl/ops.h); smem_alloc prints dtype[shape] first. */
+Test(print, hopper_ops)
+{
+    loom_kernel *k = loom_kernel_create("hopper_ops", 8);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F16, LOOM_SHAPE2(64, 64), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", LOOM_F16, LOOM_SHAPE2(32, 64), LOOM_OUT);
+    loom_val ring = loom_name(k, loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(64, 64), 2, LOOM_SWIZZLE_128), "ring");
+    loom_val out = loom_name(k, loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(64, 64), 1, LOOM_SWIZZLE_128), "out");
+    loom_val full = loom_name(k, loom_mbar_alloc(k, 2, 1), "full");
+    loom_val z = loom_const_i(k, LOOM_I32, 0);
+    loom_val offs[2] = {z, z};
+    loom_region_op prod = loom_task_begin(k, 4, 40, 1);
+    loom_val dst = loom_smem_slot(k, ring, z);
+    loom_mbar_expect(k, full, z, 8192);
+    loom_tma_load(k, x, offs, dst, full, z);
+    loom_task_end(k, prod);
+    loom_region_op cons = loom_task_begin(k, 4, 232, 1);
+    loom_name(k, loom_task_replica(k), "me");
+    loom_val slot = loom_smem_slot(k, ring, z);
+    loom_mbar_wait(k, full, z, z);
+    loom_val zf = loom_const_f(k, LOOM_F32, 0);
+    loom_val acc0 = loom_splat(k, zf, LOOM_SHAPE2(64, 64));
+    loom_val bt = loom_smem_trans(k, slot);
+    loom_val acc = loom_wgmma(k, slot, bt, acc0);
+    loom_wgmma_commit(k);
+    loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
+    loom_val h = loom_cast(k, loom_wgmma_result(k, w, 0), LOOM_F16);
+    loom_smem_store(k, out, h);
+    loom_fence_async(k);
+    loom_named_barrier(k, 1, 128);
+    loom_val top = loom_smem_part(k, out, 0, 0, 32);
+    loom_tma_store(k, y, offs, top);
+    loom_tma_store_wait(k, 0);
+    loom_task_end(k, cons);
+    check_golden(k, "hopper_ops");
+}
+
 /* ir_value_label (used by the interpreter's messages) names a value as the text does. */
 Test(print, value_labels_match_the_text)
 {
