@@ -592,7 +592,7 @@ typedef struct loom_template {
     /* An output element passes when |out - ref| <= atol + rtol * |ref|. */
     double atol, rtol;
 
-    /* ---- autotuning (runtime/tune.c); every field below is optional */
+    /* ---- autotuning (tune/); every field below is optional */
     /* Can `config` serve `shape` well enough to be worth timing?  Return 1, or 0 with the
      * reason in why (shared memory, registers, divisibility, alignment: whatever limits
      * the template).  NULL: every config the build accepts is a candidate. */
@@ -641,7 +641,7 @@ void loom_instance_destroy(loom_instance *in);
 loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const int64_t *shape,
                                 const int64_t *config, uint64_t seed, char *report, size_t n);
 
-/* ---- the autotuner (runtime/tune.c; docs/tuning.md)
+/* ---- the autotuner (tune/; docs/tuning.md)
  *
  * loom_tune(rt, t, shapes, n, opts, out) gives, for each shape, a kernel built with the
  * best config and ready to launch.  Each shape is looked up in the tuning cache (a JSON
