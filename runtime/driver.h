@@ -81,12 +81,6 @@ extern cu_driver cu;
  * later call (after LOOM_CUDA_LIB changed, say) tries again. */
 loom_status cu_load(char *err, size_t errlen);
 
-/* dlopen (RTLD_NOW | RTLD_LOCAL) the first of names[0..n) that loads, skipping NULL and
- * empty names; where the environment variable env_override is set and not empty, its
- * value is the only name tried.  Returns the handle, with the name that loaded in path
- * (when given), or NULL with the first failure's dlerror in why. */
-void *rt_dlopen_first(const char *const *names, int n, const char *env_override, char *path,
-                      size_t pathlen, char *why, size_t whylen);
 
 /* ---------------------------------------------------------------- rt_gpu and errors (driver.c) */
 

@@ -52,6 +52,17 @@ loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg);
 /* A GPU buffer's device address (0 on the interpreter). */
 uint64_t rt_buffer_dptr(const loom_buffer *b);
 
+/* ---------------------------------------------------------------- optional libraries
+ * libcuda, nvJitLink, and for tests and benchmarks NVRTC and cuBLAS, are all opened this
+ * way (runtime/driver.c). */
+
+/* dlopen (RTLD_NOW | RTLD_LOCAL) the first of names[0..n) that loads, skipping NULL and
+ * empty names; where the environment variable env_override is set and not empty, its
+ * value is the only name tried.  Returns the handle, with the name that loaded in path
+ * (when given), or NULL with the first failure's dlerror in why. */
+void *rt_dlopen_first(const char *const *names, int n, const char *env_override, char *path,
+                      size_t pathlen, char *why, size_t whylen);
+
 /* ---------------------------------------------------------------- cache files
  * The module cache's directory, hash and file primitives (runtime/module_cache.c), which
  * the tuning cache (tune/tune_cache.c) shares. */

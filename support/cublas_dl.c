@@ -2,6 +2,7 @@
  * cublas_dl.c -- cuBLAS by hand, through dlopen (see cublas_dl.h).
  */
 #include "cublas_dl.h"
+#include "rt.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,20 +15,9 @@ enum { CUBLAS_GEMM_DEFAULT = -1 };
 
 int cublas_dl_open(cublas_dl *cb, char *err, size_t errlen)
 {
-    const char *names[4] = {getenv("LOOM_CUBLAS_LIB"), "libcublas.so.13", "libcublas.so.12",
-                            "/usr/local/cuda/lib64/libcublas.so"};
-    char first[384] = "";
-    for (int i = 0; i < 4 && !cb->lib; i++) {
-        if (!names[i] || !*names[i])
-            continue;
-        cb->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (cb->lib)
-            snprintf(cb->path, sizeof cb->path, "%s", names[i]);
-        else if (!first[0])
-            snprintf(first, sizeof first, "%s", dlerror());
-        if (i == 0 && names[0] && *names[0])
-            break;
-    }
+    const char *names[3] = {"libcublas.so.13", "libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so"};
+    char first[384];
+    cb->lib = rt_dlopen_first(names, 3, "LOOM_CUBLAS_LIB", cb->path, sizeof cb->path, first, sizeof first);
     if (!cb->lib) {
         snprintf(err, errlen, "cannot load cuBLAS (%s)", first);
         return -1;

@@ -54,23 +54,9 @@ loom_status nvref_available(char *err, size_t errlen)
     pthread_mutex_lock(&nv_lock);
     if (nv.lib)
         goto out;
-    const char *names[4] = {getenv("LOOM_NVRTC_LIB"), "libnvrtc.so.13", "libnvrtc.so.12",
-                            "libnvrtc.so"};
-    void *lib = NULL;
-    char first_err[384] = "";
-    for (int i = 0; i < 4 && !lib; i++) {
-        if (!names[i] || !*names[i])
-            continue;
-        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib) {
-            snprintf(nv.path, sizeof nv.path, "%s", names[i]);
-        } else if (!first_err[0]) {
-            const char *e = dlerror();
-            snprintf(first_err, sizeof first_err, "%s", e ? e : names[i]);
-        }
-        if (i == 0 && names[0] && *names[0])
-            break;
-    }
+    const char *names[3] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    char first_err[384];
+    void *lib = rt_dlopen_first(names, 3, "LOOM_NVRTC_LIB", nv.path, sizeof nv.path, first_err, sizeof first_err);
     if (!lib) {
         snprintf(err, errlen, "NVRTC missing: cannot load libnvrtc (%s)", first_err);
         st = LOOM_ERR_UNSUPPORTED;
