@@ -9,8 +9,9 @@
  *   - the prototypes of the Hopper semantics     (dsl/interp.h, from `sem`)
  *   - the printer's form and attribute names     (dsl/print.c: print_<print>, `attrs`)
  *   - the layout class of each op                (codegen/layout.c, from `layout`)
- *   - the LLVM lowering's dispatch table         (codegen/lower.c: lower_<name>)
+ *   - the LLVM lowering's declarations and dispatch  (codegen/lower.h, lower.c: lower_<name>)
  *   - the test that every op has a test          (tests/test_optable.c)
+ *   - the walk that every op has semantics and a lowering  (tests/test_refusals.c)
  * so adding an op is one line here plus its rule, semantics and lowering; a missing
  * function is a link error, never a silent gap.
  *
