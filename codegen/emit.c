@@ -28,6 +28,7 @@
  * program using loom never sees LLVM and can run where LLVM is not installed.
  */
 #include "cg.h"
+#include "../util/util.h"
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Support.h>
@@ -104,8 +105,8 @@ loom_status cg_optimize(cg_ctx *cg, void *module, void *tm)
     LLVMTargetDataRef td = LLVMCreateTargetDataLayout((LLVMTargetMachineRef)tm);
     LLVMSetModuleDataLayout(m, td);
     LLVMDisposeTargetData(td);
-    const char *passes = getenv("LOOM_LLVM_PASSES");
-    if (!passes || !*passes)
+    const char *passes = util_env_str("LOOM_LLVM_PASSES");
+    if (!passes)
         passes = CG_PASSES;
     LLVMPassBuilderOptionsRef opt = LLVMCreatePassBuilderOptions();
     LLVMErrorRef e = LLVMRunPasses(m, passes, (LLVMTargetMachineRef)tm, opt);

@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 bool cg_fail(cg_ctx *cg, loom_status st, const char *fmt, ...)
 {
@@ -64,8 +63,6 @@ bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
     }
     return false;
 }
-
-
 
 /* After a pass: dump if asked, verify if asked. */
 static loom_status after(cg_ctx *cg, const char *pass)
@@ -106,9 +103,7 @@ loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *e
     cg->err = err;
     cg->errlen = errlen;
     cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
-    cg->dump_after = getenv("LOOM_DUMP_AFTER");
-    if (cg->dump_after && !*cg->dump_after)
-        cg->dump_after = NULL;
+    cg->dump_after = util_env_str("LOOM_DUMP_AFTER");
 
     LLVMContextRef ctx = NULL;
     void *mod = NULL, *tm = NULL;

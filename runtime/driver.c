@@ -206,8 +206,8 @@ loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen)
         return LOOM_ERR_NO_GPU;
     }
     int ordinal = 0;
-    const char *env = getenv("LOOM_DEVICE");
-    if (env && *env) {
+    const char *env = util_env_str("LOOM_DEVICE");
+    if (env) {
         char *end;
         long v = strtol(env, &end, 10);
         if (*end || v < 0 || v >= count) {

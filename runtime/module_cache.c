@@ -29,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include "module_cache.h"
+#include "../util/util.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -323,13 +324,13 @@ bool mc_disk_dir(char *buf, size_t n)
     const char *off = getenv("LOOM_CACHE");
     if (off && strcmp(off, "0") == 0)
         return false;
-    const char *d = getenv("LOOM_CACHE_DIR");
+    const char *d;
     int w;
-    if (d && *d) {
+    if ((d = util_env_str("LOOM_CACHE_DIR"))) {
         w = snprintf(buf, n, "%s", d);
-    } else if ((d = getenv("XDG_CACHE_HOME")) && *d) {
+    } else if ((d = util_env_str("XDG_CACHE_HOME"))) {
         w = snprintf(buf, n, "%s/loom", d);
-    } else if ((d = getenv("HOME")) && *d) {
+    } else if ((d = util_env_str("HOME"))) {
         w = snprintf(buf, n, "%s/.cache/loom", d);
     } else {
         return false;

@@ -77,8 +77,8 @@ static bool env_off(const char *name)
 
 static long env_long(const char *name, long def)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
+    const char *v = util_env_str(name);
+    if (!v)
         return def;
     char *end;
     long x = strtol(v, &end, 0);

@@ -30,6 +30,7 @@
  */
 #define _GNU_SOURCE
 #include "rt.h"
+#include "../util/util.h"
 #include "tune.h"
 
 #include <cjson/cJSON.h>
@@ -52,8 +53,8 @@
 
 bool tc_path(char *buf, size_t n)
 {
-    const char *p = getenv("LOOM_TUNE_CACHE");
-    if (p && *p) {
+    const char *p = util_env_str("LOOM_TUNE_CACHE");
+    if (p) {
         int w = snprintf(buf, n, "%s", p);
         return w > 0 && (size_t)w < n;
     }
