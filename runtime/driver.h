@@ -118,13 +118,15 @@ loom_status cu_enter(rt_gpu *g, char *err, size_t errlen);
 #define JIT_LOG_BYTES 8192
 
 /* link.c: link PTX into a cubin (*cubin malloc'ed) with the chosen linker; *linker names
- * the one that made it.  nvJitLink falls back to the driver where it cannot be loaded or
- * fails. */
+ * the one that made it ("driver", "nvJitLink", "ptxas", or "PTX load": the image is the
+ * PTX itself).  nvJitLink falls back to the driver, ptxas to the PTX image, where they
+ * cannot be used or fail. */
 loom_status rt_link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cubin, size_t *n,
                         const char **linker, char *err, size_t errlen);
-/* link.c: a cubin nvJitLink made would not load (the driver is older than the toolkit):
- * every later link goes to the driver. */
-void rt_link_reject_nvjitlink(void);
+/* link.c: a cubin this linker ("nvJitLink" or "ptxas") made would not load (the driver is
+ * older than the toolkit): the linker is not used again in this process.  False for a
+ * linker that cannot be turned off (then there is nothing to retry with). */
+bool rt_link_reject(const char *linker);
 
 /* module.c: find or build the function for kernel k (memory cache, disk cache, code
  * generator); *out is a copy of the table's entry, *lastp (when given) says how it went. */

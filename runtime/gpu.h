@@ -77,6 +77,12 @@ loom_status rt_gpu_time_each(rt_gpu *g, rt_gpu_work_fn before, rt_gpu_work_fn wo
 loom_status rt_gpu_time_each_ms(rt_gpu *g, rt_gpu_work_fn prep, rt_gpu_work_fn work, void *ctx,
                                 int warmup, int reps, double *median_ms, char *err, size_t errlen);
 
+/* Compile (runtime/link.c) PTX into a cubin (*cubin malloc'ed) with the toolkit's ptxas as a whole
+ * program for arch (so setmaxnreg is honoured).  LOOM_ERR_UNSUPPORTED where no ptxas runs
+ * or LOOM_PTXAS=0; LOOM_ERR_COMPILE with ptxas's messages when it fails. */
+loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, size_t *n, char *err,
+                             size_t errlen);
+
 /* ---------------------------------------------------------------- compile statistics */
 
 typedef enum rt_cache_result {
@@ -95,7 +101,7 @@ typedef struct rt_gpu_stats {
     double key_ms;            /* print IR + hash */
     double codegen_ms;        /* cg_compile (miss only) */
     double link_ms;           /* PTX -> cubin (miss only) */
-    const char *linker;       /* "driver" (cuLink*), "nvJitLink" or "PTX load" (setmaxnreg; miss only) */
+    const char *linker;       /* "driver" (cuLink*), "nvJitLink", "ptxas" (setmaxnreg) or "PTX load" (setmaxnreg without ptxas); miss only */
     double disk_ms;           /* reading (hit) or writing (miss) the cache file */
     double load_ms;           /* cuModuleLoadData + cuModuleGetFunction */
     size_t ptx_bytes, cubin_bytes;

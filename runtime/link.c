@@ -7,21 +7,31 @@
  * picks one, and the default is the driver (see want_nvjitlink for why).  nvJitLink
  * falls back to the driver where it is missing, fails, or makes a cubin the driver will
  * not load (a toolkit newer than the driver: module.c finds out, and
- * rt_link_reject_nvjitlink turns nvJitLink off for the rest of the process).
+ * rt_link_reject turns nvJitLink off for the rest of the process).
  *
- * PTX that uses setmaxnreg is not linked at all (rt_link_ptx says why): the image is the
- * PTX, which the module load compiles as a whole program.  A failed link returns the JIT
- * log in the error message.
+ * PTX that uses setmaxnreg cannot go through either (rt_link_ptx says why): it is
+ * compiled by the toolkit's ptxas as a whole program (a child process: LOOM_PTXAS names
+ * it, else $CUDA_HOME/bin, /usr/local/cuda/bin, then PATH), and where there is no ptxas,
+ * or it fails, or its cubin does not load, the image is the PTX itself, which the module
+ * load compiles as a whole program in the driver (not cached by loom as a cubin).  A
+ * failed link returns the JIT log in the error message.
  */
 #include "driver.h"
 #include "../util/util.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
 
 /* ---------------------------------------------------------------- the driver's JIT */
 
@@ -186,11 +196,122 @@ static loom_status link_nvjitlink(rt_gpu *g, const char *ptx, const char *what, 
     return LOOM_OK;
 }
 
-/* Set when a cubin nvJitLink made would not load: the driver is older than the toolkit,
- * and every later link goes to the driver. */
-static atomic_bool jl_cubins_rejected;
+/* ---------------------------------------------------------------- ptxas */
 
-void rt_link_reject_nvjitlink(void) { jl_cubins_rejected = true; }
+/* The ptxas to run: LOOM_PTXAS (a path; "0" turns ptxas off), else $CUDA_HOME/bin/ptxas,
+ * /usr/local/cuda/bin/ptxas, then "ptxas" on PATH.  Returns false when turned off. */
+static bool ptxas_path(char *buf, size_t n)
+{
+    const char *v = util_env_str("LOOM_PTXAS");
+    if (v) {
+        snprintf(buf, n, "%s", v);
+        return strcmp(v, "0") != 0;
+    }
+    const char *home = util_env_str("CUDA_HOME");
+    if (home && snprintf(buf, n, "%s/bin/ptxas", home) < (int)n && access(buf, X_OK) == 0)
+        return true;
+    if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) {
+        snprintf(buf, n, "/usr/local/cuda/bin/ptxas");
+        return true;
+    }
+    snprintf(buf, n, "ptxas"); /* posix_spawnp searches PATH */
+    return true;
+}
+
+/* Write len bytes to path; false with errno set. */
+static bool write_file(const char *path, const char *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return false;
+    bool ok = fwrite(data, 1, len, f) == len;
+    return fclose(f) == 0 && ok;
+}
+
+loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, size_t *n, char *err,
+                             size_t errlen)
+{
+    *cubin = NULL;
+    *n = 0;
+    char exe[1024];
+    if (!ptxas_path(exe, sizeof exe)) {
+        snprintf(err, errlen, "ptxas is turned off (LOOM_PTXAS=0)");
+        return LOOM_ERR_UNSUPPORTED;
+    }
+    /* a private directory for the PTX, the cubin and the messages */
+    char dir[4096], in[4160], out[4160], logp[4160], archopt[48];
+    const char *tmp = util_env_str("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/loom-ptxas-XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        snprintf(err, errlen, "ptxas: cannot make a temporary directory %s: %s", dir, strerror(errno));
+        return LOOM_ERR_UNSUPPORTED;
+    }
+    snprintf(in, sizeof in, "%s/k.ptx", dir);
+    snprintf(out, sizeof out, "%s/k.cubin", dir);
+    snprintf(logp, sizeof logp, "%s/log", dir);
+    snprintf(archopt, sizeof archopt, "-arch=%s", arch);
+    loom_status st = LOOM_OK;
+    if (!write_file(in, ptx, strlen(ptx))) {
+        snprintf(err, errlen, "ptxas: cannot write %s: %s", in, strerror(errno));
+        st = LOOM_ERR_UNSUPPORTED;
+        goto done;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    char *argv[] = {exe, archopt, "-O3", in, "-o", out, NULL};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, exe, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        snprintf(err, errlen, "ptxas: cannot run %s: %s", exe, strerror(rc));
+        st = LOOM_ERR_UNSUPPORTED;
+        goto done;
+    }
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+        ;
+    size_t loglen = 0;
+    char *log = mc_read_file(logp, 1 << 20, &loglen);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        /* 127: the child could not exec it (posix_spawnp reports that only here) */
+        st = WIFEXITED(ws) && WEXITSTATUS(ws) == 127 ? LOOM_ERR_UNSUPPORTED : LOOM_ERR_COMPILE;
+        snprintf(err, errlen, "%s %s -O3 failed (%s %d):\n%s", exe, archopt,
+                 WIFEXITED(ws) ? "exit status" : "signal", WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws),
+                 log && *log ? log : "(no messages)");
+    } else if (log && strstr(log, "setmaxnreg") && strstr(log, "ignored")) {
+        /* never expected of a whole-program compile; it would make every thread keep the
+         * launch's registers, which is what this route exists to avoid */
+        snprintf(err, errlen, "%s ignored setmaxnreg:\n%s", exe, log);
+        st = LOOM_ERR_COMPILE;
+    } else if (!(*cubin = mc_read_file(out, (size_t)1 << 30, n))) {
+        snprintf(err, errlen, "ptxas: cannot read %s: %s", out, strerror(errno));
+        st = LOOM_ERR_COMPILE;
+    }
+    free(log);
+done:
+    unlink(in);
+    unlink(out);
+    unlink(logp);
+    rmdir(dir);
+    return st;
+}
+
+/* ---------------------------------------------------------------- choosing */
+
+/* Set when a cubin of that linker would not load: the driver is older than the toolkit,
+ * and the linker is not used again. */
+static atomic_bool jl_cubins_rejected, ptxas_cubins_rejected;
+
+bool rt_link_reject(const char *linker)
+{
+    if (!strcmp(linker, "nvJitLink"))
+        return jl_cubins_rejected = true;
+    if (!strcmp(linker, "ptxas"))
+        return ptxas_cubins_rejected = true;
+    return false;
+}
 
 /* Which linker LOOM_LINKER asks for: true for nvJitLink.
  *
@@ -213,9 +334,19 @@ loom_status rt_link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cub
      * unit, where ptxas drops it ("(C7504) 'setmaxnreg' ignored to maintain compatibility
      * across compilation units"), so every thread keeps the launch's 64K / threads
      * registers and a 384-thread kernel's consumers (232 wanted, 168 kept) spill.  Such
-     * PTX is the image itself: cuModuleLoadDataEx (load_image, module.c) compiles it as a whole
-     * program, which honours setmaxnreg (and the driver's JIT cache keeps the result). */
+     * PTX goes to ptxas as a whole program instead: the cubin keeps setmaxnreg, and the
+     * disk cache keeps the cubin, so a warm start runs no compiler at all.  Without ptxas
+     * the image is the PTX itself: cuModuleLoadDataEx (load_image, module.c) compiles it
+     * as a whole program too, but in every process that loads it. */
     if (strstr(ptx, "setmaxnreg")) {
+        if (!ptxas_cubins_rejected) {
+            if (rt_ptxas_compile(ptx, g->props.arch, cubin, n, err, errlen) == LOOM_OK) {
+                *linker = "ptxas";
+                return LOOM_OK;
+            }
+            if (util_env_on("LOOM_CACHE_VERBOSE"))
+                fprintf(stderr, "loom: ptxas not used for %s, loading the PTX: %s\n", what, err);
+        }
         size_t len = strlen(ptx) + 1;
         if (!(*cubin = malloc(len))) {
             snprintf(err, errlen, "out of host memory");
@@ -224,8 +355,6 @@ loom_status rt_link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cub
         memcpy(*cubin, ptx, len);
         *n = len;
         *linker = "PTX load";
-        (void)g;
-        (void)what;
         return LOOM_OK;
     }
     if (want_nvjitlink() && jl_load()) {

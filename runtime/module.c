@@ -272,9 +272,8 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     t0 = util_now_ms();
     st = make_entry(g, cubin, name, &meta, &e, err, errlen);
     lp->load_ms = util_now_ms() - t0;
-    if (st != LOOM_OK && !strcmp(lp->linker, "nvJitLink")) {
-        /* a toolkit newer than the driver: its cubins do not load; link with the driver */
-        rt_link_reject_nvjitlink();
+    if (st != LOOM_OK && rt_link_reject(lp->linker)) {
+        /* a toolkit newer than the driver: its cubins do not load; link another way */
         free(cubin);
         cubin = NULL;
         t0 = util_now_ms();

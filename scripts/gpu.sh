@@ -83,6 +83,17 @@ for b in "$R"/bin/bench_*; do
     "$b" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$b").log"
 done
 
+echo "== the disk cache's cubins: registers and setmaxnreg kept (cuobjdump)"
+# a cache file is a 64-byte header, u32 ntma, ntma 52-byte TMA records, then the cubin
+for f in "$LOOM_CACHE_DIR"/*.cubin; do
+    [ -f "$f" ] || continue
+    python3 -c 'import sys,struct; d=open(sys.argv[1],"rb").read(); n=struct.unpack_from("<I",d,64)[0]; open(sys.argv[2],"wb").write(d[68+52*n:])' "$f" /tmp/loom-k.elf || continue
+    fn=$(cuobjdump -res-usage /tmp/loom-k.elf 2>/dev/null | grep -o "Function [^:]*" | head -1 | cut -c10-)
+    [ -n "$fn" ] || continue # a PTX image (no ptxas): nothing to read
+    regs=$(cuobjdump -res-usage /tmp/loom-k.elf 2>/dev/null | grep -o "REG:[0-9]*" | head -1)
+    echo "$fn $regs SETMAXREG:$(cuobjdump -sass /tmp/loom-k.elf 2>/dev/null | grep -c SETMAXREG) spill:$(cuobjdump -res-usage /tmp/loom-k.elf | grep -o 'STACK:[0-9]*' | head -1)"
+done 2>&1 | sort | uniq -c | sort -rn | head -40 | tee "$OUTDIR/cubins.log"
+
 echo
 echo "================ summary ($(head -1 "$OUTDIR/gpu.txt"))"
 grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
@@ -91,5 +102,6 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
 [ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
 [ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"
+[ -f "$OUTDIR/cubins.log" ] && grep -E "SETMAXREG:[1-9]" "$OUTDIR/cubins.log" | head -8 | sed 's/^/cubin with setmaxnreg: /'
 [ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -40
 exit 0

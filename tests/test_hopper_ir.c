@@ -8,6 +8,7 @@
  */
 #include "loom.h"
 #include "testutil.h"
+#include "gpu.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -455,4 +456,35 @@ Test(hopper_interp_template, gemm_runs_on_the_interpreter)
         cr_expect_eq(st, LOOM_OK, "%s | %s: %s", cases[i][0], cases[i][1], rep);
     }
     loom_runtime_destroy(rt);
+}
+
+/* The ptxas route of the module load (runtime/link.c): a setmaxnreg kernel compiled as a
+ * whole program to a cubin the disk cache can keep; LOOM_PTXAS turns it off or names
+ * another ptxas; ptxas's messages come back when it fails. */
+Test(hopper_ptx, ptxas_compiles_setmaxnreg_kernels_whole)
+{
+    if (!t_find_ptxas())
+        cr_skip_test("no ptxas on this machine");
+    char *p = template_ptx("gemm", "M=512,N=512,K=512", "BM=128,BN=128,cwarps=8,consumers=1");
+    cr_assert(strstr(p, "setmaxnreg") != NULL);
+    char err[8192];
+    void *cubin = NULL;
+    size_t n = 0;
+    cr_assert_eq(rt_ptxas_compile(p, "sm_90a", &cubin, &n, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect(n > 64 && !memcmp(cubin, "\x7f" "ELF", 4), "a cubin is an ELF image");
+    free(cubin);
+
+    setenv("LOOM_PTXAS", "0", 1);
+    cr_expect_eq(rt_ptxas_compile(p, "sm_90a", &cubin, &n, err, sizeof err), LOOM_ERR_UNSUPPORTED);
+    cr_expect(strstr(err, "LOOM_PTXAS=0"), "%s", err);
+    setenv("LOOM_PTXAS", "/nonexistent/ptxas", 1);
+    cr_expect_eq(rt_ptxas_compile(p, "sm_90a", &cubin, &n, err, sizeof err), LOOM_ERR_UNSUPPORTED);
+    cr_expect(strstr(err, "/nonexistent/ptxas"), "%s", err);
+    cr_expect_null(cubin);
+    unsetenv("LOOM_PTXAS");
+
+    cr_expect_eq(rt_ptxas_compile(".version 8.0\n.target sm_90a\nnot ptx\n", "sm_90a", &cubin, &n, err, sizeof err),
+                 LOOM_ERR_COMPILE);
+    cr_expect(strstr(err, "failed (exit status") && strstr(err, "syntax error"), "%s", err);
+    free(p);
 }
