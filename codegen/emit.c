@@ -3,7 +3,8 @@
  *
  * LLVM's NVPTX target is initialized once per process (pthread_once).  Each compile
  * makes its own target machine (CPU = the arch, e.g. sm_90a; features pick the PTX ISA
- * version: +ptx80 for sm_90/sm_90a, which Hopper needs, +ptx78 otherwise), runs a short
+ * version: +ptx80 for sm_90/sm_90a, which Hopper needs, +ptx81 for a kernel with
+ * smem_store_cluster, whose st.async came in 8.1, +ptx78 otherwise), runs a short
  * pass pipeline over the module, and asks the target machine for assembly, which for
  * NVPTX is the PTX text.
  *
@@ -68,10 +69,13 @@ loom_status cg_emit_init(cg_ctx *cg)
     return LOOM_OK;
 }
 
-static const char *ptx_features(const char *arch)
+/* The PTX ISA version: 8.0 for Hopper, 8.1 where the kernel stores into its cluster's
+ * shared memory (st.async is 8.1's), 7.8 otherwise. */
+static const char *ptx_features(const cg_ctx *cg)
 {
+    const char *arch = cg->arch;
     if (!strncmp(arch, "sm_9", 4) || !strncmp(arch, "sm_10", 5) || !strncmp(arch, "sm_12", 5))
-        return "+ptx80";
+        return ir_uses_op(cg->k, IR_SMEM_STORE_CLUSTER) ? "+ptx81" : "+ptx80";
     return "+ptx78";
 }
 
@@ -85,7 +89,7 @@ void *cg_target_machine(cg_ctx *cg)
         LLVMDisposeMessage(msg);
         return NULL;
     }
-    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, cg->arch, ptx_features(cg->arch),
+    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, cg->arch, ptx_features(cg),
                                                       LLVMCodeGenLevelDefault, LLVMRelocDefault,
                                                       LLVMCodeModelDefault);
     if (!tm)

@@ -32,6 +32,16 @@
  * offsets) are marked `remat`: the lowering recomputes them directly in whatever
  * layout a use wants, so they never force a conversion.
  *
+ * The wgmma accumulator layout spreads through what is computed from it, so attention's
+ * softmax moves no data: an elementwise op takes an accumulator's layout first, then a
+ * row of one (a reduction's slice); a row max broadcast back is the accumulator's layout
+ * again; a loop-carried tile that starts as a splat (a running max or sum) takes the
+ * layout the loop body yields it in when that is one of these (relayout_carried).  A wgmma
+ * whose A is a register tile wants it in the A fragment's layout, which is the
+ * accumulator layout of the A tile's shape (cg_mma_a_layout): a cast of an accumulator
+ * S [64, N] to f16 is the A operand of P @ V as it stands, and a load whose uses all end
+ * there loads in that layout (prefer_mma_loads).
+ *
  * The divisibility analysis (cg_divisor) tracks the largest power of two known to
  * divide an integer scalar; the lowering uses it to prove 16-byte alignment of vector
  * accesses.  Its counterpart for tiles (cg_axis_info, after Triton's axis analysis)
@@ -436,6 +446,34 @@ int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s)
     return id;
 }
 
+/* The layout of a wgmma A operand [M, K] in registers, for the accumulator layout acc (which
+ * says how many warps the task has).  The m64nNk16 A fragment gives thread (lane, warp w)
+ * of a warp group, per k16 chunk c, the elements a0..a7 at row 16w + lane/4 + 8*((i/2)%2)
+ * and column 16c + 2*(lane%4) + i%2 + 8*(i/4): exactly the accumulator layout of an [M, K]
+ * tile, whose registers 8c .. 8c+7 of each m64 block are chunk c's a0..a7 (lower_wgmma
+ * packs them in pairs into four b32 registers).  So an f32 accumulator S [M, N] cast to
+ * f16/bf16 is already the A operand of a wgmma with K = N: no data moves. */
+int32_t cg_mma_a_layout(cg_ctx *cg, int32_t acc, const loom_shape *a)
+{
+    int saved = cg->warp_bits;
+    cg->warp_bits = cg_lay(cg, acc)->nwarp;
+    int32_t id = cg_mma_layout(cg, a);
+    cg->warp_bits = saved;
+    return id;
+}
+
+/* Layout id is a wgmma accumulator's. */
+static bool mma_id(const cg_ctx *cg, int32_t id)
+{
+    return id >= 0 && id < (int32_t)sizeof cg->is_mma && cg->is_mma[id];
+}
+
+/* A layout made from an accumulator's by reductions and expand_dims (a row of it). */
+static bool mma_row(const cg_ctx *cg, int32_t id)
+{
+    return id >= 0 && mma_id(cg, cg->lays[id].parent);
+}
+
 /* If v (a loop's yielded value) comes out of wgmma, the accumulator layout it will have. */
 static int32_t mma_hint(cg_ctx *cg, uint32_t v, int depth)
 {
@@ -463,6 +501,35 @@ static bool set_layout(cg_ctx *cg, uint32_t v, int32_t id)
 }
 
 static bool layout_block(cg_ctx *cg, uint32_t b);
+
+/* A loop-carried tile whose initial value is made of scalars (a splat: the running max and
+ * sum of an online softmax start at -inf and 0) first took the blocked layout; if the body
+ * yields it in an accumulator's layout or a row of one, it takes that layout instead and
+ * the body is laid out again, so the loop moves no data between threads. */
+static bool relayout_carried(cg_ctx *cg, const ir_op *op)
+{
+    loom_kernel *k = cg->k;
+    const ir_block *body = &k->blocks[op->reg[0]];
+    for (int round = 0; round < 4; round++) {
+        bool again = false;
+        const ir_op *y = &k->ops[body->ops[body->nops - 1]];
+        for (int i = 0; i < op->nres; i++) {
+            uint32_t init = op->opnd[3 + i], yv = y->opnd[i];
+            int32_t want = cg->vlay[yv];
+            if (vty(cg, init)->shape.rank == 0 || fixed(cg, init) || !fixed(cg, yv) ||
+                want == cg->vlay[op->res[i]] || !(mma_row(cg, want) || mma_id(cg, want)))
+                continue;
+            if (!set_layout(cg, body->args[1 + i], want) || !set_layout(cg, op->res[i], want))
+                return false;
+            again = true;
+        }
+        if (!again)
+            return true;
+        if (!layout_block(cg, op->reg[0]))
+            return false;
+    }
+    return true;
+}
 
 /* Ops with regions: their blocks, and results in the layouts the blocks yield. */
 static bool layout_region(cg_ctx *cg, const ir_op *op)
@@ -492,7 +559,9 @@ static bool layout_region(cg_ctx *cg, const ir_op *op)
             if (!set_layout(cg, body->args[1 + i], id) || !set_layout(cg, op->res[i], id))
                 return false;
         }
-        return layout_block(cg, op->reg[0]);
+        if (!layout_block(cg, op->reg[0]))
+            return false;
+        return relayout_carried(cg, op);
     }
     if (op->kind == IR_IF) {
         for (int r = 0; r < 2; r++)
@@ -587,6 +656,10 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
             if (fixed(cg, op->opnd[i]) && cg->vlay[op->opnd[i]] >= 0 &&
                 cg->vlay[op->opnd[i]] < (int32_t)sizeof cg->is_mma && cg->is_mma[cg->vlay[op->opnd[i]]])
                 return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
+        /* then a row of one (a row max or sum of an accumulator) */
+        for (int i = 0; i < op->nopnd; i++)
+            if (fixed(cg, op->opnd[i]) && mma_row(cg, cg->vlay[op->opnd[i]]))
+                return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
         for (int i = 0; i < op->nopnd; i++)
             if (fixed(cg, op->opnd[i]))
                 return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
@@ -609,7 +682,7 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
         return set_layout(cg, rv, cg_layout_add(cg, &l));
     }
     case LAY_LOAD:
-        if (cg->prefer && cg->prefer[rv] >= 0 && cg->vlay[rv] < 0)
+        if (cg->prefer && cg->prefer[rv] >= 0) /* also when relayout_carried lays it out again */
             return set_layout(cg, rv, cg->prefer[rv]); /* a load "like" an accumulator */
         return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
     case LAY_DOT: {
@@ -619,8 +692,13 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
         return set_layout(cg, rv, add_blocked(cg, &rt->shape, LOOM_F32));
     }
     case LAY_MMA:
-        if (op->kind == IR_WGMMA)
-            return set_layout(cg, rv, cg_mma_layout(cg, &rt->shape));
+        if (op->kind == IR_WGMMA) {
+            if (!set_layout(cg, rv, cg_mma_layout(cg, &rt->shape)))
+                return false;
+            /* A in registers: make its layout now (cg_want finds it) */
+            const ir_type *at = vty(cg, op->opnd[0]);
+            return at->kind != IR_T_TILE || cg_mma_a_layout(cg, cg->vlay[rv], &at->shape) >= 0;
+        }
         for (int i = 0; i < op->nres; i++) /* wgmma_wait: its operands' layouts */
             if (!set_layout(cg, op->res[i], cg->vlay[op->opnd[i]] >= 0
                                                 ? cg->vlay[op->opnd[i]]
@@ -643,8 +721,9 @@ static bool layout_block(cg_ctx *cg, uint32_t b)
 }
 
 /* The accumulator layout every use of v ends in: each use an elementwise op whose result
- * got an accumulator layout, or a one-operand elementwise op (a cast) whose result's uses
- * all do, up to `depth` such links; -1 if none, -2 if the uses disagree or end elsewhere. */
+ * got an accumulator layout, or a wgmma that takes v as its A in registers (the A
+ * fragment's layout), or a one-operand elementwise op (a cast) whose result's uses all do,
+ * up to `depth` such links; -1 if none, -2 if the uses disagree or end elsewhere. */
 static int32_t mma_use_layout(cg_ctx *cg, uint32_t v, int depth)
 {
     loom_kernel *k = cg->k;
@@ -657,6 +736,8 @@ static int32_t mma_use_layout(cg_ctx *cg, uint32_t v, int depth)
             if (op->opnd[i] != v)
                 continue;
             int32_t rl = is_ew(op->kind) && op->nres ? cg->vlay[op->res[0]] : -1;
+            if (op->kind == IR_WGMMA && i == 0 && op->nres && cg->vlay[op->res[0]] >= 0)
+                rl = cg_mma_a_layout(cg, cg->vlay[op->res[0]], &vty(cg, v)->shape);
             if (rl < 0 || rl >= (int32_t)sizeof cg->is_mma || !cg->is_mma[rl])
                 rl = is_ew(op->kind) && op->nres && op->nopnd == 1 && depth > 0 ? mma_use_layout(cg, op->res[0], depth - 1)
                                                                                : -2;
@@ -764,7 +845,9 @@ int32_t cg_want(cg_ctx *cg, uint32_t o, int i)
     }
     case IR_DOT:
         return i == 2 ? cg->vlay[op->res[0]] : cg->vlay[v];
-    case IR_WGMMA:
+    case IR_WGMMA: /* A in registers: the A fragment's layout; b is a view */
+        if (i == 0)
+            return cg_mma_a_layout(cg, cg->vlay[op->res[0]], &t->shape);
         return i == 2 ? cg->vlay[op->res[0]] : cg->vlay[v];
     case IR_WGMMA_WAIT:
         return cg->vlay[op->res[i]];

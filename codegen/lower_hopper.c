@@ -1,7 +1,7 @@
 /*
  * lower_hopper.c -- the Hopper half of the lowering: shared-memory rings, mbarriers,
- * TMA, wgmma and warp-group tasks, and the flags and cluster ops that go with them.  It
- * works on the lowering state of lower.h; lower.c calls its kernel-level parts
+ * TMA, wgmma and warp-group tasks, and the flags, atomic adds and cluster ops that go with
+ * them.  It works on the lowering state of lower.h; lower.c calls its kernel-level parts
  * (lw_hopper_collect_tma, lw_hopper_kernel_attrs, lw_hopper_entry, lw_cluster_sync)
  * while it makes the kernel function.
  *
@@ -27,13 +27,17 @@
  * are hardware ids 8..15).  A register budget becomes setmaxnreg (inc or dec from the
  * count every thread starts with, which launch bounds fix: 64K / threads).
  *
- * One thread per task replica issues what is issued once (TMA copies, expect-bytes);
+ * One thread per task replica issues what is issued once (TMA copies, expect-bytes,
+ * cluster stores: st.async into each CTA's view, completing on its barrier);
  * every warp's lane 0 arrives on an mbarrier (so the hardware arrival count of a barrier
  * array is, per arriving task, replicas * warps for arrive and replicas for expect, where
  * replicas are those arriving in one phase: all, or one where they take turns; the DSL
  * counts replicas and the compiler scales); every thread waits.  wgmma is issued by
  * the whole task (warp group g computes rows g*M/G ..); its accumulator registers pass
- * through wgmma_wait as tied asm operands, so LLVM never reads them while in flight.
+ * through wgmma_wait as tied asm operands, so LLVM never reads them while in flight.  An A
+ * in registers is held in the A fragment's layout (the accumulator layout of its shape, so
+ * an accumulator cast to f16/bf16 is one as it stands) and packed in pairs into b32
+ * registers that pass through the wgmma.fence as tied operands (a_fragments).
  */
 #include "lower.h"
 
@@ -326,6 +330,34 @@ static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
     return LLVMBuildOr(l->B, lo, hi, "");
 }
 
+/* The f32 registers tile x (f16/bf16, in layout id) was cast from, when that tile is held
+ * in the same layout (an epilogue's, or attention's P = cast(exp2(...))), else NULL: then
+ * a pair of x's elements rounds and packs with one cvt.rn.{f16,bf16}x2.f32 from them
+ * (round to nearest even, as the cast; the cast's own rounding is then dead). */
+static const lv *cast_source(L *l, uint32_t x, int32_t id)
+{
+    const ir_value *xv = &l->k->vals[x];
+    loom_dtype dt = vdt(l, x);
+    const ir_op *def = xv->kind == IR_V_RESULT ? &l->k->ops[xv->def] : NULL;
+    const lv *src = def && def->kind == IR_CAST && dt != LOOM_F32 && vdt(l, def->opnd[0]) == LOOM_F32
+                        ? &l->vals[def->opnd[0]]
+                        : NULL;
+    if (src && (src->lay != id || !src->r))
+        src = NULL;
+    return src;
+}
+
+/* Registers j and j + 1 of a tile of dt (x) packed into one (pack2), from the f32 registers
+ * of its cast (cast_source) where src is not NULL. */
+static LLVMValueRef pack_pair(L *l, loom_dtype dt, const lv *src, const LLVMValueRef *x, int j)
+{
+    if (!src)
+        return pack2(l, dt, x[j], x[j + 1]);
+    const char *cvt = dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
+    LLVMValueRef ab[2] = {src->r[j + 1], src->r[j]}; /* the first operand fills the upper half */
+    return lw_asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true);
+}
+
 static bool same_bit(cg_bit a, int dim, int bit) { return a.dim == dim && a.bit == bit; }
 
 /* Is lay the transpose of one warp group's wgmma accumulator [64, R] (codegen/layout.c,
@@ -397,27 +429,14 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
     }
     if ((dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32) && pairs_in_rows(lay, &g) && n % 2 == 0) {
         /* The tile a cast from f32 made (an epilogue's): round and pack each pair with one
-         * cvt.rn.{bf16,f16}x2.f32 from the f32 registers (round to nearest even, as the
-         * cast; the cast's own rounding is then dead).  bf16 has no cheaper rounding. */
-        const ir_value *xv = &l->k->vals[op->opnd[1]];
-        const ir_op *def = xv->kind == IR_V_RESULT ? &l->k->ops[xv->def] : NULL;
-        const lv *src = def && def->kind == IR_CAST && dt != LOOM_F32 && vdt(l, def->opnd[0]) == LOOM_F32
-                            ? &l->vals[def->opnd[0]]
-                            : NULL;
-        if (src && (src->lay != id || !src->r))
-            src = NULL;
-        const char *cvt = dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
+         * cvt from the f32 registers (cast_source).  bf16 has no cheaper rounding. */
+        const lv *src = cast_source(l, op->opnd[1], id);
         /* a pair never straddles a swizzle unit (16 bytes) or a chunk: its column is even */
         for (int j = 0; j < n; j += 2) {
             LLVMValueRef row, col;
             view_rc(l, &g, id, j, &row, &col);
             LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
-            LLVMValueRef v;
-            if (src) {
-                LLVMValueRef ab[2] = {src->r[j + 1], src->r[j]}; /* the first operand fills the upper half */
-                v = lw_asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true);
-            } else
-                v = pack2(l, dt, x[j], x[j + 1]);
+            LLVMValueRef v = pack_pair(l, dt, src, x, j);
             LLVMValueRef st = LLVMBuildStore(l->B, v, p);
             LLVMSetAlignment(st, (unsigned)(2 * g.es));
         }
@@ -541,6 +560,109 @@ bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
+/* The n elements (row-major) of tile operand 1 of op o in thread 0 of the replica: its own
+ * registers where they hold the whole tile (a small tile's blocked layout, a splat), else
+ * through the replica's scratch (every thread stores what it holds, bar.sync, loads;
+ * codegen/smem.c plans the bytes). */
+static bool thread0_elems(L *l, uint32_t o, int64_t n, LLVMValueRef *el)
+{
+    ir_op *op = &l->k->ops[o];
+    int32_t id = cg_want(l->cg, o, 1), reg_of[16];
+    const cg_layout *lay = cg_lay(l->cg, id);
+    LLVMValueRef *x = lw_opnd_regs(l, o, 1);
+    if (!x)
+        return false;
+    if (cg_thread0_regs(lay, reg_of, n)) {
+        for (int64_t e = 0; e < n; e++)
+            el[e] = x[reg_of[e]];
+        return true;
+    }
+    loom_dtype dt = vdt(l, op->opnd[1]);
+    int64_t eb = (int64_t)cg_reg_bytes(dt);
+    if (!lw_check_scratch(l, (size_t)(cg_layout_padded_numel(lay) * eb)))
+        return false;
+    lw_barrier(l);
+    for (int j = 0; j < cg_layout_regs(lay); j++)
+        lw_smem_store(l, LLVMBuildMul(l->B, lw_lin_index(l, id, j), ci32(l, eb), ""), x[j]);
+    lw_barrier(l);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t p = 0, r = e, stride = 1; /* e's index over the padded dims */
+        for (int d = lay->rank - 1; d >= 0; d--) {
+            p += (r % lay->shape[d]) * stride;
+            r /= lay->shape[d];
+            stride <<= lay->lg[d];
+        }
+        el[e] = lw_smem_load(l, ci32(l, p * eb), reg_type(l, dt));
+    }
+    return true;
+}
+
+/* An element as registers hold it -> its stored bits: an i32 (f32, i32; f16 and bf16 in
+ * the low half), or an i64. */
+static LLVMValueRef elem_bits(L *l, loom_dtype dt, LLVMValueRef v)
+{
+    switch (dt) {
+    case LOOM_F32:
+        return LLVMBuildBitCast(l->B, v, l->t_i32, "");
+    case LOOM_F16:
+        return LLVMBuildZExt(l->B, LLVMBuildBitCast(l->B, LLVMBuildFPTrunc(l->B, v, l->t_f16, ""), l->t_i16, ""),
+                             l->t_i32, "");
+    case LOOM_BF16: /* already rounded to bf16: its top half */
+        return LLVMBuildLShr(l->B, LLVMBuildBitCast(l->B, v, l->t_i32, ""), ci32(l, 16), "");
+    default:
+        return v;
+    }
+}
+
+/* Thread 0 of the replica writes the view's bytes, as 32-bit words, into the view of every
+ * CTA of the cluster (this one included; without clusters, this one alone) with st.async,
+ * which completes them on that CTA's barrier i: mapa gives the peer's address of the view
+ * and of the barrier.  One st.async a CTA (.v2/.v4 where the view is aligned to it), or
+ * one a word.  The value comes from registers, so nothing needs ordering before it; the
+ * receiver's wait on the barrier makes the bytes visible, as for a TMA load. */
+bool lower_smem_store_cluster(L *l, uint32_t o, ir_op *op)
+{
+    const ir_type *vt = vty(l, op->opnd[0]);
+    loom_dtype dt = (loom_dtype)vt->dtype;
+    int es = (int)loom_dtype_size(dt);
+    int64_t n = ir_shape_numel(&vt->shape);
+    int nw = (int)(n * es / 4);
+    LLVMValueRef el[16], w[4];
+    if (n > 16 || nw > 4 || nw < 1)
+        return CG_BUG(l->cg, "smem_store_cluster of %lld elements of %d bytes", (long long)n, es);
+    if (!thread0_elems(l, o, n, el))
+        return false;
+    for (int i = 0; i < nw; i++) {
+        if (es == 4)
+            w[i] = elem_bits(l, dt, el[i]);
+        else if (es == 8)
+            w[i] = LLVMBuildTrunc(l->B, i % 2 ? LLVMBuildLShr(l->B, el[i / 2], ci64(l, 32), "") : el[i / 2], l->t_i32, "");
+        else
+            w[i] = LLVMBuildOr(l->B, elem_bits(l, dt, el[2 * i]),
+                               LLVMBuildShl(l->B, elem_bits(l, dt, el[2 * i + 1]), ci32(l, 16), ""), "");
+    }
+    int64_t align = ir_view_align(l->k, op->opnd[0]);
+    int per = nw == 4 && align >= 16 ? 4 : nw == 2 && align >= 8 ? 2 : 1; /* words a st.async */
+    static const char *const vals[5] = {"", "$3", "{$3, $4}", "", "{$3, $4, $5, $6}"};
+    char text[320], cons[64];
+    snprintf(text, sizeof text,
+             "{\n\t.reg .b32 ra, rb;\n\tmapa.shared::cluster.u32 ra, $0, $2;\n\tmapa.shared::cluster.u32 rb, $1, $2;\n\t"
+             "st.async.shared::cluster.mbarrier::complete_tx::bytes%s.b32 [ra], %s, [rb];\n\t}",
+             per == 4 ? ".v4" : per == 2 ? ".v2" : "", vals[per]);
+    snprintf(cons, sizeof cons, "r,r,r%s,~{memory}", per == 4 ? ",r,r,r,r" : per == 2 ? ",r,r" : ",r");
+    LLVMValueRef view = saddr(l, smem_off(l, op->opnd[0])), bar = bar_addr(l, op, 2);
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    for (int q = 0; q < (l->k->cluster > 1 ? l->k->cluster : 1); q++)
+        for (int i = 0; i < nw; i += per) {
+            LLVMValueRef args[7] = {i ? LLVMBuildAdd(l->B, view, ci32(l, 4 * i), "") : view, bar, ci32(l, q)};
+            for (int j = 0; j < per; j++)
+                args[3 + j] = w[i + j];
+            asm_void(l, text, cons, args, 3 + per);
+        }
+    if_end(l, m);
+    return true;
+}
+
 bool lower_mbar_wait(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
@@ -614,6 +736,40 @@ bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
     if_end(l, m);
     lw_barrier(l);
     return true;
+}
+
+/* One thread of the replica adds (relaxed, GPU scope: the counter orders nothing else) and
+ * every thread gets the old value, so what is computed from it stays uniform.  How the
+ * value reaches the others:
+ *   - a replica of one warp (a scheduler's producer): the adding lane passes it with
+ *     shfl.sync, in the same asm as the add: no memory, no barrier;
+ *   - a larger one: through a word of the replica's own scratch region (codegen/smem.c
+ *     plans it like a conversion's), in the order every scratch user keeps: bar.sync (no
+ *     thread still reads what the region held, an earlier claim included), the elected
+ *     thread adds and stores the old value, bar.sync, every thread loads it.  Replicas
+ *     have regions of their own, so they never see each other's claims. */
+bool lower_atomic_add(L *l, uint32_t o, ir_op *op)
+{
+    LLVMValueRef a[2] = {flag_addr(l, op), scal(l, op->opnd[op->nopnd - 1])};
+    if (cg_op_warps(l->k, o) == 1) {
+        LLVMValueRef b[3] = {l->tid_local ? l->tid_local : l->tid, a[0], a[1]};
+        LLVMValueRef v = lw_asm_call(l, l->t_i32,
+                                     "{\n\t.reg .pred p;\n\t.reg .b32 v;\n\tmov.b32 v, 0;\n\t"
+                                     "setp.eq.u32 p, $1, 0;\n\t@p atom.relaxed.gpu.add.s32 v, [$2], $3;\n\t"
+                                     "shfl.sync.idx.b32 $0, v, 0, 31, -1;\n\t}",
+                                     "=r,r,l,r,~{memory}", b, 3, false);
+        return lw_set_scalar(l, op->res[0], v);
+    }
+    if (!lw_check_scratch(l, 4))
+        return false;
+    lw_barrier(l);
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    LLVMValueRef old = lw_asm_call(l, l->t_i32, "atom.relaxed.gpu.add.s32 $0, [$1], $2;", "=r,l,r,~{memory}", a, 2,
+                                   false);
+    lw_smem_store(l, ci32(l, 0), old);
+    if_end(l, m);
+    lw_barrier(l);
+    return lw_set_scalar(l, op->res[0], lw_smem_load(l, ci32(l, 0), l->t_i32));
 }
 
 /* ---------------------------------------------------------------- TMA */
@@ -790,16 +946,78 @@ static int64_t op_off(const vgeom *g, bool mn_major, int64_t mn, int64_t k)
     return (b / g->span) * g->rows * g->span + k * g->span + b % g->span;
 }
 
+/* A in registers, in the A fragment's layout (codegen/layout.c, cg_mma_a_layout): per m64
+ * block mb and k16 chunk c, the fragment's a0..a7 are the tile's registers mb * K'/2 + 8c
+ * .. 8c + 7 (K' the padded K), packed in pairs into four b32 registers {a0a1, a2a3, a4a5,
+ * a6a7}, low half first (from the f32 registers of a cast where the tile is one, by cvt).
+ * Returns the registers of block mb, chunk c at [(mb * K/16 + c) * 4], or NULL. */
+static LLVMValueRef *a_fragments(L *l, uint32_t o, ir_op *op, int64_t mblocks, int64_t K)
+{
+    int32_t id = cg_want(l->cg, o, 0);
+    LLVMValueRef *x = lw_opnd_regs(l, o, 0);
+    if (id < 0 || !x)
+        return NULL;
+    loom_dtype dt = vdt(l, op->opnd[0]);
+    const lv *src = cast_source(l, op->opnd[0], id);
+    int64_t half = (INT64_C(1) << cg_lay(l->cg, id)->lg[1]) / 2, chunks = K / 16;
+    LLVMValueRef *pk = lw_regs_alloc(l, (int)(mblocks * chunks * 4));
+    if (!pk)
+        return NULL;
+    for (int64_t mb = 0; mb < mblocks; mb++)
+        for (int64_t c = 0; c < chunks; c++)
+            for (int q = 0; q < 4; q++)
+                pk[(mb * chunks + c) * 4 + q] = pack_pair(l, dt, src, x, (int)(mb * half + 8 * c + 2 * q));
+    return pk;
+}
+
+/* wgmma.fence with the A registers (na b32) and the accumulator (nc f32) passing through
+ * it as tied operands, replaced in place by what comes out: LLVM then computes every one
+ * of them before the fence and wgmma reads them after it, as the fence requires of
+ * registers wgmma reads. */
+static bool fence_tied(L *l, LLVMValueRef *a, int na, LLVMValueRef *c, int nc)
+{
+    int n = na + nc;
+    char *cons = lw_alloc(l, (size_t)n * 8 + 16);
+    LLVMTypeRef *ft = lw_alloc(l, (size_t)n * sizeof *ft);
+    LLVMValueRef *args = lw_regs_alloc(l, n);
+    if (!cons || !ft || !args)
+        return false;
+    size_t p = 0;
+    for (int i = 0; i < n; i++) {
+        p += (size_t)sprintf(cons + p, "%s=%c", i ? "," : "", i < na ? 'r' : 'f');
+        ft[i] = i < na ? l->t_i32 : l->t_f32;
+        args[i] = i < na ? a[i] : c[i - na];
+    }
+    for (int i = 0; i < n; i++)
+        p += (size_t)sprintf(cons + p, ",%d", i);
+    sprintf(cons + p, ",~{memory}");
+    LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)n, 0);
+    LLVMTypeRef fty = LLVMFunctionType(st, ft, (unsigned)n, 0);
+    const char *t = "wgmma.fence.sync.aligned;";
+    LLVMValueRef ia = LLVMGetInlineAsm(fty, t, strlen(t), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)n, "");
+    lw_add_fn_attr_call(l, call, "convergent", 0);
+    for (int i = 0; i < n; i++) {
+        LLVMValueRef x = LLVMBuildExtractValue(l->B, call, (unsigned)i, "");
+        if (i < na)
+            a[i] = x;
+        else
+            c[i - na] = x;
+    }
+    return true;
+}
+
 bool lower_wgmma(L *l, uint32_t o, ir_op *op)
 {
     cg_ctx *cg = l->cg;
     const ir_type *at = vty(l, op->opnd[0]), *bt = vty(l, op->opnd[1]);
-    if (at->kind != IR_T_SMEM) /* rule_wgmma refuses A in registers */
-        return CG_BUG(cg, "wgmma at %s:%d: A is not in shared memory", op->src.file, op->src.line);
+    bool a_regs = at->kind == IR_T_TILE; /* else a view (rule_wgmma) */
+    if (!a_regs && at->kind != IR_T_SMEM)
+        return CG_BUG(cg, "wgmma at %s:%d: A is neither a view nor a register tile", op->src.file, op->src.line);
     /* a documented refusal (docs/dsl.md, "What the code generator refuses"): the
      * interpreter runs unswizzled operands, but wgmma's descriptors here describe
      * swizzled layouts only */
-    if (!at->swizzle || !bt->swizzle)
+    if ((!a_regs && !at->swizzle) || !bt->swizzle)
         return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
                        "%s:%d: wgmma operands in shared memory need a swizzle mode (LOOM_SWIZZLE_128, 64 or 32)",
                        op->src.file, op->src.line);
@@ -823,39 +1041,50 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     /* warp group of this thread within the task: row offset g * rows */
     LLVMValueRef g = LLVMBuildLShr(l->B, l->warp, ci32(l, 2), "");
     LLVMValueRef a_base = smem_off(l, op->opnd[0]), b_base = smem_off(l, op->opnd[1]);
-    asm_void(l, "wgmma.fence.sync.aligned;", "~{memory}", NULL, 0);
-    int nr = (int)(N / 2);
+    LLVMValueRef *afr = NULL; /* A in registers: four b32 per m64 block and k16 chunk */
+    if (a_regs) {
+        if (!(afr = a_fragments(l, o, op, mblocks, K)) || !fence_tied(l, afr, (int)(mblocks * K / 16 * 4), out, n))
+            return false;
+    } else
+        asm_void(l, "wgmma.fence.sync.aligned;", "~{memory}", NULL, 0);
+    int nr = (int)(N / 2), na0 = a_regs ? 4 : 1; /* A: four registers, or a descriptor */
     char *text = lw_alloc(l, 8192), *cons = lw_alloc(l, 4096);
     if (!text || !cons)
         return false;
-    size_t p = (size_t)snprintf(text, 8192, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", nr + 2);
+    size_t p = (size_t)snprintf(text, 8192, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", nr + na0 + 1);
     p += (size_t)snprintf(text + p, 8192 - p, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {", (long long)N, ty,
                           ty);
     for (int i = 0; i < nr; i++)
         p += (size_t)snprintf(text + p, 8192 - p, "%s$%d", i ? ", " : "", i);
-    snprintf(text + p, 8192 - p, "}, $%d, $%d, p, 1, 1, %d, %d;\n\t}", nr, nr + 1, a_mn ? 1 : 0, b_mn ? 1 : 0);
+    if (a_regs) /* no transpose of A in registers */
+        snprintf(text + p, 8192 - p, "}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n\t}", nr, nr + 1, nr + 2, nr + 3,
+                 nr + 4, b_mn ? 1 : 0);
+    else
+        snprintf(text + p, 8192 - p, "}, $%d, $%d, p, 1, 1, %d, %d;\n\t}", nr, nr + 1, a_mn ? 1 : 0, b_mn ? 1 : 0);
     size_t q = 0;
     for (int i = 0; i < nr; i++)
         q += (size_t)snprintf(cons + q, 4096 - q, "%s=f", i ? "," : "");
-    q += (size_t)snprintf(cons + q, 4096 - q, ",l,l,r");
+    q += (size_t)snprintf(cons + q, 4096 - q, a_regs ? ",r,r,r,r,l,r" : ",l,l,r");
     for (int i = 0; i < nr; i++)
         q += (size_t)snprintf(cons + q, 4096 - q, ",%d", i);
     LLVMTypeRef *ft = lw_alloc(l, (size_t)nr * sizeof *ft);
-    LLVMValueRef *args = lw_alloc(l, (size_t)(nr + 3) * sizeof *args);
+    LLVMValueRef *args = lw_alloc(l, (size_t)(nr + na0 + 2) * sizeof *args);
     if (!ft || !args)
         return false;
     for (int i = 0; i < nr; i++)
         ft[i] = l->t_f32;
     LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)nr, 0);
-    LLVMTypeRef *at2 = lw_alloc(l, (size_t)(nr + 3) * sizeof *at2);
+    LLVMTypeRef *at2 = lw_alloc(l, (size_t)(nr + na0 + 2) * sizeof *at2);
     if (!at2)
         return false;
     for (int64_t mb = 0; mb < mblocks; mb++) {
         /* a: rows g*rows + mb*64 .., b: all N */
-        LLVMValueRef arow = LLVMBuildMul(l->B, g, ci32(l, rows), "");
+        LLVMValueRef arow = a_regs ? NULL : LLVMBuildMul(l->B, g, ci32(l, rows), "");
         for (int64_t kk = 0; kk < K; kk += 16) {
-            LLVMValueRef aoff;
-            if (!a_mn) /* rows are whole spans: the dynamic row moves by row * span */
+            LLVMValueRef aoff = NULL;
+            if (a_regs)
+                ; /* the fragments hold this thread's rows already */
+            else if (!a_mn) /* rows are whole spans: the dynamic row moves by row * span */
                 aoff = LLVMBuildAdd(l->B, a_base,
                                     LLVMBuildAdd(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga.span), ""),
                                                  ci32(l, op_off(&ga, false, mb * 64, kk)), ""), "");
@@ -867,7 +1096,11 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
                                                  ci32(l, op_off(&ga, true, mb * 64, kk)), ""), "");
             LLVMValueRef boff = LLVMBuildAdd(l->B, b_base, ci32(l, op_off(&gb, b_mn, 0, kk)), "");
             int na = 0;
-            args[na++] = make_desc(l, &ga, aoff, a_mn);
+            if (a_regs)
+                for (int i = 0; i < 4; i++)
+                    args[na++] = afr[(mb * (K / 16) + kk / 16) * 4 + i];
+            else
+                args[na++] = make_desc(l, &ga, aoff, a_mn);
             args[na++] = make_desc(l, &gb, boff, b_mn);
             args[na++] = ci32(l, 1);
             for (int i = 0; i < nr; i++)

@@ -1,10 +1,13 @@
 /*
  * smem.c -- the shared-memory plan.
  *
- * Three things need shared memory as scratch: a layout conversion (a value stored in
+ * Five things need shared memory as scratch: a layout conversion (a value stored in
  * its layout and read back in another), a reduction whose reduced dim is split across
- * warps (each warp leaves its partial result there), and a dot (A and B are staged so
- * every thread can read the rows and columns its accumulator elements need).  The
+ * warps (each warp leaves its partial result there), a dot (A and B are staged so
+ * every thread can read the rows and columns its accumulator elements need), an
+ * atomic_add run by more than one warp (the elected thread leaves the old value there
+ * for the others), and an smem_store_cluster whose tile thread 0 does not hold whole
+ * (every thread leaves its elements there for the one that writes).  The
  * lowering emits each of them as "bar.sync; write; bar.sync; read", so no two of them
  * are ever live at once: one scratch region sized to the largest need serves them all,
  * reused in program order.  This pass computes each op's need with the same queries the
@@ -17,6 +20,35 @@
 #include <stdlib.h>
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+int cg_op_warps(const loom_kernel *k, uint32_t o)
+{
+    uint32_t t = ir_task_of(k, o);
+    return t ? (int)k->ops[t].iattr[0] : k->num_warps;
+}
+
+bool cg_thread0_regs(const cg_layout *l, int32_t *reg_of, int64_t n)
+{
+    int nr = cg_layout_regs(l);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t c[LOOM_MAX_RANK], x = e;
+        for (int d = l->rank - 1; d >= 0; d--) {
+            c[d] = x % l->shape[d];
+            x /= l->shape[d];
+        }
+        reg_of[e] = -1;
+        for (int j = 0; j < nr && reg_of[e] < 0; j++) {
+            bool same = true;
+            for (int d = 0; d < l->rank && same; d++)
+                same = cg_reg_coord(l, j, d) == c[d];
+            if (same)
+                reg_of[e] = j;
+        }
+        if (reg_of[e] < 0)
+            return false;
+    }
+    return true;
+}
 
 static size_t op_need(cg_ctx *cg, uint32_t o)
 {
@@ -50,6 +82,20 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
             if (b > need)
                 need = b;
         }
+        break;
+    }
+    case IR_ATOMIC_ADD: /* the old value's word, for the replica's threads to read */
+        if (cg_op_warps(k, o) > 1 && need < 4)
+            need = 4;
+        break;
+    case IR_SMEM_STORE_CLUSTER: { /* the tile, when thread 0 does not hold all of it */
+        int32_t id = cg_want(cg, o, 1), reg_of[16];
+        const cg_layout *lay = id >= 0 ? cg_lay(cg, id) : NULL;
+        size_t b = lay ? (size_t)cg_layout_padded_numel(lay) * cg_reg_bytes((loom_dtype)k->vals[op->opnd[1]].type.dtype)
+                       : 0;
+        int64_t n = ir_shape_numel(&k->vals[op->opnd[1]].type.shape); /* at most 8 (rule_smem_store_cluster) */
+        if (lay && n <= 16 && !cg_thread0_regs(lay, reg_of, n) && b > need)
+            need = b;
         break;
     }
     case IR_DOT: {

@@ -13,9 +13,10 @@
  *     index of a task's arrivals depends on loom_task_replica, its replicas may take
  *     turns instead (one of them arrives a phase: a ring whose slots the replicas consume
  *     alternately, or a barrier per replica); see ir_mbar_arrivals;
- *   - an mbar_expect's byte count equals the bytes of the TMA loads that complete on the
- *     same barrier in the same block (when there are any there to count; a multicast
- *     counts once per CTA of the cluster, each CTA multicasting its own part);
+ *   - an mbar_expect's byte count equals the bytes of the TMA loads (and cluster stores)
+ *     that complete on the same barrier in the same block (when there are any there to
+ *     count; a multicast or a cluster store counts once per CTA of the cluster, each CTA
+ *     sending its own);
  *   - an accumulator produced by wgmma is read by other ops only after a wgmma_wait with
  *     pending = 0 (in flight, its registers still belong to the tensor cores).
  *
@@ -241,7 +242,15 @@ int64_t ir_mbar_arrivals(const loom_kernel *k, uint32_t bars, uint32_t task)
     return mine < 0 ? 0 : mine;
 }
 
-/* Arrivals on each barrier array; bytes expected vs TMA loads. */
+/* The barrier operand of an op whose bytes complete on a barrier (ir_completes_bytes):
+ * a TMA load's tensor, offsets..., view, bars, index; smem_store_cluster's view, value,
+ * bars, index. */
+static int tx_bars(const loom_kernel *k, const ir_op *op)
+{
+    return op->kind == IR_SMEM_STORE_CLUSTER ? 2 : 2 + k->vals[op->opnd[0]].type.shape.rank;
+}
+
+/* Arrivals on each barrier array; bytes expected vs TMA loads and cluster stores. */
 static void check_barriers(loom_kernel *k)
 {
     uint8_t *dep = replica_deps(k);
@@ -292,33 +301,39 @@ static void check_barriers(loom_kernel *k)
         const ir_block *b = &k->blocks[ex->block];
         int64_t bytes = 0;
         int nloads = 0;
+        bool stores = false;
         for (uint32_t i = 0; i < b->nops; i++) {
             ir_op *ld = &k->ops[b->ops[i]];
-            if (!ir_is_tma_load(ld->kind))
+            if (!ir_completes_bytes(ld->kind))
                 continue;
-            int r = k->vals[ld->opnd[0]].type.shape.rank;
-            if (ld->opnd[2 + r] != ex->opnd[0] || ld->opnd[3 + r] != ex->opnd[1])
+            int at = tx_bars(k, ld);
+            if (ld->opnd[at] != ex->opnd[0] || ld->opnd[at + 1] != ex->opnd[1])
                 continue;
-            /* every CTA of the cluster multicasts its part: the barrier receives n of them */
-            bytes += view_bytes(k, ld->opnd[1 + r]) * (ld->kind == IR_TMA_LOAD_MULTICAST ? k->cluster : 1);
+            /* every CTA of the cluster multicasts its part (or stores its value into every
+             * CTA): the barrier receives n of them */
+            bytes += view_bytes(k, ld->opnd[ld->kind == IR_SMEM_STORE_CLUSTER ? 0 : at - 1]) *
+                     (ld->kind == IR_TMA_LOAD ? 1 : k->cluster);
+            stores |= ld->kind == IR_SMEM_STORE_CLUSTER;
             nloads++;
         }
         /* loads on the same barrier inside branches of this block may or may not run:
          * nothing to prove (the interpreter checks the bytes as they land) */
         for (uint32_t o2 = 1; o2 < k->nops && nloads; o2++) {
             const ir_op *ld = &k->ops[o2];
-            if (!ir_is_tma_load(ld->kind) || !ld->block ||
+            if (!ir_completes_bytes(ld->kind) || !ld->block ||
                 ld->block == ex->block)
                 continue;
-            int r = k->vals[ld->opnd[0]].type.shape.rank;
-            if (ld->opnd[2 + r] == ex->opnd[0] && ld->opnd[3 + r] == ex->opnd[1])
+            int at = tx_bars(k, ld);
+            if (ld->opnd[at] == ex->opnd[0] && ld->opnd[at + 1] == ex->opnd[1])
                 nloads = 0;
         }
         if (nloads && bytes != ex->iattr[0])
             ir_error(k, ex->src, "mbar_expect",
-                     "expects %lld bytes but the %d TMA load%s of this block on the same barrier "
-                     "bring %lld (a TMA load always counts its whole box)",
-                     (long long)ex->iattr[0], nloads, nloads == 1 ? "" : "s", (long long)bytes);
+                     "expects %lld bytes but the %d %s%s of this block on the same barrier "
+                     "bring %lld (a TMA load always counts its whole box%s)",
+                     (long long)ex->iattr[0], nloads, stores ? "TMA load or cluster store" : "TMA load",
+                     nloads == 1 ? "" : "s", (long long)bytes,
+                     stores ? "; a cluster store counts its view once per CTA of the cluster" : "");
     }
 }
 

@@ -683,6 +683,17 @@ void loom_mbar_arrive_cluster_at(loom_src at, loom_kernel *k, loom_val bars, loo
     build2(k, at, IR_MBAR_ARRIVE_CLUSTER, bars, i, 0);
 }
 
+void loom_smem_store_cluster_at(loom_src at, loom_kernel *k, loom_val view, loom_val v, loom_val bars,
+                                loom_val i)
+{
+    /* a scalar (a claimed tile index) is splatted to the view's shape */
+    if (k && ir_valid(k, view) && ir_valid(k, v) && k->vals[view].type.kind == IR_T_SMEM &&
+        k->vals[v].type.kind == IR_T_TILE && k->vals[v].type.shape.rank == 0)
+        v = loom_splat_at(at, k, v, k->vals[view].type.shape);
+    uint32_t ops[4] = {view, v, bars, i};
+    finish(k, begin(k, at, IR_SMEM_STORE_CLUSTER, ops, 4));
+}
+
 void loom_mbar_wait_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i, loom_val phase)
 {
     build3(k, at, IR_MBAR_WAIT, bars, i, phase);
@@ -863,6 +874,20 @@ void loom_flag_add_at(loom_src at, loom_kernel *k, loom_val flags, const loom_va
 void loom_flag_wait_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val target)
 {
     flag_op(k, at, IR_FLAG_WAIT, "flag_wait", flags, offs, target);
+}
+
+/* tensor, offsets (one per dim), value: the flag ops' layout, with a result */
+loom_val loom_atomic_add_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val v)
+{
+    int r = tensor_rank(k, at, "atomic_add", t);
+    if (r < 0 || !offsets_given(k, at, "atomic_add", offs))
+        return LOOM_NONE;
+    uint32_t ops[2 + LOOM_MAX_RANK];
+    ops[0] = t;
+    for (int i = 0; i < r; i++)
+        ops[1 + i] = offs[i];
+    ops[1 + r] = v;
+    return finish(k, begin(k, at, IR_ATOMIC_ADD, ops, 2 + r));
 }
 
 /* ---------------------------------------------------------------- clusters */

@@ -14,11 +14,13 @@
  * phases.  A phase completes when pending == 0 and tx == 0; then completed++, pending =
  * A.  A wait on parity P passes when P != (completed & 1).  Reported at once: an arrival
  * beyond a phase's count, a replica arriving twice in one phase, and bytes landing that
- * no expect announced.  In a cluster, mbar_arrive_cluster and tma_load_multicast act on
- * the barrier (and view) of every CTA of the cluster, each one a program run side by
- * side (interp_peer).
+ * no expect announced.  In a cluster, mbar_arrive_cluster, tma_load_multicast and
+ * smem_store_cluster act on the barrier (and view) of every CTA of the cluster, each one
+ * a program run side by side (interp_peer); a cluster store's bytes land like a TMA
+ * load's (land), so the same visibility check guards the slot it wrote.
  *
- * wgmma groups: each wgmma's slots stay read by its replica's open group; wgmma_commit
+ * wgmma groups: each wgmma's slots stay read by its replica's open group (an A in
+ * registers is read when the wgmma is issued and stays in no group); wgmma_commit
  * closes the group, wgmma_wait(pending) retires the oldest until at most `pending` are
  * in flight.  TMA stores count the same way with tma_store_wait.
  */
@@ -89,7 +91,7 @@ static bool settle(interp *in, const ir_op *op, int gb)
         return interp_fail(in, LOOM_ERR_RUNTIME, op,
                            "barrier %s: %lld bytes landed in its phase %lld but its %lld arrivals "
                            "announced %lld: bytes that no loom_mbar_expect announced (a TMA load "
-                           "counts its whole box)",
+                           "counts its whole box, a cluster store its view in each CTA)",
                            interp_bar_name(in, gb, bb, sizeof bb), (long long)b->landed,
                            (long long)b->completed, (long long)b->arrivals, (long long)b->expected);
     }
@@ -239,6 +241,19 @@ static int64_t box_elem(tref tr, const loom_shape *box, const int64_t *base, int
     return off;
 }
 
+/* Bytes that op (a TMA load or a cluster store) wrote into view v of CTA dst have landed:
+ * the slot remembers its writer and the phase they land in (the visibility check), and
+ * they complete on barrier gb of dst, which may end its phase. */
+static bool land(interp *in, interp *dst, const ir_op *op, const tv *v, int gb, int64_t bytes)
+{
+    mbar *b = &dst->hw->bars[gb];
+    dst->hw->rings[v->obj].meta[slot_of(v)] = (slot_meta){.tma = op, .bar = gb, .phase = b->completed,
+                                                           .st_task = -1};
+    b->tx -= bytes;
+    b->landed += bytes;
+    return interp_from_peer(in, dst, settle(dst, op, gb));
+}
+
 /* The box of a TMA load lands in view v of CTA dst (this one, or a peer in its cluster)
  * and completes on that CTA's barrier gb. */
 static bool tma_land(interp *in, interp *dst, const ir_op *op, const tv *v, int gb)
@@ -251,7 +266,6 @@ static bool tma_land(interp *in, interp *dst, const ir_op *op, const tv *v, int 
     if (!interp_from_peer(in, dst, interp_check_overwrite(dst, op, v->obj, slot_of(v))))
         return false;
     ring *g = &dst->hw->rings[v->obj];
-    mbar *b = &dst->hw->bars[gb];
     int64_t at = slot_of(v) * g->numel, n = ir_shape_numel(&v->shape);
     for (int64_t e = 0; e < n; e++) {
         int64_t off = box_elem(tr, &v->shape, base, e);
@@ -264,11 +278,7 @@ static bool tma_land(interp *in, interp *dst, const ir_op *op, const tv *v, int 
         else
             g->i[at + interp_view_index(g, v, e)] = i;
     }
-    g->meta[slot_of(v)] = (slot_meta){.tma = op, .bar = gb, .phase = b->completed, .st_task = -1};
-    int64_t bytes = n * (int64_t)loom_dtype_size(g->dt);
-    b->tx -= bytes;
-    b->landed += bytes;
-    return interp_from_peer(in, dst, settle(dst, op, gb));
+    return land(in, dst, op, v, gb, n * (int64_t)loom_dtype_size(g->dt));
 }
 
 bool interp_tma_load(interp *in, const ir_op *op)
@@ -288,6 +298,32 @@ bool interp_tma_load_multicast(interp *in, const ir_op *op)
     for (int q = 0; q < in->k->cluster; q++)
         if (!tma_land(in, interp_peer(in, q), op, interp_opnd(in, op, 1 + r), gb))
             return false;
+    return true;
+}
+
+/* The value lands in the same view of every CTA of the cluster (this CTA's alone without
+ * clusters), completing its bytes on each one's barrier i, as a multicast's box does. */
+bool interp_smem_store_cluster(interp *in, const ir_op *op)
+{
+    int gb;
+    if (!need_task(in, op) || !bar_at(in, op, 2, &gb))
+        return false;
+    const tv *v = interp_opnd(in, op, 0), *x = interp_opnd(in, op, 1);
+    for (int q = 0; q < (in->k->cluster > 1 ? in->k->cluster : 1); q++) {
+        interp *dst = interp_peer(in, q);
+        if (!interp_from_peer(in, dst, interp_check_overwrite(dst, op, v->obj, slot_of(v))))
+            return false;
+        ring *g = &dst->hw->rings[v->obj];
+        int64_t at = slot_of(v) * g->numel;
+        for (int64_t e = 0; e < x->n; e++) {
+            if (g->f)
+                g->f[at + interp_view_index(g, v, e)] = x->f[e];
+            else
+                g->i[at + interp_view_index(g, v, e)] = x->i[e];
+        }
+        if (!land(in, dst, op, v, gb, x->n * (int64_t)loom_dtype_size(g->dt)))
+            return false;
+    }
     return true;
 }
 
@@ -337,7 +373,9 @@ bool interp_wgmma(interp *in, const ir_op *op)
     task *t = cur(in);
     tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *c = interp_opnd(in, op, 2);
     tv *r = interp_res(in, op, 0);
-    if (!need_task(in, op) || !interp_check_visible(in, op, a) || !interp_check_fenced(in, op, a) ||
+    bool a_regs = a->kind == IR_T_TILE; /* A from registers: read at issue, nothing in flight */
+    if (!need_task(in, op) ||
+        (!a_regs && (!interp_check_visible(in, op, a) || !interp_check_fenced(in, op, a))) ||
         !interp_check_visible(in, op, b) || !interp_check_fenced(in, op, b))
         return false;
     int64_t M = c->shape.dim[0], N = c->shape.dim[1], K = a->shape.dim[1];
@@ -345,10 +383,11 @@ bool interp_wgmma(interp *in, const ir_op *op)
         for (int64_t n = 0; n < N; n++) {
             float acc = c->f[m * N + n];
             for (int64_t kk = 0; kk < K; kk++)
-                acc = fmaf(operand_at(in, a, m, kk, K), operand_at(in, b, kk, n, N), acc);
+                acc = fmaf(a_regs ? a->f[m * K + kk] : operand_at(in, a, m, kk, K),
+                           operand_at(in, b, kk, n, N), acc);
             r->f[m * N + n] = acc;
         }
-    return interp_add_read(in, op, t, a, t->wg_committed, false) &&
+    return (a_regs || interp_add_read(in, op, t, a, t->wg_committed, false)) &&
            interp_add_read(in, op, t, b, t->wg_committed, false);
 }
 

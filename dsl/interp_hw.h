@@ -28,7 +28,7 @@
 #include <ucontext.h>
 
 typedef struct slot_meta {
-    const ir_op *tma;  /* the last write was this tma_load ... */
+    const ir_op *tma;  /* the last write was this tma_load (or smem_store_cluster) ... */
     int bar;           /* ... completing on barrier `bar` (index into hw->bars) ... */
     int64_t phase;     /* ... in its phase `phase` (the phases it had completed then) */
     const ir_op *st;   /* the last write was this smem_store ... */

@@ -13,9 +13,9 @@
  *
  * The checks.  Each slot remembers its last write (slot_meta), and each task replica the
  * slots its unretired asynchronous ops read (dsl/interp_hw.h):
- *   - visibility: a slot a TMA load wrote may be read (smem load, wgmma, TMA store) by a
- *     replica only after one of its own waits on the load's barrier observed the phase
- *     the bytes landed in complete;
+ *   - visibility: a slot a TMA load (or a cluster store, smem_store_cluster) wrote may be
+ *     read (smem load, wgmma, TMA store) by a replica only after one of its own waits on
+ *     the writer's barrier observed the phase the bytes landed in complete;
  *   - write-after-read: writing a slot (TMA load, smem store) that a replica's wgmma
  *     group or TMA store still reads, before a wgmma_wait / tma_store_wait retired it, is
  *     a race, reported with both lines;
@@ -295,8 +295,8 @@ bool interp_smem_store(interp *in, const ir_op *op)
 
 /* ---------------------------------------------------------------- the checks */
 
-/* A TMA write into slot s of ring r may be read by the calling replica only after one of
- * its waits observed the phase the bytes landed in complete. */
+/* A TMA write (or a cluster store's) into slot s of ring r may be read by the calling
+ * replica only after one of its waits observed the phase the bytes landed in complete. */
 bool interp_check_visible(interp *in, const ir_op *op, const tv *v)
 {
     task *t = cur(in);
@@ -305,11 +305,12 @@ bool interp_check_visible(interp *in, const ir_op *op, const tv *v)
         return true;
     char rb[96], bb[128];
     return interp_fail(in, LOOM_ERR_RUNTIME, op,
-                       "reads %s slot %lld (written by tma_load at %s:%d) that no wait has made "
+                       "reads %s slot %lld (written by %s at %s:%d) that no wait has made "
                        "visible to this task: its bytes land in phase %lld of barrier %s, and this "
                        "task's waits on that barrier have seen %lld phase%s complete (loom_mbar_wait "
                        "on it first)",
-                       interp_ring_name(in, v->obj, rb, sizeof rb), (long long)slot_of(v), file_of(m->tma),
+                       interp_ring_name(in, v->obj, rb, sizeof rb), (long long)slot_of(v),
+                       ir_opdescs[m->tma->kind].name, file_of(m->tma),
                        m->tma->src.line, (long long)m->phase, interp_bar_name(in, m->bar, bb, sizeof bb),
                        (long long)t->seen[m->bar], t->seen[m->bar] == 1 ? "" : "s");
 }

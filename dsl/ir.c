@@ -604,3 +604,26 @@ bool ir_uses_op(const loom_kernel *k, ir_opkind kind)
             return true;
     return false;
 }
+
+static int64_t lowbit(int64_t x) { return x & -x; }
+
+int64_t ir_view_align(const loom_kernel *k, uint32_t v)
+{
+    const ir_value *val = &k->vals[v];
+    if (val->kind != IR_V_RESULT)
+        return 1;
+    const ir_op *op = &k->ops[val->def];
+    if (op->kind == IR_SMEM_ALLOC)
+        return val->type.swizzle ? 1024 : 128; /* codegen/smem.c places rings so */
+    if (op->nopnd < 1 || (op->kind != IR_SMEM_SLOT && op->kind != IR_SMEM_TRANS && op->kind != IR_SMEM_PART))
+        return 1;
+    const ir_type *t = &k->vals[op->opnd[0]].type;
+    int64_t a = ir_view_align(k, op->opnd[0]), es = (int64_t)loom_dtype_size((loom_dtype)t->dtype), off = 0;
+    if (op->kind == IR_SMEM_SLOT) /* + index * the slot's bytes */
+        off = ir_shape_numel(&t->shape) * es;
+    else if (op->kind == IR_SMEM_PART) /* + rows of the whole width, or whole chunks (rule_smem_part) */
+        off = op->iattr[0] == 0 ? op->iattr[1] * t->shape.dim[1] * es
+                                : op->iattr[1] * es / (t->swizzle ? t->swizzle : 1) * t->shape.dim[0] *
+                                      (t->swizzle ? t->swizzle : 1);
+    return off && lowbit(off) < a ? lowbit(off) : a;
+}

@@ -188,6 +188,12 @@ static inline bool ir_is_arrival(ir_opkind kind)
 }
 /* A TMA load, plain or multicast. */
 static inline bool ir_is_tma_load(ir_opkind kind) { return kind == IR_TMA_LOAD || kind == IR_TMA_LOAD_MULTICAST; }
+/* An op whose bytes complete on an mbarrier (transaction bytes): a TMA load, plain or
+ * multicast, or a store into the view of every CTA of the cluster. */
+static inline bool ir_completes_bytes(ir_opkind kind)
+{
+    return ir_is_tma_load(kind) || kind == IR_SMEM_STORE_CLUSTER;
+}
 
 /* Create an op in the innermost open block with the given operands and no results. */
 uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *opnd, int nopnd);
@@ -203,6 +209,9 @@ void ir_op_unlink(loom_kernel *k, uint32_t o);
 const char *ir_value_label(loom_kernel *k, uint32_t v, char *buf, size_t n);
 /* Does a live op (one still in a block) of this kind occur in the kernel? */
 bool ir_uses_op(const loom_kernel *k, ir_opkind kind);
+/* The alignment in bytes that shared view v's address is known to have (rings start on
+ * 128 bytes; a slot or a part adds a multiple of its byte offset's lowest bit). */
+int64_t ir_view_align(const loom_kernel *k, uint32_t v);
 
 /* ---------------------------------------------------------------- type rules */
 

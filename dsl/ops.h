@@ -50,13 +50,17 @@
  *   store: tensor, offsets..., value, [mask]      load_scalar: tensor, offsets...
  *   load_rows: tensor, rows, offsets...           for: lo, hi, step, inits...
  *   tma_load, tma_load_multicast: tensor, offsets..., view, bars, index
+ *   smem_store_cluster: view, value, bars, index
  *   tma_store: tensor, offsets..., view
  *   flag_add: flags, offsets..., value            flag_wait: flags, offsets..., target
+ *   atomic_add: tensor, offsets..., value (its result: the old element, an i32 scalar)
  *
  * Hopper machinery (include/loom.h section 5b).  smem_alloc keeps its dtype/shape in its
  * result type too.  Clusters (loom_kernel_set_cluster): cluster_rank, tma_load_multicast
  * (every CTA of the cluster receives the box and its barrier the bytes),
- * mbar_arrive_cluster (an arrival on the barrier in every CTA of the cluster).
+ * mbar_arrive_cluster (an arrival on the barrier in every CTA of the cluster),
+ * smem_store_cluster (a small register tile written into the view of every CTA of the
+ * cluster, its bytes completing on each CTA's barrier, as a multicast's do).
  */
 
 /*      ENUM                 name                 nopnd nreg rule           flags                  sem     layout  print     attrs */
@@ -113,6 +117,7 @@ LOOM_OP(NAMED_BARRIER,       named_barrier,         0, 0, named_barrier, IRF_SYN
 LOOM_OP(FENCE_ASYNC,         fence_async,           0, 0, no_result,     IRF_SYNC,              hopper, NONE,   opnds,    "")
 LOOM_OP(TMA_LOAD,            tma_load,             -1, 0, tma_load,      IRF_READS | IRF_SMEM,  hopper, NONE,   opnds,    "")
 LOOM_OP(TMA_LOAD_MULTICAST,  tma_load_multicast,   -1, 0, tma_load,      IRF_READS | IRF_SMEM,  hopper, NONE,   opnds,    "")
+LOOM_OP(SMEM_STORE_CLUSTER,  smem_store_cluster,    4, 0, smem_store_cluster, IRF_SMEM | IRF_SYNC, hopper, NONE, opnds,   "")
 LOOM_OP(TMA_STORE,           tma_store,            -1, 0, tma_store,     IRF_WRITES | IRF_SMEM, hopper, NONE,   opnds,    "")
 LOOM_OP(TMA_STORE_WAIT,      tma_store_wait,        0, 0, no_result,     IRF_SYNC,              hopper, NONE,   opnds,    "pending")
 LOOM_OP(WGMMA,               wgmma,                 3, 0, wgmma,         IRF_SMEM,              hopper, MMA,    opnds,    "")
@@ -120,6 +125,7 @@ LOOM_OP(WGMMA_COMMIT,        wgmma_commit,          0, 0, no_result,     IRF_SYN
 LOOM_OP(WGMMA_WAIT,          wgmma_wait,           -1, 0, wgmma_wait,    IRF_SYNC,              hopper, MMA,    opnds,    "pending")
 LOOM_OP(FLAG_ADD,            flag_add,             -1, 0, flag,          IRF_SYNC,              core,   NONE,   opnds,    "")
 LOOM_OP(FLAG_WAIT,           flag_wait,            -1, 0, flag,          IRF_SYNC,              core,   NONE,   opnds,    "")
+LOOM_OP(ATOMIC_ADD,          atomic_add,           -1, 0, atomic,        IRF_READS | IRF_WRITES | IRF_SYNC, core, NONE, opnds, "")
 LOOM_OP(TASK,                task,                  0, 1, task,          IRF_REGION,            hopper, REGION, opnds,    "warps regs replicas")
 LOOM_OP(TASK_REPLICA,        task_replica,          0, 0, task_replica,  IRF_PURE,              hopper, NONE,   opnds,    "")
 LOOM_OP(CLUSTER_RANK,        cluster_rank,          0, 0, cluster_rank,  IRF_PURE,              hopper, NONE,   opnds,    "")

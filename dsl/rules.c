@@ -700,6 +700,34 @@ static bool rule_mbar_wait(rule_ctx *c)
     return want_bar(c, 0) && want_i32_scalar(c, 2, "the phase") && in_task(c);
 }
 
+/* smem_store_cluster: view, value (the view's dtype and shape; the builder splats a
+ * scalar), bars, index.  One st.async of 4-byte words per CTA: at most 16 bytes, a whole
+ * number of words, at an address aligned to a word. */
+static bool rule_smem_store_cluster(rule_ctx *c)
+{
+    char b1[64], b2[64];
+    if (!want_view(c, 0, "the view"))
+        return false;
+    const ir_type *v = T(c, 1), *s = T(c, 0);
+    if (s->trans)
+        FAIL("the view is transposed; store into the view as the slot holds it");
+    if (v->kind != IR_T_TILE || v->dtype != s->dtype || !ir_shape_eq(&v->shape, &s->shape))
+        FAIL("the value is %s but the view is %s; they need the same dtype and shape%s", ts(v, b1),
+             ts(s, b2), v->dtype != s->dtype ? " (use loom_cast)" : "");
+    int64_t bytes = ir_shape_numel(&s->shape) * (int64_t)loom_dtype_size((loom_dtype)s->dtype);
+    if (bytes > 16)
+        FAIL("the view %s is %lld bytes; loom_smem_store_cluster writes at most 16 (one st.async a CTA: "
+             "an index or a few scalars; move tiles with loom_tma_load_multicast)",
+             ts(s, b1), (long long)bytes);
+    if (bytes % 4)
+        FAIL("the view %s is %lld bytes; st.async writes whole 4-byte words, so the view must be 4, 8, "
+             "12 or 16 bytes", ts(s, b1), (long long)bytes);
+    if (ir_view_align(c->k, c->op->opnd[0]) < 4)
+        FAIL("the view %s may start off a 4-byte boundary (a part of its slot); st.async writes "
+             "aligned 4-byte words", ts(s, b1));
+    return want_bar(c, 2) && in_task(c);
+}
+
 static bool rule_named_barrier(rule_ctx *c)
 {
     int64_t id = c->op->iattr[0], th = c->op->iattr[1];
@@ -729,6 +757,27 @@ static bool rule_flag(rule_ctx *c)
     if (!check_offsets(c, 1, r))
         return false;
     return want_i32_scalar(c, 1 + r, c->op->kind == IR_FLAG_ADD ? "the value to add" : "the target");
+}
+
+/* atomic_add: an i32 tensor declared LOOM_INOUT, one offset per dim, the i32 scalar to
+ * add; the result is the element's old value, an i32 scalar */
+static bool rule_atomic(rule_ctx *c)
+{
+    char b[64];
+    if (!check_tensor(c))
+        return false;
+    int r = T(c, 0)->shape.rank;
+    const ir_arg *a = &c->k->args[c->k->vals[c->op->opnd[0]].def];
+    if (T(c, 0)->dtype != LOOM_I32)
+        FAIL("the tensor '%s' is %s; atomic_add takes an i32 tensor", a->name, ts(T(c, 0), b));
+    if ((a->access & (LOOM_IN | LOOM_OUT)) != (LOOM_IN | LOOM_OUT))
+        FAIL("the tensor '%s' must be declared LOOM_INOUT (atomic_add reads and writes it)", a->name);
+    if (c->op->nopnd != 2 + r)
+        FAIL("takes the tensor, %d offset%s (one per dim of '%s') and the value to add; got %d operands", r,
+             r == 1 ? "" : "s", a->name, c->op->nopnd);
+    if (!check_offsets(c, 1, r) || !want_i32_scalar(c, 1 + r, "the value to add"))
+        return false;
+    return emit(c, tile(LOOM_I32, LOOM_SCALAR));
 }
 
 static bool rule_no_result(rule_ctx *c)
@@ -791,13 +840,12 @@ static bool rule_wgmma(rule_ctx *c)
 {
     char b1[64], b2[64], b3[64];
     const ir_type *a = T(c, 0), *bb = T(c, 1), *acc = T(c, 2);
-    /* the instruction can take A from registers, but no backend lowers that form, and a
-     * rule never accepts what no backend lowers */
-    if (a->kind == IR_T_TILE)
-        FAIL("a is %s, a register tile; wgmma takes A from shared memory (no backend lowers A "
-             "in registers): loom_smem_store it into a view, loom_fence_async, and pass the view",
-             ts(a, b1));
-    if (!want_view(c, 0, "a") || !want_view(c, 1, "b"))
+    /* A is a view or a register tile (an f16/bf16 cast of an accumulator, say: P of
+     * attention); B always a view */
+    if (a->kind != IR_T_TILE && !is_view(a))
+        FAIL("a is %s; a shared-memory view (loom_smem_slot of a ring, or a ring of one slot) "
+             "or a register tile is needed", ts(a, b1));
+    if (!want_view(c, 1, "b"))
         return false;
     if (acc->kind != IR_T_TILE || acc->dtype != LOOM_F32 || acc->shape.rank != 2)
         FAIL("the accumulator is %s; an f32 2-D tile is needed", ts(acc, b3));

@@ -304,10 +304,11 @@ loom_val loom_if_result(loom_kernel *k, loom_region_op op, int i);
  *
  * The level of Meta's TLX: the kernel author says where data lives (shared memory rings),
  * which warp group moves it (TMA into a ring slot, completing on an mbarrier) and which
- * computes (wgmma from shared memory into f32 accumulators); loom makes each statement
- * one or a few instructions and checks what it can.  Everything here is also defined by
- * the interpreter, which runs each task as its own thread and reports deadlocks and reads
- * of ring slots that no wait has made visible.  See docs/dsl.md, "Hopper machinery".
+ * computes (wgmma from shared memory or registers into f32 accumulators); loom makes each
+ * statement one or a few instructions and checks what it can.  Everything here is also
+ * defined by the interpreter, which runs each task as its own thread and reports deadlocks
+ * and reads of ring slots that no wait has made visible.  See docs/dsl.md, "Hopper
+ * machinery".
  *
  * Shared memory.  loom_smem_alloc() declares a ring of `slots` buffers, each a tile of
  * `shape` (rank 1 to 3) and dtype, with a swizzle mode (bytes: 0, 32, 64, 128; the
@@ -398,11 +399,23 @@ void loom_tma_store_wait_at(loom_src at, loom_kernel *k, int pending);
  * loom_mbar_arrive_cluster(bars, i) arrives on barrier i in every CTA of the cluster (a
  * consumer releasing a ring slot that its peers' multicasts fill): a barrier array that
  * receives these counts n arrivals per arriving task replica.  The compiler synchronizes
- * the cluster after the barriers are initialised and before any CTA exits. */
+ * the cluster after the barriers are initialised and before any CTA exits.
+ * loom_smem_store_cluster(view, v, bars, i) writes the register tile v (the view's dtype
+ * and shape; a scalar is splatted to it) into the same view of every CTA of the cluster,
+ * asynchronously, and completes the written bytes on barrier i of bars in each of those
+ * CTAs, as loom_tma_load_multicast completes its box's: each receiving CTA announces the
+ * bytes with loom_mbar_expect on its own barrier (the checker counts the op as n times
+ * its bytes), and reads the view only after a wait on that barrier (the interpreter
+ * reports a read before it).  It is done once per task replica (one thread writes) and
+ * is meant for a few scalars, such as the tile a dynamic scheduler's producer claimed
+ * with loom_atomic_add, handed to every CTA of the cluster: the view holds at most 16
+ * bytes, a whole number of 4-byte words (an i32 [1] to [4]).  Without clusters it writes
+ * this CTA's view and completes on its barrier. */
 #define loom_cluster_rank(k) loom_cluster_rank_at(LOOM_HERE, k)
 #define loom_tma_load_multicast(k, t, offs, view, bars, i) \
     loom_tma_load_multicast_at(LOOM_HERE, k, t, offs, view, bars, i)
 #define loom_mbar_arrive_cluster(k, bars, i) loom_mbar_arrive_cluster_at(LOOM_HERE, k, bars, i)
+#define loom_smem_store_cluster(k, view, v, bars, i) loom_smem_store_cluster_at(LOOM_HERE, k, view, v, bars, i)
 #define loom_kernel_set_cluster(k, n) loom_kernel_set_cluster_at(LOOM_HERE, k, n)
 void loom_kernel_set_cluster_at(loom_src at, loom_kernel *k, int n);
 int loom_kernel_cluster(const loom_kernel *k); /* 1 without clusters */
@@ -410,12 +423,19 @@ loom_val loom_cluster_rank_at(loom_src at, loom_kernel *k);
 void loom_tma_load_multicast_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val view,
                                 loom_val bars, loom_val i);
 void loom_mbar_arrive_cluster_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i);
+void loom_smem_store_cluster_at(loom_src at, loom_kernel *k, loom_val view, loom_val v, loom_val bars,
+                                loom_val i);
 
 /* wgmma.  acc' = acc + a @ b issued asynchronously on the tensor cores: a is a shared
- * view [M, K] (a register tile is refused: no backend lowers A in registers); b a shared
- * view [K, N] (loom_smem_trans of an [N, K] view is the usual K-major B); f16 or bf16 (the
- * same for both); acc an f32 tile [M, N] with M a multiple of 64 per warp group of the
- * task (each warp group owns M/G rows), N a multiple of 8 up to 256, K a multiple of 16.
+ * view [M, K] or a register tile [M, K]; b a shared view [K, N] (loom_smem_trans of an
+ * [N, K] view is the usual K-major B); f16 or bf16 (the same for both); acc an f32 tile
+ * [M, N] with M a multiple of 64 per warp group of the task (each warp group owns M/G
+ * rows), N a multiple of 8 up to 256, K a multiple of 16.  A register tile is read when
+ * the wgmma is issued; it is held in the A fragment's layout, which is the accumulator
+ * layout of its shape, so an accumulator S [M, N] cast to f16/bf16 is the A of the next
+ * wgmma with no data moved (attention's P @ V), and row reductions of an accumulator
+ * broadcast back over its rows stay in registers too (see docs/dsl.md, "Hopper
+ * machinery").
  * loom_wgmma_commit() closes the group of wgmmas issued since the last commit;
  * loom_wgmma_wait(pending, n, accs) waits until at most `pending` groups are in flight and
  * returns the accumulators (results 0..n-1 via loom_wgmma_result).  An accumulator may be
@@ -459,6 +479,21 @@ loom_val loom_task_replica_at(loom_src at, loom_kernel *k);
 #define loom_flag_wait(k, flags, offs, target) loom_flag_wait_at(LOOM_HERE, k, flags, offs, target)
 void loom_flag_add_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val v);
 void loom_flag_wait_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val target);
+
+/* An atomic add in global memory, for work claimed from a counter (a dynamic tile
+ * scheduler: a persistent kernel takes the next tile from the counter, so it progresses
+ * even when not all of its programs are resident).  loom_atomic_add(t, offs, v) adds the
+ * i32 scalar v to the element t[offs] of an i32 tensor declared LOOM_INOUT (offsets: one
+ * i32/i64 scalar per dim, in bounds) and returns the element's OLD value as an i32
+ * scalar.  It is done once per task replica (or per program outside tasks), relaxed at
+ * GPU scope (it orders nothing else: publish data with loom_flag_add), and every thread
+ * of the replica receives the same value, so loop bounds computed from it stay uniform.
+ * Counters count up across launches (claim = old - launch * claims per launch) instead
+ * of being cleared.  The interpreter runs the programs of a kernel that adds atomically
+ * side by side (up to 1024 of them), each giving way to the next after every add, so
+ * claims interleave as they would on the GPU. */
+#define loom_atomic_add(k, t, offs, v) loom_atomic_add_at(LOOM_HERE, k, t, offs, v)
+loom_val loom_atomic_add_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val v);
 
 /* ---------------------------------------------------------------- 6. verify, print */
 

@@ -676,8 +676,8 @@ OP_COVERED(wgmma_commit)
 OP_COVERED(wgmma_wait)
 
 /* C = C0 + A @ B with A [64, 32] and B [32, 24] (B stored [24, 32] and seen transposed
- * when b_trans), both from shared memory, C0 loaded.  (A in registers is refused by the
- * rule: test_hopper_ir.c, hopper_checks.wgmma_refuses_a_in_registers.) */
+ * when b_trans), both from shared memory, C0 loaded.  (A in registers:
+ * tests/test_wgmma_regs.c.) */
 static void wgmma_case(loom_dtype dt, bool b_trans)
 {
     enum { M = 64, K = 32, N = 24 };

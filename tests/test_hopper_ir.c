@@ -391,24 +391,50 @@ Test(hopper_checks, bad_operands_are_named_at_their_line)
     loom_kernel_destroy(k);
 }
 
-/* The instruction can read A from registers, but no backend lowers that form: the rule
- * refuses it at the builder's line, so the interpreter never runs a kernel the GPU
- * cannot. */
-Test(hopper_checks, wgmma_refuses_a_in_registers)
+/* A may be a register tile (tests/test_wgmma_regs.c runs it): the rule takes an f16/bf16
+ * tile of a @ b's shape, and names what else it refuses at the builder's line. */
+Test(hopper_checks, wgmma_takes_a_from_registers)
 {
     loom_kernel *k = loom_kernel_create("t", 4);
     loom_val b = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(32, 16), 1, LOOM_SWIZZLE_32);
     loom_region_op t = loom_task_begin(k, 4, 0, 1);
     loom_val a = loom_splat(k, loom_const_f(k, LOOM_F16, 1), LOOM_SHAPE2(64, 32));
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, 16));
-    int line = __LINE__ + 1;
     loom_val r = loom_wgmma(k, a, b, acc);
+    loom_wgmma_commit(k);
+    loom_wgmma_wait(k, 0, 1, &r);
     loom_task_end(k, t);
-    cr_expect_eq(r, LOOM_NONE);
-    expect_error(k, "op 'wgmma': a is f16[64x32], a register tile; wgmma takes A from shared memory", line);
+    cr_expect_neq(r, LOOM_NONE);
+    cr_expect_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
     loom_kernel_destroy(k);
 
-    /* anything else that is not a view is named the way b is */
+    /* an f32 tile: wgmma multiplies f16 or bf16 */
+    k = loom_kernel_create("t", 4);
+    b = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(32, 16), 1, LOOM_SWIZZLE_32);
+    t = loom_task_begin(k, 4, 0, 1);
+    a = loom_splat(k, loom_const_f(k, LOOM_F32, 1), LOOM_SHAPE2(64, 32));
+    acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, 16));
+    int line = __LINE__ + 1;
+    r = loom_wgmma(k, a, b, acc);
+    loom_task_end(k, t);
+    cr_expect_eq(r, LOOM_NONE);
+    expect_error(k, "op 'wgmma': a is f32[64x32] and b is ", line);
+    expect_error(k, "both must be f16 or both bf16", line);
+    loom_kernel_destroy(k);
+
+    /* a tile of the wrong shape */
+    k = loom_kernel_create("t", 4);
+    b = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(32, 16), 1, LOOM_SWIZZLE_32);
+    t = loom_task_begin(k, 4, 0, 1);
+    a = loom_splat(k, loom_const_f(k, LOOM_F16, 1), LOOM_SHAPE2(64, 16));
+    acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, 16));
+    line = __LINE__ + 1;
+    loom_wgmma(k, a, b, acc);
+    loom_task_end(k, t);
+    expect_error(k, "inner dims differ: a is f16[64x16]", line);
+    loom_kernel_destroy(k);
+
+    /* anything else is neither a view nor a register tile */
     k = loom_kernel_create("t", 4);
     loom_val x = loom_arg_tensor(k, "x", LOOM_F16, LOOM_SHAPE2(64, 32), LOOM_IN);
     b = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(32, 16), 1, LOOM_SWIZZLE_32);
@@ -417,7 +443,8 @@ Test(hopper_checks, wgmma_refuses_a_in_registers)
     line = __LINE__ + 1;
     loom_wgmma(k, x, b, acc);
     loom_task_end(k, t);
-    expect_error(k, "a is tensor<f16[64x32]>; a shared-memory view is needed", line);
+    expect_error(k, "a is tensor<f16[64x32]>; a shared-memory view (loom_smem_slot of a ring, or a ring of one "
+                    "slot) or a register tile is needed", line);
     loom_kernel_destroy(k);
 }
 
