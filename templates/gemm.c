@@ -1,21 +1,19 @@
 /*
  * gemm.c -- C[b] = A[b] @ B[b] on Hopper's tensor cores: a warp-specialized kernel.
  *
- * The algorithm, as the builder calls below spell it:
+ * The algorithm, on the pipeline layer (include/loom_pipe.h, which owns the barriers,
+ * phases and budgets):
  *
- *   shared: A ring [stages][BM, BK], B ring [stages][BK, BN] (128-byte swizzle; A's
- *           64-byte at BK=32), barriers full[stages] (the producer's expect-bytes: 1
- *           arrival) and empty[stages] (the consumers: 1 arrival a phase, 2 when split),
- *           with tmastore=1 a staging buffer for the output tile
- *   producer task (one warp group, 40 registers): for each output tile it owns, for each
- *           k step i (a running count over tiles): wait empty[i % S] (phase ^ 1), expect
- *           the bytes of both boxes on full[i % S], TMA A and B into slot i % S
- *   consumer warp groups (232 registers): for each tile: acc = 0; for each k step: wait
- *           full[slot], wgmma, commit, wait until one group is in flight, release the
- *           previous slot (arrive on empty); after the loop wait for all, release the
- *           last slot; then the epilogue: cast and store the tile, straight from the
- *           accumulator's registers (masked at the M/N edges) or, with tmastore=1, through
- *           a staging buffer in shared memory and a TMA store that runs asynchronously
+ *   ring     `stages` slots of an A tile [BM, BK] and a B tile [BK, BN] (128-byte
+ *            swizzle; A's 64-byte at BK=32)
+ *   producer for each output tile it owns, for each k step (a running count of ring uses
+ *            over tiles): produce the slot, TMA A and B into it
+ *   consumer for each tile: acc = 0; for each k step: consume the slot, wgmma, commit,
+ *            wait until one group is in flight, release the previous slot; after the
+ *            loop wait for all and release the last slot
+ *   epilogue cast and store the tile: straight from the accumulator's registers (masked
+ *            at the M/N edges) or, with tmastore=1, through a staging tile in shared
+ *            memory and a TMA store that runs asynchronously
  *
  * How the consumer warp groups share the work (`consumers`):
  *   0 cooperative  one task of cwarps warps; its warp groups split every tile by rows
@@ -28,18 +26,8 @@
  *                  few k steps apart, so one's epilogue overlaps the other's last k steps
  *                  or first ones of the next tile
  *
- * The defaults are what measured best on the H200 over the shapes of bench_gemm (see
- * bench/RESULTS.md): one consumer warp group with 64x256 tiles, 4 stages, the TMA-store
- * epilogue, groups of 32 tile rows (BM=128,BN=128 was as fast on large squares, but wastes
- * rows at the IKBO M=433).  Other stage counts ran 5-25% slower (3: the loads arrive
- * late; 5 and more: slower too, not understood), BK=32 slower.  Two consumer warp groups
- * (384 threads) need setmaxnreg to give each its 232 registers, which ptxas honours only
- * when it compiles the PTX as a whole program (the runtime loads such PTX so; linked as a
- * relocatable unit they spilled and ran 5-10% slower than one warp group).  With it,
- * split 128x256 tiles (consumers=2,cwarps=8,BM=128) are the fastest on large squares
- * (0.996 of cuBLAS at 4096^3, 1.02 at 8192^3, against 0.974 and 1.013 for the
- * defaults) but waste rows at M=433 (0.81-0.96 against 0.89-1.05 on the IKBO shapes);
- * ping-pong on 64x256 tiles measured 0.96-0.98 at 4096^3, no better than one warp group.
+ * The defaults, and why the other schemes are kept as tuner candidates, are measured in
+ * bench/RESULTS.md ("Design measurements").
  *
  * Tiles are visited persistently (grid = `ctas` programs, tile t = pid, pid + ctas, ...)
  * in groups of `group` tile rows so neighbouring CTAs share A and B in L2; ctas=0
