@@ -102,6 +102,9 @@ bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
 loom_status cg_fold(cg_ctx *cg);    /* codegen/fold.c */
 loom_status cg_layouts(cg_ctx *cg); /* codegen/layout.c */
 loom_status cg_smem(cg_ctx *cg);    /* codegen/smem.c */
+/* codegen/smem.c: the warps of the task replica (or CTA, outside tasks) that runs op o:
+ * an atomic_add of one warp passes its result by shuffle, of more through scratch. */
+int cg_op_warps(const loom_kernel *k, uint32_t o);
 /* codegen/lower.c: build the LLVM module (an LLVMModuleRef in an LLVMContextRef, both
  * returned as void * so this header needs no LLVM include). */
 loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out);
@@ -140,6 +143,9 @@ bool cg_direct_same(const cg_layout *src, const cg_layout *dst, int32_t *regmap)
 int32_t cg_want(cg_ctx *cg, uint32_t o, int i); /* wanted layout of operand i of op o */
 /* The wgmma accumulator layout of an f32 [M, N] tile over the current task's warps. */
 int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s);
+/* The layout of a wgmma A operand of shape a in registers, for accumulator layout acc: the
+ * accumulator layout of an [M, K] tile (codegen/layout.c says why). */
+int32_t cg_mma_a_layout(cg_ctx *cg, int32_t acc, const loom_shape *a);
 bool cg_needs_convert(cg_ctx *cg, uint32_t v, int32_t want);
 size_t cg_reg_bytes(loom_dtype dt); /* bytes of one register element in scratch */
 int64_t cg_divisor(cg_ctx *cg, uint32_t v);

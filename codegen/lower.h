@@ -21,7 +21,8 @@
  *                   ops, control flow, the dispatch, the kernel function and cg_lower
  *   lower_math.c    elementwise ops, reductions, dot
  *   lower_mem.c     global memory: load, load_rows, store, load_scalar
- *   lower_hopper.c  shared-memory views, mbarriers, TMA, wgmma, tasks, flags, clusters
+ *   lower_hopper.c  shared-memory views, mbarriers, TMA, wgmma, tasks, flags, atomic adds,
+ *                   clusters
  * The helpers more than one file uses are declared here, prefixed lw_ (the small
  * accessors are inline here); every other helper is static in its file.
  *

@@ -1,7 +1,7 @@
 /*
  * lower_hopper.c -- the Hopper half of the lowering: shared-memory rings, mbarriers,
- * TMA, wgmma and warp-group tasks, and the flags and cluster ops that go with them.  It
- * works on the lowering state of lower.h; lower.c calls its kernel-level parts
+ * TMA, wgmma and warp-group tasks, and the flags, atomic adds and cluster ops that go with
+ * them.  It works on the lowering state of lower.h; lower.c calls its kernel-level parts
  * (lw_hopper_collect_tma, lw_hopper_kernel_attrs, lw_hopper_entry, lw_cluster_sync)
  * while it makes the kernel function.
  *
@@ -614,6 +614,40 @@ bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
     if_end(l, m);
     lw_barrier(l);
     return true;
+}
+
+/* One thread of the replica adds (relaxed, GPU scope: the counter orders nothing else) and
+ * every thread gets the old value, so what is computed from it stays uniform.  How the
+ * value reaches the others:
+ *   - a replica of one warp (a scheduler's producer): the adding lane passes it with
+ *     shfl.sync, in the same asm as the add: no memory, no barrier;
+ *   - a larger one: through a word of the replica's own scratch region (codegen/smem.c
+ *     plans it like a conversion's), in the order every scratch user keeps: bar.sync (no
+ *     thread still reads what the region held, an earlier claim included), the elected
+ *     thread adds and stores the old value, bar.sync, every thread loads it.  Replicas
+ *     have regions of their own, so they never see each other's claims. */
+bool lower_atomic_add(L *l, uint32_t o, ir_op *op)
+{
+    LLVMValueRef a[2] = {flag_addr(l, op), scal(l, op->opnd[op->nopnd - 1])};
+    if (cg_op_warps(l->k, o) == 1) {
+        LLVMValueRef b[3] = {l->tid_local ? l->tid_local : l->tid, a[0], a[1]};
+        LLVMValueRef v = lw_asm_call(l, l->t_i32,
+                                     "{\n\t.reg .pred p;\n\t.reg .b32 v;\n\tmov.b32 v, 0;\n\t"
+                                     "setp.eq.u32 p, $1, 0;\n\t@p atom.relaxed.gpu.add.s32 v, [$2], $3;\n\t"
+                                     "shfl.sync.idx.b32 $0, v, 0, 31, -1;\n\t}",
+                                     "=r,r,l,r,~{memory}", b, 3, false);
+        return lw_set_scalar(l, op->res[0], v);
+    }
+    if (!lw_check_scratch(l, 4))
+        return false;
+    lw_barrier(l);
+    LLVMBasicBlockRef m = if_begin(l, elected(l));
+    LLVMValueRef old = lw_asm_call(l, l->t_i32, "atom.relaxed.gpu.add.s32 $0, [$1], $2;", "=r,l,r,~{memory}", a, 2,
+                                   false);
+    lw_smem_store(l, ci32(l, 0), old);
+    if_end(l, m);
+    lw_barrier(l);
+    return lw_set_scalar(l, op->res[0], lw_smem_load(l, ci32(l, 0), l->t_i32));
 }
 
 /* ---------------------------------------------------------------- TMA */

@@ -1,10 +1,12 @@
 /*
  * smem.c -- the shared-memory plan.
  *
- * Three things need shared memory as scratch: a layout conversion (a value stored in
+ * Four things need shared memory as scratch: a layout conversion (a value stored in
  * its layout and read back in another), a reduction whose reduced dim is split across
- * warps (each warp leaves its partial result there), and a dot (A and B are staged so
- * every thread can read the rows and columns its accumulator elements need).  The
+ * warps (each warp leaves its partial result there), a dot (A and B are staged so
+ * every thread can read the rows and columns its accumulator elements need), and an
+ * atomic_add run by more than one warp (the elected thread leaves the old value there
+ * for the others).  The
  * lowering emits each of them as "bar.sync; write; bar.sync; read", so no two of them
  * are ever live at once: one scratch region sized to the largest need serves them all,
  * reused in program order.  This pass computes each op's need with the same queries the
@@ -17,6 +19,12 @@
 #include <stdlib.h>
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+int cg_op_warps(const loom_kernel *k, uint32_t o)
+{
+    uint32_t t = ir_task_of(k, o);
+    return t ? (int)k->ops[t].iattr[0] : k->num_warps;
+}
 
 static size_t op_need(cg_ctx *cg, uint32_t o)
 {
@@ -52,6 +60,10 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
         }
         break;
     }
+    case IR_ATOMIC_ADD: /* the old value's word, for the replica's threads to read */
+        if (cg_op_warps(k, o) > 1 && need < 4)
+            need = 4;
+        break;
     case IR_DOT: {
         const loom_shape *a = &k->vals[op->opnd[0]].type.shape, *b = &k->vals[op->opnd[1]].type.shape;
         size_t pm = (size_t)1 << cg_lg(a->dim[0]), pk = (size_t)1 << cg_lg(a->dim[1]),

@@ -865,6 +865,20 @@ void loom_flag_wait_at(loom_src at, loom_kernel *k, loom_val flags, const loom_v
     flag_op(k, at, IR_FLAG_WAIT, "flag_wait", flags, offs, target);
 }
 
+/* tensor, offsets (one per dim), value: the flag ops' layout, with a result */
+loom_val loom_atomic_add_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val v)
+{
+    int r = tensor_rank(k, at, "atomic_add", t);
+    if (r < 0 || !offsets_given(k, at, "atomic_add", offs))
+        return LOOM_NONE;
+    uint32_t ops[2 + LOOM_MAX_RANK];
+    ops[0] = t;
+    for (int i = 0; i < r; i++)
+        ops[1 + i] = offs[i];
+    ops[1 + r] = v;
+    return finish(k, begin(k, at, IR_ATOMIC_ADD, ops, 2 + r));
+}
+
 /* ---------------------------------------------------------------- clusters */
 
 void loom_kernel_set_cluster_at(loom_src at, loom_kernel *k, int n)

@@ -572,6 +572,25 @@ static bool interp_flag_add(interp *in, const ir_op *op)
     return true;
 }
 
+/* Once per program or task replica: old = t[offs], t[offs] = old + v (wrapped), result old.
+ * Programs run side by side are coroutines, so nothing runs between the read and the
+ * write: the add is atomic.  Then the program gives way to the next (interp_atomic_yield),
+ * so the claims of programs side by side interleave. */
+static bool interp_atomic_add(interp *in, const ir_op *op)
+{
+    tref t = interp_tensor_of(in, op);
+    int64_t off = flag_elem(in, op, t), x = 0;
+    float f = 0;
+    if (off < 0 || !interp_mem_read(in, op, t, off, &f, &x))
+        return false;
+    int64_t v = interp_ival(interp_opnd(in, op, 1 + t.arg->shape.rank), 0);
+    if (!interp_mem_write(in, op, t, off, 0, x + v))
+        return false;
+    interp_res(in, op, 0)->i[0] = x;
+    interp_flag_added(in);
+    return interp_atomic_yield(in);
+}
+
 /* Until flags[offs] >= target: other programs run meanwhile (interp_flag_block). */
 static bool interp_flag_wait(interp *in, const ir_op *op)
 {
@@ -760,7 +779,7 @@ loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args
         else
             t->i[0] = args[a].s.i64;
     }
-    if (in.st == LOOM_OK && (ir_uses_op(k, IR_FLAG_WAIT) || k->cluster > 1)) {
+    if (in.st == LOOM_OK && (ir_uses_op(k, IR_FLAG_WAIT) || k->cluster > 1 || ir_uses_op(k, IR_ATOMIC_ADD))) {
         in.st = interp_run_side_by_side(&in);
         goto done;
     }

@@ -118,6 +118,12 @@ loom_status interp_run_side_by_side(interp *base);
 bool interp_flag_block(interp *in, const ir_op *op, tref t, int64_t off, int64_t target);
 /* A flag changed: waits may be met now. */
 void interp_flag_added(interp *in);
+/* After an atomic_add: in a side-by-side run, the running program (from its body or one
+ * of its task replicas) gives way to the next, so claims from a counter interleave;
+ * elsewhere nothing.  A kernel that adds atomically runs side by side when its grid has
+ * at most 1024 programs (one after another otherwise: also a schedule the GPU may take).
+ * false on an error in another program. */
+bool interp_atomic_yield(interp *in);
 
 /* The semantics of the ops whose `sem` column in dsl/ops.h is hopper (defined in the
  * Hopper files); the core ones are static in dsl/interp.c. */

@@ -18,7 +18,9 @@
  * kernel with clusters one cluster's programs at once: each program is a coroutine with
  * its own slots and Hopper state, and a round-robin over them lets one program's flag add
  * or cluster arrival release another's wait.  A round in which every unfinished program
- * stays blocked and nothing changed is a deadlock, reported with each wait.
+ * stays blocked and nothing changed is a deadlock, reported with each wait.  A kernel
+ * with atomic adds (work claimed from a counter) runs its programs side by side too, and
+ * a program gives way after each add, so the programs' claims interleave.
  */
 #include "interp_hw.h"
 
@@ -353,6 +355,15 @@ bool interp_flag_block(interp *in, const ir_op *op, tref t, int64_t off, int64_t
     return in->st == LOOM_OK;
 }
 
+bool interp_atomic_yield(interp *in)
+{
+    /* from a task replica too: its coroutine is saved as the program's, and resumes
+     * where it stopped when the program's turn comes again */
+    if (in->prog)
+        prog_yield(in->prog);
+    return in->st == LOOM_OK;
+}
+
 static void prog_entry(void)
 {
     prog *p = pboot;
@@ -533,7 +544,9 @@ static loom_status side_run(interp *base, int64_t first, int64_t n)
 }
 
 /* Kernels with flag waits run all their programs side by side; kernels with clusters run
- * one cluster's programs side by side at a time (both where both). */
+ * one cluster's programs side by side at a time (both where both); kernels with atomic
+ * adds all their programs when there are at most SIDE_MAX_PROGRAMS, else one (or one
+ * cluster) at a time. */
 loom_status interp_run_side_by_side(interp *base)
 {
     loom_kernel *k = base->k;
@@ -548,6 +561,8 @@ loom_status interp_run_side_by_side(interp *base)
         return LOOM_ERR_INVALID;
     }
     if (!ir_uses_op(k, IR_FLAG_WAIT)) {
+        if (ir_uses_op(k, IR_ATOMIC_ADD) && n <= SIDE_MAX_PROGRAMS)
+            return side_run(base, 0, n); /* claims from a counter interleave */
         loom_status st = LOOM_OK;
         for (int64_t f = 0; f < n && st == LOOM_OK; f += c)
             st = side_run(base, f, c);

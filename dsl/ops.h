@@ -52,6 +52,7 @@
  *   tma_load, tma_load_multicast: tensor, offsets..., view, bars, index
  *   tma_store: tensor, offsets..., view
  *   flag_add: flags, offsets..., value            flag_wait: flags, offsets..., target
+ *   atomic_add: tensor, offsets..., value (its result: the old element, an i32 scalar)
  *
  * Hopper machinery (include/loom.h section 5b).  smem_alloc keeps its dtype/shape in its
  * result type too.  Clusters (loom_kernel_set_cluster): cluster_rank, tma_load_multicast
@@ -120,6 +121,7 @@ LOOM_OP(WGMMA_COMMIT,        wgmma_commit,          0, 0, no_result,     IRF_SYN
 LOOM_OP(WGMMA_WAIT,          wgmma_wait,           -1, 0, wgmma_wait,    IRF_SYNC,              hopper, MMA,    opnds,    "pending")
 LOOM_OP(FLAG_ADD,            flag_add,             -1, 0, flag,          IRF_SYNC,              core,   NONE,   opnds,    "")
 LOOM_OP(FLAG_WAIT,           flag_wait,            -1, 0, flag,          IRF_SYNC,              core,   NONE,   opnds,    "")
+LOOM_OP(ATOMIC_ADD,          atomic_add,           -1, 0, atomic,        IRF_READS | IRF_WRITES | IRF_SYNC, core, NONE, opnds, "")
 LOOM_OP(TASK,                task,                  0, 1, task,          IRF_REGION,            hopper, REGION, opnds,    "warps regs replicas")
 LOOM_OP(TASK_REPLICA,        task_replica,          0, 0, task_replica,  IRF_PURE,              hopper, NONE,   opnds,    "")
 LOOM_OP(CLUSTER_RANK,        cluster_rank,          0, 0, cluster_rank,  IRF_PURE,              hopper, NONE,   opnds,    "")

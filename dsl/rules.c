@@ -731,6 +731,27 @@ static bool rule_flag(rule_ctx *c)
     return want_i32_scalar(c, 1 + r, c->op->kind == IR_FLAG_ADD ? "the value to add" : "the target");
 }
 
+/* atomic_add: an i32 tensor declared LOOM_INOUT, one offset per dim, the i32 scalar to
+ * add; the result is the element's old value, an i32 scalar */
+static bool rule_atomic(rule_ctx *c)
+{
+    char b[64];
+    if (!check_tensor(c))
+        return false;
+    int r = T(c, 0)->shape.rank;
+    const ir_arg *a = &c->k->args[c->k->vals[c->op->opnd[0]].def];
+    if (T(c, 0)->dtype != LOOM_I32)
+        FAIL("the tensor '%s' is %s; atomic_add takes an i32 tensor", a->name, ts(T(c, 0), b));
+    if ((a->access & (LOOM_IN | LOOM_OUT)) != (LOOM_IN | LOOM_OUT))
+        FAIL("the tensor '%s' must be declared LOOM_INOUT (atomic_add reads and writes it)", a->name);
+    if (c->op->nopnd != 2 + r)
+        FAIL("takes the tensor, %d offset%s (one per dim of '%s') and the value to add; got %d operands", r,
+             r == 1 ? "" : "s", a->name, c->op->nopnd);
+    if (!check_offsets(c, 1, r) || !want_i32_scalar(c, 1 + r, "the value to add"))
+        return false;
+    return emit(c, tile(LOOM_I32, LOOM_SCALAR));
+}
+
 static bool rule_no_result(rule_ctx *c)
 {
     if (c->op->kind == IR_TMA_STORE_WAIT || c->op->kind == IR_WGMMA_WAIT)

@@ -463,6 +463,21 @@ loom_val loom_task_replica_at(loom_src at, loom_kernel *k);
 void loom_flag_add_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val v);
 void loom_flag_wait_at(loom_src at, loom_kernel *k, loom_val flags, const loom_val *offs, loom_val target);
 
+/* An atomic add in global memory, for work claimed from a counter (a dynamic tile
+ * scheduler: a persistent kernel takes the next tile from the counter, so it progresses
+ * even when not all of its programs are resident).  loom_atomic_add(t, offs, v) adds the
+ * i32 scalar v to the element t[offs] of an i32 tensor declared LOOM_INOUT (offsets: one
+ * i32/i64 scalar per dim, in bounds) and returns the element's OLD value as an i32
+ * scalar.  It is done once per task replica (or per program outside tasks), relaxed at
+ * GPU scope (it orders nothing else: publish data with loom_flag_add), and every thread
+ * of the replica receives the same value, so loop bounds computed from it stay uniform.
+ * Counters count up across launches (claim = old - launch * claims per launch) instead
+ * of being cleared.  The interpreter runs the programs of a kernel that adds atomically
+ * side by side (up to 1024 of them), each giving way to the next after every add, so
+ * claims interleave as they would on the GPU. */
+#define loom_atomic_add(k, t, offs, v) loom_atomic_add_at(LOOM_HERE, k, t, offs, v)
+loom_val loom_atomic_add_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs, loom_val v);
+
 /* ---------------------------------------------------------------- 6. verify, print */
 
 /* Check the whole kernel.  LOOM_OK, or LOOM_ERR_VERIFY with every problem listed in
