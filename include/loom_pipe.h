@@ -167,26 +167,87 @@ void loom_ring_pass_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
 /* ---------------------------------------------------------------- tile schedulers */
 
 /* Which units of work (tiles, or with clusters the units a cluster shares) the programs
- * take.  persistent: the grid has fewer programs than units and program p takes units
- * p, p + P, p + 2P, ... (P the programs, or clusters, of the grid: static round-robin);
- * else one unit a program.  With clusters, the cluster's CTAs take the same units. */
+ * take, and in what order.
+ *
+ * Static (loom_sched_static): persistent programs take units p, p + P, p + 2P, ... (P
+ * the programs, or clusters, of the grid: round-robin); or one unit a program.
+ *
+ * Dynamic (loom_sched_dynamic): the producer of each program (rank 0's, for a cluster)
+ * claims units from a counter in global memory, one at a time and one ahead, and hands
+ * each to its consumers (and, in a cluster, to the other CTAs) through a small ring in
+ * shared memory; units go out in order 0, 1, 2, ... to whichever program asks next.  So
+ * a unit is only ever waited on (through flags) once a running program has claimed it:
+ * a kernel whose later units wait for earlier ones makes progress however few of its
+ * programs are resident (another stream's kernel on the SMs, a smaller GPU, MPS), and the
+ * load balances itself.  The counter counts up over launches: a launch makes units + P
+ * claims (each program's last one finds no unit), so launch e (epoch, 1 for the first)
+ * subtracts (e - 1) * (units + P) instead of clearing it.  The DSL has no while loop: the
+ * claim loop is a for loop of blocks of 16 claims, bounded by the units, whose blocks
+ * after the last claim are skipped by one test each. */
 typedef struct loom_sched {
     int64_t units;
     int cluster;
     int persistent;
     int divide_always; /* compute pid / cluster even for a cluster of 1 */
+    int dynamic;
+    loom_val counter, epoch;       /* dynamic: the claim counter (i32 [1], LOOM_INOUT), the launch */
+    loom_val slot_ring, full, empty; /* dynamic: the hand-over ring of claimed units */
+    int slots;
 } loom_sched;
 
 loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent);
 
-/* In the current task: this program's first unit and the stride to its next. */
+/* A dynamic schedule over `units` units: counter is an i32 [1] tensor argument declared
+ * LOOM_INOUT, epoch an i32 scalar argument (the launch's number, from 1); `readers` is
+ * how many consumer task replicas of a CTA take every unit (each calls
+ * loom_sched_begin with LOOM_SCHED_CONSUMER); `slots` units may be claimed ahead of
+ * them.  Allocates the hand-over ring (at the top of the kernel; set the cluster first). */
+#define loom_sched_dynamic(p, units, counter, epoch, slots, readers) \
+    loom_sched_dynamic_at(LOOM_HERE, p, units, counter, epoch, slots, readers)
+loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, loom_val epoch,
+                                 int slots, int readers);
+
+/* In the current task: this program's first unit and the stride to its next (static
+ * schedules). */
 #define loom_sched_range(k, s, first, step) loom_sched_range_at(LOOM_HERE, k, s, first, step)
 void loom_sched_range_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val *first, loom_val *step);
 
-/* The loop over this program's units, carrying n values (init): its body's unit is
- * loom_for_iv; close it with loom_for_end.  With `replica` (an i32 value, LOOM_NONE:
- * all), two replicas take the program's units alternately (ping-pong): replica r its
- * units r, r + 2, ... */
+/* The loop over this program's units, carrying n values (init), for either kind of
+ * schedule:
+ *
+ *     loom_sched_loop l = loom_sched_begin(k, &s, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
+ *     loom_val unit = loom_sched_unit(&l), it = loom_sched_arg(&l, 0);
+ *     ... the unit's work ...
+ *     loom_sched_end(k, &l, &next_it);
+ *     loom_val it_after = loom_sched_result(k, &l, 0);
+ *
+ * The producer task claims (dynamic), the consumer tasks receive.  With `replica` (an
+ * i32 value, LOOM_NONE: all; static schedules only), two replicas take the program's
+ * units alternately (ping-pong): replica r its units r, r + 2, ... */
+enum { LOOM_SCHED_PRODUCER, LOOM_SCHED_CONSUMER };
+#define LOOM_SCHED_MAX_CARRIED 8
+typedef struct loom_sched_loop {
+    const loom_sched *s;
+    int role, n;
+    loom_val unit;
+    loom_val args[LOOM_SCHED_MAX_CARRIED];
+    loom_region_op loop;                   /* static: the for */
+    loom_region_op outer, ifo, inner, ifi, ift; /* dynamic: blocks of claims, a claim, a unit */
+    loom_val done, next, use;              /* dynamic: in the claim: ended?, the claim ahead, hand-over use */
+    loom_val claim;                        /* dynamic producer: the next claim, made before the unit's work */
+} loom_sched_loop;
+
+#define loom_sched_begin(k, s, role, replica, n, init) loom_sched_begin_at(LOOM_HERE, k, s, role, replica, n, init)
+loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sched *s, int role, loom_val replica,
+                                    int n, const loom_val *init);
+static inline loom_val loom_sched_unit(const loom_sched_loop *l) { return l->unit; }
+static inline loom_val loom_sched_arg(const loom_sched_loop *l, int i) { return l->args[i]; }
+#define loom_sched_end(k, l, yields) loom_sched_end_at(LOOM_HERE, k, l, yields)
+void loom_sched_end_at(loom_src at, loom_kernel *k, loom_sched_loop *l, const loom_val *yields);
+loom_val loom_sched_result(loom_kernel *k, const loom_sched_loop *l, int i);
+
+/* The static loop as a plain for (its body's unit is loom_for_iv; close it with
+ * loom_for_end). */
 #define loom_sched_for(k, s, replica, n, init) loom_sched_for_at(LOOM_HERE, k, s, replica, n, init)
 loom_region_op loom_sched_for_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val replica, int n,
                                  const loom_val *init);

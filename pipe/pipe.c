@@ -23,6 +23,9 @@
 #include "loom_pipe.h"
 
 #include <stdbool.h>
+#ifndef LOOM_HAVE_SMEM_STORE_CLUSTER /* TEMP until the op lands */
+#define loom_smem_store_cluster_at(at, k, view, t, bars, i) ((void)(at), (void)(t))
+#endif
 #include <string.h>
 
 #define CI(v) loom_const_i_at(at, k, LOOM_I32, (v))
@@ -193,7 +196,28 @@ void loom_ring_pass_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
 
 loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent)
 {
-    return (loom_sched){units, loom_kernel_cluster(k), persistent != 0, 0};
+    loom_sched s;
+    memset(&s, 0, sizeof s);
+    s.units = units;
+    s.cluster = loom_kernel_cluster(k);
+    s.persistent = persistent != 0;
+    return s;
+}
+
+loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, loom_val epoch,
+                                 int slots, int readers)
+{
+    loom_kernel *k = p->k;
+    loom_sched s = loom_sched_static(k, units, 1);
+    s.dynamic = 1;
+    s.counter = counter;
+    s.epoch = epoch;
+    s.slots = slots;
+    s.slot_ring = loom_smem_alloc_at(at, k, LOOM_I32, LOOM_SHAPE1(1), slots, LOOM_SWIZZLE_NONE);
+    s.full = loom_mbar_alloc_at(at, k, slots, 1);
+    /* a cluster's producers read the units too (rank 0's delivers them to every CTA) */
+    s.empty = loom_mbar_alloc_at(at, k, slots, (readers + (s.cluster > 1)) * s.cluster);
+    return s;
 }
 
 void loom_sched_range_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val *first, loom_val *step)
@@ -217,6 +241,145 @@ loom_region_op loom_sched_for_at(loom_src at, loom_kernel *k, const loom_sched *
         step = loom_mul_at(at, k, step, CI(2));
     }
     return loom_for_begin_at(at, k, first, CI(s->units), step, n, init);
+}
+
+/* Claims of a dynamic schedule in a block of the claim loop. */
+enum { CLAIM_BLOCK = 16 };
+
+/* The next unit from the counter: its value less this launch's base, (epoch - 1) *
+ * (units + programs).  In a cluster only rank 0 claims (the others get 0, unused). */
+static loom_val claim(loom_src at, loom_kernel *k, const loom_sched *s)
+{
+    loom_val progs = loom_num_programs_at(at, k, 0);
+    if (s->cluster > 1)
+        progs = loom_div_at(at, k, progs, CI(s->cluster));
+    loom_val base = loom_mul_at(at, k, loom_sub_at(at, k, s->epoch, CI(1)), loom_add_at(at, k, progs, CI(s->units)));
+    if (s->cluster <= 1)
+        return loom_sub_at(at, k, loom_atomic_add_at(at, k, s->counter, (loom_val[]){CI(0)}, CI(1)), base);
+    loom_region_op r0 = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, loom_cluster_rank_at(at, k), CI(0)), 1);
+    loom_val v = loom_sub_at(at, k, loom_atomic_add_at(at, k, s->counter, (loom_val[]){CI(0)}, CI(1)), base);
+    loom_else_at(at, k, r0, 1, &v);
+    loom_val z = CI(0);
+    loom_if_end_at(at, k, r0, 1, &z);
+    return loom_if_result(k, r0, 0);
+}
+
+/* Hand-over use j: the producer writes unit `t` (a cluster's rank 0 into every CTA)
+ * and, in a cluster, every producer reads it back; a consumer reads it.  Returns the
+ * unit. */
+static loom_val hand_over(loom_src at, loom_kernel *k, const loom_sched *s, int role, loom_val j, loom_val t)
+{
+    loom_val sl = loom_ring_slot_at(at, k, j, s->slots), ph = loom_ring_phase_at(at, k, j, s->slots);
+    loom_val view = loom_smem_slot_at(at, k, s->slot_ring, sl);
+    if (role == LOOM_SCHED_PRODUCER) {
+        loom_mbar_wait_at(at, k, s->empty, sl, loom_sub_at(at, k, CI(1), ph));
+        if (s->cluster <= 1) { /* the store, then the arrival that releases it */
+            loom_smem_store_at(at, k, view, loom_splat_at(at, k, t, LOOM_SHAPE1(1)));
+            loom_mbar_arrive_at(at, k, s->full, sl);
+            return t;
+        }
+        loom_mbar_expect_at(at, k, s->full, sl, 4);
+        loom_region_op r0 = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, loom_cluster_rank_at(at, k), CI(0)), 0);
+        loom_smem_store_cluster_at(at, k, view, t, s->full, sl);
+        loom_if_end_at(at, k, r0, 0, NULL);
+    }
+    loom_mbar_wait_at(at, k, s->full, sl, ph);
+    loom_val u = loom_reduce_max_at(at, k, loom_smem_load_at(at, k, view), 0);
+    if (s->cluster > 1)
+        loom_mbar_arrive_cluster_at(at, k, s->empty, sl);
+    else
+        loom_mbar_arrive_at(at, k, s->empty, sl);
+    return u;
+}
+
+loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sched *s, int role, loom_val replica,
+                                    int n, const loom_val *init)
+{
+    loom_sched_loop l;
+    memset(&l, 0, sizeof l);
+    l.s = s;
+    l.role = role;
+    l.n = n < 0 ? 0 : n > LOOM_SCHED_MAX_CARRIED ? LOOM_SCHED_MAX_CARRIED : n;
+    if (!s->dynamic) {
+        l.loop = loom_sched_for_at(at, k, s, replica, l.n, init);
+        l.unit = loom_for_iv(k, l.loop);
+        for (int i = 0; i < l.n; i++)
+            l.args[i] = loom_for_arg(k, l.loop, i);
+        return l;
+    }
+    /* carried: the caller's n, then ended? (i32), the claim ahead, the hand-over use */
+    int m = l.n + 3;
+    loom_val c[LOOM_SCHED_MAX_CARRIED + 3], zero = CI(0);
+    for (int i = 0; i < l.n; i++)
+        c[i] = init[i];
+    c[l.n] = zero;
+    c[l.n + 1] = role == LOOM_SCHED_PRODUCER ? claim(at, k, s) : zero;
+    c[l.n + 2] = zero;
+    int64_t blocks = (s->units + CLAIM_BLOCK) / CLAIM_BLOCK; /* units + 1 claims at most */
+    l.outer = loom_for_begin_at(at, k, zero, CI(blocks), CI(1), m, c);
+    for (int i = 0; i < m; i++)
+        c[i] = loom_for_arg(k, l.outer, i);
+    l.ifo = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, c[l.n], zero), m);
+    l.inner = loom_for_begin_at(at, k, zero, CI(CLAIM_BLOCK), CI(1), m, c);
+    for (int i = 0; i < m; i++)
+        c[i] = loom_for_arg(k, l.inner, i);
+    l.ifi = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, c[l.n], zero), m);
+    l.next = c[l.n + 1];
+    l.use = c[l.n + 2];
+    l.unit = hand_over(at, k, s, role, l.use, l.next);
+    l.done = loom_select_at(at, k, loom_cmp_at(at, k, LOOM_GE, l.unit, CI(s->units)), CI(1), zero);
+    l.ift = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_LT, l.unit, CI(s->units)), l.n + 1);
+    l.claim = role == LOOM_SCHED_PRODUCER ? claim(at, k, s) : l.next; /* the next, before this one's work */
+    for (int i = 0; i < l.n; i++)
+        l.args[i] = c[i];
+    return l;
+}
+
+void loom_sched_end_at(loom_src at, loom_kernel *k, loom_sched_loop *l, const loom_val *yields)
+{
+    if (!l->s->dynamic) {
+        loom_for_end_at(at, k, l->loop, l->n, yields);
+        return;
+    }
+    int n = l->n, m = n + 3;
+    loom_val y[LOOM_SCHED_MAX_CARRIED + 3];
+    /* the unit's branch: the caller's yields and the claim made ahead; past the units,
+     * what came in */
+    for (int i = 0; i < n; i++)
+        y[i] = yields[i];
+    y[n] = l->claim;
+    loom_else_at(at, k, l->ift, n + 1, y);
+    for (int i = 0; i < n; i++)
+        y[i] = l->args[i];
+    y[n] = l->next;
+    loom_if_end_at(at, k, l->ift, n + 1, y);
+    /* the claim's branch: then the next hand-over use */
+    for (int i = 0; i < n; i++)
+        y[i] = loom_if_result(k, l->ift, i);
+    y[n] = l->done;
+    y[n + 1] = loom_if_result(k, l->ift, n);
+    y[n + 2] = loom_add_at(at, k, l->use, CI(1));
+    loom_else_at(at, k, l->ifi, m, y);
+    for (int i = 0; i < m; i++)
+        y[i] = loom_for_arg(k, l->inner, i);
+    loom_if_end_at(at, k, l->ifi, m, y);
+    for (int i = 0; i < m; i++)
+        y[i] = loom_if_result(k, l->ifi, i);
+    loom_for_end_at(at, k, l->inner, m, y);
+    for (int i = 0; i < m; i++)
+        y[i] = loom_for_result(k, l->inner, i);
+    loom_else_at(at, k, l->ifo, m, y);
+    for (int i = 0; i < m; i++)
+        y[i] = loom_for_arg(k, l->outer, i);
+    loom_if_end_at(at, k, l->ifo, m, y);
+    for (int i = 0; i < m; i++)
+        y[i] = loom_if_result(k, l->ifo, i);
+    loom_for_end_at(at, k, l->outer, m, y);
+}
+
+loom_val loom_sched_result(loom_kernel *k, const loom_sched_loop *l, int i)
+{
+    return l->s->dynamic ? loom_for_result(k, l->outer, i) : loom_for_result(k, l->loop, i);
 }
 
 loom_val loom_sched_odd_at(loom_src at, loom_kernel *k, const loom_sched *s)

@@ -54,6 +54,7 @@ typedef struct pk {
     int programs;    /* the persistent grid (clusters: CTAs) */
     int pingpong;    /* two consumer replicas taking turns on whole tiles */
     int cluster;     /* 2: pairs of CTAs take two tiles stacked along M, sharing B */
+    int dynamic;     /* units claimed from a counter (launches: how many, on one counter) */
     loom_epilogue_kind epi;
     int plant;
 } pk;
@@ -88,10 +89,13 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
     loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(c->M, c->K), LOOM_IN);
     loom_val Bt = loom_arg_tensor(k, "Bt", LOOM_F16, LOOM_SHAPE2(c->N, c->K), LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", LOOM_F32, LOOM_SHAPE2(c->M, c->N), LOOM_OUT);
+    loom_val counter = c->dynamic ? loom_arg_tensor(k, "counter", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT) : LOOM_NONE;
+    loom_val epoch = c->dynamic ? loom_arg_scalar(k, "epoch", LOOM_I32) : LOOM_NONE;
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(BM, BK), 1, LOOM_SWIZZLE_32},
                                {LOOM_F16, LOOM_SHAPE2(c->BN, BK), 1, LOOM_SWIZZLE_32}};
     loom_ring ring = loom_ring_create(k, c->slots, 1, 2, tiles);
-    loom_sched sched = loom_sched_static(k, units_of(c), 1);
+    loom_sched sched = c->dynamic ? loom_sched_dynamic(&p, units_of(c), counter, epoch, 2, reps)
+                                  : loom_sched_static(k, units_of(c), 1);
     loom_pingpong pp = c->pingpong ? loom_pingpong_create(&p) : (loom_pingpong){0};
     loom_epilogue epi = loom_epilogue_create(&p, c->epi, C, LOOM_F32, LOOM_SHAPE2(BM, c->BN),
                                              c->pingpong && c->epi == LOOM_EPI_STAGED ? 2 : 1, 128);
@@ -100,10 +104,10 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
 
     loom_region_op pt = loom_producer_begin(k);
     {
-        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+        loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
         loom_val m0, n0;
-        coords(k, c, loom_for_iv(k, tl), &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        coords(k, c, loom_sched_unit(&tl), &m0, &n0);
+        loom_val it0 = loom_sched_arg(&tl, 0);
         loom_region_op kl = loom_for_begin(k, zero, I32(k, nk), one, 0, NULL);
         {
             loom_val kk = loom_for_iv(k, kl);
@@ -115,7 +119,7 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
         }
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, I32(k, nk));
-        loom_for_end(k, tl, 1, &next);
+        loom_sched_end(k, &tl, &next);
     }
     loom_task_end(k, pt);
 
@@ -123,10 +127,10 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
     {
         loom_val rep = c->pingpong ? loom_pingpong_start(k, &pp) : LOOM_NONE;
         loom_val first = c->pingpong ? loom_mul(k, rep, I32(k, nk)) : zero;
-        loom_region_op tl = loom_sched_for(k, &sched, rep, 1, &first);
+        loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_CONSUMER, rep, 1, &first);
         loom_val m0, n0;
-        coords(k, c, loom_for_iv(k, tl), &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        coords(k, c, loom_sched_unit(&tl), &m0, &n0);
+        loom_val it0 = loom_sched_arg(&tl, 0);
         if (c->pingpong)
             loom_pingpong_mma_begin(k, &pp);
         loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(BM, c->BN));
@@ -151,7 +155,7 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
         if (c->pingpong)
             loom_pingpong_tile_end(k, &pp);
         loom_val next = loom_add(k, it0, I32(k, reps * nk)); /* and the other replica's tile */
-        loom_for_end(k, tl, 1, &next);
+        loom_sched_end(k, &tl, &next);
         if (c->pingpong)
             loom_pingpong_finish(k, &pp, loom_sched_odd(k, &sched));
         loom_epilogue_finish(k, &epi);
@@ -187,8 +191,15 @@ static loom_status pk_run(const pk *c, pk_lines *L)
     fill(bh, bv, (int)nb, 22);
     memset(cc, 0xff, nc * 4); /* poisoned: NaN */
     int grid[3] = {c->programs, 1, 1};
-    targ args[] = {TA_BUF(ah, na * 2), TA_BUF(bh, nb * 2), TA_BUF(cc, nc * 4)};
-    loom_status st = t_run(k, grid, args, 3);
+    int32_t counter[1] = {0};
+    loom_status st = LOOM_OK;
+    for (int e = 1; e <= (c->dynamic ? c->dynamic : 1) && st == LOOM_OK; e++) { /* launches on one counter */
+        memset(cc, 0xff, nc * 4);
+        targ args[] = {TA_BUF(ah, na * 2), TA_BUF(bh, nb * 2), TA_BUF(cc, nc * 4), TA_ARR(counter), TA_I32(e)};
+        st = t_run(k, grid, args, c->dynamic ? 5 : 3);
+    }
+    if (st == LOOM_OK && c->dynamic) /* every launch claimed each unit and one past the end per program */
+        cr_expect_eq(counter[0], (int32_t)(c->dynamic * (units_of(c) + c->programs / c->cluster)), "claims");
     loom_kernel_destroy(k);
     for (int m = 0; st == LOOM_OK && m < c->M; m++)
         for (int n = 0; n < c->N; n++) {
@@ -247,6 +258,17 @@ Test(pipe, cluster_multicast)
                .epi = LOOM_EPI_REGISTERS});
     pk_ok((pk){.M = 128, .N = 96, .K = 32, .BN = 32, .slots = 3, .programs = 2, .cluster = 2,
                .epi = LOOM_EPI_STAGED});
+}
+
+/* The dynamic schedule: units claimed from a counter (one ahead) and handed to the
+ * consumers through a shared ring of 2 slots; three launches count the counter on; one
+ * consumer task and split-like two replicas that both take every unit are not needed
+ * here: one task, then the staged epilogue. */
+Test(pipe, dynamic_schedule_claims_every_unit_once)
+{
+    pk_ok((pk){.M = 190, .N = 120, .K = 48, .BN = 32, .slots = 3, .programs = 3, .dynamic = 3, .epi = LOOM_EPI_REGISTERS});
+    pk_ok((pk){.M = 130, .N = 72, .K = 40, .BN = 32, .slots = 2, .programs = 5, .dynamic = 2, .epi = LOOM_EPI_STAGED});
+    pk_ok((pk){.M = 64, .N = 32, .K = 16, .BN = 32, .slots = 2, .programs = 4, .dynamic = 1, .epi = LOOM_EPI_REGISTERS});
 }
 
 /* A consumer that never releases: the producer's wait for a free slot can never end;
@@ -328,4 +350,78 @@ Test(pipe, every_variant_lowers_and_assembles)
         free(ptx);
         loom_kernel_destroy(k);
     }
+}
+
+/* Forward progress.  Units 0 .. U0-1 publish through a flag, and every later unit waits
+ * until all of them have: the shape of the IKBO stage-4 kernel (user tiles first, then
+ * candidate tiles that add them).  With only one program resident at a time
+ * (LOOM_INTERP_RESIDENT=1, a GPU whose SMs are held by another stream), the static
+ * schedule deadlocks (program 0's later unit waits for program 1's early unit, and
+ * program 1 cannot start before program 0 ends); the dynamic one cannot: a unit is only
+ * waited on once a running program claimed it. */
+static loom_kernel *progress_kernel(int dynamic, int64_t units, int64_t u0, int *wait_line)
+{
+    loom_kernel *k = loom_kernel_create("progress", LOOM_PIPE_PRODUCER_WARPS + 4);
+    loom_pipe p = loom_pipe_create(k);
+    loom_val out = loom_arg_tensor(k, "out", LOOM_I32, LOOM_SHAPE1(units), LOOM_OUT);
+    loom_val flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT);
+    loom_val counter = loom_arg_tensor(k, "counter", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT);
+    loom_val epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
+    loom_sched s = dynamic ? loom_sched_dynamic(&p, units, counter, epoch, 2, 1) : loom_sched_static(k, units, 1);
+    loom_region_op pt = loom_producer_begin(k);
+    {
+        loom_sched_loop l = loom_sched_begin(k, &s, LOOM_SCHED_PRODUCER, LOOM_NONE, 0, NULL);
+        loom_sched_end(k, &l, NULL);
+    }
+    loom_task_end(k, pt);
+    loom_region_op ct = loom_consumers_begin(k, 4, 1);
+    {
+        loom_sched_loop l = loom_sched_begin(k, &s, LOOM_SCHED_CONSUMER, LOOM_NONE, 0, NULL);
+        loom_val u = loom_sched_unit(&l), zero = I32(k, 0);
+        loom_region_op early = loom_if_begin(k, loom_cmp(k, LOOM_LT, u, I32(k, u0)), 0);
+        loom_store(k, out, &u, loom_splat(k, loom_add(k, u, I32(k, 1000)), LOOM_SHAPE1(1)), LOOM_NONE);
+        loom_flag_add(k, flags, &zero, I32(k, 1));
+        loom_else(k, early, 0, NULL);
+        *wait_line = __LINE__; loom_flag_wait(k, flags, &zero, loom_mul(k, epoch, I32(k, u0)));
+        loom_store(k, out, &u, loom_splat(k, u, LOOM_SHAPE1(1)), LOOM_NONE);
+        loom_if_end(k, early, 0, NULL);
+        loom_sched_end(k, &l, NULL);
+    }
+    loom_task_end(k, ct);
+    return k;
+}
+
+static loom_status progress_run(int dynamic, int programs, int32_t *out, int64_t units, int64_t u0, int *line)
+{
+    loom_kernel *k = progress_kernel(dynamic, units, u0, line);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    int32_t flags[1] = {0}, counter[1] = {0};
+    int grid[3] = {programs, 1, 1};
+    loom_status st = LOOM_OK;
+    for (int e = 1; e <= 2 && st == LOOM_OK; e++) {
+        for (int64_t i = 0; i < units; i++)
+            out[i] = -1;
+        targ args[] = {TA_BUF(out, (size_t)units * 4), TA_ARR(flags), TA_ARR(counter), TA_I32(e)};
+        st = t_run(k, grid, args, 4);
+    }
+    loom_kernel_destroy(k);
+    return st;
+}
+
+Test(pipe, dynamic_schedule_makes_progress_with_one_resident_program)
+{
+    enum { UNITS = 23, U0 = 7 };
+    int32_t out[UNITS];
+    int line = 0;
+    setenv("LOOM_INTERP_RESIDENT", "1", 1);
+    cr_assert_eq(progress_run(1, 4, out, UNITS, U0, &line), LOOM_OK, "%s", t_last_error);
+    for (int i = 0; i < UNITS; i++)
+        cr_expect_eq(out[i], i < U0 ? i + 1000 : i, "unit %d", i);
+    /* the static schedule: program 0 waits for unit 1, which program 1 owns */
+    cr_assert_eq(progress_run(0, 4, out, UNITS, U0, &line), LOOM_ERR_RUNTIME, "the static schedule deadlocks");
+    cr_expect(has("deadlock") && has(at(line)), "want a deadlock at %s in:\n%s", at(line), t_last_error);
+    /* every program resident: both schedules finish */
+    unsetenv("LOOM_INTERP_RESIDENT");
+    cr_assert_eq(progress_run(0, 4, out, UNITS, U0, &line), LOOM_OK, "%s", t_last_error);
+    cr_assert_eq(progress_run(1, 4, out, UNITS, U0, &line), LOOM_OK, "%s", t_last_error);
 }
