@@ -179,9 +179,10 @@ void loom_ring_pass_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
  * a unit is only ever waited on (through flags) once a running program has claimed it:
  * a kernel whose later units wait for earlier ones makes progress however few of its
  * programs are resident (another stream's kernel on the SMs, a smaller GPU, MPS), and the
- * load balances itself.  The counter counts up over launches: a launch makes units + P
- * claims (each program's last one finds no unit), so launch e (epoch, 1 for the first)
- * subtracts (e - 1) * (units + P) instead of clearing it.  The DSL has no while loop: the
+ * load balances itself.  The counter needs no clearing: a launch makes units + P claims
+ * (each program's last one finds no unit), and the last program to finish puts the
+ * counter back to zero for the next launch (counter[1] counts the programs that have
+ * finished).  The DSL has no while loop: the
  * claim loop is a for loop of blocks of 16 claims, bounded by the units, whose blocks
  * after the last claim are skipped by one test each. */
 typedef struct loom_sched {
@@ -190,22 +191,22 @@ typedef struct loom_sched {
     int persistent;
     int divide_always; /* compute pid / cluster even for a cluster of 1 */
     int dynamic;
-    loom_val counter, epoch;       /* dynamic: the claim counter (i32 [1], LOOM_INOUT), the launch */
+    loom_val counter;              /* dynamic: claims and finished programs (i32 [2], LOOM_INOUT, zero) */
     loom_val slot_ring, full, empty; /* dynamic: the hand-over ring of claimed units */
     int slots;
 } loom_sched;
 
 loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent);
 
-/* A dynamic schedule over `units` units: counter is an i32 [1] tensor argument declared
- * LOOM_INOUT, epoch an i32 scalar argument (the launch's number, from 1); `readers` is
+/* A dynamic schedule over `units` units: counter is an i32 [2] tensor argument declared
+ * LOOM_INOUT, zero before the first launch (and after every launch); `readers` is
  * how many consumer task replicas of a CTA take every unit (each calls
  * loom_sched_begin with LOOM_SCHED_CONSUMER); `slots` units may be claimed ahead of
  * them.  Allocates the hand-over ring (at the top of the kernel; set the cluster first). */
-#define loom_sched_dynamic(p, units, counter, epoch, slots, readers) \
-    loom_sched_dynamic_at(LOOM_HERE, p, units, counter, epoch, slots, readers)
-loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, loom_val epoch,
-                                 int slots, int readers);
+#define loom_sched_dynamic(p, units, counter, slots, readers) \
+    loom_sched_dynamic_at(LOOM_HERE, p, units, counter, slots, readers)
+loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, int slots,
+                                 int readers);
 
 /* In the current task: this program's first unit and the stride to its next (static
  * schedules). */

@@ -204,14 +204,13 @@ loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent
     return s;
 }
 
-loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, loom_val epoch,
-                                 int slots, int readers)
+loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, int slots,
+                                 int readers)
 {
     loom_kernel *k = p->k;
     loom_sched s = loom_sched_static(k, units, 1);
     s.dynamic = 1;
     s.counter = counter;
-    s.epoch = epoch;
     s.slots = slots;
     s.slot_ring = loom_smem_alloc_at(at, k, LOOM_I32, LOOM_SHAPE1(1), slots, LOOM_SWIZZLE_NONE);
     s.full = loom_mbar_alloc_at(at, k, slots, 1);
@@ -246,22 +245,46 @@ loom_region_op loom_sched_for_at(loom_src at, loom_kernel *k, const loom_sched *
 /* Claims of a dynamic schedule in a block of the claim loop. */
 enum { CLAIM_BLOCK = 16 };
 
-/* The next unit from the counter: its value less this launch's base, (epoch - 1) *
- * (units + programs).  In a cluster only rank 0 claims (the others get 0, unused). */
+/* Adds v to counter[i]; returns the old value. */
+static loom_val count(loom_src at, loom_kernel *k, const loom_sched *s, int i, loom_val v)
+{
+    return loom_atomic_add_at(at, k, s->counter, (loom_val[]){CI(i)}, v);
+}
+
+/* In a cluster only rank 0 claims: an i1 for "this CTA claims". */
+static loom_val claimer(loom_src at, loom_kernel *k)
+{
+    return loom_cmp_at(at, k, LOOM_EQ, loom_cluster_rank_at(at, k), CI(0));
+}
+
+/* The next unit from the counter (in a cluster rank 0's; the others get 0, unused). */
 static loom_val claim(loom_src at, loom_kernel *k, const loom_sched *s)
 {
-    loom_val progs = loom_num_programs_at(at, k, 0);
-    if (s->cluster > 1)
-        progs = loom_div_at(at, k, progs, CI(s->cluster));
-    loom_val base = loom_mul_at(at, k, loom_sub_at(at, k, s->epoch, CI(1)), loom_add_at(at, k, progs, CI(s->units)));
     if (s->cluster <= 1)
-        return loom_sub_at(at, k, loom_atomic_add_at(at, k, s->counter, (loom_val[]){CI(0)}, CI(1)), base);
-    loom_region_op r0 = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, loom_cluster_rank_at(at, k), CI(0)), 1);
-    loom_val v = loom_sub_at(at, k, loom_atomic_add_at(at, k, s->counter, (loom_val[]){CI(0)}, CI(1)), base);
+        return count(at, k, s, 0, CI(1));
+    loom_region_op r0 = loom_if_begin_at(at, k, claimer(at, k), 1);
+    loom_val v = count(at, k, s, 0, CI(1));
     loom_else_at(at, k, r0, 1, &v);
     loom_val z = CI(0);
     loom_if_end_at(at, k, r0, 1, &z);
     return loom_if_result(k, r0, 0);
+}
+
+/* After a producer's last claim: count the program finished; the last of them puts both
+ * counters back to zero (every claim of the launch is made by then: units + P). */
+static void finish_claims(loom_src at, loom_kernel *k, const loom_sched *s)
+{
+    loom_region_op r0 = s->cluster > 1 ? loom_if_begin_at(at, k, claimer(at, k), 0) : 0;
+    loom_val progs = loom_num_programs_at(at, k, 0);
+    if (s->cluster > 1)
+        progs = loom_div_at(at, k, progs, CI(s->cluster));
+    loom_val f = count(at, k, s, 1, CI(1));
+    loom_region_op last = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, f, loom_sub_at(at, k, progs, CI(1))), 0);
+    count(at, k, s, 0, loom_neg_at(at, k, loom_add_at(at, k, progs, CI(s->units))));
+    count(at, k, s, 1, loom_neg_at(at, k, progs));
+    loom_if_end_at(at, k, last, 0, NULL);
+    if (r0)
+        loom_if_end_at(at, k, r0, 0, NULL);
 }
 
 /* Hand-over use j: the producer writes unit `t` (a cluster's rank 0 into every CTA)
@@ -375,6 +398,8 @@ void loom_sched_end_at(loom_src at, loom_kernel *k, loom_sched_loop *l, const lo
     for (int i = 0; i < m; i++)
         y[i] = loom_if_result(k, l->ifo, i);
     loom_for_end_at(at, k, l->outer, m, y);
+    if (l->role == LOOM_SCHED_PRODUCER)
+        finish_claims(at, k, l->s);
 }
 
 loom_val loom_sched_result(loom_kernel *k, const loom_sched_loop *l, int i)
