@@ -199,6 +199,9 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "planes must be 1 or 2";
     if (s->ctas < 0)
         return "ctas must be >= 0";
+    if (s->mode == IK_FUSED && s->consumers == IK_PINGPONG)
+        return "the persistent kernel (stage 4) claims its tiles as it goes, and ping-pong's turns need the tiles known "
+               "ahead: consumers=0 or 2";
     if (s->mode == IK_FUSED && (s->ctas < 1 || s->ctas > 1024))
         return "the fused kernel is persistent: ctas must be 1 to 1024 (at most one per SM on the GPU)";
     return NULL;
@@ -249,7 +252,7 @@ static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc, loom_v
 
 /* The kernel's arguments (LOOM_NONE where its mode has none). */
 typedef struct ik_args {
-    loom_val wu, wc, eu, ec, index, ures, flags, epoch, out;
+    loom_val wu, wc, eu, ec, index, ures, flags, claims, epoch, out;
 } ik_args;
 
 static ik_args declare(loom_kernel *k, const ik_spec *s)
@@ -275,6 +278,7 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
     }
     if (s->mode == IK_FUSED) {
         a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT); /* the user tiles done */
+        a.claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT); /* the dynamic schedule's */
         a.epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
     }
     if (s->mode != IK_USER)
@@ -384,18 +388,19 @@ static void load_planes(const ik *g, tile_at t, loom_val it)
     }
 }
 
-/* Stage 4: before the planes of the program's first candidate tile, every user tile of
- * the launch is done (acquire; the wait ends with a proxy fence, for the TMA loads). */
-static void wait_for_users(const ik *g, loom_val tv)
+/* Stage 4: before the planes of the program's first candidate tile (`waited`, an i32,
+ * says whether it came), every user tile of the launch is done (acquire; the wait ends
+ * with a proxy fence, for the TMA loads).  The dynamic schedule hands the user tiles out
+ * first, so each of them is claimed by a running program by then.  Returns the new
+ * `waited`. */
+static loom_val wait_for_users(const ik *g, loom_val waited)
 {
     loom_kernel *k = g->k;
-    loom_val pid, step, zero = CI(0), one = CI(1);
-    loom_sched_range(k, &g->sched, &pid, &step);
-    loom_val behind = loom_max(k, loom_sub(k, CI(g->nut), pid), zero);
-    loom_val first = loom_add(k, pid, loom_mul(k, loom_div(k, loom_sub(k, loom_add(k, behind, step), one), step), step));
-    loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, tv, first), 0);
+    loom_val zero = CI(0);
+    loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, waited, zero), 0);
     loom_flag_wait(k, g->a.flags, ((loom_val[]){zero}), loom_mul(k, g->a.epoch, CI(ik_user_blocks(g->s))));
     loom_if_end(k, w, 0, NULL);
+    return CI(1);
 }
 
 /* The producer: for each of the program's tiles, its k steps (user: W_user and E_user;
@@ -409,10 +414,12 @@ static void producer(const ik *g)
     loom_region_op pt = loom_producer_begin(k);
     {
         loom_val rank = clu(s) > 1 ? loom_cluster_rank(k) : LOOM_NONE;
-        loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
-        loom_val tv = loom_for_iv(k, tl), user = is_user(g, tv);
+        /* carried: the ring use, stage 4: whether the user tiles were waited for */
+        int nc = s->mode == IK_FUSED ? 2 : 1;
+        loom_sched_loop tl = loom_sched_begin(k, &g->sched, LOOM_SCHED_PRODUCER, LOOM_NONE, nc, ((loom_val[]){zero, zero}));
+        loom_val tv = loom_sched_unit(&tl), user = is_user(g, tv);
         tile_at t = tile_of(g, tv, rank);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val it0 = loom_sched_arg(&tl, 0), waited = nc > 1 ? loom_sched_arg(&tl, 1) : LOOM_NONE;
         loom_val nk = s->mode == IK_FUSED ? loom_select(k, user, CI(g->nku), CI(g->nkc))
                                           : CI(has_user(s) ? g->nku : g->nkc);
         loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
@@ -434,14 +441,16 @@ static void producer(const ik *g)
         }
         loom_for_end(k, kl, 0, NULL);
         if (adds_user(s)) { /* a candidate tile's planes, after its k steps */
-            loom_region_op pl = loom_if_begin(k, loom_not(k, user), 0);
-            if (s->mode == IK_FUSED)
-                wait_for_users(g, tv);
+            loom_region_op pl = loom_if_begin(k, loom_not(k, user), nc - 1);
+            loom_val now = s->mode == IK_FUSED ? wait_for_users(g, waited) : LOOM_NONE;
             load_planes(g, t, loom_add(k, it0, CI(g->nkc)));
-            loom_if_end(k, pl, 0, NULL);
+            loom_else(k, pl, nc - 1, &now);
+            loom_if_end(k, pl, nc - 1, &waited);
+            if (nc > 1)
+                waited = loom_if_result(k, pl, 0);
         }
-        loom_val next = loom_add(k, it0, uses_of(g, tv));
-        loom_for_end(k, tl, 1, &next);
+        loom_val next[2] = {loom_add(k, it0, uses_of(g, tv)), waited};
+        loom_sched_end(k, &tl, next);
     }
     loom_task_end(k, pt);
 }
@@ -730,20 +739,20 @@ static void consumers(ik *g)
             write_identity(g, rep);
         bool borrow = borrows(s);
         int nc = 1 + g->halves + borrow, hc = nc - 1;
-        loom_region_op tl = loom_sched_for(k, &g->sched, g->turns ? rep : LOOM_NONE, nc, carried);
-        loom_val tv = loom_for_iv(k, tl);
+        loom_sched_loop tl = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, g->turns ? rep : LOOM_NONE, nc, carried);
+        loom_val tv = loom_sched_unit(&tl);
         tile_at t = tile_of(g, tv, rank);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_val it0 = loom_sched_arg(&tl, 0);
         /* the slot the previous tile holds: its last ring use (split: group rep's lo step) */
         ik_held held = {LOOM_NONE, LOOM_NONE};
         if (borrow) {
-            held.flag = loom_cmp(k, LOOM_NE, loom_for_arg(k, tl, hc), zero);
+            held.flag = loom_cmp(k, LOOM_NE, loom_sched_arg(&tl, hc), zero);
             held.use = g->halves ? loom_add(k, loom_sub(k, it0, CI(2)), rep) : loom_sub(k, it0, one);
         }
         const ik_held *hp = borrow ? &held : NULL;
         if (g->turns)
             loom_pingpong_mma_begin(k, &g->pp);
-        loom_val j = g->halves ? loom_for_arg(k, tl, 1) : LOOM_NONE;
+        loom_val j = g->halves ? loom_sched_arg(&tl, 1) : LOOM_NONE;
         loom_val now_held;
         if (s->mode == IK_FUSED) {
             loom_region_op br = loom_if_begin(k, is_user(g, tv), borrow);
@@ -762,7 +771,7 @@ static void consumers(ik *g)
             loom_val other = loom_add(k, tv, step);
             next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, CI(g->ntot)), uses_of(g, other), zero));
         }
-        loom_for_end(k, tl, nc, next);
+        loom_sched_end(k, &tl, next);
         if (g->turns)
             loom_pingpong_finish(k, &g->pp, loom_sched_odd(k, &g->sched));
         loom_epilogue_finish(k, &g->epi);
@@ -819,7 +828,10 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     g.nku = TPL_CDIV(ik_pad8(s->Ku), 64);
     g.nkc = cand_steps(s);
     g.nsc = g.nkc + (adds_user(s) ? plane_steps(s) : 0);
-    g.sched = loom_sched_static(k, g.ntot, s->ctas != 0);
+    /* stage 4 claims its tiles (user tiles first) from a counter, so a candidate tile's
+     * wait for the user tiles never waits on a program that is not running */
+    g.sched = s->mode == IK_FUSED ? loom_sched_dynamic(&p, g.ntot, g.a.claims, 3, split(s) ? 2 : 1)
+                                  : loom_sched_static(k, g.ntot, s->ctas != 0);
 
     producer(&g);
     consumers(&g);

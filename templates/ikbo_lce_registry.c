@@ -98,7 +98,7 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &seed);
     ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], seed, host[4]);
     /* user_res, the counter: zero (the buffers come zeroed); epoch 1 */
-    *(int32_t *)host[7] = 1;
+    *(int32_t *)host[8] = 1;
 }
 
 /* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded (W_user [M, pad8(Ku)],
@@ -145,8 +145,8 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
     static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the outputs do not depend on it */
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[8]);
-    if (ref[6]) /* the counter after one launch */
+    ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[9]);
+    if (ref[6]) /* the counter after one launch; the claims (ref[7]) are back at zero */
         *(int32_t *)ref[6] = (int32_t)ik_user_blocks(&s);
 }
 

@@ -154,7 +154,9 @@ static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const
 {
     for (int i = 0; i < ncase; i++) {
         host_io h = make_inputs(&cs[i], dt, 7 + (uint64_t)i);
-        for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++)
+        /* stage 4 claims its tiles as it goes: no ping-pong there (refused, tested below) */
+        int last = cfg->consumers == 1 ? LOOM_IKBO_FUSED_EPILOGUE : LOOM_IKBO_PERSISTENT;
+        for (int st = LOOM_IKBO_MATERIALIZED; st <= last; st++)
             run_stage(rt, &cs[i], dt, (loom_ikbo_stage)st, cfg, &h);
         free_inputs(&h);
     }
@@ -275,6 +277,9 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     loom_ikbo_lce_config odd = {256, 128, 4, 8, 3, 2, 1, 2};
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &odd, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "cluster=2 needs an even number of CTAs"), "%s", loom_runtime_error(rt));
+    loom_ikbo_lce_config turns = {64, 64, 2, 8, 2, 1, 0, 1}; /* stage 4 claims its tiles: no ping-pong */
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &turns, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "ping-pong's turns need the tiles known ahead"), "%s", loom_runtime_error(rt));
     loom_ikbo_lce_config lone = {64, 64, 2, 4, 2, 1, 0, 1}; /* ping-pong with one warp group */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &lone, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "consumers=1 and 2 need cwarps=8"), "%s", loom_runtime_error(rt));
@@ -320,7 +325,7 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
             run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &narrow : &cfg, &h);
             if (i == 0 && fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &two, &h);
-            if (i < 2 && fused)
+            if (i < 2 && st == LOOM_IKBO_FUSED_EPILOGUE) /* stage 4 has no ping-pong */
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &pp, &h);
             if (i != 1 || fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &sp_narrow : &sp, &h);
