@@ -19,32 +19,8 @@
 
 #define I32(k, v) loom_const_i(k, LOOM_I32, v)
 
-/* "test_pipe.c:123" for a line of this file, as messages name it. */
-static const char *at(int line)
-{
-    static char buf[8][96];
-    static int next;
-    const char *base = strrchr(__FILE__, '/');
-    char *b = buf[next++ & 7];
-    snprintf(b, sizeof buf[0], "%s:%d", base ? base + 1 : __FILE__, line);
-    return b;
-}
-
-/* Does s occur in the text, once this file's directory is dropped from its paths? */
-static int has_in(const char *text, const char *s)
-{
-    static char norm[4096];
-    const char *base = strrchr(__FILE__, '/');
-    size_t dl = base ? (size_t)(base + 1 - __FILE__) : 0, n = 0;
-    for (const char *p = text; *p && n + 1 < sizeof norm;)
-        if (dl && strncmp(p, __FILE__, dl) == 0)
-            p += dl;
-        else
-            norm[n++] = *p++;
-    norm[n] = 0;
-    return strstr(norm, s) != NULL;
-}
-static int has(const char *s) { return has_in(t_last_error, s); }
+/* Does the text (the last error) name line `line` of this file? */
+#define NAMES(text, line) t_names_line(text, __FILE__, line)
 
 enum { PLANT_NONE, PLANT_NO_RELEASE, PLANT_NO_CONSUME };
 
@@ -278,7 +254,8 @@ Test(pipe, missing_release_is_a_deadlock_at_the_callers_line)
     pk_lines L;
     c.cluster = 1;
     cr_assert_eq(pk_run(&c, &L), LOOM_ERR_RUNTIME, "%s", t_last_error);
-    cr_expect(has("deadlock") && has(at(L.produce)), "want a deadlock at %s in:\n%s", at(L.produce), t_last_error);
+    cr_expect(strstr(t_last_error, "deadlock") && NAMES(t_last_error, L.produce), "want a deadlock at line %d in:\n%s",
+              L.produce, t_last_error);
 }
 
 /* A consumer that reads a slot without consuming it (no wait on its full barrier): the
@@ -290,7 +267,7 @@ Test(pipe, read_without_consume_is_reported_at_the_callers_line)
     pk_lines L;
     c.cluster = 1;
     cr_assert_eq(pk_run(&c, &L), LOOM_ERR_RUNTIME, "%s", t_last_error);
-    cr_expect(has(at(L.wgmma)), "want %s in:\n%s", at(L.wgmma), t_last_error);
+    cr_expect(NAMES(t_last_error, L.wgmma), "want line %d in:\n%s", L.wgmma, t_last_error);
 }
 
 /* Register budgets come from the kernel's warps: two consumer warp groups share what
@@ -322,7 +299,7 @@ Test(pipe, named_barriers_run_out_with_a_message)
     loom_sync_wait(k, s[0], LOOM_NONE);
     int line = __LINE__; loom_sync_wait(k, s[LOOM_PIPE_BARRIERS], LOOM_NONE);
     cr_assert_eq(loom_verify(k), LOOM_ERR_VERIFY);
-    cr_expect(has_in(loom_kernel_errors(k), at(line)), "want %s in:\n%s", at(line), loom_kernel_errors(k));
+    cr_expect(NAMES(loom_kernel_errors(k), line), "want line %d in:\n%s", line, loom_kernel_errors(k));
     loom_kernel_destroy(k);
 }
 
@@ -417,7 +394,8 @@ Test(pipe, dynamic_schedule_makes_progress_with_one_resident_program)
         cr_expect_eq(out[i], i < U0 ? i + 1000 : i, "unit %d", i);
     /* the static schedule: program 0 waits for unit 1, which program 1 owns */
     cr_assert_eq(progress_run(0, 4, out, UNITS, U0, &line), LOOM_ERR_RUNTIME, "the static schedule deadlocks");
-    cr_expect(has("deadlock") && has(at(line)), "want a deadlock at %s in:\n%s", at(line), t_last_error);
+    cr_expect(strstr(t_last_error, "deadlock") && NAMES(t_last_error, line), "want a deadlock at line %d in:\n%s", line,
+              t_last_error);
     /* every program resident: both schedules finish */
     unsetenv("LOOM_INTERP_RESIDENT");
     cr_assert_eq(progress_run(0, 4, out, UNITS, U0, &line), LOOM_OK, "%s", t_last_error);
