@@ -14,6 +14,7 @@
 #   LOOM_GPU_TESTS     a Criterion --filter for the tests (default: every test)
 #   LOOM_GPU_BENCHES   benchmarks to run, by name (default: every bench_*; "none" for none)
 #   LOOM_GPU_TEMPLATES 0 skips the template runs
+#   LOOM_GPU_GEMM_ARGS arguments of bench_gemm (default none: its shapes, default config)
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 set -uo pipefail
@@ -86,6 +87,7 @@ for b in "$R"/bin/bench_*; do
     [ -z "$benches" ] || [[ " $benches " == *" $(basename "$b") "* ]] || continue
     args=()
     [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS---sweep})
+    [ "$(basename "$b")" = bench_gemm ] && args=(${LOOM_GPU_GEMM_ARGS-})
     for v in "${b}_before" "$b"; do
         [ -x "$v" ] || continue
         echo "== $(basename "$v")"
