@@ -23,6 +23,7 @@
  * a program gives way after each add, so the programs' claims interleave.
  */
 #include "interp_hw.h"
+#include "../util/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -508,11 +509,21 @@ static loom_status side_run(interp *base, int64_t first, int64_t n)
         makecontext(&p->ctx, prog_entry, 0);
     }
     /* round-robin in program order until every program ends, one fails, or a round
-     * changes nothing */
+     * changes nothing; with LOOM_INTERP_RESIDENT=r only r programs (whole clusters) are
+     * resident at once, and the next starts when one ends, as on a GPU whose SMs hold
+     * only r of the grid's CTAs */
+    int c = k->cluster > 1 ? k->cluster : 1, resident = S.n;
+    const char *rs = util_env_str("LOOM_INTERP_RESIDENT");
+    if (rs && atoi(rs) > 0)
+        resident = (atoi(rs) + c - 1) / c * c;
     for (int left = S.n; st == LOOM_OK && left > 0;) {
         uint64_t adds0 = S.adds;
         int left0 = left;
-        for (int i = 0; i < S.n && st == LOOM_OK; i++) {
+        int ended = 0;
+        for (int i = 0; i < S.n; i++)
+            ended += S.progs[i].done;
+        int started = ended + resident < S.n ? (ended / c) * c + resident : S.n;
+        for (int i = 0; i < started && st == LOOM_OK; i++) {
             prog *p = &S.progs[i];
             if (p->done)
                 continue;

@@ -140,6 +140,13 @@ void loom_kernel_destroy(loom_kernel *k)
 const char *loom_kernel_name(const loom_kernel *k) { return k ? k->name : ""; }
 int loom_kernel_num_warps(const loom_kernel *k) { return k ? k->num_warps : 0; }
 
+loom_shape loom_val_shape(const loom_kernel *k, loom_val v)
+{
+    if (!k || v == LOOM_NONE || v >= k->nvals)
+        return LOOM_SCALAR;
+    return k->vals[v].type.shape;
+}
+
 /* A deep copy of a finished kernel (no diagnostics, no builder state): passes that
  * rewrite IR work on it, so compiling never changes the user's kernel or its printed
  * text (which keys the module cache). */

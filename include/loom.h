@@ -111,6 +111,9 @@ loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps)
 void loom_kernel_destroy(loom_kernel *k);
 const char *loom_kernel_name(const loom_kernel *k);
 int loom_kernel_num_warps(const loom_kernel *k);
+/* The shape of a value: a tile's, a tensor argument's, a shared view's (LOOM_SCALAR for a
+ * scalar or an invalid handle).  For helpers that build ops over values of any rank. */
+loom_shape loom_val_shape(const loom_kernel *k, loom_val v);
 
 /* Global tensor arguments: dtype, shape, and strides in elements (NULL: row-major
  * contiguous).  An input tensor is read-only: storing to it is a verifier error. */

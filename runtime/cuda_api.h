@@ -192,6 +192,10 @@ typedef CUresult (*PFN_cuFuncGetAttribute)(int *value, CUfunction_attribute attr
 typedef CUresult (*PFN_cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction fn,
                                          void **params, void **extra);
 typedef CUresult (*PFN_cuEventCreate)(CUevent *ev, unsigned int flags);
+#define CU_STREAM_NON_BLOCKING 0x1 /* no implicit synchronization with the legacy stream */
+typedef CUresult (*PFN_cuStreamCreate)(CUstream *stream, unsigned int flags);
+typedef CUresult (*PFN_cuStreamDestroy_v2)(CUstream stream);
+typedef CUresult (*PFN_cuStreamSynchronize)(CUstream stream);
 typedef CUresult (*PFN_cuEventDestroy_v2)(CUevent ev);
 typedef CUresult (*PFN_cuEventRecord)(CUevent ev, CUstream stream);
 typedef CUresult (*PFN_cuEventSynchronize)(CUevent ev);

@@ -63,7 +63,10 @@
     X(cuEventCreate, "cuEventCreate")                                                              \
     X(cuEventDestroy_v2, "cuEventDestroy_v2")                                                      \
     X(cuEventRecord, "cuEventRecord")                                                              \
-    X(cuEventSynchronize, "cuEventSynchronize")
+    X(cuEventSynchronize, "cuEventSynchronize")                                                    \
+    X(cuStreamCreate, "cuStreamCreate")                                                            \
+    X(cuStreamDestroy_v2, "cuStreamDestroy_v2")                                                    \
+    X(cuStreamSynchronize, "cuStreamSynchronize")
 
 /* The loaded driver: filled once per process by cu_load, read without a lock after. */
 typedef struct cu_driver {
@@ -138,5 +141,9 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
 loom_status rt_launch_fn(rt_gpu *g, CUfunction fn, const char *name, const unsigned grid[3],
                          const unsigned block[3], unsigned smem, void **params, char *err,
                          size_t errlen);
+/* The same on a given stream (NULL: the default stream). */
+loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const unsigned grid[3],
+                            const unsigned block[3], unsigned smem, void **params, CUstream stream, char *err,
+                            size_t errlen);
 
 #endif /* LOOM_DRIVER_H */

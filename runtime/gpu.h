@@ -128,4 +128,17 @@ loom_status rt_gpu_module_launch(rt_gpu *g, rt_gpu_module *m, const char *fn, co
                                  const unsigned block[3], unsigned smem_bytes, void **params,
                                  char *err, size_t errlen);
 
+/* The same on stream `stream` (from rt_gpu_stream_create; NULL: the default stream). */
+loom_status rt_gpu_module_launch_on(rt_gpu *g, rt_gpu_module *m, const char *fn, const unsigned grid[3],
+                                    const unsigned block[3], unsigned smem_bytes, void **params, void *stream,
+                                    char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- streams */
+
+/* A stream that runs beside the default one (non-blocking: no implicit synchronization
+ * with it), for work that must overlap loom's launches (tests of forward progress). */
+loom_status rt_gpu_stream_create(rt_gpu *g, void **stream, char *err, size_t errlen);
+loom_status rt_gpu_stream_sync(rt_gpu *g, void *stream, char *err, size_t errlen);
+void rt_gpu_stream_destroy(rt_gpu *g, void *stream);
+
 #endif /* LOOM_GPU_H */

@@ -27,6 +27,13 @@ loom_status rt_launch_fn(rt_gpu *g, CUfunction fn, const char *name, const unsig
                          const unsigned block[3], unsigned smem, void **params, char *err,
                          size_t errlen)
 {
+    return rt_launch_fn_on(g, fn, name, grid, block, smem, params, NULL, err, errlen);
+}
+
+loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const unsigned grid[3],
+                            const unsigned block[3], unsigned smem, void **params, CUstream stream, char *err,
+                            size_t errlen)
+{
     CUlaunchConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDimX = grid[0];
@@ -36,7 +43,7 @@ loom_status rt_launch_fn(rt_gpu *g, CUfunction fn, const char *name, const unsig
     cfg.blockDimY = block[1];
     cfg.blockDimZ = block[2];
     cfg.sharedMemBytes = smem;
-    cfg.hStream = NULL;
+    cfg.hStream = stream;
     snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
     CUresult r = cu.cuLaunchKernelEx(&cfg, fn, params, NULL);
     if (r != CUDA_SUCCESS)

@@ -397,6 +397,13 @@ loom_status rt_gpu_module_launch(rt_gpu *g, rt_gpu_module *m, const char *fn, co
                                  const unsigned block[3], unsigned smem_bytes, void **params,
                                  char *err, size_t errlen)
 {
+    return rt_gpu_module_launch_on(g, m, fn, grid, block, smem_bytes, params, NULL, err, errlen);
+}
+
+loom_status rt_gpu_module_launch_on(rt_gpu *g, rt_gpu_module *m, const char *fn, const unsigned grid[3],
+                                    const unsigned block[3], unsigned smem_bytes, void **params, void *stream,
+                                    char *err, size_t errlen)
+{
     loom_status st = cu_enter(g, err, errlen);
     if (st != LOOM_OK)
         return st;
@@ -407,5 +414,34 @@ loom_status rt_gpu_module_launch(rt_gpu *g, rt_gpu_module *m, const char *fn, co
     st = set_smem(g, f, smem_bytes, fn, err, errlen);
     if (st != LOOM_OK)
         return st;
-    return rt_launch_fn(g, f, fn, grid, block, smem_bytes, params, err, errlen);
+    return rt_launch_fn_on(g, f, fn, grid, block, smem_bytes, params, (CUstream)stream, err, errlen);
+}
+
+loom_status rt_gpu_stream_create(rt_gpu *g, void **stream, char *err, size_t errlen)
+{
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUstream s = NULL;
+    CUresult r = cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuStreamCreate");
+    *stream = s;
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_stream_sync(rt_gpu *g, void *stream, char *err, size_t errlen)
+{
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUresult r = cu.cuStreamSynchronize((CUstream)stream);
+    return r == CUDA_SUCCESS ? LOOM_OK : cu_fail(g, r, err, errlen, "cuStreamSynchronize");
+}
+
+void rt_gpu_stream_destroy(rt_gpu *g, void *stream)
+{
+    char e[64];
+    if (stream && cu_enter(g, e, sizeof e) == LOOM_OK)
+        cu.cuStreamDestroy_v2((CUstream)stream);
 }

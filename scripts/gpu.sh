@@ -14,6 +14,7 @@
 #   LOOM_GPU_TESTS     a Criterion --filter for the tests (default: every test)
 #   LOOM_GPU_BENCHES   benchmarks to run, by name (default: every bench_*; "none" for none)
 #   LOOM_GPU_TEMPLATES 0 skips the template runs
+#   LOOM_GPU_GEMM_ARGS arguments of bench_gemm (default none: its shapes, default config)
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 set -uo pipefail
@@ -29,6 +30,12 @@ if [ "$mode" = pack ]; then
     for f in "$B"/loomc "$B"/loom_tests "$B"/bench_* "$B"/ikbo_broadcast_add "$B"/vector_add "$B"/row_softmax "$B"/matmul; do
         [ -f "$f" ] && cp "$f" .gpu/stage/bin/
     done
+    # an earlier loom's benchmarks, to compare with in the same run (LOOM_GPU_BEFORE=its build dir)
+    if [ -n "${LOOM_GPU_BEFORE:-}" ]; then
+        for b in bench_gemm bench_ikbo_lce; do
+            cp "$LOOM_GPU_BEFORE/$b" ".gpu/stage/bin/${b}_before"
+        done
+    fi
     # Criterion and its libraries (not on the GPU machine); glibc's own stay behind
     ldd "$B"/loom_tests | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
         grep -v libloom | while read -r lib; do cp -L "$lib" .gpu/stage/lib/; done
@@ -76,16 +83,21 @@ done 2>&1 | tee "$OUTDIR/templates.log"
 benches="${LOOM_GPU_BENCHES:-}"
 for b in "$R"/bin/bench_*; do
     [ -x "$b" ] || continue
+    [[ "$b" == *_before ]] && continue # run right before its current one, below
     [ -z "$benches" ] || [[ " $benches " == *" $(basename "$b") "* ]] || continue
-    echo "== $(basename "$b")"
     args=()
     [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS---sweep})
-    "$b" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$b").log"
+    [ "$(basename "$b")" = bench_gemm ] && args=(${LOOM_GPU_GEMM_ARGS-})
+    for v in "${b}_before" "$b"; do
+        [ -x "$v" ] || continue
+        echo "== $(basename "$v")"
+        LOOM_CACHE_DIR="$LOOM_CACHE_DIR/$(basename "$v")" "$v" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$v").log"
+    done
 done
 
 echo "== the disk cache's cubins: registers and setmaxnreg kept (cuobjdump)"
 # a cache file is a 64-byte header, u32 ntma, ntma 52-byte TMA records, then the cubin
-for f in "$LOOM_CACHE_DIR"/*.cubin; do
+find "$LOOM_CACHE_DIR" -name "*.cubin" | while read -r f; do
     [ -f "$f" ] || continue
     python3 -c 'import sys,struct; d=open(sys.argv[1],"rb").read(); n=struct.unpack_from("<I",d,64)[0]; open(sys.argv[2],"wb").write(d[68+52*n:])' "$f" /tmp/loom-k.elf || continue
     fn=$(cuobjdump -res-usage /tmp/loom-k.elf 2>/dev/null | grep -o "Function [^:]*" | head -1 | cut -c10-)
@@ -100,8 +112,10 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/templates.log" ] && grep -h -E ": (ok|FAIL) on" "$OUTDIR/templates.log" | sed 's/^/  /'
 [ -f "$OUTDIR/bench_compile.log" ] && sed -n '2,$p' "$OUTDIR/bench_compile.log"
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
+[ -f "$OUTDIR/bench_gemm_before.log" ] && echo "bench_gemm before:" && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm_before.log"
 [ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
 [ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"
 [ -f "$OUTDIR/cubins.log" ] && grep -E "SETMAXREG:[1-9]" "$OUTDIR/cubins.log" | head -8 | sed 's/^/cubin with setmaxnreg: /'
+[ -f "$OUTDIR/bench_ikbo_lce_before.log" ] && echo "bench_ikbo_lce before:" && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce_before.log" | head -40
 [ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -40
 exit 0

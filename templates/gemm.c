@@ -1,21 +1,19 @@
 /*
  * gemm.c -- C[b] = A[b] @ B[b] on Hopper's tensor cores: a warp-specialized kernel.
  *
- * The algorithm, as the builder calls below spell it:
+ * The algorithm, on the pipeline layer (include/loom_pipe.h, which owns the barriers,
+ * phases and budgets):
  *
- *   shared: A ring [stages][BM, BK], B ring [stages][BK, BN] (128-byte swizzle; A's
- *           64-byte at BK=32), barriers full[stages] (the producer's expect-bytes: 1
- *           arrival) and empty[stages] (the consumers: 1 arrival a phase, 2 when split),
- *           with tmastore=1 a staging buffer for the output tile
- *   producer task (one warp group, 40 registers): for each output tile it owns, for each
- *           k step i (a running count over tiles): wait empty[i % S] (phase ^ 1), expect
- *           the bytes of both boxes on full[i % S], TMA A and B into slot i % S
- *   consumer warp groups (232 registers): for each tile: acc = 0; for each k step: wait
- *           full[slot], wgmma, commit, wait until one group is in flight, release the
- *           previous slot (arrive on empty); after the loop wait for all, release the
- *           last slot; then the epilogue: cast and store the tile, straight from the
- *           accumulator's registers (masked at the M/N edges) or, with tmastore=1, through
- *           a staging buffer in shared memory and a TMA store that runs asynchronously
+ *   ring     `stages` slots of an A tile [BM, BK] and a B tile [BK, BN] (128-byte
+ *            swizzle; A's 64-byte at BK=32)
+ *   producer for each output tile it owns, for each k step (a running count of ring uses
+ *            over tiles): produce the slot, TMA A and B into it
+ *   consumer for each tile: acc = 0; for each k step: consume the slot, wgmma, commit,
+ *            wait until one group is in flight, release the previous slot; after the
+ *            loop wait for all and release the last slot
+ *   epilogue cast and store the tile: straight from the accumulator's registers (masked
+ *            at the M/N edges) or, with tmastore=1, through a staging tile in shared
+ *            memory and a TMA store that runs asynchronously
  *
  * How the consumer warp groups share the work (`consumers`):
  *   0 cooperative  one task of cwarps warps; its warp groups split every tile by rows
@@ -28,18 +26,8 @@
  *                  few k steps apart, so one's epilogue overlaps the other's last k steps
  *                  or first ones of the next tile
  *
- * The defaults are what measured best on the H200 over the shapes of bench_gemm (see
- * bench/RESULTS.md): one consumer warp group with 64x256 tiles, 4 stages, the TMA-store
- * epilogue, groups of 32 tile rows (BM=128,BN=128 was as fast on large squares, but wastes
- * rows at the IKBO M=433).  Other stage counts ran 5-25% slower (3: the loads arrive
- * late; 5 and more: slower too, not understood), BK=32 slower.  Two consumer warp groups
- * (384 threads) need setmaxnreg to give each its 232 registers, which ptxas honours only
- * when it compiles the PTX as a whole program (the runtime loads such PTX so; linked as a
- * relocatable unit they spilled and ran 5-10% slower than one warp group).  With it,
- * split 128x256 tiles (consumers=2,cwarps=8,BM=128) are the fastest on large squares
- * (0.996 of cuBLAS at 4096^3, 1.02 at 8192^3, against 0.974 and 1.013 for the
- * defaults) but waste rows at M=433 (0.81-0.96 against 0.89-1.05 on the IKBO shapes);
- * ping-pong on 64x256 tiles measured 0.96-0.98 at 4096^3, no better than one warp group.
+ * The defaults, and why the other schemes are kept as tuner candidates, are measured in
+ * bench/RESULTS.md ("Design measurements").
  *
  * Tiles are visited persistently (grid = `ctas` programs, tile t = pid, pid + ctas, ...)
  * in groups of `group` tile rows so neighbouring CTAs share A and B in L2; ctas=0
@@ -51,6 +39,7 @@
  * more tiles; A may be shared by the whole batch (ashared=1, the IKBO weights case).
  */
 #include "tpl.h"
+#include "loom_pipe.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -84,73 +73,95 @@ static int64_t units(const g_cfg *c)
 
 #define CI(v) loom_const_i(k, LOOM_I32, (v))
 
+/* The ring's tiles: A [rows, BK] (split: two halves a slot, one a replica), B [BK, BN]. */
+enum { TILE_A, TILE_B };
+
+/* What the tasks work with. */
+typedef struct gk {
+    const g_cfg *c;
+    loom_val A, B;
+    loom_ring ring;
+    loom_sched sched;
+    loom_epilogue epi;
+    bool batched;
+} gk;
+
 /* The tile of unit t for this program: batch b, first row m0, first column n0 (grouped
  * order).  With clusters a unit is `cluster` tiles stacked along M, and rank r of the
  * cluster takes the r-th: the cluster's CTAs share the B tile. */
 static void tile_coords(loom_kernel *k, const g_cfg *c, loom_val t, loom_val *b, loom_val *m0, loom_val *n0)
 {
     int64_t um = (int64_t)c->bm * c->cluster; /* the unit's rows */
-    int64_t tm = TPL_CDIV(c->M, um), tn = TPL_CDIV(c->N, c->bn);
-    *b = loom_div(k, t, CI(tm * tn));
-    loom_val r = loom_rem(k, t, CI(tm * tn));
-    loom_val per_group = CI((int64_t)c->group * tn);
-    loom_val first = loom_mul(k, loom_div(k, r, per_group), CI(c->group));
-    loom_val gsize = loom_min(k, loom_sub(k, CI(tm), first), CI(c->group));
-    loom_val in = loom_rem(k, r, per_group);
-    *m0 = loom_mul(k, loom_add(k, first, loom_rem(k, in, gsize)), CI(um));
+    loom_val tr, tc;
+    loom_sched_grouped(k, t, TPL_CDIV(c->M, um), TPL_CDIV(c->N, c->bn), c->group, b, &tr, &tc);
+    *m0 = loom_mul(k, tr, CI(um));
     if (c->cluster > 1)
         *m0 = loom_add(k, *m0, loom_mul(k, loom_cluster_rank(k), CI(c->bm)));
-    *n0 = loom_mul(k, loom_div(k, in, gsize), CI(c->bn));
+    *n0 = loom_mul(k, tc, CI(c->bn));
 }
 
-/* The first unit of this program (with clusters, of its cluster) and the stride to its
- * next: computed in each task (a kernel with tasks holds no such arithmetic at its top). */
-static void my_units(loom_kernel *k, const g_cfg *c, loom_val nunits, loom_val *first, loom_val *step)
+/* Offsets (x, y) into a 2-D tensor, or (b, x, y) into a batched one, written into o. */
+static loom_val *offs_of(bool batched, loom_val b, loom_val x, loom_val y, loom_val o[3])
 {
-    *first = loom_div(k, loom_program_id(k, 0), CI(c->cluster));
-    *step = c->ctas ? loom_div(k, loom_num_programs(k, 0), CI(c->cluster)) : nunits;
+    if (!batched)
+        return o[0] = x, o[1] = y, o;
+    return o[0] = b, o[1] = x, o[2] = y, o;
 }
 
-/* Give ring slot s back: to this CTA's producer, or with clusters to every CTA's (each
- * multicast part of B into this CTA's slot). */
-static void release(loom_kernel *k, const g_cfg *c, loom_val empty, loom_val s)
+/* Producer: for each unit, for each k step (a running count of ring uses over units),
+ * A's box (split: its two row halves) and B's (multicast in parts over a cluster). */
+static void producer(loom_kernel *k, const gk *g)
 {
-    if (c->cluster > 1)
-        loom_mbar_arrive_cluster(k, empty, s);
-    else
-        loom_mbar_arrive(k, empty, s);
+    const g_cfg *c = g->c;
+    int64_t nk = TPL_CDIV(c->K, c->bk);
+    bool split = c->consumers == SPLIT, bat_a = g->batched && !c->ashared;
+    int arows = split ? c->bm / 2 : c->bm;
+    loom_val zero = CI(0), one = CI(1);
+    loom_region_op pt = loom_producer_begin(k);
+    {
+        loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
+        loom_val b, m0, n0, o[3];
+        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
+        loom_val it0 = loom_for_arg(k, tl, 0);
+        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 0, NULL);
+        {
+            loom_val kk = loom_for_iv(k, kl);
+            loom_val s = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
+            loom_val k0 = loom_mul(k, kk, CI(c->bk));
+            for (int h = 0; h < (split ? 2 : 1); h++) {
+                loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
+                loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
+            }
+            loom_ring_load_shared(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
+        }
+        loom_for_end(k, kl, 0, NULL);
+        loom_val next = loom_add(k, it0, CI(nk));
+        loom_for_end(k, tl, 1, &next);
+    }
+    loom_task_end(k, pt);
 }
 
-/* What the consumer task works with. */
-typedef struct ring {
-    loom_val C, as, bs, full, empty;
-    loom_val cs;    /* tmastore: the output tile's staging buffer (ping-pong: one slot per replica) */
-    loom_val hand;  /* split with tmastore: hand[r] is replica r's "I am done with the buffer" */
-    bool batched;
-} ring;
-
-/* The mainloop of one tile: k steps it0 .. it0 + nsteps - 1 of the ring.  Each step waits
- * for its slot, issues the wgmmas, lets one group stay in flight and gives the previous
- * step's slot back.  Returns the accumulator with the last group still in flight. */
-static loom_val mainloop(loom_kernel *k, const g_cfg *c, const ring *r, loom_val it0, loom_val nsteps, int bm,
-                         loom_val rep)
+/* The mainloop of one tile: ring uses it0 .. it0 + nk - 1.  Each waits for its slot,
+ * issues the wgmmas (split: A is replica rep's half of the slot), lets one group stay in
+ * flight and gives the previous use's slot back.  Returns the accumulator with the last
+ * group still in flight. */
+static loom_val mainloop(loom_kernel *k, const gk *g, loom_val it0, int bm, loom_val rep)
 {
+    const g_cfg *c = g->c;
     loom_val zero = CI(0), one = CI(1);
     loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(bm, c->bn));
-    loom_region_op kl = loom_for_begin(k, zero, nsteps, one, 1, &acc0);
+    loom_region_op kl = loom_for_begin(k, zero, CI(TPL_CDIV(c->K, c->bk)), one, 1, &acc0);
     {
         loom_val kk = loom_for_iv(k, kl);
         loom_val it = loom_add(k, it0, kk);
-        loom_val s = loom_ring_slot(k, it, c->stages);
-        loom_mbar_wait(k, r->full, s, loom_ring_phase(k, it, c->stages));
-        /* split: replica rep's rows are the A slot's half 2s + rep */
-        loom_val sa = c->consumers == SPLIT ? loom_add(k, loom_mul(k, s, CI(2)), rep) : s;
-        loom_val acc = loom_wgmma(k, loom_smem_slot(k, r->as, sa), loom_smem_slot(k, r->bs, s), loom_for_arg(k, kl, 0));
+        loom_val s = loom_ring_consume(k, &g->ring, it);
+        loom_val a = loom_ring_view(k, &g->ring, s, TILE_A, c->consumers == SPLIT ? rep : LOOM_NONE);
+        loom_val acc = loom_wgmma(k, a, loom_ring_view(k, &g->ring, s, TILE_B, LOOM_NONE), loom_for_arg(k, kl, 0));
         loom_wgmma_commit(k);
         loom_region_op w = loom_wgmma_wait(k, 1, 1, &acc);
-        /* the previous step's wgmma is done: give its slot back */
+        /* the previous use's wgmma is done: give its slot back */
         loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
-        release(k, c, r->empty, loom_ring_slot(k, loom_sub(k, it, one), c->stages));
+        loom_ring_release(k, &g->ring, loom_ring_slot_of(k, &g->ring, loom_sub(k, it, one)));
         loom_if_end(k, first, 0, NULL);
         loom_val res = loom_wgmma_result(k, w, 0);
         loom_for_end(k, kl, 1, &res);
@@ -158,165 +169,92 @@ static loom_val mainloop(loom_kernel *k, const g_cfg *c, const ring *r, loom_val
     return loom_for_result(k, kl, 0);
 }
 
-/* After the mainloop of the tile whose k steps start at ring use it0: wait for its last
- * wgmma group and give the last slot back (right after the wait: the compiler issues the
- * two together); returns the tile cast to the output type. */
-static loom_val finish(loom_kernel *k, const g_cfg *c, const ring *r, loom_val acc, loom_val it0)
+/* After the mainloop of the tile whose uses start at it0: wait for its last wgmma group
+ * and give the last slot back (right after the wait: the compiler issues the two
+ * together); returns the tile cast to the output type. */
+static loom_val finish(loom_kernel *k, const gk *g, loom_val acc, loom_val it0)
 {
-    loom_val last = loom_ring_slot(k, loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk) - 1)), c->stages);
+    const g_cfg *c = g->c;
+    loom_val last = loom_ring_slot_of(k, &g->ring, loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk) - 1)));
     loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
-    release(k, c, r->empty, last);
+    loom_ring_release(k, &g->ring, last);
     return loom_cast(k, loom_wgmma_result(k, w, 0), c->odt);
 }
 
-/* Store the tile: straight from the accumulator's registers (masked at the M/N edges), or
- * (tmastore) into the staging buffer `view`, then to global memory with one TMA store
- * that runs on while the next tile's mainloop does; the buffer is written again only
- * after a wait on that store, a tile later.  `threads`: the task replica's threads (the
- * buffer is full when all of them have written). */
-static void store_tile(loom_kernel *k, const g_cfg *c, const ring *r, const loom_val *offs, loom_val out,
-                       loom_val view, int threads)
+/* Cooperative: one consumer task (its warp groups split every tile by rows). */
+static void consumers_cooperative(loom_kernel *k, const gk *g)
 {
-    if (!c->tmastore) {
-        loom_store(k, r->C, offs, out, LOOM_NONE);
-        return;
-    }
-    loom_tma_store_wait(k, 0); /* the previous tile's store has read the buffer */
-    loom_smem_store(k, view, out);
-    loom_fence_async(k);
-    loom_named_barrier(k, 2, threads);
-    loom_tma_store(k, r->C, offs, view);
-}
-
-/* Cooperative: the consumer warp groups split every tile (group g owns rows g*BM/G ..). */
-static void consumers_cooperative(loom_kernel *k, const g_cfg *c, const ring *r, loom_val ntiles)
-{
-    int64_t nk = TPL_CDIV(c->K, c->bk);
+    const g_cfg *c = g->c;
     loom_val zero = CI(0);
-    loom_region_op ct = loom_task_begin(k, c->cwarps, 232, 1);
+    loom_region_op ct = loom_consumers_begin(k, c->cwarps, 1);
     {
-        loom_val pid, step;
-        my_units(k, c, ntiles, &pid, &step);
-        loom_region_op tl = loom_for_begin(k, pid, ntiles, step, 1, &zero);
-        loom_val b, m0, n0;
+        loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
+        loom_val b, m0, n0, o[3];
         tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
         loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_val out = finish(k, c, r, mainloop(k, c, r, it0, CI(nk), c->bm, LOOM_NONE), it0);
-        loom_val *offs = r->batched ? (loom_val[]){b, m0, n0} : (loom_val[]){m0, n0};
-        store_tile(k, c, r, offs, out, c->tmastore ? loom_smem_slot(k, r->cs, zero) : LOOM_NONE, c->cwarps * 32);
-        loom_val next = loom_add(k, it0, CI(nk));
+        loom_val out = finish(k, g, mainloop(k, g, it0, c->bm, LOOM_NONE), it0);
+        loom_epilogue_store(k, &g->epi, offs_of(g->batched, b, m0, n0, o), out, LOOM_NONE);
+        loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
         loom_for_end(k, tl, 1, &next);
-        if (c->tmastore)
-            loom_tma_store_wait(k, 0);
+        loom_epilogue_finish(k, &g->epi);
     }
     loom_task_end(k, ct);
 }
 
-/* Ping-pong: two consumer warp groups (task replicas) take turns on whole tiles.  The
- * CTA's tiles j = 0, 1, 2, ... (the producer's order) go to replica j % 2.  Their
- * mainloops run one after the other, in tile order, so while one runs its mainloop on the
- * tensor cores the other runs its epilogue.  Two named barriers hand the turn over:
- *
- *   replica 0:        mainloop | X | epilogue | Y |        mainloop | X | ...
- *   replica 1:  | X |          mainloop        | Y | epilogue | X |   ...
- *
- * The order is also what makes the ring's parity waits sound: a replica starts waiting
- * on the full barriers of its tile only after the other has waited on all of its own, so
- * no wait can see the parity of a phase two uses old.  Each ring slot is consumed, and
- * given back, by one replica a use: the empty barriers count one arrival a phase (the
- * replicas take turns, which the arrival check recognises by the slot index depending on
- * loom_task_replica).  Replica 0 has as many tiles as replica 1 or one more; in the
- * latter case replica 1 meets it at X and Y once more after its last tile. */
-static void consumers_pingpong(loom_kernel *k, const g_cfg *c, const ring *r, loom_val ntiles)
+/* Ping-pong: two consumer replicas take turns on whole tiles (the program's units
+ * alternately), so one's epilogue runs while the other's mainloop keeps the tensor cores
+ * busy; each stores through its own staging slot.  Each ring slot is consumed, and given
+ * back, by one replica a use: the empty barriers count one arrival a phase. */
+static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
 {
+    const g_cfg *c = g->c;
     int64_t nk = TPL_CDIV(c->K, c->bk);
-    loom_val one = CI(1);
-    enum { X = 0, Y = 1 };
-    loom_region_op ct = loom_task_begin(k, 4, 232, 2);
+    loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
-        loom_val pid, step;
-        my_units(k, c, ntiles, &pid, &step);
-        loom_val rep = loom_task_replica(k);
-        loom_val second = loom_cmp(k, LOOM_EQ, rep, one);
+        loom_val rep = loom_pingpong_start(k, pp);
         loom_val it_first = loom_mul(k, rep, CI(nk));
-        loom_region_op tl = loom_for_begin(k, loom_add(k, pid, loom_mul(k, rep, step)), ntiles,
-                                           loom_mul(k, step, CI(2)), 1, &it_first);
-        loom_val b, m0, n0;
+        loom_region_op tl = loom_sched_for(k, &g->sched, rep, 1, &it_first);
+        loom_val b, m0, n0, o[3];
         tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
         loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_region_op w1 = loom_if_begin(k, second, 0);
-        loom_named_barrier(k, X, 256);
-        loom_if_end(k, w1, 0, NULL);
-        loom_val accl = mainloop(k, c, r, it0, CI(nk), c->bm, rep);
-        loom_region_op hand = loom_if_begin(k, second, 0);
-        loom_named_barrier(k, Y, 256);
-        loom_else(k, hand, 0, NULL);
-        loom_named_barrier(k, X, 256);
-        loom_if_end(k, hand, 0, NULL);
-        loom_val out = finish(k, c, r, accl, it0);
-        loom_val *offs = r->batched ? (loom_val[]){b, m0, n0} : (loom_val[]){m0, n0};
-        store_tile(k, c, r, offs, out, c->tmastore ? loom_smem_slot(k, r->cs, rep) : LOOM_NONE, 128);
-        loom_region_op w2 = loom_if_begin(k, second, 0);
-        loom_else(k, w2, 0, NULL);
-        loom_named_barrier(k, Y, 256);
-        loom_if_end(k, w2, 0, NULL);
-        loom_val next = loom_add(k, it0, CI(2 * nk));
+        loom_pingpong_mma_begin(k, pp);
+        loom_val acc = mainloop(k, g, it0, c->bm, rep);
+        loom_pingpong_mma_end(k, pp);
+        loom_val out = finish(k, g, acc, it0);
+        loom_epilogue_store(k, &g->epi, offs_of(g->batched, b, m0, n0, o), out, rep);
+        loom_pingpong_tile_end(k, pp);
+        loom_val next = loom_add(k, it0, CI(2 * nk)); /* and the other replica's tile */
         loom_for_end(k, tl, 1, &next);
-        /* replica 1 after its n tiles: does replica 0 have tile 2n? (it = nk + 2n*nk now) */
-        loom_val j = loom_div(k, loom_for_result(k, tl, 0), CI(nk));
-        loom_val more = loom_cmp(k, LOOM_LT, loom_add(k, pid, loom_mul(k, loom_sub(k, j, one), step)), ntiles);
-        loom_region_op ex = loom_if_begin(k, loom_and(k, second, more), 0);
-        loom_named_barrier(k, X, 256);
-        loom_named_barrier(k, Y, 256);
-        loom_if_end(k, ex, 0, NULL);
-        if (c->tmastore)
-            loom_tma_store_wait(k, 0);
+        loom_pingpong_finish(k, pp, loom_sched_odd(k, &g->sched));
+        loom_epilogue_finish(k, &g->epi);
     }
     loom_task_end(k, ct);
 }
 
 /* Split: two replicas of one warp group share every tile by rows: replica rep owns rows
- * m0 + rep*BM/2 .., with its own accumulator and its own half of each A slot (the
- * producer loads the two halves as slots 2s and 2s + 1).  Both consume every ring slot
- * (the empty barriers count two arrivals a phase) but wait for nothing else of each
- * other, so they may drift apart by up to the ring's depth.  With tmastore they stage
- * their halves in one buffer in turn, replica 0 first: each waits for the other's "done"
- * (hand[1 - rep], parity (j & 1) ^ (1 - rep) for its j-th tile: replica 0's first wait
- * passes on the fresh barrier), writes, TMA-stores, waits until that store has read the
- * buffer and arrives on hand[rep] (warp 0's arrival, the one that waited, comes last).
- * Replica 1 then runs that much behind, and the epilogue of one overlaps k steps of the
- * other. */
-static void consumers_split(loom_kernel *k, const g_cfg *c, const ring *r, loom_val ntiles)
+ * m0 + rep*BM/2 .., with its own accumulator and its own half of each A slot.  Both
+ * consume every ring slot (the empty barriers count two arrivals a phase) but wait for
+ * nothing else of each other, so they may drift apart by up to the ring's depth.  With
+ * tmastore they stage their halves in one tile in turn, replica 0 first (the handover
+ * epilogue), which puts replica 1 that much behind: the epilogue of one overlaps k steps
+ * of the other. */
+static void consumers_split(loom_kernel *k, const gk *g)
 {
+    const g_cfg *c = g->c;
     int64_t nk = TPL_CDIV(c->K, c->bk);
     int half = c->bm / 2;
-    loom_val zero = CI(0), one = CI(1);
-    loom_region_op ct = loom_task_begin(k, 4, 232, 2);
+    loom_val zero = CI(0);
+    loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
-        loom_val pid, step;
-        my_units(k, c, ntiles, &pid, &step);
         loom_val rep = loom_task_replica(k);
-        loom_region_op tl = loom_for_begin(k, pid, ntiles, step, 1, &zero);
-        loom_val b, m0, n0;
+        loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
+        loom_val b, m0, n0, o[3];
         tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
         loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_val out = finish(k, c, r, mainloop(k, c, r, it0, CI(nk), half, rep), it0);
+        loom_val out = finish(k, g, mainloop(k, g, it0, half, rep), it0);
         loom_val m = loom_add(k, m0, loom_mul(k, rep, CI(half)));
-        loom_val *offs = r->batched ? (loom_val[]){b, m, n0} : (loom_val[]){m, n0};
-        if (!c->tmastore)
-            loom_store(k, r->C, offs, out, LOOM_NONE);
-        else {
-            loom_val j = loom_div(k, it0, CI(nk));
-            loom_val other = loom_sub(k, one, rep);
-            loom_mbar_wait(k, r->hand, other, loom_rem(k, loom_add(k, j, other), CI(2)));
-            loom_val view = loom_smem_slot(k, r->cs, zero);
-            loom_smem_store(k, view, out);
-            loom_fence_async(k);
-            loom_named_barrier(k, 2, 128);
-            loom_tma_store(k, r->C, offs, view);
-            loom_tma_store_wait(k, 0);
-            loom_mbar_arrive(k, r->hand, rep);
-        }
+        loom_val j = c->tmastore ? loom_div(k, it0, CI(nk)) : LOOM_NONE; /* the replica's tile count */
+        loom_epilogue_store_turn(k, &g->epi, offs_of(g->batched, b, m, n0, o), out, rep, j);
         loom_val next = loom_add(k, it0, CI(nk));
         loom_for_end(k, tl, 1, &next);
     }
@@ -325,91 +263,40 @@ static void consumers_split(loom_kernel *k, const g_cfg *c, const ring *r, loom_
 
 static loom_kernel *gemm_build(const g_cfg *c)
 {
-    int prod_warps = 4, warps = prod_warps + c->cwarps;
-    loom_kernel *k = loom_kernel_create("gemm", warps);
+    loom_kernel *k = loom_kernel_create("gemm", LOOM_PIPE_PRODUCER_WARPS + c->cwarps);
     if (c->cluster > 1)
         loom_kernel_set_cluster(k, c->cluster);
-    bool batched = c->batch > 1;
-    loom_shape ash = batched && !c->ashared ? LOOM_SHAPE3(c->batch, c->M, c->K) : LOOM_SHAPE2(c->M, c->K);
-    loom_shape bsh = batched ? LOOM_SHAPE3(c->batch, c->K, c->N) : LOOM_SHAPE2(c->K, c->N);
-    loom_shape csh = batched ? LOOM_SHAPE3(c->batch, c->M, c->N) : LOOM_SHAPE2(c->M, c->N);
-    loom_val A = loom_arg_tensor(k, "A", c->dt, ash, LOOM_IN);
-    loom_val B = loom_arg_tensor(k, "B", c->dt, bsh, LOOM_IN);
+    loom_pipe p = loom_pipe_create(k);
+    gk g = {.c = c, .batched = c->batch > 1};
+    loom_shape ash = g.batched && !c->ashared ? LOOM_SHAPE3(c->batch, c->M, c->K) : LOOM_SHAPE2(c->M, c->K);
+    loom_shape bsh = g.batched ? LOOM_SHAPE3(c->batch, c->K, c->N) : LOOM_SHAPE2(c->K, c->N);
+    loom_shape csh = g.batched ? LOOM_SHAPE3(c->batch, c->M, c->N) : LOOM_SHAPE2(c->M, c->N);
+    g.A = loom_arg_tensor(k, "A", c->dt, ash, LOOM_IN);
+    g.B = loom_arg_tensor(k, "B", c->dt, bsh, LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", c->odt, csh, LOOM_OUT);
 
     bool split = c->consumers == SPLIT;
     int arows = split ? c->bm / 2 : c->bm; /* split: A slots hold half a tile's rows */
     /* A's rows are BK wide (128 bytes at BK=64, 64 at BK=32): the swizzle spans one row */
     loom_swizzle aswz = c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128;
-    loom_val as = loom_smem_alloc(k, c->dt, LOOM_SHAPE2(arows, c->bk), c->stages * (split ? 2 : 1), aswz);
-    loom_val bs = loom_smem_alloc(k, c->dt, LOOM_SHAPE2(c->bk, c->bn), c->stages, LOOM_SWIZZLE_128);
-    loom_val full = loom_mbar_alloc(k, c->stages, 1);
-    /* the consumers that give a slot back a phase, from every CTA of the cluster */
-    loom_val empty = loom_mbar_alloc(k, c->stages, (split ? 2 : 1) * c->cluster);
-    int64_t nk = TPL_CDIV(c->K, c->bk), ntiles = units(c);
-    int64_t bytes = ((int64_t)c->bm * c->bk + (int64_t)c->bk * c->bn) * (int64_t)loom_dtype_size(c->dt);
-    loom_val zero = CI(0), one = CI(1);
-    loom_val cs = c->tmastore ? loom_smem_alloc(k, c->odt, LOOM_SHAPE2(arows, c->bn),
-                                                c->consumers == PINGPONG ? 2 : 1, LOOM_SWIZZLE_128)
-                              : LOOM_NONE;
-    loom_val hand = c->tmastore && split ? loom_mbar_alloc(k, 2, 1) : LOOM_NONE;
-    ring r = {C, as, bs, full, empty, cs, hand, batched};
+    loom_ring_tile tiles[2] = {{c->dt, LOOM_SHAPE2(arows, c->bk), split ? 2 : 1, aswz},
+                               {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
+    g.ring = loom_ring_create(k, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
+    g.sched = loom_sched_static(k, units(c), c->ctas != 0);
+    loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
+    loom_epilogue_kind ek = !c->tmastore                ? LOOM_EPI_REGISTERS
+                            : split                     ? LOOM_EPI_HANDOVER
+                                                        : LOOM_EPI_STAGED;
+    g.epi = loom_epilogue_create(&p, ek, C, c->odt, LOOM_SHAPE2(arows, c->bn), c->consumers == PINGPONG ? 2 : 1,
+                                 c->consumers == COOPERATIVE ? c->cwarps * 32 : 128);
 
-    /* producer: TMA into the ring */
-    loom_region_op pt = loom_task_begin(k, prod_warps, 40, 1);
-    {
-        loom_val pid, step;
-        my_units(k, c, CI(ntiles), &pid, &step);
-        loom_val rank = c->cluster > 1 ? loom_cluster_rank(k) : LOOM_NONE;
-        loom_region_op tl = loom_for_begin(k, pid, CI(ntiles), step, 1, &zero);
-        loom_val b, m0, n0;
-        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 0, NULL);
-        {
-            loom_val kk = loom_for_iv(k, kl);
-            loom_val it = loom_add(k, it0, kk);
-            loom_val s = loom_ring_slot(k, it, c->stages);
-            loom_mbar_wait(k, empty, s, loom_sub(k, one, loom_ring_phase(k, it, c->stages)));
-            loom_mbar_expect(k, full, s, bytes);
-            loom_val k0 = loom_mul(k, kk, CI(c->bk));
-            for (int h = 0; h < (split ? 2 : 1); h++) {
-                loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
-                loom_val sa = split ? loom_add(k, loom_mul(k, s, CI(2)), CI(h)) : s;
-                if (batched && !c->ashared)
-                    loom_tma_load(k, A, ((loom_val[]){b, m, k0}), loom_smem_slot(k, as, sa), full, s);
-                else
-                    loom_tma_load(k, A, ((loom_val[]){m, k0}), loom_smem_slot(k, as, sa), full, s);
-            }
-            if (c->cluster > 1) /* rank q multicasts the q-th column part of B to the cluster */
-                for (int q = 0; q < c->cluster; q++) {
-                    int64_t w = c->bn / c->cluster;
-                    loom_region_op mine = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rank, CI(q)), 0);
-                    loom_val part = loom_smem_part(k, loom_smem_slot(k, bs, s), 1, q * w, w);
-                    loom_val nq = loom_add(k, n0, CI(q * w));
-                    if (batched)
-                        loom_tma_load_multicast(k, B, ((loom_val[]){b, k0, nq}), part, full, s);
-                    else
-                        loom_tma_load_multicast(k, B, ((loom_val[]){k0, nq}), part, full, s);
-                    loom_if_end(k, mine, 0, NULL);
-                }
-            else if (batched)
-                loom_tma_load(k, B, ((loom_val[]){b, k0, n0}), loom_smem_slot(k, bs, s), full, s);
-            else
-                loom_tma_load(k, B, ((loom_val[]){k0, n0}), loom_smem_slot(k, bs, s), full, s);
-        }
-        loom_for_end(k, kl, 0, NULL);
-        loom_val next = loom_add(k, it0, CI(nk));
-        loom_for_end(k, tl, 1, &next);
-    }
-    loom_task_end(k, pt);
-
+    producer(k, &g);
     if (c->consumers == PINGPONG)
-        consumers_pingpong(k, c, &r, CI(ntiles));
+        consumers_pingpong(k, &g, &pp);
     else if (split)
-        consumers_split(k, c, &r, CI(ntiles));
+        consumers_split(k, &g);
     else
-        consumers_cooperative(k, c, &r, CI(ntiles));
+        consumers_cooperative(k, &g);
     return k;
 }
 #undef CI

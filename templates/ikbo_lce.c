@@ -6,8 +6,13 @@
  * accumulation.  The user half is computed once per user, not once per candidate.
  *
  * One builder makes every GEMM kernel of the four stages (templates/ikbo_lce_api.c runs
- * them), each a warp-specialized TMA + wgmma kernel like templates/gemm.c: a producer
- * warp group fills a ring of W and E tiles by TMA, a consumer task runs wgmma out of it.
+ * them), each a warp-specialized TMA + wgmma kernel on the pipeline layer
+ * (include/loom_pipe.h) like templates/gemm.c: a producer warp group fills a ring of W and
+ * E tiles by TMA (`producer`), a consumer task runs wgmma out of it (`consumers`, one
+ * tile at a time: `tile` or, split, `tile_split`), then the tile's epilogue
+ * (`store_cand`, `store_user`).  The registry entry, cost model and CPU reference are in
+ * templates/ikbo_lce_registry.c; the measurements behind each choice in bench/RESULTS.md
+ * ("Design measurements").
  *
  *   IK_USER        user_res[u] = W_user @ E_user[u]                    (tiles: U x M x N)
  *   IK_CAND        cand[b] = W_cand @ E_cand[b]                          (tiles: B x M x N)
@@ -32,9 +37,7 @@
  * place of the slot's W tile.  So the planes flow through the ring like any k step:
  * nothing waits for them, the accumulator never leaves the registers and the epilogue is
  * that of a plain GEMM.  user_res was written by the previous kernel (stage 3) or by the
- * user tiles of the same kernel (stage 4).  (An identity carried as columns of W_cand,
- * loaded with each plane step, measured 2-3% slower at the headline on an H200: 8 KiB
- * more of L2 traffic a step.)
+ * user tiles of the same kernel (stage 4).
  *
  * Stage 4's hand-over.  Each user tile, once its stores are done, adds 1 to one counter
  * in global memory (release).  A program's producer, before the planes of its first
@@ -45,9 +48,7 @@
  * since every program takes its user tiles first, waiting for all of them costs at most
  * the end of the slowest user tile.  The user tiles were written by other programs'
  * generic stores; the wait ends with a fence of the async proxy, which orders them
- * before the TMA loads.  (Session 4 had a loader warp group wait per tile and copy the
- * planes with generic loads: 0.461 ms at the headline against stage 3's 0.401; a wait a
- * tile in the producer, with TMA: 0.416 against 0.394.)
+ * before the TMA loads.
  *
  * Consumers (`consumers`): one task of cwarps warps shares each tile by rows; or (1,
  * ping-pong) two warp groups take turns on whole tiles, each with its own tile of BM
@@ -60,9 +61,6 @@
  * (M = 433: the last tile's second half) computes nothing and only gives the ring's
  * slots back, and of the plane steps each group computes the two that hold its rows.
  * They stage their halves in one buffer in turn (the hand barriers, as in gemm.c).
- * (At the headline on an H200 split tiles took 0.437 ms with 3 stages and 0.414 with 4
- * (which store through borrowed ring slots, below) against 0.400 for 64-row tiles with
- * one warp group, so the tuner keeps the latter there; bench/RESULTS.md, sessions 6-7.)
  *
  * The transposed product (trans=1, the default): out[b]^T = E[b]^T @ W^T, as cuBLAS runs
  * this GEMM.  M sits on wgmma's N side, so a tile has M split evenly into at most BM rows
@@ -72,8 +70,7 @@
  * columns into a slot's W part (four a tile, each group computing its two), and each
  * group's output, transposed by stmatrix, goes out through its lo step's slot.  With
  * cluster=2 two CTAs take a tile's two column halves and each multicasts half of the W
- * tile to both.  (Stage 4 at the headline on an H200: 0.378 ms with the pair, 0.440
- * without, 0.402 for 64 x 256 tiles with one warp group; bench/RESULTS.md, session 8.)
+ * tile to both.
  *
  * K alignment: TMA needs 16-byte rows, so the weights (K innermost) are padded with zero
  * columns to a multiple of 8 once, when prepared; E's K is an outer dim, so it is used
@@ -84,6 +81,7 @@
  * last M tile.
  */
 #include "ikbo_lce.h"
+#include "loom_pipe.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -94,12 +92,6 @@
 /* Shared memory the tiles of a CTA may take: the hardware's 227 KiB of dynamic shared
  * memory less 1 KiB for the mbarriers. */
 #define IK_SMEM (226 * 1024)
-
-/* Register budgets (per thread) of the producer and the consumers. */
-enum { PROD_REGS = 40, CONS_REGS = 232 };
-
-/* Named barriers of the consumer task's threads: the staging tile, the identity. */
-enum { BAR_CONS = 2, BAR_EYE = 3 };
 
 int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
 
@@ -207,6 +199,9 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         return "planes must be 1 or 2";
     if (s->ctas < 0)
         return "ctas must be >= 0";
+    if (s->mode == IK_FUSED && s->consumers == IK_PINGPONG)
+        return "the persistent kernel (stage 4) claims its tiles as it goes, and ping-pong's turns need the tiles known "
+               "ahead: consumers=0 or 2";
     if (s->mode == IK_FUSED && (s->ctas < 1 || s->ctas > 1024))
         return "the fused kernel is persistent: ctas must be 1 to 1024 (at most one per SM on the GPU)";
     return NULL;
@@ -214,10 +209,9 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 
 /* Candidate tiles go out through a shared-memory staging tile and one TMA store (which
  * runs on during the next tile's mainloop) whenever the ring leaves room for it, else
- * straight from the accumulator's registers (a deeper ring against a slower epilogue:
- * 64 x 256 tiles with 5 stages and register stores took 0.53 ms at the headline on an
- * H200, against 0.40 with 4 stages and the staging tile), or through a borrowed ring
- * slot (below). */
+ * straight from the accumulator's registers (a deeper ring against a slower epilogue),
+ * or through a borrowed ring slot (below).  bench/RESULTS.md has the measurements behind
+ * each choice of this file. */
 static bool cs_fits(const ik_spec *s) { return ring_bytes(s) + staging_bytes(s) + eye_bytes(s) <= IK_SMEM; }
 static bool staged(const ik_spec *s) { return has_cand(s) && !tr(s) && cs_fits(s); }
 
@@ -229,10 +223,7 @@ static bool staged(const ik_spec *s) { return has_cand(s) && !tr(s) && cs_fits(s
  * has read the slot), so the wait for the store hides behind the tensor cores.  It frees
  * the staging tile's shared memory for a deeper ring (64 x 256: 5 stages; split 128 x
  * 256: 4).  A ring of 3 slots at least: with 2 the producer could wait on the held slot
- * for the ring use the holder waits on.  (Stage 4 at the headline on an H200: split
- * 128 x 256 with 4 stages 0.414 ms against 0.437 with 3 and the shared staging tile;
- * 64 x 256 with 5 stages 0.459 against 0.403 with 4 and the staging tile, so the tuner
- * keeps the latter.) */
+ * for the ring use the holder waits on. */
 static bool borrows(const ik_spec *s)
 {
     if (tr(s))
@@ -261,7 +252,7 @@ static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc, loom_v
 
 /* The kernel's arguments (LOOM_NONE where its mode has none). */
 typedef struct ik_args {
-    loom_val wu, wc, eu, ec, index, ures, flags, epoch, out;
+    loom_val wu, wc, eu, ec, index, ures, flags, claims, epoch, out;
 } ik_args;
 
 static ik_args declare(loom_kernel *k, const ik_spec *s)
@@ -287,6 +278,7 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
     }
     if (s->mode == IK_FUSED) {
         a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT); /* the user tiles done */
+        a.claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT); /* the dynamic schedule's */
         a.epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
     }
     if (s->mode != IK_USER)
@@ -294,121 +286,202 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
     return a;
 }
 
-/* Shared memory and barriers: the ring of W [BM, 64] (split: two [64, 64] halves a slot)
- * and E [64, BN] tiles with its full and empty barriers; the staging tile cs; split: the
- * hand barriers of the staging tile's turns (hand[r]: group r is done with it); where
- * candidate tiles add the user tile, the identity eye. */
-typedef struct ik_smem {
-    loom_val as, bs, full, empty;
-    loom_val cs, hand, eye;
-} ik_smem;
+/* The ring's tiles: W [rows, 64] (split: two [64, 64] halves a slot, one a warp group)
+ * and E [64, BN] (trans: BN / 64 parts [64, 64], one a warp group). */
+enum { TILE_W, TILE_E };
 
-/* Ping-pong: the consumer replica (0 or 1) and "is it replica 1" (LOOM_NONE otherwise). */
-typedef struct ik_turns {
-    loom_val rep, second;
-} ik_turns;
+/* Everything the tasks share: the spec, the arguments and the pipeline's pieces. */
+typedef struct ik {
+    loom_kernel *k;
+    const ik_spec *s;
+    ik_args a;
+    loom_ring ring;
+    loom_sched sched;
+    loom_epilogue epi;   /* candidate tiles' output: staged, in turns, or from registers */
+    loom_pingpong pp;    /* ping-pong's turns */
+    loom_sync eye_sync;  /* the identity is written */
+    loom_sync held_sync; /* borrowing: the threads that wrote a held slot's tile */
+    loom_val eye;        /* the identity the plane steps multiply by */
+    bool turns, halves;  /* ping-pong; split */
+    int64_t nut, ntot;   /* user tiles (first), all tiles */
+    int64_t nku, nkc;    /* k steps of a user and of a candidate tile */
+    int64_t nsc;         /* ring uses of a candidate tile (its planes too) */
+} ik;
 
-/* The named barriers that hand the tensor cores over between ping-pong replicas. */
-enum { BAR_X = 4, BAR_Y = 5 };
-
-/* Borrowing: each split group's own barrier before its TMA store. */
-enum { BAR_G0 = 6, BAR_G1 = 7 };
-
-/* W's [BM, 64] box at (m0, k0) into ring slot sl's W part (split: as two 64-row halves). */
-static void load_w(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val m0, loom_val k0,
-                   loom_val sl)
+/* Is tile tv a user tile (an i1). */
+static loom_val is_user(const ik *g, loom_val tv)
 {
-    if (clu(s) > 1) { /* rank q multicasts rows q * rows / 2 .. of the box to the pair */
-        int64_t half = ik_tile_rows(s) / 2;
-        loom_val rank = loom_cluster_rank(k);
-        for (int64_t q = 0; q < 2; q++) {
-            loom_region_op mine = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rank, CI(q)), 0);
-            loom_tma_load_multicast(k, w, ((loom_val[]){loom_add(k, m0, CI(q * half)), k0}),
-                                    loom_smem_part(k, loom_smem_slot(k, m->as, sl), 0, q * half, half), m->full, sl);
-            loom_if_end(k, mine, 0, NULL);
-        }
-        return;
-    }
-    if (!split(s) || tr(s)) {
-        loom_tma_load(k, w, ((loom_val[]){m0, k0}), loom_smem_slot(k, m->as, sl), m->full, sl);
-        return;
-    }
-    for (int64_t h = 0; h < 2; h++)
-        loom_tma_load(k, w, ((loom_val[]){loom_add(k, m0, CI(64 * h)), k0}),
-                      loom_smem_slot(k, m->as, loom_add(k, loom_mul(k, sl, CI(2)), CI(h))), m->full, sl);
+    loom_kernel *k = g->k;
+    if (g->s->mode == IK_FUSED)
+        return loom_cmp(k, LOOM_LT, tv, CI(g->nut));
+    return loom_const_i(k, LOOM_I1, g->s->mode == IK_USER);
 }
 
-/* expect the boxes on full[slot], then TMA W's [rows, 64] and E[j]'s [64, BN] boxes (trans:
- * E's as two [64, 64] halves, one a warp group) */
-static void load_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val w, loom_val e, tile_at t,
-                      loom_val k0, loom_val slot)
+/* Tile tv's ring uses. */
+static loom_val uses_of(const ik *g, loom_val tv)
 {
-    loom_mbar_expect(k, m->full, slot, (int64_t)(ik_tile_rows(s) + s->bn) * 64 * esz(s));
-    load_w(k, s, m, w, t.m0, k0, slot);
-    if (!tr(s)) {
-        loom_tma_load(k, e, ((loom_val[]){t.j, k0, t.n0}), loom_smem_slot(k, m->bs, slot), m->full, slot);
-        return;
+    loom_kernel *k = g->k;
+    if (g->s->mode == IK_FUSED)
+        return loom_select(k, is_user(g, tv), CI(g->nku), CI(g->nsc));
+    return CI(has_user(g->s) ? g->nku : g->nsc);
+}
+
+/* Tile tv's coordinates among its kind (rank: the CTA's in its cluster, or LOOM_NONE). */
+static tile_at tile_of(const ik *g, loom_val tv, loom_val rank)
+{
+    loom_kernel *k = g->k;
+    if (g->s->mode != IK_FUSED)
+        return tile_coords(k, g->s, tv, rank);
+    return tile_coords(k, g->s, loom_select(k, is_user(g, tv), tv, loom_sub(k, tv, CI(g->nut))), rank);
+}
+
+/* ---------------------------------------------------------------- producer */
+
+/* W's [rows, 64] box at (m0, k0) and E[j]'s [64, BN] box at (k0, n0) into the slot: W
+ * multicast in row halves over a cluster, or as two halves (split); E in BN / 64 column
+ * parts (trans). */
+static void load_step(const ik *g, loom_val w, loom_val e, tile_at t, loom_val k0, loom_val sl)
+{
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
+    loom_val wo[2] = {t.m0, k0};
+    if (clu(s) > 1)
+        loom_ring_load_shared(k, &g->ring, sl, TILE_W, 0, w, wo);
+    else if (!split(s) || tr(s))
+        loom_ring_load(k, &g->ring, sl, TILE_W, 0, w, wo);
+    else
+        for (int h = 0; h < 2; h++) {
+            loom_val ho[2] = {loom_add(k, t.m0, CI(64 * h)), k0};
+            loom_ring_load(k, &g->ring, sl, TILE_W, h, w, ho);
+        }
+    int parts = tr(s) ? (int)(s->bn / 64) : 1;
+    for (int h = 0; h < parts; h++) {
+        loom_val eo[3] = {t.j, k0, tr(s) ? loom_add(k, t.n0, CI(64 * h)) : t.n0};
+        loom_ring_load(k, &g->ring, sl, TILE_E, h, e, eo);
     }
-    for (int64_t h = 0; h < s->bn / 64; h++)
-        loom_tma_load(k, e, ((loom_val[]){t.j, k0, loom_add(k, t.n0, CI(64 * h))}),
-                      loom_smem_slot(k, m->bs, loom_add(k, loom_mul(k, slot, CI(s->bn / 64)), CI(h))), m->full, slot);
 }
 
 /* The user of candidate tile t. */
-static loom_val user_of(loom_kernel *k, const ik_args *a, tile_at t)
+static loom_val user_of(const ik *g, tile_at t)
 {
-    return loom_name(k, loom_load_scalar(k, a->index, ((loom_val[]){t.j})), "u");
+    return loom_name(g->k, loom_load_scalar(g->k, g->a.index, ((loom_val[]){t.j})), "u");
 }
 
-/* Producer: the plane steps of candidate tile t, ring uses it .. it + plane_steps - 1:
- * rows m0 + 64h .. of plane p of user u's tile into the E half of a slot (trans: the
- * tile's rows by columns n0 + 64h .., into the W part).  (Its user's index read before
- * the tile's k steps, to hide that load, measured no faster.) */
-static void load_planes(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it)
+/* The plane steps of candidate tile t, ring uses it .. it + plane_steps - 1: rows
+ * m0 + 64h .. of plane p of user u's tile into the E part of a slot (trans: the tile's
+ * rows by columns n0 + 64h .., into the W part). */
+static void load_planes(const ik *g, tile_at t, loom_val it)
 {
-    loom_val u = user_of(k, a, t);
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
+    loom_val u = user_of(g, t);
     for (int64_t q = 0; q < plane_steps(s); q++) {
         int64_t p = q / halves_of(s), h = q % halves_of(s);
-        loom_val use = loom_add(k, it, CI(q));
-        loom_val sl = loom_ring_slot(k, use, s->stages);
-        loom_mbar_wait(k, m->empty, sl, loom_sub(k, CI(1), loom_ring_phase(k, use, s->stages)));
-        if (tr(s)) {
-            loom_mbar_expect(k, m->full, sl, ik_tile_rows(s) * 64 * esz(s));
-            loom_tma_load(k, a->ures, ((loom_val[]){u, CI(p), t.m0, loom_add(k, t.n0, CI(64 * h))}),
-                          loom_smem_slot(k, m->as, sl), m->full, sl);
-            continue;
-        }
-        loom_mbar_expect(k, m->full, sl, (int64_t)64 * s->bn * esz(s));
-        loom_tma_load(k, a->ures, ((loom_val[]){u, CI(p), loom_add(k, t.m0, CI(64 * h)), t.n0}),
-                      loom_smem_slot(k, m->bs, sl), m->full, sl);
+        int64_t bytes = (tr(s) ? ik_tile_rows(s) * 64 : 64 * s->bn) * esz(s);
+        loom_val sl = loom_ring_produce(k, &g->ring, loom_add(k, it, CI(q)), bytes);
+        loom_val o[4] = {u, CI(p), t.m0, t.n0};
+        if (tr(s))
+            o[3] = loom_add(k, t.n0, CI(64 * h));
+        else
+            o[2] = loom_add(k, t.m0, CI(64 * h));
+        loom_ring_load(k, &g->ring, sl, tr(s) ? TILE_W : TILE_E, 0, g->a.ures, o);
     }
 }
 
-/* wgmma's A operand of ring slot sl: the slot's W tile, or split group rep's half of it;
- * trans: group rep's [64, 64] half of E, transposed (E^T: rows n, columns k). */
-static loom_val a_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl, loom_val rep)
+/* Stage 4: before the planes of the program's first candidate tile (`waited`, an i32,
+ * says whether it came), every user tile of the launch is done (acquire; the wait ends
+ * with a proxy fence, for the TMA loads).  The dynamic schedule hands the user tiles out
+ * first, so each of them is claimed by a running program by then.  Returns the new
+ * `waited`. */
+static loom_val wait_for_users(const ik *g, loom_val waited)
 {
-    if (tr(s))
-        return loom_smem_trans(k, loom_smem_slot(k, m->bs, loom_add(k, loom_mul(k, sl, CI(s->bn / 64)), rep)));
-    if (!split(s))
-        return loom_smem_slot(k, m->as, sl);
-    return loom_smem_slot(k, m->as, loom_add(k, loom_mul(k, sl, CI(2)), rep));
+    loom_kernel *k = g->k;
+    loom_val zero = CI(0);
+    loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, waited, zero), 0);
+    loom_flag_wait(k, g->a.flags, ((loom_val[]){zero}), loom_mul(k, g->a.epoch, CI(ik_user_blocks(g->s))));
+    loom_if_end(k, w, 0, NULL);
+    return CI(1);
 }
 
-/* wgmma's B operand of ring slot sl (of a k step and of a plane step alike): the slot's E
- * tile [64, BN]; trans: its W tile (or plane part) transposed, [64, rows]. */
-static loom_val b_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl)
+/* The producer: for each of the program's tiles, its k steps (user: W_user and E_user;
+ * candidate: W_cand and E_cand), then a candidate tile's plane steps.  The loop carries
+ * the ring use. */
+static void producer(const ik *g)
 {
-    if (tr(s))
-        return loom_smem_trans(k, loom_smem_slot(k, m->as, sl));
-    return loom_smem_slot(k, m->bs, sl);
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
+    loom_val zero = CI(0), one = CI(1);
+    loom_region_op pt = loom_producer_begin(k);
+    {
+        loom_val rank = clu(s) > 1 ? loom_cluster_rank(k) : LOOM_NONE;
+        /* carried: the ring use, stage 4: whether the user tiles were waited for */
+        int nc = s->mode == IK_FUSED ? 2 : 1;
+        loom_sched_loop tl = loom_sched_begin(k, &g->sched, LOOM_SCHED_PRODUCER, LOOM_NONE, nc, ((loom_val[]){zero, zero}));
+        loom_val tv = loom_sched_unit(&tl), user = is_user(g, tv);
+        tile_at t = tile_of(g, tv, rank);
+        loom_val it0 = loom_sched_arg(&tl, 0), waited = nc > 1 ? loom_sched_arg(&tl, 1) : LOOM_NONE;
+        loom_val nk = s->mode == IK_FUSED ? loom_select(k, user, CI(g->nku), CI(g->nkc))
+                                          : CI(has_user(s) ? g->nku : g->nkc);
+        loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
+        {
+            loom_val kk = loom_for_iv(k, kl);
+            loom_val sl = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
+            loom_val k0 = loom_mul(k, kk, CI(64));
+            if (s->mode == IK_FUSED) {
+                loom_region_op br = loom_if_begin(k, user, 0);
+                load_step(g, g->a.wu, g->a.eu, t, k0, sl);
+                loom_else(k, br, 0, NULL);
+                load_step(g, g->a.wc, g->a.ec, t, k0, sl);
+                loom_if_end(k, br, 0, NULL);
+            } else if (has_user(s)) {
+                load_step(g, g->a.wu, g->a.eu, t, k0, sl);
+            } else {
+                load_step(g, g->a.wc, g->a.ec, t, k0, sl);
+            }
+        }
+        loom_for_end(k, kl, 0, NULL);
+        if (adds_user(s)) { /* a candidate tile's planes, after its k steps */
+            loom_region_op pl = loom_if_begin(k, loom_not(k, user), nc - 1);
+            loom_val now = s->mode == IK_FUSED ? wait_for_users(g, waited) : LOOM_NONE;
+            load_planes(g, t, loom_add(k, it0, CI(g->nkc)));
+            loom_else(k, pl, nc - 1, &now);
+            loom_if_end(k, pl, nc - 1, &waited);
+            if (nc > 1)
+                waited = loom_if_result(k, pl, 0);
+        }
+        loom_val next[2] = {loom_add(k, it0, uses_of(g, tv)), waited};
+        loom_sched_end(k, &tl, next);
+    }
+    loom_task_end(k, pt);
 }
 
-/* The ring slot part a held slot's tile output goes out through: [64, BN] (E), or trans
- * [rows, 64] (W). */
-static loom_val held_view(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl)
+/* ---------------------------------------------------------------- consumers */
+
+/* wgmma's A operand in slot sl: the W tile, or split group rep's half of it; trans:
+ * group rep's [64, 64] part of E, transposed (E^T: rows n, columns k). */
+static loom_val a_view(const ik *g, loom_val sl, loom_val rep)
 {
-    return loom_smem_slot(k, tr(s) ? m->as : m->bs, sl);
+    loom_kernel *k = g->k;
+    if (tr(g->s))
+        return loom_smem_trans(k, loom_ring_view(k, &g->ring, sl, TILE_E, rep));
+    return loom_ring_view(k, &g->ring, sl, TILE_W, split(g->s) ? rep : LOOM_NONE);
+}
+
+/* wgmma's B operand in slot sl (of a k step and of a plane step alike): the E tile
+ * [64, BN]; trans: the W tile (or plane part) transposed, [64, rows]. */
+static loom_val b_view(const ik *g, loom_val sl)
+{
+    loom_kernel *k = g->k;
+    if (tr(g->s))
+        return loom_smem_trans(k, loom_ring_view(k, &g->ring, sl, TILE_W, LOOM_NONE));
+    return loom_ring_view(k, &g->ring, sl, TILE_E, LOOM_NONE);
+}
+
+/* The part of a held slot a tile's output goes out through: E [64, BN], or trans W
+ * [rows, 64]. */
+static loom_val held_view(const ik *g, loom_val sl)
+{
+    return loom_ring_view(g->k, &g->ring, sl, tr(g->s) ? TILE_W : TILE_E, LOOM_NONE);
 }
 
 /* A warp group's tile as out and user_res hold it: as is, or trans its transpose (the
@@ -418,66 +491,25 @@ static loom_val oriented(loom_kernel *k, const ik_spec *s, loom_val v) { return 
 /* What a warp group stores of its accumulator: acc in the dtype, oriented. */
 static loom_val out_tile(loom_kernel *k, const ik_spec *s, loom_val acc) { return oriented(k, s, loom_cast(k, acc, s->dt)); }
 
-/* Ring slot sl back to the producer (cluster=2: to both CTAs' producers, whose multicasts
- * fill it). */
-static void free_slot(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val sl)
+/* Ring use `it`: wait for its slot, acc += a @ E of the slot (a: the slot's W, or av
+ * where given: the identity), one group left in flight; then, where `give_back` (an i1,
+ * or LOOM_NONE for always), ring use prev's slot goes back to the producer (its group is
+ * done; prev LOOM_NONE: none goes back). */
+static loom_val ring_step(const ik *g, loom_val it, loom_val prev, loom_val rep, loom_val av, loom_val acc,
+                          loom_val give_back)
 {
-    if (clu(s) > 1)
-        loom_mbar_arrive_cluster(k, m->empty, sl);
-    else
-        loom_mbar_arrive(k, m->empty, sl);
-}
-
-/* Consumer: ring use `it`: wait for its slot, acc += a @ E of the slot (a: the slot's W,
- * or av where given: the identity), one group left in flight; then, where `give_back` (an
- * i1, or LOOM_NONE for always), ring use prev's slot goes back to the producer (its group
- * is done; prev LOOM_NONE: none goes back). */
-static loom_val ring_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it, loom_val prev,
-                          loom_val rep, loom_val av, loom_val acc, loom_val give_back)
-{
-    loom_val sl = loom_ring_slot(k, it, s->stages);
-    loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
-    loom_val r = loom_wgmma(k, av ? av : a_view(k, s, m, sl, rep), b_view(k, s, m, sl), acc);
+    loom_kernel *k = g->k;
+    loom_val sl = loom_ring_consume(k, &g->ring, it);
+    loom_val r = loom_wgmma(k, av ? av : a_view(g, sl, rep), b_view(g, sl), acc);
     loom_wgmma_commit(k);
     loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
     if (prev) {
         loom_region_op pb = give_back ? loom_if_begin(k, give_back, 0) : 0;
-        free_slot(k, s, m, loom_ring_slot(k, prev, s->stages));
+        loom_ring_release(k, &g->ring, loom_ring_slot_of(k, &g->ring, prev));
         if (give_back)
             loom_if_end(k, pb, 0, NULL);
     }
     return loom_wgmma_result(k, wt, 0);
-}
-
-/* Split: a ring use this group computes nothing on: wait until it is filled (so that the
- * arrival counts toward this use's phase of empty), then give the slot back. */
-static void pass_step(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it)
-{
-    loom_val sl = loom_ring_slot(k, it, s->stages);
-    loom_mbar_wait(k, m->full, sl, loom_ring_phase(k, it, s->stages));
-    free_slot(k, s, m, sl);
-}
-
-/* out[j, m0.., n0..] = v: from registers, or through the staging tile cs and a TMA store.
- * One consumer task waits for the previous store lazily, before writing; two replicas
- * (`turns`: ping-pong or split, 128 threads each) share cs and take turns, so each waits
- * until its store has read it. */
-static void store_out(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val v, loom_val cs,
-                      bool turns)
-{
-    loom_val offs[3] = {t.j, t.m0, t.n0};
-    if (!cs) {
-        loom_store(k, a->out, offs, v, LOOM_NONE);
-        return;
-    }
-    if (!turns)
-        loom_tma_store_wait(k, 0); /* the previous tile's store has read the staging tile */
-    loom_smem_store(k, cs, v);
-    loom_fence_async(k);
-    loom_named_barrier(k, BAR_CONS, turns ? 128 : s->cwarps * 32);
-    loom_tma_store(k, a->out, offs, cs);
-    if (turns)
-        loom_tma_store_wait(k, 0);
 }
 
 /* Borrowing (borrows()): did the group's previous tile store through a ring slot it still
@@ -486,75 +518,62 @@ typedef struct ik_held {
     loom_val flag, use;
 } ik_held;
 
-/* The held slot back to the producer, once the TMA store has read it. */
-static void release_held(loom_kernel *k, const ik_spec *s, const ik_smem *m, const ik_held *h)
-{
-    loom_region_op r = loom_if_begin(k, h->flag, 0);
-    loom_tma_store_wait(k, 0);
-    free_slot(k, s, m, loom_ring_slot(k, h->use, s->stages));
-    loom_if_end(k, r, 0, NULL);
-}
-
-/* Consumer: the k steps of a tile, ring uses it0 .. it0 + nk - 1, into a fresh [rows, BN]
+/* The k steps of a tile, ring uses it0 .. it0 + nk - 1, into a fresh [rows, BN]
  * accumulator (split: group rep's W half; trans: [64, the tile's rows], group rep's E
- * half); the last group is left in flight.  A held
- * slot (h, or NULL) goes back once the first step's wgmma is issued. */
-static loom_val mainloop(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val it0, int64_t nk, int64_t rows,
-                         loom_val rep, const ik_held *h)
+ * half); the last group is left in flight.  A held slot (h, or NULL) goes back once the
+ * first step's wgmma is issued. */
+static loom_val mainloop(const ik *g, loom_val it0, int64_t nk, int64_t rows, loom_val rep, const ik_held *h)
 {
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
     loom_val zero = CI(0), one = CI(1), from = zero;
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(rows, tr(s) ? ik_tile_rows(s) : s->bn));
     if (h) { /* the first step outside the loop, then the held slot */
-        acc = ring_step(k, s, m, it0, LOOM_NONE, rep, LOOM_NONE, acc, LOOM_NONE);
-        release_held(k, s, m, h);
+        acc = ring_step(g, it0, LOOM_NONE, rep, LOOM_NONE, acc, LOOM_NONE);
+        loom_epilogue_return_slot(k, &g->ring, h->flag, h->use);
         from = one;
     }
     loom_region_op kl = loom_for_begin(k, from, CI(nk), one, 1, &acc);
     {
         loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
-        loom_val r = ring_step(k, s, m, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
+        loom_val r = ring_step(g, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
                                h ? LOOM_NONE : loom_cmp(k, LOOM_GT, kk, zero));
         loom_for_end(k, kl, 1, &r);
     }
     return loom_for_result(k, kl, 0);
 }
 
-/* Consumer: wait for acc's last wgmma group and give ring use last's slot back (LOOM_NONE:
- * the group keeps it). */
-static loom_val drain(loom_kernel *k, const ik_spec *s, const ik_smem *m, loom_val acc, loom_val last)
+/* Wait for acc's last wgmma group and give ring use last's slot back (LOOM_NONE: the
+ * group keeps it). */
+static loom_val drain(const ik *g, loom_val acc, loom_val last)
 {
-    loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
+    loom_region_op wt = loom_wgmma_wait(g->k, 0, 1, &acc);
     if (last)
-        free_slot(k, s, m, loom_ring_slot(k, last, s->stages));
-    return loom_wgmma_result(k, wt, 0);
+        loom_ring_release(g->k, &g->ring, loom_ring_slot_of(g->k, &g->ring, last));
+    return loom_wgmma_result(g->k, wt, 0);
 }
 
-/* Borrowing: out[j, m0.., n0..] = v through the E part of ring use held's slot, which
- * the group keeps until release_held (rep: split group rep, whose 128 threads meet at
- * their own named barrier; LOOM_NONE: the one consumer task). */
-static void store_held(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val v,
-                       loom_val held, loom_val rep)
+/* A candidate tile's output v at out[j, m0.., n0..]: through the held slot of ring use
+ * `held` (borrowing; rep: split group rep, LOOM_NONE: the one consumer task), else by the
+ * candidate epilogue. */
+static void store_cand(const ik *g, tile_at t, loom_val v, loom_val held, loom_val rep)
 {
-    loom_val view = held_view(k, s, m, loom_ring_slot(k, held, s->stages));
-    loom_smem_store(k, view, v);
-    loom_fence_async(k);
-    if (rep) {
-        loom_region_op g = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rep, CI(0)), 0);
-        loom_named_barrier(k, BAR_G0, 128);
-        loom_else(k, g, 0, NULL);
-        loom_named_barrier(k, BAR_G1, 128);
-        loom_if_end(k, g, 0, NULL);
-    } else {
-        loom_named_barrier(k, BAR_CONS, s->cwarps * 32);
-    }
-    loom_tma_store(k, a->out, ((loom_val[]){t.j, t.m0, t.n0}), view);
+    loom_val offs[3] = {t.j, t.m0, t.n0};
+    if (held)
+        loom_epilogue_store_borrowed(g->k, g->a.out, offs, v, held_view(g, loom_ring_slot_of(g->k, &g->ring, held)),
+                                     g->held_sync, rep);
+    else
+        loom_epilogue_store(g->k, &g->epi, offs, v, LOOM_NONE);
 }
 
 /* A user tile's epilogue: acc into user_res (one plane, or hi and lo); in the fused
  * kernel, then count its rows times blocks of 64 columns done (rows: the tile's, or a
  * split group's 64; trans: the tile's rows by the group's 64 columns). */
-static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_at t, loom_val acc, int64_t rows)
+static void store_user(const ik *g, tile_at t, loom_val acc, int64_t rows)
 {
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
+    const ik_args *a = &g->a;
     loom_val hi = loom_cast(k, acc, s->dt);
     if (s->planes == 1) {
         loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), oriented(k, s, hi), LOOM_NONE);
@@ -563,7 +582,7 @@ static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_
          * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
          * to LLVM), so hi is needed by its own stores only and the compiler stores it
          * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
-         * would not fit in the consumers' 232 registers. */
+         * would not fit in the consumers' registers. */
         loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), oriented(k, s, hi), LOOM_NONE);
         loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
         loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
@@ -577,131 +596,189 @@ static void store_user(loom_kernel *k, const ik_spec *s, const ik_args *a, tile_
     }
 }
 
-/* Consumer: one tile (nk k steps from ring use it0; a candidate tile adds its user's tile
- * in plane steps after them): the mainloop, the ping-pong hand-over, the epilogue.
- * Borrowing (h: the slot the previous tile holds): returns whether this tile holds its
- * last slot (an i32). */
-static loom_val tile(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
-                     int64_t nk, bool cand, const ik_turns *pp, const ik_held *h)
+/* One tile of the consumer task (or of a ping-pong replica): the mainloop (nk k steps
+ * from ring use it0; a candidate tile adds its user's tile in plane steps after them),
+ * the ping-pong hand-over, the epilogue.  Borrowing (h: the slot the previous tile
+ * holds): returns whether this tile holds its last slot (an i32). */
+static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand, const ik_held *h)
 {
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
     bool hold = h && cand;
-    loom_val acc = mainloop(k, s, m, it0, nk, s->bm, LOOM_NONE, h);
+    loom_val acc = mainloop(g, it0, nk, s->bm, LOOM_NONE, h);
     int64_t steps = nk;
     if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
         for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
-            int64_t h = q % (s->bm / 64);
-            loom_val eye = s->bm == 64 ? m->eye : loom_smem_part(k, m->eye, 1, 64 * h, 64);
+            int64_t hh = q % (s->bm / 64);
+            loom_val eye = s->bm == 64 ? g->eye : loom_smem_part(k, g->eye, 1, 64 * hh, 64);
             loom_val it = loom_add(k, it0, CI(steps));
-            acc = ring_step(k, s, m, it, loom_sub(k, it, CI(1)), LOOM_NONE, eye, acc, LOOM_NONE);
+            acc = ring_step(g, it, loom_sub(k, it, CI(1)), LOOM_NONE, eye, acc, LOOM_NONE);
         }
-    if (pp) { /* the tensor cores to the other replica */
-        loom_region_op hand = loom_if_begin(k, pp->second, 0);
-        loom_named_barrier(k, BAR_Y, 256);
-        loom_else(k, hand, 0, NULL);
-        loom_named_barrier(k, BAR_X, 256);
-        loom_if_end(k, hand, 0, NULL);
-    }
+    if (g->turns)
+        loom_pingpong_mma_end(k, &g->pp);
     loom_val last = loom_add(k, it0, CI(steps - 1));
-    acc = drain(k, s, m, acc, hold ? LOOM_NONE : last);
+    acc = drain(g, acc, hold ? LOOM_NONE : last);
 
     /* the epilogue */
-    if (hold)
-        store_held(k, s, a, m, t, out_tile(k, s, acc), last, LOOM_NONE);
-    else if (cand)
-        store_out(k, s, a, t, out_tile(k, s, acc), m->cs, pp != NULL);
+    if (cand)
+        store_cand(g, t, out_tile(k, s, acc), hold ? last : LOOM_NONE, LOOM_NONE);
     else
-        store_user(k, s, a, t, acc, s->bm);
-    if (pp) { /* replica 0 waits until replica 1's mainloop is done */
-        loom_region_op w = loom_if_begin(k, pp->second, 0);
-        loom_else(k, w, 0, NULL);
-        loom_named_barrier(k, BAR_Y, 256);
-        loom_if_end(k, w, 0, NULL);
-    }
+        store_user(g, t, acc, s->bm);
+    if (g->turns)
+        loom_pingpong_tile_end(k, &g->pp);
     return h ? CI(hold) : LOOM_NONE;
 }
 
-/* Split: group rep's half (rows m0 + 64 rep ..) of one tile, the tile's j-th of the
- * program.  Rows all past M: it only passes the ring uses on.  Of the plane steps
- * (hi h0, hi h1, lo h0, lo h1) it computes the two of its half, after its k steps, and
- * passes the other two on.  Staged output: the groups take turns on the staging tile,
- * group 0 first (hand[1 - rep]'s parity (j + 1 - rep) % 2: group 0's first wait passes on
- * the fresh barrier); a group with nothing to store takes its turn too.  Borrowing (h):
- * group rep stores through the slot of its lo step and returns whether it holds one. */
-static loom_val tile_split(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t,
-                           loom_val it0, int64_t nk, bool cand, loom_val rep, loom_val j, const ik_held *h)
+/* Split: group rep's half (rows m0 + 64 rep ..; trans: columns n0 + 64 rep ..) of one
+ * tile, the tile's j-th of the program.  Rows all past M: it only passes the ring uses
+ * on.  Of the plane steps (hi h0, hi h1, lo h0, lo h1) it computes the two of its half,
+ * after its k steps, and passes the other two on.  Staged output: the groups take turns
+ * on the staging tile, group 0 first; a group with nothing to store takes its turn too.
+ * Borrowing (h): group rep stores through the slot of its lo step and returns whether it
+ * holds one. */
+static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand, loom_val rep, loom_val j,
+                           const ik_held *h)
 {
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
     loom_val zero = CI(0), one = CI(1), other = loom_sub(k, one, rep);
-    bool planes = cand && adds_user(s), hold = h && cand;
+    bool planes = cand && adds_user(s), hold = h && cand, handover = g->epi.kind == LOOM_EPI_HANDOVER;
     int64_t uses = nk + (planes ? plane_steps(s) : 0);
-    tile_at half = t; /* the group's part: rows m0 + 64 rep .. (trans: columns n0 + 64 rep ..) */
+    tile_at half = t;
     loom_val *at = tr(s) ? &half.n0 : &half.m0;
     *at = loom_add(k, *at, loom_mul(k, rep, CI(64)));
-    loom_val turn_parity = loom_rem(k, loom_add(k, j, other), CI(2));
     loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, *at, CI(tr(s) ? s->N : s->M)), h ? 1 : 0);
     {
-        loom_val acc = mainloop(k, s, m, it0, nk, 64, rep, h);
+        loom_val acc = mainloop(g, it0, nk, 64, rep, h);
         loom_val last = loom_add(k, it0, CI(nk - 1));
         for (int64_t p = 0; planes && p < 2; p++) {
             loom_val first = loom_add(k, it0, CI(nk + 2 * p));
             loom_val mine = loom_add(k, first, rep);
             if (s->stages < 3) /* mine may be two uses after last, in last's slot: give that back
                                 * first (a ring of 3 or more has mine's slot back already) */
-                acc = drain(k, s, m, acc, last);
-            acc = ring_step(k, s, m, mine, s->stages < 3 ? LOOM_NONE : last, rep, m->eye, acc, LOOM_NONE);
-            pass_step(k, s, m, loom_add(k, first, other));
+                acc = drain(g, acc, last);
+            acc = ring_step(g, mine, s->stages < 3 ? LOOM_NONE : last, rep, g->eye, acc, LOOM_NONE);
+            loom_ring_pass(k, &g->ring, loom_add(k, first, other));
             last = mine;
         }
-        acc = drain(k, s, m, acc, hold ? LOOM_NONE : last);
-        if (m->cs)
-            loom_mbar_wait(k, m->hand, other, turn_parity);
-        if (hold)
-            store_held(k, s, a, m, half, out_tile(k, s, acc), last, rep);
-        else if (cand)
-            store_out(k, s, a, half, out_tile(k, s, acc), m->cs, true);
+        acc = drain(g, acc, hold ? LOOM_NONE : last);
+        if (handover)
+            loom_epilogue_turn_wait(k, &g->epi, rep, j);
+        if (cand)
+            store_cand(g, half, out_tile(k, s, acc), hold ? last : LOOM_NONE, rep);
         else
-            store_user(k, s, a, half, acc, 64);
+            store_user(g, half, acc, 64);
     }
     loom_val held_now = CI(hold);
     loom_else(k, br, h ? 1 : 0, &held_now);
     {
         if (h)
-            release_held(k, s, m, h);
+            loom_epilogue_return_slot(k, &g->ring, h->flag, h->use);
         loom_region_op pl = loom_for_begin(k, zero, CI(uses), one, 0, NULL);
-        pass_step(k, s, m, loom_add(k, it0, loom_for_iv(k, pl)));
+        loom_ring_pass(k, &g->ring, loom_add(k, it0, loom_for_iv(k, pl)));
         loom_for_end(k, pl, 0, NULL);
-        if (m->cs)
-            loom_mbar_wait(k, m->hand, other, turn_parity);
+        if (handover)
+            loom_epilogue_turn_wait(k, &g->epi, rep, j);
     }
     loom_if_end(k, br, h ? 1 : 0, &zero);
-    if (m->cs) /* the staging tile to the other group */
-        loom_mbar_arrive(k, m->hand, rep);
+    if (handover) /* the staging tile to the other group */
+        loom_epilogue_turn_done(k, &g->epi, rep);
     return h ? loom_if_result(k, br, 0) : LOOM_NONE;
 }
 
-/* Consumer: a user or candidate tile, by the consumers' scheme (borrowing: returns
- * whether it holds a slot after it). */
-static loom_val consume(loom_kernel *k, const ik_spec *s, const ik_args *a, const ik_smem *m, tile_at t, loom_val it0,
-                        bool cand, const ik_turns *pp, loom_val rep, loom_val j, const ik_held *h)
+/* A user or candidate tile, by the consumers' scheme (borrowing: returns whether it
+ * holds a slot after it). */
+static loom_val consume(const ik *g, tile_at t, loom_val it0, bool cand, loom_val rep, loom_val j, const ik_held *h)
 {
-    int64_t nk = cand ? cand_steps(s) : TPL_CDIV(ik_pad8(s->Ku), 64);
-    if (split(s))
-        return tile_split(k, s, a, m, t, it0, nk, cand, rep, j, h);
-    return tile(k, s, a, m, t, it0, nk, cand, pp, h);
+    int64_t nk = cand ? g->nkc : g->nku;
+    if (g->halves)
+        return tile_split(g, t, it0, nk, cand, rep, j, h);
+    return tile(g, t, it0, nk, cand, h);
 }
 
-/* A task's first unit (tiles; cluster=2: tile pairs, by the cluster), stride and rank in
- * its cluster (LOOM_NONE without clusters). */
-static void units(loom_kernel *k, const ik_spec *s, int64_t ntot, loom_val *pid, loom_val *step, loom_val *rank)
+/* The identity the plane steps multiply by, written once (two replicas: replica 0
+ * writes it), then every consumer thread meets. */
+static void write_identity(const ik *g, loom_val who)
 {
-    *pid = loom_program_id(k, 0);
-    *step = s->ctas ? loom_num_programs(k, 0) : CI(ntot);
-    *rank = LOOM_NONE;
-    if (clu(s) > 1) {
-        *rank = loom_cluster_rank(k);
-        *pid = loom_div(k, *pid, CI(clu(s)));
-        if (s->ctas)
-            *step = loom_div(k, *step, CI(clu(s)));
+    loom_kernel *k = g->k;
+    int64_t n = eye_rows(g->s);
+    loom_shape sq = LOOM_SHAPE2(n, n);
+    loom_region_op w0 = who ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, who, CI(0)), 0) : 0;
+    loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 1), sq);
+    loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 0), sq);
+    loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, g->s->dt, 1), sq),
+                               loom_splat(k, loom_const_f(k, g->s->dt, 0), sq));
+    loom_smem_store(k, g->eye, eye);
+    loom_fence_async(k);
+    if (who)
+        loom_if_end(k, w0, 0, NULL);
+    loom_sync_wait(k, g->eye_sync, LOOM_NONE);
+}
+
+/* The consumers: wgmma out of the ring, then each tile's epilogue.  The tile loop
+ * carries the ring use; ping-pong: replica r takes the program's tiles r, r + 2, ..., its
+ * ring uses skipping the other's tiles; split: both replicas take every tile, each its
+ * 64 rows (the loop also carries the tile's number, for the staging tile's turns);
+ * borrowing: also whether the previous tile holds a slot. */
+static void consumers(ik *g)
+{
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
+    loom_val zero = CI(0), one = CI(1);
+    bool two = g->turns || g->halves;
+    loom_region_op ct = loom_consumers_begin(k, two ? 4 : s->cwarps, two ? 2 : 1);
+    {
+        loom_val pid, step, carried[3] = {zero, zero, zero};
+        loom_sched_range(k, &g->sched, &pid, &step);
+        loom_val rank = clu(s) > 1 ? loom_cluster_rank(k) : LOOM_NONE;
+        loom_val rep = g->turns ? loom_pingpong_start(k, &g->pp) : g->halves ? loom_task_replica(k) : LOOM_NONE;
+        if (g->turns) /* replica 1 starts after replica 0's first tile */
+            carried[0] = loom_select(k, loom_and(k, g->pp.second, loom_cmp(k, LOOM_LT, pid, CI(g->ntot))),
+                                     uses_of(g, pid), zero);
+        if (adds_user(s))
+            write_identity(g, rep);
+        bool borrow = borrows(s);
+        int nc = 1 + g->halves + borrow, hc = nc - 1;
+        loom_sched_loop tl = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, g->turns ? rep : LOOM_NONE, nc, carried);
+        loom_val tv = loom_sched_unit(&tl);
+        tile_at t = tile_of(g, tv, rank);
+        loom_val it0 = loom_sched_arg(&tl, 0);
+        /* the slot the previous tile holds: its last ring use (split: group rep's lo step) */
+        ik_held held = {LOOM_NONE, LOOM_NONE};
+        if (borrow) {
+            held.flag = loom_cmp(k, LOOM_NE, loom_sched_arg(&tl, hc), zero);
+            held.use = g->halves ? loom_add(k, loom_sub(k, it0, CI(2)), rep) : loom_sub(k, it0, one);
+        }
+        const ik_held *hp = borrow ? &held : NULL;
+        if (g->turns)
+            loom_pingpong_mma_begin(k, &g->pp);
+        loom_val j = g->halves ? loom_sched_arg(&tl, 1) : LOOM_NONE;
+        loom_val now_held;
+        if (s->mode == IK_FUSED) {
+            loom_region_op br = loom_if_begin(k, is_user(g, tv), borrow);
+            loom_val after_user = consume(g, t, it0, false, rep, j, hp);
+            loom_else(k, br, borrow, &after_user);
+            loom_val after_cand = consume(g, t, it0, true, rep, j, hp);
+            loom_if_end(k, br, borrow, &after_cand);
+            now_held = borrow ? loom_if_result(k, br, 0) : LOOM_NONE;
+        } else {
+            now_held = consume(g, t, it0, has_cand(s), rep, j, hp);
+        }
+        loom_val next[3] = {loom_add(k, it0, uses_of(g, tv)), g->halves ? loom_add(k, j, one) : zero, zero};
+        if (borrow)
+            next[hc] = now_held;
+        if (g->turns) { /* and the other replica's tile in between */
+            loom_val other = loom_add(k, tv, step);
+            next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, CI(g->ntot)), uses_of(g, other), zero));
+        }
+        loom_sched_end(k, &tl, next);
+        if (g->turns)
+            loom_pingpong_finish(k, &g->pp, loom_sched_odd(k, &g->sched));
+        loom_epilogue_finish(k, &g->epi);
+        if (borrow)
+            loom_tma_store_wait(k, 0); /* the last store has read the held slot */
     }
+    loom_task_end(k, ct);
 }
 
 static const char *mode_name(ik_mode m)
@@ -715,194 +792,49 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     const char *w = ik_why_not(s, buf, sizeof buf);
     if (w)
         return tpl_refuse(err, errlen, "%s", w);
-    int prod_warps = 4;
-    loom_kernel *k = loom_kernel_create(mode_name(s->mode), prod_warps + s->cwarps);
-    ik_args a = declare(k, s);
-
-    ik_smem m = {0};
-    if (tr(s)) { /* W [rows, 64] a slot, E as [64, 64] halves */
-        m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(ik_tile_rows(s), 64), s->stages, LOOM_SWIZZLE_128);
-        m.bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, 64), s->bn / 64 * s->stages, LOOM_SWIZZLE_128);
-    } else {
-        if (split(s))
-            m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, 64), 2 * s->stages, LOOM_SWIZZLE_128);
-        else
-            m.as = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(s->bm, 64), s->stages, LOOM_SWIZZLE_128);
-        m.bs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(64, s->bn), s->stages, LOOM_SWIZZLE_128);
-    }
-    m.full = loom_mbar_alloc(k, s->stages, 1);
-    /* split: both groups give each slot back; cluster=2: those of both CTAs */
-    m.empty = loom_mbar_alloc(k, s->stages, (split(s) ? 2 : 1) * clu(s));
-    if (staged(s)) {
-        m.cs = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(split(s) ? 64 : s->bm, s->bn), 1, LOOM_SWIZZLE_128);
-        if (split(s))
-            m.hand = loom_mbar_alloc(k, 2, 1);
-    }
-    if (adds_user(s))
-        m.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(eye_rows(s), eye_rows(s)), 1, LOOM_SWIZZLE_128);
-    int64_t nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0, ntot = ik_tiles(s);
-    int64_t nku = TPL_CDIV(ik_pad8(s->Ku), 64), nkc = cand_steps(s);
-    int64_t nsc = nkc + (adds_user(s) ? plane_steps(s) : 0); /* ring uses of a candidate tile */
-    /* pid: the program's (cluster=2: its cluster's) first unit, step: the stride, rank: the
-     * program's in its cluster (set at the start of each task) */
-    loom_val pid, step, rank;
-#define UNITS() units(k, s, ntot, &pid, &step, &rank)
+    loom_kernel *k = loom_kernel_create(mode_name(s->mode), LOOM_PIPE_PRODUCER_WARPS + s->cwarps);
     if (clu(s) > 1)
         loom_kernel_set_cluster(k, clu(s));
-    loom_val zero = CI(0), one = CI(1);
+    ik g = {.k = k, .s = s, .turns = s->consumers == IK_PINGPONG, .halves = split(s)};
+    g.a = declare(k, s);
+    loom_pipe p = loom_pipe_create(k);
 
-    /* Is tile tv a user tile, and its ring uses. */
-#define IS_USER(tv) (s->mode == IK_FUSED ? loom_cmp(k, LOOM_LT, (tv), CI(nut)) : loom_const_i(k, LOOM_I1, s->mode == IK_USER))
-#define USES(tv) (s->mode == IK_FUSED ? loom_select(k, IS_USER(tv), CI(nku), CI(nsc)) : CI(has_user(s) ? nku : nsc))
-    /* Tile tv's coordinates among its kind. */
-#define TILE_OF(tv) tile_coords(k, s, s->mode == IK_FUSED ? loom_select(k, IS_USER(tv), (tv), loom_sub(k, (tv), CI(nut))) : (tv), rank)
-
-    /* producer: TMA into the ring (the tile loop carries the ring use) */
-    loom_region_op pt = loom_task_begin(k, prod_warps, PROD_REGS, 1);
-    {
-        UNITS();
-        loom_region_op tl = loom_for_begin(k, pid, CI(ntot), step, 1, &zero);
-        loom_val tv = loom_for_iv(k, tl);
-        loom_val is_user = IS_USER(tv);
-        tile_at t = TILE_OF(tv);
-        loom_val it0 = loom_for_arg(k, tl, 0);
-        loom_val nk = s->mode == IK_FUSED ? loom_select(k, is_user, CI(nku), CI(nkc)) : CI(has_user(s) ? nku : nkc);
-        loom_region_op kl = loom_for_begin(k, zero, nk, one, 0, NULL);
-        {
-            loom_val kk = loom_for_iv(k, kl);
-            loom_val it = loom_add(k, it0, kk);
-            loom_val sl = loom_ring_slot(k, it, s->stages);
-            loom_mbar_wait(k, m.empty, sl, loom_sub(k, one, loom_ring_phase(k, it, s->stages)));
-            loom_val k0 = loom_mul(k, kk, CI(64));
-            if (s->mode == IK_FUSED) {
-                loom_region_op br = loom_if_begin(k, is_user, 0);
-                load_step(k, s, &m, a.wu, a.eu, t, k0, sl);
-                loom_else(k, br, 0, NULL);
-                load_step(k, s, &m, a.wc, a.ec, t, k0, sl);
-                loom_if_end(k, br, 0, NULL);
-            } else if (has_user(s)) {
-                load_step(k, s, &m, a.wu, a.eu, t, k0, sl);
-            } else {
-                load_step(k, s, &m, a.wc, a.ec, t, k0, sl);
-            }
-        }
-        loom_for_end(k, kl, 0, NULL);
-        if (adds_user(s)) { /* a candidate tile's planes, after its k steps */
-            loom_region_op pl = loom_if_begin(k, loom_not(k, is_user), 0);
-            if (s->mode == IK_FUSED) {
-                /* before the first candidate tile's: every user tile of the launch is done
-                 * (acquire; then a proxy fence, for the TMA loads) */
-                loom_val behind = loom_max(k, loom_sub(k, CI(nut), pid), zero);
-                loom_val first = loom_add(k, pid, loom_mul(k, loom_div(k, loom_sub(k, loom_add(k, behind, step), one),
-                                                                        step), step));
-                loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, tv, first), 0);
-                loom_flag_wait(k, a.flags, ((loom_val[]){zero}), loom_mul(k, a.epoch, CI(ik_user_blocks(s))));
-                loom_if_end(k, w, 0, NULL);
-            }
-            load_planes(k, s, &a, &m, t, loom_add(k, it0, CI(nkc)));
-            loom_if_end(k, pl, 0, NULL);
-        }
-        loom_val next = loom_add(k, it0, USES(tv));
-        loom_for_end(k, tl, 1, &next);
+    loom_ring_tile tiles[2];
+    if (tr(s)) { /* W [rows, 64] a slot, E as [64, 64] parts */
+        tiles[TILE_W] = (loom_ring_tile){s->dt, LOOM_SHAPE2(ik_tile_rows(s), 64), 1, LOOM_SWIZZLE_128};
+        tiles[TILE_E] = (loom_ring_tile){s->dt, LOOM_SHAPE2(64, 64), (int)(s->bn / 64), LOOM_SWIZZLE_128};
+    } else {
+        tiles[TILE_W] = split(s) ? (loom_ring_tile){s->dt, LOOM_SHAPE2(64, 64), 2, LOOM_SWIZZLE_128}
+                                 : (loom_ring_tile){s->dt, LOOM_SHAPE2(s->bm, 64), 1, LOOM_SWIZZLE_128};
+        tiles[TILE_E] = (loom_ring_tile){s->dt, LOOM_SHAPE2(64, s->bn), 1, LOOM_SWIZZLE_128};
     }
-    loom_task_end(k, pt);
-
-    /* consumers: wgmma out of the ring, then the tile's epilogue (the tile loop carries the
-     * ring use).  Ping-pong: replica r takes the program's tiles r, r + 2, ..., its ring
-     * uses skipping the other's tiles.  Split: both replicas take every tile, each its
-     * 64 rows (the loop also carries the tile's number, for the staging tile's turns). */
-    bool turns = s->consumers == IK_PINGPONG, halves = split(s);
-    loom_region_op ct = loom_task_begin(k, turns || halves ? 4 : s->cwarps, CONS_REGS, turns || halves ? 2 : 1);
-    {
-        UNITS();
-        ik_turns pp = {LOOM_NONE, LOOM_NONE};
-        loom_val first = pid, stride = step, carried[3] = {zero, zero, zero};
-        if (turns) {
-            pp.rep = loom_task_replica(k);
-            pp.second = loom_cmp(k, LOOM_EQ, pp.rep, one);
-            first = loom_add(k, pid, loom_mul(k, pp.rep, step));
-            stride = loom_mul(k, step, CI(2));
-            carried[0] = loom_select(k, loom_and(k, pp.second, loom_cmp(k, LOOM_LT, pid, CI(ntot))), USES(pid), zero);
-        }
-        loom_val rep = halves ? loom_task_replica(k) : LOOM_NONE;
-        if (adds_user(s)) { /* the identity, once (two replicas: replica 0 writes it) */
-            int64_t n = eye_rows(s);
-            loom_shape sq = LOOM_SHAPE2(n, n);
-            loom_val who = turns ? pp.rep : rep;
-            loom_region_op w0 = who ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, who, zero), 0) : 0;
-            loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 1), sq);
-            loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 0), sq);
-            loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, s->dt, 1), sq),
-                                       loom_splat(k, loom_const_f(k, s->dt, 0), sq));
-            loom_smem_store(k, m.eye, eye);
-            loom_fence_async(k);
-            if (who)
-                loom_if_end(k, w0, 0, NULL);
-            loom_named_barrier(k, BAR_EYE, s->cwarps * 32);
-        }
-        /* carried: the ring use, split: the tile's number, borrowing: is a slot held */
-        bool borrow = borrows(s);
-        int nc = 1 + halves + borrow, hc = nc - 1;
-        loom_region_op tl = loom_for_begin(k, first, CI(ntot), stride, nc, carried);
-        loom_val tv = loom_for_iv(k, tl);
-        tile_at t = TILE_OF(tv);
-        loom_val it0 = loom_for_arg(k, tl, 0);
-        /* the slot the previous tile holds: its last ring use (split: group rep's lo step) */
-        ik_held held = {LOOM_NONE, LOOM_NONE};
-        if (borrow) {
-            held.flag = loom_cmp(k, LOOM_NE, loom_for_arg(k, tl, hc), zero);
-            held.use = halves ? loom_add(k, loom_sub(k, it0, CI(2)), rep) : loom_sub(k, it0, one);
-        }
-        const ik_held *hp = borrow ? &held : NULL;
-        if (turns) { /* replica 1 waits until replica 0's mainloop is done */
-            loom_region_op w1 = loom_if_begin(k, pp.second, 0);
-            loom_named_barrier(k, BAR_X, 256);
-            loom_if_end(k, w1, 0, NULL);
-        }
-        const ik_turns *ppp = turns ? &pp : NULL;
-        loom_val j = halves ? loom_for_arg(k, tl, 1) : LOOM_NONE;
-        loom_val now_held;
-        if (s->mode == IK_FUSED) {
-            loom_region_op br = loom_if_begin(k, IS_USER(tv), borrow);
-            loom_val after_user = consume(k, s, &a, &m, t, it0, false, ppp, rep, j, hp);
-            loom_else(k, br, borrow, &after_user);
-            loom_val after_cand = consume(k, s, &a, &m, t, it0, true, ppp, rep, j, hp);
-            loom_if_end(k, br, borrow, &after_cand);
-            now_held = borrow ? loom_if_result(k, br, 0) : LOOM_NONE;
-        } else {
-            now_held = consume(k, s, &a, &m, t, it0, has_cand(s), ppp, rep, j, hp);
-        }
-        loom_val next[3] = {loom_add(k, it0, USES(tv)), halves ? loom_add(k, loom_for_arg(k, tl, 1), one) : zero,
-                            zero};
-        if (borrow)
-            next[hc] = now_held;
-        if (turns) { /* and the other replica's tile in between */
-            loom_val other = loom_add(k, tv, step);
-            next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, CI(ntot)), USES(other), zero));
-        }
-        loom_for_end(k, tl, nc, next);
-        if (turns) {
-            /* replica 1 after its n tiles: replica 0 has tile 2n too when pid + (2n) * step
-             * < ntot; meet it at X and Y once more */
-            loom_val n = loom_div(k, loom_add(k, loom_sub(k, CI(ntot), first), loom_sub(k, stride, one)), stride);
-            loom_val last0 = loom_add(k, pid, loom_mul(k, loom_mul(k, n, CI(2)), step));
-            loom_val more = loom_and(k, pp.second, loom_and(k, loom_cmp(k, LOOM_LT, first, CI(ntot)),
-                                                            loom_cmp(k, LOOM_LT, last0, CI(ntot))));
-            loom_val none1 = loom_and(k, pp.second, loom_and(k, loom_cmp(k, LOOM_GE, first, CI(ntot)),
-                                                             loom_cmp(k, LOOM_LT, pid, CI(ntot))));
-            loom_region_op ex = loom_if_begin(k, loom_or(k, more, none1), 0);
-            loom_named_barrier(k, BAR_X, 256);
-            loom_named_barrier(k, BAR_Y, 256);
-            loom_if_end(k, ex, 0, NULL);
-        }
-        if (m.cs || borrow)
-            loom_tma_store_wait(k, 0); /* the last store has read the staging tile (or held slot) */
+    g.ring = loom_ring_create(k, s->stages, split(s) ? 2 : 1, 2, tiles); /* split: both groups release */
+    loom_epilogue_kind ek = !staged(s) ? LOOM_EPI_REGISTERS
+                            : split(s) ? LOOM_EPI_HANDOVER
+                            : g.turns  ? LOOM_EPI_TURNS
+                                       : LOOM_EPI_STAGED;
+    g.epi = loom_epilogue_create(&p, ek, g.a.out, s->dt, LOOM_SHAPE2(split(s) ? 64 : s->bm, s->bn), 1,
+                                 g.turns || split(s) ? 128 : s->cwarps * 32);
+    if (adds_user(s)) {
+        g.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(eye_rows(s), eye_rows(s)), 1, LOOM_SWIZZLE_128);
+        g.eye_sync = loom_sync_create(&p, s->cwarps * 32);
     }
-    loom_task_end(k, ct);
-#undef UNITS
-#undef TILE_OF
-#undef USES
-#undef IS_USER
+    if (borrows(s))
+        g.held_sync = split(s) ? loom_sync_create_per_replica(&p, 128, 2) : loom_sync_create(&p, s->cwarps * 32);
+    if (g.turns)
+        g.pp = loom_pingpong_create(&p);
+    g.nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0;
+    g.ntot = ik_tiles(s);
+    g.nku = TPL_CDIV(ik_pad8(s->Ku), 64);
+    g.nkc = cand_steps(s);
+    g.nsc = g.nkc + (adds_user(s) ? plane_steps(s) : 0);
+    /* stage 4 claims its tiles (user tiles first) from a counter, so a candidate tile's
+     * wait for the user tiles never waits on a program that is not running */
+    g.sched = s->mode == IK_FUSED ? loom_sched_dynamic(&p, g.ntot, g.a.claims, 3, split(s) ? 2 : 1)
+                                  : loom_sched_static(k, g.ntot, s->ctas != 0);
+
+    producer(&g);
+    consumers(&g);
     return k;
 }
 
@@ -947,184 +879,5 @@ loom_kernel *ik_gather_kernel(const ik_spec *s)
     return k;
 }
 
+
 #undef CI
-
-/* ---------------------------------------------------------------- registry entry: the stage-4 kernel */
-
-enum { S_B, S_U, S_M, S_N, S_KU, S_KC, S_DTYPE, S_SHUFFLE };
-enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS, C_CONSUMERS, C_TRANS, C_CLUSTER };
-
-ik_spec ik_spec_of(ik_mode mode, const int64_t *sh, const int64_t *cf)
-{
-    return (ik_spec){mode, sh[S_B], sh[S_U], sh[S_M], sh[S_N], sh[S_KU], sh[S_KC], (loom_dtype)sh[S_DTYPE], 2,
-                     (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS], (int)cf[C_CTAS],
-                     (int)cf[C_CONSUMERS], (int)cf[C_TRANS], (int)cf[C_CLUSTER]};
-}
-
-loom_ikbo_lce_config ik_config_of(const int64_t *cf)
-{
-    return (loom_ikbo_lce_config){(int)cf[C_BM],   (int)cf[C_BN],        (int)cf[C_STAGES], (int)cf[C_CWARPS],
-                                  (int)cf[C_CTAS], (int)cf[C_CONSUMERS], (int)cf[C_TRANS], (int)cf[C_CLUSTER]};
-}
-
-static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
-{
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    char buf[300];
-    const char *w = ik_why_not(&s, buf, sizeof buf);
-    if (w && why && n)
-        snprintf(why, n, "%s", w);
-    return w == NULL;
-}
-
-static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
-{
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    return ik_build(&s, err, n);
-}
-
-static void grid(const int64_t *sh, const int64_t *cf, int g[3])
-{
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    ik_grid(&s, g);
-}
-
-/* Rank configs: waves of equal tiles over the persistent CTAs, the rows and columns
- * computed past M and N (split: rows of whole 64-row halves; trans: columns of whole
- * 64-column halves), the L2 traffic a FLOP, the ring's depth. */
-static double cost(const int64_t *sh, const int64_t *cf)
-{
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    double rows = (double)ik_tile_rows(&s);
-    double tm = (double)TPL_CDIV(s.M, (int64_t)rows), tn = (double)TPL_CDIV(s.N, s.bn);
-    double per_tile_u = rows * s.bn * ik_pad8(s.Ku), per_tile_c = rows * s.bn * ik_pad8(s.Kc);
-    /* split: a group whose rows (trans: columns) are all past M (N) computes nothing */
-    double busy = !split(&s) ? 1.0
-                  : tr(&s)   ? (double)TPL_CDIV(s.N, 64) * 64 / (tn * s.bn)
-                             : (double)TPL_CDIV(s.M, 64) * 64 / (tm * s.bm);
-    double work = busy * tm * tn * (s.U * per_tile_u + s.B * per_tile_c) * (1.0 + 64.0 / rows + 64.0 / s.bn);
-    double ctas = s.ctas ? s.ctas : 132, tiles = (double)ik_tiles(&s);
-    double waves = tiles / ctas, tail = waves > (int64_t)waves ? 1.0 : 0.0;
-    return work / tiles * ((int64_t)waves + tail) / (s.stages >= 3 ? 1.0 : 1.3);
-}
-
-/* The user of each candidate: contiguous runs (b * U / B), or a random permutation of them. */
-void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map)
-{
-    for (int64_t b = 0; b < B; b++) /* with more users than candidates, spread over them */
-        map[b] = (int32_t)(b * U / B);
-    if (shuffle)
-        for (int64_t b = B - 1; b > 0; b--) {
-            int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));
-            int32_t x = map[b];
-            map[b] = map[j];
-            map[j] = x;
-        }
-}
-
-/* Fill W [M, kp] with values in its first K columns and zeros after. */
-static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, int64_t kp, uint64_t *seed)
-{
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t q = 0; q < kp; q++)
-            tpl_set(w, dt, m * kp + q, q < K ? (double)(tpl_rand(seed) % 2001) / 1000.0 - 1.0 : 0.0);
-}
-
-static void init(const int64_t *sh, void *const *host, uint64_t seed)
-{
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
-    fill_padded(host[0], dt, sh[S_M], sh[S_KU], ik_pad8(sh[S_KU]), &seed); /* W_user */
-    fill_padded(host[2], dt, sh[S_M], sh[S_KC], ik_pad8(sh[S_KC]), &seed); /* W_cand */
-    tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &seed);
-    tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &seed);
-    ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], seed, host[4]);
-    /* user_res, the counter: zero (the buffers come zeroed); epoch 1 */
-    *(int32_t *)host[7] = 1;
-}
-
-/* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded (W_user [M, pad8(Ku)],
- * W_cand [M, pad8(Kc)]). */
-void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
-                  const int32_t *map, void *ures, void *out)
-{
-    int64_t M = s->M, N = s->N, kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
-    double *u = calloc((size_t)(s->U * M * N), sizeof(double)), *row = malloc((size_t)N * sizeof(double));
-    if (!u || !row)
-        goto done;
-    for (int64_t x = 0; x < s->U; x++)
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t q = 0; q < s->Ku; q++) {
-                double a = tpl_get(wu, s->dt, m * kpu + q);
-                for (int64_t j = 0; j < N; j++)
-                    u[(x * M + m) * N + j] += a * tpl_get(eu, s->dt, (x * s->Ku + q) * N + j);
-            }
-    if (ures) /* user x's planes at [x][0] and [x][1] */
-        for (int64_t i = 0; i < s->U * M * N; i++) {
-            int64_t x = i / (M * N), e = i % (M * N);
-            double hi = tpl_round(s->dt, u[i]);
-            tpl_set(ures, s->dt, (2 * x) * M * N + e, hi);
-            tpl_set(ures, s->dt, (2 * x + 1) * M * N + e, u[i] - hi);
-        }
-    for (int64_t b = 0; b < s->B; b++)
-        for (int64_t m = 0; m < M; m++) {
-            for (int64_t j = 0; j < N; j++)
-                row[j] = u[((int64_t)map[b] * M + m) * N + j];
-            for (int64_t q = 0; q < s->Kc; q++) {
-                double a = tpl_get(wc, s->dt, m * kpc + q);
-                for (int64_t j = 0; j < N; j++)
-                    row[j] += a * tpl_get(ec, s->dt, (b * s->Kc + q) * N + j);
-            }
-            for (int64_t j = 0; j < N; j++)
-                tpl_set(out, s->dt, (b * M + m) * N + j, row[j]);
-        }
-done:
-    free(u);
-    free(row);
-}
-
-static void reference(const int64_t *sh, void *const *host, void *const *ref)
-{
-    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the outputs do not depend on it */
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[8]);
-    if (ref[6]) /* the counter after one launch */
-        *(int32_t *)ref[6] = (int32_t)ik_user_blocks(&s);
-}
-
-const loom_template tpl_def_ikbo_lce = {
-    .name = "ikbo_lce",
-    .doc = "IKBO linear compression out[b] = W_cand @ E_cand[b] + W_user @ E_user[u(b)]: one persistent "
-           "warp-specialized kernel, user tiles handed to candidate tiles by flags (stage 4)",
-    .nshape = 8,
-    .shape = {{"B", 1024, "candidates"},
-              {"U", 15, "users"},
-              {"M", 433, "rows of the weights and of out"},
-              {"N", 256, "columns of E and out (a multiple of 8)"},
-              {"Ku", 1178, "user K (any; the weights are padded to a multiple of 8)"},
-              {"Kc", 866, "candidate K (any)"},
-              {"dtype", LOOM_F16, "f16 or bf16"},
-              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
-    .nconfig = 8,
-    .config = {{"BM", 256, "tile rows (64 or 128 per consumer warp group; trans=1: at most BM, M split evenly)", 3,
-                {64, 128, 256}},
-               {"BN", 128, "tile columns", 3, {64, 128, 256}},
-               {"stages", 4, "ring slots", 3, {2, 3, 4}},
-               {"cwarps", 8, "consumer warps (4 or 8)", 2, {4, 8}},
-               {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
-               {"consumers", 2, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
-                                "whole tiles (cwarps=8); 2: split, two warp groups share each 128-row tile "
-                                "(cwarps=8, BM=128)", 3, {0, 1, 2}},
-               {"trans", 1, "1: the transposed product out^T = E^T @ W^T (consumers=2, cwarps=8, BN=128): each warp "
-                            "group owns 64 columns of out, a tile's rows (on wgmma's N side) are M split evenly "
-                            "into tiles of at most BM rows", 2, {0, 1}},
-               {"cluster", 2, "trans=1: 2 runs the CTAs in pairs that take a tile's two column halves, each "
-                              "multicasting half of the W tile to both (half the L2 reads of W)", 2, {1, 2}}},
-    .valid = valid,
-    .cost = cost,
-    .build = build,
-    .grid = grid,
-    .init = init,
-    .reference = reference,
-    .atol = 2e-2,
-    .rtol = 2e-2,
-};

@@ -33,7 +33,7 @@ struct loom_ikbo_lce {
     /* device buffers this object owns */
     loom_buffer *wu_raw, *wc_raw; /* stage 1: the weights as given */
     loom_buffer *wu, *wc;         /* padded weights (stage 0: wu holds the concatenation) */
-    loom_buffer *ures, *cand, *flags, *ecat;
+    loom_buffer *ures, *cand, *flags, *claims, *ecat;
     int32_t epoch;
     char desc[768];
 };
@@ -248,8 +248,10 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
         if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu)) == LOOM_OK)
             st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc);
         p->ures = dev(p, (size_t)(s->U * 2 * s->M * s->N) * e, &st); /* hi and lo planes */
-        if (p->stage == LOOM_IKBO_PERSISTENT)
-            p->flags = dev(p, 4, &st); /* the counter of user tiles done */
+        if (p->stage == LOOM_IKBO_PERSISTENT) {
+            p->flags = dev(p, 4, &st);  /* the counter of user tiles done */
+            p->claims = dev(p, 8, &st); /* the tile schedule's counter (back at zero after each run) */
+        }
         if (st != LOOM_OK)
             return fail(p, st, "loom_ikbo_lce_prepare: buffers: %s", loom_runtime_error(p->rt));
         if (p->stage == LOOM_IKBO_PERSISTENT)
@@ -384,9 +386,10 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
                 return fail(p, st, "loom_ikbo_lce_run: clearing the flags: %s", loom_runtime_error(p->rt));
             p->epoch = 0;
         }
-        loom_arg a[] = {B_(p->wu), B_(e_user), B_(p->wc), B_(e_cand), B_(cand_to_user), B_(p->ures), B_(p->flags),
+        loom_arg a[] = {B_(p->wu),    B_(e_user),   B_(p->wc),     B_(e_cand),
+                        B_(cand_to_user), B_(p->ures), B_(p->flags), B_(p->claims),
                         LOOM_ARG_I32(p->epoch + 1), B_(out)};
-        if ((st = launch(p, 0, a, 9)) == LOOM_OK)
+        if ((st = launch(p, 0, a, 10)) == LOOM_OK)
             p->epoch++;
         return st;
     }
@@ -417,7 +420,7 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
         return;
     for (int i = 0; i < p->nk; i++)
         loom_kernel_destroy(p->k[i]);
-    loom_buffer *bs[] = {p->wu_raw, p->wc_raw, p->wu, p->wc, p->ures, p->cand, p->flags, p->ecat};
+    loom_buffer *bs[] = {p->wu_raw, p->wc_raw, p->wu, p->wc, p->ures, p->cand, p->flags, p->claims, p->ecat};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
         loom_buffer_destroy(bs[i]);
     free(p);

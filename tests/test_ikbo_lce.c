@@ -10,7 +10,11 @@
  * GPU test runs the same at larger odd shapes (skipped without a GPU).  Bad arguments
  * are refused with messages naming them.
  */
+#include "gpu.h"
 #include "ikbo_lce.h"
+#include "nvrtc_ref.h"
+#include "rt.h"
+#include "../util/util.h"
 #include "testutil.h"
 
 typedef struct lce_case {
@@ -154,7 +158,9 @@ static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const
 {
     for (int i = 0; i < ncase; i++) {
         host_io h = make_inputs(&cs[i], dt, 7 + (uint64_t)i);
-        for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++)
+        /* stage 4 claims its tiles as it goes: no ping-pong there (refused, tested below) */
+        int last = cfg->consumers == 1 ? LOOM_IKBO_FUSED_EPILOGUE : LOOM_IKBO_PERSISTENT;
+        for (int st = LOOM_IKBO_MATERIALIZED; st <= last; st++)
             run_stage(rt, &cs[i], dt, (loom_ikbo_stage)st, cfg, &h);
         free_inputs(&h);
     }
@@ -275,6 +281,9 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     loom_ikbo_lce_config odd = {256, 128, 4, 8, 3, 2, 1, 2};
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &odd, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "cluster=2 needs an even number of CTAs"), "%s", loom_runtime_error(rt));
+    loom_ikbo_lce_config turns = {64, 64, 2, 8, 2, 1, 0, 1}; /* stage 4 claims its tiles: no ping-pong */
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &turns, &p), LOOM_ERR_INVALID);
+    cr_assert(strstr(loom_runtime_error(rt), "ping-pong's turns need the tiles known ahead"), "%s", loom_runtime_error(rt));
     loom_ikbo_lce_config lone = {64, 64, 2, 4, 2, 1, 0, 1}; /* ping-pong with one warp group */
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &lone, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "consumers=1 and 2 need cwarps=8"), "%s", loom_runtime_error(rt));
@@ -320,7 +329,7 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
             run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &narrow : &cfg, &h);
             if (i == 0 && fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &two, &h);
-            if (i < 2 && fused)
+            if (i < 2 && st == LOOM_IKBO_FUSED_EPILOGUE) /* stage 4 has no ping-pong */
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, &pp, &h);
             if (i != 1 || fused)
                 run_stage(rt, &gpu_cases[i], LOOM_F16, (loom_ikbo_stage)st, i == 2 ? &sp_narrow : &sp, &h);
@@ -336,5 +345,97 @@ Test(ikbo_lce, every_stage_on_the_gpu_at_odd_shapes)
         }
         free_inputs(&h);
     }
+    loom_runtime_destroy(rt);
+}
+
+/* Forward progress of stage 4 on the GPU.  A kernel on another stream holds half of the
+ * SMs (one CTA each, with more shared memory than leaves room for a stage-4 CTA beside
+ * it) and spins for 3 s; stage 4 then runs on what is left.  Its tiles are claimed by
+ * the CTAs that are running, so it finishes long before the spinner lets go (a static
+ * schedule would leave resident CTAs waiting on user tiles of CTAs that cannot start),
+ * and its output is right. */
+static const char spin_src[] =
+    "extern \"C\" __global__ void loom_spin(unsigned long long ns, int *started)\n"
+    "{\n"
+    "    extern __shared__ char held[];\n"
+    "    unsigned long long t0, t;\n"
+    "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+    "    if (threadIdx.x == 0) atomicAdd(started, 1);\n"
+    "    do { __nanosleep(100000); asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); } while (t - t0 < ns);\n"
+    "    held[threadIdx.x] = 0;\n"
+    "}\n";
+
+Test(ikbo_lce, stage4_makes_progress_beside_a_kernel_holding_half_the_sms, .timeout = 120)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    rt_gpu *g = rt_runtime_gpu(rt);
+    char err[2048];
+    rt_gpu_module *m = NULL;
+    cr_assert_eq(nvref_load(g, spin_src, "spin.cu", &m, err, sizeof err), LOOM_OK, "%s", err);
+    const rt_gpu_props *pr = rt_gpu_properties(g);
+    lce_case c = {256, 8, 433, 256, 1178, 866, 1};
+    host_io h = make_inputs(&c, LOOM_F16, 5);
+    /* the default (transposed, clusters of 2) and a split config without clusters */
+    loom_ikbo_lce_config cfgs[2] = {{256, 128, 4, 8, 132, 2, 1, 2}, {128, 256, 4, 8, 132, 2, 0, 1}};
+    for (int ci = 0; ci < 2; ci++) {
+        cfgs[ci].ctas = pr->sm_count;
+        void *stream = NULL;
+        cr_assert_eq(rt_gpu_stream_create(g, &stream, err, sizeof err), LOOM_OK, "%s", err);
+        loom_buffer *started = loom_buffer_create(rt, 4);
+        cr_assert(started);
+        cr_assert_eq(loom_buffer_fill(started, 0), LOOM_OK);
+        /* warm: prepare (compile, load) before the spinner holds the SMs */
+        loom_ikbo_lce_shape s = {c.B, c.U, c.M, c.N, c.Ku, c.Kc, LOOM_F16};
+        loom_ikbo_lce *p = NULL;
+        cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &cfgs[ci], &p), LOOM_OK, "%s",
+                     loom_runtime_error(rt));
+        size_t e = 2, neu = (size_t)(c.U * c.Ku * c.N) * e, nec = (size_t)(c.B * c.Kc * c.N) * e;
+        size_t nout = (size_t)(c.B * c.M * c.N) * e;
+        loom_buffer *eu = loom_buffer_create(rt, neu), *ec = loom_buffer_create(rt, nec);
+        loom_buffer *map = loom_buffer_create(rt, (size_t)c.B * 4), *out = loom_buffer_create(rt, nout);
+        cr_assert(eu && ec && map && out);
+        cr_assert_eq(loom_buffer_upload(eu, h.eu, neu), LOOM_OK);
+        cr_assert_eq(loom_buffer_upload(ec, h.ec, nec), LOOM_OK);
+        cr_assert_eq(loom_buffer_upload(map, h.map, (size_t)c.B * 4), LOOM_OK);
+        cr_assert_eq(loom_buffer_fill(out, 0xff), LOOM_OK);
+        cr_assert_eq(rt_gpu_sync(g, err, sizeof err), LOOM_OK, "%s", err);
+
+        unsigned long long ns = 3000000000ull;
+        uint64_t sp = rt_buffer_dptr(started);
+        void *params[2] = {&ns, &sp};
+        unsigned grid[3] = {(unsigned)pr->sm_count / 2, 1, 1}, block[3] = {128, 1, 1};
+        unsigned smem = (unsigned)pr->max_smem_per_block_optin / 2 + 16384; /* one a SM, no stage-4 CTA beside */
+        double t0 = util_now_ms();
+        cr_assert_eq(rt_gpu_module_launch_on(g, m, "loom_spin", grid, block, smem, params, stream, err, sizeof err),
+                     LOOM_OK, "%s", err);
+        usleep(100000); /* the spinner is on its SMs */
+        cr_assert_eq(loom_ikbo_lce_run(p, eu, ec, map, out), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(rt_gpu_stream_sync(g, NULL, err, sizeof err), LOOM_OK, "%s", err);
+        double done = util_now_ms() - t0;
+        int32_t nstarted = 0;
+        cr_assert_eq(rt_gpu_stream_sync(g, stream, err, sizeof err), LOOM_OK, "%s", err);
+        double all = util_now_ms() - t0;
+        cr_assert_eq(loom_buffer_download(started, &nstarted, 4), LOOM_OK);
+        cr_expect_eq(nstarted, (int)grid[0], "the spinner held %d SMs", nstarted);
+        cr_expect(done < 2000 && all >= 2900, "config %d: stage 4 done after %.0f ms, the spinner after %.0f ms", ci,
+                  done, all);
+        cr_assert_eq(loom_buffer_download(out, h.out, nout), LOOM_OK);
+        double worst = 0, tol = 0;
+        for (int64_t i = 0; i < c.B * c.M * c.N; i++) {
+            double d = fabs(tpl_get(h.out, LOOM_F16, i) - h.ref32[i]);
+            worst = d > worst || d != d ? d : worst;
+            tol = fmax(tol, fabs(h.ref16[i] - h.ref32[i]));
+        }
+        cr_expect(worst <= tol, "config %d: max|out-ref32| %g > %g", ci, worst, tol);
+        loom_buffer_destroy(eu);
+        loom_buffer_destroy(ec);
+        loom_buffer_destroy(map);
+        loom_buffer_destroy(out);
+        loom_buffer_destroy(started);
+        loom_ikbo_lce_destroy(p);
+        rt_gpu_stream_destroy(g, stream);
+    }
+    free_inputs(&h);
+    rt_gpu_module_unload(g, m);
     loom_runtime_destroy(rt);
 }

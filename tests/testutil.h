@@ -159,6 +159,19 @@ static inline const char *t_loc(const char *file, int line)
     return b;
 }
 
+/* Does text name line `line` of `file` ("<base>:<line>" not followed by a digit), with
+ * whatever directory the message gave the file? */
+static inline int t_names_line(const char *text, const char *file, int line)
+{
+    const char *base = strrchr(file, '/');
+    char want[256];
+    snprintf(want, sizeof want, "%s:%d", base ? base + 1 : file, line);
+    for (const char *p = strstr(text, want); p; p = strstr(p + 1, want))
+        if (p[strlen(want)] < '0' || p[strlen(want)] > '9')
+            return 1;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- ptxas */
 
 /* ptxas: $PTXAS, /usr/local/cuda/bin/ptxas or the PATH's; NULL where there is none. */

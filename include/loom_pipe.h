@@ -1,0 +1,367 @@
+/*
+ * loom_pipe.h -- the pipeline layer: rings, tile schedulers, roles, ping-pong and
+ * epilogues as reusable building blocks for warp-specialized Hopper kernels.
+ *
+ * The raw Hopper ops of loom.h (section 5b) say everything a kernel does, but a
+ * warp-specialized kernel written with them alone re-invents the same protocol each
+ * time: ring slots with full/empty mbarriers and phase parities, the producer's inverted
+ * wait, named-barrier ids, register budgets, staged TMA-store epilogues.  This layer
+ * writes that protocol once.  It is built with the builder calls only, so everything a
+ * kernel builds with it is checked by the verifier and run by the interpreter (which
+ * reports deadlocks and unsynchronized ring reads) like any other kernel; and every call
+ * takes the caller's source location (the `_at` forms), so a report names the line of
+ * the template, not of this layer.
+ *
+ * The pieces, in the order a kernel uses them (docs/dsl.md, "Writing a warp-specialized
+ * kernel", builds one step by step):
+ *
+ *   loom_pipe          the kernel's pipeline context: hands out named-barrier ids
+ *   loom_ring          N slots of one or more shared tiles with their full/empty
+ *                      barriers.  A ring is used through a running count of its uses
+ *                      (`it`, carried by the loops): use it is slot it % N in phase
+ *                      (it / N) & 1, which the layer derives.  Producer:
+ *                      loom_ring_produce (wait until the slot is free, expect its bytes),
+ *                      then loom_ring_load / loom_ring_load_shared (TMA; multicast over a
+ *                      cluster).  Consumer: loom_ring_consume (wait until full), views of
+ *                      the slot, loom_ring_release (to this CTA's producer, or to every
+ *                      CTA's of the cluster).
+ *   loom_sched         which units of work (tiles) a program takes: one a program, or
+ *                      persistent programs striding over them, with the grouped
+ *                      (L2-friendly) order as a helper
+ *   roles              loom_producer_begin / loom_consumers_begin: tasks with register
+ *                      budgets derived from the kernel's warps (no literals)
+ *   loom_pingpong      two consumer replicas taking turns on the tensor cores
+ *   loom_sync          a named barrier over some threads (ids allocated by loom_pipe)
+ *   loom_epilogue      an output tile from registers to global memory: straight, or
+ *                      through a staging tile (lazy wait, or two replicas in turn) or a
+ *                      borrowed ring slot, and one TMA store
+ *
+ * Prefixes: loom_pipe_, loom_ring_, loom_sched_, loom_pingpong_, loom_sync_,
+ * loom_epilogue_.  Every function here is in libloom (pipe/pipe.c).
+ */
+#ifndef LOOM_PIPE_H
+#define LOOM_PIPE_H
+
+#include "loom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+/* ---------------------------------------------------------------- the pipeline context */
+
+/* Named barrier ids 0..LOOM_PIPE_BARRIERS-1 are handed out in order (loom_named_barrier's
+ * range); a kernel that asks for more gets an error on its kernel naming the line. */
+#define LOOM_PIPE_BARRIERS 8
+
+typedef struct loom_pipe {
+    loom_kernel *k;
+    int next_barrier; /* the next free named-barrier id */
+} loom_pipe;
+
+loom_pipe loom_pipe_create(loom_kernel *k);
+
+/* ---------------------------------------------------------------- roles */
+
+/* The producer is one warp group (4 warps) that only issues TMA: it keeps the fewest
+ * registers that hold its loop state, and gives the rest to the consumers. */
+#define LOOM_PIPE_PRODUCER_WARPS 4
+#define LOOM_PIPE_PRODUCER_REGS 40
+/* A consumer thread never gets more than this (the budget loom's kernels were measured
+ * with: with two consumer warp groups it is also what the register file allows). */
+#define LOOM_PIPE_CONSUMER_REGS_MAX 232
+
+/* The register budget of each consumer thread of kernel k: the register file (64K a
+ * CTA, one CTA an SM) less the producer's, shared by the kernel's other warps, rounded
+ * down to a multiple of 8 and capped at LOOM_PIPE_CONSUMER_REGS_MAX. */
+int loom_pipe_consumer_regs(const loom_kernel *k);
+
+/* The producer task: LOOM_PIPE_PRODUCER_WARPS warps, LOOM_PIPE_PRODUCER_REGS registers. */
+#define loom_producer_begin(k) loom_producer_begin_at(LOOM_HERE, k)
+loom_region_op loom_producer_begin_at(loom_src at, loom_kernel *k);
+/* A consumer task of `warps` warps repeated `replicas` times, with the derived budget. */
+#define loom_consumers_begin(k, warps, replicas) loom_consumers_begin_at(LOOM_HERE, k, warps, replicas)
+loom_region_op loom_consumers_begin_at(loom_src at, loom_kernel *k, int warps, int replicas);
+
+/* ---------------------------------------------------------------- named barriers */
+
+/* A named barrier that `threads` threads meet at; per_replica > 1 gives each of that
+ * many task replicas its own barrier (ids id .. id + per_replica - 1). */
+typedef struct loom_sync {
+    int id, threads, per_replica;
+} loom_sync;
+
+#define loom_sync_create(p, threads) loom_sync_create_at(LOOM_HERE, p, threads, 1)
+#define loom_sync_create_per_replica(p, threads, replicas) loom_sync_create_at(LOOM_HERE, p, threads, replicas)
+loom_sync loom_sync_create_at(loom_src at, loom_pipe *p, int threads, int per_replica);
+/* Meet at the barrier (per replica: at replica `rep`'s, rep an i32 value). */
+#define loom_sync_wait(k, s, rep) loom_sync_wait_at(LOOM_HERE, k, s, rep)
+void loom_sync_wait_at(loom_src at, loom_kernel *k, loom_sync s, loom_val rep);
+
+/* ---------------------------------------------------------------- rings */
+
+#define LOOM_RING_MAX_TILES 4
+
+/* One shared tile of a ring slot: its dtype, shape and swizzle, and `parts` buffers of
+ * it a slot (2: a tile loaded and consumed as two halves, each its own view). */
+typedef struct loom_ring_tile {
+    loom_dtype dtype;
+    loom_shape shape;
+    int parts;
+    loom_swizzle swizzle;
+} loom_ring_tile;
+
+typedef struct loom_ring {
+    int slots, ntiles, cluster;
+    loom_val buf[LOOM_RING_MAX_TILES]; /* the shared rings: tile i has slots * parts buffers */
+    loom_ring_tile tile[LOOM_RING_MAX_TILES];
+    loom_val full, empty;              /* the barriers, one of each a slot */
+    int64_t bytes;                     /* a whole slot's bytes: what a produce expects */
+} loom_ring;
+
+/* A ring of `slots` slots holding `ntiles` tiles each, released by `releasers` task
+ * replicas a use (each of them calls loom_ring_release once a use; with clusters, of
+ * every CTA of the cluster: the kernel's cluster must be set before).  Allocates the
+ * tiles' shared memory and the barriers (at the top of the kernel, before any task). */
+#define loom_ring_create(k, slots, releasers, ntiles, tiles) \
+    loom_ring_create_at(LOOM_HERE, k, slots, releasers, ntiles, tiles)
+loom_ring loom_ring_create_at(loom_src at, loom_kernel *k, int slots, int releasers, int ntiles,
+                              const loom_ring_tile *tiles);
+
+/* Producer: wait until use it's slot is free (the previous use's consumers released it;
+ * the first N uses pass at once), expect `bytes` on its full barrier (-1: the whole
+ * slot's), and return the slot (an i32). */
+#define loom_ring_produce(k, r, it, bytes) loom_ring_produce_at(LOOM_HERE, k, r, it, bytes)
+loom_val loom_ring_produce_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val it, int64_t bytes);
+/* Producer: TMA the box of tensor t at offs into part `part` of tile `tile` of the slot. */
+#define loom_ring_load(k, r, slot, tile, part, t, offs) loom_ring_load_at(LOOM_HERE, k, r, slot, tile, part, t, offs)
+void loom_ring_load_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int part, loom_val t,
+                       const loom_val *offs);
+/* Producer, a tile every CTA of the cluster needs: rank q loads the q-th of n equal parts
+ * along `dim` of the slot's view (offs moved to the part) and multicasts it into every
+ * CTA's slot.  Without clusters, a plain load of the whole view. */
+#define loom_ring_load_shared(k, r, slot, tile, dim, t, offs) \
+    loom_ring_load_shared_at(LOOM_HERE, k, r, slot, tile, dim, t, offs)
+void loom_ring_load_shared_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int dim,
+                              loom_val t, const loom_val *offs);
+/* Consumer: wait until use it's slot is full and return the slot. */
+#define loom_ring_consume(k, r, it) loom_ring_consume_at(LOOM_HERE, k, r, it)
+loom_val loom_ring_consume_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val it);
+/* The view of part `part` (an i32, LOOM_NONE: 0) of tile `tile` of the slot. */
+#define loom_ring_view(k, r, slot, tile, part) loom_ring_view_at(LOOM_HERE, k, r, slot, tile, part)
+loom_val loom_ring_view_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, loom_val part);
+/* Consumer: give the slot back to the producer (every CTA's, with clusters). */
+#define loom_ring_release(k, r, slot) loom_ring_release_at(LOOM_HERE, k, r, slot)
+void loom_ring_release_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot);
+/* The slot of use it (it % N). */
+#define loom_ring_slot_of(k, r, it) loom_ring_slot_at(LOOM_HERE, k, it, (r)->slots)
+/* Consumer, a use this replica computes nothing on: wait until full, then release (so
+ * its arrival counts toward the phase). */
+#define loom_ring_pass(k, r, it) loom_ring_pass_at(LOOM_HERE, k, r, it)
+void loom_ring_pass_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val it);
+
+/* ---------------------------------------------------------------- tile schedulers */
+
+/* Which units of work (tiles, or with clusters the units a cluster shares) the programs
+ * take, and in what order.
+ *
+ * Static (loom_sched_static): persistent programs take units p, p + P, p + 2P, ... (P
+ * the programs, or clusters, of the grid: round-robin); or one unit a program.
+ *
+ * Dynamic (loom_sched_dynamic): the producer of each program (rank 0's, for a cluster)
+ * claims units from a counter in global memory, one at a time and one ahead, and hands
+ * each to its consumers (and, in a cluster, to the other CTAs) through a small ring in
+ * shared memory; units go out in order 0, 1, 2, ... to whichever program asks next.  So
+ * a unit is only ever waited on (through flags) once a running program has claimed it:
+ * a kernel whose later units wait for earlier ones makes progress however few of its
+ * programs are resident (another stream's kernel on the SMs, a smaller GPU, MPS), and the
+ * load balances itself.  The counter needs no clearing: a launch makes units + P claims
+ * (each program's last one finds no unit), and the last program to finish puts the
+ * counter back to zero for the next launch (counter[1] counts the programs that have
+ * finished).  The DSL has no while loop: the
+ * claim loop is a for loop of blocks of 16 claims, bounded by the units, whose blocks
+ * after the last claim are skipped by one test each. */
+typedef struct loom_sched {
+    int64_t units;
+    int cluster;
+    int persistent;
+    int divide_always; /* compute pid / cluster even for a cluster of 1 */
+    int dynamic;
+    loom_val counter;              /* dynamic: claims and finished programs (i32 [2], LOOM_INOUT, zero) */
+    loom_val slot_ring, full, empty; /* dynamic: the hand-over ring of claimed units */
+    int slots;
+} loom_sched;
+
+loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent);
+
+/* A dynamic schedule over `units` units: counter is an i32 [2] tensor argument declared
+ * LOOM_INOUT, zero before the first launch (and after every launch); `readers` is
+ * how many consumer task replicas of a CTA take every unit (each calls
+ * loom_sched_begin with LOOM_SCHED_CONSUMER); `slots` units may be claimed ahead of
+ * them.  Allocates the hand-over ring (at the top of the kernel; set the cluster first). */
+#define loom_sched_dynamic(p, units, counter, slots, readers) \
+    loom_sched_dynamic_at(LOOM_HERE, p, units, counter, slots, readers)
+loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, int slots,
+                                 int readers);
+
+/* In the current task: this program's first unit and the stride to its next (static
+ * schedules). */
+#define loom_sched_range(k, s, first, step) loom_sched_range_at(LOOM_HERE, k, s, first, step)
+void loom_sched_range_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val *first, loom_val *step);
+
+/* The loop over this program's units, carrying n values (init), for either kind of
+ * schedule:
+ *
+ *     loom_sched_loop l = loom_sched_begin(k, &s, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
+ *     loom_val unit = loom_sched_unit(&l), it = loom_sched_arg(&l, 0);
+ *     ... the unit's work ...
+ *     loom_sched_end(k, &l, &next_it);
+ *     loom_val it_after = loom_sched_result(k, &l, 0);
+ *
+ * The producer task claims (dynamic), the consumer tasks receive.  With `replica` (an
+ * i32 value, LOOM_NONE: all; static schedules only), two replicas take the program's
+ * units alternately (ping-pong): replica r its units r, r + 2, ... */
+enum { LOOM_SCHED_PRODUCER, LOOM_SCHED_CONSUMER };
+#define LOOM_SCHED_MAX_CARRIED 8
+typedef struct loom_sched_loop {
+    const loom_sched *s;
+    int role, n;
+    loom_val unit;
+    loom_val args[LOOM_SCHED_MAX_CARRIED];
+    loom_region_op loop;                   /* static: the for */
+    loom_region_op outer, ifo, inner, ifi, ift; /* dynamic: blocks of claims, a claim, a unit */
+    loom_val done, next, use;              /* dynamic: in the claim: ended?, the claim ahead, hand-over use */
+    loom_val claim;                        /* dynamic producer: the next claim, made before the unit's work */
+} loom_sched_loop;
+
+#define loom_sched_begin(k, s, role, replica, n, init) loom_sched_begin_at(LOOM_HERE, k, s, role, replica, n, init)
+loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sched *s, int role, loom_val replica,
+                                    int n, const loom_val *init);
+static inline loom_val loom_sched_unit(const loom_sched_loop *l) { return l->unit; }
+static inline loom_val loom_sched_arg(const loom_sched_loop *l, int i) { return l->args[i]; }
+#define loom_sched_end(k, l, yields) loom_sched_end_at(LOOM_HERE, k, l, yields)
+void loom_sched_end_at(loom_src at, loom_kernel *k, loom_sched_loop *l, const loom_val *yields);
+loom_val loom_sched_result(loom_kernel *k, const loom_sched_loop *l, int i);
+
+/* The static loop as a plain for (its body's unit is loom_for_iv; close it with
+ * loom_for_end). */
+#define loom_sched_for(k, s, replica, n, init) loom_sched_for_at(LOOM_HERE, k, s, replica, n, init)
+loom_region_op loom_sched_for_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val replica, int n,
+                                 const loom_val *init);
+/* Taking units alternately: after the loop, does replica 0 have one more unit than
+ * replica 1 (an i1)? */
+#define loom_sched_odd(k, s) loom_sched_odd_at(LOOM_HERE, k, s)
+loom_val loom_sched_odd_at(loom_src at, loom_kernel *k, const loom_sched *s);
+
+/* The grouped (L2-friendly) order of a [batch][tm x tn] grid of tiles: unit t is batch
+ * *b, tile row *tr, tile column *tc, taking `group` tile rows at a time so that programs
+ * side by side share rows of A and columns of B. */
+#define loom_sched_grouped(k, t, tm, tn, group, b, tr, tc) \
+    loom_sched_grouped_at(LOOM_HERE, k, t, tm, tn, group, b, tr, tc)
+void loom_sched_grouped_at(loom_src at, loom_kernel *k, loom_val t, int64_t tm, int64_t tn, int group, loom_val *b,
+                           loom_val *tr, loom_val *tc);
+
+/* ---------------------------------------------------------------- ping-pong */
+
+/* Two consumer replicas that take turns on the tensor cores, in tile order: one runs
+ * its mainloop while the other runs its epilogue.
+ *
+ *   replica 0:        mainloop | X | epilogue | Y |        mainloop | X | ...
+ *   replica 1:  | X |          mainloop        | Y | epilogue | X |   ...
+ *
+ * Each replica calls loom_pingpong_mma_begin before its tile's mainloop,
+ * loom_pingpong_mma_end after it and loom_pingpong_tile_end after its epilogue; after
+ * its loop over units, loom_pingpong_finish (the replica with one tile fewer meets the
+ * other's last turn).  The order also keeps a ring's parity waits sound: a replica waits
+ * on its tile's full barriers only after the other has waited on all of its own. */
+typedef struct loom_pingpong {
+    loom_sync x, y;
+    loom_val rep, second; /* the replica, and "is it replica 1", set by loom_pingpong_start */
+} loom_pingpong;
+
+#define loom_pingpong_create(p) loom_pingpong_create_at(LOOM_HERE, p)
+loom_pingpong loom_pingpong_create_at(loom_src at, loom_pipe *p);
+/* In the consumer task: this replica (returned, and kept in pp). */
+#define loom_pingpong_start(k, pp) loom_pingpong_start_at(LOOM_HERE, k, pp)
+loom_val loom_pingpong_start_at(loom_src at, loom_kernel *k, loom_pingpong *pp);
+#define loom_pingpong_mma_begin(k, pp) loom_pingpong_mma_begin_at(LOOM_HERE, k, pp)
+#define loom_pingpong_mma_end(k, pp) loom_pingpong_mma_end_at(LOOM_HERE, k, pp)
+#define loom_pingpong_tile_end(k, pp) loom_pingpong_tile_end_at(LOOM_HERE, k, pp)
+#define loom_pingpong_finish(k, pp, odd) loom_pingpong_finish_at(LOOM_HERE, k, pp, odd)
+void loom_pingpong_mma_begin_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
+void loom_pingpong_mma_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
+void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
+/* odd: does replica 0 have one more tile than replica 1 (loom_sched_odd). */
+void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd);
+
+/* ---------------------------------------------------------------- epilogues */
+
+/* How an output tile leaves a consumer's registers. */
+typedef enum loom_epilogue_kind {
+    LOOM_EPI_REGISTERS, /* loom_store straight from the registers (masked at the edges) */
+    LOOM_EPI_STAGED,    /* through a staging tile and one TMA store, which runs on during
+                           the next mainloop: the writer waits for it lazily, before it
+                           writes the staging tile again */
+    LOOM_EPI_TURNS,     /* task replicas share one staging tile (or one each): each writes
+                           it, TMA-stores it and waits until the store has read it */
+    LOOM_EPI_HANDOVER,  /* two replicas share one staging tile in turn, replica 0 first,
+                           handing it over by mbarriers (so one's epilogue overlaps the
+                           other's mainloop) */
+} loom_epilogue_kind;
+
+typedef struct loom_epilogue {
+    loom_epilogue_kind kind;
+    loom_val out;   /* the output tensor */
+    loom_val stage; /* the staging ring (LOOM_NONE for LOOM_EPI_REGISTERS) */
+    loom_val hand;  /* LOOM_EPI_HANDOVER: hand[r] is "replica r is done with the tile" */
+    loom_sync sync; /* the threads that fill the staging tile together */
+} loom_epilogue;
+
+/* An epilogue writing tensor `out`.  Staged kinds allocate the staging ring: `slots`
+ * tiles of dtype and shape (one a replica for LOOM_EPI_TURNS when they may overlap);
+ * `threads` is how many threads fill one tile (one replica's, or the task's). */
+#define loom_epilogue_create(p, kind, out, dtype, shape, slots, threads) \
+    loom_epilogue_create_at(LOOM_HERE, p, kind, out, dtype, shape, slots, threads)
+loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_kind kind, loom_val out,
+                                      loom_dtype dtype, loom_shape shape, int slots, int threads);
+/* Store tile v at out[offs] through staging slot `slot` (an i32; LOOM_NONE: 0).
+ * LOOM_EPI_HANDOVER: rep is the replica and j its tile count (for the hand parities). */
+#define loom_epilogue_store(k, e, offs, v, slot) loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, slot, LOOM_NONE, LOOM_NONE)
+#define loom_epilogue_store_turn(k, e, offs, v, rep, j) \
+    loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, LOOM_NONE, rep, j)
+void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, loom_val v,
+                            loom_val slot, loom_val rep, loom_val j);
+/* LOOM_EPI_HANDOVER: a replica with nothing to store this tile still takes its turn:
+ * wait for it (loom_epilogue_turn_wait), then hand the tile on (loom_epilogue_turn_done). */
+#define loom_epilogue_turn_wait(k, e, rep, j) loom_epilogue_turn_wait_at(LOOM_HERE, k, e, rep, j)
+#define loom_epilogue_turn_done(k, e, rep) loom_epilogue_turn_done_at(LOOM_HERE, k, e, rep)
+void loom_epilogue_turn_wait_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep, loom_val j);
+void loom_epilogue_turn_done_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep);
+/* Store v at out[offs] through a ring slot's view that the caller holds (a borrowed
+ * slot: no staging memory of its own); `sync` is the threads that wrote the view; the
+ * slot goes back with loom_epilogue_return_slot once the store has read it. */
+#define loom_epilogue_store_borrowed(k, out, offs, v, view, sync, rep) \
+    loom_epilogue_store_borrowed_at(LOOM_HERE, k, out, offs, v, view, sync, rep)
+void loom_epilogue_store_borrowed_at(loom_src at, loom_kernel *k, loom_val out, const loom_val *offs, loom_val v,
+                                     loom_val view, loom_sync sync, loom_val rep);
+/* Where `held` (an i1) says a slot is held: wait until its store has read it, then
+ * release ring use `use`'s slot. */
+#define loom_epilogue_return_slot(k, r, held, use) loom_epilogue_return_slot_at(LOOM_HERE, k, r, held, use)
+void loom_epilogue_return_slot_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val held, loom_val use);
+/* After the task's last tile: the last TMA store has read the staging memory. */
+#define loom_epilogue_finish(k, e) loom_epilogue_finish_at(LOOM_HERE, k, e)
+void loom_epilogue_finish_at(loom_src at, loom_kernel *k, const loom_epilogue *e);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
