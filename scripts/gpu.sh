@@ -32,7 +32,7 @@ if [ "$mode" = pack ]; then
     done
     # an earlier loom's benchmarks, to compare with in the same run (LOOM_GPU_BEFORE=its build dir)
     if [ -n "${LOOM_GPU_BEFORE:-}" ]; then
-        for b in bench_gemm bench_ikbo_lce; do
+        for b in ${LOOM_GPU_BEFORE_BENCHES:-bench_gemm bench_ikbo_lce}; do
             cp "$LOOM_GPU_BEFORE/$b" ".gpu/stage/bin/${b}_before"
         done
     fi
