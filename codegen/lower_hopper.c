@@ -543,13 +543,19 @@ bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
  * through the barrier's address in that CTA's shared window.  The arrival has the default
  * release at CTA scope: it orders this warp's reads of the slot (done: the wgmma wait
  * came first) before the peer's TMA overwrites it; release at cluster scope made every
- * arrival a memory fence and the cluster GEMM three times slower. */
+ * arrival a memory fence and the cluster GEMM three times slower.  Launched without
+ * clusters it is the plain arrival (no mapa outside a cluster launch). */
 bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef a = bar_addr(l, op, 0);
     LLVMBasicBlockRef m = if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
-    for (int q = 0; q < (l->k->cluster > 1 ? l->k->cluster : 1); q++) {
+    if (l->k->cluster <= 1) { /* no cluster launch: this CTA's barrier, no mapa */
+        asm_void(l, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", &a, 1);
+        if_end(l, m);
+        return true;
+    }
+    for (int q = 0; q < l->k->cluster; q++) {
         LLVMValueRef args[2] = {a, ci32(l, q)};
         asm_void(l,
                  "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, $0, $1;\n\t"
@@ -618,7 +624,8 @@ static LLVMValueRef elem_bits(L *l, loom_dtype dt, LLVMValueRef v)
  * CTA of the cluster (this one included; without clusters, this one alone) with st.async,
  * which completes them on that CTA's barrier i: mapa gives the peer's address of the view
  * and of the barrier.  One st.async a CTA (.v2/.v4 where the view is aligned to it), or
- * one a word.  The value comes from registers, so nothing needs ordering before it; the
+ * one a word.  A kernel launched without clusters has no peers (and no mapa to ask):
+ * plain stores, a fence, then mbarrier.complete_tx of the bytes.  The value comes from registers, so nothing needs ordering before it; the
  * receiver's wait on the barrier makes the bytes visible, as for a TMA load. */
 bool lower_smem_store_cluster(L *l, uint32_t o, ir_op *op)
 {
@@ -652,7 +659,19 @@ bool lower_smem_store_cluster(L *l, uint32_t o, ir_op *op)
     snprintf(cons, sizeof cons, "r,r,r%s,~{memory}", per == 4 ? ",r,r,r,r" : per == 2 ? ",r,r" : ",r");
     LLVMValueRef view = saddr(l, smem_off(l, op->opnd[0])), bar = bar_addr(l, op, 2);
     LLVMBasicBlockRef m = if_begin(l, elected(l));
-    for (int q = 0; q < (l->k->cluster > 1 ? l->k->cluster : 1); q++)
+    if (l->k->cluster <= 1) { /* no cluster launch: no mapa; plain stores, released to the
+                               * barrier's waiters by a fence before completing the bytes */
+        for (int i = 0; i < nw; i++) {
+            LLVMValueRef a[2] = {i ? LLVMBuildAdd(l->B, view, ci32(l, 4 * i), "") : view, w[i]};
+            asm_void(l, "st.shared.b32 [$0], $1;", "r,r,~{memory}", a, 2);
+        }
+        LLVMValueRef b[2] = {bar, ci32(l, 4 * nw)};
+        asm_void(l, "fence.acq_rel.cta;\n\tmbarrier.complete_tx.relaxed.cta.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
+                 b, 2);
+        if_end(l, m);
+        return true;
+    }
+    for (int q = 0; q < l->k->cluster; q++)
         for (int i = 0; i < nw; i += per) {
             LLVMValueRef args[7] = {i ? LLVMBuildAdd(l->B, view, ci32(l, 4 * i), "") : view, bar, ci32(l, q)};
             for (int j = 0; j < per; j++)
