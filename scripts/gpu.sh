@@ -14,6 +14,7 @@
 #   LOOM_GPU_TESTS     a Criterion --filter for the tests (default: every test)
 #   LOOM_GPU_BENCHES   benchmarks to run, by name (default: every bench_*; "none" for none)
 #   LOOM_GPU_TEMPLATES 0 skips the template runs
+#   LOOM_GPU_CUBINS    how many cached cubins to read with cuobjdump (default 60)
 #   LOOM_GPU_GEMM_ARGS arguments of bench_gemm (default none: its shapes, default config)
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
@@ -97,7 +98,7 @@ done
 
 echo "== the disk cache's cubins: registers and setmaxnreg kept (cuobjdump)"
 # a cache file is a 64-byte header, u32 ntma, ntma 52-byte TMA records, then the cubin
-find "$LOOM_CACHE_DIR" -name "*.cubin" | while read -r f; do
+find "$LOOM_CACHE_DIR" -name "*.cubin" | head -"${LOOM_GPU_CUBINS:-60}" | while read -r f; do
     [ -f "$f" ] || continue
     python3 -c 'import sys,struct; d=open(sys.argv[1],"rb").read(); n=struct.unpack_from("<I",d,64)[0]; open(sys.argv[2],"wb").write(d[68+52*n:])' "$f" /tmp/loom-k.elf || continue
     fn=$(cuobjdump -res-usage /tmp/loom-k.elf 2>/dev/null | grep -o "Function [^:]*" | head -1 | cut -c10-)
