@@ -162,6 +162,10 @@ struct loom_kernel {
      * re-verify or re-print it. */
     uint64_t gen;
     uint64_t verified_gen, printed_gen; /* gen + 1 of the cached answer; 0: none */
+    /* A number no other kernel of the process has: with gen, it names this kernel's IR
+     * exactly, so the runtime can remember its compiled function without re-hashing the
+     * IR at every launch (an address can be reused by a later kernel; this cannot). */
+    uint64_t uid;
     loom_status verified;
     /* diagnostics */
     ir_diag *diags;

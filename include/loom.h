@@ -565,6 +565,14 @@ typedef struct loom_arg {
  * argument.  With LOOM_DUMP_IR=1 the IR is printed to stderr first. */
 loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
                         int nargs);
+/* loom_launch on a CUDA stream of the caller's: `stream` is a CUstream (NULL: the default
+ * stream), taken as void * so this header needs no cuda.h; the interpreter ignores it.
+ * After a kernel's first launch (which compiles and loads it) nothing in a launch
+ * synchronizes or allocates, so launches can be captured into a CUDA graph on a capturing
+ * stream and replayed.  A launch of an unchanged kernel finds its function without
+ * re-hashing its IR. */
+loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
+                               int nargs, void *stream);
 
 /* Compile and load k for the runtime's device without launching it (the module cache in
  * memory, then on disk, is consulted first).  On the interpreter this only verifies. */

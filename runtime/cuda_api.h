@@ -196,6 +196,16 @@ typedef CUresult (*PFN_cuEventCreate)(CUevent *ev, unsigned int flags);
 typedef CUresult (*PFN_cuStreamCreate)(CUstream *stream, unsigned int flags);
 typedef CUresult (*PFN_cuStreamDestroy_v2)(CUstream stream);
 typedef CUresult (*PFN_cuStreamSynchronize)(CUstream stream);
+/* CUDA graphs: a stream's launches captured once, replayed by one call */
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+#define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
+typedef CUresult (*PFN_cuStreamBeginCapture_v2)(CUstream stream, int mode);
+typedef CUresult (*PFN_cuStreamEndCapture)(CUstream stream, CUgraph *graph);
+typedef CUresult (*PFN_cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+typedef CUresult (*PFN_cuGraphLaunch)(CUgraphExec exec, CUstream stream);
+typedef CUresult (*PFN_cuGraphExecDestroy)(CUgraphExec exec);
+typedef CUresult (*PFN_cuGraphDestroy)(CUgraph graph);
 typedef CUresult (*PFN_cuEventDestroy_v2)(CUevent ev);
 typedef CUresult (*PFN_cuEventRecord)(CUevent ev, CUstream stream);
 typedef CUresult (*PFN_cuEventSynchronize)(CUevent ev);

@@ -66,9 +66,17 @@
     X(cuEventSynchronize, "cuEventSynchronize")                                                    \
     X(cuStreamCreate, "cuStreamCreate")                                                            \
     X(cuStreamDestroy_v2, "cuStreamDestroy_v2")                                                    \
-    X(cuStreamSynchronize, "cuStreamSynchronize")
+    X(cuStreamSynchronize, "cuStreamSynchronize")                                                  \
+    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture_v2")                                          \
+    X(cuStreamEndCapture, "cuStreamEndCapture")                                                    \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")                                  \
+    X(cuGraphLaunch, "cuGraphLaunch")                                                              \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy")                                                    \
+    X(cuGraphDestroy, "cuGraphDestroy")
 
 /* The loaded driver: filled once per process by cu_load, read without a lock after. */
+enum { RT_RECENT_KEYS = 32 };
+
 typedef struct cu_driver {
     void *lib;
     char path[256];
@@ -93,6 +101,12 @@ struct rt_gpu {
     rt_gpu_props props;
     mc_table modules;  /* kernels compiled through rt_gpu_launch */
     pthread_mutex_t modules_lock; /* guards modules: the autotuner compiles on several threads */
+    /* the key of the kernels launched last, by (uid, gen) (under modules_lock): a launch
+     * of an unchanged kernel finds its function without hashing its IR */
+    struct {
+        uint64_t uid, gen;
+        mc_key key;
+    } recent[RT_RECENT_KEYS];
     char last_kernel[128]; /* last kernel launched: named when a later call reports a fault */
 };
 

@@ -141,4 +141,21 @@ loom_status rt_gpu_stream_create(rt_gpu *g, void **stream, char *err, size_t err
 loom_status rt_gpu_stream_sync(rt_gpu *g, void *stream, char *err, size_t errlen);
 void rt_gpu_stream_destroy(rt_gpu *g, void *stream);
 
+/* ---------------------------------------------------------------- graphs and raw launches */
+
+/* Capture the launches made on `stream` (from rt_gpu_stream_create) between begin and
+ * end into a CUDA graph, instantiated as *exec; replay it with rt_gpu_graph_launch. */
+loom_status rt_gpu_capture_begin(rt_gpu *g, void *stream, char *err, size_t errlen);
+loom_status rt_gpu_capture_end(rt_gpu *g, void *stream, void **exec, char *err, size_t errlen);
+loom_status rt_gpu_graph_launch(rt_gpu *g, void *exec, void *stream, char *err, size_t errlen);
+void rt_gpu_graph_destroy(rt_gpu *g, void *exec);
+
+/* Kernel k's loaded function (compiled, or found in a cache, as a launch would) and its
+ * dynamic shared memory: for comparing loom's launch path with the raw driver call. */
+loom_status rt_gpu_kernel_function(rt_gpu *g, loom_kernel *k, void **function, unsigned *smem_bytes, char *err,
+                                   size_t errlen);
+/* cuLaunchKernelEx of a function from rt_gpu_kernel_function, nothing else. */
+loom_status rt_gpu_raw_launch(rt_gpu *g, void *function, const unsigned grid[3], const unsigned block[3],
+                              unsigned smem_bytes, void **params, void *stream);
+
 #endif /* LOOM_GPU_H */

@@ -62,6 +62,12 @@ loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const un
 loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt_launch_arg *args,
                           char *err, size_t errlen)
 {
+    return rt_gpu_launch_on(g, k, grid, args, NULL, err, errlen);
+}
+
+loom_status rt_gpu_launch_on(rt_gpu *g, loom_kernel *k, const int grid[3], const rt_launch_arg *args, void *stream,
+                             char *err, size_t errlen)
+{
     const char *name = loom_kernel_name(k);
     int nargs = loom_kernel_num_args(k);
     if (nargs < 0 || nargs > LOOM_MAX_ARGS) {
@@ -135,8 +141,8 @@ loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt
     }
     unsigned gr[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
     unsigned bl[3] = {(unsigned)warps * 32u, 1, 1};
-    return rt_launch_fn(g, (CUfunction)e.function, name, gr, bl, (unsigned)e.smem_bytes, params,
-                        err, errlen);
+    return rt_launch_fn_on(g, (CUfunction)e.function, name, gr, bl, (unsigned)e.smem_bytes, params,
+                           (CUstream)stream, err, errlen);
 }
 
 /* ---------------------------------------------------------------- TMA descriptors */

@@ -24,6 +24,7 @@
 #include "codegen.h"
 #include "driver.h"
 #include "../util/util.h"
+#include "../dsl/ir.h" /* a kernel's uid and gen: its IR, unchanged since it was last hashed */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -187,7 +188,20 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     snprintf(lp->kernel, sizeof lp->kernel, "%s", name);
     double t0 = util_now_ms();
     mc_key key;
-    mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
+    unsigned slot = (unsigned)(k->uid % RT_RECENT_KEYS);
+    pthread_mutex_lock(&g->modules_lock);
+    bool known = g->recent[slot].uid == k->uid && g->recent[slot].gen == k->gen;
+    if (known)
+        key = g->recent[slot].key;
+    pthread_mutex_unlock(&g->modules_lock);
+    if (!known) {
+        mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
+        pthread_mutex_lock(&g->modules_lock);
+        g->recent[slot].uid = k->uid;
+        g->recent[slot].gen = k->gen;
+        g->recent[slot].key = key;
+        pthread_mutex_unlock(&g->modules_lock);
+    }
     lp->key_ms = util_now_ms() - t0;
 
     pthread_mutex_lock(&g->modules_lock);
@@ -444,4 +458,81 @@ void rt_gpu_stream_destroy(rt_gpu *g, void *stream)
     char e[64];
     if (stream && cu_enter(g, e, sizeof e) == LOOM_OK)
         cu.cuStreamDestroy_v2((CUstream)stream);
+}
+
+/* ---------------------------------------------------------------- graphs and raw launches */
+
+loom_status rt_gpu_capture_begin(rt_gpu *g, void *stream, char *err, size_t errlen)
+{
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUresult r = cu.cuStreamBeginCapture_v2((CUstream)stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    return r == CUDA_SUCCESS ? LOOM_OK : cu_fail(g, r, err, errlen, "cuStreamBeginCapture");
+}
+
+loom_status rt_gpu_capture_end(rt_gpu *g, void *stream, void **exec, char *err, size_t errlen)
+{
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUgraph graph = NULL;
+    CUresult r = cu.cuStreamEndCapture((CUstream)stream, &graph);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuStreamEndCapture");
+    CUgraphExec ex = NULL;
+    r = cu.cuGraphInstantiateWithFlags(&ex, graph, 0);
+    cu.cuGraphDestroy(graph);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "cuGraphInstantiateWithFlags");
+    *exec = ex;
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_graph_launch(rt_gpu *g, void *exec, void *stream, char *err, size_t errlen)
+{
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUresult r = cu.cuGraphLaunch((CUgraphExec)exec, (CUstream)stream);
+    return r == CUDA_SUCCESS ? LOOM_OK : cu_fail(g, r, err, errlen, "cuGraphLaunch");
+}
+
+void rt_gpu_graph_destroy(rt_gpu *g, void *exec)
+{
+    char e[64];
+    if (exec && cu_enter(g, e, sizeof e) == LOOM_OK)
+        cu.cuGraphExecDestroy((CUgraphExec)exec);
+}
+
+loom_status rt_gpu_kernel_function(rt_gpu *g, loom_kernel *k, void **function, unsigned *smem_bytes, char *err,
+                                   size_t errlen)
+{
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    mc_entry e;
+    st = rt_get_function(g, k, &e, NULL, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    *function = e.function;
+    *smem_bytes = (unsigned)e.smem_bytes;
+    return LOOM_OK;
+}
+
+loom_status rt_gpu_raw_launch(rt_gpu *g, void *function, const unsigned grid[3], const unsigned block[3],
+                              unsigned smem_bytes, void **params, void *stream)
+{
+    (void)g;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = grid[0];
+    cfg.gridDimY = grid[1];
+    cfg.gridDimZ = grid[2];
+    cfg.blockDimX = block[0];
+    cfg.blockDimY = block[1];
+    cfg.blockDimZ = block[2];
+    cfg.sharedMemBytes = smem_bytes;
+    cfg.hStream = (CUstream)stream;
+    return cu.cuLaunchKernelEx(&cfg, (CUfunction)function, params, NULL) == CUDA_SUCCESS ? LOOM_OK : LOOM_ERR_CUDA;
 }

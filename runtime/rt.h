@@ -44,6 +44,9 @@ typedef struct rt_launch_arg {
 } rt_launch_arg;
 loom_status rt_gpu_launch(rt_gpu *g, loom_kernel *k, const int grid[3], const rt_launch_arg *args,
                           char *err, size_t errlen);
+/* The same on a CUDA stream (a CUstream; NULL: the default stream). */
+loom_status rt_gpu_launch_on(rt_gpu *g, loom_kernel *k, const int grid[3], const rt_launch_arg *args, void *stream,
+                             char *err, size_t errlen);
 
 /* The GPU backend of a runtime (runtime/runtime.c), or NULL on the interpreter. */
 rt_gpu *rt_runtime_gpu(const loom_runtime *rt);

@@ -258,6 +258,12 @@ static int64_t scalar_bits(const loom_kernel *k, int i, const loom_arg *a)
 loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
                         int nargs)
 {
+    return loom_launch_stream(rt, k, grid, args, nargs, NULL);
+}
+
+loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
+                               int nargs, void *stream)
+{
     if (!rt)
         return LOOM_ERR_INVALID;
     if (!k)
@@ -287,7 +293,7 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
             la[i].dptr = args[i].buf ? args[i].buf->dptr : 0;
             la[i].s.i64 = scalar_bits(k, i, &args[i]);
         }
-        return rt_gpu_launch(rt->gpu, k, grid, la, rt->err, sizeof rt->err);
+        return rt_gpu_launch_on(rt->gpu, k, grid, la, stream, rt->err, sizeof rt->err);
     }
     interp_arg ia[LOOM_MAX_ARGS];
     for (int i = 0; i < nargs; i++) {
