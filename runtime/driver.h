@@ -155,6 +155,9 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
 loom_status rt_launch_fn(rt_gpu *g, CUfunction fn, const char *name, const unsigned grid[3],
                          const unsigned block[3], unsigned smem, void **params, char *err,
                          size_t errlen);
+/* cuLaunchKernelEx's configuration: the grid, the block, dynamic shared memory, stream. */
+void rt_launch_config(CUlaunchConfig *cfg, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                      CUstream stream);
 /* The same on a given stream (NULL: the default stream). */
 loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const unsigned grid[3],
                             const unsigned block[3], unsigned smem, void **params, CUstream stream, char *err,

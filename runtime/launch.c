@@ -23,6 +23,20 @@
 #include <stdio.h>
 #include <string.h>
 
+void rt_launch_config(CUlaunchConfig *cfg, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                      CUstream stream)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->gridDimX = grid[0];
+    cfg->gridDimY = grid[1];
+    cfg->gridDimZ = grid[2];
+    cfg->blockDimX = block[0];
+    cfg->blockDimY = block[1];
+    cfg->blockDimZ = block[2];
+    cfg->sharedMemBytes = smem;
+    cfg->hStream = stream;
+}
+
 loom_status rt_launch_fn(rt_gpu *g, CUfunction fn, const char *name, const unsigned grid[3],
                          const unsigned block[3], unsigned smem, void **params, char *err,
                          size_t errlen)
@@ -35,15 +49,7 @@ loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const un
                             size_t errlen)
 {
     CUlaunchConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDimX = grid[0];
-    cfg.gridDimY = grid[1];
-    cfg.gridDimZ = grid[2];
-    cfg.blockDimX = block[0];
-    cfg.blockDimY = block[1];
-    cfg.blockDimZ = block[2];
-    cfg.sharedMemBytes = smem;
-    cfg.hStream = stream;
+    rt_launch_config(&cfg, grid, block, smem, stream);
     snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
     CUresult r = cu.cuLaunchKernelEx(&cfg, fn, params, NULL);
     if (r != CUDA_SUCCESS)

@@ -525,14 +525,6 @@ loom_status rt_gpu_raw_launch(rt_gpu *g, void *function, const unsigned grid[3],
 {
     (void)g;
     CUlaunchConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDimX = grid[0];
-    cfg.gridDimY = grid[1];
-    cfg.gridDimZ = grid[2];
-    cfg.blockDimX = block[0];
-    cfg.blockDimY = block[1];
-    cfg.blockDimZ = block[2];
-    cfg.sharedMemBytes = smem_bytes;
-    cfg.hStream = (CUstream)stream;
+    rt_launch_config(&cfg, grid, block, smem_bytes, (CUstream)stream);
     return cu.cuLaunchKernelEx(&cfg, (CUfunction)function, params, NULL) == CUDA_SUCCESS ? LOOM_OK : LOOM_ERR_CUDA;
 }
