@@ -223,6 +223,7 @@ loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen)
         return LOOM_ERR_NOMEM;
     }
     pthread_mutex_init(&g->modules_lock, NULL);
+    g->sync_each = util_env_on("LOOM_SYNC"); /* read once: a launch should not scan the environment */
     r = cu.cuDeviceGet(&g->dev, ordinal);
     if (r != CUDA_SUCCESS) {
         free(g);

@@ -98,6 +98,7 @@ loom_status cu_load(char *err, size_t errlen);
 struct rt_gpu {
     CUdevice dev;
     CUcontext ctx;
+    bool sync_each; /* LOOM_SYNC=1 when the backend was opened: synchronize after every launch */
     rt_gpu_props props;
     mc_table modules;  /* kernels compiled through rt_gpu_launch */
     pthread_mutex_t modules_lock; /* guards modules: the autotuner compiles on several threads */

@@ -57,7 +57,7 @@ loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const un
                        "cuLaunchKernelEx of kernel '%s' (grid %ux%ux%u, block %ux%ux%u, %u bytes "
                        "of dynamic shared memory)",
                        name, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem);
-    if (util_env_on("LOOM_SYNC")) {
+    if (g->sync_each) {
         r = cu.cuCtxSynchronize();
         if (r != CUDA_SUCCESS)
             return cu_fail(NULL, r, err, errlen, "kernel '%s' (cuCtxSynchronize after launch)", name);

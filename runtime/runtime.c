@@ -25,6 +25,7 @@ struct loom_runtime {
     loom_target target; /* INTERPRET or GPU once created */
     loom_status status;
     rt_gpu *gpu;
+    bool dump_ir; /* LOOM_DUMP_IR=1 when the runtime was created */
     char err[2048];
 };
 
@@ -62,6 +63,7 @@ loom_runtime *loom_runtime_create(loom_target target)
     loom_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return NULL;
+    rt->dump_ir = util_env_on("LOOM_DUMP_IR"); /* read once: a launch should not scan the environment */
     if (target == LOOM_TARGET_AUTO && util_env_on("LOOM_INTERPRET"))
         target = LOOM_TARGET_INTERPRET;
     if (target == LOOM_TARGET_INTERPRET) {
@@ -274,7 +276,7 @@ loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[
     if (loom_verify(k) != LOOM_OK)
         return rt_fail(rt, LOOM_ERR_VERIFY, "kernel '%s' failed verification:\n%s", k->name,
                        loom_kernel_errors(k));
-    if (util_env_on("LOOM_DUMP_IR"))
+    if (rt->dump_ir)
         fprintf(stderr, "%s", loom_print(k));
     loom_status st = check_args(rt, k, grid, args, nargs);
     if (st != LOOM_OK)

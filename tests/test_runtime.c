@@ -809,9 +809,9 @@ Test(gpu_backend, nvrtc_references_match_host)
 
 Test(gpu_backend, a_fault_names_the_kernel)
 {
+    unsetenv("LOOM_SYNC"); /* read when the backend opens */
     rt_gpu *g = gpu_or_skip();
     nvrtc_or_skip();
-    unsetenv("LOOM_SYNC");
     char err[8192];
     rt_gpu_module *m;
     const char *src = "extern \"C\" __global__ void loom_ref_fault(float *p) { p[threadIdx.x] = 1.0f; }\n";
@@ -833,9 +833,9 @@ Test(gpu_backend, a_fault_names_the_kernel)
 
 Test(gpu_backend, a_fault_with_loom_sync)
 {
+    setenv("LOOM_SYNC", "1", 1); /* read when the backend opens */
     rt_gpu *g = gpu_or_skip();
     nvrtc_or_skip();
-    setenv("LOOM_SYNC", "1", 1);
     char err[8192];
     rt_gpu_module *m;
     const char *src = "extern \"C\" __global__ void loom_ref_fault(float *p) { p[threadIdx.x] = 1.0f; }\n";
