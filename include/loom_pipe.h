@@ -189,7 +189,6 @@ typedef struct loom_sched {
     int64_t units;
     int cluster;
     int persistent;
-    int divide_always; /* compute pid / cluster even for a cluster of 1 */
     int dynamic;
     loom_val counter;              /* dynamic: claims and finished programs (i32 [2], LOOM_INOUT, zero) */
     loom_val slot_ring, full, empty; /* dynamic: the hand-over ring of claimed units */

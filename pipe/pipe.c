@@ -220,7 +220,7 @@ void loom_sched_range_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_
 {
     *first = loom_program_id_at(at, k, 0);
     *step = s->persistent ? loom_num_programs_at(at, k, 0) : CI(s->units);
-    if (s->cluster > 1 || s->divide_always) { /* a cluster's CTAs take the same units */
+    if (s->cluster > 1) { /* a cluster's CTAs take the same units */
         *first = loom_div_at(at, k, *first, CI(s->cluster));
         if (s->persistent)
             *step = loom_div_at(at, k, *step, CI(s->cluster));
