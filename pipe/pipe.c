@@ -123,7 +123,7 @@ loom_val loom_ring_produce_at(loom_src at, loom_kernel *k, const loom_ring *r, l
 }
 
 /* Slot `slot`'s buffer of part `part` of tile `tile`: buffer slot * parts + part. */
-static loom_val view_of(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, loom_val part)
+loom_val loom_ring_view_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, loom_val part)
 {
     int parts = r->tile[tile].parts;
     if (parts == 1)
@@ -132,15 +132,10 @@ static loom_val view_of(loom_src at, loom_kernel *k, const loom_ring *r, loom_va
     return loom_smem_slot_at(at, k, r->buf[tile], part ? loom_add_at(at, k, i, part) : i);
 }
 
-loom_val loom_ring_view_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, loom_val part)
-{
-    return view_of(at, k, r, slot, tile, part);
-}
-
 void loom_ring_load_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int part, loom_val t,
                        const loom_val *offs)
 {
-    loom_val v = view_of(at, k, r, slot, tile, r->tile[tile].parts > 1 ? CI(part) : LOOM_NONE);
+    loom_val v = loom_ring_view_at(at, k, r, slot, tile, r->tile[tile].parts > 1 ? CI(part) : LOOM_NONE);
     loom_tma_load_at(at, k, t, offs, v, r->full, slot);
 }
 
@@ -163,7 +158,7 @@ void loom_ring_load_shared_at(loom_src at, loom_kernel *k, const loom_ring *r, l
         loom_val o[LOOM_MAX_RANK];
         for (int d = 0; d < trank && d < LOOM_MAX_RANK; d++)
             o[d] = d == tdim ? loom_add_at(at, k, offs[d], CI(q * n)) : offs[d];
-        loom_val part = loom_smem_part_at(at, k, view_of(at, k, r, slot, tile, LOOM_NONE), dim, q * n, n);
+        loom_val part = loom_smem_part_at(at, k, loom_ring_view_at(at, k, r, slot, tile, LOOM_NONE), dim, q * n, n);
         loom_tma_load_multicast_at(at, k, t, o, part, r->full, slot);
         loom_if_end_at(at, k, mine, 0, NULL);
     }
@@ -449,7 +444,7 @@ loom_val loom_pingpong_start_at(loom_src at, loom_kernel *k, loom_pingpong *pp)
 void loom_pingpong_mma_begin_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
 {
     loom_region_op w = loom_if_begin_at(at, k, pp->second, 0);
-    loom_named_barrier_at(at, k, pp->x.id, pp->x.threads);
+    loom_sync_wait_at(at, k, pp->x, LOOM_NONE);
     loom_if_end_at(at, k, w, 0, NULL);
 }
 
@@ -457,9 +452,9 @@ void loom_pingpong_mma_begin_at(loom_src at, loom_kernel *k, const loom_pingpong
 void loom_pingpong_mma_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
 {
     loom_region_op hand = loom_if_begin_at(at, k, pp->second, 0);
-    loom_named_barrier_at(at, k, pp->y.id, pp->y.threads);
+    loom_sync_wait_at(at, k, pp->y, LOOM_NONE);
     loom_else_at(at, k, hand, 0, NULL);
-    loom_named_barrier_at(at, k, pp->x.id, pp->x.threads);
+    loom_sync_wait_at(at, k, pp->x, LOOM_NONE);
     loom_if_end_at(at, k, hand, 0, NULL);
 }
 
@@ -468,15 +463,15 @@ void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong 
 {
     loom_region_op w = loom_if_begin_at(at, k, pp->second, 0);
     loom_else_at(at, k, w, 0, NULL);
-    loom_named_barrier_at(at, k, pp->y.id, pp->y.threads);
+    loom_sync_wait_at(at, k, pp->y, LOOM_NONE);
     loom_if_end_at(at, k, w, 0, NULL);
 }
 
 void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd)
 {
     loom_region_op ex = loom_if_begin_at(at, k, loom_and_at(at, k, pp->second, odd), 0);
-    loom_named_barrier_at(at, k, pp->x.id, pp->x.threads);
-    loom_named_barrier_at(at, k, pp->y.id, pp->y.threads);
+    loom_sync_wait_at(at, k, pp->x, LOOM_NONE);
+    loom_sync_wait_at(at, k, pp->y, LOOM_NONE);
     loom_if_end_at(at, k, ex, 0, NULL);
 }
 
@@ -526,7 +521,7 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
         loom_tma_store_wait_at(at, k, 0); /* the previous tile's store has read the tile */
     loom_smem_store_at(at, k, view, v);
     loom_fence_async_at(at, k);
-    loom_named_barrier_at(at, k, e->sync.id, e->sync.threads);
+    loom_sync_wait_at(at, k, e->sync, LOOM_NONE);
     loom_tma_store_at(at, k, e->out, offs, view);
     if (e->kind != LOOM_EPI_STAGED)
         loom_tma_store_wait_at(at, k, 0); /* the tile is the next writer's once read */

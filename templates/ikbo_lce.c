@@ -728,8 +728,9 @@ static void consumers(ik *g)
     bool two = g->turns || g->halves;
     loom_region_op ct = loom_consumers_begin(k, two ? 4 : s->cwarps, two ? 2 : 1);
     {
-        loom_val pid, step, carried[3] = {zero, zero, zero};
-        loom_sched_range(k, &g->sched, &pid, &step);
+        loom_val pid = LOOM_NONE, step = LOOM_NONE, carried[3] = {zero, zero, zero};
+        if (g->turns) /* ping-pong counts the other replica's ring uses: the static stride */
+            loom_sched_range(k, &g->sched, &pid, &step);
         loom_val rank = clu(s) > 1 ? loom_cluster_rank(k) : LOOM_NONE;
         loom_val rep = g->turns ? loom_pingpong_start(k, &g->pp) : g->halves ? loom_task_replica(k) : LOOM_NONE;
         if (g->turns) /* replica 1 starts after replica 0's first tile */
