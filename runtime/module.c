@@ -189,26 +189,27 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     double t0 = util_now_ms();
     mc_key key;
     unsigned slot = (unsigned)(k->uid % RT_RECENT_KEYS);
+    /* an unchanged kernel: its remembered key and the table, under one lock */
     pthread_mutex_lock(&g->modules_lock);
     bool known = g->recent[slot].uid == k->uid && g->recent[slot].gen == k->gen;
-    if (known)
+    mc_entry *hit = NULL;
+    if (known) {
         key = g->recent[slot].key;
+        if ((hit = mc_table_find(&g->modules, &key)))
+            *out = *hit;
+    }
     pthread_mutex_unlock(&g->modules_lock);
-    if (!known) {
+    if (!known) { /* hash its IR once, remember the key */
         mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
         pthread_mutex_lock(&g->modules_lock);
         g->recent[slot].uid = k->uid;
         g->recent[slot].gen = k->gen;
         g->recent[slot].key = key;
+        if ((hit = mc_table_find(&g->modules, &key)))
+            *out = *hit;
         pthread_mutex_unlock(&g->modules_lock);
     }
     lp->key_ms = util_now_ms() - t0;
-
-    pthread_mutex_lock(&g->modules_lock);
-    mc_entry *hit = mc_table_find(&g->modules, &key);
-    if (hit)
-        *out = *hit;
-    pthread_mutex_unlock(&g->modules_lock);
     if (hit) {
         lp->result = RT_CACHE_MEMORY;
         stats_record(lp);
