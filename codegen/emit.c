@@ -1,5 +1,5 @@
 /*
- * emit.c -- the LLVM end of the pipeline: target machine, O3, PTX text.
+ * emit.c -- the LLVM end of the pipeline: target machine, a short opt pipeline, PTX text.
  *
  * LLVM's NVPTX target is initialized once per process (pthread_once).  Each compile
  * makes its own target machine (CPU = the arch, e.g. sm_90a; features pick the PTX ISA
@@ -12,14 +12,29 @@
  * straight-line code, unrolled tiles, no allocas, no calls, no inlining to do.  What it
  * leaves is redundancy (the same coordinate computed for several registers), constant
  * arithmetic, loop-invariant address math and the dot's short k-loop.  early-cse,
- * instcombine, simplifycfg, licm and full unrolling of short loops remove all of that,
- * and infer-alignment lets the backend merge shared-memory accesses into vectors.  The
- * PTX comes out the same size as O3's (smaller for the matmul), in a third of the time;
- * O3 spent most of its time in GVN and in instcombine over the fully unrolled dot.  The
- * target machine runs at the default codegen level (O2): at O3 NVPTX adds two GVN runs
- * of its own, which cost the matmul example 12 ms and change nothing ptxas does not do
- * again.  LOOM_LLVM_PASSES=<pipeline> replaces the pipeline (e.g. default<O3>) to compare.
+ * instcombine, simplifycfg, licm and full unrolling of short loops remove all of that
+ * (a second early-cse, instcombine and simplifycfg clean up after them: the second
+ * instcombine is a fifth of the opt time, but without it a GEMM's swizzled shared-memory
+ * addresses lose their immediate offsets), and infer-alignment lets the backend see the
+ * alignment of shared-memory accesses.  The PTX comes out the same size as O3's
+ * (smaller for the matmul), in a third of the time; O3 spent most of its time in GVN and
+ * in instcombine over the fully unrolled dot.  The target machine runs at the default codegen level
+ * (O2): at O3 NVPTX adds two GVN runs of its own, which cost the matmul example 12 ms
+ * and change nothing ptxas does not do again.  LOOM_LLVM_PASSES=<pipeline> replaces the
+ * pipeline (e.g. default<O3>) to compare.
  *
+ * The backend's load/store vectorizer is off (-disable-nvptx-load-store-vectorizer):
+ * global accesses are vectors from the lowering (lower_mem.c), and so are the shared
+ * accesses it found, those of layout conversions and of a reduction's partials
+ * (lower.c, lower_math.c); on a GEMM's swizzled epilogue stores, which it cannot merge,
+ * it spent a quarter of the PTX emission time.
+ *
+ * What the compile time goes into (issue 18: ikbo_lce's codegen, 216 ms before): LLVM's
+ * cost grows with the operands of the inline asm it selects, so the lowering keeps
+ * those statements few and their operands shared (lower_hopper.c: one statement per
+ * wgmma op; lower_mem.c: stores grouped, bounds once per coordinate), and avoids
+ * the f16 bitcasts that LLVM 19 makes into ProxyReg instructions (their eraser walks
+ * the whole function once per instance). *
  * Floating point: the NVPTX backend is told not to contract a*b+c into fma
  * (-nvptx-fma-level=0) so every add and mul is emitted with .rn and rounds exactly
  * as the interpreter's does; explicit fma ops still use fma.rn.  Division is IEEE
@@ -58,8 +73,8 @@ static void init_llvm(void)
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
-    const char *argv[] = {"loom", "-nvptx-fma-level=0"};
-    LLVMParseCommandLineOptions(2, argv, NULL);
+    const char *argv[] = {"loom", "-nvptx-fma-level=0", "-disable-nvptx-load-store-vectorizer"};
+    LLVMParseCommandLineOptions(3, argv, NULL);
 }
 
 loom_status cg_emit_init(cg_ctx *cg)
@@ -103,15 +118,8 @@ void cg_target_machine_free(void *tm)
         LLVMDisposeTargetMachine((LLVMTargetMachineRef)tm);
 }
 
-loom_status cg_optimize(cg_ctx *cg, void *module, void *tm)
+static loom_status run_passes(cg_ctx *cg, LLVMModuleRef m, void *tm, const char *passes)
 {
-    LLVMModuleRef m = (LLVMModuleRef)module;
-    LLVMTargetDataRef td = LLVMCreateTargetDataLayout((LLVMTargetMachineRef)tm);
-    LLVMSetModuleDataLayout(m, td);
-    LLVMDisposeTargetData(td);
-    const char *passes = util_env_str("LOOM_LLVM_PASSES");
-    if (!passes)
-        passes = CG_PASSES;
     LLVMPassBuilderOptionsRef opt = LLVMCreatePassBuilderOptions();
     LLVMErrorRef e = LLVMRunPasses(m, passes, (LLVMTargetMachineRef)tm, opt);
     LLVMDisposePassBuilderOptions(opt);
@@ -121,6 +129,16 @@ loom_status cg_optimize(cg_ctx *cg, void *module, void *tm)
         LLVMDisposeErrorMessage(msg);
     }
     return cg->st;
+}
+
+loom_status cg_optimize(cg_ctx *cg, void *module, void *tm)
+{
+    LLVMModuleRef m = (LLVMModuleRef)module;
+    LLVMTargetDataRef td = LLVMCreateTargetDataLayout((LLVMTargetMachineRef)tm);
+    LLVMSetModuleDataLayout(m, td);
+    LLVMDisposeTargetData(td);
+    const char *passes = util_env_str("LOOM_LLVM_PASSES");
+    return run_passes(cg, m, tm, passes ? passes : CG_PASSES);
 }
 
 /* A kernel launched in clusters says so in its PTX: .reqnctapercluster after the entry's

@@ -332,6 +332,24 @@ static LLVMValueRef *get(L *l, uint32_t v, int32_t want)
     return convert(l, v, want);
 }
 
+/* The elements per shared-memory access of a conversion (<= 16 bytes): registers j ..
+ * j + v - 1 of layout lay sit at consecutive, v-aligned places of the row-major scratch
+ * array when the layout's first register bits are the innermost dim's first bits (no
+ * lane or warp bit lands below them).  loom makes these vectors itself: LLVM's
+ * load/store vectorizer, which found them before, is off (codegen/emit.c). */
+static int smem_vec(const cg_layout *lay, loom_dtype dt, size_t eb)
+{
+    if (dt == LOOM_I1) /* stored as bytes */
+        return 1;
+    int b = 0;
+    while (b < lay->nreg && lay->reg[b].dim == lay->rank - 1 && lay->reg[b].bit == b)
+        b++;
+    int v = 1 << b;
+    while (v > 1 && (size_t)v * eb > 16)
+        v /= 2;
+    return v;
+}
+
 /* Convert through shared memory: bar; store in the source layout; bar; load in want. */
 static LLVMValueRef *convert(L *l, uint32_t v, int32_t want)
 {
@@ -341,17 +359,37 @@ static LLVMValueRef *convert(L *l, uint32_t v, int32_t want)
     const cg_layout *wl = cg_lay(l->cg, want);
     if (!lw_check_scratch(l, (size_t)cg_layout_padded_numel(wl) * eb))
         return NULL;
+    LLVMTypeRef rt = reg_type(l, dt);
     lw_barrier(l);
-    for (int j = 0; j < x->n; j++)
-        lw_smem_store(l, LLVMBuildMul(l->B, lw_lin_index(l, x->lay, j), ci32(l, (int64_t)eb), ""), x->r[j]);
+    int vs = smem_vec(cg_lay(l->cg, x->lay), dt, eb);
+    for (int j = 0; j < x->n; j += vs) {
+        LLVMValueRef off = LLVMBuildMul(l->B, lw_lin_index(l, x->lay, j), ci32(l, (int64_t)eb), "");
+        if (vs == 1) {
+            lw_smem_store(l, off, x->r[j]);
+            continue;
+        }
+        LLVMValueRef vec = LLVMGetUndef(LLVMVectorType(rt, (unsigned)vs));
+        for (int e = 0; e < vs; e++)
+            vec = LLVMBuildInsertElement(l->B, vec, x->r[j + e], ci32(l, e), "");
+        LLVMSetAlignment(LLVMBuildStore(l->B, vec, lw_smem_ptr(l, off)), (unsigned)((size_t)vs * eb));
+    }
     lw_barrier(l);
     int n = cg_layout_regs(wl);
     LLVMValueRef *out = lw_regs_alloc(l, n);
     if (!out)
         return NULL;
-    for (int j = 0; j < n; j++)
-        out[j] = lw_smem_load(l, LLVMBuildMul(l->B, lw_lin_index(l, want, j), ci32(l, (int64_t)eb), ""),
-                              reg_type(l, dt));
+    int vl = smem_vec(wl, dt, eb);
+    for (int j = 0; j < n; j += vl) {
+        LLVMValueRef off = LLVMBuildMul(l->B, lw_lin_index(l, want, j), ci32(l, (int64_t)eb), "");
+        if (vl == 1) {
+            out[j] = lw_smem_load(l, off, rt);
+            continue;
+        }
+        LLVMValueRef ld = LLVMBuildLoad2(l->B, LLVMVectorType(rt, (unsigned)vl), lw_smem_ptr(l, off), "");
+        LLVMSetAlignment(ld, (unsigned)((size_t)vl * eb));
+        for (int e = 0; e < vl; e++)
+            out[j + e] = LLVMBuildExtractElement(l->B, ld, ci32(l, e), "");
+    }
     return out;
 }
 

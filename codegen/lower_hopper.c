@@ -311,6 +311,15 @@ static bool pairs_in_rows(const cg_layout *lay, const vgeom *g)
 }
 
 /* Two elements (already rounded to dt) as one i32 (16-bit types) or <2 x float> (f32). */
+/* y where x is fpext(fptrunc(y)) to f16 and back (the f32 register of a cast to f16), else x. */
+static LLVMValueRef unrounded(L *l, LLVMValueRef x)
+{
+    LLVMValueRef h = LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL;
+    if (h && LLVMTypeOf(h) == l->t_f16 && LLVMIsAFPTruncInst(h) && LLVMTypeOf(LLVMGetOperand(h, 0)) == l->t_f32)
+        return LLVMGetOperand(h, 0);
+    return x;
+}
+
 static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
 {
     if (dt == LOOM_F32) {
@@ -319,10 +328,13 @@ static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
         return LLVMBuildInsertElement(l->B, v, b, ci32(l, 1), "");
     }
     if (dt == LOOM_F16) {
-        LLVMValueRef v = LLVMGetUndef(LLVMVectorType(l->t_f16, 2));
-        v = LLVMBuildInsertElement(l->B, v, LLVMBuildFPTrunc(l->B, a, l->t_f16, ""), ci32(l, 0), "");
-        v = LLVMBuildInsertElement(l->B, v, LLVMBuildFPTrunc(l->B, b, l->t_f16, ""), ci32(l, 1), "");
-        return LLVMBuildBitCast(l->B, v, l->t_i32, "");
+        /* one cvt.rn.f16x2.f32 (as pack_pair): a <2 x half> bitcast to i32 would be a
+         * ProxyReg machine instruction for LLVM 19, whose eraser walks the whole function
+         * once per instance (lower_mem.c, f16_bits).  Rounding an element that is already
+         * an f16 value is exact; one that is the f32 of an f16 rounding is rounded from
+         * its source instead, so that rounding and the conversion back are dead. */
+        LLVMValueRef ab[2] = {unrounded(l, b), unrounded(l, a)}; /* the first fills the upper half */
+        return lw_asm_call(l, l->t_i32, "cvt.rn.f16x2.f32 $0, $1, $2;", "=r,f,f", ab, 2, true);
     }
     /* bf16: the top halves of the rounded f32 values */
     LLVMValueRef lo = LLVMBuildLShr(l->B, LLVMBuildBitCast(l->B, a, l->t_i32, ""), ci32(l, 16), "");
@@ -989,6 +1001,20 @@ static LLVMValueRef *a_fragments(L *l, uint32_t o, ir_op *op, int64_t mblocks, i
     return pk;
 }
 
+/* The result type of an asm statement with many register outputs (wgmma, its wait and
+ * fence): a struct type of its own per statement.  With one literal type for all of them,
+ * instcombine turns a loop's phis of the accumulator registers (each an extractvalue of a
+ * wait in the preheader and of one in the latch) into one phi of the whole struct, and
+ * instruction selection then copies all of that struct's registers out again for every
+ * register extracted from it: 128 x 128 copies per loop for a 64x256 accumulator, a fifth
+ * of ikbo_lce's PTX emission time.  Distinct types keep the phis per register. */
+static LLVMTypeRef asm_results(L *l, LLVMTypeRef *ft, int n)
+{
+    LLVMTypeRef st = LLVMStructCreateNamed(l->C, "");
+    LLVMStructSetBody(st, ft, (unsigned)n, 0);
+    return st;
+}
+
 /* wgmma.fence with the A registers (na b32) and the accumulator (nc f32) passing through
  * it as tied operands, replaced in place by what comes out: LLVM then computes every one
  * of them before the fence and wgmma reads them after it, as the fence requires of
@@ -1010,7 +1036,7 @@ static bool fence_tied(L *l, LLVMValueRef *a, int na, LLVMValueRef *c, int nc)
     for (int i = 0; i < n; i++)
         p += (size_t)sprintf(cons + p, ",%d", i);
     sprintf(cons + p, ",~{memory}");
-    LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)n, 0);
+    LLVMTypeRef st = asm_results(l, ft, n);
     LLVMTypeRef fty = LLVMFunctionType(st, ft, (unsigned)n, 0);
     const char *t = "wgmma.fence.sync.aligned;";
     LLVMValueRef ia = LLVMGetInlineAsm(fty, t, strlen(t), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
@@ -1025,6 +1051,42 @@ static bool fence_tied(L *l, LLVMValueRef *a, int na, LLVMValueRef *c, int nc)
     }
     return true;
 }
+
+/* A wgmma directly followed in its block by wgmma_commit and a wgmma_wait of its result
+ * alone (the k loop of every GEMM template) is issued together with them, in one asm
+ * statement (lower_wgmma).  Returns the wait op fused into wgmma op g, or 0. */
+static uint32_t wgmma_fused_wait(cg_ctx *cg, uint32_t g)
+{
+    const loom_kernel *k = cg->k;
+    const ir_block *b = &k->blocks[k->ops[g].block];
+    for (uint32_t i = 0; i + 2 < b->nops; i++) {
+        if (b->ops[i] != g)
+            continue;
+        uint32_t c = b->ops[i + 1], w = b->ops[i + 2];
+        const ir_op *wo = &k->ops[w];
+        int32_t id = cg->vlay[k->ops[g].res[0]];
+        bool ok = k->ops[c].kind == IR_WGMMA_COMMIT && wo->kind == IR_WGMMA_WAIT && wo->nopnd == 1 &&
+                  wo->opnd[0] == k->ops[g].res[0] && cg_want(cg, w, 0) == id && cg->vlay[wo->res[0]] == id;
+        return ok ? w : 0;
+    }
+    return 0;
+}
+
+/* The wgmma whose statement issued op o (a commit or a wait), or 0. */
+static uint32_t issued_by_wgmma(cg_ctx *cg, uint32_t o)
+{
+    const loom_kernel *k = cg->k;
+    const ir_block *b = &k->blocks[k->ops[o].block];
+    int back = k->ops[o].kind == IR_WGMMA_COMMIT ? 1 : 2;
+    for (uint32_t i = (uint32_t)back; i < b->nops; i++)
+        if (b->ops[i] == o) {
+            uint32_t g = b->ops[i - (uint32_t)back];
+            return k->ops[g].kind == IR_WGMMA && wgmma_fused_wait(cg, g) == b->ops[i - (uint32_t)back + 2] ? g : 0;
+        }
+    return 0;
+}
+
+static uint32_t arrive_after_wait(const loom_kernel *k, uint32_t w);
 
 bool lower_wgmma(L *l, uint32_t o, ir_op *op)
 {
@@ -1066,35 +1128,77 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
             return false;
     } else
         asm_void(l, "wgmma.fence.sync.aligned;", "~{memory}", NULL, 0);
+    /* One asm statement issues every wgmma instruction of the op (per m64 block, its K/16
+     * steps) back to back on the same accumulator registers, as CUTLASS writes them, and,
+     * where the op is followed by its commit and wait (wgmma_fused_wait), those too.  The
+     * PTX is the sequence that one statement per step and per op gave, but LLVM sees the
+     * accumulators pass through one call's tied operands instead of K/16 + 1 of them:
+     * instruction selection, two-address lowering and the register coalescer, which all
+     * scale with those operands, do a fraction of the work (most of a GEMM's PTX
+     * emission time was there). */
+    uint32_t w = wgmma_fused_wait(cg, o), fa = w ? arrive_after_wait(l->k, w) : 0;
     int nr = (int)(N / 2), na0 = a_regs ? 4 : 1; /* A: four registers, or a descriptor */
-    char *text = lw_alloc(l, 8192), *cons = lw_alloc(l, 4096);
+    int ks = (int)(K / 16), per = na0 + 1;          /* per k16 step: A, then B's descriptor */
+    int nout = (int)mblocks * nr;                   /* the registers wgmma writes */
+    int np = nout + (int)mblocks * ks * per;        /* operand number of the scale-d input */
+    size_t tlen = (size_t)(mblocks * ks) * ((size_t)nr * 7 + 160) + 512;
+    size_t clen = (size_t)nout * 9 + (size_t)(mblocks * ks) * 12 + 32;
+    char *text = lw_alloc(l, tlen), *cons = lw_alloc(l, clen);
     if (!text || !cons)
         return false;
-    size_t p = (size_t)snprintf(text, 8192, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", nr + na0 + 1);
-    p += (size_t)snprintf(text + p, 8192 - p, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {", (long long)N, ty,
-                          ty);
-    for (int i = 0; i < nr; i++)
-        p += (size_t)snprintf(text + p, 8192 - p, "%s$%d", i ? ", " : "", i);
-    if (a_regs) /* no transpose of A in registers */
-        snprintf(text + p, 8192 - p, "}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n\t}", nr, nr + 1, nr + 2, nr + 3,
-                 nr + 4, b_mn ? 1 : 0);
-    else
-        snprintf(text + p, 8192 - p, "}, $%d, $%d, p, 1, 1, %d, %d;\n\t}", nr, nr + 1, a_mn ? 1 : 0, b_mn ? 1 : 0);
+    /* An accumulator of zeros (a splat of 0: the first k step's) is not read: the first
+     * step of each m64 block has scale-d off (predicate z) and the registers go in
+     * undefined, as CUTLASS does it, instead of a mov of 0 per register. */
+    bool zero = true;
+    for (int64_t mb = 0; mb < mblocks; mb++)
+        for (int i = 0; i < nr && zero; i++)
+            zero = LLVMIsConstant(out[mb * (Np / 2) + i]) && LLVMIsNull(out[mb * (Np / 2) + i]);
+    int nfa = np + 1 + (zero ? 1 : 0); /* the fused arrive's lane and barrier operands */
+    size_t p = (size_t)snprintf(text, tlen, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", np);
+    if (zero)
+        p += (size_t)snprintf(text + p, tlen - p, ".reg .pred z;\n\tsetp.ne.b32 z, $%d, 0;\n\t", np + 1);
+    for (int64_t mb = 0; mb < mblocks; mb++)
+        for (int s = 0; s < ks; s++) {
+            int a0 = nout + (int)(mb * ks + s) * per, r0 = (int)mb * nr; /* A operand(s), then B */
+            const char *sd = zero && s == 0 ? "z" : "p";
+            p += (size_t)snprintf(text + p, tlen - p, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
+                                  (long long)N, ty, ty);
+            for (int i = 0; i < nr; i++)
+                p += (size_t)snprintf(text + p, tlen - p, "%s$%d", i ? ", " : "", r0 + i);
+            if (a_regs) /* no transpose of A in registers */
+                p += (size_t)snprintf(text + p, tlen - p, "}, {$%d, $%d, $%d, $%d}, $%d, %s, 1, 1, %d;\n\t", a0,
+                                      a0 + 1, a0 + 2, a0 + 3, a0 + 4, sd, b_mn ? 1 : 0);
+            else
+                p += (size_t)snprintf(text + p, tlen - p, "}, $%d, $%d, %s, 1, 1, %d, %d;\n\t", a0, a0 + 1, sd,
+                                      a_mn ? 1 : 0, b_mn ? 1 : 0);
+        }
+    if (w) {
+        p += (size_t)snprintf(text + p, tlen - p, "wgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned %d;\n\t",
+                              (int)l->k->ops[w].iattr[0]);
+        if (fa) /* lane 0 of each warp arrives right after the wait (lower_wgmma_wait) */
+            p += (size_t)snprintf(text + p, tlen - p,
+                                  "{\n\t.reg .pred q;\n\tsetp.eq.u32 q, $%d, 0;\n\t"
+                                  "@q mbarrier.arrive.shared::cta.b64 _, [$%d];\n\t}\n\t",
+                                  nfa, nfa + 1);
+    }
+    snprintf(text + p, tlen - p, "}");
     size_t q = 0;
-    for (int i = 0; i < nr; i++)
-        q += (size_t)snprintf(cons + q, 4096 - q, "%s=f", i ? "," : "");
-    q += (size_t)snprintf(cons + q, 4096 - q, a_regs ? ",r,r,r,r,l,r" : ",l,l,r");
-    for (int i = 0; i < nr; i++)
-        q += (size_t)snprintf(cons + q, 4096 - q, ",%d", i);
-    LLVMTypeRef *ft = lw_alloc(l, (size_t)nr * sizeof *ft);
-    LLVMValueRef *args = lw_alloc(l, (size_t)(nr + na0 + 2) * sizeof *args);
-    if (!ft || !args)
-        return false;
-    for (int i = 0; i < nr; i++)
-        ft[i] = l->t_f32;
-    LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)nr, 0);
-    LLVMTypeRef *at2 = lw_alloc(l, (size_t)(nr + na0 + 2) * sizeof *at2);
-    if (!at2)
+    for (int i = 0; i < nout; i++)
+        q += (size_t)snprintf(cons + q, clen - q, "%s=f", i ? "," : "");
+    for (int64_t s = 0; s < mblocks * ks; s++)
+        q += (size_t)snprintf(cons + q, clen - q, a_regs ? ",r,r,r,r,l" : ",l,l");
+    q += (size_t)snprintf(cons + q, clen - q, zero ? ",r,r" : ",r");
+    if (fa)
+        q += (size_t)snprintf(cons + q, clen - q, ",r,r");
+    for (int i = 0; i < nout; i++)
+        q += (size_t)snprintf(cons + q, clen - q, ",%d", i);
+    if (w)
+        snprintf(cons + q, clen - q, ",~{memory}");
+    int nargs = nfa + (fa ? 2 : 0) + nout, na = 0;
+    LLVMTypeRef *ft = lw_alloc(l, (size_t)nout * sizeof *ft);
+    LLVMValueRef *args = lw_alloc(l, (size_t)nargs * sizeof *args);
+    LLVMTypeRef *at2 = lw_alloc(l, (size_t)nargs * sizeof *at2);
+    if (!ft || !args || !at2)
         return false;
     for (int64_t mb = 0; mb < mblocks; mb++) {
         /* a: rows g*rows + mb*64 .., b: all N */
@@ -1114,26 +1218,44 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
                                                               ci32(l, ga.rows * ga.span), ""),
                                                  ci32(l, op_off(&ga, true, mb * 64, kk)), ""), "");
             LLVMValueRef boff = LLVMBuildAdd(l->B, b_base, ci32(l, op_off(&gb, b_mn, 0, kk)), "");
-            int na = 0;
             if (a_regs)
                 for (int i = 0; i < 4; i++)
                     args[na++] = afr[(mb * (K / 16) + kk / 16) * 4 + i];
             else
                 args[na++] = make_desc(l, &ga, aoff, a_mn);
             args[na++] = make_desc(l, &gb, boff, b_mn);
-            args[na++] = ci32(l, 1);
-            for (int i = 0; i < nr; i++)
-                args[na++] = out[mb * (Np / 2) + i];
-            for (int i = 0; i < na; i++)
-                at2[i] = LLVMTypeOf(args[i]);
-            LLVMTypeRef fty = LLVMFunctionType(st, at2, (unsigned)na, 0);
-            LLVMValueRef ia = LLVMGetInlineAsm(fty, text, strlen(text), cons, strlen(cons), 1, 0,
-                                               LLVMInlineAsmDialectATT, 0);
-            LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)na, "");
-            lw_add_fn_attr_call(l, call, "convergent", 0);
-            for (int i = 0; i < nr; i++)
-                out[mb * (Np / 2) + i] = LLVMBuildExtractValue(l->B, call, (unsigned)i, "");
         }
+    }
+    args[na++] = ci32(l, 1);
+    if (zero)
+        args[na++] = ci32(l, 0);
+    if (fa) {
+        args[na++] = l->lane;
+        args[na++] = bar_addr(l, &l->k->ops[fa], 0);
+    }
+    for (int64_t mb = 0; mb < mblocks; mb++)
+        for (int i = 0; i < nr; i++)
+            args[na++] = zero ? LLVMGetUndef(l->t_f32) : out[mb * (Np / 2) + i];
+    for (int i = 0; i < nout; i++)
+        ft[i] = l->t_f32;
+    for (int i = 0; i < na; i++)
+        at2[i] = LLVMTypeOf(args[i]);
+    LLVMTypeRef fty = LLVMFunctionType(asm_results(l, ft, nout), at2, (unsigned)na, 0);
+    LLVMValueRef ia = LLVMGetInlineAsm(fty, text, strlen(text), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)na, "");
+    lw_add_fn_attr_call(l, call, "convergent", 0);
+    for (int64_t mb = 0; mb < mblocks; mb++)
+        for (int i = 0; i < nr; i++)
+            out[mb * (Np / 2) + i] = LLVMBuildExtractValue(l->B, call, (unsigned)(mb * nr + i), "");
+    /* the wait's result: the same registers (those past N, the padding of Np, pass
+     * through unchanged: wgmma never writes them) */
+    if (w) {
+        LLVMValueRef *wr = lw_regs_alloc(l, n);
+        if (!wr)
+            return false;
+        memcpy(wr, out, (size_t)n * sizeof *wr);
+        if (!lw_set_result(l, l->k->ops[w].res[0], id, wr))
+            return false;
     }
     (void)Np;
     return lw_set_result(l, op->res[0], id, out);
@@ -1141,8 +1263,9 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
 
 bool lower_wgmma_commit(L *l, uint32_t o, ir_op *op)
 {
-    (void)o;
     (void)op;
+    if (issued_by_wgmma(l->cg, o)) /* in the wgmma's statement */
+        return true;
     asm_void(l, "wgmma.commit_group.sync.aligned;", "~{memory}", NULL, 0);
     return true;
 }
@@ -1174,6 +1297,8 @@ static bool arrive_fused(const loom_kernel *k, uint32_t a)
 /* The accumulators flow through the wait as tied operands: LLVM cannot touch them before. */
 bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
 {
+    if (issued_by_wgmma(l->cg, o)) /* in the wgmma's statement, which set the result */
+        return true;
     int total = 0;
     LLVMValueRef *regs[16];
     for (int i = 0; i < op->nopnd; i++) {
@@ -1224,7 +1349,7 @@ bool lower_wgmma_wait(L *l, uint32_t o, ir_op *op)
         ft[i] = it[i] = l->t_f32;
     for (int i = 0; i < ne; i++)
         it[total + i] = l->t_i32;
-    LLVMTypeRef st = LLVMStructTypeInContext(l->C, ft, (unsigned)total, 0);
+    LLVMTypeRef st = asm_results(l, ft, total);
     LLVMTypeRef fty = LLVMFunctionType(st, it, (unsigned)(total + ne), 0);
     LLVMValueRef ia = LLVMGetInlineAsm(fty, t, strlen(t), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
     LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)(total + ne), "");

@@ -320,12 +320,28 @@ bool lower_reduce(L *l, uint32_t o, ir_op *op)
             lw_smem_store(l, LLVMBuildMul(l->B, slot, ci32(l, (int64_t)eb), ""), acc[j]);
         }
         lw_barrier(l);
+        /* one partial per warp: they lie side by side from offset 0 (the scratch is
+         * 128-byte aligned), read as vectors of up to 16 bytes (LLVM's load/store
+         * vectorizer, which found these, is off: codegen/emit.c) */
+        int W = 1 << nwb, vw = pn == 1 && dt != LOOM_I1 ? W : 1;
+        while (vw > 1 && (size_t)vw * eb > 16)
+            vw /= 2;
         for (int j = 0; j < nr; j++) {
             LLVMValueRef a = NULL;
-            for (int w = 0; w < (1 << nwb); w++) {
+            for (int w = 0; w < W; w += vw) {
                 LLVMValueRef slot = LLVMBuildAdd(l->B, ci32(l, (int64_t)w * pn), idx[j], "");
-                LLVMValueRef x = lw_smem_load(l, LLVMBuildMul(l->B, slot, ci32(l, (int64_t)eb), ""), reg_type(l, dt));
-                a = a ? red_combine(l, op->kind, dt, a, x) : x;
+                LLVMValueRef off = LLVMBuildMul(l->B, slot, ci32(l, (int64_t)eb), ""), x[16];
+                if (vw == 1)
+                    x[0] = lw_smem_load(l, off, reg_type(l, dt));
+                else {
+                    LLVMValueRef ld = LLVMBuildLoad2(l->B, LLVMVectorType(reg_type(l, dt), (unsigned)vw),
+                                                     lw_smem_ptr(l, off), "");
+                    LLVMSetAlignment(ld, (unsigned)((size_t)vw * eb));
+                    for (int e = 0; e < vw; e++)
+                        x[e] = LLVMBuildExtractElement(l->B, ld, ci32(l, e), "");
+                }
+                for (int e = 0; e < vw; e++)
+                    a = a ? red_combine(l, op->kind, dt, a, x[e]) : x[e];
             }
             acc[j] = a;
         }

@@ -16,8 +16,9 @@
  * One planner serves the three tile ops: a macc describes the access (tensor, offsets,
  * layout, mask, the rows of a gather, the values of a store) and block_access emits it:
  * the uniform part of the offset and the leading dims' checks once, the valid range of
- * each tiled dim, the vector width (vec_width), then one predicated access (gaccess) per
- * vector.  load_scalar, uniform, is a plain load.
+ * each tiled dim, the vector width (vec_width), then one predicated access per vector
+ * (gaccess for a load; stores go several to an asm statement, sb_store).  load_scalar,
+ * uniform, is a plain load.
  */
 #include "lower.h"
 
@@ -49,6 +50,11 @@ static LLVMValueRef clamp64(L *l, LLVMValueRef x, int64_t lo, int64_t hi)
     return LLVMBuildTrunc(l->B, x, l->t_i32, "");
 }
 
+static LLVMValueRef imin(L *l, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, a, b, ""), a, b, "");
+}
+
 static uint64_t fill_bits(loom_dtype dt, double f)
 {
     float x = (float)f;
@@ -76,6 +82,27 @@ static LLVMValueRef to_bits(L *l, loom_dtype dt, LLVMValueRef x)
     case LOOM_I1: return LLVMBuildZExt(l->B, x, l->t_i8, "");
     default: return x;
     }
+}
+
+/* The bits of one f16 element stored on its own, from its f32 register x.  LLVM 19 turns
+ * every bitcast of a half to i16 into a ProxyReg machine instruction, and the pass that
+ * erases them walks the whole function once per instance: a tile stored element by
+ * element (a transposed store) spent a tenth of its PTX emission there.  cvt.rn.f16.f32
+ * into a b16 register (llvm.nvvm.f2h.rn) gives the same bits without one.  A register
+ * that is the f32 of an f16 rounding (a cast) is rounded from its source again, so no
+ * f32 -> f16 -> f32 -> f16 chain is left for instcombine to fold. */
+static LLVMValueRef f16_bits(L *l, LLVMValueRef x)
+{
+    static const char f2h[] = "llvm.nvvm.f2h.rn";
+    if (!LLVMLookupIntrinsicID(f2h, sizeof f2h - 1)) /* an LLVM without it: the bitcast */
+        return to_bits(l, LOOM_F16, x);
+    LLVMValueRef h = LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL;
+    if (h && LLVMTypeOf(h) != l->t_f16)
+        h = NULL;
+    if (h && !(LLVMIsAFPTruncInst(h) && LLVMTypeOf(LLVMGetOperand(h, 0)) == l->t_f32))
+        return LLVMBuildBitCast(l->B, h, l->t_i16, ""); /* e.g. a loaded f16: its own bits */
+    LLVMValueRef y = h ? LLVMGetOperand(h, 0) : x;
+    return lw_call_intr(l, l->B, f2h, NULL, 0, &y, 1);
 }
 
 static LLVMValueRef from_bits(L *l, loom_dtype dt, LLVMValueRef b)
@@ -166,10 +193,11 @@ static void unpack_words(L *l, LLVMValueRef *w, int v, int elsize, LLVMValueRef 
     }
 }
 
-/* One predicated global access of `bytes` bytes at addr + imm (imm a constant byte offset,
- * written into the instruction: PTX's [reg+imm] addressing). */
-static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LLVMValueRef pred,
-                    LLVMValueRef *w, uint64_t fill_word, uint16_t fill16)
+/* One predicated global load of `bytes` bytes at addr + imm (imm a constant byte offset,
+ * written into the instruction: PTX's [reg+imm] addressing), the fill moved in first;
+ * the words come back in w.  (Stores: sb_store.) */
+static void gaccess(L *l, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LLVMValueRef pred, LLVMValueRef *w,
+                    uint64_t fill_word, uint16_t fill16)
 {
     char text[512], cons[128], disp[32] = "";
     if (imm)
@@ -183,24 +211,6 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, int
     int p = 0, c = 0;
     if (!pred)
         pred = LLVMConstInt(l->t_i1, 1, 0);
-    if (store) {
-        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d st.global%s.%s [$0%s], %s", nw + 1, vec, ty, disp,
-                      nw > 1 ? "{" : "");
-        for (int i = 0; i < nw; i++)
-            p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i + 1);
-        snprintf(text + p, sizeof text - (size_t)p, "%s;", nw > 1 ? "}" : "");
-        c += snprintf(cons + c, sizeof cons - (size_t)c, "l");
-        for (int i = 0; i < nw; i++)
-            c += snprintf(cons + c, sizeof cons - (size_t)c, ",%s", rc);
-        snprintf(cons + c, sizeof cons - (size_t)c, ",b");
-        LLVMValueRef args[8];
-        args[0] = addr;
-        for (int i = 0; i < nw; i++)
-            args[1 + i] = w[i];
-        args[nw + 1] = pred;
-        lw_asm_call(l, l->t_void, text, cons, args, nw + 2, false);
-        return;
-    }
     for (int i = 0; i < nw; i++) {
         if (bytes == 2)
             p += snprintf(text + p, sizeof text - (size_t)p, "mov.b16 $%d, 0x%04x; ", i, fill16);
@@ -227,6 +237,70 @@ static void gaccess(L *l, bool store, bool nc, int bytes, LLVMValueRef addr, int
     LLVMValueRef r = lw_asm_call(l, rt, text, cons, args, 2, nc);
     for (int i = 0; i < nw; i++)
         w[i] = nw > 1 ? LLVMBuildExtractValue(l->B, r, (unsigned)i, "") : r;
+}
+
+/* Predicated stores, several to one asm statement.  A tile stored element by element
+ * (a transposed tile, a masked tail) is a few hundred stores; as one statement each,
+ * instruction selection spent more on the statements than on the stores.  Grouped, the
+ * PTX is the same sequence of st.global instructions.  A store without a predicate is
+ * not guarded. */
+#define SB_MAX 16 /* stores per statement */
+typedef struct stbatch {
+    int n, nargs;
+    size_t p, c;
+    char text[SB_MAX * 96 + 16], cons[SB_MAX * 16 + 16];
+    LLVMValueRef args[SB_MAX * 6];
+} stbatch;
+
+static void sb_flush(L *l, stbatch *b)
+{
+    if (b->n) { /* lw_asm_call takes at most 16 operands */
+        LLVMTypeRef at[SB_MAX * 6];
+        for (int i = 0; i < b->nargs; i++)
+            at[i] = LLVMTypeOf(b->args[i]);
+        LLVMTypeRef ft = LLVMFunctionType(l->t_void, at, (unsigned)b->nargs, 0);
+        LLVMValueRef f = LLVMGetInlineAsm(ft, b->text, b->p, b->cons, b->c, 1, 0, LLVMInlineAsmDialectATT, 0);
+        /* convergent, as every statement with side effects (lw_asm_call) */
+        lw_add_fn_attr_call(l, LLVMBuildCall2(l->B, ft, f, b->args, (unsigned)b->nargs, ""), "convergent", 0);
+    }
+    b->n = b->nargs = 0;
+    b->p = b->c = 0;
+}
+
+/* The operand number of x in the statement (one operand per distinct value). */
+static int sb_operand(stbatch *b, LLVMValueRef x, const char *con)
+{
+    for (int i = 0; i < b->nargs; i++)
+        if (b->args[i] == x)
+            return i;
+    b->c += (size_t)snprintf(b->cons + b->c, sizeof b->cons - b->c, "%s%s", b->nargs ? "," : "", con);
+    b->args[b->nargs] = x;
+    return b->nargs++;
+}
+
+static void sb_store(L *l, stbatch *b, int bytes, LLVMValueRef addr, int64_t imm, LLVMValueRef pred, LLVMValueRef *w)
+{
+    if (b->n == SB_MAX)
+        sb_flush(l, b);
+    int nw = bytes <= 2 ? 1 : bytes / 4;
+    const char *ty = bytes == 1 ? "u8" : bytes == 2 ? "b16" : "b32", *rc = bytes == 2 ? "h" : "r";
+    int a = sb_operand(b, addr, "l"), wi[4];
+    for (int i = 0; i < nw; i++)
+        wi[i] = sb_operand(b, w[i], rc);
+    size_t n = sizeof b->text;
+    if (pred && !(LLVMIsAConstantInt(pred) && LLVMConstIntGetZExtValue(pred)))
+        b->p += (size_t)snprintf(b->text + b->p, n - b->p, "@$%d ", sb_operand(b, pred, "b"));
+    b->p += (size_t)snprintf(b->text + b->p, n - b->p, "st.global");
+    if (nw > 1)
+        b->p += (size_t)snprintf(b->text + b->p, n - b->p, ".v%d", nw);
+    b->p += (size_t)snprintf(b->text + b->p, n - b->p, ".%s [$%d", ty, a);
+    if (imm)
+        b->p += (size_t)snprintf(b->text + b->p, n - b->p, "+%lld", (long long)imm);
+    b->p += (size_t)snprintf(b->text + b->p, n - b->p, "], %s", nw > 1 ? "{" : "");
+    for (int i = 0; i < nw; i++)
+        b->p += (size_t)snprintf(b->text + b->p, n - b->p, "%s$%d", i ? ", " : "", wi[i]);
+    b->p += (size_t)snprintf(b->text + b->p, n - b->p, "%s;\n\t", nw > 1 ? "}" : "");
+    b->n++;
 }
 
 /* The vector width (elements) for this access. */
@@ -261,6 +335,27 @@ static int vec_width(L *l, const macc *a)
     return v;
 }
 
+/* The bounds predicate of one tiled dim per register coordinate (its constant part). */
+typedef struct dim_preds {
+    int n;
+    int64_t *k;
+    LLVMValueRef *p;
+} dim_preds;
+
+static LLVMValueRef dim_pred_find(const dim_preds *d, int64_t k)
+{
+    for (int i = 0; i < d->n; i++)
+        if (d->k[i] == k)
+            return d->p[i];
+    return NULL;
+}
+
+static void dim_pred_add(dim_preds *d, int64_t k, LLVMValueRef p)
+{
+    d->k[d->n] = k;
+    d->p[d->n++] = p;
+}
+
 /* Emit a block access (load, store, load_rows); for loads fills out[] (per register). */
 static bool block_access(L *l, macc *a, LLVMValueRef *out)
 {
@@ -282,24 +377,41 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
     }
     LLVMValueRef base = LLVMBuildGEP2(l->B, l->t_i8, a->base, &uoff, 1, "");
     /* per tiled dim: valid coordinate range [lo, hi) */
-    LLVMValueRef lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK];
-    int64_t span = 0;
-    for (int s = 0; s < a->srank; s++) {
-        int td = a->lead + s;
-        lo[s] = hi[s] = NULL;
-        span += ((INT64_C(1) << lay->lg[s]) - 1) * (a->arg->strides[td] < 0 ? -a->arg->strides[td] : a->arg->strides[td]);
-        if (gather && td == 0)
-            continue;
-        lo[s] = clamp64(l, LLVMBuildNeg(l->B, a->offs[td], ""), -1, INT64_C(1) << 21);
-        hi[s] = clamp64(l, LLVMBuildSub(l->B, ci64(l, a->arg->shape.dim[td]), a->offs[td], ""), -1, INT64_C(1) << 21);
-    }
-    bool wide = span * es >= (INT64_C(1) << 31);
     int v = gather ? 1 : vec_width(l, a);
     if (gather) { /* vectors along the last dim are fine for gathers too */
         macc b = *a;
         b.rows = NULL;
         v = vec_width(l, &b);
     }
+    LLVMValueRef lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK], tlo[LOOM_MAX_RANK], rng[LOOM_MAX_RANK];
+    int64_t span = 0;
+    for (int s = 0; s < a->srank; s++) {
+        int td = a->lead + s;
+        lo[s] = hi[s] = rng[s] = NULL;
+        span += ((INT64_C(1) << lay->lg[s]) - 1) * (a->arg->strides[td] < 0 ? -a->arg->strides[td] : a->arg->strides[td]);
+        if (gather && td == 0)
+            continue;
+        lo[s] = clamp64(l, LLVMBuildNeg(l->B, a->offs[td], ""), -1, INT64_C(1) << 21);
+        hi[s] = clamp64(l, LLVMBuildSub(l->B, ci64(l, a->arg->shape.dim[td]), a->offs[td], ""), -1, INT64_C(1) << 21);
+        /* Where a thread has many coordinates along the dim, c (the thread's part t plus
+         * the register's k, disjoint bits) is valid when lo <= c < min(hi, tile): (t - lo)
+         * + k <u max(min(hi, tile) - lo, 0), one compare per coordinate instead of two
+         * and an and (no wrap: all of it within +-2^21).  With few, the two compares
+         * stay: instcombine often folds them with the clamps into one, where the bounds
+         * here would cost a few instructions once. */
+        int nb = 0;
+        for (int i = 0; i < lay->nreg; i++)
+            nb += lay->reg[i].dim == s;
+        if ((1 << nb) < 8 * (s == a->srank - 1 ? v : 1))
+            continue;
+        LLVMValueRef h = hi[s];
+        if (lay->shape[s] != (INT64_C(1) << lay->lg[s]))
+            h = imin(l, h, ci32(l, lay->shape[s]));
+        tlo[s] = LLVMBuildSub(l->B, lw_tcoord(l, a->lay, s), lo[s], "");
+        LLVMValueRef r = LLVMBuildSub(l->B, h, lo[s], "");
+        rng[s] = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSGT, r, ci32(l, 0), ""), r, ci32(l, 0), "");
+    }
+    bool wide = span * es >= (INT64_C(1) << 31);
     uint64_t fb = fill_bits(dt, a->op->fattr);
     /* the fill repeated over 64 bits: each 32-bit word of a vector gets its half */
     uint64_t fword = fb;
@@ -325,25 +437,63 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         }
         toff = LLVMBuildSExt(l->B, t, l->t_i64, "");
     }
+    stbatch *sb = a->store ? lw_alloc(l, sizeof *sb) : NULL;
+    dim_preds dp[LOOM_MAX_RANK];
+    for (int s = 0; s < a->srank; s++)
+        if (!(dp[s].k = lw_alloc(l, (size_t)n * sizeof *dp[s].k)) || !(dp[s].p = lw_regs_alloc(l, n)))
+            return false;
+        else
+            dp[s].n = 0;
+    if (a->store && !sb)
+        return false;
+    if (!a->srank && upred) /* no tiled dim carries the leading dims' check */
+        return CG_BUG(l->cg, "a block access without tiled dims");
     for (int j0 = 0; j0 < n; j0 += v) {
-        LLVMValueRef pred = upred;
+        /* a register of the padding (its coordinate past the tile for every thread: the
+         * thread's bits only add to it) is never accessed: a load gives the fill */
+        bool pad = false;
+        for (int s = 0; s < a->srank; s++)
+            pad |= cg_reg_coord(lay, j0, s) >= lay->shape[s];
+        if (pad) {
+            for (int e = 0; e < v && !a->store; e++)
+                out[j0 + e] = from_bits(l, dt, LLVMConstInt(bits_type(l, es), fb, 0));
+            continue;
+        }
+        LLVMValueRef pred = NULL;
         LLVMValueRef off = ci64(l, 0); /* wide: the whole offset, computed here */
         int64_t imm = 0;
         for (int s = 0; s < a->srank; s++) {
             int td = a->lead + s;
-            LLVMValueRef c = lw_coord(l, a->lay, j0, s);
-            pred = lw_and_pred(l, pred, lw_in_tile(l, a->lay, j0, s));
-            if (lo[s]) {
-                pred = lw_and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntSGE, c, lo[s], ""));
-                pred = lw_and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntSLT, c, hi[s], ""));
+            /* the bounds of dim s, once per coordinate (with the leading dims' check in
+             * dim 0's): the registers of a tile share a few coordinates per dim */
+            int64_t k = cg_reg_coord(lay, j0, s);
+            LLVMValueRef ps = dim_pred_find(&dp[s], k);
+            if (!ps) {
+                ps = s == 0 ? upred : NULL;
+                if (rng[s]) /* lo <= c < hi, and inside the unpadded tile: one compare */
+                    ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntULT, LLVMBuildAdd(l->B, tlo[s], ci32(l, k), ""),
+                                                          rng[s], ""));
+                else {
+                    LLVMValueRef c = lw_coord(l, a->lay, j0, s);
+                    ps = lw_and_pred(l, ps, lw_in_tile(l, a->lay, j0, s));
+                    if (lo[s]) {
+                        ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntSGE, c, lo[s], ""));
+                        ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntSLT, c, hi[s], ""));
+                    }
+                }
+                if (!ps)
+                    ps = LLVMConstInt(l->t_i1, 1, 0);
+                dim_pred_add(&dp[s], k, ps);
             }
+            if (!(LLVMIsAConstantInt(ps) && LLVMConstIntGetZExtValue(ps)))
+                pred = lw_and_pred(l, pred, ps);
             if (gather && td == 0)
                 continue;
             if (!wide) {
-                imm += cg_reg_coord(lay, j0, s) * a->arg->strides[td] * es;
+                imm += k * a->arg->strides[td] * es;
                 continue;
             }
-            LLVMValueRef cc = LLVMBuildZExt(l->B, c, l->t_i64, "");
+            LLVMValueRef cc = LLVMBuildZExt(l->B, lw_coord(l, a->lay, j0, s), l->t_i64, "");
             off = LLVMBuildAdd(l->B, off, LLVMBuildMul(l->B, cc, ci64(l, a->arg->strides[td] * es), ""), "");
         }
         LLVMValueRef off64 = wide ? off : toff;
@@ -358,16 +508,18 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         LLVMValueRef w[4], eb[16];
         if (a->store) {
             for (int e = 0; e < v; e++)
-                eb[e] = to_bits(l, dt, a->vals[j0 + e]);
+                eb[e] = v == 1 && dt == LOOM_F16 ? f16_bits(l, a->vals[j0 + e]) : to_bits(l, dt, a->vals[j0 + e]);
             pack_words(l, eb, v, es, w);
-            gaccess(l, true, false, v * es, addr, imm, pred, w, 0, 0);
+            sb_store(l, sb, v * es, addr, imm, pred, w);
         } else {
-            gaccess(l, false, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
+            gaccess(l, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
             unpack_words(l, w, v, es, eb);
             for (int e = 0; e < v; e++)
                 out[j0 + e] = from_bits(l, dt, eb[e]);
         }
     }
+    if (sb)
+        sb_flush(l, sb);
     return true;
 }
 

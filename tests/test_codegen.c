@@ -463,6 +463,51 @@ static int count_of(const char *s, const char *what)
     return n;
 }
 
+/* The IKBO LCE's default kernel (tiles 64 x 224 per warp group, K = 64 per ring slot) comes
+ * out compact (issue 18): each wgmma op is one asm statement with its four k16 steps and,
+ * where they follow it, its commit and wait; the zero accumulator of a tile's first step
+ * is not moved into registers (scale-d off); the transposed stores of the user_res planes
+ * skip the registers of the tile's padding (224 of 256 rows: 2 x 112 stores per thread)
+ * and share statements. */
+Test(codegen, ikbo_lce_ptx_is_compact)
+{
+    const loom_template *t = loom_template_find("ikbo_lce");
+    cr_assert(t);
+    int64_t shape[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
+    for (int i = 0; i < t->nshape; i++)
+        shape[i] = t->shape[i].def;
+    for (int i = 0; i < t->nconfig; i++)
+        config[i] = t->config[i].def;
+    char err[1024] = "";
+    loom_kernel *k = t->build(shape, config, err, sizeof err);
+    cr_assert(k, "%s", err);
+    char *ptx = compile(k, "sm_90a", NULL); /* Hopper only */
+    t_ptxas_ok(ptx, "sm_90a", loom_kernel_name(k));
+    int mma = count_of(ptx, "wgmma.mma_async"), asms = count_of(ptx, "begin inline asm");
+    cr_assert_eq(mma % 4, 0, "%s", ptx);
+    /* every statement that issues wgmma issues four steps back to back */
+    int statements = 0;
+    for (const char *p = strstr(ptx, "wgmma.mma_async"); p; p = strstr(p, "wgmma.mma_async")) {
+        statements++;
+        for (int i = 0; i < 4; i++, p = strstr(p, "\n") + 1)
+            cr_assert(!strncmp(strchr(p, 'w'), "wgmma.mma_async", 15), "a step outside its statement:\n%.400s", p);
+    }
+    cr_assert_eq(statements * 4, mma);
+    /* each commit comes right after the last step of its wgmma */
+    for (const char *p = strstr(ptx, "wgmma.commit_group"); p; p = strstr(p + 1, "wgmma.commit_group")) {
+        const char *prev = p - 2; /* the previous line's last character */
+        while (prev > ptx && prev[-1] != '\n')
+            prev--;
+        cr_assert(!strncmp(strchr(prev, 'w'), "wgmma.mma_async", 15), "a commit of its own:\n%.300s", prev);
+    }
+    cr_assert(strstr(ptx, "setp.ne.b32 z"), "no first step with scale-d off:\n%s", ptx);
+    cr_assert_lt(count_of(ptx, "mov.f32"), 112, "the zero accumulator is moved in:\n%s", ptx);
+    cr_assert_eq(count_of(ptx, "st.global.b16"), 2 * 112, "%s", ptx);
+    cr_assert_lt(asms, 300, "%d asm statements:\n%s", asms, ptx);
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
 Test(codegen, masked_accesses_vectorized)
 {
     /* vector_add with an explicit tail mask: n = 1000 is a multiple of 4 floats */
