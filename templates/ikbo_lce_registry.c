@@ -2,10 +2,14 @@
  * ikbo_lce_registry.c -- the IKBO linear compression as a registry template (its stage-4
  * kernel, which `loomc tune ikbo_lce` tunes), and what the tuner and the tests need
  * around it: shape and config vectors as specs, the cost model, inputs and the CPU
- * reference in double.  The kernels themselves are built in templates/ikbo_lce.c.
+ * reference in double; and for the autotuner at large shapes (templates/tpl_device.h)
+ * the inputs it fills on the device and reference kernels on loom's SIMT path, plus
+ * bench_ikbo_lce's check kernel.  The kernels themselves are built in templates/ikbo_lce.c.
  */
 #include "ikbo_lce.h"
+#include "tpl_device.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -89,16 +93,25 @@ static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, int64_t kp
             tpl_set(w, dt, m * kp + q, q < K ? (double)(tpl_rand(seed) % 2001) / 1000.0 - 1.0 : 0.0);
 }
 
+/* Every argument's starting values; an argument whose host[i] is NULL is skipped (the
+ * tuner fills W and E on the device: tpl_device_ikbo_lce). */
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     loom_dtype dt = (loom_dtype)sh[S_DTYPE];
-    fill_padded(host[0], dt, sh[S_M], sh[S_KU], ik_pad8(sh[S_KU]), &seed); /* W_user */
-    fill_padded(host[2], dt, sh[S_M], sh[S_KC], ik_pad8(sh[S_KC]), &seed); /* W_cand */
-    tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &seed);
-    tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &seed);
-    ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], seed, host[4]);
+    uint64_t s0 = seed; /* every fill and the mapping draw from it in turn */
+    if (host[0])
+        fill_padded(host[0], dt, sh[S_M], sh[S_KU], ik_pad8(sh[S_KU]), &s0); /* W_user */
+    if (host[2])
+        fill_padded(host[2], dt, sh[S_M], sh[S_KC], ik_pad8(sh[S_KC]), &s0); /* W_cand */
+    if (host[1])
+        tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &s0);
+    if (host[3])
+        tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &s0);
+    if (host[4])
+        ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], s0, host[4]);
     /* user_res, the counter: zero (the buffers come zeroed); epoch 1 */
-    *(int32_t *)host[8] = 1;
+    if (host[8])
+        *(int32_t *)host[8] = 1;
 }
 
 /* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded (W_user [M, pad8(Ku)],
@@ -187,3 +200,172 @@ const loom_template tpl_def_ikbo_lce = {
     .atol = 2e-2,
     .rtol = 2e-2,
 };
+
+/* ---------------------------------------------------------------- on the device, for the tuner */
+
+/* The reference kernels' tiles: RM x RN of out a program, RK of K a step. */
+enum { REF_RM = 64, REF_RN = 64, REF_RK = 32 };
+
+typedef struct ik_args_ref {
+    loom_val wu, eu, wc, ec, index, ures, flags, claims, epoch, out;
+} ik_args_ref;
+
+/* The arguments of the registry's ikbo_lce kernel (ik_build's IK_FUSED), declared in the
+ * same order with the same types, so the tuner launches a reference kernel with the
+ * candidates' arguments. */
+static ik_args_ref declare_ref(loom_kernel *k, const ik_spec *s)
+{
+    ik_args_ref a;
+    a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, ik_pad8(s->Ku)), LOOM_IN);
+    a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
+    a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, ik_pad8(s->Kc)), LOOM_IN);
+    a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
+    a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
+    a.ures = loom_arg_tensor(k, "user_res", s->dt, ((loom_shape){4, {s->U, 2, s->M, s->N}}), LOOM_INOUT);
+    a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT);
+    a.claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT);
+    a.epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
+    a.out = loom_arg_tensor(k, "out", s->dt, LOOM_SHAPE3(s->B, s->M, s->N), LOOM_OUT);
+    return a;
+}
+
+/* acc [RM, RN] = W[m0.., :] @ E[x, :, n0..] in f32 (W [M, pad8(K)], its padding zero; E
+ * [*, K, N]: rows past K load 0), RK columns of W a step. */
+static loom_val ref_gemm(loom_kernel *k, loom_val w, loom_val e, int64_t kp, loom_val x, loom_val m0, loom_val n0)
+{
+    loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0.0), LOOM_SHAPE2(REF_RM, REF_RN));
+    loom_region_op kl = loom_for_begin(k, loom_const_i(k, LOOM_I32, 0), loom_const_i(k, LOOM_I32, kp),
+                                       loom_const_i(k, LOOM_I32, REF_RK), 1, &acc0);
+    {
+        loom_val kk = loom_for_iv(k, kl);
+        loom_val a = loom_load(k, w, ((loom_val[]){m0, kk}), LOOM_SHAPE2(REF_RM, REF_RK), LOOM_NONE, 0.0);
+        loom_val b = loom_load(k, e, ((loom_val[]){x, kk, n0}), LOOM_SHAPE2(REF_RK, REF_RN), LOOM_NONE, 0.0);
+        loom_val acc = loom_dot(k, a, b, loom_for_arg(k, kl, 0));
+        loom_for_end(k, kl, 1, &acc);
+    }
+    return loom_for_result(k, kl, 0);
+}
+
+/* The program's tile of [M, N]: program_id(0) over cdiv(M, RM) x cdiv(N, RN). */
+static void ref_tile(loom_kernel *k, const ik_spec *s, loom_val *m0, loom_val *n0)
+{
+    loom_val tile = loom_program_id(k, 0), tn = loom_const_i(k, LOOM_I32, TPL_CDIV(s->N, REF_RN));
+    *m0 = loom_mul(k, loom_div(k, tile, tn), loom_const_i(k, LOOM_I32, REF_RM));
+    *n0 = loom_mul(k, loom_rem(k, tile, tn), loom_const_i(k, LOOM_I32, REF_RN));
+}
+
+static loom_kernel *ref_user_kernel(const ik_spec *s)
+{
+    loom_kernel *k = loom_kernel_create("ikbo_lce_ref_user", 4);
+    ik_args_ref a = declare_ref(k, s);
+    loom_val m0, n0, x = loom_program_id(k, 1);
+    ref_tile(k, s, &m0, &n0);
+    loom_val acc = ref_gemm(k, a.wu, a.eu, ik_pad8(s->Ku), x, m0, n0);
+    /* the two planes: hi = acc rounded, lo = what hi misses, rounded */
+    loom_val hi = loom_cast(k, acc, s->dt);
+    loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, hi, LOOM_F32)), s->dt);
+    loom_val zero = loom_const_i(k, LOOM_I32, 0), one = loom_const_i(k, LOOM_I32, 1);
+    loom_store(k, a.ures, ((loom_val[]){x, zero, m0, n0}), hi, LOOM_NONE);
+    loom_store(k, a.ures, ((loom_val[]){x, one, m0, n0}), lo, LOOM_NONE);
+    /* the counter of user blocks done grows by a launch's worth (program (0, 0) alone) */
+    loom_val first = loom_and(k, loom_cmp(k, LOOM_EQ, loom_program_id(k, 0), zero), loom_cmp(k, LOOM_EQ, x, zero));
+    loom_region_op once = loom_if_begin(k, first, 0);
+    {
+        loom_val f = loom_load_scalar(k, a.flags, &zero);
+        f = loom_add(k, f, loom_const_i(k, LOOM_I32, ik_user_blocks(s)));
+        loom_store(k, a.flags, &zero, loom_splat(k, f, LOOM_SHAPE1(1)), LOOM_NONE);
+    }
+    loom_if_end(k, once, 0, NULL);
+    return k;
+}
+
+static loom_kernel *ref_cand_kernel(const ik_spec *s)
+{
+    loom_kernel *k = loom_kernel_create("ikbo_lce_ref_cand", 4);
+    ik_args_ref a = declare_ref(k, s);
+    loom_val m0, n0, b = loom_program_id(k, 1);
+    ref_tile(k, s, &m0, &n0);
+    loom_val acc = ref_gemm(k, a.wc, a.ec, ik_pad8(s->Kc), b, m0, n0);
+    loom_val u = loom_load_scalar(k, a.index, &b);
+    loom_val zero = loom_const_i(k, LOOM_I32, 0), one = loom_const_i(k, LOOM_I32, 1);
+    loom_shape t = LOOM_SHAPE2(REF_RM, REF_RN);
+    loom_val hi = loom_load(k, a.ures, ((loom_val[]){u, zero, m0, n0}), t, LOOM_NONE, 0.0);
+    loom_val lo = loom_load(k, a.ures, ((loom_val[]){u, one, m0, n0}), t, LOOM_NONE, 0.0);
+    acc = loom_add(k, acc, loom_add(k, loom_cast(k, hi, LOOM_F32), loom_cast(k, lo, LOOM_F32)));
+    loom_store(k, a.out, ((loom_val[]){b, m0, n0}), loom_cast(k, acc, s->dt), LOOM_NONE);
+    return k;
+}
+
+int ik_reference_kernels(const int64_t *sh, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n)
+{
+    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the reference has no config */
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    int64_t tiles = TPL_CDIV(s.M, REF_RM) * TPL_CDIV(s.N, REF_RN);
+    if (max < 2 || tiles > INT32_MAX || s.U > 65535 || s.B > 65535 || ik_pad8(s.Ku) > INT32_MAX ||
+        ik_pad8(s.Kc) > INT32_MAX || (s.dt != LOOM_F16 && s.dt != LOOM_BF16)) {
+        snprintf(err, n, "the reference kernels serve B and U up to 65535 and f16 or bf16");
+        return 0;
+    }
+    k[0] = ref_user_kernel(&s);
+    k[1] = ref_cand_kernel(&s);
+    grid[0][0] = grid[1][0] = (int)tiles;
+    grid[0][1] = (int)s.U;
+    grid[1][1] = (int)s.B;
+    grid[0][2] = grid[1][2] = 1;
+    return 2;
+}
+
+static int device_fills(const int64_t *sh, tpl_device_fill *f, int max)
+{
+    if (max < 4)
+        return 0;
+    int64_t kpu = ik_pad8(sh[S_KU]), kpc = ik_pad8(sh[S_KC]);
+    f[0] = (tpl_device_fill){0, -1, 1, kpu, sh[S_KU]}; /* W_user, its padding zero */
+    f[1] = (tpl_device_fill){1, -1, 1, 0, 0};          /* E_user */
+    f[2] = (tpl_device_fill){2, -1, 1, kpc, sh[S_KC]}; /* W_cand */
+    f[3] = (tpl_device_fill){3, -1, 1, 0, 0};          /* E_cand */
+    return 4;
+}
+
+const tpl_device tpl_device_ikbo_lce = {
+    .t = &tpl_def_ikbo_lce,
+    .fills = device_fills,
+    .init_rest = init,
+    .reference = ik_reference_kernels,
+    .reference_doc = "naive f32 SIMT kernels (no TMA, wgmma or warp specialization)",
+};
+
+/* ---------------------------------------------------------------- bench_ikbo_lce's check */
+
+loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int *grid0, int64_t *nparts)
+{
+    int64_t mn = M * N, per = TPL_CDIV(mn, IK_CHECK_BLOCK);
+    if (B < 1 || U < 1 || mn < 1 || B > 65535 || per * B > INT32_MAX - IK_CHECK_BLOCK || mn > INT32_MAX - IK_CHECK_BLOCK)
+        return NULL;
+    *grid0 = (int)per;
+    *nparts = per * B;
+    loom_kernel *k = loom_kernel_create("ikbo_lce_check", 4);
+    loom_val out = loom_arg_tensor(k, "out", LOOM_F16, LOOM_SHAPE2(B, mn), LOOM_IN);
+    loom_val refc = loom_arg_tensor(k, "refc", LOOM_F32, LOOM_SHAPE2(B, mn), LOOM_IN);
+    loom_val refu = loom_arg_tensor(k, "refu", LOOM_F32, LOOM_SHAPE2(U, mn), LOOM_IN);
+    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    loom_val err = loom_arg_tensor(k, "err", LOOM_F32, LOOM_SHAPE1(per * B), LOOM_OUT);
+    loom_val tol = loom_arg_tensor(k, "tol", LOOM_F32, LOOM_SHAPE1(per * B), LOOM_OUT);
+    loom_val p = loom_program_id(k, 0), b = loom_program_id(k, 1);
+    loom_val off = loom_mul(k, p, loom_const_i(k, LOOM_I32, IK_CHECK_BLOCK));
+    loom_val u = loom_load_scalar(k, map, &b);
+    loom_shape t = LOOM_SHAPE1(IK_CHECK_BLOCK);
+    /* past M * N every side loads 0: no error there */
+    loom_val o = loom_cast(k, loom_load(k, out, ((loom_val[]){b, off}), t, LOOM_NONE, 0.0), LOOM_F32);
+    loom_val c = loom_load(k, refc, ((loom_val[]){b, off}), t, LOOM_NONE, 0.0);
+    loom_val x = loom_load(k, refu, ((loom_val[]){u, off}), t, LOOM_NONE, 0.0);
+    loom_val r32 = loom_add(k, c, x);
+    loom_val r16 = loom_cast(k, loom_add(k, loom_cast(k, c, LOOM_F16), loom_cast(k, x, LOOM_F16)), LOOM_F32);
+    loom_val e = loom_abs(k, loom_sub(k, o, r32));
+    e = loom_select(k, loom_cmp(k, LOOM_NE, e, e), loom_const_f(k, LOOM_F32, INFINITY), e);
+    loom_val d = loom_abs(k, loom_sub(k, r16, r32));
+    loom_val at = loom_add(k, loom_mul(k, b, loom_const_i(k, LOOM_I32, per)), p);
+    loom_store(k, err, &at, loom_splat(k, loom_reduce_max(k, e, 0), LOOM_SHAPE1(1)), LOOM_NONE);
+    loom_store(k, tol, &at, loom_splat(k, loom_reduce_max(k, d, 0), LOOM_SHAPE1(1)), LOOM_NONE);
+    return k;
+}

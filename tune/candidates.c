@@ -12,6 +12,11 @@
  * costs keep the enumeration order, so the list, and with it the tuning, is the same from
  * run to run.
  *
+ * The cost model also prunes (tune_prune): past the first TUNE_PRUNE_KEEP candidates, those
+ * the model puts at more than LOOM_TUNE_PRUNE times the best estimate are skipped before
+ * anything compiles them.  The ratio is the model's error bound: a config it rates that
+ * much slower than the best has not been seen to win.
+ *
  * After the first pass, tune_finalists picks the candidates worth timing again, at length
  * and side by side: the fastest few, and any others close enough to the fastest that the
  * first pass's few runs could have ranked them wrong.
@@ -124,4 +129,22 @@ int tune_finalists(const double *ms, int n, int *fin)
     while (keep < nf && (keep < TUNE_FIN_MIN || ms[fin[keep]] <= ms[fin[0]] * (1 + TUNE_FIN_MARGIN)))
         keep++;
     return keep;
+}
+
+/* ---------------------------------------------------------------- pruning by the cost model */
+
+int tune_prune(loom_tune_result *res, int ntry, double ratio, int keep)
+{
+    if (!(ratio > 1) || ntry <= keep || !(res[0].cost > 0))
+        return ntry;
+    int n = keep > 0 ? keep : 1;
+    while (n < ntry && res[n].cost <= res[0].cost * ratio)
+        n++;
+    for (int i = n; i < ntry; i++) {
+        res[i].verdict = LOOM_TUNE_SKIPPED;
+        snprintf(res[i].reason, sizeof res[i].reason,
+                 "pruned: the cost model puts it at x%.2f the best estimate (more than x%.2f), so it cannot win",
+                 res[i].cost / res[0].cost, ratio);
+    }
+    return n;
 }

@@ -18,12 +18,20 @@
  * poisoned outputs (0xff bytes: NaN or -1, so an element it forgets to write is caught)
  * and compares them with the reference on the device, by a kernel written in loom's own
  * DSL (tune_compare_kernel): per program of TUNE_CMP_BLOCK elements it writes the count
- * of elements beyond tolerance and the largest error, and only those come back to the
- * host, so a check costs a fraction of a millisecond even for outputs of hundreds of MB.
+ * of elements beyond tolerance and the largest error, a second kernel folds those into
+ * one count and one maximum (tune_reduce2_kernel), and only those 8 bytes come back to
+ * the host, so a check costs a fraction of a millisecond even for outputs of hundreds of
+ * MB.
+ *
+ * A template with an entry in templates/tpl_device.h has its inputs made on the device
+ * instead (tune_bench_setup_device): the small ones by its init_rest on the host, the
+ * large ones by fill kernels (tune/gpu_inputs.c), and its reference by its own reference
+ * kernels (tune_bench_device_reference), so setting up costs no host time to speak of.
  * The comparison kernels are built before the pool starts (tune_bench_compare_kernels),
  * so that it compiles them first, with the candidates.
  */
 #include "../util/util.h"
+#include "tpl_device.h"
 #include "tune.h"
 
 #include <math.h>
@@ -82,22 +90,25 @@ void tune_bench_free(tune_bench *b)
         loom_buffer_destroy(b->ref[i]);
         loom_buffer_destroy(b->cbad[i]);
         loom_buffer_destroy(b->cmax[i]);
+        loom_buffer_destroy(b->csum[i]);
         loom_kernel_destroy(b->cmpk[i]);
+        loom_kernel_destroy(b->redk[i]);
+        loom_kernel_destroy(b->fillk[i]);
     }
+    for (int i = 0; i < TUNE_MAX_REFK; i++)
+        loom_kernel_destroy(b->refk[i]);
     loom_buffer_destroy(b->flush);
     loom_instance_destroy(&b->in);
-    free(b->hbad);
-    free(b->hmax);
     memset(b, 0, sizeof *b);
 }
 
 loom_status tune_bench_compare_kernels(tune_bench *b, loom_kernel *probe, char *err, size_t n)
 {
     b->nargs = loom_kernel_num_args(probe);
-    int most = 0;
     for (int i = 0; i < b->nargs; i++) {
         loom_arg_info ai;
         loom_kernel_arg_info(probe, i, &ai);
+        b->in.info[i] = ai; /* for inputs made on the device (the probe then stays, as b->in.kernel) */
         if (!is_output(&ai))
             continue;
         int64_t cnt = (int64_t)(ai.min_bytes / loom_dtype_size(ai.dtype));
@@ -106,26 +117,43 @@ loom_status tune_bench_compare_kernels(tune_bench *b, loom_kernel *probe, char *
             snprintf(err, n, "output '%s' of %lld elements cannot be compared", ai.name, (long long)cnt);
             return LOOM_ERR_UNSUPPORTED;
         }
-        if (b->cmpgrid[i] > most)
-            most = b->cmpgrid[i];
-    }
-    b->hbad = malloc((size_t)most * sizeof(float) + 4);
-    b->hmax = malloc((size_t)most * sizeof(float) + 4);
-    if (!b->hbad || !b->hmax) {
-        snprintf(err, n, "out of host memory");
-        return LOOM_ERR_NOMEM;
+        /* the per-program results summed and maxed on the device: 8 bytes come back */
+        if (b->cmpgrid[i] > 1 && !(b->redk[i] = tune_reduce2_kernel(b->cmpgrid[i], TUNE_RED_SUM, TUNE_RED_MAX))) {
+            snprintf(err, n, "output '%s': %d partial results cannot be reduced", ai.name, b->cmpgrid[i]);
+            return LOOM_ERR_UNSUPPORTED;
+        }
     }
     return LOOM_OK;
 }
 
-loom_status tune_bench_setup(tune_bench *b, const int64_t *config, uint64_t seed, char *err, size_t n)
+/* Fill argument i's buffer x on the device with its fill (the same values in every copy:
+ * the hash depends on the seed and the index alone). */
+static loom_status fill_on_device(tune_bench *b, int f, loom_buffer *x)
 {
-    double t0 = util_now_ms();
-    loom_status st = loom_instance_create(b->rt, b->t, b->shape, config, seed, &b->in, err, n);
-    b->inputs_ms = util_now_ms() - t0;
-    if (st != LOOM_OK)
-        return st;
-    const rt_gpu_props *pp = rt_gpu_properties(b->g);
+    int i = b->fill_arg[f];
+    const loom_arg_info *ai = &b->in.info[i];
+    int64_t cnt = (int64_t)(ai->min_bytes / loom_dtype_size(ai->dtype));
+    loom_arg a[6];
+    tune_fill_args(x, b->seed * 0x9e3779b97f4a7c15ull + (uint64_t)i + 1, b->fill_lo[f], b->fill_hi[f],
+                   b->fill_ld[f], b->fill_cols[f], cnt, a);
+    int g[3] = {b->fillgrid[f], 1, 1};
+    return loom_launch(b->rt, b->fillk[f], g, a, 6);
+}
+
+static int fill_of(const tune_bench *b, int arg)
+{
+    for (int f = 0; f < b->nfill; f++)
+        if (b->fill_arg[f] == arg)
+            return f;
+    return -1;
+}
+
+/* After copy 0 exists: the other copies (enough to fill four L2 sizes, at most
+ * TUNE_MAX_COPIES, within a quarter of device memory), the flush buffer, the reference
+ * buffers and the comparison's buffers. */
+static loom_status finish_setup(tune_bench *b, char *err, size_t n)
+{
+    const rt_gpu_props *pp = b->g ? rt_gpu_properties(b->g) : NULL;
     size_t l2 = pp && pp->l2_bytes > 0 ? (size_t)pp->l2_bytes : (size_t)64 << 20;
     size_t budget = pp && pp->total_mem ? pp->total_mem / 4 : (size_t)4 << 30;
     size_t bytes = b->in.bytes ? b->in.bytes : 1;
@@ -133,7 +161,10 @@ loom_status tune_bench_setup(tune_bench *b, const int64_t *config, uint64_t seed
     k = k < 1 ? 1 : k > TUNE_MAX_COPIES ? TUNE_MAX_COPIES : k;
     while (k > 1 && (size_t)k * bytes > budget)
         k--;
+    if (!b->g) /* the interpreter (the tests): no cache to defeat, nothing timed */
+        k = 1;
     b->ncopies = k;
+    loom_status st = LOOM_OK;
     memcpy(b->args[0], b->in.args, sizeof b->in.args);
     for (int c = 1; c < k; c++)
         for (int i = 0; i < b->nargs; i++) {
@@ -146,26 +177,125 @@ loom_status tune_bench_setup(tune_bench *b, const int64_t *config, uint64_t seed
                 goto fail;
             b->extra[c][i] = x;
             b->args[c][i] = LOOM_ARG_BUF(x);
+            int f = fill_of(b, i);
             st = ai->access == LOOM_OUT ? loom_buffer_fill(x, 0xff)
+                 : f >= 0               ? fill_on_device(b, f, x)
                                         : loom_buffer_upload(x, b->in.host[i], ai->min_bytes);
             if (st != LOOM_OK)
                 goto fail;
         }
-    b->flush = loom_buffer_create(b->rt, 2 * l2);
-    if (!b->flush)
+    if (b->g && !(b->flush = loom_buffer_create(b->rt, 2 * l2)))
         goto fail;
     for (int i = 0; i < b->nargs; i++)
         if (is_output(&b->in.info[i]) && !(b->ref[i] = loom_buffer_create(b->rt, b->in.info[i].min_bytes)))
             goto fail;
     for (int i = 0; i < b->nargs; i++)
         if (b->cmpk[i] && (!(b->cbad[i] = loom_buffer_create(b->rt, (size_t)b->cmpgrid[i] * 4)) ||
-                           !(b->cmax[i] = loom_buffer_create(b->rt, (size_t)b->cmpgrid[i] * 4))))
+                           !(b->cmax[i] = loom_buffer_create(b->rt, (size_t)b->cmpgrid[i] * 4)) ||
+                           (b->redk[i] && !(b->csum[i] = loom_buffer_create(b->rt, 8)))))
             goto fail;
     return LOOM_OK;
 fail:
     snprintf(err, n, "setting up %d copies of the arguments (%zu bytes each): %s", k, bytes,
              loom_runtime_error(b->rt));
-    return LOOM_ERR_NOMEM;
+    return st != LOOM_OK ? st : LOOM_ERR_NOMEM;
+}
+
+loom_status tune_bench_setup(tune_bench *b, const int64_t *config, uint64_t seed, char *err, size_t n)
+{
+    double t0 = util_now_ms();
+    loom_status st = loom_instance_create(b->rt, b->t, b->shape, config, seed, &b->in, err, n);
+    b->inputs_ms = util_now_ms() - t0;
+    if (st != LOOM_OK)
+        return st;
+    return finish_setup(b, err, n);
+}
+
+loom_status tune_bench_device_kernels(tune_bench *b, char *err, size_t n)
+{
+    b->dev = tpl_device_find(b->t);
+    if (!b->dev)
+        return LOOM_OK;
+    tpl_device_fill fills[LOOM_MAX_ARGS];
+    int nf = b->dev->fills(b->shape, fills, LOOM_MAX_ARGS);
+    for (int f = 0; f < nf; f++) {
+        int i = fills[f].arg;
+        const loom_arg_info *ai = &b->in.info[i];
+        if (i < 0 || i >= b->nargs || !ai->is_tensor || ai->access != LOOM_IN) {
+            snprintf(err, n, "the device fill of argument %d: not an input tensor", i);
+            return LOOM_ERR_INVALID;
+        }
+        int64_t cnt = (int64_t)(ai->min_bytes / loom_dtype_size(ai->dtype));
+        b->fillk[f] = tune_fill_kernel(ai->dtype, cnt, &b->fillgrid[f]);
+        if (!b->fillk[f]) {
+            snprintf(err, n, "argument '%s' (%s, %lld elements) cannot be filled on the device", ai->name,
+                     loom_dtype_name(ai->dtype), (long long)cnt);
+            return LOOM_ERR_UNSUPPORTED;
+        }
+        b->fill_arg[f] = i;
+        b->fill_lo[f] = fills[f].lo;
+        b->fill_hi[f] = fills[f].hi;
+        b->fill_ld[f] = fills[f].ld;
+        b->fill_cols[f] = fills[f].cols;
+        b->nfill = f + 1;
+    }
+    char why[512] = "";
+    b->nrefk = b->dev->reference ? b->dev->reference(b->shape, b->refk, b->refgrid, TUNE_MAX_REFK, why, sizeof why) : 0;
+    if (b->nrefk < 1) {
+        snprintf(err, n, "no device reference: %s", why[0] ? why : "(no reason given)");
+        return LOOM_ERR_UNSUPPORTED;
+    }
+    return LOOM_OK;
+}
+
+loom_status tune_bench_setup_device(tune_bench *b, uint64_t seed, char *err, size_t n)
+{
+    double t0 = util_now_ms();
+    loom_instance *in = &b->in;
+    loom_status st = LOOM_OK;
+    b->seed = seed;
+    in->nargs = b->nargs;
+    for (int i = 0; i < b->nargs; i++) {
+        const loom_arg_info *ai = &in->info[i];
+        if (!ai->is_tensor) {
+            in->host[i] = &in->scalars[i];
+            continue;
+        }
+        if (ai->access != LOOM_OUT && fill_of(b, i) < 0 && !(in->host[i] = calloc(1, ai->min_bytes))) {
+            snprintf(err, n, "out of host memory");
+            return LOOM_ERR_NOMEM;
+        }
+    }
+    b->dev->init_rest(b->shape, in->host, seed);
+    for (int i = 0; i < b->nargs && st == LOOM_OK; i++) {
+        const loom_arg_info *ai = &in->info[i];
+        if (!ai->is_tensor) {
+            in->args[i] = (loom_arg){.buf = NULL};
+            memcpy(&in->args[i].s, &in->scalars[i], sizeof in->args[i].s);
+            continue;
+        }
+        in->bytes += ai->min_bytes;
+        if (!(in->buf[i] = loom_buffer_create(b->rt, ai->min_bytes))) {
+            st = LOOM_ERR_NOMEM;
+            break;
+        }
+        in->args[i] = LOOM_ARG_BUF(in->buf[i]);
+        int f = fill_of(b, i);
+        st = ai->access == LOOM_OUT ? loom_buffer_fill(in->buf[i], 0xff)
+             : f >= 0               ? fill_on_device(b, f, in->buf[i])
+                                    : loom_buffer_upload(in->buf[i], in->host[i], ai->min_bytes);
+    }
+    if (st == LOOM_OK)
+        st = finish_setup(b, err, n);
+    else
+        snprintf(err, n, "inputs on the device: %s", loom_runtime_error(b->rt));
+    if (st == LOOM_OK && b->g) { /* a failed fill surfaces here rather than in the first check */
+        char e[1024];
+        if ((st = rt_gpu_sync(b->g, e, sizeof e)) != LOOM_OK)
+            snprintf(err, n, "inputs on the device: %s", e);
+    }
+    b->inputs_ms = util_now_ms() - t0;
+    return st;
 }
 
 /* Outputs of copy 0 back to their starting state: OUT poisoned (0xff bytes: NaN or -1),
@@ -225,6 +355,34 @@ loom_status tune_bench_gpu_reference(tune_bench *b, loom_kernel *k, const int gr
     return st;
 }
 
+loom_status tune_bench_device_reference(tune_bench *b, char *err, size_t n)
+{
+    loom_arg args[LOOM_MAX_ARGS];
+    memcpy(args, b->args[0], sizeof args);
+    for (int i = 0; i < b->nargs; i++)
+        if (b->ref[i])
+            args[i] = LOOM_ARG_BUF(b->ref[i]);
+    loom_status st = bench_reset_outputs(b, b->ref);
+    for (int r = 0; r < b->nrefk && st == LOOM_OK; r++) {
+        if (!tune_bench_args_match(b, b->refk[r])) {
+            snprintf(err, n, "reference kernel '%s' takes other arguments than the candidates",
+                     loom_kernel_name(b->refk[r]));
+            return LOOM_ERR_INVALID;
+        }
+        st = loom_launch(b->rt, b->refk[r], b->refgrid[r], args, b->nargs);
+    }
+    if (st != LOOM_OK) {
+        tune_first_line(err, n, "", loom_runtime_error(b->rt));
+        return st;
+    }
+    if (b->g) {
+        char e[1024];
+        if ((st = rt_gpu_sync(b->g, e, sizeof e)) != LOOM_OK)
+            snprintf(err, n, "%s", e);
+    }
+    return st;
+}
+
 bool tune_bench_args_match(const tune_bench *b, loom_kernel *k)
 {
     if (loom_kernel_num_args(k) != b->nargs)
@@ -268,21 +426,28 @@ static loom_status bench_check(tune_bench *b, loom_kernel *k, const int grid[3],
                           LOOM_ARG_BUF(b->cbad[i]), LOOM_ARG_BUF(b->cmax[i])};
         int cg[3] = {b->cmpgrid[i], 1, 1};
         st = loom_launch(b->rt, b->cmpk[i], cg, ca, 6);
-        size_t bytes = (size_t)b->cmpgrid[i] * 4;
-        if (st == LOOM_OK)
-            st = loom_buffer_download(b->cbad[i], b->hbad, bytes);
-        if (st == LOOM_OK)
-            st = loom_buffer_download(b->cmax[i], b->hmax, bytes);
+        float two[2];
+        if (b->redk[i]) { /* folded on the device: the count and the worst error come back */
+            loom_arg ra[3] = {LOOM_ARG_BUF(b->cbad[i]), LOOM_ARG_BUF(b->cmax[i]), LOOM_ARG_BUF(b->csum[i])};
+            static const int one[3] = {1, 1, 1};
+            if (st == LOOM_OK)
+                st = loom_launch(b->rt, b->redk[i], one, ra, 3);
+            if (st == LOOM_OK)
+                st = loom_buffer_download(b->csum[i], two, sizeof two);
+        } else {
+            if (st == LOOM_OK)
+                st = loom_buffer_download(b->cbad[i], &two[0], 4);
+            if (st == LOOM_OK)
+                st = loom_buffer_download(b->cmax[i], &two[1], 4);
+        }
         if (st != LOOM_OK) {
             *fault = true;
             tune_first_line(err, n, "", loom_runtime_error(b->rt));
             return st;
         }
-        for (int p = 0; p < b->cmpgrid[i]; p++) {
-            *nbad += b->hbad[p];
-            if (!(b->hmax[p] <= *worst))
-                *worst = b->hmax[p];
-        }
+        *nbad += two[0];
+        if (!(two[1] <= *worst))
+            *worst = two[1];
     }
     return LOOM_OK;
 }

@@ -279,6 +279,18 @@ int tune_final_runs(double best_ms, int nfin)
     return runs < TUNE_FIN_RUNS_MIN ? TUNE_FIN_RUNS_MIN : runs;
 }
 
+int tune_final_runs_within(double best_ms, int nfin, double remaining_ms)
+{
+    int runs = tune_final_runs(best_ms, nfin);
+    if (nfin < 1 || !(best_ms > 0))
+        return runs;
+    /* each run also writes the flush buffer and is launched: count it half again */
+    double fit = remaining_ms / (1.5 * best_ms * nfin);
+    if (fit < runs)
+        runs = fit < TUNE_FIN_RUNS_MIN ? TUNE_FIN_RUNS_MIN : (int)fit;
+    return runs;
+}
+
 loom_status tune_time_finalists(tune_bench *b, const loom_template *t, const int64_t *shape,
                                 loom_tune_result *res, loom_kernel **kern, const int *fin, int nfin, int runs,
                                 char *err, size_t n)

@@ -19,6 +19,13 @@
  * Workers take the jobs in the order of the list, which the driver makes the order it
  * wants them done in.  When no thread can be started, the jobs run one by one on the main
  * thread as it asks for them, and the tuning goes on, slower.
+ *
+ * The time budget: when the pool has a deadline, a candidate whose compile would not end
+ * before it (judged by the mean wall time of the compiles so far) is not compiled but
+ * skipped, with the budget as its reason, so that the tuning ends about when its budget
+ * says, with the best of what it compiled.  Given kernels and the reference config are
+ * always compiled.  The driver can also wait for one given job (tune_pool_wait): the
+ * fill kernels that make the inputs on the device, needed before any check.
  */
 #define _GNU_SOURCE
 #include "../util/util.h"
@@ -63,6 +70,48 @@ static void run_job(tune_pool *p, tune_job *j)
     j->st = LOOM_OK;
 }
 
+/* Would job j's compile, started now, end past the deadline?  (Under p->mu.) */
+static bool past_deadline(const tune_pool *p, const tune_job *j)
+{
+    if (!(p->deadline_ms > 0) || !j->res || j->must)
+        return false;
+    double mean = p->job_ms_n ? p->job_ms_sum / p->job_ms_n : 0;
+    return util_now_ms() + mean > p->deadline_ms;
+}
+
+/* Run job i, or skip it past the deadline; then record it as finished.  Called without
+ * p->mu held. */
+static void do_job(tune_pool *p, int i)
+{
+    tune_job *j = &p->jobs[i];
+    pthread_mutex_lock(&p->mu);
+    bool skip = past_deadline(p, j);
+    pthread_mutex_unlock(&p->mu);
+    double t0 = util_now_ms();
+    if (skip) {
+        j->st = LOOM_ERR_RUNTIME;
+        j->res->verdict = LOOM_TUNE_SKIPPED;
+        snprintf(j->res->reason, sizeof j->res->reason, "%s",
+                 p->budget_why ? p->budget_why : "not compiled: the time budget ran out");
+    } else {
+        run_job(p, j);
+    }
+    double ms = util_now_ms() - t0;
+    pthread_mutex_lock(&p->mu);
+    if (skip) {
+        p->nskipped++;
+    } else if (j->res) {
+        p->job_ms_sum += ms;
+        p->job_ms_n++;
+    }
+    j->finished = true;
+    p->order[p->done] = i;
+    if (++p->done == p->njobs)
+        p->end_ms = util_now_ms();
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void *worker(void *arg)
 {
     tune_pool *p = arg;
@@ -72,13 +121,7 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&p->mu);
         if (i < 0)
             return NULL;
-        run_job(p, &p->jobs[i]);
-        pthread_mutex_lock(&p->mu);
-        p->order[p->done] = i;
-        if (++p->done == p->njobs)
-            p->end_ms = util_now_ms();
-        pthread_cond_signal(&p->cv);
-        pthread_mutex_unlock(&p->mu);
+        do_job(p, i);
     }
 }
 
@@ -100,11 +143,7 @@ int tune_pool_next(tune_pool *p, int started, int *seen, tune_progress *pr, bool
     if (started == 0 && p->done == *seen) {
         if (!wait)
             return -2;
-        int i = p->next++;
-        run_job(p, &p->jobs[i]);
-        p->order[p->done++] = i;
-        if (p->done == p->njobs)
-            p->end_ms = util_now_ms();
+        do_job(p, p->next++);
     }
     pthread_mutex_lock(&p->mu);
     while (p->done <= *seen) {
@@ -129,6 +168,31 @@ int tune_pool_next(tune_pool *p, int started, int *seen, tune_progress *pr, bool
     pr->compiled = p->done;
     pthread_mutex_unlock(&p->mu);
     return j;
+}
+
+void tune_pool_wait(tune_pool *p, int started, int j, tune_progress *pr)
+{
+    if (started == 0) {
+        while (!p->jobs[j].finished && p->next < p->njobs)
+            do_job(p, p->next++);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    while (!p->jobs[j].finished) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        pr->compiled = p->done;
+        pthread_mutex_unlock(&p->mu);
+        tune_progress_draw(pr, false);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 void tune_pool_finish(tune_pool *p, pthread_t *th, int started, tune_progress *pr)

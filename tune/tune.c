@@ -13,12 +13,18 @@
  *      cache: LLVM does not run) and nothing else happens.
  *   2. Candidates.  Every combination of the knobs' candidates is checked by the
  *      template's valid(); the valid ones are ranked by its cost model (when it has one)
- *      and, if asked, only the best max_configs are kept (candidates.c).
+ *      and, if asked, only the best max_configs are kept, and past the first
+ *      TUNE_PRUNE_KEEP those the model puts at more than LOOM_TUNE_PRUNE times the best
+ *      estimate are pruned (candidates.c).  The whole tuning of a shape has a time budget
+ *      (LOOM_TUNE_BUDGET_MS): the pool skips the compiles that would end past it (pool.c),
+ *      the finalists' pass shrinks to what is left, and the best so far is taken.
  *   3. Compile, in parallel.  A pthread pool (pool.c) builds, verifies and compiles each
  *      candidate (rt_gpu_prepare: codegen, PTX -> cubin, module load): the comparison
  *      kernels first, then the default config (its output is the reference for large
  *      outputs), then the others in cost order.  Meanwhile the main thread makes the
- *      inputs (the template's init), uploads them, and computes the reference; then it
+ *      inputs (the template's init), uploads them, and computes the reference -- or, for a
+ *      template with a tpl_device entry (templates/tpl_device.h), fills the inputs on the
+ *      device and runs its reference kernels there (check.c, gpu_inputs.c); then it
  *      checks and times the candidates as they come off the pool (steps 4 and 5), while
  *      the rest compile.
  *   4. Check (check.c).  Each compiled candidate runs once on poisoned outputs and is
@@ -73,6 +79,24 @@ static bool env_off(const char *name)
 {
     const char *v = getenv(name);
     return v && strcmp(v, "0") == 0;
+}
+
+static double env_double(const char *name, double def)
+{
+    const char *v = util_env_str(name);
+    if (!v)
+        return def;
+    char *end;
+    double x = strtod(v, &end);
+    return *end || end == v || !(x >= 0) ? def : x;
+}
+
+double tune_budget_ms(void) { return env_double("LOOM_TUNE_BUDGET_MS", TUNE_BUDGET_DEFAULT_MS); }
+
+double tune_budget_reserve(double budget_ms)
+{
+    double r = 1.5 * TUNE_FIN_BUDGET_MS;
+    return budget_ms / 4 < r ? budget_ms / 4 : r;
 }
 
 static long env_long(const char *name, long def)
@@ -248,9 +272,15 @@ typedef struct shape_run {
     int probe_i; /* the candidate the bench's arguments were learnt from */
     tune_bench b;
     tune_progress pr;
-    /* the pool: the comparison kernels' jobs (ncmp of them) first, then the candidates' */
+    /* the pool: the given kernels' jobs (ncmp of them: the device fills, the device
+     * reference, the comparisons and their reductions) first, then the candidates' */
     tune_job *jobs;
     int nj, ncmp;
+    int jfill, jref; /* the first fill job and the first reference job */
+    bool dev_ref;    /* the reference was made by the template's device reference kernels */
+    int npruned;     /* candidates the cost model dropped */
+    double tstart, budget_ms; /* when the shape's tuning began; its budget (0: none) */
+    char budget_why[160];
     int *order;
     pthread_t *th;
     tune_pool pool;
@@ -321,6 +351,11 @@ static bool list_candidates(shape_run *s)
         }
         s->ntry = c->o.max_configs;
     }
+    if (s->t->cost) { /* drop what the cost model says cannot win, before anything compiles it */
+        int before = s->ntry;
+        s->ntry = tune_prune(s->res, s->ntry, env_double("LOOM_TUNE_PRUNE", TUNE_PRUNE_RATIO), TUNE_PRUNE_KEEP);
+        s->npruned = before - s->ntry;
+    }
     if (s->ntry == 0) {
         note(r, "No valid config for this shape (%d considered).", s->nres);
         s->st = give_up(s, LOOM_OK);
@@ -362,7 +397,25 @@ static bool make_comparison_kernels(shape_run *s)
         s->st = give_up(s, LOOM_OK);
         return false;
     }
-    loom_kernel_destroy(probe);
+    /* inputs and reference on the device, when the template says how */
+    char e[1024];
+    if (tune_bench_device_kernels(&s->b, e, sizeof e) != LOOM_OK) {
+        note(r, "Inputs on the host: %s.", e);
+        for (int f = 0; f < s->b.nfill; f++) {
+            loom_kernel_destroy(s->b.fillk[f]);
+            s->b.fillk[f] = NULL;
+        }
+        for (int i = 0; i < s->b.nrefk; i++) {
+            loom_kernel_destroy(s->b.refk[i]);
+            s->b.refk[i] = NULL;
+        }
+        s->b.dev = NULL;
+        s->b.nfill = s->b.nrefk = 0;
+    }
+    if (s->b.dev)
+        s->b.in.kernel = probe; /* its argument infos name the arguments */
+    else
+        loom_kernel_destroy(probe);
     return true;
 }
 
@@ -377,7 +430,8 @@ static bool start_pool(shape_run *s)
     int ntry = s->ntry;
     s->pr = (tune_progress){.on = c->show_progress, .tname = s->t->name, .total = ntry};
     for (int i = 0; i < s->b.nargs; i++)
-        s->ncmp += s->b.cmpk[i] != NULL;
+        s->ncmp += (s->b.cmpk[i] != NULL) + (s->b.redk[i] != NULL);
+    s->ncmp += s->b.nfill + s->b.nrefk;
     s->jobs = calloc((size_t)(ntry + s->ncmp), sizeof *s->jobs);
     s->order = calloc((size_t)(ntry + s->ncmp), sizeof *s->order);
     s->dq = calloc((size_t)ntry, sizeof *s->dq);
@@ -392,9 +446,19 @@ static bool start_pool(shape_run *s)
         s->st = r->status = LOOM_ERR_NOMEM;
         return false;
     }
-    for (int i = 0; i < s->b.nargs; i++)
+    s->jfill = s->nj; /* first what the inputs and the reference need, then the comparisons */
+    for (int f = 0; f < s->b.nfill; f++)
+        s->jobs[s->nj++].k = s->b.fillk[f];
+    s->jref = s->nj;
+    for (int i = 0; i < s->b.nrefk; i++)
+        s->jobs[s->nj++].k = s->b.refk[i];
+    for (int i = 0; i < s->b.nargs; i++) {
         if (s->b.cmpk[i])
             s->jobs[s->nj++].k = s->b.cmpk[i];
+        if (s->b.redk[i])
+            s->jobs[s->nj++].k = s->b.redk[i];
+    }
+    s->jobs[s->nj].must = true; /* the reference config, whose output may be the reference */
     s->jobs[s->nj++].res = &s->res[s->base];
     for (int i = 0; i < ntry; i++)
         if (i != s->base)
@@ -403,11 +467,55 @@ static bool start_pool(shape_run *s)
                           .order = s->order};
     s->pr.jobs = s->nj;
     s->t0 = util_now_ms();
+    if (s->budget_ms > 0) {
+        s->pool.deadline_ms = s->tstart + s->budget_ms - tune_budget_reserve(s->budget_ms);
+        snprintf(s->budget_why, sizeof s->budget_why,
+                 "not compiled: the tuning's time budget ran out (LOOM_TUNE_BUDGET_MS=%.0f)", s->budget_ms);
+        s->pool.budget_why = s->budget_why;
+    }
     s->started = tune_pool_start(&s->pool, s->th, nthreads_for(c, s->nj));
     s->fp = (tune_first_pass){.b = &s->b, .t = s->t, .verbose = c->o.verbose, .r = r, .res = s->res,
                               .kern = s->kern, .warmup = warmup, .reps = reps, .times = s->times, .pr = &s->pr,
                               .t0 = s->t0};
     return true;
+}
+
+/* Step 3's set-up when the template makes its inputs on the device
+ * (templates/tpl_device.h): wait for the fill kernels to compile, fill, then wait for the
+ * reference kernels and run them.  A reference that fails leaves the default config's
+ * output as the reference (the tuning goes on); inputs that fail abort it. */
+static void make_inputs_on_device(shape_run *s)
+{
+    tune_bench *b = &s->b;
+    loom_tuned *r = s->r;
+    for (int f = 0; f < b->nfill && s->st == LOOM_OK; f++) {
+        tune_pool_wait(&s->pool, s->started, s->jfill + f, &s->pr);
+        if (s->jobs[s->jfill + f].st != LOOM_OK) {
+            snprintf(s->err, sizeof s->err, "the fill kernel failed to compile: %s", s->jobs[s->jfill + f].err);
+            s->st = s->jobs[s->jfill + f].st;
+        }
+    }
+    double t0 = util_now_ms();
+    if (s->st == LOOM_OK)
+        s->st = tune_bench_setup_device(b, s->c->o.seed, s->err, sizeof s->err);
+    double tin = util_now_ms() - t0;
+    b->gpu_reference = true; /* both sides round: the tolerance is doubled */
+    char e[1024] = "";
+    for (int i = 0; i < b->nrefk && s->st == LOOM_OK && !e[0]; i++) {
+        tune_pool_wait(&s->pool, s->started, s->jref + i, &s->pr);
+        if (s->jobs[s->jref + i].st != LOOM_OK)
+            snprintf(e, sizeof e, "it failed to compile: %s", s->jobs[s->jref + i].err);
+    }
+    double t1 = util_now_ms();
+    if (s->st == LOOM_OK && !e[0] && tune_bench_device_reference(b, e, sizeof e) == LOOM_OK)
+        s->dev_ref = true;
+    else if (s->st == LOOM_OK)
+        note(r, "The template's device reference failed (%s): the default config's output is the reference.", e);
+    r->setup_ms = util_now_ms() - s->t0;
+    if (s->c->o.verbose)
+        fprintf(stderr, "loom tune: set-up %.0f ms: inputs on the device %.0f ms (%zu bytes, %d filled), %d copies, "
+                "device reference %.0f ms\n", r->setup_ms, tin, b->in.bytes, b->nfill, b->ncopies, util_now_ms() - t1);
+    s->aborted = s->st != LOOM_OK;
 }
 
 /* Meanwhile, on the main thread: inputs, copies, reference buffers, and the reference
@@ -417,6 +525,10 @@ static void make_inputs(shape_run *s)
 {
     tune_bench *b = &s->b;
     loom_tuned *r = s->r;
+    if (b->dev) {
+        make_inputs_on_device(s);
+        return;
+    }
     s->st = tune_bench_setup(b, s->res[s->probe_i].config, s->c->o.seed, s->err, sizeof s->err);
     int64_t out_elems = 0;
     for (int i = 0; i < b->nargs; i++)
@@ -448,7 +560,8 @@ static int take_compiled(shape_run *s, int j)
 {
     tune_job *jb = &s->jobs[j];
     if (j < s->ncmp) {
-        if (jb->st != LOOM_OK && !s->aborted) {
+        bool ref_job = j >= s->jref && j < s->jref + s->b.nrefk; /* its failure: make_inputs_on_device */
+        if (jb->st != LOOM_OK && !s->aborted && !ref_job) {
             snprintf(s->err, sizeof s->err, "the comparison kernel failed to compile: %s", jb->err);
             s->st = jb->st;
             s->aborted = true;
@@ -488,7 +601,7 @@ static int take_compiled(shape_run *s, int j)
  * fails to make the reference is rejected. */
 static bool ready_to_check(shape_run *s, int i)
 {
-    if (s->b.gpu_reference && s->ref_from < 0) {
+    if (s->b.gpu_reference && s->ref_from < 0 && !s->dev_ref) {
         if (i != s->base && !s->base_done) { /* the default config's output is the reference */
             wait_in_queue(s, i);
             return false;
@@ -523,7 +636,7 @@ static void check_and_first_pass(shape_run *s)
 {
     int seen = 0;
     for (;;) {
-        bool need_ref = s->b.gpu_reference && s->ref_from < 0;
+        bool need_ref = s->b.gpu_reference && s->ref_from < 0 && !s->dev_ref;
         int i;
         if (s->dn > 0 && !s->aborted && !s->fp.broken && (need_ref ? s->base_done : s->ncmp_done == s->ncmp)) {
             i = s->dq[s->dh];
@@ -559,7 +672,7 @@ static bool finish_pool(shape_run *s)
     s->compile_ms = (s->pool.end_ms > 0 ? s->pool.end_ms : util_now_ms()) - s->t0;
     if (s->aborted) {
         note(s->r, "Tuning set-up failed: %s.", s->err);
-    } else if (s->b.gpu_reference && s->ref_from < 0) {
+    } else if (s->b.gpu_reference && s->ref_from < 0 && !s->dev_ref) {
         note(s->r, s->ref_tried ? "No config could produce the reference output." : "No candidate compiled.");
         s->st = LOOM_ERR_RUNTIME;
     } else {
@@ -583,7 +696,9 @@ static void final_pass(shape_run *s)
     if (fms)
         s->nfin = tune_finalists(fms, s->ntry, s->fin);
     if (s->nfin > 1) {
-        s->fruns = tune_final_runs(fms[s->fin[0]], s->nfin);
+        s->fruns = s->budget_ms > 0 ? tune_final_runs_within(fms[s->fin[0]], s->nfin,
+                                                             s->tstart + s->budget_ms - util_now_ms())
+                                    : tune_final_runs(fms[s->fin[0]], s->nfin);
         char e[1024];
         s->pr.phase = "finalists";
         tune_progress_draw(&s->pr, true);
@@ -635,7 +750,13 @@ static bool pick_winner(shape_run *s)
          "meanwhile; %d finalists x %d runs %.0f ms; reference: %s.",
          r->ntimed, s->nvalid, s->nres, util_now_ms() - s->t0, s->compile_ms, s->started, s->nmiss, s->codegen_ms,
          s->link_ms, r->setup_ms, s->check_ms, s->nfin, s->fruns, s->final_ms,
-         s->b.gpu_reference ? "the default config's GPU output" : "the CPU reference");
+         s->dev_ref ? "the template's device reference" : s->b.gpu_reference ? "the default config's GPU output"
+                                                          : "the CPU reference");
+    if (s->b.dev)
+        note(r, "Inputs made on the device%s.", s->dev_ref ? "; reference kernels on loom's SIMT path" : "");
+    if (s->npruned || s->pool.nskipped)
+        note(r, "%d pruned by the cost model (LOOM_TUNE_PRUNE), %d not compiled within the budget "
+             "(LOOM_TUNE_BUDGET_MS=%.0f).", s->npruned, s->pool.nskipped, s->budget_ms);
     if (s->ref_from >= 0 && s->ref_from != s->base) {
         char text[512];
         loom_params_format(t->config, t->nconfig, s->res[s->ref_from].config, text, sizeof text);
@@ -684,7 +805,7 @@ static loom_status tune_shape(tune_ctx *c, loom_tuned *r, bool *tuned)
         return use_default(c, r, "Not tuned: the template has no init or reference function, so its "
                                  "candidates cannot be checked");
     *tuned = true;
-    shape_run s = {.c = c, .r = r, .t = t, .ref_from = -1};
+    shape_run s = {.c = c, .r = r, .t = t, .ref_from = -1, .tstart = util_now_ms(), .budget_ms = tune_budget_ms()};
     if (!list_candidates(&s)) /* 2 */
         return s.st;
     if (!make_comparison_kernels(&s) || !start_pool(&s)) /* 3 */

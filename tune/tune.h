@@ -11,6 +11,8 @@
  *   pool.c        the thread pool that compiles the candidates
  *   check.c       the bench (inputs, their copies, the reference) and the check of a
  *                 candidate's output by a comparison kernel built in loom's own DSL
+ *   gpu_inputs.c  inputs filled on the device by a counter-based hash, and reductions that
+ *                 bring a check's result back as two numbers (kernels in loom's own DSL)
  *   measure.c     the timed runs, the first pass (in groups, with an anchor), the final pass
  *   report.c      the progress bar and the summary table
  *   tune_cache.c  the winners, in one JSON file (cJSON) shared by every process on the
@@ -48,6 +50,27 @@ static inline void tune_first_line(char *buf, size_t n, const char *prefix, cons
  * receives the number of valid ones. */
 int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_result **out,
                     int *nvalid);
+
+/* Pruning: past the first keep candidates (valid ones in cost order, res[0..ntry-1]), those
+ * whose cost exceeds ratio times the best (res[0]'s) are marked SKIPPED with the reason;
+ * returns how many are left to try.  Nothing is pruned when ratio <= 1 or the costs are
+ * not positive.  The tuner keeps TUNE_PRUNE_KEEP and takes the ratio from
+ * LOOM_TUNE_PRUNE (default TUNE_PRUNE_RATIO; 0 turns pruning off). */
+#define TUNE_PRUNE_KEEP 32
+#define TUNE_PRUNE_RATIO 2.0
+int tune_prune(loom_tune_result *res, int ntry, double ratio, int keep);
+
+/* The time budget of one shape's tuning: LOOM_TUNE_BUDGET_MS (default
+ * TUNE_BUDGET_DEFAULT_MS; 0: none).  Candidates stop being compiled when the budget less
+ * the final pass's reserve (tune_budget_reserve) would run out before one more compile
+ * ends; the best so far is then taken. */
+#define TUNE_BUDGET_DEFAULT_MS 3000.0
+double tune_budget_ms(void);
+/* What the compiles leave of a budget for the finalists' pass and the set-down. */
+double tune_budget_reserve(double budget_ms);
+/* Runs of each finalist within remaining_ms of wall time (the runs of tune_final_runs, fewer
+ * when time is short, never fewer than TUNE_FIN_RUNS_MIN). */
+int tune_final_runs_within(double best_ms, int nfin, double remaining_ms);
 
 /* The finalists: the fastest TUNE_FIN_MIN of the first pass, and those after them within
  * TUNE_FIN_MARGIN of the fastest, at most TUNE_FIN_MAX.  They are timed again together,
@@ -90,6 +113,8 @@ typedef struct tune_job {
     loom_status st;
     char err[512];         /* for a given kernel */
     double codegen_ms, link_ms, load_ms; /* of the compile (0 when served by a cache) */
+    bool finished;         /* set by the pool (under its mutex) once the job is done */
+    bool must;             /* compiled even past the budget's deadline (the reference config) */
 } tune_job;
 
 /* The compile pool: workers take jobs in order; the main thread takes finished jobs in the
@@ -106,6 +131,14 @@ typedef struct tune_pool {
     int next, done;
     int *order;    /* job indices in the order they finished (done of them) */
     double end_ms; /* when the last job finished */
+    /* The time budget: a candidate whose compile would not end before deadline_ms
+     * (util_now_ms; 0: no budget), by the mean wall time of the compiles so far, is not
+     * compiled but skipped, with budget_why as its reason.  Given kernels always are. */
+    double deadline_ms;
+    double job_ms_sum;
+    int job_ms_n;
+    int nskipped;
+    const char *budget_why;
 } tune_pool;
 
 /* Start nthreads workers over p's jobs; returns how many started (0: the jobs run inline,
@@ -115,12 +148,45 @@ int tune_pool_start(tune_pool *p, pthread_t *th, int nthreads);
  * taken.  When none has finished yet: with wait, wait for one (drawing progress); without,
  * return -2.  With no worker thread, the next job runs here. */
 int tune_pool_next(tune_pool *p, int started, int *seen, tune_progress *pr, bool wait);
+/* Wait until job j has finished (running jobs here, in order, when there is no worker). */
+void tune_pool_wait(tune_pool *p, int started, int j, tune_progress *pr);
 /* Wait for every job, then join the workers. */
 void tune_pool_finish(tune_pool *p, pthread_t *th, int started, tune_progress *pr);
+
+/* ---------------------------------------------------------------- gpu_inputs.c */
+
+/* The counter-based hash of element i of a fill with seed s: 32 bits (lowbias32 of
+ * lo32(i) + tune_seed32(s)). */
+uint32_t tune_seed32(uint64_t seed);
+uint32_t tune_hash(uint64_t seed, int64_t i);
+/* Element i of a fill: fma(float(hash >> 8) * 2^-24, hi - lo, lo) in f32, in [lo, hi). */
+float tune_fill_value(uint64_t seed, int64_t i, float lo, float hi);
+/* What tune_fill_kernel writes, on the host: n elements of dt, rounded to nearest even;
+ * elements with i % ld >= cols are 0 (ld <= 0: none). */
+void tune_fill_host(void *p, loom_dtype dt, int64_t n, uint64_t seed, float lo, float hi, int64_t ld, int64_t cols);
+
+/* The fill kernel: out[n] of dt (f16, bf16, f32) = tune_fill_host's values.  Arguments:
+ * out, seed32 (i64), lo, hi (f32), ld, cols (i64); grid (*grid0, 1, 1), TUNE_FILL_BLOCK
+ * elements a program.  NULL when n or dt is unsupported. */
+#define TUNE_FILL_BLOCK 2048
+loom_kernel *tune_fill_kernel(loom_dtype dt, int64_t n, int *grid0);
+/* Its 6 launch arguments (ld <= 0: no padding). */
+void tune_fill_args(loom_buffer *out, uint64_t seed, double lo, double hi, int64_t ld, int64_t cols, int64_t n,
+                    loom_arg a[6]);
+
+/* part[p] = max |a - b| over the p-th TUNE_RED_BLOCK elements of a[n] (dtype da) and b[n]
+ * (db), in f32; a NaN on either side counts as infinity.  Arguments a, b, part[*grid0]. */
+#define TUNE_RED_BLOCK 2048
+loom_kernel *tune_maxdiff_kernel(loom_dtype da, loom_dtype db, int64_t n, int *grid0);
+/* One program: out[0] = op0 over x0[n], out[1] = op1 over x1[n] (f32; the inputs are
+ * never negative, so a max starts at 0).  Arguments x0, x1, out[2]; grid (1, 1, 1). */
+typedef enum tune_red { TUNE_RED_SUM, TUNE_RED_MAX } tune_red;
+loom_kernel *tune_reduce2_kernel(int64_t n, tune_red op0, tune_red op1);
 
 /* ---------------------------------------------------------------- check.c */
 
 #define TUNE_MAX_COPIES 8
+#define TUNE_MAX_REFK 4 /* reference kernels a template may run on the device */
 #define TUNE_TOGETHER 8 /* kernels timed together (one run of each in turn), at most */
 
 /* What the candidates of one shape run on: the inputs and their copies, the flush buffer,
@@ -141,7 +207,21 @@ typedef struct tune_bench {
     loom_kernel *cmpk[LOOM_MAX_ARGS];
     int cmpgrid[LOOM_MAX_ARGS];
     loom_buffer *cbad[LOOM_MAX_ARGS], *cmax[LOOM_MAX_ARGS];
-    float *hbad, *hmax;
+    loom_kernel *redk[LOOM_MAX_ARGS]; /* cbad, cmax -> csum: the bad count and the worst error */
+    loom_buffer *csum[LOOM_MAX_ARGS];
+    /* inputs made on the device (the template's tpl_device entry): fill kernels, one per
+     * filled argument, and the reference kernels */
+    const struct tpl_device *dev;
+    int nfill;
+    int fill_arg[LOOM_MAX_ARGS];
+    loom_kernel *fillk[LOOM_MAX_ARGS];
+    int fillgrid[LOOM_MAX_ARGS];
+    double fill_lo[LOOM_MAX_ARGS], fill_hi[LOOM_MAX_ARGS];
+    int64_t fill_ld[LOOM_MAX_ARGS], fill_cols[LOOM_MAX_ARGS];
+    int nrefk;
+    loom_kernel *refk[TUNE_MAX_REFK];
+    int refgrid[TUNE_MAX_REFK][3];
+    uint64_t seed;
     double atol, rtol;
     bool gpu_reference;
     double inputs_ms; /* of the set-up: making and uploading the inputs */
@@ -161,9 +241,20 @@ typedef struct tune_bench {
 loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0);
 
 void tune_bench_free(tune_bench *b);
-/* The comparison kernels (one per output argument of the probe kernel), built before
- * the pool starts so that it compiles them with the candidates. */
+/* The comparison kernels (one per output argument of the probe kernel, and the reduction
+ * of its per-program results), built before the pool starts so that it compiles them
+ * with the candidates. */
 loom_status tune_bench_compare_kernels(tune_bench *b, loom_kernel *probe, char *err, size_t n);
+/* When the template makes its inputs on the device (tpl_device_find): the fill kernels and
+ * the reference kernels, built before the pool starts like the comparison kernels.
+ * LOOM_OK with b->dev NULL when it does not. */
+loom_status tune_bench_device_kernels(tune_bench *b, char *err, size_t n);
+/* Inputs made on the device: host copies of the small ones (the template's init_rest),
+ * fills of the others by the fill kernels (compiled by then), outputs poisoned; then the
+ * copies, the flush buffer and the reference buffers as tune_bench_setup. */
+loom_status tune_bench_setup_device(tune_bench *b, uint64_t seed, char *err, size_t n);
+/* The device reference: b->refk run in order with b->ref as the outputs. */
+loom_status tune_bench_device_reference(tune_bench *b, char *err, size_t n);
 /* Inputs, copies, flush buffer, reference buffers.  config is the config the instance is
  * set up with (any valid one: arguments depend on the shape alone). */
 loom_status tune_bench_setup(tune_bench *b, const int64_t *config, uint64_t seed, char *err, size_t n);

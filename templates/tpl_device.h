@@ -1,0 +1,74 @@
+/*
+ * tpl_device.h -- what a template tells the autotuner so that its inputs and reference
+ * output are made on the device, not on the host (internal; tune/ reads it).
+ *
+ * A template's init and reference (include/loom.h, section 8) run on the host: right for
+ * the tests at small shapes, seconds of CPU at a benchmark shape (ikbo_lce at its
+ * headline: 227 M input elements and 113 M output elements).  A template that has an
+ * entry here gets instead:
+ *
+ *   - fills: the (large, floating-point) input arguments the tuner fills on the device
+ *     with its counter-based hash (tune/gpu_inputs.c), each with a range and an optional
+ *     padding (elements whose index mod ld >= cols are 0);
+ *   - init_rest: the other arguments' initial values on the host, with init's contract
+ *     except that host[i] is NULL for the filled arguments and for LOOM_OUT ones;
+ *   - reference: kernels that take the template kernel's very arguments, run in order on
+ *     the inputs and write every output the candidates must reproduce, on an independent
+ *     path (simple SIMT kernels: no TMA, no wgmma, no warp specialization), so a check
+ *     costs no host time at all.
+ *
+ * This table stands in for optional loom_template fields (init_device, reference_device)
+ * that would carry the same functions; the tuner finds an entry by the template's
+ * address, so it still knows no template by name.
+ *
+ * Prefix: tpl_device_, and ik_ for the IKBO pieces.
+ */
+#ifndef LOOM_TPL_DEVICE_H
+#define LOOM_TPL_DEVICE_H
+
+#include "tpl.h"
+
+/* One input argument filled on the device. */
+typedef struct tpl_device_fill {
+    int arg;          /* the kernel argument */
+    double lo, hi;    /* values uniform in [lo, hi), rounded to the argument's dtype */
+    int64_t ld, cols; /* elements whose index mod ld is >= cols are 0 (ld = 0: none) */
+} tpl_device_fill;
+
+typedef struct tpl_device {
+    const loom_template *t;
+    /* The arguments filled on the device at shape: fills[0..n-1], returns n (<= max). */
+    int (*fills)(const int64_t *shape, tpl_device_fill *fills, int max);
+    /* The others on the host: init's contract, host[i] NULL for the filled arguments and
+     * the outputs (LOOM_OUT); INOUT ones get their starting values. */
+    void (*init_rest)(const int64_t *shape, void *const *host, uint64_t seed);
+    /* The reference kernels and their grids: n (<= max) kernels taking the template
+     * kernel's arguments, run in order; 0 with the reason in err when there are none. */
+    int (*reference)(const int64_t *shape, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n);
+    const char *reference_doc; /* what the reference computes, for the tuner's note */
+} tpl_device;
+
+/* The entry of template t, or NULL. */
+const tpl_device *tpl_device_find(const loom_template *t);
+
+/* ---------------------------------------------------------------- IKBO LCE */
+
+extern const tpl_device tpl_device_ikbo_lce;
+
+/* The reference kernels of ikbo_lce's stage-4 kernel (the arguments of the registry's
+ * ikbo_lce kernel at shape), on loom's SIMT path: [0] user_res[x] = the hi and lo planes
+ * of W_user @ E_user[x] accumulated in f32, and flags[0] += the user blocks a launch
+ * counts; [1] out[b] = W_cand @ E_cand[b] (f32) + hi + lo of user_res[u(b)], rounded once.
+ * Returns 2, or 0 with err. */
+int ik_reference_kernels(const int64_t *shape, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n);
+
+/* bench_ikbo_lce's check on the device: out [B, M, N] (f16) against the f32 halves
+ * refc [B, M, N] and refu [U, M, N] with cand_to_user [B]: per program of IK_CHECK_BLOCK
+ * elements of one candidate, err[p] = max |out - ref32| and tol[p] = max |ref16 - ref32|,
+ * where ref32 = refc + refu[u(b)] (f32) and ref16 rounds each half to f16 and then their
+ * sum.  A NaN output counts as an infinite error.  Arguments out, refc, refu, cand_to_user,
+ * err, tol; grid (*grid0, B, 1), *nparts = grid0 * B entries of err and tol. */
+#define IK_CHECK_BLOCK 2048
+loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int *grid0, int64_t *nparts);
+
+#endif

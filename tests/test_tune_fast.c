@@ -1,0 +1,492 @@
+/*
+ * test_tune_fast.c -- what makes tuning take seconds, checked without a GPU: the
+ * counter-based fill and the reductions (kernels in loom's DSL, run on the interpreter
+ * against their host definitions), ikbo_lce's inputs and reference made "on the device"
+ * (the interpreter) and a candidate checked against them, bench_ikbo_lce's check kernel,
+ * the cost model's pruning, and the time budget of the compile pool.
+ */
+#include "../util/util.h"
+#include "gpu.h"
+#include "ikbo_lce.h"
+#include "testutil.h"
+#include "tpl_device.h"
+#include "tune.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the fill */
+
+static void expect_fill_matches_host(loom_dtype dt, int64_t n, uint64_t seed, float lo, float hi, int64_t ld,
+                                     int64_t cols)
+{
+    int g0 = 0;
+    loom_kernel *k = tune_fill_kernel(dt, n, &g0);
+    cr_assert(k);
+    cr_assert_eq(g0, (int)((n + TUNE_FILL_BLOCK - 1) / TUNE_FILL_BLOCK));
+    size_t es = loom_dtype_size(dt);
+    unsigned char *got = malloc((size_t)n * es), *want = malloc((size_t)n * es);
+    memset(got, 0xab, (size_t)n * es);
+    tune_fill_host(want, dt, n, seed, lo, hi, ld, cols);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_buffer *b = loom_buffer_create(rt, (size_t)n * es);
+    loom_buffer_upload(b, got, (size_t)n * es);
+    loom_arg a[6];
+    tune_fill_args(b, seed, lo, hi, ld, cols, n, a);
+    int grid[3] = {g0, 1, 1};
+    cr_assert_eq(loom_launch(rt, k, grid, a, 6), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer_download(b, got, (size_t)n * es);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(got + i * es, want + i * es, es))
+            cr_assert_fail("%s element %lld of %lld differs from the host's", loom_dtype_name(dt), (long long)i,
+                           (long long)n);
+    loom_buffer_destroy(b);
+    loom_runtime_destroy(rt);
+    loom_kernel_destroy(k);
+    free(got);
+    free(want);
+}
+
+Test(tune_fast, fill_kernel_gives_the_host_values_bit_for_bit)
+{
+    expect_fill_matches_host(LOOM_F16, 5000, 1, -1, 1, 0, 0);                       /* a partial last program */
+    expect_fill_matches_host(LOOM_BF16, 4096, 0xfedcba9876543210ull, -2, 3, 0, 0);  /* the seed's high half */
+    expect_fill_matches_host(LOOM_F32, 3001, 77, -1, 1, 40, 37);                    /* padded rows: 37 of 40 */
+}
+
+Test(tune_fast, fill_values_are_spread_over_the_range_and_depend_on_seed_and_index)
+{
+    const int64_t n = 1 << 16;
+    double sum = 0, lo = 1, hi = -1;
+    int same_seed = 0, same_next = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float v = tune_fill_value(5, i, -1, 1);
+        cr_assert(v >= -1 && v < 1, "element %lld: %g outside [-1, 1)", (long long)i, v);
+        sum += v;
+        lo = fmin(lo, v);
+        hi = fmax(hi, v);
+        same_seed += v == tune_fill_value(6, i, -1, 1);
+        same_next += v == tune_fill_value(5, i + 1, -1, 1);
+    }
+    cr_expect_lt(fabs(sum / n), 0.02, "mean %g", sum / n);
+    cr_expect_lt(lo, -0.99);
+    cr_expect_gt(hi, 0.99);
+    cr_expect_lt(same_seed, 16, "another seed gives other values (%d equal)", same_seed);
+    cr_expect_lt(same_next, 16, "neighbours differ (%d equal)", same_next);
+
+    cr_expect_neq(tune_hash(INT64_C(1) << 40, 7), tune_hash(0, 7), "the seed's high half matters too");
+    float pad[8];
+    tune_fill_host(pad, LOOM_F32, 8, 3, -1, 1, 4, 3);
+    cr_expect(pad[3] == 0 && pad[7] == 0 && pad[0] != 0 && pad[6] != 0, "columns 3 of every 4 are padding");
+}
+
+/* ---------------------------------------------------------------- the reductions */
+
+Test(tune_fast, maxdiff_and_reduce_kernels_on_the_interpreter)
+{
+    const int64_t n = 5000; /* 3 programs */
+    int g0 = 0;
+    loom_kernel *md = tune_maxdiff_kernel(LOOM_F16, LOOM_F32, n, &g0);
+    cr_assert(md);
+    cr_assert_eq(g0, 3);
+    uint16_t *a = malloc(n * 2);
+    float *b = malloc(n * 4), part[3], two[2];
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)((i % 200) - 100) / 64.0f; /* exact in f16 */
+        tpl_set(a, LOOM_F16, i, v);
+        b[i] = v;
+    }
+    b[10] += 0.25f;  /* program 0: 0.25 */
+    b[3000] -= 2.0f; /* program 1: 2 */
+    b[4500] = NAN;   /* program 2: infinite */
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_buffer *ba = loom_buffer_create(rt, n * 2), *bb = loom_buffer_create(rt, n * 4);
+    loom_buffer *bp = loom_buffer_create(rt, 12), *bo = loom_buffer_create(rt, 8);
+    loom_buffer_upload(ba, a, n * 2);
+    loom_buffer_upload(bb, b, n * 4);
+    loom_arg args[3] = {LOOM_ARG_BUF(ba), LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bp)};
+    int grid[3] = {g0, 1, 1}, one[3] = {1, 1, 1};
+    cr_assert_eq(loom_launch(rt, md, grid, args, 3), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer_download(bp, part, 12);
+    cr_expect_float_eq(part[0], 0.25f, 1e-6);
+    cr_expect_float_eq(part[1], 2.0f, 1e-6);
+    cr_expect(isinf(part[2]), "a NaN counts as an infinite difference");
+
+    /* folding per-program results: a sum of counts and a max of errors */
+    float x0[3] = {1, 0, 4}, x1[3] = {0.5f, 3, 0.25f};
+    for (int op = 0; op < 2; op++) {
+        loom_kernel *rk = tune_reduce2_kernel(3, op ? TUNE_RED_MAX : TUNE_RED_SUM, op ? TUNE_RED_SUM : TUNE_RED_MAX);
+        cr_assert(rk);
+        loom_buffer *b0 = loom_buffer_create(rt, 12), *b1 = loom_buffer_create(rt, 12);
+        loom_buffer_upload(b0, x0, 12);
+        loom_buffer_upload(b1, x1, 12);
+        loom_arg ra[3] = {LOOM_ARG_BUF(b0), LOOM_ARG_BUF(b1), LOOM_ARG_BUF(bo)};
+        cr_assert_eq(loom_launch(rt, rk, one, ra, 3), LOOM_OK, "%s", loom_runtime_error(rt));
+        loom_buffer_download(bo, two, 8);
+        cr_expect_eq(two[0], op ? 4.0f : 5.0f);
+        cr_expect_eq(two[1], op ? 3.75f : 3.0f);
+        loom_buffer_destroy(b0);
+        loom_buffer_destroy(b1);
+        loom_kernel_destroy(rk);
+    }
+    /* more partial results than one block: the loop over blocks */
+    const int64_t m = 3 * TUNE_RED_BLOCK + 5;
+    float *c0 = malloc(m * 4), *c1 = malloc(m * 4);
+    for (int64_t i = 0; i < m; i++) {
+        c0[i] = 1.0f;
+        c1[i] = (float)(i % 1000);
+    }
+    c1[m - 1] = 5000.0f;
+    loom_kernel *rk = tune_reduce2_kernel(m, TUNE_RED_SUM, TUNE_RED_MAX);
+    loom_buffer *d0 = loom_buffer_create(rt, m * 4), *d1 = loom_buffer_create(rt, m * 4);
+    loom_buffer_upload(d0, c0, m * 4);
+    loom_buffer_upload(d1, c1, m * 4);
+    loom_arg ra[3] = {LOOM_ARG_BUF(d0), LOOM_ARG_BUF(d1), LOOM_ARG_BUF(bo)};
+    cr_assert_eq(loom_launch(rt, rk, one, ra, 3), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer_download(bo, two, 8);
+    cr_expect_eq(two[0], (float)m);
+    cr_expect_eq(two[1], 5000.0f, "the last block's tail counts");
+    loom_buffer *bs[] = {ba, bb, bp, bo, d0, d1};
+    for (int i = 0; i < 6; i++)
+        loom_buffer_destroy(bs[i]);
+    loom_kernel_destroy(rk);
+    loom_kernel_destroy(md);
+    loom_runtime_destroy(rt);
+    free(a);
+    free(b);
+    free(c0);
+    free(c1);
+}
+
+/* ---------------------------------------------------------------- ikbo_lce on the device */
+
+/* A small odd shape (the interpreter's bench shape) and a config valid there. */
+static const int64_t ik_shape[8] = {24, 5, 77, 64, 37, 229, LOOM_F16, 1};
+static const int64_t ik_cfg[8] = {64, 64, 2, 4, 6, 0, 0, 1};
+
+/* The tuner's bench for ikbo_lce at ik_shape, set up as loom_tune does it, on the
+ * interpreter: inputs filled "on the device", the reference made by the reference
+ * kernels. */
+static void ik_bench(loom_runtime *rt, tune_bench *b, loom_kernel **probe)
+{
+    const loom_template *t = loom_template_find("ikbo_lce");
+    cr_assert(t);
+    char why[256] = "", err[1024] = "";
+    cr_assert(t->valid(ik_shape, ik_cfg, why, sizeof why), "%s", why);
+    memset(b, 0, sizeof *b);
+    b->rt = rt;
+    b->t = t;
+    b->shape = ik_shape;
+    *probe = t->build(ik_shape, ik_cfg, err, sizeof err);
+    cr_assert(*probe, "%s", err);
+    cr_assert_eq(loom_verify(*probe), LOOM_OK, "%s", loom_kernel_errors(*probe));
+    cr_assert_eq(tune_bench_compare_kernels(b, *probe, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(tune_bench_device_kernels(b, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert(b->dev, "ikbo_lce makes its inputs on the device");
+    cr_assert_eq(b->nfill, 4);
+    cr_assert_eq(b->nrefk, 2);
+    cr_assert(b->redk[9], "the output's comparison is folded on the device");
+    b->gpu_reference = true;
+    cr_assert_eq(tune_bench_setup_device(b, 11, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(tune_bench_device_reference(b, err, sizeof err), LOOM_OK, "%s", err);
+}
+
+static void *download(loom_buffer *x)
+{
+    void *h = malloc(loom_buffer_size(x));
+    cr_assert_eq(loom_buffer_download(x, h, loom_buffer_size(x)), LOOM_OK);
+    return h;
+}
+
+Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    tune_bench b;
+    loom_kernel *probe;
+    ik_bench(rt, &b, &probe);
+    /* the device-made inputs: W padded with zeros, E in [-1, 1), the mapping in [0, U) */
+    void *wu = download(b.in.buf[0]), *eu = download(b.in.buf[1]), *wc = download(b.in.buf[2]);
+    void *ec = download(b.in.buf[3]);
+    int32_t *map = download(b.in.buf[4]);
+    int64_t kpu = ik_pad8(37);
+    for (int64_t m = 0; m < 77; m++)
+        for (int64_t q = 37; q < kpu; q++)
+            cr_assert_eq(tpl_get(wu, LOOM_F16, m * kpu + q), 0.0, "W_user's padding is zero");
+    cr_expect_neq(tpl_get(wu, LOOM_F16, 0), tpl_get(wu, LOOM_F16, 1));
+    for (int64_t x = 0; x < 24; x++)
+        cr_assert(map[x] >= 0 && map[x] < 5, "candidate %lld's user %d", (long long)x, map[x]);
+    /* the reference kernels' outputs against the CPU reference in double */
+    ik_spec s = ik_spec_of(IK_FUSED, ik_shape, ik_cfg);
+    size_t no = (size_t)(24 * 77 * 64), nu = (size_t)(5 * 2 * 77 * 64);
+    uint16_t *ref_out = calloc(no, 2), *ref_ures = calloc(nu, 2);
+    ik_reference(&s, wu, wc, eu, ec, map, ref_ures, ref_out);
+    uint16_t *got_out = download(b.ref[9]), *got_ures = download(b.ref[5]);
+    int32_t *flags = download(b.ref[6]), *claims = download(b.ref[7]);
+    /* worst: |device - CPU| over one f16 rounding of the CPU's value (2^-11 |r|, relative)
+     * plus what f32 accumulation over K = 229 products of [-1, 1) values may lose (1e-4) */
+    double worst = 0, worst_u = 0;
+    for (size_t i = 0; i < no; i++) {
+        double r = tpl_get(ref_out, LOOM_F16, (int64_t)i);
+        double d = fabs(tpl_get(got_out, LOOM_F16, (int64_t)i) - r);
+        worst = fmax(worst, d / (0x1p-10 * fabs(r) + 1e-4));
+    }
+    for (size_t i = 0; i < nu; i += 1) { /* hi and lo planes: compare their sums per element */
+        int64_t x = (int64_t)i / (2 * 77 * 64), e = (int64_t)i % (2 * 77 * 64);
+        if (e >= 77 * 64)
+            continue;
+        int64_t h = x * 2 * 77 * 64 + e, l = h + 77 * 64;
+        double g = tpl_get(got_ures, LOOM_F16, h) + tpl_get(got_ures, LOOM_F16, l);
+        double r = tpl_get(ref_ures, LOOM_F16, h) + tpl_get(ref_ures, LOOM_F16, l);
+        worst_u = fmax(worst_u, fabs(g - r));
+    }
+    cr_expect_leq(worst, 1.0, "out: device ref and CPU ref %g times the bound apart (one rounding apart at most)", worst);
+    cr_expect_leq(worst_u, 1e-3, "user_res hi + lo: max difference %g (f32 against double)", worst_u);
+    cr_expect_eq(flags[0], (int32_t)ik_user_blocks(&s), "the counter grows by a launch's user blocks");
+    cr_expect_eq(claims[0], 0);
+    cr_expect_eq(claims[1], 0);
+
+    /* a candidate checked against it, as the tuner does: passes; against a spoiled
+     * reference: a wrong result */
+    loom_tune_result x = {.verdict = LOOM_TUNE_TIMED};
+    memcpy(x.config, ik_cfg, sizeof ik_cfg);
+    bool passed = false;
+    cr_assert(tune_check_one(&b, b.t, ik_shape, &x, probe, &passed));
+    cr_expect(passed, "the candidate fails its check: %s %s", loom_tune_verdict_name(x.verdict), x.reason);
+    got_out[1234] ^= 0x4000; /* one element far off */
+    loom_buffer_upload(b.ref[9], got_out, no * 2);
+    cr_assert(tune_check_one(&b, b.t, ik_shape, &x, probe, &passed));
+    cr_expect(!passed && x.verdict == LOOM_TUNE_WRONG, "verdict %s", loom_tune_verdict_name(x.verdict));
+    cr_expect(strstr(x.reason, "1 elements outside tolerance"), "%s", x.reason);
+
+    void *hs[] = {wu, eu, wc, ec, map, ref_out, ref_ures, got_out, got_ures, flags, claims};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+        free(hs[i]);
+    loom_kernel_destroy(probe);
+    b.in.kernel = NULL; /* the probe, freed above */
+    tune_bench_free(&b);
+    loom_runtime_destroy(rt);
+}
+
+/* ---------------------------------------------------------------- bench_ikbo_lce's check */
+
+Test(tune_fast, ikbo_check_kernel_gives_the_host_maxima)
+{
+    const int64_t B = 3, U = 2, M = 7, N = 300; /* M * N = 2100: two programs a candidate */
+    int g0 = 0;
+    int64_t np = 0;
+    loom_kernel *k = ik_check_kernel(B, U, M, N, &g0, &np);
+    cr_assert(k);
+    cr_assert_eq(g0, 2);
+    cr_assert_eq(np, 6);
+    int64_t mn = M * N;
+    float *rc = malloc(B * mn * 4), *ru = malloc(U * mn * 4), err[6], tol[6];
+    uint16_t *out = malloc(B * mn * 2);
+    int32_t map[3] = {1, 0, 1};
+    uint64_t seed = 3;
+    tpl_fill(rc, LOOM_F32, B * mn, -4, 4, &seed);
+    tpl_fill(ru, LOOM_F32, U * mn, -4, 4, &seed);
+    double want_e = 0, want_t = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < mn; i++) {
+            float c = rc[b * mn + i], u = ru[map[b] * mn + i], r32 = c + u;
+            double r16 = tpl_round(LOOM_F16, tpl_round(LOOM_F16, c) + tpl_round(LOOM_F16, u));
+            tpl_set(out, LOOM_F16, b * mn + i, r32 + (b == 2 && i == 2050 ? 0.5 : 0));
+            want_e = fmax(want_e, fabs(tpl_get(out, LOOM_F16, b * mn + i) - r32));
+            want_t = fmax(want_t, fabs(r16 - r32));
+        }
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_buffer *bo = loom_buffer_create(rt, B * mn * 2), *bc = loom_buffer_create(rt, B * mn * 4);
+    loom_buffer *bu = loom_buffer_create(rt, U * mn * 4), *bm = loom_buffer_create(rt, 12);
+    loom_buffer *be = loom_buffer_create(rt, 24), *bt = loom_buffer_create(rt, 24);
+    loom_buffer_upload(bo, out, B * mn * 2);
+    loom_buffer_upload(bc, rc, B * mn * 4);
+    loom_buffer_upload(bu, ru, U * mn * 4);
+    loom_buffer_upload(bm, map, 12);
+    loom_arg a[6] = {LOOM_ARG_BUF(bo), LOOM_ARG_BUF(bc), LOOM_ARG_BUF(bu), LOOM_ARG_BUF(bm), LOOM_ARG_BUF(be),
+                     LOOM_ARG_BUF(bt)};
+    int grid[3] = {g0, (int)B, 1};
+    cr_assert_eq(loom_launch(rt, k, grid, a, 6), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer_download(be, err, 24);
+    loom_buffer_download(bt, tol, 24);
+    double ge = 0, gt = 0;
+    for (int i = 0; i < 6; i++) {
+        ge = fmax(ge, err[i]);
+        gt = fmax(gt, tol[i]);
+    }
+    cr_expect_float_eq(ge, want_e, 1e-6, "max |out - ref32|: %g, host %g", ge, want_e);
+    cr_expect_float_eq(gt, want_t, 1e-6, "max |ref16 - ref32|: %g, host %g", gt, want_t);
+    cr_expect_float_eq(err[2 * 2 + 1], want_e, 1e-6, "candidate 2's second program holds the planted error");
+    /* a NaN output is an infinite error */
+    tpl_set(out, LOOM_F16, 5, NAN);
+    loom_buffer_upload(bo, out, B * mn * 2);
+    cr_assert_eq(loom_launch(rt, k, grid, a, 6), LOOM_OK);
+    loom_buffer_download(be, err, 24);
+    cr_expect(isinf(err[0]));
+    loom_buffer *bs[] = {bo, bc, bu, bm, be, bt};
+    for (int i = 0; i < 6; i++)
+        loom_buffer_destroy(bs[i]);
+    loom_runtime_destroy(rt);
+    loom_kernel_destroy(k);
+    free(rc);
+    free(ru);
+    free(out);
+}
+
+/* ---------------------------------------------------------------- pruning by the cost model */
+
+Test(tune_fast, prune_keeps_the_first_ones_and_those_near_the_best)
+{
+    loom_tune_result r[40];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 40; i++)
+        r[i].cost = i < 35 ? 1.0 + i * 0.05 : 10.0; /* sorted, as tune_candidates leaves them */
+    cr_expect_eq(tune_prune(r, 40, 2.0, 10), 21, "past the first 10, costs up to 2.0 stay");
+    cr_expect_eq(r[21].verdict, LOOM_TUNE_SKIPPED);
+    cr_expect(strstr(r[21].reason, "cost model"), "%s", r[21].reason);
+    cr_expect_eq(r[20].verdict, LOOM_TUNE_TIMED, "untouched");
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 40; i++)
+        r[i].cost = 1.0 + i;
+    cr_expect_eq(tune_prune(r, 40, 2.0, 32), 32, "the first keep always stay");
+    cr_expect_eq(tune_prune(r, 40, 0, 32), 40, "ratio 0: off");
+    r[0].cost = 0;
+    cr_expect_eq(tune_prune(r, 40, 2.0, 4), 40, "no positive cost: nothing is pruned");
+}
+
+Test(tune_fast, ikbo_headline_pruning_keeps_the_default_and_32_configs)
+{
+    const loom_template *t = loom_template_find("ikbo_lce");
+    int64_t sh[LOOM_MAX_PARAMS] = {1024, 15, 433, 256, 1178, 866, LOOM_F16, 0}, def[LOOM_MAX_PARAMS] = {0};
+    for (int i = 0; i < t->nconfig; i++)
+        def[i] = t->config[i].def;
+    loom_tune_result *res;
+    int nvalid = 0, n = tune_candidates(t, sh, &res, &nvalid);
+    cr_assert_gt(n, 0);
+    int left = tune_prune(res, nvalid, TUNE_PRUNE_RATIO, TUNE_PRUNE_KEEP);
+    cr_expect_geq(left, nvalid < TUNE_PRUNE_KEEP ? nvalid : TUNE_PRUNE_KEEP, "%d of %d valid left", left, nvalid);
+    int at = -1;
+    for (int i = 0; i < left; i++)
+        if (!memcmp(res[i].config, def, sizeof def))
+            at = i;
+    cr_expect_geq(at, 0, "the default (the fastest measured at the headline) survives pruning");
+    free(res);
+}
+
+/* ---------------------------------------------------------------- the time budget */
+
+/* The compile pool over broadcast_add's valid configs (no GPU: build and verify only). */
+static int pool_run(double deadline, int nthreads, int *skipped, int *built)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    int64_t sh[LOOM_MAX_PARAMS] = {64, 4, 33, 64, LOOM_F16, 0};
+    loom_tune_result *res;
+    int nvalid = 0;
+    cr_assert_gt(tune_candidates(t, sh, &res, &nvalid), 0);
+    int nj = nvalid + 1;
+    tune_job *jobs = calloc((size_t)nj, sizeof *jobs);
+    int *order = calloc((size_t)nj, sizeof *order);
+    int g0;
+    jobs[0].k = tune_fill_kernel(LOOM_F16, 100, &g0); /* a given kernel: never skipped */
+    for (int i = 0; i < nvalid; i++)
+        jobs[i + 1].res = &res[i];
+    jobs[1].must = true;
+    tune_pool p = {.t = t, .shape = sh, .jobs = jobs, .njobs = nj, .order = order, .deadline_ms = deadline,
+                   .budget_why = "not compiled: over budget"};
+    pthread_t th[4];
+    tune_progress pr = {0};
+    int started = tune_pool_start(&p, th, nthreads);
+    tune_pool_wait(&p, started, 0, &pr);
+    cr_expect(jobs[0].finished && jobs[0].st == LOOM_OK, "the given kernel is compiled first: %s", jobs[0].err);
+    tune_pool_finish(&p, th, started, &pr);
+    *skipped = *built = 0;
+    for (int i = 0; i < nvalid; i++) {
+        *skipped += res[i].verdict == LOOM_TUNE_SKIPPED;
+        *built += jobs[i + 1].k != NULL;
+        if (res[i].verdict == LOOM_TUNE_SKIPPED)
+            cr_expect_str_eq(res[i].reason, "not compiled: over budget");
+        loom_kernel_destroy(jobs[i + 1].k);
+    }
+    cr_expect_eq(*skipped, p.nskipped);
+    cr_expect_neq(res[0].verdict, LOOM_TUNE_SKIPPED, "the reference config is compiled whatever the budget");
+    loom_kernel_destroy(jobs[0].k);
+    free(jobs);
+    free(order);
+    free(res);
+    return nvalid;
+}
+
+Test(tune_fast, budget_skips_compiles_past_the_deadline, .timeout = 120)
+{
+    int skipped, built;
+    for (int threads = 0; threads <= 2; threads += 2) {
+        int n = pool_run(0, threads, &skipped, &built); /* no budget */
+        cr_expect_eq(skipped, 0);
+        cr_expect_eq(built, n);
+        n = pool_run(util_now_ms() - 1, threads, &skipped, &built); /* already past */
+        cr_expect_eq(skipped, n - 1, "all but the reference config skipped (%d threads)", threads);
+        cr_expect_eq(built, 1);
+        n = pool_run(util_now_ms() + 60000, threads, &skipped, &built); /* a minute ahead */
+        cr_expect_eq(skipped, 0);
+        cr_expect_eq(built, n);
+    }
+}
+
+Test(tune_fast, budget_settings)
+{
+    unsetenv("LOOM_TUNE_BUDGET_MS");
+    cr_expect_eq(tune_budget_ms(), TUNE_BUDGET_DEFAULT_MS);
+    setenv("LOOM_TUNE_BUDGET_MS", "1500", 1);
+    cr_expect_eq(tune_budget_ms(), 1500.0);
+    setenv("LOOM_TUNE_BUDGET_MS", "0", 1);
+    cr_expect_eq(tune_budget_ms(), 0.0, "0: no budget");
+    setenv("LOOM_TUNE_BUDGET_MS", "soon", 1);
+    cr_expect_eq(tune_budget_ms(), TUNE_BUDGET_DEFAULT_MS, "not a number: the default");
+    unsetenv("LOOM_TUNE_BUDGET_MS");
+    cr_expect_eq(tune_budget_reserve(3000), 1.5 * TUNE_FIN_BUDGET_MS);
+    cr_expect_eq(tune_budget_reserve(400), 100.0, "a small budget keeps a quarter for the finalists");
+    /* the finalists' runs shrink to the time left, never below the minimum */
+    int full = tune_final_runs(0.4, 8);
+    cr_expect_eq(tune_final_runs_within(0.4, 8, 1e9), full);
+    cr_expect_eq(tune_final_runs_within(0.4, 8, 100.0), 20);
+    cr_expect_eq(tune_final_runs_within(0.4, 8, 0.0), TUNE_FIN_RUNS_MIN);
+}
+
+/* ---------------------------------------------------------------- PTX of the new kernels */
+
+/* Every kernel the fast tuning adds compiles to PTX for sm_90a at the headline shape, in
+ * well under the candidates' compile time, and assembles without spills where ptxas is
+ * installed. */
+Test(tune_fast, device_kernels_compile_to_ptx_at_the_headline, .timeout = 300)
+{
+    const int64_t sh[8] = {1024, 15, 433, 256, 1178, 866, LOOM_F16, 0};
+    loom_kernel *ks[16];
+    int n = 0, g0;
+    int64_t np;
+    ks[n++] = tune_fill_kernel(LOOM_F16, 1024 * 866 * 256, &g0);
+    ks[n++] = tune_fill_kernel(LOOM_BF16, 433 * 1184, &g0);
+    ks[n++] = tune_maxdiff_kernel(LOOM_F16, LOOM_F32, 1024 * 433 * 256, &g0);
+    ks[n++] = tune_reduce2_kernel(55424, TUNE_RED_SUM, TUNE_RED_MAX);
+    ks[n++] = ik_check_kernel(1024, 15, 433, 256, &g0, &np);
+    ks[n++] = tune_compare_kernel(LOOM_F16, 1024 * 433 * 256, &g0);
+    loom_kernel *ref[TUNE_MAX_REFK];
+    int rg[TUNE_MAX_REFK][3];
+    char err[1024];
+    int nr = ik_reference_kernels(sh, ref, rg, TUNE_MAX_REFK, err, sizeof err);
+    cr_assert_eq(nr, 2, "%s", err);
+    for (int i = 0; i < nr; i++)
+        ks[n++] = ref[i];
+    for (int i = 0; i < n; i++) {
+        cr_assert(ks[i], "kernel %d was not built", i);
+        cr_assert_eq(loom_verify(ks[i]), LOOM_OK, "%s", loom_kernel_errors(ks[i]));
+        char *ptx = NULL;
+        double t0 = util_now_ms();
+        cr_assert_eq(loom_compile_ptx(ks[i], "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s: %s",
+                     loom_kernel_name(ks[i]), err);
+        double ms = util_now_ms() - t0;
+        cr_expect_lt(ms, 2000, "%s: codegen took %.0f ms", loom_kernel_name(ks[i]), ms);
+        t_ptxas_ok(ptx, "sm_90a", loom_kernel_name(ks[i]));
+        free(ptx);
+        loom_kernel_destroy(ks[i]);
+    }
+}
