@@ -117,6 +117,13 @@ loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps)
     if (num_warps < 1 || num_warps > 32)
         ir_error(k, at, NULL,
                  "num_warps is %d; it must be between 1 and 32", num_warps);
+    /* the name is the PTX entry's symbol: LLVM aborts on one that is not an identifier */
+    bool ident = !(k->name[0] >= '0' && k->name[0] <= '9');
+    for (const char *c = k->name; *c; c++)
+        ident = ident && ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_');
+    if (!ident)
+        ir_error(k, at, NULL, "kernel name '%s' is not an identifier (letters, digits and _, not first a digit)",
+                 k->name);
     return k;
 }
 
@@ -398,15 +405,21 @@ void ir_op_unlink(loom_kernel *k, uint32_t o)
 
 /* ---------------------------------------------------------------- arguments */
 
+/* The bytes from the first element to past the last one the strides reach; SIZE_MAX when
+ * that does not fit in 63 bits (dims up to 2^40 with large strides overflow int64). */
 size_t ir_tensor_min_bytes(loom_dtype dt, const loom_shape *s, const int64_t *strides)
 {
-    int64_t last = 0;
+    int64_t last = 0, span;
     for (int d = 0; d < s->rank; d++) {
         if (s->dim[d] == 0)
             return 0;
-        last += (s->dim[d] - 1) * strides[d];
+        if (__builtin_mul_overflow(s->dim[d] - 1, strides[d], &span) || __builtin_add_overflow(last, span, &last))
+            return SIZE_MAX;
     }
-    return (size_t)(last + 1) * loom_dtype_size(dt);
+    int64_t bytes;
+    if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, (int64_t)loom_dtype_size(dt), &bytes))
+        return SIZE_MAX;
+    return (size_t)bytes;
 }
 
 static bool arg_slot(loom_kernel *k, loom_src at, const char *name)
@@ -465,13 +478,23 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
                 ir_error(k, at, NULL, "argument '%s': stride %d is negative", name, d);
                 return LOOM_NONE;
             }
+            if (strides[d] > ((int64_t)1 << 40)) { /* as dims: byte strides then fit in 64 bits */
+                ir_error(k, at, NULL, "argument '%s': stride %d is %lld; it must be at most 2^40", name, d,
+                         (long long)strides[d]);
+                return LOOM_NONE;
+            }
             a->strides[d] = strides[d];
         } else {
             a->strides[d] = st;
         }
-        st *= shape.dim[d];
+        if (__builtin_mul_overflow(st, shape.dim[d], &st))
+            st = INT64_MAX; /* only reached by a tensor the extent check below refuses */
     }
     a->min_bytes = ir_tensor_min_bytes(dt, &shape, a->strides);
+    if (a->min_bytes == SIZE_MAX) {
+        ir_error(k, at, NULL, "argument '%s': its extent (dims times strides) does not fit in 64 bits", name);
+        return LOOM_NONE;
+    }
     ir_type t = {.kind = IR_T_TENSOR, .dtype = (uint8_t)dt, .shape = shape};
     uint32_t v = new_value(k, t, IR_V_ARG, (uint32_t)k->nargs, 0, 1);
     if (!v)
@@ -575,11 +598,13 @@ bool ir_type_eq(const ir_type *a, const ir_type *b)
            a->trans == b->trans && a->slots == b->slots && ir_shape_eq(&a->shape, &b->shape);
 }
 
+/* Saturates at INT64_MAX, so that a shape of four dims of 2^20 is not taken for an empty one. */
 int64_t ir_shape_numel(const loom_shape *s)
 {
     int64_t n = 1;
     for (int i = 0; i < s->rank; i++)
-        n *= s->dim[i];
+        if (__builtin_mul_overflow(n, s->dim[i], &n))
+            return INT64_MAX;
     return n;
 }
 

@@ -32,7 +32,7 @@ static void put(pbuf *p, const char *fmt, ...)
     va_list ap;
     for (;;) {
         va_start(ap, fmt);
-        int w = vsnprintf(p->s + p->n, p->cap - p->n, fmt, ap);
+        int w = vsnprintf(p->s ? p->s + p->n : NULL, p->cap - p->n, fmt, ap); /* (NULL + 0 is UB) */
         va_end(ap);
         if (w < 0)
             return;
@@ -319,7 +319,8 @@ const char *loom_print(loom_kernel *k)
             int64_t st = 1;
             for (int d = a->shape.rank - 1; d >= 0; d--) {
                 contiguous = contiguous && a->strides[d] == st;
-                st *= a->shape.dim[d];
+                if (__builtin_mul_overflow(st, a->shape.dim[d], &st))
+                    st = -1; /* dims past 2^63 elements: no stride is that */
             }
             if (!contiguous) {
                 put(&p, " strides=[");

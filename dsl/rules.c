@@ -620,9 +620,9 @@ static bool rule_smem_part(rule_ctx *c)
     int64_t dim = c->op->iattr[0], start = c->op->iattr[1], size = c->op->iattr[2];
     if (dim != 0 && dim != 1)
         FAIL("dim %lld is not 0 or 1", (long long)dim);
-    if (start < 0 || size < 1 || start + size > v->shape.dim[dim])
-        FAIL("the part [%lld, %lld) of dim %lld is outside the view %s", (long long)start,
-             (long long)(start + size), (long long)dim, ts(v, b));
+    if (start < 0 || size < 1 || start > v->shape.dim[dim] || size > v->shape.dim[dim] - start)
+        FAIL("the part of %lld elements from %lld along dim %lld is outside the view %s", (long long)size,
+             (long long)start, (long long)dim, ts(v, b));
     int64_t es = (int64_t)loom_dtype_size((loom_dtype)v->dtype), inner = v->shape.dim[1] * es;
     if (dim == 1) {
         if (!v->swizzle || inner <= v->swizzle)

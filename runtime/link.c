@@ -306,10 +306,14 @@ static atomic_bool jl_cubins_rejected, ptxas_cubins_rejected;
 
 bool rt_link_reject(const char *linker)
 {
-    if (!strcmp(linker, "nvJitLink"))
-        return jl_cubins_rejected = true;
-    if (!strcmp(linker, "ptxas"))
-        return ptxas_cubins_rejected = true;
+    if (!strcmp(linker, "nvJitLink")) {
+        jl_cubins_rejected = true; /* (clang refuses an atomic assignment as a bool return value) */
+        return true;
+    }
+    if (!strcmp(linker, "ptxas")) {
+        ptxas_cubins_rejected = true;
+        return true;
+    }
     return false;
 }
 

@@ -155,27 +155,33 @@ size_t loom_buffer_size(const loom_buffer *b) { return b ? b->bytes : 0; }
 
 loom_status loom_buffer_upload(loom_buffer *b, const void *src, size_t bytes)
 {
-    if (!b || (!src && bytes))
+    if (!b)
         return LOOM_ERR_INVALID;
+    if (!src && bytes)
+        return rt_fail(b->rt, LOOM_ERR_INVALID, "upload of %zu bytes from a NULL host pointer", bytes);
     if (bytes > b->bytes)
         return rt_fail(b->rt, LOOM_ERR_INVALID, "upload of %zu bytes into a %zu-byte buffer", bytes,
                        b->bytes);
     if (b->rt->gpu)
         return rt_gpu_htod(b->rt->gpu, b->dptr, src, bytes, b->rt->err, sizeof b->rt->err);
-    memcpy(b->host, src, bytes);
+    if (bytes) /* (memcpy from NULL is undefined even for 0 bytes) */
+        memcpy(b->host, src, bytes);
     return LOOM_OK;
 }
 
 loom_status loom_buffer_download(const loom_buffer *b, void *dst, size_t bytes)
 {
-    if (!b || (!dst && bytes))
+    if (!b)
         return LOOM_ERR_INVALID;
+    if (!dst && bytes)
+        return rt_fail(b->rt, LOOM_ERR_INVALID, "download of %zu bytes to a NULL host pointer", bytes);
     if (bytes > b->bytes)
         return rt_fail(b->rt, LOOM_ERR_INVALID, "download of %zu bytes from a %zu-byte buffer", bytes,
                        b->bytes);
     if (b->rt->gpu)
         return rt_gpu_dtoh(b->rt->gpu, dst, b->dptr, bytes, b->rt->err, sizeof b->rt->err);
-    memcpy(dst, b->host, bytes);
+    if (bytes)
+        memcpy(dst, b->host, bytes);
     return LOOM_OK;
 }
 
@@ -308,6 +314,29 @@ loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[
 
 /* ---------------------------------------------------------------- PTX */
 
+/* From LLVM's C API (llvm-c/Core.h, LLVM 16 and later), linked into libloom with the code
+ * generator: the arch check below depends on the LLVM loom was built with. */
+void LLVMGetVersion(unsigned *major, unsigned *minor, unsigned *patch);
+
+/* Is arch an NVPTX processor the linked LLVM knows?  LLVM given an unknown one only warns,
+ * then aborts the process when it cannot select an instruction, so it must never get one. */
+static bool arch_known(const char *arch)
+{
+    static const char *const llvm19[] = {"sm_20", "sm_21", "sm_30", "sm_32", "sm_35", "sm_37", "sm_50",
+                                         "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
+                                         "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
+    static const char *const llvm20[] = {"sm_100", "sm_100a", "sm_101", "sm_101a", "sm_120", "sm_120a"};
+    for (size_t i = 0; i < sizeof llvm19 / sizeof llvm19[0]; i++)
+        if (!strcmp(arch, llvm19[i]))
+            return true;
+    unsigned major = 0, minor = 0, patch = 0;
+    LLVMGetVersion(&major, &minor, &patch);
+    for (size_t i = 0; major >= 20 && i < sizeof llvm20 / sizeof llvm20[0]; i++)
+        if (!strcmp(arch, llvm20[i]))
+            return true;
+    return false;
+}
+
 loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_t *smem_bytes,
                              char *err, size_t errlen)
 {
@@ -317,6 +346,14 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
         return LOOM_ERR_INVALID;
     }
     *ptx = NULL;
+    if (smem_bytes)
+        *smem_bytes = 0;
+    if (arch && *arch && !arch_known(arch)) {
+        if (err && errlen)
+            snprintf(err, errlen, "loom_compile_ptx: arch '%s' is not an NVPTX processor this loom's LLVM knows "
+                     "(sm_80, sm_90a, ...)", arch);
+        return LOOM_ERR_INVALID;
+    }
     if (loom_verify(k) != LOOM_OK) {
         if (err && errlen)
             snprintf(err, errlen, "kernel '%s' failed verification:\n%s", k->name, loom_kernel_errors(k));

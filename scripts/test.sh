@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # test.sh -- set up, build, and run every test that runs without a GPU (and the GPU tests
-# too, where there is one): the Criterion suite, then PTX for every template assembled with
-# ptxas for sm_90a.
+# too, where there is one): PTX for every template assembled with ptxas for sm_90a, the
+# Criterion suite, the fuzzers' seed corpora; then the Criterion suite again in a build
+# with ASan + UBSan (build-asan; leaks checked), and each fuzzer under libFuzzer for a
+# bounded time (build-fuzz, clang).  About 15 minutes on 2 cores from scratch.
+#
+#   LOOM_TEST_SANITIZE=0   skip the sanitizer build and its run
+#   LOOM_TEST_FUZZ=0       skip the libFuzzer build and runs
+#   LOOM_FUZZ_SECONDS      seconds each fuzzer runs (default 45)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -29,3 +35,80 @@ fi
 
 echo "== Criterion tests"
 "$BUILD/loom_tests" -j2
+
+echo "== fuzzers' seed corpora (tests/fuzz/corpus), as plain programs"
+FUZZERS=(builder codegen tune_cache module_cache loomc_args)
+for f in "${FUZZERS[@]}"; do
+    "$BUILD/fuzz_$f" "tests/fuzz/corpus/$f" 2>"$BUILD/fuzz_$f.log" || { cat "$BUILD/fuzz_$f.log"; echo "fuzz_$f failed on its corpus"; exit 1; }
+done
+
+# Sanitizer reports: a test's child process that leaks or trips ASan after its assertions
+# passed is not a Criterion failure, so the log is searched too.  Criterion's own runner
+# leaks a descriptor at exit (scripts/lsan.supp).
+SAN_ENV=(ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=0
+         LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp:print_suppressions=0
+         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+san_clean() {
+    if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$1"; then
+        grep -B2 -A30 -E "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$1" | head -120
+        echo "sanitizer report in $1"; return 1
+    fi
+}
+LLVM_CONFIG="/usr/lib/llvm-${LOOM_LLVM:-19}/bin/llvm-config"
+JOBS="$(nproc)"; [ "$JOBS" -gt 2 ] || JOBS=2
+
+if [ "${LOOM_TEST_SANITIZE:-1}" != 0 ]; then
+    ASAN="${LOOM_ASAN_BUILD_DIR:-build-asan}"
+    echo "== Criterion tests with ASan + UBSan ($ASAN)"
+    t0=$SECONDS
+    cmake -S . -B "$ASAN" -DLOOM_SANITIZE=ON -DLOOM_LLVM_CONFIG="$LLVM_CONFIG" >/dev/null
+    cmake --build "$ASAN" -j"$JOBS" --target loom_tests "${FUZZERS[@]/#/fuzz_}" >/dev/null
+    log="$ASAN/loom_tests.log"
+    rc=0
+    env "${SAN_ENV[@]}" LOOM_CACHE_DIR="$(cd "$ASAN" && pwd)/cache" "$ASAN/loom_tests" -j2 >"$log" 2>&1 || rc=$?
+    grep -v "ASan doesn't fully support makecontext" "$log" | tail -3
+    [ $rc -eq 0 ] || { grep -E "\[FAIL\]|CRASH|signal" "$log" | head -40; echo "sanitizer suite failed"; exit 1; }
+    san_clean "$log"
+    for f in "${FUZZERS[@]}"; do
+        env "${SAN_ENV[@]}" "$ASAN/fuzz_$f" "tests/fuzz/corpus/$f" >"$ASAN/fuzz_$f.log" 2>&1 \
+            || { tail -40 "$ASAN/fuzz_$f.log"; echo "fuzz_$f failed on its corpus under ASan"; exit 1; }
+        san_clean "$ASAN/fuzz_$f.log"
+    done
+    echo "sanitizer build and suite: clean ($((SECONDS - t0)) s)"
+fi
+
+if [ "${LOOM_TEST_FUZZ:-1}" != 0 ]; then
+    FUZZ="${LOOM_FUZZ_BUILD_DIR:-build-fuzz}"
+    SECS="${LOOM_FUZZ_SECONDS:-45}"
+    echo "== fuzzers under libFuzzer, ${SECS} s each ($FUZZ)"
+    t0=$SECONDS
+    # clang and its libFuzzer runtime, installed when missing (as scripts/setup.sh does)
+    if ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' |
+            clang -x c -fsanitize=fuzzer,address - -o /tmp/loom-fuzz-probe.$$ 2>/dev/null; then
+        SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+        $SUDO apt-get update -qq
+        extra=(); apt-cache show libclang-rt-dev >/dev/null 2>&1 && extra=(libclang-rt-dev)
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang "${extra[@]}" >/dev/null
+    fi
+    rm -f /tmp/loom-fuzz-probe.$$
+    CC=clang cmake -S . -B "$FUZZ" -DLOOM_FUZZ=ON -DLOOM_LLVM_CONFIG="$LLVM_CONFIG" >/dev/null
+    cmake --build "$FUZZ" -j"$JOBS" --target "${FUZZERS[@]/#/fuzz_}" >/dev/null
+    for f in "${FUZZERS[@]}"; do
+        # new inputs go to a working corpus in the build dir, never into the repository's
+        work="$FUZZ/corpus/$f"
+        mkdir -p "$work"
+        log="$FUZZ/fuzz_$f.log"
+        rc=0
+        ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 timeout $((SECS + 120)) \
+            "$FUZZ/fuzz_$f" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2560 -print_final_stats=1 \
+            -artifact_prefix="$FUZZ/$f-" "$work" "tests/fuzz/corpus/$f" >"$log" 2>&1 || rc=$?
+        runs=$(grep -o "stat::number_of_executed_units: [0-9]*" "$log" | awk '{print $2}')
+        if [ $rc -ne 0 ]; then
+            grep -v "^#" "$log" | tail -60
+            echo "fuzz_$f failed (exit $rc; a crash, leak or hang): the input is $(ls "$FUZZ/$f-"* 2>/dev/null | head -1)"
+            exit 1
+        fi
+        echo "fuzz_$f: ${runs:-?} inputs, no crash, leak or hang"
+    done
+    echo "fuzzers: done ($((SECONDS - t0)) s)"
+fi

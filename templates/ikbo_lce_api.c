@@ -13,8 +13,16 @@
  *                    steps, added on the tensor cores)
  *   4 persistent     one kernel; its counter of user tiles done grows every launch, so
  *                    each run passes the next epoch instead of clearing it
+ *
+ * Bad input is refused before anything runs, with a message naming the argument
+ * (docs/errors.md): NULL pointers, a stage or shape the kernels cannot serve, a shape whose
+ * buffers would not fit in 2^62 bytes, buffers smaller than the shape needs, and entries of
+ * cand_to_user outside [0, U).  That last check reads cand_to_user back to the host: on
+ * the interpreter always, on the GPU (where it costs a copy and a wait) with
+ * LOOM_CHECK_INDEX=1.
  */
 #include "ikbo_lce.h"
+#include "../util/util.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -35,6 +43,7 @@ struct loom_ikbo_lce {
     loom_buffer *wu, *wc;         /* padded weights (stage 0: wu holds the concatenation) */
     loom_buffer *ures, *cand, *flags, *claims, *ecat;
     int32_t epoch;
+    int32_t *index; /* the host copy of cand_to_user when runs check it (else NULL) */
     char desc[768];
 };
 
@@ -264,6 +273,31 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
     return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: stage %d is not 0 to 4", (int)p->stage);
 }
 
+/* Why a shape is too large for its buffers' sizes to be computed (NULL when it is not):
+ * every dim is at most 2^31 - 1 (grids are int) and every buffer, E_cat of stage 0 the
+ * largest, at most 2^62 bytes.  Non-positive dims are ik_why_not's to refuse. */
+static const char *shape_too_big(const loom_ikbo_lce_shape *s)
+{
+    const int64_t d[] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        if (d[i] > INT32_MAX)
+            return "each of B, U, M, N, Ku and Kc must be below 2^31";
+    if (d[0] < 1 || d[1] < 1 || d[2] < 1 || d[3] < 1 || d[4] < 1 || d[5] < 1)
+        return NULL;
+    /* products of up to three dims below 2^31 and a factor of at most 2 * 8: below 2^97,
+     * so each is checked step by step */
+    const int64_t k = s->Ku + s->Kc + 16;
+    const int64_t prods[][3] = {{s->B, k, s->N}, {s->B, s->M, s->N}, {s->U, s->Ku + 8, s->N}, {2 * s->U, s->M, s->N},
+                                {s->M, k, 1}};
+    for (size_t i = 0; i < sizeof prods / sizeof prods[0]; i++) {
+        int64_t v = 16; /* the largest element, times two planes */
+        for (int j = 0; j < 3; j++)
+            if (__builtin_mul_overflow(v, prods[i][j], &v) || v > ((int64_t)1 << 62))
+                return "its buffers would hold more than 2^62 bytes";
+    }
+    return NULL;
+}
+
 loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
                                   const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
                                   loom_ikbo_lce **out)
@@ -289,6 +323,14 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         return LOOM_ERR_INVALID;
     }
     /* the shape and config, checked before anything is allocated */
+    const char *big = shape_too_big(shape);
+    if (big) {
+        fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: shape B=%lld, U=%lld, M=%lld, N=%lld, Ku=%lld, Kc=%lld: %s",
+             (long long)shape->B, (long long)shape->U, (long long)shape->M, (long long)shape->N,
+             (long long)shape->Ku, (long long)shape->Kc, big);
+        free(p);
+        return LOOM_ERR_INVALID;
+    }
     ik_spec sp = spec_of(p, stage == LOOM_IKBO_PERSISTENT ? IK_FUSED : IK_CAND_FUSED, 2);
     char buf[300];
     const char *why = ik_why_not(&sp, buf, sizeof buf);
@@ -299,6 +341,9 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         st = fail(p, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
     if (st == LOOM_OK)
         st = build_stage(p, w_user, w_cand);
+    if (st == LOOM_OK && (!loom_runtime_is_gpu(rt) || util_env_on("LOOM_CHECK_INDEX")) &&
+        !(p->index = malloc((size_t)shape->B * sizeof *p->index)))
+        st = fail(p, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: no host memory for checking cand_to_user");
     if (st != LOOM_OK) {
         loom_ikbo_lce_destroy(p);
         return st;
@@ -326,6 +371,21 @@ static loom_status check_buf(loom_ikbo_lce *p, const loom_buffer *b, const char 
     return LOOM_OK;
 }
 
+/* Every entry of cand_to_user in [0, U): read back to the host (p->index). */
+static loom_status check_index(loom_ikbo_lce *p, const loom_buffer *map)
+{
+    const int64_t B = p->s.B, U = p->s.U;
+    loom_status st = loom_buffer_download(map, p->index, (size_t)B * sizeof *p->index);
+    if (st != LOOM_OK)
+        return fail(p, st, "loom_ikbo_lce_run: reading cand_to_user back to check it: %s", loom_runtime_error(p->rt));
+    for (int64_t b = 0; b < B; b++)
+        if (p->index[b] < 0 || p->index[b] >= U)
+            return fail(p, LOOM_ERR_INVALID,
+                        "loom_ikbo_lce_run: cand_to_user[%lld] is %d; every entry must be a user in [0, U) = [0, %lld)",
+                        (long long)b, (int)p->index[b], (long long)U);
+    return LOOM_OK;
+}
+
 static loom_status launch(loom_ikbo_lce *p, int i, const loom_arg *a, int n)
 {
     loom_status st = loom_launch(p->rt, p->k[i], p->grid[i], a, n);
@@ -346,6 +406,8 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
         (st = check_buf(p, e_cand, "e_cand", s->B, s->Kc, s->N, e)) != LOOM_OK ||
         (st = check_buf(p, cand_to_user, "cand_to_user", s->B, 1, 1, 4)) != LOOM_OK ||
         (st = check_buf(p, out, "out", s->B, s->M, s->N, e)) != LOOM_OK)
+        return st;
+    if (p->index && (st = check_index(p, cand_to_user)) != LOOM_OK)
         return st;
 #define B_(x) LOOM_ARG_BUF(x)
     switch (p->stage) {
@@ -423,5 +485,6 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
     loom_buffer *bs[] = {p->wu_raw, p->wc_raw, p->wu, p->wc, p->ures, p->cand, p->flags, p->claims, p->ecat};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
         loom_buffer_destroy(bs[i]);
+    free(p->index);
     free(p);
 }

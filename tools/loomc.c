@@ -18,6 +18,7 @@
  * Exit status: 0 on success, 1 on a failed check or compile, 2 on a usage error.
  */
 #include "loom.h"
+#include "loomc_args.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -39,67 +40,15 @@ static int usage(void)
     return 2;
 }
 
-#define MAX_SHAPES 64
-typedef struct opts {
-    const char *name, *shape, *config, *arch, *out, *report;
-    int all, interpret, force, max_configs, threads;
-    uint64_t seed;
-    const char *shapes[MAX_SHAPES]; /* every --shape, for tune */
-    int nshapes;
-} opts;
+typedef loomc_opts opts;
 
+/* The options after the command (tools/loomc_args.c); prints the message on a usage error. */
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){.arch = "sm_90a", .seed = 1};
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        const char **dst = NULL;
-        if (!strcmp(a, "--shape"))
-            dst = &o->shape;
-        else if (!strcmp(a, "--config"))
-            dst = &o->config;
-        else if (!strcmp(a, "--arch"))
-            dst = &o->arch;
-        else if (!strcmp(a, "-o"))
-            dst = &o->out;
-        else if (!strcmp(a, "--report"))
-            dst = &o->report;
-        else if (!strcmp(a, "--force"))
-            o->force = 1;
-        else if (!strcmp(a, "--max") || !strcmp(a, "--threads")) {
-            if (i + 1 >= argc)
-                return fprintf(stderr, "loomc: %s needs a value\n", a), -1;
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1)
-                return fprintf(stderr, "loomc: %s needs a positive integer, not '%s'\n", a, argv[i]), -1;
-            *(a[2] == 'm' ? &o->max_configs : &o->threads) = (int)v;
-        }
-        else if (!strcmp(a, "--all"))
-            o->all = 1;
-        else if (!strcmp(a, "--interpret"))
-            o->interpret = 1;
-        else if (!strcmp(a, "--seed")) {
-            if (i + 1 >= argc)
-                return fprintf(stderr, "loomc: --seed needs a value\n"), -1;
-            o->seed = strtoull(argv[++i], NULL, 0);
-        } else if (a[0] == '-') {
-            return fprintf(stderr, "loomc: unknown option '%s'\n", a), -1;
-        } else if (!o->name) {
-            o->name = a;
-        } else {
-            return fprintf(stderr, "loomc: unexpected argument '%s'\n", a), -1;
-        }
-        if (dst) {
-            if (i + 1 >= argc)
-                return fprintf(stderr, "loomc: %s needs a value\n", a), -1;
-            *dst = argv[++i];
-            if (dst == &o->shape) {
-                if (o->nshapes == MAX_SHAPES)
-                    return fprintf(stderr, "loomc: at most %d --shape options\n", MAX_SHAPES), -1;
-                o->shapes[o->nshapes++] = *dst;
-            }
-        }
+    char err[512];
+    if (loomc_parse_args(argc, argv, o, err, sizeof err)) {
+        fprintf(stderr, "loomc: %s\n", err);
+        return -1;
     }
     return 0;
 }
@@ -122,13 +71,9 @@ static const loom_template *find(const char *name)
 
 static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t *config)
 {
-    char err[512];
-    if (loom_params_parse(t->shape, t->nshape, o->shape, shape, err, sizeof err)) {
-        fprintf(stderr, "loomc: --shape for %s: %s\n", t->name, err);
-        return -1;
-    }
-    if (loom_params_parse(t->config, t->nconfig, o->config, config, err, sizeof err)) {
-        fprintf(stderr, "loomc: --config for %s: %s\n", t->name, err);
+    char err[600];
+    if (loomc_template_params(t, o->shape, o->config, shape, config, err, sizeof err)) {
+        fprintf(stderr, "loomc: %s\n", err);
         return -1;
     }
     return 0;
@@ -384,10 +329,10 @@ static int cmd_tune(const opts *o)
         return 1;
     }
     for (int i = 0; i < n; i++) {
-        int64_t vals[LOOM_MAX_PARAMS];
-        char err[512];
-        if (loom_params_parse(t->shape, t->nshape, o->nshapes ? o->shapes[i] : NULL, vals, err, sizeof err)) {
-            fprintf(stderr, "loomc: --shape for %s: %s\n", t->name, err);
+        int64_t vals[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
+        char err[600];
+        if (loomc_template_params(t, o->nshapes ? o->shapes[i] : NULL, NULL, vals, config, err, sizeof err)) {
+            fprintf(stderr, "loomc: %s\n", err);
             free(shapes);
             free(res);
             return 2;

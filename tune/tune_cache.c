@@ -117,9 +117,8 @@ static cJSON *parse_cache(const char *text, size_t len, char *why, size_t wn)
         cJSON_Delete(root);
         return NULL;
     }
-    if ((int)cJSON_GetNumberValue(fmt) != TC_FORMAT) {
-        snprintf(why, wn, "format %d, this loom reads format %d", (int)cJSON_GetNumberValue(fmt),
-                 TC_FORMAT);
+    if (cJSON_GetNumberValue(fmt) != TC_FORMAT) { /* (a double: (int) of 1e12 is undefined) */
+        snprintf(why, wn, "format %g, this loom reads format %d", cJSON_GetNumberValue(fmt), TC_FORMAT);
         cJSON_Delete(root);
         return NULL;
     }
@@ -171,6 +170,17 @@ static bool get_num(const cJSON *o, const char *key, double *v)
     return true;
 }
 
+/* A count or config value: a number that converts to int32 without undefined behaviour
+ * (a hand-edited 1e300 is malformed, not a crash). */
+static bool get_int(const cJSON *o, const char *key, int64_t *v)
+{
+    double d;
+    if (!get_num(o, key, &d) || !(d >= INT32_MIN && d <= INT32_MAX) || d != (double)(int64_t)d)
+        return false;
+    *v = (int64_t)d;
+    return true;
+}
+
 bool tc_find(const tc_file *f, const char *key, const loom_template *t, tc_record *out)
 {
     if (!f || !f->entries || !key)
@@ -181,19 +191,17 @@ bool tc_find(const tc_file *f, const char *key, const loom_template *t, tc_recor
         return false;
     tc_record r;
     memset(&r, 0, sizeof r);
-    for (int i = 0; i < t->nconfig; i++) {
-        double v;
-        if (!get_num(cfg, t->config[i].key, &v) || v != (double)(int64_t)v)
+    for (int i = 0; i < t->nconfig; i++)
+        if (!get_int(cfg, t->config[i].key, &r.config[i]))
             return false;
-        r.config[i] = (int64_t)v;
-    }
     double x;
+    int64_t n;
     if (get_num(e, "ms", &x))
         r.ms = x;
-    if (get_num(e, "candidates", &x))
-        r.ncand = (int)x;
-    if (get_num(e, "valid", &x))
-        r.nvalid = (int)x;
+    if (get_int(e, "candidates", &n))
+        r.ncand = (int)n;
+    if (get_int(e, "valid", &n))
+        r.nvalid = (int)n;
     if (get_num(e, "tune_ms", &x))
         r.tune_ms = x;
     *out = r;

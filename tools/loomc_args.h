@@ -1,0 +1,31 @@
+/*
+ * loomc_args.h -- loomc's command line, parsed without printing (tools/loomc_args.c), so
+ * that loomc and its fuzzer (tests/fuzz/fuzz_loomc_args.c) run the same code.
+ */
+#ifndef LOOMC_ARGS_H
+#define LOOMC_ARGS_H
+
+#include "loom.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOOMC_MAX_SHAPES 64
+typedef struct loomc_opts {
+    const char *name, *shape, *config, *arch, *out, *report;
+    int all, interpret, force, max_configs, threads;
+    uint64_t seed;
+    const char *shapes[LOOMC_MAX_SHAPES]; /* every --shape, for tune */
+    int nshapes;
+} loomc_opts;
+
+/* Parse argv[2..argc-1] (argv[1] is the command) into o; the strings stay argv's.  Returns
+ * 0, or -1 with the message (without the "loomc: " prefix) in err. */
+int loomc_parse_args(int argc, char **argv, loomc_opts *o, char *err, size_t errlen);
+
+/* Parse a template's --shape and --config texts (NULL: the defaults) into shape and config
+ * (LOOM_MAX_PARAMS each).  Returns 0, or -1 with the message in err ("--shape for NAME: ..."). */
+int loomc_template_params(const loom_template *t, const char *shape_text, const char *config_text,
+                          int64_t *shape, int64_t *config, char *err, size_t errlen);
+
+#endif /* LOOMC_ARGS_H */
