@@ -193,9 +193,15 @@ typedef struct loom_sched {
     loom_val counter;              /* dynamic: claims and finished programs (i32 [2], LOOM_INOUT, zero) */
     loom_val slot_ring, full, empty; /* dynamic: the hand-over ring of claimed units */
     int slots;
+    loom_val count;                /* the units of a launch, an i32 at run time (LOOM_NONE: units) */
 } loom_sched;
 
 loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent);
+
+/* A launch whose work varies at run time (a request's mapping) takes only the first
+ * `count` units (an i32 scalar, e.g. a kernel argument; count <= units, which stays the
+ * bound the loops are built for).  Set it right after creating the schedule. */
+void loom_sched_set_count(loom_sched *s, loom_val count);
 
 /* A dynamic schedule over `units` units: counter is an i32 [2] tensor argument declared
  * LOOM_INOUT, zero before the first launch (and after every launch); `readers` is
