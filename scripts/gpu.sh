@@ -41,7 +41,8 @@ if [ "$mode" = pack ]; then
     ldd "$B"/loom_tests | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
         grep -v libloom | while read -r lib; do cp -L "$lib" .gpu/stage/lib/; done
     strip --strip-unneeded .gpu/stage/lib/*.so* .gpu/stage/bin/* 2>/dev/null || true
-    tar -C .gpu/stage -cJf .gpu/loom.tar.xz .
+    # one dictionary over the whole pack: the static benches share their copy of LLVM with libloom
+    tar -C .gpu/stage -cf - . | xz -T2 --lzma2=preset=1,dict=256MiB >.gpu/loom.tar.xz
     rm -rf .gpu/stage
     ls -la .gpu/
     exit 0
