@@ -84,6 +84,10 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "sched must be 0 (round-robin) or 1 (dynamic)";
     if (s->turns != 0 && s->turns != 1)
         return "turns must be 0 or 1";
+    if (s->overlap != 0 && s->overlap != 1)
+        return "overlap must be 0 or 1";
+    if (s->overlap && s->turns)
+        return "overlap=1 issues each tile's two GEMMs together: turns=0";
     if (fa_max_units(s) * s->H > INT32_MAX / 2 || fa_rows(s) * s->H * s->D > INT32_MAX ||
         s->U * s->S * s->H * s->D > INT32_MAX)
         return "the tensors are too large for 32-bit element offsets";
@@ -169,46 +173,117 @@ typedef struct softmax_state {
     loom_val m, l, o; /* running max (scaled, base 2) [64], sum [64], output [64, D] */
 } softmax_state;
 
-/* One K/V tile (ring use `use`, its first key j0) against the group's Q block qv: S =
- * Q K^T, the online softmax, O += P V.  Gives the slot back once both GEMMs are done. */
-static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0, loom_val len, softmax_state st)
+/* S = Q K^T of ring slot sl (issued and committed, not waited for). */
+static loom_val qk(const fa *g, loom_val qv, loom_val sl)
+{
+    loom_kernel *k = g->k;
+    loom_val kt = loom_smem_trans(k, loom_ring_view(k, &g->kv, sl, TILE_K, LOOM_NONE));
+    loom_val sc = loom_wgmma(k, qv, kt, loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, g->s->bn)));
+    loom_wgmma_commit(k);
+    return sc;
+}
+
+/* The online softmax of S (keys j0 ..; those past len masked where the tiles can reach
+ * past a user's keys): m = max(m, rowmax(S) * c), P = exp2(S * c - m), l = l * alpha +
+ * rowsum(P) with alpha = exp2(m_old - m).  Returns P (f32) and, in *alpha, the factor O
+ * still has to be scaled by; st's m and l are updated, its o is left alone. */
+static loom_val online_softmax(const fa *g, loom_val sc, loom_val j0, loom_val len, softmax_state *st,
+                               loom_val *alpha)
 {
     loom_kernel *k = g->k;
     const fa_spec *s = g->s;
-    loom_shape sh = LOOM_SHAPE2(FA_BLOCK, s->bn), osh = LOOM_SHAPE2(FA_BLOCK, s->D);
+    loom_shape sh = LOOM_SHAPE2(FA_BLOCK, s->bn);
     loom_val c = CF(1.4426950408889634 / sqrt((double)s->D)); /* log2(e) / sqrt(D) */
-    loom_val sl = loom_ring_consume(k, &g->kv, use);
-    if (s->turns)
-        loom_pingpong_mma_begin(k, &g->pp);
-    loom_val sc = loom_wgmma(k, qv, loom_smem_trans(k, loom_ring_view(k, &g->kv, sl, TILE_K, LOOM_NONE)),
-                             loom_splat(k, CF(0), sh));
-    loom_wgmma_commit(k);
-    if (s->turns)
-        loom_pingpong_mma_end(k, &g->pp);
-    loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
-    sc = loom_wgmma_result(k, w, 0);
     if (masked(s)) { /* keys j0 + col past the user's length: -inf */
         loom_val col = loom_add(k, loom_arange(k, 0, s->bn), j0);
         loom_val keep = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, col, len), 0), sh);
         sc = loom_select(k, keep, sc, loom_splat(k, CF(-INFINITY), sh));
     }
-    /* m_new = max(m, rowmax(S) * c); P = exp2(S * c - m_new); alpha = exp2(m - m_new) */
-    loom_val m_new = loom_max(k, st.m, loom_mul(k, loom_reduce_max(k, sc, 1), c));
+    loom_val m_new = loom_max(k, st->m, loom_mul(k, loom_reduce_max(k, sc, 1), c));
     loom_val p = loom_exp2(k, loom_fma(k, sc, loom_splat(k, c, sh),
                                        loom_broadcast(k, loom_expand_dims(k, loom_neg(k, m_new), 1), sh)));
-    loom_val alpha = loom_exp2(k, loom_sub(k, st.m, m_new));
-    softmax_state nx;
-    nx.m = m_new;
-    nx.l = loom_fma(k, st.l, alpha, loom_reduce_sum(k, p, 1));
-    loom_val o = loom_mul(k, st.o, loom_broadcast(k, loom_expand_dims(k, alpha, 1), osh));
-    o = loom_wgmma(k, loom_cast(k, p, s->dt), loom_ring_view(k, &g->kv, sl, TILE_V, LOOM_NONE), o);
+    *alpha = loom_exp2(k, loom_sub(k, st->m, m_new));
+    st->l = loom_fma(k, st->l, *alpha, loom_reduce_sum(k, p, 1));
+    st->m = m_new;
+    return p;
+}
+
+static loom_val scale_rows(loom_kernel *k, loom_val o, loom_val by)
+{
+    return loom_mul(k, o, loom_broadcast(k, loom_expand_dims(k, by, 1), loom_val_shape(k, o)));
+}
+
+/* One K/V tile (ring use `use`, its first key j0), one GEMM after the other: S = Q K^T,
+ * the online softmax, O += P V; the slot goes back once both are done.  With turns the
+ * groups take turns to issue S = Q K^T. */
+static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0, loom_val len, softmax_state st)
+{
+    loom_kernel *k = g->k;
+    loom_val sl = loom_ring_consume(k, &g->kv, use), alpha;
+    if (g->s->turns)
+        loom_pingpong_mma_begin(k, &g->pp);
+    loom_val sc = qk(g, qv, sl);
+    if (g->s->turns)
+        loom_pingpong_mma_end(k, &g->pp);
+    loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
+    loom_val p = online_softmax(g, loom_wgmma_result(k, w, 0), j0, len, &st, &alpha);
+    loom_val o = loom_wgmma(k, loom_cast(k, p, g->s->dt), loom_ring_view(k, &g->kv, sl, TILE_V, LOOM_NONE),
+                            scale_rows(k, st.o, alpha));
     loom_wgmma_commit(k);
     loom_region_op w2 = loom_wgmma_wait(k, 0, 1, &o);
-    nx.o = loom_wgmma_result(k, w2, 0);
+    st.o = loom_wgmma_result(k, w2, 0);
     loom_ring_release(k, &g->kv, sl);
-    if (s->turns)
+    if (g->s->turns)
         loom_pingpong_tile_end(k, &g->pp);
-    return nx;
+    return st;
+}
+
+/* A unit's K/V tiles 0 .. tiles - 1 (ring uses it ..), the GEMMs overlapped with the
+ * softmax (overlap=1): tile j's S = Q K^T and tile j-1's O += P V are issued together, and
+ * the softmax of tile j runs while P V is still on the tensor cores; O is rescaled once
+ * that is done.  Tile 0's softmax comes first and the last tile's P V after the loop. */
+static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val it, loom_val tiles, loom_val len,
+                                  softmax_state st)
+{
+    loom_kernel *k = g->k;
+    const fa_spec *s = g->s;
+    loom_val zero = CI(0), one = CI(1), alpha;
+    loom_val none[3] = {st.m, st.l, st.o}; /* a user with no keys: the state as it came */
+    loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, tiles, zero), 3);
+    {
+        loom_val sl0 = loom_ring_consume(k, &g->kv, it);
+        loom_val sc = qk(g, qv, sl0);
+        loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
+        loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
+        loom_val init[4] = {st.m, st.l, st.o, p0};
+        loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
+        {
+            loom_val j = loom_for_iv(k, kl);
+            softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
+            loom_val use = loom_add(k, it, j), prev = loom_ring_slot_of(k, &g->kv, loom_sub(k, use, one));
+            loom_val sl = loom_ring_consume(k, &g->kv, use);
+            loom_val sj = qk(g, qv, sl);
+            loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->kv, prev, TILE_V, LOOM_NONE),
+                                    cur.o);
+            loom_wgmma_commit(k);
+            loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
+            loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
+            loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
+            loom_ring_release(k, &g->kv, prev);
+            loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
+            loom_for_end(k, kl, 4, ys);
+        }
+        loom_val last = loom_ring_slot_of(k, &g->kv, loom_add(k, it, loom_sub(k, tiles, one)));
+        loom_val o = loom_wgmma(k, loom_for_result(k, kl, 3), loom_ring_view(k, &g->kv, last, TILE_V, LOOM_NONE),
+                                loom_for_result(k, kl, 2));
+        loom_wgmma_commit(k);
+        loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
+        loom_ring_release(k, &g->kv, last);
+        loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
+        loom_else(k, any, 3, ys);
+    }
+    loom_if_end(k, any, 3, none);
+    return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
 }
 
 /* Consumers: two warp groups, replica r the unit's block r. */
@@ -233,21 +308,25 @@ static void consumers(fa *g)
         loom_val st0[3] = {loom_splat(k, CF(-INFINITY), LOOM_SHAPE1(FA_BLOCK)),
                            loom_splat(k, CF(0), LOOM_SHAPE1(FA_BLOCK)),
                            loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, s->D))};
-        loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
-        {
+        softmax_state st = {st0[0], st0[1], st0[2]};
+        if (s->overlap) {
+            st = kv_pipelined(g, qv, it, a.tiles, a.len, st);
+        } else {
+            loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
             loom_val j = loom_for_iv(k, kl);
-            softmax_state st = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
-            st = kv_step(g, qv, loom_add(k, it, j), loom_mul(k, j, CI(s->bn)), a.len, st);
-            loom_val ys[3] = {st.m, st.l, st.o};
+            softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
+            cur = kv_step(g, qv, loom_add(k, it, j), loom_mul(k, j, CI(s->bn)), a.len, cur);
+            loom_val ys[3] = {cur.m, cur.l, cur.o};
             loom_for_end(k, kl, 3, ys);
+            st = (softmax_state){loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_for_result(k, kl, 2)};
         }
         loom_ring_release(k, &g->qring, qs); /* the next unit's Q may come in during the epilogue */
 
         /* epilogue: O / l (a user with no keys: l = 0, O = 0, out 0), rows past the block's masked */
-        loom_val l_fin = loom_max(k, loom_for_result(k, kl, 1), CF(1e-30f));
+        loom_val l_fin = loom_max(k, st.l, CF(1e-30f));
         loom_val inv = loom_div(k, loom_splat(k, CF(1), LOOM_SHAPE1(FA_BLOCK)), l_fin);
         loom_shape osh = LOOM_SHAPE2(FA_BLOCK, s->D);
-        loom_val o = loom_mul(k, loom_for_result(k, kl, 2), loom_broadcast(k, loom_expand_dims(k, inv, 1), osh));
+        loom_val o = scale_rows(k, st.o, inv);
         loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
         loom_val mask = loom_broadcast(k, loom_expand_dims(k, live, 1), osh);
         loom_store(k, g->out, ((loom_val[]){a.h, q0, zero}), loom_cast(k, o, s->dt), mask);

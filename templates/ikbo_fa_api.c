@@ -22,9 +22,10 @@ struct loom_ikbo_fa {
     char desc[256];
 };
 
-/* 128-key tiles, two ring slots, a persistent CTA an SM, units claimed from a counter, the
- * warp groups taking turns (bench/RESULTS.md has the measurements). */
-static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 1, 1};
+/* 128-key tiles, two ring slots, a persistent CTA an SM, units claimed from a counter, each
+ * tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
+ * measurements).  The registry entry's defaults (templates/ikbo_fa_registry.c) are the same. */
+static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 1, 0, 1};
 
 static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...)
@@ -40,8 +41,8 @@ static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...)
 
 static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c)
 {
-    return (fa_spec){s->B,    s->U,   s->S,      s->H, s->D, s->n_seed, s->dtype, s->varlen,
-                     c->bn, c->stages, c->ctas, c->sched, c->turns};
+    return (fa_spec){s->B,  s->U,      s->S,    s->H,     s->D,     s->n_seed, s->dtype,
+                     s->varlen, c->bn, c->stages, c->ctas, c->sched, c->turns,  c->overlap};
 }
 
 /* The config the tuner picks for this shape (cached on disk). */
@@ -135,8 +136,8 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
         return st;
     }
     const loom_ikbo_fa_config *c = &p->cfg;
-    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d; %s", c->bn, c->stages, c->ctas,
-             c->sched, c->turns, loom_kernel_name(p->k));
+    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d; %s", c->bn, c->stages,
+             c->ctas, c->sched, c->turns, c->overlap, loom_kernel_name(p->k));
     *out = p;
     return LOOM_OK;
 }
@@ -233,7 +234,7 @@ const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p) { return p ? p->desc : 
 
 loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p)
 {
-    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0};
+    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0, 0};
 }
 
 loom_kernel *loom_ikbo_fa_kernel(const loom_ikbo_fa *p, int grid[3])

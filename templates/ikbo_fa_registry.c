@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 enum { S_B, S_U, S_S, S_H, S_D, S_NSEED, S_DTYPE, S_VARLEN, S_SHUFFLE };
-enum { C_BN, C_STAGES, C_CTAS, C_SCHED, C_TURNS };
+enum { C_BN, C_STAGES, C_CTAS, C_SCHED, C_TURNS, C_OVERLAP };
 /* The kernel's arguments (templates/ikbo_fa.h). */
 enum { A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT };
 
@@ -19,13 +19,13 @@ fa_spec fa_spec_of(const int64_t *sh, const int64_t *cf)
 {
     return (fa_spec){sh[S_B], sh[S_U], sh[S_S], sh[S_H], sh[S_D], sh[S_NSEED], (loom_dtype)sh[S_DTYPE],
                      (int)sh[S_VARLEN], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CTAS], (int)cf[C_SCHED],
-                     (int)cf[C_TURNS]};
+                     (int)cf[C_TURNS], (int)cf[C_OVERLAP]};
 }
 
 loom_ikbo_fa_config fa_config_of(const int64_t *cf)
 {
-    return (loom_ikbo_fa_config){(int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CTAS], (int)cf[C_SCHED],
-                                 (int)cf[C_TURNS]};
+    return (loom_ikbo_fa_config){(int)cf[C_BN],    (int)cf[C_STAGES], (int)cf[C_CTAS],
+                                 (int)cf[C_SCHED], (int)cf[C_TURNS],  (int)cf[C_OVERLAP]};
 }
 
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
@@ -58,7 +58,7 @@ static double cost(const int64_t *sh, const int64_t *cf)
     double units = (double)TPL_CDIV(fa_rows(&s), 2 * FA_BLOCK) * (double)s.H;
     double waves = units / s.ctas, w = (double)(int64_t)waves + (waves > (double)(int64_t)waves ? 1 : 0);
     double keys = (double)TPL_CDIV(s.S, s.bn) * s.bn;
-    return w * keys * (1.0 + 48.0 / s.bn) / (s.stages >= 3 ? 1.05 : 1.0) / (s.turns ? 1.15 : 1.0);
+    return w * keys * (1.0 + 48.0 / s.bn) / (s.stages >= 3 ? 1.05 : 1.0) / (s.overlap ? 1.3 : s.turns ? 0.85 : 1.0);
 }
 
 /* The lengths of the check inputs (varlen): 1 to S, the first user's 0 when there are
@@ -71,7 +71,7 @@ static void lengths(const fa_spec *s, int32_t *lens, uint64_t *seed)
 
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0});
+    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0});
     int64_t qn = fa_rows(&s) * s.H * s.D, kn = s.U * s.S * s.H * s.D;
     tpl_fill(host[A_Q], s.dt, qn, -1, 1, &seed);
     tpl_fill(host[A_K], s.dt, kn, -1, 1, &seed);
@@ -90,7 +90,7 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
 /* The mapping back from the plan (every candidate's rows are in some block). */
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0});
+    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0});
     int32_t *map = calloc((size_t)s.B, sizeof *map);
     if (!map)
         return;
@@ -121,12 +121,14 @@ const loom_template tpl_def_ikbo_fa = {
               {"dtype", LOOM_F16, "f16 or bf16"},
               {"varlen", 0, "1: per-user lengths seq_len[U] mask the keys past them"},
               {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
-    .nconfig = 5,
+    .nconfig = 6,
     .config = {{"BN", 128, "keys a K/V tile (64, 128, 192)", 3, {64, 128, 192}},
                {"stages", 2, "K/V ring slots", 2, {2, 3}},
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
                {"sched", 1, "0: units round-robin; 1: claimed from a counter", 2, {0, 1}},
-               {"turns", 1, "1: the two consumer warp groups take turns on the tensor cores", 2, {0, 1}}},
+               {"turns", 0, "1: the two consumer warp groups take turns to issue S = Q K^T (overlap=0)", 2, {0, 1}},
+               {"overlap", 1, "1: a K/V tile's softmax runs while the previous tile's P V is on the tensor cores", 2,
+                {0, 1}}},
     .valid = valid,
     .cost = cost,
     .build = build,
