@@ -53,6 +53,9 @@ int64_t fa_max_units(const fa_spec *s) { return s->B * TPL_CDIV(s->nseed, FA_BLO
 static int64_t esz(const fa_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
 static int64_t q_bytes(const fa_spec *s) { return 2 * FA_BLOCK * s->D * esz(s); }
 static int64_t kv_bytes(const fa_spec *s) { return (int64_t)s->stages * 2 * s->bn * s->D * esz(s); }
+/* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
+ * number of blocks): the epilogue may TMA-store whole blocks. */
+static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
 /* Keys a tile reads that may be past the user's length: masked by column. */
 static bool masked(const fa_spec *s) { return s->varlen || s->S % s->bn; }
 
@@ -111,6 +114,7 @@ typedef struct fa {
     loom_ring qring, kv;
     loom_sched sched;
     loom_pingpong pp;
+    loom_sync wg; /* one consumer warp group's threads (per replica) */
 } fa;
 
 /* Unit t of the schedule: its head, its plan entry and its user's length and K/V tiles. */
@@ -136,8 +140,21 @@ static loom_val field(const fa *g, loom_val i, loom_val f)
     return loom_load_scalar(g->k, g->plan, ((loom_val[]){i, f}));
 }
 
-/* Producer: per unit, the two Q blocks, then the user's K/V tiles (ring uses it, it + 1,
- * ... carried over units; qit counts the units). */
+/* Producer: unit a's two Q blocks into Q ring use qit. */
+static void load_q(const fa *g, const unit_at *a, loom_val qit)
+{
+    loom_kernel *k = g->k;
+    loom_val qs = loom_ring_produce(k, &g->qring, qit, -1);
+    for (int b = 0; b < 2; b++) {
+        loom_val q0 = field(g, a->i, CI(b ? FA_U_Q1 : FA_U_Q0));
+        loom_ring_load(k, &g->qring, qs, 0, b, g->q, ((loom_val[]){a->h, q0, CI(0)}));
+    }
+}
+
+/* Producer: per unit, the user's K/V tiles (ring uses it, it + 1, ... carried over units;
+ * qit counts the units) and the two Q blocks right after the first K/V tile: that tile
+ * need not wait until the consumers give the Q slot back, which they do at the end of
+ * the previous unit. */
 static void producer(const fa *g)
 {
     loom_kernel *k = g->k;
@@ -148,11 +165,6 @@ static void producer(const fa *g)
         loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 2, init);
         unit_at a = unit_of(g, loom_sched_unit(&l));
         loom_val it = loom_sched_arg(&l, 0), qit = loom_sched_arg(&l, 1);
-        loom_val qs = loom_ring_produce(k, &g->qring, qit, -1);
-        for (int b = 0; b < 2; b++) {
-            loom_val q0 = field(g, a.i, CI(b ? FA_U_Q1 : FA_U_Q0));
-            loom_ring_load(k, &g->qring, qs, 0, b, g->q, ((loom_val[]){a.h, q0, zero}));
-        }
         loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 0, NULL);
         {
             loom_val j = loom_for_iv(k, kl);
@@ -160,8 +172,14 @@ static void producer(const fa *g)
             loom_val offs[4] = {a.h, a.user, loom_mul(k, j, CI(g->s->bn)), zero};
             loom_ring_load(k, &g->kv, sl, TILE_K, 0, g->kt, offs);
             loom_ring_load(k, &g->kv, sl, TILE_V, 0, g->vt, offs);
+            loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_EQ, j, zero), 0);
+            load_q(g, &a, qit);
+            loom_if_end(k, first, 0, NULL);
         }
         loom_for_end(k, kl, 0, NULL);
+        loom_region_op none = loom_if_begin(k, loom_cmp(k, LOOM_EQ, a.tiles, zero), 0); /* no keys: Q all the same */
+        load_q(g, &a, qit);
+        loom_if_end(k, none, 0, NULL);
         loom_val next[2] = {loom_add(k, it, a.tiles), loom_add(k, qit, one)};
         loom_sched_end(k, &l, next);
     }
@@ -320,16 +338,23 @@ static void consumers(fa *g)
             loom_for_end(k, kl, 3, ys);
             st = (softmax_state){loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_for_result(k, kl, 2)};
         }
-        loom_ring_release(k, &g->qring, qs); /* the next unit's Q may come in during the epilogue */
-
-        /* epilogue: O / l (a user with no keys: l = 0, O = 0, out 0), rows past the block's masked */
-        loom_val l_fin = loom_max(k, st.l, CF(1e-30f));
-        loom_val inv = loom_div(k, loom_splat(k, CF(1), LOOM_SHAPE1(FA_BLOCK)), l_fin);
-        loom_shape osh = LOOM_SHAPE2(FA_BLOCK, s->D);
-        loom_val o = scale_rows(k, st.o, inv);
-        loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
-        loom_val mask = loom_broadcast(k, loom_expand_dims(k, live, 1), osh);
-        loom_store(k, g->out, ((loom_val[]){a.h, q0, zero}), loom_cast(k, o, s->dt), mask);
+        /* epilogue: O / l (a user with no keys: l = 0, O = 0, out 0) */
+        loom_val inv = loom_div(k, loom_splat(k, CF(1), LOOM_SHAPE1(FA_BLOCK)), loom_max(k, st.l, CF(1e-30f)));
+        loom_val o = loom_cast(k, scale_rows(k, st.o, inv), s->dt);
+        loom_val offs[3] = {a.h, q0, zero};
+        if (full_blocks(s)) {
+            /* every block is 64 rows of out: written into this group's part of the Q slot
+             * (its GEMMs are done with it) and TMA-stored from there; the slot goes back
+             * once the store has read it */
+            loom_epilogue_store_borrowed(k, g->out, offs, o, qv, g->wg, rep);
+            loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
+        } else {
+            /* rows past the block's (it may end inside a candidate's rows) masked off */
+            loom_ring_release(k, &g->qring, qs);
+            loom_shape osh = LOOM_SHAPE2(FA_BLOCK, s->D);
+            loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
+            loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
+        }
 
         loom_val next[2] = {loom_add(k, it, a.tiles), loom_add(k, qit, one)};
         loom_sched_end(k, &l, next);
@@ -367,6 +392,8 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
     if (s->turns)
         g.pp = loom_pingpong_create(&p);
+    if (full_blocks(s))
+        g.wg = loom_sync_create_per_replica(&p, 128, 2);
 
     producer(&g);
     consumers(&g);
