@@ -56,6 +56,8 @@ static int64_t kv_bytes(const fa_spec *s) { return (int64_t)s->stages * 2 * s->b
 /* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
  * number of blocks): the epilogue may TMA-store whole blocks. */
 static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
+/* The output goes out by TMA through the Q slot (tmastore=1, full blocks). */
+static bool store_q(const fa_spec *s) { return s->tmastore && full_blocks(s); }
 /* Keys a tile reads that may be past the user's length: masked by column. */
 static bool masked(const fa_spec *s) { return s->varlen || s->S % s->bn; }
 
@@ -89,8 +91,8 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "turns must be 0 or 1";
     if (s->overlap != 0 && s->overlap != 1)
         return "overlap must be 0 or 1";
-    if (s->overlap && s->turns)
-        return "overlap=1 issues each tile's two GEMMs together: turns=0";
+    if (s->tmastore != 0 && s->tmastore != 1)
+        return "tmastore must be 0 or 1";
     if (fa_max_units(s) * s->H > INT32_MAX / 2 || fa_rows(s) * s->H * s->D > INT32_MAX ||
         s->U * s->S * s->H * s->D > INT32_MAX)
         return "the tensors are too large for 32-bit element offsets";
@@ -231,6 +233,24 @@ static loom_val scale_rows(loom_kernel *k, loom_val o, loom_val by)
     return loom_mul(k, o, loom_broadcast(k, loom_expand_dims(k, by, 1), loom_val_shape(k, o)));
 }
 
+/* A turn on the tensor cores (turns=1): the groups issue their GEMMs one after the
+ * other (loom_pingpong's order), so that one's softmax runs beside the other's GEMMs. */
+static void turn_begin(const fa *g)
+{
+    if (g->s->turns)
+        loom_pingpong_mma_begin(g->k, &g->pp);
+}
+static void turn_issued(const fa *g)
+{
+    if (g->s->turns)
+        loom_pingpong_mma_end(g->k, &g->pp);
+}
+static void turn_end(const fa *g)
+{
+    if (g->s->turns)
+        loom_pingpong_tile_end(g->k, &g->pp);
+}
+
 /* One K/V tile (ring use `use`, its first key j0), one GEMM after the other: S = Q K^T,
  * the online softmax, O += P V; the slot goes back once both are done.  With turns the
  * groups take turns to issue S = Q K^T. */
@@ -238,11 +258,9 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
 {
     loom_kernel *k = g->k;
     loom_val sl = loom_ring_consume(k, &g->kv, use), alpha;
-    if (g->s->turns)
-        loom_pingpong_mma_begin(k, &g->pp);
+    turn_begin(g);
     loom_val sc = qk(g, qv, sl);
-    if (g->s->turns)
-        loom_pingpong_mma_end(k, &g->pp);
+    turn_issued(g);
     loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
     loom_val p = online_softmax(g, loom_wgmma_result(k, w, 0), j0, len, &st, &alpha);
     loom_val o = loom_wgmma(k, loom_cast(k, p, g->s->dt), loom_ring_view(k, &g->kv, sl, TILE_V, LOOM_NONE),
@@ -251,16 +269,16 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
     loom_region_op w2 = loom_wgmma_wait(k, 0, 1, &o);
     st.o = loom_wgmma_result(k, w2, 0);
     loom_ring_release(k, &g->kv, sl);
-    if (g->s->turns)
-        loom_pingpong_tile_end(k, &g->pp);
+    turn_end(g);
     return st;
 }
 
 /* A unit's K/V tiles 0 .. tiles - 1 (ring uses it ..), the GEMMs overlapped with the
  * softmax (overlap=1): tile j's S = Q K^T and tile j-1's O += P V are issued together, and
  * the softmax of tile j runs while P V is still on the tensor cores; O is rescaled once
- * that is done.  Tile 0's softmax comes first and the last tile's P V after the loop. */
-static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val it, loom_val tiles, loom_val len,
+ * that is done.  Tile 0's softmax comes first and the last tile's P V after the loop.
+ * Where qs is given, the Q slot goes back as soon as the last S = Q K^T is done. */
+static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_val it, loom_val tiles, loom_val len,
                                   softmax_state st)
 {
     loom_kernel *k = g->k;
@@ -270,9 +288,12 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val it, loom_va
     loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, tiles, zero), 3);
     {
         loom_val sl0 = loom_ring_consume(k, &g->kv, it);
+        turn_begin(g);
         loom_val sc = qk(g, qv, sl0);
+        turn_issued(g);
         loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
         loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
+        turn_end(g);
         loom_val init[4] = {st.m, st.l, st.o, p0};
         loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
         {
@@ -280,26 +301,36 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val it, loom_va
             softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
             loom_val use = loom_add(k, it, j), prev = loom_ring_slot_of(k, &g->kv, loom_sub(k, use, one));
             loom_val sl = loom_ring_consume(k, &g->kv, use);
+            turn_begin(g);
             loom_val sj = qk(g, qv, sl);
             loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->kv, prev, TILE_V, LOOM_NONE),
                                     cur.o);
             loom_wgmma_commit(k);
+            turn_issued(g);
             loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
             loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
             loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
             loom_ring_release(k, &g->kv, prev);
             loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
+            turn_end(g);
             loom_for_end(k, kl, 4, ys);
         }
+        if (qs)
+            loom_ring_release(k, &g->qring, qs);
         loom_val last = loom_ring_slot_of(k, &g->kv, loom_add(k, it, loom_sub(k, tiles, one)));
+        turn_begin(g);
         loom_val o = loom_wgmma(k, loom_for_result(k, kl, 3), loom_ring_view(k, &g->kv, last, TILE_V, LOOM_NONE),
                                 loom_for_result(k, kl, 2));
         loom_wgmma_commit(k);
+        turn_issued(g);
         loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
         loom_ring_release(k, &g->kv, last);
+        turn_end(g);
         loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
         loom_else(k, any, 3, ys);
     }
+    if (qs)
+        loom_ring_release(k, &g->qring, qs);
     loom_if_end(k, any, 3, none);
     return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
 }
@@ -328,7 +359,7 @@ static void consumers(fa *g)
                            loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, s->D))};
         softmax_state st = {st0[0], st0[1], st0[2]};
         if (s->overlap) {
-            st = kv_pipelined(g, qv, it, a.tiles, a.len, st);
+            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st);
         } else {
             loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
             loom_val j = loom_for_iv(k, kl);
@@ -342,7 +373,7 @@ static void consumers(fa *g)
         loom_val inv = loom_div(k, loom_splat(k, CF(1), LOOM_SHAPE1(FA_BLOCK)), loom_max(k, st.l, CF(1e-30f)));
         loom_val o = loom_cast(k, scale_rows(k, st.o, inv), s->dt);
         loom_val offs[3] = {a.h, q0, zero};
-        if (full_blocks(s)) {
+        if (store_q(s)) {
             /* every block is 64 rows of out: written into this group's part of the Q slot
              * (its GEMMs are done with it) and TMA-stored from there; the slot goes back
              * once the store has read it */
@@ -350,7 +381,8 @@ static void consumers(fa *g)
             loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
         } else {
             /* rows past the block's (it may end inside a candidate's rows) masked off */
-            loom_ring_release(k, &g->qring, qs);
+            if (!s->overlap)
+                loom_ring_release(k, &g->qring, qs);
             loom_shape osh = LOOM_SHAPE2(FA_BLOCK, s->D);
             loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
             loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
@@ -392,7 +424,7 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
     if (s->turns)
         g.pp = loom_pingpong_create(&p);
-    if (full_blocks(s))
+    if (store_q(s))
         g.wg = loom_sync_create_per_replica(&p, 128, 2);
 
     producer(&g);

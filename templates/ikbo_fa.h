@@ -23,6 +23,7 @@ typedef struct fa_spec {
     int dynamic;                  /* 1: units claimed from a counter; 0: round-robin */
     int turns;                    /* 1: the two warp groups take turns on the tensor cores */
     int overlap;                  /* 1: a tile's softmax overlaps the previous tile's P V */
+    int tmastore;                 /* 1: full 64-row blocks go out by TMA through the Q slot */
 } fa_spec;
 
 /* Rows of Q (and out): B * nseed. */
