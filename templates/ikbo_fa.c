@@ -53,6 +53,8 @@ int64_t fa_max_units(const fa_spec *s) { return s->B * TPL_CDIV(s->nseed, FA_BLO
 static int64_t esz(const fa_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
 static int64_t q_bytes(const fa_spec *s) { return 2 * FA_BLOCK * s->D * esz(s); }
 static int64_t kv_bytes(const fa_spec *s) { return (int64_t)s->stages * 2 * s->bn * s->D * esz(s); }
+/* Q slots: two where they fit (the next unit's Q comes in during this one's end), else one. */
+static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) <= FA_SMEM ? 2 : 1; }
 /* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
  * number of blocks): the epilogue may TMA-store whole blocks. */
 static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
@@ -106,14 +108,13 @@ void fa_grid(const fa_spec *s, int grid[3])
     grid[1] = grid[2] = 1;
 }
 
-enum { TILE_K, TILE_V };
 
 /* Everything the tasks share. */
 typedef struct fa {
     loom_kernel *k;
     const fa_spec *s;
     loom_val q, kt, vt, plan, lens, units, out;
-    loom_ring qring, kv;
+    loom_ring qring, kr, vr; /* Q blocks; K and V tiles, each its own ring (a K tile is done before its V) */
     loom_sched sched;
     loom_pingpong pp;
     loom_sync wg; /* one consumer warp group's threads (per replica) */
@@ -170,10 +171,9 @@ static void producer(const fa *g)
         loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 0, NULL);
         {
             loom_val j = loom_for_iv(k, kl);
-            loom_val sl = loom_ring_produce(k, &g->kv, loom_add(k, it, j), -1);
             loom_val offs[4] = {a.h, a.user, loom_mul(k, j, CI(g->s->bn)), zero};
-            loom_ring_load(k, &g->kv, sl, TILE_K, 0, g->kt, offs);
-            loom_ring_load(k, &g->kv, sl, TILE_V, 0, g->vt, offs);
+            loom_ring_load(k, &g->kr, loom_ring_produce(k, &g->kr, loom_add(k, it, j), -1), 0, 0, g->kt, offs);
+            loom_ring_load(k, &g->vr, loom_ring_produce(k, &g->vr, loom_add(k, it, j), -1), 0, 0, g->vt, offs);
             loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_EQ, j, zero), 0);
             load_q(g, &a, qit);
             loom_if_end(k, first, 0, NULL);
@@ -193,11 +193,11 @@ typedef struct softmax_state {
     loom_val m, l, o; /* running max (scaled, base 2) [64], sum [64], output [64, D] */
 } softmax_state;
 
-/* S = Q K^T of ring slot sl (issued and committed, not waited for). */
+/* S = Q K^T of K ring slot sl (issued and committed, not waited for). */
 static loom_val qk(const fa *g, loom_val qv, loom_val sl)
 {
     loom_kernel *k = g->k;
-    loom_val kt = loom_smem_trans(k, loom_ring_view(k, &g->kv, sl, TILE_K, LOOM_NONE));
+    loom_val kt = loom_smem_trans(k, loom_ring_view(k, &g->kr, sl, 0, LOOM_NONE));
     loom_val sc = loom_wgmma(k, qv, kt, loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, g->s->bn)));
     loom_wgmma_commit(k);
     return sc;
@@ -257,18 +257,20 @@ static void turn_end(const fa *g)
 static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0, loom_val len, softmax_state st)
 {
     loom_kernel *k = g->k;
-    loom_val sl = loom_ring_consume(k, &g->kv, use), alpha;
+    loom_val sk = loom_ring_consume(k, &g->kr, use), alpha;
     turn_begin(g);
-    loom_val sc = qk(g, qv, sl);
+    loom_val sc = qk(g, qv, sk);
     turn_issued(g);
     loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
+    loom_ring_release(k, &g->kr, sk);
     loom_val p = online_softmax(g, loom_wgmma_result(k, w, 0), j0, len, &st, &alpha);
-    loom_val o = loom_wgmma(k, loom_cast(k, p, g->s->dt), loom_ring_view(k, &g->kv, sl, TILE_V, LOOM_NONE),
+    loom_val sv = loom_ring_consume(k, &g->vr, use);
+    loom_val o = loom_wgmma(k, loom_cast(k, p, g->s->dt), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE),
                             scale_rows(k, st.o, alpha));
     loom_wgmma_commit(k);
     loom_region_op w2 = loom_wgmma_wait(k, 0, 1, &o);
     st.o = loom_wgmma_result(k, w2, 0);
-    loom_ring_release(k, &g->kv, sl);
+    loom_ring_release(k, &g->vr, sv);
     turn_end(g);
     return st;
 }
@@ -287,11 +289,12 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
     loom_val none[3] = {st.m, st.l, st.o}; /* a user with no keys: the state as it came */
     loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, tiles, zero), 3);
     {
-        loom_val sl0 = loom_ring_consume(k, &g->kv, it);
+        loom_val sk0 = loom_ring_consume(k, &g->kr, it);
         turn_begin(g);
-        loom_val sc = qk(g, qv, sl0);
+        loom_val sc = qk(g, qv, sk0);
         turn_issued(g);
         loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
+        loom_ring_release(k, &g->kr, sk0);
         loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
         turn_end(g);
         loom_val init[4] = {st.m, st.l, st.o, p0};
@@ -299,32 +302,33 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
         {
             loom_val j = loom_for_iv(k, kl);
             softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
-            loom_val use = loom_add(k, it, j), prev = loom_ring_slot_of(k, &g->kv, loom_sub(k, use, one));
-            loom_val sl = loom_ring_consume(k, &g->kv, use);
+            loom_val use = loom_add(k, it, j);
+            loom_val sk = loom_ring_consume(k, &g->kr, use);
+            loom_val sv = loom_ring_consume(k, &g->vr, loom_sub(k, use, one)); /* the previous tile's V */
             turn_begin(g);
-            loom_val sj = qk(g, qv, sl);
-            loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->kv, prev, TILE_V, LOOM_NONE),
-                                    cur.o);
+            loom_val sj = qk(g, qv, sk);
+            loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), cur.o);
             loom_wgmma_commit(k);
             turn_issued(g);
             loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
+            loom_ring_release(k, &g->kr, sk);
             loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
             loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
-            loom_ring_release(k, &g->kv, prev);
+            loom_ring_release(k, &g->vr, sv);
             loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
             turn_end(g);
             loom_for_end(k, kl, 4, ys);
         }
         if (qs)
             loom_ring_release(k, &g->qring, qs);
-        loom_val last = loom_ring_slot_of(k, &g->kv, loom_add(k, it, loom_sub(k, tiles, one)));
+        loom_val last = loom_ring_consume(k, &g->vr, loom_add(k, it, loom_sub(k, tiles, one)));
         turn_begin(g);
-        loom_val o = loom_wgmma(k, loom_for_result(k, kl, 3), loom_ring_view(k, &g->kv, last, TILE_V, LOOM_NONE),
+        loom_val o = loom_wgmma(k, loom_for_result(k, kl, 3), loom_ring_view(k, &g->vr, last, 0, LOOM_NONE),
                                 loom_for_result(k, kl, 2));
         loom_wgmma_commit(k);
         turn_issued(g);
         loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
-        loom_ring_release(k, &g->kv, last);
+        loom_ring_release(k, &g->vr, last);
         turn_end(g);
         loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
         loom_else(k, any, 3, ys);
@@ -415,10 +419,10 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     g.out = loom_arg_tensor_strided(k, "out", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_OUT);
 
     loom_ring_tile qt = {s->dt, LOOM_SHAPE2(FA_BLOCK, D), 2, LOOM_SWIZZLE_128};
-    g.qring = loom_ring_create(k, 1, 2, 1, &qt);
-    loom_ring_tile kvt[2] = {{s->dt, LOOM_SHAPE2(s->bn, D), 1, LOOM_SWIZZLE_128},
-                             {s->dt, LOOM_SHAPE2(s->bn, D), 1, LOOM_SWIZZLE_128}};
-    g.kv = loom_ring_create(k, s->stages, 2, 2, kvt);
+    g.qring = loom_ring_create(k, q_slots(s), 2, 1, &qt);
+    loom_ring_tile kvt = {s->dt, LOOM_SHAPE2(s->bn, D), 1, LOOM_SWIZZLE_128};
+    g.kr = loom_ring_create(k, s->stages, 2, 1, &kvt);
+    g.vr = loom_ring_create(k, s->stages, 2, 1, &kvt);
     int64_t units = fa_max_units(s) * H;
     g.sched = s->dynamic ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(k, units, 1);
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
