@@ -703,6 +703,15 @@ bool lower_named_barrier(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
+bool lower_named_barrier_arrive(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    char t[64];
+    snprintf(t, sizeof t, "bar.arrive %d, %d;", (int)op->iattr[0] + 8, (int)op->iattr[1]);
+    asm_void(l, t, "~{memory}", NULL, 0);
+    return true;
+}
+
 bool lower_fence_async(L *l, uint32_t o, ir_op *op)
 {
     (void)o;

@@ -484,6 +484,54 @@ void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *p
     loom_if_end_at(at, k, ex, 0, NULL);
 }
 
+/* ---------------------------------------------------------------- turns */
+
+/* Two warp groups meet at each barrier: the one whose turn it is waits (bar.sync), the
+ * other signals (bar.arrive), 128 threads each. */
+enum { TURN_THREADS = 256 };
+
+loom_turns loom_turns_create_at(loom_src at, loom_pipe *p)
+{
+    loom_sync s = loom_sync_create_at(at, p, TURN_THREADS, 2);
+    return (loom_turns){s.id, LOOM_NONE};
+}
+
+/* On replica 0: barrier id + a0; on replica 1: id + a1; wait or signal. */
+static void turn_barrier(loom_src at, loom_kernel *k, const loom_turns *t, int a0, int a1, bool wait)
+{
+    loom_region_op r = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, t->rep, CI(0)), 0);
+    if (wait)
+        loom_named_barrier_at(at, k, t->id + a0, TURN_THREADS);
+    else
+        loom_named_barrier_arrive_at(at, k, t->id + a0, TURN_THREADS);
+    loom_else_at(at, k, r, 0, NULL);
+    if (wait)
+        loom_named_barrier_at(at, k, t->id + a1, TURN_THREADS);
+    else
+        loom_named_barrier_arrive_at(at, k, t->id + a1, TURN_THREADS);
+    loom_if_end_at(at, k, r, 0, NULL);
+}
+
+loom_val loom_turns_start_at(loom_src at, loom_kernel *k, loom_turns *t)
+{
+    t->rep = loom_task_replica_at(at, k);
+    loom_region_op r = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, t->rep, CI(1)), 0);
+    loom_named_barrier_arrive_at(at, k, t->id, TURN_THREADS); /* replica 0 goes first */
+    loom_if_end_at(at, k, r, 0, NULL);
+    return t->rep;
+}
+
+void loom_turns_begin_at(loom_src at, loom_kernel *k, const loom_turns *t) { turn_barrier(at, k, t, 0, 1, true); }
+
+void loom_turns_end_at(loom_src at, loom_kernel *k, const loom_turns *t) { turn_barrier(at, k, t, 1, 0, false); }
+
+void loom_turns_finish_at(loom_src at, loom_kernel *k, const loom_turns *t)
+{
+    loom_region_op r = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, t->rep, CI(0)), 0);
+    loom_named_barrier_at(at, k, t->id, TURN_THREADS);
+    loom_if_end_at(at, k, r, 0, NULL);
+}
+
 /* ---------------------------------------------------------------- epilogues */
 
 loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_kind kind, loom_val out,

@@ -24,7 +24,7 @@
  *             one FMA (m = max(m, rowmax(S) * c), P = exp2(S * c - m), l and O rescaled
  *             by exp2(m_old - m)), then O += P V with P cast straight from the
  *             accumulator's registers into the A operand (no shared-memory round trip).
- *             With `turns`, the groups take turns to issue S = Q K^T (loom_pingpong), so
+ *             With `turns`, the groups take turns to issue their GEMMs (loom_turns), so
  *             one's softmax runs while the other's GEMMs keep the tensor cores busy.
  *   epilogue  O / l cast to the dtype and stored from the registers, the block's rows
  *             past its candidate's masked off (a block may end inside a candidate's rows)
@@ -116,7 +116,7 @@ typedef struct fa {
     loom_val q, kt, vt, plan, lens, units, out;
     loom_ring qring, kr, vr; /* Q blocks; K and V tiles, each its own ring (a K tile is done before its V) */
     loom_sched sched;
-    loom_pingpong pp;
+    loom_turns turns;
     loom_sync wg; /* one consumer warp group's threads (per replica) */
 } fa;
 
@@ -234,21 +234,16 @@ static loom_val scale_rows(loom_kernel *k, loom_val o, loom_val by)
 }
 
 /* A turn on the tensor cores (turns=1): the groups issue their GEMMs one after the
- * other (loom_pingpong's order), so that one's softmax runs beside the other's GEMMs. */
+ * other, so that one's softmax runs beside the other's GEMMs. */
 static void turn_begin(const fa *g)
 {
     if (g->s->turns)
-        loom_pingpong_mma_begin(g->k, &g->pp);
+        loom_turns_begin(g->k, &g->turns);
 }
 static void turn_issued(const fa *g)
 {
     if (g->s->turns)
-        loom_pingpong_mma_end(g->k, &g->pp);
-}
-static void turn_end(const fa *g)
-{
-    if (g->s->turns)
-        loom_pingpong_tile_end(g->k, &g->pp);
+        loom_turns_end(g->k, &g->turns);
 }
 
 /* One K/V tile (ring use `use`, its first key j0), one GEMM after the other: S = Q K^T,
@@ -271,7 +266,6 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
     loom_region_op w2 = loom_wgmma_wait(k, 0, 1, &o);
     st.o = loom_wgmma_result(k, w2, 0);
     loom_ring_release(k, &g->vr, sv);
-    turn_end(g);
     return st;
 }
 
@@ -296,8 +290,7 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
         loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
         loom_ring_release(k, &g->kr, sk0);
         loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
-        turn_end(g);
-        loom_val init[4] = {st.m, st.l, st.o, p0};
+            loom_val init[4] = {st.m, st.l, st.o, p0};
         loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
         {
             loom_val j = loom_for_iv(k, kl);
@@ -316,8 +309,7 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
             loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
             loom_ring_release(k, &g->vr, sv);
             loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
-            turn_end(g);
-            loom_for_end(k, kl, 4, ys);
+                    loom_for_end(k, kl, 4, ys);
         }
         if (qs)
             loom_ring_release(k, &g->qring, qs);
@@ -329,8 +321,7 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
         turn_issued(g);
         loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
         loom_ring_release(k, &g->vr, last);
-        turn_end(g);
-        loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
+            loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
         loom_else(k, any, 3, ys);
     }
     if (qs)
@@ -347,7 +338,7 @@ static void consumers(fa *g)
     loom_val zero = CI(0), one = CI(1);
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
-        loom_val rep = s->turns ? loom_pingpong_start(k, &g->pp) : loom_task_replica(k);
+        loom_val rep = s->turns ? loom_turns_start(k, &g->turns) : loom_task_replica(k);
         loom_val init[2] = {zero, zero};
         loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, LOOM_NONE, 2, init);
         unit_at a = unit_of(g, loom_sched_unit(&l));
@@ -394,6 +385,8 @@ static void consumers(fa *g)
 
         loom_val next[2] = {loom_add(k, it, a.tiles), loom_add(k, qit, one)};
         loom_sched_end(k, &l, next);
+        if (s->turns)
+            loom_turns_finish(k, &g->turns);
     }
     loom_task_end(k, ct);
 }
@@ -427,7 +420,7 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     g.sched = s->dynamic ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(k, units, 1);
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
     if (s->turns)
-        g.pp = loom_pingpong_create(&p);
+        g.turns = loom_turns_create(&p);
     if (store_q(s))
         g.wg = loom_sync_create_per_replica(&p, 128, 2);
 

@@ -22,10 +22,10 @@ struct loom_ikbo_fa {
     char desc[256];
 };
 
-/* 128-key tiles, three ring slots, a persistent CTA an SM taking units round-robin, each
+/* 128-key tiles, two slots each of the K and V rings (and two Q slots), a persistent CTA an SM taking units round-robin, each
  * tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
  * measurements).  The registry entry's defaults (templates/ikbo_fa_registry.c) are the same. */
-static const loom_ikbo_fa_config default_cfg = {128, 3, 132, 0, 0, 1, 1};
+static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1};
 
 static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...)
