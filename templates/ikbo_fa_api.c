@@ -91,6 +91,8 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
     p->rt = rt;
     p->s = *shape;
     p->cfg = cfg ? *cfg : default_cfg;
+    if (!cfg && shape->D == 64) /* a 64-key tile for D=64, and the ring deeper */
+        p->cfg.bn = 64, p->cfg.stages = 4;
     p->units = -1;
     p->spec = spec_of(shape, &p->cfg);
     char buf[300], err[300] = "";
