@@ -87,16 +87,6 @@ loom_region_op loom_producer_begin_at(loom_src at, loom_kernel *k);
 #define loom_consumers_begin(k, warps, replicas) loom_consumers_begin_at(LOOM_HERE, k, warps, replicas)
 loom_region_op loom_consumers_begin_at(loom_src at, loom_kernel *k, int warps, int replicas);
 
-/* A lean producer (LOOM_PIPE_PRODUCER_REGS_LEAN registers: it keeps its loop counters and
- * little else) and consumers that get the rest, up to LOOM_PIPE_CONSUMER_REGS_LEAN: for
- * consumers whose live tiles fill the register file (flash attention's S, P and O). */
-#define LOOM_PIPE_PRODUCER_REGS_LEAN 24
-#define LOOM_PIPE_CONSUMER_REGS_LEAN 240
-#define loom_producer_begin_lean(k) loom_producer_begin_lean_at(LOOM_HERE, k)
-loom_region_op loom_producer_begin_lean_at(loom_src at, loom_kernel *k);
-#define loom_consumers_begin_lean(k, warps, replicas) loom_consumers_begin_lean_at(LOOM_HERE, k, warps, replicas)
-loom_region_op loom_consumers_begin_lean_at(loom_src at, loom_kernel *k, int warps, int replicas);
-
 /* ---------------------------------------------------------------- named barriers */
 
 /* A named barrier that `threads` threads meet at; per_replica > 1 gives each of that

@@ -31,31 +31,13 @@ loom_pipe loom_pipe_create(loom_kernel *k) { return (loom_pipe){k, 0}; }
 
 /* ---------------------------------------------------------------- roles */
 
-/* The consumers' share of the register file beside a producer of producer_regs, rounded
- * down to a multiple of 8 and capped at max. */
-static int consumer_regs(const loom_kernel *k, int producer_regs, int max)
+int loom_pipe_consumer_regs(const loom_kernel *k)
 {
     int cons_threads = (loom_kernel_num_warps(k) - LOOM_PIPE_PRODUCER_WARPS) * 32;
     if (cons_threads <= 0)
-        return max;
-    int r = (65536 - LOOM_PIPE_PRODUCER_WARPS * 32 * producer_regs) / cons_threads / 8 * 8;
-    return r > max ? max : r;
-}
-
-int loom_pipe_consumer_regs(const loom_kernel *k)
-{
-    return consumer_regs(k, LOOM_PIPE_PRODUCER_REGS, LOOM_PIPE_CONSUMER_REGS_MAX);
-}
-
-loom_region_op loom_producer_begin_lean_at(loom_src at, loom_kernel *k)
-{
-    return loom_task_begin_at(at, k, LOOM_PIPE_PRODUCER_WARPS, LOOM_PIPE_PRODUCER_REGS_LEAN, 1);
-}
-
-loom_region_op loom_consumers_begin_lean_at(loom_src at, loom_kernel *k, int warps, int replicas)
-{
-    return loom_task_begin_at(at, k, warps, consumer_regs(k, LOOM_PIPE_PRODUCER_REGS_LEAN, LOOM_PIPE_CONSUMER_REGS_LEAN),
-                              replicas);
+        return LOOM_PIPE_CONSUMER_REGS_MAX;
+    int r = (65536 - LOOM_PIPE_PRODUCER_WARPS * 32 * LOOM_PIPE_PRODUCER_REGS) / cons_threads / 8 * 8;
+    return r > LOOM_PIPE_CONSUMER_REGS_MAX ? LOOM_PIPE_CONSUMER_REGS_MAX : r;
 }
 
 loom_region_op loom_producer_begin_at(loom_src at, loom_kernel *k)

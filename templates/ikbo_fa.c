@@ -161,7 +161,7 @@ static void producer(const fa *g)
 {
     loom_kernel *k = g->k;
     loom_val zero = CI(0), one = CI(1);
-    loom_region_op pt = loom_producer_begin_lean(k);
+    loom_region_op pt = loom_producer_begin(k);
     {
         loom_val init[2] = {zero, zero};
         loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 2, init);
@@ -335,7 +335,7 @@ static void consumers(fa *g)
     loom_kernel *k = g->k;
     const fa_spec *s = g->s;
     loom_val zero = CI(0), one = CI(1);
-    loom_region_op ct = loom_consumers_begin_lean(k, 4, 2);
+    loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
         loom_val rep = s->turns ? loom_turns_start(k, &g->turns) : loom_task_replica(k);
         loom_val init[2] = {zero, zero};
