@@ -54,8 +54,7 @@ static int64_t esz(const fa_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
 static int64_t q_bytes(const fa_spec *s) { return 2 * FA_BLOCK * s->D * esz(s); }
 static int64_t kv_bytes(const fa_spec *s) { return (int64_t)s->stages * 2 * s->bn * s->D * esz(s); }
 /* Q slots: two where they fit (the next unit's Q comes in during this one's end), else one. */
-static int64_t p_bytes(const fa_spec *s) { return s->psmem ? 2 * FA_BLOCK * s->bn * esz(s) : 0; }
-static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) + p_bytes(s) <= FA_SMEM ? 2 : 1; }
+static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) <= FA_SMEM ? 2 : 1; }
 /* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
  * number of blocks): the epilogue may TMA-store whole blocks. */
 static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
@@ -80,10 +79,9 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "BN (keys a tile) must equal D: 64 for D=64, 128 for D=128";
     if (s->stages < 2 || s->stages > 8)
         return "stages must be 2 to 8";
-    if (q_bytes(s) + kv_bytes(s) + p_bytes(s) > FA_SMEM) {
-        snprintf(buf, n, "the Q tiles (%lld bytes), the K/V rings (%lld) and the P tiles (%lld) need over 226 KiB of "
-                 "shared memory; use fewer stages or psmem=0", (long long)q_bytes(s), (long long)kv_bytes(s),
-                 (long long)p_bytes(s));
+    if (q_bytes(s) + kv_bytes(s) > FA_SMEM) {
+        snprintf(buf, n, "the Q tiles (%lld bytes) and the K/V ring (%lld) need over 226 KiB of shared memory; use "
+                 "fewer stages or a smaller BN", (long long)q_bytes(s), (long long)kv_bytes(s));
         return buf;
     }
     if (s->ctas < 1 || s->ctas > 1024)
@@ -96,10 +94,6 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "overlap must be 0 or 1";
     if (s->tmastore != 0 && s->tmastore != 1)
         return "tmastore must be 0 or 1";
-    if (s->psmem != 0 && s->psmem != 1)
-        return "psmem must be 0 or 1";
-    if (s->psmem && !s->overlap)
-        return "psmem=1 is a form of the overlapped loop: overlap=1";
     if (fa_max_units(s) * s->H > INT32_MAX / 2 || fa_rows(s) * s->H * s->D > INT32_MAX ||
         s->U * s->S * s->H * s->D > INT32_MAX)
         return "the tensors are too large for 32-bit element offsets";
@@ -122,7 +116,6 @@ typedef struct fa {
     loom_ring qring, kr, vr; /* Q blocks; K and V tiles, each its own ring (a K tile is done before its V) */
     loom_sched sched;
     loom_turns turns;
-    loom_val pbuf; /* psmem: each group's P tile in shared memory */
     loom_sync wg; /* one consumer warp group's threads (per replica) */
 } fa;
 
@@ -275,34 +268,17 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
     return st;
 }
 
-/* P (f32) as P V's A operand: cast to the dtype in registers; or (psmem) written into
- * this group's P tile (pv) in shared memory, fenced for the tensor cores and the group's
- * threads met, and the tile returned. */
-static loom_val p_operand(const fa *g, loom_val p, loom_val pv, loom_val rep)
-{
-    loom_kernel *k = g->k;
-    loom_val c = loom_cast(k, p, g->s->dt);
-    if (!g->s->psmem)
-        return c;
-    loom_smem_store(k, pv, c);
-    loom_fence_async(k);
-    loom_sync_wait(k, g->wg, rep);
-    return pv;
-}
-
 /* A unit's K/V tiles 0 .. tiles - 1 (ring uses it ..), the GEMMs overlapped with the
  * softmax (overlap=1): tile j's S = Q K^T and tile j-1's O += P V are issued together, and
  * the softmax of tile j runs while P V is still on the tensor cores; O is rescaled once
  * that is done.  Tile 0's softmax comes first and the last tile's P V after the loop.
  * Where qs is given, the Q slot goes back as soon as the last S = Q K^T is done. */
 static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_val it, loom_val tiles, loom_val len,
-                                  loom_val rep, softmax_state st)
+                                  softmax_state st)
 {
     loom_kernel *k = g->k;
     const fa_spec *s = g->s;
     loom_val zero = CI(0), one = CI(1), alpha;
-    /* psmem: P goes through this group's tile in shared memory instead of the registers */
-    loom_val pv = s->psmem ? loom_smem_slot(k, g->pbuf, rep) : LOOM_NONE;
     loom_val none[3] = {st.m, st.l, st.o}; /* a user with no keys: the state as it came */
     loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, tiles, zero), 3);
     {
@@ -312,10 +288,9 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
         turn_issued(g);
         loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
         loom_ring_release(k, &g->kr, sk0);
-        loom_val p0 = p_operand(g, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), pv, rep);
-        int nc = s->psmem ? 3 : 4; /* carried: m, l, O (and P in registers) */
-        loom_val init[4] = {st.m, st.l, st.o, p0};
-        loom_region_op kl = loom_for_begin(k, one, tiles, one, nc, init);
+        loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
+            loom_val init[4] = {st.m, st.l, st.o, p0};
+        loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
         {
             loom_val j = loom_for_iv(k, kl);
             softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
@@ -324,8 +299,7 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
             loom_val sv = loom_ring_consume(k, &g->vr, loom_sub(k, use, one)); /* the previous tile's V */
             turn_begin(g);
             loom_val sj = qk(g, qv, sk);
-            loom_val o = loom_wgmma(k, s->psmem ? pv : loom_for_arg(k, kl, 3),
-                                    loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), cur.o);
+            loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), cur.o);
             loom_wgmma_commit(k);
             turn_issued(g);
             loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
@@ -333,21 +307,20 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
             loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
             loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
             loom_ring_release(k, &g->vr, sv);
-            loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), LOOM_NONE};
-            ys[3] = p_operand(g, pj, pv, rep); /* after the wait: P V no longer reads the tile */
-            loom_for_end(k, kl, nc, ys);
+            loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
+                    loom_for_end(k, kl, 4, ys);
         }
         if (qs)
             loom_ring_release(k, &g->qring, qs);
         loom_val last = loom_ring_consume(k, &g->vr, loom_add(k, it, loom_sub(k, tiles, one)));
         turn_begin(g);
-        loom_val o = loom_wgmma(k, s->psmem ? pv : loom_for_result(k, kl, 3),
-                                loom_ring_view(k, &g->vr, last, 0, LOOM_NONE), loom_for_result(k, kl, 2));
+        loom_val o = loom_wgmma(k, loom_for_result(k, kl, 3), loom_ring_view(k, &g->vr, last, 0, LOOM_NONE),
+                                loom_for_result(k, kl, 2));
         loom_wgmma_commit(k);
         turn_issued(g);
         loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
         loom_ring_release(k, &g->vr, last);
-        loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
+            loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
         loom_else(k, any, 3, ys);
     }
     if (qs)
@@ -380,7 +353,7 @@ static void consumers(fa *g)
                            loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, s->D))};
         softmax_state st = {st0[0], st0[1], st0[2]};
         if (s->overlap) {
-            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, rep, st);
+            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st);
         } else {
             loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
             loom_val j = loom_for_iv(k, kl);
@@ -447,10 +420,8 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
     if (s->turns)
         g.turns = loom_turns_create(&p);
-    if (store_q(s) || s->psmem)
+    if (store_q(s))
         g.wg = loom_sync_create_per_replica(&p, 128, 2);
-    if (s->psmem)
-        g.pbuf = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(FA_BLOCK, s->bn), 2, LOOM_SWIZZLE_128);
 
     producer(&g);
     consumers(&g);

@@ -24,7 +24,6 @@ typedef struct fa_spec {
     int turns;                    /* 1: the two warp groups take turns on the tensor cores */
     int overlap;                  /* 1: a tile's softmax overlaps the previous tile's P V */
     int tmastore;                 /* 1: full 64-row blocks go out by TMA through the Q slot */
-    int psmem;                    /* 1: P reaches P V through shared memory, not registers */
 } fa_spec;
 
 /* Rows of Q (and out): B * nseed. */

@@ -25,7 +25,7 @@ struct loom_ikbo_fa {
 /* 128-key tiles, two slots each of the K and V rings (and two Q slots), a persistent CTA an SM taking units round-robin, each
  * tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
  * measurements).  The registry entry's defaults (templates/ikbo_fa_registry.c) are the same. */
-static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1, 0};
+static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1};
 
 static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...)
@@ -42,7 +42,7 @@ static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...)
 static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c)
 {
     return (fa_spec){s->B,  s->U,      s->S,    s->H,     s->D,     s->n_seed, s->dtype,
-                     s->varlen, c->bn, c->stages, c->ctas, c->sched, c->turns,  c->overlap, c->tmastore, c->psmem};
+                     s->varlen, c->bn, c->stages, c->ctas, c->sched, c->turns,  c->overlap, c->tmastore};
 }
 
 /* The config the tuner picks for this shape (cached on disk). */
@@ -138,8 +138,8 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
         return st;
     }
     const loom_ikbo_fa_config *c = &p->cfg;
-    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,psmem=%d; %s",
-             c->bn, c->stages, c->ctas, c->sched, c->turns, c->overlap, c->tmastore, c->psmem, loom_kernel_name(p->k));
+    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d; %s", c->bn,
+             c->stages, c->ctas, c->sched, c->turns, c->overlap, c->tmastore, loom_kernel_name(p->k));
     *out = p;
     return LOOM_OK;
 }
@@ -236,7 +236,7 @@ const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p) { return p ? p->desc : 
 
 loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p)
 {
-    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0, 0, 0, 0};
+    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0, 0, 0};
 }
 
 loom_kernel *loom_ikbo_fa_kernel(const loom_ikbo_fa *p, int grid[3])

@@ -27,7 +27,7 @@
 
 static fa_spec spec(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t ns, int varlen)
 {
-    return (fa_spec){B, U, S, H, D, ns, LOOM_F16, varlen, 64, 2, 8, 0, 0, 1, 1, 0};
+    return (fa_spec){B, U, S, H, D, ns, LOOM_F16, varlen, 64, 2, 8, 0, 0, 1, 1};
 }
 
 Test(ikbo_fa, plan_pairs_blocks_of_one_user_and_covers_every_row)
@@ -171,9 +171,9 @@ static const fa_shape_case interp_cases[] = {
 Test(ikbo_fa, interpreter_small_odd_shapes)
 {
     const loom_ikbo_fa_config cfgs[] = {
-        {64, 2, 4, 0, 0, 1, 1, 1}, /* the default's pipeline on 64-key tiles, P through shared memory */
-        {64, 2, 3, 1, 1, 1, 0, 0}, /* dynamic schedule, turns, register stores */
-        {64, 3, 2, 0, 1, 0, 1, 0}, /* one GEMM after the other, with turns */
+        {64, 2, 4, 0, 0, 1, 1},  /* the default's pipeline on 64-key tiles */
+        {64, 2, 3, 1, 1, 1, 0},  /* dynamic schedule, turns, register stores */
+        {64, 3, 2, 0, 1, 0, 1},  /* one GEMM after the other, with turns */
     };
     for (size_t i = 0; i < sizeof interp_cases / sizeof *interp_cases; i++)
         run_interp(&interp_cases[i], &cfgs[i % 3]);
@@ -186,7 +186,7 @@ Test(ikbo_fa, ptx_assembles_without_spills_and_keeps_p_in_registers)
     const loom_template *t = loom_template_find("ikbo_fa");
     cr_assert(t);
     const char *const shapes[] = {"", "D=64,S=1000,n_seed=100,varlen=1"}, *const bn[] = {"BN=128", "BN=64"};
-    const char *const configs[] = {"", "turns=1", "stages=3,sched=1", "overlap=0,tmastore=0", "stages=4", "psmem=1"};
+    const char *const configs[] = {"", "turns=1", "stages=3,sched=1", "overlap=0,tmastore=0", "stages=4"};
     for (size_t i = 0; i < 2; i++)
         for (size_t j = 0; j < sizeof configs / sizeof *configs; j++) {
             int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
@@ -200,8 +200,7 @@ Test(ikbo_fa, ptx_assembles_without_spills_and_keeps_p_in_registers)
             cr_assert(k, "[%s] [%s]: %s", shapes[i], cs, err);
             char *ptx = NULL;
             cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
-            if (!strstr(cs, "psmem=1")) /* else P comes from shared memory */
-                cr_expect(strstr(ptx, "}, {%r") != NULL, "[%s] [%s]: no wgmma with A in registers", shapes[i], cs);
+            cr_expect(strstr(ptx, "}, {%r") != NULL, "[%s] [%s]: no wgmma with A in registers", shapes[i], cs);
             t_ptxas_ok(ptx, "sm_90a", "ikbo_fa");
             free(ptx);
             loom_kernel_destroy(k);
@@ -218,12 +217,12 @@ Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, NULL, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "D (the head dim)"), "%s", loom_runtime_error(rt));
     sh.D = 64;
-    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 0, 0, 1, 1, 0}, &p), LOOM_ERR_INVALID);
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 0, 0, 1, 1}, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "BN (keys a tile) must equal D"), "%s", loom_runtime_error(rt));
-    loom_ikbo_fa_config big = {64, 9, 4, 0, 0, 1, 1, 0};
+    loom_ikbo_fa_config big = {64, 9, 4, 0, 0, 1, 1};
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &big, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "stages must be 2 to 8"), "%s", loom_runtime_error(rt));
-    loom_ikbo_fa_config cfg = {64, 2, 4, 0, 0, 1, 1, 0};
+    loom_ikbo_fa_config cfg = {64, 2, 4, 0, 0, 1, 1};
     cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, &cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
     loom_buffer *small = loom_buffer_create(rt, 16), *map = loom_buffer_create(rt, 16);
     int32_t m[4] = {0, 1, 2, 1};
@@ -330,10 +329,9 @@ Test(ikbo_fa_gpu, against_the_naive_f32_reference)
         {2000, 2, 128, 70, 1, 0, 0}, {500, 2, 128, 10, 0, 1, 1},
     };
     const loom_ikbo_fa_config cfgs[] = {
-        {128, 2, 132, 0, 0, 1, 1, 0}, /* the default */
-        {128, 2, 132, 0, 0, 1, 1, 1}, /* P through shared memory */
-        {128, 2, 132, 1, 1, 1, 1, 0}, /* dynamic, turns */
-        {128, 3, 132, 0, 0, 0, 0, 0}, /* one GEMM after the other, register stores */
+        {128, 2, 132, 0, 0, 1, 1}, /* the default */
+        {128, 2, 132, 1, 1, 1, 1}, /* dynamic, turns */
+        {128, 3, 132, 0, 0, 0, 0}, /* one GEMM after the other, register stores */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         for (size_t j = 0; j < sizeof cfgs / sizeof *cfgs; j++) {
