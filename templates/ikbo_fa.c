@@ -289,7 +289,7 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
         loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
         loom_ring_release(k, &g->kr, sk0);
         loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
-            loom_val init[4] = {st.m, st.l, st.o, p0};
+        loom_val init[4] = {st.m, st.l, st.o, p0};
         loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
         {
             loom_val j = loom_for_iv(k, kl);
@@ -308,7 +308,7 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
             loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
             loom_ring_release(k, &g->vr, sv);
             loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
-                    loom_for_end(k, kl, 4, ys);
+            loom_for_end(k, kl, 4, ys);
         }
         if (qs)
             loom_ring_release(k, &g->qring, qs);
@@ -320,7 +320,7 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
         turn_issued(g);
         loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
         loom_ring_release(k, &g->vr, last);
-            loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
+        loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
         loom_else(k, any, 3, ys);
     }
     if (qs)
