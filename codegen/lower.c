@@ -690,7 +690,7 @@ loom_status cg_lower(cg_ctx *cg, void *llvm_ctx, void **module_out)
         goto done;
     }
 
-    if (!lw_hopper_collect_tma(l))
+    if (!lw_hopper_collect_tma(l) || !lw_find_packed(l))
         goto done;
     LLVMTypeRef pt[LOOM_MAX_ARGS + 16];
     for (int a = 0; a < k->nargs; a++)
@@ -750,6 +750,7 @@ done:
     LLVMDisposeBuilder(l->B);
     LLVMDisposeBuilder(l->PB);
     free(l->vals);
+    free(l->packed);
     free(l->tcoord);
     free(l->op_tma);
     while (l->mem) {

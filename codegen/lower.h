@@ -73,6 +73,10 @@ typedef struct L {
     lv *vals;
     uint32_t cur_op;
     chunk *mem;
+    /* per value: 1 for an f16/bf16 tile that only ever becomes wgmma's A operand (through
+     * loop carries): its registers hold packed pairs (register 2i: the pair 2i, 2i + 1 as
+     * b32 bits, register 2i + 1 unused), half the registers across a loop (lw_find_packed) */
+    uint8_t *packed;
 } L;
 
 static inline const ir_type *vty(L *l, uint32_t v) { return &l->k->vals[v].type; }
@@ -136,6 +140,10 @@ LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x); /* one element 
 /* ---------------------------------------------------------------- lower_hopper.c: kernel-level parts */
 
 bool lw_hopper_collect_tma(L *l);  /* the TMA descriptors, before the function is made */
+bool lw_find_packed(L *l);         /* l->packed: the A-operand tiles kept as packed pairs */
+/* A cast to f16/bf16 whose result is kept packed (l->packed): its registers from the f32
+ * registers of its source. */
+void lw_cast_packed(L *l, loom_dtype dt, const LLVMValueRef *src, LLVMValueRef *out, int n);
 void lw_hopper_kernel_attrs(L *l); /* the function's launch bounds and descriptor params */
 void lw_hopper_entry(L *l);        /* the entry block's shared-memory and descriptor values */
 void lw_cluster_sync(L *l);        /* every CTA of the cluster arrives, then waits */

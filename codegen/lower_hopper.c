@@ -359,6 +359,93 @@ static const lv *cast_source(L *l, uint32_t x, int32_t id)
     return src;
 }
 
+/* ---------------------------------------------------------------- packed A operands */
+
+/* Is v an f16/bf16 tile whose every use is wgmma's A operand (in the layout that wgmma
+ * wants), directly or through loop carries whose other ends are such tiles too?  Then it
+ * is kept as packed pairs from its cast on: a P tile carried from one iteration to the
+ * next takes half the registers (which keeps ptxas from reusing the registers an A
+ * operand still in flight is read from, and waiting for its group). */
+static bool packable_type(L *l, uint32_t v)
+{
+    const ir_type *t = vty(l, v);
+    return v && t->kind == IR_T_TILE && t->shape.rank == 2 && (t->dtype == LOOM_F16 || t->dtype == LOOM_BF16) &&
+           !l->cg->remat[v] && l->cg->vlay[v] >= 0;
+}
+
+bool lw_find_packed(L *l)
+{
+    loom_kernel *k = l->k;
+    bool any = false;
+    for (uint32_t o = 1; o < k->nops && !any; o++)
+        any = k->ops[o].kind == IR_WGMMA && vty(l, k->ops[o].opnd[0])->kind == IR_T_TILE;
+    if (!any)
+        return true;
+    uint8_t *p = l->packed = calloc(k->nvals, 1);
+    if (!p) {
+        cg_fail(l->cg, LOOM_ERR_NOMEM, "out of memory");
+        return false;
+    }
+    /* candidates: casts from f32, and the carried values and results of loops */
+    for (uint32_t o = 1; o < k->nops; o++) {
+        const ir_op *op = &k->ops[o];
+        if (op->kind == IR_CAST && vdt(l, op->opnd[0]) == LOOM_F32 && packable_type(l, op->res[0]))
+            p[op->res[0]] = 1;
+        if (op->kind == IR_FOR)
+            for (int j = 0; j < op->nres; j++) {
+                uint32_t arg = k->blocks[op->reg[0]].args[1 + j];
+                if (packable_type(l, op->res[j]) && packable_type(l, arg))
+                    p[op->res[j]] = p[arg] = 1;
+            }
+    }
+    /* drop every candidate with another use, or linked to a value that is not one */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t o = 1; o < k->nops; o++) {
+            const ir_op *op = &k->ops[o];
+            const ir_op *par = op->kind == IR_YIELD && k->blocks[op->block].parent
+                                   ? &k->ops[k->blocks[op->block].parent]
+                                   : NULL;
+            for (int i = 0; i < op->nopnd; i++) {
+                uint32_t v = op->opnd[i];
+                if (!p[v])
+                    continue;
+                bool ok;
+                if (op->kind == IR_WGMMA)
+                    ok = i == 0 && l->cg->vlay[v] == cg_want(l->cg, o, 0);
+                else if (op->kind == IR_FOR && i >= 3)
+                    ok = p[op->res[i - 3]] && p[k->blocks[op->reg[0]].args[i - 2]];
+                else if (par && par->kind == IR_FOR)
+                    ok = p[par->res[i]] && p[k->blocks[par->reg[0]].args[1 + i]];
+                else
+                    ok = false;
+                if (!ok)
+                    p[v] = 0, changed = true;
+            }
+            if (op->kind == IR_FOR) /* a carried value: its init and its yield packed too */
+                for (int j = 0; j < op->nres; j++) {
+                    uint32_t arg = k->blocks[op->reg[0]].args[1 + j];
+                    const ir_block *body = &k->blocks[op->reg[0]];
+                    const ir_op *y = body->nops ? &k->ops[body->ops[body->nops - 1]] : NULL;
+                    bool ok = p[op->opnd[3 + j]] && y && y->kind == IR_YIELD && p[y->opnd[j]];
+                    if ((p[op->res[j]] || p[arg]) && !ok)
+                        p[op->res[j]] = p[arg] = 0, changed = true;
+                }
+        }
+    }
+    return true;
+}
+
+void lw_cast_packed(L *l, loom_dtype dt, const LLVMValueRef *src, LLVMValueRef *out, int n)
+{
+    const char *cvt = dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
+    for (int j = 0; j + 1 < n; j += 2) {
+        LLVMValueRef ab[2] = {src[j + 1], src[j]}; /* the first operand fills the upper half */
+        out[j] = LLVMBuildBitCast(l->B, lw_asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true), l->t_f32, "");
+        out[j + 1] = LLVMGetUndef(l->t_f32);
+    }
+}
+
 /* Registers j and j + 1 of a tile of dt (x) packed into one (pack2), from the f32 registers
  * of its cast (cast_source) where src is not NULL. */
 static LLVMValueRef pack_pair(L *l, loom_dtype dt, const lv *src, const LLVMValueRef *x, int j)
@@ -715,6 +802,15 @@ bool lower_named_barrier(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
+bool lower_named_barrier_arrive(L *l, uint32_t o, ir_op *op)
+{
+    (void)o;
+    char t[64];
+    snprintf(t, sizeof t, "bar.arrive %d, %d;", (int)op->iattr[0] + 8, (int)op->iattr[1]);
+    asm_void(l, t, "~{memory}", NULL, 0);
+    return true;
+}
+
 bool lower_fence_async(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
@@ -989,7 +1085,8 @@ static LLVMValueRef *a_fragments(L *l, uint32_t o, ir_op *op, int64_t mblocks, i
     if (id < 0 || !x)
         return NULL;
     loom_dtype dt = vdt(l, op->opnd[0]);
-    const lv *src = cast_source(l, op->opnd[0], id);
+    bool packed = l->packed && l->packed[op->opnd[0]];
+    const lv *src = packed ? NULL : cast_source(l, op->opnd[0], id);
     int64_t half = (INT64_C(1) << cg_lay(l->cg, id)->lg[1]) / 2, chunks = K / 16;
     LLVMValueRef *pk = lw_regs_alloc(l, (int)(mblocks * chunks * 4));
     if (!pk)
@@ -997,7 +1094,11 @@ static LLVMValueRef *a_fragments(L *l, uint32_t o, ir_op *op, int64_t mblocks, i
     for (int64_t mb = 0; mb < mblocks; mb++)
         for (int64_t c = 0; c < chunks; c++)
             for (int q = 0; q < 4; q++)
-                pk[(mb * chunks + c) * 4 + q] = pack_pair(l, dt, src, x, (int)(mb * half + 8 * c + 2 * q));
+            {
+                int j = (int)(mb * half + 8 * c + 2 * q);
+                pk[(mb * chunks + c) * 4 + q] =
+                    packed ? LLVMBuildBitCast(l->B, x[j], l->t_i32, "") : pack_pair(l, dt, src, x, j);
+            }
     return pk;
 }
 

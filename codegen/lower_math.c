@@ -210,6 +210,10 @@ bool lower_elementwise(L *l, uint32_t o, ir_op *op)
     LLVMValueRef *out = lw_regs_alloc(l, n);
     if (!out)
         return false;
+    if (op->kind == IR_CAST && l->packed && l->packed[rv]) {
+        lw_cast_packed(l, vdt(l, rv), ins[0], out, n);
+        return lw_set_result(l, rv, id, out);
+    }
     for (int j = 0; j < n; j++) {
         LLVMValueRef x[3];
         for (int i = 0; i < op->nopnd && i < 3; i++)

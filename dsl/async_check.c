@@ -346,6 +346,26 @@ typedef struct acc_state {
 
 static void acc_block(loom_kernel *k, acc_state *s, uint32_t b, bool report);
 
+/* Is accumulator v, waited for by the wait at position at of block blk with `pending`
+ * groups allowed in flight, certainly complete?  Where v comes from a wgmma earlier in
+ * the same block and its group's commit is followed by `pending` more commits before the
+ * wait, its group is older than every group the wait lets run on. */
+static bool group_done(loom_kernel *k, const ir_block *blk, uint32_t at, uint32_t v, int64_t pending)
+{
+    const ir_value *val = ir_val(k, v);
+    if (val->kind != IR_V_RESULT || k->ops[val->def].kind != IR_WGMMA)
+        return false;
+    int64_t commits = -1; /* counting from the wgmma: its own group's commit, then later ones */
+    bool seen = false;
+    for (uint32_t i = 0; i < at; i++) {
+        if (blk->ops[i] == val->def)
+            seen = true, commits = 0;
+        else if (seen && k->ops[blk->ops[i]].kind == IR_WGMMA_COMMIT)
+            commits++;
+    }
+    return seen && commits > pending;
+}
+
 static void mark(acc_state *s, uint32_t v)
 {
     if (!s->pending[v]) {
@@ -368,7 +388,7 @@ static void acc_block(loom_kernel *k, acc_state *s, uint32_t b, bool report)
         case IR_WGMMA_WAIT:
             if (op->iattr[0] > 0)
                 for (int r = 0; r < op->nres; r++)
-                    if (s->pending[op->opnd[r]])
+                    if (s->pending[op->opnd[r]] && !group_done(k, blk, i, op->opnd[r], op->iattr[0]))
                         mark(s, op->res[r]);
             continue;
         case IR_YIELD: {

@@ -723,6 +723,11 @@ loom_val loom_ring_phase_at(loom_src at, loom_kernel *k, loom_val iter, int n)
     return ring_common(at, k, iter, n, true);
 }
 
+void loom_named_barrier_arrive_at(loom_src at, loom_kernel *k, int id, int threads)
+{
+    build0(k, at, IR_NAMED_BARRIER_ARRIVE, id, threads);
+}
+
 void loom_named_barrier_at(loom_src at, loom_kernel *k, int id, int threads)
 {
     build0(k, at, IR_NAMED_BARRIER, id, threads);

@@ -177,7 +177,10 @@ bool interp_mbar_wait(interp *in, const ir_op *op)
     return true;
 }
 
-bool interp_named_barrier(interp *in, const ir_op *op)
+/* A replica's threads reach named barrier op->iattr[0] (of op->iattr[1] threads): the
+ * arrival that completes it starts its next generation; a sync (wait) blocks until then,
+ * an arrive does not. */
+static bool named_barrier(interp *in, const ir_op *op, bool wait)
 {
     task *t = cur(in);
     if (!need_task(in, op))
@@ -206,6 +209,8 @@ bool interp_named_barrier(interp *in, const ir_op *op)
         nb->gen++;
         return true;
     }
+    if (!wait)
+        return true;
     t->wait_op = op;
     t->wait_nb = id;
     t->wait_gen = nb->gen;
@@ -214,6 +219,10 @@ bool interp_named_barrier(interp *in, const ir_op *op)
     t->wait_nb = -1;
     return true;
 }
+
+bool interp_named_barrier(interp *in, const ir_op *op) { return named_barrier(in, op, true); }
+
+bool interp_named_barrier_arrive(interp *in, const ir_op *op) { return named_barrier(in, op, false); }
 
 bool interp_fence_async(interp *in, const ir_op *op)
 {

@@ -114,6 +114,7 @@ LOOM_OP(MBAR_ARRIVE,         mbar_arrive,           2, 0, mbar_arrive,   IRF_SYN
 LOOM_OP(MBAR_ARRIVE_CLUSTER, mbar_arrive_cluster,   2, 0, mbar_arrive,   IRF_SYNC,              hopper, NONE,   opnds,    "")
 LOOM_OP(MBAR_WAIT,           mbar_wait,             3, 0, mbar_wait,     IRF_SYNC,              hopper, NONE,   opnds,    "")
 LOOM_OP(NAMED_BARRIER,       named_barrier,         0, 0, named_barrier, IRF_SYNC,              hopper, NONE,   opnds,    "id threads")
+LOOM_OP(NAMED_BARRIER_ARRIVE, named_barrier_arrive, 0, 0, named_barrier, IRF_SYNC,              hopper, NONE,   opnds,    "id threads")
 LOOM_OP(FENCE_ASYNC,         fence_async,           0, 0, no_result,     IRF_SYNC,              hopper, NONE,   opnds,    "")
 LOOM_OP(TMA_LOAD,            tma_load,             -1, 0, tma_load,      IRF_READS | IRF_SMEM,  hopper, NONE,   opnds,    "")
 LOOM_OP(TMA_LOAD_MULTICAST,  tma_load_multicast,   -1, 0, tma_load,      IRF_READS | IRF_SMEM,  hopper, NONE,   opnds,    "")

@@ -356,7 +356,10 @@ void loom_smem_store_at(loom_src at, loom_kernel *k, loom_val view, loom_val v);
  * an N-slot ring, loom_ring_slot() is k % N and loom_ring_phase() is (k / N) & 1.
  * Named barriers: loom_named_barrier(id, threads) blocks until `threads` threads (whole
  * task replicas, 32 per warp) have reached barrier id (0..7; each task replica also has
- * its own internal ones).  loom_fence_async() orders this task's shared-memory writes
+ * its own internal ones).  loom_named_barrier_arrive(id, threads) counts this task
+ * replica's threads toward barrier id without waiting (a signal to the tasks that wait
+ * there: one side arrives, the other waits, as producer and consumer warp groups hand
+ * turns over).  loom_fence_async() orders this task's shared-memory writes
  * before later async-proxy reads (wgmma, TMA store) of them. */
 #define loom_mbar_alloc(k, count, arrivals) loom_mbar_alloc_at(LOOM_HERE, k, count, arrivals)
 #define loom_mbar_expect(k, bars, i, bytes) loom_mbar_expect_at(LOOM_HERE, k, bars, i, bytes)
@@ -365,6 +368,7 @@ void loom_smem_store_at(loom_src at, loom_kernel *k, loom_val view, loom_val v);
 #define loom_ring_slot(k, iter, n) loom_ring_slot_at(LOOM_HERE, k, iter, n)
 #define loom_ring_phase(k, iter, n) loom_ring_phase_at(LOOM_HERE, k, iter, n)
 #define loom_named_barrier(k, id, threads) loom_named_barrier_at(LOOM_HERE, k, id, threads)
+#define loom_named_barrier_arrive(k, id, threads) loom_named_barrier_arrive_at(LOOM_HERE, k, id, threads)
 #define loom_fence_async(k) loom_fence_async_at(LOOM_HERE, k)
 loom_val loom_mbar_alloc_at(loom_src at, loom_kernel *k, int count, int arrivals);
 void loom_mbar_expect_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i, int64_t bytes);
@@ -373,6 +377,7 @@ void loom_mbar_wait_at(loom_src at, loom_kernel *k, loom_val bars, loom_val i, l
 loom_val loom_ring_slot_at(loom_src at, loom_kernel *k, loom_val iter, int n);
 loom_val loom_ring_phase_at(loom_src at, loom_kernel *k, loom_val iter, int n);
 void loom_named_barrier_at(loom_src at, loom_kernel *k, int id, int threads);
+void loom_named_barrier_arrive_at(loom_src at, loom_kernel *k, int id, int threads);
 void loom_fence_async_at(loom_src at, loom_kernel *k);
 
 /* TMA.  loom_tma_load copies the box of global tensor t at element offsets offs (one per

@@ -6,7 +6,9 @@
  *   - the broadcast-add kernel template (templates/broadcast_add.c): the smallest IKBO
  *     kernel, and the README's first kernel;
  *   - the linear compression (LCE), prepared once per shape and run per request
- *     (templates/ikbo_lce.c builds its kernels, templates/ikbo_lce_api.c runs them).
+ *     (templates/ikbo_lce.c builds its kernels, templates/ikbo_lce_api.c runs them);
+ *   - the flash attention (FA), whose candidates read their user's K/V by index
+ *     (templates/ikbo_fa.c, templates/ikbo_fa_api.c).
  *
  * Their templates are also in loom's registry (loom_template_find("ikbo_lce"), ...), so
  * loom_tune and loomc reach them by name.
@@ -87,6 +89,50 @@ loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p);
  * NULL past the last. */
 loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3]);
 void loom_ikbo_lce_destroy(loom_ikbo_lce *p);
+
+/* IKBO flash attention: out[b] = softmax(Q[b] K[u(b)]^T / sqrt(D)) V[u(b)] per head,
+ * non-causal, u = cand_to_user.  Q and out [B * n_seed, H, D] (candidate b's n_seed query
+ * rows), K and V [U * S, H, D] (each user's keys padded to S rows), f16 or bf16, the
+ * softmax in f32.  With varlen, keys past seq_len[u] (each 0 to S) are masked; a user
+ * with no keys gives zeros.  The padding rows are read but weigh zero, so they must hold
+ * finite values (0 x NaN is NaN).  D is 64 or 128; any B, U, S, H, n_seed. */
+typedef struct loom_ikbo_fa_shape {
+    int64_t B, U, S, H, D, n_seed;
+    loom_dtype dtype;
+    int varlen; /* 1: run takes per-user lengths */
+} loom_ikbo_fa_shape;
+
+/* The kernel's tile config (templates/ikbo_fa.c): keys a K/V tile (64, 128, 192), K/V
+ * ring slots, persistent CTAs, sched 0 round-robin / 1 claimed from a counter, turns 1:
+ * the two consumer warp groups take turns on the tensor cores. */
+typedef struct loom_ikbo_fa_config {
+    int bn, stages, ctas, sched, turns;
+    int overlap;  /* 1: a K/V tile's softmax runs while the previous tile's P V is on the tensor cores */
+    int tmastore; /* 1: where n_seed is a multiple of 64, out goes out by TMA through the Q tile */
+} loom_ikbo_fa_config;
+
+typedef struct loom_ikbo_fa loom_ikbo_fa;
+/* cfg NULL: the tuner's pick for this shape (cached on disk; without a GPU, the
+ * default).  A shape or config that cannot be served is refused with the reason in
+ * loom_runtime_error(rt). */
+loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *shape, const loom_ikbo_fa_config *cfg,
+                                 loom_ikbo_fa **out);
+/* One request: the mapping (cand_to_user [B] i32) and, with varlen, seq_len [U] i32 (NULL
+ * otherwise) are device buffers, read back to make the work plan (a few microseconds of
+ * host time and one synchronization: use loom_ikbo_fa_set_mapping where the host has the
+ * mapping).  Out-of-range entries are refused, naming the first. */
+loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v,
+                             loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out);
+/* The same in two steps, the mapping from host memory: set it (the plan is made and
+ * uploaded), then launch as often as it holds. */
+loom_status loom_ikbo_fa_set_mapping(loom_ikbo_fa *p, const int32_t *cand_to_user, const int32_t *seq_len);
+loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v, loom_buffer *out);
+/* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1; ikbo_fa" */
+const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p);
+loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p);
+/* The kernel a launch runs and its grid. */
+loom_kernel *loom_ikbo_fa_kernel(const loom_ikbo_fa *p, int grid[3]);
+void loom_ikbo_fa_destroy(loom_ikbo_fa *p);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

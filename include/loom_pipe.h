@@ -193,9 +193,15 @@ typedef struct loom_sched {
     loom_val counter;              /* dynamic: claims and finished programs (i32 [2], LOOM_INOUT, zero) */
     loom_val slot_ring, full, empty; /* dynamic: the hand-over ring of claimed units */
     int slots;
+    loom_val count;                /* the units of a launch, an i32 at run time (LOOM_NONE: units) */
 } loom_sched;
 
 loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent);
+
+/* A launch whose work varies at run time (a request's mapping) takes only the first
+ * `count` units (an i32 scalar, e.g. a kernel argument; count <= units, which stays the
+ * bound the loops are built for).  Set it right after creating the schedule. */
+void loom_sched_set_count(loom_sched *s, loom_val count);
 
 /* A dynamic schedule over `units` units: counter is an i32 [2] tensor argument declared
  * LOOM_INOUT, zero before the first launch (and after every launch); `readers` is
@@ -296,6 +302,37 @@ void loom_pingpong_mma_end_at(loom_src at, loom_kernel *k, const loom_pingpong *
 void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
 /* odd: does replica 0 have one more tile than replica 1 (loom_sched_odd). */
 void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd);
+
+/* ---------------------------------------------------------------- turns */
+
+/* Two consumer replicas (one warp group each) that share every unit of work and take
+ * turns to issue their tensor-core work, so that one's other work (a softmax) runs while
+ * the other's GEMMs are on the tensor cores.  A turn is handed over by signalling (a
+ * named-barrier arrive), so the replica that hands over never waits for the other: it
+ * only waits, at its next turn, until the other has issued its own.
+ *
+ *   loom_turns_start     at the top of the consumer task (replica 1 lets replica 0 go first)
+ *   loom_turns_begin     before issuing: wait for this replica's turn
+ *   loom_turns_end       after issuing (and committing): the turn to the other
+ *   loom_turns_finish    after the last turn (replica 0 takes the last hand-over)
+ *
+ * Both replicas must take the same number of turns. */
+typedef struct loom_turns {
+    int id;      /* named barriers id (replica 0's turn) and id + 1 (replica 1's) */
+    loom_val rep;
+} loom_turns;
+
+#define loom_turns_create(p) loom_turns_create_at(LOOM_HERE, p)
+loom_turns loom_turns_create_at(loom_src at, loom_pipe *p);
+#define loom_turns_start(k, t) loom_turns_start_at(LOOM_HERE, k, t)
+#define loom_turns_begin(k, t) loom_turns_begin_at(LOOM_HERE, k, t)
+#define loom_turns_end(k, t) loom_turns_end_at(LOOM_HERE, k, t)
+#define loom_turns_finish(k, t) loom_turns_finish_at(LOOM_HERE, k, t)
+/* Returns this replica (kept in t). */
+loom_val loom_turns_start_at(loom_src at, loom_kernel *k, loom_turns *t);
+void loom_turns_begin_at(loom_src at, loom_kernel *k, const loom_turns *t);
+void loom_turns_end_at(loom_src at, loom_kernel *k, const loom_turns *t);
+void loom_turns_finish_at(loom_src at, loom_kernel *k, const loom_turns *t);
 
 /* ---------------------------------------------------------------- epilogues */
 

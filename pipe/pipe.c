@@ -196,6 +196,14 @@ loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent
     return s;
 }
 
+void loom_sched_set_count(loom_sched *s, loom_val count) { s->count = count; }
+
+/* The units of a launch: the runtime count where one was set, else all of them. */
+static loom_val units_of(loom_kernel *k, const loom_sched *s)
+{
+    return s->count ? s->count : loom_const_i(k, LOOM_I32, s->units);
+}
+
 loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_val counter, int slots,
                                  int readers)
 {
@@ -215,6 +223,7 @@ void loom_sched_range_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_
 {
     *first = loom_program_id_at(at, k, 0);
     *step = s->persistent ? loom_num_programs_at(at, k, 0) : CI(s->units);
+
     if (s->cluster > 1) { /* a cluster's CTAs take the same units */
         *first = loom_div_at(at, k, *first, CI(s->cluster));
         if (s->persistent)
@@ -231,7 +240,7 @@ loom_region_op loom_sched_for_at(loom_src at, loom_kernel *k, const loom_sched *
         first = loom_add_at(at, k, first, loom_mul_at(at, k, replica, step));
         step = loom_mul_at(at, k, step, CI(2));
     }
-    return loom_for_begin_at(at, k, first, CI(s->units), step, n, init);
+    return loom_for_begin_at(at, k, first, units_of(k, s), step, n, init);
 }
 
 /* Claims of a dynamic schedule in a block of the claim loop. */
@@ -272,7 +281,7 @@ static void finish_claims(loom_src at, loom_kernel *k, const loom_sched *s)
         progs = loom_div_at(at, k, progs, CI(s->cluster));
     loom_val f = count(at, k, s, 1, CI(1));
     loom_region_op last = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, f, loom_sub_at(at, k, progs, CI(1))), 0);
-    count(at, k, s, 0, loom_neg_at(at, k, loom_add_at(at, k, progs, CI(s->units))));
+    count(at, k, s, 0, loom_neg_at(at, k, loom_add_at(at, k, progs, units_of(k, s))));
     count(at, k, s, 1, loom_neg_at(at, k, progs));
     loom_if_end_at(at, k, last, 0, NULL);
     if (r0)
@@ -342,8 +351,8 @@ loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sche
     l.next = c[l.n + 1];
     l.use = c[l.n + 2];
     l.unit = hand_over(at, k, s, role, l.use, l.next);
-    l.done = loom_select_at(at, k, loom_cmp_at(at, k, LOOM_GE, l.unit, CI(s->units)), CI(1), zero);
-    l.ift = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_LT, l.unit, CI(s->units)), l.n + 1);
+    l.done = loom_select_at(at, k, loom_cmp_at(at, k, LOOM_GE, l.unit, units_of(k, s)), CI(1), zero);
+    l.ift = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_LT, l.unit, units_of(k, s)), l.n + 1);
     l.claim = role == LOOM_SCHED_PRODUCER ? claim(at, k, s) : l.next; /* the next, before this one's work */
     for (int i = 0; i < l.n; i++)
         l.args[i] = c[i];
@@ -404,7 +413,7 @@ loom_val loom_sched_odd_at(loom_src at, loom_kernel *k, const loom_sched *s)
     loom_val first, step;
     loom_sched_range_at(at, k, s, &first, &step);
     /* the program's units: (units - first + step - 1) / step when first < units */
-    loom_val left = loom_max_at(at, k, loom_sub_at(at, k, CI(s->units), first), CI(0));
+    loom_val left = loom_max_at(at, k, loom_sub_at(at, k, units_of(k, s), first), CI(0));
     loom_val n = loom_div_at(at, k, loom_sub_at(at, k, loom_add_at(at, k, left, step), CI(1)), step);
     return loom_cmp_at(at, k, LOOM_EQ, loom_rem_at(at, k, n, CI(2)), CI(1));
 }
@@ -473,6 +482,54 @@ void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *p
     loom_sync_wait_at(at, k, pp->x, LOOM_NONE);
     loom_sync_wait_at(at, k, pp->y, LOOM_NONE);
     loom_if_end_at(at, k, ex, 0, NULL);
+}
+
+/* ---------------------------------------------------------------- turns */
+
+/* Two warp groups meet at each barrier: the one whose turn it is waits (bar.sync), the
+ * other signals (bar.arrive), 128 threads each. */
+enum { TURN_THREADS = 256 };
+
+loom_turns loom_turns_create_at(loom_src at, loom_pipe *p)
+{
+    loom_sync s = loom_sync_create_at(at, p, TURN_THREADS, 2);
+    return (loom_turns){s.id, LOOM_NONE};
+}
+
+/* On replica 0: barrier id + a0; on replica 1: id + a1; wait or signal. */
+static void turn_barrier(loom_src at, loom_kernel *k, const loom_turns *t, int a0, int a1, bool wait)
+{
+    loom_region_op r = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, t->rep, CI(0)), 0);
+    if (wait)
+        loom_named_barrier_at(at, k, t->id + a0, TURN_THREADS);
+    else
+        loom_named_barrier_arrive_at(at, k, t->id + a0, TURN_THREADS);
+    loom_else_at(at, k, r, 0, NULL);
+    if (wait)
+        loom_named_barrier_at(at, k, t->id + a1, TURN_THREADS);
+    else
+        loom_named_barrier_arrive_at(at, k, t->id + a1, TURN_THREADS);
+    loom_if_end_at(at, k, r, 0, NULL);
+}
+
+loom_val loom_turns_start_at(loom_src at, loom_kernel *k, loom_turns *t)
+{
+    t->rep = loom_task_replica_at(at, k);
+    loom_region_op r = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, t->rep, CI(1)), 0);
+    loom_named_barrier_arrive_at(at, k, t->id, TURN_THREADS); /* replica 0 goes first */
+    loom_if_end_at(at, k, r, 0, NULL);
+    return t->rep;
+}
+
+void loom_turns_begin_at(loom_src at, loom_kernel *k, const loom_turns *t) { turn_barrier(at, k, t, 0, 1, true); }
+
+void loom_turns_end_at(loom_src at, loom_kernel *k, const loom_turns *t) { turn_barrier(at, k, t, 1, 0, false); }
+
+void loom_turns_finish_at(loom_src at, loom_kernel *k, const loom_turns *t)
+{
+    loom_region_op r = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, t->rep, CI(0)), 0);
+    loom_named_barrier_at(at, k, t->id, TURN_THREADS);
+    loom_if_end_at(at, k, r, 0, NULL);
 }
 
 /* ---------------------------------------------------------------- epilogues */

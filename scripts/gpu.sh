@@ -18,6 +18,7 @@
 #   LOOM_GPU_GEMM_ARGS arguments of bench_gemm (default none: its shapes, default config)
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
+#   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
@@ -41,7 +42,8 @@ if [ "$mode" = pack ]; then
     ldd "$B"/loom_tests | awk '/=> \//{print $3}' | grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
         grep -v libloom | while read -r lib; do cp -L "$lib" .gpu/stage/lib/; done
     strip --strip-unneeded .gpu/stage/lib/*.so* .gpu/stage/bin/* 2>/dev/null || true
-    tar -C .gpu/stage -cJf .gpu/loom.tar.xz .
+    # one dictionary over the whole pack: the static benches share their copy of LLVM with libloom
+    tar -C .gpu/stage -cf - . | xz -T2 --lzma2=preset=1,dict=256MiB >.gpu/loom.tar.xz
     rm -rf .gpu/stage
     ls -la .gpu/
     exit 0
@@ -76,7 +78,9 @@ echo "== every template on the GPU and on the interpreter"
             "row_softmax --shape R=64,N=77,dtype=bf16 --config BM=4" \
             "gemm --shape M=300,N=200,K=136 --config ctas=0" \
             "gemm --shape M=433,N=256,K=872,batch=6,dtype=bf16,odtype=f32,ashared=0 --config BN=128,stages=3" \
-            "gemm --shape M=77,N=72,K=40,batch=3 --config BM=64,cwarps=4,BN=64"; do
+            "gemm --shape M=77,N=72,K=40,batch=3 --config BM=64,cwarps=4,BN=64" \
+            "ikbo_fa --shape B=20,U=3,S=600,H=2,D=128,n_seed=100,varlen=1,shuffle=1" \
+            "ikbo_fa --shape B=16,U=16,S=500,H=3,D=64,n_seed=64 --config BN=64,stages=4,turns=1"; do
     echo "-- loomc run $spec"
     loomc run $spec 2>&1
 done 2>&1 | tee "$OUTDIR/templates.log"
@@ -89,6 +93,7 @@ for b in "$R"/bin/bench_*; do
     args=()
     [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS---sweep})
     [ "$(basename "$b")" = bench_gemm ] && args=(${LOOM_GPU_GEMM_ARGS-})
+    [ "$(basename "$b")" = bench_ikbo_fa ] && args=(${LOOM_GPU_FA_ARGS---sweep})
     for v in "${b}_before" "$b"; do
         [ -x "$v" ] || continue
         echo "== $(basename "$v")"
@@ -119,4 +124,5 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/cubins.log" ] && grep -E "SETMAXREG:[1-9]" "$OUTDIR/cubins.log" | head -8 | sed 's/^/cubin with setmaxnreg: /'
 [ -f "$OUTDIR/bench_ikbo_lce_before.log" ] && echo "bench_ikbo_lce before:" && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce_before.log" | head -40
 [ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -40
+[ -f "$OUTDIR/bench_ikbo_fa.log" ] && sed -n '/^config/,$p' "$OUTDIR/bench_ikbo_fa.log" | cut -c1-150 | head -40
 exit 0

@@ -17,12 +17,14 @@ extern const loom_template tpl_def_broadcast_add;
 extern const loom_template tpl_def_row_softmax;
 extern const loom_template tpl_def_gemm;
 extern const loom_template tpl_def_ikbo_lce;
+extern const loom_template tpl_def_ikbo_fa;
 
 static const loom_template *const registry[] = {
     &tpl_def_broadcast_add,
     &tpl_def_row_softmax,
     &tpl_def_gemm,
     &tpl_def_ikbo_lce,
+    &tpl_def_ikbo_fa,
 };
 
 int loom_template_count(void) { return (int)(sizeof registry / sizeof registry[0]); }

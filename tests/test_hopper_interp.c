@@ -162,6 +162,7 @@ Test(hopper_interp, smem_slot_out_of_range)
 OP_COVERED(task)
 OP_COVERED(task_replica)
 OP_COVERED(named_barrier)
+OP_COVERED(named_barrier_arrive)
 
 /* Replicas run the same ops with their own values: each computes 10*r + 7, all meet at a
  * named barrier (so their runs interleave), then each stores its own value. */
@@ -215,6 +216,40 @@ Test(hopper_interp, named_barrier_orders_tasks)
     T_RUN_OK(k, NULL, args, 2);
     for (int i = 0; i < 64; i++)
         cr_assert_eq(os[i], xs[i], "element %d: the reader ran before the writer's store", i);
+    loom_kernel_destroy(k);
+}
+
+/* The writer only signals (arrive) after its store; the reader waits (sync) before its
+ * load, so it sees the values; the writer does not wait for the reader.  The PTX says
+ * bar.arrive for the signal and bar.sync for the wait (hardware ids are 8 + id). */
+Test(hopper_interp, named_barrier_arrive_signals_without_waiting)
+{
+    loom_kernel *k = loom_kernel_create("arrive", 8);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(64), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE1(64), LOOM_OUT);
+    loom_val buf = loom_smem_alloc(k, LOOM_F32, LOOM_SHAPE1(64), 1, LOOM_SWIZZLE_NONE);
+    loom_val z = I32(k, 0);
+    loom_region_op a = loom_task_begin(k, 4, 0, 1);
+    loom_named_barrier(k, 2, 256);
+    loom_store(k, o, &z, loom_smem_load(k, buf), LOOM_NONE);
+    loom_task_end(k, a);
+    loom_region_op b = loom_task_begin(k, 4, 0, 1);
+    loom_smem_store(k, buf, loom_load(k, x, &z, LOOM_SHAPE1(64), LOOM_NONE, 0));
+    loom_named_barrier_arrive(k, 2, 256);
+    loom_task_end(k, b);
+    float xs[64], os[64];
+    fill_f32(xs, 64, 5);
+    memset(os, 0, sizeof os);
+    targ args[] = {TA_ARR(xs), TA_ARR(os)};
+    T_RUN_OK(k, NULL, args, 2);
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(os[i], xs[i], "element %d: the reader ran before the writer's store", i);
+    char *ptx = NULL;
+    size_t smem;
+    if (loom_compile_ptx(k, "sm_90a", &ptx, &smem, NULL, 0) == LOOM_OK) {
+        cr_expect(strstr(ptx, "bar.arrive 10, 256;") && strstr(ptx, "bar.sync 10, 256;"), "PTX:\n%s", ptx);
+        free(ptx);
+    }
     loom_kernel_destroy(k);
 }
 

@@ -1,0 +1,429 @@
+/*
+ * ikbo_fa.c -- IKBO flash attention: out[b] = softmax(Q[b] K[u(b)]^T * scale) V[u(b)].
+ *
+ * Per head, non-causal.  Q and out [B * nseed, H, D] (a candidate's nseed query rows side
+ * by side), K and V [U * S, H, D] (each user's keys padded to S rows), u = cand_to_user;
+ * f16 or bf16 in and out, the softmax state in f32.  With varlen, keys past seq_len[u]
+ * are masked.  Candidates never see a copy of their user's K/V: they read it by index.
+ *
+ * The work comes as a plan (templates/ikbo_fa_plan.c, made from the mapping): units of
+ * two 64-row blocks of query rows that belong to one user.  One program takes a unit
+ * (one head of it), and its two consumer warp groups, one block each, read the same
+ * K/V tiles: one load of a tile feeds 128 query rows however the candidates are ordered.
+ * The kernel, on the pipeline layer (include/loom_pipe.h):
+ *
+ *   rings     Q: one slot of two [64, D] parts (a warp group's block each); K/V: `stages`
+ *             slots of a K tile and a V tile [BN, D], 128-byte swizzled
+ *   schedule  persistent programs over (head, unit), the head outermost so that programs
+ *             side by side share a user's K/V in L2; round-robin, or claimed from a
+ *             counter (dynamic: the load balances itself when users' lengths differ)
+ *   producer  per unit: the two Q blocks by TMA, then the user's K/V tiles, as many as
+ *             its length needs (TMA reads rows past S as zero)
+ *   consumers two warp groups, one Q block each.  For each K/V tile: S = Q K^T (both from
+ *             shared memory), the online softmax in base 2 with the scale folded into
+ *             one FMA (m = max(m, rowmax(S) * c), P = exp2(S * c - m), l and O rescaled
+ *             by exp2(m_old - m)), then O += P V with P cast straight from the
+ *             accumulator's registers into the A operand (no shared-memory round trip).
+ *             With `turns`, the groups take turns to issue their GEMMs (loom_turns), so
+ *             one's softmax runs while the other's GEMMs keep the tensor cores busy.
+ *   epilogue  O / l cast to the dtype and stored from the registers, the block's rows
+ *             past its candidate's masked off (a block may end inside a candidate's rows)
+ *
+ * The measurements behind the defaults are in bench/RESULTS.md.
+ */
+#include "ikbo_fa.h"
+#include "loom_pipe.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#define CI(v) loom_const_i(k, LOOM_I32, (v))
+#define CF(v) loom_const_f(k, LOOM_F32, (v))
+
+/* Shared memory the tiles of a CTA may take: 227 KiB less room for the barriers. */
+#define FA_SMEM (226 * 1024)
+
+int64_t fa_rows(const fa_spec *s) { return s->B * s->nseed; }
+
+/* Each candidate's rows split into blocks (consecutive candidates of one user share
+ * blocks, so this bounds any mapping), and every block a unit of its own at worst. */
+int64_t fa_max_units(const fa_spec *s) { return s->B * TPL_CDIV(s->nseed, FA_BLOCK); }
+
+static int64_t esz(const fa_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
+static int64_t q_bytes(const fa_spec *s) { return 2 * FA_BLOCK * s->D * esz(s); }
+static int64_t kv_bytes(const fa_spec *s) { return (int64_t)s->stages * 2 * s->bn * s->D * esz(s); }
+/* Q slots: two where they fit (the next unit's Q comes in during this one's end), else one. */
+static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) <= FA_SMEM ? 2 : 1; }
+/* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
+ * number of blocks): the epilogue may TMA-store whole blocks. */
+static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
+/* The output goes out by TMA through the Q slot (tmastore=1, full blocks). */
+static bool store_q(const fa_spec *s) { return s->tmastore && full_blocks(s); }
+/* Keys a tile reads that may be past the user's length: masked by column. */
+static bool masked(const fa_spec *s) { return s->varlen || s->S % s->bn; }
+
+const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
+{
+    if (s->dt != LOOM_F16 && s->dt != LOOM_BF16)
+        return "dtype must be f16 or bf16 (the tensor-core inputs)";
+    if (s->B < 1 || s->U < 1 || s->S < 1 || s->H < 1 || s->nseed < 1)
+        return "B, U, S, H and n_seed must be positive";
+    if (s->D != 64 && s->D != 128)
+        return "D (the head dim) must be 64 or 128";
+    if (s->varlen != 0 && s->varlen != 1)
+        return "varlen must be 0 or 1";
+    /* other pairs take a detour through shared memory in the softmax (its row statistics'
+     * layout conversion; docs/dsl.md) and spill: measured 2-4x slower */
+    if (s->bn != s->D)
+        return "BN (keys a tile) must equal D: 64 for D=64, 128 for D=128";
+    if (s->stages < 2 || s->stages > 8)
+        return "stages must be 2 to 8";
+    if (q_bytes(s) + kv_bytes(s) > FA_SMEM) {
+        snprintf(buf, n, "the Q tiles (%lld bytes) and the K/V ring (%lld) need over 226 KiB of shared memory; use "
+                 "fewer stages or a smaller BN", (long long)q_bytes(s), (long long)kv_bytes(s));
+        return buf;
+    }
+    if (s->ctas < 1 || s->ctas > 1024)
+        return "ctas (persistent programs) must be 1 to 1024";
+    if (s->dynamic != 0 && s->dynamic != 1)
+        return "sched must be 0 (round-robin) or 1 (dynamic)";
+    if (s->turns != 0 && s->turns != 1)
+        return "turns must be 0 or 1";
+    if (s->overlap != 0 && s->overlap != 1)
+        return "overlap must be 0 or 1";
+    if (s->tmastore != 0 && s->tmastore != 1)
+        return "tmastore must be 0 or 1";
+    if (fa_max_units(s) * s->H > INT32_MAX / 2 || fa_rows(s) * s->H * s->D > INT32_MAX ||
+        s->U * s->S * s->H * s->D > INT32_MAX)
+        return "the tensors are too large for 32-bit element offsets";
+    return NULL;
+}
+
+void fa_grid(const fa_spec *s, int grid[3])
+{
+    int64_t units = fa_max_units(s) * s->H;
+    grid[0] = (int)(s->ctas < units ? s->ctas : units);
+    grid[1] = grid[2] = 1;
+}
+
+
+/* Everything the tasks share. */
+typedef struct fa {
+    loom_kernel *k;
+    const fa_spec *s;
+    loom_val q, kt, vt, plan, lens, units, out;
+    loom_ring qring, kr, vr; /* Q blocks; K and V tiles, each its own ring (a K tile is done before its V) */
+    loom_sched sched;
+    loom_turns turns;
+    loom_sync wg; /* one consumer warp group's threads (per replica) */
+} fa;
+
+/* Unit t of the schedule: its head, its plan entry and its user's length and K/V tiles. */
+typedef struct unit_at {
+    loom_val h, i, user, len, tiles;
+} unit_at;
+
+static unit_at unit_of(const fa *g, loom_val t)
+{
+    loom_kernel *k = g->k;
+    unit_at a;
+    a.h = loom_div(k, t, g->units);
+    a.i = loom_rem(k, t, g->units);
+    a.user = loom_load_scalar(k, g->plan, ((loom_val[]){a.i, CI(FA_U_USER)}));
+    a.len = loom_load_scalar(k, g->lens, &a.user);
+    a.tiles = loom_div(k, loom_add(k, a.len, CI(g->s->bn - 1)), CI(g->s->bn));
+    return a;
+}
+
+/* Plan field f of entry i. */
+static loom_val field(const fa *g, loom_val i, loom_val f)
+{
+    return loom_load_scalar(g->k, g->plan, ((loom_val[]){i, f}));
+}
+
+/* Producer: unit a's two Q blocks into Q ring use qit. */
+static void load_q(const fa *g, const unit_at *a, loom_val qit)
+{
+    loom_kernel *k = g->k;
+    loom_val qs = loom_ring_produce(k, &g->qring, qit, -1);
+    for (int b = 0; b < 2; b++) {
+        loom_val q0 = field(g, a->i, CI(b ? FA_U_Q1 : FA_U_Q0));
+        loom_ring_load(k, &g->qring, qs, 0, b, g->q, ((loom_val[]){a->h, q0, CI(0)}));
+    }
+}
+
+/* Producer: per unit, the user's K/V tiles (ring uses it, it + 1, ... carried over units;
+ * qit counts the units) and the two Q blocks right after the first K/V tile: that tile
+ * need not wait until the consumers give the Q slot back, which they do at the end of
+ * the previous unit. */
+static void producer(const fa *g)
+{
+    loom_kernel *k = g->k;
+    loom_val zero = CI(0), one = CI(1);
+    loom_region_op pt = loom_producer_begin(k);
+    {
+        loom_val init[2] = {zero, zero};
+        loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 2, init);
+        unit_at a = unit_of(g, loom_sched_unit(&l));
+        loom_val it = loom_sched_arg(&l, 0), qit = loom_sched_arg(&l, 1);
+        loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 0, NULL);
+        {
+            loom_val j = loom_for_iv(k, kl);
+            loom_val offs[4] = {a.h, a.user, loom_mul(k, j, CI(g->s->bn)), zero};
+            loom_ring_load(k, &g->kr, loom_ring_produce(k, &g->kr, loom_add(k, it, j), -1), 0, 0, g->kt, offs);
+            loom_ring_load(k, &g->vr, loom_ring_produce(k, &g->vr, loom_add(k, it, j), -1), 0, 0, g->vt, offs);
+            loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_EQ, j, zero), 0);
+            load_q(g, &a, qit);
+            loom_if_end(k, first, 0, NULL);
+        }
+        loom_for_end(k, kl, 0, NULL);
+        loom_region_op none = loom_if_begin(k, loom_cmp(k, LOOM_EQ, a.tiles, zero), 0); /* no keys: Q all the same */
+        load_q(g, &a, qit);
+        loom_if_end(k, none, 0, NULL);
+        loom_val next[2] = {loom_add(k, it, a.tiles), loom_add(k, qit, one)};
+        loom_sched_end(k, &l, next);
+    }
+    loom_task_end(k, pt);
+}
+
+/* The online softmax state of a warp group's 64 rows. */
+typedef struct softmax_state {
+    loom_val m, l, o; /* running max (scaled, base 2) [64], sum [64], output [64, D] */
+} softmax_state;
+
+/* S = Q K^T of K ring slot sl (issued and committed, not waited for). */
+static loom_val qk(const fa *g, loom_val qv, loom_val sl)
+{
+    loom_kernel *k = g->k;
+    loom_val kt = loom_smem_trans(k, loom_ring_view(k, &g->kr, sl, 0, LOOM_NONE));
+    loom_val sc = loom_wgmma(k, qv, kt, loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, g->s->bn)));
+    loom_wgmma_commit(k);
+    return sc;
+}
+
+/* The online softmax of S (keys j0 ..; those past len masked where the tiles can reach
+ * past a user's keys): m = max(m, rowmax(S) * c), P = exp2(S * c - m), l = l * alpha +
+ * rowsum(P) with alpha = exp2(m_old - m).  Returns P (f32) and, in *alpha, the factor O
+ * still has to be scaled by; st's m and l are updated, its o is left alone. */
+static loom_val online_softmax(const fa *g, loom_val sc, loom_val j0, loom_val len, softmax_state *st,
+                               loom_val *alpha)
+{
+    loom_kernel *k = g->k;
+    const fa_spec *s = g->s;
+    loom_shape sh = LOOM_SHAPE2(FA_BLOCK, s->bn);
+    loom_val c = CF(1.4426950408889634 / sqrt((double)s->D)); /* log2(e) / sqrt(D) */
+    if (masked(s)) { /* keys j0 + col past the user's length: -inf */
+        loom_val col = loom_add(k, loom_arange(k, 0, s->bn), j0);
+        loom_val keep = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, col, len), 0), sh);
+        sc = loom_select(k, keep, sc, loom_splat(k, CF(-INFINITY), sh));
+    }
+    loom_val m_new = loom_max(k, st->m, loom_mul(k, loom_reduce_max(k, sc, 1), c));
+    loom_val p = loom_exp2(k, loom_fma(k, sc, loom_splat(k, c, sh),
+                                       loom_broadcast(k, loom_expand_dims(k, loom_neg(k, m_new), 1), sh)));
+    *alpha = loom_exp2(k, loom_sub(k, st->m, m_new));
+    st->l = loom_fma(k, st->l, *alpha, loom_reduce_sum(k, p, 1));
+    st->m = m_new;
+    return p;
+}
+
+static loom_val scale_rows(loom_kernel *k, loom_val o, loom_val by)
+{
+    return loom_mul(k, o, loom_broadcast(k, loom_expand_dims(k, by, 1), loom_val_shape(k, o)));
+}
+
+/* A turn on the tensor cores (turns=1): the groups issue their GEMMs one after the
+ * other, so that one's softmax runs beside the other's GEMMs. */
+static void turn_begin(const fa *g)
+{
+    if (g->s->turns)
+        loom_turns_begin(g->k, &g->turns);
+}
+static void turn_issued(const fa *g)
+{
+    if (g->s->turns)
+        loom_turns_end(g->k, &g->turns);
+}
+
+/* One K/V tile (ring use `use`, its first key j0), one GEMM after the other: S = Q K^T,
+ * the online softmax, O += P V; the slot goes back once both are done.  With turns the
+ * groups take turns to issue S = Q K^T. */
+static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0, loom_val len, softmax_state st)
+{
+    loom_kernel *k = g->k;
+    loom_val sk = loom_ring_consume(k, &g->kr, use), alpha;
+    turn_begin(g);
+    loom_val sc = qk(g, qv, sk);
+    turn_issued(g);
+    loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
+    loom_ring_release(k, &g->kr, sk);
+    loom_val p = online_softmax(g, loom_wgmma_result(k, w, 0), j0, len, &st, &alpha);
+    loom_val sv = loom_ring_consume(k, &g->vr, use);
+    loom_val o = loom_wgmma(k, loom_cast(k, p, g->s->dt), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE),
+                            scale_rows(k, st.o, alpha));
+    loom_wgmma_commit(k);
+    loom_region_op w2 = loom_wgmma_wait(k, 0, 1, &o);
+    st.o = loom_wgmma_result(k, w2, 0);
+    loom_ring_release(k, &g->vr, sv);
+    return st;
+}
+
+/* A unit's K/V tiles 0 .. tiles - 1 (ring uses it ..), the GEMMs overlapped with the
+ * softmax (overlap=1): tile j's S = Q K^T and tile j-1's O += P V are issued together, and
+ * the softmax of tile j runs while P V is still on the tensor cores; O is rescaled once
+ * that is done.  Tile 0's softmax comes first and the last tile's P V after the loop.
+ * Where qs is given, the Q slot goes back as soon as the last S = Q K^T is done. */
+static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_val it, loom_val tiles, loom_val len,
+                                  softmax_state st)
+{
+    loom_kernel *k = g->k;
+    const fa_spec *s = g->s;
+    loom_val zero = CI(0), one = CI(1), alpha;
+    loom_val none[3] = {st.m, st.l, st.o}; /* a user with no keys: the state as it came */
+    loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, tiles, zero), 3);
+    {
+        loom_val sk0 = loom_ring_consume(k, &g->kr, it);
+        turn_begin(g);
+        loom_val sc = qk(g, qv, sk0);
+        turn_issued(g);
+        loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
+        loom_ring_release(k, &g->kr, sk0);
+        loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
+        loom_val init[4] = {st.m, st.l, st.o, p0};
+        loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
+        {
+            loom_val j = loom_for_iv(k, kl);
+            softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
+            loom_val use = loom_add(k, it, j);
+            loom_val sk = loom_ring_consume(k, &g->kr, use);
+            loom_val sv = loom_ring_consume(k, &g->vr, loom_sub(k, use, one)); /* the previous tile's V */
+            turn_begin(g);
+            loom_val sj = qk(g, qv, sk);
+            loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), cur.o);
+            loom_wgmma_commit(k);
+            turn_issued(g);
+            loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
+            loom_ring_release(k, &g->kr, sk);
+            loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
+            loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
+            loom_ring_release(k, &g->vr, sv);
+            loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
+            loom_for_end(k, kl, 4, ys);
+        }
+        if (qs)
+            loom_ring_release(k, &g->qring, qs);
+        loom_val last = loom_ring_consume(k, &g->vr, loom_add(k, it, loom_sub(k, tiles, one)));
+        turn_begin(g);
+        loom_val o = loom_wgmma(k, loom_for_result(k, kl, 3), loom_ring_view(k, &g->vr, last, 0, LOOM_NONE),
+                                loom_for_result(k, kl, 2));
+        loom_wgmma_commit(k);
+        turn_issued(g);
+        loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
+        loom_ring_release(k, &g->vr, last);
+        loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
+        loom_else(k, any, 3, ys);
+    }
+    if (qs)
+        loom_ring_release(k, &g->qring, qs);
+    loom_if_end(k, any, 3, none);
+    return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
+}
+
+/* Consumers: two warp groups, replica r the unit's block r. */
+static void consumers(fa *g)
+{
+    loom_kernel *k = g->k;
+    const fa_spec *s = g->s;
+    loom_val zero = CI(0), one = CI(1);
+    loom_region_op ct = loom_consumers_begin(k, 4, 2);
+    {
+        loom_val rep = s->turns ? loom_turns_start(k, &g->turns) : loom_task_replica(k);
+        loom_val init[2] = {zero, zero};
+        loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, LOOM_NONE, 2, init);
+        unit_at a = unit_of(g, loom_sched_unit(&l));
+        loom_val it = loom_sched_arg(&l, 0), qit = loom_sched_arg(&l, 1);
+        /* this group's block: fields Q0, N0 or Q1, N1 */
+        loom_val fq = loom_add(k, CI(FA_U_Q0), loom_mul(k, rep, CI(FA_U_Q1 - FA_U_Q0)));
+        loom_val q0 = field(g, a.i, fq), rows = field(g, a.i, loom_add(k, fq, one));
+        loom_val qs = loom_ring_consume(k, &g->qring, qit);
+        loom_val qv = loom_ring_view(k, &g->qring, qs, 0, rep);
+
+        loom_val st0[3] = {loom_splat(k, CF(-INFINITY), LOOM_SHAPE1(FA_BLOCK)),
+                           loom_splat(k, CF(0), LOOM_SHAPE1(FA_BLOCK)),
+                           loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, s->D))};
+        softmax_state st = {st0[0], st0[1], st0[2]};
+        if (s->overlap) {
+            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st);
+        } else {
+            loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
+            loom_val j = loom_for_iv(k, kl);
+            softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
+            cur = kv_step(g, qv, loom_add(k, it, j), loom_mul(k, j, CI(s->bn)), a.len, cur);
+            loom_val ys[3] = {cur.m, cur.l, cur.o};
+            loom_for_end(k, kl, 3, ys);
+            st = (softmax_state){loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_for_result(k, kl, 2)};
+        }
+        /* epilogue: O / l (a user with no keys: l = 0, O = 0, out 0) */
+        loom_val inv = loom_div(k, loom_splat(k, CF(1), LOOM_SHAPE1(FA_BLOCK)), loom_max(k, st.l, CF(1e-30f)));
+        loom_val o = loom_cast(k, scale_rows(k, st.o, inv), s->dt);
+        loom_val offs[3] = {a.h, q0, zero};
+        if (store_q(s)) {
+            /* every block is 64 rows of out: written into this group's part of the Q slot
+             * (its GEMMs are done with it) and TMA-stored from there; the slot goes back
+             * once the store has read it */
+            loom_epilogue_store_borrowed(k, g->out, offs, o, qv, g->wg, rep);
+            loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
+        } else {
+            /* rows past the block's (it may end inside a candidate's rows) masked off */
+            if (!s->overlap)
+                loom_ring_release(k, &g->qring, qs);
+            loom_shape osh = LOOM_SHAPE2(FA_BLOCK, s->D);
+            loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
+            loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
+        }
+
+        loom_val next[2] = {loom_add(k, it, a.tiles), loom_add(k, qit, one)};
+        loom_sched_end(k, &l, next);
+        if (s->turns)
+            loom_turns_finish(k, &g->turns);
+    }
+    loom_task_end(k, ct);
+}
+
+loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
+{
+    char buf[200];
+    const char *w = fa_why_not(s, buf, sizeof buf);
+    if (w)
+        return tpl_refuse(err, errlen, "%s", w);
+    loom_kernel *k = loom_kernel_create("ikbo_fa", LOOM_PIPE_PRODUCER_WARPS + 8);
+    loom_pipe p = loom_pipe_create(k);
+    fa g = {.k = k, .s = s};
+    int64_t N = fa_rows(s), H = s->H, D = s->D;
+    int64_t qstr[3] = {D, H * D, 1}, kstr[4] = {D, s->S * H * D, H * D, 1};
+    g.q = loom_arg_tensor_strided(k, "Q", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_IN);
+    g.kt = loom_arg_tensor_strided(k, "K", s->dt, ((loom_shape){4, {H, s->U, s->S, D}}), kstr, LOOM_IN);
+    g.vt = loom_arg_tensor_strided(k, "V", s->dt, ((loom_shape){4, {H, s->U, s->S, D}}), kstr, LOOM_IN);
+    g.plan = loom_arg_tensor(k, "plan", LOOM_I32, LOOM_SHAPE2(fa_max_units(s), FA_UNIT_FIELDS), LOOM_IN);
+    g.lens = loom_arg_tensor(k, "seq_len", LOOM_I32, LOOM_SHAPE1(s->U), LOOM_IN);
+    loom_val claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT);
+    g.units = loom_arg_scalar(k, "units", LOOM_I32);
+    g.out = loom_arg_tensor_strided(k, "out", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_OUT);
+
+    loom_ring_tile qt = {s->dt, LOOM_SHAPE2(FA_BLOCK, D), 2, LOOM_SWIZZLE_128};
+    g.qring = loom_ring_create(k, q_slots(s), 2, 1, &qt);
+    loom_ring_tile kvt = {s->dt, LOOM_SHAPE2(s->bn, D), 1, LOOM_SWIZZLE_128};
+    g.kr = loom_ring_create(k, s->stages, 2, 1, &kvt);
+    g.vr = loom_ring_create(k, s->stages, 2, 1, &kvt);
+    int64_t units = fa_max_units(s) * H;
+    g.sched = s->dynamic ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(k, units, 1);
+    loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
+    if (s->turns)
+        g.turns = loom_turns_create(&p);
+    if (store_q(s))
+        g.wg = loom_sync_create_per_replica(&p, 128, 2);
+
+    producer(&g);
+    consumers(&g);
+    return k;
+}

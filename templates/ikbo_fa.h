@@ -1,0 +1,62 @@
+/*
+ * ikbo_fa.h -- the IKBO flash attention kernel (templates/ikbo_fa.c), its work plan
+ * (templates/ikbo_fa_plan.c) and what the C API (templates/ikbo_fa_api.c) and the
+ * registry entry (templates/ikbo_fa_registry.c) need of them (internal).  Prefix: fa_.
+ */
+#ifndef LOOM_IKBO_FA_H
+#define LOOM_IKBO_FA_H
+
+#include "tpl.h"
+
+/* Query rows a consumer warp group owns: one m64 wgmma block. */
+#define FA_BLOCK 64
+/* int32 fields of a plan unit (see fa_plan). */
+enum { FA_U_USER, FA_U_Q0, FA_U_N0, FA_U_Q1, FA_U_N1, FA_UNIT_FIELDS = 8 };
+
+typedef struct fa_spec {
+    int64_t B, U, S, H, D, nseed; /* candidates, users, padded keys a user, heads, head dim, queries a candidate */
+    loom_dtype dt;                /* f16 or bf16: Q, K, V and out */
+    int varlen;                   /* 1: keys past seq_len[u] are masked */
+    int bn;                       /* keys a K/V tile */
+    int stages;                   /* K/V ring slots */
+    int ctas;                     /* persistent programs */
+    int dynamic;                  /* 1: units claimed from a counter; 0: round-robin */
+    int turns;                    /* 1: the two warp groups take turns on the tensor cores */
+    int overlap;                  /* 1: a tile's softmax overlaps the previous tile's P V */
+    int tmastore;                 /* 1: full 64-row blocks go out by TMA through the Q slot */
+} fa_spec;
+
+/* Rows of Q (and out): B * nseed. */
+int64_t fa_rows(const fa_spec *s);
+/* The most units of work of one head a plan can hold (the plan tensor's rows). */
+int64_t fa_max_units(const fa_spec *s);
+/* Why the spec cannot be built, or NULL. */
+const char *fa_why_not(const fa_spec *s, char *buf, size_t n);
+/* The kernel's arguments, in order: Q, K, V [strided, below], plan [max units, 8] i32,
+ * seq_len [U] i32, claims [2] i32 (INOUT, zero), units (i32: the plan's units of one head),
+ * out.  Q and out are [H, B * nseed, D] with strides (D, H * D, 1) over memory laid out
+ * [B * nseed, H, D]; K and V [H, U, S, D] with strides (D, S * H * D, H * D, 1) over
+ * [U * S, H, D]. */
+loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen);
+void fa_grid(const fa_spec *s, int grid[3]);
+
+/* The work plan of one mapping: units of two 64-row blocks of query rows of one user
+ * (rows of consecutive candidates of that user, split into blocks), so that the two
+ * consumer warp groups of a program read the same K/V tiles.  units [max units][8] i32:
+ * user, first row and rows of block 0, of block 1 (rows 0: no block); users with the
+ * longest keys first.  Returns the units, or -1 with a message in err when the mapping
+ * or the lengths are out of range (naming the first bad entry). */
+int64_t fa_plan(const fa_spec *s, const int32_t *cand_to_user, const int32_t *seq_len, int32_t *units, char *err,
+                size_t errlen);
+
+/* out [B * nseed, H, D] (the dtype), in double, from host Q, K, V, the mapping and the
+ * lengths (NULL: S each); rows of a user with no keys are zero. */
+void fa_reference(const fa_spec *s, const void *q, const void *k, const void *v, const int32_t *map,
+                  const int32_t *seq_len, void *out);
+
+/* The registry entry's shape and config vectors as a spec; and the config as the C
+ * API's. */
+fa_spec fa_spec_of(const int64_t *shape, const int64_t *config);
+loom_ikbo_fa_config fa_config_of(const int64_t *config);
+
+#endif

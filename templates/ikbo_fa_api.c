@@ -1,0 +1,261 @@
+/*
+ * ikbo_fa_api.c -- the C API of the IKBO flash attention (include/loom_ikbo.h): prepare
+ * once per shape, then per request the mapping (made into a work plan on the host,
+ * templates/ikbo_fa_plan.c) and one launch of the kernel of templates/ikbo_fa.c.
+ */
+#include "ikbo_fa.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct loom_ikbo_fa {
+    loom_runtime *rt;
+    loom_ikbo_fa_shape s;
+    loom_ikbo_fa_config cfg;
+    fa_spec spec;
+    loom_kernel *k;
+    int grid[3];
+    loom_buffer *plan, *lens, *claims; /* owned: the plan, the lengths (S each without varlen), the counter */
+    int32_t *hplan, *hmap, *hlens;     /* host copies: the plan, and run's read-back of the mapping */
+    int64_t units;                     /* the current plan's units (-1: no mapping set) */
+    char desc[256];
+};
+
+/* 128-key tiles, two slots each of the K and V rings (and two Q slots), a persistent CTA an SM taking units round-robin, each
+ * tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
+ * measurements).  The registry entry's defaults (templates/ikbo_fa_registry.c) are the same. */
+static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1};
+
+static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    loom_runtime_set_error(p->rt, "%s", msg);
+    return st;
+}
+
+static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c)
+{
+    return (fa_spec){s->B,  s->U,      s->S,    s->H,     s->D,     s->n_seed, s->dtype,
+                     s->varlen, c->bn, c->stages, c->ctas, c->sched, c->turns,  c->overlap, c->tmastore};
+}
+
+/* The config the tuner picks for this shape (cached on disk). */
+static loom_status tuned_config(loom_ikbo_fa *p)
+{
+    const loom_template *t = loom_template_find("ikbo_fa");
+    const loom_ikbo_fa_shape *s = &p->s;
+    int64_t shape[LOOM_MAX_PARAMS] = {s->B, s->U, s->S, s->H, s->D, s->n_seed, s->dtype, s->varlen, 0};
+    loom_tune_opts o = {0};
+    o.quiet = 1;
+    loom_tuned r;
+    loom_status st = loom_tune(p->rt, t, shape, 1, &o, &r);
+    if (st == LOOM_OK)
+        p->cfg = fa_config_of(r.config);
+    loom_tuned_release(&r, 1);
+    return st;
+}
+
+static loom_buffer *dev(loom_ikbo_fa *p, size_t bytes, loom_status *st)
+{
+    if (*st != LOOM_OK)
+        return NULL;
+    loom_buffer *b = loom_buffer_create(p->rt, bytes ? bytes : 1);
+    if (!b)
+        *st = LOOM_ERR_NOMEM;
+    else if ((*st = loom_buffer_fill(b, 0)) != LOOM_OK) {
+        loom_buffer_destroy(b);
+        b = NULL;
+    }
+    return b;
+}
+
+loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *shape, const loom_ikbo_fa_config *cfg,
+                                 loom_ikbo_fa **out)
+{
+    if (!rt)
+        return LOOM_ERR_INVALID;
+    if (!out || !shape) {
+        loom_runtime_set_error(rt, "loom_ikbo_fa_prepare: %s is NULL", !out ? "out" : "shape");
+        return LOOM_ERR_INVALID;
+    }
+    *out = NULL;
+    loom_ikbo_fa *p = calloc(1, sizeof *p);
+    if (!p)
+        return LOOM_ERR_NOMEM;
+    p->rt = rt;
+    p->s = *shape;
+    p->cfg = cfg ? *cfg : default_cfg;
+    if (!cfg && shape->D == 64) /* a 64-key tile for D=64, and the ring deeper */
+        p->cfg.bn = 64, p->cfg.stages = 4;
+    p->units = -1;
+    p->spec = spec_of(shape, &p->cfg);
+    char buf[300], err[300] = "";
+    const char *why = fa_why_not(&p->spec, buf, sizeof buf);
+    loom_status st = LOOM_OK;
+    if (why)
+        st = fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_prepare: %s", why);
+    if (st == LOOM_OK && !cfg && loom_runtime_is_gpu(rt)) {
+        if ((st = tuned_config(p)) != LOOM_OK)
+            st = fail(p, st, "loom_ikbo_fa_prepare: tuning: %s", loom_runtime_error(rt));
+        p->spec = spec_of(shape, &p->cfg);
+    }
+    int64_t maxu = fa_max_units(&p->spec);
+    if (st == LOOM_OK) {
+        p->plan = dev(p, (size_t)(maxu * FA_UNIT_FIELDS) * 4, &st);
+        p->lens = dev(p, (size_t)shape->U * 4, &st);
+        p->claims = dev(p, 8, &st);
+        p->hplan = malloc((size_t)(maxu * FA_UNIT_FIELDS) * 4);
+        p->hmap = malloc((size_t)shape->B * 4);
+        p->hlens = malloc((size_t)shape->U * 4);
+        if (st == LOOM_OK && (!p->hplan || !p->hmap || !p->hlens))
+            st = LOOM_ERR_NOMEM;
+        if (st != LOOM_OK)
+            st = fail(p, st, "loom_ikbo_fa_prepare: buffers for %lld units: %s", (long long)maxu,
+                      loom_runtime_error(rt));
+    }
+    if (st == LOOM_OK && !shape->varlen) { /* every user has S keys */
+        for (int64_t u = 0; u < shape->U; u++)
+            p->hlens[u] = (int32_t)shape->S;
+        st = loom_buffer_upload(p->lens, p->hlens, (size_t)shape->U * 4);
+    }
+    if (st == LOOM_OK) {
+        p->k = fa_build(&p->spec, err, sizeof err);
+        fa_grid(&p->spec, p->grid);
+        loom_compile_info info;
+        if (!p->k)
+            st = fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_prepare: %s", err);
+        else if ((st = loom_prepare(rt, p->k, &info)) != LOOM_OK)
+            st = fail(p, st, "loom_ikbo_fa_prepare: kernel '%s': %s", loom_kernel_name(p->k), loom_runtime_error(rt));
+    }
+    if (st != LOOM_OK) {
+        loom_ikbo_fa_destroy(p);
+        return st;
+    }
+    const loom_ikbo_fa_config *c = &p->cfg;
+    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d; %s", c->bn,
+             c->stages, c->ctas, c->sched, c->turns, c->overlap, c->tmastore, loom_kernel_name(p->k));
+    *out = p;
+    return LOOM_OK;
+}
+
+loom_status loom_ikbo_fa_set_mapping(loom_ikbo_fa *p, const int32_t *cand_to_user, const int32_t *seq_len)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    if (!cand_to_user)
+        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_set_mapping: cand_to_user is NULL");
+    if (!p->s.varlen && seq_len)
+        return fail(p, LOOM_ERR_INVALID,
+                    "loom_ikbo_fa_set_mapping: seq_len given, but the shape was prepared without varlen (every user "
+                    "has S keys)");
+    if (p->s.varlen && !seq_len)
+        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_set_mapping: the shape has varlen=1: seq_len is needed");
+    char err[200];
+    int64_t n = fa_plan(&p->spec, cand_to_user, seq_len, p->hplan, err, sizeof err);
+    if (n < 0)
+        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_set_mapping: %s", err);
+    int64_t maxu = fa_max_units(&p->spec);
+    loom_status st = loom_buffer_upload(p->plan, p->hplan, (size_t)(maxu * FA_UNIT_FIELDS) * 4);
+    if (st == LOOM_OK && seq_len)
+        st = loom_buffer_upload(p->lens, seq_len, (size_t)p->s.U * 4);
+    if (st != LOOM_OK)
+        return fail(p, st, "loom_ikbo_fa_set_mapping: uploading the plan: %s", loom_runtime_error(p->rt));
+    p->units = n;
+    return LOOM_OK;
+}
+
+/* b holds at least `elems` elements of e bytes. */
+static loom_status check_buf(loom_ikbo_fa *p, const char *fn, const loom_buffer *b, const char *name, int64_t elems,
+                             size_t e, const char *dims)
+{
+    size_t need = (size_t)elems * e;
+    if (!b)
+        return fail(p, LOOM_ERR_INVALID, "%s: %s is NULL", fn, name);
+    if (loom_buffer_size(b) < need)
+        return fail(p, LOOM_ERR_INVALID, "%s: %s has %zu bytes; it must hold %s = %lld elements of %zu bytes (%zu)",
+                    fn, name, loom_buffer_size(b), dims, (long long)elems, e, need);
+    return LOOM_OK;
+}
+
+loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v, loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    const char *fn = "loom_ikbo_fa_launch";
+    const loom_ikbo_fa_shape *s = &p->s;
+    size_t e = loom_dtype_size(s->dtype);
+    int64_t qn = s->B * s->n_seed * s->H * s->D, kn = s->U * s->S * s->H * s->D;
+    loom_status st;
+    if ((st = check_buf(p, fn, q, "q", qn, e, "[B * n_seed, H, D]")) != LOOM_OK ||
+        (st = check_buf(p, fn, k, "k", kn, e, "[U * S, H, D]")) != LOOM_OK ||
+        (st = check_buf(p, fn, v, "v", kn, e, "[U * S, H, D]")) != LOOM_OK ||
+        (st = check_buf(p, fn, out, "out", qn, e, "[B * n_seed, H, D]")) != LOOM_OK)
+        return st;
+    if (p->units < 0)
+        return fail(p, LOOM_ERR_INVALID, "%s: no mapping: call loom_ikbo_fa_set_mapping (or loom_ikbo_fa_run) first",
+                    fn);
+    loom_arg a[] = {LOOM_ARG_BUF(q),         LOOM_ARG_BUF(k),         LOOM_ARG_BUF(v),
+                    LOOM_ARG_BUF(p->plan),   LOOM_ARG_BUF(p->lens),   LOOM_ARG_BUF(p->claims),
+                    LOOM_ARG_I32((int32_t)p->units), LOOM_ARG_BUF(out)};
+    st = loom_launch(p->rt, p->k, p->grid, a, (int)(sizeof a / sizeof a[0]));
+    if (st != LOOM_OK)
+        return fail(p, st, "%s (%s): %s", fn, loom_kernel_name(p->k), loom_runtime_error(p->rt));
+    return LOOM_OK;
+}
+
+loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v,
+                             loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    const char *fn = "loom_ikbo_fa_run";
+    loom_status st = check_buf(p, fn, cand_to_user, "cand_to_user", p->s.B, 4, "[B]");
+    if (st != LOOM_OK)
+        return st;
+    if (seq_len && !p->s.varlen)
+        return fail(p, LOOM_ERR_INVALID, "%s: seq_len given, but the shape was prepared without varlen", fn);
+    if (!seq_len && p->s.varlen)
+        return fail(p, LOOM_ERR_INVALID, "%s: the shape has varlen=1: seq_len is needed", fn);
+    if (seq_len && (st = check_buf(p, fn, seq_len, "seq_len", p->s.U, 4, "[U]")) != LOOM_OK)
+        return st;
+    if ((st = loom_buffer_download(cand_to_user, p->hmap, (size_t)p->s.B * 4)) != LOOM_OK ||
+        (seq_len && (st = loom_buffer_download(seq_len, p->hlens, (size_t)p->s.U * 4)) != LOOM_OK))
+        return fail(p, st, "%s: reading the mapping back: %s", fn, loom_runtime_error(p->rt));
+    if ((st = loom_ikbo_fa_set_mapping(p, p->hmap, seq_len ? p->hlens : NULL)) != LOOM_OK)
+        return st;
+    return loom_ikbo_fa_launch(p, q, k, v, out);
+}
+
+const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p) { return p ? p->desc : ""; }
+
+loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p)
+{
+    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0, 0, 0};
+}
+
+loom_kernel *loom_ikbo_fa_kernel(const loom_ikbo_fa *p, int grid[3])
+{
+    if (!p)
+        return NULL;
+    if (grid)
+        memcpy(grid, p->grid, sizeof p->grid);
+    return p->k;
+}
+
+void loom_ikbo_fa_destroy(loom_ikbo_fa *p)
+{
+    if (!p)
+        return;
+    loom_kernel_destroy(p->k);
+    loom_buffer_destroy(p->plan);
+    loom_buffer_destroy(p->lens);
+    loom_buffer_destroy(p->claims);
+    free(p->hplan), free(p->hmap), free(p->hlens);
+    free(p);
+}

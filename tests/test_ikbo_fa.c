@@ -1,0 +1,345 @@
+/*
+ * test_ikbo_fa.c -- the IKBO flash attention (templates/ikbo_fa.c) through its C API:
+ *
+ *   plan         the work plan pairs blocks of one user, keeps every row once, puts the
+ *                longest users first, and refuses a bad mapping entry by its index
+ *   interpreter  small odd shapes (S = 50 and 200, n_seed = 3 and 64, D = 64, H = 1 and 3,
+ *                ratio 1 and 5, sorted and shuffled, with and without lengths, a user with
+ *                no keys) against the double-precision CPU reference, the output poisoned
+ *                with NaN first, for several configs
+ *   ptx          the configs a user can pick assemble with ptxas without spills, and P V's
+ *                A operand comes from registers
+ *   refusals     a shape, config or buffer that cannot be served is refused with a
+ *                message naming it
+ *   gpu          S in {500, 512, 1000, 2000}, H in {1, 2, 6}, D in {64, 128}, ratio {1, 10,
+ *                70} plus a random 0/1 candidate per user, sorted and shuffled, with and
+ *                without lengths, f16 and bf16, against a naive f32 attention compiled by
+ *                NVRTC (support/fa_ref.c); skipped without a GPU
+ */
+#include "fa_ref.h"
+#include "ikbo_fa.h"
+#include "rt.h"
+#include "testutil.h"
+
+#include <math.h>
+
+/* ---------------------------------------------------------------- the plan */
+
+static fa_spec spec(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t ns, int varlen)
+{
+    return (fa_spec){B, U, S, H, D, ns, LOOM_F16, varlen, 64, 2, 8, 0, 0, 1, 1};
+}
+
+Test(ikbo_fa, plan_pairs_blocks_of_one_user_and_covers_every_row)
+{
+    /* 7 candidates of 100 rows, users 0 1 0 2 1 0 0 (shuffled), lengths 5 9 0 */
+    fa_spec s = spec(7, 3, 16, 1, 64, 100, 1);
+    int32_t map[7] = {0, 1, 0, 2, 1, 0, 0}, lens[3] = {5, 9, 0};
+    int32_t units[14 * FA_UNIT_FIELDS];
+    char err[200];
+    int64_t n = fa_plan(&s, map, lens, units, err, sizeof err);
+    cr_assert(n > 0, "%s", err);
+    int covered[700] = {0};
+    int64_t prev_len = 1 << 30;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t *e = units + i * FA_UNIT_FIELDS;
+        int32_t u = e[FA_U_USER];
+        cr_expect(lens[u] <= prev_len, "unit %lld: user %d's length %d after a shorter one", (long long)i, u, lens[u]);
+        prev_len = lens[u];
+        for (int b = 0; b < 2; b++) {
+            int32_t q0 = e[b ? FA_U_Q1 : FA_U_Q0], rows = e[b ? FA_U_N1 : FA_U_N0];
+            cr_expect(rows >= 0 && rows <= FA_BLOCK);
+            for (int32_t r = q0; r < q0 + rows; r++) {
+                cr_expect_eq(map[r / 100], u, "row %d (candidate %d) in a unit of user %d", r, r / 100, u);
+                covered[r]++;
+            }
+        }
+    }
+    for (int r = 0; r < 700; r++)
+        cr_expect_eq(covered[r], 1, "row %d is in %d blocks", r, covered[r]);
+    cr_expect_leq(n, fa_max_units(&s));
+}
+
+Test(ikbo_fa, plan_of_a_sorted_mapping_has_full_units)
+{
+    /* n_seed 64, ratio 4 sorted: each user's 4 candidates are 2 units of two full blocks */
+    fa_spec s = spec(12, 3, 128, 2, 128, 64, 0);
+    int32_t map[12], units[12 * FA_UNIT_FIELDS];
+    for (int b = 0; b < 12; b++)
+        map[b] = b / 4;
+    char err[200];
+    cr_assert_eq(fa_plan(&s, map, NULL, units, err, sizeof err), 6, "%s", err);
+    for (int i = 0; i < 6; i++)
+        cr_expect(units[i * FA_UNIT_FIELDS + FA_U_N0] == 64 && units[i * FA_UNIT_FIELDS + FA_U_N1] == 64);
+}
+
+Test(ikbo_fa, plan_refuses_a_bad_entry_by_its_index)
+{
+    fa_spec s = spec(4, 3, 16, 1, 64, 8, 1);
+    int32_t map[4] = {0, 1, 3, 2}, lens[3] = {1, 2, 3}, units[4 * FA_UNIT_FIELDS];
+    char err[200];
+    cr_expect_eq(fa_plan(&s, map, lens, units, err, sizeof err), -1);
+    cr_expect(strstr(err, "cand_to_user[2] = 3"), "%s", err);
+    map[2] = 2, lens[1] = 17;
+    cr_expect_eq(fa_plan(&s, map, lens, units, err, sizeof err), -1);
+    cr_expect(strstr(err, "seq_len[1] = 17"), "%s", err);
+}
+
+/* ---------------------------------------------------------------- runs */
+
+typedef struct fa_shape_case {
+    int64_t B, U, S, H, D, nseed;
+    int shuffle, varlen;
+} fa_shape_case;
+
+/* The mapping: b * U / B, the users of `extra` candidates doubled up (a random +1), shuffled
+ * when asked. */
+static void make_mapping(const fa_shape_case *c, int32_t *map, uint64_t seed)
+{
+    for (int64_t b = 0; b < c->B; b++)
+        map[b] = (int32_t)(b * c->U / c->B);
+    if (c->shuffle)
+        for (int64_t b = c->B - 1; b > 0; b--) {
+            int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));
+            int32_t x = map[b];
+            map[b] = map[j], map[j] = x;
+        }
+}
+
+/* Lengths 0 .. S: user 0 has none when there are several users. */
+static void make_lengths(const fa_shape_case *c, int32_t *lens, uint64_t seed)
+{
+    for (int64_t u = 0; u < c->U; u++)
+        lens[u] = u == 0 && c->U > 1 ? 0 : (int32_t)(tpl_rand(&seed) % (uint64_t)(c->S + 1));
+}
+
+/* Run the C API on rt at shape c with config cfg; compare with the CPU reference. */
+static void run_interp(const fa_shape_case *c, const loom_ikbo_fa_config *cfg)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    int64_t qn = c->B * c->nseed * c->H * c->D, kn = c->U * c->S * c->H * c->D;
+    uint16_t *hq = malloc((size_t)qn * 2), *hk = malloc((size_t)kn * 2), *hv = malloc((size_t)kn * 2);
+    uint16_t *ho = malloc((size_t)qn * 2), *hr = malloc((size_t)qn * 2);
+    int32_t *map = malloc((size_t)c->B * 4), *lens = malloc((size_t)c->U * 4);
+    cr_assert(rt && hq && hk && hv && ho && hr && map && lens);
+    uint64_t seed = 17;
+    tpl_fill(hq, LOOM_F16, qn, -1, 1, &seed);
+    tpl_fill(hk, LOOM_F16, kn, -1, 1, &seed);
+    tpl_fill(hv, LOOM_F16, kn, -1, 1, &seed);
+    make_mapping(c, map, 3);
+    make_lengths(c, lens, 4);
+    fa_spec s = spec(c->B, c->U, c->S, c->H, c->D, c->nseed, c->varlen);
+    fa_reference(&s, hq, hk, hv, map, c->varlen ? lens : NULL, hr);
+
+    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen};
+    loom_ikbo_fa *p;
+    cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer *q = loom_buffer_create(rt, (size_t)qn * 2), *k = loom_buffer_create(rt, (size_t)kn * 2);
+    loom_buffer *v = loom_buffer_create(rt, (size_t)kn * 2), *o = loom_buffer_create(rt, (size_t)qn * 2);
+    loom_buffer *mb = loom_buffer_create(rt, (size_t)c->B * 4), *lb = loom_buffer_create(rt, (size_t)c->U * 4);
+    cr_assert(q && k && v && o && mb && lb);
+    cr_assert_eq(loom_buffer_upload(q, hq, (size_t)qn * 2) | loom_buffer_upload(k, hk, (size_t)kn * 2) |
+                     loom_buffer_upload(v, hv, (size_t)kn * 2) | loom_buffer_upload(mb, map, (size_t)c->B * 4) |
+                     loom_buffer_upload(lb, lens, (size_t)c->U * 4) | loom_buffer_fill(o, 0xff),
+                 LOOM_OK);
+    cr_assert_eq(loom_ikbo_fa_run(p, q, k, v, mb, c->varlen ? lb : NULL, o), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_buffer_download(o, ho, (size_t)qn * 2), LOOM_OK);
+    for (int64_t i = 0; i < qn; i++) {
+        double got = tpl_get(ho, LOOM_F16, i), want = tpl_get(hr, LOOM_F16, i);
+        cr_assert(fabs(got - want) <= 2e-3 + 1e-2 * fabs(want),
+                  "B=%lld U=%lld S=%lld H=%lld n_seed=%lld%s%s, %s: out[%lld] = %g, want %g", (long long)c->B,
+                  (long long)c->U, (long long)c->S, (long long)c->H, (long long)c->nseed,
+                  c->shuffle ? " shuffled" : "", c->varlen ? " varlen" : "", loom_ikbo_fa_describe(p), (long long)i,
+                  got, want);
+    }
+    loom_buffer *bs[] = {q, k, v, o, mb, lb};
+    for (size_t i = 0; i < 6; i++)
+        loom_buffer_destroy(bs[i]);
+    loom_ikbo_fa_destroy(p);
+    loom_runtime_destroy(rt);
+    free(hq), free(hk), free(hv), free(ho), free(hr), free(map), free(lens);
+}
+
+static const fa_shape_case interp_cases[] = {
+    {5, 5, 50, 1, 64, 3, 0, 0},   /* ratio 1, n_seed 3: many short blocks */
+    {10, 2, 50, 3, 64, 3, 1, 1},  /* ratio 5, shuffled, lengths (user 0 has none) */
+    {5, 5, 200, 3, 64, 64, 1, 1}, /* ratio 1, full blocks, S not a multiple of the tile */
+    {10, 2, 200, 1, 64, 64, 0, 0},
+    {5, 1, 200, 1, 64, 64, 1, 1}, /* one user: an odd candidate pairs with no one */
+};
+
+Test(ikbo_fa, interpreter_small_odd_shapes)
+{
+    const loom_ikbo_fa_config cfgs[] = {
+        {64, 2, 4, 0, 0, 1, 1},  /* the default's pipeline on 64-key tiles */
+        {64, 2, 3, 1, 1, 1, 0},  /* dynamic schedule, turns, register stores */
+        {64, 3, 2, 0, 1, 0, 1},  /* one GEMM after the other, with turns */
+    };
+    for (size_t i = 0; i < sizeof interp_cases / sizeof *interp_cases; i++)
+        run_interp(&interp_cases[i], &cfgs[i % 3]);
+}
+
+/* ---------------------------------------------------------------- PTX */
+
+Test(ikbo_fa, ptx_assembles_without_spills_and_keeps_p_in_registers)
+{
+    const loom_template *t = loom_template_find("ikbo_fa");
+    cr_assert(t);
+    const char *const shapes[] = {"", "D=64,S=1000,n_seed=100,varlen=1"}, *const bn[] = {"BN=128", "BN=64"};
+    const char *const configs[] = {"", "turns=1", "stages=3,sched=1", "overlap=0,tmastore=0", "stages=4"};
+    for (size_t i = 0; i < 2; i++)
+        for (size_t j = 0; j < sizeof configs / sizeof *configs; j++) {
+            int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+            char err[300], cs[100];
+            snprintf(cs, sizeof cs, "%s%s%s", bn[i], *configs[j] ? "," : "", configs[j]);
+            if (i == 0 && j == 4)
+                continue; /* four 128-key slots a ring do not fit with D=128 */
+            cr_assert_eq(loom_params_parse(t->shape, t->nshape, shapes[i], sh, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(loom_params_parse(t->config, t->nconfig, cs, cf, err, sizeof err), 0, "%s", err);
+            loom_kernel *k = t->build(sh, cf, err, sizeof err);
+            cr_assert(k, "[%s] [%s]: %s", shapes[i], cs, err);
+            char *ptx = NULL;
+            cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+            cr_expect(strstr(ptx, "}, {%r") != NULL, "[%s] [%s]: no wgmma with A in registers", shapes[i], cs);
+            t_ptxas_ok(ptx, "sm_90a", "ikbo_fa");
+            free(ptx);
+            loom_kernel_destroy(k);
+        }
+}
+
+/* ---------------------------------------------------------------- refusals */
+
+Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_ikbo_fa *p = NULL;
+    loom_ikbo_fa_shape sh = {4, 2, 64, 1, 96, 8, LOOM_F16, 0};
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, NULL, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "D (the head dim)"), "%s", loom_runtime_error(rt));
+    sh.D = 64;
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 0, 0, 1, 1}, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "BN (keys a tile) must equal D"), "%s", loom_runtime_error(rt));
+    loom_ikbo_fa_config big = {64, 9, 4, 0, 0, 1, 1};
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &big, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "stages must be 2 to 8"), "%s", loom_runtime_error(rt));
+    loom_ikbo_fa_config cfg = {64, 2, 4, 0, 0, 1, 1};
+    cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, &cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer *small = loom_buffer_create(rt, 16), *map = loom_buffer_create(rt, 16);
+    int32_t m[4] = {0, 1, 2, 1};
+    cr_assert_eq(loom_buffer_upload(map, m, sizeof m), LOOM_OK);
+    cr_expect_eq(loom_ikbo_fa_run(p, small, small, small, map, NULL, small), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "cand_to_user[2] = 2"), "%s", loom_runtime_error(rt));
+    m[2] = 0;
+    cr_assert_eq(loom_buffer_upload(map, m, sizeof m), LOOM_OK);
+    cr_expect_eq(loom_ikbo_fa_run(p, small, small, small, map, NULL, small), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "q has 16 bytes"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_ikbo_fa_run(p, small, small, small, map, map, small), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "without varlen"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_ikbo_fa_launch(p, small, small, small, small), LOOM_ERR_INVALID);
+    loom_buffer_destroy(small), loom_buffer_destroy(map);
+    loom_ikbo_fa_destroy(p);
+    loom_runtime_destroy(rt);
+}
+
+/* ---------------------------------------------------------------- GPU */
+
+typedef struct gpu_case {
+    int64_t S, H, D, ratio;
+    int shuffle, varlen, bf16;
+} gpu_case;
+
+/* B candidates: U = B / ratio users, each with a random 0 or 1 candidate more. */
+static void gpu_run(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const gpu_case *c, const loom_ikbo_fa_config *cfg)
+{
+    int64_t U = 6, nseed = c->D == 64 ? 100 : 64;
+    uint64_t seed = 99 + (uint64_t)c->S;
+    int32_t per[6];
+    int64_t B = 0;
+    for (int64_t u = 0; u < U; u++)
+        B += per[u] = (int32_t)(c->ratio + tpl_rand(&seed) % 2);
+    int32_t *map = malloc((size_t)B * 4), lens[6];
+    cr_assert(map);
+    for (int64_t u = 0, b = 0; u < U; u++)
+        for (int i = 0; i < per[u]; i++)
+            map[b++] = (int32_t)u;
+    if (c->shuffle)
+        for (int64_t b = B - 1; b > 0; b--) {
+            int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));
+            int32_t x = map[b];
+            map[b] = map[j], map[j] = x;
+        }
+    for (int64_t u = 0; u < U; u++)
+        lens[u] = u == 1 ? 0 : (int32_t)(1 + tpl_rand(&seed) % (uint64_t)c->S);
+    loom_dtype dt = c->bf16 ? LOOM_BF16 : LOOM_F16;
+    int64_t qn = B * nseed * c->H * c->D, kn = U * c->S * c->H * c->D;
+    size_t e = 2;
+    loom_buffer *q = loom_buffer_create(rt, (size_t)qn * e), *k = loom_buffer_create(rt, (size_t)kn * e);
+    loom_buffer *v = loom_buffer_create(rt, (size_t)kn * e), *o = loom_buffer_create(rt, (size_t)qn * e);
+    loom_buffer *mb = loom_buffer_create(rt, (size_t)B * 4), *lb = loom_buffer_create(rt, sizeof lens);
+    char err[1024];
+    cr_assert(q && k && v && o && mb && lb);
+    cr_assert_eq(nvref_gemm_fill(fill, rt_buffer_dptr(q), dt, qn, seed + 1, -1, 1, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(nvref_gemm_fill(fill, rt_buffer_dptr(k), dt, kn, seed + 2, -1, 1, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(nvref_gemm_fill(fill, rt_buffer_dptr(v), dt, kn, seed + 3, -1, 1, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(loom_buffer_upload(mb, map, (size_t)B * 4) | loom_buffer_upload(lb, lens, sizeof lens) |
+                     loom_buffer_fill(o, 0xff),
+                 LOOM_OK);
+    loom_ikbo_fa_shape sh = {B, U, c->S, c->H, c->D, nseed, dt, c->varlen};
+    loom_ikbo_fa *p;
+    cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_ikbo_fa_run(p, q, k, v, mb, c->varlen ? lb : NULL, o), LOOM_OK, "%s", loom_runtime_error(rt));
+    uint64_t ref;
+    cr_assert_eq(rt_gpu_alloc(rt_runtime_gpu(rt), (size_t)qn * 4, &ref, err, sizeof err), LOOM_OK, "%s", err);
+    faref_shape fs = {B, U, c->S, c->H, c->D, nseed, dt};
+    cr_assert_eq(faref_reference(fr, &fs, rt_buffer_dptr(q), rt_buffer_dptr(k), rt_buffer_dptr(v), rt_buffer_dptr(mb),
+                                 c->varlen ? rt_buffer_dptr(lb) : 0, ref, err, sizeof err),
+                 LOOM_OK, "%s", err);
+    faref_report rep;
+    /* bf16: P is rounded to 8 bits before P V (2^-9 of the weighted mean of V, |V| <= 1) and
+     * out to 8 bits (2^-9 |ref|); four times that */
+    double atol = c->bf16 ? 8e-3 : 2e-3, rtol = c->bf16 ? 2e-2 : 1e-2;
+    cr_assert_eq(faref_compare(fr, rt_buffer_dptr(o), dt, ref, qn, atol, rtol, &rep, err, sizeof err), LOOM_OK, "%s",
+                 err);
+    cr_expect(rep.bad == 0,
+              "S=%lld H=%lld D=%lld ratio=%lld%s%s%s [%s]: %llu of %llu outside the tolerance (%llu not finite), "
+              "first at %lld, worst %.3g x",
+              (long long)c->S, (long long)c->H, (long long)c->D, (long long)c->ratio, c->shuffle ? " shuffled" : "",
+              c->varlen ? " varlen" : "", c->bf16 ? " bf16" : "", loom_ikbo_fa_describe(p),
+              (unsigned long long)rep.bad, (unsigned long long)rep.checked, (unsigned long long)rep.nonfinite,
+              (long long)rep.first_bad, rep.worst);
+    rt_gpu_free(rt_runtime_gpu(rt), ref);
+    loom_buffer *bs[] = {q, k, v, o, mb, lb};
+    for (size_t i = 0; i < 6; i++)
+        loom_buffer_destroy(bs[i]);
+    loom_ikbo_fa_destroy(p);
+    free(map);
+}
+
+Test(ikbo_fa_gpu, against_the_naive_f32_reference)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    char err[1024];
+    fa_ref *fr;
+    nvref_gemm *fill;
+    cr_assert_eq(faref_open(rt_runtime_gpu(rt), &fr, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(nvref_gemm_open(rt_runtime_gpu(rt), &fill, err, sizeof err), LOOM_OK, "%s", err);
+    const gpu_case cases[] = {
+        {500, 1, 64, 1, 0, 0, 0},   {512, 2, 128, 10, 1, 0, 0}, {1000, 6, 128, 70, 0, 1, 0},
+        {2000, 2, 64, 10, 1, 1, 0}, {512, 6, 64, 70, 1, 0, 1},  {1000, 1, 128, 1, 1, 1, 1},
+        {2000, 2, 128, 70, 1, 0, 0}, {500, 2, 128, 10, 0, 1, 1},
+    };
+    const loom_ikbo_fa_config cfgs[] = {
+        {128, 2, 132, 0, 0, 1, 1}, /* the default */
+        {128, 2, 132, 1, 1, 1, 1}, /* dynamic, turns */
+        {128, 3, 132, 0, 0, 0, 0}, /* one GEMM after the other, register stores */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (size_t j = 0; j < sizeof cfgs / sizeof *cfgs; j++) {
+            loom_ikbo_fa_config c = cfgs[j];
+            c.bn = (int)cases[i].D; /* a tile of D keys */
+            gpu_run(rt, fr, fill, &cases[i], &c);
+        }
+    faref_close(fr);
+    nvref_gemm_close(fill);
+    loom_runtime_destroy(rt);
+}
