@@ -160,6 +160,13 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
         DIE("upload: %s", loom_runtime_error(rt));
 
     loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, dt, c->varlen};
+    loom_ikbo_fa_config dcfg;
+    if (cfg && cfg->bn != c->D) { /* a tile of D keys (the C API's default for D=64: 4 stages) */
+        dcfg = *cfg;
+        dcfg.bn = (int)c->D;
+        dcfg.stages = c->D == 64 ? 4 : dcfg.stages;
+        cfg = &dcfg;
+    }
     loom_ikbo_fa *p;
     if (loom_ikbo_fa_prepare(rt, &sh, cfg, &p) != LOOM_OK)
         DIE("prepare: %s", loom_runtime_error(rt));
