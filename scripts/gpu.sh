@@ -19,6 +19,8 @@
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 #   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
+#   LOOM_GPU_SANITIZE  0 skips compute-sanitizer (memcheck, racecheck, synccheck over every
+#                      template at two small shapes, each IKBO LCE stage included)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
@@ -85,6 +87,30 @@ echo "== every template on the GPU and on the interpreter"
     loomc run $spec 2>&1
 done 2>&1 | tee "$OUTDIR/templates.log"
 
+echo "== compute-sanitizer: memcheck, racecheck, synccheck over every template at small shapes"
+# each line: a command on the GPU (loomc run also checks the interpreter; bench_ikbo_lce runs
+# every LCE stage and the framework baseline at a small shape with a given config)
+san_specs=("loomc run ikbo_broadcast_add --shape B=30,U=7,M=45,N=100,shuffle=1"
+           "loomc run ikbo_broadcast_add --shape B=9,U=9,M=17,N=9,dtype=f32"
+           "loomc run row_softmax --shape R=64,N=300"
+           "loomc run row_softmax --shape R=16,N=1000,dtype=f16 --config BM=4"
+           "loomc run gemm --shape M=77,N=72,K=40,batch=3 --config BM=64,cwarps=4,BN=64"
+           "loomc run gemm --shape M=300,N=200,K=136 --config consumers=1,BM=128,cwarps=8,BN=128"
+           "bench_ikbo_lce --shape B=20,U=3,M=77,N=64,Ku=21,Kc=13 --config BM=256,BN=128,stages=4,cwarps=8,ctas=8,consumers=2,trans=1,cluster=2"
+           "bench_ikbo_lce --shape B=33,U=33,M=130,N=72,Ku=64,Kc=40 --config BM=128,BN=128,stages=3,cwarps=8,ctas=6,consumers=2,trans=0,cluster=1"
+           "loomc run ikbo_fa --shape B=6,U=2,S=200,H=2,D=128,n_seed=64,varlen=1,shuffle=1"
+           "loomc run ikbo_fa --shape B=5,U=5,S=130,H=1,D=64,n_seed=3 --config BN=64,turns=1,tmastore=0")
+[ "${LOOM_GPU_SANITIZE:-1}" = 0 ] || for tool in memcheck racecheck synccheck; do
+    for spec in "${san_specs[@]}"; do
+        log="$OUTDIR/sanitize.$tool.log"
+        echo "-- $tool: $spec" >>"$log"
+        timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 $spec >>"$log" 2>&1
+        rc=$?
+        errs=$(grep -o "ERROR SUMMARY: [0-9]* error" "$log" | tail -1)
+        echo "$tool rc=$rc ${errs:-no summary}: $spec"
+    done
+done 2>&1 | tee "$OUTDIR/sanitize.log"
+
 benches="${LOOM_GPU_BENCHES:-}"
 for b in "$R"/bin/bench_*; do
     [ -x "$b" ] || continue
@@ -115,6 +141,8 @@ done 2>&1 | sort | uniq -c | sort -rn | head -40 | tee "$OUTDIR/cubins.log"
 echo
 echo "================ summary ($(head -1 "$OUTDIR/gpu.txt"))"
 grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
+[ -f "$OUTDIR/sanitize.log" ] && echo "compute-sanitizer: $(grep -c 'rc=0 ' "$OUTDIR/sanitize.log") of $(grep -c 'rc=' "$OUTDIR/sanitize.log") runs clean" &&
+    grep -v "rc=0 " "$OUTDIR/sanitize.log" | sed 's/^/  /'
 [ -f "$OUTDIR/templates.log" ] && grep -h -E ": (ok|FAIL) on" "$OUTDIR/templates.log" | sed 's/^/  /'
 [ -f "$OUTDIR/bench_compile.log" ] && sed -n '2,$p' "$OUTDIR/bench_compile.log"
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
