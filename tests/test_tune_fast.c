@@ -443,7 +443,7 @@ Test(tune_fast, budget_settings)
     setenv("LOOM_TUNE_BUDGET_MS", "soon", 1);
     cr_expect_eq(tune_budget_ms(), TUNE_BUDGET_DEFAULT_MS, "not a number: the default");
     unsetenv("LOOM_TUNE_BUDGET_MS");
-    cr_expect_eq(tune_budget_reserve(3000), 1.5 * TUNE_FIN_BUDGET_MS);
+    cr_expect_eq(tune_budget_reserve(3000), TUNE_BUDGET_RESERVE_FINS * TUNE_FIN_BUDGET_MS);
     cr_expect_eq(tune_budget_reserve(400), 100.0, "a small budget keeps a quarter for the finalists");
     /* the finalists' runs shrink to the time left, never below the minimum */
     int full = tune_final_runs(0.4, 8);

@@ -95,9 +95,7 @@ double tune_budget_ms(void) { return env_double("LOOM_TUNE_BUDGET_MS", TUNE_BUDG
 
 double tune_budget_reserve(double budget_ms)
 {
-    /* the finalists' pass, and the checks and first-pass runs of the candidates whose
-     * compiles end at the deadline (measured: 375 ms left the ikbo_lce headline 63 ms over) */
-    double r = 2.5 * TUNE_FIN_BUDGET_MS;
+    double r = TUNE_BUDGET_RESERVE_FINS * TUNE_FIN_BUDGET_MS;
     return budget_ms / 4 < r ? budget_ms / 4 : r;
 }
 

@@ -66,7 +66,11 @@ int tune_prune(loom_tune_result *res, int ntry, double ratio, int keep);
  * ends; the best so far is then taken. */
 #define TUNE_BUDGET_DEFAULT_MS 3000.0
 double tune_budget_ms(void);
-/* What the compiles leave of a budget for the finalists' pass and the set-down. */
+/* What the compiles leave of a budget for the finalists' pass and the set-down: a quarter
+ * of it, at most TUNE_BUDGET_RESERVE_FINS final passes (the finalists, and the checks and
+ * first-pass runs of the candidates whose compiles end at the deadline: 1.5 passes left
+ * the ikbo_lce headline 63 ms past 3000 on an H100, bench/RESULTS.md session 11). */
+#define TUNE_BUDGET_RESERVE_FINS 2.5
 double tune_budget_reserve(double budget_ms);
 /* Runs of each finalist within remaining_ms of wall time (the runs of tune_final_runs, fewer
  * when time is short, never fewer than TUNE_FIN_RUNS_MIN). */
