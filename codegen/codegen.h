@@ -29,6 +29,8 @@
 
 #include "loom.h"
 
+#include <stdbool.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,5 +60,8 @@ typedef struct cg_result {
  * user's kernel is not changed (the passes work on a copy). */
 loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *err, size_t errlen);
 void cg_result_free(cg_result *r);
+/* Is arch ("sm_90a", ...) an NVPTX processor the linked LLVM knows?  cg_compile refuses
+ * one it does not (LLVM would abort the process on it). */
+bool cg_arch_known(const char *arch);
 
 #endif /* LOOM_CODEGEN_H */

@@ -94,8 +94,36 @@ static const char *ptx_features(const cg_ctx *cg)
     return "+ptx78";
 }
 
+/* From LLVM's C API (llvm-c/Core.h, LLVM 16 and later), linked into libloom with the code
+ * generator: the arch check below depends on the LLVM loom was built with. */
+void LLVMGetVersion(unsigned *major, unsigned *minor, unsigned *patch);
+
+/* Is arch an NVPTX processor the linked LLVM knows?  LLVM given an unknown one only warns,
+ * then aborts the process when it cannot select an instruction, so it must never get one. */
+bool cg_arch_known(const char *arch)
+{
+    static const char *const llvm19[] = {"sm_20", "sm_21", "sm_30", "sm_32", "sm_35", "sm_37", "sm_50",
+                                         "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
+                                         "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
+    static const char *const llvm20[] = {"sm_100", "sm_100a", "sm_101", "sm_101a", "sm_120", "sm_120a"};
+    for (size_t i = 0; i < sizeof llvm19 / sizeof llvm19[0]; i++)
+        if (!strcmp(arch, llvm19[i]))
+            return true;
+    unsigned major = 0, minor = 0, patch = 0;
+    LLVMGetVersion(&major, &minor, &patch);
+    for (size_t i = 0; major >= 20 && i < sizeof llvm20 / sizeof llvm20[0]; i++)
+        if (!strcmp(arch, llvm20[i]))
+            return true;
+    return false;
+}
+
 void *cg_target_machine(cg_ctx *cg)
 {
+    if (!cg_arch_known(cg->arch)) { /* every path: loom_compile_ptx, loom_launch's compile for the device */
+        cg_fail(cg, LOOM_ERR_UNSUPPORTED, "arch '%s' is not an NVPTX processor this loom's LLVM knows (sm_80, sm_90a, ...)",
+                cg->arch);
+        return NULL;
+    }
     const char *triple = "nvptx64-nvidia-cuda";
     LLVMTargetRef t;
     char *msg = NULL;

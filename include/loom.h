@@ -612,6 +612,9 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
  * integer parameters (a dtype parameter holds a loom_dtype).  The registry lists every
  * template loom ships; loomc and the autotuner work from it. */
 #define LOOM_MAX_PARAMS 16
+/* The largest magnitude loom_params_parse takes (2^40, as for tensor dims): beyond it a
+ * template's size arithmetic could overflow. */
+#define LOOM_PARAM_MAX (INT64_C(1) << 40)
 #define LOOM_MAX_CANDIDATES 16
 typedef struct loom_param {
     const char *key;

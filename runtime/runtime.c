@@ -314,29 +314,6 @@ loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[
 
 /* ---------------------------------------------------------------- PTX */
 
-/* From LLVM's C API (llvm-c/Core.h, LLVM 16 and later), linked into libloom with the code
- * generator: the arch check below depends on the LLVM loom was built with. */
-void LLVMGetVersion(unsigned *major, unsigned *minor, unsigned *patch);
-
-/* Is arch an NVPTX processor the linked LLVM knows?  LLVM given an unknown one only warns,
- * then aborts the process when it cannot select an instruction, so it must never get one. */
-static bool arch_known(const char *arch)
-{
-    static const char *const llvm19[] = {"sm_20", "sm_21", "sm_30", "sm_32", "sm_35", "sm_37", "sm_50",
-                                         "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
-                                         "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
-    static const char *const llvm20[] = {"sm_100", "sm_100a", "sm_101", "sm_101a", "sm_120", "sm_120a"};
-    for (size_t i = 0; i < sizeof llvm19 / sizeof llvm19[0]; i++)
-        if (!strcmp(arch, llvm19[i]))
-            return true;
-    unsigned major = 0, minor = 0, patch = 0;
-    LLVMGetVersion(&major, &minor, &patch);
-    for (size_t i = 0; major >= 20 && i < sizeof llvm20 / sizeof llvm20[0]; i++)
-        if (!strcmp(arch, llvm20[i]))
-            return true;
-    return false;
-}
-
 loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_t *smem_bytes,
                              char *err, size_t errlen)
 {
@@ -348,7 +325,7 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
     *ptx = NULL;
     if (smem_bytes)
         *smem_bytes = 0;
-    if (arch && *arch && !arch_known(arch)) {
+    if (arch && *arch && !cg_arch_known(arch)) {
         if (err && errlen)
             snprintf(err, errlen, "loom_compile_ptx: arch '%s' is not an NVPTX processor this loom's LLVM knows "
                      "(sm_80, sm_90a, ...)", arch);

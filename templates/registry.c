@@ -9,6 +9,7 @@
 
 #include "../dsl/ir.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +51,12 @@ static int parse_value(const char *key, const char *v, int64_t *out)
             return 0;
         }
     char *end;
+    errno = 0;
     long long x = strtoll(v, &end, 0);
-    if (end == v || *end)
+    if (end == v || *end || errno == ERANGE)
         return -1;
+    if (x > LOOM_PARAM_MAX || x < -LOOM_PARAM_MAX) /* beyond any size: templates' arithmetic would overflow */
+        return -2;
     *out = x;
     return 0;
 }
@@ -89,7 +93,13 @@ int loom_params_parse(const loom_param *params, int n, const char *text, int64_t
             rc = -1;
             break;
         }
-        if (parse_value(item, eq + 1, &vals[found]) != 0) {
+        int pv = parse_value(item, eq + 1, &vals[found]);
+        if (pv == -2) {
+            snprintf(err, errlen, "%s=%s is out of range (at most 2^40 in magnitude)", item, eq + 1);
+            rc = -1;
+            break;
+        }
+        if (pv != 0) {
             snprintf(err, errlen, "bad value '%s' for key '%s'%s", eq + 1, item,
                      strstr(item, "dtype") ? " (f16, bf16, f32, i32, i64 or i1)" : " (an integer)");
             rc = -1;

@@ -146,7 +146,7 @@ const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas,
 int64_t tpl_pow2_at_least(int64_t n)
 {
     int64_t p = 1;
-    while (p < n)
+    while (p < n && p < INT64_C(1) << 62) /* saturates: 2^62 for anything larger */
         p *= 2;
     return p;
 }

@@ -30,7 +30,7 @@ double tpl_round(loom_dtype dt, double v);
 loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The smallest power of two >= n (tile dims are powers of two). */
+/* The smallest power of two >= n (tile dims are powers of two), at most 2^62. */
 int64_t tpl_pow2_at_least(int64_t n);
 
 /* How the consumer warp groups of a warp-specialized GEMM template share its tiles:

@@ -5,8 +5,10 @@
  * the argument, before anything runs out of bounds.  Everything runs on the interpreter;
  * the rows that only the GPU backend has skip without a GPU.
  */
+#include "codegen.h"
 #include "loom_ikbo.h"
 #include "loomc_args.h"
+#include "tpl.h"
 #include "rt.h"
 #include "testutil.h"
 
@@ -330,6 +332,10 @@ Test(bad_input, compile_ptx_null_and_unknown_arch)
     }
     cr_assert_eq(loom_compile_ptx(k, "sm_80", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
     free(ptx);
+    /* the code generator itself refuses it too (the GPU path compiles for the device's arch) */
+    cg_result r;
+    cr_assert_eq(cg_compile(k, "sm_100x", &r, err, sizeof err), LOOM_ERR_UNSUPPORTED, "%s", err);
+    cr_assert(strstr(err, "arch 'sm_100x' is not an NVPTX processor"), "%s", err);
     loom_kernel_destroy(k);
 }
 
@@ -569,7 +575,7 @@ Test(bad_input, loomc_shape_and_config_values)
         {"M", NULL, "--shape for gemm: 'M' is not key=value"},
         {"dtype=f8", NULL, "--shape for gemm: bad value 'f8' for key 'dtype' (f16, bf16, f32, i32, i64 or i1)"},
         {"M=-1", NULL, "--shape for gemm: M=-1 is out of range (0 to 2^31 - 1)"},
-        {"M=4611686018427387905", NULL, "--shape for gemm: M=4611686018427387905 is out of range (0 to 2^31 - 1)"},
+        {"M=4611686018427387905", NULL, "--shape for gemm: M=4611686018427387905 is out of range (at most 2^40"},
         {NULL, "BM=2147483648", "--config for gemm: BM=2147483648 is out of range (0 to 2^31 - 1)"},
         {NULL, "warps=4", "--config for gemm: unknown key 'warps'"},
     };
@@ -579,4 +585,21 @@ Test(bad_input, loomc_shape_and_config_values)
                      bad[i].msg);
         cr_assert(strstr(err, bad[i].msg), "'%s' does not say '%s'", err, bad[i].msg);
     }
+}
+
+/* Parameter text with values beyond any size is refused naming the key (templates' size
+ * arithmetic would overflow), and the power-of-two helper saturates instead of looping. */
+Test(bad_input, params_out_of_range)
+{
+    const loom_template *t = loom_template_find("gemm");
+    cr_assert(t);
+    int64_t v[LOOM_MAX_PARAMS];
+    char err[256];
+    cr_expect_neq(loom_params_parse(t->shape, t->nshape, "M=99999999999999999999", v, err, sizeof err), 0);
+    cr_expect(strstr(err, "'99999999999999999999' for key 'M'") != NULL, "%s", err); /* past int64 */
+    cr_expect_neq(loom_params_parse(t->shape, t->nshape, "N=4611686018427387905", v, err, sizeof err), 0);
+    cr_expect(strstr(err, "out of range") != NULL, "%s", err);
+    cr_expect_eq(loom_params_parse(t->shape, t->nshape, "N=1099511627776", v, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(tpl_pow2_at_least(INT64_MAX), INT64_C(1) << 62);
+    cr_expect_eq(tpl_pow2_at_least(1000), 1024);
 }
