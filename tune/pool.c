@@ -136,6 +136,24 @@ int tune_pool_start(tune_pool *p, pthread_t *th, int nthreads)
     return started;
 }
 
+/* With p->mu held: wait for a job to finish, at most 100 ms, then redraw the progress bar
+ * (without the lock); returns with p->mu held again. */
+static void wait_a_tick(tune_pool *p, tune_progress *pr)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    pr->compiled = p->done;
+    pthread_mutex_unlock(&p->mu);
+    tune_progress_draw(pr, false);
+    pthread_mutex_lock(&p->mu);
+}
+
 int tune_pool_next(tune_pool *p, int started, int *seen, tune_progress *pr, bool wait)
 {
     if (*seen >= p->njobs)
@@ -151,18 +169,7 @@ int tune_pool_next(tune_pool *p, int started, int *seen, tune_progress *pr, bool
             pthread_mutex_unlock(&p->mu);
             return -2;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-        pr->compiled = p->done;
-        pthread_mutex_unlock(&p->mu);
-        tune_progress_draw(pr, false);
-        pthread_mutex_lock(&p->mu);
+        wait_a_tick(p, pr);
     }
     int j = p->order[(*seen)++];
     pr->compiled = p->done;
@@ -179,18 +186,7 @@ void tune_pool_wait(tune_pool *p, int started, int j, tune_progress *pr)
     }
     pthread_mutex_lock(&p->mu);
     while (!p->jobs[j].finished) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-        pr->compiled = p->done;
-        pthread_mutex_unlock(&p->mu);
-        tune_progress_draw(pr, false);
-        pthread_mutex_lock(&p->mu);
+        wait_a_tick(p, pr);
     }
     pthread_mutex_unlock(&p->mu);
 }
