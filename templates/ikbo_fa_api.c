@@ -5,7 +5,6 @@
  */
 #include "ikbo_fa.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,17 +26,8 @@ struct loom_ikbo_fa {
  * measurements).  The registry entry's defaults (templates/ikbo_fa_registry.c) are the same. */
 static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1};
 
-static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static loom_status fail(loom_ikbo_fa *p, loom_status st, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    loom_runtime_set_error(p->rt, "%s", msg);
-    return st;
-}
+/* p's failure: the message into its runtime's error, the status returned. */
+#define fail(p, st, ...) tpl_fail((p)->rt, (st), __VA_ARGS__)
 
 static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c)
 {
@@ -61,19 +51,7 @@ static loom_status tuned_config(loom_ikbo_fa *p)
     return st;
 }
 
-static loom_buffer *dev(loom_ikbo_fa *p, size_t bytes, loom_status *st)
-{
-    if (*st != LOOM_OK)
-        return NULL;
-    loom_buffer *b = loom_buffer_create(p->rt, bytes ? bytes : 1);
-    if (!b)
-        *st = LOOM_ERR_NOMEM;
-    else if ((*st = loom_buffer_fill(b, 0)) != LOOM_OK) {
-        loom_buffer_destroy(b);
-        b = NULL;
-    }
-    return b;
-}
+#define dev(p, bytes, st) tpl_zeroed_buffer((p)->rt, (bytes), (st))
 
 loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *shape, const loom_ikbo_fa_config *cfg,
                                  loom_ikbo_fa **out)

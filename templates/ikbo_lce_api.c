@@ -24,7 +24,6 @@
 #include "ikbo_lce.h"
 #include "../util/util.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,33 +67,12 @@ const char *loom_ikbo_stage_name(loom_ikbo_stage s)
     return "?";
 }
 
-static loom_status fail(loom_ikbo_lce *p, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static loom_status fail(loom_ikbo_lce *p, loom_status st, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    loom_runtime_set_error(p->rt, "%s", msg);
-    return st;
-}
+/* p's failure: the message into its runtime's error, the status returned. */
+#define fail(p, st, ...) tpl_fail((p)->rt, (st), __VA_ARGS__)
 
 static size_t es(const loom_ikbo_lce *p) { return loom_dtype_size(p->s.dtype); }
 
-static loom_buffer *dev(loom_ikbo_lce *p, size_t bytes, loom_status *st)
-{
-    if (*st != LOOM_OK)
-        return NULL;
-    loom_buffer *b = loom_buffer_create(p->rt, bytes ? bytes : 1);
-    if (!b)
-        *st = LOOM_ERR_NOMEM;
-    else if ((*st = loom_buffer_fill(b, 0)) != LOOM_OK) {
-        loom_buffer_destroy(b);
-        b = NULL;
-    }
-    return b;
-}
+#define dev(p, bytes, st) tpl_zeroed_buffer((p)->rt, (bytes), (st))
 
 /* Upload host weights [M, K] as [M, Kp] (columns K..Kp-1 zero), at column offset col0
  * of a [M, ld] buffer. */

@@ -150,3 +150,28 @@ int64_t tpl_pow2_at_least(int64_t n)
         p *= 2;
     return p;
 }
+
+loom_status tpl_fail(loom_runtime *rt, loom_status st, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    loom_runtime_set_error(rt, "%s", msg);
+    return st;
+}
+
+loom_buffer *tpl_zeroed_buffer(loom_runtime *rt, size_t bytes, loom_status *st)
+{
+    if (*st != LOOM_OK)
+        return NULL;
+    loom_buffer *b = loom_buffer_create(rt, bytes ? bytes : 1);
+    if (!b)
+        *st = LOOM_ERR_NOMEM;
+    else if ((*st = loom_buffer_fill(b, 0)) != LOOM_OK) {
+        loom_buffer_destroy(b);
+        b = NULL;
+    }
+    return b;
+}

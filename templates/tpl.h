@@ -26,6 +26,12 @@ void tpl_set(void *p, loom_dtype dt, int64_t i, double v);
 /* Round v to dtype dt's precision. */
 double tpl_round(loom_dtype dt, double v);
 
+/* The IKBO C APIs' failures: the message into rt's error, the status returned. */
+loom_status tpl_fail(loom_runtime *rt, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A device buffer of `bytes` (at least 1) filled with zeros, or NULL with *st set; nothing
+ * (NULL) when *st is already a failure, so a run of allocations checks once at the end. */
+loom_buffer *tpl_zeroed_buffer(loom_runtime *rt, size_t bytes, loom_status *st);
+
 /* Fail a build with a message: returns NULL. */
 loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
