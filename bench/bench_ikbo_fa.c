@@ -29,6 +29,7 @@
 #include "fa_ref.h"
 #include "gpu.h"
 #include "ikbo_fa.h"
+#include "ikbo_lce.h" /* ik_mapping */
 #include "rt.h"
 
 #include <math.h>
@@ -56,19 +57,6 @@ static double now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* The mapping: b * U / B (each user's candidates side by side), shuffled on request. */
-static void mapping(const fa_case *c, int32_t *map, uint64_t seed)
-{
-    for (int64_t b = 0; b < c->B; b++)
-        map[b] = (int32_t)(b * c->U / c->B);
-    if (c->shuffle)
-        for (int64_t b = c->B - 1; b > 0; b--) {
-            int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));
-            int32_t x = map[b];
-            map[b] = map[j], map[j] = x;
-        }
 }
 
 /* Per-user lengths: uniform in [S/8, S]. */
@@ -150,7 +138,7 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
     int32_t *map = malloc((size_t)c->B * 4), *lens = malloc((size_t)c->U * 4);
     if (!map || !lens)
         DIE("out of host memory");
-    mapping(c, map, 7);
+    ik_mapping(c->B, c->U, c->shuffle, 7, map); /* b * U / B, shuffled on request */
     lengths(c, lens, 11);
     double keys = 0; /* sum over candidates of their user's keys */
     for (int64_t b = 0; b < c->B; b++)
@@ -258,7 +246,7 @@ static int interpreter_run(void)
         tpl_fill(hq, LOOM_F16, qn, -1, 1, &seed);
         tpl_fill(hk, LOOM_F16, kn, -1, 1, &seed);
         tpl_fill(hv, LOOM_F16, kn, -1, 1, &seed);
-        mapping(c, map, 3);
+        ik_mapping(c->B, c->U, c->shuffle, 3, map);
         lengths(c, lens, 4);
         fa_reference(&s, hq, hk, hv, map, c->varlen ? lens : NULL, hr);
         loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen};

@@ -18,6 +18,7 @@
  */
 #include "fa_ref.h"
 #include "ikbo_fa.h"
+#include "ikbo_lce.h" /* ik_mapping */
 #include "rt.h"
 #include "testutil.h"
 
@@ -92,20 +93,6 @@ typedef struct fa_shape_case {
     int shuffle, varlen;
 } fa_shape_case;
 
-/* The mapping: b * U / B, the users of `extra` candidates doubled up (a random +1), shuffled
- * when asked. */
-static void make_mapping(const fa_shape_case *c, int32_t *map, uint64_t seed)
-{
-    for (int64_t b = 0; b < c->B; b++)
-        map[b] = (int32_t)(b * c->U / c->B);
-    if (c->shuffle)
-        for (int64_t b = c->B - 1; b > 0; b--) {
-            int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));
-            int32_t x = map[b];
-            map[b] = map[j], map[j] = x;
-        }
-}
-
 /* Lengths 0 .. S: user 0 has none when there are several users. */
 static void make_lengths(const fa_shape_case *c, int32_t *lens, uint64_t seed)
 {
@@ -126,7 +113,7 @@ static void run_interp(const fa_shape_case *c, const loom_ikbo_fa_config *cfg)
     tpl_fill(hq, LOOM_F16, qn, -1, 1, &seed);
     tpl_fill(hk, LOOM_F16, kn, -1, 1, &seed);
     tpl_fill(hv, LOOM_F16, kn, -1, 1, &seed);
-    make_mapping(c, map, 3);
+    ik_mapping(c->B, c->U, c->shuffle, 3, map); /* b * U / B, shuffled on request */
     make_lengths(c, lens, 4);
     fa_spec s = spec(c->B, c->U, c->S, c->H, c->D, c->nseed, c->varlen);
     fa_reference(&s, hq, hk, hv, map, c->varlen ? lens : NULL, hr);
