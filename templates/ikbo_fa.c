@@ -48,7 +48,7 @@ int64_t fa_rows(const fa_spec *s) { return s->B * s->nseed; }
 
 /* Each candidate's rows split into blocks (consecutive candidates of one user share
  * blocks, so this bounds any mapping), and every block a unit of its own at worst. */
-int64_t fa_max_units(const fa_spec *s) { return s->B * TPL_CDIV(s->nseed, FA_BLOCK); }
+int64_t fa_max_units(const fa_spec *s) { return fa_units_max(s->B, s->nseed); }
 
 static int64_t esz(const fa_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
 static int64_t q_bytes(const fa_spec *s) { return 2 * FA_BLOCK * s->D * esz(s); }

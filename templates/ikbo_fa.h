@@ -6,12 +6,8 @@
 #ifndef LOOM_IKBO_FA_H
 #define LOOM_IKBO_FA_H
 
+#include "ikbo_fa_units.h" /* FA_BLOCK, the plan's fields, fa_units */
 #include "tpl.h"
-
-/* Query rows a consumer warp group owns: one m64 wgmma block. */
-#define FA_BLOCK 64
-/* int32 fields of a plan unit (see fa_plan). */
-enum { FA_U_USER, FA_U_Q0, FA_U_N0, FA_U_Q1, FA_U_N1, FA_UNIT_FIELDS = 8 };
 
 typedef struct fa_spec {
     int64_t B, U, S, H, D, nseed; /* candidates, users, padded keys a user, heads, head dim, queries a candidate */

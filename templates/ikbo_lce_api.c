@@ -27,20 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAXK = 8 };
-
 struct loom_ikbo_lce {
     loom_runtime *rt;
     loom_ikbo_lce_shape s;
     loom_ikbo_stage stage;
     loom_ikbo_lce_config cfg;
-    int nk;
-    loom_kernel *k[MAXK];
-    int grid[MAXK][3];
-    /* device buffers this object owns */
-    loom_buffer *wu_raw, *wc_raw; /* stage 1: the weights as given */
-    loom_buffer *wu, *wc;         /* padded weights (stage 0: wu holds the concatenation) */
-    loom_buffer *ures, *cand, *flags, *claims, *ecat;
+    ik_stage run;                 /* what a run launches (ikbo_lce.h) */
+    loom_buffer *buf[IK_NBUF];    /* the owned buffers (the caller's four slots stay NULL) */
     int32_t epoch;
     int32_t *index; /* the host copy of cand_to_user when runs check it (else NULL) */
     char desc[768];
@@ -54,6 +47,13 @@ static const loom_ikbo_lce_config default_cfg = {256, 128, 4, 8, 132, 2, 1, 2};
  * tile stores through its plane steps' ring slots, which plain GEMMs do not have, so it
  * would store from registers). */
 static const loom_ikbo_lce_config gemm_cfg = {64, 256, 4, 4, 132, 0, 0, 1};
+
+loom_ikbo_lce_config ik_default_config(void) { return default_cfg; }
+
+const loom_ikbo_lce_config *ik_stage_config(loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg)
+{
+    return stage <= LOOM_IKBO_K_ALIGNED && cfg->trans ? &gemm_cfg : cfg;
+}
 
 const char *loom_ikbo_stage_name(loom_ikbo_stage s)
 {
@@ -70,58 +70,15 @@ const char *loom_ikbo_stage_name(loom_ikbo_stage s)
 /* p's failure: the message into its runtime's error, the status returned. */
 #define fail(p, st, ...) tpl_fail((p)->rt, (st), __VA_ARGS__)
 
-static size_t es(const loom_ikbo_lce *p) { return loom_dtype_size(p->s.dtype); }
-
 #define dev(p, bytes, st) tpl_zeroed_buffer((p)->rt, (bytes), (st))
 
-/* Upload host weights [M, K] as [M, Kp] (columns K..Kp-1 zero), at column offset col0
- * of a [M, ld] buffer. */
-static void pad_into(unsigned char *dst, int64_t ld, int64_t col0, const void *src, int64_t M, int64_t K, size_t e)
-{
-    for (int64_t m = 0; m < M; m++)
-        memcpy(dst + (size_t)(m * ld + col0) * e, (const unsigned char *)src + (size_t)(m * K) * e, (size_t)K * e);
-}
-
-static loom_status upload_padded(loom_ikbo_lce *p, loom_buffer **out, const void *const *w, const int64_t *K,
-                                 int nw, int64_t ld)
-{
-    size_t e = es(p), bytes = (size_t)(p->s.M * ld) * e;
-    unsigned char *h = calloc(1, bytes ? bytes : 1);
-    if (!h)
-        return LOOM_ERR_NOMEM;
-    int64_t col = 0;
-    for (int i = 0; i < nw; i++) {
-        pad_into(h, ld, col, w[i], p->s.M, K[i], e);
-        col += K[i];
-    }
-    loom_status st = LOOM_OK;
-    *out = dev(p, bytes, &st);
-    if (st == LOOM_OK)
-        st = loom_buffer_upload(*out, h, bytes);
-    free(h);
-    return st;
-}
-
-static loom_status add_kernel(loom_ikbo_lce *p, loom_kernel *k, const int grid[3], const char *err)
-{
-    if (!k)
-        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: %s", err && *err ? err : "out of memory");
-    p->k[p->nk] = k;
-    memcpy(p->grid[p->nk], grid, sizeof p->grid[0]);
-    p->nk++;
-    loom_compile_info info;
-    loom_status st = loom_prepare(p->rt, k, &info);
-    if (st != LOOM_OK)
-        return fail(p, st, "loom_ikbo_lce_prepare: kernel '%s': %s", loom_kernel_name(k), loom_runtime_error(p->rt));
-    return LOOM_OK;
-}
+/* ---------------------------------------------------------------- the stage's run, as data */
 
 /* The spec of one of the stage's kernels; planes: user_res's (ikbo_lce.h: 1 for the plain
  * GEMMs of stages 1 and 2, which take gemm_cfg's tiles where the config is transposed). */
-static ik_spec spec_of(const loom_ikbo_lce *p, ik_mode mode, int planes)
+static ik_spec spec_of(const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config *cfg, ik_mode mode, int planes)
 {
-    const loom_ikbo_lce_shape *s = &p->s;
-    const loom_ikbo_lce_config *c = planes == 1 && p->cfg.trans ? &gemm_cfg : &p->cfg;
+    const loom_ikbo_lce_config *c = planes == 1 && cfg->trans ? &gemm_cfg : cfg;
     return (ik_spec){mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes, c->bm, c->bn, c->stages, c->cwarps,
                      c->ctas, c->consumers, c->trans, c->cluster};
 }
@@ -135,15 +92,152 @@ static void config_text(const loom_ikbo_lce_config *c, char *buf, size_t n)
         snprintf(buf + w, n - (size_t)w, ",trans=%d,cluster=%d", c->trans, c->cluster);
 }
 
-/* A GEMM kernel of the stage. */
-static loom_status add_gemm(loom_ikbo_lce *p, ik_mode mode, int planes)
+/* Append a launch of k (NULL: the build failed, err says why) on grid with the arguments'
+ * sources. */
+static loom_status add_step(ik_stage *st, loom_kernel *k, const int grid[3], const int *args, int nargs,
+                            const char *why, char *err, size_t errlen)
 {
-    ik_spec sp = spec_of(p, mode, planes);
-    char err[256] = "";
+    if (!k) {
+        snprintf(err, errlen, "%s", why && *why ? why : "out of memory");
+        return LOOM_ERR_INVALID;
+    }
+    ik_step *s = &st->step[st->nsteps++];
+    s->k = k;
+    memcpy(s->grid, grid, sizeof s->grid);
+    s->nargs = nargs;
+    memcpy(s->arg, args, (size_t)nargs * sizeof *args);
+    return LOOM_OK;
+}
+
+#define ARGS(...) (const int[]){__VA_ARGS__}, (int)(sizeof((const int[]){__VA_ARGS__}) / sizeof(int))
+
+/* A GEMM kernel of the stage, with its arguments' sources. */
+static loom_status add_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config *cfg, ik_mode mode,
+                            int planes, const int *args, int nargs, char *err, size_t errlen)
+{
+    ik_spec sp = spec_of(s, cfg, mode, planes);
+    char why[256] = "";
     int g[3];
     ik_grid(&sp, g);
-    return add_kernel(p, ik_build(&sp, err, sizeof err), g, err);
+    return add_step(st, ik_build(&sp, why, sizeof why), g, args, nargs, why, err, errlen);
 }
+
+/* Stage 0's GEMM: the gemm template with its own defaults, the tile config set by name; its
+ * TMA-store epilogue is dropped when the ring leaves no shared memory for it. */
+static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, int64_t kt, char *err,
+                                     size_t errlen)
+{
+    const loom_template *gt = loom_template_find("gemm");
+    int64_t gs[LOOM_MAX_PARAMS] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1}, gc[LOOM_MAX_PARAMS];
+    char why[256] = "";
+    if (loom_params_parse(gt->config, gt->nconfig, st->config, gc, why, sizeof why) != 0) {
+        snprintf(err, errlen, "the baseline gemm's config: %s", why);
+        return LOOM_ERR_INVALID;
+    }
+    loom_kernel *k = gt->build(gs, gc, why, sizeof why);
+    for (int i = 0; !k && i < gt->nconfig; i++)
+        if (!strcmp(gt->config[i].key, "tmastore") && gc[i]) {
+            gc[i] = 0;
+            k = gt->build(gs, gc, why, sizeof why);
+        }
+    int g[3];
+    gt->grid(gs, gc, g);
+    return add_step(st, k, g, ARGS(IK_WU, IK_ECAT, IK_OUT), why, err, errlen);
+}
+
+loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg,
+                          ik_stage *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    size_t e = loom_dtype_size(s->dtype);
+    int64_t kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
+    config_text(ik_stage_config(stage, cfg), st->config, sizeof st->config);
+    loom_status rc = LOOM_OK;
+    /* the padded weights of stages 2 to 4 (stage 1 pads them on every run) */
+    const ik_fill wu = {IK_WU, 0, kpu, 0}, wc = {IK_WC, 1, kpc, 0};
+    switch (stage) {
+    case LOOM_IKBO_MATERIALIZED: {
+        int64_t kt = ik_pad8(s->Ku + s->Kc);
+        st->bytes[IK_WU] = (size_t)(s->M * kt) * e;
+        st->fill[st->nfill++] = (ik_fill){IK_WU, 0, kt, 0};
+        st->fill[st->nfill++] = (ik_fill){IK_WU, 1, kt, s->Ku};
+        st->bytes[IK_ECAT] = (size_t)(s->B * kt * s->N) * e;
+        ik_spec sp = spec_of(s, cfg, IK_CAND, 1);
+        int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
+        if ((rc = add_step(st, ik_gather_kernel(&sp), g, ARGS(IK_E_USER, IK_E_CAND, IK_MAP, IK_ECAT), NULL, err,
+                           errlen)) == LOOM_OK)
+            rc = add_baseline_gemm(st, s, kt, err, errlen);
+        break;
+    }
+    case LOOM_IKBO_DECOMPOSED:
+    case LOOM_IKBO_K_ALIGNED:
+        st->bytes[IK_WU] = (size_t)(s->M * kpu) * e;
+        st->bytes[IK_WC] = (size_t)(s->M * kpc) * e;
+        if (stage == LOOM_IKBO_DECOMPOSED) {
+            st->bytes[IK_WU_RAW] = (size_t)(s->M * s->Ku) * e;
+            st->bytes[IK_WC_RAW] = (size_t)(s->M * s->Kc) * e;
+            st->fill[st->nfill++] = (ik_fill){IK_WU_RAW, 0, s->Ku, 0};
+            st->fill[st->nfill++] = (ik_fill){IK_WC_RAW, 1, s->Kc, 0};
+            int g[3] = {(int)s->M, 1, 1};
+            if ((rc = add_step(st, ik_pad_kernel(s->M, s->Ku, s->dtype), g, ARGS(IK_WU_RAW, IK_WU), NULL, err,
+                               errlen)) == LOOM_OK)
+                rc = add_step(st, ik_pad_kernel(s->M, s->Kc, s->dtype), g, ARGS(IK_WC_RAW, IK_WC), NULL, err, errlen);
+        } else {
+            st->fill[st->nfill++] = wu;
+            st->fill[st->nfill++] = wc;
+        }
+        st->bytes[IK_URES] = (size_t)(s->U * s->M * s->N) * e;
+        st->bytes[IK_CANDRES] = (size_t)(s->B * s->M * s->N) * e;
+        if (rc == LOOM_OK)
+            rc = add_gemm(st, s, cfg, IK_USER, 1, ARGS(IK_WU, IK_E_USER, IK_URES), err, errlen);
+        if (rc == LOOM_OK)
+            rc = add_gemm(st, s, cfg, IK_CAND, 1, ARGS(IK_WC, IK_E_CAND, IK_CANDRES), err, errlen);
+        if (rc == LOOM_OK) {
+            tpl_broadcast_add_shape bs = {s->B, s->U, s->M, s->N, s->dtype};
+            int g[3];
+            tpl_broadcast_add_grid(&bs, 8, 256, g);
+            rc = add_step(st, tpl_broadcast_add(&bs, 8, 256, 4), g, ARGS(IK_CANDRES, IK_URES, IK_MAP, IK_OUT), NULL,
+                          err, errlen);
+        }
+        break;
+    case LOOM_IKBO_FUSED_EPILOGUE:
+    case LOOM_IKBO_PERSISTENT:
+        st->bytes[IK_WU] = (size_t)(s->M * kpu) * e;
+        st->bytes[IK_WC] = (size_t)(s->M * kpc) * e;
+        st->fill[st->nfill++] = wu;
+        st->fill[st->nfill++] = wc;
+        st->bytes[IK_URES] = (size_t)(s->U * 2 * s->M * s->N) * e; /* hi and lo planes */
+        if (stage == LOOM_IKBO_PERSISTENT) {
+            st->bytes[IK_FLAGS] = 4;  /* the counter of user tiles done */
+            st->bytes[IK_CLAIMS] = 8; /* the tile schedule's counter (back at zero after each run) */
+            ik_spec sp = spec_of(s, cfg, IK_FUSED, 2);
+            st->epoch_step = ik_user_blocks(&sp);
+            rc = add_gemm(st, s, cfg, IK_FUSED, 2,
+                          ARGS(IK_WU, IK_E_USER, IK_WC, IK_E_CAND, IK_MAP, IK_URES, IK_FLAGS, IK_CLAIMS, IK_EPOCH,
+                               IK_OUT),
+                          err, errlen);
+            break;
+        }
+        if ((rc = add_gemm(st, s, cfg, IK_USER, 2, ARGS(IK_WU, IK_E_USER, IK_URES), err, errlen)) == LOOM_OK)
+            rc = add_gemm(st, s, cfg, IK_CAND_FUSED, 2, ARGS(IK_WC, IK_E_CAND, IK_MAP, IK_URES, IK_OUT), err, errlen);
+        break;
+    default:
+        snprintf(err, errlen, "stage %d is not 0 to 4", (int)stage);
+        rc = LOOM_ERR_INVALID;
+    }
+    if (rc != LOOM_OK)
+        ik_stage_free(st);
+    return rc;
+}
+
+void ik_stage_free(ik_stage *st)
+{
+    for (int i = 0; i < st->nsteps; i++)
+        loom_kernel_destroy(st->step[i].k);
+    st->nsteps = 0;
+}
+
+/* ---------------------------------------------------------------- prepare */
 
 /* The config of the persistent kernel the tuner picks for this shape (cached on disk). */
 static loom_status tuned_config(loom_ikbo_lce *p)
@@ -160,95 +254,49 @@ static loom_status tuned_config(loom_ikbo_lce *p)
     return st;
 }
 
+/* Allocate the owned buffers (zeroed), upload the weights as the fills lay them out, and
+ * load the kernels. */
 static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void *w_cand)
 {
     const loom_ikbo_lce_shape *s = &p->s;
-    size_t e = es(p);
-    loom_status st = LOOM_OK;
-    int64_t kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
-    char err[256] = "";
-    switch (p->stage) {
-    case LOOM_IKBO_MATERIALIZED: {
-        int64_t kt = ik_pad8(s->Ku + s->Kc);
-        const void *w[2] = {w_user, w_cand};
-        const int64_t K[2] = {s->Ku, s->Kc};
-        if ((st = upload_padded(p, &p->wu, w, K, 2, kt)) != LOOM_OK)
-            return fail(p, st, "loom_ikbo_lce_prepare: uploading the weights: %s", loom_runtime_error(p->rt));
-        p->ecat = dev(p, (size_t)(s->B * kt * s->N) * e, &st);
-        if (st != LOOM_OK)
-            return fail(p, st, "loom_ikbo_lce_prepare: the materialized E (%lld bytes): %s",
-                        (long long)(s->B * kt * s->N * (int64_t)e), loom_runtime_error(p->rt));
-        ik_spec sp = spec_of(p, IK_CAND, 1);
-        int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
-        if ((st = add_kernel(p, ik_gather_kernel(&sp), g, NULL)) != LOOM_OK)
-            return st;
-        /* the gemm template with its own defaults, the tile config set by name; its TMA-store
-         * epilogue is dropped when the ring leaves no shared memory for it */
-        const loom_template *gt = loom_template_find("gemm");
-        int64_t gs[LOOM_MAX_PARAMS] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1}, gc[LOOM_MAX_PARAMS];
-        char text[160];
-        /* (the gemm template has no transposed product: then its tiles are the defaults) */
-        config_text(p->cfg.trans ? &gemm_cfg : &p->cfg, text, sizeof text);
-        if (loom_params_parse(gt->config, gt->nconfig, text, gc, err, sizeof err) != 0)
-            return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: the baseline gemm's config: %s", err);
-        loom_kernel *k = gt->build(gs, gc, err, sizeof err);
-        for (int i = 0; !k && i < gt->nconfig; i++)
-            if (!strcmp(gt->config[i].key, "tmastore") && gc[i]) {
-                gc[i] = 0;
-                k = gt->build(gs, gc, err, sizeof err);
-            }
-        gt->grid(gs, gc, g);
-        return add_kernel(p, k, g, err);
-    }
-    case LOOM_IKBO_DECOMPOSED:
-    case LOOM_IKBO_K_ALIGNED: {
-        if (p->stage == LOOM_IKBO_DECOMPOSED) {
-            /* the weights as given; padded into wu/wc on every run */
-            p->wu_raw = dev(p, (size_t)(s->M * s->Ku) * e, &st);
-            p->wc_raw = dev(p, (size_t)(s->M * s->Kc) * e, &st);
-            p->wu = dev(p, (size_t)(s->M * kpu) * e, &st);
-            p->wc = dev(p, (size_t)(s->M * kpc) * e, &st);
-            if (st == LOOM_OK)
-                st = loom_buffer_upload(p->wu_raw, w_user, (size_t)(s->M * s->Ku) * e);
-            if (st == LOOM_OK)
-                st = loom_buffer_upload(p->wc_raw, w_cand, (size_t)(s->M * s->Kc) * e);
-            int g[3] = {(int)s->M, 1, 1};
-            if (st == LOOM_OK && (st = add_kernel(p, ik_pad_kernel(s->M, s->Ku, s->dtype), g, NULL)) == LOOM_OK)
-                st = add_kernel(p, ik_pad_kernel(s->M, s->Kc, s->dtype), g, NULL);
-        } else {
-            if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu)) == LOOM_OK)
-                st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc);
+    ik_stage *run = &p->run;
+    char err[300] = "";
+    loom_status st = ik_stage_make(s, p->stage, &p->cfg, run, err, sizeof err);
+    if (st != LOOM_OK)
+        return fail(p, st, "loom_ikbo_lce_prepare: %s", err);
+    for (int b = IK_CALLER_BUFS; b < IK_NBUF && st == LOOM_OK; b++)
+        if (run->bytes[b] && !(p->buf[b] = dev(p, run->bytes[b], &st)))
+            return fail(p, st, "loom_ikbo_lce_prepare: a buffer of %zu bytes: %s", run->bytes[b],
+                        loom_runtime_error(p->rt));
+    size_t e = loom_dtype_size(s->dtype);
+    const void *w[2] = {w_user, w_cand};
+    const int64_t K[2] = {s->Ku, s->Kc};
+    for (int b = IK_CALLER_BUFS; b < IK_NBUF; b++) { /* each filled buffer, whole, in one upload */
+        unsigned char *h = NULL;
+        for (int i = 0; i < run->nfill; i++) {
+            const ik_fill *f = &run->fill[i];
+            if (f->buf != b)
+                continue;
+            if (!h && !(h = calloc(1, run->bytes[b])))
+                return fail(p, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: no host memory for the weights");
+            for (int64_t m = 0; m < s->M; m++)
+                memcpy(h + (size_t)(m * f->ld + f->col0) * e,
+                       (const unsigned char *)w[f->weight] + (size_t)(m * K[f->weight]) * e, (size_t)K[f->weight] * e);
         }
-        p->ures = dev(p, (size_t)(s->U * s->M * s->N) * e, &st);
-        p->cand = dev(p, (size_t)(s->B * s->M * s->N) * e, &st);
-        if (st != LOOM_OK)
-            return fail(p, st, "loom_ikbo_lce_prepare: buffers: %s", loom_runtime_error(p->rt));
-        if ((st = add_gemm(p, IK_USER, 1)) != LOOM_OK || (st = add_gemm(p, IK_CAND, 1)) != LOOM_OK)
-            return st;
-        tpl_broadcast_add_shape bs = {s->B, s->U, s->M, s->N, s->dtype};
-        int g[3];
-        tpl_broadcast_add_grid(&bs, 8, 256, g);
-        return add_kernel(p, tpl_broadcast_add(&bs, 8, 256, 4), g, NULL);
-    }
-    case LOOM_IKBO_FUSED_EPILOGUE:
-    case LOOM_IKBO_PERSISTENT: {
-        if ((st = upload_padded(p, &p->wu, &w_user, &s->Ku, 1, kpu)) == LOOM_OK)
-            st = upload_padded(p, &p->wc, &w_cand, &s->Kc, 1, kpc);
-        p->ures = dev(p, (size_t)(s->U * 2 * s->M * s->N) * e, &st); /* hi and lo planes */
-        if (p->stage == LOOM_IKBO_PERSISTENT) {
-            p->flags = dev(p, 4, &st);  /* the counter of user tiles done */
-            p->claims = dev(p, 8, &st); /* the tile schedule's counter (back at zero after each run) */
+        if (h) {
+            st = loom_buffer_upload(p->buf[b], h, run->bytes[b]);
+            free(h);
+            if (st != LOOM_OK)
+                return fail(p, st, "loom_ikbo_lce_prepare: uploading the weights: %s", loom_runtime_error(p->rt));
         }
-        if (st != LOOM_OK)
-            return fail(p, st, "loom_ikbo_lce_prepare: buffers: %s", loom_runtime_error(p->rt));
-        if (p->stage == LOOM_IKBO_PERSISTENT)
-            return add_gemm(p, IK_FUSED, 2);
-        if ((st = add_gemm(p, IK_USER, 2)) != LOOM_OK)
-            return st;
-        return add_gemm(p, IK_CAND_FUSED, 2);
     }
+    for (int i = 0; i < run->nsteps; i++) {
+        loom_compile_info info;
+        if ((st = loom_prepare(p->rt, run->step[i].k, &info)) != LOOM_OK)
+            return fail(p, st, "loom_ikbo_lce_prepare: kernel '%s': %s", loom_kernel_name(run->step[i].k),
+                        loom_runtime_error(p->rt));
     }
-    return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: stage %d is not 0 to 4", (int)p->stage);
+    return LOOM_OK;
 }
 
 /* Why a shape is too large for its buffers' sizes to be computed (NULL when it is not):
@@ -309,7 +357,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         free(p);
         return LOOM_ERR_INVALID;
     }
-    ik_spec sp = spec_of(p, stage == LOOM_IKBO_PERSISTENT ? IK_FUSED : IK_CAND_FUSED, 2);
+    ik_spec sp = spec_of(shape, &p->cfg, stage == LOOM_IKBO_PERSISTENT ? IK_FUSED : IK_CAND_FUSED, 2);
     char buf[300];
     const char *why = ik_why_not(&sp, buf, sizeof buf);
     loom_status st = LOOM_OK;
@@ -326,11 +374,10 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         loom_ikbo_lce_destroy(p);
         return st;
     }
-    char text[160];
-    config_text(stage <= LOOM_IKBO_K_ALIGNED && p->cfg.trans ? &gemm_cfg : &p->cfg, text, sizeof text);
-    int n = snprintf(p->desc, sizeof p->desc, "stage %d (%s): %s;", (int)stage, loom_ikbo_stage_name(stage), text);
-    for (int i = 0; i < p->nk && n > 0 && (size_t)n < sizeof p->desc; i++)
-        n += snprintf(p->desc + n, sizeof p->desc - (size_t)n, " %s", loom_kernel_name(p->k[i]));
+    int n = snprintf(p->desc, sizeof p->desc, "stage %d (%s): %s;", (int)stage, loom_ikbo_stage_name(stage),
+                     p->run.config);
+    for (int i = 0; i < p->run.nsteps && n > 0 && (size_t)n < sizeof p->desc; i++)
+        n += snprintf(p->desc + n, sizeof p->desc - (size_t)n, " %s", loom_kernel_name(p->run.step[i].k));
     *out = p;
     return LOOM_OK;
 }
@@ -364,21 +411,14 @@ static loom_status check_index(loom_ikbo_lce *p, const loom_buffer *map)
     return LOOM_OK;
 }
 
-static loom_status launch(loom_ikbo_lce *p, int i, const loom_arg *a, int n)
-{
-    loom_status st = loom_launch(p->rt, p->k[i], p->grid[i], a, n);
-    if (st != LOOM_OK && !strstr(loom_runtime_error(p->rt), "loom_ikbo_lce_run"))
-        return fail(p, st, "loom_ikbo_lce_run (%s): %s", loom_kernel_name(p->k[i]), loom_runtime_error(p->rt));
-    return st;
-}
-
 loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand, loom_buffer *cand_to_user,
                               loom_buffer *out)
 {
     if (!p)
         return LOOM_ERR_INVALID;
     const loom_ikbo_lce_shape *s = &p->s;
-    size_t e = es(p);
+    const ik_stage *run = &p->run;
+    size_t e = loom_dtype_size(s->dtype);
     loom_status st;
     if ((st = check_buf(p, e_user, "e_user", s->U, s->Ku, s->N, e)) != LOOM_OK ||
         (st = check_buf(p, e_cand, "e_cand", s->B, s->Kc, s->N, e)) != LOOM_OK ||
@@ -387,55 +427,29 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
         return st;
     if (p->index && (st = check_index(p, cand_to_user)) != LOOM_OK)
         return st;
-#define B_(x) LOOM_ARG_BUF(x)
-    switch (p->stage) {
-    case LOOM_IKBO_MATERIALIZED: {
-        loom_arg g[] = {B_(e_user), B_(e_cand), B_(cand_to_user), B_(p->ecat)};
-        loom_arg m[] = {B_(p->wu), B_(p->ecat), B_(out)};
-        if ((st = launch(p, 0, g, 4)) == LOOM_OK)
-            st = launch(p, 1, m, 3);
-        return st;
+    /* stage 4: its counter of user tiles done grows every launch; start over before it wraps */
+    if (run->epoch_step && (int64_t)(p->epoch + 1) * run->epoch_step > INT32_MAX) {
+        if ((st = loom_buffer_fill(p->buf[IK_FLAGS], 0)) != LOOM_OK)
+            return fail(p, st, "loom_ikbo_lce_run: clearing the flags: %s", loom_runtime_error(p->rt));
+        p->epoch = 0;
     }
-    case LOOM_IKBO_DECOMPOSED:
-    case LOOM_IKBO_K_ALIGNED: {
-        int i = 0;
-        if (p->stage == LOOM_IKBO_DECOMPOSED) {
-            loom_arg pu[] = {B_(p->wu_raw), B_(p->wu)}, pc[] = {B_(p->wc_raw), B_(p->wc)};
-            if ((st = launch(p, i++, pu, 2)) != LOOM_OK || (st = launch(p, i++, pc, 2)) != LOOM_OK)
-                return st;
+    loom_buffer *bufs[IK_NBUF];
+    memcpy(bufs, p->buf, sizeof bufs);
+    bufs[IK_E_USER] = e_user, bufs[IK_E_CAND] = e_cand, bufs[IK_MAP] = cand_to_user, bufs[IK_OUT] = out;
+    for (int i = 0; i < run->nsteps; i++) {
+        const ik_step *sp = &run->step[i];
+        loom_arg a[LOOM_MAX_ARGS];
+        for (int j = 0; j < sp->nargs; j++)
+            a[j] = sp->arg[j] == IK_EPOCH ? LOOM_ARG_I32(p->epoch + 1) : LOOM_ARG_BUF(bufs[sp->arg[j]]);
+        if ((st = loom_launch(p->rt, sp->k, sp->grid, a, sp->nargs)) != LOOM_OK) {
+            if (!strstr(loom_runtime_error(p->rt), "loom_ikbo_lce_run"))
+                fail(p, st, "loom_ikbo_lce_run (%s): %s", loom_kernel_name(sp->k), loom_runtime_error(p->rt));
+            return st;
         }
-        loom_arg u[] = {B_(p->wu), B_(e_user), B_(p->ures)};
-        loom_arg c[] = {B_(p->wc), B_(e_cand), B_(p->cand)};
-        loom_arg a[] = {B_(p->cand), B_(p->ures), B_(cand_to_user), B_(out)};
-        if ((st = launch(p, i, u, 3)) == LOOM_OK && (st = launch(p, i + 1, c, 3)) == LOOM_OK)
-            st = launch(p, i + 2, a, 4);
-        return st;
     }
-    case LOOM_IKBO_FUSED_EPILOGUE: {
-        loom_arg u[] = {B_(p->wu), B_(e_user), B_(p->ures)};
-        loom_arg c[] = {B_(p->wc), B_(e_cand), B_(cand_to_user), B_(p->ures), B_(out)};
-        if ((st = launch(p, 0, u, 3)) == LOOM_OK)
-            st = launch(p, 1, c, 5);
-        return st;
-    }
-    case LOOM_IKBO_PERSISTENT: {
-        ik_spec sp = spec_of(p, IK_FUSED, 2);
-        if ((int64_t)(p->epoch + 1) * ik_user_blocks(&sp) > INT32_MAX) { /* the counter grows every launch: start
-                                                                         over before it wraps */
-            if ((st = loom_buffer_fill(p->flags, 0)) != LOOM_OK)
-                return fail(p, st, "loom_ikbo_lce_run: clearing the flags: %s", loom_runtime_error(p->rt));
-            p->epoch = 0;
-        }
-        loom_arg a[] = {B_(p->wu),    B_(e_user),   B_(p->wc),     B_(e_cand),
-                        B_(cand_to_user), B_(p->ures), B_(p->flags), B_(p->claims),
-                        LOOM_ARG_I32(p->epoch + 1), B_(out)};
-        if ((st = launch(p, 0, a, 10)) == LOOM_OK)
-            p->epoch++;
-        return st;
-    }
-    }
-#undef B_
-    return LOOM_ERR_INVALID;
+    if (run->epoch_step)
+        p->epoch++;
+    return LOOM_OK;
 }
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }
@@ -447,22 +461,20 @@ loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p)
 
 loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3])
 {
-    if (!p || i < 0 || i >= p->nk)
+    if (!p || i < 0 || i >= p->run.nsteps)
         return NULL;
     if (grid)
-        memcpy(grid, p->grid[i], sizeof p->grid[i]);
-    return p->k[i];
+        memcpy(grid, p->run.step[i].grid, sizeof p->run.step[i].grid);
+    return p->run.step[i].k;
 }
 
 void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->nk; i++)
-        loom_kernel_destroy(p->k[i]);
-    loom_buffer *bs[] = {p->wu_raw, p->wc_raw, p->wu, p->wc, p->ures, p->cand, p->flags, p->claims, p->ecat};
-    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
-        loom_buffer_destroy(bs[i]);
+    ik_stage_free(&p->run);
+    for (int b = 0; b < IK_NBUF; b++)
+        loom_buffer_destroy(p->buf[b]);
     free(p->index);
     free(p);
 }
