@@ -60,6 +60,7 @@ typedef enum loom_status {
     LOOM_ERR_COMPILE,   /* lowering to PTX or loading the module failed */
     LOOM_ERR_NOMEM,
     LOOM_ERR_UNSUPPORTED,
+    LOOM_ERR_TIMEOUT,   /* loom_runtime_sync's bound passed before the GPU work was done */
 } loom_status;
 
 const char *loom_status_name(loom_status s);
@@ -579,6 +580,16 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
 loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
                                int nargs, void *stream);
 
+/* Wait until the work launched through rt on the default stream is done (on the legacy
+ * default stream that is every launch of the process's blocking streams too; a
+ * caller's non-blocking stream is not waited for).  LOOM_OK, or the error of a kernel
+ * that faulted, the hang check's report among them (LOOM_HANG_CHECK, docs/env.md).
+ * timeout_ms > 0 bounds the wait instead of blocking forever: past it, LOOM_ERR_TIMEOUT
+ * with a message naming the last kernel launched, and the work goes on (loom_runtime_sync again
+ * to wait more).  timeout_ms <= 0 waits as long as it takes.  On the interpreter every
+ * launch has finished when it returns: LOOM_OK at once. */
+loom_status loom_runtime_sync(loom_runtime *rt, int timeout_ms);
+
 /* Compile and load k for the runtime's device without launching it (the module cache in
  * memory, then on disk, is consulted first).  On the interpreter this only verifies. */
 typedef struct loom_compile_info {
@@ -624,6 +635,9 @@ typedef struct loom_param {
      * configs it considers are every combination of the knobs' candidates. */
     int ncand;
     int64_t cand[LOOM_MAX_CANDIDATES];
+    /* Shape parameters only: 1 when it shapes a check run's inputs, not the kernel (the
+     * order of a mapping, say); loomc aot leaves it out of a launch's shape. */
+    int inputs_only;
 } loom_param;
 
 typedef struct loom_template {
@@ -792,6 +806,28 @@ void loom_tuned_release(loom_tuned *r, int n);
 void loom_tune_print(FILE *f, const loom_tuned *r, int n, int every_config);
 /* "k=v,k=v" of a config (or shape) of template t's parameter list. */
 void loom_params_format(const loom_param *params, int n, const int64_t *vals, char *buf, size_t len);
+
+/* ---------------------------------------------------------------- 9. ahead of time
+ * (aot/; docs/aot.md)  loom_aot_write writes template t at a list of shapes, each with its
+ * config, as dir/prefix.h and dir/prefix.c: plain C11 that embeds each kernel's cubin (made
+ * by the toolkit's ptxas) and PTX, opens the CUDA driver itself, and launches by shape from
+ * a dispatch table; for ikbo_lce and ikbo_fa also the whole operation, as the C API of
+ * loom_ikbo.h runs it.  A program links the two files without loom or LLVM.  `loomc aot`
+ * is its command line. */
+typedef struct loom_aot_request {
+    const loom_template *t;
+    int nshapes;
+    const int64_t (*shapes)[LOOM_MAX_PARAMS];  /* shape i's parameters (t->shape order) */
+    const int64_t (*configs)[LOOM_MAX_PARAMS]; /* and its config */
+    int stage;           /* ikbo_lce: the stage the operation runs (0 to 4) */
+    const char *archs;   /* "sm_90a" (NULL: that), or a comma list: "sm_90a,sm_80" */
+    const char *prefix;  /* a C identifier: the files' names and the public functions' prefix */
+    const char *dir;     /* made when missing */
+    const char *command; /* the command line, quoted in the files' comments (NULL: none) */
+} loom_aot_request;
+/* LOOM_OK, or the reason in err (a shape or config the template refuses, a kernel that
+ * does not compile, no ptxas, a file that cannot be written: no file is left then). */
+loom_status loom_aot_write(const loom_aot_request *r, char *err, size_t errlen);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

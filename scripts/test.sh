@@ -8,6 +8,8 @@
 #   LOOM_TEST_SANITIZE=0   skip the sanitizer build and its run
 #   LOOM_TEST_FUZZ=0       skip the libFuzzer build and runs
 #   LOOM_FUZZ_SECONDS      seconds each fuzzer runs (default 45)
+#   LOOM_TEST_INSTALL=0    skip the install test (cmake --install, tests/install against it)
+#   LOOM_TEST_AOT=0        the install test skips loom_add_aot's target (loomc aot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -111,4 +113,32 @@ if [ "${LOOM_TEST_FUZZ:-1}" != 0 ]; then
         echo "fuzz_$f: ${runs:-?} inputs, no crash, leak or hang"
     done
     echo "fuzzers: done ($((SECONDS - t0)) s)"
+fi
+
+if [ "${LOOM_TEST_INSTALL:-1}" != 0 ]; then
+    # what a user's project gets: `cmake --install` into a scratch prefix, then tests/install
+    # built against it with find_package(loom) and with pkg-config, and run; LOOM_TEST_AOT=1
+    # also builds its loom_add_aot target (loomc aot at build time)
+    echo "== cmake --install, and a project using the installed loom (tests/install)"
+    t0=$SECONDS
+    INST="$PWD/$BUILD/install-test"
+    rm -rf "$INST"
+    cmake --install "$BUILD" --prefix "$INST/prefix" >"$INST.log" 2>&1 || { cat "$INST.log"; echo "cmake --install failed"; exit 1; }
+    for f in bin/loomc include/loom.h include/loom_ikbo.h include/loom_pipe.h; do
+        [ -e "$INST/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
+    done
+    [ -z "$(find "$INST/prefix" -name "libloom_static*" -o -name "libloom_support*")" ] \
+        || { echo "test libraries installed"; exit 1; }
+    "$INST/prefix/bin/loomc" list | grep -qx gemm || { echo "installed loomc list: no gemm"; exit 1; }
+    AOT=OFF; [ "${LOOM_TEST_AOT:-1}" != 0 ] && AOT=ON
+    cmake -S tests/install -B "$INST/cmake" -DCMAKE_PREFIX_PATH="$INST/prefix" -DLOOM_TEST_AOT=$AOT >>"$INST.log" 2>&1 \
+        && cmake --build "$INST/cmake" -j"$JOBS" >>"$INST.log" 2>&1 || { tail -40 "$INST.log"; echo "tests/install failed to build"; exit 1; }
+    "$INST/cmake/install_user"
+    [ $AOT = OFF ] || "$INST/cmake/aot_user"
+    PC_DIR=$(dirname "$(find "$INST/prefix" -name loom.pc | head -1)")
+    # shellcheck disable=SC2046
+    cc -std=c11 -Wall -Wextra -Werror tests/install/install_user.c \
+        $(PKG_CONFIG_PATH="$PC_DIR" pkg-config --cflags --libs loom) -o "$INST/pc_user"
+    LD_LIBRARY_PATH="$(PKG_CONFIG_PATH="$PC_DIR" pkg-config --variable=libdir loom)" "$INST/pc_user" >/dev/null
+    echo "install: loomc, find_package and pkg-config users ok ($((SECONDS - t0)) s)"
 fi

@@ -180,7 +180,7 @@ const loom_template tpl_def_broadcast_add = {
               {"M", 433, "rows per candidate"},
               {"N", 256, "columns"},
               {"dtype", LOOM_F16, "element type"},
-              {"shuffle", 0, "1: shuffled candidate-to-user mapping"}},
+              {"shuffle", 0, "1: shuffled candidate-to-user mapping", 0, {0}, 1}},
     .nconfig = 3,
     .config = {{"BM", 8, "tile rows", 7, {1, 2, 4, 8, 16, 32, 64}},
                {"BN", 256, "tile columns", 7, {8, 16, 32, 64, 128, 256, 512}},

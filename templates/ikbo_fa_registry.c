@@ -120,7 +120,7 @@ const loom_template tpl_def_ikbo_fa = {
               {"n_seed", 64, "query rows a candidate"},
               {"dtype", LOOM_F16, "f16 or bf16"},
               {"varlen", 0, "1: per-user lengths seq_len[U] mask the keys past them"},
-              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
+              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled", 0, {0}, 1}},
     .nconfig = 7,
     .config = {{"BN", 128, "keys a K/V tile: D (64 or 128)", 2, {64, 128}},
                {"stages", 2, "slots of the K ring and of the V ring (two Q slots where they fit)", 3, {2, 3, 4}},

@@ -175,7 +175,7 @@ const loom_template tpl_def_ikbo_lce = {
               {"Ku", 1178, "user K (any; the weights are padded to a multiple of 8)"},
               {"Kc", 866, "candidate K (any)"},
               {"dtype", LOOM_F16, "f16 or bf16"},
-              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled"}},
+              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled", 0, {0}, 1}},
     .nconfig = 8,
     .config = {{"BM", 256, "tile rows (64 or 128 per consumer warp group; trans=1: at most BM, M split evenly)", 3,
                 {64, 128, 256}},

@@ -10,6 +10,12 @@
  *       random inputs, checked against the template's reference; on the GPU where there
  *       is one (and then also on the interpreter, to show that they agree), else on the
  *       interpreter.
+ *   loomc aot NAME --shape ..  [--shape ..]... [--config .. | --tuned] [--stage N]
+ *             [--arch sm_90a[,sm_80]] --prefix P -o DIR
+ *       DIR/P.h and DIR/P.c: the kernels at those shapes as cubins and PTX with a C launcher
+ *       that needs neither loom nor libcuda at link time (docs/aot.md); each shape's config
+ *       is --config, the tuner's with --tuned, else the template's default (the cost
+ *       model's best valid config where the default cannot serve the shape).
  *   loomc tune NAME [--shape ..]... [--force] [--max N] [--threads N] [--report FILE.svg]
  *       the autotuner (tune/) for each --shape (repeatable; none: the default
  *       shape): every config's fate and time, the pick, and with --report an SVG plot of
@@ -36,6 +42,8 @@ static int usage(void)
             "       loomc emit NAME [--shape k=v,...] [--config k=v,...] [--arch sm_90a] -o FILE.ptx\n"
             "       loomc emit --all [--arch sm_90a] -o DIR\n"
             "       loomc run NAME [--shape k=v,...] [--config k=v,...] [--interpret] [--seed N]\n"
+            "       loomc aot NAME --shape k=v,... [--shape k=v,...]... [--config k=v,... | --tuned] [--stage N]\n"
+            "                 [--arch sm_90a[,sm_80]] --prefix P -o DIR\n"
             "       loomc tune NAME [--shape k=v,...]... [--force] [--max N] [--threads N] [--report FILE.svg]\n");
     return 2;
 }
@@ -174,6 +182,101 @@ static int cmd_run(const opts *o)
         loom_runtime_destroy(ri);
     }
     loom_runtime_destroy(rt);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- aot */
+
+/* The whole command line, for the generated files' comments. */
+static void command_line(int argc, char **argv, char *buf, size_t n)
+{
+    size_t w = 0;
+    buf[0] = 0;
+    for (int i = 0; i < argc && w + 1 < n; i++) {
+        int k = snprintf(buf + w, n - w, "%s%s", i ? " " : "", i ? argv[i] : "loomc");
+        if (k < 0)
+            break;
+        w += (size_t)k;
+    }
+}
+
+static int cmd_aot(const opts *o, const char *cmdline)
+{
+    if (!o->out || !o->prefix) {
+        fprintf(stderr, "loomc aot: %s is required\n", !o->out ? "-o DIR" : "--prefix P");
+        return 2;
+    }
+    if (o->tuned && o->config) {
+        fprintf(stderr, "loomc aot: --config and --tuned: give one\n");
+        return 2;
+    }
+    const loom_template *t = find(o->name);
+    if (!t)
+        return 2;
+    int n = o->nshapes ? o->nshapes : 1;
+    int64_t(*shapes)[LOOM_MAX_PARAMS] = calloc((size_t)n, sizeof *shapes);
+    int64_t(*configs)[LOOM_MAX_PARAMS] = calloc((size_t)n, sizeof *configs);
+    if (!shapes || !configs) {
+        free(shapes), free(configs);
+        fprintf(stderr, "loomc aot: out of memory\n");
+        return 1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if (params(t, &(opts){.shape = o->nshapes ? o->shapes[i] : NULL, .config = o->config}, shapes[i],
+                   configs[i]))
+            rc = 2;
+    /* without --config: the tuner's pick (--tuned), or what loom_tune takes without timing
+     * anything: the default, or the cost model's best where the default cannot serve */
+    if (!rc && !o->config) {
+        if (!o->tuned)
+            setenv("LOOM_TUNE", "0", 1);
+        loom_runtime *rt = loom_runtime_create(o->tuned ? LOOM_TARGET_AUTO : LOOM_TARGET_INTERPRET);
+        int64_t *flat = calloc((size_t)n * (size_t)t->nshape, sizeof *flat);
+        loom_tuned *res = calloc((size_t)n, sizeof *res);
+        if (!rt || !flat || !res) {
+            fprintf(stderr, "loomc aot: out of memory\n");
+            rc = 1;
+        } else {
+            for (int i = 0; i < n; i++)
+                memcpy(flat + (size_t)i * (size_t)t->nshape, shapes[i], (size_t)t->nshape * sizeof *flat);
+            loom_tune_opts to = {0};
+            to.quiet = 1;
+            loom_tune(rt, t, flat, n, &to, res);
+            for (int i = 0; i < n; i++) {
+                char s[512], c[512];
+                loom_params_format(t->shape, t->nshape, shapes[i], s, sizeof s);
+                if (res[i].source == LOOM_TUNE_NONE) {
+                    fprintf(stderr, "loomc aot: %s at %s: no config: %s\n", t->name, s, res[i].note);
+                    rc = 1;
+                    continue;
+                }
+                memcpy(configs[i], res[i].config, sizeof configs[i]);
+                loom_params_format(t->config, t->nconfig, configs[i], c, sizeof c);
+                printf("%s at %s: %s (%s)\n", t->name, s, c,
+                       res[i].source == LOOM_TUNE_TUNED    ? "tuned now"
+                       : res[i].source == LOOM_TUNE_CACHED ? "from the tuning cache"
+                                                           : "the default");
+            }
+            loom_tuned_release(res, n);
+        }
+        free(flat), free(res);
+        loom_runtime_destroy(rt);
+    }
+    if (!rc) {
+        char err[4096] = "";
+        loom_aot_request r = {t, n, (const int64_t(*)[LOOM_MAX_PARAMS])shapes,
+                              (const int64_t(*)[LOOM_MAX_PARAMS])configs, o->stage, o->arch, o->prefix, o->out,
+                              cmdline};
+        if (loom_aot_write(&r, err, sizeof err) != LOOM_OK) {
+            fprintf(stderr, "loomc aot: %s\n", err);
+            rc = 1;
+        } else {
+            printf("%s: %d shape%s -> %s/%s.h, %s/%s.c\n", t->name, n, n == 1 ? "" : "s", o->out, o->prefix, o->out,
+                   o->prefix);
+        }
+    }
+    free(shapes), free(configs);
     return rc;
 }
 
@@ -414,6 +517,11 @@ int main(int argc, char **argv)
         return cmd_run(&o);
     if (!strcmp(cmd, "tune"))
         return cmd_tune(&o);
+    if (!strcmp(cmd, "aot")) {
+        char line[4096];
+        command_line(argc, argv, line, sizeof line);
+        return cmd_aot(&o, line);
+    }
     fprintf(stderr, "loomc: unknown command '%s'\n", cmd);
     return usage();
 }

@@ -13,7 +13,7 @@
 
 int loomc_parse_args(int argc, char **argv, loomc_opts *o, char *err, size_t errlen)
 {
-    *o = (loomc_opts){.arch = "sm_90a", .seed = 1};
+    *o = (loomc_opts){.arch = "sm_90a", .seed = 1, .stage = 4};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;
@@ -27,6 +27,19 @@ int loomc_parse_args(int argc, char **argv, loomc_opts *o, char *err, size_t err
             dst = &o->out;
         else if (!strcmp(a, "--report"))
             dst = &o->report;
+        else if (!strcmp(a, "--prefix"))
+            dst = &o->prefix;
+        else if (!strcmp(a, "--tuned"))
+            o->tuned = 1;
+        else if (!strcmp(a, "--stage")) {
+            if (i + 1 >= argc)
+                FAIL("--stage needs a value");
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || v < 0 || v > 4)
+                FAIL("--stage needs a stage from 0 to 4, not '%s'", argv[i]);
+            o->stage = (int)v;
+        }
         else if (!strcmp(a, "--force"))
             o->force = 1;
         else if (!strcmp(a, "--max") || !strcmp(a, "--threads")) {

@@ -13,9 +13,12 @@
 #define LOOMC_MAX_SHAPES 64
 typedef struct loomc_opts {
     const char *name, *shape, *config, *arch, *out, *report;
+    const char *prefix;     /* aot: the generated files' name and functions' prefix */
     int all, interpret, force, max_configs, threads;
+    int tuned;              /* aot: each shape's config from the tuner (or its cache) */
+    int stage;              /* aot: ikbo_lce's operation stage (default 4) */
     uint64_t seed;
-    const char *shapes[LOOMC_MAX_SHAPES]; /* every --shape, for tune */
+    const char *shapes[LOOMC_MAX_SHAPES]; /* every --shape, for tune and aot */
     int nshapes;
 } loomc_opts;
 

@@ -1,0 +1,18 @@
+/*
+ * aot.h -- the ahead-of-time generator's internals (aot/aot.c; loom.h has its entry,
+ * loom_aot_write).  Prefix: aot_.
+ */
+#ifndef LOOM_AOT_H
+#define LOOM_AOT_H
+
+#include "loom.h"
+
+/* The run-time code every generated file carries, as text: aot/aot_rt.c, aot/aot_lce.c,
+ * aot/aot_fa.c and templates/ikbo_fa_units.h, embedded by the build (cmake/embed.cmake
+ * writes aot_text.c), so that the generator copies exactly the files the tests compile. */
+extern const unsigned char aot_text_rt[];
+extern const unsigned char aot_text_lce[];
+extern const unsigned char aot_text_fa[];
+extern const unsigned char aot_text_fa_units[];
+
+#endif

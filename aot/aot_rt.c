@@ -1,0 +1,540 @@
+/*
+ * aot_rt.c -- the run-time part of every file `loomc aot` writes (aot/aot.c copies this
+ * text in, after the generated header's #include and before the generated tables).
+ *
+ * It is plain C11 plus dlopen and pthreads, and declares the few CUDA driver types and
+ * values it uses itself (their ABI values, as cuda.h has them), so a program that links
+ * the generated file needs neither cuda.h, libcuda at link time, nor loom.  It does:
+ *   - the driver: dlopen'ed on first use (libcuda.so.1, then libcuda.so), its entry points
+ *     looked up once, under a mutex;
+ *   - the context: the one current on the calling thread, else device 0's primary context
+ *     (which is also what loom's own runtime uses, so the two can share buffers);
+ *   - kernels: each kernel's module is loaded the first time it launches (the cubin of the
+ *     GPU's architecture where there is one, else the PTX, which the driver compiles),
+ *     once, under the mutex; aot_unload unloads them all;
+ *   - launches: arguments checked (tensor pointers not NULL and 16-byte aligned), TMA
+ *     descriptors encoded from the pointers (and kept per pointer, so repeated launches on
+ *     the same buffers encode nothing), then cuLaunchKernelEx on the caller's stream;
+ *   - errors: every call returns a status and leaves a message naming the function, the
+ *     argument or the CUDA call in a per-thread buffer (aot_error); nothing exits.
+ *
+ * Identifiers here are static and start with aot_; the generated file adds the public
+ * functions, whose names start with the prefix given to loomc.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the driver's types */
+
+typedef int aot_CUresult;
+typedef int aot_CUdevice;
+typedef struct CUctx_st *aot_CUcontext;
+typedef struct CUmod_st *aot_CUmodule;
+typedef struct CUfunc_st *aot_CUfunction;
+
+/* cuLaunchKernelEx's configuration (CUlaunchConfig); no attributes are passed: a kernel's
+ * cluster shape is part of its code (.reqnctapercluster). */
+typedef struct aot_launch_config {
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned numAttrs;
+} aot_launch_config;
+
+enum {
+    AOT_CUDA_SUCCESS = 0,
+    AOT_CUDA_ERROR_NOT_READY = 600,
+    AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    AOT_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+
+/* The statuses every function returns; the generated header names them with its prefix
+ * (P_OK, P_ERR_INVALID, ...), with these values. */
+enum { AOT_OK = 0, AOT_ERR_INVALID = 1, AOT_ERR_NO_GPU = 2, AOT_ERR_CUDA = 3, AOT_ERR_NOMEM = 4 };
+
+/* A TMA descriptor: 128 bytes, 64-byte aligned, passed by value. */
+typedef struct aot_tmap {
+    _Alignas(64) unsigned char bytes[128];
+} aot_tmap;
+
+static struct aot_driver {
+    void *lib;
+    aot_CUresult (*cuInit)(unsigned);
+    aot_CUresult (*cuGetErrorString)(aot_CUresult, const char **);
+    aot_CUresult (*cuDeviceGet)(aot_CUdevice *, int);
+    aot_CUresult (*cuDeviceGetAttribute)(int *, int, aot_CUdevice);
+    aot_CUresult (*cuCtxGetCurrent)(aot_CUcontext *);
+    aot_CUresult (*cuCtxSetCurrent)(aot_CUcontext);
+    aot_CUresult (*cuCtxGetDevice)(aot_CUdevice *);
+    aot_CUresult (*cuDevicePrimaryCtxRetain)(aot_CUcontext *, aot_CUdevice);
+    aot_CUresult (*cuModuleLoadData)(aot_CUmodule *, const void *);
+    aot_CUresult (*cuModuleUnload)(aot_CUmodule);
+    aot_CUresult (*cuModuleGetFunction)(aot_CUfunction *, aot_CUmodule, const char *);
+    aot_CUresult (*cuFuncSetAttribute)(aot_CUfunction, int, int);
+    aot_CUresult (*cuLaunchKernelEx)(const aot_launch_config *, aot_CUfunction, void **, void **);
+    aot_CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *, const uint64_t *,
+                                           const unsigned *, const unsigned *, int, int, int, int);
+    aot_CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    aot_CUresult (*cuMemFree)(CUdeviceptr);
+    aot_CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    aot_CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    aot_CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    aot_CUresult (*cuStreamSynchronize)(CUstream);
+} aot_cu;
+
+static pthread_mutex_t aot_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int aot_driver_state; /* 0: not tried, 1: loaded, -1: failed */
+static aot_CUcontext aot_ctx;       /* the context the modules were loaded in */
+static int aot_cc;                  /* its device's compute capability, major * 10 + minor */
+
+static _Thread_local char aot_err[1024];
+
+/* Not every generated file calls every helper below (a file without the IKBO operations
+ * allocates no memory), so they are marked to keep -Wunused-function quiet. */
+#if defined(__GNUC__)
+#define AOT_UNUSED __attribute__((unused))
+#else
+#define AOT_UNUSED
+#endif
+
+/* Set the calling thread's message and return st. */
+static int aot_fail(int st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int aot_fail(int st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(aot_err, sizeof aot_err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+AOT_UNUSED static const char *aot_error(void) { return aot_err; }
+
+/* "what: CUDA error 700 (an illegal memory access was encountered)" into the message. */
+static int aot_cuda_fail(aot_CUresult r, const char *what)
+{
+    const char *s = NULL;
+    if (!aot_cu.cuGetErrorString || aot_cu.cuGetErrorString(r, &s) != AOT_CUDA_SUCCESS || !s)
+        s = "no description";
+    return aot_fail(AOT_ERR_CUDA, "%s: CUDA error %d (%s)", what, r, s);
+}
+
+/* Open the driver and look its entry points up (once). */
+static int aot_driver_locked(void)
+{
+    static const char *const libs[] = {"libcuda.so.1", "libcuda.so"};
+    for (size_t i = 0; !aot_cu.lib && i < sizeof libs / sizeof libs[0]; i++)
+        aot_cu.lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+    if (!aot_cu.lib)
+        return aot_fail(AOT_ERR_NO_GPU, "no CUDA driver: dlopen(libcuda.so.1) failed: %s", dlerror());
+    static const struct {
+        const char *name;
+        size_t offset;
+    } syms[] = {
+#define AOT_SYM(field, name) {name, offsetof(struct aot_driver, field)}
+        AOT_SYM(cuInit, "cuInit"),
+        AOT_SYM(cuGetErrorString, "cuGetErrorString"),
+        AOT_SYM(cuDeviceGet, "cuDeviceGet"),
+        AOT_SYM(cuDeviceGetAttribute, "cuDeviceGetAttribute"),
+        AOT_SYM(cuCtxGetCurrent, "cuCtxGetCurrent"),
+        AOT_SYM(cuCtxSetCurrent, "cuCtxSetCurrent"),
+        AOT_SYM(cuCtxGetDevice, "cuCtxGetDevice"),
+        AOT_SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+        AOT_SYM(cuModuleLoadData, "cuModuleLoadData"),
+        AOT_SYM(cuModuleUnload, "cuModuleUnload"),
+        AOT_SYM(cuModuleGetFunction, "cuModuleGetFunction"),
+        AOT_SYM(cuFuncSetAttribute, "cuFuncSetAttribute"),
+        AOT_SYM(cuLaunchKernelEx, "cuLaunchKernelEx"),
+        AOT_SYM(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled"),
+        AOT_SYM(cuMemAlloc, "cuMemAlloc_v2"),
+        AOT_SYM(cuMemFree, "cuMemFree_v2"),
+        AOT_SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+        AOT_SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+        AOT_SYM(cuMemsetD8Async, "cuMemsetD8Async"),
+        AOT_SYM(cuStreamSynchronize, "cuStreamSynchronize"),
+#undef AOT_SYM
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *f = dlsym(aot_cu.lib, syms[i].name);
+        if (!f)
+            return aot_fail(AOT_ERR_NO_GPU, "the CUDA driver has no %s (CUDA 12 or newer is needed)", syms[i].name);
+        memcpy((char *)&aot_cu + syms[i].offset, &f, sizeof f);
+    }
+    aot_CUresult r = aot_cu.cuInit(0);
+    if (r != AOT_CUDA_SUCCESS)
+        return aot_cuda_fail(r, "no usable GPU: cuInit");
+    return AOT_OK;
+}
+
+/* Make sure the driver is loaded and a context is current on this thread: the caller's,
+ * else device 0's primary context.  The first context seen is the one kernels load in. */
+static int aot_enter(void)
+{
+    if (atomic_load(&aot_driver_state) == 0) {
+        pthread_mutex_lock(&aot_mu);
+        if (atomic_load(&aot_driver_state) == 0)
+            atomic_store(&aot_driver_state, aot_driver_locked() == AOT_OK ? 1 : -1);
+        pthread_mutex_unlock(&aot_mu);
+        if (atomic_load(&aot_driver_state) < 0)
+            return AOT_ERR_NO_GPU; /* this thread's message says why */
+    }
+    if (atomic_load(&aot_driver_state) < 0)
+        return aot_fail(AOT_ERR_NO_GPU, "no usable CUDA driver (an earlier call found none)");
+    aot_CUcontext cur = NULL;
+    aot_CUresult r = aot_cu.cuCtxGetCurrent(&cur);
+    if (r != AOT_CUDA_SUCCESS)
+        return aot_cuda_fail(r, "cuCtxGetCurrent");
+    if (cur)
+        return AOT_OK;
+    aot_CUdevice dev;
+    if ((r = aot_cu.cuDeviceGet(&dev, 0)) != AOT_CUDA_SUCCESS)
+        return aot_cuda_fail(r, "no usable GPU: cuDeviceGet(0)");
+    if ((r = aot_cu.cuDevicePrimaryCtxRetain(&cur, dev)) != AOT_CUDA_SUCCESS)
+        return aot_cuda_fail(r, "cuDevicePrimaryCtxRetain(device 0)");
+    if ((r = aot_cu.cuCtxSetCurrent(cur)) != AOT_CUDA_SUCCESS)
+        return aot_cuda_fail(r, "cuCtxSetCurrent");
+    return AOT_OK;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* One compiled form of a kernel: a cubin for one architecture, and the PTX it came from. */
+typedef struct aot_image {
+    int sm;                     /* 90 for sm_90a: the compute capability the cubin runs on */
+    const unsigned char *cubin; /* ELF, loaded as is */
+    size_t cubin_bytes;
+    const unsigned char *ptx;   /* NUL-terminated PTX, JIT-compiled by the driver where no cubin fits */
+} aot_image;
+
+/* One TMA descriptor a kernel takes after its own parameters: every argument of
+ * cuTensorMapEncodeTiled but the base address, which is kernel argument `arg`'s pointer. */
+typedef struct aot_tma {
+    int arg;
+    int dtype;     /* CUtensorMapDataType */
+    unsigned rank;
+    uint64_t dims[5];    /* elements, innermost first */
+    uint64_t strides[4]; /* bytes, of dims 1 .. rank-1 */
+    unsigned box[5], elem_strides[5];
+    int interleave, swizzle, l2_promotion, oob_fill;
+} aot_tma;
+
+enum { AOT_ARG_PTR, AOT_ARG_I32, AOT_ARG_I64, AOT_ARG_F32 };
+#define AOT_MAX_TMA 16
+#define AOT_MAX_ARGS 32
+
+/* A kernel: its images, launch shape and arguments. */
+typedef struct aot_kernel {
+    const char *name;          /* the PTX entry */
+    int nimages;
+    const aot_image *images;
+    unsigned threads, smem;    /* threads a CTA, dynamic shared memory in bytes */
+    int nargs;
+    const char *const *arg_names;
+    const unsigned char *arg_kinds; /* AOT_ARG_* */
+    int ntma;
+    const aot_tma *tma;
+} aot_kernel;
+
+/* What loading and launching a kernel keeps. */
+typedef struct aot_kstate {
+    _Atomic(aot_CUfunction) fn;
+    aot_CUmodule mod;
+    const char *loaded; /* "cubin sm_90" or "PTX" */
+    uint64_t tma_base[AOT_MAX_TMA];
+    aot_tmap tma_desc[AOT_MAX_TMA];
+    int tma_valid[AOT_MAX_TMA];
+} aot_kstate;
+
+/* The cubin for the current device's compute capability, else the PTX (the newest whose
+ * architecture is not above the device's); loaded under aot_mu. */
+static int aot_load_locked(const aot_kernel *k, aot_kstate *s)
+{
+    aot_CUcontext cur = NULL;
+    aot_cu.cuCtxGetCurrent(&cur);
+    if (!aot_ctx) {
+        aot_CUdevice dev;
+        int major = 0, minor = 0;
+        aot_CUresult r = aot_cu.cuCtxGetDevice(&dev);
+        if (r == AOT_CUDA_SUCCESS)
+            r = aot_cu.cuDeviceGetAttribute(&major, AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+        if (r == AOT_CUDA_SUCCESS)
+            r = aot_cu.cuDeviceGetAttribute(&minor, AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+        if (r != AOT_CUDA_SUCCESS)
+            return aot_cuda_fail(r, "the GPU's compute capability");
+        aot_ctx = cur;
+        aot_cc = major * 10 + minor;
+    } else if (cur != aot_ctx) {
+        return aot_fail(AOT_ERR_INVALID,
+                        "kernel '%s': the current CUDA context is not the one this file's kernels were loaded in "
+                        "(call the unload function before switching contexts)",
+                        k->name);
+    }
+    aot_CUmodule mod = NULL;
+    aot_CUresult r = -1;
+    const char *how = NULL;
+    for (int i = 0; i < k->nimages && !mod; i++)
+        if (k->images[i].sm == aot_cc && k->images[i].cubin) {
+            r = aot_cu.cuModuleLoadData(&mod, k->images[i].cubin);
+            how = "cubin";
+        }
+    const aot_image *ptx = NULL;
+    for (int i = 0; i < k->nimages; i++)
+        if (k->images[i].ptx && k->images[i].sm <= aot_cc && (!ptx || k->images[i].sm > ptx->sm))
+            ptx = &k->images[i];
+    if (!mod && ptx) {
+        r = aot_cu.cuModuleLoadData(&mod, ptx->ptx);
+        how = "PTX";
+    }
+    if (!mod) {
+        if (!how)
+            return aot_fail(AOT_ERR_INVALID,
+                            "kernel '%s' has no cubin or PTX for this GPU (compute capability %d.%d); regenerate "
+                            "it with loomc aot --arch for this GPU",
+                            k->name, aot_cc / 10, aot_cc % 10);
+        char what[200];
+        snprintf(what, sizeof what, "loading kernel '%s' (%s, compute capability %d.%d)", k->name, how, aot_cc / 10,
+                 aot_cc % 10);
+        return aot_cuda_fail(r, what);
+    }
+    aot_CUfunction fn = NULL;
+    if ((r = aot_cu.cuModuleGetFunction(&fn, mod, k->name)) != AOT_CUDA_SUCCESS) {
+        aot_cu.cuModuleUnload(mod);
+        return aot_cuda_fail(r, "cuModuleGetFunction");
+    }
+    if (k->smem > 48 * 1024 &&
+        (r = aot_cu.cuFuncSetAttribute(fn, AOT_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)k->smem)) !=
+            AOT_CUDA_SUCCESS) {
+        aot_cu.cuModuleUnload(mod);
+        char what[200];
+        snprintf(what, sizeof what, "kernel '%s' needs %u bytes of shared memory: cuFuncSetAttribute", k->name,
+                 k->smem);
+        return aot_cuda_fail(r, what);
+    }
+    s->mod = mod;
+    s->loaded = how;
+    memset(s->tma_valid, 0, sizeof s->tma_valid);
+    atomic_store(&s->fn, fn);
+    return AOT_OK;
+}
+
+/* The kernel's function, loading its module the first time. */
+static int aot_function(const aot_kernel *k, aot_kstate *s, aot_CUfunction *fn)
+{
+    int st = aot_enter();
+    if (st != AOT_OK)
+        return st;
+    if ((*fn = atomic_load(&s->fn)))
+        return AOT_OK;
+    pthread_mutex_lock(&aot_mu);
+    st = atomic_load(&s->fn) ? AOT_OK : aot_load_locked(k, s);
+    pthread_mutex_unlock(&aot_mu);
+    *fn = atomic_load(&s->fn);
+    return st;
+}
+
+/* Unload every kernel of states[0..n) (none may be running). */
+AOT_UNUSED static void aot_unload(aot_kstate *states, int n)
+{
+    pthread_mutex_lock(&aot_mu);
+    for (int i = 0; i < n; i++) {
+        if (states[i].mod && aot_cu.cuModuleUnload)
+            aot_cu.cuModuleUnload(states[i].mod);
+        states[i].mod = NULL;
+        atomic_store(&states[i].fn, (aot_CUfunction)NULL);
+    }
+    aot_ctx = NULL;
+    pthread_mutex_unlock(&aot_mu);
+}
+
+/* Descriptor t of kernel k for the tensor at base (kept per base; under aot_mu). */
+static int aot_tma_desc(const aot_kernel *k, aot_kstate *s, int t, uint64_t base, aot_tmap *out)
+{
+    const aot_tma *m = &k->tma[t];
+    if (base % 16)
+        return aot_fail(AOT_ERR_INVALID,
+                        "kernel '%s': argument '%s' is at 0x%llx, not 16-byte aligned (TMA needs 16-byte aligned "
+                        "tensors)",
+                        k->name, k->arg_names[m->arg], (unsigned long long)base);
+    pthread_mutex_lock(&aot_mu);
+    int st = AOT_OK;
+    if (!s->tma_valid[t] || s->tma_base[t] != base) {
+        aot_CUresult r = aot_cu.cuTensorMapEncodeTiled(&s->tma_desc[t], m->dtype, m->rank, (void *)(uintptr_t)base,
+                                                        m->dims, m->strides, m->box, m->elem_strides, m->interleave,
+                                                        m->swizzle, m->l2_promotion, m->oob_fill);
+        if (r != AOT_CUDA_SUCCESS) {
+            char what[200];
+            snprintf(what, sizeof what, "kernel '%s': the TMA descriptor of argument '%s' (cuTensorMapEncodeTiled)",
+                     k->name, k->arg_names[m->arg]);
+            st = aot_cuda_fail(r, what);
+            s->tma_valid[t] = 0;
+        } else {
+            s->tma_base[t] = base;
+            s->tma_valid[t] = 1;
+        }
+    }
+    if (st == AOT_OK)
+        *out = s->tma_desc[t];
+    pthread_mutex_unlock(&aot_mu);
+    return st;
+}
+
+/* Launch kernel k on grid with its arguments (args[i] points at argument i's value: a
+ * CUdeviceptr, int32_t, int64_t or float, as arg_kinds says) on stream; `fn` names the
+ * public function in messages. */
+static int aot_launch(const char *fn_name, const aot_kernel *k, aot_kstate *s, const unsigned grid[3], void **args,
+                      CUstream stream)
+{
+    for (int i = 0; i < k->nargs; i++)
+        if (k->arg_kinds[i] == AOT_ARG_PTR) {
+            CUdeviceptr p = *(const CUdeviceptr *)args[i];
+            if (!p)
+                return aot_fail(AOT_ERR_INVALID, "%s: argument '%s' is NULL", fn_name, k->arg_names[i]);
+            if (p % 16)
+                return aot_fail(AOT_ERR_INVALID,
+                                "%s: argument '%s' is at 0x%llx, not 16-byte aligned (the kernel's vector accesses "
+                                "need it)",
+                                fn_name, k->arg_names[i], (unsigned long long)p);
+        }
+    aot_CUfunction fn;
+    int st = aot_function(k, s, &fn);
+    if (st != AOT_OK)
+        return st;
+    void *params[AOT_MAX_ARGS + AOT_MAX_TMA];
+    aot_tmap descs[AOT_MAX_TMA];
+    for (int i = 0; i < k->nargs; i++)
+        params[i] = args[i];
+    for (int t = 0; t < k->ntma; t++) {
+        if ((st = aot_tma_desc(k, s, t, *(const CUdeviceptr *)args[k->tma[t].arg], &descs[t])) != AOT_OK)
+            return st;
+        params[k->nargs + t] = &descs[t];
+    }
+    aot_launch_config cfg = {grid[0], grid[1], grid[2], k->threads, 1, 1, k->smem, stream, NULL, 0};
+    aot_CUresult r = aot_cu.cuLaunchKernelEx(&cfg, fn, params, NULL);
+    if (r != AOT_CUDA_SUCCESS) {
+        char what[300];
+        snprintf(what, sizeof what, "%s: cuLaunchKernelEx of kernel '%s' (grid %ux%ux%u, %u threads, %u bytes of "
+                 "shared memory)", fn_name, k->name, grid[0], grid[1], grid[2], k->threads, k->smem);
+        return aot_cuda_fail(r, what);
+    }
+    return AOT_OK;
+}
+
+/* How the kernel was loaded ("cubin", "PTX"), or NULL before its first launch. */
+AOT_UNUSED static const char *aot_loaded_as(const aot_kstate *s) { return atomic_load(&s->fn) ? s->loaded : NULL; }
+
+/* ---------------------------------------------------------------- shapes */
+
+/* The row of a dispatch table rows[nrows][nkeys] that is `shape` (nkeys values), or -1.
+ * Kernels are built for their shapes (loom's shapes are compile-time constants), so only
+ * the same shape can take a row's kernel. */
+static int aot_find_row(const int64_t *rows, int nrows, const int64_t *shape, int nkeys)
+{
+    for (int r = 0; r < nrows; r++)
+        if (!memcmp(rows + (size_t)r * (size_t)nkeys, shape, (size_t)nkeys * sizeof *shape))
+            return r;
+    return -1;
+}
+
+/* "M=512,N=512", for messages. */
+static void aot_shape_text(char *buf, size_t n, const char *const *names, const int64_t *v, int nkeys)
+{
+    size_t w = 0;
+    buf[0] = 0;
+    for (int i = 0; i < nkeys && w < n; i++) {
+        int k = snprintf(buf + w, n - w, "%s%s=%lld", w ? "," : "", names[i], (long long)v[i]);
+        if (k < 0)
+            break;
+        w += (size_t)k;
+    }
+}
+
+/* The message for a shape not in a table: the shape asked for and those there are. */
+static int aot_no_row(const char *fn_name, const char *tname, const int64_t *rows, int nrows, const int64_t *shape,
+                      const char *const *names, int nkeys)
+{
+    char want[256], have[512] = "";
+    aot_shape_text(want, sizeof want, names, shape, nkeys);
+    size_t w = 0;
+    for (int r = 0; r < nrows && w + 4 < sizeof have; r++) {
+        char one[256];
+        aot_shape_text(one, sizeof one, names, rows + (size_t)r * (size_t)nkeys, nkeys);
+        int k = snprintf(have + w, sizeof have - w, "%s{%s}", r ? ", " : "", one);
+        if (k < 0)
+            break;
+        w += (size_t)k;
+    }
+    return aot_fail(AOT_ERR_INVALID,
+                    "%s: no kernel was generated for shape %s (this file has %s); add it with loomc aot %s --shape "
+                    "... and regenerate",
+                    fn_name, want, have, tname);
+}
+
+/* ---------------------------------------------------------------- memory, for the operations */
+
+AOT_UNUSED static int aot_alloc(CUdeviceptr *p, size_t bytes, const char *what)
+{
+    int st = aot_enter();
+    if (st != AOT_OK)
+        return st;
+    aot_CUresult r = aot_cu.cuMemAlloc(p, bytes ? bytes : 1);
+    if (r != AOT_CUDA_SUCCESS) {
+        char w[200];
+        snprintf(w, sizeof w, "cuMemAlloc of %zu bytes for %s", bytes, what);
+        *p = 0;
+        return aot_cuda_fail(r, w);
+    }
+    return AOT_OK;
+}
+
+AOT_UNUSED static void aot_free(CUdeviceptr p)
+{
+    if (p && aot_cu.cuMemFree)
+        aot_cu.cuMemFree(p);
+}
+
+AOT_UNUSED static int aot_upload(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream, const char *what)
+{
+    aot_CUresult r = aot_cu.cuMemcpyHtoDAsync(dst, src, bytes, stream);
+    if (r == AOT_CUDA_SUCCESS)
+        r = aot_cu.cuStreamSynchronize(stream); /* src may be freed once this returns */
+    if (r != AOT_CUDA_SUCCESS) {
+        char w[200];
+        snprintf(w, sizeof w, "uploading %s (%zu bytes)", what, bytes);
+        return aot_cuda_fail(r, w);
+    }
+    return AOT_OK;
+}
+
+AOT_UNUSED static int aot_download(void *dst, CUdeviceptr src, size_t bytes, CUstream stream, const char *what)
+{
+    aot_CUresult r = aot_cu.cuMemcpyDtoHAsync(dst, src, bytes, stream);
+    if (r == AOT_CUDA_SUCCESS)
+        r = aot_cu.cuStreamSynchronize(stream);
+    if (r != AOT_CUDA_SUCCESS) {
+        char w[200];
+        snprintf(w, sizeof w, "reading %s back (%zu bytes)", what, bytes);
+        return aot_cuda_fail(r, w);
+    }
+    return AOT_OK;
+}
+
+AOT_UNUSED static int aot_zero(CUdeviceptr dst, size_t bytes, CUstream stream, const char *what)
+{
+    aot_CUresult r = aot_cu.cuMemsetD8Async(dst, 0, bytes, stream);
+    if (r == AOT_CUDA_SUCCESS)
+        r = aot_cu.cuStreamSynchronize(stream); /* done before any other stream's kernel reads it */
+    if (r != AOT_CUDA_SUCCESS) {
+        char w[200];
+        snprintf(w, sizeof w, "clearing %s (%zu bytes)", what, bytes);
+        return aot_cuda_fail(r, w);
+    }
+    return AOT_OK;
+}
