@@ -146,7 +146,10 @@ static int kern_add(gen *g, loom_kernel *k, const char *what)
     char err[4096];
     for (int a = 0; a < g->narch; a++) {
         cg_result res;
-        loom_status st = cg_compile(k, g->arch[a], &res, err, sizeof err);
+        /* no hang check (LOOM_HANG_CHECK, debug builds): its record is set up by loom's
+         * runtime, which a generated file does not have */
+        const cg_options opt = {.hang_check_ms = 0};
+        loom_status st = cg_compile_opts(k, g->arch[a], &opt, &res, err, sizeof err);
         if (st != LOOM_OK) {
             gfail(g, st, "%s: compiling for %s: %s", what, g->arch[a], err);
             for (int j = 0; j < a; j++)
@@ -573,10 +576,10 @@ static loom_status put_lce(gen *g, FILE *h, FILE *f)
         fprintf(f, "\n%s_status %s_ikbo_lce_prepare(const %s_ikbo_lce_shape *shape, const void *w_user, const void "
                    "*w_cand, %s_ikbo_lce **out)\n{\n"
                    "    const char *fn = \"%s_ikbo_lce_prepare\";\n"
+                   "    if (out)\n        *out = NULL;\n"
                    "    if (!out || !w_user || !w_cand)\n"
                    "        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: %%s is NULL\", fn, !out ? \"out\" : "
                    "!w_user ? \"w_user\" : \"w_cand\");\n"
-                   "    *out = NULL;\n"
                    "    int r = aot_ikbo_lce_row(fn, shape);\n"
                    "    if (r < 0)\n        return %s_ERR_INVALID;\n"
                    "    %s_ikbo_lce *p = calloc(1, sizeof *p);\n"

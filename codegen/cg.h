@@ -86,6 +86,9 @@ typedef struct cg_ctx {
     /* per tile value and dim, what cg_axis_info found (allocated on first use) */
     struct cg_axis *axis;
 
+    /* the hang check's bound in ms (0: none; codegen.h) */
+    int hang_ms;
+
     /* debug */
     bool verify_passes;
     const char *dump_after;

@@ -57,8 +57,59 @@ typedef struct cg_result {
  * "sm_80", "sm_89", ...).  On success *out is filled (free it with cg_result_free); on
  * failure *out is empty and the message is in err: LOOM_ERR_VERIFY with the verifier's
  * list for a user's mistake, another status for what the code generator refuses.  The
- * user's kernel is not changed (the passes work on a copy). */
+ * user's kernel is not changed (the passes work on a copy).  The hang check is
+ * cg_hang_check_ms()'s (LOOM_HANG_CHECK). */
 loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *err, size_t errlen);
+
+/* What a caller may decide instead of the environment. */
+typedef struct cg_options {
+    int hang_check_ms; /* > 0: bound every wait loop (below); 0: plain loops */
+} cg_options;
+/* cg_compile with options (NULL: cg_compile's). */
+loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *opt, cg_result *out, char *err,
+                            size_t errlen);
+
+/* ---------------------------------------------------------------- the hang check
+ * With a bound of N ms, every wait loop the lowering emits (mbarrier try_wait, flag
+ * waits) reads %globaltimer when its first try fails and after each failed try; past N
+ * ms the thread records where it was stuck and executes `trap`.  Without one (the
+ * default outside debug builds) the loops are exactly what they were: no cost.
+ *
+ * Where it records: the kernel holds a module-scope global CG_HANG_GLOBAL, two u64: the
+ * generic address of a record (host-mapped memory, so the host reads it after the trap
+ * has killed the context) and a tag the launcher gives the module; the launcher sets both
+ * after loading the module (left 0, the kernel only traps).  The record is CG_HANG_WORDS
+ * u32 words; the first thread to time out claims it (CAS of CG_HANG_STATE from 0 to
+ * CG_HANG_WRITING), writes the rest with system-scope stores, fences, sets the state to
+ * CG_HANG_DONE, fences again and traps; a thread that loses the claim sleeps until the
+ * trap ends the grid.  CG_HANG_SITE is the wait op's index in the kernel's op table (the
+ * user's kernel and the compiled copy number ops alike), from which the host names the
+ * barrier, the task and the source lines; A, B and C depend on the op: an mbar_wait's
+ * barrier index and parity, a flag wait's element offset, target and last value seen. */
+#define CG_HANG_GLOBAL "loom_hang"
+enum {
+    CG_HANG_STATE,   /* 0 free, CG_HANG_WRITING, CG_HANG_DONE */
+    CG_HANG_TAG,     /* the module's tag (the launcher's) */
+    CG_HANG_SITE,    /* the wait op's index */
+    CG_HANG_REPLICA, /* the task replica (0 outside tasks) */
+    CG_HANG_CTA_X,   /* %ctaid.x, y, z: the program */
+    CG_HANG_CTA_Y,
+    CG_HANG_CTA_Z,
+    CG_HANG_THREAD,  /* %tid.x */
+    CG_HANG_A_LO,    /* A as a u64 (little-endian words) */
+    CG_HANG_A_HI,
+    CG_HANG_B,
+    CG_HANG_C,
+    CG_HANG_MS,      /* the bound it waited past */
+    CG_HANG_WORDS = 16,
+};
+#define CG_HANG_WRITING 1u
+#define CG_HANG_DONE 2u
+/* LOOM_HANG_CHECK (milliseconds; 0 or unset: none), else the build's default: 10000 in a
+ * build without NDEBUG (CMake's Debug), 0 otherwise (LOOM_HANG_CHECK_DEFAULT_MS at build
+ * time overrides it).  A value that is not a whole number of ms in 0..3600000 counts as
+ * unset. */
+int cg_hang_check_ms(void);
 void cg_result_free(cg_result *r);
 /* Is arch ("sm_90a", ...) an NVPTX processor the linked LLVM knows?  cg_compile refuses
  * one it does not (LLVM would abort the process on it). */

@@ -781,15 +781,105 @@ bool lower_smem_store_cluster(L *l, uint32_t o, ir_op *op)
     return true;
 }
 
+/* ---------------------------------------------------------------- the hang check
+ * (codegen.h).  A bounded loop tries once and leaves at once when that succeeds, as the
+ * plain loop does; only a failed first try reads %globaltimer.  Past the bound it leaves
+ * with "timed out", and hang_report (a cold block) writes the record and traps. */
+
+/* The module's CG_HANG_GLOBAL: [record address, tag], set by the launcher after loading
+ * (externally initialized: LLVM must not take the zeros for the value). */
+static LLVMValueRef hang_global(L *l)
+{
+    LLVMValueRef g = LLVMGetNamedGlobal(l->M, CG_HANG_GLOBAL);
+    if (g)
+        return g;
+    LLVMTypeRef t = LLVMArrayType2(l->t_i64, 2);
+    g = LLVMAddGlobalInAddressSpace(l->M, t, CG_HANG_GLOBAL, 1);
+    LLVMSetInitializer(g, LLVMConstNull(t));
+    LLVMSetExternallyInitialized(g, 1);
+    LLVMSetLinkage(g, LLVMExternalLinkage);
+    LLVMSetAlignment(g, 8);
+    return g;
+}
+
+/* The " .. + bound" operand text of a bounded loop: the bound in ns. */
+static void hang_bound(L *l, char *buf, size_t n)
+{
+    snprintf(buf, n, "%lld", (long long)l->cg->hang_ms * 1000000LL);
+}
+
+/* if (timed_out) { record (op o; a, b, c as codegen.h says) and trap }: the first thread
+ * to time out claims the record, fills it with system-scope stores and fences before
+ * the trap (the trap kills the context: the host reads the record from its own memory
+ * afterwards); the others sleep until the trap ends them. */
+static void hang_report(L *l, uint32_t o, LLVMValueRef timed_out, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
+{
+    LLVMBasicBlockRef t = LLVMAppendBasicBlockInContext(l->C, l->fn, "hang");
+    LLVMBasicBlockRef m = LLVMAppendBasicBlockInContext(l->C, l->fn, "hang.end");
+    LLVMBuildCondBr(l->B, timed_out, t, m);
+    LLVMPositionBuilderAtEnd(l->B, t);
+    LLVMValueRef g = hang_global(l);
+    LLVMTypeRef gt = LLVMArrayType2(l->t_i64, 2);
+    LLVMValueRef rec = LLVMBuildLoad2(l->B, l->t_i64, g, "");
+    LLVMSetVolatile(rec, 1);
+    LLVMValueRef idx[2] = {ci32(l, 0), ci32(l, 1)};
+    LLVMValueRef tag = LLVMBuildLoad2(l->B, l->t_i64, LLVMBuildGEP2(l->B, gt, g, idx, 2, ""), "");
+    LLVMSetVolatile(tag, 1);
+    char text[1600];
+    snprintf(text, sizeof text,
+             "{\n\t.reg .pred p;\n\t.reg .b32 old, x;\n\t"
+             "setp.eq.u64 p, $0, 0;\n\t@p bra LOOM_HANG_TRAP_${:uid};\n\t"
+             "atom.relaxed.sys.cas.b32 old, [$0], 0, %u;\n\t"
+             "setp.ne.u32 p, old, 0;\n\t@p bra LOOM_HANG_LOST_${:uid};\n\t"
+             "st.relaxed.sys.u32 [$0+%d], $1;\n\tst.relaxed.sys.u32 [$0+%d], %u;\n\t"
+             "st.relaxed.sys.u32 [$0+%d], $2;\n\t"
+             "mov.u32 x, %%ctaid.x;\n\tst.relaxed.sys.u32 [$0+%d], x;\n\t"
+             "mov.u32 x, %%ctaid.y;\n\tst.relaxed.sys.u32 [$0+%d], x;\n\t"
+             "mov.u32 x, %%ctaid.z;\n\tst.relaxed.sys.u32 [$0+%d], x;\n\t"
+             "mov.u32 x, %%tid.x;\n\tst.relaxed.sys.u32 [$0+%d], x;\n\t"
+             "st.relaxed.sys.u64 [$0+%d], $3;\n\tst.relaxed.sys.u32 [$0+%d], $4;\n\t"
+             "st.relaxed.sys.u32 [$0+%d], $5;\n\tst.relaxed.sys.u32 [$0+%d], %d;\n\t"
+             "fence.sc.sys;\n\tst.relaxed.sys.u32 [$0], %u;\n\tfence.sc.sys;\n\t"
+             "bra LOOM_HANG_TRAP_${:uid};\n\t"
+             "LOOM_HANG_LOST_${:uid}:\n\tnanosleep.u32 1000000;\n\tbra LOOM_HANG_LOST_${:uid};\n\t"
+             "LOOM_HANG_TRAP_${:uid}:\n\t}",
+             CG_HANG_WRITING, 4 * CG_HANG_TAG, 4 * CG_HANG_SITE, o, 4 * CG_HANG_REPLICA, 4 * CG_HANG_CTA_X,
+             4 * CG_HANG_CTA_Y, 4 * CG_HANG_CTA_Z, 4 * CG_HANG_THREAD, 4 * CG_HANG_A_LO, 4 * CG_HANG_B,
+             4 * CG_HANG_C, 4 * CG_HANG_MS, l->cg->hang_ms, CG_HANG_DONE);
+    LLVMValueRef args[6] = {rec, LLVMBuildTrunc(l->B, tag, l->t_i32, ""), l->replica ? l->replica : ci32(l, 0),
+                            a, b, c};
+    asm_void(l, text, "l,r,r,l,r,r,~{memory}", args, 6);
+    lw_call_intr(l, l->B, "llvm.trap", NULL, 0, NULL, 0);
+    LLVMBuildUnreachable(l->B);
+    LLVMPositionBuilderAtEnd(l->B, m);
+}
+
 bool lower_mbar_wait(L *l, uint32_t o, ir_op *op)
 {
-    (void)o;
     LLVMValueRef a[2] = {bar_addr(l, op, 0), scal(l, op->opnd[2])};
-    asm_void(l,
-             "{\n\t.reg .pred p;\n\tLOOM_WAIT_${:uid}:\n\t"
-             "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t"
-             "@!p bra LOOM_WAIT_${:uid};\n\t}",
-             "r,r,~{memory}", a, 2);
+    if (!l->cg->hang_ms) {
+        asm_void(l,
+                 "{\n\t.reg .pred p;\n\tLOOM_WAIT_${:uid}:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t"
+                 "@!p bra LOOM_WAIT_${:uid};\n\t}",
+                 "r,r,~{memory}", a, 2);
+        return true;
+    }
+    char bound[32], text[900];
+    hang_bound(l, bound, sizeof bound);
+    snprintf(text, sizeof text,
+             "{\n\t.reg .pred p;\n\t.reg .b64 t0, t1;\n\tmov.u32 $0, 0;\n\t"
+             "mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\n\t"
+             "@p bra LOOM_WAIT_DONE_${:uid};\n\tmov.u64 t0, %%globaltimer;\n\t"
+             "LOOM_WAIT_${:uid}:\n\t"
+             "mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\n\t"
+             "@p bra LOOM_WAIT_DONE_${:uid};\n\tmov.u64 t1, %%globaltimer;\n\t"
+             "sub.u64 t1, t1, t0;\n\tsetp.lt.u64 p, t1, %s;\n\t@p bra LOOM_WAIT_${:uid};\n\t"
+             "mov.u32 $0, 1;\n\tLOOM_WAIT_DONE_${:uid}:\n\t}",
+             bound);
+    LLVMValueRef late = lw_asm_call(l, l->t_i32, text, "=r,r,r,~{memory}", a, 2, false);
+    hang_report(l, o, LLVMBuildICmp(l->B, LLVMIntNE, late, ci32(l, 0), ""),
+                LLVMBuildZExt(l->B, scal(l, op->opnd[1]), l->t_i64, ""), a[1], ci32(l, 0));
     return true;
 }
 
@@ -821,7 +911,19 @@ bool lower_fence_async(L *l, uint32_t o, ir_op *op)
 
 /* ---------------------------------------------------------------- flags */
 
-/* The generic address of the flag element of a flag op (flags, offsets..., value), as i64. */
+/* The offset in elements of the flag element of a flag op (flags, offsets..., value), as i64. */
+static LLVMValueRef flag_elem(L *l, ir_op *op)
+{
+    const ir_arg *arg = &l->k->args[l->k->vals[op->opnd[0]].def];
+    LLVMValueRef off = ci64(l, 0);
+    for (int d = 0; d < arg->shape.rank; d++)
+        off = LLVMBuildAdd(l->B, off,
+                           LLVMBuildMul(l->B, lw_to_i64(l, scal(l, op->opnd[1 + d])), ci64(l, arg->strides[d]), ""), "");
+    return off;
+}
+
+/* The generic address of the flag element of a flag op, as i64 (the byte offset summed
+ * as it always was: the plain loops' PTX stays what it was). */
 static LLVMValueRef flag_addr(L *l, ir_op *op)
 {
     uint32_t t = op->opnd[0];
@@ -852,14 +954,31 @@ bool lower_flag_add(L *l, uint32_t o, ir_op *op)
  * it acquired), then bar.sync makes that visible to the whole replica. */
 bool lower_flag_wait(L *l, uint32_t o, ir_op *op)
 {
-    (void)o;
     LLVMValueRef a[2] = {flag_addr(l, op), scal(l, op->opnd[op->nopnd - 1])};
     LLVMBasicBlockRef m = if_begin(l, elected(l));
-    asm_void(l,
-             "{\n\t.reg .pred p;\n\t.reg .s32 v;\n\tLOOM_FLAG_${:uid}:\n\t"
-             "ld.acquire.gpu.s32 v, [$0];\n\tsetp.lt.s32 p, v, $1;\n\t"
-             "@p bra LOOM_FLAG_${:uid};\n\tfence.proxy.async.global;\n\t}",
-             "l,r,~{memory}", a, 2);
+    if (!l->cg->hang_ms)
+        asm_void(l,
+                 "{\n\t.reg .pred p;\n\t.reg .s32 v;\n\tLOOM_FLAG_${:uid}:\n\t"
+                 "ld.acquire.gpu.s32 v, [$0];\n\tsetp.lt.s32 p, v, $1;\n\t"
+                 "@p bra LOOM_FLAG_${:uid};\n\tfence.proxy.async.global;\n\t}",
+                 "l,r,~{memory}", a, 2);
+    else { /* bounded (the hang check): leaves with the last value read, below the
+            * target only when it timed out */
+        char bound[32], text[900];
+        hang_bound(l, bound, sizeof bound);
+        snprintf(text, sizeof text,
+                 "{\n\t.reg .pred p;\n\t.reg .b64 t0, t1;\n\t"
+                 "ld.acquire.gpu.s32 $0, [$1];\n\tsetp.lt.s32 p, $0, $2;\n\t"
+                 "@!p bra LOOM_FLAG_DONE_${:uid};\n\tmov.u64 t0, %%globaltimer;\n\t"
+                 "LOOM_FLAG_${:uid}:\n\t"
+                 "ld.acquire.gpu.s32 $0, [$1];\n\tsetp.lt.s32 p, $0, $2;\n\t"
+                 "@!p bra LOOM_FLAG_DONE_${:uid};\n\tmov.u64 t1, %%globaltimer;\n\t"
+                 "sub.u64 t1, t1, t0;\n\tsetp.lt.u64 p, t1, %s;\n\t@p bra LOOM_FLAG_${:uid};\n\t"
+                 "LOOM_FLAG_DONE_${:uid}:\n\tfence.proxy.async.global;\n\t}",
+                 bound);
+        LLVMValueRef v = lw_asm_call(l, l->t_i32, text, "=r,l,r,~{memory}", a, 2, false);
+        hang_report(l, o, LLVMBuildICmp(l->B, LLVMIntSLT, v, a[1], ""), flag_elem(l, op), a[1], v);
+    }
     if_end(l, m);
     lw_barrier(l);
     return true;

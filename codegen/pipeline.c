@@ -15,6 +15,8 @@
  *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug)
  *   LOOM_TIME_PASSES=1         print each pass's wall time to stderr (where a cold
  *                              compile's milliseconds go)
+ *   LOOM_HANG_CHECK=<ms>       bound every wait loop (codegen.h: the hang check); the
+ *                              runtime passes its own (cg_compile_opts)
  *
  * Checked with LLVM 19 (the default) and LLVM 22 (cmake -DLOOM_LLVM_CONFIG=...):
  * kernels carry both the PTX kernel calling convention and the nvvm.annotations
@@ -86,7 +88,32 @@ void cg_result_free(cg_result *r)
     *r = (cg_result){0};
 }
 
+int cg_hang_check_ms(void)
+{
+#ifndef LOOM_HANG_CHECK_DEFAULT_MS
+#ifdef NDEBUG
+#define LOOM_HANG_CHECK_DEFAULT_MS 0
+#else
+#define LOOM_HANG_CHECK_DEFAULT_MS 10000 /* a debug build: a stuck wait reports itself */
+#endif
+#endif
+    const char *s = util_env_str("LOOM_HANG_CHECK");
+    if (!s)
+        return LOOM_HANG_CHECK_DEFAULT_MS;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > 3600000)
+        return LOOM_HANG_CHECK_DEFAULT_MS;
+    return (int)v;
+}
+
 loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *err, size_t errlen)
+{
+    return cg_compile_opts(k, arch, NULL, out, err, errlen);
+}
+
+loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *opt, cg_result *out, char *err,
+                            size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
@@ -104,6 +131,9 @@ loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *e
     cg->errlen = errlen;
     cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
     cg->dump_after = util_env_str("LOOM_DUMP_AFTER");
+    cg->hang_ms = opt ? opt->hang_check_ms : cg_hang_check_ms();
+    if (cg->hang_ms < 0)
+        cg->hang_ms = 0;
 
     LLVMContextRef ctx = NULL;
     void *mod = NULL, *tm = NULL;

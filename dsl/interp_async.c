@@ -46,8 +46,7 @@ const char *interp_bar_name(interp *in, int gb, char *buf, size_t n)
         const mbar_arr *ar = &in->hw->arrs[a];
         if (gb >= ar->base && gb < ar->base + ar->count) {
             char v[96];
-            snprintf(buf, n, "%s[%d]", ir_value_label(in->k, ar->val, v, sizeof v), gb - ar->base);
-            return buf;
+            return ir_words_bar(buf, n, ir_value_label(in->k, ar->val, v, sizeof v), gb - ar->base);
         }
     }
     snprintf(buf, n, "barrier #%d", gb);

@@ -38,8 +38,7 @@ static _Thread_local interp *boot;
 
 const char *interp_task_name(const task *t, char *buf, size_t n)
 {
-    snprintf(buf, n, "task at %s:%d (replica %d)", file_of(t->op), t->op->src.line, t->replica);
-    return buf;
+    return ir_words_task(buf, n, file_of(t->op), t->op->src.line, t->replica);
 }
 
 void interp_task_free(interp *in, task *t)
@@ -163,26 +162,26 @@ static bool can_run(const interp_hw *hw, const task *t)
 static bool describe_wait(interp *in, const task *t, char *buf, size_t n)
 {
     const interp_hw *hw = in->hw;
-    char tb[160], bb[128];
+    char tb[160], bb[128], wb[320];
     const ir_op *w = t->wait_op;
     if (!w)
         return false;
     if (t->fbuf)
-        snprintf(buf, n, "%s waits at %s:%d for %s[%lld] >= %lld; it is %lld",
-                 interp_task_name(t, tb, sizeof tb), file_of(w), w->src.line, t->farg->name,
-                 (long long)t->foff, (long long)t->ftarget, (long long)flag_value(t->fbuf, t->foff));
+        snprintf(buf, n, "%s waits %s", interp_task_name(t, tb, sizeof tb),
+                 ir_words_flag_wait(wb, sizeof wb, file_of(w), w->src.line, t->farg->name, (long long)t->foff,
+                                    (long long)t->ftarget, (long long)flag_value(t->fbuf, t->foff)));
     else if (t->wait_nb >= 0)
         snprintf(buf, n, "%s waits on named barrier %d at %s:%d, threads arrived %lld of %lld",
                  interp_task_name(t, tb, sizeof tb), t->wait_nb, file_of(w), w->src.line,
                  (long long)hw->nb[t->wait_nb].arrived, (long long)hw->nb[t->wait_nb].target);
     else {
         const mbar *b = &hw->bars[t->wait_bar];
-        snprintf(buf, n,
-                 "%s waits on barrier %s for phase parity %d at %s:%d, barrier completed %lld "
-                 "phases (arrivals %lld of %lld, bytes pending %lld)",
-                 interp_task_name(t, tb, sizeof tb), interp_bar_name(in, t->wait_bar, bb, sizeof bb),
-                 t->wait_parity, file_of(w), w->src.line, (long long)b->completed,
-                 (long long)(b->arrivals - b->pending), (long long)b->arrivals, (long long)b->tx);
+        snprintf(buf, n, "%s waits %s, barrier completed %lld phases (arrivals %lld of %lld, bytes pending %lld)",
+                 interp_task_name(t, tb, sizeof tb),
+                 ir_words_mbar_wait(wb, sizeof wb, interp_bar_name(in, t->wait_bar, bb, sizeof bb), t->wait_parity,
+                                    file_of(w), w->src.line),
+                 (long long)b->completed, (long long)(b->arrivals - b->pending), (long long)b->arrivals,
+                 (long long)b->tx);
     }
     return true;
 }
@@ -415,10 +414,13 @@ static void report_side_deadlock(interp *base, side *S)
             char w[512];
             if (t ? t->state != T_BLOCKED || !describe_wait(&p->in, t, w, sizeof w) : !p->wait_op)
                 continue;
-            if (!t)
-                snprintf(w, sizeof w, "waits at %s:%d for %s[%lld] >= %lld; it is %lld", file_of(p->wait_op),
-                         p->wait_op->src.line, p->warg->name, (long long)p->woff, (long long)p->wtarget,
-                         (long long)flag_value(p->wbuf, p->woff));
+            if (!t) {
+                char wb[320];
+                snprintf(w, sizeof w, "waits %s",
+                         ir_words_flag_wait(wb, sizeof wb, file_of(p->wait_op), p->wait_op->src.line, p->warg->name,
+                                            (long long)p->woff, (long long)p->wtarget,
+                                            (long long)flag_value(p->wbuf, p->woff)));
+            }
             if (shown == 8) {
                 more++;
                 continue;

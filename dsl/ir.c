@@ -563,6 +563,7 @@ const char *loom_status_name(loom_status s)
     case LOOM_ERR_COMPILE: return "compile error";
     case LOOM_ERR_NOMEM: return "out of memory";
     case LOOM_ERR_UNSUPPORTED: return "unsupported";
+    case LOOM_ERR_TIMEOUT: return "timed out";
     }
     return "unknown status";
 }

@@ -211,6 +211,19 @@ void ir_op_unlink(loom_kernel *k, uint32_t o);
 /* The name value v has in loom_print's text ("%3", "%acc.5", "%x" for an argument),
  * written into buf (n bytes); for error messages. */
 const char *ir_value_label(loom_kernel *k, uint32_t v, char *buf, size_t n);
+
+/* The words that say where a wait is stuck, shared by the interpreter's deadlock reports
+ * (dsl/interp_tasks.c) and the GPU's hang reports (runtime/hang.c), so both read alike
+ * (dsl/print.c).  Each writes into buf (n bytes) and returns it:
+ *   ir_words_task:      "task at FILE:LINE (replica R)"
+ *   ir_words_bar:       "LABEL[I]" (barrier I of the array LABEL)
+ *   ir_words_mbar_wait: "on barrier BAR for phase parity P at FILE:LINE"
+ *   ir_words_flag_wait: "at FILE:LINE for FLAGS[OFF] >= TARGET; it is VALUE" */
+const char *ir_words_task(char *buf, size_t n, const char *file, int line, int replica);
+const char *ir_words_bar(char *buf, size_t n, const char *label, long long i);
+const char *ir_words_mbar_wait(char *buf, size_t n, const char *bar, int parity, const char *file, int line);
+const char *ir_words_flag_wait(char *buf, size_t n, const char *file, int line, const char *flags, long long off,
+                               long long target, long long value);
 /* Does a live op (one still in a block) of this kind occur in the kernel? */
 bool ir_uses_op(const loom_kernel *k, ir_opkind kind);
 /* The alignment in bytes that shared view v's address is known to have (rings start on

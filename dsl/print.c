@@ -371,3 +371,31 @@ const char *ir_value_label(loom_kernel *k, uint32_t v, char *buf, size_t n)
     free(p.num);
     return buf;
 }
+
+/* ---------------------------------------------------------------- where a wait is stuck */
+
+const char *ir_words_task(char *buf, size_t n, const char *file, int line, int replica)
+{
+    snprintf(buf, n, "task at %s:%d (replica %d)", file ? file : "?", line, replica);
+    return buf;
+}
+
+const char *ir_words_bar(char *buf, size_t n, const char *label, long long i)
+{
+    snprintf(buf, n, "%s[%lld]", label, i);
+    return buf;
+}
+
+const char *ir_words_mbar_wait(char *buf, size_t n, const char *bar, int parity, const char *file, int line)
+{
+    snprintf(buf, n, "on barrier %s for phase parity %d at %s:%d", bar, parity, file ? file : "?", line);
+    return buf;
+}
+
+const char *ir_words_flag_wait(char *buf, size_t n, const char *file, int line, const char *flags, long long off,
+                               long long target, long long value)
+{
+    snprintf(buf, n, "at %s:%d for %s[%lld] >= %lld; it is %lld", file ? file : "?", line, flags, off, target,
+             value);
+    return buf;
+}

@@ -109,7 +109,12 @@ enum {
 enum {
     CU_EVENT_DEFAULT = 0x0,
     CU_EVENT_BLOCKING_SYNC = 0x1,
+    CU_EVENT_DISABLE_TIMING = 0x2,
 };
+
+/* pinned host memory the device reads and writes through (the hang check's record) */
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
 
 /* ---------------------------------------------------------------- cuLaunchKernelEx */
 
@@ -209,6 +214,11 @@ typedef CUresult (*PFN_cuGraphDestroy)(CUgraph graph);
 typedef CUresult (*PFN_cuEventDestroy_v2)(CUevent ev);
 typedef CUresult (*PFN_cuEventRecord)(CUevent ev, CUstream stream);
 typedef CUresult (*PFN_cuEventSynchronize)(CUevent ev);
+typedef CUresult (*PFN_cuEventQuery)(CUevent ev);
+typedef CUresult (*PFN_cuMemHostAlloc)(void **p, size_t bytes, unsigned int flags);
+typedef CUresult (*PFN_cuMemHostGetDevicePointer_v2)(CUdeviceptr *dptr, void *p, unsigned int flags);
+typedef CUresult (*PFN_cuMemFreeHost)(void *p);
+typedef CUresult (*PFN_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule mod, const char *name);
 typedef CUresult (*PFN_cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
 typedef CUresult (*PFN_cuTensorMapEncodeTiled)(CUtensorMap *map, int dtype, cuuint32_t rank,
                                                void *base, const cuuint64_t *dims,

@@ -15,9 +15,12 @@
  *
  * Every CUDA error reads "<call> failed: <NAME> (<text>)" (cu_fail); a sticky fault also
  * names the last kernel launched: launches are asynchronous, so the call that reports a
- * fault is often not the one that caused it.
+ * fault is often not the one that caused it.  Where a kernel compiled with the hang
+ * check trapped, the error opens with its report instead (hang.c): which program, task
+ * and thread waited past the bound on which barrier, with the source lines.
  */
 #define _GNU_SOURCE
+#include "codegen.h"
 #include "driver.h"
 #include "../util/util.h"
 
@@ -149,7 +152,10 @@ loom_status cu_fail(rt_gpu *g, CUresult r, char *err, size_t errlen, const char 
     cu_describe(r, desc, sizeof desc);
     bool fault = r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED ||
                  r == CUDA_ERROR_LAUNCH_TIMEOUT || (r >= 710 && r <= 720);
-    if (fault && g && g->last_kernel[0])
+    char hang[1024];
+    if (g && rt_hang_report(g, hang, sizeof hang)) /* a stuck wait trapped: the context is dead */
+        snprintf(err, errlen, "%s (LOOM_HANG_CHECK: the kernel trapped, so %s failed: %s)", hang, what, desc);
+    else if (fault && g && g->last_kernel[0] && !g->sync_each)
         snprintf(err, errlen,
                  "%s failed: %s; the last kernel launched was '%s' (launches are asynchronous: "
                  "set LOOM_SYNC=1 to check each one)",
@@ -224,6 +230,7 @@ loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen)
     }
     pthread_mutex_init(&g->modules_lock, NULL);
     g->sync_each = util_env_on("LOOM_SYNC"); /* read once: a launch should not scan the environment */
+    g->hang_ms = cg_hang_check_ms();          /* so every kernel of g is compiled and keyed alike */
     r = cu.cuDeviceGet(&g->dev, ordinal);
     if (r != CUDA_SUCCESS) {
         free(g);
@@ -261,6 +268,12 @@ loom_status rt_gpu_open(rt_gpu **out, char *err, size_t errlen)
         p->total_mem = 0;
     if (cu.cuDriverGetVersion(&p->driver_version) != CUDA_SUCCESS)
         p->driver_version = 0;
+    if (g->hang_ms > 0 && (st = rt_hang_open(g, err, errlen)) != LOOM_OK) {
+        pthread_mutex_destroy(&g->modules_lock);
+        cu.cuDevicePrimaryCtxRelease_v2(g->dev);
+        free(g);
+        return st;
+    }
     *out = g;
     return LOOM_OK;
 }
@@ -273,6 +286,7 @@ void rt_gpu_close(rt_gpu *g)
     for (size_t i = 0; i < g->modules.n; i++)
         cu.cuModuleUnload((CUmodule)g->modules.e[i].module);
     mc_table_free(&g->modules);
+    rt_hang_close(g);
     pthread_mutex_destroy(&g->modules_lock);
     cu.cuDevicePrimaryCtxRelease_v2(g->dev);
     free(g);

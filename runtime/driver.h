@@ -12,6 +12,7 @@
  *              raw modules (NVRTC references); compile statistics
  *   launch.c   launches, and the TMA descriptors appended to them
  *   timing.c   event timing
+ *   hang.c     the hang check's record and report (hang.h)
  * over module_cache.c (keys, cache files, the in-memory table; module_cache.h) and tma.c
  * (descriptor checks and their cache; tma.h).
  *
@@ -64,6 +65,11 @@
     X(cuEventDestroy_v2, "cuEventDestroy_v2")                                                      \
     X(cuEventRecord, "cuEventRecord")                                                              \
     X(cuEventSynchronize, "cuEventSynchronize")                                                    \
+    X(cuEventQuery, "cuEventQuery")                                                                \
+    X(cuMemHostAlloc, "cuMemHostAlloc")                                                            \
+    X(cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer_v2")                                \
+    X(cuMemFreeHost, "cuMemFreeHost")                                                              \
+    X(cuModuleGetGlobal_v2, "cuModuleGetGlobal_v2")                                                \
     X(cuStreamCreate, "cuStreamCreate")                                                            \
     X(cuStreamDestroy_v2, "cuStreamDestroy_v2")                                                    \
     X(cuStreamSynchronize, "cuStreamSynchronize")                                                  \
@@ -109,6 +115,12 @@ struct rt_gpu {
         mc_key key;
     } recent[RT_RECENT_KEYS];
     char last_kernel[128]; /* last kernel launched: named when a later call reports a fault */
+    /* the hang check (hang.c): its bound (LOOM_HANG_CHECK when opened; 0: off), the
+     * record in host-mapped memory and its device address, the last module tag given */
+    int hang_ms;
+    void *hang_rec;
+    CUdeviceptr hang_dptr;
+    uint32_t hang_tags;
 };
 
 /* "CUDA_ERROR_X (text)" for a result code. */
@@ -150,6 +162,14 @@ bool rt_link_reject(const char *linker);
  * generator); *out is a copy of the table's entry, *lastp (when given) says how it went. */
 loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_stats *lastp,
                             char *err, size_t errlen);
+
+/* hang.c: the hang check's record (when g->hang_ms > 0): made and freed with g; a
+ * loaded module's CG_HANG_GLOBAL pointed at it, with a new tag in *tag (0: the module
+ * has no waits); the report of a record a kernel wrote (false: none). */
+loom_status rt_hang_open(rt_gpu *g, char *err, size_t errlen);
+void rt_hang_close(rt_gpu *g);
+loom_status rt_hang_attach(rt_gpu *g, CUmodule mod, const char *name, uint32_t *tag, char *err, size_t errlen);
+bool rt_hang_report(rt_gpu *g, char *buf, size_t n);
 
 /* launch.c: launch fn on the default stream (synchronized when LOOM_SYNC=1), recording
  * its name for later fault reports. */

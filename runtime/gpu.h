@@ -56,6 +56,9 @@ loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, c
 
 /* Wait for all work on the device; reports a fault of an earlier asynchronous launch. */
 loom_status rt_gpu_sync(rt_gpu *g, char *err, size_t errlen);
+/* Wait for the work on the default stream (loom_runtime_sync), at most timeout_ms when > 0:
+ * then LOOM_ERR_TIMEOUT naming the last kernel launched, the work still running. */
+loom_status rt_gpu_sync_timeout(rt_gpu *g, int timeout_ms, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- timing */
 

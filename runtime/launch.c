@@ -60,7 +60,7 @@ loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const un
     if (g->sync_each) {
         r = cu.cuCtxSynchronize();
         if (r != CUDA_SUCCESS)
-            return cu_fail(NULL, r, err, errlen, "kernel '%s' (cuCtxSynchronize after launch)", name);
+            return cu_fail(g, r, err, errlen, "kernel '%s' (cuCtxSynchronize after launch)", name);
     }
     return LOOM_OK;
 }

@@ -8,8 +8,11 @@
  * is valid for every rt_gpu of the same device, since they all share that context.
  */
 #include "driver.h"
+#include "../util/util.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <time.h>
 
 loom_status rt_gpu_alloc(rt_gpu *g, size_t bytes, uint64_t *dptr, char *err, size_t errlen)
 {
@@ -86,5 +89,48 @@ loom_status rt_gpu_sync(rt_gpu *g, char *err, size_t errlen)
     if (st != LOOM_OK)
         return st;
     CHECK(g, cu.cuCtxSynchronize(), "cuCtxSynchronize");
+    return LOOM_OK;
+}
+
+/* An event recorded on the default stream, polled: a wait that can give up, where
+ * cuCtxSynchronize cannot.  Polls start at 50 us and grow to 2 ms, so a short wait costs
+ * little and a long one little CPU. */
+loom_status rt_gpu_sync_timeout(rt_gpu *g, int timeout_ms, char *err, size_t errlen)
+{
+    if (timeout_ms <= 0)
+        return rt_gpu_sync(g, err, errlen);
+    loom_status st = cu_enter(g, err, errlen);
+    if (st != LOOM_OK)
+        return st;
+    CUevent ev = NULL;
+    CHECK(g, cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    CUresult r = cu.cuEventRecord(ev, NULL);
+    if (r != CUDA_SUCCESS) {
+        cu.cuEventDestroy_v2(ev);
+        return cu_fail(g, r, err, errlen, "cuEventRecord");
+    }
+    double t0 = util_now_ms();
+    long sleep_ns = 50000;
+    for (;;) {
+        r = cu.cuEventQuery(ev);
+        if (r != CUDA_ERROR_NOT_READY)
+            break;
+        if (util_now_ms() - t0 >= timeout_ms) {
+            cu.cuEventDestroy_v2(ev);
+            snprintf(err, errlen,
+                     "loom_runtime_sync: the GPU work is not done after %d ms; the last kernel launched was '%s' "
+                     "(it may be stuck: LOOM_HANG_CHECK=<ms> makes a wait stuck that long report "
+                     "where, and end the kernel)",
+                     timeout_ms, g->last_kernel[0] ? g->last_kernel : "(none)");
+            return LOOM_ERR_TIMEOUT;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 2000000)
+            sleep_ns *= 2;
+    }
+    cu.cuEventDestroy_v2(ev);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g, r, err, errlen, "loom_runtime_sync (cuEventQuery)");
     return LOOM_OK;
 }

@@ -14,6 +14,12 @@
  * code generator lists their specs, and the entry keeps them (and the disk file, so a
  * warm start has them) in an rt_tma_cache that each launch encodes through (launch.c).
  *
+ * With the hang check on (LOOM_HANG_CHECK, read when g opened: g->hang_ms), kernels are
+ * compiled with bounded wait loops, the key adds the bound and the wait sites' source
+ * lines (hang.h), each loaded module's CG_HANG_GLOBAL is pointed at g's record with a tag
+ * of its own, and the entry keeps the sites made from the kernel (never from the disk
+ * file, whose format is unchanged).
+ *
  * Raw modules are PTX or cubins made outside loom's compile path (the NVRTC reference
  * kernels of support/): linked and loaded the same way, launched by function name.
  *
@@ -153,6 +159,12 @@ static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, co
         cu.cuModuleUnload(mod);
         return st;
     }
+    uint32_t tag = 0;
+    st = rt_hang_attach(g, mod, name, &tag, err, errlen);
+    if (st != LOOM_OK) {
+        cu.cuModuleUnload(mod);
+        return st;
+    }
     rt_tma_cache *tc = NULL;
     if (meta->ntma > 0) {
         if (meta->ntma > RT_TMA_MAX_SPECS) {
@@ -172,6 +184,7 @@ static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, co
     e->function = fn;
     e->smem_bytes = smem;
     e->tma = tc;
+    e->hang_tag = tag;
     return LOOM_OK;
 }
 
@@ -199,8 +212,20 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
             *out = *hit;
     }
     pthread_mutex_unlock(&g->modules_lock);
+    rt_hang_sites *sites = NULL; /* the hang check's: made from k, kept by the entry */
+    if (g->hang_ms > 0 && !hit && !(sites = rt_hang_sites_make(k))) {
+        snprintf(err, errlen, "out of host memory for the wait sites of kernel '%s'", name);
+        return LOOM_ERR_NOMEM;
+    }
     if (!known) { /* hash its IR once, remember the key */
-        mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), mc_build_id(), &key);
+        char build[1024];
+        snprintf(build, sizeof build, "%s", mc_build_id());
+        if (sites) { /* bounded waits, and whose lines: not in the IR text */
+            size_t bn = strlen(build);
+            build[bn++] = '|';
+            rt_hang_sites_key(sites, g->hang_ms, build + bn, sizeof build - bn);
+        }
+        mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), build, &key);
         pthread_mutex_lock(&g->modules_lock);
         g->recent[slot].uid = k->uid;
         g->recent[slot].gen = k->gen;
@@ -211,9 +236,14 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     }
     lp->key_ms = util_now_ms() - t0;
     if (hit) {
+        rt_hang_sites_free(sites);
         lp->result = RT_CACHE_MEMORY;
         stats_record(lp);
         return LOOM_OK;
+    }
+    if (g->hang_ms > 0 && !sites && !(sites = rt_hang_sites_make(k))) {
+        snprintf(err, errlen, "out of host memory for the wait sites of kernel '%s'", name);
+        return LOOM_ERR_NOMEM;
     }
 
     mc_entry e;
@@ -256,7 +286,7 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     memset(&meta, 0, sizeof meta);
     t0 = util_now_ms();
     cg_result cr;
-    st = cg_compile(k, g->props.arch, &cr, err, errlen);
+    st = cg_compile_opts(k, g->props.arch, &(cg_options){.hang_check_ms = g->hang_ms}, &cr, err, errlen);
     char *ptx = cr.ptx; /* this function frees it */
     meta.smem_bytes = cr.smem_bytes;
     meta.ntma = cr.ntma;
@@ -264,11 +294,13 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     lp->codegen_ms = util_now_ms() - t0;
     if (st != LOOM_OK) {
         free(ptx);
+        rt_hang_sites_free(sites);
         stats_record(lp);
         return st;
     }
     if (!ptx) {
         snprintf(err, errlen, "code generator returned no PTX for kernel '%s'", name);
+        rt_hang_sites_free(sites);
         stats_record(lp);
         return LOOM_ERR_COMPILE;
     }
@@ -280,6 +312,7 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     lp->link_ms = util_now_ms() - t0;
     if (st != LOOM_OK) {
         free(ptx);
+        rt_hang_sites_free(sites);
         stats_record(lp);
         return st;
     }
@@ -314,10 +347,12 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     }
     free(cubin);
     if (st != LOOM_OK) {
+        rt_hang_sites_free(sites);
         stats_record(lp);
         return st;
     }
 add:
+    e.hang = sites;
     stats_record(lp);
     pthread_mutex_lock(&g->modules_lock);
     mc_entry *had = mc_table_find(&g->modules, &key), *added = NULL;
@@ -329,6 +364,7 @@ add:
     if (!added) {
         cu.cuModuleUnload((CUmodule)e.module);
         rt_tma_cache_destroy(e.tma);
+        rt_hang_sites_free(e.hang);
         if (!had) {
             snprintf(err, errlen, "out of host memory for the module cache");
             return LOOM_ERR_NOMEM;

@@ -529,8 +529,10 @@ mc_entry *mc_table_add(mc_table *t, const mc_entry *e)
 
 void mc_table_free(mc_table *t)
 {
-    for (size_t i = 0; i < t->n; i++)
+    for (size_t i = 0; i < t->n; i++) {
         rt_tma_cache_destroy(t->e[i].tma);
+        rt_hang_sites_free(t->e[i].hang);
+    }
     free(t->e);
     t->e = NULL;
     t->n = t->cap = 0;

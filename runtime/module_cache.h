@@ -17,6 +17,7 @@
 #ifndef LOOM_MODULE_CACHE_H
 #define LOOM_MODULE_CACHE_H
 
+#include "hang.h"
 #include "loom.h"
 #include "rt.h"
 #include "tma.h"
@@ -88,14 +89,18 @@ mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t 
 /* ---------------------------------------------------------------- memory */
 
 /* An entry of an rt_gpu's in-memory cache; module and function are CUmodule/CUfunction.
- * tma holds the kernel's TMA specs and their encoded descriptors (NULL: none); the entry
- * owns it (mc_table_free destroys it). */
+ * tma holds the kernel's TMA specs and their encoded descriptors (NULL: none); hang the
+ * wait sites of a kernel compiled with the hang check (NULL: none; hang.h), hang_tag the
+ * tag its records carry (0: none).  The entry owns tma and hang (mc_table_free destroys
+ * them); hang is made from the launching kernel, never kept on disk. */
 typedef struct mc_entry {
     mc_key key;
     void *module;
     void *function;
     uint64_t smem_bytes;
     rt_tma_cache *tma;
+    rt_hang_sites *hang;
+    uint32_t hang_tag;
 } mc_entry;
 
 typedef struct mc_table {
@@ -106,7 +111,7 @@ typedef struct mc_table {
 mc_entry *mc_table_find(mc_table *t, const mc_key *key);
 /* Add an entry (a copy); returns it, or NULL when out of memory. */
 mc_entry *mc_table_add(mc_table *t, const mc_entry *e);
-void mc_table_free(mc_table *t); /* frees the table and TMA caches: unload modules first */
+void mc_table_free(mc_table *t); /* frees the table, TMA caches and hang sites: unload modules first */
 
 
 #endif /* LOOM_MODULE_CACHE_H */

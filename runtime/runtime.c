@@ -103,6 +103,17 @@ const char *loom_runtime_device_name(const loom_runtime *rt)
     return rt->gpu ? rt_gpu_name(rt->gpu) : "interpreter (CPU)";
 }
 
+loom_status loom_runtime_sync(loom_runtime *rt, int timeout_ms)
+{
+    if (!rt)
+        return LOOM_ERR_INVALID;
+    if (rt->status != LOOM_OK)
+        return rt->status;
+    if (!rt->gpu)
+        return LOOM_OK;
+    return rt_gpu_sync_timeout(rt->gpu, timeout_ms, rt->err, sizeof rt->err);
+}
+
 void loom_runtime_destroy(loom_runtime *rt)
 {
     if (!rt)
