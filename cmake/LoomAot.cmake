@@ -5,9 +5,10 @@
 #                [CONFIG "k=v,..." | TUNED] [STAGE n] [ARCH sm_90a] [OUTPUT_DIR dir])
 #
 # runs `loomc aot template --shape ... --prefix p -o dir` when the build needs dir/p.h or
-# dir/p.c (and again when loomc changes), adds p.c to tgt's sources and dir to its include
-# directories (PUBLIC for a library, so its users can include p.h too), and links what the
-# generated code needs: dl and pthread (it dlopens the CUDA driver itself; not libloom).
+# dir/p.c (and again when loomc changes, and in loom's own tree when libloom does), adds
+# p.c to tgt's sources and dir to its include directories (PUBLIC for a library, so its
+# users can include p.h too), and links what the generated code needs: dl and pthread (it
+# dlopens the CUDA driver itself; not libloom).
 # OUTPUT_DIR defaults to ${CMAKE_CURRENT_BINARY_DIR}/loom_aot.  Call it in the directory
 # that creates tgt.  See docs/install.md.
 #
@@ -40,6 +41,7 @@ function(loom_add_aot)
     message(FATAL_ERROR "loom_add_aot: PREFIX '${AOT_PREFIX}' is not a C identifier")
   endif()
 
+  set(deps "")
   if(LOOM_LOOMC_EXECUTABLE)
     set(loomc "${LOOM_LOOMC_EXECUTABLE}")
   elseif(TARGET loom::loomc)
@@ -47,6 +49,11 @@ function(loom_add_aot)
     get_target_property(aliased loom::loomc ALIASED_TARGET) # loom's own tree: loomc itself
     if(aliased)
       set(loomc ${aliased})
+      # the generator is in libloom.so: run again when it changes, not only when loomc does
+      get_target_property(lib loom::loom ALIASED_TARGET)
+      if(lib)
+        set(deps ${lib})
+      endif()
     endif()
   else()
     message(FATAL_ERROR "loom_add_aot: no loomc: find_package(loom) first, or set LOOM_LOOMC_EXECUTABLE")
@@ -80,7 +87,7 @@ function(loom_add_aot)
     OUTPUT "${dir}/${AOT_PREFIX}.h" "${dir}/${AOT_PREFIX}.c"
     COMMAND ${CMAKE_COMMAND} -E make_directory "${dir}"
     COMMAND ${loomc} ${args}
-    DEPENDS ${loomc}
+    DEPENDS ${loomc} ${deps}
     COMMENT "loomc aot ${AOT_NAME} -> ${AOT_PREFIX}.h, ${AOT_PREFIX}.c"
     VERBATIM)
   target_sources(${AOT_TARGET} PRIVATE "${dir}/${AOT_PREFIX}.c" "${dir}/${AOT_PREFIX}.h")

@@ -19,6 +19,7 @@
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 #   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
+#   LOOM_GPU_AOT       0 skips examples/aot/lce_aot (the LCE headline from loomc aot's files)
 #   LOOM_GPU_SANITIZE  0 skips compute-sanitizer (memcheck, racecheck, synccheck over every
 #                      template at two small shapes, each IKBO LCE stage included)
 set -uo pipefail
@@ -31,7 +32,8 @@ if [ "$mode" = pack ]; then
     rm -rf .gpu && mkdir -p .gpu/stage/bin .gpu/stage/lib
     B="${LOOM_BUILD_DIR:-build}"
     cp "$B"/libloom.so .gpu/stage/lib/
-    for f in "$B"/loomc "$B"/loom_tests "$B"/bench_* "$B"/ikbo_broadcast_add "$B"/vector_add "$B"/row_softmax "$B"/matmul; do
+    for f in "$B"/loomc "$B"/loom_tests "$B"/bench_* "$B"/ikbo_broadcast_add "$B"/vector_add "$B"/row_softmax "$B"/matmul \
+             "$B"/examples/aot/lce_aot; do
         [ -f "$f" ] && cp "$f" .gpu/stage/bin/
     done
     # an earlier loom's benchmarks, to compare with in the same run (LOOM_GPU_BEFORE=its build dir)
@@ -86,6 +88,9 @@ echo "== every template on the GPU and on the interpreter"
     echo "-- loomc run $spec"
     loomc run $spec 2>&1
 done 2>&1 | tee "$OUTDIR/templates.log"
+
+echo "== examples/aot/lce_aot: the IKBO LCE headline from loomc aot's files alone (no libloom)"
+[ "${LOOM_GPU_AOT:-1}" = 0 ] || { timeout 300 lce_aot; echo "lce_aot rc=$?"; } 2>&1 | tee "$OUTDIR/lce_aot.log"
 
 echo "== compute-sanitizer: memcheck, racecheck, synccheck over every template at small shapes"
 # each line: a command on the GPU (loomc run also checks the interpreter; bench_ikbo_lce runs
@@ -158,5 +163,7 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/cubins.log" ] && grep -E "SETMAXREG:[1-9]" "$OUTDIR/cubins.log" | head -8 | sed 's/^/cubin with setmaxnreg: /'
 [ -f "$OUTDIR/bench_ikbo_lce_before.log" ] && echo "bench_ikbo_lce before:" && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce_before.log" | head -40
 [ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -40
+[ -f "$OUTDIR/bench_aot.log" ] && sed -n '/^bench_aot/,$p' "$OUTDIR/bench_aot.log"
+[ -f "$OUTDIR/lce_aot.log" ] && grep -E "^(aot lce|check|no GPU)|FAIL|rc=" "$OUTDIR/lce_aot.log" | sed 's/^/lce_aot: /'
 [ -f "$OUTDIR/bench_ikbo_fa.log" ] && sed -n '/^config/,$p' "$OUTDIR/bench_ikbo_fa.log" | cut -c1-150 | head -40
 exit 0

@@ -38,6 +38,36 @@ fi
 echo "== Criterion tests"
 "$BUILD/loom_tests" -j2
 
+echo "== examples/aot: lce_aot, built from loomc aot's files alone (no libloom, LLVM or libcuda)"
+# the generated code's own names start with aot_ (static) and lce_ (its API): none is loom_
+LCE_AOT="$BUILD/examples/aot/lce_aot"
+[ -x "$LCE_AOT" ] || { echo "$LCE_AOT was not built"; exit 1; }
+bad=$(nm "$LCE_AOT" | grep -E "loom_|llvm|LLVM" || true)
+[ -z "$bad" ] || { echo "$bad" | head; echo "lce_aot has loom or LLVM symbols"; exit 1; }
+bad=$(ldd "$LCE_AOT" | grep -E "libloom|libcuda|libLLVM" || true)
+[ -z "$bad" ] || { echo "$bad"; echo "lce_aot links libloom, LLVM or libcuda"; exit 1; }
+# no GPU: it says so and exits 0; with one it checks and times the LCE headline
+log=$("$LCE_AOT" 2>&1) || { echo "$log"; echo "lce_aot failed"; exit 1; }
+echo "$log" | grep -E "^(no GPU|aot lce|check|lce_aot: ok)"
+
+echo "== loomc aot's files of every template (built into loom_tests), with gcc and clang -Werror, linked without loom"
+# the generated C must be plain C11: no GNU mode, every warning an error, both compilers
+command -v clang >/dev/null || { apt-get update -qq && apt-get install -y -qq clang >/dev/null; }
+AOTC="$BUILD/aot_test"
+printf '%s\n' "#include <stdio.h>" "const char *ta_gemm_last_error(void);" "void ta_gemm_unload(void);" \
+    "int main(void) { ta_gemm_unload(); printf(\"linked: '%s'\\n\", ta_gemm_last_error()); return 0; }" >"$AOTC/main.c"
+for cc in gcc clang; do
+    objs=()
+    for f in "$AOTC"/ta_*.c; do
+        "$cc" -std=c11 -Wall -Wextra -Werror -O1 -c "$f" -o "${f%.c}.$cc.o" || { echo "$cc failed on $f"; exit 1; }
+        objs+=("${f%.c}.$cc.o")
+    done
+    "$cc" -std=c11 "$AOTC/main.c" "${objs[@]}" -ldl -lpthread -o "$AOTC/main.$cc" || { echo "$cc: linking the AOT files failed"; exit 1; }
+    "$AOTC/main.$cc" >/dev/null || { echo "the AOT files linked by $cc do not run"; exit 1; }
+    ! nm "$AOTC/main.$cc" | grep -q " [TU] loom_" || { echo "$cc: the AOT files need loom symbols"; exit 1; }
+    echo "$cc: ${#objs[@]} generated files compiled with -Werror and linked without loom"
+done
+
 echo "== fuzzers' seed corpora (tests/fuzz/corpus), as plain programs"
 FUZZERS=(builder codegen tune_cache module_cache loomc_args)
 for f in "${FUZZERS[@]}"; do
