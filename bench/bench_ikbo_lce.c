@@ -39,6 +39,13 @@
  * an H100 the host check took about 20 s a stage at B=2048; --check-all is now the
  * default and kept as a no-op.)  Timing: loom_time_work, median of runs each after an L2
  * flush.  Exit status 1 if any check fails.
+ *
+ * After the stages, a row "auto -> N": loom_ikbo_lce_prepare with LOOM_IKBO_AUTO as a user
+ * calls it (the config only with --config), its pick measured like the rows above, with
+ * its ratio to the framework and to the fastest stage row, then the prepare's time and
+ * what auto says it did (the stages' times when it timed them, "cached" when the tuning
+ * cache had the shape: the shuffled run of a shape reads the contiguous run's pick;
+ * LOOM_TUNE_FORCE=1 times every time).
  */
 #include "cublas_dl.h"
 #include "gpu.h"
@@ -47,6 +54,7 @@
 #include "rt.h"
 #include "tpl_device.h"
 #include "../tune/tune.h"
+#include "../util/util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -408,6 +416,35 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
         fflush(stdout);
         loom_ikbo_lce_destroy(p);
     }
+    /* LOOM_IKBO_AUTO, as a user calls it (the config given only with --config): the stage
+     * it picks (timed at the shape the first time, then from the tuning cache: the
+     * shuffled run of a shape reads the contiguous run's pick) against the framework and
+     * against the fastest of the rows above */
+    int fastest = -1;
+    for (int st = 0; st <= LOOM_IKBO_PERSISTENT; st++)
+        if (ms[st] > 0 && (fastest < 0 || ms[st] < ms[fastest]))
+            fastest = st;
+    loom_ikbo_lce *p = NULL;
+    double t0 = util_now_ms();
+    if (loom_ikbo_lce_prepare(rt, &ls, LOOM_IKBO_AUTO, wu, wc, fixed, &p) != LOOM_OK) {
+        printf("  auto                    refused: %s\n", loom_runtime_error(rt));
+        failures++;
+    } else {
+        double prep = util_now_ms() - t0;
+        int st = loom_ikbo_lce_stage_of(p);
+        run_ctx x = {p, eu, ec, dmap, out};
+        char vs_fw[40] = "", vs_best[64] = "";
+        double am = measure(rt, run_once, &x, &r, "auto", verdict, sizeof verdict);
+        if (fw_ms > 0)
+            snprintf(vs_fw, sizeof vs_fw, "  x%.2f vs framework", fw_ms / am);
+        if (fastest >= 0)
+            snprintf(vs_best, sizeof vs_best, "  x%.2f vs the fastest row (stage %d)", ms[fastest] / am, fastest);
+        printf("  auto -> %d %-13s %8.3f ms %7.1f TF/s%s%s  %s\n", st, loom_ikbo_stage_name((loom_ikbo_stage)st), am,
+               gflop / am, vs_fw, vs_best, verdict);
+        const char *d = strstr(loom_ikbo_lce_describe(p), "auto (");
+        printf("    prepare %.0f ms; %s\n", prep, d ? d : loom_ikbo_lce_describe(p));
+        loom_ikbo_lce_destroy(p);
+    }
     fflush(stdout);
     free(wu);
     free(wc);
@@ -492,6 +529,21 @@ static int interpreter_run(const char *ptx_dir)
             }
             loom_ikbo_lce_destroy(p);
         }
+        /* LOOM_IKBO_AUTO: nothing is timed on the interpreter (stage 4 with this config) */
+        loom_ikbo_lce *p = NULL;
+        if (loom_ikbo_lce_prepare(rt, &ls, LOOM_IKBO_AUTO, wu, wc, &cfg, &p) != LOOM_OK)
+            DIE("auto: %s", loom_runtime_error(rt));
+        run_ctx x = {p, deu, dec, dmap, dout};
+        if (run_once(&x) || loom_buffer_download(dout, out, nout * e))
+            DIE("auto: %s", loom_runtime_error(rt));
+        double er, tol;
+        check(refc, refu, map, out, &s, &er, &tol);
+        failures += !(er <= tol);
+        printf("  %s users, auto -> %d %-13s %s: max|out-ref32| %.3g, max|ref16-ref32| %.3g  (%s)\n",
+               shuffle ? "shuffled  " : "contiguous", (int)loom_ikbo_lce_stage_of(p),
+               loom_ikbo_stage_name(loom_ikbo_lce_stage_of(p)), er <= tol ? "ok  " : "FAIL", er, tol,
+               loom_ikbo_lce_describe(p));
+        loom_ikbo_lce_destroy(p);
         loom_buffer *bs[] = {deu, dec, dmap, dout};
         for (size_t i = 0; i < 4; i++)
             loom_buffer_destroy(bs[i]);

@@ -56,7 +56,9 @@ typedef enum loom_ikbo_stage {
                                      in its epilogue */
     LOOM_IKBO_PERSISTENT = 4,     /* one persistent warp-specialized kernel: user tiles
                                      first, handed to the candidate tiles by flags */
+    LOOM_IKBO_AUTO = 5,           /* the default to pass: prepare picks the stage (below) */
 } loom_ikbo_stage;
+/* "materialized", ..., "persistent", "auto" */
 const char *loom_ikbo_stage_name(loom_ikbo_stage s);
 
 /* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c: BM, BN, ring
@@ -73,7 +75,16 @@ typedef struct loom_ikbo_lce loom_ikbo_lce;
 /* w_user [M, Ku] and w_cand [M, Kc] are host arrays of the dtype.  cfg NULL: the config
  * the tuner picks for this shape (loom_tune over the "ikbo_lce" template, cached on disk;
  * without a GPU, the default).  A shape or config that cannot be served is refused with
- * the reason in loom_runtime_error(rt). */
+ * the reason in loom_runtime_error(rt).
+ *
+ * stage LOOM_IKBO_AUTO (docs/tuning.md, "Picking the stage"): on a GPU, stages 0, 2, 3
+ * and 4 are built with that config, run once on inputs made on the device, checked
+ * against one another (one that disagrees is dropped), timed side by side (L2 flushed,
+ * medians) and the fastest is kept, the others freed; the pick is cached beside the
+ * config (the tuning cache: a warm prepare times nothing; LOOM_TUNE_FORCE=1 times
+ * again).  Without a GPU, with LOOM_TUNE=0 and nothing cached, or with
+ * LOOM_IKBO_AUTO=0: nothing is timed and the stage is 4, or where the config cannot
+ * serve stage 4, the first of 3, 2, 0 that can.  describe says which and why. */
 loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
                                   const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
                                   loom_ikbo_lce **out);
@@ -81,8 +92,13 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
  * Buffers too small for the shape are refused with a message naming them. */
 loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand,
                               loom_buffer *cand_to_user, loom_buffer *out);
-/* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused" */
+/* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused"; picked by LOOM_IKBO_AUTO,
+ * then how: "; auto (timed): stage 0 0.075 ms, stage 2 0.093 ms, stage 3 0.101 ms
+ * (picked), stage 4 0.113 ms; ...", or "(cached)", or "not timed" and why. */
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p);
+/* The stage p runs: the one given, or the one LOOM_IKBO_AUTO picked (NULL p:
+ * LOOM_IKBO_AUTO). */
+loom_ikbo_stage loom_ikbo_lce_stage_of(const loom_ikbo_lce *p);
 /* The tile config the stage's kernels were built with (given, or the tuner's). */
 loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p);
 /* The kernels a run launches, in order (for their PTX or IR): kernel i and its grid;

@@ -20,10 +20,17 @@
  * cand_to_user outside [0, U).  That last check reads cand_to_user back to the host: on
  * the interpreter always, on the GPU (where it costs a copy and a wait) with
  * LOOM_CHECK_INDEX=1.
+ *
+ * LOOM_IKBO_AUTO (the last section): the stage is picked by timing stages 0, 2, 3 and 4
+ * at the shape, and the pick cached with the config.
  */
 #include "ikbo_lce.h"
+#include "rt.h"
+#include "tune.h"
 #include "../util/util.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +43,7 @@ struct loom_ikbo_lce {
     loom_buffer *buf[IK_NBUF];    /* the owned buffers (the caller's four slots stay NULL) */
     int32_t epoch;
     int32_t *index; /* the host copy of cand_to_user when runs check it (else NULL) */
-    char desc[768];
+    char desc[1536];
 };
 
 /* The transposed product on 224 x 128 tiles (at M = 433), two consumer warp groups, W
@@ -63,6 +70,7 @@ const char *loom_ikbo_stage_name(loom_ikbo_stage s)
     case LOOM_IKBO_K_ALIGNED: return "K aligned";
     case LOOM_IKBO_FUSED_EPILOGUE: return "fused epilogue";
     case LOOM_IKBO_PERSISTENT: return "persistent";
+    case LOOM_IKBO_AUTO: return "auto";
     }
     return "?";
 }
@@ -240,16 +248,16 @@ void ik_stage_free(ik_stage *st)
 /* ---------------------------------------------------------------- prepare */
 
 /* The config of the persistent kernel the tuner picks for this shape (cached on disk). */
-static loom_status tuned_config(loom_ikbo_lce *p)
+static loom_status tuned_config(loom_runtime *rt, const loom_ikbo_lce_shape *s, loom_ikbo_lce_config *cfg)
 {
     const loom_template *t = loom_template_find("ikbo_lce");
-    int64_t shape[8] = {p->s.B, p->s.U, p->s.M, p->s.N, p->s.Ku, p->s.Kc, p->s.dtype, 0};
+    int64_t shape[8] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0};
     loom_tune_opts o = {0};
     o.quiet = 1;
     loom_tuned r;
-    loom_status st = loom_tune(p->rt, t, shape, 1, &o, &r);
+    loom_status st = loom_tune(rt, t, shape, 1, &o, &r);
     if (st == LOOM_OK)
-        p->cfg = ik_config_of(r.config);
+        *cfg = ik_config_of(r.config);
     loom_tuned_release(&r, 1);
     return st;
 }
@@ -324,49 +332,21 @@ static const char *shape_too_big(const loom_ikbo_lce_shape *s)
     return NULL;
 }
 
-loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                                  const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
-                                  loom_ikbo_lce **out)
+/* One stage, its config settled (given, tuned or the default): build, upload, load.  On
+ * failure the reason is in loom_runtime_error(rt) and nothing is left allocated. */
+static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                 const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
+                                 loom_ikbo_lce **out)
 {
-    if (!rt)
-        return LOOM_ERR_INVALID;
-    if (!out || !shape || !w_user || !w_cand) {
-        loom_runtime_set_error(rt, "loom_ikbo_lce_prepare: %s is NULL",
-                               !out ? "out" : !shape ? "shape" : !w_user ? "w_user" : "w_cand");
-        return LOOM_ERR_INVALID;
-    }
     *out = NULL;
     loom_ikbo_lce *p = calloc(1, sizeof *p);
     if (!p)
-        return LOOM_ERR_NOMEM;
+        return tpl_fail(rt, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: out of host memory");
     p->rt = rt;
     p->s = *shape;
     p->stage = stage;
-    p->cfg = cfg ? *cfg : default_cfg;
-    if ((int)stage < 0 || stage > LOOM_IKBO_PERSISTENT) {
-        fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: stage %d is not 0 to 4", (int)stage);
-        free(p);
-        return LOOM_ERR_INVALID;
-    }
-    /* the shape and config, checked before anything is allocated */
-    const char *big = shape_too_big(shape);
-    if (big) {
-        fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: shape B=%lld, U=%lld, M=%lld, N=%lld, Ku=%lld, Kc=%lld: %s",
-             (long long)shape->B, (long long)shape->U, (long long)shape->M, (long long)shape->N,
-             (long long)shape->Ku, (long long)shape->Kc, big);
-        free(p);
-        return LOOM_ERR_INVALID;
-    }
-    ik_spec sp = spec_of(shape, &p->cfg, stage == LOOM_IKBO_PERSISTENT ? IK_FUSED : IK_CAND_FUSED, 2);
-    char buf[300];
-    const char *why = ik_why_not(&sp, buf, sizeof buf);
-    loom_status st = LOOM_OK;
-    if (why)
-        st = fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: %s", why);
-    if (st == LOOM_OK && !cfg && loom_runtime_is_gpu(rt) && (st = tuned_config(p)) != LOOM_OK)
-        st = fail(p, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
-    if (st == LOOM_OK)
-        st = build_stage(p, w_user, w_cand);
+    p->cfg = *cfg;
+    loom_status st = build_stage(p, w_user, w_cand);
     if (st == LOOM_OK && (!loom_runtime_is_gpu(rt) || util_env_on("LOOM_CHECK_INDEX")) &&
         !(p->index = malloc((size_t)shape->B * sizeof *p->index)))
         st = fail(p, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: no host memory for checking cand_to_user");
@@ -380,6 +360,53 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         n += snprintf(p->desc + n, sizeof p->desc - (size_t)n, " %s", loom_kernel_name(p->run.step[i].k));
     *out = p;
     return LOOM_OK;
+}
+
+static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
+                                const void *w_cand, const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out);
+
+loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                  const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
+                                  loom_ikbo_lce **out)
+{
+    if (!rt)
+        return LOOM_ERR_INVALID;
+    if (!out || !shape || !w_user || !w_cand) {
+        loom_runtime_set_error(rt, "loom_ikbo_lce_prepare: %s is NULL",
+                               !out ? "out" : !shape ? "shape" : !w_user ? "w_user" : "w_cand");
+        return LOOM_ERR_INVALID;
+    }
+    *out = NULL;
+    if ((int)stage < 0 || stage > LOOM_IKBO_AUTO)
+        return tpl_fail(rt, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: stage %d is not 0 to 4 or LOOM_IKBO_AUTO (%d)",
+                        (int)stage, (int)LOOM_IKBO_AUTO);
+    /* the shape and config, checked before anything is allocated */
+    const char *big = shape_too_big(shape);
+    if (big)
+        return tpl_fail(rt, LOOM_ERR_INVALID,
+                        "loom_ikbo_lce_prepare: shape B=%lld, U=%lld, M=%lld, N=%lld, Ku=%lld, Kc=%lld: %s",
+                        (long long)shape->B, (long long)shape->U, (long long)shape->M, (long long)shape->N,
+                        (long long)shape->Ku, (long long)shape->Kc, big);
+    loom_ikbo_lce_config c = cfg ? *cfg : default_cfg;
+    /* auto: refused only when neither fused mode serves the config (stages 0-2 are checked
+     * as stage 3, as when pinned); a stage the config cannot serve is left out later */
+    bool fused = stage == LOOM_IKBO_PERSISTENT || stage == LOOM_IKBO_AUTO;
+    ik_spec sp = spec_of(shape, &c, fused ? IK_FUSED : IK_CAND_FUSED, 2);
+    char buf[300], buf3[300];
+    const char *why = ik_why_not(&sp, buf, sizeof buf);
+    if (why && stage == LOOM_IKBO_AUTO) {
+        ik_spec s3 = spec_of(shape, &c, IK_CAND_FUSED, 2);
+        if (!ik_why_not(&s3, buf3, sizeof buf3))
+            why = NULL;
+    }
+    if (why)
+        return tpl_fail(rt, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: %s", why);
+    loom_status st;
+    if (!cfg && loom_runtime_is_gpu(rt) && (st = tuned_config(rt, shape, &c)) != LOOM_OK)
+        return tpl_fail(rt, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
+    if (stage == LOOM_IKBO_AUTO)
+        return auto_prepare(rt, shape, w_user, w_cand, &c, out);
+    return prepare_stage(rt, shape, stage, w_user, w_cand, &c, out);
 }
 
 static loom_status check_buf(loom_ikbo_lce *p, const loom_buffer *b, const char *name, int64_t d0, int64_t d1,
@@ -454,6 +481,8 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }
 
+loom_ikbo_stage loom_ikbo_lce_stage_of(const loom_ikbo_lce *p) { return p ? p->stage : LOOM_IKBO_AUTO; }
+
 loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p)
 {
     return p ? p->cfg : (loom_ikbo_lce_config){0, 0, 0, 0, 0, 0, 0, 0};
@@ -477,4 +506,475 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
         loom_buffer_destroy(p->buf[b]);
     free(p->index);
     free(p);
+}
+
+/* ---------------------------------------------------------------- LOOM_IKBO_AUTO: the stage picked by timing
+ *
+ * Which stage is fastest depends on the shape: at B=509 U=509 M=433 N=72 Ku=1025 Kc=1023
+ * stage 4 took 0.344 ms and stages 0-2 about 0.93 on an H100, while at B=1000 U=7 M=200
+ * N=136 Ku=64 Kc=8 (small K) stage 4 took 0.113 ms and the framework's three launches
+ * 0.075 (issue 21).  So auto times the candidates at the shape and keeps the fastest:
+ * stage 0 (loom's own version of the framework's index_select + cat + GEMM, so the pick
+ * is never slower than that path), 2 (decomposed, the broadcast-add), 3 (the fused
+ * epilogue) and 4 (persistent).  Stage 1 is stage 2 plus two pad kernels a run, never
+ * faster, so it is not timed.
+ *
+ * On the GPU: inputs made on the device (the tuner's fill kernels, a contiguous
+ * mapping, as the tuner's ikbo_lce default); each candidate prepared with the config
+ * (stage 4's tuned one; stages 0-2 take their plain-GEMM tiles where it is transposed)
+ * and run once into its own output; the outputs compared pairwise on the device (the
+ * tuner's comparison kernel, the template's tolerance doubled since both sides round):
+ * the largest group agreeing with one member stays, ties to the earlier stage (stage 0,
+ * the framework's algorithm, first), the others are dropped with the count and size of
+ * their differences; a lone survivor of several is no evidence, so prepare fails.  Then
+ * AUTO_ROUNDS rounds, each a loom_time_work of every candidate in turn (AUTO_REPS runs
+ * after an L2 flush each, median), so that each one's time (the median of its rounds')
+ * is taken beside the others': the clock drifts by up to 13% under load (docs/tuning.md),
+ * more than some stages differ.  The fastest is kept, the others freed.
+ *
+ * The pick goes into the tuning cache (tune/tune_cache.c) under the stage-4 config's key
+ * plus "|pick=stage|cfg=<config>", as an entry of template "ikbo_lce_stage" whose
+ * "config" holds the stage and each candidate's time in ns (0: dropped); the file's
+ * format is unchanged.  A warm prepare reads it and times nothing; LOOM_TUNE_FORCE=1
+ * times again; LOOM_TUNE=0 times nothing (a cached pick is still used).
+ */
+
+static const loom_ikbo_stage auto_stages[] = {LOOM_IKBO_MATERIALIZED, LOOM_IKBO_K_ALIGNED, LOOM_IKBO_FUSED_EPILOGUE,
+                                              LOOM_IKBO_PERSISTENT};
+enum { AUTO_N = 4, AUTO_ROUNDS = 5, AUTO_REPS = 5 };
+/* untimed, the stages in order of preference: fewest launches and buffers first */
+static const loom_ikbo_stage auto_untimed[] = {LOOM_IKBO_PERSISTENT, LOOM_IKBO_FUSED_EPILOGUE, LOOM_IKBO_K_ALIGNED,
+                                               LOOM_IKBO_MATERIALIZED};
+static const char auto_skip1[] = "stage 1 not timed (stage 2 plus two pad kernels a run)";
+
+typedef struct auto_cand {
+    loom_ikbo_stage stage;
+    loom_ikbo_lce *p;
+    loom_buffer *out;
+    double ms;     /* the median of its rounds' medians; 0: not timed */
+    char why[256]; /* why it was dropped ("" while it is in) */
+} auto_cand;
+
+/* Append to p's description. */
+static void desc_add(loom_ikbo_lce *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void desc_add(loom_ikbo_lce *p, const char *fmt, ...)
+{
+    size_t n = strlen(p->desc);
+    if (n + 1 >= sizeof p->desc)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->desc + n, sizeof p->desc - n, fmt, ap);
+    va_end(ap);
+}
+
+/* The message of a failed prepare or run, without its "loom_ikbo_lce_prepare: " prefix. */
+static void why_from(loom_runtime *rt, char *why, size_t n)
+{
+    const char *e = loom_runtime_error(rt), *c = strstr(e, ": ");
+    snprintf(why, n, "%s", !strncmp(e, "loom_ikbo_lce_", 14) && c ? c + 2 : e);
+}
+
+/* No timing: stage 4, or the first of auto_untimed the config serves.  because: why
+ * nothing is timed. */
+static loom_status auto_untimed_pick(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
+                                     const loom_ikbo_lce_config *cfg, const char *because, loom_ikbo_lce **out)
+{
+    char first[300] = "";
+    loom_status st = LOOM_ERR_INVALID;
+    for (int i = 0; i < AUTO_N; i++) {
+        if ((st = prepare_stage(rt, s, auto_untimed[i], wu, wc, cfg, out)) == LOOM_OK) {
+            desc_add(*out, "; auto (not timed: %s): stage %d", because, (int)auto_untimed[i]);
+            if (i)
+                desc_add(*out, ", as stage 4 cannot serve the config (%s)", first);
+            return LOOM_OK;
+        }
+        if (!i)
+            why_from(rt, first, sizeof first);
+    }
+    return tpl_fail(rt, st, "loom_ikbo_lce_prepare: auto: no stage serves the shape and config; stage 4: %s", first);
+}
+
+/* ---- the cache */
+
+/* The entry's layout: a template named "ikbo_lce_stage" with ikbo_lce's shape and, as its
+ * config, the stage and each candidate's time in ns. */
+static void pick_template(const loom_template *t, loom_template *pt)
+{
+    static const char *const keys[1 + AUTO_N] = {"stage", "stage0_ns", "stage2_ns", "stage3_ns", "stage4_ns"};
+    memset(pt, 0, sizeof *pt);
+    pt->name = "ikbo_lce_stage";
+    pt->doc = "the stage LOOM_IKBO_AUTO picked at the shape, and each candidate's time (ns; 0: dropped)";
+    pt->nshape = t->nshape;
+    memcpy(pt->shape, t->shape, sizeof pt->shape);
+    pt->nconfig = 1 + AUTO_N;
+    for (int i = 0; i <= AUTO_N; i++)
+        pt->config[i] = (loom_param){.key = keys[i], .def = i ? 0 : LOOM_IKBO_PERSISTENT};
+}
+
+typedef struct auto_cache {
+    bool on; /* a GPU and a cache file */
+    char path[4096], key[3072];
+    const loom_template *t;
+    loom_template pt;
+    int64_t shape[LOOM_MAX_PARAMS];
+    tc_device dev;
+} auto_cache;
+
+static void cache_open(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config *cfg, auto_cache *c)
+{
+    memset(c, 0, sizeof *c);
+    rt_gpu *g = rt_runtime_gpu(rt);
+    c->t = loom_template_find("ikbo_lce");
+    if (!g || !c->t || !tc_path(c->path, sizeof c->path))
+        return;
+    const rt_gpu_props *pr = rt_gpu_properties(g);
+    snprintf(c->dev.gpu, sizeof c->dev.gpu, "%s", pr->name);
+    c->dev.sm_count = pr->sm_count;
+    c->dev.driver = pr->driver_version;
+    const int64_t sh[8] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0};
+    memcpy(c->shape, sh, sizeof sh);
+    char k[2048], ct[200];
+    tc_key(c->t, c->shape, &c->dev, k, sizeof k); /* the config's key (ikbo_lce has no bucket) */
+    config_text(cfg, ct, sizeof ct);
+    snprintf(c->key, sizeof c->key, "%s|pick=stage|cfg=%s", k, ct);
+    pick_template(c->t, &c->pt);
+    c->on = true;
+}
+
+/* The cached pick, prepared; false (why says why when there was one) when there is none
+ * or it fails here. */
+static bool cache_pick(loom_runtime *rt, const auto_cache *c, const loom_ikbo_lce_shape *s, const void *wu,
+                       const void *wc, const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out, char *why, size_t wn)
+{
+    char warn[512];
+    tc_file *f = tc_open(c->path, warn, sizeof warn);
+    tc_record r;
+    bool hit = f && tc_find(f, c->key, &c->pt, &r);
+    tc_close(f);
+    if (!hit)
+        return false;
+    int stage = (int)r.config[0], known = 0;
+    for (int i = 0; i < AUTO_N; i++)
+        known |= stage == (int)auto_stages[i];
+    if (!known) {
+        snprintf(why, wn, "the cached pick, stage %d, is not a candidate: timed again", stage);
+        return false;
+    }
+    if (prepare_stage(rt, s, (loom_ikbo_stage)stage, wu, wc, cfg, out) != LOOM_OK) {
+        char e[300];
+        why_from(rt, e, sizeof e);
+        snprintf(why, wn, "the cached pick, stage %d, fails here (%s): timed again", stage, e);
+        return false;
+    }
+    desc_add(*out, "; auto (cached):");
+    for (int i = 0; i < AUTO_N; i++) {
+        if (r.config[1 + i] > 0)
+            desc_add(*out, "%s stage %d %.3f ms%s", i ? "," : "", (int)auto_stages[i], (double)r.config[1 + i] * 1e-6,
+                     (int)auto_stages[i] == stage ? " (picked)" : "");
+        else
+            desc_add(*out, "%s stage %d dropped", i ? "," : "", (int)auto_stages[i]);
+    }
+    desc_add(*out, "; %s", auto_skip1);
+    return true;
+}
+
+static void cache_store(const auto_cache *c, const auto_cand *cand, int best, double tune_ms, loom_ikbo_lce *p)
+{
+    if (!c->on)
+        return;
+    tc_record r;
+    memset(&r, 0, sizeof r);
+    r.config[0] = cand[best].stage;
+    for (int i = 0; i < AUTO_N; i++) {
+        double ns = cand[i].ms * 1e6 + 0.5; /* (the cache reads int32: past 2.1 s, 2.1 s) */
+        r.config[1 + i] = cand[i].why[0] ? 0 : ns < 1 ? 1 : ns < INT32_MAX ? (int64_t)ns : INT32_MAX;
+        r.ncand++;
+        r.nvalid += !cand[i].why[0];
+    }
+    r.ms = cand[best].ms;
+    r.tune_ms = tune_ms;
+    char err[1024];
+    if (tc_store(c->path, c->key, &c->pt, c->shape, c->shape, &c->dev, &r, err, sizeof err) != LOOM_OK)
+        desc_add(p, "; not cached: %s", err);
+}
+
+/* ---- timing */
+
+typedef struct auto_inputs {
+    loom_buffer *eu, *ec, *map;
+} auto_inputs;
+
+static void inputs_free(auto_inputs *in)
+{
+    loom_buffer_destroy(in->eu);
+    loom_buffer_destroy(in->ec);
+    loom_buffer_destroy(in->map);
+}
+
+/* E_user and E_cand uniform in [-1, 1) by the tuner's fill kernel (on the device), the
+ * mapping contiguous runs of candidates (b * U / B). */
+static loom_status inputs_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto_inputs *in)
+{
+    memset(in, 0, sizeof *in);
+    size_t e = loom_dtype_size(s->dtype);
+    const int64_t n[2] = {s->U * s->Ku * s->N, s->B * s->Kc * s->N};
+    loom_status st = LOOM_OK;
+    if (!(in->eu = tpl_zeroed_buffer(rt, (size_t)n[0] * e, &st)) ||
+        !(in->ec = tpl_zeroed_buffer(rt, (size_t)n[1] * e, &st)) ||
+        !(in->map = tpl_zeroed_buffer(rt, (size_t)s->B * 4, &st)))
+        return st;
+    loom_buffer *dst[2] = {in->eu, in->ec};
+    for (int i = 0; i < 2 && st == LOOM_OK; i++) {
+        int g[3] = {1, 1, 1};
+        loom_kernel *k = tune_fill_kernel(s->dtype, n[i], &g[0]);
+        if (!k)
+            return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "%lld elements cannot be filled on the device", (long long)n[i]);
+        loom_arg a[6];
+        tune_fill_args(dst[i], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], a);
+        if ((st = loom_prepare(rt, k, NULL)) == LOOM_OK)
+            st = loom_launch(rt, k, g, a, 6);
+        loom_kernel_destroy(k);
+    }
+    int32_t *map = st == LOOM_OK ? malloc((size_t)s->B * sizeof *map) : NULL;
+    if (st == LOOM_OK && !map)
+        return tpl_fail(rt, LOOM_ERR_NOMEM, "out of host memory");
+    if (map) {
+        ik_mapping(s->B, s->U, 0, 0, map);
+        st = loom_buffer_upload(in->map, map, (size_t)s->B * sizeof *map);
+        free(map);
+    }
+    return st;
+}
+
+/* The comparison of two outputs on the device: the tuner's kernel (per 2048 elements:
+ * those beyond atol + rtol |ref|, the largest difference) and its fold to two numbers. */
+typedef struct auto_cmp {
+    loom_kernel *k, *fold;
+    int grid[3];
+    loom_buffer *bad, *maxerr, *two;
+    double atol, rtol;
+} auto_cmp;
+
+static void cmp_free(auto_cmp *c)
+{
+    loom_kernel_destroy(c->k);
+    loom_kernel_destroy(c->fold);
+    loom_buffer_destroy(c->bad);
+    loom_buffer_destroy(c->maxerr);
+    loom_buffer_destroy(c->two);
+}
+
+static loom_status cmp_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto_cmp *c)
+{
+    memset(c, 0, sizeof *c);
+    const loom_template *t = loom_template_find("ikbo_lce");
+    c->atol = 2 * t->atol; /* both sides round */
+    c->rtol = 2 * t->rtol;
+    c->grid[1] = c->grid[2] = 1;
+    loom_status st = LOOM_OK;
+    if (!(c->k = tune_compare_kernel(s->dtype, s->B * s->M * s->N, &c->grid[0])) ||
+        !(c->fold = tune_reduce2_kernel(c->grid[0], TUNE_RED_SUM, TUNE_RED_MAX)))
+        return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "outputs of %lld elements cannot be compared",
+                        (long long)(s->B * s->M * s->N));
+    if (!(c->bad = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) ||
+        !(c->maxerr = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) || !(c->two = tpl_zeroed_buffer(rt, 8, &st)))
+        return st;
+    if ((st = loom_prepare(rt, c->k, NULL)) == LOOM_OK)
+        st = loom_prepare(rt, c->fold, NULL);
+    return st;
+}
+
+/* Elements of a beyond tolerance of b, and the largest difference. */
+static loom_status cmp_run(loom_runtime *rt, auto_cmp *c, loom_buffer *a, loom_buffer *b, double *nbad, double *worst)
+{
+    loom_arg x[6] = {LOOM_ARG_BUF(a), LOOM_ARG_BUF(b), LOOM_ARG_F32((float)c->atol), LOOM_ARG_F32((float)c->rtol),
+                     LOOM_ARG_BUF(c->bad), LOOM_ARG_BUF(c->maxerr)};
+    loom_arg f[3] = {LOOM_ARG_BUF(c->bad), LOOM_ARG_BUF(c->maxerr), LOOM_ARG_BUF(c->two)};
+    static const int one[3] = {1, 1, 1};
+    float two[2];
+    loom_status st;
+    if ((st = loom_launch(rt, c->k, c->grid, x, 6)) != LOOM_OK ||
+        (st = loom_launch(rt, c->fold, one, f, 3)) != LOOM_OK ||
+        (st = loom_buffer_download(c->two, two, sizeof two)) != LOOM_OK)
+        return st;
+    *nbad = two[0];
+    *worst = two[1];
+    return LOOM_OK;
+}
+
+typedef struct auto_work {
+    loom_ikbo_lce *p;
+    const auto_inputs *in;
+    loom_buffer *out;
+} auto_work;
+
+static loom_status auto_run_once(void *ctx)
+{
+    auto_work *w = ctx;
+    return loom_ikbo_lce_run(w->p, w->in->eu, w->in->ec, w->in->map, w->out);
+}
+
+/* Check the candidates that ran against one another; drop those outside the largest
+ * agreeing group.  A failure (the reason in rt) when the check cannot run, or several
+ * ran and no two agree. */
+static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto_cand *c)
+{
+    int in[AUTO_N], nin = 0;
+    for (int i = 0; i < AUTO_N; i++)
+        if (!c[i].why[0])
+            in[nin++] = i;
+    if (nin < 2)
+        return LOOM_OK; /* nothing to compare with (stage 4's config was checked by the tuner) */
+    auto_cmp cmp;
+    loom_status st = cmp_make(rt, s, &cmp);
+    double nbad[AUTO_N][AUTO_N] = {{0}}, worst[AUTO_N][AUTO_N] = {{0}};
+    for (int a = 0; a < nin && st == LOOM_OK; a++)
+        for (int b = a + 1; b < nin && st == LOOM_OK; b++) {
+            int i = in[a], j = in[b];
+            st = cmp_run(rt, &cmp, c[i].out, c[j].out, &nbad[i][j], &worst[i][j]);
+            nbad[j][i] = nbad[i][j];
+            worst[j][i] = worst[i][j];
+        }
+    cmp_free(&cmp);
+    if (st != LOOM_OK)
+        return tpl_fail(rt, st, "loom_ikbo_lce_prepare: auto: comparing the stages' outputs: %s",
+                        loom_runtime_error(rt));
+    int ref = -1, most = 0;
+    for (int a = 0; a < nin; a++) {
+        int agree = 1;
+        for (int b = 0; b < nin; b++)
+            agree += b != a && nbad[in[a]][in[b]] == 0;
+        if (agree > most)
+            most = agree, ref = in[a];
+    }
+    if (most < 2)
+        return tpl_fail(rt, LOOM_ERR_RUNTIME,
+                 "loom_ikbo_lce_prepare: auto: no two stages agree at this shape (stage %d vs %d: %.0f elements "
+                 "beyond tolerance, max |diff| %.3g): a bug in loom, please report it; pin a stage meanwhile",
+                        (int)c[in[0]].stage, (int)c[in[1]].stage, nbad[in[0]][in[1]], worst[in[0]][in[1]]);
+    for (int a = 0; a < nin; a++) {
+        int i = in[a];
+        if (i != ref && nbad[i][ref] > 0)
+            snprintf(c[i].why, sizeof c[i].why, "its output differs from stage %d's: %.0f elements beyond tolerance, "
+                     "max |diff| %.3g", (int)c[ref].stage, nbad[i][ref], worst[i][ref]);
+    }
+    return LOOM_OK;
+}
+
+/* Time the candidates still in, side by side: AUTO_ROUNDS rounds of one loom_time_work
+ * each in turn; each one's time is the median of its rounds'. */
+static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out, auto_cand *c)
+{
+    double ms[AUTO_N][AUTO_ROUNDS];
+    for (int r = 0; r < AUTO_ROUNDS; r++)
+        for (int i = 0; i < AUTO_N; i++) {
+            if (c[i].why[0])
+                continue;
+            auto_work w = {c[i].p, in, out};
+            if (loom_time_work(rt, auto_run_once, &w, r == 0 ? 1 : 0, AUTO_REPS, &ms[i][r]) != LOOM_OK) {
+                snprintf(c[i].why, sizeof c[i].why, "timing failed: %s", loom_runtime_error(rt));
+                continue;
+            }
+        }
+    for (int i = 0; i < AUTO_N; i++)
+        if (!c[i].why[0])
+            c[i].ms = tune_median(ms[i], AUTO_ROUNDS);
+}
+
+static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
+                              const loom_ikbo_lce_config *cfg, const auto_cache *cache, const char *note,
+                              loom_ikbo_lce **out)
+{
+    double t0 = util_now_ms();
+    auto_cand c[AUTO_N];
+    memset(c, 0, sizeof c);
+    auto_inputs in;
+    loom_status st = inputs_make(rt, s, &in);
+    if (st != LOOM_OK) {
+        inputs_free(&in);
+        return tpl_fail(rt, st, "loom_ikbo_lce_prepare: auto: making inputs to time the stages: %s",
+                        loom_runtime_error(rt));
+    }
+    size_t nout = (size_t)(s->B * s->M * s->N) * loom_dtype_size(s->dtype);
+    for (int i = 0; i < AUTO_N; i++) { /* build each, run it once into its own output */
+        c[i].stage = auto_stages[i];
+        loom_status cs = prepare_stage(rt, s, c[i].stage, wu, wc, cfg, &c[i].p);
+        if (cs == LOOM_OK && !(c[i].out = tpl_zeroed_buffer(rt, nout, &cs)))
+            cs = tpl_fail(rt, cs, "loom_ikbo_lce_prepare: its output: %s", loom_runtime_error(rt));
+        if (cs == LOOM_OK && (cs = loom_buffer_fill(c[i].out, 0xff)) == LOOM_OK) {
+            auto_work w = {c[i].p, &in, c[i].out};
+            cs = auto_run_once(&w);
+        }
+        if (cs != LOOM_OK) {
+            why_from(rt, c[i].why, sizeof c[i].why);
+            if (!c[i].why[0]) /* (never empty: an empty reason would keep it in) */
+                snprintf(c[i].why, sizeof c[i].why, "status %d", (int)cs);
+        }
+    }
+    int best = -1;
+    if ((st = auto_check(rt, s, c)) == LOOM_OK) {
+        loom_buffer *o = NULL;
+        for (int i = 0; i < AUTO_N; i++) /* one output for the timed runs; the others go */
+            if (!c[i].why[0] && !o)
+                o = c[i].out, c[i].out = NULL;
+        for (int i = 0; i < AUTO_N; i++) {
+            loom_buffer_destroy(c[i].out);
+            c[i].out = NULL;
+        }
+        auto_time(rt, &in, o, c);
+        loom_buffer_destroy(o);
+        for (int i = 0; i < AUTO_N; i++)
+            if (!c[i].why[0] && (best < 0 || c[i].ms < c[best].ms))
+                best = i;
+        if (best < 0) {
+            char list[1200] = "";
+            size_t n = 0;
+            for (int i = 0; i < AUTO_N && n < sizeof list; i++)
+                n += (size_t)snprintf(list + n, sizeof list - n, "; stage %d: %s", (int)c[i].stage, c[i].why);
+            st = tpl_fail(rt, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: auto: no stage ran at this shape%s", list);
+        }
+    }
+    for (int i = 0; i < AUTO_N; i++) {
+        loom_buffer_destroy(c[i].out);
+        if (i != best)
+            loom_ikbo_lce_destroy(c[i].p);
+    }
+    inputs_free(&in);
+    if (best < 0)
+        return st;
+    loom_ikbo_lce *p = c[best].p;
+    desc_add(p, "; auto (timed):");
+    for (int i = 0; i < AUTO_N; i++) {
+        if (c[i].why[0])
+            desc_add(p, "%s stage %d dropped (%s)", i ? "," : "", (int)c[i].stage, c[i].why);
+        else
+            desc_add(p, "%s stage %d %.3f ms%s", i ? "," : "", (int)c[i].stage, c[i].ms, i == best ? " (picked)" : "");
+    }
+    desc_add(p, "; %s", auto_skip1);
+    if (note[0])
+        desc_add(p, "; %s", note);
+    cache_store(cache, c, best, util_now_ms() - t0, p);
+    *out = p;
+    return LOOM_OK;
+}
+
+static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
+                                const void *w_cand, const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out)
+{
+    const char *off = getenv("LOOM_IKBO_AUTO");
+    if (off && !strcmp(off, "0"))
+        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, "LOOM_IKBO_AUTO=0", out);
+    if (!loom_runtime_is_gpu(rt))
+        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, "no GPU", out);
+    auto_cache cache;
+    cache_open(rt, s, cfg, &cache);
+    char note[512] = "";
+    if (cache.on && !util_env_on("LOOM_TUNE_FORCE") &&
+        cache_pick(rt, &cache, s, w_user, w_cand, cfg, out, note, sizeof note))
+        return LOOM_OK;
+    const char *tune = getenv("LOOM_TUNE");
+    if (tune && !strcmp(tune, "0"))
+        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, "LOOM_TUNE=0 and no pick cached", out);
+    return auto_timed(rt, s, w_user, w_cand, cfg, &cache, note, out);
 }

@@ -100,15 +100,12 @@ static void free_inputs(host_io *h)
     free(h->ref16);
 }
 
-/* Run one stage on rt and check the rule; returns max |out - ref32|. */
-static double run_stage(loom_runtime *rt, const lce_case *c, loom_dtype dt, loom_ikbo_stage st,
-                        const loom_ikbo_lce_config *cfg, host_io *h)
+/* Run the prepared p twice on rt and check the rule each time; returns max |out - ref32|. */
+static double run_prepared(loom_runtime *rt, const lce_case *c, loom_dtype dt, loom_ikbo_lce *p, host_io *h)
 {
     size_t e = loom_dtype_size(dt);
-    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, dt};
-    loom_ikbo_lce *p = NULL;
-    loom_status r = loom_ikbo_lce_prepare(rt, &s, st, h->wu, h->wc, cfg, &p);
-    cr_assert_eq(r, LOOM_OK, "prepare stage %d: %s", (int)st, loom_runtime_error(rt));
+    loom_ikbo_stage st = loom_ikbo_lce_stage_of(p);
+    loom_status r;
     size_t neu = (size_t)(c->U * c->Ku * c->N) * e, nec = (size_t)(c->B * c->Kc * c->N) * e;
     size_t nout = (size_t)(c->B * c->M * c->N) * e;
     loom_buffer *eu = loom_buffer_create(rt, neu), *ec = loom_buffer_create(rt, nec);
@@ -138,6 +135,18 @@ static double run_stage(loom_runtime *rt, const lce_case *c, loom_dtype dt, loom
     loom_buffer_destroy(ec);
     loom_buffer_destroy(map);
     loom_buffer_destroy(out);
+    return worst;
+}
+
+/* Run one stage on rt and check the rule; returns max |out - ref32|. */
+static double run_stage(loom_runtime *rt, const lce_case *c, loom_dtype dt, loom_ikbo_stage st,
+                        const loom_ikbo_lce_config *cfg, host_io *h)
+{
+    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, dt};
+    loom_ikbo_lce *p = NULL;
+    loom_status r = loom_ikbo_lce_prepare(rt, &s, st, h->wu, h->wc, cfg, &p);
+    cr_assert_eq(r, LOOM_OK, "prepare stage %d: %s", (int)st, loom_runtime_error(rt));
+    double worst = run_prepared(rt, c, dt, p, h);
     loom_ikbo_lce_destroy(p);
     return worst;
 }
@@ -438,5 +447,169 @@ Test(ikbo_lce, stage4_makes_progress_beside_a_kernel_holding_half_the_sms, .time
     }
     free_inputs(&h);
     rt_gpu_module_unload(g, m);
+    loom_runtime_destroy(rt);
+}
+
+/* ---------------------------------------------------------------- LOOM_IKBO_AUTO */
+
+/* The corners of the shape space auto must serve: one candidate and one user, one user
+ * for all, a user per candidate, one row of out, the narrowest N and K. */
+static const lce_case corner_cases[] = {
+    {1, 1, 77, 64, 37, 21, 0}, /* B = U = 1 */
+    {7, 1, 65, 64, 19, 45, 0}, /* U = 1 */
+    {6, 6, 70, 64, 19, 45, 1}, /* U = B, shuffled */
+    {5, 3, 1, 64, 20, 70, 1},  /* M = 1 */
+    {4, 2, 40, 8, 8, 8, 0},    /* N = Ku = Kc = 8 */
+};
+enum { NCORNER = sizeof corner_cases / sizeof corner_cases[0] };
+
+/* Prepare c with LOOM_IKBO_AUTO (cfg may be NULL), check two runs by the rule, and
+ * return the stage picked; *desc (when given) receives the description. */
+static loom_ikbo_stage auto_case(loom_runtime *rt, const lce_case *c, loom_dtype dt, const loom_ikbo_lce_config *cfg,
+                                 host_io *h, char *desc, size_t n, double *prepare_ms)
+{
+    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, dt};
+    loom_ikbo_lce *p = NULL;
+    double t0 = util_now_ms();
+    loom_status r = loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_AUTO, h->wu, h->wc, cfg, &p);
+    if (prepare_ms)
+        *prepare_ms = util_now_ms() - t0;
+    cr_assert_eq(r, LOOM_OK, "auto at B=%lld U=%lld M=%lld N=%lld Ku=%lld Kc=%lld: %s", (long long)c->B,
+                 (long long)c->U, (long long)c->M, (long long)c->N, (long long)c->Ku, (long long)c->Kc,
+                 loom_runtime_error(rt));
+    loom_ikbo_stage st = loom_ikbo_lce_stage_of(p);
+    cr_assert(st == LOOM_IKBO_MATERIALIZED || st == LOOM_IKBO_K_ALIGNED || st == LOOM_IKBO_FUSED_EPILOGUE ||
+                  st == LOOM_IKBO_PERSISTENT, "auto picked stage %d", (int)st);
+    const char *d = loom_ikbo_lce_describe(p);
+    char head[32];
+    snprintf(head, sizeof head, "stage %d (", (int)st);
+    cr_assert(!strncmp(d, head, strlen(head)) && strstr(d, "; auto ("), "%s", d);
+    if (desc)
+        snprintf(desc, n, "%s", d);
+    run_prepared(rt, c, dt, p, h);
+    loom_ikbo_lce_destroy(p);
+    return st;
+}
+
+/* Without a GPU nothing is timed: stage 4 with the given config (or the default one),
+ * named in the description, right at every corner. */
+Test(ikbo_lce, auto_on_the_interpreter_at_corner_shapes)
+{
+    unsetenv("LOOM_IKBO_AUTO");
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1}, sp = {128, 64, 2, 8, 3, 2, 0, 1};
+    for (int i = 0; i < NCORNER; i++) {
+        host_io h = make_inputs(&corner_cases[i], LOOM_F16, 31 + (uint64_t)i);
+        char d[1600];
+        cr_expect_eq(auto_case(rt, &corner_cases[i], LOOM_F16, &cfg, &h, d, sizeof d, NULL), LOOM_IKBO_PERSISTENT,
+                     "%s", d);
+        cr_expect(strstr(d, "; auto (not timed: no GPU): stage 4"), "%s", d);
+        cr_expect_eq(auto_case(rt, &corner_cases[i], LOOM_F16, &sp, &h, NULL, 0, NULL), LOOM_IKBO_PERSISTENT);
+        free_inputs(&h);
+    }
+    /* the default config (cfg NULL: transposed, pairs of CTAs) at two corners */
+    for (int i = 0; i < NCORNER; i += 3) {
+        host_io h = make_inputs(&corner_cases[i], LOOM_BF16, 41 + (uint64_t)i);
+        cr_expect_eq(auto_case(rt, &corner_cases[i], LOOM_BF16, NULL, &h, NULL, 0, NULL), LOOM_IKBO_PERSISTENT);
+        free_inputs(&h);
+    }
+    loom_runtime_destroy(rt);
+}
+
+/* A config stage 4 cannot take (ping-pong: its turns need the tiles known ahead) leaves
+ * auto the next stage, with the reason; LOOM_IKBO_AUTO=0 says auto is off. */
+Test(ikbo_lce, auto_without_timing_falls_back_and_can_be_turned_off)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    const lce_case *c = &small_cases[0];
+    host_io h = make_inputs(c, LOOM_F16, 3);
+    char d[1600];
+    loom_ikbo_lce_config pp = {64, 64, 3, 8, 5, 1, 0, 1};
+    unsetenv("LOOM_IKBO_AUTO");
+    cr_expect_eq(auto_case(rt, c, LOOM_F16, &pp, &h, d, sizeof d, NULL), LOOM_IKBO_FUSED_EPILOGUE, "%s", d);
+    cr_expect(strstr(d, "stage 3, as stage 4 cannot serve the config (") && strstr(d, "ping-pong"), "%s", d);
+    setenv("LOOM_IKBO_AUTO", "0", 1);
+    loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1};
+    cr_expect_eq(auto_case(rt, c, LOOM_F16, &cfg, &h, d, sizeof d, NULL), LOOM_IKBO_PERSISTENT, "%s", d);
+    cr_expect(strstr(d, "auto (not timed: LOOM_IKBO_AUTO=0): stage 4"), "%s", d);
+    unsetenv("LOOM_IKBO_AUTO");
+    /* names, the accessor, and a stage past AUTO */
+    cr_expect_str_eq(loom_ikbo_stage_name(LOOM_IKBO_AUTO), "auto");
+    cr_expect_eq(loom_ikbo_lce_stage_of(NULL), LOOM_IKBO_AUTO);
+    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, LOOM_F16};
+    loom_ikbo_lce *p = NULL;
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, (loom_ikbo_stage)6, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "stage 6 is not 0 to 4 or LOOM_IKBO_AUTO (5)"), "%s",
+              loom_runtime_error(rt));
+    cr_assert_null(p);
+    /* a config no fused stage takes is refused with stage 4's reason */
+    loom_ikbo_lce_config bad = {64, 64, 1, 4, 5, 0, 0, 1};
+    cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_AUTO, h.wu, h.wc, &bad, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "stages must be 2 to 8"), "%s", loom_runtime_error(rt));
+    free_inputs(&h);
+    loom_runtime_destroy(rt);
+}
+
+/* A private cache directory for the test (Criterion runs each test in its own process). */
+static void private_cache(char *dir, size_t n)
+{
+    snprintf(dir, n, "/tmp/loom_ikbo_auto_XXXXXX");
+    cr_assert(mkdtemp(dir), "mkdtemp");
+    setenv("LOOM_CACHE_DIR", dir, 1);
+    unsetenv("LOOM_TUNE_CACHE");
+    unsetenv("LOOM_TUNE_FORCE");
+    unsetenv("LOOM_TUNE");
+    unsetenv("LOOM_IKBO_AUTO");
+}
+
+/* On the GPU: auto times the stages at the shape and keeps the fastest, whose output is
+ * right; a second prepare reads the pick from the cache and times nothing;
+ * LOOM_TUNE_FORCE=1 times again.  The shapes: issue 21's small-K one (where the
+ * framework's path beat stage 4), one user per candidate at the headline's M and K with
+ * N = 72, and corners. */
+Test(ikbo_lce, auto_on_the_gpu_picks_checks_and_caches, .timeout = 900)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    char dir[64];
+    private_cache(dir, sizeof dir);
+    static const lce_case cases[] = {
+        {1000, 7, 200, 136, 64, 8, 0},   /* small K */
+        {48, 48, 433, 72, 1025, 1023, 1}, /* U = B */
+        {1, 1, 77, 64, 37, 21, 0},        /* B = U = 1 */
+        {7, 1, 65, 64, 19, 45, 0},        /* U = 1 */
+        {5, 3, 1, 64, 20, 70, 1},         /* M = 1 */
+        {4, 2, 40, 8, 8, 8, 0},           /* N = Ku = Kc = 8 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const lce_case *c = &cases[i];
+        host_io h = make_inputs(c, LOOM_F16, 51 + (uint64_t)i);
+        char d[1600], d2[1600];
+        double cold, warm;
+        loom_ikbo_stage st = auto_case(rt, c, LOOM_F16, NULL, &h, d, sizeof d, &cold);
+        cr_expect(strstr(d, "; auto (timed):") && strstr(d, "(picked)"), "%s", d);
+        loom_ikbo_stage st2 = auto_case(rt, c, LOOM_F16, NULL, &h, d2, sizeof d2, &warm);
+        cr_expect_eq(st2, st, "the cached pick %d is not the timed one %d", (int)st2, (int)st);
+        cr_expect(strstr(d2, "; auto (cached):") && strstr(d2, "(picked)"), "%s", d2);
+        cr_log_info("B=%lld U=%lld M=%lld N=%lld Ku=%lld Kc=%lld: prepare %.0f ms timed, %.1f ms cached: %s",
+                    (long long)c->B, (long long)c->U, (long long)c->M, (long long)c->N, (long long)c->Ku,
+                    (long long)c->Kc, cold, warm, d);
+        if (i == 0) { /* LOOM_TUNE_FORCE=1: timed again */
+            setenv("LOOM_TUNE_FORCE", "1", 1);
+            auto_case(rt, c, LOOM_F16, NULL, &h, d2, sizeof d2, NULL);
+            cr_expect(strstr(d2, "; auto (timed):"), "%s", d2);
+            unsetenv("LOOM_TUNE_FORCE");
+        }
+        free_inputs(&h);
+    }
+    /* the picks sit in the tuning cache beside the configs */
+    char path[128];
+    snprintf(path, sizeof path, "%s/tune.json", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no tuning cache at %s", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cr_expect(strstr(text, "\"template\": \"ikbo_lce_stage\"") && strstr(text, "|pick=stage|cfg="), "%.2000s", text);
     loom_runtime_destroy(rt);
 }
