@@ -19,6 +19,7 @@
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 #   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
+#   LOOM_GPU_TEST_VERBOSE  1: the tests with --verbose (their cr_log_info lines)
 #   LOOM_GPU_AOT       0 skips examples/aot/lce_aot (the LCE headline from loomc aot's files)
 #   LOOM_GPU_SANITIZE  0 skips compute-sanitizer (memcheck, racecheck, synccheck over every
 #                      template at two small shapes, each IKBO LCE stage included)
@@ -71,7 +72,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 echo "== GPU tests (Criterion)"
 filter=()
 [ -n "${LOOM_GPU_TESTS:-}" ] && filter=(--filter "$LOOM_GPU_TESTS")
-loom_tests -j1 "${filter[@]}" 2>&1 | tee "$OUTDIR/tests.log" | grep -E "FAIL|CRASH|Synthesis|skipp" | tail -40
+loom_tests -j1 "${filter[@]}" ${LOOM_GPU_TEST_VERBOSE:+--verbose} 2>&1 | tee "$OUTDIR/tests.log" | grep -E "FAIL|CRASH|Synthesis|skipp" | tail -40
 
 echo "== every template on the GPU and on the interpreter"
 [ "${LOOM_GPU_TEMPLATES:-1}" = 0 ] || for spec in "ikbo_broadcast_add --shape B=300,U=7,M=433,N=256,shuffle=1" \

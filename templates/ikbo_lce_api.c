@@ -363,7 +363,7 @@ static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *sh
 }
 
 static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
-                                const void *w_cand, const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out);
+                                const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out);
 
 loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
                                   const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
@@ -405,7 +405,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
     if (!cfg && loom_runtime_is_gpu(rt) && (st = tuned_config(rt, shape, &c)) != LOOM_OK)
         return tpl_fail(rt, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
     if (stage == LOOM_IKBO_AUTO)
-        return auto_prepare(rt, shape, w_user, w_cand, &c, out);
+        return auto_prepare(rt, shape, w_user, w_cand, &c, !cfg, out);
     return prepare_stage(rt, shape, stage, w_user, w_cand, &c, out);
 }
 
@@ -533,8 +533,8 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
  * more than some stages differ.  The fastest is kept, the others freed.
  *
  * The pick goes into the tuning cache (tune/tune_cache.c) under the stage-4 config's key
- * plus "|pick=stage|cfg=<config>", as an entry of template "ikbo_lce_stage" whose
- * "config" holds the stage and each candidate's time in ns (0: dropped); the file's
+ * plus "|pick=stage|cfg=<config>" ("cfg=tuned" where the config was left to the tuner),
+ * as an entry of template "ikbo_lce_stage" whose "config" holds the stage and each candidate's time in ns (0: dropped); the file's
  * format is unchanged.  A warm prepare reads it and times nothing; LOOM_TUNE_FORCE=1
  * times again; LOOM_TUNE=0 times nothing (a cached pick is still used).
  */
@@ -634,9 +634,13 @@ static void cache_open(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loo
     c->dev.driver = pr->driver_version;
     const int64_t sh[8] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0};
     memcpy(c->shape, sh, sizeof sh);
-    char k[2048], ct[200];
+    char k[2048], ct[200] = "tuned";
     tc_key(c->t, c->shape, &c->dev, k, sizeof k); /* the config's key (ikbo_lce has no bucket) */
-    config_text(cfg, ct, sizeof ct);
+    /* cfg NULL: the caller left the config to the tuner, and the pick goes with whatever
+     * it settles on (its pick can change between two tunings whose best configs time
+     * within noise of each other: keyed by its text, the stage pick would be lost) */
+    if (cfg)
+        config_text(cfg, ct, sizeof ct);
     snprintf(c->key, sizeof c->key, "%s|pick=stage|cfg=%s", k, ct);
     pick_template(c->t, &c->pt);
     c->on = true;
@@ -960,7 +964,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
 }
 
 static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
-                                const void *w_cand, const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out)
+                                const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out)
 {
     const char *off = getenv("LOOM_IKBO_AUTO");
     if (off && !strcmp(off, "0"))
@@ -968,7 +972,7 @@ static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, 
     if (!loom_runtime_is_gpu(rt))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, "no GPU", out);
     auto_cache cache;
-    cache_open(rt, s, cfg, &cache);
+    cache_open(rt, s, tuned ? NULL : cfg, &cache);
     char note[512] = "";
     if (cache.on && !util_env_on("LOOM_TUNE_FORCE") &&
         cache_pick(rt, &cache, s, w_user, w_cand, cfg, out, note, sizeof note))
