@@ -237,7 +237,7 @@ static int interpreter_run(void)
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const fa_case *c = &cases[i];
-        fa_spec s = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen, 64, 2, 8, 1, 0, 1, 1};
+        fa_spec s = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen, 64, 2, 8, 1, 0, 1, 1, 0};
         int64_t qn = c->B * c->nseed * c->H * c->D, kn = c->U * c->S * c->H * c->D;
         uint16_t *hq = malloc((size_t)qn * 2), *hk = malloc((size_t)kn * 2), *hv = malloc((size_t)kn * 2);
         uint16_t *ho = malloc((size_t)qn * 2), *hr = malloc((size_t)qn * 2);
@@ -250,7 +250,7 @@ static int interpreter_run(void)
         lengths(c, lens, 4);
         fa_reference(&s, hq, hk, hv, map, c->varlen ? lens : NULL, hr);
         loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen};
-        loom_ikbo_fa_config cfg = {64, 2, 8, 1, 0, 1, 1};
+        loom_ikbo_fa_config cfg = {64, 2, 8, 1, 0, 1, 1, 0};
         loom_ikbo_fa *p;
         loom_buffer *q = buf(rt, (size_t)qn * 2), *k = buf(rt, (size_t)kn * 2), *v = buf(rt, (size_t)kn * 2);
         loom_buffer *o = buf(rt, (size_t)qn * 2), *mb = buf(rt, sizeof map), *lb = buf(rt, sizeof lens);
@@ -353,8 +353,8 @@ int main(int argc, char **argv)
     printf("IKBO flash attention on %s; config %s\n", loom_runtime_device_name(rt),
            fc ? "given or default" : "tuned per shape");
     if (fc)
-        printf("config: BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d\n", fc->bn, fc->stages,
-               fc->ctas, fc->sched, fc->turns, fc->overlap, fc->tmastore);
+        printf("config: BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d\n", fc->bn,
+               fc->stages, fc->ctas, fc->sched, fc->turns, fc->overlap, fc->tmastore, fc->xunit);
     printf("    B     U      S  H    D seed dt   mapping  lens   |  loom ms   TF/s | materialized ms TF/s  speedup | "
            "no-gather ms  x   | plan ms | check\n");
     if (have_shape) {

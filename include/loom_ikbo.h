@@ -125,6 +125,8 @@ typedef struct loom_ikbo_fa_config {
     int bn, stages, ctas, sched, turns;
     int overlap;  /* 1: a K/V tile's softmax runs while the previous tile's P V is on the tensor cores */
     int tmastore; /* 1: where n_seed is a multiple of 64, out goes out by TMA through the Q tile */
+    int xunit;    /* 1: a program's next unit starts (its first S = Q K^T and softmax) beside this unit's
+                     last P V (sched=0, overlap=1, turns=0) */
 } loom_ikbo_fa_config;
 
 typedef struct loom_ikbo_fa loom_ikbo_fa;
@@ -143,7 +145,7 @@ loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, lo
  * uploaded), then launch as often as it holds. */
 loom_status loom_ikbo_fa_set_mapping(loom_ikbo_fa *p, const int32_t *cand_to_user, const int32_t *seq_len);
 loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v, loom_buffer *out);
-/* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1; ikbo_fa" */
+/* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1,xunit=1; ikbo_fa" */
 const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p);
 loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p);
 /* The kernel a launch runs and its grid. */

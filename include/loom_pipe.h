@@ -243,6 +243,15 @@ typedef struct loom_sched_loop {
     loom_val claim;                        /* dynamic producer: the next claim, made before the unit's work */
 } loom_sched_loop;
 
+/* Inside the loop of a static schedule (loom_sched_begin, no replica): the unit this
+ * program takes after the current one, and an i1, whether there is one (it is below the
+ * launch's units).  A task can then start the next unit's work before this one's ends (a
+ * pipeline across units: templates/ikbo_fa.c issues the next unit's first GEMM beside
+ * this one's last).  A dynamic schedule learns its next unit only when it comes: *has is
+ * then the constant false and *next the current unit. */
+#define loom_sched_peek(k, l, next, has) loom_sched_peek_at(LOOM_HERE, k, l, next, has)
+void loom_sched_peek_at(loom_src at, loom_kernel *k, const loom_sched_loop *l, loom_val *next, loom_val *has);
+
 #define loom_sched_begin(k, s, role, replica, n, init) loom_sched_begin_at(LOOM_HERE, k, s, role, replica, n, init)
 loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sched *s, int role, loom_val replica,
                                     int n, const loom_val *init);

@@ -359,6 +359,19 @@ loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sche
     return l;
 }
 
+void loom_sched_peek_at(loom_src at, loom_kernel *k, const loom_sched_loop *l, loom_val *next, loom_val *has)
+{
+    if (l->s->dynamic) {
+        *next = l->unit;
+        *has = loom_const_i(k, LOOM_I1, 0);
+        return;
+    }
+    loom_val first, step;
+    loom_sched_range_at(at, k, l->s, &first, &step);
+    *next = loom_add_at(at, k, l->unit, step);
+    *has = loom_cmp_at(at, k, LOOM_LT, *next, units_of(k, l->s));
+}
+
 void loom_sched_end_at(loom_src at, loom_kernel *k, loom_sched_loop *l, const loom_val *yields)
 {
     if (!l->s->dynamic) {

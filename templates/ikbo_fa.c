@@ -94,6 +94,10 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "overlap must be 0 or 1";
     if (s->tmastore != 0 && s->tmastore != 1)
         return "tmastore must be 0 or 1";
+    if (s->xunit != 0 && s->xunit != 1)
+        return "xunit must be 0 or 1";
+    if (s->xunit && (s->dynamic || !s->overlap || s->turns))
+        return "xunit=1 (the next unit started beside this one's last P V) needs sched=0, overlap=1 and turns=0";
     if (fa_max_units(s) * s->H > INT32_MAX / 2 || fa_rows(s) * s->H * s->D > INT32_MAX ||
         s->U * s->S * s->H * s->D > INT32_MAX)
         return "the tensors are too large for 32-bit element offsets";
@@ -268,64 +272,180 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
     return st;
 }
 
+/* Tile 0 of a unit (K ring use `use`): S = Q K^T and its softmax from the state st (the K
+ * slot goes back once S is done); returns P in the dtype, st's m and l updated. */
+static loom_val first_tile(const fa *g, loom_val qv, loom_val use, loom_val len, softmax_state *st)
+{
+    loom_kernel *k = g->k;
+    loom_val alpha;
+    loom_val sk0 = loom_ring_consume(k, &g->kr, use);
+    turn_begin(g);
+    loom_val sc = qk(g, qv, sk0);
+    turn_issued(g);
+    loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
+    loom_ring_release(k, &g->kr, sk0);
+    return loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), CI(0), len, st, &alpha), g->s->dt);
+}
+
+/* Tiles 1 .. tiles - 1 of a unit (ring uses it + 1 ..), tile 0's P (p0) and statistics in
+ * st: tile j's S = Q K^T and tile j-1's O += P V are issued together, and the softmax of
+ * tile j runs while P V is still on the tensor cores; O is rescaled once that is done.
+ * Returns the loop: its results are m, l, O (without the last tile's P V) and the last
+ * tile's P. */
+static loom_region_op kv_rest(const fa *g, loom_val qv, loom_val it, loom_val tiles, loom_val len, softmax_state st,
+                              loom_val p0)
+{
+    loom_kernel *k = g->k;
+    const fa_spec *s = g->s;
+    loom_val one = CI(1), alpha;
+    loom_val init[4] = {st.m, st.l, st.o, p0};
+    loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
+    {
+        loom_val j = loom_for_iv(k, kl);
+        softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
+        loom_val use = loom_add(k, it, j);
+        loom_val sk = loom_ring_consume(k, &g->kr, use);
+        loom_val sv = loom_ring_consume(k, &g->vr, loom_sub(k, use, one)); /* the previous tile's V */
+        turn_begin(g);
+        loom_val sj = qk(g, qv, sk);
+        loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), cur.o);
+        loom_wgmma_commit(k);
+        turn_issued(g);
+        loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
+        loom_ring_release(k, &g->kr, sk);
+        loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
+        loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
+        loom_ring_release(k, &g->vr, sv);
+        loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
+        loom_for_end(k, kl, 4, ys);
+    }
+    return kl;
+}
+
+/* The last tile's O += P V (V ring use `use`); returns O. */
+static loom_val last_pv(const fa *g, loom_val use, loom_val p, loom_val o)
+{
+    loom_kernel *k = g->k;
+    loom_val last = loom_ring_consume(k, &g->vr, use);
+    turn_begin(g);
+    loom_val acc = loom_wgmma(k, p, loom_ring_view(k, &g->vr, last, 0, LOOM_NONE), o);
+    loom_wgmma_commit(k);
+    turn_issued(g);
+    loom_region_op wo = loom_wgmma_wait(k, 0, 1, &acc);
+    loom_ring_release(k, &g->vr, last);
+    return loom_wgmma_result(k, wo, 0);
+}
+
 /* A unit's K/V tiles 0 .. tiles - 1 (ring uses it ..), the GEMMs overlapped with the
- * softmax (overlap=1): tile j's S = Q K^T and tile j-1's O += P V are issued together, and
- * the softmax of tile j runs while P V is still on the tensor cores; O is rescaled once
- * that is done.  Tile 0's softmax comes first and the last tile's P V after the loop.
- * Where qs is given, the Q slot goes back as soon as the last S = Q K^T is done. */
+ * softmax (overlap=1, kv_rest).  Where qs is given, the Q slot goes back as soon as the
+ * last S = Q K^T is done. */
 static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_val it, loom_val tiles, loom_val len,
                                   softmax_state st)
 {
     loom_kernel *k = g->k;
-    const fa_spec *s = g->s;
-    loom_val zero = CI(0), one = CI(1), alpha;
+    loom_val zero = CI(0), one = CI(1);
     loom_val none[3] = {st.m, st.l, st.o}; /* a user with no keys: the state as it came */
     loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, tiles, zero), 3);
     {
-        loom_val sk0 = loom_ring_consume(k, &g->kr, it);
-        turn_begin(g);
-        loom_val sc = qk(g, qv, sk0);
-        turn_issued(g);
-        loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
-        loom_ring_release(k, &g->kr, sk0);
-        loom_val p0 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), zero, len, &st, &alpha), s->dt);
-        loom_val init[4] = {st.m, st.l, st.o, p0};
-        loom_region_op kl = loom_for_begin(k, one, tiles, one, 4, init);
-        {
-            loom_val j = loom_for_iv(k, kl);
-            softmax_state cur = {loom_for_arg(k, kl, 0), loom_for_arg(k, kl, 1), loom_for_arg(k, kl, 2)};
-            loom_val use = loom_add(k, it, j);
-            loom_val sk = loom_ring_consume(k, &g->kr, use);
-            loom_val sv = loom_ring_consume(k, &g->vr, loom_sub(k, use, one)); /* the previous tile's V */
-            turn_begin(g);
-            loom_val sj = qk(g, qv, sk);
-            loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), cur.o);
-            loom_wgmma_commit(k);
-            turn_issued(g);
-            loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
-            loom_ring_release(k, &g->kr, sk);
-            loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
-            loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
-            loom_ring_release(k, &g->vr, sv);
-            loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
-            loom_for_end(k, kl, 4, ys);
-        }
+        loom_val p0 = first_tile(g, qv, it, len, &st);
+        loom_region_op kl = kv_rest(g, qv, it, tiles, len, st, p0);
         if (qs)
             loom_ring_release(k, &g->qring, qs);
-        loom_val last = loom_ring_consume(k, &g->vr, loom_add(k, it, loom_sub(k, tiles, one)));
-        turn_begin(g);
-        loom_val o = loom_wgmma(k, loom_for_result(k, kl, 3), loom_ring_view(k, &g->vr, last, 0, LOOM_NONE),
-                                loom_for_result(k, kl, 2));
-        loom_wgmma_commit(k);
-        turn_issued(g);
-        loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
-        loom_ring_release(k, &g->vr, last);
-        loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_wgmma_result(k, wo, 0)};
+        loom_val o = last_pv(g, loom_add(k, it, loom_sub(k, tiles, one)), loom_for_result(k, kl, 3),
+                             loom_for_result(k, kl, 2));
+        loom_val ys[3] = {loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), o};
         loom_else(k, any, 3, ys);
     }
     if (qs)
         loom_ring_release(k, &g->qring, qs);
     loom_if_end(k, any, 3, none);
+    return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
+}
+
+/* What a unit hands the next one (xunit=1): whether the next unit's tile 0 is done
+ * (pend, i32), and if so its softmax statistics and P. */
+typedef struct xunit_carry {
+    loom_val pend, m, l, p;
+} xunit_carry;
+
+/* The state of a new block of rows: max -inf, sum 0, O 0. */
+static softmax_state fresh_state(const fa *g)
+{
+    loom_kernel *k = g->k;
+    return (softmax_state){loom_splat(k, CF(-INFINITY), LOOM_SHAPE1(FA_BLOCK)), loom_splat(k, CF(0), LOOM_SHAPE1(FA_BLOCK)),
+                           loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, g->s->D))};
+}
+
+/* xunit=1: kv_pipelined across units.  Tile 0 comes from the previous unit (in `in`) or
+ * is computed here; at the end, where this program has a next unit with keys, its tile 0
+ * S = Q' K'^T is issued just before this unit's last P V, and its softmax runs while that
+ * P V is on the tensor cores, so the tensor cores do not wait for this unit's epilogue
+ * and the next unit's first softmax.  The next unit's Q (ring use qit + 1) and K (use it
+ * + tiles) are taken here; it takes them again (their phases are done, so the waits
+ * pass) but computes no tile 0.  Returns this unit's state; *out what goes to the next. */
+static softmax_state kv_across_units(const fa *g, loom_sched_loop *l, loom_val qv, loom_val qs, loom_val it,
+                                     loom_val qit, const unit_at *a, loom_val rep, xunit_carry in, xunit_carry *out)
+{
+    loom_kernel *k = g->k;
+    loom_val zero = CI(0), one = CI(1);
+    softmax_state st0 = fresh_state(g);
+    loom_val none[7] = {st0.m, st0.l, st0.o, zero, in.m, in.l, in.p}; /* no keys: nothing started either */
+    loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, a->tiles, zero), 7);
+    {
+        /* tile 0: here, unless the previous unit ran it */
+        loom_region_op t0 = loom_if_begin(k, loom_cmp(k, LOOM_EQ, in.pend, zero), 3);
+        {
+            softmax_state st = st0;
+            loom_val p0 = first_tile(g, qv, it, a->len, &st);
+            loom_val ys[3] = {st.m, st.l, p0};
+            loom_else(k, t0, 3, ys);
+        }
+        loom_val carried[3] = {in.m, in.l, in.p};
+        loom_if_end(k, t0, 3, carried);
+        softmax_state st = {loom_if_result(k, t0, 0), loom_if_result(k, t0, 1), st0.o};
+        loom_region_op kl = kv_rest(g, qv, it, a->tiles, a->len, st, loom_if_result(k, t0, 2));
+        if (qs)
+            loom_ring_release(k, &g->qring, qs);
+        loom_val m = loom_for_result(k, kl, 0), lsum = loom_for_result(k, kl, 1), o = loom_for_result(k, kl, 2);
+        loom_val p = loom_for_result(k, kl, 3);
+        loom_val lastv = loom_add(k, it, loom_sub(k, a->tiles, one));
+        /* the next unit, if it has keys: its tile 0 beside this unit's last P V */
+        loom_val next, has;
+        loom_sched_peek(k, l, &next, &has);
+        unit_at b = unit_of(g, next);
+        loom_val go = loom_and(k, has, loom_cmp(k, LOOM_GT, b.tiles, zero));
+        loom_region_op x = loom_if_begin(k, go, 4);
+        {
+            loom_val qs2 = loom_ring_consume(k, &g->qring, loom_add(k, qit, one));
+            loom_val qv2 = loom_ring_view(k, &g->qring, qs2, 0, rep);
+            loom_val nk = loom_add(k, it, a->tiles);
+            loom_val sk = loom_ring_consume(k, &g->kr, nk);
+            loom_val sv = loom_ring_consume(k, &g->vr, lastv);
+            loom_val sc = qk(g, qv2, sk);
+            loom_val acc = loom_wgmma(k, p, loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), o);
+            loom_wgmma_commit(k);
+            loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sc);
+            loom_ring_release(k, &g->kr, sk);
+            softmax_state nst = st0;
+            loom_val alpha;
+            loom_val p2 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, ws, 0), zero, b.len, &nst, &alpha),
+                                    g->s->dt);
+            loom_region_op wo = loom_wgmma_wait(k, 0, 1, &acc);
+            loom_ring_release(k, &g->vr, sv);
+            loom_val ys[4] = {loom_wgmma_result(k, wo, 0), nst.m, nst.l, p2};
+            loom_else(k, x, 4, ys);
+        }
+        loom_val alone[4] = {last_pv(g, lastv, p, o), m, lsum, p}; /* (m, l, p: not read) */
+        loom_if_end(k, x, 4, alone);
+        loom_val ys[7] = {m, lsum, loom_if_result(k, x, 0), loom_select(k, go, one, zero), loom_if_result(k, x, 1),
+                          loom_if_result(k, x, 2), loom_if_result(k, x, 3)};
+        loom_else(k, any, 7, ys);
+    }
+    if (qs)
+        loom_ring_release(k, &g->qring, qs);
+    loom_if_end(k, any, 7, none);
+    *out = (xunit_carry){loom_if_result(k, any, 3), loom_if_result(k, any, 4), loom_if_result(k, any, 5),
+                         loom_if_result(k, any, 6)};
     return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
 }
 
@@ -338,10 +458,15 @@ static void consumers(fa *g)
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
         loom_val rep = s->turns ? loom_turns_start(k, &g->turns) : loom_task_replica(k);
-        loom_val init[2] = {zero, zero};
-        loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, LOOM_NONE, 2, init);
+        /* carried: the K/V and Q ring uses; with xunit, what the previous unit started */
+        softmax_state f = fresh_state(g);
+        loom_val init[6] = {zero, zero, zero, f.m, f.l,
+                            loom_splat(k, loom_const_f(k, s->dt, 0), LOOM_SHAPE2(FA_BLOCK, s->bn))};
+        int ncarry = s->xunit ? 6 : 2;
+        loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, LOOM_NONE, ncarry, init);
         unit_at a = unit_of(g, loom_sched_unit(&l));
         loom_val it = loom_sched_arg(&l, 0), qit = loom_sched_arg(&l, 1);
+        xunit_carry next = {0};
         /* this group's block: fields Q0, N0 or Q1, N1 */
         loom_val fq = loom_add(k, CI(FA_U_Q0), loom_mul(k, rep, CI(FA_U_Q1 - FA_U_Q0)));
         loom_val q0 = field(g, a.i, fq), rows = field(g, a.i, loom_add(k, fq, one));
@@ -352,7 +477,11 @@ static void consumers(fa *g)
                            loom_splat(k, CF(0), LOOM_SHAPE1(FA_BLOCK)),
                            loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, s->D))};
         softmax_state st = {st0[0], st0[1], st0[2]};
-        if (s->overlap) {
+        if (s->xunit) {
+            xunit_carry in = {loom_sched_arg(&l, 2), loom_sched_arg(&l, 3), loom_sched_arg(&l, 4),
+                              loom_sched_arg(&l, 5)};
+            st = kv_across_units(g, &l, qv, store_q(s) ? LOOM_NONE : qs, it, qit, &a, rep, in, &next);
+        } else if (s->overlap) {
             st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st);
         } else {
             loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
@@ -382,8 +511,8 @@ static void consumers(fa *g)
             loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
         }
 
-        loom_val next[2] = {loom_add(k, it, a.tiles), loom_add(k, qit, one)};
-        loom_sched_end(k, &l, next);
+        loom_val ys[6] = {loom_add(k, it, a.tiles), loom_add(k, qit, one), next.pend, next.m, next.l, next.p};
+        loom_sched_end(k, &l, ys);
         if (s->turns)
             loom_turns_finish(k, &g->turns);
     }

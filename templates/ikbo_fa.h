@@ -20,6 +20,7 @@ typedef struct fa_spec {
     int turns;                    /* 1: the two warp groups take turns on the tensor cores */
     int overlap;                  /* 1: a tile's softmax overlaps the previous tile's P V */
     int tmastore;                 /* 1: full 64-row blocks go out by TMA through the Q slot */
+    int xunit;                    /* 1: the next unit's first S = Q K^T is issued beside this one's last P V */
 } fa_spec;
 
 /* Rows of Q (and out): B * nseed. */

@@ -24,7 +24,7 @@ struct loom_ikbo_fa {
 /* 128-key tiles, two slots each of the K and V rings (and two Q slots), a persistent CTA an SM taking units round-robin, each
  * tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
  * measurements).  The registry entry's defaults (templates/ikbo_fa_registry.c) are the same. */
-static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1};
+static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1, 0};
 
 /* p's failure: the message into its runtime's error, the status returned. */
 #define fail(p, st, ...) tpl_fail((p)->rt, (st), __VA_ARGS__)
@@ -32,7 +32,7 @@ static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1};
 static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c)
 {
     return (fa_spec){s->B,  s->U,      s->S,    s->H,     s->D,     s->n_seed, s->dtype,
-                     s->varlen, c->bn, c->stages, c->ctas, c->sched, c->turns,  c->overlap, c->tmastore};
+                     s->varlen, c->bn, c->stages, c->ctas, c->sched, c->turns,  c->overlap, c->tmastore, c->xunit};
 }
 
 /* The config the tuner picks for this shape (cached on disk). */
@@ -116,8 +116,8 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
         return st;
     }
     const loom_ikbo_fa_config *c = &p->cfg;
-    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d; %s", c->bn,
-             c->stages, c->ctas, c->sched, c->turns, c->overlap, c->tmastore, loom_kernel_name(p->k));
+    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d; %s",
+             c->bn, c->stages, c->ctas, c->sched, c->turns, c->overlap, c->tmastore, c->xunit, loom_kernel_name(p->k));
     *out = p;
     return LOOM_OK;
 }
@@ -214,7 +214,7 @@ const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p) { return p ? p->desc : 
 
 loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p)
 {
-    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0, 0, 0};
+    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0, 0, 0, 0};
 }
 
 loom_kernel *loom_ikbo_fa_kernel(const loom_ikbo_fa *p, int grid[3])

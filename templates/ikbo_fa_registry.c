@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 enum { S_B, S_U, S_S, S_H, S_D, S_NSEED, S_DTYPE, S_VARLEN, S_SHUFFLE };
-enum { C_BN, C_STAGES, C_CTAS, C_SCHED, C_TURNS, C_OVERLAP, C_TMASTORE };
+enum { C_BN, C_STAGES, C_CTAS, C_SCHED, C_TURNS, C_OVERLAP, C_TMASTORE, C_XUNIT };
 /* The kernel's arguments (templates/ikbo_fa.h). */
 enum { A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT };
 
@@ -19,13 +19,14 @@ fa_spec fa_spec_of(const int64_t *sh, const int64_t *cf)
 {
     return (fa_spec){sh[S_B], sh[S_U], sh[S_S], sh[S_H], sh[S_D], sh[S_NSEED], (loom_dtype)sh[S_DTYPE],
                      (int)sh[S_VARLEN], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CTAS], (int)cf[C_SCHED],
-                     (int)cf[C_TURNS], (int)cf[C_OVERLAP], (int)cf[C_TMASTORE]};
+                     (int)cf[C_TURNS], (int)cf[C_OVERLAP], (int)cf[C_TMASTORE], (int)cf[C_XUNIT]};
 }
 
 loom_ikbo_fa_config fa_config_of(const int64_t *cf)
 {
     return (loom_ikbo_fa_config){(int)cf[C_BN],    (int)cf[C_STAGES], (int)cf[C_CTAS],
-                                 (int)cf[C_SCHED], (int)cf[C_TURNS],  (int)cf[C_OVERLAP], (int)cf[C_TMASTORE]};
+                                 (int)cf[C_SCHED], (int)cf[C_TURNS],  (int)cf[C_OVERLAP], (int)cf[C_TMASTORE],
+                                 (int)cf[C_XUNIT]};
 }
 
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
@@ -71,7 +72,7 @@ static void lengths(const fa_spec *s, int32_t *lens, uint64_t *seed)
 
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0});
+    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
     int64_t qn = fa_rows(&s) * s.H * s.D, kn = s.U * s.S * s.H * s.D;
     tpl_fill(host[A_Q], s.dt, qn, -1, 1, &seed);
     tpl_fill(host[A_K], s.dt, kn, -1, 1, &seed);
@@ -90,7 +91,7 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
 /* The mapping back from the plan (every candidate's rows are in some block). */
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0});
+    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
     int32_t *map = calloc((size_t)s.B, sizeof *map);
     if (!map)
         return;
@@ -121,7 +122,7 @@ const loom_template tpl_def_ikbo_fa = {
               {"dtype", LOOM_F16, "f16 or bf16"},
               {"varlen", 0, "1: per-user lengths seq_len[U] mask the keys past them"},
               {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled", 0, {0}, 1}},
-    .nconfig = 7,
+    .nconfig = 8,
     .config = {{"BN", 128, "keys a K/V tile: D (64 or 128)", 2, {64, 128}},
                {"stages", 2, "slots of the K ring and of the V ring (two Q slots where they fit)", 3, {2, 3, 4}},
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
@@ -131,7 +132,9 @@ const loom_template tpl_def_ikbo_fa = {
                 {0, 1}},
                {"tmastore", 1, "1: where n_seed is a multiple of 64, out goes out by TMA through the Q tile (the Q "
                                "slot comes back after the store); 0: stored from the registers, the Q slot back "
-                               "after the last S = Q K^T", 2, {0, 1}}},
+                               "after the last S = Q K^T", 2, {0, 1}},
+               {"xunit", 0, "1: the next unit's first S = Q K^T and its softmax run beside this unit's last P V "
+                            "(sched=0, overlap=1, turns=0)", 2, {0, 1}}},
     .valid = valid,
     .cost = cost,
     .build = build,
