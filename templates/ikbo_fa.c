@@ -86,6 +86,8 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
     }
     if (s->ctas < 1 || s->ctas > 1024)
         return "ctas (persistent programs) must be 1 to 1024";
+    if (s->xunit && q_slots(s) < 2) /* the next unit's Q is taken before this unit's slot goes back */
+        return "xunit=1 needs two Q slots: with this K/V ring only one fits in shared memory; use fewer stages";
     if (s->dynamic != 0 && s->dynamic != 1)
         return "sched must be 0 (round-robin) or 1 (dynamic)";
     if (s->turns != 0 && s->turns != 1)

@@ -134,7 +134,8 @@ const loom_template tpl_def_ikbo_fa = {
                                "slot comes back after the store); 0: stored from the registers, the Q slot back "
                                "after the last S = Q K^T", 2, {0, 1}},
                {"xunit", 0, "1: the next unit's first S = Q K^T and its softmax run beside this unit's last P V "
-                            "(sched=0, overlap=1, turns=0)", 2, {0, 1}}},
+                            "(sched=0, overlap=1, turns=0, two Q slots); measured slower (bench/RESULTS.md), so not "
+                            "tuned", 1, {0}}},
     .valid = valid,
     .cost = cost,
     .build = build,

@@ -212,6 +212,12 @@ Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
     sh.D = 64;
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 0, 0, 1, 1, 0}, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "BN (keys a tile) must equal D"), "%s", loom_runtime_error(rt));
+    sh.D = 128; /* across units with three 128-key K/V slots: one Q slot fits, and the next unit's Q would wait on it */
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 3, 4, 0, 0, 1, 1, 1}, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "xunit=1 needs two Q slots"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 1, 0, 1, 1, 1}, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "needs sched=0"), "%s", loom_runtime_error(rt));
+    sh.D = 64;
     loom_ikbo_fa_config big = {64, 9, 4, 0, 0, 1, 1, 0};
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &big, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "stages must be 2 to 8"), "%s", loom_runtime_error(rt));
