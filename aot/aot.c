@@ -263,25 +263,16 @@ static void put_i64s(FILE *f, const int64_t *v, int n)
     fputc('}', f);
 }
 
-static const char *kind_c(int kind)
-{
-    switch (kind) {
-    case ARG_I32: return "int32_t";
-    case ARG_I64: return "int64_t";
-    case ARG_F32: return "float";
-    }
-    return "CUdeviceptr";
-}
+/* Each argument kind's C type in a launch function and its name in aot_rt.c's tables. */
+static const struct {
+    const char *c, *name;
+} kinds[] = {[ARG_PTR] = {"CUdeviceptr", "AOT_ARG_PTR"},
+             [ARG_I32] = {"int32_t", "AOT_ARG_I32"},
+             [ARG_I64] = {"int64_t", "AOT_ARG_I64"},
+             [ARG_F32] = {"float", "AOT_ARG_F32"}};
 
-static const char *kind_name(int kind)
-{
-    switch (kind) {
-    case ARG_I32: return "AOT_ARG_I32";
-    case ARG_I64: return "AOT_ARG_I64";
-    case ARG_F32: return "AOT_ARG_F32";
-    }
-    return "AOT_ARG_PTR";
-}
+static const char *kind_c(int kind) { return kinds[kind].c; }
+static const char *kind_name(int kind) { return kinds[kind].name; }
 
 /* ---------------------------------------------------------------- writing: kernels */
 

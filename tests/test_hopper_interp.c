@@ -355,22 +355,9 @@ Test(hopper_interp, mbar_wait_deadlock_names_task_barrier_phase)
  * `only_first`, replica 1 never arrives: the deadlock shows 1 of 2 arrivals. */
 static loom_kernel *two_arrivals(bool only_first, int *tline, int *wline)
 {
-    loom_kernel *k = loom_kernel_create("two", 8);
-    loom_val o = loom_arg_tensor(k, "o", LOOM_I32, LOOM_SHAPE1(2), LOOM_OUT);
-    loom_val bar = loom_name(k, loom_mbar_alloc(k, 1, 2), "bar");
-    loom_val zero = I32(k, 0);
-    *tline = __LINE__; loom_region_op t = loom_task_begin(k, 4, 0, 2);
-    loom_val rep = loom_task_replica(k);
-    loom_region_op i = 0;
-    if (only_first)
-        i = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rep, zero), 0);
-    loom_mbar_arrive(k, bar, zero);
-    if (only_first)
-        loom_if_end(k, i, 0, NULL);
-    *wline = __LINE__; loom_mbar_wait(k, bar, zero, zero);
-    loom_store(k, o, &rep, loom_splat(k, loom_add(k, rep, I32(k, 1)), LOOM_SHAPE1(1)), LOOM_NONE);
-    loom_task_end(k, t);
-    return k;
+    *tline = __LINE__; loom_src task_at = LOOM_HERE;
+    *wline = __LINE__; loom_src wait_at = LOOM_HERE;
+    return t_two_arrivals(task_at, wait_at, "two", only_first);
 }
 
 Test(hopper_interp, mbar_counts_every_replica)

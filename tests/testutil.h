@@ -18,6 +18,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,33 @@ static inline void loom_test_register_op(const char *name)
         if (!kb_env_ || strcmp(kb_env_, "1") != 0)                                       \
             cr_skip_test("known library bug (set LOOM_TEST_KNOWN_BUGS=1 to run): %s", why); \
     } while (0)
+
+/* ---------------------------------------------------------------- a planted deadlock */
+
+/* A kernel `name` of 8 warps: a barrier of two arrivals, one task of two replicas of 4
+ * warps that each arrive and then wait, and store replica + 1 into o[replica].  With
+ * `only_first`, replica 1 never arrives (the arrive count is wrong by one: every replica
+ * waits forever).  The task is recorded at `task_at`, the wait at `wait_at` (callers pass
+ * LOOM_HERE lines of their own file, which reports then name). */
+static inline loom_kernel *t_two_arrivals(loom_src task_at, loom_src wait_at, const char *name, bool only_first)
+{
+    loom_kernel *k = loom_kernel_create(name, 8);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_I32, LOOM_SHAPE1(2), LOOM_OUT);
+    loom_val bar = loom_name(k, loom_mbar_alloc(k, 1, 2), "bar");
+    loom_val zero = loom_const_i(k, LOOM_I32, 0);
+    loom_region_op t = loom_task_begin_at(task_at, k, 4, 0, 2);
+    loom_val rep = loom_task_replica(k);
+    loom_region_op i = 0;
+    if (only_first)
+        i = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rep, zero), 0);
+    loom_mbar_arrive(k, bar, zero);
+    if (only_first)
+        loom_if_end(k, i, 0, NULL);
+    loom_mbar_wait_at(wait_at, k, bar, zero, zero);
+    loom_store(k, o, &rep, loom_splat(k, loom_add(k, rep, loom_const_i(k, LOOM_I32, 1)), LOOM_SHAPE1(1)), LOOM_NONE);
+    loom_task_end(k, t);
+    return k;
+}
 
 /* ---------------------------------------------------------------- bits */
 
