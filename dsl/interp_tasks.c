@@ -227,6 +227,19 @@ static bool check_exit(interp *in)
                                "call loom_tma_store_wait(0) before the end of the task");
         }
     }
+    /* a named barrier part-way through a generation at exit: an arrival (bar.arrive) that
+     * no bar.sync completed, whose threads the barrier's next use in a later launch on
+     * the same SM would count */
+    for (int id = 0; id < (int)(sizeof hw->nb / sizeof hw->nb[0]); id++)
+        if (hw->nb[id].arrived && hw->ntasks) {
+            in->task_op = hw->tasks[0]->op;
+            in->task_replica = hw->tasks[0]->replica;
+            return interp_fail(in, LOOM_ERR_RUNTIME, hw->tasks[0]->op,
+                               "the program ends with named barrier %d holding %lld of its %lld threads: an "
+                               "arrival that no bar.sync completed (count every loom_named_barrier_arrive "
+                               "against the waits on that barrier)",
+                               id, (long long)hw->nb[id].arrived, (long long)hw->nb[id].target);
+        }
     return true;
 }
 

@@ -279,39 +279,6 @@ loom_val loom_sched_odd_at(loom_src at, loom_kernel *k, const loom_sched *s);
 void loom_sched_grouped_at(loom_src at, loom_kernel *k, loom_val t, int64_t tm, int64_t tn, int group, loom_val *b,
                            loom_val *tr, loom_val *tc);
 
-/* ---------------------------------------------------------------- ping-pong */
-
-/* Two consumer replicas that take turns on the tensor cores, in tile order: one runs
- * its mainloop while the other runs its epilogue.
- *
- *   replica 0:        mainloop | X | epilogue | Y |        mainloop | X | ...
- *   replica 1:  | X |          mainloop        | Y | epilogue | X |   ...
- *
- * Each replica calls loom_pingpong_mma_begin before its tile's mainloop,
- * loom_pingpong_mma_end after it and loom_pingpong_tile_end after its epilogue; after
- * its loop over units, loom_pingpong_finish (the replica with one tile fewer meets the
- * other's last turn).  The order also keeps a ring's parity waits sound: a replica waits
- * on its tile's full barriers only after the other has waited on all of its own. */
-typedef struct loom_pingpong {
-    loom_sync x, y;
-    loom_val rep, second; /* the replica, and "is it replica 1", set by loom_pingpong_start */
-} loom_pingpong;
-
-#define loom_pingpong_create(p) loom_pingpong_create_at(LOOM_HERE, p)
-loom_pingpong loom_pingpong_create_at(loom_src at, loom_pipe *p);
-/* In the consumer task: this replica (returned, and kept in pp). */
-#define loom_pingpong_start(k, pp) loom_pingpong_start_at(LOOM_HERE, k, pp)
-loom_val loom_pingpong_start_at(loom_src at, loom_kernel *k, loom_pingpong *pp);
-#define loom_pingpong_mma_begin(k, pp) loom_pingpong_mma_begin_at(LOOM_HERE, k, pp)
-#define loom_pingpong_mma_end(k, pp) loom_pingpong_mma_end_at(LOOM_HERE, k, pp)
-#define loom_pingpong_tile_end(k, pp) loom_pingpong_tile_end_at(LOOM_HERE, k, pp)
-#define loom_pingpong_finish(k, pp, odd) loom_pingpong_finish_at(LOOM_HERE, k, pp, odd)
-void loom_pingpong_mma_begin_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
-void loom_pingpong_mma_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
-void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
-/* odd: does replica 0 have one more tile than replica 1 (loom_sched_odd). */
-void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd);
-
 /* ---------------------------------------------------------------- turns */
 
 /* Two consumer replicas (one warp group each) that share every unit of work and take
@@ -342,6 +309,46 @@ loom_val loom_turns_start_at(loom_src at, loom_kernel *k, loom_turns *t);
 void loom_turns_begin_at(loom_src at, loom_kernel *k, const loom_turns *t);
 void loom_turns_end_at(loom_src at, loom_kernel *k, const loom_turns *t);
 void loom_turns_finish_at(loom_src at, loom_kernel *k, const loom_turns *t);
+
+/* ---------------------------------------------------------------- ping-pong */
+
+/* Two consumer replicas that take turns on the tensor cores, in tile order: one runs
+ * its mainloop while the other runs its epilogue (the program's tiles 0, 1, 2, ...;
+ * replica r takes tiles r, r + 2, ...).
+ *
+ *   replica 0:  mainloop 0 | epilogue 0 |            | mainloop 2 | epilogue 2 | ...
+ *   replica 1:             | mainloop 1              | epilogue 1 |            | ...
+ *
+ * The mainloops take turns (replica 1's starts after replica 0's has ended, replica 0's
+ * next after replica 1's), and so do the epilogues, which may then share a staging tile
+ * and a named barrier.  Each replica calls loom_pingpong_mma_begin before its tile's
+ * mainloop, loom_pingpong_mma_end after it and loom_pingpong_tile_end after its epilogue;
+ * after its loop over units, loom_pingpong_finish (the replica with one tile fewer takes
+ * an empty turn, so that every hand-over is taken before the kernel ends).  The ping-pong
+ * is two loom_turns, one for the mainloops and one for the epilogues: a turn is handed
+ * over by signalling (the replica that hands over arrives on a named barrier, the one
+ * whose turn it becomes waits there); four named barriers.  The order also keeps a ring's
+ * parity waits sound: a replica waits on its tile's full barriers only after the other
+ * has waited on all of its own. */
+typedef struct loom_pingpong {
+    loom_turns mma, epi;  /* the turns of the mainloops and of the epilogues */
+    loom_val rep, second; /* the replica, and "is it replica 1", set by loom_pingpong_start */
+} loom_pingpong;
+
+#define loom_pingpong_create(p) loom_pingpong_create_at(LOOM_HERE, p)
+loom_pingpong loom_pingpong_create_at(loom_src at, loom_pipe *p);
+/* In the consumer task: this replica (returned, and kept in pp). */
+#define loom_pingpong_start(k, pp) loom_pingpong_start_at(LOOM_HERE, k, pp)
+loom_val loom_pingpong_start_at(loom_src at, loom_kernel *k, loom_pingpong *pp);
+#define loom_pingpong_mma_begin(k, pp) loom_pingpong_mma_begin_at(LOOM_HERE, k, pp)
+#define loom_pingpong_mma_end(k, pp) loom_pingpong_mma_end_at(LOOM_HERE, k, pp)
+#define loom_pingpong_tile_end(k, pp) loom_pingpong_tile_end_at(LOOM_HERE, k, pp)
+#define loom_pingpong_finish(k, pp, odd) loom_pingpong_finish_at(LOOM_HERE, k, pp, odd)
+void loom_pingpong_mma_begin_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
+void loom_pingpong_mma_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
+void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp);
+/* odd: does replica 0 have one more tile than replica 1 (loom_sched_odd). */
+void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd);
 
 /* ---------------------------------------------------------------- epilogues */
 

@@ -444,59 +444,6 @@ void loom_sched_grouped_at(loom_src at, loom_kernel *k, loom_val t, int64_t tm, 
     *tc = loom_div_at(at, k, in, gsize);
 }
 
-/* ---------------------------------------------------------------- ping-pong */
-
-loom_pingpong loom_pingpong_create_at(loom_src at, loom_pipe *p)
-{
-    loom_pingpong pp = {{0, 0, 0}, {0, 0, 0}, LOOM_NONE, LOOM_NONE};
-    pp.x = loom_sync_create_at(at, p, 256, 1);
-    pp.y = loom_sync_create_at(at, p, 256, 1);
-    return pp;
-}
-
-loom_val loom_pingpong_start_at(loom_src at, loom_kernel *k, loom_pingpong *pp)
-{
-    pp->rep = loom_task_replica_at(at, k);
-    pp->second = loom_cmp_at(at, k, LOOM_EQ, pp->rep, CI(1));
-    return pp->rep;
-}
-
-/* Replica 1 waits until replica 0's mainloop is done (replica 0's turn comes from the
- * previous tile's end). */
-void loom_pingpong_mma_begin_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
-{
-    loom_region_op w = loom_if_begin_at(at, k, pp->second, 0);
-    loom_sync_wait_at(at, k, pp->x, LOOM_NONE);
-    loom_if_end_at(at, k, w, 0, NULL);
-}
-
-/* The tensor cores to the other replica. */
-void loom_pingpong_mma_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
-{
-    loom_region_op hand = loom_if_begin_at(at, k, pp->second, 0);
-    loom_sync_wait_at(at, k, pp->y, LOOM_NONE);
-    loom_else_at(at, k, hand, 0, NULL);
-    loom_sync_wait_at(at, k, pp->x, LOOM_NONE);
-    loom_if_end_at(at, k, hand, 0, NULL);
-}
-
-/* Replica 0 waits until replica 1's mainloop is done. */
-void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
-{
-    loom_region_op w = loom_if_begin_at(at, k, pp->second, 0);
-    loom_else_at(at, k, w, 0, NULL);
-    loom_sync_wait_at(at, k, pp->y, LOOM_NONE);
-    loom_if_end_at(at, k, w, 0, NULL);
-}
-
-void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd)
-{
-    loom_region_op ex = loom_if_begin_at(at, k, loom_and_at(at, k, pp->second, odd), 0);
-    loom_sync_wait_at(at, k, pp->x, LOOM_NONE);
-    loom_sync_wait_at(at, k, pp->y, LOOM_NONE);
-    loom_if_end_at(at, k, ex, 0, NULL);
-}
-
 /* ---------------------------------------------------------------- turns */
 
 /* Two warp groups meet at each barrier: the one whose turn it is waits (bar.sync), the
@@ -538,11 +485,103 @@ void loom_turns_begin_at(loom_src at, loom_kernel *k, const loom_turns *t) { tur
 
 void loom_turns_end_at(loom_src at, loom_kernel *k, const loom_turns *t) { turn_barrier(at, k, t, 1, 0, false); }
 
+/* Replica 1 takes a turn with nothing to issue: it waits for its turn and hands it back
+ * (the ping-pong's finish when replica 0 has one tile more). */
+static void turn_pass_second(loom_src at, loom_kernel *k, const loom_turns *t)
+{
+    loom_named_barrier_at(at, k, t->id + 1, TURN_THREADS);
+    loom_named_barrier_arrive_at(at, k, t->id, TURN_THREADS);
+}
+
 void loom_turns_finish_at(loom_src at, loom_kernel *k, const loom_turns *t)
 {
     loom_region_op r = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, t->rep, CI(0)), 0);
     loom_named_barrier_at(at, k, t->id, TURN_THREADS);
     loom_if_end_at(at, k, r, 0, NULL);
+}
+
+/* ---------------------------------------------------------------- ping-pong */
+
+/* The ping-pong is two loom_turns: `mma`, whose turn is the tensor cores (a tile's
+ * mainloop), and `epi`, whose turn is the epilogue.  The epilogues take turns too because
+ * the replicas share what an epilogue uses: its named barrier (one id, one replica's
+ * threads) and, with one staging slot (LOOM_EPI_TURNS), the staging tile.  x[r] below is
+ * the barrier replica r waits on for its turn of x (turns id + r).  On each of the four
+ * barriers one replica only waits (bar.sync) and the other only arrives (bar.arrive),
+ * 128 threads each: a generation is one arrive and one wait, and the two replicas never
+ * both bar.sync one barrier from two places of the code.
+ *
+ *   start       replica 1 arrives on mma[0] and epi[0] (replica 0 goes first)
+ *   mma_begin   wait on mma[rep]
+ *   mma_end     arrive on mma[1 - rep]; wait on epi[rep]
+ *   tile_end    arrive on epi[1 - rep]
+ *   finish      odd: replica 1 takes an empty turn of each (wait on mma[1], arrive on
+ *               mma[0], wait on epi[1], arrive on epi[0]); then replica 0 waits on mma[0]
+ *               and on epi[0] (loom_turns_finish)
+ *
+ * So replica 1's j-th mainloop starts after replica 0's j-th has ended (mma[1]), replica
+ * 0's (j+1)-th after replica 1's j-th (mma[0]), and the epilogues alternate in the same
+ * order (epi), each beside the other replica's next mainloop.
+ *
+ * Every arrive is matched by a wait, so no barrier is left part-way when the kernel
+ * exits.  With n0 tiles for replica 0 and n1 for replica 1 (odd = n0 - n1, 0 or 1):
+ *
+ *   barrier   arrivals (by the other replica)       waits
+ *   mma[0]    1 (start) + n1 (mma_end) + odd        n0 (mma_begin) + 1 (finish)
+ *   mma[1]    n0 (mma_end)                          n1 (mma_begin) + odd
+ *   epi[0]    1 (start) + n1 (tile_end) + odd       n0 (mma_end) + 1 (finish)
+ *   epi[1]    n0 (tile_end)                         n1 (mma_end) + odd
+ *
+ * Even (n0 = n1, odd = 0): 1 + n1 = n0 + 1 and n0 = n1.  Odd (n0 = n1 + 1): 1 + n1 + 1 =
+ * n0 + 1 and n0 = n1 + 1.  A program with no tile: one arrive and one wait on mma[0] and
+ * on epi[0].  Nor does a replica arrive twice on a barrier in one generation: replica 1's
+ * next arrive on mma[0] comes after its wait on mma[1], which needs replica 0's arrive,
+ * made after replica 0's wait completed mma[0]'s generation; so for the others. */
+
+loom_pingpong loom_pingpong_create_at(loom_src at, loom_pipe *p)
+{
+    loom_pingpong pp = {{0, LOOM_NONE}, {0, LOOM_NONE}, LOOM_NONE, LOOM_NONE};
+    pp.mma = loom_turns_create_at(at, p);
+    pp.epi = loom_turns_create_at(at, p);
+    return pp;
+}
+
+loom_val loom_pingpong_start_at(loom_src at, loom_kernel *k, loom_pingpong *pp)
+{
+    pp->rep = loom_turns_start_at(at, k, &pp->mma);
+    loom_turns_start_at(at, k, &pp->epi);
+    pp->second = loom_cmp_at(at, k, LOOM_EQ, pp->rep, CI(1));
+    return pp->rep;
+}
+
+/* Wait for this replica's turn on the tensor cores. */
+void loom_pingpong_mma_begin_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
+{
+    loom_turns_begin_at(at, k, &pp->mma);
+}
+
+/* The tensor cores to the other replica; wait for this replica's epilogue turn (the
+ * other's previous epilogue is done). */
+void loom_pingpong_mma_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
+{
+    loom_turns_end_at(at, k, &pp->mma);
+    loom_turns_begin_at(at, k, &pp->epi);
+}
+
+/* The epilogue turn to the other replica. */
+void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong *pp)
+{
+    loom_turns_end_at(at, k, &pp->epi);
+}
+
+void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd)
+{
+    loom_region_op ex = loom_if_begin_at(at, k, loom_and_at(at, k, pp->second, odd), 0);
+    turn_pass_second(at, k, &pp->mma);
+    turn_pass_second(at, k, &pp->epi);
+    loom_if_end_at(at, k, ex, 0, NULL);
+    loom_turns_finish_at(at, k, &pp->mma);
+    loom_turns_finish_at(at, k, &pp->epi);
 }
 
 /* ---------------------------------------------------------------- epilogues */

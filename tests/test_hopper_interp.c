@@ -253,6 +253,25 @@ Test(hopper_interp, named_barrier_arrive_signals_without_waiting)
     loom_kernel_destroy(k);
 }
 
+/* An arrival that no bar.sync completes is left in the barrier at exit: reported. */
+Test(hopper_interp, named_barrier_left_half_arrived_at_exit)
+{
+    loom_kernel *k = loom_kernel_create("stray", 8);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE1(64), LOOM_OUT);
+    loom_val z = I32(k, 0);
+    loom_region_op a = loom_task_begin(k, 4, 0, 1);
+    loom_store(k, o, &z, loom_splat(k, loom_const_f(k, LOOM_F32, 1), LOOM_SHAPE1(64)), LOOM_NONE);
+    loom_task_end(k, a);
+    loom_region_op b = loom_task_begin(k, 4, 0, 1);
+    loom_named_barrier_arrive(k, 3, 256); /* the other task never waits on it */
+    loom_task_end(k, b);
+    float os[64];
+    targ args[] = {TA_ARR(os)};
+    cr_assert_eq(t_run(k, NULL, args, 1), LOOM_ERR_RUNTIME, "%s", t_last_error);
+    cr_expect(strstr(t_last_error, "ends with named barrier 3 holding 128 of its 256 threads"), "%s", t_last_error);
+    loom_kernel_destroy(k);
+}
+
 /* 256 threads reach a barrier that waits for 384: both tasks are reported. */
 Test(hopper_interp, named_barrier_deadlock)
 {

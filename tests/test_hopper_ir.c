@@ -290,8 +290,9 @@ Test(hopper_checks, replicas_taking_turns_through_a_loop)
 }
 
 /* The ping-pong GEMM: two consumer replicas of one warp group take turns on whole tiles,
- * handing over with named barriers; the empty barriers count one replica's four warps;
- * the last slot of a tile is given back inside the asm of the wait that frees it. */
+ * handing over by signal and wait on named barriers; the empty barriers count one
+ * replica's four warps; the last slot of a tile is given back inside the asm of the wait
+ * that frees it. */
 Test(hopper_ptx, gemm_pingpong_takes_turns)
 {
     char *p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=bf16,odtype=bf16", "BM=128,cwarps=8,consumers=1,BN=128,stages=5");
@@ -300,8 +301,15 @@ Test(hopper_ptx, gemm_pingpong_takes_turns)
     cr_expect_eq(init_count(p, 5), 4, "empty: one consumer replica's 4 warps a phase, got %ld", init_count(p, 5));
     cr_expect(t_count(p, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") == 8,
               "BK=64, BM=128 by one warp group: two m64 blocks of four k16 steps");
-    cr_expect(t_count(p, "bar.sync 8, 256;") >= 2 && t_count(p, "bar.sync 9, 256;") >= 2,
-              "the turn handed over on user barriers 0 and 1 (hardware 8 and 9)");
+    /* two turns (mainloops: user barriers 0 and 1, hardware 8 and 9; epilogues: 10 and
+     * 11), each handed over by a bar.arrive on one side and waited for by a bar.sync on
+     * the other */
+    for (int b = 8; b <= 11; b++) {
+        char sync[32], arrive[32];
+        snprintf(sync, sizeof sync, "bar.sync %d, 256;", b);
+        snprintf(arrive, sizeof arrive, "bar.arrive %d, 256;", b);
+        cr_expect(t_count(p, sync) >= 1 && t_count(p, arrive) >= 1, "barrier %d: a wait and a signal", b);
+    }
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;\n\t@p mbarrier.arrive.shared::cta.b64") != NULL,
               "the last slot given back right after the wait");
     cr_expect(strstr(p, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL);
@@ -458,7 +466,7 @@ Test(hopper_interp_template, gemm_runs_on_the_interpreter)
     static const char *cases[][2] = {
         {"M=77,N=72,K=40,batch=3", "BM=64,cwarps=4,BN=64,stages=2"},
         {"M=130,N=64,K=200,dtype=bf16,odtype=f32", "BM=128,cwarps=8,BN=64,stages=3,ctas=2"},
-        /* ping-pong: 3 tiles a CTA (replica 1 meets replica 0 once more after its last) */
+        /* ping-pong: 3 tiles a CTA (replica 1 takes an empty turn after its last) */
         {"M=300,N=200,K=136", "BM=128,cwarps=8,consumers=1,BN=128,ctas=2"},
         {"M=77,N=72,K=40,batch=5,dtype=bf16,odtype=f32,ashared=0", "cwarps=8,consumers=1,BM=64,BN=64,stages=2,ctas=3"},
         {"M=200,N=256,K=72,batch=3", "cwarps=8,consumers=1,BM=64,BN=256,stages=3,ctas=4"},
@@ -480,6 +488,35 @@ Test(hopper_interp_template, gemm_runs_on_the_interpreter)
         cr_assert_eq(loom_params_parse(t->shape, t->nshape, cases[i][0], sh, err, sizeof err), 0, "%s", err);
         cr_assert_eq(loom_params_parse(t->config, t->nconfig, cases[i][1], cf, err, sizeof err), 0, "%s", err);
         loom_status st = loom_template_check(rt, t, sh, cf, 11 + i, rep, sizeof rep);
+        cr_expect_eq(st, LOOM_OK, "%s | %s: %s", cases[i][0], cases[i][1], rep);
+    }
+    loom_runtime_destroy(rt);
+}
+
+/* The ping-pong GEMM on the interpreter at each count of tiles a program may get (the
+ * replicas take them alternately): odd, where replica 1 takes an empty turn at the end,
+ * even, and none; the hand-overs must balance or the interpreter reports a deadlock. */
+Test(hopper_interp_template, gemm_pingpong_odd_and_even_tiles_per_program)
+{
+    const loom_template *t = loom_template_find("gemm");
+    cr_assert_not_null(t);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    static const char *cases[][2] = {
+        {"M=128,N=128,K=64", "BM=128,cwarps=8,consumers=1,BN=128,ctas=1"},          /* 1 tile */
+        {"M=128,N=128,K=64", "BM=128,cwarps=8,consumers=1,BN=128,ctas=2"},          /* 1 and none */
+        {"M=256,N=128,K=64", "BM=128,cwarps=8,consumers=1,BN=128,ctas=1"},          /* 2 */
+        {"M=300,N=200,K=136", "BM=128,cwarps=8,consumers=1,BN=128,ctas=2"},         /* 3 each */
+        {"M=300,N=200,K=136", "BM=128,cwarps=8,consumers=1,BN=128,ctas=3,tmastore=1"}, /* 2 each */
+        {"M=300,N=200,K=136", "BM=128,cwarps=8,consumers=1,BN=128,ctas=4,stages=2"}, /* 2, 2, 1, 1 */
+        {"M=200,N=192,K=40,batch=2", "cwarps=8,consumers=1,BM=64,BN=64,stages=2,ctas=5,tmastore=1"}, /* 5 or 4 */
+        {"M=384,N=256,K=72", "BM=128,cwarps=8,consumers=1,BN=128,ctas=1,tmastore=1"}, /* 6 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char err[512], rep[512];
+        cr_assert_eq(loom_params_parse(t->shape, t->nshape, cases[i][0], sh, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(loom_params_parse(t->config, t->nconfig, cases[i][1], cf, err, sizeof err), 0, "%s", err);
+        loom_status st = loom_template_check(rt, t, sh, cf, 31 + i, rep, sizeof rep);
         cr_expect_eq(st, LOOM_OK, "%s | %s: %s", cases[i][0], cases[i][1], rep);
     }
     loom_runtime_destroy(rt);

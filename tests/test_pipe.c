@@ -226,6 +226,31 @@ Test(pipe, pingpong_turns)
     pk_ok((pk){.M = 100, .N = 96, .K = 16, .BN = 32, .slots = 3, .programs = 2, .pingpong = 1, .epi = LOOM_EPI_TURNS});
 }
 
+/* Ping-pong at each count of tiles a program may get: odd (replica 0 has one more, and
+ * replica 1 takes an empty turn in loom_pingpong_finish), even, and none (more programs
+ * than tiles: only the start's hand-overs, taken by the finish).  Every hand-over is a
+ * signal on one side and a wait on the other: a wait with no signal to match (replica 1
+ * without its empty turn) is a deadlock report.  The epilogues take turns too, which the
+ * shared staging tile of LOOM_EPI_TURNS needs. */
+Test(pipe, pingpong_odd_and_even_tiles_per_program)
+{
+    static const struct {
+        int M, N, programs; /* 64 x 32 tiles */
+    } g[] = {
+        {64, 32, 1},  /* 1 tile */
+        {128, 32, 1}, /* 2 */
+        {192, 32, 1}, /* 3 */
+        {128, 64, 1}, /* 4 */
+        {192, 32, 2}, /* 2 and 1 */
+        {64, 64, 3},  /* 1, 1 and none */
+    };
+    static const loom_epilogue_kind kinds[] = {LOOM_EPI_REGISTERS, LOOM_EPI_STAGED, LOOM_EPI_TURNS};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        for (size_t e = 0; e < sizeof kinds / sizeof kinds[0]; e++)
+            pk_ok((pk){.M = g[i].M, .N = g[i].N, .K = 32, .BN = 32, .slots = 2, .programs = g[i].programs,
+                       .pingpong = 1, .epi = kinds[e]});
+}
+
 /* Clusters of 2: each CTA multicasts half of the B tile, releases go to both producers. */
 Test(pipe, cluster_multicast)
 {
