@@ -131,10 +131,14 @@ static int aot_cuda_fail(aot_CUresult r, const char *what)
 static int aot_driver_locked(void)
 {
     static const char *const libs[] = {"libcuda.so.1", "libcuda.so"};
+    char why[512] = "";
     for (size_t i = 0; !aot_cu.lib && i < sizeof libs / sizeof libs[0]; i++)
-        aot_cu.lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+        if (!(aot_cu.lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL)) && !why[0]) { /* the first failure says most */
+            const char *e = dlerror();
+            snprintf(why, sizeof why, "%s", e ? e : "(no message)");
+        }
     if (!aot_cu.lib)
-        return aot_fail(AOT_ERR_NO_GPU, "no CUDA driver: dlopen(libcuda.so.1) failed: %s", dlerror());
+        return aot_fail(AOT_ERR_NO_GPU, "no CUDA driver: dlopen(libcuda.so.1) failed: %s", why);
     static const struct {
         const char *name;
         size_t offset;
