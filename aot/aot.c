@@ -516,86 +516,83 @@ static loom_status put_lce(gen *g, FILE *h, FILE *f)
     const char *P = r->prefix, *U = g->upper;
     ik_stage *runs = g->lce;
     int (*kidx)[IK_MAX_STEPS] = g->lce_kernel;
-    loom_status st = LOOM_OK;
-    {
-        fprintf(h, "\n/* The IKBO linear compression as an operation (stage %d, %s), as loom_ikbo_lce_prepare and\n"
-                   " * loom_ikbo_lce_run: prepare once per shape (the weights w_user [M, Ku] and w_cand [M, Kc],\n"
-                   " * host arrays of the dtype, are padded and uploaded; the operation's buffers allocated),\n"
-                   " * then run per request on device buffers e_user [U, Ku, N], e_cand [B, Kc, N],\n"
-                   " * cand_to_user [B] int32 (each in [0, U)) and out [B, M, N].  One operation is used by one\n"
-                   " * thread at a time. */\n"
-                   "typedef struct %s_ikbo_lce %s_ikbo_lce;\n"
-                   "%s_status %s_ikbo_lce_prepare(const %s_ikbo_lce_shape *shape, const void *w_user, const void "
-                   "*w_cand, %s_ikbo_lce **out);\n"
-                   "%s_status %s_ikbo_lce_run(%s_ikbo_lce *op, CUdeviceptr e_user, CUdeviceptr e_cand, CUdeviceptr "
-                   "cand_to_user, CUdeviceptr out, CUstream stream);\n"
-                   "void %s_ikbo_lce_destroy(%s_ikbo_lce *op);\n",
-                r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), P, P, P, P, P, P, P, P, P, P, P);
-        fprintf(f, "\n/* ================================================================ the IKBO LCE operation */\n"
-                   "enum { AOT_LCE_NBUF = %d, AOT_LCE_CALLER = %d, AOT_LCE_FLAGS = %d, AOT_LCE_EPOCH = %d };\n",
-                IK_NBUF, IK_CALLER_BUFS, IK_FLAGS, IK_EPOCH);
-        fputs((const char *)aot_text_lce, f);
-        fprintf(f, "\n/* Stage %d (%s) at each shape of the dispatch table, in its order: {M, Ku, Kc, bytes an\n"
-                   " * element, the owned buffers' bytes, the weights' fills {buffer, weight, ld, column}, the\n"
-                   " * kernels {kernel, grid, arguments' sources}, the epoch's step}.  Buffers: 0 e_user,\n"
-                   " * 1 e_cand, 2 cand_to_user, 3 out, then the operation's; source %d is the epoch. */\n"
-                   "static const aot_lce_plan aot_lce_plans[aot_ikbo_lce_ROWS] = {\n",
-                r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), IK_EPOCH);
-        for (int i = 0; i < r->nshapes; i++) {
-            const ik_stage *s = &runs[i];
-            const int64_t *sh = r->shapes[i];
-            fprintf(f, "    {%lld, %lld, %lld, %zu, {", (long long)sval(g, sh, "M"), (long long)sval(g, sh, "Ku"),
-                    (long long)sval(g, sh, "Kc"), loom_dtype_size((loom_dtype)sval(g, sh, "dtype")));
-            for (int b = 0; b < IK_NBUF; b++)
-                fprintf(f, "%s%zu", b ? ", " : "", s->bytes[b]);
-            fprintf(f, "},\n     %d, {", s->nfill);
-            for (int j = 0; j < s->nfill; j++)
-                fprintf(f, "%s{%d, %d, %lld, %lld}", j ? ", " : "", s->fill[j].buf, s->fill[j].weight,
-                        (long long)s->fill[j].ld, (long long)s->fill[j].col0);
-            fprintf(f, "},\n     %d, {", s->nsteps);
-            for (int j = 0; j < s->nsteps; j++) {
-                fprintf(f, "%s{%d, {%d, %d, %d}, %d, {", j ? ",\n          " : "", kidx[i][j], s->step[j].grid[0],
-                        s->step[j].grid[1], s->step[j].grid[2], s->step[j].nargs);
-                for (int a = 0; a < s->step[j].nargs; a++)
-                    fprintf(f, "%s%d", a ? ", " : "", s->step[j].arg[a]);
-                fprintf(f, "}}");
-            }
-            fprintf(f, "},\n     %lld},\n", (long long)s->epoch_step);
+    fprintf(h, "\n/* The IKBO linear compression as an operation (stage %d, %s), as loom_ikbo_lce_prepare and\n"
+               " * loom_ikbo_lce_run: prepare once per shape (the weights w_user [M, Ku] and w_cand [M, Kc],\n"
+               " * host arrays of the dtype, are padded and uploaded; the operation's buffers allocated),\n"
+               " * then run per request on device buffers e_user [U, Ku, N], e_cand [B, Kc, N],\n"
+               " * cand_to_user [B] int32 (each in [0, U)) and out [B, M, N].  One operation is used by one\n"
+               " * thread at a time. */\n"
+               "typedef struct %s_ikbo_lce %s_ikbo_lce;\n"
+               "%s_status %s_ikbo_lce_prepare(const %s_ikbo_lce_shape *shape, const void *w_user, const void "
+               "*w_cand, %s_ikbo_lce **out);\n"
+               "%s_status %s_ikbo_lce_run(%s_ikbo_lce *op, CUdeviceptr e_user, CUdeviceptr e_cand, CUdeviceptr "
+               "cand_to_user, CUdeviceptr out, CUstream stream);\n"
+               "void %s_ikbo_lce_destroy(%s_ikbo_lce *op);\n",
+            r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), P, P, P, P, P, P, P, P, P, P, P);
+    fprintf(f, "\n/* ================================================================ the IKBO LCE operation */\n"
+               "enum { AOT_LCE_NBUF = %d, AOT_LCE_CALLER = %d, AOT_LCE_FLAGS = %d, AOT_LCE_EPOCH = %d };\n",
+            IK_NBUF, IK_CALLER_BUFS, IK_FLAGS, IK_EPOCH);
+    fputs((const char *)aot_text_lce, f);
+    fprintf(f, "\n/* Stage %d (%s) at each shape of the dispatch table, in its order: {M, Ku, Kc, bytes an\n"
+               " * element, the owned buffers' bytes, the weights' fills {buffer, weight, ld, column}, the\n"
+               " * kernels {kernel, grid, arguments' sources}, the epoch's step}.  Buffers: 0 e_user,\n"
+               " * 1 e_cand, 2 cand_to_user, 3 out, then the operation's; source %d is the epoch. */\n"
+               "static const aot_lce_plan aot_lce_plans[aot_ikbo_lce_ROWS] = {\n",
+            r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), IK_EPOCH);
+    for (int i = 0; i < r->nshapes; i++) {
+        const ik_stage *s = &runs[i];
+        const int64_t *sh = r->shapes[i];
+        fprintf(f, "    {%lld, %lld, %lld, %zu, {", (long long)sval(g, sh, "M"), (long long)sval(g, sh, "Ku"),
+                (long long)sval(g, sh, "Kc"), loom_dtype_size((loom_dtype)sval(g, sh, "dtype")));
+        for (int b = 0; b < IK_NBUF; b++)
+            fprintf(f, "%s%zu", b ? ", " : "", s->bytes[b]);
+        fprintf(f, "},\n     %d, {", s->nfill);
+        for (int j = 0; j < s->nfill; j++)
+            fprintf(f, "%s{%d, %d, %lld, %lld}", j ? ", " : "", s->fill[j].buf, s->fill[j].weight,
+                    (long long)s->fill[j].ld, (long long)s->fill[j].col0);
+        fprintf(f, "},\n     %d, {", s->nsteps);
+        for (int j = 0; j < s->nsteps; j++) {
+            fprintf(f, "%s{%d, {%d, %d, %d}, %d, {", j ? ",\n          " : "", kidx[i][j], s->step[j].grid[0],
+                    s->step[j].grid[1], s->step[j].grid[2], s->step[j].nargs);
+            for (int a = 0; a < s->step[j].nargs; a++)
+                fprintf(f, "%s%d", a ? ", " : "", s->step[j].arg[a]);
+            fprintf(f, "}}");
         }
-        fprintf(f, "};\n");
-        fprintf(f, "\nstruct %s_ikbo_lce {\n    struct aot_lce_op *op;\n};\n", P);
-        fprintf(f, "\n%s_status %s_ikbo_lce_prepare(const %s_ikbo_lce_shape *shape, const void *w_user, const void "
-                   "*w_cand, %s_ikbo_lce **out)\n{\n"
-                   "    const char *fn = \"%s_ikbo_lce_prepare\";\n"
-                   "    if (out)\n        *out = NULL;\n"
-                   "    if (!out || !w_user || !w_cand)\n"
-                   "        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: %%s is NULL\", fn, !out ? \"out\" : "
-                   "!w_user ? \"w_user\" : \"w_cand\");\n"
-                   "    int r = aot_ikbo_lce_row(fn, shape);\n"
-                   "    if (r < 0)\n        return %s_ERR_INVALID;\n"
-                   "    %s_ikbo_lce *p = calloc(1, sizeof *p);\n"
-                   "    if (!p)\n        return (%s_status)aot_fail(AOT_ERR_NOMEM, \"%%s: out of host memory\", fn);\n"
-                   "    int st = aot_lce_prepare(fn, &aot_lce_plans[r], w_user, w_cand, &p->op);\n"
-                   "    if (st != AOT_OK) {\n        free(p);\n        return (%s_status)st;\n    }\n"
-                   "    *out = p;\n    return %s_OK;\n}\n",
-                P, P, P, P, P, P, U, P, P, P, U);
-        fprintf(f, "\n%s_status %s_ikbo_lce_run(%s_ikbo_lce *op, CUdeviceptr e_user, CUdeviceptr e_cand, CUdeviceptr "
-                   "cand_to_user, CUdeviceptr out, CUstream stream)\n{\n"
-                   "    const char *fn = \"%s_ikbo_lce_run\";\n"
-                   "    static const char *const names[AOT_LCE_CALLER] = {\"e_user\", \"e_cand\", \"cand_to_user\", "
-                   "\"out\"};\n"
-                   "    const CUdeviceptr caller[AOT_LCE_CALLER] = {e_user, e_cand, cand_to_user, out};\n"
-                   "    if (!op)\n        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: op is NULL\", fn);\n"
-                   "    for (int i = 0; i < AOT_LCE_CALLER; i++)\n"
-                   "        if (!caller[i])\n"
-                   "            return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: %%s is NULL\", fn, names[i]);\n"
-                   "    return (%s_status)aot_lce_run(fn, op->op, aot_kernels, aot_states, caller, stream);\n}\n",
-                P, P, P, P, P, P, P);
-        fprintf(f, "\nvoid %s_ikbo_lce_destroy(%s_ikbo_lce *op)\n{\n    if (!op)\n        return;\n"
-                   "    aot_lce_destroy(op->op);\n    free(op);\n}\n",
-                P, P);
+        fprintf(f, "},\n     %lld},\n", (long long)s->epoch_step);
     }
-    return st;
+    fprintf(f, "};\n");
+    fprintf(f, "\nstruct %s_ikbo_lce {\n    struct aot_lce_op *op;\n};\n", P);
+    fprintf(f, "\n%s_status %s_ikbo_lce_prepare(const %s_ikbo_lce_shape *shape, const void *w_user, const void "
+               "*w_cand, %s_ikbo_lce **out)\n{\n"
+               "    const char *fn = \"%s_ikbo_lce_prepare\";\n"
+               "    if (out)\n        *out = NULL;\n"
+               "    if (!out || !w_user || !w_cand)\n"
+               "        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: %%s is NULL\", fn, !out ? \"out\" : "
+               "!w_user ? \"w_user\" : \"w_cand\");\n"
+               "    int r = aot_ikbo_lce_row(fn, shape);\n"
+               "    if (r < 0)\n        return %s_ERR_INVALID;\n"
+               "    %s_ikbo_lce *p = calloc(1, sizeof *p);\n"
+               "    if (!p)\n        return (%s_status)aot_fail(AOT_ERR_NOMEM, \"%%s: out of host memory\", fn);\n"
+               "    int st = aot_lce_prepare(fn, &aot_lce_plans[r], w_user, w_cand, &p->op);\n"
+               "    if (st != AOT_OK) {\n        free(p);\n        return (%s_status)st;\n    }\n"
+               "    *out = p;\n    return %s_OK;\n}\n",
+            P, P, P, P, P, P, U, P, P, P, U);
+    fprintf(f, "\n%s_status %s_ikbo_lce_run(%s_ikbo_lce *op, CUdeviceptr e_user, CUdeviceptr e_cand, CUdeviceptr "
+               "cand_to_user, CUdeviceptr out, CUstream stream)\n{\n"
+               "    const char *fn = \"%s_ikbo_lce_run\";\n"
+               "    static const char *const names[AOT_LCE_CALLER] = {\"e_user\", \"e_cand\", \"cand_to_user\", "
+               "\"out\"};\n"
+               "    const CUdeviceptr caller[AOT_LCE_CALLER] = {e_user, e_cand, cand_to_user, out};\n"
+               "    if (!op)\n        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: op is NULL\", fn);\n"
+               "    for (int i = 0; i < AOT_LCE_CALLER; i++)\n"
+               "        if (!caller[i])\n"
+               "            return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: %%s is NULL\", fn, names[i]);\n"
+               "    return (%s_status)aot_lce_run(fn, op->op, aot_kernels, aot_states, caller, stream);\n}\n",
+            P, P, P, P, P, P, P);
+    fprintf(f, "\nvoid %s_ikbo_lce_destroy(%s_ikbo_lce *op)\n{\n    if (!op)\n        return;\n"
+               "    aot_lce_destroy(op->op);\n    free(op);\n}\n",
+            P, P);
+    return LOOM_OK;
 }
 
 static loom_status put_fa(gen *g, FILE *h, FILE *f)
