@@ -334,13 +334,19 @@ loom_status tune_bench_cpu_reference(tune_bench *b, char *err, size_t n)
     return st;
 }
 
-loom_status tune_bench_gpu_reference(tune_bench *b, loom_kernel *k, const int grid[3], char *err, size_t n)
+/* The first input set's arguments with the outputs redirected to the reference buffers. */
+static void ref_args(const tune_bench *b, loom_arg *args)
 {
-    loom_arg args[LOOM_MAX_ARGS];
-    memcpy(args, b->args[0], sizeof args);
+    memcpy(args, b->args[0], sizeof b->args[0]);
     for (int i = 0; i < b->nargs; i++)
         if (b->ref[i])
             args[i] = LOOM_ARG_BUF(b->ref[i]);
+}
+
+loom_status tune_bench_gpu_reference(tune_bench *b, loom_kernel *k, const int grid[3], char *err, size_t n)
+{
+    loom_arg args[LOOM_MAX_ARGS];
+    ref_args(b, args);
     loom_status st = bench_reset_outputs(b, b->ref);
     if (st == LOOM_OK)
         st = loom_launch(b->rt, k, grid, args, b->nargs);
@@ -358,10 +364,7 @@ loom_status tune_bench_gpu_reference(tune_bench *b, loom_kernel *k, const int gr
 loom_status tune_bench_device_reference(tune_bench *b, char *err, size_t n)
 {
     loom_arg args[LOOM_MAX_ARGS];
-    memcpy(args, b->args[0], sizeof args);
-    for (int i = 0; i < b->nargs; i++)
-        if (b->ref[i])
-            args[i] = LOOM_ARG_BUF(b->ref[i]);
+    ref_args(b, args);
     loom_status st = bench_reset_outputs(b, b->ref);
     for (int r = 0; r < b->nrefk && st == LOOM_OK; r++) {
         if (!tune_bench_args_match(b, b->refk[r])) {
