@@ -460,10 +460,15 @@ static void consumers(fa *g)
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
         loom_val rep = s->turns ? loom_turns_start(k, &g->turns) : loom_task_replica(k);
-        /* carried: the K/V and Q ring uses; with xunit, what the previous unit started */
-        softmax_state f = fresh_state(g);
-        loom_val init[6] = {zero, zero, zero, f.m, f.l,
-                            loom_splat(k, loom_const_f(k, s->dt, 0), LOOM_SHAPE2(FA_BLOCK, s->bn))};
+        /* carried: the K/V and Q ring uses; with xunit, what the previous unit started
+         * (nothing yet: pend 0, and m, l, P unread until it is 1) */
+        loom_val init[6] = {zero, zero};
+        if (s->xunit) {
+            init[2] = zero;
+            init[3] = loom_splat(k, CF(-INFINITY), LOOM_SHAPE1(FA_BLOCK));
+            init[4] = loom_splat(k, CF(0), LOOM_SHAPE1(FA_BLOCK));
+            init[5] = loom_splat(k, loom_const_f(k, s->dt, 0), LOOM_SHAPE2(FA_BLOCK, s->bn));
+        }
         int ncarry = s->xunit ? 6 : 2;
         loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, LOOM_NONE, ncarry, init);
         unit_at a = unit_of(g, loom_sched_unit(&l));
