@@ -6,6 +6,9 @@
  *                                  Kc=866, f16), contiguous and shuffled users
  *   bench_ikbo_lce --sweep         also B from 512 to 4096 at ratio 70, and the ratio B/U from
  *                                  2 to 1000 at B=1024
+ *   bench_ikbo_lce --grid          issue 21's grid of small, skinny and large shapes (one
+ *                                  factor at a time, and the corners): the framework against
+ *                                  loom's pick only, then a table (run_grid)
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
  *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..   skip tuning, use this config
  *                                  (keys of the ikbo_lce template; those left out keep their defaults)
@@ -304,9 +307,17 @@ static loom_status fw_once(void *c)
     return st;
 }
 
+/* A --grid row: the framework against loom's pick (LOOM_IKBO_AUTO) at one shape. */
+typedef struct grid_row {
+    lce_shape s;
+    double fw_ms, auto_ms;
+    int stage, ok;
+} grid_row;
+
 static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lce_shape *s, int shuffle, int do_check,
-                      const loom_ikbo_lce_config *fixed)
+                      const loom_ikbo_lce_config *fixed, grid_row *row)
 {
+    int failed_before = failures;
     rt_gpu *g = rt_runtime_gpu(rt);
     char err[1024];
     size_t e = 2;
@@ -397,7 +408,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
         fw_release(&fx); /* before the stages allocate their own */
     }
     fflush(stdout);
-    for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
+    for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT && !row; st++) {
         loom_ikbo_lce *p = NULL;
         if (loom_ikbo_lce_prepare(rt, &ls, (loom_ikbo_stage)st, wu, wc, &cfg, &p) != LOOM_OK) {
             printf("  stage %d %-15s refused: %s\n", st, loom_ikbo_stage_name((loom_ikbo_stage)st),
@@ -441,11 +452,18 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
             snprintf(vs_best, sizeof vs_best, "  x%.2f vs the fastest row (stage %d)", ms[fastest] / am, fastest);
         printf("  auto -> %d %-13s %8.3f ms %7.1f TF/s%s%s  %s\n", st, loom_ikbo_stage_name((loom_ikbo_stage)st), am,
                gflop / am, vs_fw, vs_best, verdict);
+        if (row)
+            row->auto_ms = am, row->stage = st;
         const char *d = strstr(loom_ikbo_lce_describe(p), "auto (");
         printf("    prepare %.0f ms; %s\n", prep, d ? d : loom_ikbo_lce_describe(p));
         loom_ikbo_lce_destroy(p);
     }
     fflush(stdout);
+    if (row) {
+        row->s = *s;
+        row->fw_ms = fw_ms;
+        row->ok = failures == failed_before;
+    }
     free(wu);
     free(wc);
     free(map);
@@ -562,10 +580,50 @@ static int interpreter_run(const char *ptx_dir)
     return failures ? 1 : 0;
 }
 
+/* --grid: issue 21's shapes, one factor at a time from the headline (B, the ratio B/U, M,
+ * N, Ku/Kc over the issue's values) and the corners where all are small or skinny; per
+ * shape the framework and loom's pick (auto), then one table. */
+static void run_grid(loom_runtime *rt, nvref_gemm *ref, framework *fw, const loom_ikbo_lce_config *fc)
+{
+    static const lce_shape shapes[] = {
+        {1024, 15, 433, 256, 1184, 1023}, /* the base: the headline with the grid's K */
+        {64, 1, 433, 256, 1184, 1023},    {509, 7, 433, 256, 1184, 1023},  {4096, 59, 433, 256, 1184, 1023},
+        {1024, 1024, 433, 256, 1184, 1023}, {1024, 512, 433, 256, 1184, 1023}, {1024, 1, 433, 256, 1184, 1023},
+        {1024, 15, 64, 256, 1184, 1023},  {1024, 15, 128, 256, 1184, 1023},
+        {1024, 15, 433, 8, 1184, 1023},   {1024, 15, 433, 72, 1184, 1023}, {1024, 15, 433, 1000, 1184, 1023},
+        {1024, 15, 433, 256, 8, 8},       {1024, 15, 433, 256, 64, 64},    {1024, 15, 433, 256, 1023, 1184},
+        {1024, 15, 433, 256, 1184, 8},    {1024, 15, 433, 256, 8, 1184},
+        {64, 64, 64, 8, 8, 8},            {64, 32, 64, 8, 64, 8},          {509, 509, 64, 72, 64, 64},
+        {4096, 4, 64, 8, 1184, 8},        {509, 509, 433, 1000, 8, 64},  {1000, 7, 200, 136, 64, 8},
+        {509, 509, 433, 72, 1025, 1023},
+    };
+    enum { NG = sizeof shapes / sizeof shapes[0] };
+    grid_row rows[NG];
+    memset(rows, 0, sizeof rows);
+    for (int i = 0; i < NG; i++) {
+        printf("== grid %d of %d\n", i + 1, NG);
+        one_shape(rt, ref, fw, &shapes[i], 0, 1, fc, &rows[i]);
+    }
+    int slower = 0;
+    printf("\n== grid: loom's pick (LOOM_IKBO_AUTO) against the framework (index_select + cat + cuBLAS), same run\n");
+    printf("%6s %6s %5s %5s %5s %5s | %10s %10s %6s %7s %s\n", "B", "U", "M", "N", "Ku", "Kc", "framework", "loom ms",
+           "stage", "loom/fw", "");
+    for (int i = 0; i < NG; i++) {
+        const grid_row *r = &rows[i];
+        double x = r->fw_ms > 0 && r->auto_ms > 0 ? r->fw_ms / r->auto_ms : 0;
+        int slow = x > 0 && x < 1.0;
+        slower += slow;
+        printf("%6lld %6lld %5lld %5lld %5lld %5lld | %10.4f %10.4f %6d %6.2fx %s%s\n", (long long)r->s.B,
+               (long long)r->s.U, (long long)r->s.M, (long long)r->s.N, (long long)r->s.Ku, (long long)r->s.Kc,
+               r->fw_ms, r->auto_ms, r->stage, x, slow ? "SLOWER " : "", r->ok ? "" : "CHECK FAILED");
+    }
+    printf("grid: %d of %d shapes where loom's pick is slower than the framework\n", slower, (int)NG);
+}
+
 int main(int argc, char **argv)
 {
     lce_shape head = {1024, 15, 433, 256, 1178, 866};
-    int sweep = 0, have_cfg = 0;
+    int sweep = 0, grid = 0, have_cfg = 0;
     loom_ikbo_lce_config cfg = {0};
     lce_shape custom = head;
     int have_shape = 0;
@@ -573,6 +631,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep"))
             sweep = 1;
+        else if (!strcmp(argv[i], "--grid"))
+            grid = 1;
         else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)
             ptx_dir = argv[++i];
         else if (!strcmp(argv[i], "--check-all"))
@@ -601,7 +661,7 @@ int main(int argc, char **argv)
             cfg = ik_config_of(c);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_lce [--sweep] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
+            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
                             "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..]\n");
             return 2;
         }
@@ -624,8 +684,13 @@ int main(int argc, char **argv)
                fw.cb.version, fw.cb.path);
     const loom_ikbo_lce_config *fc = have_cfg ? &cfg : NULL;
     lce_shape first = have_shape ? custom : head;
-    one_shape(rt, ref, &fw, &first, 0, 1, fc);
-    one_shape(rt, ref, &fw, &first, 1, 1, fc);
+    if (grid) {
+        run_grid(rt, ref, &fw, fc);
+        sweep = 0;
+    } else {
+        one_shape(rt, ref, &fw, &first, 0, 1, fc, NULL);
+        one_shape(rt, ref, &fw, &first, 1, 1, fc, NULL);
+    }
     if (sweep) {
         printf("== B sweep at ratio 70\n");
         for (int64_t B = 512; B <= 4096; B *= 2) {
@@ -633,7 +698,7 @@ int main(int argc, char **argv)
             s.B = B;
             s.U = B / 70 > 0 ? (B + 35) / 70 : 1;
             if (B != 1024)
-                one_shape(rt, ref, &fw, &s, 0, 1, fc);
+                one_shape(rt, ref, &fw, &s, 0, 1, fc, NULL);
         }
         printf("== ratio sweep at B=1024\n");
         static const int ratios[] = {2, 10, 200, 1000};
@@ -641,7 +706,7 @@ int main(int argc, char **argv)
             lce_shape s = head;
             s.U = (1024 + ratios[i] / 2) / ratios[i];
             s.U = s.U < 1 ? 1 : s.U;
-            one_shape(rt, ref, &fw, &s, 0, 1, fc);
+            one_shape(rt, ref, &fw, &s, 0, 1, fc, NULL);
         }
     }
     fw_close(rt, &fw);

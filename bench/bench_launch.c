@@ -2,9 +2,10 @@
  * bench_launch.c -- the host cost of a launch: loom_launch against the raw driver call.
  *
  * A tiny kernel (out[i] = a[i] + 1 over 256 elements, one CTA) is launched 10,000 times
- * back to back, three ways in the same process: loom_launch (the default stream),
- * loom_launch_stream (a stream of the caller's) and cuLaunchKernelEx of the very same
- * CUfunction with the same parameters (the floor: what any launcher pays).  Each figure
+ * back to back, four ways in the same process: loom_launch (the default stream),
+ * loom_launch_stream (a stream of the caller's), and the raw driver calls of the very same
+ * CUfunction with the same parameters: cuLaunchKernel, the call loom makes (the floor:
+ * what any launcher pays; "host vs raw" is against it), and cuLaunchKernelEx.  Each figure
  * is the wall time of issuing the launches divided by their count ("issue"), and with the
  * final synchronization ("with sync"); the best of 5 rounds.  10,000 launches fill the
  * driver's launch queue, after which a launch waits for the GPU to retire one (the rate
@@ -83,10 +84,12 @@ int main(int argc, char **argv)
     uint64_t pa = rt_buffer_dptr(ba), po = rt_buffer_dptr(bo);
     void *params[2] = {&pa, &po};
     unsigned gr[3] = {1, 1, 1}, bl[3] = {128, 1, 1};
-    const char *names[3] = {"loom_launch", "loom_launch_stream", "cuLaunchKernelEx (raw)"};
-    double issue[3], total[3], host[3];
+    /* loom launches with cuLaunchKernel (way 2 is its raw call); cuLaunchKernelEx beside it */
+    enum { WAYS = 4, RAW = 2 };
+    const char *names[WAYS] = {"loom_launch", "loom_launch_stream", "cuLaunchKernel (raw)", "cuLaunchKernelEx (raw)"};
+    double issue[WAYS], total[WAYS], host[WAYS];
     int ok = 1;
-    for (int way = 0; way < 3; way++) {
+    for (int way = 0; way < WAYS; way++) {
         issue[way] = total[way] = host[way] = 1e30;
         for (int round = 0; round < 20; round++) { /* the host's cost: batches the queue takes whole */
             rt_gpu_sync(g, err, sizeof err);
@@ -96,6 +99,8 @@ int main(int argc, char **argv)
                     loom_launch(rt, k, grid, args, 2);
                 else if (way == 1)
                     loom_launch_stream(rt, k, grid, args, 2, stream);
+                else if (way == 2)
+                    rt_gpu_raw_launch_legacy(g, fn, gr, bl, smem, params, stream);
                 else
                     rt_gpu_raw_launch(g, fn, gr, bl, smem, params, stream);
             double us = (util_now_ms() - t0) * 1000.0 / 256;
@@ -109,6 +114,7 @@ int main(int argc, char **argv)
             for (int i = 0; i < launches && st == LOOM_OK; i++)
                 st = way == 0   ? loom_launch(rt, k, grid, args, 2)
                      : way == 1 ? loom_launch_stream(rt, k, grid, args, 2, stream)
+                     : way == 2 ? rt_gpu_raw_launch_legacy(g, fn, gr, bl, smem, params, stream)
                                 : rt_gpu_raw_launch(g, fn, gr, bl, smem, params, stream);
             double t1 = util_now_ms();
             if (st == LOOM_OK)
@@ -143,9 +149,9 @@ int main(int argc, char **argv)
     printf("bench_launch on %s: %d launches of a one-CTA kernel, best of 5 rounds\n",
            loom_runtime_device_name(rt), launches);
     printf("%-26s %10s %10s %10s %14s\n", "launch", "host us", "issue us", "with sync", "host vs raw");
-    for (int way = 0; way < 3; way++)
+    for (int way = 0; way < WAYS; way++)
         printf("%-26s %10.2f %10.2f %10.2f %+13.2f\n", names[way], host[way], issue[way], total[way],
-               host[way] - host[2]);
+               host[way] - host[RAW]);
     if (graph_us >= 0)
         printf("%-26s %10s %10s %10.2f   (the captured loom launches, replayed)\n", "CUDA graph replay", "-", "-",
                graph_us);

@@ -196,6 +196,10 @@ typedef CUresult (*PFN_cuFuncSetAttribute)(CUfunction fn, CUfunction_attribute a
 typedef CUresult (*PFN_cuFuncGetAttribute)(int *value, CUfunction_attribute attrib, CUfunction fn);
 typedef CUresult (*PFN_cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction fn,
                                          void **params, void **extra);
+/* the launch loom makes: no launch attributes (a cluster kernel says its cluster in its PTX) */
+typedef CUresult (*PFN_cuLaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                       unsigned by, unsigned bz, unsigned smem, CUstream stream, void **params,
+                                       void **extra);
 typedef CUresult (*PFN_cuEventCreate)(CUevent *ev, unsigned int flags);
 #define CU_STREAM_NON_BLOCKING 0x1 /* no implicit synchronization with the legacy stream */
 typedef CUresult (*PFN_cuStreamCreate)(CUstream *stream, unsigned int flags);

@@ -61,6 +61,7 @@
     X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                    \
     X(cuFuncGetAttribute, "cuFuncGetAttribute")                                                    \
     X(cuLaunchKernelEx, "cuLaunchKernelEx")                                                        \
+    X(cuLaunchKernel, "cuLaunchKernel")                                                            \
     X(cuEventCreate, "cuEventCreate")                                                              \
     X(cuEventDestroy_v2, "cuEventDestroy_v2")                                                      \
     X(cuEventRecord, "cuEventRecord")                                                              \

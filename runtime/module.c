@@ -565,3 +565,13 @@ loom_status rt_gpu_raw_launch(rt_gpu *g, void *function, const unsigned grid[3],
     rt_launch_config(&cfg, grid, block, smem_bytes, (CUstream)stream);
     return cu.cuLaunchKernelEx(&cfg, (CUfunction)function, params, NULL) == CUDA_SUCCESS ? LOOM_OK : LOOM_ERR_CUDA;
 }
+
+loom_status rt_gpu_raw_launch_legacy(rt_gpu *g, void *function, const unsigned grid[3], const unsigned block[3],
+                                     unsigned smem_bytes, void **params, void *stream)
+{
+    (void)g;
+    return cu.cuLaunchKernel((CUfunction)function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                             smem_bytes, (CUstream)stream, params, NULL) == CUDA_SUCCESS
+               ? LOOM_OK
+               : LOOM_ERR_CUDA;
+}
