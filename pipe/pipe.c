@@ -109,7 +109,6 @@ loom_ring loom_ring_create_at(loom_src at, loom_kernel *k, int slots, int releas
         r.buf[i] = loom_smem_alloc_at(at, k, tiles[i].dtype, tiles[i].shape, slots * r.tile[i].parts, tiles[i].swizzle);
         r.bytes += tile_bytes(&r.tile[i]) * r.tile[i].parts;
     }
-    r.tma_bytes = r.bytes;
     r.full = loom_mbar_alloc_at(at, k, slots, 1);
     r.empty = loom_mbar_alloc_at(at, k, slots, releasers * r.cluster);
     return r;
@@ -119,42 +118,8 @@ loom_val loom_ring_produce_at(loom_src at, loom_kernel *k, const loom_ring *r, l
 {
     loom_val s = loom_ring_slot_at(at, k, it, r->slots);
     loom_mbar_wait_at(at, k, r->empty, s, loom_sub_at(at, k, CI(1), loom_ring_phase_at(at, k, it, r->slots)));
-    if (!r->filled) /* with filled tiles the arrival waits for the stores: loom_ring_produced */
-        loom_mbar_expect_at(at, k, r->full, s, bytes < 0 ? r->bytes : bytes);
+    loom_mbar_expect_at(at, k, r->full, s, bytes < 0 ? r->bytes : bytes);
     return s;
-}
-
-/* Filled tiles.  The full barrier keeps its one arrival a phase: the producer's expect,
- * which for a ring with filled tiles comes after the stores (loom_ring_produced) and
- * announces only the TMA tiles' bytes.  Its ordering: every producer thread stores its
- * part of the tile (generic proxy), fences (fence.proxy.async: its stores become visible
- * to the async proxy, which wgmma reads shared memory through), and meets the others at
- * a named barrier; only then does one thread arrive (release at CTA scope, cumulative over
- * what the barrier ordered before it), and a consumer's wait on the phase (acquire)
- * orders its wgmma after all of it.  TMA bytes may land before the arrival: the phase
- * needs both (tx at 0 and no arrival pending).  One task both storing and expecting on
- * the barrier keeps the arrival count one kind (the lowering scales arrivals by warps
- * and expects by one thread, and refuses a task that mixes them on one array). */
-void loom_ring_fill_tile_at(loom_src at, loom_pipe *p, loom_ring *r, int tile)
-{
-    if (tile < 0 || tile >= r->ntiles)
-        return;
-    if (!r->filled)
-        r->fill_sync = loom_sync_create_at(at, p, LOOM_PIPE_PRODUCER_WARPS * 32, 1);
-    r->filled |= 1u << tile;
-    r->tma_bytes = 0;
-    for (int i = 0; i < r->ntiles; i++)
-        if (!(r->filled >> i & 1))
-            r->tma_bytes += tile_bytes(&r->tile[i]) * r->tile[i].parts;
-}
-
-void loom_ring_produced_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot)
-{
-    if (!r->filled)
-        return;
-    loom_fence_async_at(at, k);
-    loom_sync_wait_at(at, k, r->fill_sync, LOOM_NONE);
-    loom_mbar_expect_at(at, k, r->full, slot, r->tma_bytes);
 }
 
 /* Slot `slot`'s buffer of part `part` of tile `tile`: buffer slot * parts + part. */
@@ -196,59 +161,6 @@ void loom_ring_load_shared_at(loom_src at, loom_kernel *k, const loom_ring *r, l
         loom_val part = loom_smem_part_at(at, k, loom_ring_view_at(at, k, r, slot, tile, LOOM_NONE), dim, q * n, n);
         loom_tma_load_multicast_at(at, k, t, o, part, r->full, slot);
         loom_if_end_at(at, k, mine, 0, NULL);
-    }
-}
-
-/* A fill goes in pieces of FILL_PIECE_BYTES a producer thread (one 16-byte vector each
- * in the blocked layout of a load), FILL_BATCH pieces loaded before any of them is
- * stored: a thread then has FILL_BATCH * 16 bytes of loads in flight, which fits the
- * producer's LOOM_PIPE_PRODUCER_REGS (a 2-byte load takes a register per element). */
-enum { FILL_PIECE_BYTES = 16, FILL_BATCH = 2 };
-
-void loom_ring_fill_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int part,
-                       loom_val t, const loom_val *offs)
-{
-    if (tile < 0 || tile >= r->ntiles)
-        return;
-    const loom_ring_tile *tt = &r->tile[tile];
-    loom_val view = loom_ring_view_at(at, k, r, slot, tile, tt->parts > 1 ? CI(part) : LOOM_NONE);
-    int trank = loom_val_shape(k, t).rank;
-    if (tt->shape.rank != 2 || trank < 2) { /* one load of the whole view */
-        loom_smem_store_at(at, k, view, loom_load_at(at, k, t, offs, tt->shape, LOOM_NONE, 0.0));
-        return;
-    }
-    int64_t rows = tt->shape.dim[0], cols = tt->shape.dim[1];
-    int64_t es = (int64_t)loom_dtype_size(tt->dtype);
-    /* a swizzled view wider than its span is stored as column chunks of one span, each
-     * a tile of its own (loom_smem_part along dim 1); rows of a chunk are parts too */
-    int64_t cw = tt->swizzle && cols * es > (int64_t)tt->swizzle ? (int64_t)tt->swizzle / es : cols;
-    int64_t want = (int64_t)LOOM_PIPE_PRODUCER_WARPS * 32 * FILL_PIECE_BYTES / es / cw; /* rows a piece */
-    int64_t rp = 1;
-    while (rp * 2 <= want && rows % (rp * 2) == 0)
-        rp *= 2;
-    if (tt->swizzle && rp < 8 && rows % 8 == 0)
-        rp = 8; /* a part of a swizzled view starts on a multiple of 8 rows */
-    if (rows % rp)
-        rp = rows;
-    int64_t nr = rows / rp, nc = cols / cw, n = nr * nc;
-    loom_val v[FILL_BATCH], dst[FILL_BATCH];
-    for (int64_t i0 = 0; i0 < n; i0 += FILL_BATCH) {
-        int nb = (int)(n - i0 < FILL_BATCH ? n - i0 : FILL_BATCH);
-        for (int j = 0; j < nb; j++) { /* the batch's loads first: in flight together */
-            int64_t c = (i0 + j) / nr, q = (i0 + j) % nr;
-            loom_val o[LOOM_MAX_RANK];
-            for (int d = 0; d < trank && d < LOOM_MAX_RANK; d++)
-                o[d] = offs[d];
-            if (q)
-                o[trank - 2] = loom_add_at(at, k, offs[trank - 2], CI(q * rp));
-            if (c)
-                o[trank - 1] = loom_add_at(at, k, offs[trank - 1], CI(c * cw));
-            v[j] = loom_load_at(at, k, t, o, LOOM_SHAPE2(rp, cw), LOOM_NONE, 0.0);
-            loom_val cv = nc > 1 ? loom_smem_part_at(at, k, view, 1, c * cw, cw) : view;
-            dst[j] = nr > 1 ? loom_smem_part_at(at, k, cv, 0, q * rp, rp) : cv;
-        }
-        for (int j = 0; j < nb; j++)
-            loom_smem_store_at(at, k, dst[j], v[j]);
     }
 }
 
