@@ -493,6 +493,106 @@ Test(hopper_interp_template, gemm_runs_on_the_interpreter)
     loom_runtime_destroy(rt);
 }
 
+/* Any M, N, K: an operand whose rows TMA cannot address (A when K % 8 != 0, B when
+ * N % 8 != 0) is filled by the producer's masked loads and shared stores into the slot
+ * TMA would have filled (loom_ring_fill); C with unaligned rows leaves from the registers,
+ * masked.  Every combination of N in {1, 3, 8, 13}, K in {1, 7, 8, 29}, M in {1, 77}, f16
+ * and bf16, on small tiles; then the other consumer schemes, BK=32, batches and f32. */
+Test(hopper_interp_template, gemm_odd_shapes_without_tma)
+{
+    const loom_template *t = loom_template_find("gemm");
+    cr_assert_not_null(t);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    static const int64_t Ns[] = {1, 3, 8, 13}, Ks[] = {1, 7, 8, 29}, Ms[] = {1, 77};
+    int i = 0;
+    for (int dt = 0; dt < 2; dt++)
+        for (size_t a = 0; a < 4; a++)
+            for (size_t b = 0; b < 4; b++)
+                for (size_t c = 0; c < 2; c++, i++) {
+                    char shape[160], err[512], rep[512];
+                    snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld,dtype=%s", (long long)Ms[c], (long long)Ns[a],
+                             (long long)Ks[b], dt ? "bf16" : "f16");
+                    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+                    cr_assert_eq(loom_params_parse(t->shape, t->nshape, shape, sh, err, sizeof err), 0, "%s", err);
+                    cr_assert_eq(loom_params_parse(t->config, t->nconfig, "BM=64,BN=64,stages=2,tmastore=0", cf, err,
+                                                   sizeof err),
+                                 0, "%s", err);
+                    loom_status st = loom_template_check(rt, t, sh, cf, 700 + (uint64_t)i, rep, sizeof rep);
+                    cr_expect_eq(st, LOOM_OK, "%s: %s", shape, rep);
+                }
+    static const char *cases[][2] = {
+        /* unaligned N, aligned K (B filled, A by TMA into the same slot) and the reverse */
+        {"M=77,N=13,K=24", "BM=64,BN=64,stages=2,tmastore=0"},
+        {"M=77,N=24,K=13,dtype=bf16", "BM=64,BN=64,stages=2,tmastore=1"},
+        /* N even: 4-byte loads; f32 output with N % 4 != 0 */
+        {"M=77,N=30,K=22,odtype=f32", "BM=64,BN=64,stages=3,tmastore=0"},
+        {"M=70,N=66,K=40,batch=3,ashared=0,dtype=bf16,odtype=bf16", "BM=64,BN=64,stages=2,tmastore=0"},
+        {"M=90,N=13,K=29,batch=2", "cwarps=8,consumers=1,BM=64,BN=64,stages=2,ctas=3,tmastore=0"},
+        {"M=130,N=75,K=70,dtype=bf16", "BM=128,BN=64,cwarps=8,consumers=2,stages=3,ctas=2,tmastore=0"},
+        {"M=77,N=13,K=70", "BM=64,BN=128,BK=32,stages=4,tmastore=0"},
+        {"M=77,N=130,K=29", "BM=128,BN=256,cwarps=8,stages=2,ctas=0,tmastore=0"},
+    };
+    for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char err[512], rep[512];
+        cr_assert_eq(loom_params_parse(t->shape, t->nshape, cases[j][0], sh, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(loom_params_parse(t->config, t->nconfig, cases[j][1], cf, err, sizeof err), 0, "%s", err);
+        loom_status st = loom_template_check(rt, t, sh, cf, 800 + j, rep, sizeof rep);
+        cr_expect_eq(st, LOOM_OK, "%s | %s: %s", cases[j][0], cases[j][1], rep);
+    }
+    loom_runtime_destroy(rt);
+}
+
+/* What the odd shapes refuse: a TMA store of C whose rows are not 16-byte aligned (the
+ * message names the config field), and cluster=2, which multicasts B by TMA. */
+Test(hopper_interp_template, gemm_odd_shapes_refuse_tma_store_and_clusters)
+{
+    const loom_template *t = loom_template_find("gemm");
+    static const char *cases[][3] = {
+        {"M=77,N=13,K=24", "tmastore=1", "tmastore=1 stores C by TMA"},
+        {"M=77,N=12,K=24", "tmastore=1", "use tmastore=0"},
+        {"M=77,N=6,K=24,odtype=f32", "tmastore=1", "N a multiple of 4 for f32 output"},
+        {"M=256,N=13,K=24", "BN=128,cluster=2,ctas=2,tmastore=0", "cluster=2 shares B by TMA multicast"},
+    };
+    for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char err[512];
+        cr_assert_eq(loom_params_parse(t->shape, t->nshape, cases[j][0], sh, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(loom_params_parse(t->config, t->nconfig, cases[j][1], cf, err, sizeof err), 0, "%s", err);
+        err[0] = 0;
+        cr_expect_not(t->valid(sh, cf, err, sizeof err));
+        cr_expect(strstr(err, cases[j][2]), "%s | %s: %s", cases[j][0], cases[j][1], err);
+        cr_expect_null(t->build(sh, cf, err, sizeof err));
+        cr_expect(strstr(err, cases[j][2]), "%s", err);
+        cf[8] = 0; /* tmastore=0 serves them all but the cluster */
+        if (j < 3)
+            cr_expect(t->valid(sh, cf, err, sizeof err), "%s", err);
+    }
+}
+
+/* The fill's PTX at 4097 x 3001 x 1000: B (N odd) comes by 2-byte loads and shared stores
+ * (fence.proxy.async, then one arrival), A by TMA (one descriptor, A's; C leaves by
+ * 2-byte stores); at N even, K odd, A's loads are 2 bytes and B's come by TMA.  Both
+ * assemble without spills. */
+Test(hopper_ptx, gemm_odd_shapes_fill_without_tma)
+{
+    char *p = template_ptx("gemm", "M=4097,N=3001,K=1000", "BM=128,BN=128,cwarps=8,tmastore=0");
+    cr_expect(strstr(p, "fence.proxy.async.shared::cta") != NULL, "no async-proxy fence");
+    cr_expect(strstr(p, "ld.global.nc.b16") != NULL, "B is not loaded by 2-byte loads");
+    cr_expect(strstr(p, "st.global.b16") != NULL, "C is not stored element by element");
+    cr_expect(strstr(p, "cp.async.bulk.tensor.2d") != NULL, "A is not loaded by TMA");
+    cr_expect(strstr(p, "gemm_param_3") != NULL && strstr(p, "gemm_param_4") == NULL, "one TMA descriptor (A's)");
+    /* 384 threads launch with 168 registers each: the consumers' 232 leave the producer 40 */
+    cr_expect(strstr(p, "setmaxnreg.dec.sync.aligned.u32 40") != NULL, "the filling producer's budget");
+    t_ptxas_ok(p, "sm_90a", "gemm 4097x3001x1000");
+    free(p);
+    p = template_ptx("gemm", "M=4097,N=3002,K=1001,dtype=bf16", "BM=128,BN=128,cwarps=8,consumers=1,tmastore=0");
+    cr_expect(strstr(p, "ld.global.nc.b16") != NULL, "A is not loaded by 2-byte loads");
+    cr_expect(strstr(p, "st.global.b32") != NULL, "C (N even) is not stored in pairs");
+    t_ptxas_ok(p, "sm_90a", "gemm 4097x3002x1001");
+    free(p);
+}
+
 /* The ping-pong GEMM on the interpreter at each count of tiles a program may get (the
  * replicas take them alternately): odd, where replica 1 takes an empty turn at the end,
  * even, and none; the hand-overs must balance or the interpreter reports a deadlock. */
