@@ -36,10 +36,6 @@
  * Usage: bench_gemm [--config k=v,...]... [--only NAME[,NAME...]] [--dtype bf16|f16]
  *                   [--ms MS]     (skips cleanly without a GPU)
  *        --shape MxNxKxBATCH      that shape alone instead (A shared when BATCH > 1)
- *        --odd                    also the shapes whose rows TMA cannot address (K or N not a
- *                                 multiple of 8: 4097x3001x1000, ...), where loom's producer
- *                                 loads the unaligned operand itself (the defaults then store C
- *                                 from the registers: tmastore=0)
  */
 #include "cublas_dl.h"
 #include "gpu.h"
@@ -171,10 +167,6 @@ static loom_kernel *loom_gemm(const loom_template *t, const gemm_case *c, loom_d
         snprintf(why, whylen, "loom: %s", err);
         return NULL;
     }
-    /* the defaults at a shape whose C rows are not 16-byte aligned (the --odd rows): the
-     * TMA store cannot serve it, so the epilogue stores from the registers */
-    if (!*config && t->valid && !t->valid(shape, cfg, err, sizeof err))
-        loom_params_parse(t->config, t->nconfig, "tmastore=0", cfg, err, sizeof err);
     loom_kernel *k = t->build(shape, cfg, err, sizeof err);
     if (!k) {
         snprintf(why, whylen, "loom: the template refuses: %s", err);
@@ -361,13 +353,11 @@ static int listed(const char *list, const char *name)
 int main(int argc, char **argv)
 {
     const char *configs[MAXCFG], *only = NULL, *dtype = NULL, *extra = NULL;
-    int nconfig = 0, odd = 0;
+    int nconfig = 0;
     double target_ms = 300;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc && nconfig < MAXCFG)
             configs[nconfig++] = argv[++i];
-        else if (!strcmp(argv[i], "--odd"))
-            odd = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
@@ -378,7 +368,7 @@ int main(int argc, char **argv)
             target_ms = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_gemm [--config k=v,...]... (at most %d) [--only SHAPE-NAME[,...]] "
-                            "[--shape MxNxKxBATCH] [--dtype bf16|f16] [--ms MS] [--odd]\n", MAXCFG);
+                            "[--shape MxNxKxBATCH] [--dtype bf16|f16] [--ms MS]\n", MAXCFG);
             return 2;
         }
     }
@@ -435,19 +425,12 @@ int main(int argc, char **argv)
         {"8192^3", 8192, 8192, 8192, 1, 0},
         {"433x256x872x1024", 433, 256, 872, 1024, 1}, /* M x N x K x batch, A shared */
         {"433x256x1184x1024", 433, 256, 1184, 1024, 1},
-        /* --odd: rows TMA cannot address (N, K or both not multiples of 8) */
-        {"4097x3001x1000", 4097, 3001, 1000, 1, 0},
-        {"4096x4096x4095", 4096, 4096, 4095, 1, 0},
-        {"4096x4090x4096", 4096, 4090, 4096, 1, 0},
-        {"4097x3001x1001", 4097, 3001, 1001, 1, 0},
-        {"433x255x871x1024", 433, 255, 871, 1024, 1},
     };
-    size_t nodd = 5; /* the last ones above */
     static const loom_dtype dts[] = {LOOM_BF16, LOOM_F16};
     size_t ncase = sizeof cases / sizeof *cases;
     for (size_t i = 0; i <= ncase; i++) {
         const gemm_case *c = i < ncase ? &cases[i] : &mine;
-        if (!c->M || !listed(only, c->name) || (i < ncase && i >= ncase - nodd && !odd && !only))
+        if (!c->M || !listed(only, c->name))
             continue;
         for (size_t d = 0; d < 2; d++)
             if (!dtype || !strcmp(dtype, loom_dtype_name(dts[d])))

@@ -22,8 +22,7 @@
  *                      (it / N) & 1, which the layer derives.  Producer:
  *                      loom_ring_produce (wait until the slot is free, expect its bytes),
  *                      then loom_ring_load / loom_ring_load_shared (TMA; multicast over a
- *                      cluster), or for a tile TMA cannot load, loom_ring_fill (the
- *                      producer's own loads and stores) and loom_ring_produced.  Consumer: loom_ring_consume (wait until full), views of
+ *                      cluster).  Consumer: loom_ring_consume (wait until full), views of
  *                      the slot, loom_ring_release (to this CTA's producer, or to every
  *                      CTA's of the cluster).
  *   loom_sched         which units of work (tiles) a program takes: one a program, or
@@ -84,17 +83,6 @@ int loom_pipe_consumer_regs(const loom_kernel *k);
 /* The producer task: LOOM_PIPE_PRODUCER_WARPS warps, LOOM_PIPE_PRODUCER_REGS registers. */
 #define loom_producer_begin(k) loom_producer_begin_at(LOOM_HERE, k)
 loom_region_op loom_producer_begin_at(loom_src at, loom_kernel *k);
-/* The producer of a ring with filled tiles (loom_ring_fill_tile) holds the tiles' loads
- * in registers: it takes what the register file leaves beside the consumers' derived
- * budget within the registers the CTA is launched with (setmaxnreg only moves those), a
- * multiple of 8 between LOOM_PIPE_PRODUCER_REGS and LOOM_PIPE_FILL_REGS_MAX (40 beside
- * two consumer warp groups at 232; 160 beside one).  A TMA-only ring's producer keeps
- * LOOM_PIPE_PRODUCER_REGS. */
-#define LOOM_PIPE_FILL_REGS_MAX 160
-struct loom_ring;
-int loom_pipe_producer_regs(const loom_kernel *k, const struct loom_ring *r);
-#define loom_producer_begin_ring(k, r) loom_producer_begin_ring_at(LOOM_HERE, k, r)
-loom_region_op loom_producer_begin_ring_at(loom_src at, loom_kernel *k, const struct loom_ring *r);
 /* A consumer task of `warps` warps repeated `replicas` times, with the derived budget. */
 #define loom_consumers_begin(k, warps, replicas) loom_consumers_begin_at(LOOM_HERE, k, warps, replicas)
 loom_region_op loom_consumers_begin_at(loom_src at, loom_kernel *k, int warps, int replicas);
@@ -133,9 +121,6 @@ typedef struct loom_ring {
     loom_ring_tile tile[LOOM_RING_MAX_TILES];
     loom_val full, empty;              /* the barriers, one of each a slot */
     int64_t bytes;                     /* a whole slot's bytes: what a produce expects */
-    unsigned filled;                   /* tiles the producer fills with its own stores (bit i: tile i) */
-    int64_t tma_bytes;                 /* the bytes of the other tiles: what loom_ring_produced expects */
-    loom_sync fill_sync;               /* the producer's threads, met before that arrival */
 } loom_ring;
 
 /* A ring of `slots` slots holding `ntiles` tiles each, released by `releasers` task
@@ -149,8 +134,7 @@ loom_ring loom_ring_create_at(loom_src at, loom_kernel *k, int slots, int releas
 
 /* Producer: wait until use it's slot is free (the previous use's consumers released it;
  * the first N uses pass at once), expect `bytes` on its full barrier (-1: the whole
- * slot's), and return the slot (an i32).  A ring with filled tiles (below): only the
- * wait; loom_ring_produced makes the arrival once the slot's fills are stored. */
+ * slot's), and return the slot (an i32). */
 #define loom_ring_produce(k, r, it, bytes) loom_ring_produce_at(LOOM_HERE, k, r, it, bytes)
 loom_val loom_ring_produce_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val it, int64_t bytes);
 /* Producer: TMA the box of tensor t at offs into part `part` of tile `tile` of the slot. */
@@ -164,48 +148,6 @@ void loom_ring_load_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
     loom_ring_load_shared_at(LOOM_HERE, k, r, slot, tile, dim, t, offs)
 void loom_ring_load_shared_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int dim,
                               loom_val t, const loom_val *offs);
-/* A tile the producer fills with its own stores instead of TMA: an operand whose rows
- * TMA cannot address (a row pitch that is not a multiple of 16 bytes: f16 rows of K % 8
- * != 0 elements, say).  The slot's other tiles still come by TMA, so its full barrier
- * then completes on two things: the TMA tiles' bytes and the producer's arrival, made
- * only after its stores are done and visible to the async proxy (wgmma reads the slot
- * through it).  The layer owns that arithmetic:
- *
- *     loom_ring_fill_tile(&p, &ring, TILE_B);          at the top, after loom_ring_create
- *     ... in the producer task, for each use it:
- *     loom_val s = loom_ring_produce(k, &ring, it, -1);  waits until the slot is free
- *     loom_ring_load(k, &ring, s, TILE_A, 0, A, offs_a);  the TMA tiles, as before
- *     loom_ring_fill(k, &ring, s, TILE_B, 0, B, offs_b);   loads and shared stores
- *     loom_ring_produced(k, &ring, s);                    the stores made visible, one arrival
- *
- * The full barrier counts one arrival, as for a TMA-only ring: loom_ring_produced fences
- * the producer's stores (fence.proxy.async), meets its threads at a named barrier (so
- * every thread's stores are done), and then one thread arrives expecting the TMA tiles'
- * bytes (tma_bytes; 0 when every tile is filled).  TMA bytes that land before that
- * arrival wait for it: the phase completes only when both are in.
- *
- * loom_ring_fill_tile marks tile `tile` filled (call it after loom_ring_create, before
- * any task; it takes one named barrier of p, shared by every filled tile of the ring). */
-#define loom_ring_fill_tile(p, r, tile) loom_ring_fill_tile_at(LOOM_HERE, p, r, tile)
-void loom_ring_fill_tile_at(loom_src at, loom_pipe *p, loom_ring *r, int tile);
-/* Producer: the box of tensor t at offs (one per dim of t; the view's dims are t's
- * trailing dims) into part `part` of filled tile `tile` of the slot, by the producer's
- * threads: masked global loads (elements outside the tensor read 0, as TMA's do), as wide
- * as the tensor's alignment allows, stored into the slot's swizzled layout (the one a TMA
- * box lands in, so the consumers read it unchanged).  It goes in pieces of a few rows,
- * loaded a batch at a time before they are stored, so that a thread's loads are in
- * flight together: as many as the producer's budget holds (loom_pipe_producer_regs;
- * begin the producer with loom_producer_begin_ring). */
-#define loom_ring_fill(k, r, slot, tile, part, t, offs) loom_ring_fill_at(LOOM_HERE, k, r, slot, tile, part, t, offs)
-void loom_ring_fill_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int part,
-                       loom_val t, const loom_val *offs);
-/* Producer, after a use's loads and fills: for a ring with filled tiles, the fence, the
- * meeting of the producer's threads and the one arrival on the slot's full barrier that
- * expects the TMA tiles' bytes (above); for a TMA-only ring nothing (loom_ring_produce
- * expected the bytes). */
-#define loom_ring_produced(k, r, slot) loom_ring_produced_at(LOOM_HERE, k, r, slot)
-void loom_ring_produced_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot);
-
 /* Consumer: wait until use it's slot is full and return the slot. */
 #define loom_ring_consume(k, r, it) loom_ring_consume_at(LOOM_HERE, k, r, it)
 loom_val loom_ring_consume_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val it);

@@ -45,27 +45,6 @@ loom_region_op loom_producer_begin_at(loom_src at, loom_kernel *k)
     return loom_task_begin_at(at, k, LOOM_PIPE_PRODUCER_WARPS, LOOM_PIPE_PRODUCER_REGS, 1);
 }
 
-int loom_pipe_producer_regs(const loom_kernel *k, const loom_ring *r)
-{
-    if (!r || !r->filled)
-        return LOOM_PIPE_PRODUCER_REGS;
-    /* setmaxnreg moves registers only within what the CTA was launched with: every
-     * thread's launch budget (the register file over the threads, at most 248 here),
-     * not the whole file (at 384 threads 168 each: 64512).  The consumers' increase
-     * waits for registers the producer's decrease frees; ask more than it frees and
-     * the consumers wait forever. */
-    int threads = loom_kernel_num_warps(k) * 32, cons_threads = threads - LOOM_PIPE_PRODUCER_WARPS * 32;
-    int launch = 65536 / threads / 8 * 8;
-    launch = launch > 248 ? 248 : launch;
-    int left = (launch * threads - cons_threads * loom_pipe_consumer_regs(k)) / (LOOM_PIPE_PRODUCER_WARPS * 32) / 8 * 8;
-    return left < LOOM_PIPE_PRODUCER_REGS ? LOOM_PIPE_PRODUCER_REGS : left > LOOM_PIPE_FILL_REGS_MAX ? LOOM_PIPE_FILL_REGS_MAX : left;
-}
-
-loom_region_op loom_producer_begin_ring_at(loom_src at, loom_kernel *k, const loom_ring *r)
-{
-    return loom_task_begin_at(at, k, LOOM_PIPE_PRODUCER_WARPS, loom_pipe_producer_regs(k, r), 1);
-}
-
 loom_region_op loom_consumers_begin_at(loom_src at, loom_kernel *k, int warps, int replicas)
 {
     return loom_task_begin_at(at, k, warps, loom_pipe_consumer_regs(k), replicas);
@@ -130,7 +109,6 @@ loom_ring loom_ring_create_at(loom_src at, loom_kernel *k, int slots, int releas
         r.buf[i] = loom_smem_alloc_at(at, k, tiles[i].dtype, tiles[i].shape, slots * r.tile[i].parts, tiles[i].swizzle);
         r.bytes += tile_bytes(&r.tile[i]) * r.tile[i].parts;
     }
-    r.tma_bytes = r.bytes;
     r.full = loom_mbar_alloc_at(at, k, slots, 1);
     r.empty = loom_mbar_alloc_at(at, k, slots, releasers * r.cluster);
     return r;
@@ -140,42 +118,8 @@ loom_val loom_ring_produce_at(loom_src at, loom_kernel *k, const loom_ring *r, l
 {
     loom_val s = loom_ring_slot_at(at, k, it, r->slots);
     loom_mbar_wait_at(at, k, r->empty, s, loom_sub_at(at, k, CI(1), loom_ring_phase_at(at, k, it, r->slots)));
-    if (!r->filled) /* with filled tiles the arrival waits for the stores: loom_ring_produced */
-        loom_mbar_expect_at(at, k, r->full, s, bytes < 0 ? r->bytes : bytes);
+    loom_mbar_expect_at(at, k, r->full, s, bytes < 0 ? r->bytes : bytes);
     return s;
-}
-
-/* Filled tiles.  The full barrier keeps its one arrival a phase: the producer's expect,
- * which for a ring with filled tiles comes after the stores (loom_ring_produced) and
- * announces only the TMA tiles' bytes.  Its ordering: every producer thread stores its
- * part of the tile (generic proxy), fences (fence.proxy.async: its stores become visible
- * to the async proxy, which wgmma reads shared memory through), and meets the others at
- * a named barrier; only then does one thread arrive (release at CTA scope, cumulative over
- * what the barrier ordered before it), and a consumer's wait on the phase (acquire)
- * orders its wgmma after all of it.  TMA bytes may land before the arrival: the phase
- * needs both (tx at 0 and no arrival pending).  One task both storing and expecting on
- * the barrier keeps the arrival count one kind (the lowering scales arrivals by warps
- * and expects by one thread, and refuses a task that mixes them on one array). */
-void loom_ring_fill_tile_at(loom_src at, loom_pipe *p, loom_ring *r, int tile)
-{
-    if (tile < 0 || tile >= r->ntiles)
-        return;
-    if (!r->filled)
-        r->fill_sync = loom_sync_create_at(at, p, LOOM_PIPE_PRODUCER_WARPS * 32, 1);
-    r->filled |= 1u << tile;
-    r->tma_bytes = 0;
-    for (int i = 0; i < r->ntiles; i++)
-        if (!(r->filled >> i & 1))
-            r->tma_bytes += tile_bytes(&r->tile[i]) * r->tile[i].parts;
-}
-
-void loom_ring_produced_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot)
-{
-    if (!r->filled)
-        return;
-    loom_fence_async_at(at, k);
-    loom_sync_wait_at(at, k, r->fill_sync, LOOM_NONE);
-    loom_mbar_expect_at(at, k, r->full, slot, r->tma_bytes);
 }
 
 /* Slot `slot`'s buffer of part `part` of tile `tile`: buffer slot * parts + part. */
@@ -217,68 +161,6 @@ void loom_ring_load_shared_at(loom_src at, loom_kernel *k, const loom_ring *r, l
         loom_val part = loom_smem_part_at(at, k, loom_ring_view_at(at, k, r, slot, tile, LOOM_NONE), dim, q * n, n);
         loom_tma_load_multicast_at(at, k, t, o, part, r->full, slot);
         loom_if_end_at(at, k, mine, 0, NULL);
-    }
-}
-
-/* A fill goes in pieces of FILL_PIECE_BYTES a producer thread (one 16-byte vector each
- * in the blocked layout of a load), a batch of pieces loaded before any of them is
- * stored, so a thread's loads of the batch are in flight together.  A piece's loads take
- * up to 8 registers (a 2-byte load takes one per element); the batch is what the
- * producer's budget holds beside FILL_FIXED_REGS of loop state and addresses, from 1
- * (at LOOM_PIPE_PRODUCER_REGS) to FILL_BATCH. */
-enum { FILL_PIECE_BYTES = 16, FILL_BATCH = 4, FILL_FIXED_REGS = 40 };
-
-void loom_ring_fill_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int part,
-                       loom_val t, const loom_val *offs)
-{
-    if (tile < 0 || tile >= r->ntiles)
-        return;
-    const loom_ring_tile *tt = &r->tile[tile];
-    loom_val view = loom_ring_view_at(at, k, r, slot, tile, tt->parts > 1 ? CI(part) : LOOM_NONE);
-    int trank = loom_val_shape(k, t).rank;
-    if (tt->shape.rank != 2 || trank < 2) { /* one load of the whole view */
-        loom_smem_store_at(at, k, view, loom_load_at(at, k, t, offs, tt->shape, LOOM_NONE, 0.0));
-        return;
-    }
-    int64_t rows = tt->shape.dim[0], cols = tt->shape.dim[1];
-    int64_t es = (int64_t)loom_dtype_size(tt->dtype);
-    /* a swizzled view wider than its span is stored as column chunks of one span, each
-     * a tile of its own (loom_smem_part along dim 1); rows of a chunk are parts too */
-    int64_t cw = tt->swizzle && cols * es > (int64_t)tt->swizzle ? (int64_t)tt->swizzle / es : cols;
-    int64_t want = (int64_t)LOOM_PIPE_PRODUCER_WARPS * 32 * FILL_PIECE_BYTES / es / cw; /* rows a piece */
-    int64_t rp = 1;
-    while (rp * 2 <= want && rows % (rp * 2) == 0)
-        rp *= 2;
-    if (tt->swizzle && rp < 8 && rows % 8 == 0)
-        rp = 8; /* a part of a swizzled view starts on a multiple of 8 rows */
-    if (rows % rp)
-        rp = rows;
-    int64_t nr = rows / rp, nc = cols / cw, n = nr * nc;
-    int batch = (loom_pipe_producer_regs(k, r) - FILL_FIXED_REGS) / 8;
-    batch = batch < 1 ? 1 : batch > FILL_BATCH ? FILL_BATCH : batch;
-    loom_val v[FILL_BATCH], dst[FILL_BATCH];
-    for (int64_t i0 = 0; i0 < n; i0 += batch) {
-        int nb = (int)(n - i0 < batch ? n - i0 : batch);
-        for (int j = 0; j < nb; j++) { /* the batch's loads first: in flight together */
-            int64_t c = (i0 + j) / nr, q = (i0 + j) % nr;
-            loom_val o[LOOM_MAX_RANK];
-            for (int d = 0; d < trank && d < LOOM_MAX_RANK; d++)
-                o[d] = offs[d];
-            o[trank - 2] = loom_add_at(at, k, offs[trank - 2], CI(q * rp));
-            o[trank - 1] = loom_add_at(at, k, offs[trank - 1], CI(c * cw));
-            /* min(o, dim + slot) is o wherever the piece has an element inside the tensor
-             * (and past its end, still past it: every element masked either way); the
-             * slot only makes the offset differ between uses, so the compiler keeps each
-             * element's bounds test in the loop instead of hoisting every piece's out of
-             * it, which held too many of them in the producer's few registers */
-            for (int d = trank - 2; d < trank; d++)
-                o[d] = loom_min_at(at, k, o[d], loom_add_at(at, k, slot, CI(loom_val_shape(k, t).dim[d])));
-            v[j] = loom_load_at(at, k, t, o, LOOM_SHAPE2(rp, cw), LOOM_NONE, 0.0);
-            loom_val cv = nc > 1 ? loom_smem_part_at(at, k, view, 1, c * cw, cw) : view;
-            dst[j] = nr > 1 ? loom_smem_part_at(at, k, cv, 0, q * rp, rp) : cv;
-        }
-        for (int j = 0; j < nb; j++)
-            loom_smem_store_at(at, k, dst[j], v[j]);
     }
 }
 

@@ -7,24 +7,13 @@
  *   ring     `stages` slots of an A tile [BM, BK] and a B tile [BK, BN] (128-byte
  *            swizzle; A's 64-byte at BK=32)
  *   producer for each output tile it owns, for each k step (a running count of ring uses
- *            over tiles): produce the slot, TMA A and B into it.  An operand whose rows
- *            TMA cannot address (A when K % 8 != 0, B when N % 8 != 0: a row pitch that
- *            is not a multiple of 16 bytes) is filled instead by the producer's threads:
- *            masked loads from global memory (zero outside the matrix, as TMA reads;
- *            4-byte loads where the pitch is even, else 2-byte), stored into the slot's
- *            swizzled layout, so the consumers read the same tiles either way; the other
- *            operand still comes by TMA into the same slot, and the layer's
- *            loom_ring_produced completes the slot once the stores are done and visible
- *            to the wgmmas (loom_ring_fill_tile, include/loom_pipe.h)
+ *            over tiles): produce the slot, TMA A and B into it
  *   consumer for each tile: acc = 0; for each k step: consume the slot, wgmma, commit,
  *            wait until one group is in flight, release the previous slot; after the
  *            loop wait for all and release the last slot
  *   epilogue cast and store the tile: straight from the accumulator's registers (masked
- *            at the M/N edges, each access no wider than C's row alignment allows) or,
- *            with tmastore=1, through a staging tile in shared memory and a TMA store that
- *            runs asynchronously (only where C's rows are 16-byte aligned: N a multiple of
- *            8, of 4 for f32 output; otherwise tmastore=1 is refused and the tuner and
- *            loomc take tmastore=0)
+ *            at the M/N edges) or, with tmastore=1, through a staging tile in shared
+ *            memory and a TMA store that runs asynchronously
  *
  * How the consumer warp groups share the work (`consumers`):
  *   0 cooperative  one task of cwarps warps; its warp groups split every tile by rows
@@ -45,10 +34,9 @@
  * launches one program per tile instead.  With cluster=2 the programs run in pairs (a
  * cluster) that take two tiles stacked along M at a time: they need the same B tile, so
  * each CTA TMA-loads one column half of it multicast into both CTAs' ring slot (half the
- * L2 reads of B), and a consumer gives a slot back to both producers (B by TMA only:
- * cluster=2 is refused when N % 8 != 0).  Out-of-range rows and K columns read as zero
- * (TMA, or the fill's masks), so any M, N, K >= 1 work.  A batch runs as more tiles; A
- * may be shared by the whole batch (ashared=1, the IKBO weights case).
+ * L2 reads of B), and a consumer gives a slot back to both producers.  Out-of-range rows and K columns read as zero (TMA), so any
+ * M and N work and K only needs 16-byte aligned rows (a multiple of 8).  A batch runs as
+ * more tiles; A may be shared by the whole batch (ashared=1, the IKBO weights case).
  */
 #include "tpl.h"
 #include "loom_pipe.h"
@@ -88,13 +76,6 @@ static int64_t units(const g_cfg *c)
 /* The ring's tiles: A [rows, BK] (split: two halves a slot, one a replica), B [BK, BN]. */
 enum { TILE_A, TILE_B };
 
-/* Which operands TMA can address: a tensor's rows must start 16 bytes apart (its row
- * pitch a multiple of 16 bytes).  A is [.., M, K] and B [.., K, N] of 2-byte elements,
- * C [.., M, N] of the output's. */
-static bool a_tma(const g_cfg *c) { return c->K % 8 == 0; }
-static bool b_tma(const g_cfg *c) { return c->N % 8 == 0; }
-static bool c_tma(const g_cfg *c) { return c->N * (int64_t)loom_dtype_size(c->odt) % 16 == 0; }
-
 /* What the tasks work with. */
 typedef struct gk {
     const g_cfg *c;
@@ -128,9 +109,7 @@ static loom_val *offs_of(bool batched, loom_val b, loom_val x, loom_val y, loom_
 }
 
 /* Producer: for each unit, for each k step (a running count of ring uses over units),
- * A's box (split: its two row halves) and B's (multicast in parts over a cluster), by
- * TMA; an operand whose rows TMA cannot address is filled by the producer's own loads
- * and stores instead (loom_ring_fill), and loom_ring_produced then completes the slot. */
+ * A's box (split: its two row halves) and B's (multicast in parts over a cluster). */
 static void producer(loom_kernel *k, const gk *g)
 {
     const g_cfg *c = g->c;
@@ -138,7 +117,7 @@ static void producer(loom_kernel *k, const gk *g)
     bool split = c->consumers == SPLIT, bat_a = g->batched && !c->ashared;
     int arows = split ? c->bm / 2 : c->bm;
     loom_val zero = CI(0), one = CI(1);
-    loom_region_op pt = loom_producer_begin_ring(k, &g->ring); /* filling: more registers */
+    loom_region_op pt = loom_producer_begin(k);
     {
         loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
         loom_val b, m0, n0, o[3];
@@ -151,16 +130,9 @@ static void producer(loom_kernel *k, const gk *g)
             loom_val k0 = loom_mul(k, kk, CI(c->bk));
             for (int h = 0; h < (split ? 2 : 1); h++) {
                 loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
-                if (a_tma(c))
-                    loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
-                else
-                    loom_ring_fill(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
+                loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
             }
-            if (b_tma(c))
-                loom_ring_load_shared(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
-            else
-                loom_ring_fill(k, &g->ring, s, TILE_B, 0, g->B, offs_of(g->batched, b, k0, n0, o));
-            loom_ring_produced(k, &g->ring, s); /* filled tiles: their stores, then the arrival */
+            loom_ring_load_shared(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
         }
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, CI(nk));
@@ -310,10 +282,6 @@ static loom_kernel *gemm_build(const g_cfg *c)
     loom_ring_tile tiles[2] = {{c->dt, LOOM_SHAPE2(arows, c->bk), split ? 2 : 1, aswz},
                                {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
     g.ring = loom_ring_create(k, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
-    if (!a_tma(c))
-        loom_ring_fill_tile(&p, &g.ring, TILE_A);
-    if (!b_tma(c))
-        loom_ring_fill_tile(&p, &g.ring, TILE_B);
     g.sched = loom_sched_static(k, units(c), c->ctas != 0);
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
     loom_epilogue_kind ek = !c->tmastore                ? LOOM_EPI_REGISTERS
@@ -342,6 +310,8 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "odtype must be f16, bf16 or f32";
     if (c->M < 1 || c->N < 1 || c->K < 1 || c->batch < 1)
         return "M, N, K and batch must be positive";
+    if (c->K % 8 || c->N % 8)
+        return "K and N must be multiples of 8 (TMA needs 16-byte aligned rows)";
     if (c->bk != 64 && c->bk != 32)
         return "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
     const char *w = tpl_why_not_consumers(c->cwarps, c->consumers, SPLIT, c->ctas, c->bm, c->bn);
@@ -351,13 +321,6 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "stages must be 2 to 12";
     if (c->tmastore != 0 && c->tmastore != 1)
         return "tmastore must be 0 or 1";
-    if (c->tmastore && !c_tma(c)) {
-        snprintf(buf, n,
-                 "tmastore=1 stores C by TMA, which needs its rows 16-byte aligned (N a multiple of %d for "
-                 "%s output; N is %lld): use tmastore=0 (the epilogue stores from the registers, masked)",
-                 16 / (int)loom_dtype_size(c->odt), loom_dtype_name(c->odt), (long long)c->N);
-        return buf;
-    }
     int64_t ring = (int64_t)c->stages * (c->bm + c->bn) * c->bk * 2;
     int64_t stage = !c->tmastore ? 0
                     : (int64_t)(c->consumers == PINGPONG ? 2 : 1) * (c->consumers == SPLIT ? c->bm / 2 : c->bm) *
@@ -382,21 +345,14 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "cluster=2 needs BN >= 128: each CTA multicasts half of B's 64-column chunks";
     if (c->cluster > 1 && c->ctas % c->cluster)
         return "with clusters, ctas must be a multiple of the cluster size";
-    if (c->cluster > 1 && !b_tma(c))
-        return "cluster=2 shares B by TMA multicast, and B's rows are not 16-byte aligned (N not a multiple of "
-               "8): use cluster=1";
     return NULL;
 }
 
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
     g_cfg c = cfg_of(sh, cf);
-    char buf[320];
+    char buf[200];
     const char *w = why_not(&c, buf, sizeof buf);
-    /* measured (ptxas, sm_90a): the producer filling A (K % 8 != 0) beside tiles wider
-     * or taller than 128 spills hundreds of bytes; the build still serves them */
-    if (!w && !a_tma(&c) && (c.bn > 128 || c.bm > 128))
-        w = "K % 8 != 0 fills A by the producer's loads, which spill at BM or BN over 128: use BM, BN <= 128";
     if (w && why && n)
         snprintf(why, n, "%s", w);
     return w == NULL;
@@ -405,7 +361,7 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
     g_cfg c = cfg_of(sh, cf);
-    char buf[320];
+    char buf[200];
     const char *w = why_not(&c, buf, sizeof buf);
     if (w)
         return tpl_refuse(err, n, "%s", w);
@@ -466,8 +422,8 @@ const loom_template tpl_def_gemm = {
     .doc = "C[b] = A[b] @ B[b] on the tensor cores (TMA ring, producer/consumer warp groups, wgmma)",
     .nshape = 7,
     .shape = {{"M", 512, "rows of A and C"},
-              {"N", 512, "columns of B and C (any; a multiple of 8 lets TMA load B and store C)"},
-              {"K", 512, "columns of A, rows of B (any; a multiple of 8 lets TMA load A)"},
+              {"N", 512, "columns of B and C (a multiple of 8)"},
+              {"K", 512, "columns of A, rows of B (a multiple of 8)"},
               {"batch", 1, "independent products (B and C batched)"},
               {"dtype", LOOM_F16, "input type: f16 or bf16"},
               {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},

@@ -84,35 +84,6 @@ static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t
         fprintf(stderr, "loomc: %s\n", err);
         return -1;
     }
-    /* no --config and a default that cannot serve the shape (gemm's TMA store where C's
-     * rows are not 16-byte aligned, say): what loom_tune takes without timing anything,
-     * the cost model's best valid config, as loomc aot does */
-    if (!o->config && t->valid && !t->valid(shape, config, err, sizeof err)) {
-        char why[600];
-        snprintf(why, sizeof why, "%s", err);
-        const char *was = getenv("LOOM_TUNE");
-        char *saved = was ? strdup(was) : NULL;
-        setenv("LOOM_TUNE", "0", 1);
-        loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
-        loom_tuned res;
-        memset(&res, 0, sizeof res);
-        loom_tune_opts to = {0};
-        to.quiet = 1;
-        if (rt && loom_tune(rt, t, shape, 1, &to, &res) == LOOM_OK && res.source != LOOM_TUNE_NONE) {
-            char c[512];
-            memcpy(config, res.config, (size_t)t->nconfig * sizeof *config);
-            loom_params_format(t->config, t->nconfig, config, c, sizeof c);
-            fprintf(stderr, "loomc: %s: the default config cannot serve this shape (%s); using %s\n", t->name,
-                    why, c);
-        }
-        loom_tuned_release(&res, 1);
-        loom_runtime_destroy(rt);
-        if (saved)
-            setenv("LOOM_TUNE", saved, 1);
-        else
-            unsetenv("LOOM_TUNE");
-        free(saved);
-    }
     return 0;
 }
 
