@@ -52,8 +52,8 @@ loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const un
     /* the name is kept for errors a later call reports: copied only when it changes */
     if (strncmp(g->last_kernel, name, sizeof g->last_kernel))
         snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
-    /* cuLaunchKernel, not cuLaunchKernelEx: loom sets no launch attributes, and the older
-     * call costs the host less (bench/bench_launch measures both) */
+    /* cuLaunchKernel: loom sets no launch attributes (bench/bench_launch measures it beside
+     * cuLaunchKernelEx; on the H100 host the two are within its run-to-run noise) */
     CUresult r = cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream,
                                    params, NULL);
     if (r != CUDA_SUCCESS)
