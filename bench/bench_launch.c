@@ -4,8 +4,8 @@
  * A tiny kernel (out[i] = a[i] + 1 over 256 elements, one CTA) is launched 10,000 times
  * back to back, four ways in the same process: loom_launch (the default stream),
  * loom_launch_stream (a stream of the caller's), and the raw driver calls of the very same
- * CUfunction with the same parameters: cuLaunchKernel, the call loom makes (the floor:
- * what any launcher pays; "host vs raw" is against it), and cuLaunchKernelEx.  Each figure
+ * CUfunction with the same parameters: cuLaunchKernelEx, the call loom makes (the floor:
+ * what any launcher pays; "host vs raw" is against it), and the older cuLaunchKernel.  Each figure
  * is the wall time of issuing the launches divided by their count ("issue"), and with the
  * final synchronization ("with sync"); the best of 5 rounds.  10,000 launches fill the
  * driver's launch queue, after which a launch waits for the GPU to retire one (the rate
@@ -84,8 +84,8 @@ int main(int argc, char **argv)
     uint64_t pa = rt_buffer_dptr(ba), po = rt_buffer_dptr(bo);
     void *params[2] = {&pa, &po};
     unsigned gr[3] = {1, 1, 1}, bl[3] = {128, 1, 1};
-    /* loom launches with cuLaunchKernel (way 2 is its raw call); cuLaunchKernelEx beside it */
-    enum { WAYS = 4, RAW = 2 };
+    /* loom launches with cuLaunchKernelEx (way 3 is its raw call); cuLaunchKernel beside it */
+    enum { WAYS = 4, RAW = 3 };
     const char *names[WAYS] = {"loom_launch", "loom_launch_stream", "cuLaunchKernel (raw)", "cuLaunchKernelEx (raw)"};
     double issue[WAYS], total[WAYS], host[WAYS];
     int ok = 1;

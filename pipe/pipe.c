@@ -297,18 +297,15 @@ static loom_val hand_over(loom_src at, loom_kernel *k, const loom_sched *s, int 
     loom_val view = loom_smem_slot_at(at, k, s->slot_ring, sl);
     if (role == LOOM_SCHED_PRODUCER) {
         loom_mbar_wait_at(at, k, s->empty, sl, loom_sub_at(at, k, CI(1), ph));
-        /* One thread writes the unit and completes the slot's 4 bytes on "full", as a TMA
-         * load would: a plain store by every producer thread followed by one arrival would
-         * leave the other threads' stores unordered before the consumers' reads (what
-         * compute-sanitizer's racecheck reported).  Without clusters the store is a plain
-         * st.shared, a fence and complete_tx (lower_smem_store_cluster). */
-        loom_mbar_expect_at(at, k, s->full, sl, 4);
-        loom_region_op r0 = s->cluster > 1 ? loom_if_begin_at(at, k, claimer(at, k), 0) : 0;
-        loom_smem_store_cluster_at(at, k, view, t, s->full, sl);
-        if (r0)
-            loom_if_end_at(at, k, r0, 0, NULL);
-        if (s->cluster <= 1)
+        if (s->cluster <= 1) { /* the store, then the arrival that releases it */
+            loom_smem_store_at(at, k, view, loom_splat_at(at, k, t, LOOM_SHAPE1(1)));
+            loom_mbar_arrive_at(at, k, s->full, sl);
             return t;
+        }
+        loom_mbar_expect_at(at, k, s->full, sl, 4);
+        loom_region_op r0 = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, loom_cluster_rank_at(at, k), CI(0)), 0);
+        loom_smem_store_cluster_at(at, k, view, t, s->full, sl);
+        loom_if_end_at(at, k, r0, 0, NULL);
     }
     loom_mbar_wait_at(at, k, s->full, sl, ph);
     loom_val u = loom_reduce_max_at(at, k, loom_smem_load_at(at, k, view), 0);

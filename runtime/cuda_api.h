@@ -196,7 +196,7 @@ typedef CUresult (*PFN_cuFuncSetAttribute)(CUfunction fn, CUfunction_attribute a
 typedef CUresult (*PFN_cuFuncGetAttribute)(int *value, CUfunction_attribute attrib, CUfunction fn);
 typedef CUresult (*PFN_cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction fn,
                                          void **params, void **extra);
-/* the launch loom makes: no launch attributes (a cluster kernel says its cluster in its PTX) */
+/* the older launch call, without attributes: bench_launch times it beside cuLaunchKernelEx */
 typedef CUresult (*PFN_cuLaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                        unsigned by, unsigned bz, unsigned smem, CUstream stream, void **params,
                                        void **extra);

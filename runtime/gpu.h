@@ -157,7 +157,7 @@ void rt_gpu_graph_destroy(rt_gpu *g, void *exec);
  * dynamic shared memory: for comparing loom's launch path with the raw driver call. */
 loom_status rt_gpu_kernel_function(rt_gpu *g, loom_kernel *k, void **function, unsigned *smem_bytes, char *err,
                                    size_t errlen);
-/* cuLaunchKernelEx (raw_launch) or cuLaunchKernel (raw_launch_legacy, the call loom makes) of
+/* cuLaunchKernelEx (raw_launch, the call loom makes) or cuLaunchKernel (raw_launch_legacy) of
  * a function from rt_gpu_kernel_function, nothing else. */
 loom_status rt_gpu_raw_launch(rt_gpu *g, void *function, const unsigned grid[3], const unsigned block[3],
                               unsigned smem_bytes, void **params, void *stream);

@@ -4,8 +4,7 @@
  *
  * A launch checks its arguments against the kernel (tensor bases 16-byte aligned, scalar
  * types the backend passes, warps the device allows), finds the function (module.c) and
- * goes to the default stream (or the caller's) with cuLaunchKernel: asynchronous unless
- * LOOM_SYNC=1.
+ * goes to the default stream with cuLaunchKernelEx: asynchronous unless LOOM_SYNC=1.
  * Launch errors name the kernel, its grid, block and shared memory; the kernel's name is
  * kept too, so a fault that a later call reports names the last kernel launched
  * (cu_fail, driver.c).
@@ -49,16 +48,13 @@ loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const un
                             const unsigned block[3], unsigned smem, void **params, CUstream stream, char *err,
                             size_t errlen)
 {
-    /* the name is kept for errors a later call reports: copied only when it changes */
-    if (strncmp(g->last_kernel, name, sizeof g->last_kernel))
-        snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
-    /* cuLaunchKernel: loom sets no launch attributes (bench/bench_launch measures it beside
-     * cuLaunchKernelEx; on the H100 host the two are within its run-to-run noise) */
-    CUresult r = cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream,
-                                   params, NULL);
+    CUlaunchConfig cfg;
+    rt_launch_config(&cfg, grid, block, smem, stream);
+    snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
+    CUresult r = cu.cuLaunchKernelEx(&cfg, fn, params, NULL);
     if (r != CUDA_SUCCESS)
         return cu_fail(g, r, err, errlen,
-                       "cuLaunchKernel of kernel '%s' (grid %ux%ux%u, block %ux%ux%u, %u bytes "
+                       "cuLaunchKernelEx of kernel '%s' (grid %ux%ux%u, block %ux%ux%u, %u bytes "
                        "of dynamic shared memory)",
                        name, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem);
     if (g->sync_each) {
