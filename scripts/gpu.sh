@@ -19,6 +19,8 @@
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 #   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
+#   LOOM_GPU_GRID      0 skips `bench_ikbo_lce --grid` (issue 21's shapes: the framework
+#                      against loom's pick, one table; about 90 s on an H100)
 #   LOOM_GPU_TEST_VERBOSE  1: the tests with --verbose (their cr_log_info lines)
 #   LOOM_GPU_AOT       0 skips examples/aot/lce_aot (the LCE headline from loomc aot's files)
 #   LOOM_GPU_SANITIZE  0 skips compute-sanitizer (memcheck, racecheck, synccheck over every
@@ -138,6 +140,13 @@ for b in "$R"/bin/bench_*; do
         LOOM_CACHE_DIR="$LOOM_CACHE_DIR/$(basename "$v")" "$v" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$v").log"
     done
 done
+
+if [ "${LOOM_GPU_GRID:-1}" != 0 ] && [ -x "$R/bin/bench_ikbo_lce" ] &&
+    { [ -z "$benches" ] || [[ " $benches " == *" bench_ikbo_lce "* ]]; }; then
+    echo "== bench_ikbo_lce --grid"
+    LOOM_CACHE_DIR="$LOOM_CACHE_DIR/bench_ikbo_lce" "$R/bin/bench_ikbo_lce" --grid 2>&1 | tee "$OUTDIR/bench_ikbo_lce_grid.log" |
+        sed -n '/== grid:/,$p'
+fi
 
 echo "== the disk cache's cubins: registers and setmaxnreg kept (cuobjdump)"
 # a cache file is a 64-byte header, u32 ntma, ntma 52-byte TMA records, then the cubin
