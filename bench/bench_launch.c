@@ -38,6 +38,30 @@ static loom_kernel *tiny(void)
     return k;
 }
 
+/* What one launch of each way needs: loom's kernel and arguments, the raw call's function
+ * and parameters. */
+typedef struct way_ctx {
+    loom_runtime *rt;
+    loom_kernel *k;
+    const int *grid;
+    loom_arg *args;
+    rt_gpu *g;
+    void *fn, *stream, **params;
+    const unsigned *gr, *bl;
+    unsigned smem;
+} way_ctx;
+
+/* One launch, way 0 loom_launch, 1 loom_launch_stream, 2 cuLaunchKernel, 3 cuLaunchKernelEx. */
+static loom_status launch_way(const way_ctx *c, int way)
+{
+    switch (way) {
+    case 0: return loom_launch(c->rt, c->k, c->grid, c->args, 2);
+    case 1: return loom_launch_stream(c->rt, c->k, c->grid, c->args, 2, c->stream);
+    case 2: return rt_gpu_raw_launch_legacy(c->g, c->fn, c->gr, c->bl, c->smem, c->params, c->stream);
+    default: return rt_gpu_raw_launch(c->g, c->fn, c->gr, c->bl, c->smem, c->params, c->stream);
+    }
+}
+
 static int check(loom_buffer *o, const float *a, const char *what)
 {
     float got[N];
@@ -88,6 +112,7 @@ int main(int argc, char **argv)
     enum { WAYS = 4, RAW = 3 };
     const char *names[WAYS] = {"loom_launch", "loom_launch_stream", "cuLaunchKernel (raw)", "cuLaunchKernelEx (raw)"};
     double issue[WAYS], total[WAYS], host[WAYS];
+    way_ctx wc = {rt, k, grid, args, g, fn, stream, params, gr, bl, smem};
     int ok = 1;
     for (int way = 0; way < WAYS; way++) {
         issue[way] = total[way] = host[way] = 1e30;
@@ -95,14 +120,7 @@ int main(int argc, char **argv)
             rt_gpu_sync(g, err, sizeof err);
             double t0 = util_now_ms();
             for (int i = 0; i < 256; i++)
-                if (way == 0)
-                    loom_launch(rt, k, grid, args, 2);
-                else if (way == 1)
-                    loom_launch_stream(rt, k, grid, args, 2, stream);
-                else if (way == 2)
-                    rt_gpu_raw_launch_legacy(g, fn, gr, bl, smem, params, stream);
-                else
-                    rt_gpu_raw_launch(g, fn, gr, bl, smem, params, stream);
+                launch_way(&wc, way);
             double us = (util_now_ms() - t0) * 1000.0 / 256;
             host[way] = us < host[way] ? us : host[way];
         }
@@ -112,10 +130,7 @@ int main(int argc, char **argv)
             double t0 = util_now_ms();
             loom_status st = LOOM_OK;
             for (int i = 0; i < launches && st == LOOM_OK; i++)
-                st = way == 0   ? loom_launch(rt, k, grid, args, 2)
-                     : way == 1 ? loom_launch_stream(rt, k, grid, args, 2, stream)
-                     : way == 2 ? rt_gpu_raw_launch_legacy(g, fn, gr, bl, smem, params, stream)
-                                : rt_gpu_raw_launch(g, fn, gr, bl, smem, params, stream);
+                st = launch_way(&wc, way);
             double t1 = util_now_ms();
             if (st == LOOM_OK)
                 st = rt_gpu_sync(g, err, sizeof err);
