@@ -29,10 +29,14 @@
  *
  * One thread per task replica issues what is issued once (TMA copies, expect-bytes,
  * cluster stores: st.async into each CTA's view, completing on its barrier);
- * every warp's lane 0 arrives on an mbarrier (so the hardware arrival count of a barrier
- * array is, per arriving task, replicas * warps for arrive and replicas for expect, where
- * replicas are those arriving in one phase: all, or one where they take turns; the DSL
- * counts replicas and the compiler scales); every thread waits.  wgmma is issued by
+ * every warp's lane 0 arrives on an mbarrier, after bar.warp.sync (so the hardware
+ * arrival count of a barrier array is, per arriving task, replicas * warps for arrive and
+ * replicas for expect, where replicas are those arriving in one phase: all, or one where
+ * they take turns; the DSL counts replicas and the compiler scales); every thread waits.
+ * A one-element tile in shared memory (a scheduler's hand-over word) is stored by the
+ * elected thread and read by each warp's lane 0, which passes it on with shfl.sync: the
+ * threads that touch the word are the threads that arrive, so compute-sanitizer's
+ * racecheck sees the barriers order every access.  wgmma is issued by
  * the whole task (warp group g computes rows g*M/G ..); its accumulator registers pass
  * through wgmma_wait as tied asm operands, so LLVM never reads them while in flight.  An A
  * in registers is held in the A fragment's layout (the accumulator layout of its shape, so
@@ -265,6 +269,9 @@ static void load_pair(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef *a, LLVM
     *b = LLVMBuildBitCast(l->B, LLVMBuildAnd(l->B, w, ci32(l, (int32_t)0xffff0000), ""), l->t_f32, "");
 }
 
+/* A tile of one element (a scheduler's hand-over word): one thread's value is everyone's. */
+static bool one_element(L *l, uint32_t v) { return ir_shape_numel(&vty(l, v)->shape) == 1; }
+
 bool lower_smem_load(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
@@ -277,6 +284,19 @@ bool lower_smem_load(L *l, uint32_t o, ir_op *op)
     loom_dtype dt = vdt(l, op->res[0]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
     lw_barrier(l); /* tile semantics: every thread's earlier writes of the view are visible */
+    if (one_element(l, op->res[0]) && n == 1 && (dt == LOOM_I32 || dt == LOOM_F32)) {
+        /* Lane 0 reads the word and passes it to its warp (shfl.sync): the lane that reads
+         * is the lane that arrives on a barrier afterwards (lower_mbar_arrive), so the read
+         * is ordered before the arrival that lets a writer reuse the word. */
+        LLVMValueRef a[2] = {l->lane, saddr(l, base)};
+        LLVMValueRef w = lw_asm_call(l, l->t_i32,
+                                     "{\n\t.reg .pred p;\n\t.reg .b32 v;\n\tmov.b32 v, 0;\n\t"
+                                     "setp.eq.u32 p, $1, 0;\n\t@p ld.shared.b32 v, [$2];\n\t"
+                                     "shfl.sync.idx.b32 $0, v, 0, 31, -1;\n\t}",
+                                     "=r,r,r,~{memory}", a, 2, false);
+        out[0] = dt == LOOM_F32 ? LLVMBuildBitCast(l->B, w, l->t_f32, "") : w;
+        return lw_set_result(l, op->res[0], id, out);
+    }
     if ((dt == LOOM_F16 || dt == LOOM_BF16) && pairs_in_rows(cg_lay(l->cg, id), &g) && n % 2 == 0) {
         /* the accumulator's layout (a tile read "like" one): a pair never straddles a
          * swizzle unit or a chunk, so each is one 32-bit load */
@@ -541,6 +561,9 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
         }
         return true;
     }
+    /* one element: the elected thread stores it (every thread holds it), and is the thread
+     * whose arrival on a barrier next releases it (lower_mbar_arrive: lane 0 of warp 0) */
+    LLVMBasicBlockRef one = one_element(l, op->opnd[1]) ? if_begin(l, elected(l)) : NULL;
     for (int j = 0; j < n; j++) {
         LLVMValueRef inb = NULL;
         for (int d = 0; d < lay->rank; d++)
@@ -552,6 +575,8 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
         if (m)
             if_end(l, m);
     }
+    if (one)
+        if_end(l, one);
     return true;
 }
 
@@ -627,12 +652,22 @@ bool lower_mbar_expect(L *l, uint32_t o, ir_op *op)
 
 static bool arrive_fused(const loom_kernel *k, uint32_t a);
 
+/* Lane 0 arrives for its warp: first the warp synchronizes (bar.warp.sync orders every
+ * lane's shared-memory accesses before lane 0's arrival, whose release then hands them to
+ * the waiter; without it the other lanes' loads and stores of a slot are unordered with
+ * the arrival, which compute-sanitizer's racecheck reported).  Opens the lane-0 branch. */
+static LLVMBasicBlockRef lane0_arrival_begin(L *l)
+{
+    asm_void(l, "bar.warp.sync -1;", "~{memory}", NULL, 0);
+    return if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
+}
+
 bool lower_mbar_arrive(L *l, uint32_t o, ir_op *op)
 {
     if (arrive_fused(l->k, o)) /* emitted by the wgmma_wait before it */
         return true;
     LLVMValueRef a = bar_addr(l, op, 0);
-    LLVMBasicBlockRef m = if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
+    LLVMBasicBlockRef m = lane0_arrival_begin(l);
     asm_void(l, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", &a, 1);
     if_end(l, m);
     return true;
@@ -648,7 +683,7 @@ bool lower_mbar_arrive_cluster(L *l, uint32_t o, ir_op *op)
 {
     (void)o;
     LLVMValueRef a = bar_addr(l, op, 0);
-    LLVMBasicBlockRef m = if_begin(l, LLVMBuildICmp(l->B, LLVMIntEQ, l->lane, ci32(l, 0), ""));
+    LLVMBasicBlockRef m = lane0_arrival_begin(l);
     if (l->k->cluster <= 1) { /* no cluster launch: this CTA's barrier, no mapa */
         asm_void(l, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", &a, 1);
         if_end(l, m);

@@ -22,6 +22,8 @@
 #   LOOM_GPU_GRID      0 skips `bench_ikbo_lce --grid` (issue 21's shapes: the framework
 #                      against loom's pick, one table; about 90 s on an H100)
 #   LOOM_GPU_TEST_VERBOSE  1: the tests with --verbose (their cr_log_info lines)
+#   LOOM_GPU_TEST_JOBS how many tests run at once (default 1: the timed ones see a quiet GPU;
+#                      8 finishes in about two minutes on an H100)
 #   LOOM_GPU_AOT       0 skips examples/aot/lce_aot (the LCE headline from loomc aot's files)
 #   LOOM_GPU_SANITIZE  0 skips compute-sanitizer (memcheck, racecheck, synccheck over every
 #                      template at two small shapes, each IKBO LCE stage included)
@@ -74,7 +76,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 echo "== GPU tests (Criterion)"
 filter=()
 [ -n "${LOOM_GPU_TESTS:-}" ] && filter=(--filter "$LOOM_GPU_TESTS")
-loom_tests -j1 "${filter[@]}" ${LOOM_GPU_TEST_VERBOSE:+--verbose} 2>&1 | tee "$OUTDIR/tests.log" | grep -E "FAIL|CRASH|Synthesis|skipp" | tail -40
+timeout 900 loom_tests -j"${LOOM_GPU_TEST_JOBS:-1}" --timeout 120 "${filter[@]}" ${LOOM_GPU_TEST_VERBOSE:+--verbose} 2>&1 | tee "$OUTDIR/tests.log" | grep -E "FAIL|CRASH|Synthesis|skipp" | tail -40
 
 echo "== every template on the GPU and on the interpreter"
 [ "${LOOM_GPU_TEMPLATES:-1}" = 0 ] || for spec in "ikbo_broadcast_add --shape B=300,U=7,M=433,N=256,shuffle=1" \
