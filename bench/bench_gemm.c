@@ -33,9 +33,22 @@
  * timed in the same rounds, one row each).  Until the template exists this prints
  * "loom gemm: not built yet" and still measures and checks cuBLAS.
  *
+ * Odd shapes (--odd, or --shape with K or N not a multiple of 8): TMA cannot address rows
+ * of A (or B) that are not 16-byte aligned, so loom's contender is what a user of the
+ * public API runs: loom_gemm_prepare with the same config text ("" for the defaults; the
+ * API sets tmastore=0 where N is not a multiple of 8) and loom_gemm_run, whose every run
+ * first copies the unaligned operand into a padded buffer.  That copy is timed with the
+ * gemm (its cost is the user's); the check column ends with loom_gemm_describe (the config
+ * run and the copies).  A, B and loom's C are loom_buffers of a GPU loom_runtime for every
+ * case (the runtime's rt_gpu serves the rest); aligned shapes launch the template's kernel
+ * on their device pointers as before.
+ *
  * Usage: bench_gemm [--config k=v,...]... [--only NAME[,NAME...]] [--dtype bf16|f16]
- *                   [--ms MS]     (skips cleanly without a GPU)
- *        --shape MxNxKxBATCH      that shape alone instead (A shared when BATCH > 1)
+ *                   [--ms MS] [--odd]     (skips cleanly without a GPU)
+ *        --odd                    also the odd cases (K or N not a multiple of 8; any one of
+ *                                 them also runs when --only names it)
+ *        --shape MxNxK[xBATCH]    that shape alone instead (A shared when BATCH > 1); any
+ *                                 M, N, K >= 1
  */
 #include "cublas_dl.h"
 #include "gpu.h"
@@ -59,14 +72,17 @@ typedef struct gemm_case {
 enum { MAXCFG = 8 };
 
 typedef struct bench_ctx {
-    rt_gpu *g;
+    loom_runtime *rt;
+    rt_gpu *g;                    /* rt's */
     const gemm_case *c;
     loom_dtype dt;
     uint64_t A, B, Cb, Cl; /* cuBLAS writes Cb, loom Cl */
+    loom_buffer *bA, *bB, *bCl;   /* A, B and Cl as the API takes them */
     uint64_t flush;
     size_t flush_bytes;
     int nk;                       /* loom kernels built */
-    loom_kernel *k[MAXCFG];
+    loom_kernel *k[MAXCFG];       /* aligned shapes: the template's kernel */
+    loom_gemm *api[MAXCFG];       /* odd shapes: the public API's plan (k[i] NULL) */
     int grid[MAXCFG][3];
     int ncont, who[MAXCFG + 1];   /* contenders: -1 cuBLAS, i loom config i */
     int turn;                     /* the next interleaved run */
@@ -80,6 +96,12 @@ static loom_status run_cublas(bench_ctx *x, char *err, size_t errlen)
 
 static loom_status run_loom(bench_ctx *x, int i, char *err, size_t errlen)
 {
+    if (x->api[i]) { /* the operands' copies, then the gemm */
+        loom_status st = loom_gemm_run(x->api[i], x->bA, x->bB, x->bCl);
+        if (st != LOOM_OK)
+            snprintf(err, errlen, "loom: %s", loom_runtime_error(x->rt));
+        return st;
+    }
     rt_launch_arg la[3];
     memset(la, 0, sizeof la);
     la[0].dptr = x->A;
@@ -154,7 +176,7 @@ static void describe(char *buf, size_t n, const char *who, const nvref_gemm_repo
 }
 
 /* Build loom's kernel for the case, or say why not (into why). */
-static loom_kernel *loom_gemm(const loom_template *t, const gemm_case *c, loom_dtype dt, const char *config,
+static loom_kernel *build_gemm(const loom_template *t, const gemm_case *c, loom_dtype dt, const char *config,
                               int grid[3], size_t need[3], char *why, size_t whylen)
 {
     char text[256], err[1024];
@@ -197,18 +219,47 @@ typedef struct row {
     loom_dtype dt;
     const char *config;
     double loom_tf, cublas_tf, loom_spread, cublas_spread;
-    char check[600];
+    char check[900];
 } row;
 
 static row rows[256];
 static int nrows, failures;
 
+/* The public API's plan for an odd case, or NULL saying why not (into why).  A refused
+ * config is reported like one the template refuses; any other failure counts. */
+static loom_gemm *prepare_api(loom_runtime *rt, const gemm_case *c, loom_dtype dt, const char *config, char *why,
+                              size_t whylen)
+{
+    loom_gemm_shape s = {c->M, c->N, c->K, c->batch, dt, dt, c->a_shared};
+    loom_gemm *p = NULL;
+    loom_status st = loom_gemm_prepare(rt, &s, config, &p);
+    if (st == LOOM_OK)
+        return p;
+    snprintf(why, whylen, "loom %s: %s", st == LOOM_ERR_INVALID ? "refuses" : "FAIL", loom_runtime_error(rt));
+    failures += st != LOOM_ERR_INVALID;
+    return NULL;
+}
+
+/* A buffer of rt (for the API) and its device address (for everything else). */
+static loom_status new_buffer(loom_runtime *rt, size_t bytes, loom_buffer **out, uint64_t *dptr, char *err,
+                              size_t errlen)
+{
+    *out = loom_buffer_create(rt, bytes);
+    if (!*out) {
+        snprintf(err, errlen, "loom_buffer_create: %s", loom_runtime_error(rt));
+        return LOOM_ERR_NOMEM;
+    }
+    *dptr = rt_buffer_dptr(*out);
+    return LOOM_OK;
+}
+
 /* One case and dtype: cuBLAS and every config, checked, then timed together. */
-static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const char *const *configs,
+static void bench_case(loom_runtime *rt, nvref_gemm *ref, const loom_template *t, const char *const *configs,
                        int nconfig, const gemm_case *c, loom_dtype dt, uint64_t flush, size_t flush_bytes,
                        int have_cublas, double target_ms)
 {
     char err[2048];
+    rt_gpu *g = rt_runtime_gpu(rt);
     if (nrows + nconfig > (int)(sizeof rows / sizeof *rows))
         return;
     row *w = &rows[nrows];
@@ -223,6 +274,8 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
     int64_t na = (c->a_shared ? 1 : c->batch) * c->M * c->K, nb = c->batch * c->K * c->N, nc = c->batch * c->M * c->N;
     nvref_gemm_shape s = {c->M, c->N, c->K, c->batch, c->a_shared, dt};
     uint64_t A = 0, B = 0, Cb = 0, Cl = 0, R = 0, Rabs = 0;
+    loom_buffer *bA = NULL, *bB = NULL, *bCl = NULL;
+    int odd = c->K % 8 || c->N % 8; /* rows TMA cannot address: loom through the API */
     double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K * (double)c->batch;
     size_t need[3] = {(size_t)na * es, (size_t)nb * es, (size_t)nc * es};
     char cpart[700] = "", lpart[MAXCFG][1400];
@@ -230,10 +283,10 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
 #define TRY(call)                                                                                  \
     if (st == LOOM_OK && (st = (call)) != LOOM_OK)                                                 \
         snprintf(w->check, sizeof w->check, "error: %.560s", err);
-    TRY(rt_gpu_alloc(g, need[0], &A, err, sizeof err));
-    TRY(rt_gpu_alloc(g, need[1], &B, err, sizeof err));
+    TRY(new_buffer(rt, need[0], &bA, &A, err, sizeof err));
+    TRY(new_buffer(rt, need[1], &bB, &B, err, sizeof err));
     TRY(rt_gpu_alloc(g, need[2], &Cb, err, sizeof err));
-    TRY(rt_gpu_alloc(g, need[2], &Cl, err, sizeof err));
+    TRY(new_buffer(rt, need[2], &bCl, &Cl, err, sizeof err));
     TRY(rt_gpu_alloc(g, (size_t)nc * 4, &R, err, sizeof err));
     TRY(rt_gpu_alloc(g, (size_t)nc * 4, &Rabs, err, sizeof err));
     TRY(nvref_gemm_fill(ref, A, dt, na, 1000 + (uint64_t)nrows, -1.0f, 1.0f, err, sizeof err));
@@ -243,6 +296,7 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
     nvref_gemm_tolerance(dt, c->K, &rel, &acc);
     bench_ctx x;
     memset(&x, 0, sizeof x);
+    x.rt = rt;
     x.g = g;
     x.c = c;
     x.dt = dt;
@@ -250,6 +304,9 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
     x.B = B;
     x.Cb = Cb;
     x.Cl = Cl;
+    x.bA = bA;
+    x.bB = bB;
+    x.bCl = bCl;
     x.flush = flush;
     x.flush_bytes = flush_bytes;
     nvref_gemm_report rc, rl, rlc;
@@ -271,10 +328,16 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
         lpart[i][0] = 0;
         if (st != LOOM_OK || !t)
             continue;
-        loom_kernel *k = loom_gemm(t, c, dt, configs[i], x.grid[x.nk], need, lpart[i], sizeof lpart[i]);
-        if (!k)
+        loom_kernel *k = NULL;
+        loom_gemm *api = NULL;
+        if (odd)
+            api = prepare_api(rt, c, dt, configs[i], lpart[i], sizeof lpart[i]);
+        else
+            k = build_gemm(t, c, dt, configs[i], x.grid[x.nk], need, lpart[i], sizeof lpart[i]);
+        if (!k && !api)
             continue;
         slot[i] = x.nk;
+        x.api[x.nk] = api;
         x.k[x.nk++] = k;
         TRY(rt_gpu_memset8(g, Cl, 0xff, need[2], err, sizeof err));
         TRY(run_loom(&x, slot[i], err, sizeof err));
@@ -290,6 +353,10 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
                 snprintf(lpart[i] + l, sizeof lpart[i] - l, "; vs cuBLAS %s", rlc.bad ? "FAIL" : "ok");
                 failures += rlc.bad != 0;
             }
+        }
+        if (st == LOOM_OK && api) { /* what the timed runs launch: the config, the copies */
+            size_t l = strlen(lpart[i]);
+            snprintf(lpart[i] + l, sizeof lpart[i] - l, "; %s", loom_gemm_describe(api));
         }
         if (st == LOOM_OK)
             x.who[x.ncont++] = slot[i];
@@ -308,7 +375,7 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
             }
         }
         if (st == LOOM_OK)
-            snprintf(w[i].check, sizeof w[i].check, "%.280s%s%.300s", cpart, cpart[0] && lpart[i][0] ? "; " : "",
+            snprintf(w[i].check, sizeof w[i].check, "%.280s%s%.600s", cpart, cpart[0] && lpart[i][0] ? "; " : "",
                      lpart[i]);
         else if (i)
             memcpy(w[i].check, w->check, sizeof w[i].check);
@@ -319,12 +386,14 @@ static void bench_case(rt_gpu *g, nvref_gemm *ref, const loom_template *t, const
         failures++;
 #undef TRY
     fflush(stdout);
-    for (int i = 0; i < x.nk; i++)
+    for (int i = 0; i < x.nk; i++) {
         loom_kernel_destroy(x.k[i]);
-    rt_gpu_free(g, A);
-    rt_gpu_free(g, B);
+        loom_gemm_destroy(x.api[i]);
+    }
+    loom_buffer_destroy(bA);
+    loom_buffer_destroy(bB);
     rt_gpu_free(g, Cb);
-    rt_gpu_free(g, Cl);
+    loom_buffer_destroy(bCl);
     rt_gpu_free(g, R);
     rt_gpu_free(g, Rabs);
     char serr[512];
@@ -353,7 +422,7 @@ static int listed(const char *list, const char *name)
 int main(int argc, char **argv)
 {
     const char *configs[MAXCFG], *only = NULL, *dtype = NULL, *extra = NULL;
-    int nconfig = 0;
+    int nconfig = 0, want_odd = 0;
     double target_ms = 300;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc && nconfig < MAXCFG)
@@ -366,19 +435,25 @@ int main(int argc, char **argv)
             dtype = argv[++i];
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc)
             target_ms = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--odd"))
+            want_odd = 1;
         else {
             fprintf(stderr, "usage: bench_gemm [--config k=v,...]... (at most %d) [--only SHAPE-NAME[,...]] "
-                            "[--shape MxNxKxBATCH] [--dtype bf16|f16] [--ms MS]\n", MAXCFG);
+                            "[--shape MxNxK[xBATCH]] [--dtype bf16|f16] [--ms MS] [--odd]\n"
+                            "  --odd: also the shapes whose K or N is not a multiple of 8 (loom through "
+                            "loom_gemm_run, its operand copies timed)\n", MAXCFG);
             return 2;
         }
     }
     gemm_case mine = {0};
     if (extra) { /* one more shape, by itself; A is shared by a batch, as in IKBO */
-        long long m, n, kk, b;
+        long long m, n, kk, b = 1;
         char tail;
-        if (sscanf(extra, "%lldx%lldx%lldx%lld%c", &m, &n, &kk, &b, &tail) != 4 || m < 1 || n < 1 || kk < 1 ||
-            b < 1) {
-            fprintf(stderr, "bench_gemm: --shape %s: expected MxNxKxBATCH, four positive integers\n", extra);
+        int got = sscanf(extra, "%lldx%lldx%lldx%lld%c", &m, &n, &kk, &b, &tail);
+        if (got == 3) /* MxNxK: batch 1, nothing after K */
+            got = sscanf(extra, "%lldx%lldx%lld%c", &m, &n, &kk, &tail) == 3 ? 4 : 0;
+        if (got != 4 || m < 1 || n < 1 || kk < 1 || b < 1) {
+            fprintf(stderr, "bench_gemm: --shape %s: expected MxNxK or MxNxKxBATCH, positive integers\n", extra);
             return 2;
         }
         mine = (gemm_case){extra, m, n, kk, b, b > 1};
@@ -386,17 +461,21 @@ int main(int argc, char **argv)
     }
     if (nconfig == 0)
         configs[nconfig++] = "";
-    rt_gpu *g = NULL;
+    /* A runtime for the API's buffers and runs; its rt_gpu (the runtime's: closed by
+     * loom_runtime_destroy) serves the raw launches, cuBLAS and the references. */
     char err[1024];
-    if (rt_gpu_open(&g, err, sizeof err) != LOOM_OK) {
-        printf("bench_gemm: skipped: %s\n", err);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_GPU);
+    if (!rt || loom_runtime_status(rt) != LOOM_OK) {
+        printf("bench_gemm: skipped: %s\n", rt ? loom_runtime_error(rt) : "out of host memory");
+        loom_runtime_destroy(rt);
         return 0;
     }
+    rt_gpu *g = rt_runtime_gpu(rt);
     const rt_gpu_props *p = rt_gpu_properties(g);
     nvref_gemm *ref = NULL;
     if (nvref_gemm_open(g, &ref, err, sizeof err) != LOOM_OK) {
         printf("bench_gemm: skipped: the reference cannot be built: %s\n", err);
-        rt_gpu_close(g);
+        loom_runtime_destroy(rt);
         return 0;
     }
     int have_cublas = cublas_dl_open(&cb, err, sizeof err) == 0;
@@ -417,6 +496,10 @@ int main(int argc, char **argv)
     uint64_t flush = 0;
     if (rt_gpu_alloc(g, flush_bytes, &flush, err, sizeof err) != LOOM_OK) {
         printf("bench_gemm: %s\n", err);
+        nvref_gemm_close(ref);
+        if (have_cublas)
+            cublas_dl_close(&cb);
+        loom_runtime_destroy(rt);
         return 1;
     }
     static const gemm_case cases[] = {
@@ -426,19 +509,30 @@ int main(int argc, char **argv)
         {"433x256x872x1024", 433, 256, 872, 1024, 1}, /* M x N x K x batch, A shared */
         {"433x256x1184x1024", 433, 256, 1184, 1024, 1},
     };
+    /* --odd (or named by --only): rows TMA cannot address, K or N not a multiple of 8 */
+    static const gemm_case odd_cases[] = {
+        {"4097x3001x1000", 4097, 3001, 1000, 1, 0},
+        {"4096x4096x4095", 4096, 4096, 4095, 1, 0},
+        {"4096x4090x4096", 4096, 4090, 4096, 1, 0},
+        {"4097x3001x1001", 4097, 3001, 1001, 1, 0},
+        {"433x255x871x1024", 433, 255, 871, 1024, 1},
+    };
     static const loom_dtype dts[] = {LOOM_BF16, LOOM_F16};
-    size_t ncase = sizeof cases / sizeof *cases;
-    for (size_t i = 0; i <= ncase; i++) {
-        const gemm_case *c = i < ncase ? &cases[i] : &mine;
-        if (!c->M || !listed(only, c->name))
+    size_t ncase = sizeof cases / sizeof *cases, nodd = sizeof odd_cases / sizeof *odd_cases;
+    for (size_t i = 0; i <= ncase + nodd; i++) {
+        const gemm_case *c = i < ncase ? &cases[i] : i < ncase + nodd ? &odd_cases[i - ncase] : &mine;
+        if (!c->M || !listed(only, c->name) || (extra && c != &mine))
+            continue;
+        if (i >= ncase && i < ncase + nodd && !want_odd && !only) /* odd ones: asked for */
             continue;
         for (size_t d = 0; d < 2; d++)
             if (!dtype || !strcmp(dtype, loom_dtype_name(dts[d])))
-                bench_case(g, ref, t, configs, nconfig, c, dts[d], flush, flush_bytes, have_cublas, target_ms);
+                bench_case(rt, ref, t, configs, nconfig, c, dts[d], flush, flush_bytes, have_cublas, target_ms);
     }
 
-    printf("\n(MxNxKxbatch: the IKBO shapes, one A shared by the batch; +-: half the interquartile range of the "
-           "runs)\n%-18s %-5s %10s %6s %12s %6s %6s  %-28s %s\n",
+    printf("\n(MxNxKxbatch: the IKBO shapes, one A shared by the batch; K or N not a multiple of 8: loom through "
+           "loom_gemm_run, its operand copies timed; +-: half the interquartile range of the runs)\n"
+           "%-18s %-5s %10s %6s %12s %6s %6s  %-28s %s\n",
            "shape", "dtype", "loom TF/s", "+-", "cuBLAS TF/s", "+-", "ratio", "config", "check");
     for (int i = 0; i < nrows; i++) {
         char lt[16] = "-", ratio[16] = "-";
@@ -454,6 +548,6 @@ int main(int argc, char **argv)
     nvref_gemm_close(ref);
     if (have_cublas)
         cublas_dl_close(&cb);
-    rt_gpu_close(g);
+    loom_runtime_destroy(rt); /* closes g */
     return failures ? 1 : 0;
 }

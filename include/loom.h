@@ -829,6 +829,28 @@ typedef struct loom_aot_request {
  * does not compile, no ptxas, a file that cannot be written: no file is left then). */
 loom_status loom_aot_write(const loom_aot_request *r, char *err, size_t errlen);
 
+/* ---------------------------------------------------------------- 10. gemm, any shape
+ * (templates/gemm_api.c)  C[b] = A[b] @ B[b], row-major and contiguous: A [M,K] (shared by
+ * the batch) or [batch,M,K], B [batch,K,N], C [batch,M,N]; f16 or bf16 in, f16, bf16 or
+ * f32 out, f32 accumulation; any M, N, K >= 1.  TMA needs rows of A and B 16-byte
+ * aligned: where K (or N) is not a multiple of 8, prepare makes a padded copy of A (or B)
+ * once, and every run first copies the operand into it (a kernel of its own, about one
+ * read and one write of the operand), then runs the gemm template on it.  config NULL:
+ * the config loom_tune picks at the shape (cached like any tuning); else "k=v,..." over
+ * the gemm template's defaults (tmastore=0 when N is not a multiple of 8). */
+typedef struct loom_gemm_shape {
+    int64_t M, N, K, batch;  /* batch 1: A, B, C are [M,K], [K,N], [M,N] */
+    loom_dtype dtype, odtype;
+    int a_shared;            /* batch > 1: 1 when one A [M,K] serves every product */
+} loom_gemm_shape;
+typedef struct loom_gemm loom_gemm;
+loom_status loom_gemm_prepare(loom_runtime *rt, const loom_gemm_shape *s, const char *config, loom_gemm **out);
+/* Buffers too small for the shape, or NULL, are refused with a message naming them. */
+loom_status loom_gemm_run(loom_gemm *p, const loom_buffer *a, const loom_buffer *b, loom_buffer *c);
+/* What a run launches: the config and the copies ("gemm BM=..., A padded to lda=..."). */
+const char *loom_gemm_describe(const loom_gemm *p);
+void loom_gemm_destroy(loom_gemm *p);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

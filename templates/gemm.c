@@ -34,9 +34,13 @@
  * launches one program per tile instead.  With cluster=2 the programs run in pairs (a
  * cluster) that take two tiles stacked along M at a time: they need the same B tile, so
  * each CTA TMA-loads one column half of it multicast into both CTAs' ring slot (half the
- * L2 reads of B), and a consumer gives a slot back to both producers.  Out-of-range rows and K columns read as zero (TMA), so any
- * M and N work and K only needs 16-byte aligned rows (a multiple of 8).  A batch runs as
- * more tiles; A may be shared by the whole batch (ashared=1, the IKBO weights case).
+ * L2 reads of B), and a consumer gives a slot back to both producers.  Out-of-range rows
+ * and columns read as zero (TMA), so M, N and K may be anything; TMA only needs the rows
+ * of A and B 16-byte aligned, so they are lda and ldb elements apart (multiples of 8: K
+ * and N rounded up by default; loom_gemm_run, templates/gemm_api.c, copies unaligned
+ * contiguous operands into such padded ones), and C's rows too where the TMA store
+ * writes them (tmastore=1; tmastore=0 stores from the registers at any N).  A batch runs
+ * as more tiles; A may be shared by the whole batch (ashared=1, the IKBO weights case).
  */
 #include "tpl.h"
 #include "loom_pipe.h"
@@ -45,7 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED };
+enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED, S_LDA, S_LDB };
 enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE, C_CLUSTER };
 enum { COOPERATIVE = TPL_COOPERATIVE, PINGPONG = TPL_PINGPONG, SPLIT = TPL_SPLIT };
 
@@ -53,13 +57,17 @@ typedef struct g_cfg {
     int64_t M, N, K, batch;
     loom_dtype dt, odt;
     int ashared;
+    int64_t lda, ldb; /* the row strides of A and B in elements (the shape's 0: K, N rounded up to 8) */
     int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore, cluster;
 } g_cfg;
+
+/* A row stride given (> 0), or the columns rounded up to a multiple of 8 (0). */
+static int64_t row_stride(int64_t given, int64_t cols) { return given > 0 ? given : (cols + 7) / 8 * 8; }
 
 static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
 {
     return (g_cfg){sh[S_M], sh[S_N], sh[S_K], sh[S_BATCH], (loom_dtype)sh[S_DTYPE], (loom_dtype)sh[S_ODTYPE],
-                   (int)sh[S_ASHARED], (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_BK], (int)cf[C_STAGES],
+                   (int)sh[S_ASHARED], row_stride(sh[S_LDA], sh[S_K]), row_stride(sh[S_LDB], sh[S_N]), (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_BK], (int)cf[C_STAGES],
                    (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_GROUP], (int)cf[C_CONSUMERS],
                    (int)cf[C_TMASTORE], (int)cf[C_CLUSTER]};
 }
@@ -268,11 +276,14 @@ static loom_kernel *gemm_build(const g_cfg *c)
         loom_kernel_set_cluster(k, c->cluster);
     loom_pipe p = loom_pipe_create(k);
     gk g = {.c = c, .batched = c->batch > 1};
-    loom_shape ash = g.batched && !c->ashared ? LOOM_SHAPE3(c->batch, c->M, c->K) : LOOM_SHAPE2(c->M, c->K);
+    bool bat_a = g.batched && !c->ashared;
+    loom_shape ash = bat_a ? LOOM_SHAPE3(c->batch, c->M, c->K) : LOOM_SHAPE2(c->M, c->K);
     loom_shape bsh = g.batched ? LOOM_SHAPE3(c->batch, c->K, c->N) : LOOM_SHAPE2(c->K, c->N);
     loom_shape csh = g.batched ? LOOM_SHAPE3(c->batch, c->M, c->N) : LOOM_SHAPE2(c->M, c->N);
-    g.A = loom_arg_tensor(k, "A", c->dt, ash, LOOM_IN);
-    g.B = loom_arg_tensor(k, "B", c->dt, bsh, LOOM_IN);
+    /* A and B row-major with rows lda and ldb apart (TMA reads zeros past K and N) */
+    int64_t ast[3] = {c->M * c->lda, c->lda, 1}, bst[3] = {c->K * c->ldb, c->ldb, 1};
+    g.A = loom_arg_tensor_strided(k, "A", c->dt, ash, bat_a ? ast : ast + 1, LOOM_IN);
+    g.B = loom_arg_tensor_strided(k, "B", c->dt, bsh, g.batched ? bst : bst + 1, LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", c->odt, csh, LOOM_OUT);
 
     bool split = c->consumers == SPLIT;
@@ -310,8 +321,14 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "odtype must be f16, bf16 or f32";
     if (c->M < 1 || c->N < 1 || c->K < 1 || c->batch < 1)
         return "M, N, K and batch must be positive";
-    if (c->K % 8 || c->N % 8)
-        return "K and N must be multiples of 8 (TMA needs 16-byte aligned rows)";
+    if (c->lda < c->K || c->ldb < c->N)
+        return "lda must be at least K and ldb at least N (the rows of A and B)";
+    if (c->lda % 8 || c->ldb % 8)
+        return "lda and ldb must be multiples of 8 (TMA needs 16-byte aligned rows; loom_gemm_run copies "
+               "unaligned operands into padded ones)";
+    if (c->tmastore && c->N % 8)
+        return "tmastore=1 needs N a multiple of 8 (the TMA store writes 16-byte aligned rows of C); use "
+               "tmastore=0, which stores C from the registers";
     if (c->bk != 64 && c->bk != 32)
         return "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
     const char *w = tpl_why_not_consumers(c->cwarps, c->consumers, SPLIT, c->ctas, c->bm, c->bn);
@@ -386,17 +403,21 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
     g[1] = g[2] = 1;
 }
 
+/* The inputs fill every element their buffers hold (the padding of rows too: the kernel
+ * must never read it). */
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_BATCH];
     int64_t na = nb > 1 && !sh[S_ASHARED] ? nb : 1;
-    tpl_fill(host[0], (loom_dtype)sh[S_DTYPE], na * M * K, -1, 1, &seed);
-    tpl_fill(host[1], (loom_dtype)sh[S_DTYPE], nb * K * N, -1, 1, &seed);
+    int64_t lda = row_stride(sh[S_LDA], K), ldb = row_stride(sh[S_LDB], N);
+    tpl_fill(host[0], (loom_dtype)sh[S_DTYPE], (na - 1) * M * lda + (M - 1) * lda + K, -1, 1, &seed);
+    tpl_fill(host[1], (loom_dtype)sh[S_DTYPE], (nb - 1) * K * ldb + (K - 1) * ldb + N, -1, 1, &seed);
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
     int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_BATCH];
+    int64_t lda = row_stride(sh[S_LDA], K), ldb = row_stride(sh[S_LDB], N);
     loom_dtype dt = (loom_dtype)sh[S_DTYPE], odt = (loom_dtype)sh[S_ODTYPE];
     bool ash = nb == 1 || sh[S_ASHARED];
     double *row = malloc((size_t)N * sizeof *row);
@@ -407,9 +428,9 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
             for (int64_t j = 0; j < N; j++)
                 row[j] = 0;
             for (int64_t q = 0; q < K; q++) {
-                double a = tpl_get(host[0], dt, (ash ? 0 : b * M * K) + m * K + q);
+                double a = tpl_get(host[0], dt, (ash ? 0 : b * M * lda) + m * lda + q);
                 for (int64_t j = 0; j < N; j++)
-                    row[j] += a * tpl_get(host[1], dt, b * K * N + q * N + j);
+                    row[j] += a * tpl_get(host[1], dt, b * K * ldb + q * ldb + j);
             }
             for (int64_t j = 0; j < N; j++)
                 tpl_set(ref[2], odt, b * M * N + m * N + j, row[j]);
@@ -420,14 +441,17 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
 const loom_template tpl_def_gemm = {
     .name = "gemm",
     .doc = "C[b] = A[b] @ B[b] on the tensor cores (TMA ring, producer/consumer warp groups, wgmma)",
-    .nshape = 7,
+    .nshape = 9,
     .shape = {{"M", 512, "rows of A and C"},
-              {"N", 512, "columns of B and C (a multiple of 8)"},
-              {"K", 512, "columns of A, rows of B (a multiple of 8)"},
+              {"N", 512, "columns of B and C (any; tmastore=1 needs a multiple of 8)"},
+              {"K", 512, "columns of A, rows of B (any)"},
               {"batch", 1, "independent products (B and C batched)"},
               {"dtype", LOOM_F16, "input type: f16 or bf16"},
               {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},
-              {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"}},
+              {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"},
+              {"lda", 0, "elements from one row of A to the next, a multiple of 8 (0: K rounded up to 8; "
+                         "loom_gemm_run pads contiguous rows into that)"},
+              {"ldb", 0, "elements from one row of B to the next, a multiple of 8 (0: N rounded up to 8)"}},
     .nconfig = 10,
     .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns (64, 128, 256)", 3, {64, 128, 256}},

@@ -839,20 +839,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     return k;
 }
 
-/* ---------------------------------------------------------------- the two small kernels */
-
-/* dst[m, 0:Kp] = src[m, 0:K] padded with zeros (Kp = ik_pad8(K)): one row a program. */
-loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt)
-{
-    int64_t kp = ik_pad8(K), w = tpl_pow2_at_least(kp);
-    loom_kernel *k = loom_kernel_create("ikbo_pad_weights", 4);
-    loom_val src = loom_arg_tensor(k, "src", dt, LOOM_SHAPE2(M, K), LOOM_IN);
-    loom_val dst = loom_arg_tensor(k, "dst", dt, LOOM_SHAPE2(M, kp), LOOM_OUT);
-    loom_val m = loom_program_id(k, 0);
-    loom_val x = loom_load(k, src, ((loom_val[]){m, CI(0)}), LOOM_SHAPE2(1, w), LOOM_NONE, 0.0);
-    loom_store(k, dst, ((loom_val[]){m, CI(0)}), x, LOOM_NONE);
-    return k;
-}
+/* ---------------------------------------------------------------- the gather kernel */
 
 /* The materialized broadcast of frameworks: cat[b] = [E_user[u(b)]; E_cand[b]] along K
  * (rows Ku + Kc, padded with zero rows to a multiple of 8), [rows, N] a program per

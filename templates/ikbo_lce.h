@@ -47,8 +47,6 @@ void ik_grid(const ik_spec *s, int grid[3]);
 /* Why the spec cannot be built, or NULL. */
 const char *ik_why_not(const ik_spec *s, char *buf, size_t n);
 loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen);
-/* dst [M, pad8(K)] = src [M, K] padded with zero columns: grid (M, 1, 1). */
-loom_kernel *ik_pad_kernel(int64_t M, int64_t K, loom_dtype dt);
 /* E_cat [B, pad8(Ku + Kc), N] = [E_user[u(b)]; E_cand[b]]: grid (cdiv(pad8(Ku+Kc), 16), B, 1). */
 loom_kernel *ik_gather_kernel(const ik_spec *s);
 

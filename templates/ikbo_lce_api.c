@@ -186,10 +186,13 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
             st->bytes[IK_WC_RAW] = (size_t)(s->M * s->Kc) * e;
             st->fill[st->nfill++] = (ik_fill){IK_WU_RAW, 0, s->Ku, 0};
             st->fill[st->nfill++] = (ik_fill){IK_WC_RAW, 1, s->Kc, 0};
-            int g[3] = {(int)s->M, 1, 1};
-            if ((rc = add_step(st, ik_pad_kernel(s->M, s->Ku, s->dtype), g, ARGS(IK_WU_RAW, IK_WU), NULL, err,
-                               errlen)) == LOOM_OK)
-                rc = add_step(st, ik_pad_kernel(s->M, s->Kc, s->dtype), g, ARGS(IK_WC_RAW, IK_WC), NULL, err, errlen);
+            int gu[3], gc[3];
+            tpl_pad_rows_grid(s->M, kpu, gu);
+            tpl_pad_rows_grid(s->M, kpc, gc);
+            if ((rc = add_step(st, tpl_pad_rows_kernel("ikbo_pad_weights", s->M, s->Ku, kpu, s->dtype), gu,
+                               ARGS(IK_WU_RAW, IK_WU), NULL, err, errlen)) == LOOM_OK)
+                rc = add_step(st, tpl_pad_rows_kernel("ikbo_pad_weights", s->M, s->Kc, kpc, s->dtype), gc,
+                              ARGS(IK_WC_RAW, IK_WC), NULL, err, errlen);
         } else {
             st->fill[st->nfill++] = wu;
             st->fill[st->nfill++] = wc;

@@ -151,6 +151,31 @@ int64_t tpl_pow2_at_least(int64_t n)
     return p;
 }
 
+enum { PAD_ROWS = 16, PAD_COLS = 256 };
+
+static int64_t pad_cols(int64_t ld) { return ld < PAD_COLS ? tpl_pow2_at_least(ld) : PAD_COLS; }
+
+loom_kernel *tpl_pad_rows_kernel(const char *name, int64_t rows, int64_t cols, int64_t ld, loom_dtype dt)
+{
+    int64_t w = pad_cols(ld);
+    loom_kernel *k = loom_kernel_create(name, 4);
+    loom_val src = loom_arg_tensor(k, "src", dt, LOOM_SHAPE2(rows, cols), LOOM_IN);
+    loom_val dst = loom_arg_tensor(k, "dst", dt, LOOM_SHAPE2(rows, ld), LOOM_OUT);
+    loom_val o[2] = {loom_mul(k, loom_program_id(k, 0), loom_const_i(k, LOOM_I32, PAD_ROWS)),
+                     loom_mul(k, loom_program_id(k, 1), loom_const_i(k, LOOM_I32, w))};
+    /* columns past src's read as zero; dst's own bounds mask the store */
+    loom_val x = loom_load(k, src, o, LOOM_SHAPE2(PAD_ROWS, w), LOOM_NONE, 0.0);
+    loom_store(k, dst, o, x, LOOM_NONE);
+    return k;
+}
+
+void tpl_pad_rows_grid(int64_t rows, int64_t ld, int grid[3])
+{
+    grid[0] = (int)TPL_CDIV(rows, PAD_ROWS);
+    grid[1] = (int)TPL_CDIV(ld, pad_cols(ld));
+    grid[2] = 1;
+}
+
 loom_status tpl_fail(loom_runtime *rt, loom_status st, const char *fmt, ...)
 {
     char msg[1024];

@@ -39,6 +39,12 @@ loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
 /* The smallest power of two >= n (tile dims are powers of two), at most 2^62. */
 int64_t tpl_pow2_at_least(int64_t n);
 
+/* dst [rows, ld] = src [rows, cols] (cols <= ld) with zeros in the columns past cols: rows
+ * copied to a wider, aligned stride (TMA needs 16-byte aligned rows).  Programs take
+ * 16-row by up-to-256-column blocks over tpl_pad_rows_grid. */
+loom_kernel *tpl_pad_rows_kernel(const char *name, int64_t rows, int64_t cols, int64_t ld, loom_dtype dt);
+void tpl_pad_rows_grid(int64_t rows, int64_t ld, int grid[3]);
+
 /* How the consumer warp groups of a warp-specialized GEMM template share its tiles:
  * TPL_COOPERATIVE, one task of cwarps warps splits each tile by rows; TPL_PINGPONG, two
  * warp groups take turns on whole tiles (needs cwarps=8 and persistent CTAs); TPL_SPLIT,

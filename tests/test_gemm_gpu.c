@@ -4,13 +4,21 @@
  * warp groups take turns on whole tiles) and split (two share each tile by rows), each with the epilogue storing from registers or
  * through shared memory and TMA (tmastore=1), at shapes with tails in M, N and K, batches with
  * A shared or not, every output dtype, and CTA counts that leave one replica a tile short
- * (ctas=2, 3, 5 below).  Skipped without a GPU; the interpreter runs the same template in
- * test_hopper_ir.c.
+ * (ctas=2, 3, 5 below).  Then the public API (loom_gemm_prepare / loom_gemm_run) at shapes
+ * whose K or N is not a multiple of 8, where each run copies an operand into a padded
+ * buffer first.  Skipped without a GPU; the interpreter runs the same template in
+ * test_hopper_ir.c and the same API in test_gemm_api.c.
  */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "loom.h"
+#include "nvrtc_ref.h"
+#include "rt.h"
 #include "testutil.h"
+#include "tpl.h"
 
 static void check(loom_runtime *rt, const char *shape, const char *config, uint64_t seed)
 {
@@ -77,4 +85,241 @@ Test(gemm_gpu, bk32)
                                           "BK=32,stages=8,BN=256,cwarps=8,consumers=1,BM=64,tmastore=1",
                                           "BK=32,stages=9,BM=64,cwarps=4,BN=256,tmastore=1"};
     check_configs(configs, sizeof configs / sizeof *configs, 400);
+}
+
+/* ---------------------------------------------------------------- the public API
+ * loom_gemm_prepare / loom_gemm_run (templates/gemm_api.c) on the GPU: shapes whose K or
+ * N is not a multiple of 8 (each run copies the operand into a padded buffer first), small
+ * ones against a double-precision host reference and a large one against the NVRTC
+ * reference, and the run's refusals.  The interpreter runs the same API in
+ * test_gemm_api.c. */
+
+/* M, N, K, batch, dtype, odtype, a_shared */
+static const loom_gemm_shape api_shapes[] = {
+    {77, 13, 29, 1, LOOM_F16, LOOM_F16, 0},
+    {1, 1, 1, 1, LOOM_F16, LOOM_F16, 0},
+    {300, 8, 7, 1, LOOM_F16, LOOM_F16, 0},   /* K odd only */
+    {300, 13, 8, 1, LOOM_F16, LOOM_F16, 0},  /* N odd only */
+    {65, 6, 24, 1, LOOM_F16, LOOM_F32, 0},   /* N odd only, f32 out */
+    {130, 130, 70, 3, LOOM_BF16, LOOM_BF16, 0}, /* A per product */
+    {257, 301, 133, 1, LOOM_F16, LOOM_F32, 0},
+    {200, 1001, 1000, 1, LOOM_BF16, LOOM_BF16, 0},
+};
+
+enum { API_GUARD = 256, API_REPEATS = 3 };
+
+/* One shape's inputs on the host and the device, and its reference (double). */
+typedef struct api_case {
+    const loom_gemm_shape *s;
+    int64_t na, nb, nc;
+    void *c;         /* the download: nc outputs and the guard bytes after them */
+    double *ref;     /* [batch, M, N] */
+    loom_buffer *A, *B, *C;
+} api_case;
+
+static int64_t api_a_elems(const loom_gemm_shape *s)
+{
+    return (s->batch > 1 && !s->a_shared ? s->batch : 1) * s->M * s->K;
+}
+
+/* Random inputs (uniform in [-1, 1), rounded to the dtype), uploaded; the reference in
+ * double from the rounded values; C with API_GUARD bytes past the outputs. */
+static void api_case_make(loom_runtime *rt, api_case *x, const loom_gemm_shape *s, uint64_t seed)
+{
+    memset(x, 0, sizeof *x);
+    x->s = s;
+    x->na = api_a_elems(s);
+    x->nb = s->batch * s->K * s->N;
+    x->nc = s->batch * s->M * s->N;
+    size_t e = loom_dtype_size(s->dtype), cbytes = (size_t)x->nc * loom_dtype_size(s->odtype) + API_GUARD;
+    void *a = malloc((size_t)x->na * e), *b = malloc((size_t)x->nb * e);
+    double *da = malloc((size_t)x->na * sizeof *da), *db = malloc((size_t)x->nb * sizeof *db);
+    x->c = malloc(cbytes);
+    x->ref = calloc((size_t)x->nc, sizeof *x->ref);
+    cr_assert(a && b && da && db && x->c && x->ref);
+    tpl_fill(a, s->dtype, x->na, -1, 1, &seed);
+    tpl_fill(b, s->dtype, x->nb, -1, 1, &seed);
+    for (int64_t i = 0; i < x->na; i++)
+        da[i] = tpl_get(a, s->dtype, i);
+    for (int64_t i = 0; i < x->nb; i++)
+        db[i] = tpl_get(b, s->dtype, i);
+    for (int64_t q = 0; q < s->batch; q++)
+        for (int64_t m = 0; m < s->M; m++) {
+            const double *ar = da + (s->batch > 1 && !s->a_shared ? q * s->M * s->K : 0) + m * s->K;
+            double *row = x->ref + (q * s->M + m) * s->N;
+            for (int64_t k = 0; k < s->K; k++) {
+                const double *br = db + (q * s->K + k) * s->N;
+                for (int64_t n = 0; n < s->N; n++)
+                    row[n] += ar[k] * br[n];
+            }
+        }
+    x->A = loom_buffer_create(rt, (size_t)x->na * e);
+    x->B = loom_buffer_create(rt, (size_t)x->nb * e);
+    x->C = loom_buffer_create(rt, cbytes);
+    cr_assert(x->A && x->B && x->C, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_buffer_upload(x->A, a, (size_t)x->na * e), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_buffer_upload(x->B, b, (size_t)x->nb * e), LOOM_OK, "%s", loom_runtime_error(rt));
+    free(a), free(b), free(da), free(db);
+}
+
+static void api_case_free(api_case *x)
+{
+    loom_buffer_destroy(x->A), loom_buffer_destroy(x->B), loom_buffer_destroy(x->C);
+    free(x->c), free(x->ref);
+}
+
+/* Prepare x's shape with config and run it API_REPEATS times, each into a poisoned C
+ * (NaN until written): every output within the tolerance (f16/bf16 out: 2e-2 + 2e-2 |ref|;
+ * f32 out: 2e-3 + 2e-3 |ref|), none left unwritten, no byte past the outputs touched. */
+static void api_case_check(loom_runtime *rt, const api_case *x, const char *config)
+{
+    const loom_gemm_shape *s = x->s;
+    loom_gemm *p = NULL;
+    cr_assert_eq(loom_gemm_prepare(rt, s, config, &p), LOOM_OK, "M=%lld N=%lld K=%lld [%s]: %s", (long long)s->M,
+                 (long long)s->N, (long long)s->K, config, loom_runtime_error(rt));
+    const char *desc = loom_gemm_describe(p);
+    if (s->K % 8 || s->N % 8)
+        cr_expect(strstr(desc, "copied"), "%s", desc);
+    if (s->N % 8)
+        cr_expect(strstr(desc, "tmastore=0"), "%s", desc);
+    double tol = s->odtype == LOOM_F32 ? 2e-3 : 2e-2;
+    size_t obytes = (size_t)x->nc * loom_dtype_size(s->odtype);
+    for (int r = 0; r < API_REPEATS; r++) {
+        cr_assert_eq(loom_buffer_fill(x->C, 0xff), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(loom_gemm_run(p, x->A, x->B, x->C), LOOM_OK, "[%s] %s", desc, loom_runtime_error(rt));
+        cr_assert_eq(loom_runtime_sync(rt, 30000), LOOM_OK, "[%s] %s", desc, loom_runtime_error(rt));
+        cr_assert_eq(loom_buffer_download(x->C, x->c, obytes + API_GUARD), LOOM_OK, "%s", loom_runtime_error(rt));
+        int64_t bad = 0, nonfinite = 0, first = -1;
+        double got = 0, want = 0;
+        for (int64_t i = 0; i < x->nc; i++) {
+            double o = tpl_get(x->c, s->odtype, i), w = x->ref[i];
+            nonfinite += !isfinite(o);
+            if (!(fabs(o - w) <= tol + tol * fabs(w)) && !bad++) /* NaN fails too */
+                first = i, got = o, want = w;
+        }
+        int64_t guard = 0;
+        for (size_t i = 0; i < API_GUARD; i++)
+            guard += ((const unsigned char *)x->c)[obytes + i] != 0xff;
+        long long fb = first < 0 ? 0 : first / (s->M * s->N), fm = first < 0 ? 0 : first / s->N % s->M,
+                  fn = first < 0 ? 0 : first % s->N;
+        cr_expect_eq(bad, 0,
+                     "M=%lld N=%lld K=%lld batch=%lld %s->%s [%s] run %d: %lld of %lld wrong (%lld not finite), "
+                     "first at b=%lld m=%lld n=%lld: %g, want %g",
+                     (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
+                     loom_dtype_name(s->dtype), loom_dtype_name(s->odtype), desc, r, (long long)bad,
+                     (long long)x->nc, (long long)nonfinite, fb, fm, fn, got, want);
+        cr_expect_eq(guard, 0, "M=%lld N=%lld K=%lld [%s] run %d: %lld bytes past C written", (long long)s->M,
+                     (long long)s->N, (long long)s->K, desc, r, (long long)guard);
+        if (bad || guard)
+            break; /* one report is enough */
+    }
+    loom_gemm_destroy(p);
+}
+
+/* Every API shape with one config. */
+static void api_check_config(const char *config, uint64_t seed)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    for (size_t i = 0; i < sizeof api_shapes / sizeof *api_shapes; i++) {
+        api_case x;
+        api_case_make(rt, &x, &api_shapes[i], seed + i);
+        api_case_check(rt, &x, config);
+        api_case_free(&x);
+    }
+    loom_runtime_destroy(rt);
+}
+
+Test(gemm_gpu, api_odd_defaults) { api_check_config("", 500); }
+Test(gemm_gpu, api_odd_pingpong) { api_check_config("BM=128,BN=128,cwarps=8,consumers=1,ctas=3", 600); }
+Test(gemm_gpu, api_odd_split) { api_check_config("BM=128,BN=128,cwarps=8,consumers=2,stages=3", 700); }
+/* the old design's intermittent race was at M=77 N=13 K=29 with BK=32, stages=6 */
+Test(gemm_gpu, api_odd_bk32) { api_check_config("BK=32,stages=6,BM=128,BN=128,cwarps=8", 800); }
+
+/* 4097x3001x1000 in f16 and bf16 (N odd: B copied to rows of 3008, C stored from the
+ * registers), inputs filled on the device, checked against the NVRTC reference. */
+Test(gemm_gpu, api_large_odd)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    char err[1024];
+    nvref_gemm *ref = NULL;
+    loom_status st = nvref_gemm_open(rt_runtime_gpu(rt), &ref, err, sizeof err);
+    if (st == LOOM_ERR_UNSUPPORTED) {
+        loom_runtime_destroy(rt);
+        cr_skip_test("%s", err);
+    }
+    cr_assert_eq(st, LOOM_OK, "%s", err);
+    static const loom_dtype dts[] = {LOOM_F16, LOOM_BF16};
+    for (size_t d = 0; d < 2; d++) {
+        loom_gemm_shape s = {4097, 3001, 1000, 1, dts[d], dts[d], 0};
+        nvref_gemm_shape ns = {s.M, s.N, s.K, s.batch, s.a_shared, s.dtype};
+        size_t e = loom_dtype_size(s.dtype);
+        loom_buffer *a = loom_buffer_create(rt, (size_t)(s.M * s.K) * e);
+        loom_buffer *b = loom_buffer_create(rt, (size_t)(s.K * s.N) * e);
+        loom_buffer *c = loom_buffer_create(rt, (size_t)(s.M * s.N) * e);
+        cr_assert(a && b && c, "%s", loom_runtime_error(rt));
+        cr_assert_eq(nvref_gemm_fill(ref, rt_buffer_dptr(a), s.dtype, s.M * s.K, 10 + d, -1, 1, err, sizeof err),
+                     LOOM_OK, "%s", err);
+        cr_assert_eq(nvref_gemm_fill(ref, rt_buffer_dptr(b), s.dtype, s.K * s.N, 20 + d, -1, 1, err, sizeof err),
+                     LOOM_OK, "%s", err);
+        loom_gemm *p = NULL;
+        cr_assert_eq(loom_gemm_prepare(rt, &s, "", &p), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_expect(strstr(loom_gemm_describe(p), "B copied"), "%s", loom_gemm_describe(p));
+        for (int r = 0; r < 2; r++) { /* the second run reuses the padded copy of B */
+            cr_assert_eq(loom_buffer_fill(c, 0xff), LOOM_OK, "%s", loom_runtime_error(rt));
+            cr_assert_eq(loom_gemm_run(p, a, b, c), LOOM_OK, "%s", loom_runtime_error(rt));
+            nvref_gemm_report rep;
+            cr_assert_eq(nvref_gemm_check(ref, &ns, rt_buffer_dptr(a), rt_buffer_dptr(b), rt_buffer_dptr(c), s.odtype,
+                                          &rep, err, sizeof err),
+                         LOOM_OK, "%s", err);
+            cr_expect_eq(rep.bad, 0,
+                         "4097x3001x1000 %s [%s] run %d: %llu of %llu bad (%llu not finite); first at %lld: %g, "
+                         "want %g +- %g",
+                         loom_dtype_name(s.dtype), loom_gemm_describe(p), r, (unsigned long long)rep.bad,
+                         (unsigned long long)rep.checked, (unsigned long long)rep.nonfinite,
+                         (long long)rep.first_bad, rep.first_out, rep.first_ref, rep.first_tol);
+        }
+        loom_gemm_destroy(p);
+        loom_buffer_destroy(a), loom_buffer_destroy(b), loom_buffer_destroy(c);
+    }
+    nvref_gemm_close(ref);
+    loom_runtime_destroy(rt);
+}
+
+/* A run's bad buffers are refused, naming them, before anything is launched. */
+Test(gemm_gpu, api_refusals)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    loom_gemm_shape s = {77, 13, 29, 1, LOOM_F16, LOOM_F16, 0};
+    loom_gemm *p = NULL;
+    cr_assert_eq(loom_gemm_prepare(rt, &s, "", &p), LOOM_OK, "%s", loom_runtime_error(rt));
+    size_t cbytes = 77 * 13 * 2;
+    loom_buffer *a = loom_buffer_create(rt, 77 * 29 * 2), *b = loom_buffer_create(rt, 29 * 13 * 2);
+    loom_buffer *c = loom_buffer_create(rt, cbytes - 1), *c_ok = loom_buffer_create(rt, cbytes);
+    cr_assert(a && b && c && c_ok, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_buffer_fill(a, 0), LOOM_OK);
+    cr_assert_eq(loom_buffer_fill(b, 0), LOOM_OK);
+    cr_assert_eq(loom_buffer_fill(c, 0xff), LOOM_OK);
+    cr_expect_eq(loom_gemm_run(p, a, b, c), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "C has 2001 bytes"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_gemm_run(p, a, NULL, c_ok), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "B is NULL"), "%s", loom_runtime_error(rt));
+    /* nothing ran: the short C is as it was */
+    cr_assert_eq(loom_runtime_sync(rt, 30000), LOOM_OK, "%s", loom_runtime_error(rt));
+    unsigned char host[77 * 13 * 2];
+    cr_assert_eq(loom_buffer_download(c, host, cbytes - 1), LOOM_OK);
+    size_t touched = 0;
+    for (size_t i = 0; i < cbytes - 1; i++)
+        touched += host[i] != 0xff;
+    cr_expect_eq(touched, 0, "%zu bytes of the refused C written", touched);
+    /* and the plan still runs: zeros in, zeros out */
+    cr_expect_eq(loom_gemm_run(p, a, b, c_ok), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_runtime_sync(rt, 30000), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_buffer_download(c_ok, host, cbytes), LOOM_OK);
+    touched = 0;
+    for (size_t i = 0; i < cbytes; i++)
+        touched += host[i] != 0;
+    cr_expect_eq(touched, 0, "%zu bytes of C not zero", touched);
+    loom_buffer_destroy(a), loom_buffer_destroy(b), loom_buffer_destroy(c), loom_buffer_destroy(c_ok);
+    loom_gemm_destroy(p);
+    loom_runtime_destroy(rt);
 }

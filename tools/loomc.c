@@ -77,6 +77,10 @@ static const loom_template *find(const char *name)
     return t;
 }
 
+/* The shape and config of a command; without --config the template's default, or where
+ * the default cannot serve the shape (gemm's TMA store at an N not a multiple of 8, say)
+ * the config loom_tune takes without timing: the cost model's best valid one (a note on
+ * stderr says so). */
 static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t *config)
 {
     char err[600];
@@ -84,7 +88,22 @@ static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t
         fprintf(stderr, "loomc: %s\n", err);
         return -1;
     }
-    return 0;
+    if (o->config || !t->valid || t->valid(shape, config, err, sizeof err))
+        return 0;
+    setenv("LOOM_TUNE", "0", 1); /* nothing timed: this process tunes nothing else */
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_tuned r;
+    loom_tune_opts to = {.quiet = 1};
+    if (rt && loom_tune(rt, t, shape, 1, &to, &r) == LOOM_OK && r.source != LOOM_TUNE_NONE) {
+        char c[512];
+        memcpy(config, r.config, sizeof r.config);
+        loom_params_format(t->config, t->nconfig, config, c, sizeof c);
+        fprintf(stderr, "loomc: %s: the default config cannot serve this shape (%s); using %s\n", t->name, err, c);
+    }
+    if (rt)
+        loom_tuned_release(&r, 1);
+    loom_runtime_destroy(rt);
+    return 0; /* else the build refuses with the default's reason */
 }
 
 static loom_kernel *build(const loom_template *t, const int64_t *shape, const int64_t *config)

@@ -1,0 +1,138 @@
+/*
+ * test_gemm_api.c -- loom_gemm_prepare / loom_gemm_run (templates/gemm_api.c) on the
+ * interpreter: shapes whose rows TMA cannot address (K or N not a multiple of 8), where
+ * each run copies the operand into a padded buffer first, checked element by element
+ * against a double-precision reference; and the refusals, each naming its argument.
+ * The GPU runs of the same API are in test_gemm_gpu.c.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom.h"
+#include "tpl.h"
+#include "testutil.h"
+
+static loom_runtime *interp(void)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    cr_assert(rt && loom_runtime_status(rt) == LOOM_OK);
+    return rt;
+}
+
+static loom_buffer *upload(loom_runtime *rt, const void *host, size_t bytes)
+{
+    loom_buffer *b = loom_buffer_create(rt, bytes);
+    cr_assert_not_null(b);
+    cr_assert_eq(loom_buffer_upload(b, host, bytes), LOOM_OK);
+    return b;
+}
+
+/* Run s through the API with config (NULL: the tuner's pick, the default on the
+ * interpreter) and compare every output element with the reference. */
+static void check(const loom_gemm_shape *s, const char *config, uint64_t seed)
+{
+    loom_runtime *rt = interp();
+    int64_t na = (s->batch > 1 && !s->a_shared ? s->batch : 1) * s->M * s->K, nb = s->batch * s->K * s->N;
+    int64_t nc = s->batch * s->M * s->N;
+    size_t e = loom_dtype_size(s->dtype), oe = loom_dtype_size(s->odtype);
+    void *a = malloc((size_t)na * e), *b = malloc((size_t)nb * e), *c = malloc((size_t)nc * oe);
+    cr_assert(a && b && c);
+    tpl_fill(a, s->dtype, na, -1, 1, &seed);
+    tpl_fill(b, s->dtype, nb, -1, 1, &seed);
+    loom_gemm *p = NULL;
+    cr_assert_eq(loom_gemm_prepare(rt, s, config, &p), LOOM_OK, "%s", loom_runtime_error(rt));
+    if (s->K % 8 || s->N % 8)
+        cr_expect(strstr(loom_gemm_describe(p), "copied"), "%s", loom_gemm_describe(p));
+    loom_buffer *ba = upload(rt, a, (size_t)na * e), *bb = upload(rt, b, (size_t)nb * e);
+    loom_buffer *bc = loom_buffer_create(rt, (size_t)nc * oe);
+    cr_assert_not_null(bc);
+    cr_assert_eq(loom_buffer_fill(bc, 0xff), LOOM_OK); /* NaN until written */
+    cr_assert_eq(loom_gemm_run(p, ba, bb, bc), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_buffer_download(bc, c, (size_t)nc * oe), LOOM_OK);
+    int64_t bad = 0, first = -1;
+    double got = 0, want = 0;
+    for (int64_t q = 0; q < s->batch; q++)
+        for (int64_t m = 0; m < s->M; m++)
+            for (int64_t n = 0; n < s->N; n++) {
+                double r = 0;
+                int64_t a0 = (s->batch > 1 && !s->a_shared ? q * s->M * s->K : 0) + m * s->K;
+                for (int64_t k = 0; k < s->K; k++)
+                    r += tpl_get(a, s->dtype, a0 + k) * tpl_get(b, s->dtype, q * s->K * s->N + k * s->N + n);
+                int64_t i = (q * s->M + m) * s->N + n;
+                double o = tpl_get(c, s->odtype, i);
+                if (!(fabs(o - r) <= 2e-2 + 2e-2 * fabs(r))) { /* NaN fails too */
+                    if (!bad++)
+                        first = i, got = o, want = r;
+                }
+            }
+    cr_expect_eq(bad, 0, "M=%lld N=%lld K=%lld batch=%lld [%s]: %lld of %lld wrong, first at %lld: %g, want %g",
+                 (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch, config ? config : "tuned",
+                 (long long)bad, (long long)nc, (long long)first, got, want);
+    loom_buffer_destroy(ba), loom_buffer_destroy(bb), loom_buffer_destroy(bc);
+    loom_gemm_destroy(p);
+    loom_runtime_destroy(rt);
+    free(a), free(b), free(c);
+}
+
+Test(gemm_api, odd_k_and_n_are_padded_and_right)
+{
+    check(&(loom_gemm_shape){77, 13, 29, 1, LOOM_F16, LOOM_F16, 1}, NULL, 1);
+    check(&(loom_gemm_shape){77, 13, 29, 1, LOOM_F16, LOOM_F16, 1}, "BK=32,stages=6,BM=128,BN=128,cwarps=8", 2);
+    check(&(loom_gemm_shape){1, 1, 1, 1, LOOM_F16, LOOM_F16, 1}, "", 3);
+    check(&(loom_gemm_shape){40, 8, 7, 1, LOOM_BF16, LOOM_BF16, 1}, "BM=64,BN=64", 4);      /* K odd only */
+    check(&(loom_gemm_shape){40, 13, 8, 1, LOOM_F16, LOOM_F32, 1}, "BM=64,BN=64", 5);       /* N odd only */
+}
+
+Test(gemm_api, batches_with_odd_rows)
+{
+    check(&(loom_gemm_shape){65, 6, 24, 3, LOOM_F16, LOOM_F32, 0}, "BM=64,BN=64", 6);  /* A per product */
+    check(&(loom_gemm_shape){33, 10, 19, 2, LOOM_BF16, LOOM_BF16, 1}, "BM=64,BN=64,consumers=1,cwarps=8,ctas=2", 7);
+}
+
+Test(gemm_api, aligned_shapes_copy_nothing)
+{
+    loom_runtime *rt = interp();
+    loom_gemm *p = NULL;
+    cr_assert_eq(loom_gemm_prepare(rt, &(loom_gemm_shape){64, 64, 64, 1, LOOM_F16, LOOM_F16, 1}, "", &p), LOOM_OK,
+                 "%s", loom_runtime_error(rt));
+    cr_expect_null(strstr(loom_gemm_describe(p), "copied"), "%s", loom_gemm_describe(p));
+    loom_gemm_destroy(p);
+    loom_runtime_destroy(rt);
+    check(&(loom_gemm_shape){64, 72, 40, 1, LOOM_F16, LOOM_F16, 1}, "BM=64,BN=128", 8);
+}
+
+Test(gemm_api, bad_input_is_refused_naming_the_argument)
+{
+    loom_runtime *rt = interp();
+    loom_gemm *p = NULL;
+    loom_gemm_shape s = {20, 13, 9, 1, LOOM_F16, LOOM_F16, 1};
+    cr_expect_eq(loom_gemm_prepare(rt, NULL, "", &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "shape is NULL"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_gemm_prepare(rt, &(loom_gemm_shape){20, 0, 9, 1, LOOM_F16, LOOM_F16, 1}, "", &p),
+                 LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "N=0"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_gemm_prepare(rt, &(loom_gemm_shape){20, 8, 9, 1, LOOM_F32, LOOM_F16, 1}, "", &p),
+                 LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "dtype"), "%s", loom_runtime_error(rt));
+    /* the TMA store cannot write rows of 13 elements: the caller asked for it */
+    cr_expect_eq(loom_gemm_prepare(rt, &s, "tmastore=1", &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "tmastore"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_gemm_prepare(rt, &s, "BM=7", &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "BM=7"), "%s", loom_runtime_error(rt));
+    cr_expect_null(p);
+
+    cr_assert_eq(loom_gemm_prepare(rt, &s, "", &p), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer *a = loom_buffer_create(rt, 20 * 9 * 2), *b = loom_buffer_create(rt, 9 * 13 * 2);
+    loom_buffer *c = loom_buffer_create(rt, 20 * 13 * 2 - 1), *c_ok = loom_buffer_create(rt, 20 * 13 * 2);
+    cr_assert(a && b && c && c_ok);
+    cr_expect_eq(loom_gemm_run(p, a, NULL, c_ok), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "B is NULL"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_gemm_run(p, a, b, c), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "C has 519 bytes"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_gemm_run(NULL, a, b, c_ok), LOOM_ERR_INVALID);
+    loom_buffer_destroy(a), loom_buffer_destroy(b), loom_buffer_destroy(c), loom_buffer_destroy(c_ok);
+    loom_gemm_destroy(p);
+    loom_runtime_destroy(rt);
+}
