@@ -44,9 +44,13 @@
  * on their device pointers as before.
  *
  * Usage: bench_gemm [--config k=v,...]... [--only NAME[,NAME...]] [--dtype bf16|f16]
- *                   [--ms MS] [--odd]     (skips cleanly without a GPU)
+ *                   [--ms MS] [--odd] [--grid]     (skips cleanly without a GPU)
  *        --odd                    also the odd cases (K or N not a multiple of 8; any one of
  *                                 them also runs when --only names it)
+ *        --grid                   issue 21's small and skinny shapes instead (the IKBO LCE's
+ *                                 candidate GEMMs over M, N, K and batch; with --odd, both)
+ *        --config tuned           a contender that is the API's own pick: loom_gemm_prepare
+ *                                 with config NULL (loom_tune at the shape, cached)
  *        --shape MxNxK[xBATCH]    that shape alone instead (A shared when BATCH > 1); any
  *                                 M, N, K >= 1
  */
@@ -330,8 +334,9 @@ static void bench_case(loom_runtime *rt, nvref_gemm *ref, const loom_template *t
             continue;
         loom_kernel *k = NULL;
         loom_gemm *api = NULL;
-        if (odd)
-            api = prepare_api(rt, c, dt, configs[i], lpart[i], sizeof lpart[i]);
+        int tuned = !strcmp(configs[i], "tuned"); /* the API's own pick (loom_tune, cached) */
+        if (odd || tuned)
+            api = prepare_api(rt, c, dt, tuned ? NULL : configs[i], lpart[i], sizeof lpart[i]);
         else
             k = build_gemm(t, c, dt, configs[i], x.grid[x.nk], need, lpart[i], sizeof lpart[i]);
         if (!k && !api)
@@ -422,7 +427,7 @@ static int listed(const char *list, const char *name)
 int main(int argc, char **argv)
 {
     const char *configs[MAXCFG], *only = NULL, *dtype = NULL, *extra = NULL;
-    int nconfig = 0, want_odd = 0;
+    int nconfig = 0, want_odd = 0, want_grid = 0;
     double target_ms = 300;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc && nconfig < MAXCFG)
@@ -437,9 +442,11 @@ int main(int argc, char **argv)
             target_ms = atof(argv[++i]);
         else if (!strcmp(argv[i], "--odd"))
             want_odd = 1;
+        else if (!strcmp(argv[i], "--grid"))
+            want_grid = 1;
         else {
             fprintf(stderr, "usage: bench_gemm [--config k=v,...]... (at most %d) [--only SHAPE-NAME[,...]] "
-                            "[--shape MxNxK[xBATCH]] [--dtype bf16|f16] [--ms MS] [--odd]\n"
+                            "[--shape MxNxK[xBATCH]] [--dtype bf16|f16] [--ms MS] [--odd] [--grid]\n"
                             "  --odd: also the shapes whose K or N is not a multiple of 8 (loom through "
                             "loom_gemm_run, its operand copies timed)\n", MAXCFG);
             return 2;
@@ -517,13 +524,36 @@ int main(int argc, char **argv)
         {"4097x3001x1001", 4097, 3001, 1001, 1, 0},
         {"433x255x871x1024", 433, 255, 871, 1024, 1},
     };
+    /* --grid (or named by --only): issue 21's small and skinny shapes, the candidate GEMM of
+     * the IKBO LCE (W [M, Kc] shared, E [B, Kc, N]) with one factor at a time moved from
+     * the headline (M=433, N=256, Kc=866, B=1024) over M {64, 128, 433}, N {8, 72, 256,
+     * 1000}, K {8, 64, 1023, 1184}, batch {64, 509, 1024, 4096}, and the corners */
+    static const gemm_case grid_cases[] = {
+        {"g433x256x866x1024", 433, 256, 866, 1024, 1},  {"g433x256x866x64", 433, 256, 866, 64, 1},
+        {"g433x256x866x509", 433, 256, 866, 509, 1},    {"g433x256x866x4096", 433, 256, 866, 4096, 1},
+        {"g64x256x866x1024", 64, 256, 866, 1024, 1},    {"g128x256x866x1024", 128, 256, 866, 1024, 1},
+        {"g433x8x866x1024", 433, 8, 866, 1024, 1},      {"g433x72x866x1024", 433, 72, 866, 1024, 1},
+        {"g433x1000x866x1024", 433, 1000, 866, 1024, 1}, {"g433x256x8x1024", 433, 256, 8, 1024, 1},
+        {"g433x256x64x1024", 433, 256, 64, 1024, 1},    {"g433x256x1023x1024", 433, 256, 1023, 1024, 1},
+        {"g433x256x1184x1024", 433, 256, 1184, 1024, 1}, {"g64x8x8x64", 64, 8, 8, 64, 1},
+        {"g433x1000x8x509", 433, 1000, 8, 509, 1},      {"g200x136x8x1000", 200, 136, 8, 1000, 1},
+        {"g64x8x1184x4096", 64, 8, 1184, 4096, 1},      {"g433x1000x1184x64", 433, 1000, 1184, 64, 1},
+    };
     static const loom_dtype dts[] = {LOOM_BF16, LOOM_F16};
     size_t ncase = sizeof cases / sizeof *cases, nodd = sizeof odd_cases / sizeof *odd_cases;
-    for (size_t i = 0; i <= ncase + nodd; i++) {
-        const gemm_case *c = i < ncase ? &cases[i] : i < ncase + nodd ? &odd_cases[i - ncase] : &mine;
+    size_t ngrid = sizeof grid_cases / sizeof *grid_cases;
+    for (size_t i = 0; i <= ncase + nodd + ngrid; i++) {
+        const gemm_case *c = i < ncase          ? &cases[i]
+                             : i < ncase + nodd ? &odd_cases[i - ncase]
+                             : i < ncase + nodd + ngrid ? &grid_cases[i - ncase - nodd]
+                                                        : &mine;
         if (!c->M || !listed(only, c->name) || (extra && c != &mine))
             continue;
         if (i >= ncase && i < ncase + nodd && !want_odd && !only) /* odd ones: asked for */
+            continue;
+        if (i >= ncase + nodd && i < ncase + nodd + ngrid && !want_grid && !only)
+            continue;
+        if (want_grid && !only && i < ncase + nodd && !(i >= ncase && want_odd)) /* --grid: those alone */
             continue;
         for (size_t d = 0; d < 2; d++)
             if (!dtype || !strcmp(dtype, loom_dtype_name(dts[d])))
