@@ -50,7 +50,7 @@
 #include <stdlib.h>
 
 enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED, S_LDA, S_LDB };
-enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE, C_CLUSTER };
+enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE, C_CLUSTER, C_SHARE };
 enum { COOPERATIVE = TPL_COOPERATIVE, PINGPONG = TPL_PINGPONG, SPLIT = TPL_SPLIT };
 
 typedef struct g_cfg {
@@ -59,6 +59,7 @@ typedef struct g_cfg {
     int ashared;
     int64_t lda, ldb; /* the row strides of A and B in elements (the shape's 0: K, N rounded up to 8) */
     int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore, cluster;
+    int share_a; /* cluster: 0 the pair shares B (tiles stacked along M), 1 A (consecutive products) */
 } g_cfg;
 
 /* A row stride given (> 0), or the columns rounded up to a multiple of 8 (0). */
@@ -69,13 +70,16 @@ static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
     return (g_cfg){sh[S_M], sh[S_N], sh[S_K], sh[S_BATCH], (loom_dtype)sh[S_DTYPE], (loom_dtype)sh[S_ODTYPE],
                    (int)sh[S_ASHARED], row_stride(sh[S_LDA], sh[S_K]), row_stride(sh[S_LDB], sh[S_N]), (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_BK], (int)cf[C_STAGES],
                    (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_GROUP], (int)cf[C_CONSUMERS],
-                   (int)cf[C_TMASTORE], (int)cf[C_CLUSTER]};
+                   (int)cf[C_TMASTORE], (int)cf[C_CLUSTER], (int)cf[C_SHARE]};
 }
 
 /* The units the programs (or, with clusters, the clusters) step through: tiles, or pairs
- * of vertically adjacent tiles (a cluster's CTAs take one tile of a pair each). */
+ * of tiles a cluster's CTAs take one each: vertically adjacent ones (sharing B), or with
+ * share=1 the same tile of two consecutive products (sharing the batch's one A). */
 static int64_t units(const g_cfg *c)
 {
+    if (c->share_a)
+        return TPL_CDIV(c->M, c->bm) * TPL_CDIV(c->N, c->bn) * TPL_CDIV(c->batch, c->cluster);
     return TPL_CDIV(c->M, (int64_t)c->bm * c->cluster) * TPL_CDIV(c->N, c->bn) * c->batch;
 }
 
@@ -99,13 +103,15 @@ typedef struct gk {
  * cluster takes the r-th: the cluster's CTAs share the B tile. */
 static void tile_coords(loom_kernel *k, const g_cfg *c, loom_val t, loom_val *b, loom_val *m0, loom_val *n0)
 {
-    int64_t um = (int64_t)c->bm * c->cluster; /* the unit's rows */
+    int64_t um = (int64_t)c->bm * (c->share_a ? 1 : c->cluster); /* the unit's rows */
     loom_val tr, tc;
     loom_sched_grouped(k, t, TPL_CDIV(c->M, um), TPL_CDIV(c->N, c->bn), c->group, b, &tr, &tc);
     *m0 = loom_mul(k, tr, CI(um));
-    if (c->cluster > 1)
-        *m0 = loom_add(k, *m0, loom_mul(k, loom_cluster_rank(k), CI(c->bm)));
     *n0 = loom_mul(k, tc, CI(c->bn));
+    if (c->cluster > 1 && c->share_a) /* rank r: product 2b + r (past the batch: TMA reads zeros, stores nothing) */
+        *b = loom_add(k, loom_mul(k, *b, CI(c->cluster)), loom_cluster_rank(k));
+    else if (c->cluster > 1)
+        *m0 = loom_add(k, *m0, loom_mul(k, loom_cluster_rank(k), CI(c->bm)));
 }
 
 /* Offsets (x, y) into a 2-D tensor, or (b, x, y) into a batched one, written into o. */
@@ -136,11 +142,16 @@ static void producer(loom_kernel *k, const gk *g)
             loom_val kk = loom_for_iv(k, kl);
             loom_val s = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
             loom_val k0 = loom_mul(k, kk, CI(c->bk));
-            for (int h = 0; h < (split ? 2 : 1); h++) {
-                loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
-                loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
+            if (c->share_a) { /* the pair's one A tile, multicast in row halves; B its own */
+                loom_ring_load_shared(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
+                loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, offs_of(g->batched, b, k0, n0, o));
+            } else {
+                for (int h = 0; h < (split ? 2 : 1); h++) {
+                    loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
+                    loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
+                }
+                loom_ring_load_shared(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
             }
-            loom_ring_load_shared(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
         }
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, CI(nk));
@@ -358,7 +369,15 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "ctas must be >= 0 and group >= 1";
     if (c->cluster != 1 && c->cluster != 2)
         return "cluster must be 1 or 2 (CTAs sharing the B tile)";
-    if (c->cluster > 1 && c->bn < 128)
+    if (c->share_a != 0 && c->share_a != 1)
+        return "share must be 0 (a cluster's pair shares B) or 1 (it shares A)";
+    if (c->share_a && c->cluster == 1)
+        return "share=1 needs cluster=2 (a pair of CTAs to share A)";
+    if (c->share_a && (c->batch == 1 || !c->ashared))
+        return "share=1 needs a batch sharing one A (batch > 1, ashared=1): the pair takes consecutive products";
+    if (c->share_a && c->consumers == SPLIT)
+        return "share=1 takes consumers 0 or 1 (split loads A in row halves of its own)";
+    if (c->cluster > 1 && !c->share_a && c->bn < 128)
         return "cluster=2 needs BN >= 128: each CTA multicasts half of B's 64-column chunks";
     if (c->cluster > 1 && c->ctas % c->cluster)
         return "with clusters, ctas must be a multiple of the cluster size";
@@ -452,7 +471,7 @@ const loom_template tpl_def_gemm = {
               {"lda", 0, "elements from one row of A to the next, a multiple of 8 (0: K rounded up to 8; "
                          "loom_gemm_run pads contiguous rows into that)"},
               {"ldb", 0, "elements from one row of B to the next, a multiple of 8 (0: N rounded up to 8)"}},
-    .nconfig = 10,
+    .nconfig = 11,
     .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
                {"BN", 256, "tile columns (64, 128, 256)", 3, {64, 128, 256}},
                {"BK", 64, "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "
@@ -470,7 +489,10 @@ const loom_template tpl_def_gemm = {
                {"cluster", 1, "CTAs a cluster (1 or 2): the two tiles of a cluster are stacked along M and "
                               "share B, each CTA multicasting half of it (half the L2 reads of B); 8-17% slower "
                               "than 1 at the IKBO shape on the H200, 0.72 -> 0.90 of cuBLAS at "
-                              "433x1000x1184x64 on the H100 (bench/RESULTS.md, session 14)", 2, {1, 2}}},
+                              "433x1000x1184x64 on the H100 (bench/RESULTS.md, session 14)", 2, {1, 2}},
+               {"share", 0, "with cluster=2, what the pair shares: 0 B (its two tiles stacked along M), 1 A "
+                            "(the same tile of two consecutive products of a batch sharing one A; each CTA "
+                            "multicasts half of A's rows)", 2, {0, 1}}},
     .valid = valid,
     .cost = cost,
     .build = build,

@@ -78,6 +78,27 @@ Test(gemm_gpu, split)
     check_configs(configs, sizeof configs / sizeof *configs, 300);
 }
 
+/* Clusters of two CTAs: tiles stacked along M sharing B (each multicasts half of it), and
+ * share=1, the same tile of two consecutive products of a batch sharing one A (each
+ * multicasts half of A's rows; batch=5 and 7: the last pair's second product is past the
+ * batch), at batched shapes with one A and at shapes where the template refuses (skipped). */
+Test(gemm_gpu, clusters)
+{
+    static const char *const cshapes[] = {"M=77,N=72,K=40,batch=5", "M=64,N=8,K=1184,batch=7,dtype=bf16",
+                                          "M=433,N=256,K=872,batch=6", "M=300,N=200,K=136,odtype=f32"};
+    static const char *const configs[] = {"BM=128,BN=256,cwarps=8,consumers=2,cluster=2,ctas=4",
+                                          "BM=64,BN=128,cluster=2,ctas=6,stages=3,tmastore=0",
+                                          "BM=64,BN=64,cluster=2,share=1,ctas=4",
+                                          "BM=64,BN=64,cluster=2,share=1,ctas=6,stages=8,tmastore=0",
+                                          "BM=128,BN=128,cwarps=8,consumers=1,cluster=2,share=1,ctas=4,tmastore=1",
+                                          "BM=128,BN=256,cwarps=8,cluster=2,share=1,ctas=132"};
+    loom_runtime *rt = t_gpu_or_skip();
+    for (size_t s = 0; s < sizeof cshapes / sizeof *cshapes; s++)
+        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
+            check(rt, cshapes[s], configs[c], 600 + s);
+    loom_runtime_destroy(rt);
+}
+
 /* BK=32: A in 64-byte swizzled rows, twice the ring slots for the same shared memory */
 Test(gemm_gpu, bk32)
 {

@@ -481,6 +481,11 @@ Test(hopper_interp_template, gemm_runs_on_the_interpreter)
         {"M=200,N=256,K=72,batch=3", "cwarps=8,consumers=2,BM=256,BN=128,tmastore=1,ctas=3"},
         /* BK=32: A rows of one 64-byte swizzle span */
         {"M=130,N=72,K=200,dtype=bf16", "BM=128,BN=256,cwarps=8,BK=32,stages=6,ctas=2,tmastore=0"},
+        /* clusters of two: tiles stacked along M sharing B; consecutive products sharing A
+         * (an odd batch: the last pair's second product is past it) */
+        {"M=200,N=256,K=72,batch=3", "BM=64,BN=128,cluster=2,ctas=4,stages=3"},
+        {"M=77,N=8,K=100,batch=5", "BM=64,BN=64,cluster=2,share=1,ctas=4,stages=3"},
+        {"M=130,N=72,K=40,batch=4,dtype=bf16", "cwarps=8,consumers=1,BM=64,BN=64,cluster=2,share=1,ctas=2,tmastore=1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
