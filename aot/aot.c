@@ -497,7 +497,7 @@ static loom_status lce_compile(gen *g)
         loom_ikbo_lce_config c = ik_config_of(r->configs[i]);
         char err[400], text[400];
         shape_text(g, sh, text, sizeof text);
-        loom_status st = ik_stage_make(&s, (loom_ikbo_stage)r->stage, &c, &g->lce[i], err, sizeof err);
+        loom_status st = ik_stage_make(&s, (loom_ikbo_stage)r->stage, &c, NULL, &g->lce[i], err, sizeof err);
         if (st != LOOM_OK)
             return gfail(g, st, "ikbo_lce stage %d at %s: %s", r->stage, text, err);
         for (int j = 0; j < g->lce[i].nsteps; j++) {

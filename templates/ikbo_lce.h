@@ -110,7 +110,10 @@ typedef struct ik_stage {
 /* Build the stage's kernels for shape and cfg and describe its run; on failure the reason
  * is in err and nothing is left allocated.  ik_stage_free destroys the kernels. */
 loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg,
-                          ik_stage *out, char *err, size_t errlen);
+                          const int64_t *gemm_cfg, ik_stage *out, char *err, size_t errlen);
+/* Stage 0's GEMM as the gemm template's shape (gemm_cfg above: a config of it, or NULL
+ * for the tile config of cfg). */
+void ik_baseline_gemm_shape(const loom_ikbo_lce_shape *s, int64_t *gs);
 void ik_stage_free(ik_stage *st);
 /* The GEMM tile config the stage's kernels take: cfg, or for the plain GEMMs of stages 0-2
  * the non-transposed default where cfg is transposed. */

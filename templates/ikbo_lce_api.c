@@ -40,6 +40,8 @@ struct loom_ikbo_lce {
     loom_ikbo_stage stage;
     loom_ikbo_lce_config cfg;
     ik_stage run;                 /* what a run launches (ikbo_lce.h) */
+    bool tuned_gemm;              /* stage 0's GEMM at the gemm tuner's pick (gemm_cfg) */
+    int64_t gemm_cfg[LOOM_MAX_PARAMS];
     loom_buffer *buf[IK_NBUF];    /* the owned buffers (the caller's four slots stay NULL) */
     int32_t epoch;
     int32_t *index; /* the host copy of cand_to_user when runs check it (else NULL) */
@@ -130,15 +132,29 @@ static loom_status add_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, const lo
     return add_step(st, ik_build(&sp, why, sizeof why), g, args, nargs, why, err, errlen);
 }
 
-/* Stage 0's GEMM: the gemm template with its own defaults, the tile config set by name; its
- * TMA-store epilogue is dropped when the ring leaves no shared memory for it. */
-static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, int64_t kt, char *err,
+/* Stage 0's GEMM (W_cat [M, kt] shared by the batch, E_cat [B, kt, N]) as the gemm
+ * template's shape. */
+void ik_baseline_gemm_shape(const loom_ikbo_lce_shape *s, int64_t *gs)
+{
+    int64_t v[] = {s->M, s->N, ik_pad8(s->Ku + s->Kc), s->B, s->dtype, s->dtype, 1};
+    memset(gs, 0, LOOM_MAX_PARAMS * sizeof *gs);
+    memcpy(gs, v, sizeof v);
+}
+
+/* Stage 0's GEMM: the gemm template at gemm_cfg (its tuner's pick) or with its own
+ * defaults and the tile config set by name; then its TMA-store epilogue is dropped when
+ * the ring leaves no shared memory for it. */
+static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, const int64_t *gemm_cfg, char *err,
                                      size_t errlen)
 {
     const loom_template *gt = loom_template_find("gemm");
-    int64_t gs[LOOM_MAX_PARAMS] = {s->M, s->N, kt, s->B, s->dtype, s->dtype, 1}, gc[LOOM_MAX_PARAMS];
+    int64_t gs[LOOM_MAX_PARAMS], gc[LOOM_MAX_PARAMS];
+    ik_baseline_gemm_shape(s, gs);
     char why[256] = "";
-    if (loom_params_parse(gt->config, gt->nconfig, st->config, gc, why, sizeof why) != 0) {
+    if (gemm_cfg) {
+        memcpy(gc, gemm_cfg, sizeof gc);
+        loom_params_format(gt->config, gt->nconfig, gc, st->config, sizeof st->config);
+    } else if (loom_params_parse(gt->config, gt->nconfig, st->config, gc, why, sizeof why) != 0) {
         snprintf(err, errlen, "the baseline gemm's config: %s", why);
         return LOOM_ERR_INVALID;
     }
@@ -154,7 +170,7 @@ static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s,
 }
 
 loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg,
-                          ik_stage *st, char *err, size_t errlen)
+                          const int64_t *gemm_cfg, ik_stage *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
     size_t e = loom_dtype_size(s->dtype);
@@ -174,7 +190,7 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
         int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
         if ((rc = add_step(st, ik_gather_kernel(&sp), g, ARGS(IK_E_USER, IK_E_CAND, IK_MAP, IK_ECAT), NULL, err,
                            errlen)) == LOOM_OK)
-            rc = add_baseline_gemm(st, s, kt, err, errlen);
+            rc = add_baseline_gemm(st, s, gemm_cfg, err, errlen);
         break;
     }
     case LOOM_IKBO_DECOMPOSED:
@@ -272,7 +288,7 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
     const loom_ikbo_lce_shape *s = &p->s;
     ik_stage *run = &p->run;
     char err[300] = "";
-    loom_status st = ik_stage_make(s, p->stage, &p->cfg, run, err, sizeof err);
+    loom_status st = ik_stage_make(s, p->stage, &p->cfg, p->tuned_gemm ? p->gemm_cfg : NULL, run, err, sizeof err);
     if (st != LOOM_OK)
         return fail(p, st, "loom_ikbo_lce_prepare: %s", err);
     for (int b = IK_CALLER_BUFS; b < IK_NBUF && st == LOOM_OK; b++)
@@ -335,10 +351,26 @@ static const char *shape_too_big(const loom_ikbo_lce_shape *s)
     return NULL;
 }
 
-/* One stage, its config settled (given, tuned or the default): build, upload, load.  On
+/* Stage 0's GEMM config as the gemm tuner picks it at its shape (cached like any tuning). */
+static loom_status tuned_gemm_config(loom_runtime *rt, const loom_ikbo_lce_shape *s, int64_t *cfg)
+{
+    int64_t gs[LOOM_MAX_PARAMS];
+    ik_baseline_gemm_shape(s, gs);
+    loom_tune_opts o = {0};
+    o.quiet = 1;
+    loom_tuned r;
+    loom_status st = loom_tune(rt, loom_template_find("gemm"), gs, 1, &o, &r);
+    if (st == LOOM_OK)
+        memcpy(cfg, r.config, sizeof r.config);
+    loom_tuned_release(&r, 1);
+    return st;
+}
+
+/* One stage, its config settled (given, tuned or the default): build, upload, load.
+ * tuned: the config was left to the tuner, and so, on a GPU, is stage 0's GEMM's.  On
  * failure the reason is in loom_runtime_error(rt) and nothing is left allocated. */
 static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                                 const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
+                                 const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
                                  loom_ikbo_lce **out)
 {
     *out = NULL;
@@ -349,7 +381,12 @@ static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *sh
     p->s = *shape;
     p->stage = stage;
     p->cfg = *cfg;
-    loom_status st = build_stage(p, w_user, w_cand);
+    loom_status st = LOOM_OK;
+    p->tuned_gemm = tuned && stage == LOOM_IKBO_MATERIALIZED && loom_runtime_is_gpu(rt);
+    if (p->tuned_gemm && (st = tuned_gemm_config(rt, shape, p->gemm_cfg)) != LOOM_OK)
+        st = fail(p, st, "loom_ikbo_lce_prepare: tuning stage 0's gemm: %s", loom_runtime_error(rt));
+    if (st == LOOM_OK)
+        st = build_stage(p, w_user, w_cand);
     if (st == LOOM_OK && (!loom_runtime_is_gpu(rt) || util_env_on("LOOM_CHECK_INDEX")) &&
         !(p->index = malloc((size_t)shape->B * sizeof *p->index)))
         st = fail(p, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: no host memory for checking cand_to_user");
@@ -409,7 +446,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         return tpl_fail(rt, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
     if (stage == LOOM_IKBO_AUTO)
         return auto_prepare(rt, shape, w_user, w_cand, &c, !cfg, out);
-    return prepare_stage(rt, shape, stage, w_user, w_cand, &c, out);
+    return prepare_stage(rt, shape, stage, w_user, w_cand, &c, !cfg, out);
 }
 
 static loom_status check_buf(loom_ikbo_lce *p, const loom_buffer *b, const char *name, int64_t d0, int64_t d1,
@@ -581,12 +618,13 @@ static void why_from(loom_runtime *rt, char *why, size_t n)
 /* No timing: stage 4, or the first of auto_untimed the config serves.  because: why
  * nothing is timed. */
 static loom_status auto_untimed_pick(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
-                                     const loom_ikbo_lce_config *cfg, const char *because, loom_ikbo_lce **out)
+                                     const loom_ikbo_lce_config *cfg, bool tuned, const char *because,
+                                     loom_ikbo_lce **out)
 {
     char first[300] = "";
     loom_status st = LOOM_ERR_INVALID;
     for (int i = 0; i < AUTO_N; i++) {
-        if ((st = prepare_stage(rt, s, auto_untimed[i], wu, wc, cfg, out)) == LOOM_OK) {
+        if ((st = prepare_stage(rt, s, auto_untimed[i], wu, wc, cfg, tuned, out)) == LOOM_OK) {
             desc_add(*out, "; auto (not timed: %s): stage %d", because, (int)auto_untimed[i]);
             if (i)
                 desc_add(*out, ", as stage 4 cannot serve the config (%s)", first);
@@ -652,7 +690,8 @@ static void cache_open(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loo
 /* The cached pick, prepared; false (why says why when there was one) when there is none
  * or it fails here. */
 static bool cache_pick(loom_runtime *rt, const auto_cache *c, const loom_ikbo_lce_shape *s, const void *wu,
-                       const void *wc, const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out, char *why, size_t wn)
+                       const void *wc, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out, char *why,
+                       size_t wn)
 {
     char warn[512];
     tc_file *f = tc_open(c->path, warn, sizeof warn);
@@ -668,7 +707,7 @@ static bool cache_pick(loom_runtime *rt, const auto_cache *c, const loom_ikbo_lc
         snprintf(why, wn, "the cached pick, stage %d, is not a candidate: timed again", stage);
         return false;
     }
-    if (prepare_stage(rt, s, (loom_ikbo_stage)stage, wu, wc, cfg, out) != LOOM_OK) {
+    if (prepare_stage(rt, s, (loom_ikbo_stage)stage, wu, wc, cfg, tuned, out) != LOOM_OK) {
         char e[300];
         why_from(rt, e, sizeof e);
         snprintf(why, wn, "the cached pick, stage %d, fails here (%s): timed again", stage, e);
@@ -890,7 +929,7 @@ static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out,
 }
 
 static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
-                              const loom_ikbo_lce_config *cfg, const auto_cache *cache, const char *note,
+                              const loom_ikbo_lce_config *cfg, bool tuned, const auto_cache *cache, const char *note,
                               loom_ikbo_lce **out)
 {
     double t0 = util_now_ms();
@@ -906,7 +945,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
     size_t nout = (size_t)(s->B * s->M * s->N) * loom_dtype_size(s->dtype);
     for (int i = 0; i < AUTO_N; i++) { /* build each, run it once into its own output */
         c[i].stage = auto_stages[i];
-        loom_status cs = prepare_stage(rt, s, c[i].stage, wu, wc, cfg, &c[i].p);
+        loom_status cs = prepare_stage(rt, s, c[i].stage, wu, wc, cfg, tuned, &c[i].p);
         if (cs == LOOM_OK && !(c[i].out = tpl_zeroed_buffer(rt, nout, &cs)))
             cs = tpl_fail(rt, cs, "loom_ikbo_lce_prepare: its output: %s", loom_runtime_error(rt));
         if (cs == LOOM_OK && (cs = loom_buffer_fill(c[i].out, 0xff)) == LOOM_OK) {
@@ -971,17 +1010,17 @@ static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, 
 {
     const char *off = getenv("LOOM_IKBO_AUTO");
     if (off && !strcmp(off, "0"))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, "LOOM_IKBO_AUTO=0", out);
+        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_IKBO_AUTO=0", out);
     if (!loom_runtime_is_gpu(rt))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, "no GPU", out);
+        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "no GPU", out);
     auto_cache cache;
     cache_open(rt, s, tuned ? NULL : cfg, &cache);
     char note[512] = "";
     if (cache.on && !util_env_on("LOOM_TUNE_FORCE") &&
-        cache_pick(rt, &cache, s, w_user, w_cand, cfg, out, note, sizeof note))
+        cache_pick(rt, &cache, s, w_user, w_cand, cfg, tuned, out, note, sizeof note))
         return LOOM_OK;
     const char *tune = getenv("LOOM_TUNE");
     if (tune && !strcmp(tune, "0"))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, "LOOM_TUNE=0 and no pick cached", out);
-    return auto_timed(rt, s, w_user, w_cand, cfg, &cache, note, out);
+        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_TUNE=0 and no pick cached", out);
+    return auto_timed(rt, s, w_user, w_cand, cfg, tuned, &cache, note, out);
 }
