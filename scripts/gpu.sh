@@ -19,8 +19,10 @@
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 #   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
-#   LOOM_GPU_GRID      0 skips `bench_ikbo_lce --grid` (issue 21's shapes: the framework
-#                      against loom's pick, one table; about 90 s on an H100)
+#   LOOM_GPU_GRID      0 skips issue 21's tables: `bench_ikbo_lce --grid` (the framework
+#                      against loom's pick) and `bench_gemm --odd --grid --config tuned`
+#                      (gemm at odd and small or skinny shapes against cuBLAS); with a cold
+#                      tuning cache about 6 and 4 minutes on an H100
 #   LOOM_GPU_TEST_VERBOSE  1: the tests with --verbose (their cr_log_info lines)
 #   LOOM_GPU_TEST_JOBS how many tests run at once (default 1: the timed ones see a quiet GPU;
 #                      8 finishes in about two minutes on an H100)
@@ -146,8 +148,14 @@ done
 if [ "${LOOM_GPU_GRID:-1}" != 0 ] && [ -x "$R/bin/bench_ikbo_lce" ] &&
     { [ -z "$benches" ] || [[ " $benches " == *" bench_ikbo_lce "* ]]; }; then
     echo "== bench_ikbo_lce --grid"
-    LOOM_CACHE_DIR="$LOOM_CACHE_DIR/bench_ikbo_lce" "$R/bin/bench_ikbo_lce" --grid 2>&1 | tee "$OUTDIR/bench_ikbo_lce_grid.log" |
+    LOOM_CACHE_DIR="$LOOM_CACHE_DIR/bench_ikbo_lce" timeout 900 "$R/bin/bench_ikbo_lce" --grid 2>&1 | tee "$OUTDIR/bench_ikbo_lce_grid.log" |
         sed -n '/== grid:/,$p'
+fi
+if [ "${LOOM_GPU_GRID:-1}" != 0 ] && [ -x "$R/bin/bench_gemm" ] &&
+    { [ -z "$benches" ] || [[ " $benches " == *" bench_gemm "* ]]; }; then
+    echo "== bench_gemm --odd --grid --config tuned"
+    LOOM_CACHE_DIR="$LOOM_CACHE_DIR/bench_gemm" timeout 600 "$R/bin/bench_gemm" --odd --grid --ms 150 --config tuned 2>&1 |
+        tee "$OUTDIR/bench_gemm_grid.log" | sed -n '/^shape/,$p'
 fi
 
 echo "== the disk cache's cubins: registers and setmaxnreg kept (cuobjdump)"
@@ -178,4 +186,6 @@ grep -h "Synthesis" "$OUTDIR/tests.log" | sed 's/^/tests: /'
 [ -f "$OUTDIR/bench_aot.log" ] && sed -n '/^bench_aot/,$p' "$OUTDIR/bench_aot.log"
 [ -f "$OUTDIR/lce_aot.log" ] && grep -E "^(aot lce|check|no GPU)|FAIL|rc=" "$OUTDIR/lce_aot.log" | sed 's/^/lce_aot: /'
 [ -f "$OUTDIR/bench_ikbo_fa.log" ] && sed -n '/^config/,$p' "$OUTDIR/bench_ikbo_fa.log" | cut -c1-150 | head -40
+[ -f "$OUTDIR/bench_ikbo_lce_grid.log" ] && sed -n '/== grid:/,$p' "$OUTDIR/bench_ikbo_lce_grid.log"
+[ -f "$OUTDIR/bench_gemm_grid.log" ] && sed -n '/^shape/,$p' "$OUTDIR/bench_gemm_grid.log" | cut -c1-100
 exit 0
