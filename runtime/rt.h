@@ -54,6 +54,8 @@ rt_gpu *rt_runtime_gpu(const loom_runtime *rt);
 loom_status rt_runtime_fail(loom_runtime *rt, loom_status st, const char *msg);
 /* A GPU buffer's device address (0 on the interpreter). */
 uint64_t rt_buffer_dptr(const loom_buffer *b);
+/* The runtime a buffer belongs to. */
+const loom_runtime *rt_buffer_runtime(const loom_buffer *b);
 
 /* ---------------------------------------------------------------- optional libraries
  * libcuda, nvJitLink, and for tests and benchmarks NVRTC and cuBLAS, are all opened this

@@ -491,3 +491,4 @@ loom_status loom_time_work(loom_runtime *rt, loom_status (*work)(void *ctx), voi
 }
 
 uint64_t rt_buffer_dptr(const loom_buffer *b) { return b ? b->dptr : 0; }
+const loom_runtime *rt_buffer_runtime(const loom_buffer *b) { return b ? b->rt : NULL; }

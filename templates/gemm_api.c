@@ -10,8 +10,10 @@
  * the caller's own buffer: where N is not a multiple of 8 the epilogue stores it from the
  * registers (tmastore=0), since the TMA store needs aligned rows as well.
  *
- * Bad input is refused with a message naming the argument, before anything runs.
+ * Bad input is refused with a message naming the argument, before anything runs: NULL or
+ * too small buffers, buffers of another runtime, and C given as A or B.
  */
+#include "rt.h"
 #include "tpl.h"
 
 #include <stdio.h>
@@ -179,6 +181,8 @@ static loom_status check_buf(loom_gemm *p, const loom_buffer *b, const char *nam
     char msg[256];
     if (!b)
         snprintf(msg, sizeof msg, "loom_gemm_run: %s is NULL", name);
+    else if (rt_buffer_runtime(b) != p->rt)
+        snprintf(msg, sizeof msg, "loom_gemm_run: %s is a buffer of another runtime", name);
     else if (loom_buffer_size(b) < need)
         snprintf(msg, sizeof msg, "loom_gemm_run: %s has %zu bytes; the shape needs %lld %s elements (%zu bytes)",
                  name, loom_buffer_size(b), (long long)elems, loom_dtype_name(dt), need);
@@ -197,6 +201,9 @@ loom_status loom_gemm_run(loom_gemm *p, const loom_buffer *a, const loom_buffer 
         (st = check_buf(p, b, "B", s->batch * s->K * s->N, s->dtype)) != LOOM_OK ||
         (st = check_buf(p, c, "C", s->batch * s->M * s->N, s->odtype)) != LOOM_OK)
         return st;
+    if (c == a || c == b) /* the kernels read A and B while C is written */
+        return tpl_fail(p->rt, LOOM_ERR_INVALID, "loom_gemm_run: C is also %s; the output needs a buffer of its own",
+                        c == a ? "A" : "B");
     const loom_buffer *src[NOPS] = {a, b};
     loom_arg args[3];
     for (int op = 0; op < NOPS; op++) {

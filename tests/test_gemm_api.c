@@ -132,6 +132,17 @@ Test(gemm_api, bad_input_is_refused_naming_the_argument)
     cr_expect_eq(loom_gemm_run(p, a, b, c), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "C has 519 bytes"), "%s", loom_runtime_error(rt));
     cr_expect_eq(loom_gemm_run(NULL, a, b, c_ok), LOOM_ERR_INVALID);
+    loom_buffer *big = loom_buffer_create(rt, 20 * 13 * 2 + 20 * 9 * 2);
+    cr_assert_not_null(big);
+    cr_expect_eq(loom_gemm_run(p, big, b, big), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "C is also A"), "%s", loom_runtime_error(rt));
+    loom_runtime *other = interp();
+    loom_buffer *elsewhere = loom_buffer_create(other, 9 * 13 * 2);
+    cr_assert_not_null(elsewhere);
+    cr_expect_eq(loom_gemm_run(p, a, elsewhere, c_ok), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "B is a buffer of another runtime"), "%s", loom_runtime_error(rt));
+    loom_buffer_destroy(elsewhere), loom_buffer_destroy(big);
+    loom_runtime_destroy(other);
     loom_buffer_destroy(a), loom_buffer_destroy(b), loom_buffer_destroy(c), loom_buffer_destroy(c_ok);
     loom_gemm_destroy(p);
     loom_runtime_destroy(rt);
