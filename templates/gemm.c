@@ -34,7 +34,10 @@
  * launches one program per tile instead.  With cluster=2 the programs run in pairs (a
  * cluster) that take two tiles stacked along M at a time: they need the same B tile, so
  * each CTA TMA-loads one column half of it multicast into both CTAs' ring slot (half the
- * L2 reads of B), and a consumer gives a slot back to both producers.  Out-of-range rows
+ * L2 reads of B), and a consumer gives a slot back to both producers.  With share=1 the
+ * pair takes the same tile of two consecutive products of a batch sharing one A instead:
+ * each CTA multicasts half of A's rows and loads its own B (a product past the batch
+ * reads zeros and stores nothing).  Out-of-range rows
  * and columns read as zero (TMA), so M, N and K may be anything; TMA only needs the rows
  * of A and B 16-byte aligned, so they are lda and ldb elements apart (multiples of 8: K
  * and N rounded up by default; loom_gemm_run, templates/gemm_api.c, copies unaligned
