@@ -320,6 +320,22 @@ Test(hopper_ptx, gemm_pingpong_takes_turns)
  * cvt from the f32 accumulator and written with one 32-bit shared store, then the tile
  * leaves with TMA stores (one per 128-byte column chunk) that the next tile's epilogue
  * waits for. */
+/* The dynamic schedule's hand-over word is touched only by threads that arrive on its
+ * barriers: the producer's elected thread stores it, each consumer warp's lane 0 reads it
+ * and passes it on with shfl.sync, and every lane-0 arrival comes after bar.warp.sync
+ * (compute-sanitizer's racecheck reported the other lanes' accesses, bench/RESULTS.md,
+ * session 14). */
+Test(hopper_ptx, schedule_hand_over_is_touched_only_by_arriving_threads)
+{
+    char *p = template_ptx("ikbo_lce", "B=33,U=33,M=130,N=72,Ku=64,Kc=40", "BM=128,stages=3,ctas=6,trans=0,cluster=1");
+    cr_expect(strstr(p, "@p ld.shared.b32 v, ["), "no lane-0 load of the hand-over word");
+    cr_expect(strstr(p, "shfl.sync.idx.b32"), "the hand-over word is not passed on with shfl.sync");
+    int syncs = t_count(p, "bar.warp.sync -1;"), arrivals = t_count(p, "\tmbarrier.arrive.shared::cta.b64 _, [");
+    cr_expect(arrivals > 0 && syncs == arrivals, "%d lane-0 arrivals, %d warp syncs before them", arrivals, syncs);
+    t_ptxas_ok(p, "sm_90a", "ikbo_lce trans=0 (dynamic schedule)");
+    free(p);
+}
+
 Test(hopper_ptx, gemm_tma_store_epilogue)
 {
     char *p = template_ptx("gemm", "M=4096,N=4096,K=4096,dtype=bf16,odtype=bf16", "BM=128,BN=256,cwarps=8,tmastore=1,stages=3");
