@@ -77,10 +77,6 @@ static const loom_template *find(const char *name)
     return t;
 }
 
-/* The shape and config of a command; without --config the template's default, or where
- * the default cannot serve the shape (gemm's TMA store at an N not a multiple of 8, say)
- * the config loom_tune takes without timing: the cost model's best valid one (a note on
- * stderr says so). */
 static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t *config)
 {
     char err[600];
@@ -88,10 +84,19 @@ static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t
         fprintf(stderr, "loomc: %s\n", err);
         return -1;
     }
+    return 0;
+}
+
+/* Without --config: where the template's default cannot serve the shape (gemm's TMA store
+ * at an N not a multiple of 8, say), the config loom_tune takes without timing, the cost
+ * model's best valid one, with a note on stderr (loomc aot does the same for each of its
+ * shapes).  Where there is none, the build refuses with the default's reason. */
+static void untimed_config(const loom_template *t, const opts *o, const int64_t *shape, int64_t *config)
+{
+    char err[600];
     if (o->config || !t->valid || t->valid(shape, config, err, sizeof err))
-        return 0;
-    setenv("LOOM_TUNE", "0", 1); /* nothing timed: this process tunes nothing else */
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        return;
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET); /* no GPU: nothing timed or cached */
     loom_tuned r;
     loom_tune_opts to = {.quiet = 1};
     if (rt && loom_tune(rt, t, shape, 1, &to, &r) == LOOM_OK && r.source != LOOM_TUNE_NONE) {
@@ -103,7 +108,6 @@ static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t
     if (rt)
         loom_tuned_release(&r, 1);
     loom_runtime_destroy(rt);
-    return 0; /* else the build refuses with the default's reason */
 }
 
 static loom_kernel *build(const loom_template *t, const int64_t *shape, const int64_t *config)
@@ -174,6 +178,7 @@ static int cmd_emit(const opts *o)
         return 2;
     if (params(t, o, shape, config))
         return 2;
+    untimed_config(t, o, shape, config);
     return emit_one(t, shape, config, o->arch, o->out);
 }
 
@@ -185,6 +190,7 @@ static int cmd_run(const opts *o)
         return 2;
     if (params(t, o, shape, config))
         return 2;
+    untimed_config(t, o, shape, config);
     int rc = 0;
     char report[1024];
     loom_runtime *rt = loom_runtime_create(o->interpret ? LOOM_TARGET_INTERPRET : LOOM_TARGET_AUTO);
@@ -523,6 +529,7 @@ int main(int argc, char **argv)
         int64_t shape[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
         if (!t || params(t, &o, shape, config))
             return 2;
+        untimed_config(t, &o, shape, config);
         loom_kernel *k = build(t, shape, config);
         if (!k)
             return 1;
