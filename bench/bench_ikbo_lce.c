@@ -251,8 +251,8 @@ static const char *fw_prepare(fw_ctx *x, const uint16_t *wu, const uint16_t *wc)
         return "Ku*N and Kc*N must be multiples of 8 (its copies move 16 bytes a thread)";
     if (s->B > 65535)
         return "B is over 65535 (its copies' grid has a row of blocks a candidate)";
-    int64_t kpu = ik_pad8(s->Ku);
-    x->kt = kpu + ik_pad8(s->Kc);
+    int64_t kpu = tpl_pad8(s->Ku);
+    x->kt = kpu + tpl_pad8(s->Kc);
     x->nu = s->Ku * s->N / 8;
     x->nc = s->Kc * s->N / 8;
     x->c0 = kpu * s->N / 8;

@@ -66,7 +66,7 @@ typedef struct g_cfg {
 } g_cfg;
 
 /* A row stride given (> 0), or the columns rounded up to a multiple of 8 (0). */
-static int64_t row_stride(int64_t given, int64_t cols) { return given > 0 ? given : (cols + 7) / 8 * 8; }
+static int64_t row_stride(int64_t given, int64_t cols) { return given > 0 ? given : tpl_pad8(cols); }
 
 static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
 {

@@ -32,13 +32,10 @@ typedef struct padded {
 struct loom_gemm {
     loom_runtime *rt;
     loom_gemm_shape s;
-    loom_tuned tuned; /* the gemm: tuned, or built from the caller's config */
-    int own_kernel;   /* 1: tuned.kernel was built here (config given), not by loom_tune */
+    loom_tuned tuned; /* the gemm: tuned, or built from the caller's config (released alike) */
     padded pad[NOPS];
     char desc[512];
 };
-
-static int64_t up8(int64_t n) { return (n + 7) / 8 * 8; }
 
 /* Rows of A as the runs hold them: one A shared by the batch, or one per product. */
 static int64_t a_rows(const loom_gemm_shape *s) { return (s->batch > 1 && !s->a_shared ? s->batch : 1) * s->M; }
@@ -64,8 +61,8 @@ static const char *shape_error(const loom_gemm_shape *s, char *buf, size_t n)
         return buf;
     }
     const int64_t lim = LOOM_PARAM_MAX;
-    if (s->M >= lim || s->N >= lim || s->K >= lim || s->batch >= lim || s->M > lim / up8(s->K) ||
-        a_rows(s) > lim / up8(s->K) || s->batch > lim / s->K / up8(s->N) || s->batch > lim / s->M / s->N) {
+    if (s->M >= lim || s->N >= lim || s->K >= lim || s->batch >= lim || s->M > lim / tpl_pad8(s->K) ||
+        a_rows(s) > lim / tpl_pad8(s->K) || s->batch > lim / s->K / tpl_pad8(s->N) || s->batch > lim / s->M / s->N) {
         snprintf(buf, n, "the shape M=%lld N=%lld K=%lld batch=%lld has operands of 2^40 elements or more",
                  (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch);
         return buf;
@@ -77,8 +74,8 @@ static const char *shape_error(const loom_gemm_shape *s, char *buf, size_t n)
 static void template_shape(const loom_gemm_shape *s, int64_t *sh)
 {
     memset(sh, 0, LOOM_MAX_PARAMS * sizeof *sh);
-    int64_t v[] = {s->M, s->N, s->K, s->batch, s->dtype, s->odtype, s->a_shared || s->batch == 1, up8(s->K),
-                   up8(s->N)};
+    int64_t v[] = {s->M, s->N, s->K, s->batch, s->dtype, s->odtype, s->a_shared || s->batch == 1, tpl_pad8(s->K),
+                   tpl_pad8(s->N)};
     memcpy(sh, v, sizeof v);
 }
 
@@ -99,7 +96,6 @@ static loom_status build_given(loom_gemm *p, const loom_template *t, const int64
         loom_kernel_destroy(k);
         return st;
     }
-    p->own_kernel = 1;
     p->tuned.kernel = k;
     memcpy(p->tuned.config, cf, sizeof cf);
     memcpy(p->tuned.shape, sh, LOOM_MAX_PARAMS * sizeof *sh);
@@ -115,14 +111,14 @@ static loom_status make_pad(loom_gemm *p, int op)
     if (cols % 8 == 0)
         return LOOM_OK;
     padded *d = &p->pad[op];
-    loom_status st = LOOM_OK;
-    d->buf = tpl_zeroed_buffer(p->rt, (size_t)(rows * up8(cols)) * loom_dtype_size(s->dtype), &st);
-    if (st != LOOM_OK)
-        return st;
-    d->k = tpl_pad_rows_kernel(op == OP_A ? "gemm_pad_a" : "gemm_pad_b", rows, cols, up8(cols), s->dtype);
+    /* not zeroed: every run's copy writes all of it, the padding columns as zeros */
+    if (!(d->buf = loom_buffer_create(p->rt, (size_t)(rows * tpl_pad8(cols)) * loom_dtype_size(s->dtype))))
+        return tpl_fail(p->rt, LOOM_ERR_NOMEM, "loom_gemm_prepare: the padded %s (%lld x %lld): %s", op ? "B" : "A",
+                        (long long)rows, (long long)tpl_pad8(cols), loom_runtime_error(p->rt));
+    d->k = tpl_pad_rows_kernel(op == OP_A ? "gemm_pad_a" : "gemm_pad_b", rows, cols, tpl_pad8(cols), s->dtype);
     if (!d->k)
         return tpl_fail(p->rt, LOOM_ERR_NOMEM, "loom_gemm_prepare: out of memory building the %s copy", op ? "B" : "A");
-    tpl_pad_rows_grid(rows, up8(cols), d->grid);
+    tpl_pad_rows_grid(rows, tpl_pad8(cols), d->grid);
     return loom_prepare(p->rt, d->k, NULL);
 }
 
@@ -170,7 +166,7 @@ loom_status loom_gemm_prepare(loom_runtime *rt, const loom_gemm_shape *s, const 
     for (int op = 0; op < NOPS; op++)
         if (p->pad[op].k && w > 0 && (size_t)w < sizeof p->desc)
             w += snprintf(p->desc + w, sizeof p->desc - (size_t)w, "; %s copied to rows of %lld", op ? "B" : "A",
-                          (long long)up8(op ? s->N : s->K));
+                          (long long)tpl_pad8(op ? s->N : s->K));
     *out = p;
     return LOOM_OK;
 }
@@ -228,10 +224,6 @@ void loom_gemm_destroy(loom_gemm *p)
     for (int op = 0; op < NOPS; op++) {
         loom_kernel_destroy(p->pad[op].k);
         loom_buffer_destroy(p->pad[op].buf);
-    }
-    if (p->own_kernel) {
-        loom_kernel_destroy(p->tuned.kernel);
-        p->tuned.kernel = NULL;
     }
     loom_tuned_release(&p->tuned, 1);
     free(p);

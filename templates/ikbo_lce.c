@@ -93,8 +93,6 @@
  * memory less 1 KiB for the mbarriers. */
 #define IK_SMEM (226 * 1024)
 
-int64_t ik_pad8(int64_t k) { return (k + 7) / 8 * 8; }
-
 static bool tr(const ik_spec *s) { return s->trans != 0; }
 static int clu(const ik_spec *s) { return s->cluster == 2 ? 2 : 1; }
 
@@ -133,7 +131,7 @@ static int64_t halves_of(const ik_spec *s) { return tr(s) ? s->bn / 64 : s->bm /
 static int64_t plane_steps(const ik_spec *s) { return 2 * halves_of(s); }
 
 /* k steps of the candidate GEMM. */
-static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(ik_pad8(s->Kc), 64); }
+static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(tpl_pad8(s->Kc), 64); }
 
 /* The counter's unit: a row of user_res by a block of 64 columns, whatever the tiles. */
 int64_t ik_user_blocks(const ik_spec *s) { return s->U * s->M * TPL_CDIV(s->N, 64); }
@@ -258,13 +256,13 @@ typedef struct ik_args {
 static ik_args declare(loom_kernel *k, const ik_spec *s)
 {
     ik_args a = {0};
-    int64_t kpu = ik_pad8(s->Ku);
+    int64_t kpu = tpl_pad8(s->Ku);
     if (has_user(s)) {
         a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, kpu), LOOM_IN);
         a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
     }
     if (has_cand(s)) {
-        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, ik_pad8(s->Kc)), LOOM_IN);
+        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, tpl_pad8(s->Kc)), LOOM_IN);
         a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
     }
     if (adds_user(s))
@@ -826,7 +824,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         g.pp = loom_pingpong_create(&p);
     g.nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0;
     g.ntot = ik_tiles(s);
-    g.nku = TPL_CDIV(ik_pad8(s->Ku), 64);
+    g.nku = TPL_CDIV(tpl_pad8(s->Ku), 64);
     g.nkc = cand_steps(s);
     g.nsc = g.nkc + (adds_user(s) ? plane_steps(s) : 0);
     /* stage 4 claims its tiles (user tiles first) from a counter, so a candidate tile's
@@ -846,7 +844,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
  * (row block of 16, b). */
 loom_kernel *ik_gather_kernel(const ik_spec *s)
 {
-    int64_t kt = ik_pad8(s->Ku + s->Kc), w = tpl_pow2_at_least(s->N);
+    int64_t kt = tpl_pad8(s->Ku + s->Kc), w = tpl_pow2_at_least(s->N);
     loom_kernel *k = loom_kernel_create("ikbo_materialize", 4);
     loom_val eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
     loom_val ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);

@@ -17,7 +17,7 @@ typedef enum ik_mode {
 
 typedef struct ik_spec {
     ik_mode mode;
-    int64_t B, U, M, N, Ku, Kc; /* K as the user gives it; the weights are padded (ik_pad8) */
+    int64_t B, U, M, N, Ku, Kc; /* K as the user gives it; the weights are padded (tpl_pad8) */
     loom_dtype dt;              /* f16 or bf16: inputs, user_res and out */
     int planes;                 /* user_res [U, M, N] rounded to dt (1: stages 1, 2), or
                                    [U, 2, M, N] as hi + lo planes of dt (2: stages 3, 4;
@@ -36,7 +36,6 @@ typedef struct ik_spec {
 
 enum { IK_COOPERATIVE = TPL_COOPERATIVE, IK_PINGPONG = TPL_PINGPONG, IK_SPLIT = TPL_SPLIT };
 
-int64_t ik_pad8(int64_t k);
 int64_t ik_tile_rows(const ik_spec *s); /* rows of out a tile covers */
 int64_t ik_tiles_mn(const ik_spec *s);  /* tiles of one [M, N] output */
 int64_t ik_tiles(const ik_spec *s);    /* tiles of the whole kernel */
@@ -110,8 +109,8 @@ typedef struct ik_stage {
 /* Build the stage's kernels for shape and cfg and describe its run; on failure the reason
  * is in err and nothing is left allocated.  ik_stage_free destroys the kernels. */
 loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg,
-                          const int64_t *gemm_cfg, ik_stage *out, char *err, size_t errlen);
-/* Stage 0's GEMM as the gemm template's shape (gemm_cfg above: a config of it, or NULL
+                          const int64_t *gemm_pick, ik_stage *out, char *err, size_t errlen);
+/* Stage 0's GEMM as the gemm template's shape (gemm_pick above: a config of it, or NULL
  * for the tile config of cfg). */
 void ik_baseline_gemm_shape(const loom_ikbo_lce_shape *s, int64_t *gs);
 void ik_stage_free(ik_stage *st);

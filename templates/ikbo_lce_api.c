@@ -40,8 +40,6 @@ struct loom_ikbo_lce {
     loom_ikbo_stage stage;
     loom_ikbo_lce_config cfg;
     ik_stage run;                 /* what a run launches (ikbo_lce.h) */
-    bool tuned_gemm;              /* stage 0's GEMM at the gemm tuner's pick (gemm_cfg) */
-    int64_t gemm_cfg[LOOM_MAX_PARAMS];
     loom_buffer *buf[IK_NBUF];    /* the owned buffers (the caller's four slots stay NULL) */
     int32_t epoch;
     int32_t *index; /* the host copy of cand_to_user when runs check it (else NULL) */
@@ -136,23 +134,23 @@ static loom_status add_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, const lo
  * template's shape. */
 void ik_baseline_gemm_shape(const loom_ikbo_lce_shape *s, int64_t *gs)
 {
-    int64_t v[] = {s->M, s->N, ik_pad8(s->Ku + s->Kc), s->B, s->dtype, s->dtype, 1};
+    int64_t v[] = {s->M, s->N, tpl_pad8(s->Ku + s->Kc), s->B, s->dtype, s->dtype, 1};
     memset(gs, 0, LOOM_MAX_PARAMS * sizeof *gs);
     memcpy(gs, v, sizeof v);
 }
 
-/* Stage 0's GEMM: the gemm template at gemm_cfg (its tuner's pick) or with its own
+/* Stage 0's GEMM: the gemm template at gemm_pick (its tuner's pick) or with its own
  * defaults and the tile config set by name; then its TMA-store epilogue is dropped when
  * the ring leaves no shared memory for it. */
-static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, const int64_t *gemm_cfg, char *err,
+static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, const int64_t *gemm_pick, char *err,
                                      size_t errlen)
 {
     const loom_template *gt = loom_template_find("gemm");
     int64_t gs[LOOM_MAX_PARAMS], gc[LOOM_MAX_PARAMS];
     ik_baseline_gemm_shape(s, gs);
     char why[256] = "";
-    if (gemm_cfg) {
-        memcpy(gc, gemm_cfg, sizeof gc);
+    if (gemm_pick) {
+        memcpy(gc, gemm_pick, sizeof gc);
         loom_params_format(gt->config, gt->nconfig, gc, st->config, sizeof st->config);
     } else if (loom_params_parse(gt->config, gt->nconfig, st->config, gc, why, sizeof why) != 0) {
         snprintf(err, errlen, "the baseline gemm's config: %s", why);
@@ -170,18 +168,18 @@ static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s,
 }
 
 loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg,
-                          const int64_t *gemm_cfg, ik_stage *st, char *err, size_t errlen)
+                          const int64_t *gemm_pick, ik_stage *st, char *err, size_t errlen)
 {
     memset(st, 0, sizeof *st);
     size_t e = loom_dtype_size(s->dtype);
-    int64_t kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
+    int64_t kpu = tpl_pad8(s->Ku), kpc = tpl_pad8(s->Kc);
     config_text(ik_stage_config(stage, cfg), st->config, sizeof st->config);
     loom_status rc = LOOM_OK;
     /* the padded weights of stages 2 to 4 (stage 1 pads them on every run) */
     const ik_fill wu = {IK_WU, 0, kpu, 0}, wc = {IK_WC, 1, kpc, 0};
     switch (stage) {
     case LOOM_IKBO_MATERIALIZED: {
-        int64_t kt = ik_pad8(s->Ku + s->Kc);
+        int64_t kt = tpl_pad8(s->Ku + s->Kc);
         st->bytes[IK_WU] = (size_t)(s->M * kt) * e;
         st->fill[st->nfill++] = (ik_fill){IK_WU, 0, kt, 0};
         st->fill[st->nfill++] = (ik_fill){IK_WU, 1, kt, s->Ku};
@@ -190,7 +188,7 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
         int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
         if ((rc = add_step(st, ik_gather_kernel(&sp), g, ARGS(IK_E_USER, IK_E_CAND, IK_MAP, IK_ECAT), NULL, err,
                            errlen)) == LOOM_OK)
-            rc = add_baseline_gemm(st, s, gemm_cfg, err, errlen);
+            rc = add_baseline_gemm(st, s, gemm_pick, err, errlen);
         break;
     }
     case LOOM_IKBO_DECOMPOSED:
@@ -266,29 +264,37 @@ void ik_stage_free(ik_stage *st)
 
 /* ---------------------------------------------------------------- prepare */
 
-/* The config of the persistent kernel the tuner picks for this shape (cached on disk). */
-static loom_status tuned_config(loom_runtime *rt, const loom_ikbo_lce_shape *s, loom_ikbo_lce_config *cfg)
+/* The config template `name` has the tuner pick for shape (cached on disk), into cfg. */
+static loom_status tune_config(loom_runtime *rt, const char *name, const int64_t *shape, int64_t *cfg)
 {
-    const loom_template *t = loom_template_find("ikbo_lce");
-    int64_t shape[8] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0};
     loom_tune_opts o = {0};
     o.quiet = 1;
     loom_tuned r;
-    loom_status st = loom_tune(rt, t, shape, 1, &o, &r);
+    loom_status st = loom_tune(rt, loom_template_find(name), shape, 1, &o, &r);
     if (st == LOOM_OK)
-        *cfg = ik_config_of(r.config);
+        memcpy(cfg, r.config, sizeof r.config);
     loom_tuned_release(&r, 1);
+    return st;
+}
+
+/* The config of the persistent kernel the tuner picks for this shape. */
+static loom_status tuned_config(loom_runtime *rt, const loom_ikbo_lce_shape *s, loom_ikbo_lce_config *cfg)
+{
+    int64_t shape[LOOM_MAX_PARAMS] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0}, c[LOOM_MAX_PARAMS];
+    loom_status st = tune_config(rt, "ikbo_lce", shape, c);
+    if (st == LOOM_OK)
+        *cfg = ik_config_of(c);
     return st;
 }
 
 /* Allocate the owned buffers (zeroed), upload the weights as the fills lay them out, and
  * load the kernels. */
-static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void *w_cand)
+static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void *w_cand, const int64_t *gemm_pick)
 {
     const loom_ikbo_lce_shape *s = &p->s;
     ik_stage *run = &p->run;
     char err[300] = "";
-    loom_status st = ik_stage_make(s, p->stage, &p->cfg, p->tuned_gemm ? p->gemm_cfg : NULL, run, err, sizeof err);
+    loom_status st = ik_stage_make(s, p->stage, &p->cfg, gemm_pick, run, err, sizeof err);
     if (st != LOOM_OK)
         return fail(p, st, "loom_ikbo_lce_prepare: %s", err);
     for (int b = IK_CALLER_BUFS; b < IK_NBUF && st == LOOM_OK; b++)
@@ -351,21 +357,6 @@ static const char *shape_too_big(const loom_ikbo_lce_shape *s)
     return NULL;
 }
 
-/* Stage 0's GEMM config as the gemm tuner picks it at its shape (cached like any tuning). */
-static loom_status tuned_gemm_config(loom_runtime *rt, const loom_ikbo_lce_shape *s, int64_t *cfg)
-{
-    int64_t gs[LOOM_MAX_PARAMS];
-    ik_baseline_gemm_shape(s, gs);
-    loom_tune_opts o = {0};
-    o.quiet = 1;
-    loom_tuned r;
-    loom_status st = loom_tune(rt, loom_template_find("gemm"), gs, 1, &o, &r);
-    if (st == LOOM_OK)
-        memcpy(cfg, r.config, sizeof r.config);
-    loom_tuned_release(&r, 1);
-    return st;
-}
-
 /* One stage, its config settled (given, tuned or the default): build, upload, load.
  * tuned: the config was left to the tuner, and so, on a GPU, is stage 0's GEMM's.  On
  * failure the reason is in loom_runtime_error(rt) and nothing is left allocated. */
@@ -382,11 +373,15 @@ static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *sh
     p->stage = stage;
     p->cfg = *cfg;
     loom_status st = LOOM_OK;
-    p->tuned_gemm = tuned && stage == LOOM_IKBO_MATERIALIZED && loom_runtime_is_gpu(rt);
-    if (p->tuned_gemm && (st = tuned_gemm_config(rt, shape, p->gemm_cfg)) != LOOM_OK)
-        st = fail(p, st, "loom_ikbo_lce_prepare: tuning stage 0's gemm: %s", loom_runtime_error(rt));
+    bool tune_gemm = tuned && stage == LOOM_IKBO_MATERIALIZED && loom_runtime_is_gpu(rt);
+    int64_t gs[LOOM_MAX_PARAMS], pick[LOOM_MAX_PARAMS];
+    if (tune_gemm) {
+        ik_baseline_gemm_shape(shape, gs);
+        if ((st = tune_config(rt, "gemm", gs, pick)) != LOOM_OK)
+            st = fail(p, st, "loom_ikbo_lce_prepare: tuning stage 0's gemm: %s", loom_runtime_error(rt));
+    }
     if (st == LOOM_OK)
-        st = build_stage(p, w_user, w_cand);
+        st = build_stage(p, w_user, w_cand, tune_gemm ? pick : NULL);
     if (st == LOOM_OK && (!loom_runtime_is_gpu(rt) || util_env_on("LOOM_CHECK_INDEX")) &&
         !(p->index = malloc((size_t)shape->B * sizeof *p->index)))
         st = fail(p, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: no host memory for checking cand_to_user");

@@ -60,7 +60,7 @@ static double cost(const int64_t *sh, const int64_t *cf)
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     double rows = (double)ik_tile_rows(&s);
     double tm = (double)TPL_CDIV(s.M, (int64_t)rows), tn = (double)TPL_CDIV(s.N, s.bn);
-    double per_tile_u = rows * s.bn * ik_pad8(s.Ku), per_tile_c = rows * s.bn * ik_pad8(s.Kc);
+    double per_tile_u = rows * s.bn * tpl_pad8(s.Ku), per_tile_c = rows * s.bn * tpl_pad8(s.Kc);
     /* split: a group whose rows (trans: columns) are all past M (N) computes nothing */
     double busy = s.consumers != IK_SPLIT ? 1.0
                   : s.trans   ? (double)TPL_CDIV(s.N, 64) * 64 / (tn * s.bn)
@@ -100,9 +100,9 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     loom_dtype dt = (loom_dtype)sh[S_DTYPE];
     uint64_t s0 = seed; /* every fill and the mapping draw from it in turn */
     if (host[0])
-        fill_padded(host[0], dt, sh[S_M], sh[S_KU], ik_pad8(sh[S_KU]), &s0); /* W_user */
+        fill_padded(host[0], dt, sh[S_M], sh[S_KU], tpl_pad8(sh[S_KU]), &s0); /* W_user */
     if (host[2])
-        fill_padded(host[2], dt, sh[S_M], sh[S_KC], ik_pad8(sh[S_KC]), &s0); /* W_cand */
+        fill_padded(host[2], dt, sh[S_M], sh[S_KC], tpl_pad8(sh[S_KC]), &s0); /* W_cand */
     if (host[1])
         tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &s0);
     if (host[3])
@@ -119,7 +119,7 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
 void ik_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                   const int32_t *map, void *ures, void *out)
 {
-    int64_t M = s->M, N = s->N, kpu = ik_pad8(s->Ku), kpc = ik_pad8(s->Kc);
+    int64_t M = s->M, N = s->N, kpu = tpl_pad8(s->Ku), kpc = tpl_pad8(s->Kc);
     double *u = calloc((size_t)(s->U * M * N), sizeof(double)), *row = malloc((size_t)N * sizeof(double));
     if (!u || !row)
         goto done;
@@ -216,9 +216,9 @@ typedef struct ik_args_ref {
 static ik_args_ref declare_ref(loom_kernel *k, const ik_spec *s)
 {
     ik_args_ref a;
-    a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, ik_pad8(s->Ku)), LOOM_IN);
+    a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, tpl_pad8(s->Ku)), LOOM_IN);
     a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
-    a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, ik_pad8(s->Kc)), LOOM_IN);
+    a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, tpl_pad8(s->Kc)), LOOM_IN);
     a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
     a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
     a.ures = loom_arg_tensor(k, "user_res", s->dt, ((loom_shape){4, {s->U, 2, s->M, s->N}}), LOOM_INOUT);
@@ -260,7 +260,7 @@ static loom_kernel *ref_user_kernel(const ik_spec *s)
     ik_args_ref a = declare_ref(k, s);
     loom_val m0, n0, x = loom_program_id(k, 1);
     ref_tile(k, s, &m0, &n0);
-    loom_val acc = ref_gemm(k, a.wu, a.eu, ik_pad8(s->Ku), x, m0, n0);
+    loom_val acc = ref_gemm(k, a.wu, a.eu, tpl_pad8(s->Ku), x, m0, n0);
     /* the two planes: hi = acc rounded, lo = what hi misses, rounded */
     loom_val hi = loom_cast(k, acc, s->dt);
     loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, hi, LOOM_F32)), s->dt);
@@ -285,7 +285,7 @@ static loom_kernel *ref_cand_kernel(const ik_spec *s)
     ik_args_ref a = declare_ref(k, s);
     loom_val m0, n0, b = loom_program_id(k, 1);
     ref_tile(k, s, &m0, &n0);
-    loom_val acc = ref_gemm(k, a.wc, a.ec, ik_pad8(s->Kc), b, m0, n0);
+    loom_val acc = ref_gemm(k, a.wc, a.ec, tpl_pad8(s->Kc), b, m0, n0);
     loom_val u = loom_load_scalar(k, a.index, &b);
     loom_val zero = loom_const_i(k, LOOM_I32, 0), one = loom_const_i(k, LOOM_I32, 1);
     loom_shape t = LOOM_SHAPE2(REF_RM, REF_RN);
@@ -301,8 +301,8 @@ int ik_reference_kernels(const int64_t *sh, loom_kernel **k, int (*grid)[3], int
     static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the reference has no config */
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     int64_t tiles = TPL_CDIV(s.M, REF_RM) * TPL_CDIV(s.N, REF_RN);
-    if (max < 2 || tiles > INT32_MAX || s.U > 65535 || s.B > 65535 || ik_pad8(s.Ku) > INT32_MAX ||
-        ik_pad8(s.Kc) > INT32_MAX || (s.dt != LOOM_F16 && s.dt != LOOM_BF16)) {
+    if (max < 2 || tiles > INT32_MAX || s.U > 65535 || s.B > 65535 || tpl_pad8(s.Ku) > INT32_MAX ||
+        tpl_pad8(s.Kc) > INT32_MAX || (s.dt != LOOM_F16 && s.dt != LOOM_BF16)) {
         snprintf(err, n, "the reference kernels serve B and U up to 65535 and f16 or bf16");
         return 0;
     }
@@ -319,7 +319,7 @@ static int device_fills(const int64_t *sh, tpl_device_fill *f, int max)
 {
     if (max < 4)
         return 0;
-    int64_t kpu = ik_pad8(sh[S_KU]), kpc = ik_pad8(sh[S_KC]);
+    int64_t kpu = tpl_pad8(sh[S_KU]), kpc = tpl_pad8(sh[S_KC]);
     f[0] = (tpl_device_fill){0, -1, 1, kpu, sh[S_KU]}; /* W_user, its padding zero */
     f[1] = (tpl_device_fill){1, -1, 1, 0, 0};          /* E_user */
     f[2] = (tpl_device_fill){2, -1, 1, kpc, sh[S_KC]}; /* W_cand */

@@ -151,6 +151,8 @@ int64_t tpl_pow2_at_least(int64_t n)
     return p;
 }
 
+int64_t tpl_pad8(int64_t n) { return (n + 7) / 8 * 8; }
+
 enum { PAD_ROWS = 16, PAD_COLS = 256 };
 
 static int64_t pad_cols(int64_t ld) { return ld < PAD_COLS ? tpl_pow2_at_least(ld) : PAD_COLS; }

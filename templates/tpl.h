@@ -38,6 +38,8 @@ loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
 
 /* The smallest power of two >= n (tile dims are powers of two), at most 2^62. */
 int64_t tpl_pow2_at_least(int64_t n);
+/* n rounded up to a multiple of 8: rows of 16-bit elements TMA can address (16-byte aligned). */
+int64_t tpl_pad8(int64_t n);
 
 /* dst [rows, ld] = src [rows, cols] (cols <= ld) with zeros in the columns past cols: rows
  * copied to a wider, aligned stride (TMA needs 16-byte aligned rows).  Programs take

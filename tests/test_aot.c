@@ -347,7 +347,7 @@ Test(aot_gpu, the_lce_operation_matches_loom_and_the_reference, .timeout = 300)
     }
     /* and the reference, from the padded weights */
     ik_spec sp = ik_spec_of(IK_FUSED, (int64_t[]){s.B, s.U, s.M, s.N, s.Ku, s.Kc, s.dtype, 0}, cf);
-    int64_t kpu = ik_pad8(s.Ku), kpc = ik_pad8(s.Kc);
+    int64_t kpu = tpl_pad8(s.Ku), kpc = tpl_pad8(s.Kc);
     void *wup = calloc((size_t)(s.M * kpu), e), *wcp = calloc((size_t)(s.M * kpc), e), *ref = malloc(nout * e);
     for (int64_t m = 0; m < s.M; m++) {
         memcpy((char *)wup + (size_t)(m * kpu) * e, (char *)wu + (size_t)(m * s.Ku) * e, (size_t)s.Ku * e);

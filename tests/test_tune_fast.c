@@ -209,7 +209,7 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
     void *wu = download(b.in.buf[0]), *eu = download(b.in.buf[1]), *wc = download(b.in.buf[2]);
     void *ec = download(b.in.buf[3]);
     int32_t *map = download(b.in.buf[4]);
-    int64_t kpu = ik_pad8(37);
+    int64_t kpu = tpl_pad8(37);
     for (int64_t m = 0; m < 77; m++)
         for (int64_t q = 37; q < kpu; q++)
             cr_assert_eq(tpl_get(wu, LOOM_F16, m * kpu + q), 0.0, "W_user's padding is zero");
