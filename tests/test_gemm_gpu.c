@@ -164,16 +164,7 @@ static void api_case_make(loom_runtime *rt, api_case *x, const loom_gemm_shape *
         da[i] = tpl_get(a, s->dtype, i);
     for (int64_t i = 0; i < x->nb; i++)
         db[i] = tpl_get(b, s->dtype, i);
-    for (int64_t q = 0; q < s->batch; q++)
-        for (int64_t m = 0; m < s->M; m++) {
-            const double *ar = da + (s->batch > 1 && !s->a_shared ? q * s->M * s->K : 0) + m * s->K;
-            double *row = x->ref + (q * s->M + m) * s->N;
-            for (int64_t k = 0; k < s->K; k++) {
-                const double *br = db + (q * s->K + k) * s->N;
-                for (int64_t n = 0; n < s->N; n++)
-                    row[n] += ar[k] * br[n];
-            }
-        }
+    t_gemm_ref(s, da, db, x->ref);
     x->A = loom_buffer_create(rt, (size_t)x->na * e);
     x->B = loom_buffer_create(rt, (size_t)x->nb * e);
     x->C = loom_buffer_create(rt, cbytes);
