@@ -67,10 +67,14 @@ static cublas_dl cb;
 
 /* ---------------------------------------------------------------- one shape */
 
+/* The sets of shapes: the default one, --odd's and --grid's. */
+enum { SET_MAIN, SET_ODD, SET_GRID };
+
 typedef struct gemm_case {
     const char *name;
     int64_t M, N, K, batch;
     int a_shared;
+    int set;
 } gemm_case;
 
 enum { MAXCFG = 8 };
@@ -463,7 +467,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_gemm: --shape %s: expected MxNxK or MxNxKxBATCH, positive integers\n", extra);
             return 2;
         }
-        mine = (gemm_case){extra, m, n, kk, b, b > 1};
+        mine = (gemm_case){extra, m, n, kk, b, b > 1, SET_MAIN};
         only = extra;
     }
     if (nconfig == 0)
@@ -510,50 +514,50 @@ int main(int argc, char **argv)
         return 1;
     }
     static const gemm_case cases[] = {
-        {"2048^3", 2048, 2048, 2048, 1, 0},
-        {"4096^3", 4096, 4096, 4096, 1, 0},
-        {"8192^3", 8192, 8192, 8192, 1, 0},
-        {"433x256x872x1024", 433, 256, 872, 1024, 1}, /* M x N x K x batch, A shared */
-        {"433x256x1184x1024", 433, 256, 1184, 1024, 1},
+        {"2048^3", 2048, 2048, 2048, 1, 0, SET_MAIN},
+        {"4096^3", 4096, 4096, 4096, 1, 0, SET_MAIN},
+        {"8192^3", 8192, 8192, 8192, 1, 0, SET_MAIN},
+        {"433x256x872x1024", 433, 256, 872, 1024, 1, SET_MAIN}, /* M x N x K x batch, A shared */
+        {"433x256x1184x1024", 433, 256, 1184, 1024, 1, SET_MAIN},
+        /* --odd: rows TMA cannot address, K or N not a multiple of 8 */
+        {"4097x3001x1000", 4097, 3001, 1000, 1, 0, SET_ODD},
+        {"4096x4096x4095", 4096, 4096, 4095, 1, 0, SET_ODD},
+        {"4096x4090x4096", 4096, 4090, 4096, 1, 0, SET_ODD},
+        {"4097x3001x1001", 4097, 3001, 1001, 1, 0, SET_ODD},
+        {"433x255x871x1024", 433, 255, 871, 1024, 1, SET_ODD},
+        /* --grid: issue 21's small and skinny shapes, the candidate GEMM of the IKBO LCE
+         * (W [M, Kc] shared, E [B, Kc, N]) with one factor at a time moved from the headline
+         * (M=433, N=256, Kc=866, B=1024) over M {64, 128, 433}, N {8, 72, 256, 1000}, K {8,
+         * 64, 1023, 1184}, batch {64, 509, 1024, 4096}, and the corners */
+        {"g433x256x866x1024", 433, 256, 866, 1024, 1, SET_GRID},
+        {"g433x256x866x64", 433, 256, 866, 64, 1, SET_GRID},
+        {"g433x256x866x509", 433, 256, 866, 509, 1, SET_GRID},
+        {"g433x256x866x4096", 433, 256, 866, 4096, 1, SET_GRID},
+        {"g64x256x866x1024", 64, 256, 866, 1024, 1, SET_GRID},
+        {"g128x256x866x1024", 128, 256, 866, 1024, 1, SET_GRID},
+        {"g433x8x866x1024", 433, 8, 866, 1024, 1, SET_GRID},
+        {"g433x72x866x1024", 433, 72, 866, 1024, 1, SET_GRID},
+        {"g433x1000x866x1024", 433, 1000, 866, 1024, 1, SET_GRID},
+        {"g433x256x8x1024", 433, 256, 8, 1024, 1, SET_GRID},
+        {"g433x256x64x1024", 433, 256, 64, 1024, 1, SET_GRID},
+        {"g433x256x1023x1024", 433, 256, 1023, 1024, 1, SET_GRID},
+        {"g433x256x1184x1024", 433, 256, 1184, 1024, 1, SET_GRID},
+        {"g64x8x8x64", 64, 8, 8, 64, 1, SET_GRID},
+        {"g433x1000x8x509", 433, 1000, 8, 509, 1, SET_GRID},
+        {"g200x136x8x1000", 200, 136, 8, 1000, 1, SET_GRID},
+        {"g64x8x1184x4096", 64, 8, 1184, 4096, 1, SET_GRID},
+        {"g433x1000x1184x64", 433, 1000, 1184, 64, 1, SET_GRID},
     };
-    /* --odd (or named by --only): rows TMA cannot address, K or N not a multiple of 8 */
-    static const gemm_case odd_cases[] = {
-        {"4097x3001x1000", 4097, 3001, 1000, 1, 0},
-        {"4096x4096x4095", 4096, 4096, 4095, 1, 0},
-        {"4096x4090x4096", 4096, 4090, 4096, 1, 0},
-        {"4097x3001x1001", 4097, 3001, 1001, 1, 0},
-        {"433x255x871x1024", 433, 255, 871, 1024, 1},
-    };
-    /* --grid (or named by --only): issue 21's small and skinny shapes, the candidate GEMM of
-     * the IKBO LCE (W [M, Kc] shared, E [B, Kc, N]) with one factor at a time moved from
-     * the headline (M=433, N=256, Kc=866, B=1024) over M {64, 128, 433}, N {8, 72, 256,
-     * 1000}, K {8, 64, 1023, 1184}, batch {64, 509, 1024, 4096}, and the corners */
-    static const gemm_case grid_cases[] = {
-        {"g433x256x866x1024", 433, 256, 866, 1024, 1},  {"g433x256x866x64", 433, 256, 866, 64, 1},
-        {"g433x256x866x509", 433, 256, 866, 509, 1},    {"g433x256x866x4096", 433, 256, 866, 4096, 1},
-        {"g64x256x866x1024", 64, 256, 866, 1024, 1},    {"g128x256x866x1024", 128, 256, 866, 1024, 1},
-        {"g433x8x866x1024", 433, 8, 866, 1024, 1},      {"g433x72x866x1024", 433, 72, 866, 1024, 1},
-        {"g433x1000x866x1024", 433, 1000, 866, 1024, 1}, {"g433x256x8x1024", 433, 256, 8, 1024, 1},
-        {"g433x256x64x1024", 433, 256, 64, 1024, 1},    {"g433x256x1023x1024", 433, 256, 1023, 1024, 1},
-        {"g433x256x1184x1024", 433, 256, 1184, 1024, 1}, {"g64x8x8x64", 64, 8, 8, 64, 1},
-        {"g433x1000x8x509", 433, 1000, 8, 509, 1},      {"g200x136x8x1000", 200, 136, 8, 1000, 1},
-        {"g64x8x1184x4096", 64, 8, 1184, 4096, 1},      {"g433x1000x1184x64", 433, 1000, 1184, 64, 1},
-    };
+    /* --only names any of them; else the default set runs unless --grid is given, --odd's
+     * and --grid's when given */
+    const int run_set[] = {!want_grid, want_odd, want_grid};
     static const loom_dtype dts[] = {LOOM_BF16, LOOM_F16};
-    size_t ncase = sizeof cases / sizeof *cases, nodd = sizeof odd_cases / sizeof *odd_cases;
-    size_t ngrid = sizeof grid_cases / sizeof *grid_cases;
-    for (size_t i = 0; i <= ncase + nodd + ngrid; i++) {
-        const gemm_case *c = i < ncase          ? &cases[i]
-                             : i < ncase + nodd ? &odd_cases[i - ncase]
-                             : i < ncase + nodd + ngrid ? &grid_cases[i - ncase - nodd]
-                                                        : &mine;
-        if (!c->M || !listed(only, c->name) || (extra && c != &mine))
+    size_t ncase = sizeof cases / sizeof *cases;
+    for (size_t i = 0; i <= ncase; i++) {
+        const gemm_case *c = i < ncase ? &cases[i] : &mine;
+        if (!c->M || (extra && c != &mine) || !listed(only, c->name))
             continue;
-        if (i >= ncase && i < ncase + nodd && !want_odd && !only) /* odd ones: asked for */
-            continue;
-        if (i >= ncase + nodd && i < ncase + nodd + ngrid && !want_grid && !only)
-            continue;
-        if (want_grid && !only && i < ncase + nodd && !(i >= ncase && want_odd)) /* --grid: those alone */
+        if (c != &mine && !only && !run_set[c->set])
             continue;
         for (size_t d = 0; d < 2; d++)
             if (!dtype || !strcmp(dtype, loom_dtype_name(dts[d])))
