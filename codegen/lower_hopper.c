@@ -1203,16 +1203,23 @@ bool lower_tma_store_wait(L *l, uint32_t o, ir_op *op)
 
 static int swz_mode(int swz) { return swz == 128 ? 1 : swz == 64 ? 2 : swz == 32 ? 3 : 0; }
 
-/* Descriptor (i64) for a wgmma operand at shared byte offset off (i32) of view geometry g;
- * mn_major: the operand's M/N dim is the stored inner (contiguous) one. */
-static LLVMValueRef make_desc(L *l, const vgeom *g, LLVMValueRef off, bool mn_major)
+/* A wgmma operand's descriptor (view geometry g at shared byte offset off; mn_major: the
+ * operand's M/N dim is the stored inner, contiguous one) as its two 32-bit halves.  The
+ * low half holds the start address >> 4 and the leading byte offset: desc_lo.  The high
+ * half, the stride byte offset and the swizzle mode, is the same for every step of an op:
+ * desc_hi.  A shared address is below 2^18, so its start field (14 bits) never carries:
+ * the descriptor at off + d (d a multiple of 16) is the low half plus d >> 4. */
+static int64_t desc_lbo(const vgeom *g, bool mn_major) { return mn_major ? g->rows * g->span : 16; }
+
+static LLVMValueRef desc_lo(L *l, const vgeom *g, LLVMValueRef off, bool mn_major)
 {
-    int64_t lbo = mn_major ? g->rows * g->span : 16, sbo = 8 * g->span;
-    uint64_t hi = ((uint64_t)((lbo >> 4) & 0x3fff) << 16) | ((uint64_t)((sbo >> 4) & 0x3fff) << 32) |
-                  ((uint64_t)swz_mode(g->swz) << 62);
-    LLVMValueRef a = LLVMBuildZExt(l->B, LLVMBuildLShr(l->B, saddr(l, off), ci32(l, 4), ""), l->t_i64, "");
-    a = LLVMBuildAnd(l->B, a, ci64(l, 0x3fff), "");
-    return LLVMBuildOr(l->B, a, LLVMConstInt(l->t_i64, hi, 0), "");
+    LLVMValueRef a = LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, saddr(l, off), ci32(l, 4), ""), ci32(l, 0x3fff), "");
+    return LLVMBuildOr(l->B, a, ci32(l, (int32_t)(((desc_lbo(g, mn_major) >> 4) & 0x3fff) << 16)), "");
+}
+
+static uint32_t desc_hi(const vgeom *g)
+{
+    return (uint32_t)(((8 * g->span) >> 4) & 0x3fff) | ((uint32_t)swz_mode(g->swz) << 30);
 }
 
 /* Byte offset within an operand view of element (mn, k) block starts: for a K-major
@@ -1390,13 +1397,20 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
      * accumulators pass through one call's tied operands instead of K/16 + 1 of them:
      * instruction selection, two-address lowering and the register coalescer, which all
      * scale with those operands, do a fraction of the work (most of a GEMM's PTX
-     * emission time was there). */
+     * emission time was there).  The statement also makes each step's descriptors: one
+     * add to the low half of the operand's first (desc_lo) and a constant high half.
+     * Computed in full for each step (shift, mask, or of a 64-bit value), they took a
+     * fifth of the issue slots of flash attention's tile loop in uniform-datapath
+     * instructions (bench/RESULTS.md). */
     uint32_t w = wgmma_fused_wait(cg, o), fa = w ? arrive_after_wait(l->k, w) : 0;
-    int nr = (int)(N / 2), na0 = a_regs ? 4 : 1; /* A: four registers, or a descriptor */
-    int ks = (int)(K / 16), per = na0 + 1;          /* per k16 step: A, then B's descriptor */
-    int nout = (int)mblocks * nr;                   /* the registers wgmma writes */
-    int np = nout + (int)mblocks * ks * per;        /* operand number of the scale-d input */
-    size_t tlen = (size_t)(mblocks * ks) * ((size_t)nr * 7 + 160) + 512;
+    int nr = (int)(N / 2), ks = (int)(K / 16);
+    int nout = (int)mblocks * nr; /* the registers wgmma writes */
+    /* inputs: A's four registers a step, or its descriptor's low half an m64 block; B's
+     * low half (the statement adds each step's offset to them) */
+    int nain = a_regs ? (int)mblocks * ks * 4 : (int)mblocks;
+    int bin = nout + nain;  /* operand number of B's low half */
+    int np = bin + 1;       /* operand number of the scale-d input */
+    size_t tlen = (size_t)(mblocks * ks) * ((size_t)nr * 7 + 260) + 640;
     size_t clen = (size_t)nout * 9 + (size_t)(mblocks * ks) * 12 + 32;
     char *text = lw_alloc(l, tlen), *cons = lw_alloc(l, clen);
     if (!text || !cons)
@@ -1412,20 +1426,35 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     size_t p = (size_t)snprintf(text, tlen, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", np);
     if (zero)
         p += (size_t)snprintf(text + p, tlen - p, ".reg .pred z;\n\tsetp.ne.b32 z, $%d, 0;\n\t", np + 1);
+    /* each step's descriptors: the low half at its offset, the high half a constant */
+    p += (size_t)snprintf(text + p, tlen - p, ".reg .b32 dl, dha, dhb;\n\t.reg .b64 da, db;\n\tmov.b32 dhb, %u;\n\t",
+                          desc_hi(&gb));
+    if (!a_regs)
+        p += (size_t)snprintf(text + p, tlen - p, "mov.b32 dha, %u;\n\t", desc_hi(&ga));
     for (int64_t mb = 0; mb < mblocks; mb++)
         for (int s = 0; s < ks; s++) {
-            int a0 = nout + (int)(mb * ks + s) * per, r0 = (int)mb * nr; /* A operand(s), then B */
+            int a0 = nout + (int)(mb * ks + s) * 4, r0 = (int)mb * nr; /* A's registers */
             const char *sd = zero && s == 0 ? "z" : "p";
+            int64_t da = op_off(&ga, a_mn, mb * 64, s * 16) - op_off(&ga, a_mn, mb * 64, 0);
+            int64_t db = op_off(&gb, b_mn, 0, s * 16) - op_off(&gb, b_mn, 0, 0);
+            if (da % 16 || db % 16 || da < 0 || db < 0)
+                return CG_BUG(cg, "wgmma at %s:%d: a step's operand offset is not a multiple of 16 bytes",
+                              op->src.file, op->src.line);
+            if (!a_regs)
+                p += (size_t)snprintf(text + p, tlen - p, "add.s32 dl, $%d, %lld;\n\tmov.b64 da, {dl, dha};\n\t",
+                                      nout + (int)mb, (long long)(da >> 4));
+            p += (size_t)snprintf(text + p, tlen - p, "add.s32 dl, $%d, %lld;\n\tmov.b64 db, {dl, dhb};\n\t", bin,
+                                  (long long)(db >> 4));
             p += (size_t)snprintf(text + p, tlen - p, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
                                   (long long)N, ty, ty);
             for (int i = 0; i < nr; i++)
                 p += (size_t)snprintf(text + p, tlen - p, "%s$%d", i ? ", " : "", r0 + i);
             if (a_regs) /* no transpose of A in registers */
-                p += (size_t)snprintf(text + p, tlen - p, "}, {$%d, $%d, $%d, $%d}, $%d, %s, 1, 1, %d;\n\t", a0,
-                                      a0 + 1, a0 + 2, a0 + 3, a0 + 4, sd, b_mn ? 1 : 0);
+                p += (size_t)snprintf(text + p, tlen - p, "}, {$%d, $%d, $%d, $%d}, db, %s, 1, 1, %d;\n\t", a0,
+                                      a0 + 1, a0 + 2, a0 + 3, sd, b_mn ? 1 : 0);
             else
-                p += (size_t)snprintf(text + p, tlen - p, "}, $%d, $%d, %s, 1, 1, %d, %d;\n\t", a0, a0 + 1, sd,
-                                      a_mn ? 1 : 0, b_mn ? 1 : 0);
+                p += (size_t)snprintf(text + p, tlen - p, "}, da, db, %s, 1, 1, %d, %d;\n\t", sd, a_mn ? 1 : 0,
+                                      b_mn ? 1 : 0);
         }
     if (w) {
         p += (size_t)snprintf(text + p, tlen - p, "wgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned %d;\n\t",
@@ -1440,8 +1469,8 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     size_t q = 0;
     for (int i = 0; i < nout; i++)
         q += (size_t)snprintf(cons + q, clen - q, "%s=f", i ? "," : "");
-    for (int64_t s = 0; s < mblocks * ks; s++)
-        q += (size_t)snprintf(cons + q, clen - q, a_regs ? ",r,r,r,r,l" : ",l,l");
+    for (int i = 0; i < nain + 1; i++) /* A, then B's low half */
+        q += (size_t)snprintf(cons + q, clen - q, ",r");
     q += (size_t)snprintf(cons + q, clen - q, zero ? ",r,r" : ",r");
     if (fa)
         q += (size_t)snprintf(cons + q, clen - q, ",r,r");
@@ -1455,32 +1484,27 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     LLVMTypeRef *at2 = lw_alloc(l, (size_t)nargs * sizeof *at2);
     if (!ft || !args || !at2)
         return false;
-    for (int64_t mb = 0; mb < mblocks; mb++) {
-        /* a: rows g*rows + mb*64 .., b: all N */
-        LLVMValueRef arow = a_regs ? NULL : LLVMBuildMul(l->B, g, ci32(l, rows), "");
-        for (int64_t kk = 0; kk < K; kk += 16) {
-            LLVMValueRef aoff = NULL;
-            if (a_regs)
-                ; /* the fragments hold this thread's rows already */
-            else if (!a_mn) /* rows are whole spans: the dynamic row moves by row * span */
+    /* the descriptors: each operand's low half at its first step (A: per m64 block) */
+    if (!a_regs)
+        for (int64_t mb = 0; mb < mblocks; mb++) {
+            /* a: rows g*rows + mb*64 .. */
+            LLVMValueRef arow = LLVMBuildMul(l->B, g, ci32(l, rows), ""), aoff;
+            if (!a_mn) /* rows are whole spans: the dynamic row moves by row * span */
                 aoff = LLVMBuildAdd(l->B, a_base,
                                     LLVMBuildAdd(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga.span), ""),
-                                                 ci32(l, op_off(&ga, false, mb * 64, kk)), ""), "");
+                                                 ci32(l, op_off(&ga, false, mb * 64, 0)), ""), "");
             else /* A stored [K][M]: the warp group's rows are columns: chunks of the span */
                 aoff = LLVMBuildAdd(l->B, a_base,
                                     LLVMBuildAdd(l->B,
                                                  LLVMBuildMul(l->B, LLVMBuildUDiv(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga.es), ""), ci32(l, ga.span), ""),
                                                               ci32(l, ga.rows * ga.span), ""),
-                                                 ci32(l, op_off(&ga, true, mb * 64, kk)), ""), "");
-            LLVMValueRef boff = LLVMBuildAdd(l->B, b_base, ci32(l, op_off(&gb, b_mn, 0, kk)), "");
-            if (a_regs)
-                for (int i = 0; i < 4; i++)
-                    args[na++] = afr[(mb * (K / 16) + kk / 16) * 4 + i];
-            else
-                args[na++] = make_desc(l, &ga, aoff, a_mn);
-            args[na++] = make_desc(l, &gb, boff, b_mn);
+                                                 ci32(l, op_off(&ga, true, mb * 64, 0)), ""), "");
+            args[na++] = desc_lo(l, &ga, aoff, a_mn);
         }
-    }
+    else
+        for (int64_t i = 0; i < mblocks * ks * 4; i++)
+            args[na++] = afr[i];
+    args[na++] = desc_lo(l, &gb, LLVMBuildAdd(l->B, b_base, ci32(l, op_off(&gb, b_mn, 0, 0)), ""), b_mn);
     args[na++] = ci32(l, 1);
     if (zero)
         args[na++] = ci32(l, 0);

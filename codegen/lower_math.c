@@ -17,8 +17,11 @@
  * and each thread runs llvm.fma.f32 over k in order for its accumulator elements:
  * bit-identical to the interpreter on f32, f16 and bf16 inputs.
  *
- * Accuracy vs the interpreter: exp2/log2/rsqrt use ex2.approx / lg2.approx /
- * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  Float division is
+ * Accuracy vs the interpreter: exp2/log2/rsqrt use ex2.approx.ftz / lg2.approx /
+ * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  exp2 flushes subnormal
+ * results to +0, as the interpreter does: the plain ex2.approx.f32 costs ptxas a compare
+ * and two predicated multiplies around each MUFU.EX2 to reach the subnormal range, on a
+ * softmax's critical path.  Float division is
  * correctly rounded (through f64, branch-free: fdiv_rn), bit for bit the interpreter's.
  * Integer division by zero is undefined on the GPU (the interpreter reports it); here it
  * yields the dividend and never traps.  INT_MIN / -1 wraps like the interpreter.
@@ -64,7 +67,7 @@ static LLVMValueRef fintr2(L *l, const char *name, LLVMValueRef a, LLVMValueRef 
 static LLVMValueRef approx(L *l, const char *insn, LLVMValueRef a)
 {
     char text[64];
-    snprintf(text, sizeof text, "%s.approx.f32 $0, $1;", insn);
+    snprintf(text, sizeof text, "%s $0, $1;", insn);
     return lw_asm_call(l, l->t_f32, text, "=f,f", &a, 1, true);
 }
 
@@ -172,9 +175,9 @@ LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x)
             return fintr1(l, "llvm.fabs", x[0]);
         return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, x[0], LLVMConstNull(LLVMTypeOf(x[0])), ""),
                                LLVMBuildSub(B, LLVMConstNull(LLVMTypeOf(x[0])), x[0], ""), x[0], "");
-    case IR_EXP2: return round_to(l, out, approx(l, "ex2", x[0]));
-    case IR_LOG2: return round_to(l, out, approx(l, "lg2", x[0]));
-    case IR_RSQRT: return round_to(l, out, approx(l, "rsqrt", x[0]));
+    case IR_EXP2: return round_to(l, out, approx(l, "ex2.approx.ftz.f32", x[0]));
+    case IR_LOG2: return round_to(l, out, approx(l, "lg2.approx.f32", x[0]));
+    case IR_RSQRT: return round_to(l, out, approx(l, "rsqrt.approx.f32", x[0]));
     case IR_NOT: return LLVMBuildXor(B, x[0], LLVMConstInt(l->t_i1, 1, 0), "");
     case IR_CMP: {
         static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
@@ -279,20 +282,32 @@ bool lower_reduce(L *l, uint32_t o, ir_op *op)
         return false;
     const cg_layout *sl = cg_lay(cg, sid);
     int ns = cg_layout_regs(sl), nr = cg_layout_regs(cg_lay(cg, rid));
-    LLVMValueRef *acc = lw_regs_alloc(l, nr);
-    if (!acc)
+    LLVMValueRef *acc = lw_regs_alloc(l, nr), *part = lw_regs_alloc(l, ns);
+    if (!acc || !part)
         return false;
-    /* in-thread: source register j -> result register compress(j) */
-    for (int j = 0; j < ns; j++) {
-        int jr = 0, nb = 0;
-        for (int i = 0; i < sl->nreg; i++)
-            if (sl->reg[i].dim != ax)
-                jr |= ((j >> i) & 1) << nb++;
-        LLVMValueRef x = in[j];
-        LLVMValueRef ok = lw_in_tile(l, sid, j, ax);
-        if (ok)
-            x = LLVMBuildSelect(l->B, ok, x, red_identity(l, op->kind, dt), "");
-        acc[jr] = acc[jr] ? red_combine(l, op->kind, dt, acc[jr], x) : x;
+    /* in-thread: source register j -> result register compress(j), combined as a balanced
+     * tree (log2 of the terms deep, not a chain as long as they are: with one warp per
+     * scheduler, a softmax's row max and sum otherwise wait out each step's latency) */
+    for (int jr = 0; jr < nr; jr++) {
+        int n = 0;
+        for (int j = 0; j < ns; j++) {
+            int c = 0, nb = 0;
+            for (int i = 0; i < sl->nreg; i++)
+                if (sl->reg[i].dim != ax)
+                    c |= ((j >> i) & 1) << nb++;
+            if (c != jr)
+                continue;
+            LLVMValueRef x = in[j];
+            LLVMValueRef ok = lw_in_tile(l, sid, j, ax);
+            part[n++] = ok ? LLVMBuildSelect(l->B, ok, x, red_identity(l, op->kind, dt), "") : x;
+        }
+        for (; n > 1; n = (n + 1) / 2) {
+            for (int i = 0; i < n / 2; i++)
+                part[i] = red_combine(l, op->kind, dt, part[2 * i], part[2 * i + 1]);
+            if (n & 1)
+                part[n / 2] = part[n - 1];
+        }
+        acc[jr] = part[0];
     }
     /* across lanes */
     for (int i = 0; i < 5; i++)

@@ -24,6 +24,7 @@
  */
 #include "interp.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -263,7 +264,7 @@ static bool unary(interp *in, const ir_op *op)
             switch (op->kind) {
             case IR_NEG: z = -x; break;
             case IR_ABS: z = fabsf(x); break;
-            case IR_EXP2: z = exp2f(x); break;
+            case IR_EXP2: z = exp2f(x); if (z < FLT_MIN) z = 0; break; /* subnormals flushed, as on the GPU */
             case IR_LOG2: z = log2f(x); break;
             case IR_RSQRT: z = 1.0f / sqrtf(x); break;
             default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");

@@ -485,14 +485,20 @@ Test(codegen, ikbo_lce_ptx_is_compact)
     t_ptxas_ok(ptx, "sm_90a", loom_kernel_name(k));
     int mma = count_of(ptx, "wgmma.mma_async"), asms = count_of(ptx, "begin inline asm");
     cr_assert_eq(mma % 4, 0, "%s", ptx);
-    /* every statement that issues wgmma issues four steps back to back */
+    /* every statement that issues wgmma issues four steps back to back, with only their
+     * descriptors made in between (a low half plus the step's offset, then the pair) */
     int statements = 0;
     for (const char *p = strstr(ptx, "wgmma.mma_async"); p; p = strstr(p, "wgmma.mma_async")) {
         statements++;
-        for (int i = 0; i < 4; i++, p = strstr(p, "\n") + 1)
-            cr_assert(!strncmp(strchr(p, 'w'), "wgmma.mma_async", 15), "a step outside its statement:\n%.400s", p);
+        for (int i = 0; i < 4; i++) {
+            while (!strncmp(p + strspn(p, " \t"), "add.s32 dl,", 11) || !strncmp(p + strspn(p, " \t"), "mov.b64 d", 9))
+                p = strstr(p, "\n") + 1;
+            cr_assert(!strncmp(p + strspn(p, " \t"), "wgmma.mma_async", 15), "a step outside its statement:\n%.400s", p);
+            p = strstr(p, "\n") + 1;
+        }
     }
     cr_assert_eq(statements * 4, mma);
+    cr_assert_eq(count_of(ptx, "mov.b64 db, {dl, dhb}"), mma, "a descriptor not made in its statement:\n%s", ptx);
     /* each commit comes right after the last step of its wgmma */
     for (const char *p = strstr(ptx, "wgmma.commit_group"); p; p = strstr(p + 1, "wgmma.commit_group")) {
         const char *prev = p - 2; /* the previous line's last character */

@@ -185,7 +185,7 @@ static float ref_fun(ir_opkind op, float a)
     switch (op) {
     case IR_NEG: return -a;
     case IR_ABS: return fabsf(a);
-    case IR_EXP2: return exp2f(a);
+    case IR_EXP2: return exp2f(a) < FLT_MIN ? 0.0f : exp2f(a); /* subnormal results flushed */
     case IR_LOG2: return log2f(a);
     default: return 1.0f / sqrtf(a);
     }
@@ -214,7 +214,7 @@ Test(ops_f32, unary_ops_bit_exact)
 
 Test(ops_f32, special_values_of_exp2_log2_rsqrt)
 {
-    float x[] = {NAN, INF, -INF, 0.0f, -0.0f, -1.0f, 1.0f, 4.0f};
+    float x[] = {NAN, INF, -INF, 0.0f, -0.0f, -1.0f, 1.0f, 4.0f, -126.0f, -130.0f, -149.0f};
     enum { N = sizeof x / sizeof x[0] };
     float e[N], l[N], r[N];
     run_un(LOOM_F32, N, loom_exp2_at, x, e);
@@ -222,6 +222,8 @@ Test(ops_f32, special_values_of_exp2_log2_rsqrt)
     run_un(LOOM_F32, N, loom_rsqrt_at, x, r);
     cr_expect(isnan(e[0]) && isnan(l[0]) && isnan(r[0]), "NaN in gives NaN out");
     cr_expect(e[1] == INF && e[2] == 0.0f && e[3] == 1.0f && e[7] == 16.0f);
+    cr_expect(e[8] == FLT_MIN && e[9] == 0.0f && e[10] == 0.0f && !signbit(e[10]),
+              "exp2 keeps 2^-126 and flushes subnormal results to +0 (the GPU's ex2.approx.ftz)");
     cr_expect(l[1] == INF && isnan(l[2]) && l[3] == -INF && l[4] == -INF && isnan(l[5]) && l[7] == 2.0f);
     cr_expect(r[1] == 0.0f && isnan(r[2]) && r[3] == INF && r[4] == -INF && isnan(r[5]) && r[7] == 0.5f);
 }
