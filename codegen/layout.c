@@ -35,7 +35,8 @@
  * The wgmma accumulator layout spreads through what is computed from it, so attention's
  * softmax moves no data: an elementwise op takes an accumulator's layout first, then a
  * row of one (a reduction's slice); a row max broadcast back is the accumulator's layout
- * again; a loop-carried tile that starts as a splat (a running max or sum) takes the
+ * again, and a row broadcast to another accumulator's shape (attention's alpha from S
+ * [64, BN] scaling O [64, D]) is that shape's accumulator layout; a loop-carried tile that starts as a splat (a running max or sum) takes the
  * layout the loop body yields it in when that is one of these (relayout_carried).  A wgmma
  * whose A is a register tile wants it in the A fragment's layout, which is the
  * accumulator layout of the A tile's shape (cg_mma_a_layout): a cast of an accumulator
@@ -400,6 +401,16 @@ static bool fixed(cg_ctx *cg, uint32_t v)
  * row 3, reg bits 2.. -> col 3.., then the m64 blocks -> rows 6..; lane bits 0,1 -> col
  * 1,2 and 2..4 -> rows 0..2; warp bits 0,1 -> rows 4,5, then the groups.  Register
  * number i + (N/2) * block is what lower_wgmma writes. */
+/* Can shape s have a wgmma accumulator layout in this task (cg_mma_layout succeeds)? */
+static bool mma_shape_ok(const cg_ctx *cg, const loom_shape *s)
+{
+    if (s->rank != 2 || cg->warp_bits < 2)
+        return false;
+    int gbits = cg->warp_bits - 2, lm = cg_lg(s->dim[0]), ln = cg_lg(s->dim[1]);
+    int mbits = lm - 6 - gbits;
+    return mbits >= 0 && ln >= 3 && 2 + (ln - 3) + mbits <= CG_MAXREGBITS;
+}
+
 int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s)
 {
     if (s->rank != 2 || cg->warp_bits < 2)
@@ -607,6 +618,17 @@ static bool layout_broadcast(cg_ctx *cg, const ir_op *op, uint32_t rv, const ir_
             same = pl->shape[d] == rt->shape.dim[d];
         if (same && cg_direct_map(sl, pl, feed, NULL))
             return set_layout(cg, rv, sl->parent);
+    }
+    /* 1b: a row of an accumulator broadcast to another accumulator's shape (attention's
+     * alpha, a row of S [64, BN], scaling O [64, D] with BN != D): that shape's
+     * accumulator layout holds the same rows in the same threads */
+    if (sl->parent >= 0 && mma_id(cg, sl->parent) && mma_shape_ok(cg, &rt->shape)) {
+        int32_t m = cg_mma_layout(cg, &rt->shape);
+        if (m < 0)
+            return false;
+        sl = cg_lay(cg, cg->vlay[s]);
+        if (cg_direct_map(sl, cg_lay(cg, m), feed, NULL))
+            return set_layout(cg, rv, m);
     }
     /* 2: the default layout, if no data has to move */
     int32_t def = add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype);

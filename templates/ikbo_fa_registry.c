@@ -123,7 +123,7 @@ const loom_template tpl_def_ikbo_fa = {
               {"varlen", 0, "1: per-user lengths seq_len[U] mask the keys past them"},
               {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled", 0, {0}, 1}},
     .nconfig = 8,
-    .config = {{"BN", 128, "keys a K/V tile: D (64 or 128)", 2, {64, 128}},
+    .config = {{"BN", 128, "keys a K/V tile: 64 or 128 (either head dim)", 2, {64, 128}},
                {"stages", 2, "slots of the K ring and of the V ring (two Q slots where they fit)", 3, {2, 3, 4}},
                {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
                {"sched", 0, "0: units round-robin; 1: claimed from a counter", 2, {0, 1}},

@@ -163,12 +163,15 @@ Test(ikbo_fa, interpreter_small_odd_shapes)
         {64, 3, 2, 0, 1, 0, 1, 0}, /* one GEMM after the other, with turns */
         {64, 2, 3, 0, 0, 1, 1, 1}, /* across units: the next unit's tile 0 beside the last P V */
         {64, 2, 2, 0, 0, 1, 0, 1}, /* across units, register stores */
+        {128, 2, 4, 0, 0, 1, 1, 0}, /* 128-key tiles with D=64: alpha from S [64, 128] scales O [64, 64] */
     };
     for (size_t i = 0; i < sizeof interp_cases / sizeof *interp_cases; i++) {
         run_interp(&interp_cases[i], &cfgs[i % 3]);
         /* across units, where next units may have no keys (lengths), odd blocks, one user */
         if (i == 1 || i == 2 || i == 4)
             run_interp(&interp_cases[i], &cfgs[3 + i % 2]);
+        if (i == 1 || i == 2) /* lengths and S past a tile */
+            run_interp(&interp_cases[i], &cfgs[5]);
     }
 }
 
@@ -200,6 +203,35 @@ Test(ikbo_fa, ptx_assembles_without_spills_and_keeps_p_in_registers)
         }
 }
 
+/* A K/V tile of other than D keys: the row statistics come from S [64, BN] and scale O
+ * [64, D], two accumulator layouts holding the same rows in the same threads, so nothing
+ * goes through shared memory but the epilogue's store (the same as with BN = D). */
+Test(ikbo_fa, ptx_of_tiles_other_than_the_head_dim_moves_no_rows_through_shared_memory)
+{
+    const loom_template *t = loom_template_find("ikbo_fa");
+    cr_assert(t);
+    const char *const cases[][3] = {{"D=64", "BN=128", "BN=64"}, {"D=128", "BN=64", "BN=128"}};
+    for (size_t i = 0; i < 2; i++) {
+        int st[2];
+        for (int j = 0; j < 2; j++) {
+            int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+            char err[300], *ptx = NULL;
+            cr_assert_eq(loom_params_parse(t->shape, t->nshape, cases[i][0], sh, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(loom_params_parse(t->config, t->nconfig, cases[i][1 + j], cf, err, sizeof err), 0, "%s", err);
+            loom_kernel *k = t->build(sh, cf, err, sizeof err);
+            cr_assert(k, "[%s] [%s]: %s", cases[i][0], cases[i][1 + j], err);
+            cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+            t_ptxas_ok(ptx, "sm_90a", "ikbo_fa");
+            st[j] = t_count(ptx, "st.shared");
+            cr_expect_eq(t_count(ptx, "ld.shared"), 0, "[%s] [%s]: a layout conversion", cases[i][0], cases[i][1 + j]);
+            free(ptx);
+            loom_kernel_destroy(k);
+        }
+        cr_expect_eq(st[0], st[1], "%s: %d shared stores with %s, %d with %s", cases[i][0], st[0], cases[i][1], st[1],
+                     cases[i][2]);
+    }
+}
+
 /* ---------------------------------------------------------------- refusals */
 
 Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
@@ -210,8 +242,8 @@ Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, NULL, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "D (the head dim)"), "%s", loom_runtime_error(rt));
     sh.D = 64;
-    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 0, 0, 1, 1, 0}, &p), LOOM_ERR_INVALID);
-    cr_expect(strstr(loom_runtime_error(rt), "BN (keys a tile) must equal D"), "%s", loom_runtime_error(rt));
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){96, 2, 4, 0, 0, 1, 1, 0}, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "BN (keys a tile) must be 64 or 128"), "%s", loom_runtime_error(rt));
     sh.D = 128; /* across units with three 128-key K/V slots: one Q slot fits, and the next unit's Q would wait on it */
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 3, 4, 0, 0, 1, 1, 1}, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "xunit=1 needs two Q slots"), "%s", loom_runtime_error(rt));
