@@ -365,12 +365,16 @@ Test(ikbo_fa_gpu, against_the_naive_f32_reference)
         {128, 3, 132, 0, 0, 0, 0, 0}, /* one GEMM after the other, register stores */
         {128, 2, 132, 0, 0, 1, 1, 1}, /* across units */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         for (size_t j = 0; j < sizeof cfgs / sizeof *cfgs; j++) {
             loom_ikbo_fa_config c = cfgs[j];
             c.bn = (int)cases[i].D; /* a tile of D keys */
             gpu_run(rt, fr, fill, &cases[i], &c);
         }
+        loom_ikbo_fa_config other = cfgs[0]; /* the other tile: 128 keys at D=64, 64 at D=128 */
+        other.bn = cases[i].D == 64 ? 128 : 64;
+        gpu_run(rt, fr, fill, &cases[i], &other);
+    }
     faref_close(fr);
     nvref_gemm_close(fill);
     loom_runtime_destroy(rt);
