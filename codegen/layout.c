@@ -36,8 +36,9 @@
  * softmax moves no data: an elementwise op takes an accumulator's layout first, then a
  * row of one (a reduction's slice); a row max broadcast back is the accumulator's layout
  * again, and a row broadcast to another accumulator's shape (attention's alpha from S
- * [64, BN] scaling O [64, D]) is that shape's accumulator layout; a loop-carried tile that starts as a splat (a running max or sum) takes the
- * layout the loop body yields it in when that is one of these (relayout_carried).  A wgmma
+ * [64, BN] scaling O [64, D]) is that shape's accumulator layout; a loop-carried tile
+ * that starts as a splat (a running max or sum) takes the layout the loop body yields it
+ * in when that is one of these (relayout_carried).  A wgmma
  * whose A is a register tile wants it in the A fragment's layout, which is the
  * accumulator layout of the A tile's shape (cg_mma_a_layout): a cast of an accumulator
  * S [64, N] to f16 is the A operand of P @ V as it stands, and a load whose uses all end
@@ -393,14 +394,6 @@ static bool fixed(cg_ctx *cg, uint32_t v)
     return vty(cg, v)->kind == IR_T_TILE && vty(cg, v)->shape.rank > 0 && !cg->remat[v];
 }
 
-/* The wgmma accumulator layout of an f32 tile [M, N] over the current task's warps
- * (cg->warp_bits: 4 warps a warp group, G = 2^(warp_bits-2) groups, each owning M/G
- * consecutive rows, in m64 blocks).  Per m64 block the instruction gives thread (lane,
- * warp w of the group) its registers i = 0..N/2-1 at row 16w + lane/4 + 8*((i/2)%2)
- * and column 2*(lane%4) + i%2 + 8*(i/4): in linear form reg bit 0 -> col 0, reg bit 1 ->
- * row 3, reg bits 2.. -> col 3.., then the m64 blocks -> rows 6..; lane bits 0,1 -> col
- * 1,2 and 2..4 -> rows 0..2; warp bits 0,1 -> rows 4,5, then the groups.  Register
- * number i + (N/2) * block is what lower_wgmma writes. */
 /* Can shape s have a wgmma accumulator layout in this task (cg_mma_layout succeeds)? */
 static bool mma_shape_ok(const cg_ctx *cg, const loom_shape *s)
 {
@@ -411,6 +404,14 @@ static bool mma_shape_ok(const cg_ctx *cg, const loom_shape *s)
     return mbits >= 0 && ln >= 3 && 2 + (ln - 3) + mbits <= CG_MAXREGBITS;
 }
 
+/* The wgmma accumulator layout of an f32 tile [M, N] over the current task's warps
+ * (cg->warp_bits: 4 warps a warp group, G = 2^(warp_bits-2) groups, each owning M/G
+ * consecutive rows, in m64 blocks).  Per m64 block the instruction gives thread (lane,
+ * warp w of the group) its registers i = 0..N/2-1 at row 16w + lane/4 + 8*((i/2)%2)
+ * and column 2*(lane%4) + i%2 + 8*(i/4): in linear form reg bit 0 -> col 0, reg bit 1 ->
+ * row 3, reg bits 2.. -> col 3.., then the m64 blocks -> rows 6..; lane bits 0,1 -> col
+ * 1,2 and 2..4 -> rows 0..2; warp bits 0,1 -> rows 4,5, then the groups.  Register
+ * number i + (N/2) * block is what lower_wgmma writes. */
 int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s)
 {
     if (s->rank != 2 || cg->warp_bits < 2)
