@@ -77,6 +77,8 @@ static const loom_template *find(const char *name)
     return t;
 }
 
+/* The shape and config of a command (--shape and --config over the template's defaults);
+ * -1 with a message on stderr when they do not parse. */
 static int params(const loom_template *t, const opts *o, int64_t *shape, int64_t *config)
 {
     char err[600];
@@ -108,6 +110,15 @@ static void untimed_config(const loom_template *t, const opts *o, const int64_t 
     if (rt)
         loom_tuned_release(&r, 1);
     loom_runtime_destroy(rt);
+}
+
+/* The shape and config a command builds one kernel at: params, then untimed_config. */
+static int build_params(const loom_template *t, const opts *o, int64_t *shape, int64_t *config)
+{
+    if (params(t, o, shape, config))
+        return -1;
+    untimed_config(t, o, shape, config);
+    return 0;
 }
 
 static loom_kernel *build(const loom_template *t, const int64_t *shape, const int64_t *config)
@@ -176,9 +187,8 @@ static int cmd_emit(const opts *o)
     const loom_template *t = find(o->name);
     if (!t)
         return 2;
-    if (params(t, o, shape, config))
+    if (build_params(t, o, shape, config))
         return 2;
-    untimed_config(t, o, shape, config);
     return emit_one(t, shape, config, o->arch, o->out);
 }
 
@@ -188,9 +198,8 @@ static int cmd_run(const opts *o)
     int64_t shape[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
     if (!t)
         return 2;
-    if (params(t, o, shape, config))
+    if (build_params(t, o, shape, config))
         return 2;
-    untimed_config(t, o, shape, config);
     int rc = 0;
     char report[1024];
     loom_runtime *rt = loom_runtime_create(o->interpret ? LOOM_TARGET_INTERPRET : LOOM_TARGET_AUTO);
@@ -527,9 +536,8 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "ir")) {
         const loom_template *t = find(o.name);
         int64_t shape[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
-        if (!t || params(t, &o, shape, config))
+        if (!t || build_params(t, &o, shape, config))
             return 2;
-        untimed_config(t, &o, shape, config);
         loom_kernel *k = build(t, shape, config);
         if (!k)
             return 1;
