@@ -283,19 +283,23 @@ bool lower_reduce(L *l, uint32_t o, ir_op *op)
     const cg_layout *sl = cg_lay(cg, sid);
     int ns = cg_layout_regs(sl), nr = cg_layout_regs(cg_lay(cg, rid));
     LLVMValueRef *acc = lw_regs_alloc(l, nr), *part = lw_regs_alloc(l, ns);
-    if (!acc || !part)
+    int *to = lw_alloc(l, (size_t)ns * sizeof *to);
+    if (!acc || !part || !to)
         return false;
-    /* in-thread: source register j -> result register compress(j), combined as a balanced
-     * tree (log2 of the terms deep, not a chain as long as they are: with one warp per
-     * scheduler, a softmax's row max and sum otherwise wait out each step's latency) */
+    /* in-thread: source register j -> result register to[j] = compress(j), combined as a
+     * balanced tree (log2 of the terms deep, not a chain as long as they are: with one
+     * warp per scheduler, a softmax's row max and sum otherwise wait out each step's
+     * latency) */
+    for (int j = 0; j < ns; j++) {
+        to[j] = 0;
+        for (int i = 0, nb = 0; i < sl->nreg; i++)
+            if (sl->reg[i].dim != ax)
+                to[j] |= ((j >> i) & 1) << nb++;
+    }
     for (int jr = 0; jr < nr; jr++) {
         int n = 0;
         for (int j = 0; j < ns; j++) {
-            int c = 0, nb = 0;
-            for (int i = 0; i < sl->nreg; i++)
-                if (sl->reg[i].dim != ax)
-                    c |= ((j >> i) & 1) << nb++;
-            if (c != jr)
+            if (to[j] != jr)
                 continue;
             LLVMValueRef x = in[j];
             LLVMValueRef ok = lw_in_tile(l, sid, j, ax);
