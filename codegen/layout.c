@@ -394,14 +394,22 @@ static bool fixed(cg_ctx *cg, uint32_t v)
     return vty(cg, v)->kind == IR_T_TILE && vty(cg, v)->shape.rank > 0 && !cg->remat[v];
 }
 
-/* Can shape s have a wgmma accumulator layout in this task (cg_mma_layout succeeds)? */
-static bool mma_shape_ok(const cg_ctx *cg, const loom_shape *s)
+/* Why shape s can have no wgmma accumulator layout in this task (in buf), or NULL when it
+ * can: cg_mma_layout's checks, which layout_broadcast asks without failing. */
+static const char *mma_unfit(const cg_ctx *cg, const loom_shape *s, char *buf, size_t n)
 {
     if (s->rank != 2 || cg->warp_bits < 2)
-        return false;
+        return "wgmma needs a task of whole warp groups (4, 8, ... warps)";
     int gbits = cg->warp_bits - 2, lm = cg_lg(s->dim[0]), ln = cg_lg(s->dim[1]);
-    int mbits = lm - 6 - gbits;
-    return mbits >= 0 && ln >= 3 && 2 + (ln - 3) + mbits <= CG_MAXREGBITS;
+    int mbits = lm - 6 - gbits; /* m64 blocks per warp group */
+    if (mbits < 0 || ln < 3) {
+        snprintf(buf, n, "an accumulator of %lldx%lld is too small for %d warp groups (each needs 64 rows and 8 "
+                 "columns)", (long long)s->dim[0], (long long)s->dim[1], 1 << gbits);
+        return buf;
+    }
+    if (2 + (ln - 3) + mbits > CG_MAXREGBITS) /* the register bits cg_mma_layout assigns */
+        return "accumulator too large for one thread";
+    return NULL;
 }
 
 /* The wgmma accumulator layout of an f32 tile [M, N] over the current task's warps
@@ -414,17 +422,13 @@ static bool mma_shape_ok(const cg_ctx *cg, const loom_shape *s)
  * number i + (N/2) * block is what lower_wgmma writes. */
 int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s)
 {
-    if (s->rank != 2 || cg->warp_bits < 2)
-        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
-                       "wgmma needs a task of whole warp groups (4, 8, ... warps)"), -1;
+    char buf[200];
+    const char *why = mma_unfit(cg, s, buf, sizeof buf);
+    if (why)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED, "%s", why), -1;
     int gbits = cg->warp_bits - 2;
     int lm = cg_lg(s->dim[0]), ln = cg_lg(s->dim[1]);
     int mbits = lm - 6 - gbits; /* m64 blocks per warp group */
-    if (mbits < 0 || ln < 3)
-        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
-                       "an accumulator of %lldx%lld is too small for %d warp groups (each needs 64 "
-                       "rows and 8 columns)",
-                       (long long)s->dim[0], (long long)s->dim[1], 1 << gbits), -1;
     cg_layout l = {0};
     l.rank = 2;
     l.shape[0] = s->dim[0];
@@ -439,8 +443,6 @@ int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s)
         l.reg[r++] = (cg_bit){1, (int8_t)b};
     for (int b = 0; b < mbits; b++)
         l.reg[r++] = (cg_bit){0, (int8_t)(6 + b)};
-    if (r > CG_MAXREGBITS)
-        return cg_fail(cg, LOOM_ERR_UNSUPPORTED, "accumulator too large for one thread"), -1;
     l.nreg = r;
     l.lane[0] = (cg_bit){1, 1};
     l.lane[1] = (cg_bit){1, 2};
@@ -623,7 +625,8 @@ static bool layout_broadcast(cg_ctx *cg, const ir_op *op, uint32_t rv, const ir_
     /* 1b: a row of an accumulator broadcast to another accumulator's shape (attention's
      * alpha, a row of S [64, BN], scaling O [64, D] with BN != D): that shape's
      * accumulator layout holds the same rows in the same threads */
-    if (sl->parent >= 0 && mma_id(cg, sl->parent) && mma_shape_ok(cg, &rt->shape)) {
+    char why[200];
+    if (sl->parent >= 0 && mma_id(cg, sl->parent) && !mma_unfit(cg, &rt->shape, why, sizeof why)) {
         int32_t m = cg_mma_layout(cg, &rt->shape);
         if (m < 0)
             return false;
