@@ -11,7 +11,8 @@
  * driver's launch queue, after which a launch waits for the GPU to retire one (the rate
  * of the GPU running tiny kernels, a few microseconds each, bounds both figures); so the
  * host's own cost is also measured on batches of 256 launches, which the queue takes
- * without waiting ("host").  The output is checked after the
+ * without waiting ("host": the median and the best of 41 rounds, each round running the
+ * four ways in turn, as one host's speed drifts by more than loom's own cost).  The output is checked after the
  * loom rounds (never time a kernel that does nothing).  Then the same 10,000 launches
  * captured once into a CUDA graph on the stream and replayed, checked again.
  *
@@ -25,7 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N = 256 };
+enum { N = 256, HOST_ROUNDS = 41 };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 
 static loom_kernel *tiny(void)
 {
@@ -111,19 +118,26 @@ int main(int argc, char **argv)
     /* loom launches with cuLaunchKernelEx (way 3 is its raw call); cuLaunchKernel beside it */
     enum { WAYS = 4, RAW = 3 };
     const char *names[WAYS] = {"loom_launch", "loom_launch_stream", "cuLaunchKernel (raw)", "cuLaunchKernelEx (raw)"};
-    double issue[WAYS], total[WAYS], host[WAYS];
+    double issue[WAYS], total[WAYS], host[WAYS], host_best[WAYS], batch[WAYS][HOST_ROUNDS];
     way_ctx wc = {rt, k, grid, args, g, fn, stream, params, gr, bl, smem};
     int ok = 1;
-    for (int way = 0; way < WAYS; way++) {
-        issue[way] = total[way] = host[way] = 1e30;
-        for (int round = 0; round < 20; round++) { /* the host's cost: batches the queue takes whole */
+    /* the host's cost: batches the queue takes whole, the ways in turn within each round (so
+     * a drift of the machine's speed meets every way alike); the median and the best round */
+    for (int round = 0; round < HOST_ROUNDS; round++)
+        for (int way = 0; way < WAYS; way++) {
             rt_gpu_sync(g, err, sizeof err);
             double t0 = util_now_ms();
             for (int i = 0; i < 256; i++)
                 launch_way(&wc, way);
-            double us = (util_now_ms() - t0) * 1000.0 / 256;
-            host[way] = us < host[way] ? us : host[way];
+            batch[way][round] = (util_now_ms() - t0) * 1000.0 / 256;
         }
+    for (int way = 0; way < WAYS; way++) {
+        qsort(batch[way], HOST_ROUNDS, sizeof batch[way][0], cmp_double);
+        host[way] = batch[way][HOST_ROUNDS / 2];
+        host_best[way] = batch[way][0];
+    }
+    for (int way = 0; way < WAYS; way++) {
+        issue[way] = total[way] = 1e30;
         for (int round = 0; round < 5; round++) {
             loom_buffer_fill(bo, 0);
             rt_gpu_sync(g, err, sizeof err);
@@ -161,12 +175,13 @@ int main(int argc, char **argv)
             ok &= check(bo, a, "graph replay");
         }
     }
-    printf("bench_launch on %s: %d launches of a one-CTA kernel, best of 5 rounds\n",
-           loom_runtime_device_name(rt), launches);
-    printf("%-26s %10s %10s %10s %14s\n", "launch", "host us", "issue us", "with sync", "host vs raw");
+    printf("bench_launch on %s: host = median (best) of %d rounds of 256 launches, the ways in turn;\n"
+           "issue / with sync = %d launches back to back, best of 5 rounds\n",
+           loom_runtime_device_name(rt), HOST_ROUNDS, launches);
+    printf("%-26s %16s %10s %10s %14s\n", "launch", "host us", "issue us", "with sync", "host vs raw");
     for (int way = 0; way < WAYS; way++)
-        printf("%-26s %10.2f %10.2f %10.2f %+13.2f\n", names[way], host[way], issue[way], total[way],
-               host[way] - host[RAW]);
+        printf("%-26s %8.2f (%5.2f) %10.2f %10.2f %+13.2f\n", names[way], host[way], host_best[way], issue[way],
+               total[way], host[way] - host[RAW]);
     if (graph_us >= 0)
         printf("%-26s %10s %10s %10.2f   (the captured loom launches, replayed)\n", "CUDA graph replay", "-", "-",
                graph_us);

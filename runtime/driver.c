@@ -167,6 +167,10 @@ loom_status cu_fail(rt_gpu *g, CUresult r, char *err, size_t errlen, const char 
 
 loom_status cu_enter(rt_gpu *g, char *err, size_t errlen)
 {
+    /* a launch's path: reading the thread's context is cheaper than setting it */
+    CUcontext cur = NULL;
+    if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == g->ctx)
+        return LOOM_OK;
     CHECK(g, cu.cuCtxSetCurrent(g->ctx), "cuCtxSetCurrent");
     return LOOM_OK;
 }

@@ -44,6 +44,7 @@
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                        \
     X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2")                                \
     X(cuCtxSetCurrent, "cuCtxSetCurrent")                                                          \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent")                                                          \
     X(cuCtxSynchronize, "cuCtxSynchronize")                                                        \
     X(cuMemAlloc_v2, "cuMemAlloc_v2")                                                              \
     X(cuMemFree_v2, "cuMemFree_v2")                                                                \
@@ -114,6 +115,7 @@ struct rt_gpu {
     struct {
         uint64_t uid, gen;
         mc_key key;
+        size_t index; /* where the key's entry was last found in modules (a hint) */
     } recent[RT_RECENT_KEYS];
     char last_kernel[128]; /* last kernel launched: named when a later call reports a fault */
     /* the hang check (hang.c): its bound (LOOM_HANG_CHECK when opened; 0: off), the

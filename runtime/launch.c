@@ -50,7 +50,8 @@ loom_status rt_launch_fn_on(rt_gpu *g, CUfunction fn, const char *name, const un
 {
     CUlaunchConfig cfg;
     rt_launch_config(&cfg, grid, block, smem, stream);
-    snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
+    if (strncmp(g->last_kernel, name, sizeof g->last_kernel - 1) != 0) /* a launch's path: copy on change only */
+        snprintf(g->last_kernel, sizeof g->last_kernel, "%s", name);
     CUresult r = cu.cuLaunchKernelEx(&cfg, fn, params, NULL);
     if (r != CUDA_SUCCESS)
         return cu_fail(g, r, err, errlen,

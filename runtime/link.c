@@ -260,7 +260,18 @@ loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, si
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    char *argv[] = {exe, archopt, "-O3", in, "-o", out, NULL};
+    /* the options: LOOM_PTXAS_OPTS (whitespace-separated; they key the module cache too,
+     * module.c), else -O3 */
+    char optbuf[256], *argv[16] = {exe, archopt};
+    int na = 2;
+    const char *ov = util_env_str("LOOM_PTXAS_OPTS");
+    snprintf(optbuf, sizeof optbuf, "%s", ov ? ov : "-O3");
+    for (char *save = NULL, *tok = strtok_r(optbuf, " \t", &save); tok && na < 12; tok = strtok_r(NULL, " \t", &save))
+        argv[na++] = tok;
+    argv[na++] = in;
+    argv[na++] = "-o";
+    argv[na++] = out;
+    argv[na] = NULL;
     pid_t pid;
     int rc = posix_spawnp(&pid, exe, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -277,7 +288,7 @@ loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, si
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
         /* 127: the child could not exec it (posix_spawnp reports that only here) */
         st = WIFEXITED(ws) && WEXITSTATUS(ws) == 127 ? LOOM_ERR_UNSUPPORTED : LOOM_ERR_COMPILE;
-        snprintf(err, errlen, "%s %s -O3 failed (%s %d):\n%s", exe, archopt,
+        snprintf(err, errlen, "%s %s %s failed (%s %d):\n%s", exe, archopt, ov ? ov : "-O3",
                  WIFEXITED(ws) ? "exit status" : "signal", WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws),
                  log && *log ? log : "(no messages)");
     } else if (log && strstr(log, "setmaxnreg") && strstr(log, "ignored")) {

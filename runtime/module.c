@@ -89,6 +89,36 @@ static void stats_record(const rt_gpu_stats *last)
     pthread_mutex_unlock(&stats_lock);
 }
 
+/* A launch's lookup that found its function in memory: only what such a lookup changes
+ * (a launch's path, so no clock, no formatting). */
+static void stats_memory_hit(const char *name)
+{
+    pthread_mutex_lock(&stats_lock);
+    size_t n = strnlen(name, sizeof stats.kernel - 1);
+    memcpy(stats.kernel, name, n);
+    stats.kernel[n] = 0;
+    stats.result = RT_CACHE_MEMORY;
+    stats.key_ms = stats.codegen_ms = stats.link_ms = stats.disk_ms = stats.load_ms = 0;
+    stats.linker = NULL;
+    stats.ptx_bytes = stats.cubin_bytes = 0;
+    stats.lookups++;
+    stats.memory_hits++;
+    pthread_mutex_unlock(&stats_lock);
+}
+
+/* The entry of key in g's table (under modules_lock): at the index the kernel's recent
+ * slot remembers, else by a search, whose index the slot then remembers. */
+static mc_entry *find_entry(rt_gpu *g, unsigned slot, const mc_key *key)
+{
+    size_t i = g->recent[slot].index;
+    if (i < g->modules.n && memcmp(g->modules.e[i].key.b, key->b, sizeof key->b) == 0)
+        return &g->modules.e[i];
+    mc_entry *e = mc_table_find(&g->modules, key);
+    if (e)
+        g->recent[slot].index = (size_t)(e - g->modules.e);
+    return e;
+}
+
 /* ---------------------------------------------------------------- loading */
 
 /* Load a cubin or PTX image as a module, with the JIT error log on failure. */
@@ -195,11 +225,8 @@ static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, co
 loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_stats *lastp,
                             char *err, size_t errlen)
 {
-    rt_gpu_stats local, *lp = lastp ? lastp : &local;
-    memset(lp, 0, sizeof *lp);
     const char *name = loom_kernel_name(k);
-    snprintf(lp->kernel, sizeof lp->kernel, "%s", name);
-    double t0 = util_now_ms();
+    double t0 = lastp ? util_now_ms() : 0;
     mc_key key;
     unsigned slot = (unsigned)(k->uid % RT_RECENT_KEYS);
     /* an unchanged kernel: its remembered key and the table, under one lock */
@@ -208,10 +235,19 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     mc_entry *hit = NULL;
     if (known) {
         key = g->recent[slot].key;
-        if ((hit = mc_table_find(&g->modules, &key)))
+        if ((hit = find_entry(g, slot, &key)))
             *out = *hit;
     }
     pthread_mutex_unlock(&g->modules_lock);
+    if (hit && !lastp) { /* a launch of a kernel it has launched before */
+        stats_memory_hit(name);
+        return LOOM_OK;
+    }
+    rt_gpu_stats local, *lp = lastp ? lastp : &local;
+    memset(lp, 0, sizeof *lp);
+    snprintf(lp->kernel, sizeof lp->kernel, "%s", name);
+    if (!lastp)
+        t0 = util_now_ms();
     rt_hang_sites *sites = NULL; /* the hang check's: made from k, kept by the entry */
     if (g->hang_ms > 0 && !hit && !(sites = rt_hang_sites_make(k))) {
         snprintf(err, errlen, "out of host memory for the wait sites of kernel '%s'", name);
@@ -219,7 +255,8 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     }
     if (!known) { /* hash its IR once, remember the key */
         char build[1024];
-        snprintf(build, sizeof build, "%s", mc_build_id());
+        const char *popts = util_env_str("LOOM_PTXAS_OPTS"); /* other cubins than -O3's */
+        snprintf(build, sizeof build, "%s%s%s", mc_build_id(), popts ? "|ptxas " : "", popts ? popts : "");
         if (sites) { /* bounded waits, and whose lines: not in the IR text */
             size_t bn = strlen(build);
             build[bn++] = '|';
@@ -230,7 +267,8 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
         g->recent[slot].uid = k->uid;
         g->recent[slot].gen = k->gen;
         g->recent[slot].key = key;
-        if ((hit = mc_table_find(&g->modules, &key)))
+        g->recent[slot].index = 0;
+        if ((hit = find_entry(g, slot, &key)))
             *out = *hit;
         pthread_mutex_unlock(&g->modules_lock);
     }
