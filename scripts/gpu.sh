@@ -93,7 +93,7 @@ echo "== every template on the GPU and on the interpreter"
             "ikbo_fa --shape B=20,U=3,S=600,H=2,D=128,n_seed=100,varlen=1,shuffle=1" \
             "ikbo_fa --shape B=16,U=16,S=500,H=3,D=64,n_seed=64 --config BN=64,stages=4,turns=1"; do
     echo "-- loomc run $spec"
-    loomc run $spec 2>&1
+    timeout 300 loomc run $spec 2>&1
 done 2>&1 | tee "$OUTDIR/templates.log"
 
 echo "== examples/aot/lce_aot: the IKBO LCE headline from loomc aot's files alone (no libloom)"
@@ -141,7 +141,7 @@ for b in "$R"/bin/bench_*; do
     for v in "${b}_before" "$b"; do
         [ -x "$v" ] || continue
         echo "== $(basename "$v")"
-        LOOM_CACHE_DIR="$LOOM_CACHE_DIR/$(basename "$v")" "$v" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$v").log"
+        LOOM_CACHE_DIR="$LOOM_CACHE_DIR/$(basename "$v")" timeout 900 "$v" "${args[@]}" 2>&1 | tee "$OUTDIR/$(basename "$v").log"
     done
 done
 
