@@ -601,6 +601,14 @@ typedef struct loom_compile_info {
     const char *linker; /* what made the cubin when compiled: "driver" or "nvJitLink" (LOOM_LINKER) */
 } loom_compile_info;
 loom_status loom_prepare(loom_runtime *rt, loom_kernel *k, loom_compile_info *info);
+/* loom_prepare of ks[0 .. n) at once, on up to `threads` threads (0: one per core, at most
+ * one per kernel): the compiles (LLVM, then ptxas or the driver's JIT) of a service's
+ * kernels overlap instead of adding up.  Each kernel is verified first, on the calling
+ * thread; every kernel is compiled even when another fails, and the first failure in the
+ * order of ks is returned, its message naming the kernel.  A kernel given twice is
+ * prepared once.  Where no thread can be started the kernels compile one by one on the
+ * calling thread. */
+loom_status loom_prepare_many(loom_runtime *rt, loom_kernel *const *ks, int n, int threads);
 
 /* Timing on the GPU (LOOM_ERR_NO_GPU on the interpreter): run `warmup` times, then `reps`
  * times back to back with device events between runs, and return the median in ms. */

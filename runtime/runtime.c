@@ -16,10 +16,13 @@
 
 #include "../dsl/ir.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct loom_runtime {
     loom_target target; /* INTERPRET or GPU once created */
@@ -373,6 +376,89 @@ loom_status loom_prepare(loom_runtime *rt, loom_kernel *k, loom_compile_info *in
     if (!rt->gpu)
         return LOOM_OK;
     return rt_gpu_prepare(rt->gpu, k, info, rt->err, sizeof rt->err);
+}
+
+/* loom_prepare_many's workers: each takes the next kernel of the work list until none is
+ * left.  The list holds each kernel object once: two threads never look one kernel up at
+ * once (the lookup caches its printed IR in the kernel). */
+typedef struct prep_pool {
+    rt_gpu *g;
+    loom_kernel *const *ks;
+    const int *work; /* indices into ks, each object's first */
+    int nwork;
+    _Atomic int next;
+    loom_status *st;
+    char (*err)[1024];
+} prep_pool;
+
+static void *prep_worker(void *arg)
+{
+    prep_pool *p = arg;
+    for (int w; (w = atomic_fetch_add(&p->next, 1)) < p->nwork;) {
+        int i = p->work[w];
+        p->st[i] = rt_gpu_prepare(p->g, p->ks[i], NULL, p->err[i], sizeof p->err[i]);
+    }
+    return NULL;
+}
+
+loom_status loom_prepare_many(loom_runtime *rt, loom_kernel *const *ks, int n, int threads)
+{
+    if (!rt)
+        return LOOM_ERR_INVALID;
+    if (n < 0 || (n > 0 && !ks))
+        return rt_fail(rt, LOOM_ERR_INVALID, "loom_prepare_many: %s", n < 0 ? "n is negative" : "ks is NULL");
+    if (rt->status != LOOM_OK)
+        return rt->status;
+    for (int i = 0; i < n; i++) {
+        if (!ks[i])
+            return rt_fail(rt, LOOM_ERR_INVALID, "loom_prepare_many: ks[%d] is NULL", i);
+        if (loom_verify(ks[i]) != LOOM_OK)
+            return rt_fail(rt, LOOM_ERR_VERIFY, "kernel '%s' (ks[%d]) failed verification:\n%s", ks[i]->name, i,
+                           loom_kernel_errors(ks[i]));
+    }
+    if (!rt->gpu || n == 0)
+        return LOOM_OK;
+    int *first = calloc((size_t)n, sizeof *first), *work = calloc((size_t)n, sizeof *work), nwork = 0;
+    prep_pool p = {.g = rt->gpu, .ks = ks, .work = work, .st = calloc((size_t)n, sizeof *p.st),
+                   .err = calloc((size_t)n, sizeof *p.err)};
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    if (!first || !work || !p.st || !p.err || !th) {
+        free(first);
+        free(work);
+        free(p.st);
+        free(p.err);
+        free(th);
+        return rt_fail(rt, LOOM_ERR_NOMEM, "loom_prepare_many: out of host memory");
+    }
+    for (int i = 0; i < n; i++) { /* a kernel object given twice is prepared once */
+        first[i] = i;
+        for (int j = 0; j < i && first[i] == i; j++)
+            if (ks[j] == ks[i])
+                first[i] = j;
+        if (first[i] == i)
+            work[nwork++] = i;
+    }
+    p.nwork = nwork;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = threads > 0 ? threads : cores > 0 ? (int)cores : 1;
+    nt = nt < nwork ? nt : nwork;
+    atomic_init(&p.next, 0);
+    int started = 0;
+    while (started < nt - 1 && pthread_create(&th[started], NULL, prep_worker, &p) == 0)
+        started++;
+    prep_worker(&p); /* the calling thread is one of the workers */
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    loom_status st = LOOM_OK;
+    for (int i = 0; i < n && st == LOOM_OK; i++)
+        if (p.st[first[i]] != LOOM_OK)
+            st = rt_fail(rt, p.st[first[i]], "kernel '%s' (ks[%d]): %s", ks[i]->name, i, p.err[first[i]]);
+    free(first);
+    free(work);
+    free(p.st);
+    free(p.err);
+    free(th);
+    return st;
 }
 
 typedef struct launch_ctx {

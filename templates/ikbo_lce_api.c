@@ -323,12 +323,11 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
                 return fail(p, st, "loom_ikbo_lce_prepare: uploading the weights: %s", loom_runtime_error(p->rt));
         }
     }
-    for (int i = 0; i < run->nsteps; i++) {
-        loom_compile_info info;
-        if ((st = loom_prepare(p->rt, run->step[i].k, &info)) != LOOM_OK)
-            return fail(p, st, "loom_ikbo_lce_prepare: kernel '%s': %s", loom_kernel_name(run->step[i].k),
-                        loom_runtime_error(p->rt));
-    }
+    loom_kernel *ks[IK_MAX_STEPS];
+    for (int i = 0; i < run->nsteps; i++)
+        ks[i] = run->step[i].k;
+    if ((st = loom_prepare_many(p->rt, ks, run->nsteps, 0)) != LOOM_OK)
+        return fail(p, st, "loom_ikbo_lce_prepare: %s", loom_runtime_error(p->rt));
     return LOOM_OK;
 }
 
@@ -766,17 +765,21 @@ static loom_status inputs_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, a
         !(in->map = tpl_zeroed_buffer(rt, (size_t)s->B * 4, &st)))
         return st;
     loom_buffer *dst[2] = {in->eu, in->ec};
-    for (int i = 0; i < 2 && st == LOOM_OK; i++) {
-        int g[3] = {1, 1, 1};
-        loom_kernel *k = tune_fill_kernel(s->dtype, n[i], &g[0]);
-        if (!k)
+    loom_kernel *fill[2] = {NULL, NULL};
+    int g[2][3] = {{1, 1, 1}, {1, 1, 1}};
+    for (int i = 0; i < 2; i++)
+        if (!(fill[i] = tune_fill_kernel(s->dtype, n[i], &g[i][0]))) {
+            loom_kernel_destroy(fill[0]);
             return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "%lld elements cannot be filled on the device", (long long)n[i]);
+        }
+    st = loom_prepare_many(rt, fill, 2, 0); /* both compiled at once */
+    for (int i = 0; i < 2 && st == LOOM_OK; i++) {
         loom_arg a[6];
         tune_fill_args(dst[i], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], a);
-        if ((st = loom_prepare(rt, k, NULL)) == LOOM_OK)
-            st = loom_launch(rt, k, g, a, 6);
-        loom_kernel_destroy(k);
+        st = loom_launch(rt, fill[i], g[i], a, 6);
     }
+    for (int i = 0; i < 2; i++)
+        loom_kernel_destroy(fill[i]);
     int32_t *map = st == LOOM_OK ? malloc((size_t)s->B * sizeof *map) : NULL;
     if (st == LOOM_OK && !map)
         return tpl_fail(rt, LOOM_ERR_NOMEM, "out of host memory");
@@ -821,9 +824,7 @@ static loom_status cmp_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto
     if (!(c->bad = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) ||
         !(c->maxerr = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) || !(c->two = tpl_zeroed_buffer(rt, 8, &st)))
         return st;
-    if ((st = loom_prepare(rt, c->k, NULL)) == LOOM_OK)
-        st = loom_prepare(rt, c->fold, NULL);
-    return st;
+    return loom_prepare_many(rt, (loom_kernel *[]){c->k, c->fold}, 2, 0);
 }
 
 /* Elements of a beyond tolerance of b, and the largest difference. */
@@ -903,6 +904,33 @@ static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *s, au
     return LOOM_OK;
 }
 
+/* Every candidate stage's kernels compiled at once (loom_prepare_many), before the stages
+ * are prepared one by one (which then find them in memory): the compiles overlap instead
+ * of adding up.  Stage 0 with its GEMM left to the tuner is left out: the tuner compiles
+ * its candidates in parallel itself.  A failure here is not reported: the stage's own
+ * prepare meets it again and says so. */
+static void auto_precompile(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config *cfg,
+                            bool tuned)
+{
+    if (!loom_runtime_is_gpu(rt))
+        return;
+    ik_stage runs[AUTO_N];
+    loom_kernel *ks[AUTO_N * IK_MAX_STEPS];
+    int n = 0;
+    memset(runs, 0, sizeof runs);
+    for (int i = 0; i < AUTO_N; i++) {
+        char err[300];
+        if ((tuned && auto_stages[i] == LOOM_IKBO_MATERIALIZED) ||
+            ik_stage_make(s, auto_stages[i], cfg, NULL, &runs[i], err, sizeof err) != LOOM_OK)
+            continue;
+        for (int j = 0; j < runs[i].nsteps; j++)
+            ks[n++] = runs[i].step[j].k;
+    }
+    (void)loom_prepare_many(rt, ks, n, 0);
+    for (int i = 0; i < AUTO_N; i++)
+        ik_stage_free(&runs[i]);
+}
+
 /* Time the candidates still in, side by side: AUTO_ROUNDS rounds of one loom_time_work
  * each in turn; each one's time is the median of its rounds'. */
 static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out, auto_cand *c)
@@ -938,6 +966,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
                         loom_runtime_error(rt));
     }
     size_t nout = (size_t)(s->B * s->M * s->N) * loom_dtype_size(s->dtype);
+    auto_precompile(rt, s, cfg, tuned);
     for (int i = 0; i < AUTO_N; i++) { /* build each, run it once into its own output */
         c[i].stage = auto_stages[i];
         loom_status cs = prepare_stage(rt, s, c[i].stage, wu, wc, cfg, tuned, &c[i].p);

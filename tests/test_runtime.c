@@ -605,6 +605,31 @@ Test(runtime, vadd_kernel_on_interpreter)
     loom_runtime_destroy(rt);
 }
 
+/* loom_prepare_many refuses what loom_prepare refuses, naming the kernel and its index;
+ * on the interpreter a good list only verifies. */
+Test(runtime, prepare_many_checks_its_arguments)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_kernel *good = vadd_kernel(100), *bad = loom_kernel_create("bad", 1);
+    loom_add(bad, loom_const_f(bad, LOOM_F32, 1.0), loom_const_i(bad, LOOM_I32, 1)); /* f32 + i32 */
+    loom_kernel *list[3] = {good, bad, good};
+    cr_assert_eq(loom_prepare_many(NULL, list, 1, 0), LOOM_ERR_INVALID);
+    cr_assert_eq(loom_prepare_many(rt, NULL, 2, 0), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "ks is NULL"), "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_prepare_many(rt, list, -1, 0), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "n is negative"), "%s", loom_runtime_error(rt));
+    loom_kernel *holes[2] = {good, NULL};
+    cr_assert_eq(loom_prepare_many(rt, holes, 2, 0), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "ks[1] is NULL"), "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_prepare_many(rt, list, 3, 2), LOOM_ERR_VERIFY);
+    cr_expect(strstr(loom_runtime_error(rt), "kernel 'bad' (ks[1]) failed verification"), "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_prepare_many(rt, list, 1, 0), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_prepare_many(rt, list, 0, 0), LOOM_OK);
+    loom_kernel_destroy(good);
+    loom_kernel_destroy(bad);
+    loom_runtime_destroy(rt);
+}
+
 /* ---------------------------------------------------------------- with a GPU */
 
 Test(gpu_backend, properties)
@@ -936,6 +961,46 @@ Test(gpu_backend, loom_launch_matches_reference_and_uses_disk_cache)
     loom_runtime_destroy(rt);
     loom_kernel_destroy(k);
     rm_tree(dir);
+}
+
+/* Kernels compiled at once on several threads: each compiled once (a repeat in the list
+ * included), then launched from memory with the right results. */
+Test(gpu_backend, prepare_many_compiles_in_parallel)
+{
+    setenv("LOOM_CACHE", "0", 1);
+    loom_runtime *rt = gpu_runtime_or_skip();
+    enum { NK = 4 };
+    const int sizes[NK] = {300, 1000, 4097, 12345};
+    loom_kernel *ks[NK + 1];
+    for (int i = 0; i < NK; i++)
+        ks[i] = vadd_kernel(sizes[i]);
+    ks[NK] = ks[1]; /* the same kernel twice */
+    rt_gpu_stats_reset();
+    loom_status st = loom_prepare_many(rt, ks, NK + 1, 3);
+    if (st == LOOM_ERR_UNSUPPORTED && strstr(loom_runtime_error(rt), "no code generator"))
+        cr_skip_test("%s", loom_runtime_error(rt));
+    cr_assert_eq(st, LOOM_OK, "%s", loom_runtime_error(rt));
+    rt_gpu_stats s;
+    rt_gpu_stats_get(&s);
+    cr_expect_eq(s.misses, NK, "%llu compiles for %d kernels", (unsigned long long)s.misses, NK);
+    cr_expect_eq(s.lookups, NK, "the repeated kernel is looked up once");
+    static float a[12345], b[12345], c[12345];
+    for (int i = 0; i < NK; i++) {
+        int n = sizes[i];
+        for (int e = 0; e < n; e++) {
+            a[e] = (float)(e % 101) * 0.25f;
+            b[e] = (float)i - 2.0f;
+        }
+        cr_assert_eq(run_vadd(rt, ks[i], a, b, c, n), LOOM_OK, "%s", loom_runtime_error(rt));
+        rt_gpu_stats_get(&s);
+        cr_expect_eq(s.result, RT_CACHE_MEMORY, "kernel %d was compiled again at its launch", i);
+        for (int e = 0; e < n; e++)
+            cr_assert_eq(c[e], a[e] + b[e], "kernel %d element %d", i, e);
+    }
+    for (int i = 0; i < NK; i++)
+        loom_kernel_destroy(ks[i]);
+    loom_runtime_destroy(rt);
+    unsetenv("LOOM_CACHE");
 }
 
 Test(gpu_backend, loom_launch_disk_cache_off)
