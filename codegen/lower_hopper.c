@@ -252,12 +252,11 @@ static void store_elem(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef v)
     }
 }
 
-static bool pairs_in_rows(const cg_layout *lay, const vgeom *g);
+static bool runs_in_rows(const cg_layout *lay, const vgeom *g, int bits, bool whole);
 
-/* Two neighbouring 16-bit elements of a row as one 32-bit load, widened to f32. */
-static void load_pair(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef *a, LLVMValueRef *b)
+/* Two neighbouring 16-bit elements of a row, loaded as one 32-bit word w, widened to f32. */
+static void unpack_pair(L *l, loom_dtype dt, LLVMValueRef w, LLVMValueRef *a, LLVMValueRef *b)
 {
-    LLVMValueRef w = LLVMBuildLoad2(l->B, l->t_i32, p, "");
     if (dt == LOOM_F16) {
         LLVMValueRef v = LLVMBuildBitCast(l->B, w, LLVMVectorType(l->t_f16, 2), "");
         *a = LLVMBuildFPExt(l->B, LLVMBuildExtractElement(l->B, v, ci32(l, 0), ""), l->t_f32, "");
@@ -297,14 +296,32 @@ bool lower_smem_load(L *l, uint32_t o, ir_op *op)
         out[0] = dt == LOOM_F32 ? LLVMBuildBitCast(l->B, w, l->t_f32, "") : w;
         return lw_set_result(l, op->res[0], id, out);
     }
-    if ((dt == LOOM_F16 || dt == LOOM_BF16) && pairs_in_rows(cg_lay(l->cg, id), &g) && n % 2 == 0) {
+    if ((dt == LOOM_F16 || dt == LOOM_BF16) && runs_in_rows(cg_lay(l->cg, id), &g, 3, false) &&
+        n % 8 == 0 && g.span % 16 == 0) {
+        /* eight neighbouring elements of a row a thread (a tile read to be stored 16 bytes
+         * at a time): they start at a multiple of 8 and a swizzle moves whole 16-byte
+         * units, so each eight is one 16-byte load.  An eight in a padded row (past the
+         * tile's rows) is all padded, and its registers are never used, as the scalar
+         * loads' below */
+        LLVMTypeRef v4 = LLVMVectorType(l->t_i32, 4);
+        for (int j = 0; j < n; j += 8) {
+            LLVMValueRef row, col;
+            view_rc(l, &g, id, j, &row, &col);
+            LLVMValueRef w = LLVMBuildLoad2(l->B, v4, sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), "")), "");
+            LLVMSetAlignment(w, 16);
+            for (int q = 0; q < 4; q++)
+                unpack_pair(l, dt, LLVMBuildExtractElement(l->B, w, ci32(l, q), ""), &out[j + 2 * q], &out[j + 2 * q + 1]);
+        }
+        return lw_set_result(l, op->res[0], id, out);
+    }
+    if ((dt == LOOM_F16 || dt == LOOM_BF16) && runs_in_rows(cg_lay(l->cg, id), &g, 1, true) && n % 2 == 0) {
         /* the accumulator's layout (a tile read "like" one): a pair never straddles a
          * swizzle unit or a chunk, so each is one 32-bit load */
         for (int j = 0; j < n; j += 2) {
             LLVMValueRef row, col;
             view_rc(l, &g, id, j, &row, &col);
-            load_pair(l, dt, sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), "")), &out[j],
-                      &out[j + 1]);
+            LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
+            unpack_pair(l, dt, LLVMBuildLoad2(l->B, l->t_i32, p, ""), &out[j], &out[j + 1]);
         }
         return lw_set_result(l, op->res[0], id, out);
     }
@@ -317,14 +334,18 @@ bool lower_smem_load(L *l, uint32_t o, ir_op *op)
     return lw_set_result(l, op->res[0], id, out);
 }
 
-/* Registers j and j + 1 (j even) of layout lay hold neighbouring elements of a row, and
- * every register is inside the tile: the wgmma accumulator layout, where each thread holds
- * column pairs.  Such a tile is stored two elements at a time. */
-static bool pairs_in_rows(const cg_layout *lay, const vgeom *g)
+/* Registers j .. j + 2^bits - 1 (j a multiple of 2^bits) of layout lay hold neighbouring
+ * elements of a row, and every register is inside the tile's rows (whole: inside the
+ * tile).  bits 1: the wgmma accumulator layout, where each thread holds column pairs (such
+ * a tile is stored two elements at a time); bits 3: eight, 16 bytes of a 16-bit type. */
+static bool runs_in_rows(const cg_layout *lay, const vgeom *g, int bits, bool whole)
 {
-    if (g->trans || lay->nreg < 1 || lay->reg[0].dim != lay->rank - 1 || lay->reg[0].bit != 0)
+    if (g->trans || lay->nreg < bits)
         return false;
-    for (int d = 0; d < lay->rank; d++)
+    for (int b = 0; b < bits; b++)
+        if (lay->reg[b].dim != lay->rank - 1 || lay->reg[b].bit != b)
+            return false;
+    for (int d = whole ? 0 : lay->rank - 1; d < lay->rank; d++)
         if (lay->shape[d] != (INT64_C(1) << lay->lg[d]))
             return false;
     return true;
@@ -546,7 +567,7 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
         store_acc_trans(l, &g, base, x, dt, lay->shape[0]);
         return true;
     }
-    if ((dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32) && pairs_in_rows(lay, &g) && n % 2 == 0) {
+    if ((dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32) && runs_in_rows(lay, &g, 1, true) && n % 2 == 0) {
         /* The tile a cast from f32 made (an epilogue's): round and pack each pair with one
          * cvt from the f32 registers (cast_source).  bf16 has no cheaper rounding. */
         const lv *src = cast_source(l, op->opnd[1], id);

@@ -121,9 +121,23 @@ static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (ik_ti
 /* The staging tile: BM rows, or a split group's 64 (the groups take turns on it). */
 static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 : s->bm) * s->bn * esz(s); }
 
+/* The transposed product's user tiles go out through shared memory where it fits beside
+ * the ring and the identity: a warp group's [rows, 64] plane by stmatrix, read back and
+ * stored 16 bytes at a time, the two groups taking turns on one tile (rows padded to a
+ * power of two, so that the reads of a padded layout's rows stay inside it).  From the
+ * registers the transposed tile is 2-byte stores (224 a thread and plane at M = 433);
+ * through shared memory stage 4 ran 1.7-3.9% faster (bench/RESULTS.md, session 16). */
+static int64_t ustage_rows(const ik_spec *s) { return tpl_pow2_at_least(ik_tile_rows(s)); }
+static int64_t ustage_bytes(const ik_spec *s) { return ustage_rows(s) * 64 * esz(s); }
+
 /* The identity the plane steps multiply by: [BM, BM], or a split group's [64, 64]. */
 static int64_t eye_rows(const ik_spec *s) { return split(s) ? 64 : s->bm; }
 static int64_t eye_bytes(const ik_spec *s) { return adds_user(s) ? eye_rows(s) * eye_rows(s) * esz(s) : 0; }
+
+static bool user_staged(const ik_spec *s)
+{
+    return tr(s) && has_user(s) && ring_bytes(s) + eye_bytes(s) + ustage_bytes(s) <= IK_SMEM;
+}
 
 /* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use (trans: 64
  * columns a use). */
@@ -300,6 +314,9 @@ typedef struct ik {
     loom_sync eye_sync;  /* the identity is written */
     loom_sync held_sync; /* borrowing: the threads that wrote a held slot's tile */
     loom_val eye;        /* the identity the plane steps multiply by */
+    loom_epilogue uepi;  /* user_staged: the user tiles' staging tile, the groups' turns on it
+                            (LOOM_EPI_REGISTERS: stored from the registers) */
+    loom_sync ugroup;    /* user_staged: a group's threads, around its writes and reads of it */
     bool turns, halves;  /* ping-pong; split */
     int64_t nut, ntot;   /* user tiles (first), all tiles */
     int64_t nku, nkc;    /* k steps of a user and of a candidate tile */
@@ -564,28 +581,53 @@ static void store_cand(const ik *g, tile_at t, loom_val v, loom_val held, loom_v
         loom_epilogue_store(g->k, &g->epi, offs, v, LOOM_NONE);
 }
 
+/* One plane v of a user tile at user_res[offs]: from the registers, or (user_staged, in
+ * the group's turn) written to the staging tile, read back by rows and stored 16 bytes at
+ * a time; the group's threads meet after the write and after the reads (the next write,
+ * or the other group's, may then come). */
+static void put_user(const ik *g, const loom_val *offs, loom_val v, loom_val rep)
+{
+    loom_kernel *k = g->k;
+    if (g->uepi.kind == LOOM_EPI_REGISTERS) {
+        loom_store(k, g->a.ures, offs, v, LOOM_NONE);
+        return;
+    }
+    loom_val view = loom_smem_part(k, loom_smem_slot(k, g->uepi.stage, CI(0)), 0, 0, ik_tile_rows(g->s));
+    loom_smem_store(k, view, v);
+    loom_sync_wait(k, g->ugroup, rep);
+    loom_store(k, g->a.ures, offs, loom_smem_load(k, view), LOOM_NONE);
+    loom_sync_wait(k, g->ugroup, rep);
+}
+
 /* A user tile's epilogue: acc into user_res (one plane, or hi and lo); in the fused
  * kernel, then count its rows times blocks of 64 columns done (rows: the tile's, or a
- * split group's 64; trans: the tile's rows by the group's 64 columns). */
-static void store_user(const ik *g, tile_at t, loom_val acc, int64_t rows)
+ * split group's 64; trans: the tile's rows by the group's 64 columns).  user_staged: in
+ * split group rep's turn on the staging tile, the program's j-th tile (the user tiles are
+ * a program's first, so j counts them). */
+static void store_user(const ik *g, tile_at t, loom_val acc, int64_t rows, loom_val rep, loom_val j)
 {
     loom_kernel *k = g->k;
     const ik_spec *s = g->s;
     const ik_args *a = &g->a;
+    bool turn = g->uepi.kind == LOOM_EPI_HANDOVER;
+    if (turn)
+        loom_epilogue_turn_wait(k, &g->uepi, rep, j);
     loom_val hi = loom_cast(k, acc, s->dt);
     if (s->planes == 1) {
-        loom_store(k, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), oriented(k, s, hi), LOOM_NONE);
+        put_user(g, ((loom_val[]){t.j, t.m0, t.n0}), oriented(k, s, hi), rep);
     } else {
         /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same
          * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
          * to LLVM), so hi is needed by its own stores only and the compiler stores it
          * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
          * would not fit in the consumers' registers. */
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), oriented(k, s, hi), LOOM_NONE);
+        put_user(g, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), oriented(k, s, hi), rep);
         loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
         loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
-        loom_store(k, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), oriented(k, s, lo), LOOM_NONE);
+        put_user(g, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), oriented(k, s, lo), rep);
     }
+    if (turn) /* the staging tile to the other group */
+        loom_epilogue_turn_done(k, &g->uepi, rep);
     if (s->mode == IK_FUSED) { /* its rows times its blocks of 64 columns are done */
         int64_t cb = tr(s) ? 1 : s->bn / 64;
         loom_val mr = loom_min(k, CI(tr(s) ? ik_tile_rows(s) : rows), loom_sub(k, CI(s->M), t.m0));
@@ -621,7 +663,7 @@ static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand
     if (cand)
         store_cand(g, t, out_tile(k, s, acc), hold ? last : LOOM_NONE, LOOM_NONE);
     else
-        store_user(g, t, acc, s->bm);
+        store_user(g, t, acc, s->bm, LOOM_NONE, LOOM_NONE);
     if (g->turns)
         loom_pingpong_tile_end(k, &g->pp);
     return h ? CI(hold) : LOOM_NONE;
@@ -665,7 +707,7 @@ static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, boo
         if (cand)
             store_cand(g, half, out_tile(k, s, acc), hold ? last : LOOM_NONE, rep);
         else
-            store_user(g, half, acc, 64);
+            store_user(g, half, acc, 64, rep, j);
     }
     loom_val held_now = CI(hold);
     loom_else(k, br, h ? 1 : 0, &held_now);
@@ -677,6 +719,10 @@ static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, boo
         loom_for_end(k, pl, 0, NULL);
         if (handover)
             loom_epilogue_turn_wait(k, &g->epi, rep, j);
+        if (!cand && g->uepi.kind == LOOM_EPI_HANDOVER) { /* its turn on the user staging tile */
+            loom_epilogue_turn_wait(k, &g->uepi, rep, j);
+            loom_epilogue_turn_done(k, &g->uepi, rep);
+        }
     }
     loom_if_end(k, br, h ? 1 : 0, &zero);
     if (handover) /* the staging tile to the other group */
@@ -820,6 +866,11 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     }
     if (borrows(s))
         g.held_sync = split(s) ? loom_sync_create_per_replica(&p, 128, 2) : loom_sync_create(&p, s->cwarps * 32);
+    /* the user tiles' staging tile (trans implies split: two groups take turns on it) */
+    g.uepi = loom_epilogue_create(&p, user_staged(s) ? LOOM_EPI_HANDOVER : LOOM_EPI_REGISTERS, g.a.ures, s->dt,
+                                  LOOM_SHAPE2(ustage_rows(s), 64), 1, 128);
+    if (user_staged(s))
+        g.ugroup = borrows(s) ? g.held_sync : loom_sync_create_per_replica(&p, 128, 2);
     if (g.turns)
         g.pp = loom_pingpong_create(&p);
     g.nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0;

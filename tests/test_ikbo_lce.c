@@ -232,8 +232,10 @@ Test(ikbo_lce, transposed_product_on_the_interpreter_at_odd_shapes)
     loom_runtime_destroy(rt);
 }
 
-/* The transposed kernel's PTX: wgmma m64n224, the epilogue by stmatrix.trans (14 a warp:
- * 224 rows by 16 columns in 16 x 16 blocks), W multicast, no spills. */
+/* The transposed kernel's PTX: wgmma m64n224, the epilogues by stmatrix.trans (14 a warp
+ * and tile: 224 rows by 16 columns in 16 x 16 blocks; a candidate tile's one, a user
+ * tile's hi and lo), the user tiles then read back and stored 16 bytes at a time (14 a
+ * thread and plane), W multicast, no spills. */
 Test(ikbo_lce, transposed_product_ptx)
 {
     const loom_template *t = loom_template_find("ikbo_lce");
@@ -250,8 +252,11 @@ Test(ikbo_lce, transposed_product_ptx)
     size_t smem = 0;
     cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
     cr_expect(t_count(ptx, "wgmma.mma_async.sync.aligned.m64n224k16") > 0);
-    cr_expect_eq(t_count(ptx, "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), 14, "%d",
+    cr_expect_eq(t_count(ptx, "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), 3 * 14, "%d",
                  t_count(ptx, "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    cr_expect_eq(t_count(ptx, "ld.shared.v4.u32"), 2 * 14, "%d", t_count(ptx, "ld.shared.v4.u32"));
+    cr_expect_eq(t_count(ptx, "st.global.v4.b32"), 2 * 14, "%d", t_count(ptx, "st.global.v4.b32"));
+    cr_expect_eq(t_count(ptx, "st.global.b16"), 0, "%d", t_count(ptx, "st.global.b16"));
     cr_expect(t_count(ptx, ".multicast::cluster") > 0);
     t_ptxas_ok(ptx, "sm_90a", "ikbo_lce trans=1 cluster=2");
     free(ptx);
