@@ -186,6 +186,15 @@ static LLVMValueRef sm_abs_ptr(L *l, LLVMValueRef off)
     return LLVMBuildGEP2(l->B, l->t_i8, l->smem, &off, 1, "");
 }
 
+/* The shared address of register j of a tile in layout id, in the view at byte offset base
+ * with geometry g. */
+static LLVMValueRef reg_ptr(L *l, const vgeom *g, int32_t id, LLVMValueRef base, int j)
+{
+    LLVMValueRef row, col;
+    view_rc(l, g, id, j, &row, &col);
+    return sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, g, row, col), ""));
+}
+
 /* ---------------------------------------------------------------- shared memory ops */
 
 bool lower_smem_alloc(L *l, uint32_t o, ir_op *op)
@@ -305,9 +314,7 @@ bool lower_smem_load(L *l, uint32_t o, ir_op *op)
          * loads' below */
         LLVMTypeRef v4 = LLVMVectorType(l->t_i32, 4);
         for (int j = 0; j < n; j += 8) {
-            LLVMValueRef row, col;
-            view_rc(l, &g, id, j, &row, &col);
-            LLVMValueRef w = LLVMBuildLoad2(l->B, v4, sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), "")), "");
+            LLVMValueRef w = LLVMBuildLoad2(l->B, v4, reg_ptr(l, &g, id, base, j), "");
             LLVMSetAlignment(w, 16);
             for (int q = 0; q < 4; q++)
                 unpack_pair(l, dt, LLVMBuildExtractElement(l->B, w, ci32(l, q), ""), &out[j + 2 * q], &out[j + 2 * q + 1]);
@@ -318,18 +325,12 @@ bool lower_smem_load(L *l, uint32_t o, ir_op *op)
         /* the accumulator's layout (a tile read "like" one): a pair never straddles a
          * swizzle unit or a chunk, so each is one 32-bit load */
         for (int j = 0; j < n; j += 2) {
-            LLVMValueRef row, col;
-            view_rc(l, &g, id, j, &row, &col);
-            LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
-            unpack_pair(l, dt, LLVMBuildLoad2(l->B, l->t_i32, p, ""), &out[j], &out[j + 1]);
+            unpack_pair(l, dt, LLVMBuildLoad2(l->B, l->t_i32, reg_ptr(l, &g, id, base, j), ""), &out[j], &out[j + 1]);
         }
         return lw_set_result(l, op->res[0], id, out);
     }
     for (int j = 0; j < n; j++) {
-        LLVMValueRef row, col;
-        view_rc(l, &g, id, j, &row, &col);
-        LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
-        out[j] = load_elem(l, dt, p); /* padded coordinates read garbage they never use */
+        out[j] = load_elem(l, dt, reg_ptr(l, &g, id, base, j)); /* padded coordinates read garbage they never use */
     }
     return lw_set_result(l, op->res[0], id, out);
 }
@@ -573,9 +574,7 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
         const lv *src = cast_source(l, op->opnd[1], id);
         /* a pair never straddles a swizzle unit (16 bytes) or a chunk: its column is even */
         for (int j = 0; j < n; j += 2) {
-            LLVMValueRef row, col;
-            view_rc(l, &g, id, j, &row, &col);
-            LLVMValueRef p = sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), ""));
+            LLVMValueRef p = reg_ptr(l, &g, id, base, j);
             LLVMValueRef v = pack_pair(l, dt, src, x, j);
             LLVMValueRef st = LLVMBuildStore(l->B, v, p);
             LLVMSetAlignment(st, (unsigned)(2 * g.es));
@@ -590,9 +589,7 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
         for (int d = 0; d < lay->rank; d++)
             inb = lw_and_pred(l, inb, lw_in_tile(l, id, j, d));
         LLVMBasicBlockRef m = inb ? if_begin(l, inb) : NULL;
-        LLVMValueRef row, col;
-        view_rc(l, &g, id, j, &row, &col);
-        store_elem(l, dt, sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, &g, row, col), "")), x[j]);
+        store_elem(l, dt, reg_ptr(l, &g, id, base, j), x[j]);
         if (m)
             if_end(l, m);
     }

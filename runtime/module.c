@@ -89,21 +89,13 @@ static void stats_record(const rt_gpu_stats *last)
     pthread_mutex_unlock(&stats_lock);
 }
 
-/* A launch's lookup that found its function in memory: only what such a lookup changes
- * (a launch's path, so no clock, no formatting). */
+/* A launch's lookup that found its function in memory (a launch's path, so no clock and
+ * no formatting). */
 static void stats_memory_hit(const char *name)
 {
-    pthread_mutex_lock(&stats_lock);
-    size_t n = strnlen(name, sizeof stats.kernel - 1);
-    memcpy(stats.kernel, name, n);
-    stats.kernel[n] = 0;
-    stats.result = RT_CACHE_MEMORY;
-    stats.key_ms = stats.codegen_ms = stats.link_ms = stats.disk_ms = stats.load_ms = 0;
-    stats.linker = NULL;
-    stats.ptx_bytes = stats.cubin_bytes = 0;
-    stats.lookups++;
-    stats.memory_hits++;
-    pthread_mutex_unlock(&stats_lock);
+    rt_gpu_stats hit = {.result = RT_CACHE_MEMORY};
+    memcpy(hit.kernel, name, strnlen(name, sizeof hit.kernel - 1));
+    stats_record(&hit);
 }
 
 /* The entry of key in g's table (under modules_lock): at the index the kernel's recent
@@ -267,7 +259,6 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
         g->recent[slot].uid = k->uid;
         g->recent[slot].gen = k->gen;
         g->recent[slot].key = key;
-        g->recent[slot].index = 0;
         if ((hit = find_entry(g, slot, &key)))
             *out = *hit;
         pthread_mutex_unlock(&g->modules_lock);

@@ -588,7 +588,7 @@ static void store_cand(const ik *g, tile_at t, loom_val v, loom_val held, loom_v
 static void put_user(const ik *g, const loom_val *offs, loom_val v, loom_val rep)
 {
     loom_kernel *k = g->k;
-    if (g->uepi.kind == LOOM_EPI_REGISTERS) {
+    if (g->uepi.kind != LOOM_EPI_HANDOVER) {
         loom_store(k, g->a.ures, offs, v, LOOM_NONE);
         return;
     }
