@@ -539,15 +539,26 @@ static void store_acc_trans(L *l, const vgeom *g, LLVMValueRef base, const LLVMV
     LLVMValueRef col = LLVMBuildOr(l->B, LLVMBuildShl(l->B, LLVMBuildAnd(l->B, l->warp, ci32(l, 3), ""), ci32(l, 4), ""),
                                    LLVMBuildShl(l->B, LLVMBuildAnd(l->B, blk, ci32(l, 1), ""), ci32(l, 3), ""), "");
     LLVMValueRef at = LLVMBuildAdd(l->B, base, elem_off(l, g, row, col), "");
+    /* The pairs are packed inside the statement: one asm statement a stmatrix instead of
+     * five, the same instructions as pack2's.  f16: cvt.rn.f16x2.f32 (its first operand
+     * fills the upper half) from the unrounded source of a cast; bf16: the upper halves of
+     * the rounded f32 registers (prmt: a's bytes 2, 3, then b's). */
+    const char *text = dt == LOOM_BF16
+                           ? "{\n\t.reg .b32 q<4>;\n\tprmt.b32 q0, $1, $2, 0x7632;\n\tprmt.b32 q1, $3, $4, 0x7632;\n\t"
+                             "prmt.b32 q2, $5, $6, 0x7632;\n\tprmt.b32 q3, $7, $8, 0x7632;\n\t"
+                             "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {q0, q1, q2, q3};\n\t}"
+                           : "{\n\t.reg .b32 q<4>;\n\tcvt.rn.f16x2.f32 q0, $2, $1;\n\tcvt.rn.f16x2.f32 q1, $4, $3;\n\t"
+                             "cvt.rn.f16x2.f32 q2, $6, $5;\n\tcvt.rn.f16x2.f32 q3, $8, $7;\n\t"
+                             "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {q0, q1, q2, q3};\n\t}";
     for (int64_t c = 0; c < rows / 16; c++) {
-        LLVMValueRef a[5];
+        LLVMValueRef a[9];
         a[0] = saddr(l, LLVMBuildAdd(l->B, at, ci32(l, c * 16 * g->span), ""));
         for (int i = 0; i < 4; i++) { /* block i: columns + 8 (i & 1), rows 16c + 8 (i >> 1) */
             int j = 2 * (i & 1) + 4 * (int)(2 * c + (i >> 1));
-            a[1 + i] = pack2(l, dt, x[j], x[j + 1]);
+            a[1 + 2 * i] = dt == LOOM_F16 ? unrounded(l, x[j]) : x[j];
+            a[2 + 2 * i] = dt == LOOM_F16 ? unrounded(l, x[j + 1]) : x[j + 1];
         }
-        asm_void(l, "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}",
-                 a, 5);
+        asm_void(l, text, "r,f,f,f,f,f,f,f,f,~{memory}", a, 9);
     }
 }
 

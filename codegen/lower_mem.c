@@ -105,6 +105,42 @@ static LLVMValueRef f16_bits(L *l, LLVMValueRef x)
     return lw_call_intr(l, l->B, f2h, NULL, 0, &y, 1);
 }
 
+static bool const_is(LLVMValueRef c, unsigned long long v)
+{
+    return c && LLVMIsAConstantInt(c) && LLVMConstIntGetZExtValue(c) == v;
+}
+
+/* The 32-bit word that the registers a and b of a 16-bit type were unpacked from, a the
+ * low half and b the high (a row read 16 bytes at a time from shared memory: lower_smem_load),
+ * or NULL.  Storing that word moves the bits as they are, instead of rounding each element
+ * again and packing them anew for instcombine to see through. */
+static LLVMValueRef unpacked_from(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
+{
+    if (dt == LOOM_F16) {
+        LLVMValueRef ea = LLVMIsAFPExtInst(a) ? LLVMGetOperand(a, 0) : NULL;
+        LLVMValueRef eb = LLVMIsAFPExtInst(b) ? LLVMGetOperand(b, 0) : NULL;
+        if (!ea || !eb || !LLVMIsAExtractElementInst(ea) || !LLVMIsAExtractElementInst(eb))
+            return NULL;
+        LLVMValueRef v = LLVMGetOperand(ea, 0);
+        if (v != LLVMGetOperand(eb, 0) || !const_is(LLVMGetOperand(ea, 1), 0) || !const_is(LLVMGetOperand(eb, 1), 1) ||
+            !LLVMIsABitCastInst(v) || LLVMTypeOf(LLVMGetOperand(v, 0)) != l->t_i32)
+            return NULL;
+        return LLVMGetOperand(v, 0);
+    }
+    if (dt == LOOM_BF16) { /* a = w << 16, b = w & 0xffff0000, each as f32 */
+        LLVMValueRef sa = LLVMIsABitCastInst(a) ? LLVMGetOperand(a, 0) : NULL;
+        LLVMValueRef sb = LLVMIsABitCastInst(b) ? LLVMGetOperand(b, 0) : NULL;
+        if (!sa || !sb || LLVMGetInstructionOpcode(sa) != LLVMShl || LLVMGetInstructionOpcode(sb) != LLVMAnd)
+            return NULL;
+        LLVMValueRef w = LLVMGetOperand(sa, 0);
+        if (w != LLVMGetOperand(sb, 0) || !const_is(LLVMGetOperand(sa, 1), 16) ||
+            !const_is(LLVMGetOperand(sb, 1), 0xffff0000u))
+            return NULL;
+        return w;
+    }
+    return NULL;
+}
+
 static LLVMValueRef from_bits(L *l, loom_dtype dt, LLVMValueRef b)
 {
     switch (dt) {
@@ -507,9 +543,15 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         LLVMValueRef addr = LLVMBuildGEP2(l->B, l->t_i8, base, &off64, 1, "");
         LLVMValueRef w[4], eb[16];
         if (a->store) {
-            for (int e = 0; e < v; e++)
-                eb[e] = v == 1 && dt == LOOM_F16 ? f16_bits(l, a->vals[j0 + e]) : to_bits(l, dt, a->vals[j0 + e]);
-            pack_words(l, eb, v, es, w);
+            int nw = 0;
+            for (; es == 2 && v % 2 == 0 && nw < v / 2; nw++)
+                if (!(w[nw] = unpacked_from(l, dt, a->vals[j0 + 2 * nw], a->vals[j0 + 2 * nw + 1])))
+                    break;
+            if (!(es == 2 && v % 2 == 0 && nw == v / 2)) { /* not all words as loaded: pack them */
+                for (int e = 0; e < v; e++)
+                    eb[e] = v == 1 && dt == LOOM_F16 ? f16_bits(l, a->vals[j0 + e]) : to_bits(l, dt, a->vals[j0 + e]);
+                pack_words(l, eb, v, es, w);
+            }
             sb_store(l, sb, v * es, addr, imm, pred, w);
         } else {
             gaccess(l, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
