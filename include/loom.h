@@ -667,6 +667,10 @@ typedef struct loom_template {
     void (*reference)(const int64_t *shape, void *const *host, void *const *ref);
     /* An output element passes when |out - ref| <= atol + rtol * |ref|. */
     double atol, rtol;
+    /* Outputs a check leaves alone (bit i: argument i): a workspace whose every use shows
+     * in the outputs that are checked, and whose elements alone the reference cannot
+     * predict (0: every output is compared). */
+    uint32_t unchecked;
 
     /* ---- autotuning (tune/); every field below is optional */
     /* Can `config` serve `shape` well enough to be worth timing?  Return 1, or 0 with the

@@ -151,6 +151,44 @@ static const loom_template test_scale = {
     .cost = ts_cost,
 };
 
+/* A reference that cannot predict y (every element off by one): y as a workspace. */
+static void ts_reference_off(const int64_t *sh, void *const *host, void *const *ref)
+{
+    ts_reference(sh, host, ref);
+    float *y = ref[1];
+    for (int64_t i = 0; i < sh[TS_N]; i++)
+        y[i] += 1;
+}
+
+/* A check compares every output but those the template marks unchecked (a workspace
+ * the other outputs show: ikbo_lce's user_res). */
+Test(tune, check_leaves_unchecked_outputs_alone)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    cr_assert(rt);
+    loom_template t = test_scale;
+    t.reference = ts_reference_off;
+    int64_t sh[1] = {4096}, cf[3] = {512, 4, 0};
+    char rep[512];
+    cr_expect_eq(loom_template_check(rt, &t, sh, cf, 1, rep, sizeof rep), LOOM_ERR_RUNTIME, "%s", rep);
+    cr_expect(strstr(rep, "4096 of 4096 elements outside tolerance"), "%s", rep);
+    t.unchecked = 1u << 1;
+    cr_expect_eq(loom_template_check(rt, &t, sh, cf, 1, rep, sizeof rep), LOOM_OK, "%s", rep);
+    cr_expect(strstr(rep, "0 of 0 elements"), "%s", rep);
+    /* ikbo_lce's user_res: its planes alone may round the other way at a tie */
+    const loom_template *lce = loom_template_find("ikbo_lce");
+    cr_assert(lce);
+    cr_expect_eq(lce->unchecked, 1u << 5);
+    loom_kernel *k = lce->build((int64_t[]){64, 4, 64, 64, 64, 64, LOOM_BF16, 0},
+                                (int64_t[]){256, 128, 4, 8, 132, 2, 1, 2}, rep, sizeof rep);
+    cr_assert(k, "%s", rep);
+    loom_arg_info ai;
+    loom_kernel_arg_info(k, 5, &ai);
+    cr_expect_str_eq(ai.name, "user_res");
+    loom_kernel_destroy(k);
+    loom_runtime_destroy(rt);
+}
+
 /* ---------------------------------------------------------------- candidates, validity */
 
 /* Every template in the registry: the candidates are every combination, the invalid ones

@@ -109,7 +109,7 @@ loom_status tune_bench_compare_kernels(tune_bench *b, loom_kernel *probe, char *
         loom_arg_info ai;
         loom_kernel_arg_info(probe, i, &ai);
         b->in.info[i] = ai; /* for inputs made on the device (the probe then stays, as b->in.kernel) */
-        if (!is_output(&ai))
+        if (!is_output(&ai) || (b->t->unchecked >> i & 1)) /* (a workspace: the other outputs show it) */
             continue;
         int64_t cnt = (int64_t)(ai.min_bytes / loom_dtype_size(ai.dtype));
         b->cmpk[i] = tune_compare_kernel(ai.dtype, cnt, &b->cmpgrid[i]);
