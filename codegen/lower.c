@@ -304,6 +304,12 @@ static LLVMValueRef *get(L *l, uint32_t v, int32_t want)
     if (l->cg->remat[v]) {
         if (!(out = lw_regs_alloc(l, n)))
             return NULL;
+        if (l->k->ops[l->k->vals[v].def].kind == IR_SPLAT) { /* one value, no coordinates */
+            LLVMValueRef x = remat_elem(l, v, NULL);
+            for (int j = 0; j < n; j++)
+                out[j] = x;
+            return out;
+        }
         for (int j = 0; j < n; j++) {
             LLVMValueRef c[LOOM_MAX_RANK];
             for (int d = 0; d < wl->rank; d++)
