@@ -181,7 +181,7 @@ static uint32_t identity(loom_kernel *k, const ir_op *op)
     uint32_t a = op->opnd[0], b = op->opnd[1], r = op->res[0];
     const ir_type *rt = &k->vals[r].type;
     bool f = ir_dtype_is_float((loom_dtype)rt->dtype);
-    kval ca, cb;
+    kval ca = {0}, cb = {0}; /* (read only where is_const filled them; GCC -O3 cannot tell) */
     bool ka = is_const(k, a, &ca), kb = is_const(k, b, &cb);
     bool a_ok = ir_type_eq(&k->vals[a].type, rt), b_ok = ir_type_eq(&k->vals[b].type, rt);
     switch (op->kind) {
