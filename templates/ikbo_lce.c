@@ -537,7 +537,7 @@ typedef struct ik_held {
  * accumulator (split: group rep's W half; trans: [64, the tile's rows], group rep's E
  * half); the last group is left in flight.  A held slot (h, or NULL) goes back once the
  * first step's wgmma is issued. */
-static loom_val mainloop(const ik *g, loom_val it0, loom_val nk, int64_t rows, loom_val rep, const ik_held *h)
+static loom_val mainloop(const ik *g, loom_val it0, int64_t nk, int64_t rows, loom_val rep, const ik_held *h)
 {
     loom_kernel *k = g->k;
     const ik_spec *s = g->s;
@@ -548,7 +548,7 @@ static loom_val mainloop(const ik *g, loom_val it0, loom_val nk, int64_t rows, l
         loom_epilogue_return_slot(k, &g->ring, h->flag, h->use);
         from = one;
     }
-    loom_region_op kl = loom_for_begin(k, from, nk, one, 1, &acc);
+    loom_region_op kl = loom_for_begin(k, from, CI(nk), one, 1, &acc);
     {
         loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
         loom_val r = ring_step(g, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
@@ -645,7 +645,7 @@ static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand
     loom_kernel *k = g->k;
     const ik_spec *s = g->s;
     bool hold = h && cand;
-    loom_val acc = mainloop(g, it0, CI(nk), s->bm, LOOM_NONE, h);
+    loom_val acc = mainloop(g, it0, nk, s->bm, LOOM_NONE, h);
     int64_t steps = nk;
     if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
         for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
@@ -669,101 +669,59 @@ static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand
     return h ? CI(hold) : LOOM_NONE;
 }
 
-/* Which tiles a split tile's code serves: user tiles, candidate tiles, or either, as an
- * i1 the schedule gives (the fused kernel: one mainloop for both kinds). */
-typedef enum { IK_TILE_USER, IK_TILE_CAND, IK_TILE_ANY } ik_tile_kind;
-
-/* v if the tile is a candidate tile, else u (kind: static or by c). */
-static loom_val by_kind(loom_kernel *k, ik_tile_kind kind, loom_val c, loom_val v, loom_val u)
-{
-    return kind == IK_TILE_ANY ? loom_select(k, c, v, u) : kind == IK_TILE_CAND ? v : u;
-}
-
 /* Split: group rep's half (rows m0 + 64 rep ..; trans: columns n0 + 64 rep ..) of one
- * tile, the tile's j-th of the program; a candidate tile (kind, or c: an i1, with
- * IK_TILE_ANY) or a user tile.  Rows all past M: it only passes the ring uses on.  Of
- * a candidate tile's plane steps (hi h0, hi h1, lo h0, lo h1) it computes the two of its
- * half, after its k steps, and passes the other two on.  Staged output: the groups take
- * turns on the staging tile, group 0 first; a group with nothing to store takes its turn
- * too.  Borrowing (h): group rep stores a candidate tile through the slot of its lo step
- * and returns whether it holds one (an i32). */
-static loom_val tile_split(const ik *g, tile_at t, loom_val it0, ik_tile_kind kind, loom_val c, loom_val rep,
-                           loom_val j, const ik_held *h)
+ * tile, the tile's j-th of the program.  Rows all past M: it only passes the ring uses
+ * on.  Of the plane steps (hi h0, hi h1, lo h0, lo h1) it computes the two of its half,
+ * after its k steps, and passes the other two on.  Staged output: the groups take turns
+ * on the staging tile, group 0 first; a group with nothing to store takes its turn too.
+ * Borrowing (h): group rep stores through the slot of its lo step and returns whether it
+ * holds one. */
+static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand, loom_val rep, loom_val j,
+                           const ik_held *h)
 {
     loom_kernel *k = g->k;
     const ik_spec *s = g->s;
     loom_val zero = CI(0), one = CI(1), other = loom_sub(k, one, rep);
-    bool any = kind == IK_TILE_ANY, planes = kind != IK_TILE_USER && adds_user(s);
-    bool handover = g->epi.kind == LOOM_EPI_HANDOVER;
-    loom_val nk = by_kind(k, kind, c, CI(g->nkc), CI(g->nku));
-    loom_val uses = planes ? loom_add(k, nk, by_kind(k, kind, c, CI(plane_steps(s)), zero)) : nk;
-    /* does the group keep its last slot (a candidate tile's, borrowing)? */
-    loom_val hold = h ? by_kind(k, kind, c, loom_const_i(k, LOOM_I1, 1), loom_const_i(k, LOOM_I1, 0)) : LOOM_NONE;
+    bool planes = cand && adds_user(s), hold = h && cand, handover = g->epi.kind == LOOM_EPI_HANDOVER;
+    int64_t uses = nk + (planes ? plane_steps(s) : 0);
     tile_at half = t;
     loom_val *at = tr(s) ? &half.n0 : &half.m0;
     *at = loom_add(k, *at, loom_mul(k, rep, CI(64)));
     loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, *at, CI(tr(s) ? s->N : s->M)), h ? 1 : 0);
     {
         loom_val acc = mainloop(g, it0, nk, 64, rep, h);
-        loom_val last = loom_add(k, it0, loom_sub(k, nk, one));
-        if (planes) { /* a candidate tile's plane steps (either kind: in a branch) */
-            loom_val before[2] = {acc, last};
-            loom_region_op pb = any ? loom_if_begin(k, c, 2) : 0;
-            for (int64_t p = 0; p < 2; p++) {
-                loom_val first = loom_add(k, it0, loom_add(k, nk, CI(2 * p)));
-                loom_val mine = loom_add(k, first, rep);
-                if (s->stages < 3) /* mine may be two uses after last, in last's slot: give that
-                                    * back first (a ring of 3 or more has mine's slot back already) */
-                    acc = drain(g, acc, last);
-                acc = ring_step(g, mine, s->stages < 3 ? LOOM_NONE : last, rep, g->eye, acc, LOOM_NONE);
-                loom_ring_pass(k, &g->ring, loom_add(k, first, other));
-                last = mine;
-            }
-            if (any) {
-                loom_val after[2] = {acc, last};
-                loom_else(k, pb, 2, after);
-                loom_if_end(k, pb, 2, before);
-                acc = loom_if_result(k, pb, 0);
-                last = loom_if_result(k, pb, 1);
-            }
+        loom_val last = loom_add(k, it0, CI(nk - 1));
+        for (int64_t p = 0; planes && p < 2; p++) {
+            loom_val first = loom_add(k, it0, CI(nk + 2 * p));
+            loom_val mine = loom_add(k, first, rep);
+            if (s->stages < 3) /* mine may be two uses after last, in last's slot: give that back
+                                * first (a ring of 3 or more has mine's slot back already) */
+                acc = drain(g, acc, last);
+            acc = ring_step(g, mine, s->stages < 3 ? LOOM_NONE : last, rep, g->eye, acc, LOOM_NONE);
+            loom_ring_pass(k, &g->ring, loom_add(k, first, other));
+            last = mine;
         }
-        /* the last group, then the last slot back unless the group holds it */
-        loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
-        acc = loom_wgmma_result(k, wt, 0);
-        bool keeps = h && kind == IK_TILE_CAND, may_keep = h && any;
-        loom_region_op rl = may_keep ? loom_if_begin(k, loom_not(k, hold), 0) : 0;
-        if (!keeps)
-            loom_ring_release(k, &g->ring, loom_ring_slot_of(k, &g->ring, last));
-        if (may_keep)
-            loom_if_end(k, rl, 0, NULL);
+        acc = drain(g, acc, hold ? LOOM_NONE : last);
         if (handover)
             loom_epilogue_turn_wait(k, &g->epi, rep, j);
-        loom_region_op sb = any ? loom_if_begin(k, c, 0) : 0;
-        if (kind != IK_TILE_USER)
-            store_cand(g, half, out_tile(k, s, acc), h ? last : LOOM_NONE, rep);
-        if (any)
-            loom_else(k, sb, 0, NULL);
-        if (kind != IK_TILE_CAND)
+        if (cand)
+            store_cand(g, half, out_tile(k, s, acc), hold ? last : LOOM_NONE, rep);
+        else
             store_user(g, half, acc, 64, rep, j);
-        if (any)
-            loom_if_end(k, sb, 0, NULL);
     }
-    loom_val held_now = h ? loom_cast(k, hold, LOOM_I32) : LOOM_NONE;
+    loom_val held_now = CI(hold);
     loom_else(k, br, h ? 1 : 0, &held_now);
     {
         if (h)
             loom_epilogue_return_slot(k, &g->ring, h->flag, h->use);
-        loom_region_op pl = loom_for_begin(k, zero, uses, one, 0, NULL);
+        loom_region_op pl = loom_for_begin(k, zero, CI(uses), one, 0, NULL);
         loom_ring_pass(k, &g->ring, loom_add(k, it0, loom_for_iv(k, pl)));
         loom_for_end(k, pl, 0, NULL);
         if (handover)
             loom_epilogue_turn_wait(k, &g->epi, rep, j);
-        if (kind != IK_TILE_CAND && g->uepi.kind == LOOM_EPI_HANDOVER) { /* a user tile's turn on its staging tile */
-            loom_region_op ut = any ? loom_if_begin(k, loom_not(k, c), 0) : 0;
+        if (!cand && g->uepi.kind == LOOM_EPI_HANDOVER) { /* its turn on the user staging tile */
             loom_epilogue_turn_wait(k, &g->uepi, rep, j);
             loom_epilogue_turn_done(k, &g->uepi, rep);
-            if (any)
-                loom_if_end(k, ut, 0, NULL);
         }
     }
     loom_if_end(k, br, h ? 1 : 0, &zero);
@@ -776,9 +734,10 @@ static loom_val tile_split(const ik *g, tile_at t, loom_val it0, ik_tile_kind ki
  * holds a slot after it). */
 static loom_val consume(const ik *g, tile_at t, loom_val it0, bool cand, loom_val rep, loom_val j, const ik_held *h)
 {
+    int64_t nk = cand ? g->nkc : g->nku;
     if (g->halves)
-        return tile_split(g, t, it0, cand ? IK_TILE_CAND : IK_TILE_USER, LOOM_NONE, rep, j, h);
-    return tile(g, t, it0, cand ? g->nkc : g->nku, cand, h);
+        return tile_split(g, t, it0, nk, cand, rep, j, h);
+    return tile(g, t, it0, nk, cand, h);
 }
 
 /* The identity the plane steps multiply by, written once (two replicas: replica 0
@@ -840,9 +799,7 @@ static void consumers(ik *g)
             loom_pingpong_mma_begin(k, &g->pp);
         loom_val j = g->halves ? loom_sched_arg(&tl, 1) : LOOM_NONE;
         loom_val now_held;
-        if (s->mode == IK_FUSED && g->halves) { /* one mainloop for either kind */
-            now_held = tile_split(g, t, it0, IK_TILE_ANY, loom_not(k, is_user(g, tv)), rep, j, hp);
-        } else if (s->mode == IK_FUSED) {
+        if (s->mode == IK_FUSED) {
             loom_region_op br = loom_if_begin(k, is_user(g, tv), borrow);
             loom_val after_user = consume(g, t, it0, false, rep, j, hp);
             loom_else(k, br, borrow, &after_user);
