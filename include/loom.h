@@ -667,10 +667,6 @@ typedef struct loom_template {
     void (*reference)(const int64_t *shape, void *const *host, void *const *ref);
     /* An output element passes when |out - ref| <= atol + rtol * |ref|. */
     double atol, rtol;
-    /* Outputs a check leaves alone (bit i: argument i): a workspace whose every use shows
-     * in the outputs that are checked, and whose elements alone the reference cannot
-     * predict (0: every output is compared). */
-    uint32_t unchecked;
 
     /* ---- autotuning (tune/); every field below is optional */
     /* Can `config` serve `shape` well enough to be worth timing?  Return 1, or 0 with the
@@ -685,6 +681,11 @@ typedef struct loom_template {
     /* Write the representative of shape's bucket into bucket[0..nshape-1]: shapes with
      * the same representative share one tuned config in the cache.  NULL: exact shape. */
     void (*bucket)(const int64_t *shape, int64_t *bucket);
+
+    /* Outputs a check leaves alone (bit i: argument i): a workspace whose every use shows
+     * in the outputs that are checked, and whose elements alone the reference cannot
+     * predict (0: every output is compared). */
+    uint32_t unchecked;
 } loom_template;
 
 int loom_template_count(void);
