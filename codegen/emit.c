@@ -67,24 +67,14 @@
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-/* LLVM's own options: loom's, then LOOM_LLVM_ARGS's (whitespace-separated, for
- * experiments; read once per process). */
 static void init_llvm(void)
 {
     LLVMInitializeNVPTXTargetInfo();
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
-    const char *argv[40] = {"loom", "-nvptx-fma-level=0", "-disable-nvptx-load-store-vectorizer"};
-    int argc = 3;
-    static char extra[1024];
-    const char *e = util_env_str("LOOM_LLVM_ARGS");
-    if (e && strlen(e) < sizeof extra) {
-        strcpy(extra, e);
-        for (char *t = strtok(extra, " \t"); t && argc < 40; t = strtok(NULL, " \t"))
-            argv[argc++] = t;
-    }
-    LLVMParseCommandLineOptions(argc, argv, NULL);
+    const char *argv[] = {"loom", "-nvptx-fma-level=0", "-disable-nvptx-load-store-vectorizer"};
+    LLVMParseCommandLineOptions(3, argv, NULL);
 }
 
 loom_status cg_emit_init(cg_ctx *cg)
