@@ -141,6 +141,18 @@ static LLVMValueRef unpacked_from(L *l, loom_dtype dt, LLVMValueRef a, LLVMValue
     return NULL;
 }
 
+/* The words that v registers x[0 .. v) of a 16-bit type were unpacked from, pair by pair
+ * (unpacked_from), into w; false where one pair was not. */
+static bool loaded_words(L *l, loom_dtype dt, const LLVMValueRef *x, int v, LLVMValueRef *w)
+{
+    if (v % 2 || (dt != LOOM_F16 && dt != LOOM_BF16))
+        return false;
+    for (int i = 0; i < v / 2; i++)
+        if (!(w[i] = unpacked_from(l, dt, x[2 * i], x[2 * i + 1])))
+            return false;
+    return true;
+}
+
 static LLVMValueRef from_bits(L *l, loom_dtype dt, LLVMValueRef b)
 {
     switch (dt) {
@@ -543,11 +555,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         LLVMValueRef addr = LLVMBuildGEP2(l->B, l->t_i8, base, &off64, 1, "");
         LLVMValueRef w[4], eb[16];
         if (a->store) {
-            int nw = 0;
-            for (; es == 2 && v % 2 == 0 && nw < v / 2; nw++)
-                if (!(w[nw] = unpacked_from(l, dt, a->vals[j0 + 2 * nw], a->vals[j0 + 2 * nw + 1])))
-                    break;
-            if (!(es == 2 && v % 2 == 0 && nw == v / 2)) { /* not all words as loaded: pack them */
+            if (!loaded_words(l, dt, a->vals + j0, v, w)) { /* not all words as loaded: pack them */
                 for (int e = 0; e < v; e++)
                     eb[e] = v == 1 && dt == LOOM_F16 ? f16_bits(l, a->vals[j0 + e]) : to_bits(l, dt, a->vals[j0 + e]);
                 pack_words(l, eb, v, es, w);
