@@ -31,6 +31,12 @@
  * keeps them exact.  See codegen/layout.c. */
 #define CG_MAXREGBITS 12 /* at most 4096 registers of one tile per thread */
 #define CG_MAXWARPBITS 5
+/* The largest expression (ops, each use of an operand counted) recomputed at every use of
+ * its value; a larger one is computed once (codegen/layout.c). */
+#define CG_REMAT_MAX 64
+/* The default limit on a lowered kernel's LLVM instructions (pipeline.c): about 20 times
+ * loom's largest template, about 10 s in LLVM's backend on the build machine. */
+#define CG_MAX_INSTRUCTIONS_DEFAULT 200000
 
 typedef struct cg_bit {
     int8_t dim; /* -1: no coordinate (duplication) */
@@ -62,7 +68,8 @@ typedef struct cg_ctx {
     cg_layout *lays;
     int nlays, caplays;
     int32_t *vlay;  /* per value: its layout id, -1 for tensors */
-    uint8_t *remat; /* per value: a tile recomputed in whatever layout a use wants */
+    uint8_t *remat; /* per value: a tile recomputed in whatever layout a use wants: the
+                     * size of its expression (1..CG_REMAT_MAX), 0 when it is not one */
     int32_t scalar_layout;
     uint8_t is_mma[256]; /* per layout id (< 256): a wgmma accumulator layout */
     int32_t *prefer;     /* per value: a layout a load should take (-1: none) */

@@ -108,8 +108,12 @@ enum {
 /* LOOM_HANG_CHECK (milliseconds; 0 or unset: none), else the build's default: 10000 in a
  * build without NDEBUG (CMake's Debug), 0 otherwise (LOOM_HANG_CHECK_DEFAULT_MS at build
  * time overrides it).  A value that is not a whole number of ms in 0..3600000 counts as
- * unset. */
+ * unset (with one warning). */
 int cg_hang_check_ms(void);
+/* LOOM_CODEGEN_MAX_INSTRUCTIONS: the most LLVM instructions a lowered kernel may have
+ * (default CG_MAX_INSTRUCTIONS_DEFAULT); cg_compile refuses a larger one with
+ * LOOM_ERR_UNSUPPORTED before LLVM's optimizer and backend see it. */
+size_t cg_max_instructions(void);
 void cg_result_free(cg_result *r);
 /* Is arch ("sm_90a", ...) an NVPTX processor the linked LLVM knows?  cg_compile refuses
  * one it does not (LLVM would abort the process on it). */

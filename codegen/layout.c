@@ -663,14 +663,21 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
     if (rt->shape.rank == 0)
         return set_layout(cg, rv, cg->scalar_layout);
 
-    /* remat: made only of scalars and other remat values */
+    /* remat: made only of scalars and other remat values, and small enough to recompute
+     * at every use (cg->remat holds the expression's size, operands counted once per
+     * use); a larger one is computed once, in the blocked layout, so the lowering's work
+     * and depth stay linear in the kernel's size whatever its reuse */
     if (cls == LAY_EW || cls == LAY_SHAPE) {
         bool rem = true;
-        for (int i = 0; i < op->nopnd; i++)
+        unsigned size = 1;
+        for (int i = 0; i < op->nopnd; i++) {
             if (fixed(cg, op->opnd[i]))
                 rem = false;
+            else if (vty(cg, op->opnd[i])->kind == IR_T_TILE)
+                size += cg->remat[op->opnd[i]];
+        }
         if (rem) {
-            cg->remat[rv] = 1;
+            cg->remat[rv] = size <= CG_REMAT_MAX ? (uint8_t)size : 0;
             return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
         }
     }
@@ -746,31 +753,74 @@ static bool layout_block(cg_ctx *cg, uint32_t b)
     return true;
 }
 
+/* Every use of every value, in op order: the uses of v are use[first[v] .. first[v+1]),
+ * each an op and an operand index (built once, so the walk below is linear). */
+typedef struct use_list {
+    uint32_t *first; /* nvals + 1 */
+    uint32_t *op;
+    uint16_t *opnd;
+} use_list;
+
+static bool uses_build(cg_ctx *cg, use_list *u)
+{
+    loom_kernel *k = cg->k;
+    size_t n = 0;
+    u->first = calloc((size_t)k->nvals + 1, sizeof *u->first);
+    if (!u->first)
+        return false;
+    for (uint32_t o = 1; o < k->nops; o++)
+        if (k->ops[o].block)
+            for (int i = 0; i < k->ops[o].nopnd; i++, n++)
+                u->first[k->ops[o].opnd[i] + 1]++;
+    for (uint32_t v = 0; v < k->nvals; v++)
+        u->first[v + 1] += u->first[v];
+    u->op = malloc((n ? n : 1) * sizeof *u->op);
+    u->opnd = malloc((n ? n : 1) * sizeof *u->opnd);
+    uint32_t *fill = malloc(((size_t)k->nvals + 1) * sizeof *fill);
+    if (!u->op || !u->opnd || !fill) {
+        free(fill);
+        return false;
+    }
+    memcpy(fill, u->first, ((size_t)k->nvals + 1) * sizeof *fill);
+    for (uint32_t o = 1; o < k->nops; o++)
+        if (k->ops[o].block)
+            for (int i = 0; i < k->ops[o].nopnd; i++) {
+                uint32_t at = fill[k->ops[o].opnd[i]]++;
+                u->op[at] = o;
+                u->opnd[at] = (uint16_t)i;
+            }
+    free(fill);
+    return true;
+}
+
+static void uses_free(use_list *u)
+{
+    free(u->first);
+    free(u->op);
+    free(u->opnd);
+}
+
 /* The accumulator layout every use of v ends in: each use an elementwise op whose result
  * got an accumulator layout, or a wgmma that takes v as its A in registers (the A
  * fragment's layout), or a one-operand elementwise op (a cast) whose result's uses all do,
  * up to `depth` such links; -1 if none, -2 if the uses disagree or end elsewhere. */
-static int32_t mma_use_layout(cg_ctx *cg, uint32_t v, int depth)
+static int32_t mma_use_layout(cg_ctx *cg, const use_list *u, uint32_t v, int depth)
 {
     loom_kernel *k = cg->k;
     int32_t want = -1;
-    for (uint32_t o = 1; o < k->nops; o++) {
-        const ir_op *op = &k->ops[o];
-        if (!op->block)
-            continue;
-        for (int i = 0; i < op->nopnd; i++) {
-            if (op->opnd[i] != v)
-                continue;
-            int32_t rl = is_ew(op->kind) && op->nres ? cg->vlay[op->res[0]] : -1;
-            if (op->kind == IR_WGMMA && i == 0 && op->nres && cg->vlay[op->res[0]] >= 0)
-                rl = cg_mma_a_layout(cg, cg->vlay[op->res[0]], &vty(cg, v)->shape);
-            if (rl < 0 || rl >= (int32_t)sizeof cg->is_mma || !cg->is_mma[rl])
-                rl = is_ew(op->kind) && op->nres && op->nopnd == 1 && depth > 0 ? mma_use_layout(cg, op->res[0], depth - 1)
-                                                                               : -2;
-            if (rl < 0 || (want >= 0 && want != rl))
-                return -2;
-            want = rl;
-        }
+    for (uint32_t at = u->first[v]; at < u->first[v + 1]; at++) {
+        const ir_op *op = &k->ops[u->op[at]];
+        int i = u->opnd[at];
+        int32_t rl = is_ew(op->kind) && op->nres ? cg->vlay[op->res[0]] : -1;
+        if (op->kind == IR_WGMMA && i == 0 && op->nres && cg->vlay[op->res[0]] >= 0)
+            rl = cg_mma_a_layout(cg, cg->vlay[op->res[0]], &vty(cg, v)->shape);
+        if (rl < 0 || rl >= (int32_t)sizeof cg->is_mma || !cg->is_mma[rl])
+            rl = is_ew(op->kind) && op->nres && op->nopnd == 1 && depth > 0
+                     ? mma_use_layout(cg, u, op->res[0], depth - 1)
+                     : -2;
+        if (rl < 0 || (want >= 0 && want != rl))
+            return -2;
+        want = rl;
     }
     return want;
 }
@@ -784,6 +834,11 @@ static bool prefer_mma_loads(cg_ctx *cg)
 {
     loom_kernel *k = cg->k;
     bool any = false;
+    use_list u = {0};
+    if (!uses_build(cg, &u)) {
+        uses_free(&u);
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), false;
+    }
     for (uint32_t v = 1; v < k->nvals; v++) {
         const ir_value *x = &k->vals[v];
         if (x->kind != IR_V_RESULT || x->type.kind != IR_T_TILE || x->type.shape.rank == 0)
@@ -791,12 +846,13 @@ static bool prefer_mma_loads(cg_ctx *cg)
         const ir_op *def = &k->ops[x->def];
         if (lay_class[def->kind] != LAY_LOAD)
             continue;
-        int32_t want = mma_use_layout(cg, v, 2);
+        int32_t want = mma_use_layout(cg, &u, v, 2);
         if (want >= 0 && cg->prefer) {
             cg->prefer[v] = want;
             any = true;
         }
     }
+    uses_free(&u);
     return any;
 }
 

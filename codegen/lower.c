@@ -247,12 +247,23 @@ LLVMValueRef lw_smem_load(L *l, LLVMValueRef byte_off, LLVMTypeRef t)
 
 /* ---------------------------------------------------------------- operands */
 
-/* Element of remat value v at the given coordinates (i32 values, one per dim). */
+static LLVMValueRef remat_op(L *l, uint32_t v, LLVMValueRef *c);
+
+/* Element of value v at the given coordinates (i32 values, one per dim): recomputed when
+ * v is remat, else v is a scalar (remat values are made of scalars and remat values). */
 static LLVMValueRef remat_elem(L *l, uint32_t v, LLVMValueRef *c)
 {
     const ir_type *t = vty(l, v);
     if (t->shape.rank == 0 || !l->cg->remat[v])
         return l->vals[v].r ? l->vals[v].r[0] : LLVMGetUndef(reg_type(l, (loom_dtype)t->dtype));
+    return remat_op(l, v, c);
+}
+
+/* Element of v's defining op at the given coordinates, its operands recomputed.  The
+ * recursion is as deep as the expression, which the layout pass bounds (CG_REMAT_MAX). */
+static LLVMValueRef remat_op(L *l, uint32_t v, LLVMValueRef *c)
+{
+    const ir_type *t = vty(l, v);
     const ir_op *op = &l->k->ops[l->k->vals[v].def];
     LLVMValueRef sc[LOOM_MAX_RANK];
     switch (op->kind) {
@@ -285,6 +296,30 @@ static LLVMValueRef remat_elem(L *l, uint32_t v, LLVMValueRef *c)
     }
 }
 
+/* The registers of v in layout `want`, each recomputed from v's defining op: a remat
+ * value at a use, or a value too large to be remat at its definition (operands remat). */
+static LLVMValueRef *remat_regs(L *l, uint32_t v, int32_t want)
+{
+    const cg_layout *wl = cg_lay(l->cg, want);
+    int n = cg_layout_regs(wl);
+    LLVMValueRef *out = lw_regs_alloc(l, n);
+    if (!out)
+        return NULL;
+    if (l->k->ops[l->k->vals[v].def].kind == IR_SPLAT) { /* one value, no coordinates */
+        LLVMValueRef x = remat_op(l, v, NULL);
+        for (int j = 0; j < n; j++)
+            out[j] = x;
+        return out;
+    }
+    for (int j = 0; j < n; j++) {
+        LLVMValueRef c[LOOM_MAX_RANK];
+        for (int d = 0; d < wl->rank; d++)
+            c[d] = lw_coord(l, want, j, d);
+        out[j] = remat_op(l, v, c);
+    }
+    return out;
+}
+
 static LLVMValueRef *convert(L *l, uint32_t v, int32_t want);
 
 /* The registers of value v in layout `want` (regs(want) of them). */
@@ -301,23 +336,8 @@ static LLVMValueRef *get(L *l, uint32_t v, int32_t want)
             out[j] = l->vals[v].r[0];
         return out;
     }
-    if (l->cg->remat[v]) {
-        if (!(out = lw_regs_alloc(l, n)))
-            return NULL;
-        if (l->k->ops[l->k->vals[v].def].kind == IR_SPLAT) { /* one value, no coordinates */
-            LLVMValueRef x = remat_elem(l, v, NULL);
-            for (int j = 0; j < n; j++)
-                out[j] = x;
-            return out;
-        }
-        for (int j = 0; j < n; j++) {
-            LLVMValueRef c[LOOM_MAX_RANK];
-            for (int d = 0; d < wl->rank; d++)
-                c[d] = lw_coord(l, want, j, d);
-            out[j] = remat_elem(l, v, c);
-        }
-        return out;
-    }
+    if (l->cg->remat[v])
+        return remat_regs(l, v, want);
     lv *x = &l->vals[v];
     if (!x->r) {
         CG_BUG(l->cg, "value %%%u used before it was lowered", v);
@@ -470,6 +490,10 @@ bool lower_shape_like(L *l, uint32_t o, ir_op *op)
     if (st->shape.rank == 0) {
         int32_t id = l->cg->vlay[rv];
         return lw_set_result(l, rv, id, get(l, s, id));
+    }
+    if (l->cg->remat[s]) { /* a remat expression too large to recompute at every use */
+        int32_t id = l->cg->vlay[rv];
+        return lw_set_result(l, rv, id, remat_regs(l, rv, id));
     }
     int8_t feed[LOOM_MAX_RANK];
     if (op->kind == IR_BROADCAST) {

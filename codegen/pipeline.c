@@ -17,6 +17,8 @@
  *                              compile's milliseconds go)
  *   LOOM_HANG_CHECK=<ms>       bound every wait loop (codegen.h: the hang check); the
  *                              runtime passes its own (cg_compile_opts)
+ *   LOOM_CODEGEN_MAX_INSTRUCTIONS=<n>  the largest lowered kernel handed to LLVM (a
+ *                              larger one is refused with a message, never aborts)
  *
  * Checked with LLVM 19 (the default) and LLVM 22 (cmake -DLOOM_LLVM_CONFIG=...):
  * kernels carry both the PTX kernel calling convention and the nvvm.annotations
@@ -34,6 +36,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The instructions of the lowered module: what the LLVM optimizer and backend work on. */
+static size_t llvm_instructions(LLVMModuleRef m)
+{
+    size_t n = 0;
+    for (LLVMValueRef f = LLVMGetFirstFunction(m); f; f = LLVMGetNextFunction(f))
+        for (LLVMBasicBlockRef b = LLVMGetFirstBasicBlock(f); b; b = LLVMGetNextBasicBlock(b))
+            for (LLVMValueRef i = LLVMGetFirstInstruction(b); i; i = LLVMGetNextInstruction(i))
+                n++;
+    return n;
+}
 
 bool cg_fail(cg_ctx *cg, loom_status st, const char *fmt, ...)
 {
@@ -88,6 +101,11 @@ void cg_result_free(cg_result *r)
     *r = (cg_result){0};
 }
 
+size_t cg_max_instructions(void)
+{
+    return (size_t)util_env_int("LOOM_CODEGEN_MAX_INSTRUCTIONS", CG_MAX_INSTRUCTIONS_DEFAULT, 1000, INT64_C(1) << 31);
+}
+
 int cg_hang_check_ms(void)
 {
 #ifndef LOOM_HANG_CHECK_DEFAULT_MS
@@ -97,14 +115,7 @@ int cg_hang_check_ms(void)
 #define LOOM_HANG_CHECK_DEFAULT_MS 10000 /* a debug build: a stuck wait reports itself */
 #endif
 #endif
-    const char *s = util_env_str("LOOM_HANG_CHECK");
-    if (!s)
-        return LOOM_HANG_CHECK_DEFAULT_MS;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < 0 || v > 3600000)
-        return LOOM_HANG_CHECK_DEFAULT_MS;
-    return (int)v;
+    return (int)util_env_int("LOOM_HANG_CHECK", LOOM_HANG_CHECK_DEFAULT_MS, 0, 3600000);
 }
 
 loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *err, size_t errlen)
@@ -130,7 +141,9 @@ loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *
     cg->err = err;
     cg->errlen = errlen;
     cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
-    cg->dump_after = util_env_str("LOOM_DUMP_AFTER");
+    static const char *const dump_passes[] = {"verify", "fold", "layouts", "smem", "all"};
+    int dump = util_env_choice("LOOM_DUMP_AFTER", dump_passes, 5, -1);
+    cg->dump_after = dump >= 0 ? dump_passes[dump] : NULL;
     cg->hang_ms = opt ? opt->hang_check_ms : cg_hang_check_ms();
     if (cg->hang_ms < 0)
         cg->hang_ms = 0;
@@ -180,6 +193,20 @@ loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *
     ctx = LLVMContextCreate();
     if (cg_lower(cg, ctx, &mod))
         goto out;
+    /* LLVM's optimizer and backend take time and memory in proportion to the lowered
+     * instructions (about 50 us each in the backend on the build machine) and abort the
+     * process when an allocation fails, which the library must never do: a kernel past
+     * the limit is refused here, before they see it */
+    size_t ninstr = llvm_instructions((LLVMModuleRef)mod), max_instr = cg_max_instructions();
+    if (ninstr > max_instr) {
+        cg_fail(cg, LOOM_ERR_UNSUPPORTED,
+                "kernel '%s' lowers to %zu LLVM instructions, more than the %zu the code generator takes "
+                "(LOOM_CODEGEN_MAX_INSTRUCTIONS; loom's largest template lowers to about 10000): LLVM's backend "
+                "would take about %.0f s; split the kernel, or use smaller tiles (each element of a tile a thread "
+                "holds is an instruction per op)",
+                loom_kernel_name(k), ninstr, max_instr, (double)ninstr * 50e-6);
+        goto out;
+    }
     STAGE("lower");
     tm = cg_target_machine(cg);
     if (!tm)

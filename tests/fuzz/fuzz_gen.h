@@ -447,6 +447,19 @@ static inline void fg_op(fg *g)
         }
         break;
     }
+    case 47: { /* a long chain (up to 2041 ops): x = x op y, or x = x op x (each value used twice) */
+        a = fg_val(g);
+        bool reuse = fz_pick(f, 2);
+        b = reuse ? a : fg_val(g);
+        unsigned kind = fz_pick(f, 4);
+        int n = 1 + 8 * (int)fz_u8(f);
+        for (int i = 0; i < n; i++) {
+            loom_val y = reuse ? a : b;
+            a = kind == 0 ? loom_add(k, a, y) : kind == 1 ? loom_mul(k, a, y) : kind == 2 ? loom_max(k, a, y) : loom_neg(k, a);
+        }
+        fg_push(g, a);
+        break;
+    }
     default: /* a small constant of a common type, the usual offset */
         fg_const(g, op & 1 ? LOOM_I32 : LOOM_F32, (int64_t)fz_pick(f, 8));
         break;
