@@ -16,7 +16,8 @@
 
 #include "loom_ikbo.h"
 
-/* tests/golden/<name>.ir, relative to this file's directory. */
+/* tests/golden/<name>.ir, relative to this file's directory: where LOOM_UPDATE_GOLDEN=1
+ * writes. */
 static void golden_path(const char *name, char *buf, size_t n)
 {
     const char *slash = strrchr(__FILE__, '/');
@@ -24,20 +25,22 @@ static void golden_path(const char *name, char *buf, size_t n)
     snprintf(buf, n, "%.*s%sgolden/%s.ir", dir, __FILE__, slash ? "/" : "", name);
 }
 
-static char *read_all(const char *path)
+/* The golden files as built into the test binary (CMakeLists.txt embeds every tests/golden .ir file
+ * with cmake/embed.cmake), so the suite reads nothing from the source tree. */
+extern const unsigned char golden_broadcast_add[], golden_for_loop[], golden_if_else[], golden_masked_load_store[],
+    golden_hopper_ops[];
+static const struct {
+    const char *name;
+    const unsigned char *text;
+} goldens[] = {{"broadcast_add", golden_broadcast_add}, {"for_loop", golden_for_loop}, {"if_else", golden_if_else},
+               {"masked_load_store", golden_masked_load_store}, {"hopper_ops", golden_hopper_ops}};
+
+static const char *golden_text(const char *name)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = s ? fread(s, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (s)
-        s[got] = 0;
-    return s;
+    for (size_t i = 0; i < sizeof goldens / sizeof *goldens; i++)
+        if (strcmp(goldens[i].name, name) == 0)
+            return (const char *)goldens[i].text;
+    return NULL;
 }
 
 /* The first line where a and b differ (1-based). */
@@ -63,11 +66,11 @@ static void check_golden(loom_kernel *k, const char *name)
         fclose(f);
         cr_log_warn("updated %s", path);
     } else {
-        char *want = read_all(path);
-        cr_assert(want, "missing golden file %s (run with LOOM_UPDATE_GOLDEN=1 to create it); printed:\n%s", path, got);
+        const char *want = golden_text(name);
+        cr_assert(want, "no golden file %s is built in (add it to tests/golden/, run with LOOM_UPDATE_GOLDEN=1 to "
+                        "create it, then rebuild); printed:\n%s", path, got);
         cr_expect(strcmp(got, want) == 0, "%s differs from the printed IR at line %d\n--- expected (%s):\n%s--- got:\n%s",
                   name, first_diff_line(got, want), path, want, got);
-        free(want);
     }
     /* printing is stable: a second print gives the same text */
     char *again = strdup(got);
