@@ -13,12 +13,20 @@
  * compiled by the toolkit's ptxas as a whole program (a child process: LOOM_PTXAS names
  * it, else $CUDA_HOME/bin, /usr/local/cuda/bin, then PATH), and where there is no ptxas,
  * or it fails, or its cubin does not load, the image is the PTX itself, which the module
- * load compiles as a whole program in the driver (not cached by loom as a cubin).  A
+ * load compiles as a whole program in the driver (never cached by loom: module.c keeps
+ * only cubins, so a later process with a working ptxas makes and caches the cubin).  A
  * failed link returns the JIT log in the error message.
+ *
+ * ptxas runs under a time limit (LOOM_PTXAS_TIMEOUT_MS, default 120 s; the largest
+ * kernels take a few seconds): past it, ptxas and whatever it started (its own process
+ * group) are killed and reaped, and the call fails saying so.  Its private directory
+ * ($TMPDIR/loom-ptxas-<pid>-XXXXXX) is removed on every path out, and one left by a
+ * process that was killed meanwhile is removed by the next process that runs ptxas.
  */
 #include "driver.h"
 #include "../util/util.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -228,6 +239,87 @@ static bool write_file(const char *path, const char *data, size_t len)
     return fclose(f) == 0 && ok;
 }
 
+/* ptxas's time limit in ms: LOOM_PTXAS_TIMEOUT_MS (1 ms to an hour), else two minutes,
+ * far above the few seconds of the largest kernels. */
+#define PTXAS_TIMEOUT_MS_DEFAULT 120000
+static int64_t ptxas_timeout_ms(void)
+{
+    return util_env_int("LOOM_PTXAS_TIMEOUT_MS", PTXAS_TIMEOUT_MS_DEFAULT, 1, 3600000);
+}
+
+/* Remove dir and the files in it (ptxas's directory holds no subdirectories; an empty
+ * one a custom ptxas made goes too). */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *de; (de = readdir(d));)
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+                unlinkat(dirfd(d), de->d_name, 0) != 0 && errno == EISDIR)
+                unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* Remove, once per process, the ptxas directories in tmp of processes that are gone
+ * (killed while their ptxas ran): loom-ptxas-<pid>-XXXXXX, ours, whose pid no longer
+ * exists; and loom-ptxas-XXXXXX of an older loom (no pid) older than an hour. */
+static void sweep_ptxas_dirs(void)
+{
+    const char *tmp = util_env_str("TMPDIR");
+    if (!tmp)
+        tmp = "/tmp";
+    DIR *d = opendir(tmp);
+    if (!d)
+        return;
+    time_t now = time(NULL);
+    for (struct dirent *de; (de = readdir(d));) {
+        const char *name = de->d_name;
+        if (strncmp(name, "loom-ptxas-", 11) != 0)
+            continue;
+        char *end;
+        long pid = strtol(name + 11, &end, 10);
+        bool with_pid = end != name + 11 && *end == '-' && strlen(end) == 7;
+        bool old_style = strlen(name) == 17;
+        struct stat sb;
+        if ((!with_pid && !old_style) || fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid())
+            continue;
+        bool stale = with_pid ? pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH
+                              : now - sb.st_mtime > 3600;
+        if (stale) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", tmp, name);
+            remove_dir(p);
+        }
+    }
+    closedir(d);
+}
+
+/* Wait for child pid at most limit_ms: 1 when it ended (*ws set), 0 when the limit
+ * passed first, -1 when it cannot be waited for (SIGCHLD ignored: reaped already). */
+static int wait_child(pid_t pid, int64_t limit_ms, int *ws)
+{
+    double end = util_now_ms() + (double)limit_ms;
+    long nap_us = 100; /* short naps first: most runs end within a second */
+    for (;;) {
+        pid_t r = waitpid(pid, ws, WNOHANG);
+        if (r == pid)
+            return 1;
+        if (r < 0 && errno != EINTR)
+            return -1;
+        double left = end - util_now_ms();
+        if (left <= 0)
+            return 0;
+        long us = nap_us < (long)(left * 1000) + 1 ? nap_us : (long)(left * 1000) + 1;
+        struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+        if (nap_us < 5000)
+            nap_us *= 2;
+    }
+}
+
 loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, size_t *n, char *err,
                              size_t errlen)
 {
@@ -241,7 +333,9 @@ loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, si
     /* a private directory for the PTX, the cubin and the messages */
     char dir[4096], in[4160], out[4160], logp[4160], archopt[48];
     const char *tmp = util_env_str("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/loom-ptxas-XXXXXX", tmp ? tmp : "/tmp");
+    static pthread_once_t swept = PTHREAD_ONCE_INIT;
+    pthread_once(&swept, sweep_ptxas_dirs);
+    snprintf(dir, sizeof dir, "%s/loom-ptxas-%ld-XXXXXX", tmp ? tmp : "/tmp", (long)getpid());
     if (!mkdtemp(dir)) {
         snprintf(err, errlen, "ptxas: cannot make a temporary directory %s: %s", dir, strerror(errno));
         return LOOM_ERR_UNSUPPORTED;
@@ -272,17 +366,35 @@ loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, si
     argv[na++] = "-o";
     argv[na++] = out;
     argv[na] = NULL;
+    /* its own process group, so a timeout kills what it started too (a wrapper script's
+     * children) */
+    posix_spawnattr_t sa;
+    posix_spawnattr_init(&sa);
+    posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&sa, 0);
+    int64_t limit = ptxas_timeout_ms();
     pid_t pid;
-    int rc = posix_spawnp(&pid, exe, &fa, NULL, argv, environ);
+    int rc = posix_spawnp(&pid, exe, &fa, &sa, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&sa);
     if (rc != 0) {
         snprintf(err, errlen, "ptxas: cannot run %s: %s", exe, strerror(rc));
         st = LOOM_ERR_UNSUPPORTED;
         goto done;
     }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
+    int ws = 0, w = wait_child(pid, limit, &ws);
+    if (w == 0) {
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+            ;
+        snprintf(err, errlen, "%s %s ran past LOOM_PTXAS_TIMEOUT_MS=%lld ms: killed", exe, archopt,
+                 (long long)limit);
+        st = LOOM_ERR_TIMEOUT;
+        goto done;
+    }
+    if (w < 0)
+        ws = 0; /* reaped by someone else: its status is lost; the cubin file tells */
     size_t loglen = 0;
     char *log = mc_read_file(logp, 1 << 20, &loglen);
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
@@ -302,10 +414,7 @@ loom_status rt_ptxas_compile(const char *ptx, const char *arch, void **cubin, si
     }
     free(log);
 done:
-    unlink(in);
-    unlink(out);
-    unlink(logp);
-    rmdir(dir);
+    remove_dir(dir); /* k.ptx, k.cubin, log, and anything a custom ptxas left */
     return st;
 }
 
@@ -336,8 +445,8 @@ bool rt_link_reject(const char *linker)
  * its first compile. */
 static bool want_nvjitlink(void)
 {
-    const char *v = getenv("LOOM_LINKER");
-    return v && !strcmp(v, "nvjitlink") && !jl_cubins_rejected;
+    static const char *const words[] = {"driver", "nvjitlink"};
+    return util_env_choice("LOOM_LINKER", words, 2, 0) == 1 && !jl_cubins_rejected;
 }
 
 /* Link PTX into a cubin (*cubin malloc'ed) with the chosen linker; *linker names the one
@@ -355,11 +464,14 @@ loom_status rt_link_ptx(rt_gpu *g, const char *ptx, const char *what, void **cub
      * as a whole program too, but in every process that loads it. */
     if (strstr(ptx, "setmaxnreg")) {
         if (!ptxas_cubins_rejected) {
-            if (rt_ptxas_compile(ptx, g->props.arch, cubin, n, err, errlen) == LOOM_OK) {
+            loom_status pst = rt_ptxas_compile(ptx, g->props.arch, cubin, n, err, errlen);
+            if (pst == LOOM_OK) {
                 *linker = "ptxas";
                 return LOOM_OK;
             }
-            if (util_env_on("LOOM_CACHE_VERBOSE"))
+            if (pst == LOOM_ERR_TIMEOUT) /* minutes lost: said whatever the verbosity */
+                fprintf(stderr, "loom: warning: %s; loading the PTX of %s instead\n", err, what);
+            else if (util_env_on("LOOM_CACHE_VERBOSE"))
                 fprintf(stderr, "loom: ptxas not used for %s, loading the PTX: %s\n", what, err);
         }
         size_t len = strlen(ptx) + 1;

@@ -4,7 +4,10 @@
  *
  * A launch finds its CUfunction by key (module_cache.h): the in-memory table, else a
  * cubin from the disk cache, else cg_compile + rt_link_ptx (PTX -> cubin at -O3, link.c),
- * whose cubin goes to the disk cache.  Several threads may compile at once (the
+ * whose cubin goes to the disk cache.  Only a cubin goes there: the PTX image that stands
+ * in when ptxas fails (link.c) is loaded but not stored under the cubin's key, and one an
+ * older loom stored is dropped when read, so a later process with a working ptxas makes
+ * and caches the cubin.  Several threads may compile at once (the
  * autotuner's pool): the table is read and extended under a mutex, entries are copied
  * out (the table may grow and move), and compiling itself runs outside the lock; when
  * two threads build the same key, the first entry added wins and the other module is
@@ -294,6 +297,18 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
             if (util_env_on("LOOM_CACHE_VERBOSE"))
                 fprintf(stderr, "loom: rejected cache file %s\n", why);
         }
+        if (lk == MC_MISS && why[0] && util_env_on("LOOM_CACHE_VERBOSE"))
+            fprintf(stderr, "loom: module cache: %s\n", why); /* not a regular file */
+        if (lk == MC_HIT && !mc_image_is_cubin(cubin, cubin_n)) {
+            /* a PTX fallback an older loom cached under the cubin's key: compile again */
+            free(cubin);
+            cubin = NULL;
+            mc_disk_drop(dir, &key);
+            lp->disk_rejected = 1;
+            lk = MC_MISS;
+            if (util_env_on("LOOM_CACHE_VERBOSE"))
+                fprintf(stderr, "loom: rejected cache file of kernel '%s': PTX, not a cubin\n", name);
+        }
         if (lk == MC_HIT) {
             lp->cubin_bytes = cubin_n;
             t0 = util_now_ms();
@@ -364,7 +379,8 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
         }
     }
     free(ptx);
-    if (st == LOOM_OK && disk) {
+    /* a cubin only: the PTX loaded because ptxas failed is no stand-in for the cubin */
+    if (st == LOOM_OK && disk && mc_image_is_cubin(cubin, cubin_n)) {
         char werr[512];
         t0 = util_now_ms();
         if (mc_disk_store(dir, &key, cubin, cubin_n, &meta, werr, sizeof werr) != LOOM_OK) {

@@ -23,6 +23,14 @@
  * fsync'ed, then renamed over the final name: rename is atomic, so concurrent writers
  * and readers only ever see a whole file.
  *
+ * The caches keep only regular files, in places they own.  Something else at a cache
+ * path (a FIFO, a device, a directory, a socket: LOOM_TUNE_CACHE=/dev/null, say) is
+ * never opened (a FIFO's open blocks, a device's may do anything), never renamed over
+ * and gets no lock file beside it: it is refused with a message naming it, and a module
+ * cache lookup treats it as a miss.  A temporary file carries its writer's pid
+ * (.<name>.tmp.<pid>.XXXXXX), so a writer killed before its rename leaves one that a
+ * later process removes (mc_remove_stale_temps) while a live writer's is kept.
+ *
  * Hashing uses xxHash (XXH3, header-only via XXH_INLINE_ALL, no link dependency); where
  * xxhash.h is missing a built-in XXH64 pair stands in (keys then differ, which only
  * means a cold cache).
@@ -31,15 +39,19 @@
 #include "module_cache.h"
 #include "../util/util.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__has_include)
@@ -319,10 +331,24 @@ bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin
 
 /* ---------------------------------------------------------------- disk */
 
+/* LOOM_CACHE: a switch that is on unless set off; a value that is not a switch keeps the
+ * default, with one warning (as tune/'s LOOM_TUNE). */
+static bool cache_on(void)
+{
+    const char *v = util_env_str("LOOM_CACHE");
+    if (!v)
+        return true;
+    static const char *const words[] = {"0", "false", "no", "off", "1", "true", "yes", "on"};
+    for (int i = 0; i < 8; i++)
+        if (strcasecmp(v, words[i]) == 0)
+            return i >= 4;
+    util_env_warn("LOOM_CACHE", "'%s' is not a switch (1/true/yes/on or 0/false/no/off): taken as on, the default", v);
+    return true;
+}
+
 bool mc_disk_dir(char *buf, size_t n)
 {
-    const char *off = getenv("LOOM_CACHE");
-    if (off && strcmp(off, "0") == 0)
+    if (!cache_on())
         return false;
     const char *d;
     int w;
@@ -354,7 +380,107 @@ int rt_make_dirs(const char *dir)
     }
     if (mkdir(p, 0755) != 0 && errno != EEXIST)
         return -1;
+    struct stat sb;
+    if (stat(p, &sb) != 0)
+        return -1;
+    if (!S_ISDIR(sb.st_mode)) { /* EEXIST for a file of another kind */
+        errno = ENOTDIR;
+        return -1;
+    }
     return 0;
+}
+
+const char *mc_file_kind(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a file";
+    }
+}
+
+bool mc_path_refused(const char *path, char *why, size_t whylen)
+{
+    struct stat sb;
+    /* stat, not lstat: a link to a regular file is read (and the link replaced), a link to
+     * a device or a FIFO is refused like the node itself */
+    if (!path || stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+        return false;
+    if (why && whylen)
+        snprintf(why, whylen, "%s is %s, not a regular file", path, mc_file_kind((unsigned)sb.st_mode));
+    return true;
+}
+
+/* ---------------------------------------------------------------- temporaries */
+
+/* The pid in a temporary file's name ".<base>.tmp.<pid>.XXXXXX": > 0, 0 for a name of
+ * that shape without a pid (a loom before pids were added), -1 for any other name. */
+static long temp_pid(const char *name)
+{
+    size_t n = strlen(name);
+    if (name[0] != '.' || n < 12 || name[n - 7] != '.')
+        return -1;
+    const char *x = name + n - 7; /* ".XXXXXX" */
+    if (x - name >= 5 && !strncmp(x - 4, ".tmp", 4))
+        return 0;
+    const char *d = x;
+    while (d > name && d[-1] >= '0' && d[-1] <= '9')
+        d--;
+    if (d == x || x - d > 10 || d - name < 6 || strncmp(d - 5, ".tmp.", 5) != 0)
+        return -1;
+    return strtol(d, NULL, 10);
+}
+
+/* True when process pid is gone (kill(0) says no such process).  In another pid
+ * namespace sharing the directory a live writer may look gone; the worst that does is
+ * fail that writer's rename: a cache write lost, never a partial file. */
+static bool pid_gone(long pid)
+{
+    return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int mc_remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    time_t now = time(NULL);
+    for (struct dirent *de; (de = readdir(d));) {
+        long pid = temp_pid(de->d_name);
+        if (pid < 0)
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        /* a dead writer's; or one this old whatever its name says (a pid reused by a
+         * process that lives on, a loom that wrote no pid): no write takes minutes */
+        bool old = now - sb.st_mtime > MC_TEMP_MAX_AGE_S;
+        if ((pid_gone(pid) || old) && unlinkat(dirfd(d), de->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
+/* Sweep dir's stale temporaries once per process and directory (the last one swept is
+ * remembered): a start pays one readdir, not every lookup. */
+static void sweep_once(const char *dir)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char swept[4096];
+    pthread_mutex_lock(&mu);
+    bool first = strncmp(swept, dir, sizeof swept) != 0;
+    if (first)
+        snprintf(swept, sizeof swept, "%s", dir);
+    pthread_mutex_unlock(&mu);
+    if (first)
+        mc_remove_stale_temps(dir);
 }
 
 static int file_path(const char *dir, const mc_key *key, char *buf, size_t n)
@@ -370,8 +496,12 @@ static int file_path(const char *dir, const mc_key *key, char *buf, size_t n)
 loom_status mc_replace_file(const char *dir, const char *base, const char *path, const void *data,
                             size_t len, char *err, size_t errlen)
 {
-    char tmp[4600];
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", dir, base);
+    char tmp[4600], why[4200];
+    if (mc_path_refused(path, why, sizeof why)) { /* never replace a device, a FIFO, ... */
+        snprintf(err, errlen, "%s: not replaced (loom writes only regular files)", why);
+        return LOOM_ERR_RUNTIME;
+    }
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld.XXXXXX", dir, base, (long)getpid());
     int fd = mkstemp(tmp);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(errno));
@@ -421,9 +551,15 @@ loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin,
         return LOOM_ERR_INVALID;
     }
     if (rt_make_dirs(dir) != 0) {
-        snprintf(err, errlen, "cannot create cache directory %s: %s", dir, strerror(errno));
+        struct stat sb;
+        if (errno == ENOTDIR && stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            snprintf(err, errlen, "cache directory %s is %s, not a directory", dir,
+                     mc_file_kind((unsigned)sb.st_mode));
+        else
+            snprintf(err, errlen, "cannot create cache directory %s: %s", dir, strerror(errno));
         return LOOM_ERR_RUNTIME;
     }
+    sweep_once(dir);
     void *img;
     size_t len;
     loom_status st = mc_encode(key, cubin, n, meta, &img, &len);
@@ -440,10 +576,16 @@ loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin,
 
 char *mc_read_file(const char *path, size_t max, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* never open what is not a regular file: a FIFO's open blocks until a writer comes,
+     * a device's open may do anything.  O_NONBLOCK covers a swap between stat and open. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        errno = EFBIG;
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return NULL;
-    struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max) {
         close(fd);
         errno = EFBIG;
@@ -480,6 +622,13 @@ mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t 
         why[0] = 0;
     if (file_path(dir, key, path, sizeof path) != 0)
         return MC_MISS;
+    sweep_once(dir);
+    char refused[4200];
+    if (mc_path_refused(path, refused, sizeof refused)) {
+        if (why && whylen)
+            snprintf(why, whylen, "%s: treated as a miss and left alone", refused);
+        return MC_MISS;
+    }
     size_t got = 0;
     char *buf = mc_read_file(path, (size_t)1 << 30, &got);
     if (!buf) {
@@ -501,6 +650,19 @@ mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t 
     *cubin = buf;
     *n = plen;
     return MC_HIT;
+}
+
+bool mc_image_is_cubin(const void *image, size_t n)
+{
+    return image && n >= 4 && memcmp(image, "\x7f" "ELF", 4) == 0;
+}
+
+void mc_disk_drop(const char *dir, const mc_key *key)
+{
+    char path[4096];
+    struct stat sb;
+    if (file_path(dir, key, path, sizeof path) == 0 && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+        unlink(path);
 }
 
 /* ---------------------------------------------------------------- memory */

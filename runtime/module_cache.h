@@ -74,17 +74,44 @@ bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin
 
 
 /* Write <dir>/<hex>.cubin atomically (temporary file in dir, fsync, rename), creating dir
- * when missing. */
+ * when missing.  Refused (LOOM_ERR_RUNTIME, the path named in err) when dir is not a
+ * directory or the file's path holds something that is not a regular file. */
 loom_status mc_disk_store(const char *dir, const mc_key *key, const void *cubin, size_t n,
                           const mc_meta *meta, char *err, size_t errlen);
 
 typedef enum mc_lookup {
-    MC_MISS = 0,     /* no file */
+    MC_MISS = 0,     /* no file; or one that is not a regular file (left alone, why says so) */
     MC_HIT,          /* *cubin (malloc'ed) and *meta filled */
     MC_REJECTED,     /* a corrupt or foreign file: deleted; the reason is in why */
 } mc_lookup;
 mc_lookup mc_disk_load(const char *dir, const mc_key *key, void **cubin, size_t *n,
                        mc_meta *meta, char *why, size_t whylen);
+/* Delete key's file in dir when it is a regular file (one that decoded but must not be
+ * used: a PTX image an older loom cached as a cubin). */
+void mc_disk_drop(const char *dir, const mc_key *key);
+
+/* Whether an image is a cubin (an ELF file) rather than PTX text: only cubins are
+ * cached, so a PTX fallback (ptxas failed) never stands in for the cubin of its key. */
+bool mc_image_is_cubin(const void *image, size_t n);
+
+/* ---------------------------------------------------------------- file hygiene
+ * Shared with the tuning cache (tune/tune_cache.c). */
+
+/* "a FIFO", "a directory", "a character device", ... for a st_mode, in messages. */
+const char *mc_file_kind(unsigned mode);
+/* True when something exists at path (links followed) that is not a regular file, with
+ * "<path> is a FIFO, not a regular file" in why: the caches neither open, replace nor
+ * lock beside such a path.  False for a regular file and for nothing at all. */
+bool mc_path_refused(const char *path, char *why, size_t whylen);
+
+/* Temporary files (mc_replace_file) are named .<base>.tmp.<pid>.XXXXXX.  A temporary
+ * older than this is removed whatever its pid: no write takes that long. */
+#define MC_TEMP_MAX_AGE_S (10 * 60)
+/* Remove the temporaries in dir of writers killed before their rename: those whose pid
+ * is gone, and any older than MC_TEMP_MAX_AGE_S (a live writer's young one is kept).
+ * Returns how many were removed.  The disk cache calls it once per process and
+ * directory, on its first lookup or store there. */
+int mc_remove_stale_temps(const char *dir);
 
 /* ---------------------------------------------------------------- memory */
 

@@ -16,6 +16,10 @@
  *     entry in: two processes tuning different shapes at once both keep their results.
  *     flock is released by the kernel when a process dies, so a killed writer blocks
  *     nobody.
+ *   - The cache path must name a regular file (or nothing yet).  A FIFO, a device, a
+ *     directory or a socket there (LOOM_TUNE_CACHE=/dev/null) is refused with a message
+ *     naming it: never opened (a FIFO would block the reader), never replaced by the
+ *     rename, and no <file>.lock is made beside it.
  *   - Anything that does not parse as this format (a truncated or hand-broken file,
  *     another program's JSON, another format version) is ignored with a warning and
  *     rebuilt by the next write.  A malformed entry is skipped alone.
@@ -30,6 +34,7 @@
  */
 #define _GNU_SOURCE
 #include "rt.h"
+#include "module_cache.h" /* mc_path_refused */
 #include "../util/util.h"
 #include "tune.h"
 
@@ -133,13 +138,25 @@ tc_file *tc_open(const char *path, char *warn, size_t wn)
     if (!f)
         return NULL;
     size_t len = 0;
-    char *text = path ? mc_read_file(path, TC_MAX_BYTES, &len) : NULL;
-    if (!text) {
-        if (path && errno != ENOENT && warn && wn)
-            snprintf(warn, wn, "tuning cache %s cannot be read (%s): ignored", path, strerror(errno));
+    char why[4200];
+    if (mc_path_refused(path, why, sizeof why)) { /* checked before any open */
+        if (warn && wn)
+            snprintf(warn, wn, "tuning cache %s: ignored (loom reads and writes only regular files)", why);
         return f;
     }
-    char why[256];
+    char *text = path ? mc_read_file(path, TC_MAX_BYTES, &len) : NULL;
+    if (!text) {
+        int e = errno;
+        if (!path || e == ENOENT || !warn || !wn)
+            return f;
+        if (e == EFBIG && mc_path_refused(path, why, sizeof why)) /* it changed since */
+            snprintf(warn, wn, "tuning cache %s: ignored (loom reads and writes only regular files)", why);
+        else if (e == EFBIG)
+            snprintf(warn, wn, "tuning cache %s is larger than %d MiB: ignored", path, TC_MAX_BYTES >> 20);
+        else
+            snprintf(warn, wn, "tuning cache %s cannot be read (%s): ignored", path, strerror(e));
+        return f;
+    }
     f->root = parse_cache(text, len, why, sizeof why);
     free(text);
     if (!f->root) {
@@ -240,8 +257,9 @@ static void split_path(const char *path, char *dir, size_t dn, const char **base
     }
 }
 
-/* Delete temporary files of earlier writers that died before their rename.  Only lock
- * holders create them, and we hold the lock, so any that exist are orphans. */
+/* Delete temporary files of earlier writers that died before their rename
+ * (.<base>.tmp.<pid>.XXXXXX, or .<base>.tmp.XXXXXX of an older loom).  Only lock holders
+ * create them, and we hold the lock, so any that exist are orphans. */
 static void remove_orphans(const char *dir, const char *base)
 {
     char prefix[512];
@@ -318,17 +336,32 @@ loom_status tc_store(const char *path, const char *key, const loom_template *t,
         snprintf(err, errlen, "tc_store: missing argument");
         return LOOM_ERR_INVALID;
     }
+    char dir[4096], lock[4200], why[4300];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    /* before anything is made: no directory, no lock file beside a device */
+    if (mc_path_refused(path, why, sizeof why)) {
+        snprintf(err, errlen, "tuning cache %s: not written (loom reads and writes only regular files)", why);
+        return LOOM_ERR_RUNTIME;
+    }
+    if (mc_path_refused(lock, why, sizeof why)) {
+        snprintf(err, errlen, "tuning cache lock %s: not used (loom locks only regular files)", why);
+        return LOOM_ERR_RUNTIME;
+    }
     if (make_parent_dirs(path) != 0) {
         snprintf(err, errlen, "cannot create the directory of %s: %s", path, strerror(errno));
         return LOOM_ERR_RUNTIME;
     }
-    char dir[4096], lock[4200];
     const char *base;
     split_path(path, dir, sizeof dir, &base);
-    snprintf(lock, sizeof lock, "%s.lock", path);
-    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
     if (lfd < 0) {
         snprintf(err, errlen, "cannot open the lock file %s: %s", lock, strerror(errno));
+        return LOOM_ERR_RUNTIME;
+    }
+    struct stat lsb;
+    if (fstat(lfd, &lsb) != 0 || !S_ISREG(lsb.st_mode)) { /* it changed since the check */
+        close(lfd);
+        snprintf(err, errlen, "tuning cache lock %s is not a regular file: not used", lock);
         return LOOM_ERR_RUNTIME;
     }
     while (flock(lfd, LOCK_EX) != 0) {

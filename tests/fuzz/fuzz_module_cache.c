@@ -7,7 +7,11 @@
  *     after the key's are reached;
  *   - as a payload (TMA list, then cubin) given a correct header, so the payload's parser
  *     is reached past the checksums: what decodes must encode again to the same file;
- *   - as a file on disk read by mc_disk_load, which deletes what it rejects.
+ *   - as a file on disk read by mc_disk_load, which deletes what it rejects; or, for a
+ *     first byte of 242, 245, 248, 251 or 254, in place of that file a node that is not a
+ *     regular file (fuzz_tmpdir.h: a FIFO, a device, a directory, a socket; or the cache
+ *     directory itself a FIFO): a miss, never a block, and a store over it refused with
+ *     the node left as it was and no temporary beside it.
  */
 #include "fuzz_tmpdir.h"
 #include "module_cache.h"
@@ -27,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned mode = data[0] % 3;
+    unsigned first = data[0], mode = first % 3;
     data++;
     size--;
     mc_key key = {{0}};
@@ -89,6 +93,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             free(again);
         }
+    } else if (first >= 242) {
+        /* a node where the file or its directory would be */
+        int kind = (int)(first - 242) / 3; /* 0 .. FUZZ_NODES; FUZZ_NODES: the directory */
+        char hex[33], dir[4200], path[4300], err[8192];
+        mc_key_hex(&key, hex);
+        snprintf(dir, sizeof dir, "%s%s", fuzz_tmpdir(), kind == FUZZ_NODES ? "/dir" : "");
+        snprintf(path, sizeof path, "%s/%s.cubin", dir, hex);
+        const char *at = kind == FUZZ_NODES ? dir : path;
+        int made = fuzz_make_node(at, kind == FUZZ_NODES ? FUZZ_FIFO : kind);
+        void *out = NULL;
+        size_t on = 0;
+        mc_meta m0 = {0};
+        if (mc_disk_load(dir, &key, &out, &on, &meta, why, sizeof why) != MC_MISS || out ||
+            mc_disk_store(dir, &key, data, size, &m0, err, sizeof err) == LOOM_OK || !strstr(err, at) ||
+            !fuzz_is_node(at, made) || fuzz_count(fuzz_tmpdir(), ".tmp.") != 0) {
+            fprintf(stderr, "fuzz_module_cache: a node at the cache path was read, replaced or written beside (%s)\n",
+                    err);
+            abort();
+        }
+        remove(at);
     } else {
         char hex[33], path[4200];
         mc_key_hex(&key, hex);

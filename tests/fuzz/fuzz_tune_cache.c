@@ -7,6 +7,12 @@
  * every template, and must refuse malformed entries; and, for one input in eight, tc_store
  * merges a new entry into the file, after which a fresh tc_open must find that entry with
  * the config stored.
+ *
+ * For another input in eight (last byte 1 mod 8) the cache path is a node that is not a
+ * regular file (fuzz_tmpdir.h: a FIFO, a device, a directory, a socket), or the file is
+ * the input and its lock path a FIFO: tc_open must warn naming the path and read nothing,
+ * tc_store must refuse, neither may block, and the node must be left as it was, with no
+ * lock file or temporary beside it.
  */
 #include "fuzz_tmpdir.h"
 #include "tune.h"
@@ -62,6 +68,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             tc_close(f);
         }
+    }
+
+    if (size && data[size - 1] % 8 == 1) {
+        char node[4200], lock[4300], err[8192];
+        snprintf(node, sizeof node, "%s/node.json", fuzz_tmpdir());
+        snprintf(lock, sizeof lock, "%s.lock", node);
+        int kind = (int)(size / 8 % (FUZZ_NODES + 1)); /* FUZZ_NODES: the lock is the node */
+        const char *at = kind == FUZZ_NODES ? lock : node;
+        if (kind == FUZZ_NODES)
+            fuzz_write(node, data, size);
+        int made = fuzz_make_node(at, kind == FUZZ_NODES ? FUZZ_FIFO : kind);
+        f = tc_open(node, warn, sizeof warn);
+        if (!f || (kind != FUZZ_NODES && (tc_count(f) != 0 || !strstr(warn, node)))) {
+            fprintf(stderr, "fuzz_tune_cache: a node was read as a cache (%s)\n", warn);
+            abort();
+        }
+        tc_close(f);
+        tc_record in = {.ms = 1};
+        for (int i = 0; i < t->nconfig; i++)
+            in.config[i] = t->config[i].def;
+        if (tc_store(node, key, t, shape, shape, &dev, &in, err, sizeof err) == LOOM_OK || !strstr(err, at)) {
+            fprintf(stderr, "fuzz_tune_cache: a store over a node was not refused (%s)\n", err);
+            abort();
+        }
+        if (!fuzz_is_node(at, made) || (kind != FUZZ_NODES && access(lock, F_OK) == 0) ||
+            fuzz_count(fuzz_tmpdir(), ".tmp.") != 0) {
+            fprintf(stderr, "fuzz_tune_cache: a node was replaced, or a lock or temporary made beside it\n");
+            abort();
+        }
+        remove(at);
+        unlink(node);
     }
     return 0;
 }
