@@ -363,6 +363,8 @@ static int bench_one(const loom_template *t, const char *shape_text, const char 
     snprintf(w->shape, sizeof w->shape, "%s", shape_text ? shape_text : "(default)");
     printf("\n== %s %s\n%s\n", t->name, shape_full, x.note);
     if (st != LOOM_OK || x.source != LOOM_TUNE_TUNED) {
+        printf("bench_tune: %s %s: NOT TUNED (%s, source %s)\n", t->name, shape_full, loom_status_name(st),
+               x.source == LOOM_TUNE_FELL_BACK ? "fell back on the default config" : "not timed now");
         loom_tuned_release(&x, 1);
         loom_runtime_destroy(rt);
         return 1;

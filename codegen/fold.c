@@ -262,7 +262,7 @@ static void fold_block(cg_ctx *cg, uint32_t b)
 
 loom_status cg_fold(cg_ctx *cg)
 {
-    if (getenv("LOOM_NO_FOLD") && *getenv("LOOM_NO_FOLD") == '1')
+    if (util_env_on("LOOM_NO_FOLD"))
         return LOOM_OK;
     fold_block(cg, 1);
     cg->k->gen++; /* the IR changed in place: cached verify/print answers are stale */

@@ -28,25 +28,31 @@ bool ir_visible(loom_kernel *k, uint32_t v, uint32_t b)
 
 static uint32_t cur_block(loom_kernel *k) { return k->nopen ? k->open[k->nopen - 1] : 0; }
 
-/* Check operand handles; create the op.  0 when an operand is bad. */
-static uint32_t begin(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *opnd, int n)
+/* Check operand handles (the API's, ir.h: made plain indices here); create the op.  0
+ * when an operand is bad. */
+static uint32_t begin(loom_kernel *k, loom_src at, ir_opkind kind, const loom_val *handles, int n)
 {
     if (!k)
         return 0;
     const char *name = ir_opdescs[kind].name;
+    uint32_t opnd[64];
+    if (n > 64) {
+        ir_error(k, at, name, "internal: %d operands", n);
+        return 0;
+    }
     /* inside the placeholder body of a loop or if whose header failed: that error is
      * reported already, and nothing built here can run */
     if (k->nopen > 1 && ir_blk(k, cur_block(k))->parent == 0)
         return 0;
     for (int i = 0; i < n; i++) {
-        if (opnd[i] == 0) {
+        if (handles[i] == 0) {
             if (k->ndiags == 0 && !k->oom)
                 ir_error(k, at, name, "operand %d is LOOM_NONE (no value)", i);
             return 0;
         }
-        if (opnd[i] >= k->nvals) {
-            ir_error(k, at, name, "operand %d (handle %u) is not a value of kernel '%s'", i,
-                     opnd[i], k->name);
+        if (!(opnd[i] = ir_unhandle(k, handles[i]))) {
+            ir_error(k, at, name, "operand %d (handle 0x%08x) is not a value of kernel '%s'%s", i, handles[i],
+                     k->name, ir_handle_foreign(k, handles[i]) ? ": it is a handle of another kernel" : "");
             return 0;
         }
         if (!ir_visible(k, opnd[i], cur_block(k))) {
@@ -76,11 +82,11 @@ static loom_val finish(loom_kernel *k, uint32_t o)
     }
     loom_val first = LOOM_NONE;
     for (int i = 0; i < nout; i++) {
-        loom_val v = ir_op_add_result(k, o, out[i]);
+        loom_val v = ir_handle(k, ir_op_add_result(k, o, out[i]));
         if (i == 0)
             first = v;
     }
-    return nout ? first : (loom_val)o; /* ops without results return their op id (non-zero) */
+    return nout ? first : ir_handle(k, o); /* ops without results return their op id (non-zero) */
 }
 
 static loom_val build0(loom_kernel *k, loom_src at, ir_opkind kind, int64_t i0, int64_t i1)
@@ -105,7 +111,7 @@ static loom_val build1(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, 
 static loom_val build2(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, loom_val b,
                        int64_t i0)
 {
-    uint32_t ops[2] = {a, b};
+    loom_val ops[2] = {a, b};
     uint32_t o = begin(k, at, kind, ops, 2);
     if (!o)
         return LOOM_NONE;
@@ -116,7 +122,7 @@ static loom_val build2(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, 
 static loom_val build3(loom_kernel *k, loom_src at, ir_opkind kind, loom_val a, loom_val b,
                        loom_val c)
 {
-    uint32_t ops[3] = {a, b, c};
+    loom_val ops[3] = {a, b, c};
     return finish(k, begin(k, at, kind, ops, 3));
 }
 
@@ -284,17 +290,19 @@ static int tensor_rank(loom_kernel *k, loom_src at, const char *opname, loom_val
             ir_error(k, at, opname, "the tensor is LOOM_NONE (no value)");
         return -1;
     }
-    if (t >= k->nvals || k->vals[t].type.kind != IR_T_TENSOR) {
-        ir_error(k, at, opname, "operand 0 is not a global tensor argument");
+    uint32_t v = ir_unhandle(k, t);
+    if (!v || k->vals[v].type.kind != IR_T_TENSOR) {
+        ir_error(k, at, opname, "operand 0 is not a global tensor argument%s",
+                 ir_handle_foreign(k, t) ? " of this kernel: it is a handle of another kernel" : "");
         return -1;
     }
-    return k->vals[t].type.shape.rank;
+    return k->vals[v].type.shape.rank;
 }
 
 /* A load's fill value, as the tensor's dtype holds it. */
 static double fill_value(loom_kernel *k, loom_val t, double fill)
 {
-    loom_dtype dt = (loom_dtype)k->vals[t].type.dtype;
+    loom_dtype dt = (loom_dtype)k->vals[ir_unhandle(k, t)].type.dtype;
     return ir_dtype_is_float(dt) ? ir_round_to_d(dt, fill) : (double)ir_wrap_int(dt, (int64_t)fill);
 }
 
@@ -313,7 +321,7 @@ loom_val loom_load_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *o
     int r = tensor_rank(k, at, "load", t);
     if (r < 0 || !offsets_given(k, at, "load", offs))
         return LOOM_NONE;
-    uint32_t ops[2 + LOOM_MAX_RANK];
+    loom_val ops[2 + LOOM_MAX_RANK];
     int n = 0;
     ops[n++] = t;
     for (int i = 0; i < r; i++)
@@ -336,7 +344,7 @@ void loom_store_at(loom_src at, loom_kernel *k, loom_val t, const loom_val *offs
     int r = tensor_rank(k, at, "store", t);
     if (r < 0 || !offsets_given(k, at, "store", offs))
         return;
-    uint32_t ops[3 + LOOM_MAX_RANK];
+    loom_val ops[3 + LOOM_MAX_RANK];
     int n = 0;
     ops[n++] = t;
     for (int i = 0; i < r; i++)
@@ -356,7 +364,7 @@ loom_val loom_load_scalar_at(loom_src at, loom_kernel *k, loom_val t, const loom
     int r = tensor_rank(k, at, "load_scalar", t);
     if (r < 0 || !offsets_given(k, at, "load_scalar", offs))
         return LOOM_NONE;
-    uint32_t ops[1 + LOOM_MAX_RANK];
+    loom_val ops[1 + LOOM_MAX_RANK];
     ops[0] = t;
     for (int i = 0; i < r; i++)
         ops[1 + i] = offs[i];
@@ -369,7 +377,7 @@ loom_val loom_load_rows_at(loom_src at, loom_kernel *k, loom_val t, loom_val row
     int r = tensor_rank(k, at, "load_rows", t);
     if (r < 0 || !offsets_given(k, at, "load_rows", offs))
         return LOOM_NONE;
-    uint32_t ops[2 + LOOM_MAX_RANK];
+    loom_val ops[2 + LOOM_MAX_RANK];
     ops[0] = t;
     ops[1] = rows;
     /* offs[0] is ignored by the semantics; the row index takes its place.  It is kept
@@ -410,7 +418,7 @@ loom_region_op loom_for_begin_at(loom_src at, loom_kernel *k, loom_val lo, loom_
         ir_error(k, at, "for", "bad carried-value count %d (0..60, with init values)", n);
         return 0;
     }
-    uint32_t ops[64];
+    loom_val ops[64];
     ops[0] = lo;
     ops[1] = hi;
     ops[2] = step;
@@ -448,7 +456,7 @@ loom_val loom_for_iv(loom_kernel *k, loom_region_op loop)
 {
     if (!k || !loop || loop >= k->nops || k->ops[loop].kind != IR_FOR)
         return LOOM_NONE;
-    return k->blocks[k->ops[loop].reg[0]].args[0];
+    return ir_handle(k, k->blocks[k->ops[loop].reg[0]].args[0]);
 }
 
 loom_val loom_for_arg(loom_kernel *k, loom_region_op loop, int i)
@@ -458,7 +466,7 @@ loom_val loom_for_arg(loom_kernel *k, loom_region_op loop, int i)
     ir_block *b = &k->blocks[k->ops[loop].reg[0]];
     if (i < 0 || (uint32_t)i + 1 >= b->nargs)
         return LOOM_NONE;
-    return b->args[1 + i];
+    return ir_handle(k, b->args[1 + i]);
 }
 
 /* Build a yield closing the innermost block, which must be region `reg` of op o. */
@@ -479,7 +487,7 @@ static void close_region(loom_kernel *k, loom_src at, uint32_t o, int reg, int n
         n = 0;
     }
     if (o) {
-        uint32_t ops[64];
+        loom_val ops[64];
         for (int i = 0; i < n; i++)
             ops[i] = ys[i];
         uint32_t y = begin(k, at, IR_YIELD, ops, n);
@@ -512,7 +520,7 @@ loom_val loom_for_result(loom_kernel *k, loom_region_op loop, int i)
         return LOOM_NONE;
     if (i < 0 || i >= k->ops[loop].nres)
         return LOOM_NONE;
-    return k->ops[loop].res[i];
+    return ir_handle(k, k->ops[loop].res[i]);
 }
 
 loom_region_op loom_if_begin_at(loom_src at, loom_kernel *k, loom_val cond, int n_results)
@@ -559,11 +567,11 @@ void loom_else_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const lo
         } else {
             bool good = true;
             for (int i = 0; i < n; i++)
-                if (!ys || !ys[i] || ys[i] >= k->nvals)
+                if (!ys || !ir_unhandle(k, ys[i]))
                     good = false;
             if (good && op->nres == 0)
                 for (int i = 0; i < n; i++)
-                    ir_op_add_result(k, o, k->vals[ys[i]].type);
+                    ir_op_add_result(k, o, k->vals[ir_unhandle(k, ys[i])].type);
             else if (!good) {
                 if (k->ndiags == 0)
                     ir_error(k, at, "if", "the then-branch yields LOOM_NONE");
@@ -612,7 +620,7 @@ loom_val loom_if_result(loom_kernel *k, loom_region_op o, int i)
         return LOOM_NONE;
     if (i < 0 || i >= k->ops[o].nres)
         return LOOM_NONE;
-    return k->ops[o].res[i];
+    return ir_handle(k, k->ops[o].res[i]);
 }
 
 /* ---------------------------------------------------------------- Hopper machinery */
@@ -687,10 +695,11 @@ void loom_smem_store_cluster_at(loom_src at, loom_kernel *k, loom_val view, loom
                                 loom_val i)
 {
     /* a scalar (a claimed tile index) is splatted to the view's shape */
-    if (k && ir_valid(k, view) && ir_valid(k, v) && k->vals[view].type.kind == IR_T_SMEM &&
-        k->vals[v].type.kind == IR_T_TILE && k->vals[v].type.shape.rank == 0)
-        v = loom_splat_at(at, k, v, k->vals[view].type.shape);
-    uint32_t ops[4] = {view, v, bars, i};
+    uint32_t vw = k ? ir_unhandle(k, view) : 0, vv = k ? ir_unhandle(k, v) : 0;
+    if (vw && vv && k->vals[vw].type.kind == IR_T_SMEM && k->vals[vv].type.kind == IR_T_TILE &&
+        k->vals[vv].type.shape.rank == 0)
+        v = loom_splat_at(at, k, v, k->vals[vw].type.shape);
+    loom_val ops[4] = {view, v, bars, i};
     finish(k, begin(k, at, IR_SMEM_STORE_CLUSTER, ops, 4));
 }
 
@@ -742,7 +751,7 @@ static void tma_build(loom_src at, loom_kernel *k, ir_opkind kind, loom_val t, c
     int r = tensor_rank(k, at, name, t);
     if (r < 0 || !offsets_given(k, at, name, offs))
         return;
-    uint32_t ops[LOOM_MAX_RANK + 4];
+    loom_val ops[LOOM_MAX_RANK + 4];
     int n = 0;
     ops[n++] = t;
     for (int d = 0; d < r; d++)
@@ -813,7 +822,7 @@ loom_val loom_wgmma_result(loom_kernel *k, loom_region_op wait, int i)
         return LOOM_NONE;
     if (i < 0 || i >= k->ops[wait].nres)
         return LOOM_NONE;
-    return k->ops[wait].res[i];
+    return ir_handle(k, k->ops[wait].res[i]);
 }
 
 loom_region_op loom_task_begin_at(loom_src at, loom_kernel *k, int warps, int regs, int replicas)
@@ -863,7 +872,7 @@ static void flag_op(loom_kernel *k, loom_src at, ir_opkind kind, const char *nam
     int r = tensor_rank(k, at, name, flags);
     if (r < 0 || !offsets_given(k, at, name, offs))
         return;
-    uint32_t ops[2 + LOOM_MAX_RANK];
+    loom_val ops[2 + LOOM_MAX_RANK];
     ops[0] = flags;
     for (int i = 0; i < r; i++)
         ops[1 + i] = offs[i];
@@ -887,7 +896,7 @@ loom_val loom_atomic_add_at(loom_src at, loom_kernel *k, loom_val t, const loom_
     int r = tensor_rank(k, at, "atomic_add", t);
     if (r < 0 || !offsets_given(k, at, "atomic_add", offs))
         return LOOM_NONE;
-    uint32_t ops[2 + LOOM_MAX_RANK];
+    loom_val ops[2 + LOOM_MAX_RANK];
     ops[0] = t;
     for (int i = 0; i < r; i++)
         ops[1 + i] = offs[i];

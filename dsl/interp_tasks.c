@@ -528,9 +528,9 @@ static loom_status side_run(interp *base, int64_t first, int64_t n)
      * resident at once, and the next starts when one ends, as on a GPU whose SMs hold
      * only r of the grid's CTAs */
     int c = k->cluster > 1 ? k->cluster : 1, resident = S.n;
-    const char *rs = util_env_str("LOOM_INTERP_RESIDENT");
-    if (rs && atoi(rs) > 0)
-        resident = (atoi(rs) + c - 1) / c * c;
+    int64_t rs = util_env_int("LOOM_INTERP_RESIDENT", 0, 0, INT32_MAX / 16); /* 0: all of them */
+    if (rs > 0)
+        resident = (int)((rs + c - 1) / c * c);
     for (int left = S.n; st == LOOM_OK && left > 0;) {
         uint64_t adds0 = S.adds;
         int left0 = left;

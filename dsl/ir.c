@@ -106,6 +106,7 @@ loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps)
     k->num_warps = num_warps;
     k->cluster = 1;
     k->nvals = k->nops = k->nblocks = 1; /* sentinels */
+    pthread_mutex_init(&k->lock, NULL);
     if (!k->name || !grow(k, (void **)&k->vals, &k->capvals, 1, sizeof(ir_value)) ||
         !grow(k, (void **)&k->ops, &k->capops, 1, sizeof(ir_op)) ||
         !grow(k, (void **)&k->blocks, &k->capblocks, 1, sizeof(ir_block))) {
@@ -124,6 +125,8 @@ loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps)
     if (!ident)
         ir_error(k, at, NULL, "kernel name '%s' is not an identifier (letters, digits and _, not first a digit)",
                  k->name);
+    else if (strcmp(k->name, "_") == 0) /* PTX: [_$%] must be followed by a letter, digit, _ or $ */
+        ir_error(k, at, NULL, "kernel name '_' is not a PTX identifier (ptxas refuses a lone _; add a letter or digit)");
     return k;
 }
 
@@ -143,6 +146,7 @@ void loom_kernel_destroy(loom_kernel *k)
     free(k->blocks);
     ir_arena_free(&k->arena);
     free(k->name);
+    pthread_mutex_destroy(&k->lock);
     free(k);
 }
 
@@ -151,9 +155,10 @@ int loom_kernel_num_warps(const loom_kernel *k) { return k ? k->num_warps : 0; }
 
 loom_shape loom_val_shape(const loom_kernel *k, loom_val v)
 {
-    if (!k || v == LOOM_NONE || v >= k->nvals)
+    uint32_t i = k ? ir_unhandle(k, v) : 0;
+    if (!i)
         return LOOM_SCALAR;
-    return k->vals[v].type.shape;
+    return k->vals[i].type.shape;
 }
 
 /* A deep copy of a finished kernel (no diagnostics, no builder state): passes that
@@ -164,6 +169,7 @@ loom_kernel *ir_kernel_clone(const loom_kernel *k)
     loom_kernel *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    pthread_mutex_init(&c->lock, NULL);
     c->name = strdup(k->name);
     c->num_warps = k->num_warps;
     c->cluster = k->cluster;
@@ -270,14 +276,22 @@ const char *loom_kernel_errors(const loom_kernel *k)
     if (!k)
         return "no kernel (loom_kernel_create returned NULL?)";
     loom_kernel *mk = (loom_kernel *)k;
+    /* kept while the diagnostics stay: threads that share a finished kernel may all ask */
+    pthread_mutex_lock(&mk->lock);
+    if (mk->errtext && mk->errtext_gen == k->gen + 1) {
+        pthread_mutex_unlock(&mk->lock);
+        return mk->errtext;
+    }
     size_t n = 1;
     for (int i = 0; i < k->ndiags; i++)
         n += strlen(k->diags[i].msg) + 1;
     if (k->oom)
         n += 64;
     char *s = malloc(n);
-    if (!s)
+    if (!s) {
+        pthread_mutex_unlock(&mk->lock);
         return "out of memory";
+    }
     s[0] = 0;
     for (int i = 0; i < k->ndiags; i++) {
         strcat(s, k->diags[i].msg);
@@ -287,6 +301,16 @@ const char *loom_kernel_errors(const loom_kernel *k)
         strcat(s, "error: out of memory while building the kernel\n");
     free(mk->errtext);
     mk->errtext = s;
+    mk->errtext_gen = k->gen + 1;
+    pthread_mutex_unlock(&mk->lock);
+    return s;
+}
+
+const char *ir_print_shared(loom_kernel *k)
+{
+    pthread_mutex_lock(&k->lock);
+    const char *s = loom_print(k);
+    pthread_mutex_unlock(&k->lock);
     return s;
 }
 
@@ -295,6 +319,12 @@ const char *loom_kernel_errors(const loom_kernel *k)
 static uint32_t new_value(loom_kernel *k, ir_type t, ir_valkind kind, uint32_t def,
                           uint32_t index, uint32_t block)
 {
+    if (k->nvals >= IR_MAX_VALUES) { /* the handles' index bits (ir.h) */
+        if (k->nvals == IR_MAX_VALUES && !k->oom)
+            ir_error(k, (loom_src){"", 0}, NULL, "the kernel has more than 2^%d values", IR_HANDLE_BITS);
+        k->oom = true;
+        return 0;
+    }
     if (!grow(k, (void **)&k->vals, &k->capvals, k->nvals, sizeof(ir_value)))
         return 0;
     k->gen++;
@@ -356,7 +386,10 @@ uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *
             k->nops--;
             return 0;
         }
-        memcpy(op->opnd, opnd, (size_t)nopnd * sizeof(uint32_t));
+        /* operands are indices (below IR_MAX_VALUES); an op built by hand from API handles
+         * (tests do) drops their kernel tag (ir.h) */
+        for (int i = 0; i < nopnd; i++)
+            op->opnd[i] = opnd[i] & (IR_MAX_VALUES - 1);
     }
     op->nopnd = (uint16_t)nopnd;
     uint32_t b = k->open[k->nopen - 1];
@@ -460,8 +493,8 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
     }
     for (int d = 0; d < shape.rank; d++)
         if (shape.dim[d] < 1 || shape.dim[d] > ((int64_t)1 << 40)) {
-            ir_error(k, at, NULL, "argument '%s': dimension %d is %lld; it must be positive",
-                     name, d, (long long)shape.dim[d]);
+            ir_error(k, at, NULL, "argument '%s': dimension %d is %lld; it must be %s", name, d,
+                     (long long)shape.dim[d], shape.dim[d] < 1 ? "positive" : "at most 2^40 (between 1 and 2^40)");
             return LOOM_NONE;
         }
     if (access < LOOM_IN || access > LOOM_INOUT) {
@@ -502,7 +535,7 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
     k->vals[v].name = a->name;
     a->value = v;
     k->nargs++;
-    return v;
+    return ir_handle(k, v);
 }
 
 loom_val loom_arg_scalar_at(loom_src at, loom_kernel *k, const char *name, loom_dtype dt)
@@ -523,7 +556,7 @@ loom_val loom_arg_scalar_at(loom_src at, loom_kernel *k, const char *name, loom_
     k->vals[v].name = a->name;
     a->value = v;
     k->nargs++;
-    return v;
+    return ir_handle(k, v);
 }
 
 int loom_kernel_num_args(const loom_kernel *k) { return k ? k->nargs : 0; }
@@ -539,13 +572,14 @@ int loom_kernel_arg_info(const loom_kernel *k, int i, loom_arg_info *out)
     return 1;
 }
 
-loom_val loom_name(loom_kernel *k, loom_val v, const char *name)
+loom_val loom_name(loom_kernel *k, loom_val h, const char *name)
 {
-    if (k && ir_valid(k, v) && name) {
+    uint32_t v = k ? ir_unhandle(k, h) : 0;
+    if (v && name) {
         k->vals[v].name = ir_arena_strdup(&k->arena, name);
         k->gen++;
     }
-    return v;
+    return h;
 }
 
 /* ---------------------------------------------------------------- small helpers */
@@ -564,6 +598,7 @@ const char *loom_status_name(loom_status s)
     case LOOM_ERR_NOMEM: return "out of memory";
     case LOOM_ERR_UNSUPPORTED: return "unsupported";
     case LOOM_ERR_TIMEOUT: return "timed out";
+    case LOOM_ERR_NOT_TUNED: return "not tuned";
     }
     return "unknown status";
 }

@@ -17,7 +17,9 @@
 #define LOOM_IR_H
 
 #include "loom.h"
+#include "../util/util.h" /* environment switches and checked sizes, for every layer that reads the IR */
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -171,8 +173,42 @@ struct loom_kernel {
     ir_diag *diags;
     int ndiags, capdiags;
     char *errtext;
+    uint64_t errtext_gen; /* gen + 1 of errtext; 0: none */
     char *printed;
+    /* Guards the cached answers above (verified, errtext, printed) so that several
+     * threads may verify, compile and launch one finished kernel at once; building stays
+     * one thread's (include/loom.h, "Threads"). */
+    pthread_mutex_t lock;
 };
+
+/* ---------------------------------------------------------------- handles
+ * A loom_val the API hands out is the value's index in the low IR_HANDLE_BITS bits and a
+ * tag of its kernel (1 to 255, from the kernel's uid) in the high bits, so a handle of
+ * another kernel is refused instead of naming whatever value has its index here (two
+ * kernels 255 apart in creation order share a tag: the check is cheap, not perfect).
+ * Inside loom (ops' operands, the printer, codegen) values are plain indices; only the
+ * builder's entry points and returns translate. */
+#define IR_HANDLE_BITS 24
+#define IR_MAX_VALUES ((uint32_t)1 << IR_HANDLE_BITS)
+static inline uint32_t ir_handle_tag(const loom_kernel *k) { return (uint32_t)(1 + k->uid % 255) << IR_HANDLE_BITS; }
+/* The public handle of value v (0 stays LOOM_NONE). */
+static inline loom_val ir_handle(const loom_kernel *k, uint32_t v) { return v ? (loom_val)(v | ir_handle_tag(k)) : 0; }
+/* Value h's index in k: 0 for LOOM_NONE, for a handle of another kernel or of no value. */
+static inline uint32_t ir_unhandle(const loom_kernel *k, loom_val h)
+{
+    uint32_t v = h & (IR_MAX_VALUES - 1);
+    return h && (h & ~(IR_MAX_VALUES - 1)) == ir_handle_tag(k) && v < k->nvals ? v : 0;
+}
+/* Is h tagged as a handle of some other kernel (for the message)? */
+static inline bool ir_handle_foreign(const loom_kernel *k, loom_val h)
+{
+    return (h >> IR_HANDLE_BITS) != 0 && (h & ~(IR_MAX_VALUES - 1)) != ir_handle_tag(k);
+}
+
+/* loom_print(k) under the kernel's lock: the runtime fills the printed IR's cache this
+ * way before a compile looks the kernel up, so threads sharing a kernel never print it
+ * at once. */
+const char *ir_print_shared(loom_kernel *k);
 
 /* A deep copy of kernel k for passes that rewrite IR; NULL when out of memory. */
 loom_kernel *ir_kernel_clone(const loom_kernel *k);

@@ -356,6 +356,7 @@ const char *ir_value_label(loom_kernel *k, uint32_t v, char *buf, size_t n)
     snprintf(buf, n, "%%?");
     if (!k)
         return buf;
+    v &= IR_MAX_VALUES - 1; /* an index, or a public handle (ir.h): its kernel tag dropped */
     pbuf p = {0};
     p.num = calloc(k->nvals + 1, sizeof(uint32_t));
     if (!p.num)

@@ -8,6 +8,9 @@
  * builder recorded while the kernel was built are kept and reported with these.  The
  * verifier never stops at the first error: the user sees them all, each with the
  * file:line of the builder call.
+ *
+ * The answer is cached until the kernel changes (gen), under the kernel's lock, so one
+ * finished kernel may be verified (and so compiled and launched) from several threads.
  */
 #include "ir.h"
 
@@ -78,12 +81,17 @@ loom_status loom_verify(loom_kernel *k)
 {
     if (!k)
         return LOOM_ERR_INVALID;
-    if (k->verified_gen == k->gen + 1)
-        return k->verified;
-    verify_block(k, 1);
-    if (k->ndiags == 0 && !k->oom)
-        ir_check_async(k);
-    k->verified = k->ndiags || k->oom ? LOOM_ERR_VERIFY : LOOM_OK;
-    k->verified_gen = k->gen + 1; /* after verify_block: its errors bumped gen */
-    return k->verified;
+    /* under the kernel's lock: threads that share a finished kernel (launching it, say)
+     * may all verify it, and the first one's answer (and errors) is every one's */
+    pthread_mutex_lock(&k->lock);
+    if (k->verified_gen != k->gen + 1) {
+        verify_block(k, 1);
+        if (k->ndiags == 0 && !k->oom)
+            ir_check_async(k);
+        k->verified = k->ndiags || k->oom ? LOOM_ERR_VERIFY : LOOM_OK;
+        k->verified_gen = k->gen + 1; /* after verify_block: its errors bumped gen */
+    }
+    loom_status st = k->verified;
+    pthread_mutex_unlock(&k->lock);
+    return st;
 }

@@ -26,6 +26,22 @@
  * can pass its caller's location with the `_at` forms: loom_add_at(here, k, a, b).
  *
  * The library never exits or aborts the process on a user's error.
+ *
+ * Threads (docs/errors.md, "Threads"):
+ *   - a kernel is built (every builder call, loom_name, loom_kernel_set_cluster) by one
+ *     thread at a time.  Once built, one kernel may be used from several threads at once
+ *     by the calls that only read it: loom_verify, loom_kernel_errors, loom_print (the
+ *     text is kept until the kernel changes), loom_compile_ptx, loom_prepare and
+ *     loom_launch (each thread on its own runtime).  loom_kernel_destroy must come after
+ *     every other thread is done with it.
+ *   - a runtime, and its buffers, are used by one thread at a time (its last error, among
+ *     other state, is one per runtime).  To compile on several threads, use
+ *     loom_prepare_many; different runtimes may be used on different threads.
+ *   - the autotuner (loom_tune) and the template APIs (loom_gemm_*, loom_ikbo_*) run on a
+ *     runtime, so the same rule holds; the tuner compiles on its own threads inside one
+ *     call.  Templates (loom_template_find) are constant and may be read from any thread.
+ *   - a value handle (loom_val) belongs to the kernel that made it: another kernel's is
+ *     refused, naming the op.
  */
 #ifndef LOOM_H
 #define LOOM_H
@@ -61,6 +77,9 @@ typedef enum loom_status {
     LOOM_ERR_NOMEM,
     LOOM_ERR_UNSUPPORTED,
     LOOM_ERR_TIMEOUT,   /* loom_runtime_sync's bound passed before the GPU work was done */
+    LOOM_ERR_NOT_TUNED, /* loom_tune: a shape could not be tuned on the GPU (no candidate ran
+                           correctly, or none could be set up); its kernel, the default
+                           config's, is ready all the same (loom_tuned.source: FELL_BACK) */
 } loom_status;
 
 const char *loom_status_name(loom_status s);
@@ -530,7 +549,9 @@ typedef enum loom_target {
 } loom_target;
 
 /* Create a runtime.  Returns NULL only when out of memory; otherwise check
- * loom_runtime_status() (LOOM_ERR_NO_GPU for TARGET_GPU without a GPU). */
+ * loom_runtime_status() (LOOM_ERR_NO_GPU for TARGET_GPU without a GPU; LOOM_ERR_INVALID
+ * for a target that is none of the three, and then every call on it is refused).  One
+ * thread at a time uses a runtime (see "Threads" at the top). */
 loom_runtime *loom_runtime_create(loom_target target);
 loom_status loom_runtime_status(const loom_runtime *rt);
 void loom_runtime_destroy(loom_runtime *rt);
@@ -686,7 +707,29 @@ typedef struct loom_template {
      * in the outputs that are checked, and whose elements alone the reference cannot
      * predict (0: every output is compared). */
     uint32_t unchecked;
+
+    /* The error model (docs/checks.md): after reference() filled ref, write into bound[i]
+     * (one double per element of output argument i; NULL for the other arguments and for
+     * unchecked outputs) the largest |out - ref| a right kernel can give at that element,
+     * derived from the computation with loom_f32_sum_error and loom_error_bound.  Every
+     * check compares element by element against it.  NULL: atol + rtol * |ref|. */
+    void (*bound)(const int64_t *shape, void *const *host, void *const *ref, double *const *bound);
 } loom_template;
+
+/* ---- the error model (docs/checks.md) */
+/* The spacing of dtype dt's values at magnitude |x| (the subnormal spacing below the
+ * smallest normal; 0 for integer types, which are exact). */
+double loom_ulp(loom_dtype dt, double x);
+/* The largest error of a sum of k exact terms accumulated in f32 in any order, whose
+ * magnitudes sum to `magnitude`: gamma_k * magnitude, gamma_k = k u / (1 - k u) with
+ * u = 2^-23 (an add may be off by a whole ulp: the tensor cores do not promise to round
+ * to nearest).  0 for k <= 1; infinite for k >= 2^23. */
+double loom_f32_sum_error(int64_t k, double magnitude);
+/* The bound at an element whose reference, stored in dt, is ref, when a right kernel's
+ * value before its own final rounding to dt is within err of the exact result: err plus
+ * one ulp of dt (half for the kernel's rounding, half for the reference's), taken at the
+ * largest magnitude either value can have. */
+double loom_error_bound(loom_dtype dt, double ref, double err);
 
 int loom_template_count(void);
 const loom_template *loom_template_at(int i);
@@ -717,10 +760,27 @@ loom_status loom_instance_create(loom_runtime *rt, const loom_template *t, const
 void loom_instance_destroy(loom_instance *in);
 
 /* Run template t at (shape, config) on runtime rt with random inputs and check every
- * output element against its reference; returns LOOM_OK when all pass.  A summary line
- * is written into report. */
+ * output element against its reference and its error bound (t->bound, docs/checks.md);
+ * returns LOOM_OK when all pass.  A summary line is written into report. */
 loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const int64_t *shape,
                                 const int64_t *config, uint64_t seed, char *report, size_t n);
+
+/* What an instance's outputs must be: for each checked output i (an output not in
+ * t->unchecked), ref[i] its reference in its dtype and bound[i] the largest |out - ref| a
+ * right kernel gives at each element (t->bound, else atol + rtol * |ref|). */
+typedef struct loom_expected {
+    void *ref[LOOM_MAX_ARGS];
+    double *bound[LOOM_MAX_ARGS];
+} loom_expected;
+/* The reference and bounds at the instance's inputs (host copies); LOOM_ERR_NOMEM. */
+loom_status loom_expected_create(const loom_template *t, const int64_t *shape, const loom_instance *in,
+                                 loom_expected *out);
+void loom_expected_destroy(loom_expected *e);
+/* Compare host copies got[i] of the outputs with e, element by element: |got - ref| <=
+ * bound, or both NaN.  Returns the number of elements outside their bound; report gets
+ * a summary (the count, the worst |err| / bound, the first bad element). */
+int64_t loom_expected_compare(const loom_template *t, const loom_instance *in, const loom_expected *e,
+                              void *const *got, char *report, size_t n);
 
 /* ---- the autotuner (tune/; docs/tuning.md)
  *
@@ -758,7 +818,11 @@ typedef enum loom_tune_source {
     LOOM_TUNE_NONE = 0,   /* nothing usable: status and note say why */
     LOOM_TUNE_TUNED,      /* timed now */
     LOOM_TUNE_CACHED,     /* found in the tuning cache */
-    LOOM_TUNE_DEFAULT,    /* not tuned (no GPU, LOOM_TUNE=0, no correct candidate): note says */
+    LOOM_TUNE_DEFAULT,    /* not tuned, by choice or for want of a GPU (LOOM_TUNE=0, the
+                             interpreter): the default config; note says */
+    LOOM_TUNE_FELL_BACK,  /* tuning ran on the GPU and failed (no candidate ran correctly, or
+                             none could be set up): the default config, note says why, and
+                             loom_tune returns LOOM_ERR_NOT_TUNED */
 } loom_tune_source;
 
 typedef struct loom_tuned {
@@ -810,8 +874,10 @@ loom_status loom_time_launch_flushed(loom_runtime *rt, loom_kernel *k, const int
 
 /* Tune template t for nshapes shapes: shapes[i * t->nshape + j] is parameter j of shape i.
  * out[i] (nshapes of them) receives each result; release them with loom_tuned_release.
- * Returns LOOM_OK when every shape has a ready kernel, else the first failure (each
- * out[i].note says what happened).  opts may be NULL. */
+ * Returns LOOM_OK when every shape has a ready kernel that was tuned (or cached, or not
+ * to be tuned: no GPU, LOOM_TUNE=0); LOOM_ERR_NOT_TUNED when every shape has a ready
+ * kernel but the tuning of one fell back on the default config; else the first failure
+ * (each out[i].note says what happened).  opts may be NULL. */
 loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *shapes, int nshapes,
                       const loom_tune_opts *opts, loom_tuned *out);
 void loom_tuned_release(loom_tuned *r, int n);

@@ -66,6 +66,15 @@ loom_runtime *loom_runtime_create(loom_target target)
     loom_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return NULL;
+    if (target != LOOM_TARGET_AUTO && target != LOOM_TARGET_INTERPRET && target != LOOM_TARGET_GPU) {
+        rt->target = LOOM_TARGET_INTERPRET; /* nothing runs: every call returns the status */
+        rt->status = LOOM_ERR_INVALID;
+        rt_fail(rt, LOOM_ERR_INVALID,
+                "loom_runtime_create: target %d is not LOOM_TARGET_AUTO (%d), LOOM_TARGET_INTERPRET (%d) or "
+                "LOOM_TARGET_GPU (%d)",
+                (int)target, (int)LOOM_TARGET_AUTO, (int)LOOM_TARGET_INTERPRET, (int)LOOM_TARGET_GPU);
+        return rt;
+    }
     rt->dump_ir = util_env_on("LOOM_DUMP_IR"); /* read once: a launch should not scan the environment */
     if (target == LOOM_TARGET_AUTO && util_env_on("LOOM_INTERPRET"))
         target = LOOM_TARGET_INTERPRET;
@@ -297,12 +306,13 @@ loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[
         return rt_fail(rt, LOOM_ERR_VERIFY, "kernel '%s' failed verification:\n%s", k->name,
                        loom_kernel_errors(k));
     if (rt->dump_ir)
-        fprintf(stderr, "%s", loom_print(k));
+        fprintf(stderr, "%s", ir_print_shared(k));
     loom_status st = check_args(rt, k, grid, args, nargs);
     if (st != LOOM_OK)
         return st;
     if (rt->gpu) {
-        int64_t progs = (int64_t)grid[0] * grid[1] * grid[2];
+        int64_t progs = INT64_MAX, g3[3] = {grid[0], grid[1], grid[2]};
+        util_prod_i64(g3, 3, &progs); /* check_args bounded each dim: it fits */
         int sms = rt_gpu_properties(rt->gpu)->sm_count;
         if (progs > sms && ir_uses_op(k, IR_FLAG_WAIT))
             return rt_fail(rt, LOOM_ERR_INVALID,
@@ -315,6 +325,7 @@ loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[
             la[i].dptr = args[i].buf ? args[i].buf->dptr : 0;
             la[i].s.i64 = scalar_bits(k, i, &args[i]);
         }
+        ir_print_shared(k); /* the module lookup's key: printed once, under the kernel's lock */
         return rt_gpu_launch_on(rt->gpu, k, grid, la, stream, rt->err, sizeof rt->err);
     }
     interp_arg ia[LOOM_MAX_ARGS];
@@ -375,6 +386,7 @@ loom_status loom_prepare(loom_runtime *rt, loom_kernel *k, loom_compile_info *in
                        loom_kernel_errors(k));
     if (!rt->gpu)
         return LOOM_OK;
+    ir_print_shared(k);
     return rt_gpu_prepare(rt->gpu, k, info, rt->err, sizeof rt->err);
 }
 
@@ -415,6 +427,8 @@ loom_status loom_prepare_many(loom_runtime *rt, loom_kernel *const *ks, int n, i
         if (loom_verify(ks[i]) != LOOM_OK)
             return rt_fail(rt, LOOM_ERR_VERIFY, "kernel '%s' (ks[%d]) failed verification:\n%s", ks[i]->name, i,
                            loom_kernel_errors(ks[i]));
+        if (rt->gpu)
+            ir_print_shared(ks[i]);
     }
     if (!rt->gpu || n == 0)
         return LOOM_OK;

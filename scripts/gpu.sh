@@ -19,6 +19,9 @@
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 #   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
+#   LOOM_GPU_TUNE_ARGS arguments of bench_tune (default --exhaustive: every template tuned at
+#                      its headline, "NOT TUNED" when it fell back, the pick against the
+#                      exhaustive best)
 #   LOOM_GPU_GRID      0 skips issue 21's tables: `bench_ikbo_lce --grid` (the framework
 #                      against loom's pick) and `bench_gemm --odd --grid --config tuned`
 #                      (gemm at odd and small or skinny shapes against cuBLAS); with a cold
@@ -141,6 +144,7 @@ for b in "$R"/bin/bench_*; do
     args=()
     [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS---sweep})
     [ "$(basename "$b")" = bench_gemm ] && args=(${LOOM_GPU_GEMM_ARGS-})
+    [ "$(basename "$b")" = bench_tune ] && args=(${LOOM_GPU_TUNE_ARGS---exhaustive})
     [ "$(basename "$b")" = bench_ikbo_fa ] && args=(${LOOM_GPU_FA_ARGS---sweep})
     for v in "${b}_before" "$b"; do
         [ -x "$v" ] || continue

@@ -11,6 +11,7 @@
  * that differ only in B and U.
  */
 #include "tpl.h"
+#include "../util/util.h"
 
 #include <math.h>
 
@@ -63,7 +64,8 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
         return tpl_refuse(err, n, "dtype must be f16, bf16 or f32");
     if (sh[S_U] < 1 || sh[S_B] < 1 || sh[S_M] < 1 || sh[S_N] < 1)
         return tpl_refuse(err, n, "B, U, M, N must be positive");
-    if (cf[C_BM] < 1 || cf[C_BN] < 1 || cf[C_BM] * cf[C_BN] > 65536)
+    int64_t tile;
+    if (cf[C_BM] < 1 || cf[C_BN] < 1 || !util_mul_i64(cf[C_BM], cf[C_BN], &tile) || tile > 65536)
         return tpl_refuse(err, n, "BM*BN must be between 1 and 65536");
     tpl_broadcast_add_shape s = shape_of(sh);
     return tpl_broadcast_add(&s, (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_WARPS]);
@@ -82,10 +84,10 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
         return !!tpl_refuse(why, n, "B, U, M, N must be positive");
     if (sh[S_B] > 65535)
         return !!tpl_refuse(why, n, "B=%lld candidates exceed the grid's y limit (65535)", (long long)sh[S_B]);
-    int64_t bm = cf[C_BM], bn = cf[C_BN], warps = cf[C_WARPS], tile = bm * bn;
+    int64_t bm = cf[C_BM], bn = cf[C_BN], warps = cf[C_WARPS], tile = INT64_MAX;
     if (bm < 1 || bn < 1 || warps < 1 || warps > 32)
         return !!tpl_refuse(why, n, "BM and BN must be positive and warps 1..32");
-    if (tile > 65536)
+    if (!util_mul_i64(bm, bn, &tile) || tile > 65536)
         return !!tpl_refuse(why, n, "a %lldx%lld tile exceeds 65536 elements", (long long)bm, (long long)bn);
     if (bm > tpl_pow2_at_least(sh[S_M]))
         return !!tpl_refuse(why, n, "BM=%lld is above M=%lld rounded up to a power of two: rows of every tile "
@@ -171,6 +173,19 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
                     tpl_get(host[0], s.dtype, b * mn + i) + tpl_get(host[1], s.dtype, map[b] * mn + i));
 }
 
+/* The error model (docs/checks.md): one f32 add, then the rounding to dtype. */
+static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
+{
+    tpl_broadcast_add_shape s = shape_of(sh);
+    (void)host;
+    if (!bnd[3])
+        return;
+    for (int64_t i = 0; i < s.B * s.M * s.N; i++) {
+        double r = tpl_get(ref[3], s.dtype, i);
+        bnd[3][i] = loom_error_bound(s.dtype, r, 0x1p-23 * (fabs(r) + loom_ulp(s.dtype, r)));
+    }
+}
+
 const loom_template tpl_def_broadcast_add = {
     .name = "ikbo_broadcast_add",
     .doc = "IKBO broadcast-add by index: out[b] = cand[b] + user[cand_to_user[b]]",
@@ -194,4 +209,5 @@ const loom_template tpl_def_broadcast_add = {
     .valid = valid,
     .cost = cost,
     .bucket = bucket,
+    .bound = bound,
 };

@@ -48,6 +48,7 @@
 #include "tpl.h"
 #include "loom_pipe.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -460,6 +461,35 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
     free(row);
 }
 
+/* The error model (docs/checks.md): C[b,m,n] sums K exact products in f32, then rounds to
+ * odtype once. */
+static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
+{
+    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_BATCH];
+    int64_t lda = row_stride(sh[S_LDA], K), ldb = row_stride(sh[S_LDB], N);
+    loom_dtype dt = (loom_dtype)sh[S_DTYPE], odt = (loom_dtype)sh[S_ODTYPE];
+    bool ash = nb == 1 || sh[S_ASHARED];
+    double *mag = malloc((size_t)N * sizeof *mag);
+    if (!mag || !bnd[2])
+        goto done;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t j = 0; j < N; j++)
+                mag[j] = 0;
+            for (int64_t q = 0; q < K; q++) {
+                double a = fabs(tpl_get(host[0], dt, (ash ? 0 : b * M * lda) + m * lda + q));
+                for (int64_t j = 0; j < N; j++)
+                    mag[j] += a * fabs(tpl_get(host[1], dt, b * K * ldb + q * ldb + j));
+            }
+            for (int64_t j = 0; j < N; j++) {
+                int64_t e = b * M * N + m * N + j;
+                bnd[2][e] = loom_error_bound(odt, tpl_get(ref[2], odt, e), loom_f32_sum_error(K, mag[j]));
+            }
+        }
+done:
+    free(mag);
+}
+
 const loom_template tpl_def_gemm = {
     .name = "gemm",
     .doc = "C[b] = A[b] @ B[b] on the tensor cores (TMA ring, producer/consumer warp groups, wgmma)",
@@ -504,4 +534,5 @@ const loom_template tpl_def_gemm = {
     .reference = reference,
     .atol = 2e-2,
     .rtol = 2e-2,
+    .bound = bound,
 };

@@ -15,6 +15,7 @@
  */
 #include "rt.h"
 #include "tpl.h"
+#include "../util/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,9 @@ static const char *shape_error(const loom_gemm_shape *s, char *buf, size_t n)
         return "a_shared must be 0 or 1";
     /* rows the copies index with 32-bit offsets below 2^31; every element count the runs
      * compute, padded ones included, below 2^40 */
-    if (a_rows(s) >= INT64_C(1) << 31 || s->batch * (double)s->K >= 2147483648.0 || s->N >= INT64_C(1) << 31) {
+    int64_t arows = 0;
+    if (!util_mul_i64(s->batch > 1 && !s->a_shared ? s->batch : 1, s->M, &arows) || arows >= INT64_C(1) << 31 ||
+        s->batch * (double)s->K >= 2147483648.0 || s->N >= INT64_C(1) << 31) {
         snprintf(buf, n, "the shape M=%lld N=%lld K=%lld batch=%lld has 2^31 rows or columns or more in an operand",
                  (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch);
         return buf;
@@ -151,6 +154,8 @@ loom_status loom_gemm_prepare(loom_runtime *rt, const loom_gemm_shape *s, const 
     else {
         loom_tune_opts o = {.quiet = 1};
         st = loom_tune(rt, t, sh, 1, &o, &p->tuned);
+        if (st == LOOM_ERR_NOT_TUNED) /* the default config's kernel is ready: run it, and say so */
+            st = tpl_not_tuned("loom_gemm_prepare", &p->tuned);
         if (st != LOOM_OK)
             tpl_fail(rt, st, "loom_gemm_prepare: no gemm config: %s", p->tuned.note);
     }

@@ -33,6 +33,7 @@
  */
 #include "ikbo_fa.h"
 #include "loom_pipe.h"
+#include "../util/util.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -69,6 +70,15 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "dtype must be f16 or bf16 (the tensor-core inputs)";
     if (s->B < 1 || s->U < 1 || s->S < 1 || s->H < 1 || s->nseed < 1)
         return "B, U, S, H and n_seed must be positive";
+    /* before any product of them: dims past 2^31 would overflow the checks below */
+    const int64_t dims[] = {s->B, s->U, s->S, s->H, s->nseed};
+    static const char *const dim_names[] = {"B", "U", "S", "H", "n_seed"};
+    for (int i = 0; i < 5; i++)
+        if (dims[i] > INT32_MAX) {
+            snprintf(buf, n, "%s is %lld; each of B, U, S, H and n_seed must be between 1 and 2^31 - 1", dim_names[i],
+                     (long long)dims[i]);
+            return buf;
+        }
     if (s->D != 64 && s->D != 128)
         return "D (the head dim) must be 64 or 128";
     if (s->varlen != 0 && s->varlen != 1)
@@ -98,9 +108,13 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "xunit must be 0 or 1";
     if (s->xunit && (s->dynamic || !s->overlap || s->turns))
         return "xunit=1 (the next unit started beside this one's last P V) needs sched=0, overlap=1 and turns=0";
-    if (fa_max_units(s) * s->H > INT32_MAX / 2 || fa_rows(s) * s->H * s->D > INT32_MAX ||
-        s->U * s->S * s->H * s->D > INT32_MAX)
-        return "the tensors are too large for 32-bit element offsets";
+    /* each factor is below 2^31 here, their products may pass 2^63: checked (util.h) */
+    const int64_t fq[] = {s->B, s->nseed, s->H, s->D}, fk[] = {s->U, s->S, s->H, s->D};
+    int64_t units = 0, qn = 0, kn = 0;
+    if (!util_mul_i64(fa_max_units(s), s->H, &units) || units > INT32_MAX / 2 || !util_prod_i64(fq, 4, &qn) ||
+        qn > INT32_MAX || !util_prod_i64(fk, 4, &kn) || kn > INT32_MAX)
+        return "the tensors are too large for 32-bit element offsets (q is B * n_seed * H * D elements, k and v "
+               "U * S * H * D: each must be below 2^31, and the units times H below 2^30)";
     return NULL;
 }
 

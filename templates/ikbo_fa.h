@@ -50,6 +50,10 @@ int64_t fa_plan(const fa_spec *s, const int32_t *cand_to_user, const int32_t *se
  * lengths (NULL: S each); rows of a user with no keys are zero. */
 void fa_reference(const fa_spec *s, const void *q, const void *k, const void *v, const int32_t *map,
                   const int32_t *seq_len, void *out);
+/* The error bound of each element of fa_reference's out (include/loom.h: the error
+ * model), given that reference in ref. */
+void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, const int32_t *map,
+              const int32_t *seq_len, const void *ref, double *bound);
 
 /* The registry entry's shape and config vectors as a spec; and the config as the C
  * API's. */

@@ -4,6 +4,7 @@
  * templates/ikbo_fa_plan.c) and one launch of the kernel of templates/ikbo_fa.c.
  */
 #include "ikbo_fa.h"
+#include "../util/util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ static loom_status tuned_config(loom_ikbo_fa *p)
     o.quiet = 1;
     loom_tuned r;
     loom_status st = loom_tune(p->rt, t, shape, 1, &o, &r);
+    if (st == LOOM_ERR_NOT_TUNED) /* the default config's kernel is ready: run it, and say so */
+        st = tpl_not_tuned("loom_ikbo_fa_prepare", &r);
     if (st == LOOM_OK)
         p->cfg = fa_config_of(r.config);
     loom_tuned_release(&r, 1);
@@ -83,7 +86,7 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
             st = fail(p, st, "loom_ikbo_fa_prepare: tuning: %s", loom_runtime_error(rt));
         p->spec = spec_of(shape, &p->cfg);
     }
-    int64_t maxu = fa_max_units(&p->spec);
+    int64_t maxu = st == LOOM_OK ? fa_max_units(&p->spec) : 0; /* a product: only of a shape fa_why_not took */
     if (st == LOOM_OK) {
         p->plan = dev(p, (size_t)(maxu * FA_UNIT_FIELDS) * 4, &st);
         p->lens = dev(p, (size_t)shape->U * 4, &st);
@@ -152,7 +155,8 @@ loom_status loom_ikbo_fa_set_mapping(loom_ikbo_fa *p, const int32_t *cand_to_use
 static loom_status check_buf(loom_ikbo_fa *p, const char *fn, const loom_buffer *b, const char *name, int64_t elems,
                              size_t e, const char *dims)
 {
-    size_t need = (size_t)elems * e;
+    size_t need = SIZE_MAX;
+    util_mul_size((size_t)elems, e, &need); /* elems is below 2^31 (fa_why_not): it fits */
     if (!b)
         return fail(p, LOOM_ERR_INVALID, "%s: %s is NULL", fn, name);
     if (loom_buffer_size(b) < need)
@@ -168,7 +172,10 @@ loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k,
     const char *fn = "loom_ikbo_fa_launch";
     const loom_ikbo_fa_shape *s = &p->s;
     size_t e = loom_dtype_size(s->dtype);
-    int64_t qn = s->B * s->n_seed * s->H * s->D, kn = s->U * s->S * s->H * s->D;
+    /* each below 2^31, as prepare checked (fa_why_not) */
+    int64_t qn = INT64_MAX, kn = INT64_MAX;
+    util_prod_i64((const int64_t[]){s->B, s->n_seed, s->H, s->D}, 4, &qn);
+    util_prod_i64((const int64_t[]){s->U, s->S, s->H, s->D}, 4, &kn);
     loom_status st;
     if ((st = check_buf(p, fn, q, "q", qn, e, "[B * n_seed, H, D]")) != LOOM_OK ||
         (st = check_buf(p, fn, k, "k", kn, e, "[U * S, H, D]")) != LOOM_OK ||

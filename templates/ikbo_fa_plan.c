@@ -58,3 +58,70 @@ void fa_reference(const fa_spec *s, const void *q, const void *k, const void *v,
     }
     free(p), free(o);
 }
+
+/* The error model (docs/checks.md) of the kernel at one output row: S = Q K^T sums D exact
+ * products in f32; exp2 of (S - max) * scale * log2(e) on the SFU (relative error 2^-21 at
+ * most, the argument rounded twice); P rounded to dtype for P V; P V and the row sum l sum
+ * len terms in f32; O and l rescaled once a tile (the same factor: only its roundings
+ * count) and divided once.  With delta the relative error of each P and rho = delta +
+ * gamma_len (1 + delta), out = O / l is off by at most rho / (1 - rho) (A + |out|), where
+ * A = sum p |v| / l, plus the rescales' and the division's roundings. */
+void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, const int32_t *map,
+              const int32_t *seq_len, const void *ref, double *bound)
+{
+    int64_t H = s->H, D = s->D, S = s->S;
+    double scale = 1.0 / sqrt((double)D), log2e = 1.4426950408889634, u = 0x1p-23;
+    double up = s->dt == LOOM_BF16 ? 0x1p-8 : 0x1p-11; /* P rounded to nearest in dtype */
+    double *sj = malloc((size_t)S * sizeof *sj), *p = malloc((size_t)S * sizeof *p);
+    double *a = malloc((size_t)D * sizeof *a);
+    if (!sj || !p || !a)
+        goto done;
+    for (int64_t r = 0; r < fa_rows(s); r++) {
+        int64_t usr = map[r / s->nseed], len = len_of(s, seq_len, usr);
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t qo = (r * H + h) * D;
+            double mx = -INFINITY, emax = 0, smax = 0, l = 0;
+            for (int64_t j = 0; j < len; j++) {
+                int64_t ko = ((usr * S + j) * H + h) * D;
+                double d = 0, mag = 0;
+                for (int64_t x = 0; x < D; x++) {
+                    double t = tpl_get(q, s->dt, qo + x) * tpl_get(k, s->dt, ko + x);
+                    d += t;
+                    mag += fabs(t);
+                }
+                sj[j] = d * scale;
+                mx = sj[j] > mx ? sj[j] : mx;
+                emax = fmax(emax, loom_f32_sum_error(D, mag) * scale);
+                smax = fmax(smax, fabs(sj[j]));
+            }
+            /* each exponent (in log2 units) off by the two S errors and its roundings */
+            double arg = 2 * emax * log2e + 4 * u * (smax + fabs(mx)) * log2e;
+            double delta = (1 + expm1(arg * M_LN2)) * (1 + 0x1p-21) * (1 + up) - 1;
+            double rho = delta + loom_f32_sum_error(len, 1.0) * (1 + delta);
+            double rel = rho < 0.5 ? rho / (1 - rho) : INFINITY;
+            double rounds = (2.0 * (double)((len + 63) / 64) + 4) * u; /* rescales (64-key tiles at least), 1/l */
+            for (int64_t x = 0; x < D; x++)
+                a[x] = 0;
+            for (int64_t j = 0; j < len; j++) {
+                p[j] = exp(sj[j] - mx);
+                l += p[j];
+                int64_t vo = ((usr * S + j) * H + h) * D;
+                for (int64_t x = 0; x < D; x++)
+                    a[x] += p[j] * fabs(tpl_get(v, s->dt, vo + x));
+            }
+            for (int64_t x = 0; x < D; x++) {
+                double r_ = tpl_get(ref, s->dt, qo + x);
+                double err = 0;
+                if (len) {
+                    double big = a[x] / l + fabs(r_) + loom_ulp(s->dt, r_);
+                    err = (rel + rounds) * big + (double)len * 0x1p-126; /* exp2 flushes tiny P to 0 */
+                }
+                bound[qo + x] = loom_error_bound(s->dt, r_, err);
+            }
+        }
+    }
+done:
+    free(sj);
+    free(p);
+    free(a);
+}

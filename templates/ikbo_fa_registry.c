@@ -88,23 +88,43 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     free(map);
 }
 
-/* The mapping back from the plan (every candidate's rows are in some block). */
-static void reference(const int64_t *sh, void *const *host, void *const *ref)
+/* The mapping back from the plan (every candidate's rows are in some block); NULL when
+ * out of memory. */
+static int32_t *map_of_plan(const fa_spec *s, void *const *host)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
-    int32_t *map = calloc((size_t)s.B, sizeof *map);
+    int32_t *map = calloc((size_t)s->B, sizeof *map);
     if (!map)
-        return;
+        return NULL;
     const int32_t *plan = host[A_PLAN];
     for (int64_t i = 0; i < *(const int32_t *)host[A_UNITS]; i++) {
         const int32_t *e = plan + i * FA_UNIT_FIELDS;
         for (int b = 0; b < 2; b++) {
             int32_t q0 = e[b ? FA_U_Q1 : FA_U_Q0], n = e[b ? FA_U_N1 : FA_U_N0];
             for (int32_t r = q0; r < q0 + n; r++)
-                map[r / s.nseed] = e[FA_U_USER];
+                map[r / s->nseed] = e[FA_U_USER];
         }
     }
-    fa_reference(&s, host[A_Q], host[A_K], host[A_V], map, host[A_LENS], ref[A_OUT]);
+    return map;
+}
+
+static void reference(const int64_t *sh, void *const *host, void *const *ref)
+{
+    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    int32_t *map = map_of_plan(&s, host);
+    if (map)
+        fa_reference(&s, host[A_Q], host[A_K], host[A_V], map, host[A_LENS], ref[A_OUT]);
+    free(map);
+}
+
+/* out: fa_bound; the claims come back to zero, exactly. */
+static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
+{
+    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    int32_t *map = map_of_plan(&s, host);
+    if (map && bnd[A_OUT])
+        fa_bound(&s, host[A_Q], host[A_K], host[A_V], map, host[A_LENS], ref[A_OUT], bnd[A_OUT]);
+    if (bnd[A_CLAIMS])
+        bnd[A_CLAIMS][0] = bnd[A_CLAIMS][1] = 0;
     free(map);
 }
 
@@ -144,4 +164,5 @@ const loom_template tpl_def_ikbo_fa = {
     .reference = reference,
     .atol = 2e-2,
     .rtol = 2e-2,
+    .bound = bound,
 };

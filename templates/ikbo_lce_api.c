@@ -271,6 +271,8 @@ static loom_status tune_config(loom_runtime *rt, const char *name, const int64_t
     o.quiet = 1;
     loom_tuned r;
     loom_status st = loom_tune(rt, loom_template_find(name), shape, 1, &o, &r);
+    if (st == LOOM_ERR_NOT_TUNED) /* the default config's kernel is ready: run it, and say so */
+        st = tpl_not_tuned("loom_ikbo_lce_prepare", &r);
     if (st == LOOM_OK)
         memcpy(cfg, r.config, sizeof r.config);
     loom_tuned_release(&r, 1);
@@ -350,7 +352,7 @@ static const char *shape_too_big(const loom_ikbo_lce_shape *s)
     for (size_t i = 0; i < sizeof prods / sizeof prods[0]; i++) {
         int64_t v = 16; /* the largest element, times two planes */
         for (int j = 0; j < 3; j++)
-            if (__builtin_mul_overflow(v, prods[i][j], &v) || v > ((int64_t)1 << 62))
+            if (!util_mul_i64(v, prods[i][j], &v) || v > ((int64_t)1 << 62))
                 return "its buffers would hold more than 2^62 bytes";
     }
     return NULL;
@@ -446,7 +448,11 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
 static loom_status check_buf(loom_ikbo_lce *p, const loom_buffer *b, const char *name, int64_t d0, int64_t d1,
                              int64_t d2, size_t e)
 {
-    size_t need = (size_t)(d0 * d1 * d2) * e;
+    /* each product is below 2^62 bytes (shape_too_big at prepare); checked all the same */
+    int64_t elems = INT64_MAX;
+    size_t need = SIZE_MAX;
+    if (util_prod_i64((const int64_t[]){d0, d1, d2}, 3, &elems))
+        util_mul_size((size_t)elems, e, &need);
     if (!b)
         return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_run: %s is NULL", name);
     if (loom_buffer_size(b) < need)
@@ -486,6 +492,13 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
         (st = check_buf(p, cand_to_user, "cand_to_user", s->B, 1, 1, 4)) != LOOM_OK ||
         (st = check_buf(p, out, "out", s->B, s->M, s->N, e)) != LOOM_OK)
         return st;
+    /* the kernels read the inputs while out is written (as loom_gemm_run refuses C = A) */
+    const loom_buffer *ins[] = {e_user, e_cand, cand_to_user};
+    static const char *const in_names[] = {"e_user", "e_cand", "cand_to_user"};
+    for (int i = 0; i < 3; i++)
+        if (out == ins[i])
+            return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_run: out is also %s; the output needs a buffer of its own",
+                        in_names[i]);
     if (p->index && (st = check_index(p, cand_to_user)) != LOOM_OK)
         return st;
     /* stage 4: its counter of user tiles done grows every launch; start over before it wraps */
@@ -575,7 +588,10 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
 
 static const loom_ikbo_stage auto_stages[] = {LOOM_IKBO_MATERIALIZED, LOOM_IKBO_K_ALIGNED, LOOM_IKBO_FUSED_EPILOGUE,
                                               LOOM_IKBO_PERSISTENT};
-enum { AUTO_N = 4, AUTO_ROUNDS = 5, AUTO_REPS = 5 };
+/* AUTO_ROUNDS rounds at least; while the two fastest are within AUTO_CLOSE of each other,
+ * more, up to AUTO_ROUNDS_MAX: a close call gets the repetitions to tell them apart */
+enum { AUTO_N = 4, AUTO_ROUNDS = 5, AUTO_ROUNDS_MAX = 15, AUTO_REPS = 5 };
+#define AUTO_CLOSE 0.03
 /* untimed, the stages in order of preference: fewest launches and buffers first */
 static const loom_ikbo_stage auto_untimed[] = {LOOM_IKBO_PERSISTENT, LOOM_IKBO_FUSED_EPILOGUE, LOOM_IKBO_K_ALIGNED,
                                                LOOM_IKBO_MATERIALIZED};
@@ -817,7 +833,7 @@ static loom_status cmp_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto
     c->rtol = 2 * t->rtol;
     c->grid[1] = c->grid[2] = 1;
     loom_status st = LOOM_OK;
-    if (!(c->k = tune_compare_kernel(s->dtype, s->B * s->M * s->N, &c->grid[0])) ||
+    if (!(c->k = tune_compare_kernel(s->dtype, s->B * s->M * s->N, false, &c->grid[0])) ||
         !(c->fold = tune_reduce2_kernel(c->grid[0], TUNE_RED_SUM, TUNE_RED_MAX)))
         return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "outputs of %lld elements cannot be compared",
                         (long long)(s->B * s->M * s->N));
@@ -931,12 +947,34 @@ static void auto_precompile(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
         ik_stage_free(&runs[i]);
 }
 
-/* Time the candidates still in, side by side: AUTO_ROUNDS rounds of one loom_time_work
- * each in turn; each one's time is the median of its rounds'. */
-static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out, auto_cand *c)
+/* The ratio of the second fastest candidate still in to the fastest (0: fewer than two). */
+static double auto_margin(const auto_cand *c)
 {
-    double ms[AUTO_N][AUTO_ROUNDS];
-    for (int r = 0; r < AUTO_ROUNDS; r++)
+    double a = 0, b = 0;
+    for (int i = 0; i < AUTO_N; i++) {
+        if (c[i].why[0] || !(c[i].ms > 0))
+            continue;
+        if (!a || c[i].ms < a)
+            b = a, a = c[i].ms;
+        else if (!b || c[i].ms < b)
+            b = c[i].ms;
+    }
+    return a > 0 && b > 0 ? b / a : 0;
+}
+
+/* Time the candidates still in, side by side: rounds of one loom_time_work each in turn,
+ * each one's time the median of its rounds'; AUTO_ROUNDS of them, and more (up to
+ * AUTO_ROUNDS_MAX) while the two fastest are within AUTO_CLOSE.  *rounds gets the count. */
+static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out, auto_cand *c, int *rounds)
+{
+    double ms[AUTO_N][AUTO_ROUNDS_MAX];
+    int r = 0;
+    for (; r < AUTO_ROUNDS_MAX; r++) {
+        if (r >= AUTO_ROUNDS) {
+            double m = auto_margin(c);
+            if (!m || m > 1 + AUTO_CLOSE)
+                break;
+        }
         for (int i = 0; i < AUTO_N; i++) {
             if (c[i].why[0])
                 continue;
@@ -946,9 +984,12 @@ static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out,
                 continue;
             }
         }
-    for (int i = 0; i < AUTO_N; i++)
-        if (!c[i].why[0])
-            c[i].ms = tune_median(ms[i], AUTO_ROUNDS);
+        if (r + 1 >= AUTO_ROUNDS)
+            for (int i = 0; i < AUTO_N; i++)
+                if (!c[i].why[0])
+                    c[i].ms = tune_median(ms[i], r + 1);
+    }
+    *rounds = r;
 }
 
 static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
@@ -982,7 +1023,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
                 snprintf(c[i].why, sizeof c[i].why, "status %d", (int)cs);
         }
     }
-    int best = -1;
+    int best = -1, rounds = 0;
     if ((st = auto_check(rt, s, c)) == LOOM_OK) {
         loom_buffer *o = NULL;
         for (int i = 0; i < AUTO_N; i++) /* one output for the timed runs; the others go */
@@ -992,7 +1033,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
             loom_buffer_destroy(c[i].out);
             c[i].out = NULL;
         }
-        auto_time(rt, &in, o, c);
+        auto_time(rt, &in, o, c, &rounds);
         loom_buffer_destroy(o);
         for (int i = 0; i < AUTO_N; i++)
             if (!c[i].why[0] && (best < 0 || c[i].ms < c[best].ms))
@@ -1021,6 +1062,10 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
         else
             desc_add(p, "%s stage %d %.3f ms%s", i ? "," : "", (int)c[i].stage, c[i].ms, i == best ? " (picked)" : "");
     }
+    double margin = auto_margin(c);
+    if (margin > 0)
+        desc_add(p, "; margin %.1f%% to the next fastest, %d interleaved rounds of %d runs", 100 * (margin - 1), rounds,
+                 AUTO_REPS);
     desc_add(p, "; %s", auto_skip1);
     if (note[0])
         desc_add(p, "; %s", note);
@@ -1032,8 +1077,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
 static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
                                 const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out)
 {
-    const char *off = getenv("LOOM_IKBO_AUTO");
-    if (off && !strcmp(off, "0"))
+    if (!tune_env_switch("LOOM_IKBO_AUTO", true))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_IKBO_AUTO=0", out);
     if (!loom_runtime_is_gpu(rt))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "no GPU", out);
@@ -1043,8 +1087,7 @@ static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, 
     if (cache.on && !util_env_on("LOOM_TUNE_FORCE") &&
         cache_pick(rt, &cache, s, w_user, w_cand, cfg, tuned, out, note, sizeof note))
         return LOOM_OK;
-    const char *tune = getenv("LOOM_TUNE");
-    if (tune && !strcmp(tune, "0"))
+    if (!tune_env_switch("LOOM_TUNE", true))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_TUNE=0 and no pick cached", out);
     return auto_timed(rt, s, w_user, w_cand, cfg, tuned, &cache, note, out);
 }

@@ -15,6 +15,7 @@
  * shuffles only, without a barrier or shared memory.
  */
 #include "tpl.h"
+#include "../util/util.h"
 
 #include <math.h>
 
@@ -28,8 +29,8 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
         return tpl_refuse(err, n, "dtype must be f16, bf16 or f32");
     if (sh[S_R] < 1 || sh[S_N] < 1 || sh[S_R] > INT32_MAX)
         return tpl_refuse(err, n, "R and N must be positive (R < 2^31)");
-    int64_t bm = cf[C_BM], np = tpl_pow2_at_least(sh[S_N]);
-    if (bm < 1 || bm * np > 65536)
+    int64_t bm = cf[C_BM], np = tpl_pow2_at_least(sh[S_N]), elems;
+    if (bm < 1 || !util_mul_i64(bm, np, &elems) || elems > 65536)
         return tpl_refuse(err, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile",
                           (long long)bm, (long long)np);
     loom_kernel *k = loom_kernel_create("row_softmax", (int)cf[C_WARPS]);
@@ -67,8 +68,8 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
     int64_t bm = cf[C_BM], warps = cf[C_WARPS], np = tpl_pow2_at_least(sh[S_N]);
     if (bm < 1 || warps < 1 || warps > 32)
         return !!tpl_refuse(why, n, "BM must be positive and warps 1..32");
-    int64_t tile = bm * np, threads = 32 * warps;
-    if (tile > 65536)
+    int64_t tile = INT64_MAX, threads = 32 * warps;
+    if (!util_mul_i64(bm, np, &tile) || tile > 65536)
         return !!tpl_refuse(why, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile", (long long)bm,
                             (long long)np);
     if (bm > tpl_pow2_at_least(sh[S_R]))
@@ -133,6 +134,36 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
     }
 }
 
+/* The error model (docs/checks.md) of y = exp2((x - max) * log2 e) * (1 / sum): the
+ * exponent off by three f32 roundings, exp2 on the SFU (2^-21 relative at most), the sum
+ * of N terms in f32, the reciprocal (two roundings) and the product, then dtype. */
+static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
+{
+    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
+    int64_t N = sh[S_N];
+    const double u = 0x1p-23, log2e = 1.4426950408889634;
+    if (!bnd[1])
+        return;
+    for (int64_t r = 0; r < sh[S_R]; r++) {
+        double mx = -INFINITY, dmax = 0, sum = 0;
+        for (int64_t j = 0; j < N; j++)
+            mx = fmax(mx, tpl_get(host[0], dt, r * N + j));
+        for (int64_t j = 0; j < N; j++) {
+            double a = fabs(tpl_get(host[0], dt, r * N + j) - mx) * log2e;
+            dmax = fmax(dmax, (1 + expm1(3 * u * a * M_LN2)) * (1 + 0x1p-21) - 1);
+            sum += exp(tpl_get(host[0], dt, r * N + j) - mx);
+        }
+        double sigma = dmax + loom_f32_sum_error(N, 1.0) * (1 + dmax);
+        for (int64_t j = 0; j < N; j++) {
+            double x = tpl_get(host[0], dt, r * N + j), a = fabs(x - mx) * log2e;
+            double dj = (1 + expm1(3 * u * a * M_LN2)) * (1 + 0x1p-21) - 1;
+            double rel = sigma < 0.5 ? (1 + dj) * (1 + u) * (1 + 2 * u) / (1 - sigma) - 1 : INFINITY;
+            double y = exp(x - mx) / sum;
+            bnd[1][r * N + j] = loom_error_bound(dt, tpl_get(ref[1], dt, r * N + j), rel * y);
+        }
+    }
+}
+
 const loom_template tpl_def_row_softmax = {
     .name = "row_softmax",
     .doc = "softmax over each row of x [R, N]",
@@ -150,4 +181,5 @@ const loom_template tpl_def_row_softmax = {
     .valid = valid,
     .cost = cost,
     .bucket = bucket,
+    .bound = bound,
 };

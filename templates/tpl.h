@@ -32,6 +32,11 @@ loom_status tpl_fail(loom_runtime *rt, loom_status st, const char *fmt, ...) __a
  * (NULL) when *st is already a failure, so a run of allocations checks once at the end. */
 loom_buffer *tpl_zeroed_buffer(loom_runtime *rt, size_t bytes, loom_status *st);
 
+/* An operation's prepare when loom_tune fell back on the default config (LOOM_ERR_NOT_TUNED):
+ * the kernel is ready, so the operation runs, with one warning on stderr naming the
+ * operation and the tuner's note (never a silent fallback).  Returns LOOM_OK. */
+loom_status tpl_not_tuned(const char *op, const loom_tuned *r);
+
 /* Fail a build with a message: returns NULL. */
 loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

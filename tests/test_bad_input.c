@@ -544,9 +544,9 @@ Test(bad_input, loomc_options)
         {"ir gemm --config", "--config needs a value"},
         {"emit gemm -o", "-o needs a value"},
         {"run gemm --seed", "--seed needs a value"},
-        {"tune gemm --max 0", "--max needs a positive integer, not '0'"},
-        {"tune gemm --threads 4x", "--threads needs a positive integer, not '4x'"},
-        {"tune gemm --max 4294967297", "--max needs a positive integer, not '4294967297'"},
+        {"tune gemm --max 0", "--max needs a positive integer below 2^30, not '0'"},
+        {"tune gemm --threads 4x", "--threads needs a positive integer below 2^30, not '4x'"},
+        {"tune gemm --max 4294967297", "--max needs a positive integer below 2^30, not '4294967297'"},
         {"ir gemm row_softmax", "unexpected argument 'row_softmax'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -468,7 +468,7 @@ Test(tune_fast, device_kernels_compile_to_ptx_at_the_headline, .timeout = 300)
     ks[n++] = tune_maxdiff_kernel(LOOM_F16, LOOM_F32, 1024 * 433 * 256, &g0);
     ks[n++] = tune_reduce2_kernel(55424, TUNE_RED_SUM, TUNE_RED_MAX);
     ks[n++] = ik_check_kernel(1024, 15, 433, 256, &g0, &np);
-    ks[n++] = tune_compare_kernel(LOOM_F16, 1024 * 433 * 256, &g0);
+    ks[n++] = tune_compare_kernel(LOOM_F16, 1024 * 433 * 256, false, &g0);
     loom_kernel *ref[TUNE_MAX_REFK];
     int rg[TUNE_MAX_REFK][3];
     char err[1024];

@@ -280,8 +280,10 @@ static int cmd_aot(const opts *o, const char *cmdline)
             for (int i = 0; i < n; i++) {
                 char s[512], c[512];
                 loom_params_format(t->shape, t->nshape, shapes[i], s, sizeof s);
-                if (res[i].source == LOOM_TUNE_NONE) {
-                    fprintf(stderr, "loomc aot: %s at %s: no config: %s\n", t->name, s, res[i].note);
+                if (res[i].source == LOOM_TUNE_NONE || res[i].source == LOOM_TUNE_FELL_BACK) {
+                    /* --tuned asks for tuned tables: a fallback is not one */
+                    fprintf(stderr, "loomc aot: %s at %s: %s: %s\n", t->name, s,
+                            res[i].source == LOOM_TUNE_NONE ? "no config" : "not tuned", res[i].note);
                     rc = 1;
                     continue;
                 }
@@ -488,6 +490,10 @@ static int cmd_tune(const opts *o)
     printf("on %s\n", loom_runtime_device_name(rt));
     loom_tune_print(stdout, res, n, 1);
     int rc = st != LOOM_OK;
+    for (int i = 0; i < n; i++)
+        if (res[i].source == LOOM_TUNE_FELL_BACK)
+            fprintf(stderr, "loomc tune: %s was NOT tuned at shape %d (exit status 1): %s\n", t->name, i + 1,
+                    res[i].note);
     if (o->report) {
         int any = 0;
         for (int i = 0; i < n; i++)

@@ -41,7 +41,7 @@
 
 /* ---------------------------------------------------------------- the comparison kernel */
 
-loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0)
+loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, bool with_bound, int *grid0)
 {
     int64_t nprog = (n + TUNE_CMP_BLOCK - 1) / TUNE_CMP_BLOCK;
     if (n < 1 || nprog > INT32_MAX)
@@ -50,6 +50,7 @@ loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0)
     loom_kernel *k = loom_kernel_create("loom_tune_compare", 4);
     loom_val got = loom_arg_tensor(k, "got", dt, LOOM_SHAPE1(n), LOOM_IN);
     loom_val ref = loom_arg_tensor(k, "ref", dt, LOOM_SHAPE1(n), LOOM_IN);
+    loom_val bnd = with_bound ? loom_arg_tensor(k, "bound", LOOM_F32, LOOM_SHAPE1(n), LOOM_IN) : LOOM_NONE;
     loom_val atol = loom_arg_scalar(k, "atol", LOOM_F32);
     loom_val rtol = loom_arg_scalar(k, "rtol", LOOM_F32);
     loom_val bad = loom_arg_tensor(k, "bad", LOOM_F32, LOOM_SHAPE1(nprog), LOOM_OUT);
@@ -60,11 +61,14 @@ loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0)
                        ? loom_mul(k, loom_cast(k, pid, LOOM_I64), loom_const_i(k, LOOM_I64, TUNE_CMP_BLOCK))
                        : loom_mul(k, pid, loom_const_i(k, LOOM_I32, TUNE_CMP_BLOCK));
     loom_shape tile = LOOM_SHAPE1(TUNE_CMP_BLOCK);
-    /* the tail beyond n loads 0 on both sides, which compares equal */
+    /* the tail beyond n loads 0 on both sides (and as the bound), which compares equal */
     loom_val g = loom_cast(k, loom_load(k, got, &off, tile, LOOM_NONE, 0.0), LOOM_F32);
     loom_val r = loom_cast(k, loom_load(k, ref, &off, tile, LOOM_NONE, 0.0), LOOM_F32);
     loom_val d = loom_abs(k, loom_sub(k, g, r));
-    loom_val ok = loom_cmp(k, LOOM_LE, d, loom_add(k, loom_splat(k, atol, tile), loom_mul(k, rtol, loom_abs(k, r))));
+    loom_val tol = loom_add(k, loom_splat(k, atol, tile), loom_mul(k, rtol, loom_abs(k, r)));
+    if (with_bound) /* the error model's bound per element (docs/checks.md) */
+        tol = loom_add(k, tol, loom_load(k, bnd, &off, tile, LOOM_NONE, 0.0));
+    loom_val ok = loom_cmp(k, LOOM_LE, d, tol);
     loom_val both_nan = loom_and(k, loom_cmp(k, LOOM_NE, g, g), loom_cmp(k, LOOM_NE, r, r));
     ok = loom_or(k, ok, both_nan);
     loom_val zero = loom_const_f(k, LOOM_F32, 0.0), one = loom_const_f(k, LOOM_F32, 1.0);
@@ -88,6 +92,7 @@ void tune_bench_free(tune_bench *b)
             loom_buffer_destroy(b->extra[c][i]);
     for (int i = 0; i < LOOM_MAX_ARGS; i++) {
         loom_buffer_destroy(b->ref[i]);
+        loom_buffer_destroy(b->bound[i]);
         loom_buffer_destroy(b->cbad[i]);
         loom_buffer_destroy(b->cmax[i]);
         loom_buffer_destroy(b->csum[i]);
@@ -112,7 +117,9 @@ loom_status tune_bench_compare_kernels(tune_bench *b, loom_kernel *probe, char *
         if (!is_output(&ai) || (b->t->unchecked >> i & 1)) /* (a workspace: the other outputs show it) */
             continue;
         int64_t cnt = (int64_t)(ai.min_bytes / loom_dtype_size(ai.dtype));
-        b->cmpk[i] = tune_compare_kernel(ai.dtype, cnt, &b->cmpgrid[i]);
+        /* the error model's bounds come from the CPU reference (t->bound); a reference made
+         * on the device is compared within the template's atol and rtol */
+        b->cmpk[i] = tune_compare_kernel(ai.dtype, cnt, b->t->bound != NULL, &b->cmpgrid[i]);
         if (!b->cmpk[i]) {
             snprintf(err, n, "output '%s' of %lld elements cannot be compared", ai.name, (long long)cnt);
             return LOOM_ERR_UNSUPPORTED;
@@ -316,19 +323,33 @@ static loom_status bench_reset_outputs(tune_bench *b, loom_buffer *const *bufs)
 
 loom_status tune_bench_cpu_reference(tune_bench *b, char *err, size_t n)
 {
-    void *ref[LOOM_MAX_ARGS] = {0};
-    loom_status st = LOOM_OK;
-    for (int i = 0; i < b->nargs && st == LOOM_OK; i++)
-        if (b->ref[i] && !(ref[i] = calloc(1, b->in.info[i].min_bytes)))
+    loom_expected e;
+    loom_status st = loom_expected_create(b->t, b->shape, &b->in, &e);
+    for (int i = 0; i < b->nargs && st == LOOM_OK; i++) {
+        if (!e.ref[i] || !b->ref[i])
+            continue;
+        st = loom_buffer_upload(b->ref[i], e.ref[i], b->in.info[i].min_bytes);
+        if (st != LOOM_OK || !b->t->bound || !b->cmpk[i])
+            continue;
+        /* the bounds in f32, rounded up (a bound is never tightened by its storage) */
+        int64_t cnt = (int64_t)(b->in.info[i].min_bytes / loom_dtype_size(b->in.info[i].dtype));
+        float *f = malloc((size_t)cnt * sizeof *f);
+        if (!f) {
             st = LOOM_ERR_NOMEM;
-    if (st == LOOM_OK) {
-        b->t->reference(b->shape, b->in.host, ref);
-        for (int i = 0; i < b->nargs && st == LOOM_OK; i++)
-            if (ref[i])
-                st = loom_buffer_upload(b->ref[i], ref[i], b->in.info[i].min_bytes);
+            break;
+        }
+        for (int64_t x = 0; x < cnt; x++) {
+            float v = (float)e.bound[i][x];
+            f[x] = (double)v < e.bound[i][x] ? nextafterf(v, INFINITY) : v;
+        }
+        if (!(b->bound[i] = loom_buffer_create(b->rt, (size_t)cnt * sizeof *f)))
+            st = LOOM_ERR_NOMEM;
+        else
+            st = loom_buffer_upload(b->bound[i], f, (size_t)cnt * sizeof *f);
+        b->model[i] = st == LOOM_OK;
+        free(f);
     }
-    for (int i = 0; i < b->nargs; i++)
-        free(ref[i]);
+    loom_expected_destroy(&e);
     if (st != LOOM_OK)
         snprintf(err, n, "reference: %s", st == LOOM_ERR_NOMEM ? "out of host memory" : loom_runtime_error(b->rt));
     return st;
@@ -403,6 +424,19 @@ bool tune_bench_args_match(const tune_bench *b, loom_kernel *k)
 
 /* ---------------------------------------------------------------- the check */
 
+/* A bound of zeros for output i (a reference made on the device has no model bounds; the
+ * comparison kernel of a template with a model takes one all the same). */
+static loom_buffer *zero_bound(tune_bench *b, int i)
+{
+    int64_t cnt = (int64_t)(b->in.info[i].min_bytes / loom_dtype_size(b->in.info[i].dtype));
+    loom_buffer *x = loom_buffer_create(b->rt, (size_t)cnt * 4);
+    if (x && loom_buffer_fill(x, 0) != LOOM_OK) {
+        loom_buffer_destroy(x);
+        return NULL;
+    }
+    return x;
+}
+
 /* Run k once on copy 0 and compare its outputs with the reference.  Returns LOOM_OK and
  * the number of bad elements (and the worst error), or the launch's failure with the
  * message in err; *fault is set when the failure was reported by a later synchronizing
@@ -424,11 +458,27 @@ static loom_status bench_check(tune_bench *b, loom_kernel *k, const int grid[3],
     for (int i = 0; i < b->nargs; i++) {
         if (!b->cmpk[i])
             continue;
-        loom_arg ca[6] = {LOOM_ARG_BUF(b->in.buf[i]), LOOM_ARG_BUF(b->ref[i]),
-                          LOOM_ARG_F32((float)(scale * b->t->atol)), LOOM_ARG_F32((float)(scale * b->t->rtol)),
-                          LOOM_ARG_BUF(b->cbad[i]), LOOM_ARG_BUF(b->cmax[i])};
+        /* with the error model's bounds (a CPU reference): those alone; else atol and rtol,
+         * doubled against a GPU output (both sides round), and a zero bound where the
+         * kernel takes one */
+        bool model = b->model[i];
+        loom_arg ca[7];
+        int na = 0;
+        ca[na++] = LOOM_ARG_BUF(b->in.buf[i]);
+        ca[na++] = LOOM_ARG_BUF(b->ref[i]);
+        if (b->t->bound) {
+            if (!b->bound[i] && !(b->bound[i] = zero_bound(b, i))) {
+                tune_first_line(err, n, "", loom_runtime_error(b->rt));
+                return LOOM_ERR_NOMEM;
+            }
+            ca[na++] = LOOM_ARG_BUF(b->bound[i]);
+        }
+        ca[na++] = LOOM_ARG_F32(model ? 0.0f : (float)(scale * b->t->atol));
+        ca[na++] = LOOM_ARG_F32(model ? 0.0f : (float)(scale * b->t->rtol));
+        ca[na++] = LOOM_ARG_BUF(b->cbad[i]);
+        ca[na++] = LOOM_ARG_BUF(b->cmax[i]);
         int cg[3] = {b->cmpgrid[i], 1, 1};
-        st = loom_launch(b->rt, b->cmpk[i], cg, ca, 6);
+        st = loom_launch(b->rt, b->cmpk[i], cg, ca, na);
         float two[2];
         if (b->redk[i]) { /* folded on the device: the count and the worst error come back */
             loom_arg ra[3] = {LOOM_ARG_BUF(b->cbad[i]), LOOM_ARG_BUF(b->cmax[i]), LOOM_ARG_BUF(b->csum[i])};

@@ -78,6 +78,7 @@ static const char *source_name(loom_tune_source s)
     case LOOM_TUNE_TUNED: return "tuned";
     case LOOM_TUNE_CACHED: return "cached";
     case LOOM_TUNE_DEFAULT: return "default";
+    case LOOM_TUNE_FELL_BACK: return "FELL BACK (not tuned)";
     default: return "none";
     }
 }

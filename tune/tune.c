@@ -73,25 +73,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
-static bool env_off(const char *name)
-{
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") == 0;
-}
-
-static double env_double(const char *name, double def)
+bool tune_env_switch(const char *name, bool def)
 {
     const char *v = util_env_str(name);
     if (!v)
         return def;
-    char *end;
-    double x = strtod(v, &end);
-    return *end || end == v || !(x >= 0) ? def : x;
+    static const char *const words[] = {"0", "false", "no", "off", "1", "true", "yes", "on"};
+    for (int i = 0; i < 8; i++)
+        if (strcasecmp(v, words[i]) == 0)
+            return i >= 4;
+    util_env_warn(name, "'%s' is not a switch (1/true/yes/on or 0/false/no/off): taken as %s, the default", v,
+                  def ? "on" : "off");
+    return def;
 }
 
-double tune_budget_ms(void) { return env_double("LOOM_TUNE_BUDGET_MS", TUNE_BUDGET_DEFAULT_MS); }
+/* Up to a million seconds (0: no budget). */
+double tune_budget_ms(void) { return util_env_double("LOOM_TUNE_BUDGET_MS", TUNE_BUDGET_DEFAULT_MS, 0, 1e9); }
 
 double tune_budget_reserve(double budget_ms)
 {
@@ -99,15 +99,6 @@ double tune_budget_reserve(double budget_ms)
     return budget_ms / 4 < r ? budget_ms / 4 : r;
 }
 
-static long env_long(const char *name, long def)
-{
-    const char *v = util_env_str(name);
-    if (!v)
-        return def;
-    char *end;
-    long x = strtol(v, &end, 0);
-    return *end || x < 0 ? def : x;
-}
 
 /* ---------------------------------------------------------------- a template's tuning */
 
@@ -246,7 +237,7 @@ static bool from_cache(tune_ctx *c, loom_tuned *r, const char *key)
 
 static int nthreads_for(const tune_ctx *c, int njobs)
 {
-    long n = c->o.threads > 0 ? c->o.threads : env_long("LOOM_TUNE_THREADS", 0);
+    long n = c->o.threads > 0 ? c->o.threads : (long)util_env_int("LOOM_TUNE_THREADS", 0, 0, 64); /* 0: a core each */
     if (n <= 0)
         n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
@@ -317,13 +308,17 @@ static void release(shape_run *s)
 }
 
 /* Give up tuning: free what the steps made, and fall back on the default config
- * (use_default).  Returns LOOM_OK when the default serves; else st, the tuning's failure,
- * or the default's when st is LOOM_OK. */
+ * (use_default), never silently: the source says FELL_BACK and the status
+ * LOOM_ERR_NOT_TUNED when the default serves; else st, the tuning's failure, or the
+ * default's when st is LOOM_OK. */
 static loom_status give_up(shape_run *s, loom_status st)
 {
     release(s);
-    loom_status fb = use_default(s->c, s->r, "Not tuned");
-    return fb == LOOM_OK ? LOOM_OK : st != LOOM_OK ? st : fb;
+    loom_status fb = use_default(s->c, s->r, "NOT TUNED");
+    if (fb != LOOM_OK)
+        return st != LOOM_OK ? st : fb;
+    s->r->source = LOOM_TUNE_FELL_BACK;
+    return LOOM_ERR_NOT_TUNED;
 }
 
 /* Step 2: the candidates, beyond max_configs skipped.  false (with s->st) when there is
@@ -353,7 +348,7 @@ static bool list_candidates(shape_run *s)
     }
     if (s->t->cost) { /* drop what the cost model says cannot win, before anything compiles it */
         int before = s->ntry;
-        s->ntry = tune_prune(s->res, s->ntry, env_double("LOOM_TUNE_PRUNE", TUNE_PRUNE_RATIO), TUNE_PRUNE_KEEP);
+        s->ntry = tune_prune(s->res, s->ntry, util_env_double("LOOM_TUNE_PRUNE", TUNE_PRUNE_RATIO, 0, 1e6), TUNE_PRUNE_KEEP);
         s->npruned = before - s->ntry;
     }
     if (s->ntry == 0) {
@@ -534,7 +529,7 @@ static void make_inputs(shape_run *s)
     for (int i = 0; i < b->nargs; i++)
         if (b->ref[i])
             out_elems += (int64_t)(b->in.info[i].min_bytes / loom_dtype_size(b->in.info[i].dtype));
-    long ref_max = env_long("LOOM_TUNE_REF_MAX", 1L << 22);
+    int64_t ref_max = util_env_int("LOOM_TUNE_REF_MAX", INT64_C(1) << 22, 0, INT64_C(1) << 40);
     b->gpu_reference = out_elems > ref_max;
     double tref = util_now_ms();
     if (s->st == LOOM_OK && !b->gpu_reference)
@@ -858,7 +853,7 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
     if (util_env_on("LOOM_TUNE_VERBOSE"))
         c.o.verbose = 1;
     c.show_progress = c.o.quiet != 1 && isatty(2);
-    c.disabled = env_off("LOOM_TUNE");
+    c.disabled = !tune_env_switch("LOOM_TUNE", true);
     if (c.g) {
         fill_device(&c);
         c.have_cache = tc_path(c.cache_path, sizeof c.cache_path);
@@ -887,7 +882,8 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
             st = tune_shape(&c, r, &tuned_any);
         }
         r->tune_ms = util_now_ms() - t0;
-        if (st != LOOM_OK && first == LOOM_OK)
+        /* a failure outranks a fallback, which outranks success */
+        if (st != LOOM_OK && (first == LOOM_OK || (first == LOOM_ERR_NOT_TUNED && st != LOOM_ERR_NOT_TUNED)))
             first = st;
     }
     tc_close(c.cache);

@@ -66,6 +66,10 @@ int tune_prune(loom_tune_result *res, int ntry, double ratio, int keep);
  * ends; the best so far is then taken. */
 #define TUNE_BUDGET_DEFAULT_MS 3000.0
 double tune_budget_ms(void);
+/* A switch that is on unless set to 0/false/no/off (LOOM_TUNE, LOOM_IKBO_AUTO): like
+ * util_env_on (util/util.h), with a default; anything else is the default, with one
+ * warning naming the variable. */
+bool tune_env_switch(const char *name, bool def);
 /* What the compiles leave of a budget for the finalists' pass and the set-down: a quarter
  * of it, at most TUNE_BUDGET_RESERVE_FINS final passes (the finalists, and the checks and
  * first-pass runs of the candidates whose compiles end at the deadline: 1.5 passes left
@@ -208,6 +212,8 @@ typedef struct tune_bench {
     loom_buffer *flush;
     /* the reference and the comparison, per output argument */
     loom_buffer *ref[LOOM_MAX_ARGS];
+    loom_buffer *bound[LOOM_MAX_ARGS]; /* the error model's bound per element (f32), or zeros */
+    bool model[LOOM_MAX_ARGS];         /* bound[i] holds the model's bounds (a CPU reference) */
     loom_kernel *cmpk[LOOM_MAX_ARGS];
     int cmpgrid[LOOM_MAX_ARGS];
     loom_buffer *cbad[LOOM_MAX_ARGS], *cmax[LOOM_MAX_ARGS];
@@ -237,12 +243,13 @@ typedef struct tune_bench {
 } tune_bench;
 
 /* The kernel that compares an output with its reference on the device: arguments
- * got[n] and ref[n] of dtype dt, atol and rtol (f32 scalars), then bad[grid] and
- * maxerr[grid] (f32): per program of TUNE_CMP_BLOCK elements, the number of elements
- * with |got - ref| > atol + rtol * |ref| (NaN on both sides passes) and the largest
- * |got - ref| (infinity for a NaN on one side only).  *grid0 receives the grid size. */
+ * got[n] and ref[n] of dtype dt, with_bound: bound[n] (f32, the error model's bound per
+ * element), atol and rtol (f32 scalars), then bad[grid] and maxerr[grid] (f32): per
+ * program of TUNE_CMP_BLOCK elements, the number of elements with |got - ref| > bound +
+ * atol + rtol * |ref| (NaN on both sides passes) and the largest |got - ref| (infinity
+ * for a NaN on one side only).  *grid0 receives the grid size. */
 #define TUNE_CMP_BLOCK 2048
-loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, int *grid0);
+loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, bool with_bound, int *grid0);
 
 void tune_bench_free(tune_bench *b);
 /* The comparison kernels (one per output argument of the probe kernel, and the reduction
