@@ -10,6 +10,7 @@
 #include "tpl_device.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -291,8 +292,10 @@ static ik_args_ref declare_ref(loom_kernel *k, const ik_spec *s)
 }
 
 /* acc [RM, RN] = W[m0.., :] @ E[x, :, n0..] in f32 (W [M, pad8(K)], its padding zero; E
- * [*, K, N]: rows past K load 0), RK columns of W a step. */
-static loom_val ref_gemm(loom_kernel *k, loom_val w, loom_val e, int64_t kp, loom_val x, loom_val m0, loom_val n0)
+ * [*, K, N]: rows past K load 0), RK columns of W a step; with mag, |W| @ |E| (the sums
+ * of the products' magnitudes, for the error bound). */
+static loom_val ref_gemm_of(loom_kernel *k, loom_val w, loom_val e, int64_t kp, loom_val x, loom_val m0, loom_val n0,
+                            bool mag)
 {
     loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0.0), LOOM_SHAPE2(REF_RM, REF_RN));
     loom_region_op kl = loom_for_begin(k, loom_const_i(k, LOOM_I32, 0), loom_const_i(k, LOOM_I32, kp),
@@ -301,10 +304,19 @@ static loom_val ref_gemm(loom_kernel *k, loom_val w, loom_val e, int64_t kp, loo
         loom_val kk = loom_for_iv(k, kl);
         loom_val a = loom_load(k, w, ((loom_val[]){m0, kk}), LOOM_SHAPE2(REF_RM, REF_RK), LOOM_NONE, 0.0);
         loom_val b = loom_load(k, e, ((loom_val[]){x, kk, n0}), LOOM_SHAPE2(REF_RK, REF_RN), LOOM_NONE, 0.0);
+        if (mag) {
+            a = loom_abs(k, a);
+            b = loom_abs(k, b);
+        }
         loom_val acc = loom_dot(k, a, b, loom_for_arg(k, kl, 0));
         loom_for_end(k, kl, 1, &acc);
     }
     return loom_for_result(k, kl, 0);
+}
+
+static loom_val ref_gemm(loom_kernel *k, loom_val w, loom_val e, int64_t kp, loom_val x, loom_val m0, loom_val n0)
+{
+    return ref_gemm_of(k, w, e, kp, x, m0, n0, false);
 }
 
 /* The program's tile of [M, N]: program_id(0) over cdiv(M, RM) x cdiv(N, RN). */
@@ -357,6 +369,62 @@ static loom_kernel *ref_cand_kernel(const ik_spec *s)
     return k;
 }
 
+/* An upper bound of loom_ulp(dt, x) from f32 arithmetic (no exponent extraction in the
+ * DSL): |x| 2^-mant, or the subnormal spacing near zero; at most twice the ulp. */
+static loom_val ulp_ub(loom_kernel *k, loom_dtype dt, loom_val x, loom_shape t)
+{
+    double rel = dt == LOOM_BF16 ? 0x1p-7 : 0x1p-10, tiny = dt == LOOM_BF16 ? 0x1p-133 : 0x1p-24;
+    loom_val r = loom_mul(k, loom_abs(k, x), loom_splat(k, loom_const_f(k, LOOM_F32, rel), t));
+    return loom_max(k, r, loom_splat(k, loom_const_f(k, LOOM_F32, tiny), t));
+}
+
+/* The error model of the stage-4 kernel (the host's bound() above), on the device, for
+ * the tuner's checks against the reference kernels: twice the model's error (the
+ * reference sums in f32 too, by the same steps) plus one ulp; ulps from ulp_ub, and the
+ * result scaled up by 2^-20 for the f32 arithmetic of the bound itself. */
+static loom_kernel *ref_bound_kernel(const ik_spec *s)
+{
+    loom_kernel *k = loom_kernel_create("ikbo_lce_ref_bound", 4);
+    ik_args_ref a = declare_ref(k, s);
+    loom_val bound = loom_arg_tensor(k, "bound", LOOM_F32, LOOM_SHAPE3(s->B, s->M, s->N), LOOM_OUT);
+    loom_val m0, n0, b = loom_program_id(k, 1);
+    ref_tile(k, s, &m0, &n0);
+    loom_shape t = LOOM_SHAPE2(REF_RM, REF_RN);
+    loom_val u = loom_load_scalar(k, a.index, &b);
+    loom_val magc = ref_gemm_of(k, a.wc, a.ec, tpl_pad8(s->Kc), b, m0, n0, true);
+    loom_val magu = ref_gemm_of(k, a.wu, a.eu, tpl_pad8(s->Ku), u, m0, n0, true);
+    loom_val zero = loom_const_i(k, LOOM_I32, 0), one = loom_const_i(k, LOOM_I32, 1);
+    loom_val hi = loom_cast(k, loom_load(k, a.ures, ((loom_val[]){u, zero, m0, n0}), t, LOOM_NONE, 0.0), LOOM_F32);
+    loom_val lo = loom_cast(k, loom_load(k, a.ures, ((loom_val[]){u, one, m0, n0}), t, LOOM_NONE, 0.0), LOOM_F32);
+    loom_val r = loom_abs(k, loom_cast(k, loom_load(k, a.out, ((loom_val[]){b, m0, n0}), t, LOOM_NONE, 0.0), LOOM_F32));
+#define C(x) loom_splat(k, loom_const_f(k, LOOM_F32, (x)), t)
+    double gu = loom_f32_sum_error(s->Ku, 1.0) * (1 + 0x1p-20), gc = loom_f32_sum_error(s->Kc + 2, 1.0) * (1 + 0x1p-20);
+    loom_val eu = loom_mul(k, C(gu), magu);
+    loom_val au = loom_add(k, loom_add(k, loom_abs(k, hi), loom_abs(k, lo)), eu);
+    loom_val lob = loom_mul(k, C(0.5), ulp_ub(k, s->dt, au, t));
+    loom_val e = loom_add(k, loom_add(k, eu, loom_mul(k, C(0.5), ulp_ub(k, s->dt, lob, t))),
+                          loom_mul(k, C(gc), loom_add(k, loom_add(k, magc, au), loom_mul(k, C(2.0), lob))));
+    e = loom_mul(k, C(2.0), e); /* the kernel's error and the reference's */
+    loom_val at = loom_add(k, loom_add(k, r, loom_mul(k, C(0.5), ulp_ub(k, s->dt, r, t))), e);
+    loom_val bnd = loom_mul(k, loom_add(k, e, ulp_ub(k, s->dt, at, t)), C(1 + 0x1p-20));
+#undef C
+    loom_store(k, bound, ((loom_val[]){b, m0, n0}), bnd, LOOM_NONE);
+    return k;
+}
+
+loom_kernel *ik_bound_kernel(const int64_t *sh, int grid[3])
+{
+    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the bound has no config */
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    int64_t tiles = TPL_CDIV(s.M, REF_RM) * TPL_CDIV(s.N, REF_RN);
+    if (tiles > INT32_MAX || s.B > 65535 || (s.dt != LOOM_F16 && s.dt != LOOM_BF16))
+        return NULL;
+    grid[0] = (int)tiles;
+    grid[1] = (int)s.B;
+    grid[2] = 1;
+    return ref_bound_kernel(&s);
+}
+
 int ik_reference_kernels(const int64_t *sh, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n)
 {
     static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the reference has no config */
@@ -394,6 +462,8 @@ const tpl_device tpl_device_ikbo_lce = {
     .init_rest = init,
     .reference = ik_reference_kernels,
     .reference_doc = "naive f32 SIMT kernels (no TMA, wgmma or warp specialization)",
+    .bound = ik_bound_kernel,
+    .bound_arg = 9, /* out; the claims come back to zero, exactly */
 };
 
 /* ---------------------------------------------------------------- bench_ikbo_lce's check */

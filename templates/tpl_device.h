@@ -46,6 +46,14 @@ typedef struct tpl_device {
      * kernel's arguments, run in order; 0 with the reason in err when there are none. */
     int (*reference)(const int64_t *shape, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n);
     const char *reference_doc; /* what the reference computes, for the tuner's note */
+    /* The error model on the device (docs/checks.md), optional: a kernel taking the
+     * template kernel's arguments (the outputs holding the reference, after the reference
+     * kernels ran) and then one f32 tensor, bound[elements of argument bound_arg]: the
+     * largest |out - ref| a right kernel can give at each element, the reference's own
+     * f32 error included.  The template's other checked outputs are then compared
+     * exactly.  NULL: atol and rtol. */
+    loom_kernel *(*bound)(const int64_t *shape, int grid[3]);
+    int bound_arg;
 } tpl_device;
 
 /* The entry of template t, or NULL. */
@@ -61,6 +69,9 @@ extern const tpl_device tpl_device_ikbo_lce;
  * counts; [1] out[b] = W_cand @ E_cand[b] (f32) + hi + lo of user_res[u(b)], rounded once.
  * Returns 2, or 0 with err. */
 int ik_reference_kernels(const int64_t *shape, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n);
+/* The bound kernel of ikbo_lce's out (tpl_device.bound), or NULL where the reference
+ * kernels cannot serve the shape. */
+loom_kernel *ik_bound_kernel(const int64_t *shape, int grid[3]);
 
 /* bench_ikbo_lce's check on the device: out [B, M, N] (f16) against the f32 halves
  * refc [B, M, N] and refu [U, M, N] with cand_to_user [B]: per program of IK_CHECK_BLOCK

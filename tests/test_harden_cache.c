@@ -49,22 +49,8 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static char *temp_dir(void)
-{
-    static char buf[4][64];
-    static int next;
-    char *d = buf[next++ & 3];
-    snprintf(d, sizeof buf[0], "/tmp/loom-harden-test-XXXXXX");
-    cr_assert(mkdtemp(d), "mkdtemp");
-    return d;
-}
-
-static void remove_dir(const char *d)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    cr_assert_eq(system(cmd), 0);
-}
+static char *temp_dir(void) { return t_temp_dir("loom-harden-test"); }
+#define remove_dir t_remove_dir
 
 /* A SIGALRM kills the test (a failure) instead of letting a blocked open hang the suite. */
 static void guard(unsigned seconds) { alarm(seconds); }

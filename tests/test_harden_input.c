@@ -8,7 +8,7 @@
  * verified and launched from several threads at once.  Everything runs on the interpreter.
  */
 #include "loom_ikbo.h"
-#include "loomc_args.h"
+#include "loomc_test.h"
 #include "tune.h"
 #include "testutil.h"
 
@@ -235,20 +235,7 @@ Test(harden_input, lce_run_out_aliasing_an_input)
 
 /* ---------------------------------------------------------------- loomc */
 
-/* Parse "cmd args..." as loomc does; returns loomc_parse_args's result, message in err. */
-static int loomc(const char *line, loomc_opts *o, char *err, size_t n)
-{
-    static char buf[4096];
-    static char *argv[200];
-    snprintf(buf, sizeof buf, "%s", line);
-    int argc = 0;
-    argv[argc++] = "loomc";
-    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t && argc < 199; t = strtok_r(NULL, " ", &save))
-        argv[argc++] = t;
-    argv[argc] = NULL;
-    err[0] = 0;
-    return loomc_parse_args(argc, argv, o, err, n);
-}
+#define loomc t_loomc
 
 Test(harden_input, loomc_repeated_options_seed_and_max)
 {

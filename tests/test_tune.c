@@ -37,22 +37,8 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static char *temp_dir(void)
-{
-    static char buf[8][64];
-    static int next;
-    char *d = buf[next++ & 7];
-    snprintf(d, sizeof buf[0], "/tmp/loom-tune-test-XXXXXX");
-    cr_assert(mkdtemp(d), "mkdtemp");
-    return d;
-}
-
-static void remove_dir(const char *d)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    cr_assert_eq(system(cmd), 0);
-}
+static char *temp_dir(void) { return t_temp_dir("loom-tune-test"); }
+#define remove_dir t_remove_dir
 
 static void defaults(const loom_param *p, int n, int64_t *v)
 {

@@ -246,6 +246,28 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
     cr_expect_eq(claims[0], 0);
     cr_expect_eq(claims[1], 0);
 
+    /* the error model on the device: each bound at least the host model's (it adds the
+     * reference's own f32 error) and not far above it; the claims compared exactly */
+    cr_assert(b.boundk, "ikbo_lce has a device bound kernel");
+    cr_assert(b.model[9] && b.model[7], "out and the claims are compared by the model");
+    float *dbound = download(b.bound[9]);
+    double *hbound = calloc(no, sizeof *hbound);
+    void *host[LOOM_MAX_ARGS] = {wu, eu, wc, ec, map}, *refs[LOOM_MAX_ARGS] = {0};
+    double *bnds[LOOM_MAX_ARGS] = {0};
+    refs[9] = ref_out;
+    bnds[9] = hbound;
+    b.t->bound(ik_shape, host, refs, bnds);
+    double lo_ratio = INFINITY, hi_ratio = 0;
+    for (size_t i = 0; i < no; i++) {
+        double r = dbound[i] / hbound[i];
+        lo_ratio = fmin(lo_ratio, r);
+        hi_ratio = fmax(hi_ratio, r);
+    }
+    cr_expect_geq(lo_ratio, 1.0, "a device bound below the host model's: ratio %g", lo_ratio);
+    cr_expect_leq(hi_ratio, 8.0, "a device bound far above the host model's: ratio %g", hi_ratio);
+    free(dbound);
+    free(hbound);
+
     /* a candidate checked against it, as the tuner does: passes; against a spoiled
      * reference: a wrong result */
     loom_tune_result x = {.verdict = LOOM_TUNE_TIMED};
@@ -257,7 +279,7 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
     loom_buffer_upload(b.ref[9], got_out, no * 2);
     cr_assert(tune_check_one(&b, b.t, ik_shape, &x, probe, &passed));
     cr_expect(!passed && x.verdict == LOOM_TUNE_WRONG, "verdict %s", loom_tune_verdict_name(x.verdict));
-    cr_expect(strstr(x.reason, "1 elements outside tolerance"), "%s", x.reason);
+    cr_expect(strstr(x.reason, "1 elements outside their error bound"), "%s", x.reason);
 
     void *hs[] = {wu, eu, wc, ec, map, ref_out, ref_ures, got_out, got_ures, flags, claims};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)

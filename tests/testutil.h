@@ -83,6 +83,28 @@ static inline loom_kernel *t_two_arrivals(loom_src task_at, loom_src wait_at, co
     return k;
 }
 
+/* ---------------------------------------------------------------- scratch directories */
+
+/* A new directory /tmp/<prefix>-XXXXXX (one of 8 buffers in turn: the path stays valid
+ * for the next 7 calls). */
+static inline char *t_temp_dir(const char *prefix)
+{
+    static char buf[8][96];
+    static int next;
+    char *d = buf[next++ & 7];
+    snprintf(d, sizeof buf[0], "/tmp/%s-XXXXXX", prefix);
+    cr_assert(mkdtemp(d), "mkdtemp %s", d);
+    return d;
+}
+
+/* Remove directory d and everything in it. */
+static inline void t_remove_dir(const char *d)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* ---------------------------------------------------------------- bits */
 
 /* A GPU runtime, or skip the test (with the reason) where there is none. */

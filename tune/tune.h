@@ -231,6 +231,8 @@ typedef struct tune_bench {
     int nrefk;
     loom_kernel *refk[TUNE_MAX_REFK];
     int refgrid[TUNE_MAX_REFK][3];
+    loom_kernel *boundk; /* the error model's bound on the device (tpl_device.bound), or NULL */
+    int boundgrid[3];
     uint64_t seed;
     double atol, rtol;
     bool gpu_reference;
