@@ -468,10 +468,21 @@ const tpl_device tpl_device_ikbo_lce = {
 
 /* ---------------------------------------------------------------- bench_ikbo_lce's check */
 
-loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int *grid0, int64_t *nparts)
+double ik_lce_bound(double c, double u, double absc, double absu, int64_t Ku, int64_t Kc)
+{
+    double ek = loom_f32_sum_error(Ku + Kc + 2, absc + absu); /* the kernel's sums, however split */
+    double er = loom_f32_sum_error(Kc, absc) + loom_f32_sum_error(Ku, absu) + 0x1p-23 * (fabs(c) + fabs(u));
+    double halves = loom_ulp(LOOM_F16, fabs(c) + ek) / 2 + loom_ulp(LOOM_F16, fabs(u) + ek) / 2;
+    double err = ek + er + halves;
+    return err + loom_ulp(LOOM_F16, fabs(c + u) + err);
+}
+
+loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t Ku, int64_t Kc, int *grid0,
+                             int64_t *nparts)
 {
     int64_t mn = M * N, per = TPL_CDIV(mn, IK_CHECK_BLOCK);
-    if (B < 1 || U < 1 || mn < 1 || B > 65535 || per * B > INT32_MAX - IK_CHECK_BLOCK || mn > INT32_MAX - IK_CHECK_BLOCK)
+    if (B < 1 || U < 1 || mn < 1 || Ku < 1 || Kc < 1 || B > 65535 || per * B > INT32_MAX - IK_CHECK_BLOCK ||
+        mn > INT32_MAX - IK_CHECK_BLOCK)
         return NULL;
     *grid0 = (int)per;
     *nparts = per * B;
@@ -479,24 +490,42 @@ loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int *gr
     loom_val out = loom_arg_tensor(k, "out", LOOM_F16, LOOM_SHAPE2(B, mn), LOOM_IN);
     loom_val refc = loom_arg_tensor(k, "refc", LOOM_F32, LOOM_SHAPE2(B, mn), LOOM_IN);
     loom_val refu = loom_arg_tensor(k, "refu", LOOM_F32, LOOM_SHAPE2(U, mn), LOOM_IN);
+    loom_val absc = loom_arg_tensor(k, "absc", LOOM_F32, LOOM_SHAPE2(B, mn), LOOM_IN);
+    loom_val absu = loom_arg_tensor(k, "absu", LOOM_F32, LOOM_SHAPE2(U, mn), LOOM_IN);
     loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
-    loom_val err = loom_arg_tensor(k, "err", LOOM_F32, LOOM_SHAPE1(per * B), LOOM_OUT);
-    loom_val tol = loom_arg_tensor(k, "tol", LOOM_F32, LOOM_SHAPE1(per * B), LOOM_OUT);
+    loom_val bad = loom_arg_tensor(k, "bad", LOOM_F32, LOOM_SHAPE1(per * B), LOOM_OUT);
+    loom_val worst = loom_arg_tensor(k, "worst", LOOM_F32, LOOM_SHAPE1(per * B), LOOM_OUT);
     loom_val p = loom_program_id(k, 0), b = loom_program_id(k, 1);
     loom_val off = loom_mul(k, p, loom_const_i(k, LOOM_I32, IK_CHECK_BLOCK));
     loom_val u = loom_load_scalar(k, map, &b);
     loom_shape t = LOOM_SHAPE1(IK_CHECK_BLOCK);
-    /* past M * N every side loads 0: no error there */
+    /* past M * N every side loads 0: no error there, a bound of an ulp */
     loom_val o = loom_cast(k, loom_load(k, out, ((loom_val[]){b, off}), t, LOOM_NONE, 0.0), LOOM_F32);
     loom_val c = loom_load(k, refc, ((loom_val[]){b, off}), t, LOOM_NONE, 0.0);
     loom_val x = loom_load(k, refu, ((loom_val[]){u, off}), t, LOOM_NONE, 0.0);
+    loom_val mc = loom_load(k, absc, ((loom_val[]){b, off}), t, LOOM_NONE, 0.0);
+    loom_val mu = loom_load(k, absu, ((loom_val[]){u, off}), t, LOOM_NONE, 0.0);
+#define C(v) loom_splat(k, loom_const_f(k, LOOM_F32, (v)), t)
+    /* ulps of f16 bounded from above in f32: |x| 2^-10, at least 2^-24 */
+#define ULP(v) loom_max(k, loom_mul(k, loom_abs(k, (v)), C(0x1p-10)), C(0x1p-24))
+    double gk = loom_f32_sum_error(Ku + Kc + 2, 1.0), gc = loom_f32_sum_error(Kc, 1.0), gu = loom_f32_sum_error(Ku, 1.0);
+    loom_val ac = loom_abs(k, c), ax = loom_abs(k, x);
+    loom_val ek = loom_mul(k, C(gk), loom_add(k, mc, mu));
+    loom_val er = loom_add(k, loom_add(k, loom_mul(k, C(gc), mc), loom_mul(k, C(gu), mu)),
+                           loom_mul(k, C(0x1p-23), loom_add(k, ac, ax)));
+    loom_val halves = loom_mul(k, C(0.5), loom_add(k, ULP(loom_add(k, ac, ek)), ULP(loom_add(k, ax, ek))));
+    loom_val err = loom_add(k, loom_add(k, ek, er), halves);
     loom_val r32 = loom_add(k, c, x);
-    loom_val r16 = loom_cast(k, loom_add(k, loom_cast(k, c, LOOM_F16), loom_cast(k, x, LOOM_F16)), LOOM_F32);
+    loom_val bnd = loom_mul(k, loom_add(k, err, ULP(loom_add(k, loom_abs(k, r32), err))), C(1 + 0x1p-20));
+#undef ULP
     loom_val e = loom_abs(k, loom_sub(k, o, r32));
-    e = loom_select(k, loom_cmp(k, LOOM_NE, e, e), loom_const_f(k, LOOM_F32, INFINITY), e);
-    loom_val d = loom_abs(k, loom_sub(k, r16, r32));
+    loom_val nan = loom_cmp(k, LOOM_NE, e, e);
+    loom_val ok = loom_and(k, loom_cmp(k, LOOM_LE, e, bnd), loom_cmp(k, LOOM_EQ, e, e));
+    loom_val nbad = loom_reduce_sum(k, loom_select(k, ok, C(0.0), C(1.0)), 0);
+    loom_val ratio = loom_select(k, nan, C(INFINITY), loom_div(k, e, bnd));
+#undef C
     loom_val at = loom_add(k, loom_mul(k, b, loom_const_i(k, LOOM_I32, per)), p);
-    loom_store(k, err, &at, loom_splat(k, loom_reduce_max(k, e, 0), LOOM_SHAPE1(1)), LOOM_NONE);
-    loom_store(k, tol, &at, loom_splat(k, loom_reduce_max(k, d, 0), LOOM_SHAPE1(1)), LOOM_NONE);
+    loom_store(k, bad, &at, loom_splat(k, nbad, LOOM_SHAPE1(1)), LOOM_NONE);
+    loom_store(k, worst, &at, loom_splat(k, loom_reduce_max(k, ratio, 0), LOOM_SHAPE1(1)), LOOM_NONE);
     return k;
 }

@@ -73,13 +73,20 @@ int ik_reference_kernels(const int64_t *shape, loom_kernel **k, int (*grid)[3], 
  * kernels cannot serve the shape. */
 loom_kernel *ik_bound_kernel(const int64_t *shape, int grid[3]);
 
-/* bench_ikbo_lce's check on the device: out [B, M, N] (f16) against the f32 halves
- * refc [B, M, N] and refu [U, M, N] with cand_to_user [B]: per program of IK_CHECK_BLOCK
- * elements of one candidate, err[p] = max |out - ref32| and tol[p] = max |ref16 - ref32|,
- * where ref32 = refc + refu[u(b)] (f32) and ref16 rounds each half to f16 and then their
- * sum.  A NaN output counts as an infinite error.  Arguments out, refc, refu, cand_to_user,
- * err, tol; grid (*grid0, B, 1), *nparts = grid0 * B entries of err and tol. */
+/* bench_ikbo_lce's check, by the error model (docs/checks.md), of an output of any stage
+ * (or of the framework) against f32 references of its halves: refc [B, M, N] = W_cand
+ * E_cand[b], refu [U, M, N] = W_user E_user[u], and their magnitudes absc, absu (sums of
+ * |w e|), as the NVRTC reference computes them.  The bound of an element (ik_lce_bound):
+ * the kernel's f32 sums over Ku + Kc + 2 terms however it splits them, the reference's own
+ * f32 sums, half an f16 ulp of each half (a stage may round a half to f16), and one ulp of
+ * the sum.  Per program of IK_CHECK_BLOCK elements of one candidate: bad[p] the elements
+ * past their bound (NaN: past) and worst[p] the largest |out - ref| / bound.  Arguments out
+ * (f16), refc, refu, absc, absu, cand_to_user, bad, worst; grid (*grid0, B, 1), *nparts =
+ * grid0 * B entries of bad and worst. */
 #define IK_CHECK_BLOCK 2048
-loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int *grid0, int64_t *nparts);
+loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t Ku, int64_t Kc, int *grid0,
+                             int64_t *nparts);
+/* The same bound on the host (exact ulps), for refc = c, refu = u, absc, absu. */
+double ik_lce_bound(double c, double u, double absc, double absu, int64_t Ku, int64_t Kc);
 
 #endif

@@ -292,66 +292,86 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
 
 /* ---------------------------------------------------------------- bench_ikbo_lce's check */
 
-Test(tune_fast, ikbo_check_kernel_gives_the_host_maxima)
+Test(tune_fast, ikbo_check_kernel_counts_what_the_host_model_counts)
 {
-    const int64_t B = 3, U = 2, M = 7, N = 300; /* M * N = 2100: two programs a candidate */
+    const int64_t B = 3, U = 2, M = 7, N = 300, Ku = 100, Kc = 60; /* M * N = 2100: two programs a candidate */
     int g0 = 0;
     int64_t np = 0;
-    loom_kernel *k = ik_check_kernel(B, U, M, N, &g0, &np);
+    loom_kernel *k = ik_check_kernel(B, U, M, N, Ku, Kc, &g0, &np);
     cr_assert(k);
     cr_assert_eq(g0, 2);
     cr_assert_eq(np, 6);
     int64_t mn = M * N;
-    float *rc = malloc(B * mn * 4), *ru = malloc(U * mn * 4), err[6], tol[6];
+    float *rc = malloc(B * mn * 4), *ru = malloc(U * mn * 4), *ac = malloc(B * mn * 4), *au = malloc(U * mn * 4);
+    float bad[6], worst[6];
     uint16_t *out = malloc(B * mn * 2);
     int32_t map[3] = {1, 0, 1};
     uint64_t seed = 3;
     tpl_fill(rc, LOOM_F32, B * mn, -4, 4, &seed);
     tpl_fill(ru, LOOM_F32, U * mn, -4, 4, &seed);
-    double want_e = 0, want_t = 0;
+    for (int64_t i = 0; i < B * mn; i++)
+        ac[i] = fabsf(rc[i]) * 3 + 1;
+    for (int64_t i = 0; i < U * mn; i++)
+        au[i] = fabsf(ru[i]) * 3 + 1;
+    /* right values (the sum rounded to f16), and three planted past their bound: one just
+     * past, one far, one NaN */
+    int64_t planted[3] = {2050, mn + 7, 2 * mn + 1999};
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < mn; i++)
+            tpl_set(out, LOOM_F16, b * mn + i, (double)rc[b * mn + i] + ru[map[b] * mn + i]);
+    for (int p = 0; p < 3; p++) {
+        int64_t e = planted[p], b = e / mn, i = e % mn;
+        double c = rc[e], u = ru[map[b] * mn + i];
+        double bound = ik_lce_bound(c, u, ac[e], au[map[b] * mn + i], Ku, Kc);
+        double v = p == 2 ? NAN : p == 1 ? c + u + 1.0 : c + u + 2 * bound; /* past even the device's looser ulps */
+        tpl_set(out, LOOM_F16, e, v);
+    }
+    double want_bad = 0, want_worst = 0;
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < mn; i++) {
-            float c = rc[b * mn + i], u = ru[map[b] * mn + i], r32 = c + u;
-            double r16 = tpl_round(LOOM_F16, tpl_round(LOOM_F16, c) + tpl_round(LOOM_F16, u));
-            tpl_set(out, LOOM_F16, b * mn + i, r32 + (b == 2 && i == 2050 ? 0.5 : 0));
-            want_e = fmax(want_e, fabs(tpl_get(out, LOOM_F16, b * mn + i) - r32));
-            want_t = fmax(want_t, fabs(r16 - r32));
+            int64_t e = b * mn + i, x = map[b] * mn + i;
+            double r = (double)rc[e] + ru[x], bound = ik_lce_bound(rc[e], ru[x], ac[e], au[x], Ku, Kc);
+            double d = fabs(tpl_get(out, LOOM_F16, e) - r);
+            want_bad += !(d <= bound);
+            want_worst = isnan(d) ? INFINITY : fmax(want_worst, d / bound);
         }
+    cr_expect_eq(want_bad, 3, "the host model counts the three planted");
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
     loom_buffer *bo = loom_buffer_create(rt, B * mn * 2), *bc = loom_buffer_create(rt, B * mn * 4);
-    loom_buffer *bu = loom_buffer_create(rt, U * mn * 4), *bm = loom_buffer_create(rt, 12);
-    loom_buffer *be = loom_buffer_create(rt, 24), *bt = loom_buffer_create(rt, 24);
+    loom_buffer *bu = loom_buffer_create(rt, U * mn * 4), *bac = loom_buffer_create(rt, B * mn * 4);
+    loom_buffer *bau = loom_buffer_create(rt, U * mn * 4), *bm = loom_buffer_create(rt, 12);
+    loom_buffer *bb = loom_buffer_create(rt, 24), *bw = loom_buffer_create(rt, 24);
     loom_buffer_upload(bo, out, B * mn * 2);
     loom_buffer_upload(bc, rc, B * mn * 4);
     loom_buffer_upload(bu, ru, U * mn * 4);
+    loom_buffer_upload(bac, ac, B * mn * 4);
+    loom_buffer_upload(bau, au, U * mn * 4);
     loom_buffer_upload(bm, map, 12);
-    loom_arg a[6] = {LOOM_ARG_BUF(bo), LOOM_ARG_BUF(bc), LOOM_ARG_BUF(bu), LOOM_ARG_BUF(bm), LOOM_ARG_BUF(be),
-                     LOOM_ARG_BUF(bt)};
+    loom_arg a[8] = {LOOM_ARG_BUF(bo),  LOOM_ARG_BUF(bc), LOOM_ARG_BUF(bu), LOOM_ARG_BUF(bac),
+                     LOOM_ARG_BUF(bau), LOOM_ARG_BUF(bm), LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bw)};
     int grid[3] = {g0, (int)B, 1};
-    cr_assert_eq(loom_launch(rt, k, grid, a, 6), LOOM_OK, "%s", loom_runtime_error(rt));
-    loom_buffer_download(be, err, 24);
-    loom_buffer_download(bt, tol, 24);
-    double ge = 0, gt = 0;
+    cr_assert_eq(loom_launch(rt, k, grid, a, 8), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer_download(bb, bad, 24);
+    loom_buffer_download(bw, worst, 24);
+    double gb = 0, gw = 0;
     for (int i = 0; i < 6; i++) {
-        ge = fmax(ge, err[i]);
-        gt = fmax(gt, tol[i]);
+        gb += bad[i];
+        gw = isnan(worst[i]) || isinf(worst[i]) ? INFINITY : fmax(gw, worst[i]);
     }
-    cr_expect_float_eq(ge, want_e, 1e-6, "max |out - ref32|: %g, host %g", ge, want_e);
-    cr_expect_float_eq(gt, want_t, 1e-6, "max |ref16 - ref32|: %g, host %g", gt, want_t);
-    cr_expect_float_eq(err[2 * 2 + 1], want_e, 1e-6, "candidate 2's second program holds the planted error");
-    /* a NaN output is an infinite error */
-    tpl_set(out, LOOM_F16, 5, NAN);
-    loom_buffer_upload(bo, out, B * mn * 2);
-    cr_assert_eq(loom_launch(rt, k, grid, a, 6), LOOM_OK);
-    loom_buffer_download(be, err, 24);
-    cr_expect(isinf(err[0]));
-    loom_buffer *bs[] = {bo, bc, bu, bm, be, bt};
-    for (int i = 0; i < 6; i++)
+    cr_expect_eq(gb, 3, "elements past their bound on the device: %g (host %g)", gb, want_bad);
+    cr_expect(isinf(gw) && isinf(want_worst), "the NaN makes the worst ratio infinite: device %g, host %g", gw,
+              want_worst);
+    cr_expect_eq(bad[2 * 2], 1, "candidate 2's first program holds one planted error");
+    cr_expect(isinf(worst[2 * 2]), "and it is the NaN");
+    loom_buffer *bs[] = {bo, bc, bu, bac, bau, bm, bb, bw};
+    for (int i = 0; i < 8; i++)
         loom_buffer_destroy(bs[i]);
     loom_runtime_destroy(rt);
     loom_kernel_destroy(k);
     free(rc);
     free(ru);
+    free(ac);
+    free(au);
     free(out);
 }
 
@@ -489,7 +509,7 @@ Test(tune_fast, device_kernels_compile_to_ptx_at_the_headline, .timeout = 300)
     ks[n++] = tune_fill_kernel(LOOM_BF16, 433 * 1184, &g0);
     ks[n++] = tune_maxdiff_kernel(LOOM_F16, LOOM_F32, 1024 * 433 * 256, &g0);
     ks[n++] = tune_reduce2_kernel(55424, TUNE_RED_SUM, TUNE_RED_MAX);
-    ks[n++] = ik_check_kernel(1024, 15, 433, 256, &g0, &np);
+    ks[n++] = ik_check_kernel(1024, 15, 433, 256, 1178, 866, &g0, &np);
     ks[n++] = tune_compare_kernel(LOOM_F16, 1024 * 433 * 256, false, &g0);
     loom_kernel *ref[TUNE_MAX_REFK];
     int rg[TUNE_MAX_REFK][3];
