@@ -15,16 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The status and that the runtime's message holds `want`. */
-#define REFUSED(rt, call, status, want)                                                                  \
-    do {                                                                                                  \
-        loom_status st_ = (call);                                                                         \
-        cr_assert_eq(st_, status, "%s gave %s (%s), not %s", #call, loom_status_name(st_),                \
-                     loom_runtime_error(rt), loom_status_name(status));                                   \
-        cr_assert(strstr(loom_runtime_error(rt), want), "message '%s' does not say '%s'",                \
-                  loom_runtime_error(rt), want);                                                          \
-    } while (0)
-
 /* ---------------------------------------------------------------- loom_launch */
 
 /* The broadcast-add at B=4, U=2, M=N=8, f32: cand, user, cand_to_user, out. */

@@ -17,16 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The status and that the runtime's message holds `want`. */
-#define REFUSED(rt, call, status, want)                                                                  \
-    do {                                                                                                  \
-        loom_status st_ = (call);                                                                         \
-        cr_assert_eq(st_, status, "%s gave %s (%s), not %s", #call, loom_status_name(st_),                \
-                     loom_runtime_error(rt), loom_status_name(status));                                   \
-        cr_assert(strstr(loom_runtime_error(rt), want), "message '%s' does not say '%s'",                \
-                  loom_runtime_error(rt), want);                                                          \
-    } while (0)
-
 /* The kernel fails verification and its errors say `want`. */
 #define KERNEL_REFUSED(k, want)                                                                            \
     do {                                                                                                   \

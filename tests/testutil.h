@@ -83,6 +83,18 @@ static inline loom_kernel *t_two_arrivals(loom_src task_at, loom_src wait_at, co
     return k;
 }
 
+/* ---------------------------------------------------------------- refusals */
+
+/* The status and that the runtime's message holds `want`. */
+#define REFUSED(rt, call, status, want)                                                                  \
+    do {                                                                                                  \
+        loom_status st_ = (call);                                                                         \
+        cr_assert_eq(st_, status, "%s gave %s (%s), not %s", #call, loom_status_name(st_),                \
+                     loom_runtime_error(rt), loom_status_name(status));                                   \
+        cr_assert(strstr(loom_runtime_error(rt), want), "message '%s' does not say '%s'",                \
+                  loom_runtime_error(rt), want);                                                          \
+    } while (0)
+
 /* ---------------------------------------------------------------- scratch directories */
 
 /* A new directory /tmp/<prefix>-XXXXXX (one of 8 buffers in turn: the path stays valid
