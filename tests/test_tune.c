@@ -891,3 +891,29 @@ Test(gpu_tune, wrong_refused_and_invalid_configs_are_rejected, .timeout = 120)
     loom_runtime_destroy(rt);
     remove_dir(dir);
 }
+
+/* A tuning where no candidate is right falls back loudly: the default config's kernel is
+ * ready, the source says FELL_BACK, the note opens NOT TUNED, and loom_tune returns
+ * LOOM_ERR_NOT_TUNED; nothing goes into the tuning cache, so a second start tries again. */
+Test(gpu_tune, a_tuning_with_no_right_candidate_is_not_silent, .timeout = 300)
+{
+    char *dir = fresh_caches();
+    loom_runtime *rt = t_gpu_or_skip();
+    loom_template t = test_scale;
+    t.reference = ts_reference_off; /* every candidate is "wrong" */
+    int64_t sh[1] = {4096};
+    loom_tuned x;
+    loom_status st = loom_tune(rt, &t, sh, 1, &(loom_tune_opts){.quiet = 1}, &x);
+    cr_expect_eq(st, LOOM_ERR_NOT_TUNED, "%s: %s", loom_status_name(st), x.note);
+    cr_expect_eq(x.source, LOOM_TUNE_FELL_BACK, "%s", x.note);
+    cr_expect_eq(x.status, LOOM_OK, "the default config's kernel is ready: %s", x.note);
+    cr_expect(x.kernel);
+    cr_expect(strstr(x.note, "NOT TUNED"), "%s", x.note);
+    loom_tuned_release(&x, 1);
+    loom_tuned y;
+    st = loom_tune(rt, &t, sh, 1, &(loom_tune_opts){.quiet = 1}, &y);
+    cr_expect_eq(y.source, LOOM_TUNE_FELL_BACK, "a fallback is never cached: %s", y.note);
+    loom_tuned_release(&y, 1);
+    loom_runtime_destroy(rt);
+    remove_dir(dir);
+}
