@@ -895,12 +895,21 @@ Test(gpu_tune, wrong_refused_and_invalid_configs_are_rejected, .timeout = 120)
 /* A tuning where no candidate is right falls back loudly: the default config's kernel is
  * ready, the source says FELL_BACK, the note opens NOT TUNED, and loom_tune returns
  * LOOM_ERR_NOT_TUNED; nothing goes into the tuning cache, so a second start tries again. */
+/* A reference no config reproduces (bug=1's planted +1 included). */
+static void ts_reference_far(const int64_t *sh, void *const *host, void *const *ref)
+{
+    ts_reference(sh, host, ref);
+    float *y = ref[1];
+    for (int64_t i = 0; i < sh[TS_N]; i++)
+        y[i] += 3;
+}
+
 Test(gpu_tune, a_tuning_with_no_right_candidate_is_not_silent, .timeout = 300)
 {
     char *dir = fresh_caches();
     loom_runtime *rt = t_gpu_or_skip();
     loom_template t = test_scale;
-    t.reference = ts_reference_off; /* every candidate is "wrong" */
+    t.reference = ts_reference_far; /* every candidate is "wrong" */
     int64_t sh[1] = {4096};
     loom_tuned x;
     loom_status st = loom_tune(rt, &t, sh, 1, &(loom_tune_opts){.quiet = 1}, &x);
