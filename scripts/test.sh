@@ -3,7 +3,7 @@
 # too, where there is one): PTX for every template assembled with ptxas for sm_90a, the
 # Criterion suite, the fuzzers' seed corpora; then the Criterion suite again in a build
 # with ASan + UBSan (build-asan; leaks checked), and each fuzzer under libFuzzer for a
-# bounded time (build-fuzz, clang).  About 15 minutes on 2 cores from scratch.
+# bounded time (build-fuzz, clang).  About 21 minutes on 2 cores from scratch (session 18).
 #
 #   LOOM_TEST_SANITIZE=0   skip the sanitizer build and its run
 #   LOOM_TEST_FUZZ=0       skip the libFuzzer build and runs
