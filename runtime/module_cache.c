@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -331,20 +330,8 @@ bool mc_decode(const mc_key *key, const void *file, size_t n, const void **cubin
 
 /* ---------------------------------------------------------------- disk */
 
-/* LOOM_CACHE: a switch that is on unless set off; a value that is not a switch keeps the
- * default, with one warning (as tune/'s LOOM_TUNE). */
-static bool cache_on(void)
-{
-    const char *v = util_env_str("LOOM_CACHE");
-    if (!v)
-        return true;
-    static const char *const words[] = {"0", "false", "no", "off", "1", "true", "yes", "on"};
-    for (int i = 0; i < 8; i++)
-        if (strcasecmp(v, words[i]) == 0)
-            return i >= 4;
-    util_env_warn("LOOM_CACHE", "'%s' is not a switch (1/true/yes/on or 0/false/no/off): taken as on, the default", v);
-    return true;
-}
+/* LOOM_CACHE: a switch that is on unless set off. */
+static bool cache_on(void) { return util_env_switch("LOOM_CACHE", true); }
 
 bool mc_disk_dir(char *buf, size_t n)
 {

@@ -2,9 +2,10 @@
  * error_model.c -- how far a right kernel's output may lie from the exact result, element
  * by element (docs/checks.md says why each term is there).
  *
- * Every check in loom (loom_template_check, so loomc run and the tests; the tuner's check
- * of each candidate; the benches) compares |out - ref| with a bound per element that a
- * template derives from its computation with the three helpers below, instead of one
+ * The checks (loom_template_check, so loomc run and the tests; the tuner's check of each
+ * candidate against a CPU or device reference; bench_ikbo_lce; docs/checks.md lists the
+ * ones still on a tolerance) compare |out - ref| with a bound per element that a template
+ * derives from its computation with the three helpers below, instead of one
  * atol + rtol * |ref| for every element.  A single tolerance must be loose enough for
  * the worst element (a long sum that cancels to nearly zero has a large error and a small
  * value), so it passes wrong values elsewhere, and a comparison of maxima says nothing

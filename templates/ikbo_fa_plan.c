@@ -20,11 +20,33 @@ int64_t fa_plan(const fa_spec *s, const int32_t *map, const int32_t *seq_len, in
     return fa_units(s->B, s->U, s->S, s->nseed, map, seq_len, units, err, errlen);
 }
 
+/* The scores of query row qo (its head's D elements) against the first len keys of user usr
+ * at head h, scaled by 1/sqrt(D), into sc[]; returns their maximum (-inf for none).  With
+ * emax, also the largest f32 error a kernel's score can have (gamma_D sum |q k|, scaled). */
+static double scores(const fa_spec *s, const void *q, const void *k, int64_t qo, int64_t usr, int64_t h, int64_t len,
+                     double *sc, double *emax)
+{
+    double scale = 1.0 / sqrt((double)s->D), mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++) {
+        int64_t ko = ((usr * s->S + j) * s->H + h) * s->D;
+        double d = 0, mag = 0;
+        for (int64_t x = 0; x < s->D; x++) {
+            double t = tpl_get(q, s->dt, qo + x) * tpl_get(k, s->dt, ko + x);
+            d += t;
+            mag += fabs(t);
+        }
+        sc[j] = d * scale;
+        mx = sc[j] > mx ? sc[j] : mx;
+        if (emax)
+            *emax = fmax(*emax, loom_f32_sum_error(s->D, mag) * scale);
+    }
+    return mx;
+}
+
 void fa_reference(const fa_spec *s, const void *q, const void *k, const void *v, const int32_t *map,
                   const int32_t *seq_len, void *out)
 {
     int64_t H = s->H, D = s->D, S = s->S;
-    double scale = 1.0 / sqrt((double)D);
     double *p = malloc((size_t)S * sizeof *p), *o = malloc((size_t)D * sizeof *o);
     if (!p || !o) {
         free(p), free(o);
@@ -34,15 +56,7 @@ void fa_reference(const fa_spec *s, const void *q, const void *k, const void *v,
         int64_t u = map[r / s->nseed], len = len_of(s, seq_len, u);
         for (int64_t h = 0; h < H; h++) {
             const int64_t qo = (r * H + h) * D;
-            double mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < len; j++) {
-                int64_t ko = ((u * S + j) * H + h) * D;
-                double d = 0;
-                for (int64_t x = 0; x < D; x++)
-                    d += tpl_get(q, s->dt, qo + x) * tpl_get(k, s->dt, ko + x);
-                p[j] = d * scale;
-                mx = p[j] > mx ? p[j] : mx;
-            }
+            double mx = scores(s, q, k, qo, u, h, len, p, NULL), sum = 0;
             for (int64_t x = 0; x < D; x++)
                 o[x] = 0;
             for (int64_t j = 0; j < len; j++) {
@@ -70,30 +84,19 @@ void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, con
               const int32_t *seq_len, const void *ref, double *bound)
 {
     int64_t H = s->H, D = s->D, S = s->S;
-    double scale = 1.0 / sqrt((double)D), log2e = 1.4426950408889634, u = 0x1p-23;
+    double log2e = 1.4426950408889634, u = 0x1p-23;
     double up = s->dt == LOOM_BF16 ? 0x1p-8 : 0x1p-11; /* P rounded to nearest in dtype */
-    double *sj = malloc((size_t)S * sizeof *sj), *p = malloc((size_t)S * sizeof *p);
-    double *a = malloc((size_t)D * sizeof *a);
-    if (!sj || !p || !a)
+    double *sj = malloc((size_t)S * sizeof *sj), *a = malloc((size_t)D * sizeof *a);
+    if (!sj || !a)
         goto done;
     for (int64_t r = 0; r < fa_rows(s); r++) {
         int64_t usr = map[r / s->nseed], len = len_of(s, seq_len, usr);
         for (int64_t h = 0; h < H; h++) {
             const int64_t qo = (r * H + h) * D;
-            double mx = -INFINITY, emax = 0, smax = 0, l = 0;
-            for (int64_t j = 0; j < len; j++) {
-                int64_t ko = ((usr * S + j) * H + h) * D;
-                double d = 0, mag = 0;
-                for (int64_t x = 0; x < D; x++) {
-                    double t = tpl_get(q, s->dt, qo + x) * tpl_get(k, s->dt, ko + x);
-                    d += t;
-                    mag += fabs(t);
-                }
-                sj[j] = d * scale;
-                mx = sj[j] > mx ? sj[j] : mx;
-                emax = fmax(emax, loom_f32_sum_error(D, mag) * scale);
+            double emax = 0, smax = 0, l = 0;
+            double mx = scores(s, q, k, qo, usr, h, len, sj, &emax);
+            for (int64_t j = 0; j < len; j++)
                 smax = fmax(smax, fabs(sj[j]));
-            }
             /* each exponent (in log2 units) off by the two S errors and its roundings */
             double arg = 2 * emax * log2e + 4 * u * (smax + fabs(mx)) * log2e;
             double delta = (1 + expm1(arg * M_LN2)) * (1 + 0x1p-21) * (1 + up) - 1;
@@ -103,11 +106,11 @@ void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, con
             for (int64_t x = 0; x < D; x++)
                 a[x] = 0;
             for (int64_t j = 0; j < len; j++) {
-                p[j] = exp(sj[j] - mx);
-                l += p[j];
+                double p = exp(sj[j] - mx);
+                l += p;
                 int64_t vo = ((usr * S + j) * H + h) * D;
                 for (int64_t x = 0; x < D; x++)
-                    a[x] += p[j] * fabs(tpl_get(v, s->dt, vo + x));
+                    a[x] += p * fabs(tpl_get(v, s->dt, vo + x));
             }
             for (int64_t x = 0; x < D; x++) {
                 double r_ = tpl_get(ref, s->dt, qo + x);
@@ -122,6 +125,5 @@ void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, con
     }
 done:
     free(sj);
-    free(p);
     free(a);
 }

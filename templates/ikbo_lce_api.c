@@ -1077,7 +1077,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
 static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
                                 const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out)
 {
-    if (!tune_env_switch("LOOM_IKBO_AUTO", true))
+    if (!util_env_switch("LOOM_IKBO_AUTO", true))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_IKBO_AUTO=0", out);
     if (!loom_runtime_is_gpu(rt))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "no GPU", out);
@@ -1087,7 +1087,7 @@ static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, 
     if (cache.on && !util_env_on("LOOM_TUNE_FORCE") &&
         cache_pick(rt, &cache, s, w_user, w_cand, cfg, tuned, out, note, sizeof note))
         return LOOM_OK;
-    if (!tune_env_switch("LOOM_TUNE", true))
+    if (!util_env_switch("LOOM_TUNE", true))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_TUNE=0 and no pick cached", out);
     return auto_timed(rt, s, w_user, w_cand, cfg, tuned, &cache, note, out);
 }

@@ -506,8 +506,7 @@ loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t
     loom_val mc = loom_load(k, absc, ((loom_val[]){b, off}), t, LOOM_NONE, 0.0);
     loom_val mu = loom_load(k, absu, ((loom_val[]){u, off}), t, LOOM_NONE, 0.0);
 #define C(v) loom_splat(k, loom_const_f(k, LOOM_F32, (v)), t)
-    /* ulps of f16 bounded from above in f32: |x| 2^-10, at least 2^-24 */
-#define ULP(v) loom_max(k, loom_mul(k, loom_abs(k, (v)), C(0x1p-10)), C(0x1p-24))
+#define ULP(v) ulp_ub(k, LOOM_F16, (v), t)
     double gk = loom_f32_sum_error(Ku + Kc + 2, 1.0), gc = loom_f32_sum_error(Kc, 1.0), gu = loom_f32_sum_error(Ku, 1.0);
     loom_val ac = loom_abs(k, c), ax = loom_abs(k, x);
     loom_val ek = loom_mul(k, C(gk), loom_add(k, mc, mu));

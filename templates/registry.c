@@ -252,8 +252,9 @@ nomem:
     return LOOM_ERR_NOMEM;
 }
 
-int64_t loom_expected_compare(const loom_template *t, const loom_instance *in, const loom_expected *e,
-                              void *const *got, char *report, size_t n)
+/* loom_expected_compare, its report's verdict followed by " on <where>" when where is given. */
+static int64_t compare(const loom_template *t, const loom_instance *in, const loom_expected *e, void *const *got,
+                       const char *where, char *report, size_t n)
 {
     int64_t bad = 0, total = 0;
     double worst = 0, worst_err = 0; /* the largest |err| / bound, and that |err| */
@@ -282,10 +283,16 @@ int64_t loom_expected_compare(const loom_template *t, const loom_instance *in, c
             }
         }
     }
-    snprintf(report, n, "%s: %s: %lld of %lld elements outside their error bound (%s), worst |err|/bound %.3g "
-             "(|err| %.3g)%s", t->name, bad ? "FAIL" : "ok", (long long)bad, (long long)total,
-             t->bound ? "docs/checks.md" : "atol + rtol |ref|", worst, worst_err, first);
+    snprintf(report, n, "%s: %s%s%s: %lld of %lld elements outside their error bound (%s), worst |err|/bound %.3g "
+             "(|err| %.3g)%s", t->name, bad ? "FAIL" : "ok", where ? " on " : "", where ? where : "", (long long)bad,
+             (long long)total, t->bound ? "docs/checks.md" : "atol + rtol |ref|", worst, worst_err, first);
     return bad;
+}
+
+int64_t loom_expected_compare(const loom_template *t, const loom_instance *in, const loom_expected *e,
+                              void *const *got, char *report, size_t n)
+{
+    return compare(t, in, e, got, NULL, report, n);
 }
 
 loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const int64_t *shape,
@@ -313,17 +320,8 @@ loom_status loom_template_check(loom_runtime *rt, const loom_template *t, const 
             snprintf(report, n, "%s: reading output '%s' back: %s", t->name, in.info[i].name,
                      st == LOOM_ERR_NOMEM ? "out of host memory" : loom_runtime_error(rt));
     }
-    if (st == LOOM_OK) {
-        char line[700];
-        int64_t bad = loom_expected_compare(t, &in, &e, got, line, sizeof line);
-        /* the device's name after the verdict, as before: "NAME: ok on DEVICE: ..." */
-        const char *rest = strchr(line, ':');
-        rest = rest ? strchr(rest + 1, ':') : NULL;
-        snprintf(report, n, "%s: %s on %s%s", t->name, bad ? "FAIL" : "ok", loom_runtime_device_name(rt),
-                 rest ? rest : "");
-        if (bad)
-            st = LOOM_ERR_RUNTIME;
-    }
+    if (st == LOOM_OK && compare(t, &in, &e, got, loom_runtime_device_name(rt), report, n))
+        st = LOOM_ERR_RUNTIME;
     for (int i = 0; i < in.nargs; i++)
         free(got[i]);
     loom_expected_destroy(&e);

@@ -11,6 +11,7 @@
 #include "loomc_test.h"
 #include "tune.h"
 #include "testutil.h"
+#include "../util/util.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -291,7 +292,7 @@ Test(harden_input, tune_env_garbage_falls_back_with_one_warning)
     cr_assert_eq(tune_budget_ms(), 250.0);
     setenv("LOOM_TUNE", "abc", 1);
     cap_begin(&c);
-    bool on = tune_env_switch("LOOM_TUNE", true);
+    bool on = util_env_switch("LOOM_TUNE", true);
     text = cap_end(&c);
     cr_assert(on, "garbage keeps the default (on)");
     cr_assert(strstr(text, "LOOM_TUNE: 'abc' is not a switch (1/true/yes/on or 0/false/no/off): taken as on"), "%s",
@@ -299,12 +300,12 @@ Test(harden_input, tune_env_garbage_falls_back_with_one_warning)
     const char *offs[] = {"0", "off", "no", "FALSE"};
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
         setenv("LOOM_IKBO_AUTO", offs[i], 1);
-        cr_assert(!tune_env_switch("LOOM_IKBO_AUTO", true), "%s", offs[i]);
+        cr_assert(!util_env_switch("LOOM_IKBO_AUTO", true), "%s", offs[i]);
     }
     setenv("LOOM_IKBO_AUTO", "-1", 1);
-    cr_assert(tune_env_switch("LOOM_IKBO_AUTO", true));
+    cr_assert(util_env_switch("LOOM_IKBO_AUTO", true));
     unsetenv("LOOM_IKBO_AUTO");
-    cr_assert(tune_env_switch("LOOM_IKBO_AUTO", true));
+    cr_assert(util_env_switch("LOOM_IKBO_AUTO", true));
 }
 
 /* The interpreter's LOOM_INTERP_RESIDENT and the code generator's LOOM_NO_FOLD: garbage is

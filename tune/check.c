@@ -85,6 +85,9 @@ loom_kernel *tune_compare_kernel(loom_dtype dt, int64_t n, bool with_bound, int 
 
 static bool is_output(const loom_arg_info *ai) { return ai->is_tensor && (ai->access & LOOM_OUT); }
 
+/* The elements of tensor argument ai. */
+static int64_t elements(const loom_arg_info *ai) { return (int64_t)(ai->min_bytes / loom_dtype_size(ai->dtype)); }
+
 void tune_bench_free(tune_bench *b)
 {
     for (int c = 0; c < TUNE_MAX_COPIES; c++)
@@ -268,8 +271,7 @@ static loom_status device_bounds(tune_bench *b, const loom_arg *refargs, char *e
     int o = b->dev->bound_arg;
     if (!b->boundk || o < 0 || o >= b->nargs || !b->cmpk[o])
         return LOOM_OK;
-    int64_t cnt = (int64_t)(b->in.info[o].min_bytes / loom_dtype_size(b->in.info[o].dtype));
-    if (!b->bound[o] && !(b->bound[o] = loom_buffer_create(b->rt, (size_t)cnt * 4))) {
+    if (!b->bound[o] && !(b->bound[o] = loom_buffer_create(b->rt, (size_t)elements(&b->in.info[o]) * 4))) {
         snprintf(err, n, "the bounds' buffer: %s", loom_runtime_error(b->rt));
         return LOOM_ERR_NOMEM;
     }
@@ -367,7 +369,7 @@ loom_status tune_bench_cpu_reference(tune_bench *b, char *err, size_t n)
         if (st != LOOM_OK || !b->t->bound || !b->cmpk[i])
             continue;
         /* the bounds in f32, rounded up (a bound is never tightened by its storage) */
-        int64_t cnt = (int64_t)(b->in.info[i].min_bytes / loom_dtype_size(b->in.info[i].dtype));
+        int64_t cnt = elements(&b->in.info[i]);
         float *f = malloc((size_t)cnt * sizeof *f);
         if (!f) {
             st = LOOM_ERR_NOMEM;
@@ -465,13 +467,8 @@ bool tune_bench_args_match(const tune_bench *b, loom_kernel *k)
  * comparison kernel of a template with a model takes one all the same). */
 static loom_buffer *zero_bound(tune_bench *b, int i)
 {
-    int64_t cnt = (int64_t)(b->in.info[i].min_bytes / loom_dtype_size(b->in.info[i].dtype));
-    loom_buffer *x = loom_buffer_create(b->rt, (size_t)cnt * 4);
-    if (x && loom_buffer_fill(x, 0) != LOOM_OK) {
-        loom_buffer_destroy(x);
-        return NULL;
-    }
-    return x;
+    loom_status st = LOOM_OK;
+    return tpl_zeroed_buffer(b->rt, (size_t)elements(&b->in.info[i]) * 4, &st);
 }
 
 /* Run k once on copy 0 and compare its outputs with the reference.  Returns LOOM_OK and

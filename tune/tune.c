@@ -73,22 +73,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
-
-bool tune_env_switch(const char *name, bool def)
-{
-    const char *v = util_env_str(name);
-    if (!v)
-        return def;
-    static const char *const words[] = {"0", "false", "no", "off", "1", "true", "yes", "on"};
-    for (int i = 0; i < 8; i++)
-        if (strcasecmp(v, words[i]) == 0)
-            return i >= 4;
-    util_env_warn(name, "'%s' is not a switch (1/true/yes/on or 0/false/no/off): taken as %s, the default", v,
-                  def ? "on" : "off");
-    return def;
-}
 
 /* Up to a million seconds (0: no budget). */
 double tune_budget_ms(void) { return util_env_double("LOOM_TUNE_BUDGET_MS", TUNE_BUDGET_DEFAULT_MS, 0, 1e9); }
@@ -853,7 +838,7 @@ loom_status loom_tune(loom_runtime *rt, const loom_template *t, const int64_t *s
     if (util_env_on("LOOM_TUNE_VERBOSE"))
         c.o.verbose = 1;
     c.show_progress = c.o.quiet != 1 && isatty(2);
-    c.disabled = !tune_env_switch("LOOM_TUNE", true);
+    c.disabled = !util_env_switch("LOOM_TUNE", true);
     if (c.g) {
         fill_device(&c);
         c.have_cache = tc_path(c.cache_path, sizeof c.cache_path);

@@ -66,10 +66,6 @@ int tune_prune(loom_tune_result *res, int ntry, double ratio, int keep);
  * ends; the best so far is then taken. */
 #define TUNE_BUDGET_DEFAULT_MS 3000.0
 double tune_budget_ms(void);
-/* A switch that is on unless set to 0/false/no/off (LOOM_TUNE, LOOM_IKBO_AUTO): like
- * util_env_on (util/util.h), with a default; anything else is the default, with one
- * warning naming the variable. */
-bool tune_env_switch(const char *name, bool def);
 /* What the compiles leave of a budget for the finalists' pass and the set-down: a quarter
  * of it, at most TUNE_BUDGET_RESERVE_FINS final passes (the finalists, and the checks and
  * first-pass runs of the candidates whose compiles end at the deadline: 1.5 passes left

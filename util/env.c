@@ -45,11 +45,11 @@ void util_env_warn(const char *name, const char *fmt, ...)
     fprintf(stderr, "loom: %s: %s\n", name, msg);
 }
 
-bool util_env_on(const char *name)
+bool util_env_switch(const char *name, bool def)
 {
     const char *v = util_env_str(name);
     if (!v)
-        return false;
+        return def;
     static const char *const on[] = {"1", "true", "yes", "on"};
     static const char *const off[] = {"0", "false", "no", "off"};
     for (size_t i = 0; i < sizeof on / sizeof *on; i++)
@@ -58,8 +58,9 @@ bool util_env_on(const char *name)
     for (size_t i = 0; i < sizeof off / sizeof *off; i++)
         if (strcasecmp(v, off[i]) == 0)
             return false;
-    util_env_warn(name, "'%s' is not a switch (1/true/yes/on or 0/false/no/off): taken as off", v);
-    return false;
+    util_env_warn(name, "'%s' is not a switch (1/true/yes/on or 0/false/no/off): taken as %s", v,
+                  def ? "on, the default" : "off");
+    return def;
 }
 
 int64_t util_env_int(const char *name, int64_t def, int64_t lo, int64_t hi)

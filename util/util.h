@@ -6,8 +6,9 @@
  * include this header.
  *
  * Environment rules (docs/env.md):
- *   - a switch (util_env_on) is on for 1, true, yes, on; off for 0, false, no, off, or
- *     unset or empty; anything else is off, with one warning on stderr naming the variable.
+ *   - a switch (util_env_switch, util_env_on) is on for 1, true, yes, on and off for 0,
+ *     false, no, off; unset, empty or anything else is its default (off for util_env_on),
+ *     anything else with one warning on stderr naming the variable.
  *   - a number (util_env_int, util_env_double) must parse completely and lie in the range
  *     the caller gives; otherwise the default is used, with one warning naming the
  *     variable, the value and the range.
@@ -35,8 +36,11 @@ static inline double util_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* An environment switch (the rules above). */
-bool util_env_on(const char *name);
+/* An environment switch (the rules above) whose default, unset or unreadable, is def. */
+bool util_env_switch(const char *name, bool def);
+
+/* A switch that is off by default. */
+static inline bool util_env_on(const char *name) { return util_env_switch(name, false); }
 
 /* An environment variable's value, NULL when unset or empty. */
 static inline const char *util_env_str(const char *name)
