@@ -1007,6 +1007,8 @@ int64_t cg_divisor(cg_ctx *cg, uint32_t v)
         default:
             d = 1;
         }
+    } else if (val->kind == IR_V_ARG && k->args[val->def].is_dim) {
+        d = ctz_div(k->args[val->def].dim_multiple); /* the dim's hint */
     } else if (val->kind == IR_V_BLOCKARG) {
         const ir_block *b = &k->blocks[val->def];
         const ir_op *p = &k->ops[b->parent];

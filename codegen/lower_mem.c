@@ -351,6 +351,21 @@ static void sb_store(L *l, stbatch *b, int bytes, LLVMValueRef addr, int64_t imm
     b->n++;
 }
 
+/* Tensor argument arg's dim d as an i64: its size, or for a run-time dim the value of its
+ * argument at this launch. */
+static LLVMValueRef arg_dim(L *l, const ir_arg *arg, int d)
+{
+    if (!arg->dyn[d])
+        return ci64(l, arg->shape.dim[d]);
+    return LLVMBuildZExt(l->B, LLVMGetParam(l->fn, arg->dyn[d] - 1u), l->t_i64, "");
+}
+
+/* A number dim d of arg is known to be a multiple of: its size, or a run-time dim's hint. */
+static int64_t dim_divisor(L *l, const ir_arg *arg, int d)
+{
+    return arg->dyn[d] ? l->k->args[arg->dyn[d] - 1].dim_multiple : arg->shape.dim[d];
+}
+
 /* The vector width (elements) for this access. */
 static int vec_width(L *l, const macc *a)
 {
@@ -369,7 +384,7 @@ static int vec_width(L *l, const macc *a)
             v /= 2;
     }
     for (; v > 1; v /= 2) {
-        if (a->arg->strides[tl] != 1 || a->arg->shape.dim[tl] % v || lay->shape[last] % v)
+        if (a->arg->strides[tl] != 1 || dim_divisor(l, a->arg, tl) % v || lay->shape[last] % v)
             continue;
         if (cg_divisor(l->cg, a->offv[tl]) % v)
             continue;
@@ -419,7 +434,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             continue;
         uoff = LLVMBuildAdd(l->B, uoff, LLVMBuildMul(l->B, a->offs[d], ci64(l, a->arg->strides[d] * es), ""), "");
         if (d < a->lead) {
-            LLVMValueRef ok = LLVMBuildICmp(l->B, LLVMIntULT, a->offs[d], ci64(l, a->arg->shape.dim[d]), "");
+            LLVMValueRef ok = LLVMBuildICmp(l->B, LLVMIntULT, a->offs[d], arg_dim(l, a->arg, d), "");
             upred = lw_and_pred(l, upred, ok);
         }
     }
@@ -440,7 +455,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         if (gather && td == 0)
             continue;
         lo[s] = clamp64(l, LLVMBuildNeg(l->B, a->offs[td], ""), -1, INT64_C(1) << 21);
-        hi[s] = clamp64(l, LLVMBuildSub(l->B, ci64(l, a->arg->shape.dim[td]), a->offs[td], ""), -1, INT64_C(1) << 21);
+        hi[s] = clamp64(l, LLVMBuildSub(l->B, arg_dim(l, a->arg, td), a->offs[td], ""), -1, INT64_C(1) << 21);
         /* Where a thread has many coordinates along the dim, c (the thread's part t plus
          * the register's k, disjoint bits) is valid when lo <= c < min(hi, tile): (t - lo)
          * + k <u max(min(hi, tile) - lo, 0), one compare per coordinate instead of two
@@ -547,7 +562,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         LLVMValueRef off64 = wide ? off : toff;
         if (gather) {
             LLVMValueRef row = a->rows[j0];
-            pred = lw_and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntULT, row, ci64(l, a->arg->shape.dim[0]), ""));
+            pred = lw_and_pred(l, pred, LLVMBuildICmp(l->B, LLVMIntULT, row, arg_dim(l, a->arg, 0), ""));
             off64 = LLVMBuildAdd(l->B, off64, LLVMBuildMul(l->B, row, ci64(l, a->arg->strides[0] * es), ""), "");
         }
         if (a->mask)

@@ -756,7 +756,17 @@ const ir_op *interp_exec_block(interp *in, uint32_t b)
 loom_status interp_run(loom_kernel *k, const int grid[3], const interp_arg *args, char *err,
                        size_t errlen)
 {
-    interp in = {.k = k, .args = args, .err = err, .errlen = errlen};
+    /* the tensors' shapes at this launch's run-time dims */
+    ir_arg targs[LOOM_MAX_ARGS];
+    int32_t dimval[LOOM_MAX_ARGS] = {0};
+    for (int a = 0; a < k->nargs; a++)
+        dimval[a] = k->args[a].is_dim ? args[a].s.i32 : 0;
+    for (int a = 0; a < k->nargs; a++) {
+        targs[a] = k->args[a];
+        if (targs[a].is_tensor)
+            ir_arg_shape_at(k, a, dimval, &targs[a].shape, &targs[a].min_bytes);
+    }
+    interp in = {.k = k, .args = args, .targs = targs, .err = err, .errlen = errlen};
     if (err && errlen)
         err[0] = 0;
     in.env = in.main_env = calloc(k->nvals, sizeof(tv));

@@ -43,6 +43,7 @@ typedef struct interp_hw interp_hw; /* per-run Hopper state (dsl/interp_hw.h) */
 typedef struct interp {
     loom_kernel *k;
     const interp_arg *args;
+    const ir_arg *targs;     /* the kernel's arguments with their run-time dims at this launch's values */
     tv *env;       /* slots of the code running now: the kernel body's or a task replica's */
     tv *main_env;  /* the kernel body's slots (top-level values, shared by the tasks) */
     int pid[3], grid[3];
@@ -89,7 +90,7 @@ typedef struct tref {
 static inline tref interp_tensor_of(interp *in, const ir_op *op)
 {
     const ir_value *v = &in->k->vals[op->opnd[0]];
-    return (tref){&in->k->args[v->def], &in->args[v->def]};
+    return (tref){&in->targs[v->def], &in->args[v->def]};
 }
 /* Element `off` (linear, in elements) of a tensor, after a check against its buffer. */
 bool interp_mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f, int64_t *i);

@@ -491,6 +491,30 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
                  shape.rank, LOOM_MAX_RANK);
         return LOOM_NONE;
     }
+    uint8_t dyn[LOOM_MAX_RANK] = {0};
+    for (int d = 0; d < shape.rank; d++) {
+        if (shape.dim[d] >= 0)
+            continue;
+        /* LOOM_DIM(h): a dim argument of this kernel */
+        uint32_t h = (uint32_t)-shape.dim[d], dv = shape.dim[d] >= -(int64_t)UINT32_MAX ? ir_unhandle(k, h) : 0;
+        const ir_value *val = dv ? &k->vals[dv] : NULL;
+        if (!val || val->kind != IR_V_ARG || !k->args[val->def].is_dim) {
+            ir_error(k, at, NULL,
+                     "argument '%s': dimension %d is %lld, neither a size nor LOOM_DIM of a run-time dim this kernel "
+                     "declared (loom_arg_dim)",
+                     name, d, (long long)shape.dim[d]);
+            return LOOM_NONE;
+        }
+        if (!strides && d > 0) {
+            ir_error(k, at, NULL,
+                     "argument '%s': dimension %d is the run-time dim '%s', but with row-major strides only dim 0 may "
+                     "be run-time (the outer dims' strides would change with it); give static strides",
+                     name, d, k->args[val->def].name);
+            return LOOM_NONE;
+        }
+        dyn[d] = (uint8_t)(val->def + 1);
+        shape.dim[d] = k->args[val->def].dim_max;
+    }
     for (int d = 0; d < shape.rank; d++)
         if (shape.dim[d] < 1 || shape.dim[d] > ((int64_t)1 << 40)) {
             ir_error(k, at, NULL, "argument '%s': dimension %d is %lld; it must be %s", name, d,
@@ -504,6 +528,7 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
     ir_arg *a = &k->args[k->nargs];
     *a = (ir_arg){.name = ir_arena_strdup(&k->arena, name), .is_tensor = true, .dtype = dt,
                   .shape = shape, .access = access};
+    memcpy(a->dyn, dyn, sizeof dyn);
     int64_t st = 1;
     for (int d = shape.rank - 1; d >= 0; d--) {
         if (strides) {
@@ -559,6 +584,88 @@ loom_val loom_arg_scalar_at(loom_src at, loom_kernel *k, const char *name, loom_
     return ir_handle(k, v);
 }
 
+loom_val loom_arg_dim_at(loom_src at, loom_kernel *k, const char *name, int64_t max, int64_t multiple)
+{
+    if (!k)
+        return LOOM_NONE;
+    if (max < 1 || max > INT32_MAX) {
+        ir_error(k, at, NULL, "run-time dim '%s': max is %lld; it must be 1 to 2^31 - 1 (an i32)", name ? name : "?",
+                 (long long)max);
+        return LOOM_NONE;
+    }
+    if (multiple < 1 || multiple > max || max % multiple) {
+        ir_error(k, at, NULL, "run-time dim '%s': multiple is %lld; it must be at least 1 and divide max (%lld)",
+                 name ? name : "?", (long long)multiple, (long long)max);
+        return LOOM_NONE;
+    }
+    loom_val v = loom_arg_scalar_at(at, k, name, LOOM_I32);
+    if (v) {
+        ir_arg *a = &k->args[k->nargs - 1];
+        a->is_dim = true;
+        a->dim_max = max;
+        a->dim_multiple = multiple;
+        k->gen++;
+    }
+    return v;
+}
+
+bool ir_has_dyn(const loom_kernel *k)
+{
+    for (int i = 0; i < k->nargs; i++)
+        if (k->args[i].is_dim)
+            return true;
+    return false;
+}
+
+void ir_arg_shape_at(const loom_kernel *k, int i, const int32_t *dimval, loom_shape *shape, size_t *bytes)
+{
+    const ir_arg *a = &k->args[i];
+    loom_shape s = a->shape;
+    bool changed = false;
+    for (int d = 0; d < s.rank; d++)
+        if (a->dyn[d] && dimval) {
+            s.dim[d] = dimval[a->dyn[d] - 1];
+            changed = true;
+        }
+    if (shape)
+        *shape = s;
+    if (bytes)
+        *bytes = !changed ? a->min_bytes : ir_tensor_min_bytes(a->dtype, &s, a->strides);
+}
+
+bool ir_dims_check(const loom_kernel *k, const int32_t *dimval, char *err, size_t errlen)
+{
+    for (int i = 0; i < k->nargs; i++) {
+        const ir_arg *a = &k->args[i];
+        if (!a->is_dim)
+            continue;
+        int64_t v = dimval[i];
+        if (v < 1 || v > a->dim_max || v % a->dim_multiple) {
+            if (a->dim_multiple > 1)
+                snprintf(err, errlen,
+                         "argument %d ('%s') is the run-time dim %lld; it must be 1 to %lld and a multiple of %lld", i,
+                         a->name, (long long)v, (long long)a->dim_max, (long long)a->dim_multiple);
+            else
+                snprintf(err, errlen, "argument %d ('%s') is the run-time dim %lld; it must be 1 to %lld", i, a->name,
+                         (long long)v, (long long)a->dim_max);
+            return false;
+        }
+    }
+    return true;
+}
+
+int loom_kernel_arg_shape(const loom_kernel *k, int i, const loom_arg *args, loom_shape *shape, size_t *bytes)
+{
+    if (!k || i < 0 || i >= k->nargs || !k->args[i].is_tensor)
+        return 0;
+    int32_t dv[LOOM_MAX_ARGS] = {0};
+    for (int j = 0; args && j < k->nargs; j++)
+        if (k->args[j].is_dim)
+            dv[j] = args[j].s.i32;
+    ir_arg_shape_at(k, i, args ? dv : NULL, shape, bytes);
+    return 1;
+}
+
 int loom_kernel_num_args(const loom_kernel *k) { return k ? k->nargs : 0; }
 
 int loom_kernel_arg_info(const loom_kernel *k, int i, loom_arg_info *out)
@@ -567,8 +674,11 @@ int loom_kernel_arg_info(const loom_kernel *k, int i, loom_arg_info *out)
         return 0;
     const ir_arg *a = &k->args[i];
     *out = (loom_arg_info){.name = a->name, .is_tensor = a->is_tensor, .dtype = a->dtype,
-                           .shape = a->shape, .access = a->access, .min_bytes = a->min_bytes};
+                           .shape = a->shape, .access = a->access, .min_bytes = a->min_bytes,
+                           .is_dim = a->is_dim, .dim_max = a->dim_max, .dim_multiple = a->dim_multiple};
     memcpy(out->strides, a->strides, sizeof a->strides);
+    for (int d = 0; d < LOOM_MAX_RANK; d++)
+        out->dim_of[d] = d < a->shape.rank && a->dyn[d] ? a->dyn[d] - 1 : -1;
     return 1;
 }
 

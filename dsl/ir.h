@@ -101,8 +101,25 @@ typedef struct ir_arg {
     loom_shape shape;
     int64_t strides[LOOM_MAX_RANK];
     loom_access access;
-    size_t min_bytes;
+    size_t min_bytes; /* at the run-time dims' maxima */
+    /* A run-time dimension (loom_arg_dim): an i32 scalar whose value is in [1, dim_max]
+     * and a multiple of dim_multiple. */
+    bool is_dim;
+    int64_t dim_max, dim_multiple;
+    /* A tensor's run-time dims: dyn[d] is the dim argument's index + 1 (0: dim d is
+     * static); shape.dim[d] holds that argument's maximum. */
+    uint8_t dyn[LOOM_MAX_RANK];
 } ir_arg;
+
+/* Tensor argument i's shape and smallest buffer at a launch whose i32 scalar arguments
+ * are dimval[0..nargs) (only the dim arguments' entries are read): each run-time dim
+ * replaced by its value. */
+void ir_arg_shape_at(const loom_kernel *k, int i, const int32_t *dimval, loom_shape *shape, size_t *bytes);
+/* Whether the dim arguments' values at a launch are in range (1 to max, a multiple of
+ * the hint); false with the message in err. */
+bool ir_dims_check(const loom_kernel *k, const int32_t *dimval, char *err, size_t errlen);
+/* Does any argument of k have a run-time dim? */
+bool ir_has_dyn(const loom_kernel *k);
 
 typedef struct ir_op {
     uint16_t kind;  /* ir_opkind */

@@ -312,7 +312,26 @@ const char *loom_print(loom_kernel *k)
     for (int i = 0; i < k->nargs; i++) {
         ir_arg *a = &k->args[i];
         put(&p, "%s%%%s: ", i ? ", " : "", a->name);
-        type(&p, &ir_val(k, a->value)->type);
+        bool dyn = false;
+        for (int d = 0; a->is_tensor && d < a->shape.rank; d++)
+            dyn = dyn || a->dyn[d];
+        if (dyn) {
+            /* run-time dims by their argument's name; their maxima are not part of the code */
+            put(&p, "tensor<%s[", loom_dtype_name(a->dtype));
+            for (int d = 0; d < a->shape.rank; d++)
+                if (a->dyn[d])
+                    put(&p, "%s%%%s", d ? "x" : "", k->args[a->dyn[d] - 1].name);
+                else
+                    put(&p, "%s%lld", d ? "x" : "", (long long)a->shape.dim[d]);
+            put(&p, "]>");
+        } else {
+            type(&p, &ir_val(k, a->value)->type);
+        }
+        if (a->is_dim) {
+            put(&p, " dim");
+            if (a->dim_multiple > 1)
+                put(&p, " multiple=%lld", (long long)a->dim_multiple);
+        }
         if (a->is_tensor) {
             put(&p, " %s", acc[a->access & 3]);
             bool contiguous = true;

@@ -150,6 +150,22 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
 #define loom_arg_scalar(k, name, dtype) loom_arg_scalar_at(LOOM_HERE, k, name, dtype)
 loom_val loom_arg_scalar_at(loom_src at, loom_kernel *k, const char *name, loom_dtype dt);
 
+/* A run-time dimension: an i32 scalar argument whose value, given at each launch, is a
+ * tensor dimension (a batch's candidates B, its users U, a row count), so one compiled
+ * kernel serves every value.  Put it in a tensor argument's shape as LOOM_DIM(d) and use
+ * d as any i32 scalar (loop bounds, masks, program-id arithmetic); the host computes the
+ * grid from it.  A launch refuses a value outside [1, max] or not a multiple of
+ * `multiple` (a hint the code generator may use: with multiple = 8, a row of 8 f16
+ * elements stays one 16-byte access).  max (up to 2^31 - 1) sizes nothing in the code:
+ * kernels that differ only in max compile to one module.  With row-major strides (no
+ * strides given) only dim 0 may be run-time; with given strides any dim may (the strides
+ * are static).  Accesses past the launch's value of a dim are masked or reported exactly
+ * as past a static dim.  docs/dsl.md, "Run-time dimensions". */
+#define loom_arg_dim(k, name, max, multiple) loom_arg_dim_at(LOOM_HERE, k, name, max, multiple)
+loom_val loom_arg_dim_at(loom_src at, loom_kernel *k, const char *name, int64_t max, int64_t multiple);
+/* A run-time dim d (loom_arg_dim's value) as a tensor argument's dimension. */
+#define LOOM_DIM(d) (-(int64_t)(uint32_t)(d))
+
 int loom_kernel_num_args(const loom_kernel *k);
 /* Describe argument i; returns 0 if i is out of range.  is_tensor says which kind. */
 typedef struct loom_arg_info {
@@ -159,7 +175,12 @@ typedef struct loom_arg_info {
     loom_shape shape;
     int64_t strides[LOOM_MAX_RANK];
     loom_access access;
-    size_t min_bytes; /* smallest buffer that holds every element the strides reach */
+    size_t min_bytes; /* smallest buffer that holds every element the strides reach (run-time
+                         dims at their maxima) */
+    int dim_of[LOOM_MAX_RANK]; /* tensor: the dim argument of dim d (-1: static; else shape.dim[d]
+                                  holds that dim's max) */
+    int is_dim;                /* a run-time dim (loom_arg_dim) */
+    int64_t dim_max, dim_multiple;
 } loom_arg_info;
 int loom_kernel_arg_info(const loom_kernel *k, int i, loom_arg_info *out);
 
@@ -582,6 +603,11 @@ typedef struct loom_arg {
         float f32;
     } s;              /* scalar arguments */
 } loom_arg;
+
+/* Tensor argument i's shape and smallest buffer at the launch arguments args (its
+ * run-time dims at their values there; args may be NULL for a kernel without run-time
+ * dims).  Returns 0 when i is not a tensor argument. */
+int loom_kernel_arg_shape(const loom_kernel *k, int i, const loom_arg *args, loom_shape *shape, size_t *bytes);
 #define LOOM_ARG_BUF(b) ((loom_arg){.buf = (b)})
 #define LOOM_ARG_I32(v) ((loom_arg){.buf = NULL, .s.i32 = (v)})
 #define LOOM_ARG_I64(v) ((loom_arg){.buf = NULL, .s.i64 = (v)})

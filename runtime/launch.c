@@ -130,6 +130,9 @@ loom_status rt_gpu_launch_on(rt_gpu *g, loom_kernel *k, const int grid[3], const
      * them at the launch call, so stack storage is enough) */
     _Alignas(RT_TMA_DESC_ALIGN) unsigned char descs[RT_TMA_MAX_SPECS][RT_TMA_DESC_BYTES];
     int ntma = rt_tma_cache_count(e.tma);
+    loom_arg dims[LOOM_MAX_ARGS]; /* the scalars, for the tensors' run-time dims */
+    for (int i = 0; i < nargs; i++)
+        dims[i] = (loom_arg){.s.i64 = args[i].s.i64};
     for (int t = 0; t < ntma; t++) {
         const rt_tma_spec *sp = rt_tma_cache_spec(e.tma, t);
         loom_arg_info ai;
@@ -138,6 +141,7 @@ loom_status rt_gpu_launch_on(rt_gpu *g, loom_kernel *k, const int grid[3], const
                      "%d (a code generator bug)", name, t, sp->arg, nargs);
             return LOOM_ERR_INVALID;
         }
+        loom_kernel_arg_shape(k, sp->arg, dims, &ai.shape, &ai.min_bytes); /* at this launch's dims */
         char terr[512];
         st = rt_tma_cache_get(e.tma, t, &ai, args[sp->arg].dptr, descs[t], terr, sizeof terr);
         if (st != LOOM_OK) {

@@ -241,8 +241,15 @@ static loom_status check_args(loom_runtime *rt, loom_kernel *k, const int grid[3
                        k->name, nargs, k->nargs);
     if (nargs && !args)
         return rt_fail(rt, LOOM_ERR_INVALID, "launch of '%s': args is NULL", k->name);
+    int32_t dimval[LOOM_MAX_ARGS] = {0};
+    for (int i = 0; i < nargs; i++)
+        if (k->args[i].is_dim && !args[i].buf)
+            dimval[i] = args[i].s.i32;
+    char derr[300];
     for (int i = 0; i < nargs; i++) {
         const ir_arg *a = &k->args[i];
+        if (a->is_dim && !args[i].buf && !ir_dims_check(k, dimval, derr, sizeof derr))
+            return rt_fail(rt, LOOM_ERR_INVALID, "launch of '%s': %s", k->name, derr);
         if (a->is_tensor) {
             if (!args[i].buf)
                 return rt_fail(rt, LOOM_ERR_INVALID,
@@ -252,11 +259,13 @@ static loom_status check_args(loom_runtime *rt, loom_kernel *k, const int grid[3
                 return rt_fail(rt, LOOM_ERR_INVALID,
                                "launch of '%s': argument %d ('%s') is a buffer of another runtime",
                                k->name, i, a->name);
-            if (args[i].buf->bytes < a->min_bytes)
+            size_t need;
+            ir_arg_shape_at(k, i, dimval, NULL, &need);
+            if (args[i].buf->bytes < need)
                 return rt_fail(rt, LOOM_ERR_INVALID,
                                "launch of '%s': argument %d ('%s') needs %zu bytes (%s tensor of "
                                "that shape) but its buffer has %zu",
-                               k->name, i, a->name, a->min_bytes, loom_dtype_name(a->dtype),
+                               k->name, i, a->name, need, loom_dtype_name(a->dtype),
                                args[i].buf->bytes);
         } else if (args[i].buf) {
             return rt_fail(rt, LOOM_ERR_INVALID,

@@ -211,11 +211,22 @@ uint64_t rt_tma_box_bytes(const rt_tma_spec *s, loom_dtype dt)
 
 /* ---------------------------------------------------------------- cache */
 
-#define TMA_CACHE_WAYS 4 /* bases remembered per spec */
+#define TMA_CACHE_WAYS 4 /* (base, shape) pairs remembered per spec */
+
+static bool same_shape(const loom_shape *a, const loom_shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->dim[d] != b->dim[d])
+            return false;
+    return true;
+}
 
 typedef struct tma_slot {
     _Alignas(RT_TMA_DESC_ALIGN) unsigned char desc[RT_TMA_DESC_BYTES];
     uint64_t base;
+    loom_shape shape; /* the tensor's (run-time dims change it from launch to launch) */
     bool valid;
 } tma_slot;
 
@@ -269,7 +280,7 @@ loom_status rt_tma_cache_get(rt_tma_cache *c, int i, const loom_arg_info *info, 
     pthread_mutex_lock(&c->lock);
     tma_slot *ways = c->slot[i];
     for (int w = 0; w < TMA_CACHE_WAYS; w++) {
-        if (ways[w].valid && ways[w].base == base) {
+        if (ways[w].valid && ways[w].base == base && same_shape(&ways[w].shape, &info->shape)) {
             memcpy(desc, ways[w].desc, RT_TMA_DESC_BYTES);
             pthread_mutex_unlock(&c->lock);
             return LOOM_OK;
@@ -279,6 +290,7 @@ loom_status rt_tma_cache_get(rt_tma_cache *c, int i, const loom_arg_info *info, 
     loom_status st = rt_tma_encode(&c->specs[i], info, base, s->desc, err, errlen);
     if (st == LOOM_OK) {
         s->base = base;
+        s->shape = info->shape;
         s->valid = true;
         c->next[i] = (c->next[i] + 1) % TMA_CACHE_WAYS;
         memcpy(desc, s->desc, RT_TMA_DESC_BYTES);
