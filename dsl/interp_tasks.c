@@ -489,7 +489,7 @@ static loom_status side_run(interp *base, int64_t first, int64_t n)
     for (int i = 0; i < S.n && st == LOOM_OK; i++) {
         prog *p = &S.progs[i];
         p->side = &S;
-        p->in = (interp){.k = k, .args = base->args, .err = base->err, .errlen = base->errlen,
+        p->in = (interp){.k = k, .args = base->args, .targs = base->targs, .err = base->err, .errlen = base->errlen,
                          .prog = p};
         for (int d = 0; d < 3; d++)
             p->in.grid[d] = base->grid[d];
