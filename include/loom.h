@@ -693,7 +693,27 @@ typedef struct loom_param {
     /* Shape parameters only: 1 when it shapes a check run's inputs, not the kernel (the
      * order of a mapping, say); loomc aot leaves it out of a launch's shape. */
     int inputs_only;
+    /* Shape parameters only: 1 when the template's kernel takes it as a run-time dim (an
+     * argument of loom_arg_dim named by the key, its max the built shape's value), so one
+     * kernel serves every value up to that.  The tuner tunes it by bucket (the power of two
+     * at or above it), loomc aot dispatches on that bucket, and the template's grid_rule
+     * says how the grid follows it (docs/tuning.md, "Run-time dims and buckets"). */
+    int runtime;
 } loom_param;
+
+/* A grid as a rule over a shape, so the host (loom, or a file of loomc aot) computes each
+ * launch's grid from the request's run-time dims without calling the template:
+ *   grid[d] = mult[d] * cdiv(c[d] + sum_i per[d][i] * shape[i], div[d]), at most cap[d]
+ *             (cap[d] 0: no cap; div[d] and mult[d] at least 1). */
+typedef struct loom_grid_rule {
+    int64_t c[3], div[3], mult[3], cap[3];
+    int64_t per[3][LOOM_MAX_PARAMS];
+} loom_grid_rule;
+/* The grid rule r gives at shape; non-zero when a dim is outside [1, 2^31 - 1] (x) or
+ * [1, 65535] (y, z). */
+int loom_grid_rule_eval(const loom_grid_rule *r, const int64_t *shape, int grid[3]);
+/* The bucket of a run-time dim's value v: the power of two at or above it. */
+int64_t loom_dim_bucket(int64_t v);
 
 typedef struct loom_template {
     const char *name;
@@ -706,6 +726,9 @@ typedef struct loom_template {
      * template cannot serve). */
     loom_kernel *(*build)(const int64_t *shape, const int64_t *config, char *err, size_t errlen);
     void (*grid)(const int64_t *shape, const int64_t *config, int grid[3]);
+    /* The grid as a rule (above); required where a shape parameter is run-time, and then
+     * grid must give what the rule gives. */
+    void (*grid_rule)(const int64_t *shape, const int64_t *config, loom_grid_rule *rule);
     /* Fill the inputs for a check run: host[i] is the host copy of kernel argument i
      * (scalars: a pointer to the value), sized by loom_kernel_arg_info's min_bytes. */
     void (*init)(const int64_t *shape, void *const *host, uint64_t seed);

@@ -36,6 +36,30 @@ const loom_template *loom_template_at(int i)
     return i >= 0 && i < loom_template_count() ? registry[i] : NULL;
 }
 
+int loom_grid_rule_eval(const loom_grid_rule *r, const int64_t *shape, int grid[3])
+{
+    int bad = 0;
+    for (int d = 0; d < 3; d++) {
+        int64_t x = r->c[d], t;
+        for (int i = 0; i < LOOM_MAX_PARAMS; i++)
+            if (r->per[d][i] && (!util_mul_i64(r->per[d][i], shape[i], &t) || !util_add_i64(x, t, &x)))
+                x = INT64_MAX / 4;
+        int64_t dv = r->div[d] > 0 ? r->div[d] : 1, m = r->mult[d] > 0 ? r->mult[d] : 1;
+        x = x <= 0 ? 0 : (x / dv + (x % dv != 0));
+        if (!util_mul_i64(x, m, &x))
+            x = INT64_MAX;
+        if (r->cap[d] > 0 && x > r->cap[d])
+            x = r->cap[d];
+        int64_t hi = d == 0 ? INT32_MAX : 65535;
+        if (x < 1 || x > hi)
+            bad = 1;
+        grid[d] = (int)(x < 1 ? 1 : x > hi ? hi : x);
+    }
+    return bad;
+}
+
+int64_t loom_dim_bucket(int64_t v) { return tpl_pow2_at_least(v < 1 ? 1 : v); }
+
 const loom_template *loom_template_find(const char *name)
 {
     for (int i = 0; name && i < loom_template_count(); i++)
