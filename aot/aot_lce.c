@@ -5,9 +5,11 @@
  * It runs the description loom's C API runs (templates/ikbo_lce.h, ik_stage), written out
  * by the generator as one aot_lce_plan per shape: the buffers the operation owns and how
  * the host weights fill them at prepare, and the kernels a run launches in order, each
- * argument taken from the caller's four buffers, an owned one, or the epoch.  The
- * generator defines AOT_LCE_NBUF, AOT_LCE_CALLER, AOT_LCE_FLAGS and AOT_LCE_EPOCH from
- * loom's own enum before this text.
+ * argument taken from the caller's four buffers, an owned one, the flags' base or the
+ * request's B, U (run-time dims) or the shape's M, each grid a rule over the request's B
+ * and U (loom_grid_rule's).  The generator defines AOT_LCE_NBUF, AOT_LCE_CALLER,
+ * AOT_LCE_FLAGS and the sources AOT_LCE_BASE, AOT_LCE_B, AOT_LCE_U, AOT_LCE_M from loom's
+ * own enum before this text.
  */
 
 typedef struct aot_lce_fill {
@@ -15,28 +17,34 @@ typedef struct aot_lce_fill {
     int64_t ld, col0;
 } aot_lce_fill;
 
+/* grid[d] = mult[d] * cdiv(c[d] + per_b[d] * B + per_u[d] * U, div[d]), at most cap[d] (0: none) */
+typedef struct aot_lce_rule {
+    int64_t c[3], div[3], mult[3], cap[3], per_b[3], per_u[3];
+} aot_lce_rule;
+
 typedef struct aot_lce_step {
     int kernel;      /* into the file's kernel table */
-    unsigned grid[3];
+    aot_lce_rule grid;
     int nargs;
-    int arg[AOT_MAX_ARGS]; /* a buffer (0-3: the caller's e_user, e_cand, cand_to_user, out), or AOT_LCE_EPOCH */
+    int arg[AOT_MAX_ARGS]; /* a buffer (0-3: the caller's e_user, e_cand, cand_to_user, out), or a scalar source */
 } aot_lce_step;
 
 typedef struct aot_lce_plan {
     int64_t M, Ku, Kc;
+    int64_t B, U;                /* the maxima a run may ask for (the buffers' sizes are theirs) */
     size_t elem;                 /* bytes an element */
     size_t bytes[AOT_LCE_NBUF];  /* the owned buffers (0: unused) */
     int nfill;
     aot_lce_fill fill[2];
     int nsteps;
     aot_lce_step step[5];
-    int64_t epoch_step;          /* stage 4: what a launch adds to the flags' counter (0: no epoch) */
+    int64_t blocks_per_user;     /* stage 4: a launch adds U times this to the flags' counter (0: none) */
 } aot_lce_plan;
 
 struct aot_lce_op {
     const aot_lce_plan *plan;
     CUdeviceptr buf[AOT_LCE_NBUF];
-    int32_t epoch;
+    int64_t flag_base; /* the flags' counter after the last run */
 };
 
 static void aot_lce_destroy(struct aot_lce_op *op)
@@ -87,31 +95,52 @@ static int aot_lce_prepare(const char *fn, const aot_lce_plan *pl, const void *w
     return AOT_OK;
 }
 
-/* One run: every kernel of the stage on the caller's buffers, in order, on stream. */
+/* One run at the request's B and U (1 to the plan's): every kernel of the stage on the
+ * caller's buffers, in order, on stream. */
 static int aot_lce_run(const char *fn, struct aot_lce_op *op, const aot_kernel *kernels, aot_kstate *states,
-                       const CUdeviceptr caller[AOT_LCE_CALLER], CUstream stream)
+                       const CUdeviceptr caller[AOT_LCE_CALLER], int64_t B, int64_t U, CUstream stream)
 {
     const aot_lce_plan *pl = op->plan;
     int st;
-    /* stage 4: its counter of user tiles done grows every launch; start over before it wraps */
-    if (pl->epoch_step && (int64_t)(op->epoch + 1) * pl->epoch_step > INT32_MAX) {
+    if (B < 1 || B > pl->B)
+        return aot_fail(AOT_ERR_INVALID, "%s: B is %lld; this file serves 1 to %lld", fn, (long long)B,
+                        (long long)pl->B);
+    if (U < 1 || U > pl->U)
+        return aot_fail(AOT_ERR_INVALID, "%s: U is %lld; this file serves 1 to %lld", fn, (long long)U,
+                        (long long)pl->U);
+    /* stage 4: its counter of user tiles done grows by U blocks a user every launch; start
+     * over before it wraps */
+    int64_t adds = U * pl->blocks_per_user;
+    if (pl->blocks_per_user && op->flag_base + adds > INT32_MAX) {
         if ((st = aot_zero(op->buf[AOT_LCE_FLAGS], pl->bytes[AOT_LCE_FLAGS], stream, "the flags")) != AOT_OK)
             return st;
-        op->epoch = 0;
+        op->flag_base = 0;
     }
     CUdeviceptr bufs[AOT_LCE_NBUF];
     memcpy(bufs, op->buf, sizeof bufs);
     memcpy(bufs, caller, AOT_LCE_CALLER * sizeof *bufs);
-    int32_t epoch = op->epoch + 1;
+    int32_t base = (int32_t)op->flag_base, b32 = (int32_t)B, u32 = (int32_t)U, m32 = (int32_t)pl->M;
     for (int i = 0; i < pl->nsteps; i++) {
         const aot_lce_step *sp = &pl->step[i];
         void *args[AOT_MAX_ARGS];
         for (int j = 0; j < sp->nargs; j++)
-            args[j] = sp->arg[j] == AOT_LCE_EPOCH ? (void *)&epoch : (void *)&bufs[sp->arg[j]];
-        if ((st = aot_launch(fn, &kernels[sp->kernel], &states[sp->kernel], sp->grid, args, stream)) != AOT_OK)
+            args[j] = sp->arg[j] == AOT_LCE_BASE ? (void *)&base
+                      : sp->arg[j] == AOT_LCE_B  ? (void *)&b32
+                      : sp->arg[j] == AOT_LCE_U  ? (void *)&u32
+                      : sp->arg[j] == AOT_LCE_M  ? (void *)&m32
+                                                 : (void *)&bufs[sp->arg[j]];
+        unsigned grid[3];
+        for (int d = 0; d < 3; d++) {
+            const aot_lce_rule *r = &sp->grid;
+            int64_t x = r->c[d] + r->per_b[d] * B + r->per_u[d] * U;
+            x = r->mult[d] * ((x + r->div[d] - 1) / r->div[d]);
+            if (r->cap[d] && x > r->cap[d])
+                x = r->cap[d];
+            grid[d] = (unsigned)(x < 1 ? 1 : x);
+        }
+        if ((st = aot_launch(fn, &kernels[sp->kernel], &states[sp->kernel], grid, args, stream)) != AOT_OK)
             return st;
     }
-    if (pl->epoch_step)
-        op->epoch++;
+    op->flag_base += adds;
     return AOT_OK;
 }

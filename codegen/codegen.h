@@ -60,6 +60,8 @@ typedef struct cg_result {
  * user's kernel is not changed (the passes work on a copy).  The hang check is
  * cg_hang_check_ms()'s (LOOM_HANG_CHECK). */
 loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *err, size_t errlen);
+/* Compiles started in this process (cg_compile and cg_compile_opts), for loom_stats_get. */
+uint64_t cg_compile_count(void);
 
 /* What a caller may decide instead of the environment. */
 typedef struct cg_options {

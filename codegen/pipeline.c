@@ -123,11 +123,16 @@ loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *e
     return cg_compile_opts(k, arch, NULL, out, err, errlen);
 }
 
+static _Atomic uint64_t compiles;
+
+uint64_t cg_compile_count(void) { return compiles; }
+
 loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *opt, cg_result *out, char *err,
                             size_t errlen)
 {
     if (err && errlen)
         err[0] = 0;
+    compiles++;
     if (!k || !out) {
         if (err && errlen)
             snprintf(err, errlen, "cg_compile: no kernel or no result");

@@ -95,12 +95,15 @@ static bool grow(loom_kernel *k, void **arr, uint32_t *cap, uint32_t need, size_
 
 /* ---------------------------------------------------------------- kernels */
 
+static _Atomic uint64_t next_uid = 1;
+
+uint64_t ir_kernels_created(void) { return next_uid - 1; }
+
 loom_kernel *loom_kernel_create_at(loom_src at, const char *name, int num_warps)
 {
     loom_kernel *k = calloc(1, sizeof *k);
     if (!k)
         return NULL;
-    static _Atomic uint64_t next_uid = 1;
     k->uid = next_uid++;
     k->name = strdup(name && *name ? name : "kernel");
     k->num_warps = num_warps;

@@ -227,6 +227,9 @@ static inline bool ir_handle_foreign(const loom_kernel *k, loom_val h)
  * at once. */
 const char *ir_print_shared(loom_kernel *k);
 
+/* Kernels created in this process (loom_kernel_create and clones), for loom_stats_get. */
+uint64_t ir_kernels_created(void);
+
 /* A deep copy of kernel k for passes that rewrite IR; NULL when out of memory. */
 loom_kernel *ir_kernel_clone(const loom_kernel *k);
 

@@ -627,6 +627,16 @@ loom_status loom_launch(loom_runtime *rt, loom_kernel *k, const int grid[3], con
 loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[3], const loom_arg *args,
                                int nargs, void *stream);
 
+/* What this process has built and compiled so far, for a service (or a test) to check that
+ * its request path builds and compiles nothing: kernels created (loom_kernel_create), and
+ * kernels compiled from loom IR to PTX (LLVM runs; a kernel found in the module cache, in
+ * memory or on disk, is not compiled again). */
+typedef struct loom_stats {
+    uint64_t kernels_built;
+    uint64_t compiles;
+} loom_stats;
+void loom_stats_get(loom_stats *out);
+
 /* Wait until the work launched through rt on the default stream is done (on the legacy
  * default stream that is every launch of the process's blocking streams too; a
  * caller's non-blocking stream is not waited for).  LOOM_OK, or the error of a kernel

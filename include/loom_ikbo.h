@@ -38,9 +38,11 @@ void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, in
 /* IKBO linear compression: out[b] = W_cand @ E_cand[b] + W_user @ E_user[cand_to_user[b]].
  * W_user [M, Ku], W_cand [M, Kc], E_user [U, Ku, N], E_cand [B, Kc, N], cand_to_user [B]
  * i32 (each in [0, U)), out [B, M, N]; f16 or bf16, f32 accumulation; any B, U, M, Ku, Kc;
- * N a multiple of 8.  Prepare once per shape (the weights are uploaded and padded, the
- * kernels built, tuned and loaded), then run many times; the stages are the steps of the
- * IKBO co-design, each runnable on its own (templates/ikbo_lce.c has the details). */
+ * N a multiple of 8.  Prepare once per model (M, N, Ku, Kc, dtype; B and U the largest
+ * request: the weights are uploaded and padded, the kernels built, tuned and loaded), then
+ * run each request at its own B and U (loom_ikbo_lce_run_at) with no compile; the stages
+ * are the steps of the IKBO co-design, each runnable on its own (templates/ikbo_lce.c has
+ * the details). */
 typedef struct loom_ikbo_lce_shape {
     int64_t B, U, M, N, Ku, Kc;
     loom_dtype dtype;
@@ -88,17 +90,26 @@ typedef struct loom_ikbo_lce loom_ikbo_lce;
 loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
                                   const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
                                   loom_ikbo_lce **out);
-/* Launch the stage's kernels on device buffers (asynchronous on the GPU, like loom_launch).
- * Buffers too small for the shape are refused with a message naming them. */
+/* Launch the stage's kernels on device buffers (asynchronous on the GPU, like loom_launch)
+ * at the prepared shape.  Buffers too small for the shape are refused with a message
+ * naming them. */
 loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand,
                               loom_buffer *cand_to_user, loom_buffer *out);
+/* One request at its own B and U (1 to the prepared B and U, which are maxima): e_user
+ * [U, Ku, N], e_cand [B, Kc, N], cand_to_user [B], out [B, M, N].  Nothing is compiled: the
+ * kernels take B and U at run time, and the request runs the stage and config picked for
+ * its bucket at prepare (docs/tuning.md, "Run-time dims and buckets"). */
+loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
+                                 loom_buffer *cand_to_user, loom_buffer *out);
 /* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused"; picked by LOOM_IKBO_AUTO,
  * then how: "; auto (timed): stage 0 0.075 ms, stage 2 0.093 ms, stage 3 0.101 ms
  * (picked), stage 4 0.113 ms; ...", or "(cached)", or "not timed" and why. */
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p);
-/* The stage p runs: the one given, or the one LOOM_IKBO_AUTO picked (NULL p:
- * LOOM_IKBO_AUTO). */
+/* The stage p runs at the prepared B: the one given, or the one LOOM_IKBO_AUTO picked
+ * (NULL p: LOOM_IKBO_AUTO); and the stage a request of B runs (LOOM_IKBO_AUTO for a B
+ * outside 1 to the prepared B). */
 loom_ikbo_stage loom_ikbo_lce_stage_of(const loom_ikbo_lce *p);
+loom_ikbo_stage loom_ikbo_lce_stage_at(const loom_ikbo_lce *p, int64_t B);
 /* The tile config the stage's kernels were built with (given, or the tuner's). */
 loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p);
 /* The kernels a run launches, in order (for their PTX or IR): kernel i and its grid;

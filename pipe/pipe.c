@@ -339,8 +339,10 @@ loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sche
     c[l.n] = zero;
     c[l.n + 1] = role == LOOM_SCHED_PRODUCER ? claim(at, k, s) : zero;
     c[l.n + 2] = zero;
-    int64_t blocks = (s->units + CLAIM_BLOCK) / CLAIM_BLOCK; /* units + 1 claims at most */
-    l.outer = loom_for_begin_at(at, k, zero, CI(blocks), CI(1), m, c);
+    /* units + 1 claims at most: blocks of them up to a launch's count where it is run-time */
+    loom_val blocks = s->count ? loom_div_at(at, k, loom_add_at(at, k, s->count, CI(CLAIM_BLOCK)), CI(CLAIM_BLOCK))
+                               : CI((s->units + CLAIM_BLOCK) / CLAIM_BLOCK);
+    l.outer = loom_for_begin_at(at, k, zero, blocks, CI(1), m, c);
     for (int i = 0; i < m; i++)
         c[i] = loom_for_arg(k, l.outer, i);
     l.ifo = loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_EQ, c[l.n], zero), m);

@@ -346,6 +346,12 @@ loom_status loom_launch_stream(loom_runtime *rt, loom_kernel *k, const int grid[
     return interp_run(k, grid, ia, rt->err, sizeof rt->err);
 }
 
+void loom_stats_get(loom_stats *out)
+{
+    if (out)
+        *out = (loom_stats){.kernels_built = ir_kernels_created(), .compiles = cg_compile_count()};
+}
+
 /* ---------------------------------------------------------------- PTX */
 
 loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_t *smem_bytes,

@@ -86,6 +86,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CI(v) loom_const_i(k, LOOM_I32, (v))
 
@@ -148,18 +149,34 @@ static int64_t plane_steps(const ik_spec *s) { return 2 * halves_of(s); }
 static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(tpl_pad8(s->Kc), 64); }
 
 /* The counter's unit: a row of user_res by a block of 64 columns, whatever the tiles. */
-int64_t ik_user_blocks(const ik_spec *s) { return s->U * s->M * TPL_CDIV(s->N, 64); }
+int64_t ik_user_blocks(const ik_spec *s) { return s->U * ik_blocks_per_user(s); }
+int64_t ik_blocks_per_user(const ik_spec *s) { return s->M * TPL_CDIV(s->N, 64); }
 
 int64_t ik_tiles(const ik_spec *s)
 {
     return ik_tiles_mn(s) * ((has_user(s) ? s->U : 0) + (has_cand(s) ? s->B : 0));
 }
 
+void ik_grid_rule(const ik_spec *s, int ib, int iu, loom_grid_rule *r)
+{
+    memset(r, 0, sizeof *r);
+    for (int d = 0; d < 3; d++)
+        r->div[d] = r->mult[d] = 1;
+    r->c[1] = r->c[2] = 1;
+    /* tiles_mn per user and per candidate, a CTA each (a pair of them in a cluster) */
+    if (has_user(s))
+        r->per[0][iu] = ik_tiles_mn(s) * clu(s);
+    if (has_cand(s))
+        r->per[0][ib] = ik_tiles_mn(s) * clu(s);
+    r->cap[0] = s->ctas;
+}
+
 void ik_grid(const ik_spec *s, int grid[3])
 {
-    int64_t t = ik_tiles(s) * clu(s);
-    grid[0] = (int)(s->ctas && s->ctas < t ? s->ctas : t);
-    grid[1] = grid[2] = 1;
+    loom_grid_rule r;
+    int64_t sh[LOOM_MAX_PARAMS] = {s->B, s->U};
+    ik_grid_rule(s, 0, 1, &r);
+    loom_grid_rule_eval(&r, sh, grid);
 }
 
 const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
@@ -262,39 +279,45 @@ static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc, loom_v
     return a;
 }
 
-/* The kernel's arguments (LOOM_NONE where its mode has none). */
+/* The kernel's arguments (LOOM_NONE where its mode has none): the run-time dims B and U
+ * first (ikbo_lce.h: ik_dims_of), then the tensors. */
 typedef struct ik_args {
-    loom_val wu, wc, eu, ec, index, ures, flags, claims, epoch, out;
+    loom_val B, U, wu, wc, eu, ec, index, ures, flags, claims, base, out;
 } ik_args;
 
 static ik_args declare(loom_kernel *k, const ik_spec *s)
 {
     ik_args a = {0};
     int64_t kpu = tpl_pad8(s->Ku);
+    if (ik_dims_of(s->mode) & IK_DIM_B)
+        a.B = loom_arg_dim(k, "B", s->B, 1);
+    if (ik_dims_of(s->mode) & IK_DIM_U)
+        a.U = loom_arg_dim(k, "U", s->U, 1);
+    int64_t B = LOOM_DIM(a.B), U = LOOM_DIM(a.U);
     if (has_user(s)) {
         a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, kpu), LOOM_IN);
-        a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
+        a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(U, s->Ku, s->N), LOOM_IN);
     }
     if (has_cand(s)) {
         a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, tpl_pad8(s->Kc)), LOOM_IN);
-        a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
+        a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(B, s->Kc, s->N), LOOM_IN);
     }
     if (adds_user(s))
-        a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
+        a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
     if (s->mode != IK_CAND) {
-        loom_shape us = LOOM_SHAPE3(s->U, s->M, s->N);
+        loom_shape us = LOOM_SHAPE3(U, s->M, s->N);
         if (s->planes == 2) /* [U, 2, M, N]: hi, lo */
-            us = (loom_shape){4, {s->U, 2, s->M, s->N}};
+            us = (loom_shape){4, {U, 2, s->M, s->N}};
         a.ures = loom_arg_tensor(k, "user_res", s->dt, us,
                                  s->mode == IK_USER ? LOOM_OUT : s->mode == IK_FUSED ? LOOM_INOUT : LOOM_IN);
     }
     if (s->mode == IK_FUSED) {
         a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT); /* the user tiles done */
         a.claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT); /* the dynamic schedule's */
-        a.epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
+        a.base = loom_arg_scalar(k, "flag_base", LOOM_I32); /* the counter before this launch */
     }
     if (s->mode != IK_USER)
-        a.out = loom_arg_tensor(k, "out", s->dt, LOOM_SHAPE3(s->B, s->M, s->N), LOOM_OUT);
+        a.out = loom_arg_tensor(k, "out", s->dt, LOOM_SHAPE3(B, s->M, s->N), LOOM_OUT);
     return a;
 }
 
@@ -318,7 +341,7 @@ typedef struct ik {
                             (LOOM_EPI_REGISTERS: stored from the registers) */
     loom_sync ugroup;    /* user_staged: a group's threads, around its writes and reads of it */
     bool turns, halves;  /* ping-pong; split */
-    int64_t nut, ntot;   /* user tiles (first), all tiles */
+    loom_val nut, ntot;  /* user tiles (first), all tiles: i32 at run time (the dims B and U) */
     int64_t nku, nkc;    /* k steps of a user and of a candidate tile */
     int64_t nsc;         /* ring uses of a candidate tile (its planes too) */
 } ik;
@@ -328,7 +351,7 @@ static loom_val is_user(const ik *g, loom_val tv)
 {
     loom_kernel *k = g->k;
     if (g->s->mode == IK_FUSED)
-        return loom_cmp(k, LOOM_LT, tv, CI(g->nut));
+        return loom_cmp(k, LOOM_LT, tv, g->nut);
     return loom_const_i(k, LOOM_I1, g->s->mode == IK_USER);
 }
 
@@ -347,7 +370,7 @@ static tile_at tile_of(const ik *g, loom_val tv, loom_val rank)
     loom_kernel *k = g->k;
     if (g->s->mode != IK_FUSED)
         return tile_coords(k, g->s, tv, rank);
-    return tile_coords(k, g->s, loom_select(k, is_user(g, tv), tv, loom_sub(k, tv, CI(g->nut))), rank);
+    return tile_coords(k, g->s, loom_select(k, is_user(g, tv), tv, loom_sub(k, tv, g->nut)), rank);
 }
 
 /* ---------------------------------------------------------------- producer */
@@ -413,7 +436,8 @@ static loom_val wait_for_users(const ik *g, loom_val waited)
     loom_kernel *k = g->k;
     loom_val zero = CI(0);
     loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, waited, zero), 0);
-    loom_flag_wait(k, g->a.flags, ((loom_val[]){zero}), loom_mul(k, g->a.epoch, CI(ik_user_blocks(g->s))));
+    loom_val blocks = loom_mul(k, g->a.U, CI(ik_blocks_per_user(g->s)));
+    loom_flag_wait(k, g->a.flags, ((loom_val[]){zero}), loom_add(k, g->a.base, blocks));
     loom_if_end(k, w, 0, NULL);
     return CI(1);
 }
@@ -778,7 +802,7 @@ static void consumers(ik *g)
         loom_val rank = clu(s) > 1 ? loom_cluster_rank(k) : LOOM_NONE;
         loom_val rep = g->turns ? loom_pingpong_start(k, &g->pp) : g->halves ? loom_task_replica(k) : LOOM_NONE;
         if (g->turns) /* replica 1 starts after replica 0's first tile */
-            carried[0] = loom_select(k, loom_and(k, g->pp.second, loom_cmp(k, LOOM_LT, pid, CI(g->ntot))),
+            carried[0] = loom_select(k, loom_and(k, g->pp.second, loom_cmp(k, LOOM_LT, pid, g->ntot)),
                                      uses_of(g, pid), zero);
         if (adds_user(s))
             write_identity(g, rep);
@@ -814,7 +838,7 @@ static void consumers(ik *g)
             next[hc] = now_held;
         if (g->turns) { /* and the other replica's tile in between */
             loom_val other = loom_add(k, tv, step);
-            next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, CI(g->ntot)), uses_of(g, other), zero));
+            next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, g->ntot), uses_of(g, other), zero));
         }
         loom_sched_end(k, &tl, next);
         if (g->turns)
@@ -873,15 +897,18 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
         g.ugroup = borrows(s) ? g.held_sync : loom_sync_create_per_replica(&p, 128, 2);
     if (g.turns)
         g.pp = loom_pingpong_create(&p);
-    g.nut = has_user(s) ? s->U * ik_tiles_mn(s) : 0;
-    g.ntot = ik_tiles(s);
+    /* the tiles at this launch's B and U; the static counts (at the maxima) bound the loops */
+    loom_val per = CI(ik_tiles_mn(s));
+    g.nut = has_user(s) ? loom_mul(k, g.a.U, per) : CI(0);
+    g.ntot = has_cand(s) ? loom_add(k, g.nut, loom_mul(k, g.a.B, per)) : g.nut;
     g.nku = TPL_CDIV(tpl_pad8(s->Ku), 64);
     g.nkc = cand_steps(s);
     g.nsc = g.nkc + (adds_user(s) ? plane_steps(s) : 0);
     /* stage 4 claims its tiles (user tiles first) from a counter, so a candidate tile's
      * wait for the user tiles never waits on a program that is not running */
-    g.sched = s->mode == IK_FUSED ? loom_sched_dynamic(&p, g.ntot, g.a.claims, 3, split(s) ? 2 : 1)
-                                  : loom_sched_static(k, g.ntot, s->ctas != 0);
+    g.sched = s->mode == IK_FUSED ? loom_sched_dynamic(&p, ik_tiles(s), g.a.claims, 3, split(s) ? 2 : 1)
+                                  : loom_sched_static(k, ik_tiles(s), s->ctas != 0);
+    loom_sched_set_count(&g.sched, g.ntot);
 
     producer(&g);
     consumers(&g);
@@ -897,10 +924,11 @@ loom_kernel *ik_gather_kernel(const ik_spec *s)
 {
     int64_t kt = tpl_pad8(s->Ku + s->Kc), w = tpl_pow2_at_least(s->N);
     loom_kernel *k = loom_kernel_create("ikbo_materialize", 4);
-    loom_val eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
-    loom_val ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
-    loom_val index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
-    loom_val cat = loom_arg_tensor(k, "E_cat", s->dt, LOOM_SHAPE3(s->B, kt, s->N), LOOM_OUT);
+    int64_t B = LOOM_DIM(loom_arg_dim(k, "B", s->B, 1)), U = LOOM_DIM(loom_arg_dim(k, "U", s->U, 1));
+    loom_val eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(U, s->Ku, s->N), LOOM_IN);
+    loom_val ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(B, s->Kc, s->N), LOOM_IN);
+    loom_val index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    loom_val cat = loom_arg_tensor(k, "E_cat", s->dt, LOOM_SHAPE3(B, kt, s->N), LOOM_OUT);
     loom_val r0 = loom_mul(k, loom_program_id(k, 0), CI(16));
     loom_val b = loom_program_id(k, 1);
     loom_val u = loom_load_scalar(k, index, ((loom_val[]){b}));

@@ -6,6 +6,7 @@
 #ifndef LOOM_IKBO_LCE_H
 #define LOOM_IKBO_LCE_H
 
+#include <stdbool.h>
 #include "tpl.h"
 
 typedef enum ik_mode {
@@ -40,9 +41,23 @@ int64_t ik_tile_rows(const ik_spec *s); /* rows of out a tile covers */
 int64_t ik_tiles_mn(const ik_spec *s);  /* tiles of one [M, N] output */
 int64_t ik_tiles(const ik_spec *s);    /* tiles of the whole kernel */
 /* The 64 x 64 blocks of user_res: stage 4's counter of user tiles done grows by this
- * much a launch. */
+ * much a launch (ik_blocks_per_user for each of the launch's U users). */
 int64_t ik_user_blocks(const ik_spec *s);
+int64_t ik_blocks_per_user(const ik_spec *s);
+/* The run-time dims of a mode's kernel, its first arguments (B, then U, where it has
+ * them); their maxima are the spec's B and U. */
+enum { IK_DIM_B = 1, IK_DIM_U = 2 };
+static inline int ik_dims_of(ik_mode m)
+{
+    return m == IK_USER ? IK_DIM_U : m == IK_CAND ? IK_DIM_B : IK_DIM_B | IK_DIM_U;
+}
+/* The stage-4 kernel's (IK_FUSED's) arguments, the registry template's. */
+enum { IKA_B, IKA_U, IKA_WU, IKA_EU, IKA_WC, IKA_EC, IKA_MAP, IKA_URES, IKA_FLAGS, IKA_CLAIMS, IKA_BASE, IKA_OUT,
+       IKA_COUNT };
+/* The kernel's grid at the spec's (maximum) B and U, and as a rule over a shape whose
+ * B and U are at indices ib and iu. */
 void ik_grid(const ik_spec *s, int grid[3]);
+void ik_grid_rule(const ik_spec *s, int ib, int iu, loom_grid_rule *r);
 /* Why the spec cannot be built, or NULL. */
 const char *ik_why_not(const ik_spec *s, char *buf, size_t n);
 loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen);
@@ -74,8 +89,13 @@ enum ik_buf {
     IK_FLAGS, IK_CLAIMS,                  /* stage 4: user tiles done (grows by epoch), tile counter */
     IK_ECAT,                              /* stage 0: the materialized E */
     IK_NBUF,
-    IK_EPOCH = IK_NBUF,                   /* an argument source that is no buffer: the epoch (i32) */
+    /* argument sources that are no buffer: i32 scalars of the run */
+    IK_FLAG_BASE = IK_NBUF,               /* stage 4: the flags' counter before the launch */
+    IK_SRC_B, IK_SRC_U,                   /* the request's B and U (run-time dims) */
+    IK_SRC_M,                             /* the shape's M (stage 0's gemm takes it as a dim) */
 };
+/* The grid rules of a stage's steps are over the vector {B, U}. */
+enum { IK_RULE_B, IK_RULE_U };
 #define IK_CALLER_BUFS 4
 #define IK_MAX_STEPS 5
 #define IK_MAX_FILLS 2
@@ -89,9 +109,10 @@ typedef struct ik_fill {
 
 typedef struct ik_step {
     loom_kernel *k;
-    int grid[3];
+    loom_grid_rule grid; /* over {B, U} (IK_RULE_B, IK_RULE_U) */
+    bool fixed;          /* the kernel serves the prepared B and U alone (its template has no run-time dims) */
     int nargs;
-    int arg[LOOM_MAX_ARGS]; /* an ik_buf, or IK_EPOCH */
+    int arg[LOOM_MAX_ARGS]; /* an ik_buf, or one of the scalar sources after IK_NBUF */
 } ik_step;
 
 typedef struct ik_stage {
@@ -100,9 +121,10 @@ typedef struct ik_stage {
     ik_fill fill[IK_MAX_FILLS];
     int nsteps;
     ik_step step[IK_MAX_STEPS];
-    /* stage 4: what a launch adds to the flags' counter; a run passes epoch + 1 and, where
-     * (epoch + 1) * epoch_step would pass INT32_MAX, clears the flags and starts at 0 */
-    int64_t epoch_step;
+    /* stage 4: a launch adds U * blocks_per_user to the flags' counter; a run passes the
+     * counter's value before it (IK_FLAG_BASE) and, where the sum would pass INT32_MAX,
+     * clears the flags and starts at 0 */
+    int64_t blocks_per_user;
     char config[160]; /* "BM=..,BN=..,..": the tile config the GEMM kernels were built with */
 } ik_stage;
 

@@ -41,7 +41,14 @@ struct loom_ikbo_lce {
     loom_ikbo_lce_config cfg;
     ik_stage run;                 /* what a run launches (ikbo_lce.h) */
     loom_buffer *buf[IK_NBUF];    /* the owned buffers (the caller's four slots stay NULL) */
-    int32_t epoch;
+    int64_t flag_base; /* stage 4: the flags' counter after the last run */
+    /* Bucketed (nbuckets > 0): requests with B in (top[i-1], top[i]] run child[i], a whole
+     * prepared object of its own stage and config, made at B = top[i] (the last top is the
+     * prepared B); children with the same stage and config are one object (the larger
+     * bucket's), and none of the fields above but rt, s and desc is used. */
+    int nbuckets;
+    int64_t top[40];
+    loom_ikbo_lce *child[40];
     int32_t *index; /* the host copy of cand_to_user when runs check it (else NULL) */
     char desc[1536];
 };
@@ -100,10 +107,51 @@ static void config_text(const loom_ikbo_lce_config *c, char *buf, size_t n)
         snprintf(buf + w, n - (size_t)w, ",trans=%d,cluster=%d", c->trans, c->cluster);
 }
 
-/* Append a launch of k (NULL: the build failed, err says why) on grid with the arguments'
- * sources. */
-static loom_status add_step(ik_stage *st, loom_kernel *k, const int grid[3], const int *args, int nargs,
-                            const char *why, char *err, size_t errlen)
+/* A grid that does not change with B and U. */
+static loom_grid_rule rule_fixed(const int g[3])
+{
+    loom_grid_rule r;
+    memset(&r, 0, sizeof r);
+    for (int d = 0; d < 3; d++)
+        r.c[d] = g[d], r.div[d] = r.mult[d] = 1;
+    return r;
+}
+
+/* Template t's grid at shape sh and config cf as a rule over {B, U}: its run-time keys kb
+ * and ku (-1: none) become B and U, the others fold into the constant.  *fixed: t has no
+ * grid rule (its kernel serves the prepared shape alone). */
+static loom_grid_rule rule_of_template(const loom_template *t, const int64_t *sh, const int64_t *cf, int kb, int ku,
+                                       bool *fixed)
+{
+    *fixed = !t->grid_rule;
+    if (!t->grid_rule) {
+        int g[3];
+        t->grid(sh, cf, g);
+        return rule_fixed(g);
+    }
+    loom_grid_rule r, out;
+    t->grid_rule(sh, cf, &r);
+    out = r;
+    for (int d = 0; d < 3; d++) {
+        memset(out.per[d], 0, sizeof out.per[d]);
+        for (int i = 0; i < t->nshape; i++)
+            if (i == kb)
+                out.per[d][IK_RULE_B] += r.per[d][i];
+            else if (i == ku)
+                out.per[d][IK_RULE_U] += r.per[d][i];
+            else
+                out.c[d] += r.per[d][i] * sh[i];
+    }
+    return out;
+}
+
+/* Append a launch of k (NULL: the build failed, err says why) on the grid rule; args are
+ * the sources of its arguments other than run-time dims, in order.  Its run-time dims
+ * (its first arguments) take the request's value of the dim they name: B (or a gemm's
+ * batch, stage 0's B), U, or M (the shape's).  fixed: its grid and kernel serve the
+ * prepared B and U alone. */
+static loom_status add_step_rule(ik_stage *st, loom_kernel *k, const loom_grid_rule *grid, bool fixed,
+                                 const int *args, int nargs, const char *why, char *err, size_t errlen)
 {
     if (!k) {
         snprintf(err, errlen, "%s", why && *why ? why : "out of memory");
@@ -111,10 +159,44 @@ static loom_status add_step(ik_stage *st, loom_kernel *k, const int grid[3], con
     }
     ik_step *s = &st->step[st->nsteps++];
     s->k = k;
-    memcpy(s->grid, grid, sizeof s->grid);
-    s->nargs = nargs;
-    memcpy(s->arg, args, (size_t)nargs * sizeof *args);
+    s->grid = *grid;
+    s->fixed = fixed;
+    int n = 0, j = 0;
+    for (int i = 0; i < loom_kernel_num_args(k); i++) {
+        loom_arg_info ai;
+        loom_kernel_arg_info(k, i, &ai);
+        if (ai.is_dim) {
+            int src = !strcmp(ai.name, "B") || !strcmp(ai.name, "batch") ? IK_SRC_B
+                      : !strcmp(ai.name, "U")                              ? IK_SRC_U
+                      : !strcmp(ai.name, "M")                              ? IK_SRC_M
+                                                                           : -1;
+            if (src < 0) {
+                snprintf(err, errlen, "kernel '%s': its run-time dim '%s' is none of B, U, M", loom_kernel_name(k),
+                         ai.name);
+                return LOOM_ERR_INVALID;
+            }
+            s->arg[n++] = src;
+        } else if (j < nargs) {
+            s->arg[n++] = args[j++];
+        } else {
+            n = -1;
+            break;
+        }
+    }
+    if (n < 0 || j != nargs) {
+        snprintf(err, errlen, "kernel '%s' takes %d arguments; the stage gives %d and its run-time dims",
+                 loom_kernel_name(k), loom_kernel_num_args(k), nargs);
+        return LOOM_ERR_INVALID;
+    }
+    s->nargs = n;
     return LOOM_OK;
+}
+
+static loom_status add_step(ik_stage *st, loom_kernel *k, const int grid[3], const int *args, int nargs,
+                            const char *why, char *err, size_t errlen)
+{
+    loom_grid_rule r = rule_fixed(grid);
+    return add_step_rule(st, k, &r, false, args, nargs, why, err, errlen);
 }
 
 #define ARGS(...) (const int[]){__VA_ARGS__}, (int)(sizeof((const int[]){__VA_ARGS__}) / sizeof(int))
@@ -125,9 +207,9 @@ static loom_status add_gemm(ik_stage *st, const loom_ikbo_lce_shape *s, const lo
 {
     ik_spec sp = spec_of(s, cfg, mode, planes);
     char why[256] = "";
-    int g[3];
-    ik_grid(&sp, g);
-    return add_step(st, ik_build(&sp, why, sizeof why), g, args, nargs, why, err, errlen);
+    loom_grid_rule g;
+    ik_grid_rule(&sp, IK_RULE_B, IK_RULE_U, &g);
+    return add_step_rule(st, ik_build(&sp, why, sizeof why), &g, false, args, nargs, why, err, errlen);
 }
 
 /* Stage 0's GEMM (W_cat [M, kt] shared by the batch, E_cat [B, kt, N]) as the gemm
@@ -162,9 +244,9 @@ static loom_status add_baseline_gemm(ik_stage *st, const loom_ikbo_lce_shape *s,
             gc[i] = 0;
             k = gt->build(gs, gc, why, sizeof why);
         }
-    int g[3];
-    gt->grid(gs, gc, g);
-    return add_step(st, k, g, ARGS(IK_WU, IK_ECAT, IK_OUT), why, err, errlen);
+    bool fixed;
+    loom_grid_rule g = rule_of_template(gt, gs, gc, 3 /* batch */, -1, &fixed);
+    return add_step_rule(st, k, &g, fixed, ARGS(IK_WU, IK_ECAT, IK_OUT), why, err, errlen);
 }
 
 loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg,
@@ -185,9 +267,10 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
         st->fill[st->nfill++] = (ik_fill){IK_WU, 1, kt, s->Ku};
         st->bytes[IK_ECAT] = (size_t)(s->B * kt * s->N) * e;
         ik_spec sp = spec_of(s, cfg, IK_CAND, 1);
-        int g[3] = {(int)TPL_CDIV(kt, 16), (int)s->B, 1};
-        if ((rc = add_step(st, ik_gather_kernel(&sp), g, ARGS(IK_E_USER, IK_E_CAND, IK_MAP, IK_ECAT), NULL, err,
-                           errlen)) == LOOM_OK)
+        loom_grid_rule g = rule_fixed((const int[]){(int)TPL_CDIV(kt, 16), 0, 1}); /* (K blocks, B, 1) */
+        g.per[1][IK_RULE_B] = 1;
+        if ((rc = add_step_rule(st, ik_gather_kernel(&sp), &g, false, ARGS(IK_E_USER, IK_E_CAND, IK_MAP, IK_ECAT),
+                                NULL, err, errlen)) == LOOM_OK)
             rc = add_baseline_gemm(st, s, gemm_pick, err, errlen);
         break;
     }
@@ -219,10 +302,11 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
             rc = add_gemm(st, s, cfg, IK_CAND, 1, ARGS(IK_WC, IK_E_CAND, IK_CANDRES), err, errlen);
         if (rc == LOOM_OK) {
             tpl_broadcast_add_shape bs = {s->B, s->U, s->M, s->N, s->dtype};
-            int g[3];
-            tpl_broadcast_add_grid(&bs, 8, 256, g);
-            rc = add_step(st, tpl_broadcast_add(&bs, 8, 256, 4), g, ARGS(IK_CANDRES, IK_URES, IK_MAP, IK_OUT), NULL,
-                          err, errlen);
+            const int64_t bsh[LOOM_MAX_PARAMS] = {s->B, s->U, s->M, s->N, s->dtype}, bcf[LOOM_MAX_PARAMS] = {8, 256, 4};
+            bool fixed;
+            loom_grid_rule g = rule_of_template(loom_template_find("ikbo_broadcast_add"), bsh, bcf, 0, 1, &fixed);
+            rc = add_step_rule(st, tpl_broadcast_add(&bs, 8, 256, 4), &g, fixed,
+                               ARGS(IK_CANDRES, IK_URES, IK_MAP, IK_OUT), NULL, err, errlen);
         }
         break;
     case LOOM_IKBO_FUSED_EPILOGUE:
@@ -236,9 +320,9 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
             st->bytes[IK_FLAGS] = 4;  /* the counter of user tiles done */
             st->bytes[IK_CLAIMS] = 8; /* the tile schedule's counter (back at zero after each run) */
             ik_spec sp = spec_of(s, cfg, IK_FUSED, 2);
-            st->epoch_step = ik_user_blocks(&sp);
+            st->blocks_per_user = ik_blocks_per_user(&sp);
             rc = add_gemm(st, s, cfg, IK_FUSED, 2,
-                          ARGS(IK_WU, IK_E_USER, IK_WC, IK_E_CAND, IK_MAP, IK_URES, IK_FLAGS, IK_CLAIMS, IK_EPOCH,
+                          ARGS(IK_WU, IK_E_USER, IK_WC, IK_E_CAND, IK_MAP, IK_URES, IK_FLAGS, IK_CLAIMS, IK_FLAG_BASE,
                                IK_OUT),
                           err, errlen);
             break;
@@ -401,9 +485,10 @@ static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *sh
 static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
                                 const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out);
 
-loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                                  const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
-                                  loom_ikbo_lce **out)
+/* One prepared object at shape (its B and U the most it serves): one stage, one config. */
+static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                               const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
+                               loom_ikbo_lce **out)
 {
     if (!rt)
         return LOOM_ERR_INVALID;
@@ -445,8 +530,74 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
     return prepare_stage(rt, shape, stage, w_user, w_cand, &c, !cfg, out);
 }
 
-static loom_status check_buf(loom_ikbo_lce *p, const loom_buffer *b, const char *name, int64_t d0, int64_t d1,
-                             int64_t d2, size_t e)
+static bool same_plan(const loom_ikbo_lce *a, const loom_ikbo_lce *b)
+{
+    return a->stage == b->stage && !memcmp(&a->cfg, &b->cfg, sizeof a->cfg);
+}
+
+/* The buckets (docs/tuning.md, "Run-time dims and buckets"): where the stage or the config
+ * may differ with B (a GPU, and LOOM_IKBO_AUTO or a tuned config), each power of two below
+ * the prepared B, and the prepared B, is prepared as a request of that B and of U the
+ * smaller of B and the prepared U, from the largest down; a bucket whose pick is the
+ * larger one's shares its object.  Otherwise one object at the prepared shape serves every
+ * request (its kernels take B and U at run time). */
+loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                  const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
+                                  loom_ikbo_lce **out)
+{
+    bool per_bucket = rt && shape && loom_runtime_is_gpu(rt) && (stage == LOOM_IKBO_AUTO || !cfg) &&
+                      util_env_switch("LOOM_IKBO_BUCKETS", true) && shape->B > 1 && shape->B <= INT32_MAX;
+    if (!per_bucket)
+        return prepare_one(rt, shape, stage, w_user, w_cand, cfg, out);
+    loom_ikbo_lce *w = calloc(1, sizeof *w);
+    if (!w)
+        return tpl_fail(rt, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: out of host memory");
+    w->rt = rt;
+    w->s = *shape;
+    int n = 0;
+    for (int64_t t = 1; t < shape->B; t *= 2)
+        w->top[n++] = t;
+    w->top[n++] = shape->B;
+    loom_status st = LOOM_OK;
+    for (int i = n - 1; i >= 0 && st == LOOM_OK; i--) {
+        loom_ikbo_lce_shape b = *shape;
+        b.B = w->top[i];
+        b.U = shape->U < b.B ? shape->U : b.B;
+        loom_ikbo_lce *c = NULL;
+        if ((st = prepare_one(rt, &b, stage, w_user, w_cand, cfg, &c)) != LOOM_OK)
+            break;
+        w->nbuckets++;
+        if (i < n - 1 && same_plan(c, w->child[i + 1])) {
+            loom_ikbo_lce_destroy(c);
+            c = w->child[i + 1];
+        }
+        w->child[i] = c;
+    }
+    if (st != LOOM_OK) {
+        for (int i = n - w->nbuckets; i < n; i++) /* the prepared ones: the largest */
+            if (i == n - 1 || w->child[i] != w->child[i + 1])
+                loom_ikbo_lce_destroy(w->child[i]);
+        w->nbuckets = 0;
+        free(w);
+        return st;
+    }
+    /* one plan for every bucket: that object alone */
+    if (w->child[0] == w->child[n - 1]) {
+        *out = w->child[n - 1];
+        free(w);
+        return LOOM_OK;
+    }
+    int len = snprintf(w->desc, sizeof w->desc, "%s; buckets:", w->child[n - 1]->desc);
+    for (int i = 0; i < n && len > 0 && (size_t)len < sizeof w->desc; i++)
+        if (i == n - 1 || w->child[i] != w->child[i + 1])
+            len += snprintf(w->desc + len, sizeof w->desc - (size_t)len, " B<=%lld stage %d (%s)", (long long)w->top[i],
+                            (int)w->child[i]->stage, w->child[i]->run.config);
+    *out = w;
+    return LOOM_OK;
+}
+
+static loom_status check_buf(loom_ikbo_lce *p, const char *fn, const loom_buffer *b, const char *name, int64_t d0,
+                             int64_t d1, int64_t d2, size_t e)
 {
     /* each product is below 2^62 bytes (shape_too_big at prepare); checked all the same */
     int64_t elems = INT64_MAX;
@@ -454,19 +605,17 @@ static loom_status check_buf(loom_ikbo_lce *p, const loom_buffer *b, const char 
     if (util_prod_i64((const int64_t[]){d0, d1, d2}, 3, &elems))
         util_mul_size((size_t)elems, e, &need);
     if (!b)
-        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_run: %s is NULL", name);
+        return fail(p, LOOM_ERR_INVALID, "%s: %s is NULL", fn, name);
     if (loom_buffer_size(b) < need)
         return fail(p, LOOM_ERR_INVALID,
-                    "loom_ikbo_lce_run: %s has %zu bytes; it must hold [%lld, %lld, %lld] elements of %zu bytes "
-                    "(%zu bytes)",
+                    "%s: %s has %zu bytes; it must hold [%lld, %lld, %lld] elements of %zu bytes (%zu bytes)", fn,
                     name, loom_buffer_size(b), (long long)d0, (long long)d1, (long long)d2, e, need);
     return LOOM_OK;
 }
 
-/* Every entry of cand_to_user in [0, U): read back to the host (p->index). */
-static loom_status check_index(loom_ikbo_lce *p, const loom_buffer *map)
+/* Every entry of cand_to_user[0, B) in [0, U): read back to the host (p->index). */
+static loom_status check_index(loom_ikbo_lce *p, const loom_buffer *map, int64_t B, int64_t U)
 {
-    const int64_t B = p->s.B, U = p->s.U;
     loom_status st = loom_buffer_download(map, p->index, (size_t)B * sizeof *p->index);
     if (st != LOOM_OK)
         return fail(p, st, "loom_ikbo_lce_run: reading cand_to_user back to check it: %s", loom_runtime_error(p->rt));
@@ -478,69 +627,135 @@ static loom_status check_index(loom_ikbo_lce *p, const loom_buffer *map)
     return LOOM_OK;
 }
 
-loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand, loom_buffer *cand_to_user,
-                              loom_buffer *out)
+/* The request's B and U: at least 1 and at most the prepared shape's. */
+static loom_status check_dims(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U)
 {
-    if (!p)
-        return LOOM_ERR_INVALID;
+    if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
+        return fail(p, LOOM_ERR_INVALID, "%s: %s is %lld; it must be 1 to %lld (the %s prepared)", fn,
+                    B < 1 || B > p->s.B ? "B" : "U", (long long)(B < 1 || B > p->s.B ? B : U),
+                    (long long)(B < 1 || B > p->s.B ? p->s.B : p->s.U), B < 1 || B > p->s.B ? "B" : "U");
+    if ((B != p->s.B || U != p->s.U))
+        for (int i = 0; i < p->run.nsteps; i++)
+            if (p->run.step[i].fixed)
+                return fail(p, LOOM_ERR_UNSUPPORTED,
+                            "%s: stage %d's kernel '%s' serves only the prepared B=%lld and U=%lld, not B=%lld U=%lld",
+                            fn, (int)p->stage, loom_kernel_name(p->run.step[i].k), (long long)p->s.B,
+                            (long long)p->s.U, (long long)B, (long long)U);
+    return LOOM_OK;
+}
+
+static loom_status run_at(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U, loom_buffer *e_user,
+                          loom_buffer *e_cand, loom_buffer *cand_to_user, loom_buffer *out)
+{
+    if (p->nbuckets) { /* the request's bucket */
+        if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
+            return check_dims(p, fn, B, U);
+        int i = 0;
+        while (p->top[i] < B)
+            i++;
+        loom_status st = run_at(p->child[i], fn, B, U, e_user, e_cand, cand_to_user, out);
+        return st;
+    }
     const loom_ikbo_lce_shape *s = &p->s;
     const ik_stage *run = &p->run;
     size_t e = loom_dtype_size(s->dtype);
     loom_status st;
-    if ((st = check_buf(p, e_user, "e_user", s->U, s->Ku, s->N, e)) != LOOM_OK ||
-        (st = check_buf(p, e_cand, "e_cand", s->B, s->Kc, s->N, e)) != LOOM_OK ||
-        (st = check_buf(p, cand_to_user, "cand_to_user", s->B, 1, 1, 4)) != LOOM_OK ||
-        (st = check_buf(p, out, "out", s->B, s->M, s->N, e)) != LOOM_OK)
+    if ((st = check_dims(p, fn, B, U)) != LOOM_OK)
+        return st;
+    if ((st = check_buf(p, fn, e_user, "e_user", U, s->Ku, s->N, e)) != LOOM_OK ||
+        (st = check_buf(p, fn, e_cand, "e_cand", B, s->Kc, s->N, e)) != LOOM_OK ||
+        (st = check_buf(p, fn, cand_to_user, "cand_to_user", B, 1, 1, 4)) != LOOM_OK ||
+        (st = check_buf(p, fn, out, "out", B, s->M, s->N, e)) != LOOM_OK)
         return st;
     /* the kernels read the inputs while out is written (as loom_gemm_run refuses C = A) */
     const loom_buffer *ins[] = {e_user, e_cand, cand_to_user};
     static const char *const in_names[] = {"e_user", "e_cand", "cand_to_user"};
     for (int i = 0; i < 3; i++)
         if (out == ins[i])
-            return fail(p, LOOM_ERR_INVALID, "loom_ikbo_lce_run: out is also %s; the output needs a buffer of its own",
+            return fail(p, LOOM_ERR_INVALID, "%s: out is also %s; the output needs a buffer of its own", fn,
                         in_names[i]);
-    if (p->index && (st = check_index(p, cand_to_user)) != LOOM_OK)
+    if (p->index && (st = check_index(p, cand_to_user, B, U)) != LOOM_OK)
         return st;
-    /* stage 4: its counter of user tiles done grows every launch; start over before it wraps */
-    if (run->epoch_step && (int64_t)(p->epoch + 1) * run->epoch_step > INT32_MAX) {
+    /* stage 4: its counter of user tiles done grows by U * blocks_per_user every launch;
+     * start over before it wraps */
+    int64_t adds = U * run->blocks_per_user;
+    if (run->blocks_per_user && p->flag_base + adds > INT32_MAX) {
         if ((st = loom_buffer_fill(p->buf[IK_FLAGS], 0)) != LOOM_OK)
-            return fail(p, st, "loom_ikbo_lce_run: clearing the flags: %s", loom_runtime_error(p->rt));
-        p->epoch = 0;
+            return fail(p, st, "%s: clearing the flags: %s", fn, loom_runtime_error(p->rt));
+        p->flag_base = 0;
     }
     loom_buffer *bufs[IK_NBUF];
     memcpy(bufs, p->buf, sizeof bufs);
     bufs[IK_E_USER] = e_user, bufs[IK_E_CAND] = e_cand, bufs[IK_MAP] = cand_to_user, bufs[IK_OUT] = out;
+    const int64_t dims[LOOM_MAX_PARAMS] = {[IK_RULE_B] = B, [IK_RULE_U] = U};
     for (int i = 0; i < run->nsteps; i++) {
         const ik_step *sp = &run->step[i];
         loom_arg a[LOOM_MAX_ARGS];
         for (int j = 0; j < sp->nargs; j++)
-            a[j] = sp->arg[j] == IK_EPOCH ? LOOM_ARG_I32(p->epoch + 1) : LOOM_ARG_BUF(bufs[sp->arg[j]]);
-        if ((st = loom_launch(p->rt, sp->k, sp->grid, a, sp->nargs)) != LOOM_OK) {
-            if (!strstr(loom_runtime_error(p->rt), "loom_ikbo_lce_run"))
-                fail(p, st, "loom_ikbo_lce_run (%s): %s", loom_kernel_name(sp->k), loom_runtime_error(p->rt));
+            switch (sp->arg[j]) {
+            case IK_FLAG_BASE: a[j] = LOOM_ARG_I32((int32_t)p->flag_base); break;
+            case IK_SRC_B: a[j] = LOOM_ARG_I32((int32_t)B); break;
+            case IK_SRC_U: a[j] = LOOM_ARG_I32((int32_t)U); break;
+            case IK_SRC_M: a[j] = LOOM_ARG_I32((int32_t)s->M); break;
+            default: a[j] = LOOM_ARG_BUF(bufs[sp->arg[j]]);
+            }
+        int grid[3];
+        loom_grid_rule_eval(&sp->grid, dims, grid); /* B, U below 2^31 and prepared: in range */
+        if ((st = loom_launch(p->rt, sp->k, grid, a, sp->nargs)) != LOOM_OK) {
+            if (!strstr(loom_runtime_error(p->rt), fn))
+                fail(p, st, "%s (%s): %s", fn, loom_kernel_name(sp->k), loom_runtime_error(p->rt));
             return st;
         }
     }
-    if (run->epoch_step)
-        p->epoch++;
+    p->flag_base += adds;
     return LOOM_OK;
+}
+
+loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer *e_cand, loom_buffer *cand_to_user,
+                              loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return run_at(p, "loom_ikbo_lce_run", p->s.B, p->s.U, e_user, e_cand, cand_to_user, out);
+}
+
+loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
+                                 loom_buffer *cand_to_user, loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return run_at(p, "loom_ikbo_lce_run_at", B, U, e_user, e_cand, cand_to_user, out);
 }
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }
 
-loom_ikbo_stage loom_ikbo_lce_stage_of(const loom_ikbo_lce *p) { return p ? p->stage : LOOM_IKBO_AUTO; }
+/* The object that runs requests of the prepared B (the largest bucket's). */
+static const loom_ikbo_lce *top_of(const loom_ikbo_lce *p) { return p && p->nbuckets ? p->child[p->nbuckets - 1] : p; }
+
+loom_ikbo_stage loom_ikbo_lce_stage_of(const loom_ikbo_lce *p) { return p ? top_of(p)->stage : LOOM_IKBO_AUTO; }
+
+loom_ikbo_stage loom_ikbo_lce_stage_at(const loom_ikbo_lce *p, int64_t B)
+{
+    if (!p || B < 1 || B > p->s.B)
+        return LOOM_IKBO_AUTO;
+    int i = 0;
+    while (p->nbuckets && p->top[i] < B)
+        i++;
+    return p->nbuckets ? p->child[i]->stage : p->stage;
+}
 
 loom_ikbo_lce_config loom_ikbo_lce_config_of(const loom_ikbo_lce *p)
 {
-    return p ? p->cfg : (loom_ikbo_lce_config){0, 0, 0, 0, 0, 0, 0, 0};
+    return p ? top_of(p)->cfg : (loom_ikbo_lce_config){0, 0, 0, 0, 0, 0, 0, 0};
 }
 
 loom_kernel *loom_ikbo_lce_kernel(const loom_ikbo_lce *p, int i, int grid[3])
 {
+    p = top_of(p);
     if (!p || i < 0 || i >= p->run.nsteps)
         return NULL;
     if (grid)
-        memcpy(grid, p->run.step[i].grid, sizeof p->run.step[i].grid);
+        loom_grid_rule_eval(&p->run.step[i].grid, (const int64_t[LOOM_MAX_PARAMS]){p->s.B, p->s.U}, grid);
     return p->run.step[i].k;
 }
 
@@ -548,6 +763,9 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
 {
     if (!p)
         return;
+    for (int i = 0; i < p->nbuckets; i++)
+        if (i == p->nbuckets - 1 || p->child[i] != p->child[i + 1])
+            loom_ikbo_lce_destroy(p->child[i]);
     ik_stage_free(&p->run);
     for (int b = 0; b < IK_NBUF; b++)
         loom_buffer_destroy(p->buf[b]);

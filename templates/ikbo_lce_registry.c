@@ -47,10 +47,17 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     return ik_build(&s, err, n);
 }
 
-static void grid(const int64_t *sh, const int64_t *cf, int g[3])
+static void grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule *r)
 {
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    ik_grid(&s, g);
+    ik_grid_rule(&s, S_B, S_U, r);
+}
+
+static void grid(const int64_t *sh, const int64_t *cf, int g[3])
+{
+    loom_grid_rule r;
+    grid_rule(sh, cf, &r);
+    loom_grid_rule_eval(&r, sh, g);
 }
 
 /* Rank configs: waves of equal tiles over the persistent CTAs, the rows and columns
@@ -100,19 +107,23 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     loom_dtype dt = (loom_dtype)sh[S_DTYPE];
     uint64_t s0 = seed; /* every fill and the mapping draw from it in turn */
-    if (host[0])
-        fill_padded(host[0], dt, sh[S_M], sh[S_KU], tpl_pad8(sh[S_KU]), &s0); /* W_user */
-    if (host[2])
-        fill_padded(host[2], dt, sh[S_M], sh[S_KC], tpl_pad8(sh[S_KC]), &s0); /* W_cand */
-    if (host[1])
-        tpl_fill(host[1], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &s0);
-    if (host[3])
-        tpl_fill(host[3], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &s0);
-    if (host[4])
-        ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], s0, host[4]);
-    /* user_res, the counter: zero (the buffers come zeroed); epoch 1 */
-    if (host[8])
-        *(int32_t *)host[8] = 1;
+    if (host[IKA_B]) /* the run-time dims at the shape's values */
+        *(int32_t *)host[IKA_B] = (int32_t)sh[S_B];
+    if (host[IKA_U])
+        *(int32_t *)host[IKA_U] = (int32_t)sh[S_U];
+    if (host[IKA_WU])
+        fill_padded(host[IKA_WU], dt, sh[S_M], sh[S_KU], tpl_pad8(sh[S_KU]), &s0);
+    if (host[IKA_WC])
+        fill_padded(host[IKA_WC], dt, sh[S_M], sh[S_KC], tpl_pad8(sh[S_KC]), &s0);
+    if (host[IKA_EU])
+        tpl_fill(host[IKA_EU], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &s0);
+    if (host[IKA_EC])
+        tpl_fill(host[IKA_EC], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &s0);
+    if (host[IKA_MAP])
+        ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], s0, host[IKA_MAP]);
+    /* user_res, the counter: zero (the buffers come zeroed), and so the flags' base */
+    if (host[IKA_BASE])
+        *(int32_t *)host[IKA_BASE] = 0;
 }
 
 /* out[b] = Wc @ Ec[b] + Wu @ Eu[u(b)] in double, W given padded (W_user [M, pad8(Ku)],
@@ -159,9 +170,10 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
     static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the outputs do not depend on it */
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
-    ik_reference(&s, host[0], host[2], host[1], host[3], host[4], ref[5], ref[9]);
-    /* the claims (ref[7]) are back at zero (the buffers come zeroed); the flags counter
-     * (ref[6]) is not checked: its value depends on the config and on the launches before */
+    ik_reference(&s, host[IKA_WU], host[IKA_WC], host[IKA_EU], host[IKA_EC], host[IKA_MAP], ref[IKA_URES],
+                 ref[IKA_OUT]);
+    /* the claims are back at zero (the buffers come zeroed); the flags counter is not
+     * checked: its value depends on the config and on the launches before */
 }
 
 /* The error model (docs/checks.md) of the stage-4 kernel: the user part U = Wu @ Eu[x]
@@ -173,11 +185,11 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
     static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the model does not depend on it */
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     int64_t M = s.M, N = s.N, kpu = tpl_pad8(s.Ku), kpc = tpl_pad8(s.Kc);
-    const void *wu = host[0], *eu = host[1], *wc = host[2], *ec = host[3];
-    const int32_t *map = host[4];
+    const void *wu = host[IKA_WU], *eu = host[IKA_EU], *wc = host[IKA_WC], *ec = host[IKA_EC];
+    const int32_t *map = host[IKA_MAP];
     double *u = calloc((size_t)(s.U * M * N), sizeof(double)), *mu = calloc((size_t)(s.U * M * N), sizeof(double));
     double *mc = malloc((size_t)N * sizeof(double));
-    if (!u || !mu || !mc || !bnd[9])
+    if (!u || !mu || !mc || !bnd[IKA_OUT])
         goto done;
     for (int64_t x = 0; x < s.U; x++)
         for (int64_t m = 0; m < M; m++)
@@ -203,12 +215,12 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
                 double eu_ = loom_f32_sum_error(s.Ku, mu[ui]), au = fabs(u[ui]) + eu_;
                 double lo = loom_ulp(s.dt, au) / 2; /* |lo| at most half an ulp of hi */
                 double err = eu_ + loom_ulp(s.dt, lo) / 2 + loom_f32_sum_error(s.Kc + 2, mc[j] + au + lo + lo);
-                bnd[9][e] = loom_error_bound(s.dt, tpl_get(ref[9], s.dt, e), err);
+                bnd[IKA_OUT][e] = loom_error_bound(s.dt, tpl_get(ref[IKA_OUT], s.dt, e), err);
             }
         }
-    if (bnd[7]) /* the claims: back at zero, exactly */
+    if (bnd[IKA_CLAIMS]) /* the claims: back at zero, exactly */
         for (int i = 0; i < 2; i++)
-            bnd[7][i] = 0;
+            bnd[IKA_CLAIMS][i] = 0;
 done:
     free(u);
     free(mu);
@@ -220,8 +232,8 @@ const loom_template tpl_def_ikbo_lce = {
     .doc = "IKBO linear compression out[b] = W_cand @ E_cand[b] + W_user @ E_user[u(b)]: one persistent "
            "warp-specialized kernel, user tiles handed to candidate tiles by flags (stage 4)",
     .nshape = 8,
-    .shape = {{"B", 1024, "candidates"},
-              {"U", 15, "users"},
+    .shape = {{"B", 1024, "candidates (run-time: at most this)", .runtime = 1},
+              {"U", 15, "users (run-time: at most this)", .runtime = 1},
               {"M", 433, "rows of the weights and of out"},
               {"N", 256, "columns of E and out (a multiple of 8)"},
               {"Ku", 1178, "user K (any; the weights are padded to a multiple of 8)"},
@@ -247,19 +259,20 @@ const loom_template tpl_def_ikbo_lce = {
     .cost = cost,
     .build = build,
     .grid = grid,
+    .grid_rule = grid_rule,
     .init = init,
     .reference = reference,
     .atol = 2e-2,
     .rtol = 2e-2,
-    /* user_res (argument 5) is the hand-over workspace: out = candidate part + hi + lo shows
+    /* user_res is the hand-over workspace: out = candidate part + hi + lo shows
      * it, and its planes alone are not predictable.  hi rounds the f32 accumulator; where
      * that sits at a rounding tie the exact reference may round the other way, and hi and
      * lo then differ from the reference's by one hi ulp each, in opposite directions (seen
-     * on bf16: B=40,U=40,M=200,N=136,Ku=100,Kc=64).  flags (argument 6) is the hand-over
+     * on bf16: B=40,U=40,M=200,N=136,Ku=100,Kc=64).  flags is the hand-over
      * counter: after a launch it has grown by the user blocks of that config's tiling, so
      * its value depends on the config and on how many launches ran (no config-independent
      * reference exists); every hand-over it counts shows in out. */
-    .unchecked = 1u << 5 | 1u << 6,
+    .unchecked = 1u << IKA_URES | 1u << IKA_FLAGS,
     .bound = bound,
 };
 
@@ -269,7 +282,7 @@ const loom_template tpl_def_ikbo_lce = {
 enum { REF_RM = 64, REF_RN = 64, REF_RK = 32 };
 
 typedef struct ik_args_ref {
-    loom_val wu, eu, wc, ec, index, ures, flags, claims, epoch, out;
+    loom_val B, U, wu, eu, wc, ec, index, ures, flags, claims, base, out;
 } ik_args_ref;
 
 /* The arguments of the registry's ikbo_lce kernel (ik_build's IK_FUSED), declared in the
@@ -278,16 +291,19 @@ typedef struct ik_args_ref {
 static ik_args_ref declare_ref(loom_kernel *k, const ik_spec *s)
 {
     ik_args_ref a;
+    a.B = loom_arg_dim(k, "B", s->B, 1);
+    a.U = loom_arg_dim(k, "U", s->U, 1);
+    int64_t B = LOOM_DIM(a.B), U = LOOM_DIM(a.U);
     a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, tpl_pad8(s->Ku)), LOOM_IN);
-    a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(s->U, s->Ku, s->N), LOOM_IN);
+    a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(U, s->Ku, s->N), LOOM_IN);
     a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, tpl_pad8(s->Kc)), LOOM_IN);
-    a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(s->B, s->Kc, s->N), LOOM_IN);
-    a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
-    a.ures = loom_arg_tensor(k, "user_res", s->dt, ((loom_shape){4, {s->U, 2, s->M, s->N}}), LOOM_INOUT);
+    a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(B, s->Kc, s->N), LOOM_IN);
+    a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    a.ures = loom_arg_tensor(k, "user_res", s->dt, ((loom_shape){4, {U, 2, s->M, s->N}}), LOOM_INOUT);
     a.flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT);
     a.claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT);
-    a.epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
-    a.out = loom_arg_tensor(k, "out", s->dt, LOOM_SHAPE3(s->B, s->M, s->N), LOOM_OUT);
+    a.base = loom_arg_scalar(k, "flag_base", LOOM_I32);
+    a.out = loom_arg_tensor(k, "out", s->dt, LOOM_SHAPE3(B, s->M, s->N), LOOM_OUT);
     return a;
 }
 
@@ -449,10 +465,10 @@ static int device_fills(const int64_t *sh, tpl_device_fill *f, int max)
     if (max < 4)
         return 0;
     int64_t kpu = tpl_pad8(sh[S_KU]), kpc = tpl_pad8(sh[S_KC]);
-    f[0] = (tpl_device_fill){0, -1, 1, kpu, sh[S_KU]}; /* W_user, its padding zero */
-    f[1] = (tpl_device_fill){1, -1, 1, 0, 0};          /* E_user */
-    f[2] = (tpl_device_fill){2, -1, 1, kpc, sh[S_KC]}; /* W_cand */
-    f[3] = (tpl_device_fill){3, -1, 1, 0, 0};          /* E_cand */
+    f[0] = (tpl_device_fill){IKA_WU, -1, 1, kpu, sh[S_KU]}; /* W_user, its padding zero */
+    f[1] = (tpl_device_fill){IKA_EU, -1, 1, 0, 0};          /* E_user */
+    f[2] = (tpl_device_fill){IKA_WC, -1, 1, kpc, sh[S_KC]}; /* W_cand */
+    f[3] = (tpl_device_fill){IKA_EC, -1, 1, 0, 0};          /* E_cand */
     return 4;
 }
 
@@ -463,7 +479,7 @@ const tpl_device tpl_device_ikbo_lce = {
     .reference = ik_reference_kernels,
     .reference_doc = "naive f32 SIMT kernels (no TMA, wgmma or warp specialization)",
     .bound = ik_bound_kernel,
-    .bound_arg = 9, /* out; the claims come back to zero, exactly */
+    .bound_arg = IKA_OUT, /* the claims come back to zero, exactly */
 };
 
 /* ---------------------------------------------------------------- bench_ikbo_lce's check */
