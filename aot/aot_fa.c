@@ -6,8 +6,9 @@
  * As loom's C API (templates/ikbo_fa_api.c): prepare allocates the plan, the lengths and
  * the schedule's counter; set_mapping makes the plan on the host and uploads it; launch
  * runs the kernel with it; run reads the mapping back from the GPU first.  The kernel's
- * arguments: Q, K, V, plan, seq_len, claims, units (i32), out (the generator checks that
- * the kernel it writes out takes exactly these).
+ * arguments: rows and U (its run-time dims, i32: the shape's B * n_seed and U), Q, K, V,
+ * plan, seq_len, claims, units (i32), out (the generator checks that the kernel it writes
+ * out takes exactly these).
  */
 
 typedef struct aot_fa_plan {
@@ -101,8 +102,8 @@ static int aot_fa_launch(const char *fn, struct aot_fa_op *op, const aot_kernel 
     const aot_fa_plan *pl = op->plan;
     if (op->units < 0)
         return aot_fail(AOT_ERR_INVALID, "%s: no mapping: set one first (set_mapping, or run)", fn);
-    int32_t units = (int32_t)op->units;
-    void *args[] = {&q, &k, &v, &op->units_dev, &op->lens, &op->claims, &units, &out};
+    int32_t units = (int32_t)op->units, rows = (int32_t)(pl->B * pl->nseed), users = (int32_t)pl->U;
+    void *args[] = {&rows, &users, &q, &k, &v, &op->units_dev, &op->lens, &op->claims, &units, &out};
     return aot_launch(fn, &kernels[pl->kernel], &states[pl->kernel], pl->grid, args, stream);
 }
 

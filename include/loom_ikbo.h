@@ -141,8 +141,9 @@ typedef struct loom_ikbo_fa_config {
 } loom_ikbo_fa_config;
 
 typedef struct loom_ikbo_fa loom_ikbo_fa;
-/* cfg NULL: the tuner's pick for this shape (cached on disk; without a GPU, the
- * default).  A shape or config that cannot be served is refused with the reason in
+/* shape's B and U are the largest request's (loom_ikbo_fa_run_at serves any below).  cfg
+ * NULL: the tuner's pick for this shape (cached on disk; without a GPU, the default).  A
+ * shape or config that cannot be served is refused with the reason in
  * loom_runtime_error(rt). */
 loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *shape, const loom_ikbo_fa_config *cfg,
                                  loom_ikbo_fa **out);
@@ -152,9 +153,17 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
  * mapping).  Out-of-range entries are refused, naming the first. */
 loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v,
                              loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out);
+/* One request at its own B and U (1 to the prepared B and U, which are maxima: the kernel
+ * takes the query rows and the users at run time, so nothing is compiled): q and out
+ * [B * n_seed, H, D], k and v [U * S, H, D], cand_to_user [B], seq_len [U]. */
+loom_status loom_ikbo_fa_run_at(loom_ikbo_fa *p, int64_t B, int64_t U, loom_buffer *q, loom_buffer *k, loom_buffer *v,
+                                loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out);
 /* The same in two steps, the mapping from host memory: set it (the plan is made and
- * uploaded), then launch as often as it holds. */
+ * uploaded), then launch as often as it holds.  set_mapping is at the prepared B and U,
+ * set_request at a request's. */
 loom_status loom_ikbo_fa_set_mapping(loom_ikbo_fa *p, const int32_t *cand_to_user, const int32_t *seq_len);
+loom_status loom_ikbo_fa_set_request(loom_ikbo_fa *p, int64_t B, int64_t U, const int32_t *cand_to_user,
+                                     const int32_t *seq_len);
 loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v, loom_buffer *out);
 /* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1,xunit=1; ikbo_fa" */
 const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p);

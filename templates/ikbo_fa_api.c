@@ -19,6 +19,7 @@ struct loom_ikbo_fa {
     loom_buffer *plan, *lens, *claims; /* owned: the plan, the lengths (S each without varlen), the counter */
     int32_t *hplan, *hmap, *hlens;     /* host copies: the plan, and run's read-back of the mapping */
     int64_t units;                     /* the current plan's units (-1: no mapping set) */
+    int64_t B, U;                      /* the current request's (the mapping set last) */
     char desc[256];
 };
 
@@ -125,30 +126,50 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
     return LOOM_OK;
 }
 
+static loom_status set_mapping(loom_ikbo_fa *p, const char *fn, int64_t B, int64_t U, const int32_t *cand_to_user,
+                               const int32_t *seq_len)
+{
+    if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
+        return fail(p, LOOM_ERR_INVALID, "%s: %s is %lld; it must be 1 to %lld (the %s prepared)", fn,
+                    B < 1 || B > p->s.B ? "B" : "U", (long long)(B < 1 || B > p->s.B ? B : U),
+                    (long long)(B < 1 || B > p->s.B ? p->s.B : p->s.U), B < 1 || B > p->s.B ? "B" : "U");
+    if (!cand_to_user)
+        return fail(p, LOOM_ERR_INVALID, "%s: cand_to_user is NULL", fn);
+    if (!p->s.varlen && seq_len)
+        return fail(p, LOOM_ERR_INVALID,
+                    "%s: seq_len given, but the shape was prepared without varlen (every user has S keys)", fn);
+    if (p->s.varlen && !seq_len)
+        return fail(p, LOOM_ERR_INVALID, "%s: the shape has varlen=1: seq_len is needed", fn);
+    char err[200];
+    fa_spec at = p->spec; /* the request's B and U */
+    at.B = B, at.U = U;
+    int64_t n = fa_plan(&at, cand_to_user, seq_len, p->hplan, err, sizeof err);
+    if (n < 0)
+        return fail(p, LOOM_ERR_INVALID, "%s: %s", fn, err);
+    /* the plan's units (the rest of the buffer is never read: the launch takes n of them) */
+    loom_status st = loom_buffer_upload(p->plan, p->hplan, (size_t)(fa_max_units(&at) * FA_UNIT_FIELDS) * 4);
+    if (st == LOOM_OK && seq_len)
+        st = loom_buffer_upload(p->lens, seq_len, (size_t)U * 4);
+    if (st != LOOM_OK)
+        return fail(p, st, "%s: uploading the plan: %s", fn, loom_runtime_error(p->rt));
+    p->units = n;
+    p->B = B, p->U = U;
+    return LOOM_OK;
+}
+
 loom_status loom_ikbo_fa_set_mapping(loom_ikbo_fa *p, const int32_t *cand_to_user, const int32_t *seq_len)
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    if (!cand_to_user)
-        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_set_mapping: cand_to_user is NULL");
-    if (!p->s.varlen && seq_len)
-        return fail(p, LOOM_ERR_INVALID,
-                    "loom_ikbo_fa_set_mapping: seq_len given, but the shape was prepared without varlen (every user "
-                    "has S keys)");
-    if (p->s.varlen && !seq_len)
-        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_set_mapping: the shape has varlen=1: seq_len is needed");
-    char err[200];
-    int64_t n = fa_plan(&p->spec, cand_to_user, seq_len, p->hplan, err, sizeof err);
-    if (n < 0)
-        return fail(p, LOOM_ERR_INVALID, "loom_ikbo_fa_set_mapping: %s", err);
-    int64_t maxu = fa_max_units(&p->spec);
-    loom_status st = loom_buffer_upload(p->plan, p->hplan, (size_t)(maxu * FA_UNIT_FIELDS) * 4);
-    if (st == LOOM_OK && seq_len)
-        st = loom_buffer_upload(p->lens, seq_len, (size_t)p->s.U * 4);
-    if (st != LOOM_OK)
-        return fail(p, st, "loom_ikbo_fa_set_mapping: uploading the plan: %s", loom_runtime_error(p->rt));
-    p->units = n;
-    return LOOM_OK;
+    return set_mapping(p, "loom_ikbo_fa_set_mapping", p->s.B, p->s.U, cand_to_user, seq_len);
+}
+
+loom_status loom_ikbo_fa_set_request(loom_ikbo_fa *p, int64_t B, int64_t U, const int32_t *cand_to_user,
+                                     const int32_t *seq_len)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return set_mapping(p, "loom_ikbo_fa_set_request", B, U, cand_to_user, seq_len);
 }
 
 /* b holds at least `elems` elements of e bytes. */
@@ -173,9 +194,9 @@ loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k,
     const loom_ikbo_fa_shape *s = &p->s;
     size_t e = loom_dtype_size(s->dtype);
     /* each below 2^31, as prepare checked (fa_why_not) */
-    int64_t qn = INT64_MAX, kn = INT64_MAX;
-    util_prod_i64((const int64_t[]){s->B, s->n_seed, s->H, s->D}, 4, &qn);
-    util_prod_i64((const int64_t[]){s->U, s->S, s->H, s->D}, 4, &kn);
+    int64_t qn = INT64_MAX, kn = INT64_MAX, B = p->units < 0 ? s->B : p->B, U = p->units < 0 ? s->U : p->U;
+    util_prod_i64((const int64_t[]){B, s->n_seed, s->H, s->D}, 4, &qn);
+    util_prod_i64((const int64_t[]){U, s->S, s->H, s->D}, 4, &kn);
     loom_status st;
     if ((st = check_buf(p, fn, q, "q", qn, e, "[B * n_seed, H, D]")) != LOOM_OK ||
         (st = check_buf(p, fn, k, "k", kn, e, "[U * S, H, D]")) != LOOM_OK ||
@@ -185,13 +206,45 @@ loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k,
     if (p->units < 0)
         return fail(p, LOOM_ERR_INVALID, "%s: no mapping: call loom_ikbo_fa_set_mapping (or loom_ikbo_fa_run) first",
                     fn);
-    loom_arg a[] = {LOOM_ARG_BUF(q),         LOOM_ARG_BUF(k),         LOOM_ARG_BUF(v),
-                    LOOM_ARG_BUF(p->plan),   LOOM_ARG_BUF(p->lens),   LOOM_ARG_BUF(p->claims),
-                    LOOM_ARG_I32((int32_t)p->units), LOOM_ARG_BUF(out)};
-    st = loom_launch(p->rt, p->k, p->grid, a, (int)(sizeof a / sizeof a[0]));
+    loom_arg a[] = {LOOM_ARG_I32((int32_t)(B * s->n_seed)),
+                    LOOM_ARG_I32((int32_t)U),
+                    LOOM_ARG_BUF(q),
+                    LOOM_ARG_BUF(k),
+                    LOOM_ARG_BUF(v),
+                    LOOM_ARG_BUF(p->plan),
+                    LOOM_ARG_BUF(p->lens),
+                    LOOM_ARG_BUF(p->claims),
+                    LOOM_ARG_I32((int32_t)p->units),
+                    LOOM_ARG_BUF(out)};
+    /* a program a unit and head of this plan, at most the config's CTAs */
+    int64_t work = p->units * s->H;
+    int grid[3] = {(int)(work < p->grid[0] ? (work > 0 ? work : 1) : p->grid[0]), 1, 1};
+    st = loom_launch(p->rt, p->k, grid, a, (int)(sizeof a / sizeof a[0]));
     if (st != LOOM_OK)
         return fail(p, st, "%s (%s): %s", fn, loom_kernel_name(p->k), loom_runtime_error(p->rt));
     return LOOM_OK;
+}
+
+static loom_status run_at(loom_ikbo_fa *p, const char *fn, int64_t B, int64_t U, loom_buffer *q, loom_buffer *k,
+                          loom_buffer *v, loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out)
+{
+    if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
+        return set_mapping(p, fn, B, U, NULL, NULL); /* the message */
+    loom_status st = check_buf(p, fn, cand_to_user, "cand_to_user", B, 4, "[B]");
+    if (st != LOOM_OK)
+        return st;
+    if (seq_len && !p->s.varlen)
+        return fail(p, LOOM_ERR_INVALID, "%s: seq_len given, but the shape was prepared without varlen", fn);
+    if (!seq_len && p->s.varlen)
+        return fail(p, LOOM_ERR_INVALID, "%s: the shape has varlen=1: seq_len is needed", fn);
+    if (seq_len && (st = check_buf(p, fn, seq_len, "seq_len", U, 4, "[U]")) != LOOM_OK)
+        return st;
+    if ((st = loom_buffer_download(cand_to_user, p->hmap, (size_t)B * 4)) != LOOM_OK ||
+        (seq_len && (st = loom_buffer_download(seq_len, p->hlens, (size_t)U * 4)) != LOOM_OK))
+        return fail(p, st, "%s: reading the mapping back: %s", fn, loom_runtime_error(p->rt));
+    if ((st = set_mapping(p, fn, B, U, p->hmap, seq_len ? p->hlens : NULL)) != LOOM_OK)
+        return st;
+    return loom_ikbo_fa_launch(p, q, k, v, out);
 }
 
 loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v,
@@ -199,22 +252,15 @@ loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, lo
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    const char *fn = "loom_ikbo_fa_run";
-    loom_status st = check_buf(p, fn, cand_to_user, "cand_to_user", p->s.B, 4, "[B]");
-    if (st != LOOM_OK)
-        return st;
-    if (seq_len && !p->s.varlen)
-        return fail(p, LOOM_ERR_INVALID, "%s: seq_len given, but the shape was prepared without varlen", fn);
-    if (!seq_len && p->s.varlen)
-        return fail(p, LOOM_ERR_INVALID, "%s: the shape has varlen=1: seq_len is needed", fn);
-    if (seq_len && (st = check_buf(p, fn, seq_len, "seq_len", p->s.U, 4, "[U]")) != LOOM_OK)
-        return st;
-    if ((st = loom_buffer_download(cand_to_user, p->hmap, (size_t)p->s.B * 4)) != LOOM_OK ||
-        (seq_len && (st = loom_buffer_download(seq_len, p->hlens, (size_t)p->s.U * 4)) != LOOM_OK))
-        return fail(p, st, "%s: reading the mapping back: %s", fn, loom_runtime_error(p->rt));
-    if ((st = loom_ikbo_fa_set_mapping(p, p->hmap, seq_len ? p->hlens : NULL)) != LOOM_OK)
-        return st;
-    return loom_ikbo_fa_launch(p, q, k, v, out);
+    return run_at(p, "loom_ikbo_fa_run", p->s.B, p->s.U, q, k, v, cand_to_user, seq_len, out);
+}
+
+loom_status loom_ikbo_fa_run_at(loom_ikbo_fa *p, int64_t B, int64_t U, loom_buffer *q, loom_buffer *k, loom_buffer *v,
+                                loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return run_at(p, "loom_ikbo_fa_run_at", B, U, q, k, v, cand_to_user, seq_len, out);
 }
 
 const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p) { return p ? p->desc : ""; }

@@ -9,11 +9,12 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { S_B, S_U, S_S, S_H, S_D, S_NSEED, S_DTYPE, S_VARLEN, S_SHUFFLE };
 enum { C_BN, C_STAGES, C_CTAS, C_SCHED, C_TURNS, C_OVERLAP, C_TMASTORE, C_XUNIT };
 /* The kernel's arguments (templates/ikbo_fa.h). */
-enum { A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT };
+enum { A_ROWS, A_U, A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT }; /* fa_build's */
 
 fa_spec fa_spec_of(const int64_t *sh, const int64_t *cf)
 {
@@ -45,10 +46,23 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     return fa_build(&s, err, n);
 }
 
-static void grid(const int64_t *sh, const int64_t *cf, int g[3])
+/* A program a unit and head, at most ctas: the units at most B blocks of rows a candidate. */
+static void grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule *r)
 {
     fa_spec s = fa_spec_of(sh, cf);
-    fa_grid(&s, g);
+    memset(r, 0, sizeof *r);
+    for (int d = 0; d < 3; d++)
+        r->div[d] = r->mult[d] = 1;
+    r->c[1] = r->c[2] = 1;
+    r->per[0][S_B] = fa_units_max(1, s.nseed) * s.H;
+    r->cap[0] = s.ctas;
+}
+
+static void grid(const int64_t *sh, const int64_t *cf, int g[3])
+{
+    loom_grid_rule r;
+    grid_rule(sh, cf, &r);
+    loom_grid_rule_eval(&r, sh, g);
 }
 
 /* Rank configs: waves of units over the CTAs (full 128-row units of S keys), the keys
@@ -74,6 +88,8 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
     int64_t qn = fa_rows(&s) * s.H * s.D, kn = s.U * s.S * s.H * s.D;
+    *(int32_t *)host[A_ROWS] = (int32_t)fa_rows(&s); /* the run-time dims at the shape's values */
+    *(int32_t *)host[A_U] = (int32_t)s.U;
     tpl_fill(host[A_Q], s.dt, qn, -1, 1, &seed);
     tpl_fill(host[A_K], s.dt, kn, -1, 1, &seed);
     tpl_fill(host[A_V], s.dt, kn, -1, 1, &seed);
@@ -133,8 +149,8 @@ const loom_template tpl_def_ikbo_fa = {
     .doc = "IKBO flash attention out[b] = softmax(Q[b] K[u(b)]^T / sqrt(D)) V[u(b)]: candidates read their user's "
            "K/V by index; a producer warp group and two consumer warp groups sharing each K/V tile",
     .nshape = 9,
-    .shape = {{"B", 2048, "candidates"},
-              {"U", 32, "users"},
+    .shape = {{"B", 2048, "candidates (run-time: at most this; the kernel's dim rows is B * n_seed)", .runtime = 1},
+              {"U", 32, "users (run-time: at most this)", .runtime = 1},
               {"S", 1024, "keys a user (padded)"},
               {"H", 2, "heads"},
               {"D", 128, "head dim (64 or 128)"},
@@ -160,6 +176,7 @@ const loom_template tpl_def_ikbo_fa = {
     .cost = cost,
     .build = build,
     .grid = grid,
+    .grid_rule = grid_rule,
     .init = init,
     .reference = reference,
     .atol = 2e-2,

@@ -187,11 +187,16 @@ static void fill_device(tune_ctx *c)
     c->dev.driver = p->driver_version;
 }
 
+/* The shape's bucket: the template's rule, and each run-time dim to the power of two at or
+ * above it (its kernel serves every value up to the one it was built for). */
 static void shape_bucket(const loom_template *t, const int64_t *shape, int64_t *bucket)
 {
     memcpy(bucket, shape, LOOM_MAX_PARAMS * sizeof *bucket);
     if (t->bucket)
         t->bucket(shape, bucket);
+    for (int i = 0; i < t->nshape; i++)
+        if (t->shape[i].runtime)
+            bucket[i] = loom_dim_bucket(shape[i]);
 }
 
 /* Look the shape up in the cache; true when r is ready from it. */
