@@ -14,7 +14,13 @@
  *      orders them: rt_tma_plan_make, the same code a JIT launch runs);
  *   3. per template, a dispatch table (shape -> config, kernel, grid) and its launch
  *      function; for ikbo_lce and ikbo_fa also the whole operation, from the same
- *      descriptions loom's C API runs (ik_stage; fa_units);
+ *      descriptions loom's C API runs (ik_stage; fa_units).  A template whose shape has
+ *      run-time keys (loom_param.runtime: its kernel takes them as run-time dims) gets a
+ *      table keyed on its static keys and the buckets of its run-time keys: a row per
+ *      shape asked for, its kernel built with the run-time keys' maxima at the values
+ *      asked for, the launch's row the one of the smallest buckets whose maxima hold the
+ *      request's values, the dim arguments taken from the request's shape and the grid
+ *      computed per launch from the template's grid_rule, written out as data;
  *   4. the run-time code, which is not generated but copied in: aot/aot_rt.c (driver,
  *      modules, launches), aot/aot_lce.c, templates/ikbo_fa_units.h and aot/aot_fa.c.  The
  *      build embeds their text (aot_text.c, made by cmake/embed.cmake), so that what is
@@ -60,6 +66,10 @@ typedef struct kern {
     int ntma;
     rt_tma_plan tma[CG_MAX_TMA];
     int tma_arg[CG_MAX_TMA];
+    int tma_dim_arg[CG_MAX_TMA][CG_TMA_MAX_RANK]; /* per driver dim: the dim argument giving it, or -1 */
+    bool is_dim[LOOM_MAX_ARGS];                   /* a run-time dim (loom_arg_dim) */
+    int64_t dim_max[LOOM_MAX_ARGS], dim_multiple[LOOM_MAX_ARGS];
+    int ndims;
 } kern;
 
 enum { ARG_PTR, ARG_I32, ARG_I64, ARG_F32 }; /* aot_rt.c's AOT_ARG_* */
@@ -74,8 +84,12 @@ typedef struct gen {
     int nk, capk;
     int nkeys;          /* the template's kernel-shaping shape keys */
     int key[LOOM_MAX_PARAMS]; /* their indices into the shape vector */
+    int ndyn;           /* how many of them are run-time (loom_param.runtime) */
     int *row_kernel;    /* per shape: the template kernel's index */
     int (*row_grid)[3];
+    loom_grid_rule *row_rule; /* per shape: the grid as a rule (templates with run-time keys) */
+    int64_t (*row_dims)[LOOM_MAX_ARGS]; /* per shape: its kernel's run-time dims' maxima, by argument */
+    char fixed[300];    /* why a template's run-time keys are served as exact shapes ("": they are not) */
     char upper[80];     /* the prefix in capitals: the status constants' */
     ik_stage *lce;      /* ikbo_lce: each shape's stage, as data */
     int (*lce_kernel)[IK_MAX_STEPS]; /* and its steps' kernels */
@@ -110,6 +124,31 @@ static void shape_text(const gen *g, const int64_t *shape, char *buf, size_t n)
     loom_params_format(g->t->shape, g->t->nshape, shape, buf, n);
 }
 
+/* Whether kernels a and b (of the same PTX) launch alike: the same arguments, run-time
+ * dims (their maxima aside) and TMA descriptors (the run-time dims' maxima aside). */
+static bool same_launch(const kern *a, const kern *b)
+{
+    if (a->nargs != b->nargs || a->ntma != b->ntma || a->smem != b->smem || a->threads != b->threads)
+        return false;
+    for (int i = 0; i < a->nargs; i++)
+        if (strcmp(a->argname[i], b->argname[i]) || a->kind[i] != b->kind[i] || a->is_dim[i] != b->is_dim[i] ||
+            (a->is_dim[i] && a->dim_multiple[i] != b->dim_multiple[i]))
+            return false;
+    for (int t = 0; t < a->ntma; t++) {
+        const rt_tma_plan *p = &a->tma[t], *q = &b->tma[t];
+        if (a->tma_arg[t] != b->tma_arg[t] || p->dtype != q->dtype || p->rank != q->rank ||
+            memcmp(p->strides, q->strides, sizeof p->strides) || memcmp(p->box, q->box, sizeof p->box) ||
+            memcmp(p->elem_strides, q->elem_strides, sizeof p->elem_strides) || p->interleave != q->interleave ||
+            p->swizzle != q->swizzle || p->l2_promotion != q->l2_promotion || p->oob_fill != q->oob_fill ||
+            memcmp(a->tma_dim_arg[t], b->tma_dim_arg[t], sizeof a->tma_dim_arg[t]))
+            return false;
+        for (uint32_t d = 0; d < p->rank; d++)
+            if (a->tma_dim_arg[t][d] < 0 && p->dims[d] != q->dims[d])
+                return false;
+    }
+    return true;
+}
+
 /* Add kernel k (verified and compiled here; destroyed by the caller) and return its index,
  * or -1 with the message in g->err.  A kernel with the PTX of one already in the file is
  * that one. */
@@ -129,6 +168,12 @@ static int kern_add(gen *g, loom_kernel *k, const char *what)
         loom_arg_info ai;
         loom_kernel_arg_info(k, i, &ai);
         snprintf(nk.argname[i], sizeof nk.argname[i], "%s", ai.name ? ai.name : "arg");
+        if (ai.is_dim) {
+            nk.is_dim[i] = true;
+            nk.dim_max[i] = ai.dim_max;
+            nk.dim_multiple[i] = ai.dim_multiple > 0 ? ai.dim_multiple : 1;
+            nk.ndims++;
+        }
         if (ai.is_tensor)
             nk.kind[i] = ARG_PTR;
         else if (ai.dtype == LOOM_I32)
@@ -157,24 +202,34 @@ static int kern_add(gen *g, loom_kernel *k, const char *what)
             return -1;
         }
         if (a == 0) {
-            /* the same PTX: the same kernel */
-            for (int i = 0; i < g->nk; i++)
-                if (!strcmp(g->k[i].img[0].ptx, res.ptx)) {
-                    cg_result_free(&res);
-                    return i;
-                }
             nk.smem = (unsigned)res.smem_bytes;
             nk.ntma = res.ntma;
             for (int t = 0; t < res.ntma; t++) {
                 loom_arg_info ai;
                 loom_kernel_arg_info(k, res.tma[t].arg, &ai);
                 nk.tma_arg[t] = res.tma[t].arg;
+                for (int d = 0; d < CG_TMA_MAX_RANK; d++) /* driver dim d is the tensor's rank-1-d */
+                    nk.tma_dim_arg[t][d] = d < ai.shape.rank ? ai.dim_of[ai.shape.rank - 1 - d] : -1;
                 if ((st = rt_tma_plan_make(&res.tma[t], &ai, 0, &nk.tma[t], err, sizeof err)) != LOOM_OK) {
                     gfail(g, st, "%s: %s", what, err);
                     cg_result_free(&res);
                     return -1;
                 }
             }
+            /* the same PTX and launch tables: the same kernel (kernels that differ only in
+             * the maxima of their run-time dims are one: it serves the largest) */
+            for (int i = 0; i < g->nk; i++)
+                if (!strcmp(g->k[i].img[0].ptx, res.ptx) && same_launch(&g->k[i], &nk)) {
+                    for (int j = 0; j < nk.nargs; j++)
+                        if (nk.is_dim[j] && nk.dim_max[j] > g->k[i].dim_max[j])
+                            g->k[i].dim_max[j] = nk.dim_max[j];
+                    for (int t = 0; t < nk.ntma; t++)
+                        for (uint32_t d = 0; d < nk.tma[t].rank; d++)
+                            if (nk.tma_dim_arg[t][d] >= 0 && nk.tma[t].dims[d] > g->k[i].tma[t].dims[d])
+                                g->k[i].tma[t].dims[d] = nk.tma[t].dims[d];
+                    cg_result_free(&res);
+                    return i;
+                }
         }
         image *im = &nk.img[nk.nimg++];
         im->sm = g->sm[a];
@@ -222,6 +277,8 @@ static void gen_free(gen *g)
     free(g->k);
     free(g->row_kernel);
     free(g->row_grid);
+    free(g->row_rule);
+    free(g->row_dims);
     for (int i = 0; g->lce && i < g->r->nshapes; i++)
         ik_stage_free(&g->lce[i]);
     free(g->lce);
@@ -241,7 +298,7 @@ static void c_ident(const char *s, char *out, size_t n)
         out[w++] = isalnum((unsigned char)*s) ? *s : '_';
     out[w] = 0;
     if (!strcmp(out, "shape") || !strcmp(out, "stream") || !strcmp(out, "r") || !strcmp(out, "k") ||
-        !strcmp(out, "args"))
+        !strcmp(out, "args") || !strcmp(out, "fn") || !strcmp(out, "want") || !strcmp(out, "grid"))
         snprintf(out + w, n - w, "_");
 }
 
@@ -305,7 +362,7 @@ static void put_kernels(gen *g, FILE *f)
         fprintf(f, "};\n");
         if (k->ntma) {
             fprintf(f, "/* {argument, data type, rank, dims, byte strides, box, element strides, interleave, "
-                       "swizzle, L2 promotion, out-of-bounds fill} */\n"
+                       "swizzle, L2 promotion, out-of-bounds fill, the arguments of run-time dims} */\n"
                        "static const aot_tma aot_k%d_tma[] = {\n", i);
             for (int t = 0; t < k->ntma; t++) {
                 const rt_tma_plan *p = &k->tma[t];
@@ -321,19 +378,35 @@ static void put_kernels(gen *g, FILE *f)
                 fprintf(f, "}, {");
                 for (uint32_t d = 0; d < p->rank; d++)
                     fprintf(f, "%s%u", d ? ", " : "", p->elem_strides[d]);
-                fprintf(f, "}, %d, %d, %d, %d},\n", p->interleave, p->swizzle, p->l2_promotion, p->oob_fill);
+                fprintf(f, "}, %d, %d, %d, %d, {", p->interleave, p->swizzle, p->l2_promotion, p->oob_fill);
+                for (int d = 0; d < 5; d++)
+                    fprintf(f, "%s%d", d ? ", " : "", d < CG_TMA_MAX_RANK ? k->tma_dim_arg[t][d] : -1);
+                fprintf(f, "}},\n");
             }
             fprintf(f, "};\n");
         }
+        if (k->ndims) {
+            fprintf(f, "/* per argument: {maximum, multiple} of a run-time dim ({0, 0}: not one) */\n"
+                       "static const int64_t aot_k%d_dims[][2] = {", i);
+            for (int a = 0; a < k->nargs; a++)
+                fprintf(f, "%s{%lld, %lld}", a ? ", " : "", (long long)(k->is_dim[a] ? k->dim_max[a] : 0),
+                        (long long)(k->is_dim[a] ? k->dim_multiple[a] : 0));
+            fprintf(f, "};\n");
+        }
     }
-    fprintf(f, "\n/* {PTX entry, images, threads a CTA, dynamic shared memory, arguments, TMA descriptors} */\n"
+    fprintf(f, "\n/* {PTX entry, images, threads a CTA, dynamic shared memory, arguments, TMA descriptors, "
+               "run-time dims} */\n"
                "static const aot_kernel aot_kernels[%d] = {\n", g->nk);
     for (int i = 0; i < g->nk; i++) {
         const kern *k = &g->k[i];
         fprintf(f, "    {\"%s\", %d, aot_k%d_images, %u, %u, %d, aot_k%d_arg_names, aot_k%d_arg_kinds, %d, ", k->name,
                 k->nimg, i, k->threads, k->smem, k->nargs, i, i, k->ntma);
         if (k->ntma)
-            fprintf(f, "aot_k%d_tma},\n", i);
+            fprintf(f, "aot_k%d_tma, ", i);
+        else
+            fprintf(f, "NULL, ");
+        if (k->ndims)
+            fprintf(f, "aot_k%d_dims},\n", i);
         else
             fprintf(f, "NULL},\n");
     }
@@ -366,14 +439,170 @@ static void put_shape_struct(const gen *g, FILE *h, const char *P)
     fprintf(h, "} %s_%s_shape;\n", P, t->name);
 }
 
-/* The argument list of the template's kernel: ", CUdeviceptr A, ..." */
+/* The argument list of the template's kernel: ", CUdeviceptr A, ..." (its run-time dims
+ * are not in it: a launch takes them from the shape). */
 static void put_params(FILE *f, const kern *k)
 {
     for (int a = 0; a < k->nargs; a++) {
+        if (k->is_dim[a])
+            continue;
         char id[80];
         c_ident(k->argname[a], id, sizeof id);
         fprintf(f, ", %s %s", kind_c(k->kind[a]), id);
     }
+}
+
+/* The names of the run-time keys, "B, U", for comments. */
+static void dyn_names(const gen *g, char *buf, size_t n)
+{
+    size_t w = 0;
+    buf[0] = 0;
+    for (int i = 0; i < g->nkeys && w < n; i++)
+        if (g->t->shape[g->key[i]].runtime) {
+            int c = snprintf(buf + w, n - w, "%s%s", w ? ", " : "", g->t->shape[g->key[i]].key);
+            if (c < 0)
+                break;
+            w += (size_t)c;
+        }
+}
+
+/* A template with run-time keys: the table keyed on the static keys and the run-time keys'
+ * buckets (aot_rt.c's aot_find_dyn_row), each row's grid as a rule evaluated per launch,
+ * the kernel's run-time dims passed from the request's shape. */
+static loom_status put_template_dyn(gen *g, FILE *h, FILE *f, const kern *k0)
+{
+    const loom_aot_request *r = g->r;
+    const loom_template *t = g->t;
+    const char *P = r->prefix, *T = t->name, *U = g->upper;
+    char dn[200];
+    dyn_names(g, dn, sizeof dn);
+    put_shape_struct(g, h, P);
+    fprintf(h, "/* The config of the kernel that serves *shape (\"k=v,...\"), or NULL with the reason in\n"
+               " * %s_last_error() when none does.  Needs no GPU. */\n"
+               "const char *%s_%s_config(const %s_%s_shape *shape);\n",
+            P, P, T, P, T);
+    fprintf(h, "/* Launch %s's kernel at *shape on stream (NULL: the default stream); asynchronous.  The\n"
+               " * run-time keys (%s) may be anything from 1 to the largest value this file was\n"
+               " * generated for at the same other keys: the kernel of the smallest bucket that holds\n"
+               " * them runs, with its grid computed from *shape.  The arguments are the kernel's but its\n"
+               " * run-time dims, which come from *shape: device pointers of at least the sizes *shape\n"
+               " * needs, 16-byte aligned. */\n"
+               "%s_status %s_%s_launch(const %s_%s_shape *shape",
+            T, dn, P, P, T, P, T);
+    put_params(h, k0);
+    fprintf(h, ", CUstream stream);\n");
+
+    fprintf(f, "\n/* ================================================================ %s\n"
+               " * The dispatch table.  %s are run-time keys: a row per shape generated holds its\n"
+               " * other keys and, for these, the most a launch may ask (the kernel's maxima; their buckets\n"
+               " * are the powers of two at or above them).  A launch takes the row of its other keys whose\n"
+               " * maxima hold its values, of the smallest buckets; the row gives the config, the kernel\n"
+               " * and the grid as a rule over the shape. */\n",
+            T, dn);
+    fprintf(f, "enum { aot_%s_ROWS = %d, aot_%s_KEYS = %d };\n", T, r->nshapes, T, g->nkeys);
+    fprintf(f, "static const char *const aot_%s_keys[aot_%s_KEYS] = {", T, T);
+    for (int i = 0; i < g->nkeys; i++)
+        fprintf(f, "%s\"%s\"", i ? ", " : "", t->shape[g->key[i]].key);
+    fprintf(f, "};\n/* 1: a run-time key */\nstatic const unsigned char aot_%s_dyn[aot_%s_KEYS] = {", T, T);
+    for (int i = 0; i < g->nkeys; i++)
+        fprintf(f, "%s%d", i ? ", " : "", t->shape[g->key[i]].runtime ? 1 : 0);
+    fprintf(f, "};\nstatic const int64_t aot_%s_shapes[aot_%s_ROWS][aot_%s_KEYS] = {\n", T, T, T);
+    for (int i = 0; i < r->nshapes; i++) {
+        int64_t v[LOOM_MAX_PARAMS];
+        key_values(g, r->shapes[i], v);
+        fprintf(f, "    ");
+        put_i64s(f, v, g->nkeys);
+        fprintf(f, ",\n");
+    }
+    fprintf(f, "};\n/* the multiples the kernels need of the run-time keys (1: any value) */\n"
+               "static const int64_t aot_%s_mults[aot_%s_ROWS][aot_%s_KEYS] = {\n", T, T, T);
+    for (int i = 0; i < r->nshapes; i++) {
+        const kern *k = &g->k[g->row_kernel[i]];
+        int64_t v[LOOM_MAX_PARAMS];
+        for (int j = 0; j < g->nkeys; j++) {
+            v[j] = 1;
+            for (int a = 0; a < k->nargs; a++)
+                if (k->is_dim[a] && !strcmp(k->argname[a], t->shape[g->key[j]].key))
+                    v[j] = k->dim_multiple[a];
+        }
+        fprintf(f, "    ");
+        put_i64s(f, v, g->nkeys);
+        fprintf(f, ",\n");
+    }
+    fprintf(f, "};\nstatic const char *const aot_%s_configs[aot_%s_ROWS] = {\n", T, T);
+    for (int i = 0; i < r->nshapes; i++) {
+        char c[512];
+        loom_params_format(t->config, t->nconfig, r->configs[i], c, sizeof c);
+        fprintf(f, "    \"%s\",\n", c);
+    }
+    fprintf(f, "};\nstatic const int aot_%s_kernel[aot_%s_ROWS] = {", T, T);
+    for (int i = 0; i < r->nshapes; i++)
+        fprintf(f, "%s%d", i ? ", " : "", g->row_kernel[i]);
+    fprintf(f, "};\n/* grid[d] = mult[d] * cdiv(c[d] + sum of per[d][key] * shape[key], div[d]), at most cap[d]:\n"
+               " * {c, div, mult, cap, per key for x, y, z} */\n"
+               "static const aot_grid_rule aot_%s_grid[aot_%s_ROWS] = {\n",
+            T, T);
+    for (int i = 0; i < r->nshapes; i++) {
+        const loom_grid_rule *gr = &g->row_rule[i];
+        fprintf(f, "    {");
+        const int64_t *parts[4] = {gr->c, gr->div, gr->mult, gr->cap};
+        for (int q = 0; q < 4; q++) {
+            fprintf(f, "%s", q ? ", " : "");
+            put_i64s(f, parts[q], 3);
+        }
+        fprintf(f, ", {");
+        for (int d = 0; d < 3; d++) {
+            int64_t v[LOOM_MAX_PARAMS];
+            for (int j = 0; j < g->nkeys; j++)
+                v[j] = gr->per[d][g->key[j]];
+            fprintf(f, "%s", d ? ", " : "");
+            put_i64s(f, v, g->nkeys);
+        }
+        fprintf(f, "}},\n");
+    }
+    fprintf(f, "};\n");
+
+    fprintf(f, "\n/* The row that serves *shape, or -1 with the message set (fn names the caller). */\n"
+               "static int aot_%s_row(const char *fn, const %s_%s_shape *shape)\n{\n"
+               "    if (!shape)\n        return aot_fail(AOT_ERR_INVALID, \"%%s: shape is NULL\", fn), -1;\n"
+               "    const int64_t want[aot_%s_KEYS] = {",
+            T, P, T, T);
+    for (int i = 0; i < g->nkeys; i++)
+        fprintf(f, "%sshape->%s", i ? ", " : "", t->shape[g->key[i]].key);
+    fprintf(f, "};\n    return aot_find_dyn_row(fn, \"%s\", &aot_%s_shapes[0][0], &aot_%s_mults[0][0], aot_%s_ROWS, "
+               "want, aot_%s_dyn, aot_%s_keys, aot_%s_KEYS);\n}\n",
+            T, T, T, T, T, T, T);
+    fprintf(f, "\nconst char *%s_%s_config(const %s_%s_shape *shape)\n{\n"
+               "    int r = aot_%s_row(\"%s_%s_config\", shape);\n    return r < 0 ? NULL : aot_%s_configs[r];\n}\n",
+            P, T, P, T, T, P, T, T);
+    fprintf(f, "\n%s_status %s_%s_launch(const %s_%s_shape *shape", P, P, T, P, T);
+    put_params(f, k0);
+    fprintf(f, ", CUstream stream)\n{\n    const char *fn = \"%s_%s_launch\";\n    int r = aot_%s_row(fn, shape);\n"
+               "    if (r < 0)\n        return %s_ERR_INVALID;\n    const int64_t want[aot_%s_KEYS] = {",
+            P, T, T, U, T);
+    for (int i = 0; i < g->nkeys; i++)
+        fprintf(f, "%sshape->%s", i ? ", " : "", t->shape[g->key[i]].key);
+    fprintf(f, "};\n    unsigned grid[3];\n"
+               "    if (aot_grid_eval(fn, \"%s\", &aot_%s_grid[r], want, aot_%s_KEYS, grid) != 0)\n"
+               "        return %s_ERR_INVALID;\n",
+            T, T, T, U);
+    /* the run-time dims, from the shape (the row holds them: each is 1 to its maximum, below 2^31) */
+    for (int a = 0; a < k0->nargs; a++)
+        if (k0->is_dim[a])
+            fprintf(f, "    int32_t aot_d%d = (int32_t)shape->%s;\n", a, k0->argname[a]);
+    fprintf(f, "    void *args[] = {");
+    for (int a = 0; a < k0->nargs; a++) {
+        char id[80];
+        if (k0->is_dim[a])
+            snprintf(id, sizeof id, "aot_d%d", a);
+        else
+            c_ident(k0->argname[a], id, sizeof id);
+        fprintf(f, "%s&%s", a ? ", " : "", id);
+    }
+    fprintf(f, "};\n    int k = aot_%s_kernel[r];\n"
+               "    return (%s_status)aot_launch(fn, &aot_kernels[k], &aot_states[k], grid, args, stream);\n}\n",
+            T, P);
+    return LOOM_OK;
 }
 
 static loom_status put_template(gen *g, FILE *h, FILE *f)
@@ -387,13 +616,16 @@ static loom_status put_template(gen *g, FILE *h, FILE *f)
         const kern *ki = &g->k[g->row_kernel[i]];
         bool same = ki->nargs == k0->nargs;
         for (int a = 0; same && a < k0->nargs; a++)
-            same = !strcmp(ki->argname[a], k0->argname[a]) && ki->kind[a] == k0->kind[a];
+            same = !strcmp(ki->argname[a], k0->argname[a]) && ki->kind[a] == k0->kind[a] &&
+                   ki->is_dim[a] == k0->is_dim[a];
         if (!same)
             return gfail(g, LOOM_ERR_UNSUPPORTED,
                          "the kernels of %s at shape 1 and shape %d take different arguments, so one launch "
                          "function cannot serve both: generate them into two files (two prefixes)",
                          T, i + 1);
     }
+    if (g->ndyn)
+        return put_template_dyn(g, h, f, k0);
     put_shape_struct(g, h, P);
     fprintf(h, "/* The config generated for *shape (\"k=v,...\"), or NULL with the reason in %s_last_error()\n"
                " * when the shape is not one of this file's.  Needs no GPU. */\n"
@@ -412,6 +644,10 @@ static loom_status put_template(gen *g, FILE *h, FILE *f)
                " * The dispatch table: a row per shape generated (loom builds a kernel per shape, so a\n"
                " * launch takes the row of its exact shape): its config, kernel and grid. */\n",
             T);
+    if (g->fixed[0])
+        fprintf(f, "/* %s's run-time keys are served as these exact shapes, their kernels' run-time dims at the\n"
+                   " * shapes' values: %s. */\n",
+                T, g->fixed);
     fprintf(f, "enum { aot_%s_ROWS = %d, aot_%s_KEYS = %d };\n", T, r->nshapes, T, g->nkeys);
     fprintf(f, "static const char *const aot_%s_keys[aot_%s_KEYS] = {", T, T);
     for (int i = 0; i < g->nkeys; i++)
@@ -437,6 +673,18 @@ static loom_status put_template(gen *g, FILE *h, FILE *f)
     for (int i = 0; i < r->nshapes; i++)
         fprintf(f, "%s{%d, %d, %d}", i ? ", " : "", g->row_grid[i][0], g->row_grid[i][1], g->row_grid[i][2]);
     fprintf(f, "};\n");
+    if (k0->ndims) {
+        fprintf(f, "/* per row, per argument: the value of a run-time dim (the kernel's maximum) */\n"
+                   "static const int32_t aot_%s_dims[aot_%s_ROWS][%d] = {\n",
+                T, T, k0->nargs);
+        for (int i = 0; i < r->nshapes; i++) {
+            fprintf(f, "    {");
+            for (int a = 0; a < k0->nargs; a++)
+                fprintf(f, "%s%lld", a ? ", " : "", (long long)g->row_dims[i][a]);
+            fprintf(f, "},\n");
+        }
+        fprintf(f, "};\n");
+    }
 
     fprintf(f, "\n/* The row of *shape, or -1 with the message set (fn names the caller). */\n"
                "static int aot_%s_row(const char *fn, const %s_%s_shape *shape)\n{\n"
@@ -456,11 +704,18 @@ static loom_status put_template(gen *g, FILE *h, FILE *f)
     fprintf(f, "\n%s_status %s_%s_launch(const %s_%s_shape *shape", P, P, T, P, T);
     put_params(f, k0);
     fprintf(f, ", CUstream stream)\n{\n    int r = aot_%s_row(\"%s_%s_launch\", shape);\n"
-               "    if (r < 0)\n        return %s_ERR_INVALID;\n    void *args[] = {",
+               "    if (r < 0)\n        return %s_ERR_INVALID;\n",
             T, P, T, U);
+    for (int a = 0; a < k0->nargs; a++)
+        if (k0->is_dim[a])
+            fprintf(f, "    int32_t aot_d%d = aot_%s_dims[r][%d];\n", a, T, a);
+    fprintf(f, "    void *args[] = {");
     for (int a = 0; a < k0->nargs; a++) {
         char id[80];
-        c_ident(k0->argname[a], id, sizeof id);
+        if (k0->is_dim[a])
+            snprintf(id, sizeof id, "aot_d%d", a);
+        else
+            c_ident(k0->argname[a], id, sizeof id);
         fprintf(f, "%s&%s", a ? ", " : "", id);
     }
     fprintf(f, "};\n    int k = aot_%s_kernel[r];\n"
@@ -527,23 +782,29 @@ static loom_status put_lce(gen *g, FILE *h, FILE *f)
                "*w_cand, %s_ikbo_lce **out);\n"
                "%s_status %s_ikbo_lce_run(%s_ikbo_lce *op, CUdeviceptr e_user, CUdeviceptr e_cand, CUdeviceptr "
                "cand_to_user, CUdeviceptr out, CUstream stream);\n"
+               "/* One request at its own B and U (1 to the prepared shape's: the buffers sized for them). */\n"
+               "%s_status %s_ikbo_lce_run_at(%s_ikbo_lce *op, int64_t B, int64_t U, CUdeviceptr e_user, CUdeviceptr "
+               "e_cand, CUdeviceptr cand_to_user, CUdeviceptr out, CUstream stream);\n"
                "void %s_ikbo_lce_destroy(%s_ikbo_lce *op);\n",
-            r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), P, P, P, P, P, P, P, P, P, P, P);
+            r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), P, P, P, P, P, P, P, P, P, P, P, P, P, P);
     fprintf(f, "\n/* ================================================================ the IKBO LCE operation */\n"
-               "enum { AOT_LCE_NBUF = %d, AOT_LCE_CALLER = %d, AOT_LCE_FLAGS = %d, AOT_LCE_EPOCH = %d };\n",
-            IK_NBUF, IK_CALLER_BUFS, IK_FLAGS, IK_EPOCH);
+               "enum { AOT_LCE_NBUF = %d, AOT_LCE_CALLER = %d, AOT_LCE_FLAGS = %d, AOT_LCE_BASE = %d, AOT_LCE_B = %d, "
+               "AOT_LCE_U = %d, AOT_LCE_M = %d };\n",
+            IK_NBUF, IK_CALLER_BUFS, IK_FLAGS, IK_FLAG_BASE, IK_SRC_B, IK_SRC_U, IK_SRC_M);
     fputs((const char *)aot_text_lce, f);
-    fprintf(f, "\n/* Stage %d (%s) at each shape of the dispatch table, in its order: {M, Ku, Kc, bytes an\n"
-               " * element, the owned buffers' bytes, the weights' fills {buffer, weight, ld, column}, the\n"
-               " * kernels {kernel, grid, arguments' sources}, the epoch's step}.  Buffers: 0 e_user,\n"
-               " * 1 e_cand, 2 cand_to_user, 3 out, then the operation's; source %d is the epoch. */\n"
+    fprintf(f, "\n/* Stage %d (%s) at each shape of the dispatch table, in its order: {M, Ku, Kc, B, U (the\n"
+               " * most a run asks for), bytes an element, the owned buffers' bytes, the weights' fills\n"
+               " * {buffer, weight, ld, column}, the kernels {kernel, grid rule {c, div, mult, cap, per B,\n"
+               " * per U}, arguments' sources}, the flags' blocks a user}.  Buffers: 0 e_user, 1 e_cand,\n"
+               " * 2 cand_to_user, 3 out, then the operation's; sources from %d: the flags' base, B, U, M. */\n"
                "static const aot_lce_plan aot_lce_plans[aot_ikbo_lce_ROWS] = {\n",
-            r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), IK_EPOCH);
+            r->stage, loom_ikbo_stage_name((loom_ikbo_stage)r->stage), IK_FLAG_BASE);
     for (int i = 0; i < r->nshapes; i++) {
         const ik_stage *s = &runs[i];
         const int64_t *sh = r->shapes[i];
-        fprintf(f, "    {%lld, %lld, %lld, %zu, {", (long long)sval(g, sh, "M"), (long long)sval(g, sh, "Ku"),
-                (long long)sval(g, sh, "Kc"), loom_dtype_size((loom_dtype)sval(g, sh, "dtype")));
+        fprintf(f, "    {%lld, %lld, %lld, %lld, %lld, %zu, {", (long long)sval(g, sh, "M"), (long long)sval(g, sh, "Ku"),
+                (long long)sval(g, sh, "Kc"), (long long)sval(g, sh, "B"), (long long)sval(g, sh, "U"),
+                loom_dtype_size((loom_dtype)sval(g, sh, "dtype")));
         for (int b = 0; b < IK_NBUF; b++)
             fprintf(f, "%s%zu", b ? ", " : "", s->bytes[b]);
         fprintf(f, "},\n     %d, {", s->nfill);
@@ -552,13 +813,21 @@ static loom_status put_lce(gen *g, FILE *h, FILE *f)
                     (long long)s->fill[j].ld, (long long)s->fill[j].col0);
         fprintf(f, "},\n     %d, {", s->nsteps);
         for (int j = 0; j < s->nsteps; j++) {
-            fprintf(f, "%s{%d, {%d, %d, %d}, %d, {", j ? ",\n          " : "", kidx[i][j], s->step[j].grid[0],
-                    s->step[j].grid[1], s->step[j].grid[2], s->step[j].nargs);
+            const loom_grid_rule *gr = &s->step[j].grid;
+            fprintf(f, "%s{%d, {", j ? ",\n          " : "", kidx[i][j]);
+            const int64_t *parts[6] = {gr->c, gr->div, gr->mult, gr->cap};
+            int64_t pb[3] = {gr->per[0][IK_RULE_B], gr->per[1][IK_RULE_B], gr->per[2][IK_RULE_B]};
+            int64_t pu[3] = {gr->per[0][IK_RULE_U], gr->per[1][IK_RULE_U], gr->per[2][IK_RULE_U]};
+            parts[4] = pb, parts[5] = pu;
+            for (int q = 0; q < 6; q++)
+                fprintf(f, "%s{%lld, %lld, %lld}", q ? ", " : "", (long long)parts[q][0], (long long)parts[q][1],
+                        (long long)parts[q][2]);
+            fprintf(f, "}, %d, {", s->step[j].nargs);
             for (int a = 0; a < s->step[j].nargs; a++)
                 fprintf(f, "%s%d", a ? ", " : "", s->step[j].arg[a]);
             fprintf(f, "}}");
         }
-        fprintf(f, "},\n     %lld},\n", (long long)s->epoch_step);
+        fprintf(f, "},\n     %lld},\n", (long long)s->blocks_per_user);
     }
     fprintf(f, "};\n");
     fprintf(f, "\nstruct %s_ikbo_lce {\n    struct aot_lce_op *op;\n};\n", P);
@@ -587,7 +856,20 @@ static loom_status put_lce(gen *g, FILE *h, FILE *f)
                "    for (int i = 0; i < AOT_LCE_CALLER; i++)\n"
                "        if (!caller[i])\n"
                "            return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: %%s is NULL\", fn, names[i]);\n"
-               "    return (%s_status)aot_lce_run(fn, op->op, aot_kernels, aot_states, caller, stream);\n}\n",
+               "    return (%s_status)aot_lce_run(fn, op->op, aot_kernels, aot_states, caller, op->op->plan->B, "
+               "op->op->plan->U, stream);\n}\n",
+            P, P, P, P, P, P, P);
+    fprintf(f, "\n%s_status %s_ikbo_lce_run_at(%s_ikbo_lce *op, int64_t B, int64_t U, CUdeviceptr e_user, "
+               "CUdeviceptr e_cand, CUdeviceptr cand_to_user, CUdeviceptr out, CUstream stream)\n{\n"
+               "    const char *fn = \"%s_ikbo_lce_run_at\";\n"
+               "    static const char *const names[AOT_LCE_CALLER] = {\"e_user\", \"e_cand\", \"cand_to_user\", "
+               "\"out\"};\n"
+               "    const CUdeviceptr caller[AOT_LCE_CALLER] = {e_user, e_cand, cand_to_user, out};\n"
+               "    if (!op)\n        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: op is NULL\", fn);\n"
+               "    for (int i = 0; i < AOT_LCE_CALLER; i++)\n"
+               "        if (!caller[i])\n"
+               "            return (%s_status)aot_fail(AOT_ERR_INVALID, \"%%s: %%s is NULL\", fn, names[i]);\n"
+               "    return (%s_status)aot_lce_run(fn, op->op, aot_kernels, aot_states, caller, B, U, stream);\n}\n",
             P, P, P, P, P, P, P);
     fprintf(f, "\nvoid %s_ikbo_lce_destroy(%s_ikbo_lce *op)\n{\n    if (!op)\n        return;\n"
                "    aot_lce_destroy(op->op);\n    free(op);\n}\n",
@@ -600,7 +882,7 @@ static loom_status put_fa(gen *g, FILE *h, FILE *f)
     const loom_aot_request *r = g->r;
     const char *P = r->prefix, *U = g->upper;
     /* the operation's kernel is the template's: check it takes what aot_fa.c passes */
-    static const char *const want[] = {"Q", "K", "V", "plan", "seq_len", "claims", "units", "out"};
+    static const char *const want[] = {"rows", "U", "Q", "K", "V", "plan", "seq_len", "claims", "units", "out"};
     for (int i = 0; i < r->nshapes; i++) {
         const kern *k = &g->k[g->row_kernel[i]];
         bool same = k->nargs == (int)(sizeof want / sizeof want[0]);
@@ -608,7 +890,7 @@ static loom_status put_fa(gen *g, FILE *h, FILE *f)
             same = !strcmp(k->argname[a], want[a]);
         if (!same)
             return gfail(g, LOOM_ERR_UNSUPPORTED,
-                         "the ikbo_fa kernel's arguments are not Q, K, V, plan, seq_len, claims, units, out, as "
+                         "the ikbo_fa kernel's arguments are not rows, U, Q, K, V, plan, seq_len, claims, units, out, as "
                          "aot/aot_fa.c passes them (a generator bug)");
     }
     fprintf(h, "\n/* The IKBO flash attention as an operation, as loom_ikbo_fa_prepare and its run, set_mapping\n"
@@ -766,6 +1048,81 @@ static loom_status put_files(gen *g)
     return st;
 }
 
+/* Whether the run-time dims of kernel k are the template's run-time keys by name: a dim
+ * argument of each run-time key's name, and a run-time key of each dim argument's name.
+ * Only then can a launch take the dims from a request's shape; where not (a dim derived
+ * from the keys, as ikbo_fa's rows = B * n_seed), why says which. */
+static bool dims_by_name(const gen *g, loom_kernel *k, char *why, size_t n)
+{
+    const loom_template *t = g->t;
+    for (int j = 0; j < g->nkeys; j++) {
+        const loom_param *p = &t->shape[g->key[j]];
+        bool found = false;
+        for (int a = 0; a < loom_kernel_num_args(k) && p->runtime && !found; a++) {
+            loom_arg_info ai;
+            loom_kernel_arg_info(k, a, &ai);
+            found = ai.is_dim && !strcmp(ai.name, p->key);
+        }
+        if (p->runtime && !found) {
+            snprintf(why, n, "shape key '%s' is run-time, but the kernel has no run-time dim argument '%s'", p->key,
+                     p->key);
+            return false;
+        }
+    }
+    for (int a = 0; a < loom_kernel_num_args(k); a++) {
+        loom_arg_info ai;
+        loom_kernel_arg_info(k, a, &ai);
+        bool found = !ai.is_dim;
+        for (int j = 0; j < g->nkeys && !found; j++)
+            found = t->shape[g->key[j]].runtime && !strcmp(t->shape[g->key[j]].key, ai.name);
+        if (!found) {
+            snprintf(why, n, "the kernel's run-time dim '%s' is no run-time shape key", ai.name);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Kernel k (built at shape): its run-time dims' maxima are the shape's values of their keys,
+ * and, for a table of exact shapes, the values its launches pass (row_dims). */
+static loom_status check_dims(gen *g, int row, loom_kernel *k, const int64_t *shape, const char *what)
+{
+    const loom_template *t = g->t;
+    for (int a = 0; a < loom_kernel_num_args(k); a++) {
+        loom_arg_info ai;
+        loom_kernel_arg_info(k, a, &ai);
+        if (!ai.is_dim)
+            continue;
+        g->row_dims[row][a] = ai.dim_max;
+        for (int j = 0; j < g->nkeys && g->ndyn; j++)
+            if (!strcmp(t->shape[g->key[j]].key, ai.name) && ai.dim_max != shape[g->key[j]])
+                return gfail(g, LOOM_ERR_INVALID, "%s: the kernel's run-time dim '%s' has maximum %lld, not the "
+                             "shape's %lld (a template bug)", what, ai.name, (long long)ai.dim_max,
+                             (long long)shape[g->key[j]]);
+    }
+    return LOOM_OK;
+}
+
+/* Shape i's grid rule, which must give the template's grid at the shape and depend on no
+ * key that only shapes a check's inputs. */
+static loom_status row_rule(gen *g, int i, const char *what)
+{
+    const loom_aot_request *r = g->r;
+    loom_grid_rule *gr = &g->row_rule[i];
+    memset(gr, 0, sizeof *gr);
+    r->t->grid_rule(r->shapes[i], r->configs[i], gr);
+    for (int d = 0; d < 3; d++)
+        for (int p = 0; p < r->t->nshape; p++)
+            if (gr->per[d][p] && r->t->shape[p].inputs_only)
+                return gfail(g, LOOM_ERR_INVALID, "%s: the grid rule depends on '%s', which shapes only a check's "
+                             "inputs (a template bug)", what, r->t->shape[p].key);
+    int rg[3];
+    if (loom_grid_rule_eval(gr, r->shapes[i], rg) || memcmp(rg, g->row_grid[i], sizeof rg))
+        return gfail(g, LOOM_ERR_INVALID, "%s: the grid rule gives %dx%dx%d but the grid is %dx%dx%d (a template bug)",
+                     what, rg[0], rg[1], rg[2], g->row_grid[i][0], g->row_grid[i][1], g->row_grid[i][2]);
+    return LOOM_OK;
+}
+
 loom_status loom_aot_write(const loom_aot_request *r, char *err, size_t errlen)
 {
     char dummy[1];
@@ -818,23 +1175,57 @@ loom_status loom_aot_write(const loom_aot_request *r, char *err, size_t errlen)
     }
     /* the keys that shape a kernel (not those that only shape a check's inputs) */
     for (int i = 0; i < r->t->nshape; i++)
-        if (!r->t->shape[i].inputs_only)
+        if (!r->t->shape[i].inputs_only) {
             g.key[g.nkeys++] = i;
-    /* two shapes alike in every key would be two rows of which only the first is reachable */
+            g.ndyn += r->t->shape[i].runtime != 0;
+        }
+    if (g.ndyn && !r->t->grid_rule) {
+        snprintf(err, errlen, "%s has run-time shape keys but no grid_rule: a file cannot compute its grid per "
+                 "launch (a template bug)", r->t->name);
+        return LOOM_ERR_INVALID;
+    }
+    if (g.ndyn) {
+        /* the run-time dims come from a request's shape only where they are its keys; else
+         * the file serves the shapes generated exactly, their dims at the shapes' values */
+        char why[300] = "";
+        loom_kernel *k0 = r->t->build(r->shapes[0], r->configs[0], why, sizeof why);
+        if (k0 && !dims_by_name(&g, k0, why, sizeof why)) {
+            snprintf(g.fixed, sizeof g.fixed, "%s", why);
+            fprintf(stderr, "loom: warning: loomc aot %s: %s, so a launch cannot take its dims from the request's "
+                    "shape: the file serves the shapes generated exactly\n", r->t->name, why);
+            g.ndyn = 0;
+        }
+        loom_kernel_destroy(k0); /* a build that fails fails again below, with its reason */
+    }
+    /* two shapes alike in every static key, and in the bucket of every run-time key, would be
+     * two rows of which only the first is reachable */
     for (int i = 0; i < r->nshapes; i++)
         for (int j = 0; j < i; j++) {
-            bool same = true;
-            for (int k = 0; k < g.nkeys && same; k++)
-                same = r->shapes[i][g.key[k]] == r->shapes[j][g.key[k]];
-            if (same) {
+            bool same = true, equal = true;
+            for (int k = 0; k < g.nkeys && same; k++) {
+                int64_t a = r->shapes[i][g.key[k]], b = r->shapes[j][g.key[k]];
+                equal &= a == b;
+                same = g.ndyn && r->t->shape[g.key[k]].runtime ? loom_dim_bucket(a) == loom_dim_bucket(b) : a == b;
+            }
+            if (same && equal) {
                 snprintf(err, errlen, "shapes %d and %d are the same shape", j + 1, i + 1);
+                return LOOM_ERR_INVALID;
+            }
+            if (same) {
+                char dn[200];
+                dyn_names(&g, dn, sizeof dn);
+                snprintf(err, errlen, "shapes %d and %d differ only in run-time keys (%s) of the same buckets (the "
+                         "powers of two at or above them): one kernel serves both, up to the larger values; give "
+                         "that one alone", j + 1, i + 1, dn);
                 return LOOM_ERR_INVALID;
             }
         }
     size_t ns = (size_t)(unsigned)r->nshapes; /* >= 1, checked above */
     g.row_kernel = calloc(ns, sizeof *g.row_kernel);
     g.row_grid = calloc(ns, sizeof *g.row_grid);
-    if (!g.row_kernel || !g.row_grid) {
+    g.row_rule = calloc(ns, sizeof *g.row_rule);
+    g.row_dims = calloc(ns, sizeof *g.row_dims);
+    if (!g.row_kernel || !g.row_grid || !g.row_rule || !g.row_dims) {
         gen_free(&g);
         snprintf(err, errlen, "out of host memory");
         return LOOM_ERR_NOMEM;
@@ -846,10 +1237,17 @@ loom_status loom_aot_write(const loom_aot_request *r, char *err, size_t errlen)
         loom_params_format(r->t->config, r->t->nconfig, r->configs[i], c, sizeof c);
         snprintf(what, sizeof what, "%s at %s with %s", r->t->name, s, c);
         loom_kernel *k = r->t->build(r->shapes[i], r->configs[i], why, sizeof why);
-        if ((g.row_kernel[i] = kern_build_add(&g, k, why, what)) < 0)
+        if (k && (st = check_dims(&g, i, k, r->shapes[i], what)) != LOOM_OK) {
+            loom_kernel_destroy(k);
+            break;
+        }
+        if ((g.row_kernel[i] = kern_build_add(&g, k, why, what)) < 0) {
             st = LOOM_ERR_INVALID;
-        else
-            r->t->grid(r->shapes[i], r->configs[i], g.row_grid[i]);
+            break;
+        }
+        r->t->grid(r->shapes[i], r->configs[i], g.row_grid[i]);
+        if (g.ndyn && (st = row_rule(&g, i, what)) != LOOM_OK)
+            break;
     }
     if (st == LOOM_OK && !strcmp(r->t->name, "ikbo_lce"))
         st = lce_compile(&g);

@@ -12,9 +12,15 @@
  *   - kernels: each kernel's module is loaded the first time it launches (the cubin of the
  *     GPU's architecture where there is one, else the PTX, which the driver compiles),
  *     once, under the mutex; aot_unload unloads them all;
- *   - launches: arguments checked (tensor pointers not NULL and 16-byte aligned), TMA
- *     descriptors encoded from the pointers (and kept per pointer, so repeated launches on
- *     the same buffers encode nothing), then cuLaunchKernelEx on the caller's stream;
+ *   - launches: arguments checked (tensor pointers not NULL and 16-byte aligned, run-time
+ *     dims between 1 and the kernel's maximum), TMA descriptors encoded from the pointers
+ *     and the launch's run-time dims (and kept per pointer and dims, so repeated launches
+ *     on the same buffers at the same dims encode nothing), then cuLaunchKernelEx on the
+ *     caller's stream;
+ *   - dispatch: a table's row for a request's shape, either the row of the exact shape
+ *     (kernels whose shapes are all compile-time) or, for kernels with run-time dims, the
+ *     row of the smallest bucket whose maxima hold the request's values; and the grid, as
+ *     a rule over the request's shape (loom_grid_rule's arithmetic);
  *   - errors: every call returns a status and leaves a message naming the function, the
  *     argument or the CUDA call in a per-thread buffer (aot_error); nothing exits.
  *
@@ -219,20 +225,23 @@ typedef struct aot_image {
 } aot_image;
 
 /* One TMA descriptor a kernel takes after its own parameters: every argument of
- * cuTensorMapEncodeTiled but the base address, which is kernel argument `arg`'s pointer. */
+ * cuTensorMapEncodeTiled but the base address, which is kernel argument `arg`'s pointer,
+ * and the dims that are run-time, which are the values of kernel arguments dim_arg[]. */
 typedef struct aot_tma {
     int arg;
     int dtype;     /* CUtensorMapDataType */
     unsigned rank;
-    uint64_t dims[5];    /* elements, innermost first */
+    uint64_t dims[5];    /* elements, innermost first (a run-time dim: its maximum) */
     uint64_t strides[4]; /* bytes, of dims 1 .. rank-1 */
     unsigned box[5], elem_strides[5];
     int interleave, swizzle, l2_promotion, oob_fill;
+    int dim_arg[5];      /* per dim: the int32_t kernel argument that gives it at a launch, or -1 */
 } aot_tma;
 
 enum { AOT_ARG_PTR, AOT_ARG_I32, AOT_ARG_I64, AOT_ARG_F32 };
 #define AOT_MAX_TMA 16
 #define AOT_MAX_ARGS 32
+#define AOT_MAX_KEYS 16 /* loom's LOOM_MAX_PARAMS: the most shape keys a table has */
 
 /* A kernel: its images, launch shape and arguments. */
 typedef struct aot_kernel {
@@ -245,6 +254,10 @@ typedef struct aot_kernel {
     const unsigned char *arg_kinds; /* AOT_ARG_* */
     int ntma;
     const aot_tma *tma;
+    /* per argument {maximum, multiple} of a run-time dim (an int32_t argument a launch
+     * must give between 1 and the maximum, a multiple of the multiple), {0, 0} for the
+     * others; NULL: the kernel has no run-time dims */
+    const int64_t (*dims)[2];
 } aot_kernel;
 
 /* What loading and launching a kernel keeps. */
@@ -253,6 +266,7 @@ typedef struct aot_kstate {
     aot_CUmodule mod;
     const char *loaded; /* "cubin sm_90" or "PTX" */
     uint64_t tma_base[AOT_MAX_TMA];
+    uint64_t tma_dims[AOT_MAX_TMA][5]; /* the dims the descriptor was encoded at */
     aot_tmap tma_desc[AOT_MAX_TMA];
     int tma_valid[AOT_MAX_TMA];
 } aot_kstate;
@@ -358,8 +372,9 @@ AOT_UNUSED static void aot_unload(aot_kstate *states, int n)
     pthread_mutex_unlock(&aot_mu);
 }
 
-/* Descriptor t of kernel k for the tensor at base (kept per base; under aot_mu). */
-static int aot_tma_desc(const aot_kernel *k, aot_kstate *s, int t, uint64_t base, aot_tmap *out)
+/* Descriptor t of kernel k for the tensor at base with the launch's dims (innermost
+ * first; kept per base and dims; under aot_mu). */
+static int aot_tma_desc(const aot_kernel *k, aot_kstate *s, int t, uint64_t base, const uint64_t *dims, aot_tmap *out)
 {
     const aot_tma *m = &k->tma[t];
     if (base % 16)
@@ -369,9 +384,9 @@ static int aot_tma_desc(const aot_kernel *k, aot_kstate *s, int t, uint64_t base
                         k->name, k->arg_names[m->arg], (unsigned long long)base);
     pthread_mutex_lock(&aot_mu);
     int st = AOT_OK;
-    if (!s->tma_valid[t] || s->tma_base[t] != base) {
+    if (!s->tma_valid[t] || s->tma_base[t] != base || memcmp(s->tma_dims[t], dims, m->rank * sizeof *dims)) {
         aot_CUresult r = aot_cu.cuTensorMapEncodeTiled(&s->tma_desc[t], m->dtype, m->rank, (void *)(uintptr_t)base,
-                                                        m->dims, m->strides, m->box, m->elem_strides, m->interleave,
+                                                        dims, m->strides, m->box, m->elem_strides, m->interleave,
                                                         m->swizzle, m->l2_promotion, m->oob_fill);
         if (r != AOT_CUDA_SUCCESS) {
             char what[200];
@@ -381,6 +396,7 @@ static int aot_tma_desc(const aot_kernel *k, aot_kstate *s, int t, uint64_t base
             s->tma_valid[t] = 0;
         } else {
             s->tma_base[t] = base;
+            memcpy(s->tma_dims[t], dims, m->rank * sizeof *dims);
             s->tma_valid[t] = 1;
         }
     }
@@ -406,6 +422,14 @@ static int aot_launch(const char *fn_name, const aot_kernel *k, aot_kstate *s, c
                                 "%s: argument '%s' is at 0x%llx, not 16-byte aligned (the kernel's vector accesses "
                                 "need it)",
                                 fn_name, k->arg_names[i], (unsigned long long)p);
+        } else if (k->dims && k->dims[i][0] > 0) {
+            int32_t v = *(const int32_t *)args[i];
+            if (v < 1 || v > k->dims[i][0] || v % k->dims[i][1])
+                return aot_fail(AOT_ERR_INVALID,
+                                "%s: run-time dim '%s' = %d is outside what kernel '%s' serves (1 to %lld, a multiple "
+                                "of %lld)",
+                                fn_name, k->arg_names[i], (int)v, k->name, (long long)k->dims[i][0],
+                                (long long)k->dims[i][1]);
         }
     aot_CUfunction fn;
     int st = aot_function(k, s, &fn);
@@ -416,7 +440,11 @@ static int aot_launch(const char *fn_name, const aot_kernel *k, aot_kstate *s, c
     for (int i = 0; i < k->nargs; i++)
         params[i] = args[i];
     for (int t = 0; t < k->ntma; t++) {
-        if ((st = aot_tma_desc(k, s, t, *(const CUdeviceptr *)args[k->tma[t].arg], &descs[t])) != AOT_OK)
+        const aot_tma *m = &k->tma[t];
+        uint64_t dims[5] = {0};
+        for (unsigned d = 0; d < m->rank && d < 5; d++) /* a run-time dim at the launch's value (checked above) */
+            dims[d] = m->dim_arg[d] >= 0 ? (uint64_t)*(const int32_t *)args[m->dim_arg[d]] : m->dims[d];
+        if ((st = aot_tma_desc(k, s, t, *(const CUdeviceptr *)args[m->arg], dims, &descs[t])) != AOT_OK)
             return st;
         params[k->nargs + t] = &descs[t];
     }
@@ -439,7 +467,7 @@ AOT_UNUSED static const char *aot_loaded_as(const aot_kstate *s) { return atomic
 /* The row of a dispatch table rows[nrows][nkeys] that is `shape` (nkeys values), or -1.
  * Kernels are built for their shapes (loom's shapes are compile-time constants), so only
  * the same shape can take a row's kernel. */
-static int aot_find_row(const int64_t *rows, int nrows, const int64_t *shape, int nkeys)
+AOT_UNUSED static int aot_find_row(const int64_t *rows, int nrows, const int64_t *shape, int nkeys)
 {
     for (int r = 0; r < nrows; r++)
         if (!memcmp(rows + (size_t)r * (size_t)nkeys, shape, (size_t)nkeys * sizeof *shape))
@@ -447,22 +475,32 @@ static int aot_find_row(const int64_t *rows, int nrows, const int64_t *shape, in
     return -1;
 }
 
-/* "M=512,N=512", for messages. */
-static void aot_shape_text(char *buf, size_t n, const char *const *names, const int64_t *v, int nkeys)
+/* "M=512,N=512", for messages; with dyn (may be NULL), the keys it marks as "B<=64" (a
+ * row's maximum) and, with skip, those keys left out. */
+AOT_UNUSED static void aot_shape_text_dyn(char *buf, size_t n, const char *const *names, const int64_t *v,
+                                          int nkeys, const unsigned char *dyn, int skip)
 {
     size_t w = 0;
     buf[0] = 0;
     for (int i = 0; i < nkeys && w < n; i++) {
-        int k = snprintf(buf + w, n - w, "%s%s=%lld", w ? "," : "", names[i], (long long)v[i]);
+        if (skip && dyn && dyn[i])
+            continue;
+        int k = snprintf(buf + w, n - w, "%s%s%s%lld", w ? "," : "", names[i], dyn && dyn[i] ? "<=" : "=",
+                         (long long)v[i]);
         if (k < 0)
             break;
         w += (size_t)k;
     }
 }
 
+AOT_UNUSED static void aot_shape_text(char *buf, size_t n, const char *const *names, const int64_t *v, int nkeys)
+{
+    aot_shape_text_dyn(buf, n, names, v, nkeys, NULL, 0);
+}
+
 /* The message for a shape not in a table: the shape asked for and those there are. */
-static int aot_no_row(const char *fn_name, const char *tname, const int64_t *rows, int nrows, const int64_t *shape,
-                      const char *const *names, int nkeys)
+AOT_UNUSED static int aot_no_row(const char *fn_name, const char *tname, const int64_t *rows, int nrows,
+                                 const int64_t *shape, const char *const *names, int nkeys)
 {
     char want[256], have[512] = "";
     aot_shape_text(want, sizeof want, names, shape, nkeys);
@@ -479,6 +517,169 @@ static int aot_no_row(const char *fn_name, const char *tname, const int64_t *row
                     "%s: no kernel was generated for shape %s (this file has %s); add it with loomc aot %s --shape "
                     "... and regenerate",
                     fn_name, want, have, tname);
+}
+
+/* The bucket of a run-time dim's value: the power of two at or above it (loom_dim_bucket). */
+AOT_UNUSED static int64_t aot_bucket(int64_t v)
+{
+    int64_t b = 1;
+    while (b < v && b < ((int64_t)1 << 62))
+        b *= 2;
+    return b;
+}
+
+AOT_UNUSED static int aot_log2(int64_t pow2)
+{
+    int l = 0;
+    while (pow2 > 1)
+        pow2 /= 2, l++;
+    return l;
+}
+
+/* The row of a dispatch table whose kernels take run-time dims, for `shape` (nkeys values;
+ * dyn[i] marks the run-time keys).  rows[nrows][nkeys] holds each row's static keys and,
+ * for its run-time keys, the most a launch may ask (the maxima its kernel was built
+ * with); mults[nrows][nkeys] the multiples the kernel needs of them (1: any).  A row
+ * serves a shape whose static keys are its own and whose run-time values are 1 to its
+ * maxima (so at most its buckets); of those the row of the smallest buckets (the least
+ * sum of their log2; ties: the first) is taken.  -1 with the message set when none does:
+ * a value below 1, a shape none of whose rows has the static keys, a value above every
+ * maximum of those rows (naming the key, the value and the maximum), or values that no
+ * single row holds at once. */
+AOT_UNUSED static int aot_find_dyn_row(const char *fn_name, const char *tname, const int64_t *rows,
+                                       const int64_t *mults, int nrows, const int64_t *shape, const unsigned char *dyn,
+                                       const char *const *names, int nkeys)
+{
+    for (int i = 0; i < nkeys; i++)
+        if (dyn[i] && shape[i] < 1)
+            return aot_fail(AOT_ERR_INVALID, "%s: %s=%lld: a run-time dim is at least 1", fn_name, names[i],
+                            (long long)shape[i]),
+                   -1;
+    int best = -1, best_w = 0, matched = 0, mult_key = -1;
+    int64_t top[AOT_MAX_KEYS] = {0}; /* per key: the largest maximum of the rows with the static keys */
+    for (int r = 0; r < nrows; r++) {
+        const int64_t *row = rows + (size_t)r * (size_t)nkeys, *mult = mults + (size_t)r * (size_t)nkeys;
+        int same = 1, over = 0, odd = -1, w = 0;
+        for (int i = 0; i < nkeys && same; i++)
+            same = dyn[i] || row[i] == shape[i];
+        if (!same)
+            continue;
+        matched = 1;
+        for (int i = 0; i < nkeys && i < AOT_MAX_KEYS; i++) {
+            if (!dyn[i])
+                continue;
+            if (row[i] > top[i])
+                top[i] = row[i];
+            over |= shape[i] > row[i];
+            if (shape[i] % mult[i] && odd < 0)
+                odd = i;
+            w += aot_log2(aot_bucket(row[i]));
+        }
+        if (!over && odd >= 0) /* the row holds the values but its kernel needs other multiples */
+            mult_key = odd;
+        if (!over && odd < 0 && (best < 0 || w < best_w))
+            best = r, best_w = w;
+    }
+    if (best >= 0)
+        return best;
+    char want[256];
+    aot_shape_text(want, sizeof want, names, shape, nkeys);
+    if (!matched) {
+        char have[512] = "";
+        size_t w = 0;
+        for (int r = 0; r < nrows && w + 4 < sizeof have; r++) {
+            char one[256];
+            aot_shape_text_dyn(one, sizeof one, names, rows + (size_t)r * (size_t)nkeys, nkeys, dyn, 0);
+            int k = snprintf(have + w, sizeof have - w, "%s{%s}", r ? ", " : "", one);
+            if (k < 0)
+                break;
+            w += (size_t)k;
+        }
+        return aot_fail(AOT_ERR_INVALID,
+                        "%s: no kernel was generated for shape %s (this file has %s); add it with loomc aot %s "
+                        "--shape ... and regenerate",
+                        fn_name, want, have, tname),
+               -1;
+    }
+    char statics[256];
+    aot_shape_text_dyn(statics, sizeof statics, names, shape, nkeys, dyn, 1);
+    for (int i = 0; i < nkeys && i < AOT_MAX_KEYS; i++)
+        if (dyn[i] && shape[i] > top[i])
+            return aot_fail(AOT_ERR_INVALID,
+                            "%s: %s=%lld is above this file's maximum %s=%lld (at %s); regenerate with loomc aot %s "
+                            "--shape ...,%s=%lld or more",
+                            fn_name, names[i], (long long)shape[i], names[i], (long long)top[i], statics, tname,
+                            names[i], (long long)shape[i]),
+                   -1;
+    if (mult_key >= 0)
+        return aot_fail(AOT_ERR_INVALID, "%s: %s=%lld is not a multiple of what the kernel for it needs (at %s)",
+                        fn_name, names[mult_key], (long long)shape[mult_key], statics),
+               -1;
+    char have[512] = "";
+    size_t w = 0;
+    for (int r = 0; r < nrows && w + 4 < sizeof have; r++) {
+        char one[256];
+        const int64_t *row = rows + (size_t)r * (size_t)nkeys;
+        int same = 1;
+        for (int i = 0; i < nkeys && same; i++)
+            same = dyn[i] || row[i] == shape[i];
+        if (!same)
+            continue;
+        aot_shape_text_dyn(one, sizeof one, names, row, nkeys, dyn, 0);
+        int k = snprintf(have + w, sizeof have - w, "%s{%s}", w ? ", " : "", one);
+        if (k < 0)
+            break;
+        w += (size_t)k;
+    }
+    return aot_fail(AOT_ERR_INVALID,
+                    "%s: no kernel of this file serves %s at once (its kernels at %s serve %s); regenerate with "
+                    "loomc aot %s --shape ... for it",
+                    fn_name, want, statics, have, tname),
+           -1;
+}
+
+/* A grid as a rule over a shape (loom_grid_rule's, over the nkeys keys of the table):
+ *   grid[d] = mult[d] * cdiv(c[d] + sum_i per[d][i] * shape[i], div[d]), at most cap[d]
+ *             (cap[d] 0: no cap). */
+typedef struct aot_grid_rule {
+    int64_t c[3], div[3], mult[3], cap[3];
+    int64_t per[3][AOT_MAX_KEYS];
+} aot_grid_rule;
+
+/* a * b + acc, or INT64_MAX / 4 where it would overflow (then far above any grid limit) */
+AOT_UNUSED static int64_t aot_mul_add(int64_t acc, int64_t a, int64_t b)
+{
+    const int64_t big = INT64_MAX / 4;
+    if (a == 0 || b == 0)
+        return acc;
+    if (acc >= big || (a > 0 ? a : -a) > big / (b > 0 ? b : -b))
+        return big;
+    int64_t p = a * b;
+    return p > 0 && acc > big - p ? big : acc + p;
+}
+
+/* The grid rule r gives at shape; -1 with the message set when a dim is outside [1, 2^31 - 1]
+ * (x) or [1, 65535] (y, z). */
+AOT_UNUSED static int aot_grid_eval(const char *fn_name, const char *tname, const aot_grid_rule *r,
+                                    const int64_t *shape, int nkeys, unsigned grid[3])
+{
+    for (int d = 0; d < 3; d++) {
+        int64_t x = r->c[d];
+        for (int i = 0; i < nkeys && i < AOT_MAX_KEYS; i++)
+            x = aot_mul_add(x, r->per[d][i], shape[i]);
+        int64_t dv = r->div[d] > 0 ? r->div[d] : 1, m = r->mult[d] > 0 ? r->mult[d] : 1;
+        x = x <= 0 ? 0 : x / dv + (x % dv != 0);
+        x = x > INT64_MAX / 4 / m ? INT64_MAX / 4 : x * m;
+        if (r->cap[d] > 0 && x > r->cap[d])
+            x = r->cap[d];
+        int64_t hi = d == 0 ? INT32_MAX : 65535;
+        if (x < 1 || x > hi)
+            return aot_fail(AOT_ERR_INVALID, "%s: %s's grid[%d] at this shape would be %lld, outside 1 to %lld",
+                            fn_name, tname, d, (long long)x, (long long)hi),
+                   -1;
+        grid[d] = (unsigned)x;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- memory, for the operations */

@@ -5,6 +5,9 @@
  *
  *   out[b,m,n] = cand[b,m,n] + user[u(b),m,n],   u = cand_to_user (int32, one per b)
  *
+ * B and U are run-time dims: the kernel is built for at most B candidates and U users and
+ * launched twice, at the whole batch and at its first half, each checked.
+ *
  * Usage: ikbo_broadcast_add [B U M N]
  */
 #include "loom_ikbo.h"
@@ -56,25 +59,34 @@ int main(int argc, char **argv)
     loom_buffer_upload(bc, cand, nc * 4);
     loom_buffer_upload(bu, user, nu * 4);
     loom_buffer_upload(bmap, map, (size_t)s.B * 4);
-    loom_buffer_fill(bo, 0xff); /* poison: NaN everywhere */
-    int grid[3];
-    tpl_broadcast_add_grid(&s, bm, bn, grid);
-    loom_arg args[] = {LOOM_ARG_BUF(bc), LOOM_ARG_BUF(bu), LOOM_ARG_BUF(bmap), LOOM_ARG_BUF(bo)};
-    loom_status st = loom_launch(rt, k, grid, args, 4);
-    if (st != LOOM_OK) {
-        fprintf(stderr, "launch failed (%s): %s\n", loom_status_name(st), loom_runtime_error(rt));
-        return 1;
-    }
-    loom_buffer_download(bo, out, nc * 4);
     size_t bad = 0;
-    for (int64_t b = 0; b < s.B; b++)
-        for (int64_t i = 0; i < s.M * s.N; i++) {
-            float want = cand[b * s.M * s.N + i] + user[map[b] * s.M * s.N + i];
-            if (out[b * s.M * s.N + i] != want && bad++ < 5)
-                fprintf(stderr, "mismatch at b=%lld i=%lld: %g vs %g\n", (long long)b, (long long)i,
-                        out[b * s.M * s.N + i], want);
+    /* the same kernel at the whole batch, then at its first half (at least one candidate) */
+    for (int pass = 0; pass < 2; pass++) {
+        tpl_broadcast_add_shape at = s;
+        at.B = pass == 0 ? s.B : (s.B + 1) / 2;
+        int grid[3];
+        tpl_broadcast_add_grid(&at, bm, bn, grid);
+        loom_buffer_fill(bo, 0xff); /* poison: NaN everywhere */
+        loom_arg args[] = {LOOM_ARG_I32((int32_t)at.B), LOOM_ARG_I32((int32_t)at.U), LOOM_ARG_BUF(bc),
+                           LOOM_ARG_BUF(bu),           LOOM_ARG_BUF(bmap),           LOOM_ARG_BUF(bo)};
+        loom_status st = loom_launch(rt, k, grid, args, 6);
+        if (st != LOOM_OK) {
+            fprintf(stderr, "launch failed (%s): %s\n", loom_status_name(st), loom_runtime_error(rt));
+            return 1;
         }
-    printf("%s: %zu of %zu elements differ from plain C\n", bad ? "FAIL" : "ok", bad, nc);
+        loom_buffer_download(bo, out, nc * 4);
+        size_t wrong = 0, n = (size_t)(at.B * s.M * s.N);
+        for (int64_t b = 0; b < at.B; b++)
+            for (int64_t i = 0; i < s.M * s.N; i++) {
+                float want = cand[b * s.M * s.N + i] + user[map[b] * s.M * s.N + i];
+                if (out[b * s.M * s.N + i] != want && wrong++ < 5)
+                    fprintf(stderr, "mismatch at B=%lld, b=%lld i=%lld: %g vs %g\n", (long long)at.B, (long long)b,
+                            (long long)i, out[b * s.M * s.N + i], want);
+            }
+        printf("%s: B=%lld: %zu of %zu elements differ from plain C\n", wrong ? "FAIL" : "ok", (long long)at.B, wrong,
+               n);
+        bad += wrong;
+    }
     loom_buffer_destroy(bc);
     loom_buffer_destroy(bu);
     loom_buffer_destroy(bmap);

@@ -27,7 +27,8 @@ extern "C" {
 #endif
 
 /* IKBO broadcast-add: out[b,m,n] = cand[b,m,n] + user[cand_to_user[b],m,n].
- * Arguments: cand [B,M,N], user [U,M,N], cand_to_user [B] i32, out [B,M,N]. */
+ * Arguments: B and U (i32 run-time dims, at most the shape's), cand [B,M,N], user [U,M,N],
+ * cand_to_user [B] i32, out [B,M,N]. */
 typedef struct tpl_broadcast_add_shape {
     int64_t B, U, M, N;
     loom_dtype dtype;

@@ -5,6 +5,11 @@
  * user).  Here each program reads the index u(b) once and loads the user tile by that
  * index, so the broadcast never exists in memory.  Grid: (tiles of M x N, B).
  *
+ * B and U are run-time dims (loom_arg_dim; the shape's B and U are their maxima), so one
+ * kernel serves every batch up to them: the arguments are B, U, cand, user,
+ * cand_to_user, out, and the grid follows B (grid_rule).  M, N and the dtype are
+ * compile-time constants.
+ *
  * Tuning: BM x BN tiles and the CTA's warps, 196 combinations; valid() keeps those whose
  * tile is not mostly masked, gives each thread whole 16-byte vectors and fits in
  * registers; cost() ranks them by bytes moved; bucket() shares one config among shapes
@@ -14,14 +19,18 @@
 #include "../util/util.h"
 
 #include <math.h>
+#include <string.h>
 
 loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn, int warps)
 {
     loom_kernel *k = loom_kernel_create("ikbo_broadcast_add", warps);
-    loom_val cand = loom_arg_tensor(k, "cand", s->dtype, LOOM_SHAPE3(s->B, s->M, s->N), LOOM_IN);
-    loom_val user = loom_arg_tensor(k, "user", s->dtype, LOOM_SHAPE3(s->U, s->M, s->N), LOOM_IN);
-    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(s->B), LOOM_IN);
-    loom_val out = loom_arg_tensor(k, "out", s->dtype, LOOM_SHAPE3(s->B, s->M, s->N), LOOM_OUT);
+    /* the batch's candidates and users, given at each launch (at most s->B and s->U) */
+    loom_val B = loom_arg_dim(k, "B", s->B, 1);
+    loom_val U = loom_arg_dim(k, "U", s->U, 1);
+    loom_val cand = loom_arg_tensor(k, "cand", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_IN);
+    loom_val user = loom_arg_tensor(k, "user", s->dtype, LOOM_SHAPE3(LOOM_DIM(U), s->M, s->N), LOOM_IN);
+    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(LOOM_DIM(B)), LOOM_IN);
+    loom_val out = loom_arg_tensor(k, "out", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_OUT);
 
     /* which tile of [M, N] and which candidate this program handles */
     int64_t tiles_n = TPL_CDIV(s->N, bn);
@@ -41,17 +50,31 @@ loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn,
     return k;
 }
 
-void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, int grid[3])
-{
-    grid[0] = (int)(TPL_CDIV(s->M, bm) * TPL_CDIV(s->N, bn));
-    grid[1] = (int)s->B;
-    grid[2] = 1;
-}
-
 /* ---------------------------------------------------------------- registry entry */
 
 enum { S_B, S_U, S_M, S_N, S_DTYPE, S_SHUFFLE };
 enum { C_BM, C_BN, C_WARPS };
+enum { A_B, A_U, A_CAND, A_USER, A_MAP, A_OUT }; /* the kernel's arguments */
+
+/* A program per tile of [M, N] (x) and per candidate (y): x is fixed by M, N and the
+ * tile, y is the launch's B. */
+static void grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule *r)
+{
+    memset(r, 0, sizeof *r);
+    for (int d = 0; d < 3; d++)
+        r->div[d] = r->mult[d] = 1;
+    r->c[0] = TPL_CDIV(sh[S_M], cf[C_BM]) * TPL_CDIV(sh[S_N], cf[C_BN]);
+    r->per[1][S_B] = 1;
+    r->c[2] = 1;
+}
+
+void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, int grid[3])
+{
+    const int64_t sh[LOOM_MAX_PARAMS] = {s->B, s->U, s->M, s->N, s->dtype}, cf[LOOM_MAX_PARAMS] = {bm, bn};
+    loom_grid_rule r;
+    grid_rule(sh, cf, &r);
+    loom_grid_rule_eval(&r, sh, grid);
+}
 
 static tpl_broadcast_add_shape shape_of(const int64_t *sh)
 {
@@ -64,6 +87,8 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
         return tpl_refuse(err, n, "dtype must be f16, bf16 or f32");
     if (sh[S_U] < 1 || sh[S_B] < 1 || sh[S_M] < 1 || sh[S_N] < 1)
         return tpl_refuse(err, n, "B, U, M, N must be positive");
+    if (sh[S_B] > INT32_MAX || sh[S_U] > INT32_MAX)
+        return tpl_refuse(err, n, "B and U are run-time dims: at most 2^31 - 1");
     int64_t tile;
     if (cf[C_BM] < 1 || cf[C_BN] < 1 || !util_mul_i64(cf[C_BM], cf[C_BN], &tile) || tile > 65536)
         return tpl_refuse(err, n, "BM*BN must be between 1 and 65536");
@@ -141,16 +166,19 @@ static void bucket(const int64_t *sh, int64_t *bk)
 
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {
-    tpl_broadcast_add_shape s = shape_of(sh);
-    tpl_broadcast_add_grid(&s, (int)cf[C_BM], (int)cf[C_BN], g);
+    loom_grid_rule r;
+    grid_rule(sh, cf, &r);
+    loom_grid_rule_eval(&r, sh, g);
 }
 
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     tpl_broadcast_add_shape s = shape_of(sh);
-    tpl_fill(host[0], s.dtype, s.B * s.M * s.N, -1, 1, &seed);
-    tpl_fill(host[1], s.dtype, s.U * s.M * s.N, -1, 1, &seed);
-    int32_t *map = host[2];
+    *(int32_t *)host[A_B] = (int32_t)s.B; /* the run-time dims at the shape's values */
+    *(int32_t *)host[A_U] = (int32_t)s.U;
+    tpl_fill(host[A_CAND], s.dtype, s.B * s.M * s.N, -1, 1, &seed);
+    tpl_fill(host[A_USER], s.dtype, s.U * s.M * s.N, -1, 1, &seed);
+    int32_t *map = host[A_MAP];
     for (int64_t b = 0; b < s.B; b++)
         map[b] = (int32_t)(b * s.U / s.B);
     if (sh[S_SHUFFLE])
@@ -165,12 +193,12 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
     tpl_broadcast_add_shape s = shape_of(sh);
-    const int32_t *map = host[2];
+    const int32_t *map = host[A_MAP];
     int64_t mn = s.M * s.N;
     for (int64_t b = 0; b < s.B; b++)
         for (int64_t i = 0; i < mn; i++)
-            tpl_set(ref[3], s.dtype, b * mn + i,
-                    tpl_get(host[0], s.dtype, b * mn + i) + tpl_get(host[1], s.dtype, map[b] * mn + i));
+            tpl_set(ref[A_OUT], s.dtype, b * mn + i,
+                    tpl_get(host[A_CAND], s.dtype, b * mn + i) + tpl_get(host[A_USER], s.dtype, map[b] * mn + i));
 }
 
 /* The error model (docs/checks.md): one f32 add, then the rounding to dtype. */
@@ -178,11 +206,11 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
 {
     tpl_broadcast_add_shape s = shape_of(sh);
     (void)host;
-    if (!bnd[3])
+    if (!bnd[A_OUT])
         return;
     for (int64_t i = 0; i < s.B * s.M * s.N; i++) {
-        double r = tpl_get(ref[3], s.dtype, i);
-        bnd[3][i] = loom_error_bound(s.dtype, r, 0x1p-23 * (fabs(r) + loom_ulp(s.dtype, r)));
+        double r = tpl_get(ref[A_OUT], s.dtype, i);
+        bnd[A_OUT][i] = loom_error_bound(s.dtype, r, 0x1p-23 * (fabs(r) + loom_ulp(s.dtype, r)));
     }
 }
 
@@ -190,8 +218,8 @@ const loom_template tpl_def_broadcast_add = {
     .name = "ikbo_broadcast_add",
     .doc = "IKBO broadcast-add by index: out[b] = cand[b] + user[cand_to_user[b]]",
     .nshape = 6,
-    .shape = {{"B", 1024, "candidates"},
-              {"U", 15, "users"},
+    .shape = {{"B", 1024, "candidates (run-time: at most this)", .runtime = 1},
+              {"U", 15, "users (run-time: at most this)", .runtime = 1},
               {"M", 433, "rows per candidate"},
               {"N", 256, "columns"},
               {"dtype", LOOM_F16, "element type"},
@@ -202,6 +230,7 @@ const loom_template tpl_def_broadcast_add = {
                {"warps", 4, "warps per CTA", 4, {1, 2, 4, 8}}},
     .build = build,
     .grid = grid,
+    .grid_rule = grid_rule,
     .init = init,
     .reference = reference,
     .atol = 0,

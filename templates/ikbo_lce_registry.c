@@ -356,12 +356,13 @@ static loom_kernel *ref_user_kernel(const ik_spec *s)
     loom_val zero = loom_const_i(k, LOOM_I32, 0), one = loom_const_i(k, LOOM_I32, 1);
     loom_store(k, a.ures, ((loom_val[]){x, zero, m0, n0}), hi, LOOM_NONE);
     loom_store(k, a.ures, ((loom_val[]){x, one, m0, n0}), lo, LOOM_NONE);
-    /* the counter of user blocks done grows by a launch's worth (program (0, 0) alone) */
+    /* the counter of user blocks done grows by a launch's worth, U blocks a user (program
+     * (0, 0) alone) */
     loom_val first = loom_and(k, loom_cmp(k, LOOM_EQ, loom_program_id(k, 0), zero), loom_cmp(k, LOOM_EQ, x, zero));
     loom_region_op once = loom_if_begin(k, first, 0);
     {
         loom_val f = loom_load_scalar(k, a.flags, &zero);
-        f = loom_add(k, f, loom_const_i(k, LOOM_I32, ik_user_blocks(s)));
+        f = loom_add(k, f, loom_mul(k, a.U, loom_const_i(k, LOOM_I32, ik_blocks_per_user(s))));
         loom_store(k, a.flags, &zero, loom_splat(k, f, LOOM_SHAPE1(1)), LOOM_NONE);
     }
     loom_if_end(k, once, 0, NULL);

@@ -13,14 +13,20 @@
  * slots and reached 0.75 of the copy).  The multiply adds at most one f32 rounding, far
  * below the f16/bf16 output's.  With BM = warps each warp owns a row: the reductions are
  * shuffles only, without a barrier or shared memory.
+ *
+ * R is a run-time dim (loom_arg_dim; the shape's R is its maximum), so one kernel serves
+ * every row count up to it: the arguments are R, x, y, and the grid follows R
+ * (grid_rule).  N and the dtype are compile-time constants.
  */
 #include "tpl.h"
 #include "../util/util.h"
 
 #include <math.h>
+#include <string.h>
 
 enum { S_R, S_N, S_DTYPE };
 enum { C_BM, C_WARPS };
+enum { A_R, A_X, A_Y }; /* the kernel's arguments */
 
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
@@ -34,8 +40,9 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
         return tpl_refuse(err, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile",
                           (long long)bm, (long long)np);
     loom_kernel *k = loom_kernel_create("row_softmax", (int)cf[C_WARPS]);
-    loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(sh[S_R], sh[S_N]), LOOM_IN);
-    loom_val y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE2(sh[S_R], sh[S_N]), LOOM_OUT);
+    loom_val R = loom_arg_dim(k, "R", sh[S_R], 1); /* the launch's rows, at most the shape's */
+    loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(LOOM_DIM(R), sh[S_N]), LOOM_IN);
+    loom_val y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE2(LOOM_DIM(R), sh[S_N]), LOOM_OUT);
     loom_shape tile = LOOM_SHAPE2(bm, np);
 
     loom_val r0 = loom_mul(k, loom_program_id(k, 0), loom_const_i(k, LOOM_I32, bm));
@@ -108,15 +115,29 @@ static double cost(const int64_t *sh, const int64_t *cf)
 /* One config per row width: R is bucketed to the power of two at or above it. */
 static void bucket(const int64_t *sh, int64_t *bk) { bk[S_R] = tpl_pow2_at_least(sh[S_R]); }
 
+/* A program per BM rows of the launch's R. */
+static void grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule *r)
+{
+    (void)sh; /* N and the dtype do not change the grid */
+    memset(r, 0, sizeof *r);
+    for (int d = 0; d < 3; d++)
+        r->div[d] = r->mult[d] = 1;
+    r->per[0][S_R] = 1;
+    r->div[0] = cf[C_BM] > 0 ? cf[C_BM] : 1;
+    r->c[1] = r->c[2] = 1;
+}
+
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {
-    g[0] = (int)TPL_CDIV(sh[S_R], cf[C_BM]);
-    g[1] = g[2] = 1;
+    loom_grid_rule r;
+    grid_rule(sh, cf, &r);
+    loom_grid_rule_eval(&r, sh, g);
 }
 
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
-    tpl_fill(host[0], (loom_dtype)sh[S_DTYPE], sh[S_R] * sh[S_N], -8, 8, &seed);
+    *(int32_t *)host[A_R] = (int32_t)sh[S_R]; /* the run-time dim at the shape's value */
+    tpl_fill(host[A_X], (loom_dtype)sh[S_DTYPE], sh[S_R] * sh[S_N], -8, 8, &seed);
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
@@ -126,11 +147,11 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
     for (int64_t r = 0; r < sh[S_R]; r++) {
         double mx = -INFINITY, sum = 0;
         for (int64_t j = 0; j < N; j++)
-            mx = fmax(mx, tpl_get(host[0], dt, r * N + j));
+            mx = fmax(mx, tpl_get(host[A_X], dt, r * N + j));
         for (int64_t j = 0; j < N; j++)
-            sum += exp(tpl_get(host[0], dt, r * N + j) - mx);
+            sum += exp(tpl_get(host[A_X], dt, r * N + j) - mx);
         for (int64_t j = 0; j < N; j++)
-            tpl_set(ref[1], dt, r * N + j, exp(tpl_get(host[0], dt, r * N + j) - mx) / sum);
+            tpl_set(ref[A_Y], dt, r * N + j, exp(tpl_get(host[A_X], dt, r * N + j) - mx) / sum);
     }
 }
 
@@ -142,24 +163,24 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
     loom_dtype dt = (loom_dtype)sh[S_DTYPE];
     int64_t N = sh[S_N];
     const double u = 0x1p-23, log2e = 1.4426950408889634;
-    if (!bnd[1])
+    if (!bnd[A_Y])
         return;
     for (int64_t r = 0; r < sh[S_R]; r++) {
         double mx = -INFINITY, dmax = 0, sum = 0;
         for (int64_t j = 0; j < N; j++)
-            mx = fmax(mx, tpl_get(host[0], dt, r * N + j));
+            mx = fmax(mx, tpl_get(host[A_X], dt, r * N + j));
         for (int64_t j = 0; j < N; j++) {
-            double a = fabs(tpl_get(host[0], dt, r * N + j) - mx) * log2e;
+            double a = fabs(tpl_get(host[A_X], dt, r * N + j) - mx) * log2e;
             dmax = fmax(dmax, (1 + expm1(3 * u * a * M_LN2)) * (1 + 0x1p-21) - 1);
-            sum += exp(tpl_get(host[0], dt, r * N + j) - mx);
+            sum += exp(tpl_get(host[A_X], dt, r * N + j) - mx);
         }
         double sigma = dmax + loom_f32_sum_error(N, 1.0) * (1 + dmax);
         for (int64_t j = 0; j < N; j++) {
-            double x = tpl_get(host[0], dt, r * N + j), a = fabs(x - mx) * log2e;
+            double x = tpl_get(host[A_X], dt, r * N + j), a = fabs(x - mx) * log2e;
             double dj = (1 + expm1(3 * u * a * M_LN2)) * (1 + 0x1p-21) - 1;
             double rel = sigma < 0.5 ? (1 + dj) * (1 + u) * (1 + 2 * u) / (1 - sigma) - 1 : INFINITY;
             double y = exp(x - mx) / sum;
-            bnd[1][r * N + j] = loom_error_bound(dt, tpl_get(ref[1], dt, r * N + j), rel * y);
+            bnd[A_Y][r * N + j] = loom_error_bound(dt, tpl_get(ref[A_Y], dt, r * N + j), rel * y);
         }
     }
 }
@@ -168,12 +189,15 @@ const loom_template tpl_def_row_softmax = {
     .name = "row_softmax",
     .doc = "softmax over each row of x [R, N]",
     .nshape = 3,
-    .shape = {{"R", 4096, "rows"}, {"N", 1000, "columns"}, {"dtype", LOOM_F32, "element type"}},
+    .shape = {{"R", 4096, "rows (run-time: at most this)", .runtime = 1},
+              {"N", 1000, "columns"},
+              {"dtype", LOOM_F32, "element type"}},
     .nconfig = 2,
     .config = {{"BM", 1, "rows per program", 6, {1, 2, 4, 8, 16, 32}},
                {"warps", 4, "warps per CTA", 6, {1, 2, 4, 8, 16, 32}}},
     .build = build,
     .grid = grid,
+    .grid_rule = grid_rule,
     .init = init,
     .reference = reference,
     .atol = 1e-6,

@@ -1,14 +1,22 @@
 /*
- * test_aot.c -- the files `loomc aot` writes (aot/), for every template at two shapes,
- * generated at build time into this binary (CMakeLists.txt: loom_add_aot, prefixes ta_*).
+ * test_aot.c -- the files `loomc aot` writes (aot/), for every template at two shapes or
+ * more, generated at build time into this binary (CMakeLists.txt: loom_add_aot, prefixes
+ * ta_*).
  *
  * On the CPU (CI): each dispatch table gives each shape the config loomc picked (the
  * template's default, or the cost model's best valid one: what loom_tune takes without
  * timing), refuses a shape it was not generated for with a message naming the shapes it
- * has, and refuses NULLs; the generator refuses bad requests with a message.
+ * has, and refuses NULLs; a template with run-time keys (row_softmax's R, the
+ * broadcast-add's B and U) serves every value up to the largest generated at its other
+ * keys, from the row of the smallest bucket that holds it, and refuses a value above that
+ * naming the key, the value and the maximum; the generator refuses bad requests with a
+ * message.
  * On a GPU: each template's AOT launch writes output bit-identical to loom's own launch of
- * the same kernel on the same inputs; the AOT IKBO LCE operation matches loom_ikbo_lce_run
- * bit for bit and the CPU reference; the AOT IKBO FA operation matches loom_ikbo_fa_run.
+ * the same kernel on the same inputs; the files of run-time keys launched at 20 random
+ * batches each match a plain C reference; the AOT IKBO LCE operation matches
+ * loom_ikbo_lce_run bit for bit and the CPU reference, and loom_ikbo_lce_run_at at requests
+ * below its maxima (TMA descriptors at the request's dims); the AOT IKBO FA operation
+ * matches loom_ikbo_fa_run.
  */
 #include "ikbo_fa.h"
 #include "ikbo_lce.h"
@@ -23,8 +31,8 @@
 
 /* The shapes the build generated (CMakeLists.txt), per template. */
 static const char *const gemm_shapes[] = {"M=256,N=256,K=256", "M=200,N=136,K=72,odtype=f32"};
-static const char *const softmax_shapes[] = {"R=64,N=1000", "R=33,N=77"};
-static const char *const badd_shapes[] = {"B=64,U=5,M=33,N=64", "B=10,U=10,M=8,N=256"};
+static const char *const softmax_shapes[] = {"R=64,N=1000", "R=33,N=77", "R=2,N=16", "R=64,N=16"};
+static const char *const badd_shapes[] = {"B=64,U=5,M=33,N=64", "B=10,U=10,M=8,N=256", "B=1000,U=5,M=33,N=64"};
 static const char *const lce_shapes[] = {"B=64,U=5,M=100,N=64,Ku=40,Kc=24", "B=1024,U=15,M=433,N=256,Ku=1178,Kc=866"};
 static const char *const fa_shapes[] = {"B=64,U=5,S=200,H=2,D=64,n_seed=3,varlen=1",
                                         "B=128,U=4,S=256,H=2,D=128,n_seed=64"};
@@ -46,7 +54,8 @@ static int64_t key(const loom_template *t, const int64_t *shape, const char *k)
 
 /* ---------------------------------------------------------------- each template's adapter
  * From a shape vector: the generated shape struct, its config function and its launch
- * (p: the device pointers of the kernel's arguments, sc: its scalars, in argument order). */
+ * (v: the launch function's arguments in order, the kernel's but its run-time dims, which
+ * the launch takes from the shape: device pointers, and scalars as their values). */
 
 #define K(name) key(t, sh, #name)
 
@@ -55,11 +64,10 @@ static const char *gemm_config(const loom_template *t, const int64_t *sh)
     ta_gemm_gemm_shape s = {K(M), K(N), K(K), K(batch), K(dtype), K(odtype), K(ashared), K(lda), K(ldb)};
     return ta_gemm_gemm_config(&s);
 }
-static int gemm_launch(const loom_template *t, const int64_t *sh, const uint64_t *p, const int64_t *sc)
+static int gemm_launch(const loom_template *t, const int64_t *sh, const uint64_t *v)
 {
-    (void)sc;
     ta_gemm_gemm_shape s = {K(M), K(N), K(K), K(batch), K(dtype), K(odtype), K(ashared), K(lda), K(ldb)};
-    return ta_gemm_gemm_launch(&s, p[0], p[1], p[2], NULL);
+    return ta_gemm_gemm_launch(&s, v[0], v[1], v[2], NULL);
 }
 
 static const char *softmax_config(const loom_template *t, const int64_t *sh)
@@ -67,11 +75,10 @@ static const char *softmax_config(const loom_template *t, const int64_t *sh)
     ta_softmax_row_softmax_shape s = {K(R), K(N), K(dtype)};
     return ta_softmax_row_softmax_config(&s);
 }
-static int softmax_launch(const loom_template *t, const int64_t *sh, const uint64_t *p, const int64_t *sc)
+static int softmax_launch(const loom_template *t, const int64_t *sh, const uint64_t *v)
 {
-    (void)sc;
     ta_softmax_row_softmax_shape s = {K(R), K(N), K(dtype)};
-    return ta_softmax_row_softmax_launch(&s, p[0], p[1], NULL);
+    return ta_softmax_row_softmax_launch(&s, v[0], v[1], NULL);
 }
 
 static const char *badd_config(const loom_template *t, const int64_t *sh)
@@ -79,11 +86,10 @@ static const char *badd_config(const loom_template *t, const int64_t *sh)
     ta_badd_ikbo_broadcast_add_shape s = {K(B), K(U), K(M), K(N), K(dtype)};
     return ta_badd_ikbo_broadcast_add_config(&s);
 }
-static int badd_launch(const loom_template *t, const int64_t *sh, const uint64_t *p, const int64_t *sc)
+static int badd_launch(const loom_template *t, const int64_t *sh, const uint64_t *v)
 {
-    (void)sc;
     ta_badd_ikbo_broadcast_add_shape s = {K(B), K(U), K(M), K(N), K(dtype)};
-    return ta_badd_ikbo_broadcast_add_launch(&s, p[0], p[1], p[2], p[3], NULL);
+    return ta_badd_ikbo_broadcast_add_launch(&s, v[0], v[1], v[2], v[3], NULL);
 }
 
 static ta_lce_ikbo_lce_shape lce_shape(const loom_template *t, const int64_t *sh)
@@ -95,10 +101,10 @@ static const char *lce_config(const loom_template *t, const int64_t *sh)
     ta_lce_ikbo_lce_shape s = lce_shape(t, sh);
     return ta_lce_ikbo_lce_config(&s);
 }
-static int lce_launch(const loom_template *t, const int64_t *sh, const uint64_t *p, const int64_t *sc)
+static int lce_launch(const loom_template *t, const int64_t *sh, const uint64_t *v)
 {
     ta_lce_ikbo_lce_shape s = lce_shape(t, sh);
-    return ta_lce_ikbo_lce_launch(&s, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], (int32_t)sc[8], p[9], NULL);
+    return ta_lce_ikbo_lce_launch(&s, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], (int32_t)v[8], v[9], NULL);
 }
 
 static ta_fa_ikbo_fa_shape fa_shape(const loom_template *t, const int64_t *sh)
@@ -110,27 +116,29 @@ static const char *fa_config(const loom_template *t, const int64_t *sh)
     ta_fa_ikbo_fa_shape s = fa_shape(t, sh);
     return ta_fa_ikbo_fa_config(&s);
 }
-static int fa_launch(const loom_template *t, const int64_t *sh, const uint64_t *p, const int64_t *sc)
+static int fa_launch(const loom_template *t, const int64_t *sh, const uint64_t *v)
 {
     ta_fa_ikbo_fa_shape s = fa_shape(t, sh);
-    return ta_fa_ikbo_fa_launch(&s, p[0], p[1], p[2], p[3], p[4], p[5], (int32_t)sc[6], p[7], NULL);
+    return ta_fa_ikbo_fa_launch(&s, v[0], v[1], v[2], v[3], v[4], v[5], (int32_t)v[6], v[7], NULL);
 }
 #undef K
 
 typedef struct aot_case {
     const char *tname;
-    const char *const *shapes; /* two */
+    const char *const *shapes;
+    int nshapes;
     const char *(*config)(const loom_template *, const int64_t *);
-    int (*launch)(const loom_template *, const int64_t *, const uint64_t *, const int64_t *);
+    int (*launch)(const loom_template *, const int64_t *, const uint64_t *);
     const char *(*last_error)(void);
 } aot_case;
 
+#define SHAPES(a) a, (int)(sizeof a / sizeof a[0])
 static const aot_case cases[] = {
-    {"gemm", gemm_shapes, gemm_config, gemm_launch, ta_gemm_last_error},
-    {"row_softmax", softmax_shapes, softmax_config, softmax_launch, ta_softmax_last_error},
-    {"ikbo_broadcast_add", badd_shapes, badd_config, badd_launch, ta_badd_last_error},
-    {"ikbo_lce", lce_shapes, lce_config, lce_launch, ta_lce_last_error},
-    {"ikbo_fa", fa_shapes, fa_config, fa_launch, ta_fa_last_error},
+    {"gemm", SHAPES(gemm_shapes), gemm_config, gemm_launch, ta_gemm_last_error},
+    {"row_softmax", SHAPES(softmax_shapes), softmax_config, softmax_launch, ta_softmax_last_error},
+    {"ikbo_broadcast_add", SHAPES(badd_shapes), badd_config, badd_launch, ta_badd_last_error},
+    {"ikbo_lce", SHAPES(lce_shapes), lce_config, lce_launch, ta_lce_last_error},
+    {"ikbo_fa", SHAPES(fa_shapes), fa_config, fa_launch, ta_fa_last_error},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -156,7 +164,7 @@ Test(aot, dispatch_tables_give_each_shape_its_config)
     for (int c = 0; c < NCASES; c++) {
         const loom_template *t = loom_template_find(cases[c].tname);
         cr_assert(t);
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < cases[c].nshapes; i++) {
             int64_t sh[LOOM_MAX_PARAMS];
             char want[512];
             parse_shape(t, cases[c].shapes[i], sh);
@@ -170,11 +178,12 @@ Test(aot, dispatch_tables_give_each_shape_its_config)
 
 Test(aot, a_shape_not_generated_is_refused_naming_those_there_are)
 {
-    ta_gemm_gemm_shape s = {512, 256, 256, 1, 0, 0, 1, 0, 0};
+    /* N is a static key of gemm (M and batch may be run-time: the rows then show their maxima) */
+    ta_gemm_gemm_shape s = {256, 512, 256, 1, 0, 0, 1, 0, 0};
     cr_assert_null(ta_gemm_gemm_config(&s));
     const char *e = ta_gemm_last_error();
-    cr_expect(strstr(e, "ta_gemm_gemm_config: no kernel was generated for shape M=512,N=256,K=256"), "%s", e);
-    cr_expect(strstr(e, "{M=256,N=256,K=256,batch=1,dtype=0,odtype=0,ashared=1,lda=0,ldb=0}"), "%s", e);
+    cr_expect(strstr(e, "ta_gemm_gemm_config: no kernel was generated for shape M=256,N=512,K=256"), "%s", e);
+    cr_expect(strstr(e, "256,N=256,K=256,batch") && strstr(e, "1,dtype=0,odtype=0,ashared=1,lda=0,ldb=0}"), "%s", e);
     cr_expect(strstr(e, "loomc aot gemm --shape"), "%s", e);
     cr_expect_eq(ta_gemm_gemm_launch(&s, 256, 256, 256, NULL), TA_GEMM_ERR_INVALID);
     cr_assert_null(ta_gemm_gemm_config(NULL));
@@ -198,6 +207,100 @@ Test(aot, launch_arguments_are_checked_before_the_driver)
     cr_expect_eq(ta_gemm_gemm_launch(&s, 4096, 4100, 4096, NULL), TA_GEMM_ERR_INVALID);
     cr_expect(strstr(ta_gemm_last_error(), "argument 'B' is at 0x1004, not 16-byte aligned"), "%s",
               ta_gemm_last_error());
+}
+
+/* row_softmax's file has, at N=16, a row for R up to 2 and one for R up to 64, each with
+ * the config picked at its shape: every R takes the row of the smallest bucket that holds
+ * it, and an R above 64 is refused naming R, its value and the maximum. */
+Test(aot, a_run_time_key_takes_the_row_of_its_bucket)
+{
+    const loom_template *t = loom_template_find("row_softmax");
+    int64_t sh[LOOM_MAX_PARAMS];
+    char small[512], large[512];
+    parse_shape(t, "R=2,N=16", sh);
+    expected_config(t, sh, small, sizeof small);
+    parse_shape(t, "R=64,N=16", sh);
+    expected_config(t, sh, large, sizeof large);
+    cr_assert_str_neq(small, large, "the two rows need two configs for the test to tell them apart");
+    for (int64_t R = 1; R <= 64; R++) {
+        ta_softmax_row_softmax_shape s = {R, 16, LOOM_F32};
+        const char *got = ta_softmax_row_softmax_config(&s);
+        cr_assert(got, "R=%lld: %s", (long long)R, ta_softmax_last_error());
+        cr_expect_str_eq(got, R <= 2 ? small : large, "R=%lld", (long long)R);
+    }
+    /* at N=1000 one row, R up to 64 */
+    for (int64_t R = 1; R <= 64; R++)
+        cr_expect(ta_softmax_row_softmax_config(&(ta_softmax_row_softmax_shape){R, 1000, LOOM_F32}), "R=%lld: %s",
+                  (long long)R, ta_softmax_last_error());
+    ta_softmax_row_softmax_shape over = {65, 16, LOOM_F32};
+    cr_expect_null(ta_softmax_row_softmax_config(&over));
+    const char *e = ta_softmax_last_error();
+    cr_expect(strstr(e, "ta_softmax_row_softmax_config: R=65 is above this file's maximum R=64 (at N=16,dtype=2)"),
+              "%s", e);
+    cr_expect(strstr(e, "loomc aot row_softmax --shape ...,R=65 or more"), "%s", e);
+    /* the launch refuses it before any driver call */
+    cr_expect_eq(ta_softmax_row_softmax_launch(&over, 4096, 8192, NULL), TA_SOFTMAX_ERR_INVALID);
+    cr_expect(strstr(ta_softmax_last_error(), "ta_softmax_row_softmax_launch: R=65 is above this file's maximum R=64"),
+              "%s", ta_softmax_last_error());
+    ta_softmax_row_softmax_shape zero = {0, 16, LOOM_F32};
+    cr_expect_null(ta_softmax_row_softmax_config(&zero));
+    cr_expect(strstr(ta_softmax_last_error(), "R=0: a run-time dim is at least 1"), "%s", ta_softmax_last_error());
+    /* static keys no row has: the rows with their maxima */
+    ta_softmax_row_softmax_shape other = {8, 17, LOOM_F32};
+    cr_expect_null(ta_softmax_row_softmax_config(&other));
+    e = ta_softmax_last_error();
+    cr_expect(strstr(e, "no kernel was generated for shape R=8,N=17,dtype=2"), "%s", e);
+    cr_expect(strstr(e, "{R<=64,N=1000,dtype=2}, {R<=33,N=77,dtype=2}, {R<=2,N=16,dtype=2}, {R<=64,N=16,dtype=2}"),
+              "%s", e);
+}
+
+/* The broadcast-add's file has, at M=33 and N=64, rows for B up to 64 and up to 1000 (U up
+ * to 5), and at M=8, N=256 one row for B and U up to 10: every B from 1 to the maximum is
+ * served, each key above its maximum refused by name. */
+Test(aot, every_batch_up_to_the_maximum_is_served)
+{
+    const loom_template *t = loom_template_find("ikbo_broadcast_add");
+    int64_t sh[LOOM_MAX_PARAMS];
+    char want[512];
+    parse_shape(t, "B=1000,U=5,M=33,N=64", sh);
+    expected_config(t, sh, want, sizeof want);
+    for (int64_t B = 1; B <= 1000; B++)
+        for (int64_t U = 1; U <= 5; U += 4) {
+            ta_badd_ikbo_broadcast_add_shape s = {B, U, 33, 64, LOOM_F16};
+            const char *got = ta_badd_ikbo_broadcast_add_config(&s);
+            cr_assert(got, "B=%lld U=%lld: %s", (long long)B, (long long)U, ta_badd_last_error());
+            cr_expect_str_eq(got, want, "B=%lld", (long long)B);
+        }
+    for (int64_t B = 1; B <= 10; B++)
+        cr_expect(ta_badd_ikbo_broadcast_add_config(&(ta_badd_ikbo_broadcast_add_shape){B, 10, 8, 256, LOOM_F16}),
+                  "B=%lld: %s", (long long)B, ta_badd_last_error());
+    struct {
+        ta_badd_ikbo_broadcast_add_shape s;
+        const char *msg;
+    } bad[] = {
+        {{1001, 5, 33, 64, LOOM_F16}, "B=1001 is above this file's maximum B=1000 (at M=33,N=64,dtype=0)"},
+        {{64, 6, 33, 64, LOOM_F16}, "U=6 is above this file's maximum U=5 (at M=33,N=64,dtype=0)"},
+        {{11, 10, 8, 256, LOOM_F16}, "B=11 is above this file's maximum B=10 (at M=8,N=256,dtype=0)"},
+        {{-4, 1, 8, 256, LOOM_F16}, "B=-4: a run-time dim is at least 1"},
+        {{5, 5, 33, 64, LOOM_F32}, "no kernel was generated for shape B=5,U=5,M=33,N=64,dtype=2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_null(ta_badd_ikbo_broadcast_add_config(&bad[i].s), "case %zu", i);
+        cr_expect(strstr(ta_badd_last_error(), bad[i].msg), "case %zu: %s", i, ta_badd_last_error());
+        cr_expect_eq(ta_badd_ikbo_broadcast_add_launch(&bad[i].s, 4096, 4096, 4096, 4096, NULL), TA_BADD_ERR_INVALID);
+        cr_expect(strstr(ta_badd_last_error(), bad[i].msg), "case %zu: %s", i, ta_badd_last_error());
+    }
+    /* a served shape still checks its pointers before the driver */
+    ta_badd_ikbo_broadcast_add_shape s = {700, 3, 33, 64, LOOM_F16};
+    cr_expect_eq(ta_badd_ikbo_broadcast_add_launch(&s, 4096, 0, 4096, 4096, NULL), TA_BADD_ERR_INVALID);
+    cr_expect(strstr(ta_badd_last_error(), "argument 'user' is NULL"), "%s", ta_badd_last_error());
+}
+
+/* row_softmax's grid rule, one program too many: the generator must refuse it. */
+static void off_by_one_rule(const int64_t *shape, const int64_t *config, loom_grid_rule *r)
+{
+    loom_template_find("row_softmax")->grid_rule(shape, config, r);
+    r->c[0] += 1;
 }
 
 Test(aot, the_generator_refuses_bad_requests)
@@ -232,6 +335,49 @@ Test(aot, the_generator_refuses_bad_requests)
     char path[600];
     snprintf(path, sizeof path, "%s/ok.c", dir);
     cr_expect_neq(access(path, F_OK), 0, "%s was left behind", path);
+    /* run-time keys: two shapes whose run-time keys share their buckets are one row */
+    const loom_template *sm = loom_template_find("row_softmax");
+    parse_shape(sm, "R=40,N=100", two[0]);
+    parse_shape(sm, "R=64,N=100", two[1]);
+    cr_assert_eq(loom_params_parse(sm->config, sm->nconfig, NULL, twoc[0], err, sizeof err), 0);
+    memcpy(twoc[1], twoc[0], sizeof twoc[0]);
+    r.t = sm, r.nshapes = 2, r.shapes = (const int64_t(*)[LOOM_MAX_PARAMS])two;
+    r.configs = (const int64_t(*)[LOOM_MAX_PARAMS])twoc;
+    cr_expect_eq(loom_aot_write(&r, err, sizeof err), LOOM_ERR_INVALID);
+    cr_expect(strstr(err, "shapes 1 and 2 differ only in run-time keys (R) of the same buckets"), "%s", err);
+    /* a template with run-time keys and no grid rule cannot be written */
+    loom_template nogrid = *sm;
+    nogrid.grid_rule = NULL;
+    r.t = &nogrid, r.nshapes = 1;
+    cr_expect_eq(loom_aot_write(&r, err, sizeof err), LOOM_ERR_INVALID);
+    cr_expect(strstr(err, "row_softmax has run-time shape keys but no grid_rule"), "%s", err);
+    /* nor one whose grid rule does not give its grid */
+    loom_template badrule = *sm;
+    badrule.grid_rule = off_by_one_rule;
+    r.t = &badrule;
+    cr_expect_eq(loom_aot_write(&r, err, sizeof err), LOOM_ERR_INVALID);
+    cr_expect(strstr(err, "the grid rule gives 41x1x1 but the grid is 40x1x1 (a template bug)"), "%s", err);
+    cr_expect_neq(access(path, F_OK), 0, "%s was left behind", path);
+    /* a kernel whose run-time dims are not the run-time keys by name cannot take them from a
+     * request: the file serves the shapes generated exactly, and says so */
+    loom_template nodim = *sm;
+    nodim.shape[1].runtime = 1; /* N: the kernel has no dim argument 'N' */
+    r.t = &nodim;
+    cr_expect_eq(loom_aot_write(&r, err, sizeof err), LOOM_OK, "%s", err);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cr_expect(strstr(text, "row_softmax's run-time keys are served as these exact shapes") &&
+                  strstr(text, "shape key 'N' is run-time, but the kernel has no run-time dim argument 'N'"),
+              "the file does not say why its shapes are exact");
+    cr_expect(strstr(text, "aot_row_softmax_dims[aot_row_softmax_ROWS][3] = {\n    {40, 0, 0},"),
+              "the launch does not pass R at the shape's value");
+    remove(path);
+    snprintf(path, sizeof path, "%s/ok.h", dir);
+    remove(path);
     rmdir(dir);
 }
 
@@ -251,15 +397,17 @@ static void jit_equals_aot(loom_runtime *rt, const aot_case *c, int i)
     loom_instance in;
     cr_assert_eq(loom_instance_create(rt, t, sh, cf, 7, &in, err, sizeof err), LOOM_OK, "%s", err);
     cr_assert_eq(loom_launch(rt, in.kernel, in.grid, in.args, in.nargs), LOOM_OK, "%s", loom_runtime_error(rt));
-    uint64_t p[LOOM_MAX_ARGS] = {0};
-    int64_t sc[LOOM_MAX_ARGS] = {0};
+    uint64_t v[LOOM_MAX_ARGS] = {0}; /* the launch function's arguments: the run-time dims come from the shape */
+    int nv = 0;
     void *jit[LOOM_MAX_ARGS] = {0};
     for (int a = 0; a < in.nargs; a++) {
+        if (in.info[a].is_dim)
+            continue;
         if (!in.info[a].is_tensor) {
-            sc[a] = in.info[a].dtype == LOOM_I32 ? in.args[a].s.i32 : in.args[a].s.i64;
+            v[nv++] = (uint64_t)(in.info[a].dtype == LOOM_I32 ? in.args[a].s.i32 : in.args[a].s.i64);
             continue;
         }
-        p[a] = rt_buffer_dptr(in.buf[a]);
+        v[nv++] = rt_buffer_dptr(in.buf[a]);
         if (in.info[a].access != LOOM_OUT)
             continue;
         size_t n = in.info[a].min_bytes;
@@ -267,7 +415,7 @@ static void jit_equals_aot(loom_runtime *rt, const aot_case *c, int i)
         cr_assert_eq(loom_buffer_download(in.buf[a], jit[a], n), LOOM_OK, "%s", loom_runtime_error(rt));
         cr_assert_eq(loom_buffer_fill(in.buf[a], 0xff), LOOM_OK); /* unwritten bytes show */
     }
-    cr_assert_eq(c->launch(t, sh, p, sc), 0, "%s at %s: %s", t->name, c->shapes[i], c->last_error());
+    cr_assert_eq(c->launch(t, sh, v), 0, "%s at %s: %s", t->name, c->shapes[i], c->last_error());
     for (int a = 0; a < in.nargs; a++)
         if (jit[a]) {
             size_t n = in.info[a].min_bytes;
@@ -287,7 +435,7 @@ Test(aot_gpu, every_template_matches_loom_bit_for_bit, .timeout = 300)
 {
     loom_runtime *rt = t_gpu_or_skip();
     for (int c = 0; c < NCASES; c++)
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < cases[c].nshapes; i++)
             jit_equals_aot(rt, &cases[c], i);
     loom_runtime_destroy(rt);
 }
@@ -308,6 +456,108 @@ static loom_buffer *upload(loom_runtime *rt, const void *h, size_t n)
     cr_assert(b);
     cr_assert_eq(loom_buffer_upload(b, h, n), LOOM_OK);
     return b;
+}
+
+/* The broadcast-add's file at M=33, N=64 (f16; rows for B up to 64 and up to 1000, U up to
+ * 5), launched at 20 batches (the ends of both rows, then random) on buffers sized for the
+ * maximum: each output equals plain C's (one f16 rounding of the sum), and the rows past
+ * the batch are untouched. */
+static void badd_random_batches(loom_runtime *rt, uint64_t seed)
+{
+    enum { M = 33, N = 64, MN = M * N, UMAX = 5, BMAX = 1000 };
+    const loom_dtype dt = LOOM_F16;
+    uint16_t *cand = malloc((size_t)BMAX * MN * 2), *user = malloc((size_t)UMAX * MN * 2),
+             *out = malloc((size_t)BMAX * MN * 2);
+    int32_t *map = malloc((size_t)BMAX * 4);
+    loom_buffer *bc = loom_buffer_create(rt, (size_t)BMAX * MN * 2), *bu = loom_buffer_create(rt, (size_t)UMAX * MN * 2),
+                *bm = loom_buffer_create(rt, (size_t)BMAX * 4), *bo = loom_buffer_create(rt, (size_t)BMAX * MN * 2);
+    cr_assert(cand && user && out && map && bc && bu && bm && bo);
+    for (int it = 0; it < 20; it++) {
+        static const int64_t ends[] = {1, 64, 65, BMAX};
+        int64_t B = it < 4 ? ends[it] : 1 + (int64_t)(tpl_rand(&seed) % BMAX), U = 1 + (int64_t)(tpl_rand(&seed) % UMAX);
+        fill(cand, dt, B * MN, seed + 1, 1), fill(user, dt, U * MN, seed + 2, 1);
+        for (int64_t b = 0; b < B; b++)
+            map[b] = (int32_t)(tpl_rand(&seed) % (uint64_t)U);
+        cr_assert_eq(loom_buffer_upload(bc, cand, (size_t)(B * MN) * 2), LOOM_OK);
+        cr_assert_eq(loom_buffer_upload(bu, user, (size_t)(U * MN) * 2), LOOM_OK);
+        cr_assert_eq(loom_buffer_upload(bm, map, (size_t)B * 4), LOOM_OK);
+        cr_assert_eq(loom_buffer_fill(bo, 0xff), LOOM_OK);
+        ta_badd_ikbo_broadcast_add_shape s = {B, U, M, N, dt};
+        cr_assert_eq(ta_badd_ikbo_broadcast_add_launch(&s, rt_buffer_dptr(bc), rt_buffer_dptr(bu), rt_buffer_dptr(bm),
+                                                       rt_buffer_dptr(bo), NULL),
+                     TA_BADD_OK, "B=%lld U=%lld: %s", (long long)B, (long long)U, ta_badd_last_error());
+        cr_assert_eq(loom_buffer_download(bo, out, (size_t)BMAX * MN * 2), LOOM_OK, "%s", loom_runtime_error(rt));
+        int64_t bad = 0, first = -1;
+        for (int64_t b = 0; b < BMAX; b++)
+            for (int64_t i = 0; i < MN; i++) {
+                int64_t x = b * MN + i;
+                bool ok;
+                if (b < B) {
+                    double ref = tpl_round(dt, tpl_get(cand, dt, x) + tpl_get(user, dt, map[b] * MN + i));
+                    ok = tpl_get(out, dt, x) == ref;
+                } else {
+                    ok = out[x] == 0xffff; /* past the batch: not written */
+                }
+                if (!ok && !bad++)
+                    first = x;
+            }
+        cr_expect_eq(bad, 0, "B=%lld U=%lld: %lld of %d elements wrong, the first at %lld (%g)", (long long)B,
+                     (long long)U, (long long)bad, BMAX * MN, (long long)first, first >= 0 ? tpl_get(out, dt, first) : 0);
+    }
+    loom_buffer_destroy(bc), loom_buffer_destroy(bu), loom_buffer_destroy(bm), loom_buffer_destroy(bo);
+    free(cand), free(user), free(out), free(map);
+}
+
+/* row_softmax's file at N (f32; R up to 64), launched at 20 row counts (1, 2, 3 and 64, then
+ * random): each row is the softmax of plain C in double within (N + 16) 2^-24 relative, the
+ * rows past R untouched. */
+static void softmax_random_rows(loom_runtime *rt, int64_t N, uint64_t seed)
+{
+    enum { RMAX = 64 };
+    float *x = malloc((size_t)(RMAX * N) * 4), *y = malloc((size_t)(RMAX * N) * 4);
+    loom_buffer *bx = loom_buffer_create(rt, (size_t)(RMAX * N) * 4), *by = loom_buffer_create(rt, (size_t)(RMAX * N) * 4);
+    cr_assert(x && y && bx && by);
+    for (int it = 0; it < 20; it++) {
+        static const int64_t ends[] = {1, 2, 3, RMAX};
+        int64_t R = it < 4 ? ends[it] : 1 + (int64_t)(tpl_rand(&seed) % RMAX);
+        fill(x, LOOM_F32, R * N, seed + 3, 8);
+        cr_assert_eq(loom_buffer_upload(bx, x, (size_t)(R * N) * 4), LOOM_OK);
+        cr_assert_eq(loom_buffer_fill(by, 0xff), LOOM_OK);
+        ta_softmax_row_softmax_shape s = {R, N, LOOM_F32};
+        cr_assert_eq(ta_softmax_row_softmax_launch(&s, rt_buffer_dptr(bx), rt_buffer_dptr(by), NULL), TA_SOFTMAX_OK,
+                     "R=%lld N=%lld: %s", (long long)R, (long long)N, ta_softmax_last_error());
+        cr_assert_eq(loom_buffer_download(by, y, (size_t)(RMAX * N) * 4), LOOM_OK, "%s", loom_runtime_error(rt));
+        int64_t bad = 0;
+        for (int64_t r = 0; r < RMAX; r++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; r < R && j < N; j++)
+                mx = fmax(mx, x[r * N + j]);
+            for (int64_t j = 0; r < R && j < N; j++)
+                sum += exp((double)x[r * N + j] - mx);
+            for (int64_t j = 0; j < N; j++) {
+                uint32_t bits;
+                memcpy(&bits, &y[r * N + j], 4);
+                if (r >= R) {
+                    bad += bits != 0xffffffffu;
+                    continue;
+                }
+                double want = exp((double)x[r * N + j] - mx) / sum;
+                bad += !(fabs(y[r * N + j] - want) <= 1e-9 + (double)(N + 16) * 0x1p-24 * want);
+            }
+        }
+        cr_expect_eq(bad, 0, "R=%lld N=%lld: %lld elements wrong", (long long)R, (long long)N, (long long)bad);
+    }
+    loom_buffer_destroy(bx), loom_buffer_destroy(by);
+    free(x), free(y);
+}
+
+Test(aot_gpu, files_of_run_time_keys_serve_random_batches, .timeout = 300)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    badd_random_batches(rt, 2026);
+    softmax_random_rows(rt, 16, 7);   /* two rows: R up to 2 and up to 64 */
+    softmax_random_rows(rt, 1000, 8); /* one row */
+    loom_runtime_destroy(rt);
 }
 
 Test(aot_gpu, the_lce_operation_matches_loom_and_the_reference, .timeout = 300)
@@ -345,6 +595,30 @@ Test(aot_gpu, the_lce_operation_matches_loom_and_the_reference, .timeout = 300)
         cr_assert_eq(loom_buffer_download(out_aot, ha, nout * e), LOOM_OK);
         cr_expect_eq(memcmp(hj, ha, nout * e), 0, "run %d: the AOT LCE differs from loom's", run);
     }
+    /* requests below the maxima: the kernels' TMA descriptors at the request's B and U */
+    static const int64_t at[][2] = {{37, 3}, {1, 1}, {64, 2}, {20, 5}};
+    int32_t *amap = malloc((size_t)s.B * 4);
+    for (size_t q = 0; q < sizeof at / sizeof at[0]; q++) {
+        int64_t B = at[q][0], U = at[q][1];
+        size_t n = (size_t)(B * s.M * s.N) * e;
+        ik_mapping(B, U, 1, 11 + q, amap);
+        cr_assert_eq(loom_buffer_upload(bmap, amap, (size_t)B * 4), LOOM_OK);
+        cr_assert_eq(loom_buffer_fill(out_aot, 0xff), LOOM_OK);
+        cr_assert_eq(loom_ikbo_lce_run_at(jit, B, U, beu, bec, bmap, out_jit), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(ta_lce_ikbo_lce_run_at(aot, B, U, rt_buffer_dptr(beu), rt_buffer_dptr(bec), rt_buffer_dptr(bmap),
+                                            rt_buffer_dptr(out_aot), NULL),
+                     TA_LCE_OK, "B=%lld U=%lld: %s", (long long)B, (long long)U, ta_lce_last_error());
+        cr_assert_eq(loom_buffer_download(out_jit, hj, n), LOOM_OK);
+        cr_assert_eq(loom_buffer_download(out_aot, ha, n), LOOM_OK);
+        cr_expect_eq(memcmp(hj, ha, n), 0, "B=%lld U=%lld: the AOT LCE differs from loom's", (long long)B, (long long)U);
+    }
+    free(amap);
+    /* back to the whole batch's mapping, for the reference below */
+    cr_assert_eq(loom_buffer_upload(bmap, map, (size_t)s.B * 4), LOOM_OK);
+    cr_assert_eq(ta_lce_ikbo_lce_run(aot, rt_buffer_dptr(beu), rt_buffer_dptr(bec), rt_buffer_dptr(bmap),
+                                     rt_buffer_dptr(out_aot), NULL),
+                 TA_LCE_OK, "%s", ta_lce_last_error());
+    cr_assert_eq(loom_buffer_download(out_aot, ha, nout * e), LOOM_OK);
     /* and the reference, from the padded weights */
     ik_spec sp = ik_spec_of(IK_FUSED, (int64_t[]){s.B, s.U, s.M, s.N, s.Ku, s.Kc, s.dtype, 0}, cf);
     int64_t kpu = tpl_pad8(s.Ku), kpc = tpl_pad8(s.Kc);

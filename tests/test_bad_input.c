@@ -17,13 +17,14 @@
 
 /* ---------------------------------------------------------------- loom_launch */
 
-/* The broadcast-add at B=4, U=2, M=N=8, f32: cand, user, cand_to_user, out. */
+/* The broadcast-add at B=4, U=2, M=N=8, f32: the dims B and U, then cand, user,
+ * cand_to_user, out (b[i] is argument i + 2's buffer). */
 typedef struct bcast {
     loom_runtime *rt;
     loom_kernel *k;
     tpl_broadcast_add_shape s;
     loom_buffer *b[4];
-    loom_arg a[4];
+    loom_arg a[6];
     int grid[3];
 } bcast;
 
@@ -38,8 +39,10 @@ static void bcast_make(bcast *x)
     for (int i = 0; i < 4; i++) {
         x->b[i] = loom_buffer_create(x->rt, bytes[i]);
         cr_assert(x->b[i]);
-        x->a[i] = LOOM_ARG_BUF(x->b[i]);
+        x->a[i + 2] = LOOM_ARG_BUF(x->b[i]);
     }
+    x->a[0] = LOOM_ARG_I32(4);
+    x->a[1] = LOOM_ARG_I32(2);
     int32_t map[4] = {0, 1, 1, 0};
     cr_assert_eq(loom_buffer_upload(x->b[2], map, sizeof map), LOOM_OK);
     tpl_broadcast_add_grid(&x->s, 8, 8, x->grid);
@@ -57,7 +60,7 @@ Test(bad_input, launch_good_baseline)
 {
     bcast x;
     bcast_make(&x);
-    cr_assert_eq(loom_launch(x.rt, x.k, x.grid, x.a, 4), LOOM_OK, "%s", loom_runtime_error(x.rt));
+    cr_assert_eq(loom_launch(x.rt, x.k, x.grid, x.a, 6), LOOM_OK, "%s", loom_runtime_error(x.rt));
     bcast_free(&x);
 }
 
@@ -65,8 +68,8 @@ Test(bad_input, launch_null_runtime_or_kernel)
 {
     bcast x;
     bcast_make(&x);
-    cr_assert_eq(loom_launch(NULL, x.k, x.grid, x.a, 4), LOOM_ERR_INVALID);
-    REFUSED(x.rt, loom_launch(x.rt, NULL, x.grid, x.a, 4), LOOM_ERR_INVALID, "launch: kernel is NULL");
+    cr_assert_eq(loom_launch(NULL, x.k, x.grid, x.a, 6), LOOM_ERR_INVALID);
+    REFUSED(x.rt, loom_launch(x.rt, NULL, x.grid, x.a, 6), LOOM_ERR_INVALID, "launch: kernel is NULL");
     bcast_free(&x);
 }
 
@@ -87,12 +90,12 @@ Test(bad_input, launch_grid_null_zero_negative_over_limit)
 {
     bcast x;
     bcast_make(&x);
-    REFUSED(x.rt, loom_launch(x.rt, x.k, NULL, x.a, 4), LOOM_ERR_INVALID, "grid is NULL");
+    REFUSED(x.rt, loom_launch(x.rt, x.k, NULL, x.a, 6), LOOM_ERR_INVALID, "grid is NULL");
     int zero[3] = {0, 4, 1}, neg[3] = {1, -1, 1}, over[3] = {1, 4, 65536};
-    REFUSED(x.rt, loom_launch(x.rt, x.k, zero, x.a, 4), LOOM_ERR_INVALID,
+    REFUSED(x.rt, loom_launch(x.rt, x.k, zero, x.a, 6), LOOM_ERR_INVALID,
             "grid[0] is 0; it must be between 1 and 2147483647");
-    REFUSED(x.rt, loom_launch(x.rt, x.k, neg, x.a, 4), LOOM_ERR_INVALID, "grid[1] is -1; it must be between 1 and 65535");
-    REFUSED(x.rt, loom_launch(x.rt, x.k, over, x.a, 4), LOOM_ERR_INVALID,
+    REFUSED(x.rt, loom_launch(x.rt, x.k, neg, x.a, 6), LOOM_ERR_INVALID, "grid[1] is -1; it must be between 1 and 65535");
+    REFUSED(x.rt, loom_launch(x.rt, x.k, over, x.a, 6), LOOM_ERR_INVALID,
             "grid[2] is 65536; it must be between 1 and 65535");
     bcast_free(&x);
 }
@@ -113,9 +116,9 @@ Test(bad_input, launch_wrong_argument_count)
 {
     bcast x;
     bcast_make(&x);
-    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, x.a, 3), LOOM_ERR_INVALID, "3 arguments given, the kernel takes 4");
-    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, x.a, -1), LOOM_ERR_INVALID, "-1 arguments given, the kernel takes 4");
-    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, NULL, 4), LOOM_ERR_INVALID, "args is NULL");
+    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, x.a, 5), LOOM_ERR_INVALID, "5 arguments given, the kernel takes 6");
+    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, x.a, -1), LOOM_ERR_INVALID, "-1 arguments given, the kernel takes 6");
+    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, NULL, 6), LOOM_ERR_INVALID, "args is NULL");
     bcast_free(&x);
 }
 
@@ -123,14 +126,14 @@ Test(bad_input, launch_wrong_argument_kind)
 {
     bcast x;
     bcast_make(&x);
-    loom_arg a[4] = {x.a[0], LOOM_ARG_I32(3), x.a[2], x.a[3]};
-    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, a, 4), LOOM_ERR_INVALID,
-            "argument 1 ('user') is a tensor but no buffer was given");
+    loom_arg a[6] = {x.a[0], x.a[1], x.a[2], LOOM_ARG_I32(3), x.a[4], x.a[5]};
+    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, a, 6), LOOM_ERR_INVALID,
+            "argument 3 ('user') is a tensor but no buffer was given");
     loom_kernel *k = loom_kernel_create("scalar", 1);
     loom_arg_scalar(k, "n", LOOM_I32);
     loom_program_id(k, 0);
     int g[3] = {1, 1, 1};
-    REFUSED(x.rt, loom_launch(x.rt, k, g, x.a, 1), LOOM_ERR_INVALID,
+    REFUSED(x.rt, loom_launch(x.rt, k, g, x.a + 2, 1), LOOM_ERR_INVALID,
             "argument 0 ('n') is a scalar but a buffer was given");
     loom_kernel_destroy(k);
     bcast_free(&x);
@@ -141,9 +144,9 @@ Test(bad_input, launch_buffer_smaller_than_shape)
     bcast x;
     bcast_make(&x);
     loom_buffer *small = loom_buffer_create(x.rt, 4 * 64 * 4 - 1);
-    loom_arg a[4] = {x.a[0], x.a[1], x.a[2], LOOM_ARG_BUF(small)};
-    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, a, 4), LOOM_ERR_INVALID,
-            "argument 3 ('out') needs 1024 bytes (f32 tensor of that shape) but its buffer has 1023");
+    loom_arg a[6] = {x.a[0], x.a[1], x.a[2], x.a[3], x.a[4], LOOM_ARG_BUF(small)};
+    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, a, 6), LOOM_ERR_INVALID,
+            "argument 5 ('out') needs 1024 bytes (f32 tensor of that shape) but its buffer has 1023");
     loom_buffer_destroy(small);
     bcast_free(&x);
 }
@@ -154,9 +157,9 @@ Test(bad_input, launch_buffer_of_another_runtime)
     bcast_make(&x);
     loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRET);
     loom_buffer *b = loom_buffer_create(other, 4 * 64 * 4);
-    loom_arg a[4] = {LOOM_ARG_BUF(b), x.a[1], x.a[2], x.a[3]};
-    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, a, 4), LOOM_ERR_INVALID,
-            "argument 0 ('cand') is a buffer of another runtime");
+    loom_arg a[6] = {x.a[0], x.a[1], LOOM_ARG_BUF(b), x.a[3], x.a[4], x.a[5]};
+    REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, a, 6), LOOM_ERR_INVALID,
+            "argument 2 ('cand') is a buffer of another runtime");
     loom_buffer_destroy(b);
     loom_runtime_destroy(other);
     bcast_free(&x);
@@ -169,7 +172,7 @@ Test(bad_input, launch_index_out_of_range_interpreter)
     int32_t bad[2][4] = {{0, 1, 2, 0}, {0, -1, 1, 0}}; /* U = 2 */
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(loom_buffer_upload(x.b[2], bad[i], sizeof bad[i]), LOOM_OK);
-        REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, x.a, 4), LOOM_ERR_BOUNDS, "'user'");
+        REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, x.a, 6), LOOM_ERR_BOUNDS, "'user'");
         cr_assert(strstr(loom_runtime_error(x.rt), "broadcast_add.c"), "%s", loom_runtime_error(x.rt));
     }
     bcast_free(&x);

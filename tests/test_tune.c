@@ -22,6 +22,7 @@
 #include "testutil.h"
 
 #include "../templates/tpl.h"
+#include "../templates/ikbo_lce.h"
 #include "gpu.h"
 #include "tune.h"
 
@@ -165,14 +166,14 @@ Test(tune, check_leaves_unchecked_outputs_alone)
     /* ikbo_lce's user_res: its planes alone may round the other way at a tie */
     const loom_template *lce = loom_template_find("ikbo_lce");
     cr_assert(lce);
-    cr_expect_eq(lce->unchecked, 1u << 5 | 1u << 6);
+    cr_expect_eq(lce->unchecked, 1u << IKA_URES | 1u << IKA_FLAGS);
     loom_kernel *k = lce->build((int64_t[]){64, 4, 64, 64, 64, 64, LOOM_BF16, 0},
                                 (int64_t[]){256, 128, 4, 8, 132, 2, 1, 2}, rep, sizeof rep);
     cr_assert(k, "%s", rep);
     loom_arg_info ai;
-    loom_kernel_arg_info(k, 5, &ai);
+    loom_kernel_arg_info(k, IKA_URES, &ai);
     cr_expect_str_eq(ai.name, "user_res");
-    loom_kernel_arg_info(k, 6, &ai);
+    loom_kernel_arg_info(k, IKA_FLAGS, &ai);
     cr_expect_str_eq(ai.name, "flags");
     loom_kernel_destroy(k);
     loom_runtime_destroy(rt);

@@ -186,7 +186,7 @@ static void ik_bench(loom_runtime *rt, tune_bench *b, loom_kernel **probe)
     cr_assert(b->dev, "ikbo_lce makes its inputs on the device");
     cr_assert_eq(b->nfill, 4);
     cr_assert_eq(b->nrefk, 2);
-    cr_assert(b->redk[9], "the output's comparison is folded on the device");
+    cr_assert(b->redk[IKA_OUT], "the output's comparison is folded on the device");
     b->gpu_reference = true;
     cr_assert_eq(tune_bench_setup_device(b, 11, err, sizeof err), LOOM_OK, "%s", err);
     cr_assert_eq(tune_bench_device_reference(b, err, sizeof err), LOOM_OK, "%s", err);
@@ -206,9 +206,9 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
     loom_kernel *probe;
     ik_bench(rt, &b, &probe);
     /* the device-made inputs: W padded with zeros, E in [-1, 1), the mapping in [0, U) */
-    void *wu = download(b.in.buf[0]), *eu = download(b.in.buf[1]), *wc = download(b.in.buf[2]);
-    void *ec = download(b.in.buf[3]);
-    int32_t *map = download(b.in.buf[4]);
+    void *wu = download(b.in.buf[IKA_WU]), *eu = download(b.in.buf[IKA_EU]), *wc = download(b.in.buf[IKA_WC]);
+    void *ec = download(b.in.buf[IKA_EC]);
+    int32_t *map = download(b.in.buf[IKA_MAP]);
     int64_t kpu = tpl_pad8(37);
     for (int64_t m = 0; m < 77; m++)
         for (int64_t q = 37; q < kpu; q++)
@@ -221,8 +221,8 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
     size_t no = (size_t)(24 * 77 * 64), nu = (size_t)(5 * 2 * 77 * 64);
     uint16_t *ref_out = calloc(no, 2), *ref_ures = calloc(nu, 2);
     ik_reference(&s, wu, wc, eu, ec, map, ref_ures, ref_out);
-    uint16_t *got_out = download(b.ref[9]), *got_ures = download(b.ref[5]);
-    int32_t *flags = download(b.ref[6]), *claims = download(b.ref[7]);
+    uint16_t *got_out = download(b.ref[IKA_OUT]), *got_ures = download(b.ref[IKA_URES]);
+    int32_t *flags = download(b.ref[IKA_FLAGS]), *claims = download(b.ref[IKA_CLAIMS]);
     /* worst: |device - CPU| over one f16 rounding of the CPU's value (2^-11 |r|, relative)
      * plus what f32 accumulation over K = 229 products of [-1, 1) values may lose (1e-4) */
     double worst = 0, worst_u = 0;
@@ -249,13 +249,14 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
     /* the error model on the device: each bound at least the host model's (it adds the
      * reference's own f32 error) and not far above it; the claims compared exactly */
     cr_assert(b.boundk, "ikbo_lce has a device bound kernel");
-    cr_assert(b.model[9] && b.model[7], "out and the claims are compared by the model");
-    float *dbound = download(b.bound[9]);
+    cr_assert(b.model[IKA_OUT] && b.model[IKA_CLAIMS], "out and the claims are compared by the model");
+    float *dbound = download(b.bound[IKA_OUT]);
     double *hbound = calloc(no, sizeof *hbound);
-    void *host[LOOM_MAX_ARGS] = {wu, eu, wc, ec, map}, *refs[LOOM_MAX_ARGS] = {0};
+    void *host[LOOM_MAX_ARGS] = {[IKA_WU] = wu, [IKA_EU] = eu, [IKA_WC] = wc, [IKA_EC] = ec, [IKA_MAP] = map},
+         *refs[LOOM_MAX_ARGS] = {0};
     double *bnds[LOOM_MAX_ARGS] = {0};
-    refs[9] = ref_out;
-    bnds[9] = hbound;
+    refs[IKA_OUT] = ref_out;
+    bnds[IKA_OUT] = hbound;
     b.t->bound(ik_shape, host, refs, bnds);
     double lo_ratio = INFINITY, hi_ratio = 0;
     for (size_t i = 0; i < no; i++) {
@@ -276,7 +277,7 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
     cr_assert(tune_check_one(&b, b.t, ik_shape, &x, probe, &passed));
     cr_expect(passed, "the candidate fails its check: %s %s", loom_tune_verdict_name(x.verdict), x.reason);
     got_out[1234] ^= 0x4000; /* one element far off */
-    loom_buffer_upload(b.ref[9], got_out, no * 2);
+    loom_buffer_upload(b.ref[IKA_OUT], got_out, no * 2);
     cr_assert(tune_check_one(&b, b.t, ik_shape, &x, probe, &passed));
     cr_expect(!passed && x.verdict == LOOM_TUNE_WRONG, "verdict %s", loom_tune_verdict_name(x.verdict));
     cr_expect(strstr(x.reason, "1 elements outside their error bound"), "%s", x.reason);

@@ -15,7 +15,9 @@
  *       DIR/P.h and DIR/P.c: the kernels at those shapes as cubins and PTX with a C launcher
  *       that needs neither loom nor libcuda at link time (docs/aot.md); each shape's config
  *       is --config, the tuner's with --tuned, else the template's default (the cost
- *       model's best valid config where the default cannot serve the shape).
+ *       model's best valid config where the default cannot serve the shape).  A template's
+ *       run-time keys (B, U, R, ...) are maxima: a launch may ask for any value from 1 up to
+ *       them, served by the kernel of the smallest bucket that holds it.
  *   loomc tune NAME [--shape ..]... [--force] [--max N] [--threads N] [--report FILE.svg]
  *       the autotuner (tune/) for each --shape (repeatable; none: the default
  *       shape): every config's fate and time, the pick, and with --report an SVG plot of
