@@ -25,7 +25,8 @@
  * The copies are CUDA C compiled with NVRTC, written for full bandwidth (16-byte vector
  * accesses, coalesced) so that they are no slower than PyTorch's; cuBLAS is loaded with
  * dlopen (support/cublas_dl.c), fp16 in and out, fp32 compute, its default algorithm.
- * Without cuBLAS the row says "skipped" and why.
+ * Without cuBLAS the row says "skipped" and why.  The framework and the check below live in
+ * bench/lce_common.c, which bench_serving shares.
  * Stage 0 "materialized" is loom's stronger version of it: one gather kernel writing E_cat,
  * then loom's gemm template over K = pad8(Ku + Kc).  Every stage prints its speed-up over
  * both.
@@ -51,11 +52,8 @@
  * cache had the shape: the shuffled run of a shape reads the contiguous run's pick;
  * LOOM_TUNE_FORCE=1 times every time).
  */
-#include "cublas_dl.h"
-#include "gpu.h"
 #include "ikbo_lce.h"
-#include "nvrtc_ref.h"
-#include "rt.h"
+#include "lce_common.h"
 #include "tpl_device.h"
 #include "../tune/tune.h"
 #include "../util/util.h"
@@ -65,10 +63,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct lce_shape {
-    int64_t B, U, M, N, Ku, Kc;
-} lce_shape;
 
 typedef struct run_ctx {
     loom_ikbo_lce *p;
@@ -112,43 +106,17 @@ static void check(const float *refc, const float *refu, const float *absc, const
     *worst = w;
 }
 
-/* What a run's output is checked against, on the device: the f32 halves (refc [B, M, N],
- * refu [U, M, N]) and the mapping, the check kernel and its per-block maxima, and the
- * kernel that folds them into two numbers. */
-typedef struct lce_ref {
-    bool on;
-    loom_buffer *refc, *refu, *absc, *absu, *map, *out;
-    loom_kernel *k, *fold;
-    int grid[3];
-    loom_buffer *bad, *worst, *two;
-} lce_ref;
-
-/* The elements of r->out past their bound and the worst |err| / bound, on the device. */
-static void check_on_device(loom_runtime *rt, const lce_ref *r, const char *what, double *bad, double *worst)
-{
-    loom_arg a[8] = {LOOM_ARG_BUF(r->out),  LOOM_ARG_BUF(r->refc), LOOM_ARG_BUF(r->refu), LOOM_ARG_BUF(r->absc),
-                     LOOM_ARG_BUF(r->absu), LOOM_ARG_BUF(r->map),  LOOM_ARG_BUF(r->bad),  LOOM_ARG_BUF(r->worst)};
-    loom_arg f[3] = {LOOM_ARG_BUF(r->bad), LOOM_ARG_BUF(r->worst), LOOM_ARG_BUF(r->two)};
-    static const int one[3] = {1, 1, 1};
-    float two[2];
-    if (loom_launch(rt, r->k, r->grid, a, 8) || loom_launch(rt, r->fold, one, f, 3) ||
-        loom_buffer_download(r->two, two, sizeof two))
-        DIE("%s: the check: %s", what, loom_runtime_error(rt));
-    *bad = two[0];
-    *worst = two[1];
-}
-
-/* Check one run of work against r (when r->on) into verdict, then time it: the stages and
- * the framework are measured by this one function. */
-static double measure(loom_runtime *rt, loom_status (*work)(void *), void *ctx, const lce_ref *r, const char *what,
-                      char *verdict, size_t n)
+/* Check one run of work, which writes out, against r (when r->on) into verdict, then time
+ * it: the stages and the framework are measured by this one function. */
+static double measure(loom_runtime *rt, loom_status (*work)(void *), void *ctx, const lce_ref *r, loom_buffer *out,
+                      const char *what, char *verdict, size_t n)
 {
     verdict[0] = 0;
     if (r->on) {
-        if (loom_buffer_fill(r->out, 0xff) || work(ctx))
+        if (loom_buffer_fill(out, 0xff) || work(ctx))
             DIE("%s: %s", what, loom_runtime_error(rt));
         double bad, worst;
-        check_on_device(rt, r, what, &bad, &worst);
+        lce_ref_check(rt, r, out, r->s.B, r->s.U, what, &bad, &worst);
         bool ok = bad == 0;
         failures += !ok;
         snprintf(verdict, n, "%s: %.0f past their bound, worst |err|/bound %.3g", ok ? "ok" : "FAIL", bad, worst);
@@ -159,152 +127,6 @@ static double measure(loom_runtime *rt, loom_status (*work)(void *), void *ctx, 
     return ms;
 }
 
-/* ---------------------------------------------------------------- the framework baseline */
-
-/* PyTorch's two copies (index_select, cat) in CUDA C, at full bandwidth so that the
- * baseline is not slowed by them.  A thread moves 16 bytes (uint4) at a time; a block of
- * 256 threads moves 1024 consecutive units of one slab, each thread 4 of them 256 apart,
- * loads first so that four are in flight: each access of a warp covers 512 contiguous
- * bytes. */
-static const char fw_src[] =
-    "__device__ void copy_units(const uint4 *__restrict__ src, uint4 *__restrict__ dst, long long n)\n"
-    "{\n"
-    "    long long i = (long long)blockIdx.x * 1024 + threadIdx.x;\n"
-    "    uint4 r[4];\n"
-    "#pragma unroll\n"
-    "    for (int j = 0; j < 4; j++)\n"
-    "        if (i + 256 * j < n)\n"
-    "            r[j] = src[i + 256 * j];\n"
-    "#pragma unroll\n"
-    "    for (int j = 0; j < 4; j++)\n"
-    "        if (i + 256 * j < n)\n"
-    "            dst[i + 256 * j] = r[j];\n"
-    "}\n"
-    "/* Eg[b] = E_user[u(b)], slabs of n units; grid (cdiv(n, 1024), B), blocks of 256 */\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) ikfw_index_select(const uint4 *eu, const int *map,\n"
-    "        uint4 *eg, long long n)\n"
-    "{\n"
-    "    long long b = blockIdx.y;\n"
-    "    copy_units(eu + map[b] * n, eg + b * n, n);\n"
-    "}\n"
-    "/* E_cat[b] = [Eg[b] (nu units) at unit 0; E_cand[b] (nc units) at unit c0], ld units a\n"
-    " * candidate (the zero rows between are not touched); grid (cdiv(max(nu, nc), 1024), B, 2),\n"
-    " * z picks the input, as PyTorch's batched cat copies every input in one launch */\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) ikfw_cat(const uint4 *eg, const uint4 *ec,\n"
-    "        uint4 *ecat, long long nu, long long nc, long long c0, long long ld)\n"
-    "{\n"
-    "    long long b = blockIdx.y;\n"
-    "    if (blockIdx.z == 0)\n"
-    "        copy_units(eg + b * nu, ecat + b * ld, nu);\n"
-    "    else\n"
-    "        copy_units(ec + b * nc, ecat + b * ld + c0, nc);\n"
-    "}\n";
-
-/* Per process: the copies' module and cuBLAS (have_cublas 0: why says why not). */
-typedef struct framework {
-    rt_gpu_module *m;
-    cublas_dl cb;
-    int have_cublas;
-    char why[512];
-} framework;
-
-/* Per shape: the bench's inputs and output, the framework's own buffers, and the launch
- * sizes in 16-byte units (nu, nc: a candidate's Eg and E_cand; c0: where E_cand starts in
- * E_cat[b]; ld: E_cat[b]'s size). */
-typedef struct fw_ctx {
-    loom_runtime *rt;
-    framework *f;
-    const lce_shape *s;
-    loom_buffer *eu, *ec, *map, *out;
-    loom_buffer *wcat, *eg, *ecat;
-    int64_t kt;
-    long long nu, nc, c0, ld;
-} fw_ctx;
-
-static void fw_open(loom_runtime *rt, framework *f)
-{
-    char err[2048];
-    memset(f, 0, sizeof *f);
-    if (nvref_load(rt_runtime_gpu(rt), fw_src, "ikbo_framework.cu", &f->m, err, sizeof err) != LOOM_OK)
-        DIE("the framework's copy kernels: %s", err);
-    f->have_cublas = cublas_dl_open(&f->cb, f->why, sizeof f->why) == 0;
-}
-
-static void fw_close(loom_runtime *rt, framework *f)
-{
-    rt_gpu_module_unload(rt_runtime_gpu(rt), f->m);
-    if (f->have_cublas)
-        cublas_dl_close(&f->cb);
-}
-
-/* The framework's buffers for x's shape: W_cat [M, Kpu + Kpc] (uploaded), Eg, and E_cat
- * with its zero rows (written here once: the copies never touch them).  NULL, or why the
- * framework cannot run this shape. */
-static const char *fw_prepare(fw_ctx *x, const uint16_t *wu, const uint16_t *wc)
-{
-    const lce_shape *s = x->s;
-    if (!x->f->have_cublas)
-        return x->f->why;
-    if ((s->Ku * s->N) % 8 || (s->Kc * s->N) % 8)
-        return "Ku*N and Kc*N must be multiples of 8 (its copies move 16 bytes a thread)";
-    if (s->B > 65535)
-        return "B is over 65535 (its copies' grid has a row of blocks a candidate)";
-    int64_t kpu = tpl_pad8(s->Ku);
-    x->kt = kpu + tpl_pad8(s->Kc);
-    x->nu = s->Ku * s->N / 8;
-    x->nc = s->Kc * s->N / 8;
-    x->c0 = kpu * s->N / 8;
-    x->ld = x->kt * s->N / 8;
-    uint16_t *w = calloc((size_t)(s->M * x->kt), 2);
-    if (!w)
-        DIE("out of host memory");
-    for (int64_t m = 0; m < s->M; m++) {
-        memcpy(w + m * x->kt, wu + m * s->Ku, (size_t)s->Ku * 2);
-        memcpy(w + m * x->kt + kpu, wc + m * s->Kc, (size_t)s->Kc * 2);
-    }
-    x->wcat = loom_buffer_create(x->rt, (size_t)(s->M * x->kt) * 2);
-    x->eg = loom_buffer_create(x->rt, (size_t)(s->B * s->Ku * s->N) * 2);
-    x->ecat = loom_buffer_create(x->rt, (size_t)(s->B * x->kt * s->N) * 2);
-    bool ok = x->wcat && x->eg && x->ecat && loom_buffer_upload(x->wcat, w, loom_buffer_size(x->wcat)) == LOOM_OK &&
-              loom_buffer_fill(x->ecat, 0) == LOOM_OK;
-    free(w);
-    if (!ok)
-        DIE("the framework's buffers: %s", loom_runtime_error(x->rt));
-    return NULL;
-}
-
-static void fw_release(fw_ctx *x)
-{
-    loom_buffer_destroy(x->wcat);
-    loom_buffer_destroy(x->eg);
-    loom_buffer_destroy(x->ecat);
-}
-
-/* One run of the framework: index_select, cat, the GEMM (the default stream, in order). */
-static loom_status fw_once(void *c)
-{
-    fw_ctx *x = c;
-    const lce_shape *s = x->s;
-    rt_gpu *g = rt_runtime_gpu(x->rt);
-    uint64_t eu = rt_buffer_dptr(x->eu), ec = rt_buffer_dptr(x->ec), map = rt_buffer_dptr(x->map);
-    uint64_t eg = rt_buffer_dptr(x->eg), ecat = rt_buffer_dptr(x->ecat);
-    unsigned block[3] = {256, 1, 1};
-    unsigned gi[3] = {(unsigned)((x->nu + 1023) / 1024), (unsigned)s->B, 1};
-    unsigned gc[3] = {(unsigned)(((x->nu > x->nc ? x->nu : x->nc) + 1023) / 1024), (unsigned)s->B, 2};
-    void *pi[] = {&eu, &map, &eg, &x->nu};
-    void *pc[] = {&eg, &ec, &ecat, &x->nu, &x->nc, &x->c0, &x->ld};
-    char err[1024];
-    loom_status st = rt_gpu_module_launch(g, x->f->m, "ikfw_index_select", gi, block, 0, pi, err, sizeof err);
-    if (st == LOOM_OK)
-        st = rt_gpu_module_launch(g, x->f->m, "ikfw_cat", gc, block, 0, pc, err, sizeof err);
-    if (st == LOOM_OK)
-        st = cublas_dl_gemm(&x->f->cb, LOOM_F16, s->M, s->N, x->kt, s->B, rt_buffer_dptr(x->wcat), 1, ecat,
-                            rt_buffer_dptr(x->out), err, sizeof err);
-    if (st != LOOM_OK)
-        loom_runtime_set_error(x->rt, "the framework baseline: %s", err);
-    return st;
-}
-
 /* A --grid row: the framework against loom's pick (LOOM_IKBO_AUTO) at one shape. */
 typedef struct grid_row {
     lce_shape s;
@@ -312,11 +134,10 @@ typedef struct grid_row {
     int stage, ok;
 } grid_row;
 
-static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lce_shape *s, int shuffle, int do_check,
+static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_shape *s, int shuffle, int do_check,
                       const loom_ikbo_lce_config *fixed, grid_row *row)
 {
     int failed_before = failures;
-    rt_gpu *g = rt_runtime_gpu(rt);
     char err[1024];
     size_t e = 2;
     uint64_t seed = 1234 + (uint64_t)s->B * 7 + (uint64_t)s->U;
@@ -344,33 +165,9 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
         DIE("fill: %s", err);
 
     /* the reference halves, f32, kept on the device with what checks against them */
-    lce_ref r = {.on = do_check, .map = dmap, .out = out};
-    if (do_check) {
-        size_t nc = (size_t)(s->B * s->M * s->N), nu = (size_t)(s->U * s->M * s->N);
-        int64_t nparts = 0;
-        r.refc = loom_buffer_create(rt, nc * 4);
-        r.refu = loom_buffer_create(rt, nu * 4);
-        loom_buffer *ac = r.absc = loom_buffer_create(rt, nc * 4), *au = r.absu = loom_buffer_create(rt, nu * 4);
-        r.k = ik_check_kernel(s->B, s->U, s->M, s->N, s->Ku, s->Kc, &r.grid[0], &nparts);
-        r.grid[1] = (int)s->B;
-        r.grid[2] = 1;
-        if (!r.refc || !r.refu || !ac || !au || !r.k)
-            DIE("reference buffers: %s", r.k ? loom_runtime_error(rt) : "no check kernel for this shape");
-        r.fold = tune_reduce2_kernel(nparts, TUNE_RED_SUM, TUNE_RED_MAX);
-        r.bad = loom_buffer_create(rt, (size_t)nparts * 4);
-        r.worst = loom_buffer_create(rt, (size_t)nparts * 4);
-        r.two = loom_buffer_create(rt, 8);
-        if (!r.fold || !r.bad || !r.worst || !r.two)
-            DIE("check buffers: %s", r.fold ? loom_runtime_error(rt) : "no fold kernel for this shape");
-        nvref_gemm_shape cs = {s->M, s->N, s->Kc, s->B, 1, LOOM_F16}, us = {s->M, s->N, s->Ku, s->U, 1, LOOM_F16};
-        if (nvref_gemm_reference(ref, &cs, rt_buffer_dptr(dwc), rt_buffer_dptr(ec), rt_buffer_dptr(r.refc),
-                                 rt_buffer_dptr(ac), err, sizeof err) ||
-            nvref_gemm_reference(ref, &us, rt_buffer_dptr(dwu), rt_buffer_dptr(eu), rt_buffer_dptr(r.refu),
-                                 rt_buffer_dptr(au), err, sizeof err))
-            DIE("reference: %s", err);
-        if (rt_gpu_sync(g, err, sizeof err) != LOOM_OK)
-            DIE("reference: %s", err);
-    }
+    lce_ref r = {.on = false};
+    if (do_check)
+        lce_ref_open(rt, ref, s, dwu, dwc, eu, ec, dmap, &r);
 
     loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16};
     /* the tile config: given, or the tuner's for the persistent kernel */
@@ -394,14 +191,14 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
     char verdict[160];
     /* the framework first: every stage's row says its speed-up over it */
     double fw_ms = 0;
-    fw_ctx fx = {.rt = rt, .f = fw, .s = s, .eu = eu, .ec = ec, .map = dmap, .out = out};
-    const char *why = fw_prepare(&fx, wu, wc);
+    lce_fw_ctx fx = {.rt = rt, .f = fw, .s = s, .eu = eu, .ec = ec, .map = dmap, .out = out};
+    const char *why = lce_fw_prepare(&fx, wu, wc);
     if (why) {
         printf("  framework  skipped: %s\n", why);
     } else {
-        fw_ms = measure(rt, fw_once, &fx, &r, "framework", verdict, sizeof verdict);
+        fw_ms = measure(rt, lce_fw_once, &fx, &r, out, "framework", verdict, sizeof verdict);
         printf("  framework %-13s %8.3f ms %7.1f TF/s  %s\n", "copies+cuBLAS", fw_ms, gflop / fw_ms, verdict);
-        fw_release(&fx); /* before the stages allocate their own */
+        lce_fw_release(&fx); /* before the stages allocate their own */
     }
     fflush(stdout);
     for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT && !row; st++) {
@@ -415,7 +212,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
         run_ctx x = {p, eu, ec, dmap, out};
         char what[16], vs_fw[40] = "";
         snprintf(what, sizeof what, "stage %d", st);
-        ms[st] = measure(rt, run_once, &x, &r, what, verdict, sizeof verdict);
+        ms[st] = measure(rt, run_once, &x, &r, out, what, verdict, sizeof verdict);
         if (fw_ms > 0)
             snprintf(vs_fw, sizeof vs_fw, "  x%.2f vs framework", fw_ms / ms[st]);
         printf("  stage %d %-15s %8.3f ms %7.1f TF/s  x%.2f vs materialized%s  %s\n", st,
@@ -441,7 +238,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
         int st = loom_ikbo_lce_stage_of(p);
         run_ctx x = {p, eu, ec, dmap, out};
         char vs_fw[40] = "", vs_best[64] = "";
-        double am = measure(rt, run_once, &x, &r, "auto", verdict, sizeof verdict);
+        double am = measure(rt, run_once, &x, &r, out, "auto", verdict, sizeof verdict);
         if (fw_ms > 0)
             snprintf(vs_fw, sizeof vs_fw, "  x%.2f vs framework", fw_ms / am);
         if (fastest >= 0)
@@ -463,9 +260,8 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, framework *fw, const lc
     free(wu);
     free(wc);
     free(map);
-    loom_kernel_destroy(r.k);
-    loom_kernel_destroy(r.fold);
-    loom_buffer *bs[] = {dwu, dwc, eu, ec, dmap, out, r.refc, r.refu, r.absc, r.absu, r.bad, r.worst, r.two};
+    lce_ref_close(&r);
+    loom_buffer *bs[] = {dwu, dwc, eu, ec, dmap, out};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
         loom_buffer_destroy(bs[i]);
 }
@@ -586,7 +382,7 @@ static int interpreter_run(const char *ptx_dir)
 /* --grid: issue 21's shapes, one factor at a time from the headline (B, the ratio B/U, M,
  * N, Ku/Kc over the issue's values) and the corners where all are small or skinny; per
  * shape the framework and loom's pick (auto), then one table. */
-static void run_grid(loom_runtime *rt, nvref_gemm *ref, framework *fw, const loom_ikbo_lce_config *fc)
+static void run_grid(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const loom_ikbo_lce_config *fc)
 {
     static const lce_shape shapes[] = {
         {1024, 15, 433, 256, 1184, 1023}, /* the base: the headline with the grid's K */
@@ -625,6 +421,7 @@ static void run_grid(loom_runtime *rt, nvref_gemm *ref, framework *fw, const loo
 
 int main(int argc, char **argv)
 {
+    lce_prog = "bench_ikbo_lce";
     lce_shape head = {1024, 15, 433, 256, 1178, 866};
     int sweep = 0, grid = 0, have_cfg = 0;
     loom_ikbo_lce_config cfg = {0};
@@ -680,8 +477,8 @@ int main(int argc, char **argv)
     if (nvref_gemm_open(rt_runtime_gpu(rt), &ref, err, sizeof err) != LOOM_OK)
         DIE("NVRTC reference: %s", err);
     printf("IKBO LCE on %s (f16; TF/s counts the decomposed FLOPs)\n", loom_runtime_device_name(rt));
-    framework fw;
-    fw_open(rt, &fw);
+    lce_fw fw;
+    lce_fw_open(rt, &fw);
     if (fw.have_cublas)
         printf("framework: index_select and cat copies (NVRTC), cuBLAS %d (%s) strided batched GEMM\n",
                fw.cb.version, fw.cb.path);
@@ -712,7 +509,7 @@ int main(int argc, char **argv)
             one_shape(rt, ref, &fw, &s, 0, 1, fc, NULL);
         }
     }
-    fw_close(rt, &fw);
+    lce_fw_close(rt, &fw);
     nvref_gemm_close(ref);
     loom_runtime_destroy(rt);
     if (failures)
