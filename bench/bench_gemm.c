@@ -30,7 +30,8 @@
  * loom's kernel comes from the registry: loom_template_find("gemm") with the shape keys
  * M, N, K, batch, dtype, odtype, ashared and the template's default config (or
  * --config k=v,...; --config may be given up to 8 times: every config is checked and
- * timed in the same rounds, one row each).  Until the template exists this prints
+ * timed in the same rounds, one row each); its kernel takes the run-time dims M and batch
+ * (at the case's values, which are its maxima) before A, B and C.  Until the template exists this prints
  * "loom gemm: not built yet" and still measures and checks cuBLAS.
  *
  * Odd shapes (--odd, or --shape with K or N not a multiple of 8): TMA cannot address rows
@@ -59,6 +60,7 @@
 #include "nvrtc_ref.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,11 +112,14 @@ static loom_status run_loom(bench_ctx *x, int i, char *err, size_t errlen)
             snprintf(err, errlen, "loom: %s", loom_runtime_error(x->rt));
         return st;
     }
-    rt_launch_arg la[3];
+    /* the kernel's run-time dims M and batch (at the case's, its maxima), then A, B, C */
+    rt_launch_arg la[5];
     memset(la, 0, sizeof la);
-    la[0].dptr = x->A;
-    la[1].dptr = x->B;
-    la[2].dptr = x->Cl;
+    la[0].s.i32 = (int32_t)x->c->M;
+    la[1].s.i32 = (int32_t)x->c->batch;
+    la[2].dptr = x->A;
+    la[3].dptr = x->B;
+    la[4].dptr = x->Cl;
     return rt_gpu_launch(x->g, x->k[i], x->grid[i], la, err, errlen);
 }
 
@@ -207,13 +212,17 @@ static loom_kernel *build_gemm(const loom_template *t, const gemm_case *c, loom_
         loom_kernel_destroy(k);
         return NULL;
     }
-    static const char *names[3] = {"A", "B", "C"};
-    for (int i = 0; i < 3; i++) {
+    static const char *names[5] = {"M", "batch", "A", "B", "C"};
+    for (int i = 0; i < 5; i++) {
         loom_arg_info ai;
-        if (loom_kernel_num_args(k) != 3 || !loom_kernel_arg_info(k, i, &ai) || !ai.is_tensor ||
-            ai.min_bytes > need[i]) {
-            snprintf(why, whylen, "loom: the kernel's arguments are not A, B, C of this shape (argument %d%s%s)",
-                     i, loom_kernel_num_args(k) == 3 ? " " : "", loom_kernel_num_args(k) == 3 ? names[i] : "");
+        bool ok = loom_kernel_num_args(k) == 5 && loom_kernel_arg_info(k, i, &ai) && !strcmp(ai.name, names[i]);
+        if (ok && i < 2) /* the run-time dims: their maxima are the case's */
+            ok = ai.is_dim && ai.dim_max == (i ? c->batch : c->M);
+        else if (ok)
+            ok = ai.is_tensor && ai.min_bytes <= need[i - 2];
+        if (!ok) {
+            snprintf(why, whylen, "loom: the kernel's arguments are not M, batch, A, B, C of this shape (argument %d %s)",
+                     i, names[i]);
             loom_kernel_destroy(k);
             return NULL;
         }

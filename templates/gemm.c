@@ -44,6 +44,25 @@
  * contiguous operands into such padded ones), and C's rows too where the TMA store
  * writes them (tmastore=1; tmastore=0 stores from the registers at any N).  A batch runs
  * as more tiles; A may be shared by the whole batch (ashared=1, the IKBO weights case).
+ *
+ * M and batch are run-time dims: the kernel's first two arguments, i32 values given at each
+ * launch (1 up to the built shape's M and batch), so one compiled kernel serves every
+ * request up to them; N, K, lda and ldb are static.  The arguments are, in order:
+ *
+ *   M, batch   the launch's rows of A and C and products (loom_arg_dim)
+ *   A          [M, K] (batch 1, or ashared=1) or [batch, M, K], rows lda apart
+ *   B          [K, N] (batch 1) or [batch, K, N], rows ldb apart
+ *   C          [M, N] or [batch, M, N]
+ *
+ * The strides stay those of the built shape: in a batch, product b of A (ashared=0) and
+ * of C starts at row b * M_max (the built M), and a launch at a smaller M uses the first
+ * M rows of each.  From M and batch each task derives, once at its top, the units of a
+ * product and of the launch (the scheduler's count: loom_sched_set_count, its loops built
+ * for the units of the built shape); a unit's coordinates come from them once a unit, and
+ * the mainloop is the one of a static M.  The grid follows the launch by
+ * gemm_grid_rule: without a batch, the units at M (capped at ctas); with a batch, the
+ * units at the launch's batch and the built M, so a launch at a smaller M may start
+ * programs that find no unit (they return at once).
  */
 #include "tpl.h"
 #include "loom_pipe.h"
@@ -52,6 +71,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED, S_LDA, S_LDB };
 enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE, C_CLUSTER, C_SHARE };
@@ -77,15 +97,22 @@ static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
                    (int)cf[C_TMASTORE], (int)cf[C_CLUSTER], (int)cf[C_SHARE]};
 }
 
-/* The units the programs (or, with clusters, the clusters) step through: tiles, or pairs
- * of tiles a cluster's CTAs take one each: vertically adjacent ones (sharing B), or with
- * share=1 the same tile of two consecutive products (sharing the batch's one A). */
-static int64_t units(const g_cfg *c)
-{
-    if (c->share_a)
-        return TPL_CDIV(c->M, c->bm) * TPL_CDIV(c->N, c->bn) * TPL_CDIV(c->batch, c->cluster);
-    return TPL_CDIV(c->M, (int64_t)c->bm * c->cluster) * TPL_CDIV(c->N, c->bn) * c->batch;
-}
+/* The rows of a unit: a tile's, or with clusters sharing B the cluster's tiles stacked
+ * along M. */
+static int64_t unit_rows(const g_cfg *c) { return (int64_t)c->bm * (c->share_a ? 1 : c->cluster); }
+
+/* The units of a product (unit rows of M by tile columns of N). */
+static int64_t units_per_product(const g_cfg *c) { return TPL_CDIV(c->M, unit_rows(c)) * TPL_CDIV(c->N, c->bn); }
+
+/* The products a unit row takes: one, or with share=1 a pair (rounded up). */
+static int64_t product_units(const g_cfg *c) { return c->share_a ? TPL_CDIV(c->batch, c->cluster) : c->batch; }
+
+/* The units the programs (or, with clusters, the clusters) step through at the built
+ * shape (M and batch at their maxima): tiles, or pairs of tiles a cluster's CTAs take one
+ * each: vertically adjacent ones (sharing B), or with share=1 the same tile of two
+ * consecutive products (sharing the batch's one A).  A launch takes the units at its own
+ * M and batch (the count gemm_build gives the schedule). */
+static int64_t units(const g_cfg *c) { return units_per_product(c) * product_units(c); }
 
 #define CI(v) loom_const_i(k, LOOM_I32, (v))
 
@@ -95,6 +122,11 @@ enum { TILE_A, TILE_B };
 /* What the tasks work with. */
 typedef struct gk {
     const g_cfg *c;
+    loom_val M, batch;   /* the launch's dims (the kernel's first arguments) */
+    /* each task's (launch_units): the launch's unit rows of a product, units of a product
+     * (tm x the tile columns), and the rows of the last group of unit rows (1 .. group)
+     * with its reciprocal (TAIL_SHIFT fixed point; LOOM_NONE where it is not used) */
+    loom_val tm, tiles, tail, tail_inv;
     loom_val A, B;
     loom_ring ring;
     loom_sched sched;
@@ -102,20 +134,140 @@ typedef struct gk {
     bool batched;
 } gk;
 
-/* The tile of unit t for this program: batch b, first row m0, first column n0 (grouped
- * order).  With clusters a unit is `cluster` tiles stacked along M, and rank r of the
- * cluster takes the r-th: the cluster's CTAs share the B tile. */
-static void tile_coords(loom_kernel *k, const g_cfg *c, loom_val t, loom_val *b, loom_val *m0, loom_val *n0)
+/* A quotient by the run-time tail of the grouped order without a division a unit:
+ * q = (n * inv) >> TAIL_SHIFT with inv = 2^TAIL_SHIFT / d + 1 is n / d exactly while
+ * n * d < 2^TAIL_SHIFT (inv * d = 2^TAIL_SHIFT + e, 0 < e <= d, so the error n e / 2^TAIL_SHIFT
+ * stays below 1 / d of a step), and n * inv stays below 2^31.  Here n < group * tile
+ * columns and d <= group; tail_exact says whether the built shape keeps both bounds (else
+ * a division it is). */
+enum { TAIL_SHIFT = 16 };
+
+static bool tail_exact(const g_cfg *c)
 {
-    int64_t um = (int64_t)c->bm * (c->share_a ? 1 : c->cluster); /* the unit's rows */
+    int64_t per_group = (int64_t)c->group * TPL_CDIV(c->N, c->bn);
+    return per_group * c->group < (INT64_C(1) << TAIL_SHIFT) && per_group * ((INT64_C(1) << TAIL_SHIFT) + 1) < INT32_MAX;
+}
+
+/* The grouped (L2-friendly) order of loom_sched_grouped within a product whose unit rows
+ * (g->tm) are known at run time: unit r of the product is unit row *tr and tile column
+ * *tc, `group` unit rows at a time.  A group has `group` rows but the last (g->tail); the
+ * quotients are by the constant group or, in the last group, by the tail's reciprocal: no
+ * division by a run-time value a unit.  With one tile column the row is r itself. */
+static void grouped(loom_kernel *k, const gk *g, loom_val r, loom_val *tr, loom_val *tc)
+{
+    const g_cfg *c = g->c;
+    int64_t tn = TPL_CDIV(c->N, c->bn), per_group = (int64_t)c->group * tn;
+    if (tn == 1) { /* r = first + in with in < the group's rows: row r, column 0 */
+        *tr = r;
+        *tc = CI(0);
+        return;
+    }
+    loom_val first = loom_mul(k, loom_div(k, r, CI(per_group)), CI(c->group));
+    loom_val in = loom_rem(k, r, CI(per_group));
+    loom_val full = loom_cmp(k, LOOM_LE, loom_add(k, first, CI(c->group)), g->tm);
+    loom_val qt = g->tail_inv ? loom_div(k, loom_mul(k, in, g->tail_inv), CI(INT64_C(1) << TAIL_SHIFT))
+                              : loom_div(k, in, g->tail);
+    loom_val q = loom_select(k, full, loom_div(k, in, CI(c->group)), qt);
+    loom_val gsize = loom_select(k, full, CI(c->group), g->tail);
+    *tr = loom_add(k, first, loom_sub(k, in, loom_mul(k, q, gsize)));
+    *tc = q;
+}
+
+/* The tile of the program's unit r of product b: first row m0, first column n0 (grouped
+ * order), and the product (*b).  With clusters a unit is `cluster` tiles stacked along M,
+ * and rank r of the cluster takes the r-th: the cluster's CTAs share the B tile; with
+ * share=1 the same tile of products 2b and 2b + 1. */
+static void tile_coords(loom_kernel *k, const gk *g, loom_val r, loom_val *b, loom_val *m0, loom_val *n0)
+{
+    const g_cfg *c = g->c;
+    int64_t um = unit_rows(c);
     loom_val tr, tc;
-    loom_sched_grouped(k, t, TPL_CDIV(c->M, um), TPL_CDIV(c->N, c->bn), c->group, b, &tr, &tc);
+    grouped(k, g, r, &tr, &tc);
     *m0 = loom_mul(k, tr, CI(um));
     *n0 = loom_mul(k, tc, CI(c->bn));
     if (c->cluster > 1 && c->share_a) /* rank r: product 2b + r (past the batch: TMA reads zeros, stores nothing) */
         *b = loom_add(k, loom_mul(k, *b, CI(c->cluster)), loom_cluster_rank(k));
     else if (c->cluster > 1)
         *m0 = loom_add(k, *m0, loom_mul(k, loom_cluster_rank(k), CI(c->bm)));
+}
+
+/* At the top of a task (divisions are task work): a copy of g with the launch's units,
+ * from its M and batch: unit rows at M (rounded up) by the tile columns, by the products
+ * (share=1: pairs of them), and the schedule's count set to them (its loops are built for
+ * the units at the built shape); the grouped order's last group and its reciprocal. */
+static gk launch_units(loom_kernel *k, const gk *g0)
+{
+    gk g = *g0;
+    const g_cfg *c = g.c;
+    int64_t tn = TPL_CDIV(c->N, c->bn);
+    g.tm = loom_div(k, loom_add(k, g.M, CI(unit_rows(c) - 1)), CI(unit_rows(c)));
+    g.tiles = loom_mul(k, g.tm, CI(tn));
+    loom_val count = g.tiles;
+    if (g.batched)
+        count = loom_mul(k, count,
+                         c->share_a ? loom_div(k, loom_add(k, g.batch, CI(c->cluster - 1)), CI(c->cluster)) : g.batch);
+    loom_sched_set_count(&g.sched, count);
+    g.tail = g.tail_inv = LOOM_NONE;
+    if (tn > 1) {
+        g.tail = loom_add(k, loom_rem(k, loom_sub(k, g.tm, CI(1)), CI(c->group)), CI(1));
+        if (tail_exact(c))
+            g.tail_inv = loom_add(k, loom_div(k, CI(INT64_C(1) << TAIL_SHIFT), g.tail), CI(1));
+    }
+    return g;
+}
+
+/* A task's loop over its units (the schedule's loop; replica: ping-pong's, or LOOM_NONE),
+ * carrying the ring's use count and, in a batch, the unit's product and its unit within
+ * the product: those start from the task's first unit and move by its stride without a
+ * division a unit (the stride's products and remainder are divided out once). */
+typedef struct unit_loop {
+    loom_region_op loop;
+    loom_val it;     /* the ring's uses before this unit */
+    loom_val b, r;   /* the unit's product and its unit within the product */
+    loom_val db, dr; /* the stride's whole products and remainder */
+} unit_loop;
+
+static unit_loop units_begin(loom_kernel *k, const gk *g, loom_val replica, loom_val it0)
+{
+    unit_loop u = {0};
+    if (!g->batched) {
+        u.loop = loom_sched_for(k, &g->sched, replica, 1, &it0);
+        u.it = loom_for_arg(k, u.loop, 0);
+        u.b = CI(0);
+        u.r = loom_for_iv(k, u.loop);
+        return u;
+    }
+    /* the loop's first unit and stride, as loom_sched_for takes them (ping-pong: replica
+     * r from the program's r-th unit, every other one) */
+    loom_val first, step;
+    loom_sched_range(k, &g->sched, &first, &step);
+    if (replica) {
+        first = loom_add(k, first, loom_mul(k, replica, step));
+        step = loom_mul(k, step, CI(2));
+    }
+    loom_val b0 = loom_div(k, first, g->tiles);
+    u.db = loom_div(k, step, g->tiles);
+    u.dr = loom_sub(k, step, loom_mul(k, u.db, g->tiles));
+    loom_val init[3] = {it0, b0, loom_sub(k, first, loom_mul(k, b0, g->tiles))};
+    u.loop = loom_sched_for(k, &g->sched, replica, 3, init);
+    u.it = loom_for_arg(k, u.loop, 0);
+    u.b = loom_for_arg(k, u.loop, 1);
+    u.r = loom_for_arg(k, u.loop, 2);
+    return u;
+}
+
+/* The loop's end: the ring's uses after the unit, and the next unit's product and unit. */
+static void units_end(loom_kernel *k, const gk *g, const unit_loop *u, loom_val next_it)
+{
+    if (!g->batched) {
+        loom_for_end(k, u->loop, 1, &next_it);
+        return;
+    }
+    loom_val r = loom_add(k, u->r, u->dr), b = loom_add(k, u->b, u->db); /* r < 2 tiles */
+    loom_val wrap = loom_cmp(k, LOOM_GE, r, g->tiles);
+    loom_val y[3] = {next_it, loom_select(k, wrap, loom_add(k, b, CI(1)), b),
+                     loom_select(k, wrap, loom_sub(k, r, g->tiles), r)};
+    loom_for_end(k, u->loop, 3, y);
 }
 
 /* Offsets (x, y) into a 2-D tensor, or (b, x, y) into a batched one, written into o. */
@@ -137,10 +289,12 @@ static void producer(loom_kernel *k, const gk *g)
     loom_val zero = CI(0), one = CI(1);
     loom_region_op pt = loom_producer_begin(k);
     {
-        loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
-        loom_val b, m0, n0, o[3];
-        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        gk gl = launch_units(k, g);
+        g = &gl;
+        unit_loop u = units_begin(k, g, LOOM_NONE, zero);
+        loom_val b = u.b, m0, n0, o[3];
+        tile_coords(k, g, u.r, &b, &m0, &n0);
+        loom_val it0 = u.it;
         loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 0, NULL);
         {
             loom_val kk = loom_for_iv(k, kl);
@@ -159,7 +313,7 @@ static void producer(loom_kernel *k, const gk *g)
         }
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, CI(nk));
-        loom_for_end(k, tl, 1, &next);
+        units_end(k, g, &u, next);
     }
     loom_task_end(k, pt);
 }
@@ -204,6 +358,20 @@ static loom_val finish(loom_kernel *k, const gk *g, loom_val acc, loom_val it0)
     return loom_cast(k, loom_wgmma_result(k, w, 0), c->odt);
 }
 
+/* The epilogue's store of a tile at (b, m0, n0) through staging slot `slot`.  With share=1
+ * the pair's second product is past an odd batch at its last unit: a TMA store writes
+ * nothing there, and a store from the registers is skipped (its leading offset must index
+ * C: the interpreter reports it, the GPU's check masks it), one compare a tile. */
+static void store_tile(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val out, loom_val slot)
+{
+    loom_val o[3];
+    bool guard = g->c->share_a && !g->c->tmastore;
+    loom_region_op in = guard ? loom_if_begin(k, loom_cmp(k, LOOM_LT, b, g->batch), 0) : 0;
+    loom_epilogue_store(k, &g->epi, offs_of(g->batched, b, m0, n0, o), out, slot);
+    if (guard)
+        loom_if_end(k, in, 0, NULL);
+}
+
 /* Cooperative: one consumer task (its warp groups split every tile by rows). */
 static void consumers_cooperative(loom_kernel *k, const gk *g)
 {
@@ -211,14 +379,16 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
     loom_val zero = CI(0);
     loom_region_op ct = loom_consumers_begin(k, c->cwarps, 1);
     {
-        loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
-        loom_val b, m0, n0, o[3];
-        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        gk gl = launch_units(k, g);
+        g = &gl;
+        unit_loop u = units_begin(k, g, LOOM_NONE, zero);
+        loom_val b = u.b, m0, n0;
+        tile_coords(k, g, u.r, &b, &m0, &n0);
+        loom_val it0 = u.it;
         loom_val out = finish(k, g, mainloop(k, g, it0, c->bm, LOOM_NONE), it0);
-        loom_epilogue_store(k, &g->epi, offs_of(g->batched, b, m0, n0, o), out, LOOM_NONE);
+        store_tile(k, g, b, m0, n0, out, LOOM_NONE);
         loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
-        loom_for_end(k, tl, 1, &next);
+        units_end(k, g, &u, next);
         loom_epilogue_finish(k, &g->epi);
     }
     loom_task_end(k, ct);
@@ -234,20 +404,22 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
     int64_t nk = TPL_CDIV(c->K, c->bk);
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
+        gk gl = launch_units(k, g);
+        g = &gl;
         loom_val rep = loom_pingpong_start(k, pp);
         loom_val it_first = loom_mul(k, rep, CI(nk));
-        loom_region_op tl = loom_sched_for(k, &g->sched, rep, 1, &it_first);
-        loom_val b, m0, n0, o[3];
-        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        unit_loop u = units_begin(k, g, rep, it_first);
+        loom_val b = u.b, m0, n0;
+        tile_coords(k, g, u.r, &b, &m0, &n0);
+        loom_val it0 = u.it;
         loom_pingpong_mma_begin(k, pp);
         loom_val acc = mainloop(k, g, it0, c->bm, rep);
         loom_pingpong_mma_end(k, pp);
         loom_val out = finish(k, g, acc, it0);
-        loom_epilogue_store(k, &g->epi, offs_of(g->batched, b, m0, n0, o), out, rep);
+        store_tile(k, g, b, m0, n0, out, rep);
         loom_pingpong_tile_end(k, pp);
         loom_val next = loom_add(k, it0, CI(2 * nk)); /* and the other replica's tile */
-        loom_for_end(k, tl, 1, &next);
+        units_end(k, g, &u, next);
         loom_pingpong_finish(k, pp, loom_sched_odd(k, &g->sched));
         loom_epilogue_finish(k, &g->epi);
     }
@@ -269,17 +441,19 @@ static void consumers_split(loom_kernel *k, const gk *g)
     loom_val zero = CI(0);
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
+        gk gl = launch_units(k, g);
+        g = &gl;
         loom_val rep = loom_task_replica(k);
-        loom_region_op tl = loom_sched_for(k, &g->sched, LOOM_NONE, 1, &zero);
-        loom_val b, m0, n0, o[3];
-        tile_coords(k, c, loom_for_iv(k, tl), &b, &m0, &n0);
-        loom_val it0 = loom_for_arg(k, tl, 0);
+        unit_loop u = units_begin(k, g, LOOM_NONE, zero);
+        loom_val b = u.b, m0, n0, o[3];
+        tile_coords(k, g, u.r, &b, &m0, &n0);
+        loom_val it0 = u.it;
         loom_val out = finish(k, g, mainloop(k, g, it0, half, rep), it0);
         loom_val m = loom_add(k, m0, loom_mul(k, rep, CI(half)));
         loom_val j = c->tmastore ? loom_div(k, it0, CI(nk)) : LOOM_NONE; /* the replica's tile count */
         loom_epilogue_store_turn(k, &g->epi, offs_of(g->batched, b, m, n0, o), out, rep, j);
         loom_val next = loom_add(k, it0, CI(nk));
-        loom_for_end(k, tl, 1, &next);
+        units_end(k, g, &u, next);
     }
     loom_task_end(k, ct);
 }
@@ -291,15 +465,20 @@ static loom_kernel *gemm_build(const g_cfg *c)
         loom_kernel_set_cluster(k, c->cluster);
     loom_pipe p = loom_pipe_create(k);
     gk g = {.c = c, .batched = c->batch > 1};
+    /* the launch's rows and products: run-time dims up to the built shape's */
+    g.M = loom_arg_dim(k, "M", c->M, 1);
+    g.batch = loom_arg_dim(k, "batch", c->batch, 1);
+    int64_t M = LOOM_DIM(g.M), nb = LOOM_DIM(g.batch);
     bool bat_a = g.batched && !c->ashared;
-    loom_shape ash = bat_a ? LOOM_SHAPE3(c->batch, c->M, c->K) : LOOM_SHAPE2(c->M, c->K);
-    loom_shape bsh = g.batched ? LOOM_SHAPE3(c->batch, c->K, c->N) : LOOM_SHAPE2(c->K, c->N);
-    loom_shape csh = g.batched ? LOOM_SHAPE3(c->batch, c->M, c->N) : LOOM_SHAPE2(c->M, c->N);
-    /* A and B row-major with rows lda and ldb apart (TMA reads zeros past K and N) */
-    int64_t ast[3] = {c->M * c->lda, c->lda, 1}, bst[3] = {c->K * c->ldb, c->ldb, 1};
+    loom_shape ash = bat_a ? LOOM_SHAPE3(nb, M, c->K) : LOOM_SHAPE2(M, c->K);
+    loom_shape bsh = g.batched ? LOOM_SHAPE3(nb, c->K, c->N) : LOOM_SHAPE2(c->K, c->N);
+    loom_shape csh = g.batched ? LOOM_SHAPE3(nb, M, c->N) : LOOM_SHAPE2(M, c->N);
+    /* A and B row-major with rows lda and ldb apart (TMA reads zeros past K and N, and
+     * past the launch's M and batch); the products of A and C M_max rows apart */
+    int64_t ast[3] = {c->M * c->lda, c->lda, 1}, bst[3] = {c->K * c->ldb, c->ldb, 1}, cst[3] = {c->M * c->N, c->N, 1};
     g.A = loom_arg_tensor_strided(k, "A", c->dt, ash, bat_a ? ast : ast + 1, LOOM_IN);
     g.B = loom_arg_tensor_strided(k, "B", c->dt, bsh, g.batched ? bst : bst + 1, LOOM_IN);
-    loom_val C = loom_arg_tensor(k, "C", c->odt, csh, LOOM_OUT);
+    loom_val C = loom_arg_tensor_strided(k, "C", c->odt, csh, g.batched ? cst : cst + 1, LOOM_OUT);
 
     bool split = c->consumers == SPLIT;
     int arows = split ? c->bm / 2 : c->bm; /* split: A slots hold half a tile's rows */
@@ -308,7 +487,7 @@ static loom_kernel *gemm_build(const g_cfg *c)
     loom_ring_tile tiles[2] = {{c->dt, LOOM_SHAPE2(arows, c->bk), split ? 2 : 1, aswz},
                                {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
     g.ring = loom_ring_create(k, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
-    g.sched = loom_sched_static(k, units(c), c->ctas != 0);
+    g.sched = loom_sched_static(k, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
     loom_epilogue_kind ek = !c->tmastore                ? LOOM_EPI_REGISTERS
                             : split                     ? LOOM_EPI_HANDOVER
@@ -336,6 +515,8 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "odtype must be f16, bf16 or f32";
     if (c->M < 1 || c->N < 1 || c->K < 1 || c->batch < 1)
         return "M, N, K and batch must be positive";
+    if (c->M > INT32_MAX || c->batch > INT32_MAX)
+        return "M and batch must be below 2^31 (the kernel takes them as i32 arguments at each launch)";
     if (c->lda < c->K || c->ldb < c->N)
         return "lda must be at least K and ldb at least N (the rows of A and B)";
     if (c->lda % 8 || c->ldb % 8)
@@ -418,23 +599,56 @@ static double cost(const int64_t *sh, const int64_t *cf)
     return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
-static void grid(const int64_t *sh, const int64_t *cf, int g[3])
+/* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at
+ * most ctas (grid[0] = mult * cdiv(c + per[M] M + per[batch] batch, div), capped).  The
+ * units are a product of M's unit rows and the products, which a rule linear in the shape
+ * cannot follow in both: without a batch (the built batch 1) it follows M exactly; with
+ * one it follows batch and takes M at the built shape's (exact there, and an upper
+ * bound below it: the extra programs find no unit).  Persistent programs stride over
+ * whatever units there are, so the grid is right either way. */
+static void gemm_grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule *r)
 {
     g_cfg c = cfg_of(sh, cf);
-    int64_t u = units(&c), cl = c.ctas / c.cluster; /* clusters */
-    g[0] = (int)((c.ctas && cl < u ? cl : u) * c.cluster);
-    g[1] = g[2] = 1;
+    memset(r, 0, sizeof *r);
+    for (int d = 0; d < 3; d++)
+        r->div[d] = r->mult[d] = 1;
+    r->c[1] = r->c[2] = 1;
+    int64_t tn = TPL_CDIV(c.N, c.bn);
+    if (c.batch <= 1) { /* cluster * tn * cdiv(M, unit rows) */
+        r->per[0][S_M] = 1;
+        r->div[0] = unit_rows(&c);
+        r->mult[0] = tn * c.cluster;
+    } else if (c.share_a) { /* cluster * units a product * cdiv(batch, cluster) */
+        r->per[0][S_BATCH] = 1;
+        r->div[0] = c.cluster;
+        r->mult[0] = units_per_product(&c) * c.cluster;
+    } else { /* cluster * units a product * batch */
+        r->per[0][S_BATCH] = units_per_product(&c) * c.cluster;
+    }
+    r->cap[0] = c.ctas; /* 0: a program a unit */
 }
 
-/* The inputs fill every element their buffers hold (the padding of rows too: the kernel
- * must never read it). */
+static void grid(const int64_t *sh, const int64_t *cf, int g[3])
+{
+    loom_grid_rule r;
+    gemm_grid_rule(sh, cf, &r);
+    loom_grid_rule_eval(&r, sh, g);
+}
+
+/* The kernel's arguments. */
+enum { ARG_M, ARG_BATCH, ARG_A, ARG_B, ARG_C };
+
+/* The dims at the shape's values; the inputs fill every element their buffers hold (the
+ * padding of rows too: the kernel must never read it). */
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_BATCH];
     int64_t na = nb > 1 && !sh[S_ASHARED] ? nb : 1;
     int64_t lda = row_stride(sh[S_LDA], K), ldb = row_stride(sh[S_LDB], N);
-    tpl_fill(host[0], (loom_dtype)sh[S_DTYPE], (na - 1) * M * lda + (M - 1) * lda + K, -1, 1, &seed);
-    tpl_fill(host[1], (loom_dtype)sh[S_DTYPE], (nb - 1) * K * ldb + (K - 1) * ldb + N, -1, 1, &seed);
+    *(int32_t *)host[ARG_M] = (int32_t)M;
+    *(int32_t *)host[ARG_BATCH] = (int32_t)nb;
+    tpl_fill(host[ARG_A], (loom_dtype)sh[S_DTYPE], (na - 1) * M * lda + (M - 1) * lda + K, -1, 1, &seed);
+    tpl_fill(host[ARG_B], (loom_dtype)sh[S_DTYPE], (nb - 1) * K * ldb + (K - 1) * ldb + N, -1, 1, &seed);
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
@@ -451,12 +665,12 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
             for (int64_t j = 0; j < N; j++)
                 row[j] = 0;
             for (int64_t q = 0; q < K; q++) {
-                double a = tpl_get(host[0], dt, (ash ? 0 : b * M * lda) + m * lda + q);
+                double a = tpl_get(host[ARG_A], dt, (ash ? 0 : b * M * lda) + m * lda + q);
                 for (int64_t j = 0; j < N; j++)
-                    row[j] += a * tpl_get(host[1], dt, b * K * ldb + q * ldb + j);
+                    row[j] += a * tpl_get(host[ARG_B], dt, b * K * ldb + q * ldb + j);
             }
             for (int64_t j = 0; j < N; j++)
-                tpl_set(ref[2], odt, b * M * N + m * N + j, row[j]);
+                tpl_set(ref[ARG_C], odt, b * M * N + m * N + j, row[j]);
         }
     free(row);
 }
@@ -470,20 +684,20 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
     loom_dtype dt = (loom_dtype)sh[S_DTYPE], odt = (loom_dtype)sh[S_ODTYPE];
     bool ash = nb == 1 || sh[S_ASHARED];
     double *mag = malloc((size_t)N * sizeof *mag);
-    if (!mag || !bnd[2])
+    if (!mag || !bnd[ARG_C])
         goto done;
     for (int64_t b = 0; b < nb; b++)
         for (int64_t m = 0; m < M; m++) {
             for (int64_t j = 0; j < N; j++)
                 mag[j] = 0;
             for (int64_t q = 0; q < K; q++) {
-                double a = fabs(tpl_get(host[0], dt, (ash ? 0 : b * M * lda) + m * lda + q));
+                double a = fabs(tpl_get(host[ARG_A], dt, (ash ? 0 : b * M * lda) + m * lda + q));
                 for (int64_t j = 0; j < N; j++)
-                    mag[j] += a * fabs(tpl_get(host[1], dt, b * K * ldb + q * ldb + j));
+                    mag[j] += a * fabs(tpl_get(host[ARG_B], dt, b * K * ldb + q * ldb + j));
             }
             for (int64_t j = 0; j < N; j++) {
                 int64_t e = b * M * N + m * N + j;
-                bnd[2][e] = loom_error_bound(odt, tpl_get(ref[2], odt, e), loom_f32_sum_error(K, mag[j]));
+                bnd[ARG_C][e] = loom_error_bound(odt, tpl_get(ref[ARG_C], odt, e), loom_f32_sum_error(K, mag[j]));
             }
         }
 done:
@@ -494,10 +708,13 @@ const loom_template tpl_def_gemm = {
     .name = "gemm",
     .doc = "C[b] = A[b] @ B[b] on the tensor cores (TMA ring, producer/consumer warp groups, wgmma)",
     .nshape = 9,
-    .shape = {{"M", 512, "rows of A and C"},
+    .shape = {{.key = "M", .def = 512, .runtime = 1,
+               .doc = "rows of A and C: the most a launch takes (its kernel argument M, 1 to this)"},
               {"N", 512, "columns of B and C (any; tmastore=1 needs a multiple of 8)"},
               {"K", 512, "columns of A, rows of B (any)"},
-              {"batch", 1, "independent products (B and C batched)"},
+              {.key = "batch", .def = 1, .runtime = 1,
+               .doc = "independent products (B and C batched): the most a launch takes (its kernel argument "
+                      "batch, 1 to this; 1 builds an unbatched kernel)"},
               {"dtype", LOOM_F16, "input type: f16 or bf16"},
               {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},
               {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"},
@@ -530,6 +747,7 @@ const loom_template tpl_def_gemm = {
     .cost = cost,
     .build = build,
     .grid = grid,
+    .grid_rule = gemm_grid_rule,
     .init = init,
     .reference = reference,
     .atol = 2e-2,

@@ -58,6 +58,15 @@ static void grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule *r)
     r->cap[0] = s.ctas;
 }
 
+/* B and U tuned by bucket (the power of two at or above each): the kernel takes its rows
+ * (B * n_seed, a dim of its own) and U at run time, so a config serves its bucket.  They
+ * are not the registry's run-time keys, whose dim argument is named by the key. */
+static void bucket(const int64_t *sh, int64_t *bk)
+{
+    bk[S_B] = loom_dim_bucket(sh[S_B]);
+    bk[S_U] = loom_dim_bucket(sh[S_U]);
+}
+
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {
     loom_grid_rule r;
@@ -149,8 +158,8 @@ const loom_template tpl_def_ikbo_fa = {
     .doc = "IKBO flash attention out[b] = softmax(Q[b] K[u(b)]^T / sqrt(D)) V[u(b)]: candidates read their user's "
            "K/V by index; a producer warp group and two consumer warp groups sharing each K/V tile",
     .nshape = 9,
-    .shape = {{"B", 2048, "candidates (run-time: at most this; the kernel's dim rows is B * n_seed)", .runtime = 1},
-              {"U", 32, "users (run-time: at most this)", .runtime = 1},
+    .shape = {{"B", 2048, "candidates (the kernel takes B * n_seed rows at run time, at most this many)"},
+              {"U", 32, "users (the kernel takes them at run time, at most this many)"},
               {"S", 1024, "keys a user (padded)"},
               {"H", 2, "heads"},
               {"D", 128, "head dim (64 or 128)"},
@@ -177,6 +186,7 @@ const loom_template tpl_def_ikbo_fa = {
     .build = build,
     .grid = grid,
     .grid_rule = grid_rule,
+    .bucket = bucket,
     .init = init,
     .reference = reference,
     .atol = 2e-2,

@@ -65,7 +65,8 @@ Test(hopper_ptx, gemm_is_warp_specialized_with_tma_and_wgmma)
     cr_expect(strstr(p, "wgmma.commit_group.sync.aligned;") != NULL);
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 1;") != NULL);
     cr_expect(strstr(p, "wgmma.wait_group.sync.aligned 0;") != NULL);
-    cr_expect(strstr(p, ".param .align 64 .b8 gemm_param_3[128]") != NULL, "TMA descriptors by value");
+    cr_expect(strstr(p, ".param .align 64 .b8 gemm_param_5[128]") != NULL,
+              "TMA descriptors by value, after M, batch, A, B, C");
     cr_expect(t_count(p, "bar.sync") == 1, "the epilogue stores from the accumulator layout: no conversion");
     free(p);
 }
