@@ -482,13 +482,17 @@ static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *sh
     return LOOM_OK;
 }
 
-static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
-                                const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out);
+static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
+                                const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                                loom_ikbo_lce **out);
 
-/* One prepared object at shape (its B and U the most it serves): one stage, one config. */
-static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                               const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
-                               loom_ikbo_lce **out)
+/* One prepared object at shape (its B and U the most it serves): one stage, one config.
+ * hs: the largest shape of the prepare (a bucket's is smaller), at which LOOM_IKBO_AUTO
+ * makes its inputs and comparisons, so that their kernels are the same in every bucket
+ * (compiled once). */
+static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shape, const loom_ikbo_lce_shape *hs,
+                               loom_ikbo_stage stage, const void *w_user, const void *w_cand,
+                               const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out)
 {
     if (!rt)
         return LOOM_ERR_INVALID;
@@ -526,7 +530,7 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
     if (!cfg && loom_runtime_is_gpu(rt) && (st = tuned_config(rt, shape, &c)) != LOOM_OK)
         return tpl_fail(rt, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
     if (stage == LOOM_IKBO_AUTO)
-        return auto_prepare(rt, shape, w_user, w_cand, &c, !cfg, out);
+        return auto_prepare(rt, shape, hs ? hs : shape, w_user, w_cand, &c, !cfg, out);
     return prepare_stage(rt, shape, stage, w_user, w_cand, &c, !cfg, out);
 }
 
@@ -548,7 +552,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
     bool per_bucket = rt && shape && loom_runtime_is_gpu(rt) && (stage == LOOM_IKBO_AUTO || !cfg) &&
                       util_env_switch("LOOM_IKBO_BUCKETS", true) && shape->B > 1 && shape->B <= INT32_MAX;
     if (!per_bucket)
-        return prepare_one(rt, shape, stage, w_user, w_cand, cfg, out);
+        return prepare_one(rt, shape, NULL, stage, w_user, w_cand, cfg, out);
     loom_ikbo_lce *w = calloc(1, sizeof *w);
     if (!w)
         return tpl_fail(rt, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: out of host memory");
@@ -564,7 +568,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         b.B = w->top[i];
         b.U = shape->U < b.B ? shape->U : b.B;
         loom_ikbo_lce *c = NULL;
-        if ((st = prepare_one(rt, &b, stage, w_user, w_cand, cfg, &c)) != LOOM_OK)
+        if ((st = prepare_one(rt, &b, shape, stage, w_user, w_cand, cfg, &c)) != LOOM_OK)
             break;
         w->nbuckets++;
         if (i < n - 1 && same_plan(c, w->child[i + 1])) {
@@ -987,16 +991,18 @@ static void inputs_free(auto_inputs *in)
 }
 
 /* E_user and E_cand uniform in [-1, 1) by the tuner's fill kernel (on the device), the
- * mapping contiguous runs of candidates (b * U / B). */
-static loom_status inputs_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto_inputs *in)
+ * mapping contiguous runs of candidates (b * U / B) at s; the buffers and the fills at hs
+ * (the prepare's largest shape: the same kernels in every bucket). */
+static loom_status inputs_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
+                               auto_inputs *in)
 {
     memset(in, 0, sizeof *in);
     size_t e = loom_dtype_size(s->dtype);
-    const int64_t n[2] = {s->U * s->Ku * s->N, s->B * s->Kc * s->N};
+    const int64_t n[2] = {hs->U * hs->Ku * hs->N, hs->B * hs->Kc * hs->N};
     loom_status st = LOOM_OK;
     if (!(in->eu = tpl_zeroed_buffer(rt, (size_t)n[0] * e, &st)) ||
         !(in->ec = tpl_zeroed_buffer(rt, (size_t)n[1] * e, &st)) ||
-        !(in->map = tpl_zeroed_buffer(rt, (size_t)s->B * 4, &st)))
+        !(in->map = tpl_zeroed_buffer(rt, (size_t)hs->B * 4, &st)))
         return st;
     loom_buffer *dst[2] = {in->eu, in->ec};
     loom_kernel *fill[2] = {NULL, NULL};
@@ -1043,6 +1049,8 @@ static void cmp_free(auto_cmp *c)
     loom_buffer_destroy(c->two);
 }
 
+/* At s, the prepare's largest shape (the outputs are that large: the same kernels in every
+ * bucket; rows past a bucket's B are the outputs' poison in both). */
 static loom_status cmp_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto_cmp *c)
 {
     memset(c, 0, sizeof *c);
@@ -1094,7 +1102,7 @@ static loom_status auto_run_once(void *ctx)
 /* Check the candidates that ran against one another; drop those outside the largest
  * agreeing group.  A failure (the reason in rt) when the check cannot run, or several
  * ran and no two agree. */
-static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto_cand *c)
+static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *hs, auto_cand *c)
 {
     int in[AUTO_N], nin = 0;
     for (int i = 0; i < AUTO_N; i++)
@@ -1103,7 +1111,7 @@ static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *s, au
     if (nin < 2)
         return LOOM_OK; /* nothing to compare with (stage 4's config was checked by the tuner) */
     auto_cmp cmp;
-    loom_status st = cmp_make(rt, s, &cmp);
+    loom_status st = cmp_make(rt, hs, &cmp);
     double nbad[AUTO_N][AUTO_N] = {{0}}, worst[AUTO_N][AUTO_N] = {{0}};
     for (int a = 0; a < nin && st == LOOM_OK; a++)
         for (int b = a + 1; b < nin && st == LOOM_OK; b++) {
@@ -1210,21 +1218,21 @@ static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out,
     *rounds = r;
 }
 
-static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
-                              const loom_ikbo_lce_config *cfg, bool tuned, const auto_cache *cache, const char *note,
-                              loom_ikbo_lce **out)
+static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
+                              const void *wu, const void *wc, const loom_ikbo_lce_config *cfg, bool tuned,
+                              const auto_cache *cache, const char *note, loom_ikbo_lce **out)
 {
     double t0 = util_now_ms();
     auto_cand c[AUTO_N];
     memset(c, 0, sizeof c);
     auto_inputs in;
-    loom_status st = inputs_make(rt, s, &in);
+    loom_status st = inputs_make(rt, s, hs, &in);
     if (st != LOOM_OK) {
         inputs_free(&in);
         return tpl_fail(rt, st, "loom_ikbo_lce_prepare: auto: making inputs to time the stages: %s",
                         loom_runtime_error(rt));
     }
-    size_t nout = (size_t)(s->B * s->M * s->N) * loom_dtype_size(s->dtype);
+    size_t nout = (size_t)(hs->B * hs->M * hs->N) * loom_dtype_size(hs->dtype);
     auto_precompile(rt, s, cfg, tuned);
     for (int i = 0; i < AUTO_N; i++) { /* build each, run it once into its own output */
         c[i].stage = auto_stages[i];
@@ -1242,7 +1250,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
         }
     }
     int best = -1, rounds = 0;
-    if ((st = auto_check(rt, s, c)) == LOOM_OK) {
+    if ((st = auto_check(rt, hs, c)) == LOOM_OK) {
         loom_buffer *o = NULL;
         for (int i = 0; i < AUTO_N; i++) /* one output for the timed runs; the others go */
             if (!c[i].why[0] && !o)
@@ -1292,8 +1300,9 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
     return LOOM_OK;
 }
 
-static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user,
-                                const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out)
+static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
+                                const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                                loom_ikbo_lce **out)
 {
     if (!util_env_switch("LOOM_IKBO_AUTO", true))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_IKBO_AUTO=0", out);
@@ -1307,5 +1316,5 @@ static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, 
         return LOOM_OK;
     if (!util_env_switch("LOOM_TUNE", true))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_TUNE=0 and no pick cached", out);
-    return auto_timed(rt, s, w_user, w_cand, cfg, tuned, &cache, note, out);
+    return auto_timed(rt, s, hs, w_user, w_cand, cfg, tuned, &cache, note, out);
 }
