@@ -534,9 +534,11 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
     return prepare_stage(rt, shape, stage, w_user, w_cand, &c, !cfg, out);
 }
 
+/* The same stage with the same tile config of its kernels (stage 0's is its gemm's; the
+ * LCE config it was prepared with does not matter then). */
 static bool same_plan(const loom_ikbo_lce *a, const loom_ikbo_lce *b)
 {
-    return a->stage == b->stage && !memcmp(&a->cfg, &b->cfg, sizeof a->cfg);
+    return a->stage == b->stage && !strcmp(a->run.config, b->run.config);
 }
 
 /* The buckets (docs/tuning.md, "Run-time dims and buckets"): where the stage or the config
