@@ -466,6 +466,51 @@ static void dyn_names(const gen *g, char *buf, size_t n)
         }
 }
 
+/* The head of the generated aot_T_row(fn, shape): its comment (what, then how it fails),
+ * the NULL check and the shape's keys as want[]; the caller writes the rest. */
+static void put_row_head(const gen *g, FILE *f, const char *P, const char *T, const char *what)
+{
+    fprintf(f, "\n/* %s, or -1 with the message set (fn names the caller). */\n"
+               "static int aot_%s_row(const char *fn, const %s_%s_shape *shape)\n{\n"
+               "    if (!shape)\n        return aot_fail(AOT_ERR_INVALID, \"%%s: shape is NULL\", fn), -1;\n"
+               "    const int64_t want[aot_%s_KEYS] = {",
+            what, T, P, T, T);
+    for (int i = 0; i < g->nkeys; i++)
+        fprintf(f, "%sshape->%s", i ? ", " : "", g->t->shape[g->key[i]].key);
+}
+
+/* The launch's argument array: each run-time dim's aot_dN (the caller declares them), the
+ * other arguments by their parameter's name. */
+static void put_launch_args(FILE *f, const kern *k0)
+{
+    fprintf(f, "    void *args[] = {");
+    for (int a = 0; a < k0->nargs; a++) {
+        char id[80];
+        if (k0->is_dim[a])
+            snprintf(id, sizeof id, "aot_d%d", a);
+        else
+            c_ident(k0->argname[a], id, sizeof id);
+        fprintf(f, "%s&%s", a ? ", " : "", id);
+    }
+}
+
+/* The dispatch table's rows' configs ("k=v,...") and kernels, after the table before them
+ * (its closing brace is written first). */
+static void put_configs_and_kernels(const gen *g, FILE *f, const char *T)
+{
+    const loom_aot_request *r = g->r;
+    const loom_template *t = g->t;
+    fprintf(f, "};\nstatic const char *const aot_%s_configs[aot_%s_ROWS] = {\n", T, T);
+    for (int i = 0; i < r->nshapes; i++) {
+        char c[512];
+        loom_params_format(t->config, t->nconfig, r->configs[i], c, sizeof c);
+        fprintf(f, "    \"%s\",\n", c);
+    }
+    fprintf(f, "};\nstatic const int aot_%s_kernel[aot_%s_ROWS] = {", T, T);
+    for (int i = 0; i < r->nshapes; i++)
+        fprintf(f, "%s%d", i ? ", " : "", g->row_kernel[i]);
+}
+
 /* A template with run-time keys: the table keyed on the static keys and the run-time keys'
  * buckets (aot_rt.c's aot_find_dyn_row), each row's grid as a rule evaluated per launch,
  * the kernel's run-time dims passed from the request's shape. */
@@ -529,15 +574,7 @@ static loom_status put_template_dyn(gen *g, FILE *h, FILE *f, const kern *k0)
         put_i64s(f, v, g->nkeys);
         fprintf(f, ",\n");
     }
-    fprintf(f, "};\nstatic const char *const aot_%s_configs[aot_%s_ROWS] = {\n", T, T);
-    for (int i = 0; i < r->nshapes; i++) {
-        char c[512];
-        loom_params_format(t->config, t->nconfig, r->configs[i], c, sizeof c);
-        fprintf(f, "    \"%s\",\n", c);
-    }
-    fprintf(f, "};\nstatic const int aot_%s_kernel[aot_%s_ROWS] = {", T, T);
-    for (int i = 0; i < r->nshapes; i++)
-        fprintf(f, "%s%d", i ? ", " : "", g->row_kernel[i]);
+    put_configs_and_kernels(g, f, T);
     fprintf(f, "};\n/* grid[d] = mult[d] * cdiv(c[d] + sum of per[d][key] * shape[key], div[d]), at most cap[d]:\n"
                " * {c, div, mult, cap, per key for x, y, z} */\n"
                "static const aot_grid_rule aot_%s_grid[aot_%s_ROWS] = {\n",
@@ -562,13 +599,7 @@ static loom_status put_template_dyn(gen *g, FILE *h, FILE *f, const kern *k0)
     }
     fprintf(f, "};\n");
 
-    fprintf(f, "\n/* The row that serves *shape, or -1 with the message set (fn names the caller). */\n"
-               "static int aot_%s_row(const char *fn, const %s_%s_shape *shape)\n{\n"
-               "    if (!shape)\n        return aot_fail(AOT_ERR_INVALID, \"%%s: shape is NULL\", fn), -1;\n"
-               "    const int64_t want[aot_%s_KEYS] = {",
-            T, P, T, T);
-    for (int i = 0; i < g->nkeys; i++)
-        fprintf(f, "%sshape->%s", i ? ", " : "", t->shape[g->key[i]].key);
+    put_row_head(g, f, P, T, "The row that serves *shape");
     fprintf(f, "};\n    return aot_find_dyn_row(fn, \"%s\", &aot_%s_shapes[0][0], &aot_%s_mults[0][0], aot_%s_ROWS, "
                "want, aot_%s_dyn, aot_%s_keys, aot_%s_KEYS);\n}\n",
             T, T, T, T, T, T, T);
@@ -590,15 +621,7 @@ static loom_status put_template_dyn(gen *g, FILE *h, FILE *f, const kern *k0)
     for (int a = 0; a < k0->nargs; a++)
         if (k0->is_dim[a])
             fprintf(f, "    int32_t aot_d%d = (int32_t)shape->%s;\n", a, k0->argname[a]);
-    fprintf(f, "    void *args[] = {");
-    for (int a = 0; a < k0->nargs; a++) {
-        char id[80];
-        if (k0->is_dim[a])
-            snprintf(id, sizeof id, "aot_d%d", a);
-        else
-            c_ident(k0->argname[a], id, sizeof id);
-        fprintf(f, "%s&%s", a ? ", " : "", id);
-    }
+    put_launch_args(f, k0);
     fprintf(f, "};\n    int k = aot_%s_kernel[r];\n"
                "    return (%s_status)aot_launch(fn, &aot_kernels[k], &aot_states[k], grid, args, stream);\n}\n",
             T, P);
@@ -660,15 +683,7 @@ static loom_status put_template(gen *g, FILE *h, FILE *f)
         put_i64s(f, v, g->nkeys);
         fprintf(f, ",\n");
     }
-    fprintf(f, "};\nstatic const char *const aot_%s_configs[aot_%s_ROWS] = {\n", T, T);
-    for (int i = 0; i < r->nshapes; i++) {
-        char c[512];
-        loom_params_format(t->config, t->nconfig, r->configs[i], c, sizeof c);
-        fprintf(f, "    \"%s\",\n", c);
-    }
-    fprintf(f, "};\nstatic const int aot_%s_kernel[aot_%s_ROWS] = {", T, T);
-    for (int i = 0; i < r->nshapes; i++)
-        fprintf(f, "%s%d", i ? ", " : "", g->row_kernel[i]);
+    put_configs_and_kernels(g, f, T);
     fprintf(f, "};\nstatic const unsigned aot_%s_grid[aot_%s_ROWS][3] = {", T, T);
     for (int i = 0; i < r->nshapes; i++)
         fprintf(f, "%s{%d, %d, %d}", i ? ", " : "", g->row_grid[i][0], g->row_grid[i][1], g->row_grid[i][2]);
@@ -686,13 +701,7 @@ static loom_status put_template(gen *g, FILE *h, FILE *f)
         fprintf(f, "};\n");
     }
 
-    fprintf(f, "\n/* The row of *shape, or -1 with the message set (fn names the caller). */\n"
-               "static int aot_%s_row(const char *fn, const %s_%s_shape *shape)\n{\n"
-               "    if (!shape)\n        return aot_fail(AOT_ERR_INVALID, \"%%s: shape is NULL\", fn), -1;\n"
-               "    const int64_t want[aot_%s_KEYS] = {",
-            T, P, T, T);
-    for (int i = 0; i < g->nkeys; i++)
-        fprintf(f, "%sshape->%s", i ? ", " : "", t->shape[g->key[i]].key);
+    put_row_head(g, f, P, T, "The row of *shape");
     fprintf(f, "};\n    int r = aot_find_row(&aot_%s_shapes[0][0], aot_%s_ROWS, want, aot_%s_KEYS);\n"
                "    if (r < 0)\n"
                "        aot_no_row(fn, \"%s\", &aot_%s_shapes[0][0], aot_%s_ROWS, want, aot_%s_keys, aot_%s_KEYS);\n"
@@ -709,15 +718,7 @@ static loom_status put_template(gen *g, FILE *h, FILE *f)
     for (int a = 0; a < k0->nargs; a++)
         if (k0->is_dim[a])
             fprintf(f, "    int32_t aot_d%d = aot_%s_dims[r][%d];\n", a, T, a);
-    fprintf(f, "    void *args[] = {");
-    for (int a = 0; a < k0->nargs; a++) {
-        char id[80];
-        if (k0->is_dim[a])
-            snprintf(id, sizeof id, "aot_d%d", a);
-        else
-            c_ident(k0->argname[a], id, sizeof id);
-        fprintf(f, "%s&%s", a ? ", " : "", id);
-    }
+    put_launch_args(f, k0);
     fprintf(f, "};\n    int k = aot_%s_kernel[r];\n"
                "    return (%s_status)aot_launch(\"%s_%s_launch\", &aot_kernels[k], &aot_states[k], aot_%s_grid[r], "
                "args, stream);\n}\n",

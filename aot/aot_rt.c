@@ -498,16 +498,18 @@ AOT_UNUSED static void aot_shape_text(char *buf, size_t n, const char *const *na
     aot_shape_text_dyn(buf, n, names, v, nkeys, NULL, 0);
 }
 
-/* The message for a shape not in a table: the shape asked for and those there are. */
-AOT_UNUSED static int aot_no_row(const char *fn_name, const char *tname, const int64_t *rows, int nrows,
-                                 const int64_t *shape, const char *const *names, int nkeys)
+/* The message for a shape not in a table: the shape asked for and those there are (with
+ * dyn, may be NULL: the run-time keys it marks as each row's maximum). */
+AOT_UNUSED static int aot_no_row_dyn(const char *fn_name, const char *tname, const int64_t *rows, int nrows,
+                                     const int64_t *shape, const char *const *names, int nkeys,
+                                     const unsigned char *dyn)
 {
     char want[256], have[512] = "";
     aot_shape_text(want, sizeof want, names, shape, nkeys);
     size_t w = 0;
     for (int r = 0; r < nrows && w + 4 < sizeof have; r++) {
         char one[256];
-        aot_shape_text(one, sizeof one, names, rows + (size_t)r * (size_t)nkeys, nkeys);
+        aot_shape_text_dyn(one, sizeof one, names, rows + (size_t)r * (size_t)nkeys, nkeys, dyn, 0);
         int k = snprintf(have + w, sizeof have - w, "%s{%s}", r ? ", " : "", one);
         if (k < 0)
             break;
@@ -517,6 +519,12 @@ AOT_UNUSED static int aot_no_row(const char *fn_name, const char *tname, const i
                     "%s: no kernel was generated for shape %s (this file has %s); add it with loomc aot %s --shape "
                     "... and regenerate",
                     fn_name, want, have, tname);
+}
+
+AOT_UNUSED static int aot_no_row(const char *fn_name, const char *tname, const int64_t *rows, int nrows,
+                                 const int64_t *shape, const char *const *names, int nkeys)
+{
+    return aot_no_row_dyn(fn_name, tname, rows, nrows, shape, names, nkeys, NULL);
 }
 
 /* The bucket of a run-time dim's value: the power of two at or above it (loom_dim_bucket). */
@@ -585,21 +593,8 @@ AOT_UNUSED static int aot_find_dyn_row(const char *fn_name, const char *tname, c
     char want[256];
     aot_shape_text(want, sizeof want, names, shape, nkeys);
     if (!matched) {
-        char have[512] = "";
-        size_t w = 0;
-        for (int r = 0; r < nrows && w + 4 < sizeof have; r++) {
-            char one[256];
-            aot_shape_text_dyn(one, sizeof one, names, rows + (size_t)r * (size_t)nkeys, nkeys, dyn, 0);
-            int k = snprintf(have + w, sizeof have - w, "%s{%s}", r ? ", " : "", one);
-            if (k < 0)
-                break;
-            w += (size_t)k;
-        }
-        return aot_fail(AOT_ERR_INVALID,
-                        "%s: no kernel was generated for shape %s (this file has %s); add it with loomc aot %s "
-                        "--shape ... and regenerate",
-                        fn_name, want, have, tname),
-               -1;
+        aot_no_row_dyn(fn_name, tname, rows, nrows, shape, names, nkeys, dyn);
+        return -1;
     }
     char statics[256];
     aot_shape_text_dyn(statics, sizeof statics, names, shape, nkeys, dyn, 1);
