@@ -20,6 +20,7 @@
  */
 #include "ikbo_fa.h"
 #include "ikbo_lce.h"
+#include "tpl_device.h" /* ik_lce_bound */
 #include "rt.h"
 #include "testutil.h"
 
@@ -684,5 +685,86 @@ Test(aot_gpu, the_fa_operation_matches_loom, .timeout = 300)
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
         loom_buffer_destroy(bs[i]);
     free(q), free(k), free(v), free(map), free(hj), free(ha);
+    loom_runtime_destroy(rt);
+}
+
+/* One file serves every batch up to B = 4096: the LCE operation prepared from its row at
+ * B=4096, U=64 runs 20 requests (B 1 and 4096, then random; U random up to min(64, B)),
+ * each checked element by element against the reference in double by the error model
+ * (ik_lce_bound: the f32 sums of the kernel and of the reference, the f16 roundings). */
+Test(aot_gpu, the_lce_file_serves_every_batch_up_to_4096, .timeout = 300)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    enum { BMAX = 4096, UMAX = 64, M = 100, N = 64, KU = 40, KC = 24 };
+    ta_lce_ikbo_lce_shape as = {BMAX, UMAX, M, N, KU, KC, LOOM_F16};
+    size_t e = 2, mn = (size_t)M * N;
+    void *wu = malloc((size_t)M * KU * e), *wc = malloc((size_t)M * KC * e);
+    void *eu = malloc((size_t)UMAX * KU * N * e), *ec = malloc((size_t)BMAX * KC * N * e), *o = malloc(BMAX * mn * e);
+    int32_t *map = malloc(BMAX * 4);
+    double *c = malloc(BMAX * mn * sizeof(double)), *ac = malloc(BMAX * mn * sizeof(double));
+    double *u = malloc(UMAX * mn * sizeof(double)), *au = malloc(UMAX * mn * sizeof(double));
+    cr_assert(wu && wc && eu && ec && o && map && c && ac && u && au);
+    fill(wu, LOOM_F16, M * KU, 1, 1.0 / 8), fill(wc, LOOM_F16, M * KC, 2, 1.0 / 8);
+    ta_lce_ikbo_lce *op;
+    cr_assert_eq(ta_lce_ikbo_lce_prepare(&as, wu, wc, &op), TA_LCE_OK, "%s", ta_lce_last_error());
+    loom_buffer *beu = loom_buffer_create(rt, (size_t)UMAX * KU * N * e), *bec = loom_buffer_create(rt, BMAX * KC * N * e);
+    loom_buffer *bmap = loom_buffer_create(rt, BMAX * 4), *bout = loom_buffer_create(rt, BMAX * mn * e);
+    cr_assert(beu && bec && bmap && bout);
+    uint64_t seed = 4242;
+    double worst = 0;
+    for (int q = 0; q < 20; q++) {
+        int64_t B = q == 0 ? 1 : q == 1 ? BMAX : 1 + (int64_t)(tpl_rand(&seed) % BMAX);
+        int64_t umax = B < UMAX ? B : UMAX, U = 1 + (int64_t)(tpl_rand(&seed) % (uint64_t)umax);
+        fill(eu, LOOM_F16, U * KU * N, 10 + q, 1), fill(ec, LOOM_F16, B * KC * N, 50 + q, 1);
+        ik_mapping(B, U, 1, 90 + q, map);
+        cr_assert_eq(loom_buffer_upload(beu, eu, (size_t)(U * KU * N) * e), LOOM_OK);
+        cr_assert_eq(loom_buffer_upload(bec, ec, (size_t)(B * KC * N) * e), LOOM_OK);
+        cr_assert_eq(loom_buffer_upload(bmap, map, (size_t)B * 4), LOOM_OK);
+        cr_assert_eq(loom_buffer_fill(bout, 0xff), LOOM_OK);
+        cr_assert_eq(ta_lce_ikbo_lce_run_at(op, B, U, rt_buffer_dptr(beu), rt_buffer_dptr(bec), rt_buffer_dptr(bmap),
+                                            rt_buffer_dptr(bout), NULL),
+                     TA_LCE_OK, "B=%lld U=%lld: %s", (long long)B, (long long)U, ta_lce_last_error());
+        cr_assert_eq(loom_buffer_download(bout, o, (size_t)B * mn * e), LOOM_OK);
+        /* the two halves in double, and the magnitudes of their products */
+        memset(c, 0, (size_t)B * mn * sizeof(double)), memset(ac, 0, (size_t)B * mn * sizeof(double));
+        memset(u, 0, (size_t)U * mn * sizeof(double)), memset(au, 0, (size_t)U * mn * sizeof(double));
+        for (int64_t x = 0; x < U; x++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t k = 0; k < KU; k++) {
+                    double w = tpl_get(wu, LOOM_F16, m * KU + k);
+                    for (int64_t j = 0; j < N; j++) {
+                        double p = w * tpl_get(eu, LOOM_F16, (x * KU + k) * N + j);
+                        u[x * (int64_t)mn + m * N + j] += p, au[x * (int64_t)mn + m * N + j] += fabs(p);
+                    }
+                }
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t k = 0; k < KC; k++) {
+                    double w = tpl_get(wc, LOOM_F16, m * KC + k);
+                    for (int64_t j = 0; j < N; j++) {
+                        double p = w * tpl_get(ec, LOOM_F16, (b * KC + k) * N + j);
+                        c[b * (int64_t)mn + m * N + j] += p, ac[b * (int64_t)mn + m * N + j] += fabs(p);
+                    }
+                }
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < (int64_t)mn; i++) {
+                int64_t ci = b * (int64_t)mn + i, ui = map[b] * (int64_t)mn + i;
+                double got = tpl_get(o, LOOM_F16, ci), bnd = ik_lce_bound(c[ci], u[ui], ac[ci], au[ui], KU, KC);
+                double r = fabs(got - (c[ci] + u[ui])) / bnd;
+                cr_assert(r <= 1.0, "B=%lld U=%lld: out[%lld][%lld] = %g, the reference %g (bound %g)", (long long)B,
+                          (long long)U, (long long)b, (long long)i, got, c[ci] + u[ui], bnd);
+                worst = r > worst ? r : worst;
+            }
+    }
+    cr_assert_eq(ta_lce_ikbo_lce_run_at(op, BMAX + 1, 1, rt_buffer_dptr(beu), rt_buffer_dptr(bec),
+                                        rt_buffer_dptr(bmap), rt_buffer_dptr(bout), NULL),
+                 TA_LCE_ERR_INVALID);
+    cr_assert(strstr(ta_lce_last_error(), "B is 4097; this file serves 1 to 4096"), "%s", ta_lce_last_error());
+    cr_log_info("aot_gpu: the LCE file at 20 batches up to 4096: worst |err|/bound %.3f", worst);
+    ta_lce_ikbo_lce_destroy(op);
+    loom_buffer *bs[] = {beu, bec, bmap, bout};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
+        loom_buffer_destroy(bs[i]);
+    free(wu), free(wc), free(eu), free(ec), free(o), free(map), free(c), free(ac), free(u), free(au);
     loom_runtime_destroy(rt);
 }
