@@ -12,14 +12,17 @@
  *   --shape M=..,N=..,Ku=..,Kc=..      another model (N a multiple of 8)
  *   --check K                          requests checked after the stream (default 32; 0: none)
  *   --seed S                           the requests' random seed
+ *   --bucket-min K                     every bucket of B gets at least K requests (default 8;
+ *                                      0: the uniform draw alone)
  *   --tuned                            loom's config left to the tuner (per bucket) instead
  *                                      of the default config
  *   without a GPU: says so and exits 0 (there is nothing to time)
  *
  * The requests: B uniform in [1, Bmax], U uniform in [1, min(Umax, B)], the mapping a
  * random user in [0, U) for each candidate with every user used at least once (users 0 to
- * U-1 take one candidate each, the rest draw at random, then the whole is shuffled), the
- * requests in the random order they are drawn.  The inputs live on the device at the
+ * U-1 take one candidate each, the rest draw at random, then the whole is shuffled); a
+ * uniform draw leaves the small buckets of B nearly empty, so each bucket short of
+ * --bucket-min requests gets more, of B uniform within it, and the stream is shuffled.  The inputs live on the device at the
  * maxima, filled once with random f16 in [-1, 1) (the weights on the host, as the C API
  * takes them): a request reads the first B candidates of E_cand and the first U users of
  * E_user, and writes the first B rows of out.  Its mapping is uploaded before its timed
@@ -246,7 +249,7 @@ int main(int argc, char **argv)
     lce_shape mx = {4096, 64, 433, 256, 1178, 866}; /* B and U: the maxima */
     long long nreq = 1000, ncheck = 32;
     uint64_t seed = 1;
-    int tuned = 0;
+    int tuned = 0, per_bucket = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--tuned")) {
@@ -255,7 +258,7 @@ int main(int argc, char **argv)
         }
         if (i + 1 >= argc || strncmp(a, "--", 2)) {
             fprintf(stderr, "usage: bench_serving [--requests N] [--bmax B] [--umax U] [--shape M=..,N=..,Ku=..,Kc=..] "
-                            "[--check K] [--seed S] [--tuned]\n");
+                            "[--check K] [--seed S] [--bucket-min K] [--tuned]\n");
             return 2;
         }
         if (!strcmp(a, "--requests"))
@@ -266,12 +269,14 @@ int main(int argc, char **argv)
             mx.U = int_arg(a, argv[++i], 1, 65535);
         else if (!strcmp(a, "--check"))
             ncheck = int_arg(a, argv[++i], 0, 100000);
+        else if (!strcmp(a, "--bucket-min"))
+            per_bucket = (int)int_arg(a, argv[++i], 0, 1000);
         else if (!strcmp(a, "--seed"))
             seed = (uint64_t)int_arg(a, argv[++i], 0, INT64_MAX);
         else if (!strcmp(a, "--shape"))
             parse_shape(argv[++i], &mx);
         else
-            lce_die("unknown option '%s' (--requests, --bmax, --umax, --shape, --check, --seed, --tuned)", a);
+            lce_die("unknown option '%s' (--requests, --bmax, --umax, --shape, --check, --seed, --bucket-min, --tuned)", a);
     }
     if (mx.M < 1 || mx.N < 8 || mx.N % 8 || mx.Ku < 1 || mx.Kc < 1 || mx.M > 65535 || mx.N > 65535 ||
         mx.Ku > 65535 || mx.Kc > 65535)
@@ -304,8 +309,8 @@ int main(int argc, char **argv)
     for (int64_t t = 1; t < mx.B; t *= 2)
         top[nb++] = t;
     top[nb++] = mx.B;
-    request *rq = calloc((size_t)nreq, sizeof *rq);
-    double *tmp = calloc((size_t)nreq, sizeof *tmp);
+    request *rq = calloc((size_t)(nreq + nb * per_bucket), sizeof *rq);
+    double *tmp = calloc((size_t)(nreq + nb * per_bucket), sizeof *tmp);
     int32_t *hmap = malloc((size_t)mx.B * 4);
     uint16_t *hrow = malloc((size_t)(2 * mx.M * mx.N) * 2);
     if (!rq || !tmp || !hmap || !hrow)
@@ -320,6 +325,29 @@ int main(int argc, char **argv)
         while (top[r->bucket] < r->B)
             r->bucket++;
     }
+    /* every bucket at least per_bucket requests: B uniform in the bucket for the ones short
+     * of them (a uniform draw leaves the small buckets empty), then the whole stream shuffled */
+    int have[MAX_BUCKETS] = {0};
+    for (long long i = 0; i < nreq; i++)
+        have[rq[i].bucket]++;
+    long long ndrawn = nreq;
+    for (int k = 0; k < nb; k++)
+        for (int64_t lo = k ? top[k - 1] + 1 : 1; have[k] < per_bucket; have[k]++) {
+            request *r = &rq[nreq++];
+            r->B = lo + (int64_t)(tpl_rand(&rs) % (uint64_t)(top[k] - lo + 1));
+            int64_t umax = mx.U < r->B ? mx.U : r->B;
+            r->U = 1 + (int64_t)(tpl_rand(&rs) % (uint64_t)umax);
+            r->mseed = tpl_rand(&rs);
+            r->bucket = k;
+        }
+    for (long long i = nreq - 1; i > 0; i--) {
+        long long j = (long long)(tpl_rand(&rs) % (uint64_t)(i + 1));
+        request x = rq[i];
+        rq[i] = rq[j];
+        rq[j] = x;
+    }
+    printf("requests: %lld drawn uniformly, %lld more so that every bucket of B has at least %d\n", ndrawn,
+           nreq - ndrawn, per_bucket);
 
     /* the weights (host: prepare takes host arrays), then loom, prepared once at the maxima */
     size_t e = 2;
