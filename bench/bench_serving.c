@@ -12,7 +12,7 @@
  *   --shape M=..,N=..,Ku=..,Kc=..      another model (N a multiple of 8)
  *   --check K                          requests checked after the stream (default 32; 0: none)
  *   --seed S                           the requests' random seed
- *   --bucket-min K                     every bucket of B gets at least K requests (default 8;
+ *   --bucket-min K                     every bucket of B gets at least K requests (default 40;
  *                                      0: the uniform draw alone)
  *   --tuned                            loom's config left to the tuner (per bucket) instead
  *                                      of the default config
@@ -249,7 +249,7 @@ int main(int argc, char **argv)
     lce_shape mx = {4096, 64, 433, 256, 1178, 866}; /* B and U: the maxima */
     long long nreq = 1000, ncheck = 32;
     uint64_t seed = 1;
-    int tuned = 0, per_bucket = 8;
+    int tuned = 0, per_bucket = 40;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--tuned")) {
