@@ -908,18 +908,25 @@ static loom_status put_fa(gen *g, FILE *h, FILE *f)
                "CUdeviceptr out, CUstream stream);\n"
                "%s_status %s_ikbo_fa_run(%s_ikbo_fa *op, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v, CUdeviceptr "
                "cand_to_user, CUdeviceptr seq_len, CUdeviceptr out, CUstream stream);\n"
+               "/* A request of its own B and U (1 to the shape's: the kernel takes them at run time): its\n"
+               " * mapping [B] (and lengths [U]) from the host, or read back from the GPU by run_at. */\n"
+               "%s_status %s_ikbo_fa_set_request(%s_ikbo_fa *op, int64_t B, int64_t U, const int32_t *cand_to_user, "
+               "const int32_t *seq_len, CUstream stream);\n"
+               "%s_status %s_ikbo_fa_run_at(%s_ikbo_fa *op, int64_t B, int64_t U, CUdeviceptr q, CUdeviceptr k, "
+               "CUdeviceptr v, CUdeviceptr cand_to_user, CUdeviceptr seq_len, CUdeviceptr out, CUstream stream);\n"
                "void %s_ikbo_fa_destroy(%s_ikbo_fa *op);\n",
-            P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P);
+            P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P);
     fprintf(f, "\n/* ================================================================ the IKBO FA operation */\n");
     fputs((const char *)aot_text_fa_units, f);
     fputs((const char *)aot_text_fa, f);
-    fprintf(f, "\n/* At each shape of the dispatch table, in its order: {B, U, S, n_seed, varlen, kernel, grid} */\n"
+    fprintf(f, "\n/* At each shape of the dispatch table, in its order: {B, U, S, n_seed, H, varlen, kernel, grid} */\n"
                "static const aot_fa_plan aot_fa_plans[aot_ikbo_fa_ROWS] = {\n");
     for (int i = 0; i < r->nshapes; i++) {
         const int64_t *sh = r->shapes[i];
-        fprintf(f, "    {%lld, %lld, %lld, %lld, %d, %d, {%d, %d, %d}},\n", (long long)sval(g, sh, "B"),
+        fprintf(f, "    {%lld, %lld, %lld, %lld, %lld, %d, %d, {%d, %d, %d}},\n", (long long)sval(g, sh, "B"),
                 (long long)sval(g, sh, "U"), (long long)sval(g, sh, "S"), (long long)sval(g, sh, "n_seed"),
-                (int)sval(g, sh, "varlen"), g->row_kernel[i], g->row_grid[i][0], g->row_grid[i][1], g->row_grid[i][2]);
+                (long long)sval(g, sh, "H"), (int)sval(g, sh, "varlen"), g->row_kernel[i], g->row_grid[i][0],
+                g->row_grid[i][1], g->row_grid[i][2]);
     }
     fprintf(f, "};\n\nstruct %s_ikbo_fa {\n    struct aot_fa_op *op;\n};\n", P);
     fprintf(f, "\n%s_status %s_ikbo_fa_prepare(const %s_ikbo_fa_shape *shape, %s_ikbo_fa **out)\n{\n"
@@ -950,7 +957,20 @@ static loom_status put_fa(gen *g, FILE *h, FILE *f)
     fprintf(f, "\n%s_status %s_ikbo_fa_run(%s_ikbo_fa *op, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v, CUdeviceptr "
                "cand_to_user, CUdeviceptr seq_len, CUdeviceptr out, CUstream stream)\n{\n"
                "    if (!op)\n        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%s_ikbo_fa_run: op is NULL\");\n"
-               "    return (%s_status)aot_fa_run(\"%s_ikbo_fa_run\", op->op, aot_kernels, aot_states, q, k, v, "
+               "    return (%s_status)aot_fa_run(\"%s_ikbo_fa_run\", op->op, aot_kernels, aot_states, op->op->plan->B, "
+               "op->op->plan->U, q, k, v, cand_to_user, seq_len, out, stream);\n}\n",
+            P, P, P, P, P, P, P);
+    fprintf(f, "\n%s_status %s_ikbo_fa_set_request(%s_ikbo_fa *op, int64_t B, int64_t U, const int32_t *cand_to_user, "
+               "const int32_t *seq_len, CUstream stream)\n{\n"
+               "    if (!op)\n        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%s_ikbo_fa_set_request: op is "
+               "NULL\");\n"
+               "    return (%s_status)aot_fa_set_request(\"%s_ikbo_fa_set_request\", op->op, B, U, cand_to_user, "
+               "seq_len, stream);\n}\n",
+            P, P, P, P, P, P, P);
+    fprintf(f, "\n%s_status %s_ikbo_fa_run_at(%s_ikbo_fa *op, int64_t B, int64_t U, CUdeviceptr q, CUdeviceptr k, "
+               "CUdeviceptr v, CUdeviceptr cand_to_user, CUdeviceptr seq_len, CUdeviceptr out, CUstream stream)\n{\n"
+               "    if (!op)\n        return (%s_status)aot_fail(AOT_ERR_INVALID, \"%s_ikbo_fa_run_at: op is NULL\");\n"
+               "    return (%s_status)aot_fa_run(\"%s_ikbo_fa_run_at\", op->op, aot_kernels, aot_states, B, U, q, k, v, "
                "cand_to_user, seq_len, out, stream);\n}\n",
             P, P, P, P, P, P, P);
     fprintf(f, "\nvoid %s_ikbo_fa_destroy(%s_ikbo_fa *op)\n{\n    if (!op)\n        return;\n"

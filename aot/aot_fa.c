@@ -4,15 +4,17 @@
  * work plan's code that loom itself runs).
  *
  * As loom's C API (templates/ikbo_fa_api.c): prepare allocates the plan, the lengths and
- * the schedule's counter; set_mapping makes the plan on the host and uploads it; launch
- * runs the kernel with it; run reads the mapping back from the GPU first.  The kernel's
+ * the schedule's counter at the file's shape (the most a request has); set_mapping (the
+ * file's B and U) or set_request (a request's) makes the plan on the host and uploads it;
+ * launch runs the kernel with it at that request's rows and users; run reads the mapping
+ * back from the GPU first.  The kernel's
  * arguments: rows and U (its run-time dims, i32: the shape's B * n_seed and U), Q, K, V,
  * plan, seq_len, claims, units (i32), out (the generator checks that the kernel it writes
  * out takes exactly these).
  */
 
 typedef struct aot_fa_plan {
-    int64_t B, U, S, nseed;
+    int64_t B, U, S, nseed, H; /* B and U: the most a request has (the kernel takes them at run time) */
     int varlen;
     int kernel; /* into the file's kernel table */
     unsigned grid[3];
@@ -23,6 +25,7 @@ struct aot_fa_op {
     CUdeviceptr units_dev, lens, claims;
     int32_t *units_host, *map_host, *lens_host;
     int64_t units; /* the current plan's units (-1: no mapping set) */
+    int64_t B, U;  /* the current request's */
 };
 
 static void aot_fa_destroy(struct aot_fa_op *op)
@@ -71,10 +74,17 @@ static int aot_fa_prepare(const char *fn, const aot_fa_plan *pl, struct aot_fa_o
     return AOT_OK;
 }
 
-static int aot_fa_set_mapping(const char *fn, struct aot_fa_op *op, const int32_t *map, const int32_t *seq_len,
-                              CUstream stream)
+/* The plan of a request of B candidates and U users (1 to the file's), made on the host. */
+static int aot_fa_set_request(const char *fn, struct aot_fa_op *op, int64_t B, int64_t U, const int32_t *map,
+                              const int32_t *seq_len, CUstream stream)
 {
     const aot_fa_plan *pl = op->plan;
+    if (B < 1 || B > pl->B)
+        return aot_fail(AOT_ERR_INVALID, "%s: B is %lld; this file serves 1 to %lld", fn, (long long)B,
+                        (long long)pl->B);
+    if (U < 1 || U > pl->U)
+        return aot_fail(AOT_ERR_INVALID, "%s: U is %lld; this file serves 1 to %lld", fn, (long long)U,
+                        (long long)pl->U);
     if (!map)
         return aot_fail(AOT_ERR_INVALID, "%s: cand_to_user is NULL", fn);
     if (!pl->varlen && seq_len)
@@ -82,18 +92,26 @@ static int aot_fa_set_mapping(const char *fn, struct aot_fa_op *op, const int32_
     if (pl->varlen && !seq_len)
         return aot_fail(AOT_ERR_INVALID, "%s: the shape has varlen=1: seq_len is needed", fn);
     char err[200];
-    int64_t n = fa_units(pl->B, pl->U, pl->S, pl->nseed, map, seq_len, op->units_host, err, sizeof err);
+    int64_t n = fa_units(B, U, pl->S, pl->nseed, map, seq_len, op->units_host, err, sizeof err);
     if (n < 0)
         return aot_fail(AOT_ERR_INVALID, "%s: %s", fn, err);
     int st = aot_enter();
-    if (st == AOT_OK)
-        st = aot_upload(op->units_dev, op->units_host, aot_fa_units_bytes(pl), stream, "the work plan");
+    if (st == AOT_OK && n > 0)
+        st = aot_upload(op->units_dev, op->units_host, (size_t)n * FA_UNIT_FIELDS * sizeof(int32_t), stream,
+                        "the work plan");
     if (st == AOT_OK && seq_len)
-        st = aot_upload(op->lens, seq_len, (size_t)pl->U * sizeof(int32_t), stream, "seq_len");
+        st = aot_upload(op->lens, seq_len, (size_t)U * sizeof(int32_t), stream, "seq_len");
     if (st != AOT_OK)
         return st;
     op->units = n;
+    op->B = B, op->U = U;
     return AOT_OK;
+}
+
+static int aot_fa_set_mapping(const char *fn, struct aot_fa_op *op, const int32_t *map, const int32_t *seq_len,
+                              CUstream stream)
+{
+    return aot_fa_set_request(fn, op, op->plan->B, op->plan->U, map, seq_len, stream);
 }
 
 static int aot_fa_launch(const char *fn, struct aot_fa_op *op, const aot_kernel *kernels, aot_kstate *states,
@@ -102,17 +120,23 @@ static int aot_fa_launch(const char *fn, struct aot_fa_op *op, const aot_kernel 
     const aot_fa_plan *pl = op->plan;
     if (op->units < 0)
         return aot_fail(AOT_ERR_INVALID, "%s: no mapping: set one first (set_mapping, or run)", fn);
-    int32_t units = (int32_t)op->units, rows = (int32_t)(pl->B * pl->nseed), users = (int32_t)pl->U;
+    int32_t units = (int32_t)op->units, rows = (int32_t)(op->B * pl->nseed), users = (int32_t)op->U;
     void *args[] = {&rows, &users, &q, &k, &v, &op->units_dev, &op->lens, &op->claims, &units, &out};
-    return aot_launch(fn, &kernels[pl->kernel], &states[pl->kernel], pl->grid, args, stream);
+    /* a program a unit and head of the plan, at most the file's grid (its CTAs) */
+    int64_t work = op->units * pl->H;
+    unsigned grid[3] = {work < pl->grid[0] ? (unsigned)(work > 0 ? work : 1) : pl->grid[0], 1, 1};
+    return aot_launch(fn, &kernels[pl->kernel], &states[pl->kernel], grid, args, stream);
 }
 
-/* The mapping (and lengths) read back from the GPU, then set_mapping and launch. */
+/* The mapping (and lengths) of a request of B and U read back from the GPU, then its plan
+ * and the launch. */
 static int aot_fa_run(const char *fn, struct aot_fa_op *op, const aot_kernel *kernels, aot_kstate *states,
-                      CUdeviceptr q, CUdeviceptr k, CUdeviceptr v, CUdeviceptr map, CUdeviceptr seq_len,
-                      CUdeviceptr out, CUstream stream)
+                      int64_t B, int64_t U, CUdeviceptr q, CUdeviceptr k, CUdeviceptr v, CUdeviceptr map,
+                      CUdeviceptr seq_len, CUdeviceptr out, CUstream stream)
 {
     const aot_fa_plan *pl = op->plan;
+    if (B < 1 || B > pl->B || U < 1 || U > pl->U) /* the message */
+        return aot_fa_set_request(fn, op, B, U, NULL, NULL, stream);
     if (!map)
         return aot_fail(AOT_ERR_INVALID, "%s: cand_to_user is NULL", fn);
     if (pl->varlen != (seq_len != 0))
@@ -121,11 +145,11 @@ static int aot_fa_run(const char *fn, struct aot_fa_op *op, const aot_kernel *ke
                                    : "seq_len given, but the shape has varlen=0 (every user has S keys)");
     int st = aot_enter();
     if (st == AOT_OK)
-        st = aot_download(op->map_host, map, (size_t)pl->B * sizeof(int32_t), stream, "cand_to_user");
+        st = aot_download(op->map_host, map, (size_t)B * sizeof(int32_t), stream, "cand_to_user");
     if (st == AOT_OK && seq_len)
-        st = aot_download(op->lens_host, seq_len, (size_t)pl->U * sizeof(int32_t), stream, "seq_len");
+        st = aot_download(op->lens_host, seq_len, (size_t)U * sizeof(int32_t), stream, "seq_len");
     if (st == AOT_OK)
-        st = aot_fa_set_mapping(fn, op, op->map_host, seq_len ? op->lens_host : NULL, stream);
+        st = aot_fa_set_request(fn, op, B, U, op->map_host, seq_len ? op->lens_host : NULL, stream);
     if (st == AOT_OK)
         st = aot_fa_launch(fn, op, kernels, states, q, k, v, out, stream);
     return st;

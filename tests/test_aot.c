@@ -675,6 +675,27 @@ Test(aot_gpu, the_fa_operation_matches_loom, .timeout = 300)
     cr_assert_eq(loom_buffer_download(oj, hj, nq * e), LOOM_OK);
     cr_assert_eq(loom_buffer_download(oa, ha, nq * e), LOOM_OK);
     cr_expect_eq(memcmp(hj, ha, nq * e), 0, "the AOT FA differs from loom's");
+    /* requests below the file's shape: the same bits as loom's run_at (the kernel at the
+     * request's rows and users, its plan's grid) */
+    static const int64_t at[][2] = {{1, 1}, {37, 3}, {64, 5}, {9, 2}, {50, 4}};
+    for (size_t r = 0; r < sizeof at / sizeof at[0]; r++) {
+        int64_t B = at[r][0], U = at[r][1];
+        size_t n = (size_t)(B * s.n_seed * s.H * s.D) * e;
+        int32_t *rmap = malloc((size_t)B * 4);
+        ik_mapping(B, U, 1, 20 + r, rmap);
+        cr_assert_eq(loom_buffer_upload(bmap, rmap, (size_t)B * 4), LOOM_OK);
+        cr_assert_eq(loom_buffer_fill(oa, 0xff), LOOM_OK);
+        cr_assert_eq(loom_ikbo_fa_run_at(jit, B, U, bq, bk, bv, bmap, blen, oj), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(ta_fa_ikbo_fa_run_at(aot, B, U, rt_buffer_dptr(bq), rt_buffer_dptr(bk), rt_buffer_dptr(bv),
+                                          rt_buffer_dptr(bmap), rt_buffer_dptr(blen), rt_buffer_dptr(oa), NULL),
+                     TA_FA_OK, "B=%lld U=%lld: %s", (long long)B, (long long)U, ta_fa_last_error());
+        cr_assert_eq(loom_buffer_download(oj, hj, n), LOOM_OK);
+        cr_assert_eq(loom_buffer_download(oa, ha, n), LOOM_OK);
+        cr_expect_eq(memcmp(hj, ha, n), 0, "B=%lld U=%lld: the AOT FA differs from loom's", (long long)B, (long long)U);
+        free(rmap);
+    }
+    cr_expect_eq(ta_fa_ikbo_fa_set_request(aot, 65, 1, map, lens, NULL), TA_FA_ERR_INVALID);
+    cr_expect(strstr(ta_fa_last_error(), "B is 65; this file serves 1 to 64"), "%s", ta_fa_last_error());
     /* a bad mapping entry is refused, naming it */
     map[7] = 5;
     cr_expect_eq(ta_fa_ikbo_fa_set_mapping(aot, map, lens, NULL), TA_FA_ERR_INVALID);
