@@ -499,7 +499,8 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
         if (shape.dim[d] >= 0)
             continue;
         /* LOOM_DIM(h): a dim argument of this kernel */
-        uint32_t h = (uint32_t)-shape.dim[d], dv = shape.dim[d] >= -(int64_t)UINT32_MAX ? ir_unhandle(k, h) : 0;
+        bool handle = shape.dim[d] >= -(int64_t)UINT32_MAX; /* (no negation of INT64_MIN) */
+        uint32_t h = handle ? (uint32_t)-shape.dim[d] : 0, dv = handle ? ir_unhandle(k, h) : 0;
         const ir_value *val = dv ? &k->vals[dv] : NULL;
         if (!val || val->kind != IR_V_ARG || !k->args[val->def].is_dim) {
             ir_error(k, at, NULL,

@@ -140,6 +140,8 @@ Test(dyn_dims, declarations_that_cannot_work_are_refused_at_their_line)
     loom_arg_tensor(k, "inner", LOOM_F32, LOOM_SHAPE2(4, LOOM_DIM(B)), LOOM_IN);
     int l4 = __LINE__ + 1;
     loom_arg_tensor(k, "bogus", LOOM_F32, LOOM_SHAPE2(-5, 4), LOOM_IN);
+    int l6 = __LINE__ + 1;
+    loom_arg_tensor(k, "huge", LOOM_F32, LOOM_SHAPE1(INT64_MIN), LOOM_IN); /* no handle: refused, not negated */
     loom_val s = loom_arg_scalar(k, "s", LOOM_I32);
     int l5 = __LINE__ + 1;
     loom_arg_tensor(k, "notdim", LOOM_F32, LOOM_SHAPE1(LOOM_DIM(s)), LOOM_IN);
@@ -150,6 +152,7 @@ Test(dyn_dims, declarations_that_cannot_work_are_refused_at_their_line)
     cr_assert(t_names_line(e, __FILE__, l3) && strstr(e, "only dim 0"), "%s", e);
     cr_assert(t_names_line(e, __FILE__, l4) && strstr(e, "'bogus'"), "%s", e);
     cr_assert(t_names_line(e, __FILE__, l5) && strstr(e, "'notdim'"), "%s", e);
+    cr_assert(t_names_line(e, __FILE__, l6) && strstr(e, "'huge': dimension 0 is -9223372036854775808"), "%s", e);
     loom_kernel_destroy(k);
     /* a dim of another kernel is not this kernel's */
     loom_kernel *a = loom_kernel_create("dyn_a", 1), *b = loom_kernel_create("dyn_b", 1);
