@@ -79,12 +79,9 @@ static int aot_fa_set_request(const char *fn, struct aot_fa_op *op, int64_t B, i
                               const int32_t *seq_len, CUstream stream)
 {
     const aot_fa_plan *pl = op->plan;
-    if (B < 1 || B > pl->B)
-        return aot_fail(AOT_ERR_INVALID, "%s: B is %lld; this file serves 1 to %lld", fn, (long long)B,
-                        (long long)pl->B);
-    if (U < 1 || U > pl->U)
-        return aot_fail(AOT_ERR_INVALID, "%s: U is %lld; this file serves 1 to %lld", fn, (long long)U,
-                        (long long)pl->U);
+    int st = aot_check_request(fn, B, U, pl->B, pl->U);
+    if (st != AOT_OK)
+        return st;
     if (!map)
         return aot_fail(AOT_ERR_INVALID, "%s: cand_to_user is NULL", fn);
     if (!pl->varlen && seq_len)
@@ -95,7 +92,7 @@ static int aot_fa_set_request(const char *fn, struct aot_fa_op *op, int64_t B, i
     int64_t n = fa_units(B, U, pl->S, pl->nseed, map, seq_len, op->units_host, err, sizeof err);
     if (n < 0)
         return aot_fail(AOT_ERR_INVALID, "%s: %s", fn, err);
-    int st = aot_enter();
+    st = aot_enter();
     if (st == AOT_OK && n > 0)
         st = aot_upload(op->units_dev, op->units_host, (size_t)n * FA_UNIT_FIELDS * sizeof(int32_t), stream,
                         "the work plan");
@@ -135,15 +132,16 @@ static int aot_fa_run(const char *fn, struct aot_fa_op *op, const aot_kernel *ke
                       CUdeviceptr seq_len, CUdeviceptr out, CUstream stream)
 {
     const aot_fa_plan *pl = op->plan;
-    if (B < 1 || B > pl->B || U < 1 || U > pl->U) /* the message */
-        return aot_fa_set_request(fn, op, B, U, NULL, NULL, stream);
+    int st = aot_check_request(fn, B, U, pl->B, pl->U);
+    if (st != AOT_OK)
+        return st;
     if (!map)
         return aot_fail(AOT_ERR_INVALID, "%s: cand_to_user is NULL", fn);
     if (pl->varlen != (seq_len != 0))
         return aot_fail(AOT_ERR_INVALID, "%s: %s", fn,
                         pl->varlen ? "the shape has varlen=1: seq_len is needed"
                                    : "seq_len given, but the shape has varlen=0 (every user has S keys)");
-    int st = aot_enter();
+    st = aot_enter();
     if (st == AOT_OK)
         st = aot_download(op->map_host, map, (size_t)B * sizeof(int32_t), stream, "cand_to_user");
     if (st == AOT_OK && seq_len)

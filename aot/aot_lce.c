@@ -101,13 +101,9 @@ static int aot_lce_run(const char *fn, struct aot_lce_op *op, const aot_kernel *
                        const CUdeviceptr caller[AOT_LCE_CALLER], int64_t B, int64_t U, CUstream stream)
 {
     const aot_lce_plan *pl = op->plan;
-    int st;
-    if (B < 1 || B > pl->B)
-        return aot_fail(AOT_ERR_INVALID, "%s: B is %lld; this file serves 1 to %lld", fn, (long long)B,
-                        (long long)pl->B);
-    if (U < 1 || U > pl->U)
-        return aot_fail(AOT_ERR_INVALID, "%s: U is %lld; this file serves 1 to %lld", fn, (long long)U,
-                        (long long)pl->U);
+    int st = aot_check_request(fn, B, U, pl->B, pl->U);
+    if (st != AOT_OK)
+        return st;
     /* stage 4: its counter of user tiles done grows by U blocks a user every launch; start
      * over before it wraps */
     int64_t adds = U * pl->blocks_per_user;

@@ -498,6 +498,16 @@ AOT_UNUSED static void aot_shape_text(char *buf, size_t n, const char *const *na
     aot_shape_text_dyn(buf, n, names, v, nkeys, NULL, 0);
 }
 
+/* A request's B and U against an operation's maxima: AOT_OK, or the refusal naming them. */
+AOT_UNUSED static int aot_check_request(const char *fn, int64_t B, int64_t U, int64_t Bmax, int64_t Umax)
+{
+    if (B < 1 || B > Bmax)
+        return aot_fail(AOT_ERR_INVALID, "%s: B is %lld; this file serves 1 to %lld", fn, (long long)B, (long long)Bmax);
+    if (U < 1 || U > Umax)
+        return aot_fail(AOT_ERR_INVALID, "%s: U is %lld; this file serves 1 to %lld", fn, (long long)U, (long long)Umax);
+    return AOT_OK;
+}
+
 /* The message for a shape not in a table: the shape asked for and those there are (with
  * dyn, may be NULL: the run-time keys it marks as each row's maximum). */
 AOT_UNUSED static int aot_no_row_dyn(const char *fn_name, const char *tname, const int64_t *rows, int nrows,

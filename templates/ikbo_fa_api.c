@@ -129,10 +129,9 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
 static loom_status set_mapping(loom_ikbo_fa *p, const char *fn, int64_t B, int64_t U, const int32_t *cand_to_user,
                                const int32_t *seq_len)
 {
-    if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
-        return fail(p, LOOM_ERR_INVALID, "%s: %s is %lld; it must be 1 to %lld (the %s prepared)", fn,
-                    B < 1 || B > p->s.B ? "B" : "U", (long long)(B < 1 || B > p->s.B ? B : U),
-                    (long long)(B < 1 || B > p->s.B ? p->s.B : p->s.U), B < 1 || B > p->s.B ? "B" : "U");
+    loom_status st = tpl_check_request(p->rt, fn, B, U, p->s.B, p->s.U);
+    if (st != LOOM_OK)
+        return st;
     if (!cand_to_user)
         return fail(p, LOOM_ERR_INVALID, "%s: cand_to_user is NULL", fn);
     if (!p->s.varlen && seq_len)
@@ -147,7 +146,7 @@ static loom_status set_mapping(loom_ikbo_fa *p, const char *fn, int64_t B, int64
     if (n < 0)
         return fail(p, LOOM_ERR_INVALID, "%s: %s", fn, err);
     /* the plan's units (the rest of the buffer is never read: the launch takes n of them) */
-    loom_status st = loom_buffer_upload(p->plan, p->hplan, (size_t)(fa_max_units(&at) * FA_UNIT_FIELDS) * 4);
+    st = loom_buffer_upload(p->plan, p->hplan, (size_t)(fa_max_units(&at) * FA_UNIT_FIELDS) * 4);
     if (st == LOOM_OK && seq_len)
         st = loom_buffer_upload(p->lens, seq_len, (size_t)U * 4);
     if (st != LOOM_OK)
@@ -229,7 +228,7 @@ static loom_status run_at(loom_ikbo_fa *p, const char *fn, int64_t B, int64_t U,
                           loom_buffer *v, loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out)
 {
     if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
-        return set_mapping(p, fn, B, U, NULL, NULL); /* the message */
+        return tpl_check_request(p->rt, fn, B, U, p->s.B, p->s.U);
     loom_status st = check_buf(p, fn, cand_to_user, "cand_to_user", B, 4, "[B]");
     if (st != LOOM_OK)
         return st;

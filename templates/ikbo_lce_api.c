@@ -636,11 +636,10 @@ static loom_status check_index(loom_ikbo_lce *p, const loom_buffer *map, int64_t
 /* The request's B and U: at least 1 and at most the prepared shape's. */
 static loom_status check_dims(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U)
 {
-    if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
-        return fail(p, LOOM_ERR_INVALID, "%s: %s is %lld; it must be 1 to %lld (the %s prepared)", fn,
-                    B < 1 || B > p->s.B ? "B" : "U", (long long)(B < 1 || B > p->s.B ? B : U),
-                    (long long)(B < 1 || B > p->s.B ? p->s.B : p->s.U), B < 1 || B > p->s.B ? "B" : "U");
-    if ((B != p->s.B || U != p->s.U))
+    loom_status st = tpl_check_request(p->rt, fn, B, U, p->s.B, p->s.U);
+    if (st != LOOM_OK)
+        return st;
+    if (B != p->s.B || U != p->s.U)
         for (int i = 0; i < p->run.nsteps; i++)
             if (p->run.step[i].fixed)
                 return fail(p, LOOM_ERR_UNSUPPORTED,
@@ -655,7 +654,7 @@ static loom_status run_at(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U
 {
     if (p->nbuckets) { /* the request's bucket */
         if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
-            return check_dims(p, fn, B, U);
+            return tpl_check_request(p->rt, fn, B, U, p->s.B, p->s.U);
         int i = 0;
         while (p->top[i] < B)
             i++;

@@ -189,6 +189,17 @@ loom_status tpl_fail(loom_runtime *rt, loom_status st, const char *fmt, ...)
     return st;
 }
 
+loom_status tpl_check_request(loom_runtime *rt, const char *fn, int64_t B, int64_t U, int64_t Bmax, int64_t Umax)
+{
+    if (B < 1 || B > Bmax)
+        return tpl_fail(rt, LOOM_ERR_INVALID, "%s: B is %lld; it must be 1 to %lld (the B prepared)", fn, (long long)B,
+                        (long long)Bmax);
+    if (U < 1 || U > Umax)
+        return tpl_fail(rt, LOOM_ERR_INVALID, "%s: U is %lld; it must be 1 to %lld (the U prepared)", fn, (long long)U,
+                        (long long)Umax);
+    return LOOM_OK;
+}
+
 loom_buffer *tpl_zeroed_buffer(loom_runtime *rt, size_t bytes, loom_status *st)
 {
     if (*st != LOOM_OK)

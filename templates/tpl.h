@@ -28,6 +28,9 @@ double tpl_round(loom_dtype dt, double v);
 
 /* The IKBO C APIs' failures: the message into rt's error, the status returned. */
 loom_status tpl_fail(loom_runtime *rt, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A request's B and U against the prepared maxima: LOOM_OK, or LOOM_ERR_INVALID with
+ * "FN: B is 9; it must be 1 to 8 (the B prepared)" in rt's error. */
+loom_status tpl_check_request(loom_runtime *rt, const char *fn, int64_t B, int64_t U, int64_t Bmax, int64_t Umax);
 /* A device buffer of `bytes` (at least 1) filled with zeros, or NULL with *st set; nothing
  * (NULL) when *st is already a failure, so a run of allocations checks once at the end. */
 loom_buffer *tpl_zeroed_buffer(loom_runtime *rt, size_t bytes, loom_status *st);
