@@ -7,8 +7,10 @@
  *   bench_ikbo_lce --sweep         also B from 512 to 4096 at ratio 70, and the ratio B/U from
  *                                  2 to 1000 at B=1024
  *   bench_ikbo_lce --grid          issue 21's grid of small, skinny and large shapes (one
- *                                  factor at a time, and the corners): the framework against
- *                                  loom's pick only, then a table (run_grid)
+ *                                  factor at a time, and the corners), with the default
+ *                                  config (--tuned: the tuner's per shape): every stage, the
+ *                                  framework and loom's pick, then a table (run_grid);
+ *                                  --grid-rows FIRST-LAST runs part of it (from 1)
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
  *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..   skip tuning, use this config
  *                                  (keys of the ikbo_lce template; those left out keep their defaults)
@@ -45,12 +47,15 @@
  * bytes come back, not the output.  (--check-all is the default and kept as a no-op.)  Timing: loom_time_work, median of runs each after an L2
  * flush.  Exit status 1 if any check fails.
  *
- * After the stages, a row "auto -> N": loom_ikbo_lce_prepare with LOOM_IKBO_AUTO as a user
- * calls it (the config only with --config), its pick measured like the rows above, with
- * its ratio to the framework and to the fastest stage row, then the prepare's time and
- * what auto says it did (the stages' times when it timed them, "cached" when the tuning
- * cache had the shape: the shuffled run of a shape reads the contiguous run's pick;
- * LOOM_TUNE_FORCE=1 times every time).
+ * After the stages, a row "auto -> N": loom_ikbo_lce_prepare with LOOM_IKBO_AUTO and the
+ * rows' config, its pick measured like the rows above, with its ratio to the framework,
+ * then the prepare's time and what auto says it did (the stages' times when it timed them,
+ * "cached" when the tuning cache had the shape: the shuffled run of a shape reads the
+ * contiguous run's pick; LOOM_TUNE_FORCE=1 times every time).  Then "pick:": every stage
+ * and auto's object timed side by side (pick_check: interleaved rounds, since rows timed
+ * one after another drift more than stages differ), the picked stage's time over the
+ * fastest stage's, PICK OFF where it is more than 1.02 (issue 40), and auto's object beside
+ * its stage's row; the last line says whether every shape's pick was within 2%.
  */
 #include "ikbo_lce.h"
 #include "lce_common.h"
@@ -131,8 +136,57 @@ static double measure(loom_runtime *rt, loom_status (*work)(void *), void *ctx, 
 typedef struct grid_row {
     lce_shape s;
     double fw_ms, auto_ms;
+    double pick; /* the picked stage's time over the fastest stage's, side by side (0: not measured) */
     int stage, ok;
 } grid_row;
+
+/* The stages 0 to 4, then LOOM_IKBO_AUTO's pick. */
+enum { PICK_AUTO = LOOM_IKBO_PERSISTENT + 1, PICK_N, PICK_ROUNDS = 11, PICK_REPS = 5 };
+#define PICK_WITHIN 1.02 /* issue 40: the pick within 2% of the fastest stage */
+static int picks_off;
+
+/* LOOM_IKBO_AUTO's pick against every stage, timed side by side: PICK_ROUNDS rounds, each a
+ * loom_time_work of every prepared object in turn (runs after an L2 flush each, median;
+ * PICK_REPS of them, more for a short kernel so that a round covers about 2 ms), each one's
+ * time the median of its rounds': rows timed one after another drift more than stages
+ * differ.  The pick's quality is its stage's row over the fastest row (the same kernels
+ * that auto chose between); auto's own object (the one a user runs) is printed beside its
+ * row.  Returns the pick's ratio (0 when not measured) and counts one over 1.02. */
+static double pick_check(loom_runtime *rt, run_ctx *xs, int picked, const double *est_ms)
+{
+    double t[PICK_N][PICK_ROUNDS], med[PICK_N] = {0};
+    int reps[PICK_N];
+    for (int i = 0; i < PICK_N; i++) {
+        double est = est_ms[i < PICK_AUTO ? i : picked];
+        reps[i] = est > 0 && 2.0 / est > PICK_REPS ? (2.0 / est < 50 ? (int)(2.0 / est) : 50) : PICK_REPS;
+    }
+    for (int r = 0; r < PICK_ROUNDS; r++)
+        for (int i = 0; i < PICK_N; i++)
+            if (xs[i].p && loom_time_work(rt, run_once, &xs[i], r == 0 ? 1 : 0, reps[i], &t[i][r]) != LOOM_OK)
+                DIE("timing %s: %s", i == PICK_AUTO ? "auto" : "a stage", loom_runtime_error(rt));
+    int fastest = -1;
+    for (int i = 0; i < PICK_N; i++) {
+        if (!xs[i].p)
+            continue;
+        med[i] = tune_median(t[i], PICK_ROUNDS);
+        if (i != PICK_AUTO && (fastest < 0 || med[i] < med[fastest]))
+            fastest = i;
+    }
+    if (fastest < 0 || picked < 0 || picked >= PICK_AUTO || !xs[picked].p)
+        return 0;
+    double ratio = med[picked] / med[fastest];
+    bool ok = ratio <= PICK_WITHIN;
+    picks_off += !ok;
+    printf("  pick: stage %d %.4f ms, the fastest stage %d %.4f ms: pick / fastest %.3f, %s; auto's object %.4f ms "
+           "(%.3f of its stage's row); side by side, %d rounds of %d+ runs; stages",
+           picked, med[picked], fastest, med[fastest], ratio, ok ? "within 2%" : "PICK OFF by more than 2%",
+           med[PICK_AUTO], med[PICK_AUTO] / med[picked], PICK_ROUNDS, PICK_REPS);
+    for (int i = 0; i < PICK_AUTO; i++)
+        if (xs[i].p)
+            printf(" %d: %.4f", i, med[i]);
+    printf(" ms\n");
+    return ratio;
+}
 
 static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_shape *s, int shuffle, int do_check,
                       const loom_ikbo_lce_config *fixed, grid_row *row)
@@ -201,15 +255,16 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
         lce_fw_release(&fx); /* before the stages allocate their own */
     }
     fflush(stdout);
-    for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT && !row; st++) {
-        loom_ikbo_lce *p = NULL;
-        if (loom_ikbo_lce_prepare(rt, &ls, (loom_ikbo_stage)st, wu, wc, &cfg, &p) != LOOM_OK) {
+    /* every stage, kept for the pick's check below */
+    loom_ikbo_lce *ps[PICK_N] = {NULL};
+    for (int st = LOOM_IKBO_MATERIALIZED; st <= LOOM_IKBO_PERSISTENT; st++) {
+        if (loom_ikbo_lce_prepare(rt, &ls, (loom_ikbo_stage)st, wu, wc, &cfg, &ps[st]) != LOOM_OK) {
             printf("  stage %d %-15s refused: %s\n", st, loom_ikbo_stage_name((loom_ikbo_stage)st),
                    loom_runtime_error(rt));
             failures++;
             continue;
         }
-        run_ctx x = {p, eu, ec, dmap, out};
+        run_ctx x = {ps[st], eu, ec, dmap, out};
         char what[16], vs_fw[40] = "";
         snprintf(what, sizeof what, "stage %d", st);
         ms[st] = measure(rt, run_once, &x, &r, out, what, verdict, sizeof verdict);
@@ -217,40 +272,39 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
             snprintf(vs_fw, sizeof vs_fw, "  x%.2f vs framework", fw_ms / ms[st]);
         printf("  stage %d %-15s %8.3f ms %7.1f TF/s  x%.2f vs materialized%s  %s\n", st,
                loom_ikbo_stage_name((loom_ikbo_stage)st), ms[st], gflop / ms[st], ms[0] / ms[st], vs_fw, verdict);
+        if (getenv("LCE_BENCH_DESCRIBE"))
+            printf("    %s\n", loom_ikbo_lce_describe(ps[st]));
         fflush(stdout);
-        loom_ikbo_lce_destroy(p);
     }
-    /* LOOM_IKBO_AUTO, as a user calls it (the config given only with --config): the stage
-     * it picks (timed at the shape the first time, then from the tuning cache: the
-     * shuffled run of a shape reads the contiguous run's pick) against the framework and
-     * against the fastest of the rows above */
-    int fastest = -1;
-    for (int st = 0; st <= LOOM_IKBO_PERSISTENT; st++)
-        if (ms[st] > 0 && (fastest < 0 || ms[st] < ms[fastest]))
-            fastest = st;
-    loom_ikbo_lce *p = NULL;
+    /* LOOM_IKBO_AUTO, as a user calls it (with the rows' config): the stage it picks (timed
+     * at the shape the first time, then from the tuning cache: the shuffled run of a shape
+     * reads the contiguous run's pick) against the framework, then against every row timed
+     * beside it (pick_check) */
     double t0 = util_now_ms();
-    if (loom_ikbo_lce_prepare(rt, &ls, LOOM_IKBO_AUTO, wu, wc, fixed, &p) != LOOM_OK) {
+    if (loom_ikbo_lce_prepare(rt, &ls, LOOM_IKBO_AUTO, wu, wc, &cfg, &ps[PICK_AUTO]) != LOOM_OK) {
         printf("  auto                    refused: %s\n", loom_runtime_error(rt));
         failures++;
     } else {
         double prep = util_now_ms() - t0;
-        int st = loom_ikbo_lce_stage_of(p);
-        run_ctx x = {p, eu, ec, dmap, out};
-        char vs_fw[40] = "", vs_best[64] = "";
+        int st = loom_ikbo_lce_stage_of(ps[PICK_AUTO]);
+        run_ctx x = {ps[PICK_AUTO], eu, ec, dmap, out};
+        char vs_fw[40] = "";
         double am = measure(rt, run_once, &x, &r, out, "auto", verdict, sizeof verdict);
         if (fw_ms > 0)
             snprintf(vs_fw, sizeof vs_fw, "  x%.2f vs framework", fw_ms / am);
-        if (fastest >= 0)
-            snprintf(vs_best, sizeof vs_best, "  x%.2f vs the fastest row (stage %d)", ms[fastest] / am, fastest);
-        printf("  auto -> %d %-13s %8.3f ms %7.1f TF/s%s%s  %s\n", st, loom_ikbo_stage_name((loom_ikbo_stage)st), am,
-               gflop / am, vs_fw, vs_best, verdict);
+        printf("  auto -> %d %-13s %8.3f ms %7.1f TF/s%s  %s\n", st, loom_ikbo_stage_name((loom_ikbo_stage)st), am,
+               gflop / am, vs_fw, verdict);
+        printf("    prepare %.0f ms; %s\n", prep, loom_ikbo_lce_describe(ps[PICK_AUTO]));
+        fflush(stdout);
+        run_ctx xs[PICK_N];
+        for (int i = 0; i < PICK_N; i++)
+            xs[i] = (run_ctx){ps[i], eu, ec, dmap, out};
+        double ratio = pick_check(rt, xs, st, ms);
         if (row)
-            row->auto_ms = am, row->stage = st;
-        const char *d = strstr(loom_ikbo_lce_describe(p), "auto (");
-        printf("    prepare %.0f ms; %s\n", prep, d ? d : loom_ikbo_lce_describe(p));
-        loom_ikbo_lce_destroy(p);
+            row->auto_ms = am, row->stage = st, row->pick = ratio;
     }
+    for (int i = 0; i < PICK_N; i++)
+        loom_ikbo_lce_destroy(ps[i]);
     fflush(stdout);
     if (row) {
         row->s = *s;
@@ -374,6 +428,8 @@ static int interpreter_run(const char *ptx_dir)
     free(absc);
     free(absu);
     loom_runtime_destroy(rt);
+    printf("bench_ikbo_lce: the stage pick within 2%% of the fastest stage at %s shape%s\n",
+           picks_off ? "NOT every" : "every", picks_off ? "; see PICK OFF" : "");
     if (failures)
         printf("bench_ikbo_lce: %d FAILED\n", failures);
     return failures ? 1 : 0;
@@ -382,7 +438,7 @@ static int interpreter_run(const char *ptx_dir)
 /* --grid: issue 21's shapes, one factor at a time from the headline (B, the ratio B/U, M,
  * N, Ku/Kc over the issue's values) and the corners where all are small or skinny; per
  * shape the framework and loom's pick (auto), then one table. */
-static void run_grid(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const loom_ikbo_lce_config *fc)
+static void run_grid(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const loom_ikbo_lce_config *fc, int from, int to)
 {
     static const lce_shape shapes[] = {
         {1024, 15, 433, 256, 1184, 1023}, /* the base: the headline with the grid's K */
@@ -399,31 +455,36 @@ static void run_grid(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const loom_i
     enum { NG = sizeof shapes / sizeof shapes[0] };
     grid_row rows[NG];
     memset(rows, 0, sizeof rows);
-    for (int i = 0; i < NG; i++) {
+    if (to < 1 || to > NG)
+        to = NG;
+    for (int i = from - 1; i < to; i++) {
         printf("== grid %d of %d\n", i + 1, NG);
         one_shape(rt, ref, fw, &shapes[i], 0, 1, fc, &rows[i]);
     }
     int slower = 0;
-    printf("\n== grid: loom's pick (LOOM_IKBO_AUTO) against the framework (index_select + cat + cuBLAS), same run\n");
-    printf("%6s %6s %5s %5s %5s %5s | %10s %10s %6s %7s %s\n", "B", "U", "M", "N", "Ku", "Kc", "framework", "loom ms",
-           "stage", "loom/fw", "");
-    for (int i = 0; i < NG; i++) {
+    printf("\n== grid: loom's pick (LOOM_IKBO_AUTO) against the framework (index_select + cat + cuBLAS) and "
+           "against the fastest stage timed beside it, same run\n");
+    printf("%6s %6s %5s %5s %5s %5s | %10s %10s %6s %7s %13s %s\n", "B", "U", "M", "N", "Ku", "Kc", "framework",
+           "loom ms", "stage", "loom/fw", "pick/fastest", "");
+    for (int i = from - 1; i < to; i++) {
         const grid_row *r = &rows[i];
         double x = r->fw_ms > 0 && r->auto_ms > 0 ? r->fw_ms / r->auto_ms : 0;
         int slow = x > 0 && x < 1.0;
         slower += slow;
-        printf("%6lld %6lld %5lld %5lld %5lld %5lld | %10.4f %10.4f %6d %6.2fx %s%s\n", (long long)r->s.B,
+        printf("%6lld %6lld %5lld %5lld %5lld %5lld | %10.4f %10.4f %6d %6.2fx %13.3f %s%s%s\n", (long long)r->s.B,
                (long long)r->s.U, (long long)r->s.M, (long long)r->s.N, (long long)r->s.Ku, (long long)r->s.Kc,
-               r->fw_ms, r->auto_ms, r->stage, x, slow ? "SLOWER " : "", r->ok ? "" : "CHECK FAILED");
+               r->fw_ms, r->auto_ms, r->stage, x, r->pick, slow ? "SLOWER " : "",
+               r->pick > PICK_WITHIN ? "PICK OFF " : "", r->ok ? "" : "CHECK FAILED");
     }
-    printf("grid: %d of %d shapes where loom's pick is slower than the framework\n", slower, (int)NG);
+    printf("grid: %d of %d shapes (%d to %d) where loom's pick is slower than the framework\n", slower,
+           to - from + 1, from, to);
 }
 
 int main(int argc, char **argv)
 {
     lce_prog = "bench_ikbo_lce";
     lce_shape head = {1024, 15, 433, 256, 1178, 866};
-    int sweep = 0, grid = 0, have_cfg = 0;
+    int sweep = 0, grid = 0, have_cfg = 0, tuned = 0, gfrom = 1, gto = 0;
     loom_ikbo_lce_config cfg = {0};
     lce_shape custom = head;
     int have_shape = 0;
@@ -433,6 +494,13 @@ int main(int argc, char **argv)
             sweep = 1;
         else if (!strcmp(argv[i], "--grid"))
             grid = 1;
+        else if (!strcmp(argv[i], "--grid-rows") && i + 1 < argc) { /* FIRST-LAST, from 1: part of the grid */
+            grid = 1;
+            if (sscanf(argv[++i], "%d-%d", &gfrom, &gto) != 2 || gfrom < 1 || gto < gfrom)
+                DIE("--grid-rows takes FIRST-LAST (from 1), not '%s'", argv[i]);
+        }
+        else if (!strcmp(argv[i], "--tuned"))
+            tuned = 1;
         else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)
             ptx_dir = argv[++i];
         else if (!strcmp(argv[i], "--check-all"))
@@ -461,7 +529,7 @@ int main(int argc, char **argv)
             cfg = ik_config_of(c);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
+            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid | --grid-rows FIRST-LAST] [--tuned] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
                             "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..]\n");
             return 2;
         }
@@ -482,10 +550,19 @@ int main(int argc, char **argv)
     if (fw.have_cublas)
         printf("framework: index_select and cat copies (NVRTC), cuBLAS %d (%s) strided batched GEMM\n",
                fw.cb.version, fw.cb.path);
+    if (grid && !have_cfg && !tuned) { /* the grid: the default config, as a service that has not tuned */
+        const loom_template *t = loom_template_find("ikbo_lce");
+        int64_t c[LOOM_MAX_PARAMS];
+        for (int i = 0; i < t->nconfig; i++)
+            c[i] = t->config[i].def;
+        cfg = ik_config_of(c);
+        have_cfg = 1;
+        printf("grid: every shape with the default config (--tuned: the tuner's per shape)\n");
+    }
     const loom_ikbo_lce_config *fc = have_cfg ? &cfg : NULL;
     lce_shape first = have_shape ? custom : head;
     if (grid) {
-        run_grid(rt, ref, &fw, fc);
+        run_grid(rt, ref, &fw, fc, gfrom, gto);
         sweep = 0;
     } else {
         one_shape(rt, ref, &fw, &first, 0, 1, fc, NULL);
@@ -512,6 +589,8 @@ int main(int argc, char **argv)
     lce_fw_close(rt, &fw);
     nvref_gemm_close(ref);
     loom_runtime_destroy(rt);
+    printf("bench_ikbo_lce: the stage pick within 2%% of the fastest stage at %s shape%s\n",
+           picks_off ? "NOT every" : "every", picks_off ? "; see PICK OFF" : "");
     if (failures)
         printf("bench_ikbo_lce: %d FAILED\n", failures);
     return failures ? 1 : 0;

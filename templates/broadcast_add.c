@@ -16,6 +16,7 @@
  * that differ only in B and U.
  */
 #include "tpl.h"
+#include "tpl_device.h"
 #include "../util/util.h"
 
 #include <math.h>
@@ -176,8 +177,10 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     tpl_broadcast_add_shape s = shape_of(sh);
     *(int32_t *)host[A_B] = (int32_t)s.B; /* the run-time dims at the shape's values */
     *(int32_t *)host[A_U] = (int32_t)s.U;
-    tpl_fill(host[A_CAND], s.dtype, s.B * s.M * s.N, -1, 1, &seed);
-    tpl_fill(host[A_USER], s.dtype, s.U * s.M * s.N, -1, 1, &seed);
+    if (host[A_CAND]) /* (NULL where the tuner fills them on the device: tpl_device) */
+        tpl_fill(host[A_CAND], s.dtype, s.B * s.M * s.N, -1, 1, &seed);
+    if (host[A_USER])
+        tpl_fill(host[A_USER], s.dtype, s.U * s.M * s.N, -1, 1, &seed);
     int32_t *map = host[A_MAP];
     for (int64_t b = 0; b < s.B; b++)
         map[b] = (int32_t)(b * s.U / s.B);
@@ -239,4 +242,97 @@ const loom_template tpl_def_broadcast_add = {
     .cost = cost,
     .bucket = bucket,
     .bound = bound,
+};
+
+/* ---------------------------------------------------------------- the tuner's device reference */
+
+enum { BR_RM = 16, BR_RN = 64 };
+
+/* The reference (out[b] = cand[b] + user[u(b)], one f32 add an element, rounded once) or,
+ * with_bound, the error model's bound of each element of out, which then holds the
+ * reference: the kernel's add and the reference's (u |r| each), then one ulp of out's type
+ * (tpl_device_ulp_ub), scaled up by 2^-20 for the bound's own f32 arithmetic.  A program
+ * a BR_RM x BR_RN tile of [M, N] (x) and a candidate (y). */
+static loom_kernel *br_kernel(const tpl_broadcast_add_shape *s, bool with_bound)
+{
+    loom_kernel *k = loom_kernel_create(with_bound ? "ikbo_broadcast_add_ref_bound" : "ikbo_broadcast_add_ref", 4);
+    loom_val B = loom_arg_dim(k, "B", s->B, 1);
+    loom_val U = loom_arg_dim(k, "U", s->U, 1);
+    loom_val cand = loom_arg_tensor(k, "cand", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_IN);
+    loom_val user = loom_arg_tensor(k, "user", s->dtype, LOOM_SHAPE3(LOOM_DIM(U), s->M, s->N), LOOM_IN);
+    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(LOOM_DIM(B)), LOOM_IN);
+    loom_val out = loom_arg_tensor(k, "out", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_OUT);
+    loom_val bound = with_bound ? loom_arg_tensor(k, "bound", LOOM_F32, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_OUT)
+                                : LOOM_NONE;
+    loom_val tile = loom_program_id(k, 0), b = loom_program_id(k, 1);
+    loom_val tn = loom_const_i(k, LOOM_I32, TPL_CDIV(s->N, BR_RN));
+    loom_val m0 = loom_mul(k, loom_div(k, tile, tn), loom_const_i(k, LOOM_I32, BR_RM));
+    loom_val n0 = loom_mul(k, loom_rem(k, tile, tn), loom_const_i(k, LOOM_I32, BR_RN));
+    loom_shape t = LOOM_SHAPE2(BR_RM, BR_RN);
+    loom_val at[3] = {b, m0, n0};
+    if (!with_bound) {
+        loom_val u = loom_load_scalar(k, map, &b);
+        loom_val c = loom_cast(k, loom_load(k, cand, at, t, LOOM_NONE, 0.0), LOOM_F32);
+        loom_val x = loom_cast(k, loom_load(k, user, ((loom_val[]){u, m0, n0}), t, LOOM_NONE, 0.0), LOOM_F32);
+        loom_store(k, out, at, loom_cast(k, loom_add(k, c, x), s->dtype), LOOM_NONE);
+        return k;
+    }
+#define C(v) loom_splat(k, loom_const_f(k, LOOM_F32, (v)), t)
+    double up2 = 1 + 0x1p-20;
+    loom_val r = loom_cast(k, loom_load(k, out, at, t, LOOM_NONE, 0.0), LOOM_F32), ar = loom_abs(k, r);
+    loom_val err = loom_mul(k, loom_add(k, ar, tpl_device_ulp_ub(k, s->dtype, r, t)), C(2 * 0x1p-23 * up2));
+    loom_val top = loom_add(k, loom_add(k, ar, loom_mul(k, C(0.5), tpl_device_ulp_ub(k, s->dtype, r, t))), err);
+    loom_store(k, bound, at, loom_mul(k, loom_add(k, err, tpl_device_ulp_ub(k, s->dtype, top, t)), C(up2)), LOOM_NONE);
+#undef C
+    return k;
+}
+
+static bool br_grid(const int64_t *sh, tpl_broadcast_add_shape *s, int grid[3])
+{
+    *s = shape_of(sh);
+    int64_t tiles = TPL_CDIV(s->M, BR_RM) * TPL_CDIV(s->N, BR_RN);
+    if (tiles > INT32_MAX || s->B > 65535 ||
+        (s->dtype != LOOM_F16 && s->dtype != LOOM_BF16 && s->dtype != LOOM_F32))
+        return false;
+    grid[0] = (int)tiles;
+    grid[1] = (int)s->B;
+    grid[2] = 1;
+    return true;
+}
+
+static int br_reference(const int64_t *sh, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n)
+{
+    tpl_broadcast_add_shape s;
+    if (max < 1 || !br_grid(sh, &s, grid[0])) {
+        snprintf(err, n, "the reference kernel serves B up to 65535 and f16, bf16 or f32");
+        return 0;
+    }
+    k[0] = br_kernel(&s, false);
+    return 1;
+}
+
+static loom_kernel *br_bound(const int64_t *sh, int grid[3])
+{
+    tpl_broadcast_add_shape s;
+    return br_grid(sh, &s, grid) ? br_kernel(&s, true) : NULL;
+}
+
+static int br_fills(const int64_t *sh, tpl_device_fill *f, int max)
+{
+    (void)sh;
+    if (max < 2)
+        return 0;
+    f[0] = (tpl_device_fill){A_CAND, -1, 1, 0, 0};
+    f[1] = (tpl_device_fill){A_USER, -1, 1, 0, 0};
+    return 2;
+}
+
+const tpl_device tpl_device_broadcast_add = {
+    .t = &tpl_def_broadcast_add,
+    .fills = br_fills,
+    .init_rest = init,
+    .reference = br_reference,
+    .reference_doc = "one f32 add an element, a SIMT kernel",
+    .bound = br_bound,
+    .bound_arg = A_OUT,
 };

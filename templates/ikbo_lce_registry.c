@@ -386,19 +386,11 @@ static loom_kernel *ref_cand_kernel(const ik_spec *s)
     return k;
 }
 
-/* An upper bound of loom_ulp(dt, x) from f32 arithmetic (no exponent extraction in the
- * DSL): |x| 2^-mant, or the subnormal spacing near zero; at most twice the ulp. */
-static loom_val ulp_ub(loom_kernel *k, loom_dtype dt, loom_val x, loom_shape t)
-{
-    double rel = dt == LOOM_BF16 ? 0x1p-7 : 0x1p-10, tiny = dt == LOOM_BF16 ? 0x1p-133 : 0x1p-24;
-    loom_val r = loom_mul(k, loom_abs(k, x), loom_splat(k, loom_const_f(k, LOOM_F32, rel), t));
-    return loom_max(k, r, loom_splat(k, loom_const_f(k, LOOM_F32, tiny), t));
-}
-
 /* The error model of the stage-4 kernel (the host's bound() above), on the device, for
  * the tuner's checks against the reference kernels: twice the model's error (the
- * reference sums in f32 too, by the same steps) plus one ulp; ulps from ulp_ub, and the
- * result scaled up by 2^-20 for the f32 arithmetic of the bound itself. */
+ * reference sums in f32 too, by the same steps) plus one ulp; ulps from
+ * tpl_device_ulp_ub, and the result scaled up by 2^-20 for the f32 arithmetic of the bound
+ * itself. */
 static loom_kernel *ref_bound_kernel(const ik_spec *s)
 {
     loom_kernel *k = loom_kernel_create("ikbo_lce_ref_bound", 4);
@@ -418,12 +410,12 @@ static loom_kernel *ref_bound_kernel(const ik_spec *s)
     double gu = loom_f32_sum_error(s->Ku, 1.0) * (1 + 0x1p-20), gc = loom_f32_sum_error(s->Kc + 2, 1.0) * (1 + 0x1p-20);
     loom_val eu = loom_mul(k, C(gu), magu);
     loom_val au = loom_add(k, loom_add(k, loom_abs(k, hi), loom_abs(k, lo)), eu);
-    loom_val lob = loom_mul(k, C(0.5), ulp_ub(k, s->dt, au, t));
-    loom_val e = loom_add(k, loom_add(k, eu, loom_mul(k, C(0.5), ulp_ub(k, s->dt, lob, t))),
+    loom_val lob = loom_mul(k, C(0.5), tpl_device_ulp_ub(k, s->dt, au, t));
+    loom_val e = loom_add(k, loom_add(k, eu, loom_mul(k, C(0.5), tpl_device_ulp_ub(k, s->dt, lob, t))),
                           loom_mul(k, C(gc), loom_add(k, loom_add(k, magc, au), loom_mul(k, C(2.0), lob))));
     e = loom_mul(k, C(2.0), e); /* the kernel's error and the reference's */
-    loom_val at = loom_add(k, loom_add(k, r, loom_mul(k, C(0.5), ulp_ub(k, s->dt, r, t))), e);
-    loom_val bnd = loom_mul(k, loom_add(k, e, ulp_ub(k, s->dt, at, t)), C(1 + 0x1p-20));
+    loom_val at = loom_add(k, loom_add(k, r, loom_mul(k, C(0.5), tpl_device_ulp_ub(k, s->dt, r, t))), e);
+    loom_val bnd = loom_mul(k, loom_add(k, e, tpl_device_ulp_ub(k, s->dt, at, t)), C(1 + 0x1p-20));
 #undef C
     loom_store(k, bound, ((loom_val[]){b, m0, n0}), bnd, LOOM_NONE);
     return k;
@@ -523,7 +515,7 @@ loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t
     loom_val mc = loom_load(k, absc, ((loom_val[]){b, off}), t, LOOM_NONE, 0.0);
     loom_val mu = loom_load(k, absu, ((loom_val[]){u, off}), t, LOOM_NONE, 0.0);
 #define C(v) loom_splat(k, loom_const_f(k, LOOM_F32, (v)), t)
-#define ULP(v) ulp_ub(k, LOOM_F16, (v), t)
+#define ULP(v) tpl_device_ulp_ub(k, LOOM_F16, (v), t)
     double gk = loom_f32_sum_error(Ku + Kc + 2, 1.0), gc = loom_f32_sum_error(Kc, 1.0), gu = loom_f32_sum_error(Ku, 1.0);
     loom_val ac = loom_abs(k, c), ax = loom_abs(k, x);
     loom_val ek = loom_mul(k, C(gk), loom_add(k, mc, mu));

@@ -59,6 +59,11 @@ typedef struct tpl_device {
 /* The entry of template t, or NULL. */
 const tpl_device *tpl_device_find(const loom_template *t);
 
+/* An upper bound of loom_ulp(dt, x) for f32 tiles x of shape t, in f32 arithmetic (the
+ * DSL has no exponent extraction): |x| 2^-mantissa bits, or the subnormal spacing near
+ * zero; at most twice the ulp.  For the device bound kernels. */
+loom_val tpl_device_ulp_ub(loom_kernel *k, loom_dtype dt, loom_val x, loom_shape t);
+
 /* ---------------------------------------------------------------- IKBO LCE */
 
 extern const tpl_device tpl_device_ikbo_lce;
@@ -88,5 +93,15 @@ loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t
                              int64_t *nparts);
 /* The same bound on the host (exact ulps), for refc = c, refu = u, absc, absu. */
 double ik_lce_bound(double c, double u, double absc, double absu, int64_t Ku, int64_t Kc);
+
+/* ---------------------------------------------------------------- the others */
+
+/* ikbo_fa: Q, K and V filled on the device; the reference a naive f32 SIMT attention per
+ * 16 rows of a plan's row block (no TMA, wgmma or warp specialization); the bound kernel
+ * the same pass with the error model's terms (templates/ikbo_fa_registry.c). */
+extern const tpl_device tpl_device_ikbo_fa;
+/* ikbo_broadcast_add: cand and user filled on the device; the reference one f32 add an
+ * element (templates/broadcast_add.c). */
+extern const tpl_device tpl_device_broadcast_add;
 
 #endif

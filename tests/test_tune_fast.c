@@ -293,6 +293,121 @@ Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
 
 /* ---------------------------------------------------------------- bench_ikbo_lce's check */
 
+/* ---------------------------------------------------------------- ikbo_fa, ikbo_broadcast_add */
+
+/* The tuner's device path for template name at shape (a -- shape string) with its default
+ * config, on the interpreter: the reference kernels' output against the CPU reference
+ * (within the host model's bound: the device reference is one right way to compute it),
+ * the device bound between 1x and 8x the host model's, the default config's kernel passing
+ * its check, and one spoiled element of the reference caught. */
+static void device_path(const char *name, const char *shape_text, int nfill)
+{
+    const loom_template *t = loom_template_find(name);
+    cr_assert(t);
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char err[1024] = "";
+    cr_assert_eq(loom_params_parse(t->shape, t->nshape, shape_text, sh, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < t->nconfig; i++)
+        cf[i] = t->config[i].def;
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    tune_bench b;
+    memset(&b, 0, sizeof b);
+    b.rt = rt;
+    b.t = t;
+    b.shape = sh;
+    loom_kernel *probe = t->build(sh, cf, err, sizeof err);
+    cr_assert(probe, "%s", err);
+    cr_assert_eq(loom_verify(probe), LOOM_OK, "%s", loom_kernel_errors(probe));
+    cr_assert_eq(tune_bench_compare_kernels(&b, probe, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(tune_bench_device_kernels(&b, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert(b.dev, "%s makes its inputs on the device", name);
+    cr_assert_eq(b.nfill, nfill);
+    cr_assert_eq(b.nrefk, 1);
+    cr_assert(b.boundk, "%s has a device bound kernel", name);
+    b.gpu_reference = true;
+    cr_assert_eq(tune_bench_setup_device(&b, 17, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(tune_bench_device_reference(&b, err, sizeof err), LOOM_OK, "%s", err);
+    /* every input as the host sees it; the CPU reference and its bound from them */
+    int o = b.dev->bound_arg;
+    void *host[LOOM_MAX_ARGS] = {0}, *refs[LOOM_MAX_ARGS] = {0}, *mine[LOOM_MAX_ARGS] = {0};
+    double *bnds[LOOM_MAX_ARGS] = {0};
+    for (int i = 0; i < b.nargs; i++) {
+        const loom_arg_info *ai = &b.in.info[i];
+        if (!ai->is_tensor)
+            host[i] = b.in.host[i];
+        else if (ai->access != LOOM_OUT)
+            host[i] = mine[i] = download(b.in.buf[i]);
+    }
+    const loom_arg_info *oi = &b.in.info[o];
+    int64_t no = (int64_t)(oi->min_bytes / loom_dtype_size(oi->dtype));
+    refs[o] = calloc((size_t)no, loom_dtype_size(oi->dtype));
+    bnds[o] = calloc((size_t)no, sizeof(double));
+    t->reference(sh, host, refs);
+    t->bound(sh, host, refs, bnds);
+    void *dev = download(b.ref[o]);
+    float *dbound = download(b.bound[o]);
+    int64_t far = 0, first = -1;
+    double lo_ratio = INFINITY, hi_ratio = 0, nonzero = 0;
+    for (int64_t i = 0; i < no; i++) {
+        double r = tpl_get(refs[o], oi->dtype, i), d = tpl_get(dev, oi->dtype, i);
+        if (!(fabs(d - r) <= bnds[o][i]) && far++ == 0)
+            first = i;
+        nonzero += r != 0;
+        double q = dbound[i] / bnds[o][i];
+        lo_ratio = fmin(lo_ratio, q);
+        hi_ratio = fmax(hi_ratio, q);
+    }
+    cr_expect_eq(far, 0, "%s: %lld device reference elements past the host model's bound, the first %lld", name,
+                 (long long)far, (long long)first);
+    cr_expect_gt(nonzero, no / 2, "%s: the reference is mostly zeros", name);
+    cr_expect_geq(lo_ratio, 1.0, "%s: a device bound below the host model's: ratio %g", name, lo_ratio);
+    cr_expect_leq(hi_ratio, 8.0, "%s: a device bound far above the host model's: ratio %g", name, hi_ratio);
+    cr_assert(b.model[o], "%s: out is compared by the model", name);
+    cr_log_info("%s [%s]: device bound / host model's bound in [%.3g, %.3g]", name, shape_text, lo_ratio, hi_ratio);
+
+    /* the default config checked against it, as the tuner does: passes; one element of
+     * the reference moved far: caught */
+    loom_tune_result x = {.verdict = LOOM_TUNE_TIMED};
+    memcpy(x.config, cf, sizeof cf);
+    bool passed = false;
+    cr_assert(tune_check_one(&b, t, sh, &x, probe, &passed));
+    cr_expect(passed, "%s: the default config fails its check: %s %s", name, loom_tune_verdict_name(x.verdict), x.reason);
+    int64_t at = no / 3;
+    tpl_set(dev, oi->dtype, at, tpl_get(dev, oi->dtype, at) + 0.5 + 4 * dbound[at]);
+    loom_buffer_upload(b.ref[o], dev, (size_t)no * loom_dtype_size(oi->dtype));
+    cr_assert(tune_check_one(&b, t, sh, &x, probe, &passed));
+    cr_expect(!passed && x.verdict == LOOM_TUNE_WRONG, "%s: verdict %s", name, loom_tune_verdict_name(x.verdict));
+    cr_expect(strstr(x.reason, "1 elements outside their error bound"), "%s: %s", name, x.reason);
+
+    for (int i = 0; i < b.nargs; i++)
+        free(mine[i]);
+    free(refs[o]);
+    free(bnds[o]);
+    free(dev);
+    free(dbound);
+    loom_kernel_destroy(probe);
+    b.in.kernel = NULL; /* the probe, freed above */
+    tune_bench_free(&b);
+    loom_runtime_destroy(rt);
+}
+
+Test(tune_fast, fa_device_reference_and_bound_match_the_host_model, .timeout = 300)
+{
+    device_path("ikbo_fa", "B=5,U=3,S=70,H=2,D=64,n_seed=20,varlen=1,shuffle=1", 3);
+}
+
+Test(tune_fast, fa_device_reference_bf16_contiguous, .timeout = 300)
+{
+    device_path("ikbo_fa", "B=3,U=2,S=130,H=1,D=128,n_seed=64,dtype=bf16", 3);
+}
+
+Test(tune_fast, broadcast_add_device_reference_and_bound_match_the_host_model, .timeout = 120)
+{
+    device_path("ikbo_broadcast_add", "B=7,U=3,M=19,N=70,dtype=f16,shuffle=1", 2);
+    device_path("ikbo_broadcast_add", "B=4,U=4,M=5,N=33,dtype=bf16", 2);
+    device_path("ikbo_broadcast_add", "B=3,U=2,M=9,N=17,dtype=f32", 2);
+}
+
 Test(tune_fast, ikbo_check_kernel_counts_what_the_host_model_counts)
 {
     const int64_t B = 3, U = 2, M = 7, N = 300, Ku = 100, Kc = 60; /* M * N = 2100: two programs a candidate */
@@ -503,7 +618,7 @@ Test(tune_fast, budget_settings)
 Test(tune_fast, device_kernels_compile_to_ptx_at_the_headline, .timeout = 300)
 {
     const int64_t sh[8] = {1024, 15, 433, 256, 1178, 866, LOOM_F16, 0};
-    loom_kernel *ks[16];
+    loom_kernel *ks[24];
     int n = 0, g0;
     int64_t np;
     ks[n++] = tune_fill_kernel(LOOM_F16, 1024 * 866 * 256, &g0);
@@ -519,6 +634,22 @@ Test(tune_fast, device_kernels_compile_to_ptx_at_the_headline, .timeout = 300)
     cr_assert_eq(nr, 2, "%s", err);
     for (int i = 0; i < nr; i++)
         ks[n++] = ref[i];
+    ks[n++] = ik_bound_kernel(sh, rg[0]);
+    /* ikbo_fa's and ikbo_broadcast_add's reference and bound kernels at their headlines
+     * (the templates' default shapes), f16 and bf16 */
+    const char *others[] = {"ikbo_fa", "ikbo_broadcast_add"};
+    for (int o = 0; o < 2; o++)
+        for (int dt = 0; dt < 2; dt++) {
+            const loom_template *t = loom_template_find(others[o]);
+            const tpl_device *d = tpl_device_find(t);
+            cr_assert(t && d);
+            int64_t hs[LOOM_MAX_PARAMS];
+            cr_assert_eq(loom_params_parse(t->shape, t->nshape, dt ? "dtype=bf16" : "", hs, err, sizeof err), 0,
+                         "%s", err);
+            cr_assert_eq(d->reference(hs, ref, rg, TUNE_MAX_REFK, err, sizeof err), 1, "%s", err);
+            ks[n++] = ref[0];
+            ks[n++] = d->bound(hs, rg[0]);
+        }
     for (int i = 0; i < n; i++) {
         cr_assert(ks[i], "kernel %d was not built", i);
         cr_assert_eq(loom_verify(ks[i]), LOOM_OK, "%s", loom_kernel_errors(ks[i]));
