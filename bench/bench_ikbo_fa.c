@@ -11,6 +11,9 @@
  *                                  the C API's default config; --tune: the tuner's pick)
  *   --check-all                    check every row (default: the headline rows and the
  *                                  varlen ones)
+ *   --bound-stats                  with each check, the bounds' median and largest, the
+ *                                  reference's median magnitude, how many elements differ
+ *                                  from it and by how much at most (the output downloaded)
  *   without a GPU: the C API on the interpreter at small odd shapes, checked against the
  *   CPU reference in double within the error model's bound (fa_bound)
  *
@@ -54,6 +57,7 @@ typedef struct fa_case {
 } fa_case;
 
 static int failures;
+static int bound_stats; /* --bound-stats */
 
 static double now_ms(void)
 {
@@ -112,6 +116,7 @@ static loom_buffer *buf(loom_runtime *rt, size_t bytes)
  * elements past their bound counted and the worst |err| / bound, folded on the device. */
 typedef struct fa_model {
     loom_runtime *rt;
+    loom_dtype dt;
     loom_kernel *ref, *bnd, *cmp, *red;
     int rg[3], bg[3], cg;
     int64_t n;
@@ -124,7 +129,7 @@ static void model_open(fa_model *m, loom_runtime *rt, const fa_case *c, loom_buf
 {
     memset(m, 0, sizeof *m);
     m->rt = rt;
-    loom_dtype dt = c->bf16 ? LOOM_BF16 : LOOM_F16;
+    loom_dtype dt = m->dt = c->bf16 ? LOOM_BF16 : LOOM_F16;
     const loom_template *t = loom_template_find("ikbo_fa");
     const tpl_device *d = tpl_device_find(t);
     int64_t sh[9] = {c->B, c->U, c->S, c->H, c->D, c->nseed, dt, c->varlen, c->shuffle};
@@ -193,7 +198,29 @@ static void check(fa_model *m, loom_buffer *out, char *verdict, size_t n)
         DIE("compare: %s", loom_runtime_error(m->rt));
     bool ok = two[0] == 0;
     failures += !ok;
-    snprintf(verdict, n, "%s: %.0f past their bound, worst |err|/bound %.3g", ok ? "ok" : "FAIL", two[0], two[1]);
+    int w = snprintf(verdict, n, "%s: %.0f past their bound, max |err| %.3g", ok ? "ok" : "FAIL", two[0], two[1]);
+    if (bound_stats && w > 0 && (size_t)w < n && m->n < INT32_MAX) { /* the spread */
+        size_t e = loom_dtype_size(m->dt);
+        void *o = malloc((size_t)m->n * e), *r = malloc((size_t)m->n * e);
+        float *b = malloc((size_t)m->n * 4);
+        double *q = malloc((size_t)m->n * sizeof *q), *x = malloc((size_t)m->n * sizeof *x);
+        if (!o || !r || !b || !q || !x || loom_buffer_download(out, o, (size_t)m->n * e) ||
+            loom_buffer_download(m->refout, r, (size_t)m->n * e) || loom_buffer_download(m->bound, b, (size_t)m->n * 4))
+            DIE("bound stats: %s", loom_runtime_error(m->rt));
+        int64_t diff = 0;
+        double emax = 0;
+        for (int64_t i = 0; i < m->n; i++) {
+            double d = fabs(tpl_get(o, m->dt, i) - tpl_get(r, m->dt, i));
+            diff += d > 0;
+            emax = fmax(emax, d);
+            q[i] = b[i];
+            x[i] = fabs(tpl_get(r, m->dt, i));
+        }
+        double bmed = tune_median(q, (int)m->n), bmax = q[m->n - 1], rmed = tune_median(x, (int)m->n);
+        snprintf(verdict + w, n - (size_t)w, " [bound median %.3g, max %.3g; |ref| median %.3g; %lld of %lld differ, "
+                 "max |err| %.3g]", bmed, bmax, rmed, (long long)diff, (long long)m->n, emax);
+        free(o), free(r), free(b), free(q), free(x);
+    }
 }
 
 static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_case *c, const loom_ikbo_fa_config *cfg,
@@ -369,6 +396,8 @@ int main(int argc, char **argv)
             sweep = 1;
         else if (!strcmp(argv[i], "--check-all"))
             check_all = 1;
+        else if (!strcmp(argv[i], "--bound-stats"))
+            bound_stats = 1;
         else if (!strcmp(argv[i], "--tune"))
             tune = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -401,7 +430,7 @@ int main(int argc, char **argv)
             cfg = fa_config_of(cv);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_fa [--sweep] [--check-all] [--tune] [--shape B=..,U=..,S=..,H=..,D=..,"
+            fprintf(stderr, "usage: bench_ikbo_fa [--sweep] [--check-all] [--bound-stats] [--tune] [--shape B=..,U=..,S=..,H=..,D=..,"
                             "n_seed=..,varlen=..,shuffle=..,bf16=..] [--config BN=..,stages=..,ctas=..,sched=..,turns=..]\n");
             return 2;
         }
