@@ -13,8 +13,10 @@
  *      argument of cuTensorMapEncodeTiled but the base address (runtime/tma.c checks and
  *      orders them: rt_tma_plan_make, the same code a JIT launch runs);
  *   3. per template, a dispatch table (shape -> config, kernel, grid) and its launch
- *      function; for ikbo_lce and ikbo_fa also the whole operation, from the same
- *      descriptions loom's C API runs (ik_stage; fa_units).  A template whose shape has
+ *      function; for a template with an operation of several kernels (a loom_aot_op:
+ *      its loom_template.aot; ikbo_lce's and ikbo_fa's are this file's, aot_op_of, made
+ *      from the descriptions loom's C API runs: ik_stage; fa_units) also the whole
+ *      operation, its kernels compiled after the template's.  A template whose shape has
  *      run-time keys (loom_param.runtime: its kernel takes them as run-time dims) gets a
  *      table keyed on its static keys and the buckets of its run-time keys: a row per
  *      shape asked for, its kernel built with the run-time keys' maxima at the values
@@ -74,7 +76,8 @@ typedef struct kern {
 
 enum { ARG_PTR, ARG_I32, ARG_I64, ARG_F32 }; /* aot_rt.c's AOT_ARG_* */
 
-typedef struct gen {
+/* A file being written: loom.h's loom_aot_file, which an operation's hooks receive. */
+typedef struct loom_aot_file {
     const loom_aot_request *r;
     const loom_template *t;
     int narch;
@@ -91,8 +94,8 @@ typedef struct gen {
     int64_t (*row_dims)[LOOM_MAX_ARGS]; /* per shape: its kernel's run-time dims' maxima, by argument */
     char fixed[300];    /* why a template's run-time keys are served as exact shapes ("": they are not) */
     char upper[80];     /* the prefix in capitals: the status constants' */
-    ik_stage *lce;      /* ikbo_lce: each shape's stage, as data */
-    int (*lce_kernel)[IK_MAX_STEPS]; /* and its steps' kernels */
+    const loom_aot_op *op; /* the template's operation (NULL: none) */
+    void *op_state;     /* what its compile kept for its write */
     char *err;
     size_t errlen;
 } gen;
@@ -279,10 +282,6 @@ static void gen_free(gen *g)
     free(g->row_grid);
     free(g->row_rule);
     free(g->row_dims);
-    for (int i = 0; g->lce && i < g->r->nshapes; i++)
-        ik_stage_free(&g->lce[i]);
-    free(g->lce);
-    free(g->lce_kernel);
 }
 
 /* ---------------------------------------------------------------- writing: helpers */
@@ -736,15 +735,44 @@ static int64_t sval(const gen *g, const int64_t *shape, const char *key)
     return 0;
 }
 
-/* ikbo_lce: each shape's stage as data, its kernels added to the file's. */
-static loom_status lce_compile(gen *g)
+/* The operations of the built-in IKBO templates (loom_aot_op).  Their hooks are given the
+ * file's own message buffer as err, so they report through gfail like the rest of this
+ * file. */
+
+/* ikbo_lce's: each shape's stage, as data, and its steps' kernels. */
+typedef struct lce_op {
+    int n;
+    ik_stage *stage;
+    int (*kernel)[IK_MAX_STEPS];
+} lce_op;
+
+static void lce_release(void *state)
 {
+    lce_op *o = state;
+    if (!o)
+        return;
+    for (int i = 0; o->stage && i < o->n; i++)
+        ik_stage_free(&o->stage[i]);
+    free(o->stage);
+    free(o->kernel);
+    free(o);
+}
+
+/* ikbo_lce: each shape's stage as data, its kernels added to the file's. */
+static loom_status lce_compile(loom_aot_file *g, void **state, char *err_, size_t errlen_)
+{
+    (void)err_, (void)errlen_; /* g->err */
     const loom_aot_request *r = g->r;
     if (r->stage < 0 || r->stage > LOOM_IKBO_PERSISTENT)
         return gfail(g, LOOM_ERR_INVALID, "--stage %d is not 0 to 4", r->stage);
-    g->lce = calloc((size_t)(unsigned)r->nshapes, sizeof *g->lce);
-    g->lce_kernel = calloc((size_t)(unsigned)r->nshapes, sizeof *g->lce_kernel);
-    if (!g->lce || !g->lce_kernel)
+    lce_op *o = calloc(1, sizeof *o);
+    if (!o)
+        return gfail(g, LOOM_ERR_NOMEM, "out of host memory");
+    *state = o;
+    o->n = r->nshapes;
+    o->stage = calloc((size_t)(unsigned)r->nshapes, sizeof *o->stage);
+    o->kernel = calloc((size_t)(unsigned)r->nshapes, sizeof *o->kernel);
+    if (!o->stage || !o->kernel)
         return gfail(g, LOOM_ERR_NOMEM, "out of host memory");
     for (int i = 0; i < r->nshapes; i++) {
         const int64_t *sh = r->shapes[i];
@@ -753,25 +781,27 @@ static loom_status lce_compile(gen *g)
         loom_ikbo_lce_config c = ik_config_of(r->configs[i]);
         char err[400], text[400];
         shape_text(g, sh, text, sizeof text);
-        loom_status st = ik_stage_make(&s, (loom_ikbo_stage)r->stage, &c, NULL, &g->lce[i], err, sizeof err);
+        loom_status st = ik_stage_make(&s, (loom_ikbo_stage)r->stage, &c, NULL, &o->stage[i], err, sizeof err);
         if (st != LOOM_OK)
             return gfail(g, st, "ikbo_lce stage %d at %s: %s", r->stage, text, err);
-        for (int j = 0; j < g->lce[i].nsteps; j++) {
+        for (int j = 0; j < o->stage[i].nsteps; j++) {
             char what[500];
             snprintf(what, sizeof what, "ikbo_lce stage %d, step %d at %s", r->stage, j + 1, text);
-            if ((g->lce_kernel[i][j] = kern_add(g, g->lce[i].step[j].k, what)) < 0)
+            if ((o->kernel[i][j] = kern_add(g, o->stage[i].step[j].k, what)) < 0)
                 return LOOM_ERR_COMPILE;
         }
     }
     return LOOM_OK;
 }
 
-static loom_status put_lce(gen *g, FILE *h, FILE *f)
+static loom_status put_lce(loom_aot_file *g, void *state, FILE *h, FILE *f, char *err_, size_t errlen_)
 {
+    (void)err_, (void)errlen_; /* g->err */
     const loom_aot_request *r = g->r;
     const char *P = r->prefix, *U = g->upper;
-    ik_stage *runs = g->lce;
-    int (*kidx)[IK_MAX_STEPS] = g->lce_kernel;
+    const lce_op *o = state;
+    ik_stage *runs = o->stage;
+    int (*kidx)[IK_MAX_STEPS] = o->kernel;
     fprintf(h, "\n/* The IKBO linear compression as an operation (stage %d, %s), as loom_ikbo_lce_prepare and\n"
                " * loom_ikbo_lce_run: prepare once per shape (the weights w_user [M, Ku] and w_cand [M, Kc],\n"
                " * host arrays of the dtype, are padded and uploaded; the operation's buffers allocated),\n"
@@ -878,8 +908,9 @@ static loom_status put_lce(gen *g, FILE *h, FILE *f)
     return LOOM_OK;
 }
 
-static loom_status put_fa(gen *g, FILE *h, FILE *f)
+static loom_status put_fa(loom_aot_file *g, void *state, FILE *h, FILE *f, char *err_, size_t errlen_)
 {
+    (void)state, (void)err_, (void)errlen_; /* no state; g->err */
     const loom_aot_request *r = g->r;
     const char *P = r->prefix, *U = g->upper;
     /* the operation's kernel is the template's: check it takes what aot_fa.c passes */
@@ -979,6 +1010,24 @@ static loom_status put_fa(gen *g, FILE *h, FILE *f)
     return LOOM_OK;
 }
 
+/* The built-in templates' operations.  A template sits below aot/ (docs/architecture.md),
+ * so a built-in cannot point at these writers itself: the pairing is made here, by the
+ * template's address.  Any other template brings its own in loom_template.aot. */
+extern const loom_template tpl_def_ikbo_lce, tpl_def_ikbo_fa;
+static const loom_aot_op lce_aot_op = {lce_compile, put_lce, lce_release};
+static const loom_aot_op fa_aot_op = {NULL, put_fa, NULL};
+
+static const loom_aot_op *aot_op_of(const loom_template *t)
+{
+    if (t->aot)
+        return t->aot;
+    if (t == &tpl_def_ikbo_lce)
+        return &lce_aot_op;
+    if (t == &tpl_def_ikbo_fa)
+        return &fa_aot_op;
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- the files */
 
 static FILE *open_out(gen *g, const char *dir, const char *name, char *path, size_t n)
@@ -1054,10 +1103,11 @@ static loom_status put_files(gen *g)
                "void %s_unload(void) { aot_unload(aot_states, %d); }\n",
             P, P, g->nk);
     loom_status st = put_template(g, h, f);
-    if (st == LOOM_OK && !strcmp(T, "ikbo_lce"))
-        st = put_lce(g, h, f);
-    if (st == LOOM_OK && !strcmp(T, "ikbo_fa"))
-        st = put_fa(g, h, f);
+    if (st == LOOM_OK && g->op && g->op->write) {
+        g->err[0] = 0;
+        if ((st = g->op->write(g, g->op_state, h, f, g->err, g->errlen)) != LOOM_OK && !g->err[0])
+            gfail(g, st, "%s: the operation's write hook (loom_template.aot) failed without a message", T);
+    }
     fprintf(h, "\n#ifdef __cplusplus\n}\n#endif\n#endif\n");
     bool bad = ferror(h) || ferror(f);
     bad |= fclose(h) != 0;
@@ -1270,10 +1320,41 @@ loom_status loom_aot_write(const loom_aot_request *r, char *err, size_t errlen)
         if (g.ndyn && (st = row_rule(&g, i, what)) != LOOM_OK)
             break;
     }
-    if (st == LOOM_OK && !strcmp(r->t->name, "ikbo_lce"))
-        st = lce_compile(&g);
+    g.op = aot_op_of(r->t);
+    bool compiled = false;
+    if (st == LOOM_OK && g.op && g.op->compile) {
+        compiled = true;
+        err[0] = 0;
+        if ((st = g.op->compile(&g, &g.op_state, err, errlen)) != LOOM_OK && !err[0])
+            gfail(&g, st, "%s: the operation's compile hook (loom_template.aot) failed without a message",
+                  r->t->name);
+    }
     if (st == LOOM_OK)
         st = put_files(&g);
+    if (compiled && g.op->release)
+        g.op->release(g.op_state);
     gen_free(&g);
     return st;
+}
+
+/* ---------------------------------------------------------------- an operation's view of the file */
+
+const loom_aot_request *loom_aot_file_request(const loom_aot_file *f) { return f ? f->r : NULL; }
+
+int loom_aot_file_row_kernel(const loom_aot_file *f, int shape)
+{
+    return f && shape >= 0 && shape < f->r->nshapes ? f->row_kernel[shape] : -1;
+}
+
+int loom_aot_add_kernel(loom_aot_file *f, loom_kernel *k, const char *what, char *err, size_t errlen)
+{
+    if (!f || !k) {
+        if (err && errlen)
+            snprintf(err, errlen, "loom_aot_add_kernel: %s is NULL", !f ? "the file" : "the kernel");
+        return -1;
+    }
+    int i = kern_add(f, k, what ? what : loom_kernel_name(k));
+    if (i < 0 && err && errlen && err != f->err)
+        snprintf(err, errlen, "%s", f->err);
+    return i;
 }

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 
 /* ---------------------------------------------------------------- layouts
@@ -72,7 +73,11 @@ typedef struct cg_ctx {
                      * size of its expression (1..CG_REMAT_MAX), 0 when it is not one */
     int32_t scalar_layout;
     uint8_t is_mma[256]; /* per layout id (< 256): a wgmma accumulator layout */
-    int32_t *prefer;     /* per value: a layout a load should take (-1: none) */
+    int32_t *prefer;     /* per value: the layout its uses want (codegen/layout.c, prefer_loads):
+                          * a load takes it, a broadcast takes it where no data moves (-1: none) */
+    uint8_t *soft;       /* per value: a loop-carried tile that starts as a splat (made of
+                          * scalars): its layout is the loop body's to choose, so an
+                          * elementwise op takes another operand's first */
 
     /* shared memory plan (codegen/smem.c): the kernel's allocations (smem rings, then
      * mbarriers) from offset 0, then scratch: one region for a kernel without tasks, one
@@ -82,6 +87,12 @@ typedef struct cg_ctx {
     size_t *val_off;    /* per smem_alloc / mbar_alloc result: its byte offset */
     size_t scratch_off; /* the kernel's (or the first task's) scratch region */
     size_t task_scratch_off[64], task_scratch_size[64]; /* per task (index in order), per replica */
+
+    /* what uses shared memory, in program order (codegen/smem.c fills it; LOOM_EXPLAIN,
+     * loom_kernel_explain and the refusal of a kernel that needs too much report it) */
+    struct cg_cost *costs;
+    int ncosts, capcosts;
+    int plan_copies; /* while planning: the task replicas that each hold the scratch */
 
     /* TMA descriptors the kernel takes as extra parameters after its arguments, in order */
     int ntma;
@@ -100,6 +111,25 @@ typedef struct cg_ctx {
     bool verify_passes;
     const char *dump_after;
 } cg_ctx;
+
+/* One use of shared memory (a loom_cost of include/loom.h, before it is put in words). */
+typedef struct cg_cost {
+    int kind;        /* loom_cost_kind */
+    uint32_t op;     /* the op that pays (an smem_alloc or mbar_alloc for an allocation) */
+    int opnd;        /* LOOM_COST_CONVERT: the operand converted; else -1 */
+    int32_t from, to; /* LOOM_COST_CONVERT: the layouts */
+    size_t bytes;    /* scratch it needs, or the allocation's bytes */
+    int barriers;    /* bar.sync each time it runs */
+    int copies;      /* task replicas that each hold it (1 outside tasks) */
+    const char *why; /* the use in words ("a reduction across warps", ...) */
+} cg_cost;
+bool cg_cost_add(cg_ctx *cg, const cg_cost *c); /* codegen/smem.c */
+/* codegen/explain.c: the costs in words, one a line ("" when none; malloc'ed, NULL when out
+ * of memory), and the layout of value v in words (into buf). */
+char *cg_explain_text(cg_ctx *cg);
+void cg_cost_fill(cg_ctx *cg, const cg_cost *c, loom_cost *out, char *text, size_t textlen);
+const char *cg_layout_str(cg_ctx *cg, int32_t id, char *buf, size_t n);
+void cg_dump_layouts(cg_ctx *cg, FILE *f);
 
 /* Record an error (the first one wins); returns false so callers can `return cg_fail()`. */
 bool cg_fail(cg_ctx *cg, loom_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

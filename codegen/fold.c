@@ -2,12 +2,13 @@
  * fold.c -- constant folding and algebraic simplification on the loom IR.
  *
  * How it works.  One walk over the kernel in program order (regions included).  An op
- * the table marks IRF_FOLD (dsl/ops.h: the elementwise ops but exp2/log2/rsqrt, which
- * the GPU computes approximately, so folding them would make GPU and unfolded results
- * disagree) whose operands are all scalar constants is evaluated here with the
- * interpreter's rules (integers wrap, f16/bf16 round to nearest even after each op,
- * integer division truncates, INT_MIN / -1 wraps) and rewritten in place into a const
- * op: the op keeps its result value, so every use still refers to it, and the
+ * the table marks IRF_FOLD (dsl/ops.h: the elementwise ops whose GPU result is exact;
+ * not exp2, exp, tanh and the others the GPU computes approximately, whose folded value
+ * would differ from the GPU's) whose operands are all scalar constants is evaluated here
+ * by the interpreter's own scalar semantics (ew_eval in dsl/ew.c: integers wrap,
+ * f16/bf16 round to nearest even after each op, integer division truncates, INT_MIN / -1
+ * wraps) and rewritten in place into a const op: the op keeps its result value, so every
+ * use still refers to it, and the
  * printed IR and the interpreter see an ordinary const.  Division by a zero constant
  * is left alone (the interpreter reports it at run time).
  *
@@ -23,6 +24,7 @@
  * op's operands dominate its uses.
  */
 #include "cg.h"
+#include "ew.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -63,94 +65,20 @@ static void make_const(ir_op *op, loom_dtype dt, kval r)
 }
 
 
-/* Evaluate an IRF_FOLD op on constants; false if it must not be folded. */
+/* Evaluate an IRF_FOLD op on constants with the interpreter's scalar semantics
+ * (dsl/ew.c); false if it must not be folded. */
 static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const kval *x, kval *r)
 {
+    ew_val v[3] = {{0, 0}, {0, 0}, {0, 0}}, z;
+    for (int j = 0; j < op->nopnd && j < 3; j++) {
+        v[j].f = (float)x[j].f; /* a float constant is already rounded to its dtype */
+        v[j].i = x[j].i;
+    }
+    if (ew_eval((ir_opkind)op->kind, op->iattr[0], in, out, v, &z) != EW_OK)
+        return false; /* a zero integer divisor: the interpreter reports it at run time */
     r->isf = ir_dtype_is_float(out);
-    if (op->kind == IR_CAST) {
-        if (x[0].isf && r->isf)
-            r->f = ir_round_to(out, (float)x[0].f);
-        else if (x[0].isf)
-            r->i = ir_float_to_int(out, (float)x[0].f);
-        else if (r->isf)
-            r->f = ir_round_to(out, (float)x[0].i);
-        else
-            r->i = ir_wrap_int(out, x[0].i);
-        return true;
-    }
-    if (op->kind == IR_SELECT) {
-        *r = x[0].i ? x[1] : x[2];
-        return true;
-    }
-    if (op->kind == IR_CMP) {
-        bool z = false;
-        r->isf = false;
-        if (x[0].isf) {
-            float a = (float)x[0].f, b = (float)x[1].f;
-            switch (op->iattr[0]) {
-            case LOOM_EQ: z = a == b; break;
-            case LOOM_NE: z = !(a == b); break;
-            case LOOM_LT: z = a < b; break;
-            case LOOM_LE: z = a <= b; break;
-            case LOOM_GT: z = a > b; break;
-            case LOOM_GE: z = a >= b; break;
-            }
-        } else {
-            int64_t a = x[0].i, b = x[1].i;
-            switch (op->iattr[0]) {
-            case LOOM_EQ: z = a == b; break;
-            case LOOM_NE: z = a != b; break;
-            case LOOM_LT: z = a < b; break;
-            case LOOM_LE: z = a <= b; break;
-            case LOOM_GT: z = a > b; break;
-            case LOOM_GE: z = a >= b; break;
-            }
-        }
-        r->i = z;
-        return true;
-    }
-    if (ir_dtype_is_float(in)) {
-        float a = (float)x[0].f, b = op->nopnd > 1 ? (float)x[1].f : 0, z;
-        switch (op->kind) {
-        case IR_ADD: z = a + b; break;
-        case IR_SUB: z = a - b; break;
-        case IR_MUL: z = a * b; break;
-        case IR_DIV: z = a / b; break;
-        case IR_MIN: z = isnan(a) || isnan(b) ? NAN : (a < b ? a : b); break;
-        case IR_MAX: z = isnan(a) || isnan(b) ? NAN : (a > b ? a : b); break;
-        case IR_FMA: z = fmaf(a, b, (float)x[2].f); break;
-        case IR_NEG: z = -a; break;
-        case IR_ABS: z = fabsf(a); break;
-        default: return false;
-        }
-        r->f = ir_round_to(out, z);
-        return true;
-    }
-    int64_t a = x[0].i, b = op->nopnd > 1 ? x[1].i : 0, z;
-    uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
-    switch (op->kind) {
-    case IR_ADD: z = (int64_t)(ua + ub); break;
-    case IR_SUB: z = (int64_t)(ua - ub); break;
-    case IR_MUL: z = (int64_t)(ua * ub); break;
-    case IR_DIV:
-    case IR_REM:
-        if (b == 0)
-            return false;
-        if (b == -1)
-            z = op->kind == IR_DIV ? (int64_t)(0 - ua) : 0;
-        else
-            z = op->kind == IR_DIV ? a / b : a % b;
-        break;
-    case IR_MIN: z = a < b ? a : b; break;
-    case IR_MAX: z = a > b ? a : b; break;
-    case IR_AND: z = a & b; break;
-    case IR_OR: z = a | b; break;
-    case IR_NEG: z = (int64_t)(0 - ua); break;
-    case IR_ABS: z = a < 0 ? (int64_t)(0 - ua) : a; break;
-    case IR_NOT: z = !a; break;
-    default: return false;
-    }
-    r->i = ir_wrap_int(out, z);
+    r->f = z.f;
+    r->i = z.i;
     return true;
 }
 

@@ -25,9 +25,16 @@
  *
  * The pass walks the kernel in order and gives every tile value a layout by its op's
  * layout class (the `layout` column of dsl/ops.h): loads are the anchors (blocked for
- * their dtype), elementwise ops take their first non-rematerializable operand's layout,
- * reductions slice, dots keep their accumulator's layout, wgmma results take the
- * accumulator layout, loop-carried values keep their initial value's.  Cheap values
+ * their dtype), elementwise ops take one operand's layout (an accumulator's first, then a
+ * row of one, then a tile not made by a broadcast, then a broadcast, a splat-started loop
+ * value last: the others are converted), reductions slice, dots keep their accumulator's
+ * layout, wgmma results take the accumulator layout, loop-carried values keep their
+ * initial value's, or, started as a splat, the layout the body yields them in.  Then each
+ * value's uses are asked which layout they want (prefer_loads: back through elementwise
+ * ops, expand_dims and broadcasts, to the loads, whose layout is free), and the kernel is
+ * laid out again with each load in the layout its uses agree on: a bias row broadcast to
+ * an accumulator is loaded in the accumulator's column slice, a per-row scale in its row
+ * slice, a residual in the accumulator's layout, so no conversion is left.  Cheap values
  * built from scalars (splat, arange, broadcasts and elementwise ops of those: masks,
  * offsets) are marked `remat`: the lowering recomputes them directly in whatever
  * layout a use wants, so they never force a conversion.
@@ -517,9 +524,11 @@ static bool set_layout(cg_ctx *cg, uint32_t v, int32_t id)
 static bool layout_block(cg_ctx *cg, uint32_t b);
 
 /* A loop-carried tile whose initial value is made of scalars (a splat: the running max and
- * sum of an online softmax start at -inf and 0) first took the blocked layout; if the body
- * yields it in an accumulator's layout or a row of one, it takes that layout instead and
- * the body is laid out again, so the loop moves no data between threads. */
+ * sum of an online softmax start at -inf and 0, a running row sum at 0) first took the
+ * blocked layout, marked soft (elementwise ops take their other operands' layouts first);
+ * if the body yields it in another layout (an accumulator's, a row of one, a reduction's
+ * slice of a loaded tile), it takes that layout instead and the body is laid out again, so
+ * the loop moves no data between threads: the splat start is made in that layout. */
 static bool relayout_carried(cg_ctx *cg, const ir_op *op)
 {
     loom_kernel *k = cg->k;
@@ -530,8 +539,8 @@ static bool relayout_carried(cg_ctx *cg, const ir_op *op)
         for (int i = 0; i < op->nres; i++) {
             uint32_t init = op->opnd[3 + i], yv = y->opnd[i];
             int32_t want = cg->vlay[yv];
-            if (vty(cg, init)->shape.rank == 0 || fixed(cg, init) || !fixed(cg, yv) ||
-                want == cg->vlay[op->res[i]] || !(mma_row(cg, want) || mma_id(cg, want)))
+            if (vty(cg, init)->shape.rank == 0 || fixed(cg, init) || !fixed(cg, yv) || want < 0 ||
+                want == cg->vlay[op->res[i]] || cg_direct_same(cg_lay(cg, want), cg_lay(cg, cg->vlay[op->res[i]]), NULL))
                 continue;
             if (!set_layout(cg, body->args[1 + i], want) || !set_layout(cg, op->res[i], want))
                 return false;
@@ -572,6 +581,8 @@ static bool layout_region(cg_ctx *cg, const ir_op *op)
                                             : add_blocked(cg, &t->shape, (loom_dtype)t->dtype);
             if (!set_layout(cg, body->args[1 + i], id) || !set_layout(cg, op->res[i], id))
                 return false;
+            /* a splat start: the body decides (relayout_carried) */
+            cg->soft[body->args[1 + i]] = cg->soft[op->res[i]] = t->shape.rank && hint < 0 && !fixed(cg, init);
         }
         if (!layout_block(cg, op->reg[0]))
             return false;
@@ -613,6 +624,11 @@ static bool layout_broadcast(cg_ctx *cg, const ir_op *op, uint32_t rv, const ir_
     int8_t feed[LOOM_MAX_RANK];
     for (int d = 0; d < st->shape.rank; d++)
         feed[d] = st->shape.dim[d] == rt->shape.dim[d + off] ? (int8_t)(d + off) : -1;
+    /* 0: the layout the uses want (prefer_loads), if no data moves: a bias row loaded in
+     * a slice of the accumulator's layout is that layout broadcast */
+    int32_t pw = cg->prefer ? cg->prefer[rv] : -1;
+    if (pw >= 0 && cg_direct_map(sl, cg_lay(cg, pw), feed, NULL))
+        return set_layout(cg, rv, pw);
     /* 1: the parent of a slice (reduce -> expand_dims -> broadcast back) */
     if (sl->parent >= 0) {
         const cg_layout *pl = cg_lay(cg, sl->parent);
@@ -683,20 +699,32 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
     }
 
     switch (cls) {
-    case LAY_EW:
-        /* an accumulator's layout wins: epilogues then move no data */
-        for (int i = 0; i < op->nopnd; i++)
-            if (fixed(cg, op->opnd[i]) && cg->vlay[op->opnd[i]] >= 0 &&
-                cg->vlay[op->opnd[i]] < (int32_t)sizeof cg->is_mma && cg->is_mma[cg->vlay[op->opnd[i]]])
-                return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
-        /* then a row of one (a row max or sum of an accumulator) */
-        for (int i = 0; i < op->nopnd; i++)
-            if (fixed(cg, op->opnd[i]) && mma_row(cg, cg->vlay[op->opnd[i]]))
-                return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
-        for (int i = 0; i < op->nopnd; i++)
-            if (fixed(cg, op->opnd[i]))
-                return set_layout(cg, rv, cg->vlay[op->opnd[i]]);
+    case LAY_EW: {
+        /* the operand whose layout the result takes (the others are converted when theirs
+         * differs): an accumulator's first, epilogues then move no data; then a row of one
+         * (a row max or sum of an accumulator); then a tile not made by a broadcast (the
+         * broadcast's source is better loaded in the slice of the other's layout:
+         * prefer_loads); then a broadcast; a loop-carried splat start last */
+        int best = -1, bscore = -1;
+        for (int i = 0; i < op->nopnd; i++) {
+            uint32_t x = op->opnd[i];
+            if (!fixed(cg, x) || cg->vlay[x] < 0)
+                continue;
+            const ir_value *xv = &cg->k->vals[x];
+            int score = mma_id(cg, cg->vlay[x])                                   ? 5
+                        : mma_row(cg, cg->vlay[x])                                ? 4
+                        : cg->soft[x]                                             ? 0
+                        : xv->kind == IR_V_RESULT && cg->k->ops[xv->def].kind == IR_BROADCAST ? 1
+                                                                                  : 2;
+            if (score > bscore) {
+                best = i;
+                bscore = score;
+            }
+        }
+        if (best >= 0)
+            return set_layout(cg, rv, cg->vlay[op->opnd[best]]);
         break;
+    }
     case LAY_SHAPE: /* splat and arange are made of scalars: always recomputed */
         if (op->kind == IR_BROADCAST)
             return layout_broadcast(cg, op, rv, rt);
@@ -800,60 +828,158 @@ static void uses_free(use_list *u)
     free(u->opnd);
 }
 
-/* The accumulator layout every use of v ends in: each use an elementwise op whose result
- * got an accumulator layout, or a wgmma that takes v as its A in registers (the A
- * fragment's layout), or a one-operand elementwise op (a cast) whose result's uses all do,
- * up to `depth` such links; -1 if none, -2 if the uses disagree or end elsewhere. */
-static int32_t mma_use_layout(cg_ctx *cg, const use_list *u, uint32_t v, int depth)
+/* ---------------------------------------------------------------- what the uses want
+ *
+ * After a first assignment, each value's uses are asked which layout they want it in, and
+ * the answers flow backward through the ops that can take any layout their result needs
+ * (Triton's backward rematerialization, in loom's terms):
+ *
+ *   - an elementwise op wants an operand in the result's layout when another operand
+ *     decided it (an accumulator, a loaded tile); when the operand itself decided it (a
+ *     cast, or the other operands are splats), what the result's uses want;
+ *   - expand_dims wants its source in the slice of what its result's uses want, and a
+ *     broadcast its source in that layout with the stretched dims' bits made duplicates:
+ *     a row `bias[BN]` broadcast to [BM, BN] and added to an accumulator wants the
+ *     accumulator's column slice, which every thread holds for its own registers;
+ *   - a wgmma wants its register A operand in the A fragment's layout;
+ *   - a store takes any layout; any other use wants the layout the value has.
+ *
+ * A load, whose layout is free (it can read any element into any register), then takes
+ * the layout its uses agree on, and a broadcast the one its uses want where no data moves
+ * (layout_broadcast); the kernel is laid out again with these preferences.  The result:
+ * a bias row or a per-row scale is loaded straight into the registers that need it, a
+ * residual tile is loaded in the accumulator's layout, and no conversion is left. */
+
+enum { W_ANY = -1, W_NONE = -2 };
+
+typedef struct want_walk {
+    use_list u;
+    uint8_t *state; /* per value: 0 not asked, 1 being asked (a cycle), 2 answered */
+    int32_t *memo;  /* per value: the answer */
+} want_walk;
+
+static int32_t value_want(cg_ctx *cg, want_walk *w, uint32_t v, int depth);
+
+/* The layout a broadcast's source (shape st) has when its result has layout `to` and no
+ * data moves: to's bits of the dims the broadcast adds or stretches point nowhere. */
+static int32_t bcast_source_layout(cg_ctx *cg, int32_t to, const loom_shape *st)
 {
-    loom_kernel *k = cg->k;
-    int32_t want = -1;
-    for (uint32_t at = u->first[v]; at < u->first[v + 1]; at++) {
-        const ir_op *op = &k->ops[u->op[at]];
-        int i = u->opnd[at];
-        int32_t rl = is_ew(op->kind) && op->nres ? cg->vlay[op->res[0]] : -1;
-        if (op->kind == IR_WGMMA && i == 0 && op->nres && cg->vlay[op->res[0]] >= 0)
-            rl = cg_mma_a_layout(cg, cg->vlay[op->res[0]], &vty(cg, v)->shape);
-        if (rl < 0 || rl >= (int32_t)sizeof cg->is_mma || !cg->is_mma[rl])
-            rl = is_ew(op->kind) && op->nres && op->nopnd == 1 && depth > 0
-                     ? mma_use_layout(cg, u, op->res[0], depth - 1)
-                     : -2;
-        if (rl < 0 || (want >= 0 && want != rl))
-            return -2;
-        want = rl;
+    cg_layout l = *cg_lay(cg, to);
+    int off = l.rank - st->rank;
+    for (int d = l.rank - 1; d >= 0; d--) {
+        if (d < off) {
+            l = cg_slice(&l, to, d);
+        } else if (st->dim[d - off] != l.shape[d]) {
+            l = cg_slice(&l, to, d);
+            l = cg_expand(&l, d);
+        }
     }
+    return cg_layout_add(cg, &l);
+}
+
+/* What use i of op o wants of v's layout: a layout id, W_ANY or W_NONE (keep what it has). */
+static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v, int depth)
+{
+    const ir_op *op = &cg->k->ops[o];
+    switch (op->kind) {
+    case IR_STORE:
+        return i == 1 + vty(cg, op->opnd[0])->shape.rank ? W_ANY : W_NONE;
+    case IR_WGMMA:
+        if (i == 0 && op->nres && cg->vlay[op->res[0]] >= 0)
+            return cg_mma_a_layout(cg, cg->vlay[op->res[0]], &vty(cg, v)->shape);
+        return W_NONE;
+    case IR_EXPAND_DIMS: {
+        int32_t to = value_want(cg, w, op->res[0], depth + 1);
+        if (to < 0)
+            return to;
+        cg_layout l = cg_slice(cg_lay(cg, to), to, (int)op->iattr[0]);
+        int32_t id = cg_layout_add(cg, &l);
+        return id >= 0 ? id : W_NONE;
+    }
+    case IR_BROADCAST: {
+        int32_t to = value_want(cg, w, op->res[0], depth + 1);
+        if (to < 0)
+            return to;
+        int32_t id = bcast_source_layout(cg, to, &vty(cg, v)->shape);
+        return id >= 0 ? id : W_NONE;
+    }
+    default:
+        break;
+    }
+    if (!is_ew(op->kind) || !op->nres)
+        return W_NONE;
+    int32_t r = cg->vlay[op->res[0]];
+    bool other = false;
+    for (int j = 0; j < op->nopnd; j++) {
+        uint32_t x = op->opnd[j];
+        if (j == i || x == v || !fixed(cg, x) || cg->soft[x])
+            continue;
+        if (cg->vlay[x] == r)
+            return r; /* another operand decided the result's layout */
+        other = true;
+    }
+    return other ? W_NONE : value_want(cg, w, op->res[0], depth + 1);
+}
+
+static int32_t value_want(cg_ctx *cg, want_walk *w, uint32_t v, int depth)
+{
+    if (w->state[v] == 2)
+        return w->memo[v];
+    if (w->state[v] == 1 || depth > 8 || vty(cg, v)->kind != IR_T_TILE || vty(cg, v)->shape.rank == 0)
+        return W_NONE;
+    w->state[v] = 1;
+    int32_t want = W_ANY;
+    for (uint32_t at = w->u.first[v]; at < w->u.first[v + 1] && cg->st == LOOM_OK; at++) {
+        int32_t x = use_want(cg, w, w->u.op[at], w->u.opnd[at], v, depth);
+        if (x == W_ANY)
+            continue;
+        if (x < 0 || (want >= 0 && want != x && !cg_layout_eq(cg_lay(cg, want), cg_lay(cg, x)))) {
+            want = W_NONE;
+            break;
+        }
+        want = x;
+    }
+    w->state[v] = 2;
+    w->memo[v] = want;
     return want;
 }
 
-/* After a first assignment: a load (global, gathered or from shared memory) whose every
- * use is an elementwise op that ended up in an accumulator layout, perhaps after a cast,
- * should itself load in that layout (a load "like" the accumulator: bias, residual,
- * broadcast-index rows, a tile TMA brought), so the epilogue moves no data through
- * shared memory.  Returns whether any preference was recorded. */
-static bool prefer_mma_loads(cg_ctx *cg)
+/* After a first assignment: each load (global, gathered or from shared memory) takes the
+ * layout its uses agree on (a load "like" an accumulator: bias, residual, broadcast-index
+ * rows, a tile TMA brought; a row vector in a slice of the tile it is broadcast to), and
+ * each broadcast the layout its uses want.  Returns whether any of them changes, so the
+ * kernel must be laid out again. */
+static bool prefer_loads(cg_ctx *cg, bool *changed)
 {
     loom_kernel *k = cg->k;
-    bool any = false;
-    use_list u = {0};
-    if (!uses_build(cg, &u)) {
-        uses_free(&u);
-        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), false;
+    want_walk w = {0};
+    *changed = false;
+    w.state = calloc(k->nvals ? k->nvals : 1, 1);
+    w.memo = malloc((k->nvals ? k->nvals : 1) * sizeof *w.memo);
+    if (!w.state || !w.memo || !uses_build(cg, &w.u)) {
+        free(w.state);
+        free(w.memo);
+        uses_free(&w.u);
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
     }
-    for (uint32_t v = 1; v < k->nvals; v++) {
+    for (uint32_t v = 1; v < k->nvals && cg->st == LOOM_OK; v++) {
         const ir_value *x = &k->vals[v];
         if (x->kind != IR_V_RESULT || x->type.kind != IR_T_TILE || x->type.shape.rank == 0)
             continue;
-        const ir_op *def = &k->ops[x->def];
-        if (lay_class[def->kind] != LAY_LOAD)
+        uint16_t kind = k->ops[x->def].kind;
+        if (lay_class[kind] != LAY_LOAD && kind != IR_BROADCAST)
             continue;
-        int32_t want = mma_use_layout(cg, &u, v, 2);
-        if (want >= 0 && cg->prefer) {
-            cg->prefer[v] = want;
-            any = true;
-        }
+        int32_t want = value_want(cg, &w, v, 0);
+        if (want < 0 || (kind == IR_BROADCAST && !fixed(cg, v)))
+            continue;
+        cg->prefer[v] = want;
+        if (cg->vlay[v] != want && !cg_direct_same(cg_lay(cg, cg->vlay[v]), cg_lay(cg, want), NULL))
+            *changed = true;
     }
-    uses_free(&u);
-    return any;
+    free(w.state);
+    free(w.memo);
+    uses_free(&w.u);
+    return cg->st == LOOM_OK;
 }
 
 loom_status cg_layouts(cg_ctx *cg)
@@ -865,9 +991,11 @@ loom_status cg_layouts(cg_ctx *cg)
         cg->warp_bits++;
     free(cg->vlay);
     free(cg->remat);
+    free(cg->soft);
     cg->vlay = malloc(k->nvals * sizeof *cg->vlay);
     cg->remat = calloc(k->nvals, 1);
-    if (!cg->vlay || !cg->remat)
+    cg->soft = calloc(k->nvals, 1);
+    if (!cg->vlay || !cg->remat || !cg->soft)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
     for (uint32_t v = 0; v < k->nvals; v++)
         cg->vlay[v] = -1;
@@ -886,12 +1014,14 @@ loom_status cg_layouts(cg_ctx *cg)
             cg->vlay[k->args[a].value] = cg->scalar_layout;
     if (!layout_block(cg, 1) && cg->st == LOOM_OK)
         CG_BUG(cg, "layout assignment failed without a message");
-    if (cg->st != LOOM_OK || !prefer_mma_loads(cg))
+    bool changed = false;
+    if (cg->st != LOOM_OK || !prefer_loads(cg, &changed) || !changed)
         return cg->st;
-    /* again, with loads feeding accumulator epilogues landing in the accumulator's layout */
+    /* again, with loads landing in the layouts their uses want */
     for (uint32_t v = 0; v < k->nvals; v++)
         cg->vlay[v] = -1;
     memset(cg->remat, 0, k->nvals);
+    memset(cg->soft, 0, k->nvals);
     for (int a = 0; a < k->nargs; a++)
         if (!k->args[a].is_tensor)
             cg->vlay[k->args[a].value] = cg->scalar_layout;

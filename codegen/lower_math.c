@@ -17,18 +17,33 @@
  * and each thread runs llvm.fma.f32 over k in order for its accumulator elements:
  * bit-identical to the interpreter on f32, f16 and bf16 inputs.
  *
- * Accuracy vs the interpreter: exp2/log2/rsqrt use ex2.approx.ftz / lg2.approx /
- * rsqrt.approx (a few ulp of f32; the interpreter uses libm).  exp2 flushes subnormal
- * results to +0, as the interpreter does: the plain ex2.approx.f32 costs ptxas a compare
- * and two predicated multiplies around each MUFU.EX2 to reach the subnormal range, on a
- * softmax's critical path.  Float division is
- * correctly rounded (through f64, branch-free: fdiv_rn), bit for bit the interpreter's.
+ * Accuracy vs the interpreter (dsl/ew.c defines each op; docs/dsl.md, "Where the GPU
+ * differs from the interpreter", gives every bound and tests/test_math.c checks them on a
+ * GPU).  Exact, bit for bit: add sub mul fma min max neg abs, div (IEEE div.rn.f32, which
+ * ptxas makes a fast path plus a rarely taken slow path), sqrt (sqrt.rn.f32), the integer
+ * ops, shifts (a count outside [0, width) is clamped, as PTX's shl/shr do, never LLVM's
+ * poison), casts.  Approximate, with the fast hardware forms:
+ *   exp2, log2, rsqrt  ex2.approx.ftz, lg2.approx, rsqrt.approx (exp2 flushes subnormal
+ *                      results to +0, as the interpreter does: the plain ex2.approx.f32
+ *                      costs ptxas a compare and two predicated multiplies around each
+ *                      MUFU.EX2, on a softmax's critical path)
+ *   exp                ex2.approx.ftz of x*log2(e) split into a rounded product and its
+ *                      error (fexp), so large |x| loses nothing to the product's rounding
+ *   log                lg2.approx times ln(2)
+ *   tanh               tanh.approx.f32 (sm_75 and newer; older targets use fexp and
+ *                      rcp.approx)
+ *   erf                a minimax polynomial in fma below |x| = 0.9277, 1 - exp(poly) above
+ *   sigmoid            rcp.approx.ftz(1 + fexp(-x))
+ *   rcp                rcp.approx.ftz.f32
+ *   div_fast           div.full.ftz.f32 (2 ulp over the full range; div.approx.f32 returns
+ *                      0 for divisors beyond 2^126)
  * Integer division by zero is undefined on the GPU (the interpreter reports it); here it
  * yields the dividend and never traps.  INT_MIN / -1 wraps like the interpreter.
  */
 #include "lower.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* ---------------------------------------------------------------- elementwise */
 
@@ -71,36 +86,103 @@ static LLVMValueRef approx(L *l, const char *insn, LLVMValueRef a)
     return lw_asm_call(l, l->t_f32, text, "=f,f", &a, 1, true);
 }
 
-/* a / b for f32 a and b, correctly rounded, without a branch.  div.rn.f32 becomes a fast
- * path plus a slow-path branch per division in ptxas, and a tile of divisions (a softmax's
- * x / sum) made ptxas a third slower.  Here the quotient is computed in f64, where every
- * f32 input is normal and no result can overflow or underflow: an approximate reciprocal,
- * two Newton steps (error about 2^-52), one multiply, one rounding to f32.  That is the
- * correctly rounded f32 quotient: a quotient of two 24-bit significands is either exact
- * or at least 2^-49 (relative) away from a midpoint between f32 neighbours, far more
- * than the f64 error, so rounding the f64 value to f32 lands on the right neighbour (the
- * denormal and overflow ranges of f32 included).  b = +-0 and +-inf, where the Newton
- * steps would give NaN, use the exact reciprocal (+-inf, +-0) instead; a NaN b stays NaN.
- * The reciprocal depends on b alone, so a division of many values by one (a broadcast
- * sum) computes it once. */
-static LLVMValueRef fdiv_rn(L *l, LLVMValueRef a, LLVMValueRef b)
+static LLVMValueRef cf(L *l, double v) { return LLVMConstReal(l->t_f32, v); }
+
+static LLVMValueRef ffma(L *l, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
 {
-    LLVMTypeRef d = LLVMDoubleTypeInContext(l->C);
-    LLVMValueRef db = LLVMBuildFPExt(l->B, b, d, "");
-    LLVMValueRef r = lw_asm_call(l, d, "rcp.approx.ftz.f64 $0, $1;", "=d,d", &db, 1, true);
-    LLVMValueRef nb = LLVMBuildFNeg(l->B, db, ""), one = LLVMConstReal(d, 1.0);
-    for (int i = 0; i < 2; i++) {
-        LLVMValueRef e = lw_call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){nb, r, one}, 3);
-        r = lw_call_intr(l, l->B, "llvm.fma", &d, 1, (LLVMValueRef[]){r, e, r}, 3);
-    }
-    LLVMValueRef ab = fintr1(l, "llvm.fabs", b);
-    LLVMValueRef zero = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, 0.0), "");
-    LLVMValueRef inf = LLVMBuildFCmp(l->B, LLVMRealOEQ, ab, LLVMConstReal(l->t_f32, __builtin_inf()), "");
-    LLVMValueRef exact = LLVMBuildSelect(l->B, zero, LLVMConstReal(d, __builtin_inf()), LLVMConstReal(d, 0.0), "");
-    exact = lw_call_intr(l, l->B, "llvm.copysign", &d, 1, (LLVMValueRef[]){exact, db}, 2);
-    r = LLVMBuildSelect(l->B, LLVMBuildOr(l->B, zero, inf, ""), exact, r, "");
-    LLVMValueRef q = LLVMBuildFMul(l->B, LLVMBuildFPExt(l->B, a, d, ""), r, "");
-    return LLVMBuildFPTrunc(l->B, q, l->t_f32, "");
+    LLVMTypeRef t = l->t_f32;
+    return lw_call_intr(l, l->B, "llvm.fma", &t, 1, (LLVMValueRef[]){a, b, c}, 3);
+}
+
+/* The target's sm number: 90 for sm_90a. */
+static int sm_of(L *l) { return atoi(l->cg->arch + 3); }
+
+/* exp(x) for f32 x: 2^(x log2 e) with the product split in two, th + tl, th the rounded
+ * product and tl its error (exact by fma) plus x times log2(e)'s own rounding error, then
+ * 2^th * 2^tl = e + e * tl ln 2 (tl is below 2^-17: the square term is far below an ulp).
+ * A plain ex2.approx(x * log2 e) loses up to |x| * 1.2 ulp to the product's rounding.
+ * Error: ex2.approx's 2 ulp plus half an ulp.  x is clamped to [-104, 89] (NaN stays
+ * NaN) so tl stays finite for infinite x; results below 2^-126 flush to +0 (the ftz
+ * fma, as ex2.approx.ftz does); an infinite e is the result as it is (e * tl could be
+ * -inf). */
+static LLVMValueRef fexp(L *l, LLVMValueRef x)
+{
+    const double log2e = 1.4426950408889634;
+    float hi = (float)log2e, lo = (float)(log2e - (double)hi);
+    LLVMValueRef xc = fintr2(l, "llvm.maximum", fintr2(l, "llvm.minimum", x, cf(l, 89.0)), cf(l, -104.0));
+    LLVMValueRef th = LLVMBuildFMul(l->B, xc, cf(l, hi), "");
+    LLVMValueRef tl = ffma(l, xc, cf(l, hi), LLVMBuildFNeg(l->B, th, ""));
+    tl = ffma(l, xc, cf(l, lo), tl);
+    LLVMValueRef e = approx(l, "ex2.approx.ftz.f32", th);
+    LLVMValueRef c = LLVMBuildFMul(l->B, tl, cf(l, 0.6931471805599453), "");
+    LLVMValueRef args[3] = {e, c, e};
+    LLVMValueRef r = lw_asm_call(l, l->t_f32, "fma.rn.ftz.f32 $0, $1, $2, $3;", "=f,f,f,f", args, 3, true);
+    LLVMValueRef inf = LLVMBuildFCmp(l->B, LLVMRealOEQ, e, cf(l, __builtin_inf()), "");
+    return LLVMBuildSelect(l->B, inf, e, r, "");
+}
+
+/* erf(x) for f32 x: below |x| = 0.927734375 an odd minimax polynomial x + x p(x^2); above
+ * it 1 - exp(q(|x|)) with the sign of x (q: a polynomial in |x| of degree 7).  The same
+ * coefficients in f32 fma, with the host's expf for exp, are within 0.994 ulp of erf over
+ * every f32 (checked exhaustively); the GPU's fexp adds at most 0.7 ulp above the
+ * threshold (exp(q) is below 0.19 there).  Both branches are computed and one selected:
+ * no divergence. */
+static LLVMValueRef ferf(L *l, LLVMValueRef a)
+{
+    LLVMValueRef t = fintr1(l, "llvm.fabs", a), s = LLVMBuildFMul(l->B, a, a, "");
+    /* |x| > 0.927734375 */
+    LLVMValueRef r = ffma(l, cf(l, -1.72853470e-5f), t, cf(l, 3.83197126e-4f));
+    LLVMValueRef u = ffma(l, cf(l, -3.88396438e-3f), t, cf(l, 2.42546219e-2f));
+    r = ffma(l, r, s, u);
+    r = ffma(l, r, t, cf(l, -1.06777877e-1f));
+    r = ffma(l, r, t, cf(l, -6.34846687e-1f));
+    r = ffma(l, r, t, cf(l, -1.28717512e-1f));
+    r = ffma(l, r, t, LLVMBuildFNeg(l->B, t, ""));
+    LLVMValueRef big = LLVMBuildFSub(l->B, cf(l, 1.0), fexp(l, r), "");
+    big = lw_call_intr(l, l->B, "llvm.copysign", &l->t_f32, 1, (LLVMValueRef[]){big, a}, 2);
+    /* |x| <= 0.927734375 (and NaN) */
+    LLVMValueRef p = cf(l, -5.96761703e-4f);
+    static const float c[] = {4.99119423e-3f, -2.67681349e-2f, 1.12819925e-1f, -3.76125336e-1f, 1.28379166e-1f};
+    for (int i = 0; i < 5; i++)
+        p = ffma(l, p, s, cf(l, c[i]));
+    LLVMValueRef small = ffma(l, p, a, a);
+    LLVMValueRef is_big = LLVMBuildFCmp(l->B, LLVMRealOGT, t, cf(l, 0.927734375), "");
+    return LLVMBuildSelect(l->B, is_big, big, small, "");
+}
+
+/* tanh(x): tanh.approx.f32 from sm_75 on.  Older targets: x itself below |x| = 2^-10
+ * (the error x^3/3 is below 2^-21 relative), else 1 - 2 / (exp(2|x|) + 1) with the sign
+ * of x (absolute error about 2^-23, below 2^-11 relative above 2^-10). */
+static LLVMValueRef ftanh(L *l, LLVMValueRef x)
+{
+    if (sm_of(l) >= 75)
+        return approx(l, "tanh.approx.f32", x);
+    LLVMValueRef ax = fintr1(l, "llvm.fabs", x);
+    LLVMValueRef e = fexp(l, LLVMBuildFMul(l->B, ax, cf(l, 2.0), ""));
+    LLVMValueRef q = approx(l, "rcp.approx.ftz.f32", LLVMBuildFAdd(l->B, e, cf(l, 1.0), ""));
+    LLVMValueRef t = ffma(l, cf(l, -2.0), q, cf(l, 1.0));
+    t = lw_call_intr(l, l->B, "llvm.copysign", &l->t_f32, 1, (LLVMValueRef[]){t, x}, 2);
+    LLVMValueRef tiny = LLVMBuildFCmp(l->B, LLVMRealOLT, ax, cf(l, 0x1p-10), "");
+    return LLVMBuildSelect(l->B, tiny, x, t, "");
+}
+
+/* Integer shifts with PTX's clamp: a count outside [0, width) (unsigned compare, so
+ * negative counts too) gives 0 for shl, the sign fill for shr. */
+static LLVMValueRef ishift(L *l, bool left, LLVMValueRef a, LLVMValueRef n)
+{
+    LLVMTypeRef t = LLVMTypeOf(a);
+    unsigned w = LLVMGetIntTypeWidth(t);
+    LLVMValueRef ok = LLVMBuildICmp(l->B, LLVMIntULT, n, LLVMConstInt(t, w, 0), "");
+    if (!left)
+        return LLVMBuildAShr(l->B, a, LLVMBuildSelect(l->B, ok, n, LLVMConstInt(t, w - 1, 0), ""), "");
+    LLVMValueRef sh = LLVMBuildShl(l->B, a, LLVMBuildSelect(l->B, ok, n, LLVMConstNull(t), ""), "");
+    return LLVMBuildSelect(l->B, ok, sh, LLVMConstNull(t), "");
+}
+
+static LLVMValueRef asm2(L *l, const char *text, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMValueRef args[2] = {a, b};
+    return lw_asm_call(l, l->t_f32, text, "=f,f,f", args, 2, true);
 }
 
 static LLVMValueRef imin_max(L *l, bool is_max, LLVMValueRef a, LLVMValueRef b)
@@ -159,12 +241,16 @@ LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x)
     case IR_ADD: return f ? round_to(l, out, LLVMBuildFAdd(B, x[0], x[1], "")) : LLVMBuildAdd(B, x[0], x[1], "");
     case IR_SUB: return f ? round_to(l, out, LLVMBuildFSub(B, x[0], x[1], "")) : LLVMBuildSub(B, x[0], x[1], "");
     case IR_MUL: return f ? round_to(l, out, LLVMBuildFMul(B, x[0], x[1], "")) : LLVMBuildMul(B, x[0], x[1], "");
-    case IR_DIV: return f ? round_to(l, out, fdiv_rn(l, x[0], x[1])) : int_divrem(l, false, x[0], x[1]);
+    case IR_DIV: return f ? round_to(l, out, LLVMBuildFDiv(B, x[0], x[1], "")) : int_divrem(l, false, x[0], x[1]);
+    case IR_DIV_FAST: return round_to(l, out, asm2(l, "div.full.ftz.f32 $0, $1, $2;", x[0], x[1]));
     case IR_REM: return int_divrem(l, true, x[0], x[1]);
     case IR_MIN: return f ? fintr2(l, "llvm.minimum", x[0], x[1]) : imin_max(l, false, x[0], x[1]);
     case IR_MAX: return f ? fintr2(l, "llvm.maximum", x[0], x[1]) : imin_max(l, true, x[0], x[1]);
     case IR_AND: return LLVMBuildAnd(B, x[0], x[1], "");
     case IR_OR: return LLVMBuildOr(B, x[0], x[1], "");
+    case IR_XOR: return LLVMBuildXor(B, x[0], x[1], "");
+    case IR_SHL: return ishift(l, true, x[0], x[1]);
+    case IR_SHR: return ishift(l, false, x[0], x[1]);
     case IR_FMA: {
         LLVMTypeRef t = l->t_f32;
         return round_to(l, out, lw_call_intr(l, B, "llvm.fma", &t, 1, x, 3));
@@ -178,6 +264,16 @@ LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x)
     case IR_EXP2: return round_to(l, out, approx(l, "ex2.approx.ftz.f32", x[0]));
     case IR_LOG2: return round_to(l, out, approx(l, "lg2.approx.f32", x[0]));
     case IR_RSQRT: return round_to(l, out, approx(l, "rsqrt.approx.f32", x[0]));
+    case IR_EXP: return round_to(l, out, fexp(l, x[0]));
+    case IR_LOG: return round_to(l, out, LLVMBuildFMul(B, approx(l, "lg2.approx.f32", x[0]), cf(l, 0.6931471805599453), ""));
+    case IR_TANH: return round_to(l, out, ftanh(l, x[0]));
+    case IR_ERF: return round_to(l, out, ferf(l, x[0]));
+    case IR_SIGMOID: {
+        LLVMValueRef e = fexp(l, LLVMBuildFNeg(B, x[0], ""));
+        return round_to(l, out, approx(l, "rcp.approx.ftz.f32", LLVMBuildFAdd(B, cf(l, 1.0), e, "")));
+    }
+    case IR_SQRT: return round_to(l, out, fintr1(l, "llvm.sqrt", x[0]));
+    case IR_RCP: return round_to(l, out, approx(l, "rcp.approx.ftz.f32", x[0]));
     case IR_NOT: return LLVMBuildXor(B, x[0], LLVMConstInt(l->t_i1, 1, 0), "");
     case IR_CMP: {
         static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,

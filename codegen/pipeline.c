@@ -9,7 +9,11 @@
  *   LOOM_VERIFY_PASSES=1       run the loom verifier after every pass that may change
  *                              the IR (an error there is a codegen bug)
  *   LOOM_DUMP_AFTER=<pass>|all print the loom IR (loom_print) to stderr after the named
- *                              pass (verify, fold, layouts, smem)
+ *                              pass (verify, fold, layouts, smem); after layouts also
+ *                              each tile value's layout (codegen/explain.c)
+ *   LOOM_EXPLAIN=1             print what the kernel costs to stderr: every layout
+ *                              conversion and other use of shared-memory scratch, every
+ *                              allocation, each with its line (codegen/explain.c)
  *   LOOM_DUMP_LLVM=1           print the LLVM IR after opt to stderr
  *   LOOM_DUMP_PTX=1            print the PTX to stderr
  *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug)
@@ -84,8 +88,11 @@ static loom_status after(cg_ctx *cg, const char *pass)
 {
     if (cg->st != LOOM_OK)
         return cg->st;
-    if (cg->dump_after && (!strcmp(cg->dump_after, "all") || !strcmp(cg->dump_after, pass)))
+    if (cg->dump_after && (!strcmp(cg->dump_after, "all") || !strcmp(cg->dump_after, pass))) {
         fprintf(stderr, "// loom IR after %s\n%s\n", pass, loom_print(cg->k));
+        if (!strcmp(pass, "layouts"))
+            cg_dump_layouts(cg, stderr);
+    }
     if (cg->verify_passes && loom_verify(cg->k) != LOOM_OK)
         return cg_fail(cg, LOOM_ERR_COMPILE, "internal error: the IR no longer verifies after pass '%s':\n%s", pass,
                        loom_kernel_errors(cg->k)),
@@ -118,6 +125,108 @@ int cg_hang_check_ms(void)
     return (int)util_env_int("LOOM_HANG_CHECK", LOOM_HANG_CHECK_DEFAULT_MS, 0, 3600000);
 }
 
+static void ctx_init(cg_ctx *cg, loom_kernel *k, const char *arch, char *err, size_t errlen)
+{
+    cg->k = k;
+    cg->arch = arch && *arch ? arch : "sm_90a";
+    cg->err = err;
+    cg->errlen = errlen;
+    cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
+    static const char *const dump_passes[] = {"verify", "fold", "layouts", "smem", "all"};
+    int dump = util_env_choice("LOOM_DUMP_AFTER", dump_passes, 5, -1);
+    cg->dump_after = dump >= 0 ? dump_passes[dump] : NULL;
+}
+
+static void ctx_free(cg_ctx *cg)
+{
+    free(cg->lays);
+    free(cg->vlay);
+    free(cg->remat);
+    free(cg->prefer);
+    free(cg->soft);
+    free(cg->val_off);
+    free(cg->op_scratch);
+    free(cg->div);
+    free(cg->axis);
+    free(cg->costs);
+}
+
+/* The passes before the lowering: verify, then on a copy (*work, the caller destroys it)
+ * fold, layouts and the shared-memory plan.  cg->costs holds what the plan found even
+ * when it refuses the kernel. */
+static loom_status front(cg_ctx *cg, loom_kernel *k, loom_kernel **work, const char **stage, double *stage_end,
+                         int *nstage)
+{
+#define FSTAGE(name) (stage ? (stage[*nstage] = (name), stage_end[(*nstage)++] = util_now_ms()) : 0)
+    /* 1. verify */
+    if (loom_verify(k) != LOOM_OK)
+        return cg_fail(cg, LOOM_ERR_VERIFY, "%s", loom_kernel_errors(k)), cg->st;
+    FSTAGE("verify");
+    if (after(cg, "verify"))
+        return cg->st;
+    /* the passes below rewrite IR (fold): they work on a copy, so the user's kernel and
+     * its printed text, which keys the module cache, stay as they were built */
+    cg->k = *work = ir_kernel_clone(k);
+    if (!*work)
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory copying the kernel"), cg->st;
+    cg->div = calloc(k->nvals ? k->nvals : 1, sizeof *cg->div);
+    if (!cg->div)
+        return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
+    /* 2. fold */
+    if (cg_fold(cg) || after(cg, "fold"))
+        return cg->st;
+    FSTAGE("fold");
+    /* 3. layouts */
+    if (cg_layouts(cg) || after(cg, "layouts"))
+        return cg->st;
+    /* 4. shared memory plan */
+    if (cg_smem(cg) || after(cg, "smem"))
+        return cg->st;
+    FSTAGE("layouts+smem");
+#undef FSTAGE
+    return LOOM_OK;
+}
+
+loom_status loom_kernel_explain(loom_kernel *k, const char *arch, loom_explain_fn fn, void *ctx, char **text,
+                                char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (text)
+        *text = NULL;
+    if (!k) {
+        if (err && errlen)
+            snprintf(err, errlen, "loom_kernel_explain: no kernel");
+        return LOOM_ERR_INVALID;
+    }
+    if (arch && *arch && !cg_arch_known(arch)) {
+        if (err && errlen)
+            snprintf(err, errlen, "loom_kernel_explain: arch '%s' is not an NVPTX processor this loom's LLVM knows", arch);
+        return LOOM_ERR_INVALID;
+    }
+    cg_ctx c = {0}, *cg = &c;
+    ctx_init(cg, k, arch, err, errlen);
+    loom_kernel *work = NULL;
+    loom_status st = front(cg, k, &work, NULL, NULL, NULL);
+    if (work && cg->op_scratch) { /* the plan ran (perhaps refusing the kernel): its uses */
+        for (int i = 0; fn && i < cg->ncosts; i++) {
+            char line[1024];
+            loom_cost lc;
+            cg_cost_fill(cg, &cg->costs[i], &lc, line, sizeof line);
+            fn(ctx, &lc);
+        }
+        if (text) {
+            char *t = cg_explain_text(cg);
+            if (!t && st == LOOM_OK)
+                st = (cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st);
+            *text = t;
+        }
+    }
+    loom_kernel_destroy(work);
+    ctx_free(cg);
+    return st;
+}
+
 loom_status cg_compile(loom_kernel *k, const char *arch, cg_result *out, char *err, size_t errlen)
 {
     return cg_compile_opts(k, arch, NULL, out, err, errlen);
@@ -141,14 +250,7 @@ loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *
     *out = (cg_result){0};
     char **ptx_out = &out->ptx;
     cg_ctx c = {0}, *cg = &c;
-    cg->k = k;
-    cg->arch = arch && *arch ? arch : "sm_90a";
-    cg->err = err;
-    cg->errlen = errlen;
-    cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
-    static const char *const dump_passes[] = {"verify", "fold", "layouts", "smem", "all"};
-    int dump = util_env_choice("LOOM_DUMP_AFTER", dump_passes, 5, -1);
-    cg->dump_after = dump >= 0 ? dump_passes[dump] : NULL;
+    ctx_init(cg, k, arch, err, errlen);
     cg->hang_ms = opt ? opt->hang_check_ms : cg_hang_check_ms();
     if (cg->hang_ms < 0)
         cg->hang_ms = 0;
@@ -162,37 +264,15 @@ loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *
     int nstage = 0;
 #define STAGE(name) (stage[nstage] = (name), stage_end[nstage++] = util_now_ms())
 
-    /* 1. verify */
-    if (loom_verify(k) != LOOM_OK) {
-        cg_fail(cg, LOOM_ERR_VERIFY, "%s", loom_kernel_errors(k));
-        goto out;
+    /* 1-4. verify, fold, layouts, shared memory plan */
+    loom_status fst = front(cg, k, &work, stage, stage_end, &nstage);
+    if (work && cg->op_scratch && util_env_on("LOOM_EXPLAIN")) {
+        char *t = cg_explain_text(cg);
+        fprintf(stderr, "loom: what kernel '%s' costs (LOOM_EXPLAIN):\n%s", loom_kernel_name(k), t ? t : "out of memory\n");
+        free(t);
     }
-    STAGE("verify");
-    if (after(cg, "verify"))
+    if (fst)
         goto out;
-    /* the passes below rewrite IR (fold): they work on a copy, so the user's kernel and
-     * its printed text, which keys the module cache, stay as they were built */
-    cg->k = work = ir_kernel_clone(k);
-    if (!work) {
-        cg_fail(cg, LOOM_ERR_NOMEM, "out of memory copying the kernel");
-        goto out;
-    }
-    cg->div = calloc(k->nvals ? k->nvals : 1, sizeof *cg->div);
-    if (!cg->div) {
-        cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    /* 2. fold */
-    if (cg_fold(cg) || after(cg, "fold"))
-        goto out;
-    STAGE("fold");
-    /* 3. layouts */
-    if (cg_layouts(cg) || after(cg, "layouts"))
-        goto out;
-    /* 4. shared memory plan */
-    if (cg_smem(cg) || after(cg, "smem"))
-        goto out;
-    STAGE("layouts+smem");
     /* 5. LLVM IR */
     cg_emit_init(cg);
     ctx = LLVMContextCreate();
@@ -242,14 +322,7 @@ out:
     cg_target_machine_free(tm);
     if (ctx)
         LLVMContextDispose(ctx);
-    free(cg->lays);
-    free(cg->vlay);
-    free(cg->remat);
-    free(cg->prefer);
-    free(cg->val_off);
-    free(cg->op_scratch);
-    free(cg->div);
-    free(cg->axis);
+    ctx_free(cg);
     if (cg->st == LOOM_OK && util_env_on("LOOM_TIME_PASSES")) {
         char line[512];
         int p = snprintf(line, sizeof line, "loom: codegen of %s:", loom_kernel_name(k));

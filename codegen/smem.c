@@ -14,10 +14,16 @@
  * lowering uses (cg_want / cg_needs_convert), records it per op (the lowering checks
  * that it never uses more), and reports the maximum as the kernel's dynamic shared
  * memory size.  Sizes are rounded up to 16 bytes.
+ *
+ * Every use it finds (each conversion with its operand and layouts, each other scratch
+ * use, each allocation) is also recorded in cg->costs, in program order: what
+ * LOOM_EXPLAIN and loom_kernel_explain report (codegen/explain.c) and what the refusal of
+ * a kernel that needs more than the GPU has lists, each with the line that built it.
  */
 #include "cg.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -50,6 +56,27 @@ bool cg_thread0_regs(const cg_layout *l, int32_t *reg_of, int64_t n)
     return true;
 }
 
+bool cg_cost_add(cg_ctx *cg, const cg_cost *c)
+{
+    if (cg->ncosts == cg->capcosts) {
+        int nc = cg->capcosts ? cg->capcosts * 2 : 16;
+        cg_cost *n = realloc(cg->costs, (size_t)nc * sizeof *n);
+        if (!n)
+            return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
+        cg->costs = n;
+        cg->capcosts = nc;
+    }
+    cg->costs[cg->ncosts++] = *c;
+    return true;
+}
+
+/* A use of scratch by op o (not a conversion): recorded for the report. */
+static void scratch_use(cg_ctx *cg, uint32_t o, size_t bytes, const char *why)
+{
+    cg_cost_add(cg, &(cg_cost){.kind = LOOM_COST_SCRATCH, .op = o, .opnd = -1, .from = -1, .to = -1,
+                               .bytes = up16(bytes), .barriers = 2, .copies = cg->plan_copies, .why = why});
+}
+
 static size_t op_need(cg_ctx *cg, uint32_t o)
 {
     loom_kernel *k = cg->k;
@@ -65,6 +92,10 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
                        cg_reg_bytes((loom_dtype)k->vals[v].type.dtype);
             if (b > need)
                 need = b;
+            /* lower.c's convert: bar.sync, store, bar.sync, load */
+            cg_cost_add(cg, &(cg_cost){.kind = LOOM_COST_CONVERT, .op = o, .opnd = i, .from = cg->vlay[v],
+                                       .to = want, .bytes = up16(b), .barriers = 2, .copies = cg->plan_copies,
+                                       .why = "a layout conversion"});
         }
     }
     switch (op->kind) {
@@ -81,12 +112,16 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
                        cg_reg_bytes((loom_dtype)k->vals[op->res[0]].type.dtype);
             if (b > need)
                 need = b;
+            scratch_use(cg, o, b, "a reduction across warps (each warp's partial result)");
         }
         break;
     }
     case IR_ATOMIC_ADD: /* the old value's word, for the replica's threads to read */
-        if (cg_op_warps(k, o) > 1 && need < 4)
-            need = 4;
+        if (cg_op_warps(k, o) > 1) {
+            if (need < 4)
+                need = 4;
+            scratch_use(cg, o, 4, "an atomic add's old value, for the other warps");
+        }
         break;
     case IR_SMEM_STORE_CLUSTER: { /* the tile, when thread 0 does not hold all of it */
         int32_t id = cg_want(cg, o, 1), reg_of[16];
@@ -94,8 +129,11 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
         size_t b = lay ? (size_t)cg_layout_padded_numel(lay) * cg_reg_bytes((loom_dtype)k->vals[op->opnd[1]].type.dtype)
                        : 0;
         int64_t n = ir_shape_numel(&k->vals[op->opnd[1]].type.shape); /* at most 8 (rule_smem_store_cluster) */
-        if (lay && n <= 16 && !cg_thread0_regs(lay, reg_of, n) && b > need)
-            need = b;
+        if (lay && n <= 16 && !cg_thread0_regs(lay, reg_of, n)) {
+            if (b > need)
+                need = b;
+            scratch_use(cg, o, b, "a cluster store's tile, gathered for the thread that writes it");
+        }
         break;
     }
     case IR_DOT: {
@@ -105,6 +143,7 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
         size_t bytes = up16(pm * pk * 4) + pk * pn * 4;
         if (bytes > need)
             need = bytes;
+        scratch_use(cg, o, bytes, "a dot's operands, staged for every thread");
         break;
     }
     default:
@@ -143,6 +182,9 @@ static bool plan_allocs(cg_ctx *cg)
             off = align_up(off, al);
             cg->val_off[op->res[0]] = off;
             off += bytes;
+            cg_cost_add(cg, &(cg_cost){.kind = pass ? LOOM_COST_MBAR : LOOM_COST_SMEM, .op = body->ops[i], .opnd = -1,
+                                       .from = -1, .to = -1, .bytes = bytes, .copies = 1,
+                                       .why = pass ? "mbarriers" : t->slots > 1 ? "ring slots" : "a shared tile"});
         }
     cg->scratch_off = align_up(off, 128);
     return true;
@@ -171,10 +213,12 @@ loom_status cg_smem(cg_ctx *cg)
     if (!cg->op_scratch)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
     cg->smem_bytes = 0;
+    cg->ncosts = 0;
     if (!plan_allocs(cg))
         return cg->st;
     ir_task_info tasks[64];
     int nt = ir_tasks(cg->k, tasks, 64);
+    cg->plan_copies = 1;
     if (nt == 0) {
         plan_block(cg, 1);
         cg->smem_bytes += cg->scratch_off;
@@ -183,6 +227,7 @@ loom_status cg_smem(cg_ctx *cg)
         size_t off = cg->scratch_off;
         for (int t = 0; t < nt && t < 64; t++) {
             cg->smem_bytes = 0;
+            cg->plan_copies = tasks[t].replicas;
             plan_block(cg, cg->k->ops[tasks[t].op].reg[0]);
             size_t need = align_up(cg->smem_bytes, 128);
             cg->task_scratch_off[t] = off;
@@ -191,9 +236,14 @@ loom_status cg_smem(cg_ctx *cg)
         }
         cg->smem_bytes = off;
     }
-    if (cg->st == LOOM_OK && cg->smem_bytes > (size_t)227 * 1024)
+    if (cg->st == LOOM_OK && cg->smem_bytes > (size_t)227 * 1024) {
+        /* say what holds it: each allocation, and each task's scratch with the uses that
+         * set its size (the largest ones), each with its line */
+        char *what = cg_explain_text(cg);
         cg_fail(cg, LOOM_ERR_UNSUPPORTED,
-                "kernel '%s' needs %zu bytes of shared memory (rings, barriers and scratch: more than 227 KiB); use smaller tiles or fewer stages",
-                loom_kernel_name(cg->k), cg->smem_bytes);
+                "kernel '%s' needs %zu bytes of shared memory (more than 227 KiB); use smaller tiles or fewer stages%s%s",
+                loom_kernel_name(cg->k), cg->smem_bytes, what && *what ? ". What uses it:\n" : "", what ? what : "");
+        free(what);
+    }
     return cg->st;
 }

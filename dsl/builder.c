@@ -223,6 +223,10 @@ BINARY(loom_min_at, IR_MIN)
 BINARY(loom_max_at, IR_MAX)
 BINARY(loom_and_at, IR_AND)
 BINARY(loom_or_at, IR_OR)
+BINARY(loom_xor_at, IR_XOR)
+BINARY(loom_shl_at, IR_SHL)
+BINARY(loom_shr_at, IR_SHR)
+BINARY(loom_div_fast_at, IR_DIV_FAST)
 #undef BINARY
 
 #define UNARY(fn, KIND)                                          \
@@ -235,6 +239,13 @@ UNARY(loom_abs_at, IR_ABS)
 UNARY(loom_exp2_at, IR_EXP2)
 UNARY(loom_log2_at, IR_LOG2)
 UNARY(loom_rsqrt_at, IR_RSQRT)
+UNARY(loom_exp_at, IR_EXP)
+UNARY(loom_log_at, IR_LOG)
+UNARY(loom_tanh_at, IR_TANH)
+UNARY(loom_erf_at, IR_ERF)
+UNARY(loom_sigmoid_at, IR_SIGMOID)
+UNARY(loom_sqrt_at, IR_SQRT)
+UNARY(loom_rcp_at, IR_RCP)
 UNARY(loom_not_at, IR_NOT)
 #undef UNARY
 

@@ -15,8 +15,10 @@
  * naming the op's source line and the offending index.  Elements of the tiled
  * (trailing) dims that fall outside the tensor are masked, as the DSL says.
  *
- * Each op's semantics is interp_<name>() below, or, for the ops whose `sem` column in
- * dsl/ops.h is hopper, in the Hopper machinery (shared memory, barriers, TMA, wgmma,
+ * Each op's semantics is interp_<name>() below (every elementwise op is `elementwise`,
+ * which takes each element's value from the scalar semantics of dsl/ew.c, shared with
+ * the constant folder), or, for the ops whose `sem` column in dsl/ops.h is hopper, in
+ * the Hopper machinery (shared memory, barriers, TMA, wgmma,
  * tasks: dsl/interp_smem.c, interp_async.c, interp_tasks.c; each task replica of a CTA
  * runs as its own coroutine after the kernel body).  The dispatch table is generated
  * from dsl/ops.h, so an op without semantics does not link.  dsl/interp.h is what the
@@ -24,7 +26,8 @@
  */
 #include "interp.h"
 
-#include <float.h>
+#include "ew.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -185,173 +188,67 @@ static bool interp_trans(interp *in, const ir_op *op)
 
 /* ---------------------------------------------------------------- elementwise */
 
-static float fmin_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : (a < b ? a : b); }
-static float fmax_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : (a > b ? a : b); }
-
-static int64_t wrap_add(uint8_t dt, int64_t a, int64_t b) { return ir_wrap_int((loom_dtype)dt, (int64_t)((uint64_t)a + (uint64_t)b)); }
-static int64_t wrap_sub(uint8_t dt, int64_t a, int64_t b) { return ir_wrap_int((loom_dtype)dt, (int64_t)((uint64_t)a - (uint64_t)b)); }
-static int64_t wrap_mul(uint8_t dt, int64_t a, int64_t b) { return ir_wrap_int((loom_dtype)dt, (int64_t)((uint64_t)a * (uint64_t)b)); }
-
-static bool binary(interp *in, const ir_op *op)
+/* Every elementwise op: one element of the result from one element of each operand (a
+ * scalar operand is splatted), by the scalar semantics of dsl/ew.c. */
+static bool elementwise(interp *in, const ir_op *op)
 {
-    tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *r = interp_res(in, op, 0);
-    uint8_t dt = r->dt;
+    tv *r = interp_res(in, op, 0);
+    const tv *a[3] = {0};
+    int n = op->nopnd < 3 ? op->nopnd : 3;
+    for (int i = 0; i < n; i++)
+        a[i] = interp_opnd(in, op, i);
+    loom_dtype din = (loom_dtype)a[op->kind == IR_SELECT ? 1 : 0]->dt, dout = (loom_dtype)r->dt;
     for (int64_t e = 0; e < r->n; e++) {
-        if (r->f) {
-            float x = fval(a, e), y = fval(b, e), z = 0;
-            switch (op->kind) {
-            case IR_ADD: z = x + y; break;
-            case IR_SUB: z = x - y; break;
-            case IR_MUL: z = x * y; break;
-            case IR_DIV: z = x / y; break;
-            case IR_MIN: z = fmin_nan(x, y); break;
-            case IR_MAX: z = fmax_nan(x, y); break;
-            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: not a float op");
-            }
-            r->f[e] = ir_round_to((loom_dtype)dt, z);
-        } else {
-            int64_t x = interp_ival(a, e), y = interp_ival(b, e), z = 0;
-            switch (op->kind) {
-            case IR_ADD: z = wrap_add(dt, x, y); break;
-            case IR_SUB: z = wrap_sub(dt, x, y); break;
-            case IR_MUL: z = wrap_mul(dt, x, y); break;
-            case IR_DIV:
-            case IR_REM:
-                if (y == 0)
-                    return interp_fail(in, LOOM_ERR_RUNTIME, op, "integer division by zero at element %lld",
-                                (long long)e);
-                if (y == -1) /* INT_MIN / -1 wraps; INT_MIN % -1 is 0 */
-                    z = op->kind == IR_DIV ? wrap_sub(dt, 0, x) : 0;
-                else
-                    z = op->kind == IR_DIV ? x / y : x % y;
-                break;
-            case IR_MIN: z = x < y ? x : y; break;
-            case IR_MAX: z = x > y ? x : y; break;
-            case IR_AND: z = x & y; break;
-            case IR_OR: z = x | y; break;
-            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: not an integer op");
-            }
-            r->i[e] = ir_wrap_int((loom_dtype)dt, z);
+        ew_val x[3] = {{0, 0}, {0, 0}, {0, 0}}, z;
+        for (int i = 0; i < n; i++) {
+            if (a[i]->f)
+                x[i].f = fval(a[i], e);
+            else
+                x[i].i = interp_ival(a[i], e);
         }
-    }
-    return true;
-}
-
-#define interp_add binary
-#define interp_sub binary
-#define interp_mul binary
-#define interp_div binary
-#define interp_rem binary
-#define interp_min binary
-#define interp_max binary
-#define interp_and binary
-#define interp_or binary
-
-static bool interp_fma(interp *in, const ir_op *op)
-{
-    tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *c = interp_opnd(in, op, 2), *r = interp_res(in, op, 0);
-    for (int64_t e = 0; e < r->n; e++)
-        r->f[e] = ir_round_to((loom_dtype)r->dt, fmaf(fval(a, e), fval(b, e), fval(c, e)));
-    return true;
-}
-
-static bool unary(interp *in, const ir_op *op)
-{
-    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
-    for (int64_t e = 0; e < r->n; e++) {
-        if (r->f) {
-            float x = a->f[e], z = 0;
-            switch (op->kind) {
-            case IR_NEG: z = -x; break;
-            case IR_ABS: z = fabsf(x); break;
-            case IR_EXP2: z = exp2f(x); if (z < FLT_MIN) z = 0; break; /* subnormals flushed, as on the GPU */
-            case IR_LOG2: z = log2f(x); break;
-            case IR_RSQRT: z = 1.0f / sqrtf(x); break;
-            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
-            }
-            r->f[e] = ir_round_to((loom_dtype)r->dt, z);
-        } else {
-            int64_t x = a->i[e], z = 0;
-            switch (op->kind) {
-            case IR_NEG: z = wrap_sub(r->dt, 0, x); break;
-            case IR_ABS: z = x < 0 ? wrap_sub(r->dt, 0, x) : x; break;
-            case IR_NOT: z = !x; break;
-            default: return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: bad unary op");
-            }
-            r->i[e] = ir_wrap_int((loom_dtype)r->dt, z);
-        }
-    }
-    return true;
-}
-
-#define interp_neg unary
-#define interp_abs unary
-#define interp_exp2 unary
-#define interp_log2 unary
-#define interp_rsqrt unary
-#define interp_not unary
-
-static bool interp_cmp(interp *in, const ir_op *op)
-{
-    tv *a = interp_opnd(in, op, 0), *b = interp_opnd(in, op, 1), *r = interp_res(in, op, 0);
-    for (int64_t e = 0; e < r->n; e++) {
-        bool z = false;
-        if (a->f) {
-            float x = fval(a, e), y = fval(b, e);
-            switch (op->iattr[0]) {
-            case LOOM_EQ: z = x == y; break;
-            case LOOM_NE: z = !(x == y); break; /* unordered: true with NaN */
-            case LOOM_LT: z = x < y; break;
-            case LOOM_LE: z = x <= y; break;
-            case LOOM_GT: z = x > y; break;
-            case LOOM_GE: z = x >= y; break;
-            }
-        } else {
-            int64_t x = interp_ival(a, e), y = interp_ival(b, e);
-            switch (op->iattr[0]) {
-            case LOOM_EQ: z = x == y; break;
-            case LOOM_NE: z = x != y; break;
-            case LOOM_LT: z = x < y; break;
-            case LOOM_LE: z = x <= y; break;
-            case LOOM_GT: z = x > y; break;
-            case LOOM_GE: z = x >= y; break;
-            }
-        }
-        r->i[e] = z;
-    }
-    return true;
-}
-
-static bool interp_select(interp *in, const ir_op *op)
-{
-    tv *c = interp_opnd(in, op, 0), *a = interp_opnd(in, op, 1), *b = interp_opnd(in, op, 2), *r = interp_res(in, op, 0);
-    for (int64_t e = 0; e < r->n; e++) {
-        bool t = interp_ival(c, e) != 0;
+        ew_status st = ew_eval((ir_opkind)op->kind, op->iattr[0], din, dout, x, &z);
+        if (st == EW_DIV_BY_ZERO)
+            return interp_fail(in, LOOM_ERR_RUNTIME, op, "integer division by zero at element %lld", (long long)e);
+        if (st != EW_OK)
+            return interp_fail(in, LOOM_ERR_RUNTIME, op, "internal: not an elementwise op");
         if (r->f)
-            r->f[e] = t ? fval(a, e) : fval(b, e);
+            r->f[e] = z.f;
         else
-            r->i[e] = t ? interp_ival(a, e) : interp_ival(b, e);
+            r->i[e] = z.i;
     }
     return true;
 }
 
-
-static bool interp_cast(interp *in, const ir_op *op)
-{
-    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
-    loom_dtype to = (loom_dtype)r->dt;
-    for (int64_t e = 0; e < r->n; e++) {
-        if (a->f && r->f)
-            r->f[e] = ir_round_to(to, a->f[e]);
-        else if (a->f)
-            r->i[e] = ir_float_to_int(to, a->f[e]);
-        else if (r->f) /* int -> float rounds once: directly for f32, via an exact double else */
-            r->f[e] = to == LOOM_F32 ? (float)a->i[e] : ir_round_to_d(to, (double)a->i[e]);
-        else
-            r->i[e] = ir_wrap_int(to, a->i[e]);
-    }
-    return true;
-}
+#define interp_add elementwise
+#define interp_sub elementwise
+#define interp_mul elementwise
+#define interp_div elementwise
+#define interp_div_fast elementwise
+#define interp_rem elementwise
+#define interp_min elementwise
+#define interp_max elementwise
+#define interp_and elementwise
+#define interp_or elementwise
+#define interp_xor elementwise
+#define interp_shl elementwise
+#define interp_shr elementwise
+#define interp_fma elementwise
+#define interp_neg elementwise
+#define interp_abs elementwise
+#define interp_exp2 elementwise
+#define interp_log2 elementwise
+#define interp_rsqrt elementwise
+#define interp_exp elementwise
+#define interp_log elementwise
+#define interp_tanh elementwise
+#define interp_erf elementwise
+#define interp_sigmoid elementwise
+#define interp_sqrt elementwise
+#define interp_rcp elementwise
+#define interp_not elementwise
+#define interp_cmp elementwise
+#define interp_select elementwise
+#define interp_cast elementwise
 
 /* ---------------------------------------------------------------- reductions, dot */
 
@@ -364,34 +261,21 @@ static bool reduce(interp *in, const ir_op *op)
         outer *= a->shape.dim[d];
     for (int d = ax + 1; d < a->shape.rank; d++)
         inner *= a->shape.dim[d];
+    /* combined by the elementwise add / max / min; floats in f32, rounded once at the end */
+    ir_opkind comb = op->kind == IR_REDUCE_SUM ? IR_ADD : op->kind == IR_REDUCE_MAX ? IR_MAX : IR_MIN;
+    loom_dtype acc_dt = a->f ? LOOM_F32 : (loom_dtype)r->dt;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t base = o * len * inner + i;
-            if (a->f) {
-                float acc = a->f[base];
-                for (int64_t j = 1; j < len; j++) {
-                    float x = a->f[base + j * inner];
-                    if (op->kind == IR_REDUCE_SUM)
-                        acc += x;
-                    else if (op->kind == IR_REDUCE_MAX)
-                        acc = fmax_nan(acc, x);
-                    else
-                        acc = fmin_nan(acc, x);
-                }
-                r->f[o * inner + i] = ir_round_to((loom_dtype)r->dt, acc);
-            } else {
-                int64_t acc = a->i[base];
-                for (int64_t j = 1; j < len; j++) {
-                    int64_t x = a->i[base + j * inner];
-                    if (op->kind == IR_REDUCE_SUM)
-                        acc = wrap_add(r->dt, acc, x);
-                    else if (op->kind == IR_REDUCE_MAX)
-                        acc = x > acc ? x : acc;
-                    else
-                        acc = x < acc ? x : acc;
-                }
-                r->i[o * inner + i] = acc;
+            ew_val acc = {a->f ? a->f[base] : 0, a->f ? 0 : a->i[base]};
+            for (int64_t j = 1; j < len; j++) {
+                ew_val x[2] = {acc, {a->f ? a->f[base + j * inner] : 0, a->f ? 0 : a->i[base + j * inner]}};
+                ew_eval(comb, 0, acc_dt, acc_dt, x, &acc); /* add, max, min: never an error */
             }
+            if (a->f)
+                r->f[o * inner + i] = ir_round_to((loom_dtype)r->dt, acc.f);
+            else
+                r->i[o * inner + i] = acc.i;
         }
     return true;
 }

@@ -22,8 +22,11 @@
  *   nreg    number of regions (for: 1 body, if: 2 branches)
  *   rule    the type rule: rule_<rule>() in dsl/rules.c computes the result type
  *   flags   IRF_* in dsl/ir.h; IRF_FOLD marks the elementwise ops codegen/fold.c
- *           evaluates on constants (not exp2/log2/rsqrt: the GPU computes them
- *           approximately, so a folded value would differ from the GPU's)
+ *           evaluates on constants (with dsl/ew.c, the interpreter's own scalar
+ *           semantics).  Only ops whose GPU result is bit for bit the interpreter's are
+ *           folded: not exp2, log2, rsqrt, exp, log, tanh, erf, sigmoid, rcp, div_fast,
+ *           which the GPU computes approximately (docs/dsl.md gives each bound), so a
+ *           folded value would differ from the GPU's
  *   sem     where the semantics interp_<name>() live: core = static in dsl/interp.c;
  *           hopper = the Hopper machinery (dsl/interp_smem.c, interp_async.c,
  *           interp_tasks.c), whose prototypes dsl/interp.h makes from this column
@@ -81,12 +84,23 @@ LOOM_OP(MIN,                 min,                   2, 0, arith,         IRF_PUR
 LOOM_OP(MAX,                 max,                   2, 0, arith,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(AND,                 and,                   2, 0, bitwise,       IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(OR,                  or,                    2, 0, bitwise,       IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
+LOOM_OP(XOR,                 xor,                   2, 0, bitwise,       IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
+LOOM_OP(SHL,                 shl,                   2, 0, shift,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
+LOOM_OP(SHR,                 shr,                   2, 0, shift,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
+LOOM_OP(DIV_FAST,            div_fast,              2, 0, arith_float,   IRF_PURE,              core,   EW,     opnds,    "")
 LOOM_OP(FMA,                 fma,                   3, 0, fma,           IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(NEG,                 neg,                   1, 0, unary,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(ABS,                 abs,                   1, 0, unary,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(EXP2,                exp2,                  1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
 LOOM_OP(LOG2,                log2,                  1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
 LOOM_OP(RSQRT,               rsqrt,                 1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
+LOOM_OP(EXP,                 exp,                   1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
+LOOM_OP(LOG,                 log,                   1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
+LOOM_OP(TANH,                tanh,                  1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
+LOOM_OP(ERF,                 erf,                   1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
+LOOM_OP(SIGMOID,             sigmoid,               1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
+LOOM_OP(SQRT,                sqrt,                  1, 0, unary_float,   IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
+LOOM_OP(RCP,                 rcp,                   1, 0, unary_float,   IRF_PURE,              core,   EW,     opnds,    "")
 LOOM_OP(NOT,                 not,                   1, 0, unary_bool,    IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(CMP,                 cmp,                   2, 0, cmp,           IRF_PURE | IRF_FOLD,   core,   EW,     cmp,      "")
 LOOM_OP(SELECT,              select,                3, 0, select,        IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")

@@ -232,6 +232,30 @@ static bool rule_bitwise(rule_ctx *c)
     return emit(c, tile((loom_dtype)T(c, 0)->dtype, s));
 }
 
+/* div_fast: two floats (integer division is loom_div's). */
+static bool rule_arith_float(rule_ctx *c)
+{
+    char b[64];
+    loom_shape s;
+    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s))
+        return false;
+    if (!ir_dtype_is_float((loom_dtype)T(c, 0)->dtype))
+        FAIL("operands are %s; this op takes floats (loom_div divides integers)", ts(T(c, 0), b));
+    return emit(c, tile((loom_dtype)T(c, 0)->dtype, s));
+}
+
+/* shl, shr: an integer and a shift count of the same dtype. */
+static bool rule_shift(rule_ctx *c)
+{
+    char b[64];
+    loom_shape s;
+    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s))
+        return false;
+    if (!ir_dtype_is_int((loom_dtype)T(c, 0)->dtype))
+        FAIL("operands are %s; shifts take i32 or i64 (the count of the same dtype)", ts(T(c, 0), b));
+    return emit(c, tile((loom_dtype)T(c, 0)->dtype, s));
+}
+
 static bool rule_fma(rule_ctx *c)
 {
     char b[64];

@@ -11,8 +11,12 @@
  *   4. builder calls: the DSL           (dsl/builder.c; ops listed in dsl/ops.h)
  *   5. structured control flow          (dsl/builder.c)
  *   6. verify, print, errors            (dsl/verify.c, dsl/print.c)
+ *   6b. what a kernel costs             (codegen/explain.c)
  *   7. runtime: buffers and launch      (runtime/)
  *   8. templates and the autotuner      (templates/registry.c, tune/)
+ *   9. ahead of time                    (aot/)
+ *  10. gemm, any shape                  (templates/gemm_api.c)
+ *  11. plugins: a user's templates      (templates/registry.c)
  *
  * The IKBO operations built on it (the linear compression's C API, the broadcast-add
  * template) are in loom_ikbo.h.
@@ -226,17 +230,32 @@ loom_val loom_trans_at(loom_src at, loom_kernel *k, loom_val v);
 #define loom_max(k, a, b) loom_max_at(LOOM_HERE, k, a, b)
 #define loom_and(k, a, b) loom_and_at(LOOM_HERE, k, a, b)
 #define loom_or(k, a, b) loom_or_at(LOOM_HERE, k, a, b)
+#define loom_xor(k, a, b) loom_xor_at(LOOM_HERE, k, a, b)
+#define loom_shl(k, a, n) loom_shl_at(LOOM_HERE, k, a, n)
+#define loom_shr(k, a, n) loom_shr_at(LOOM_HERE, k, a, n)
+#define loom_div_fast(k, a, b) loom_div_fast_at(LOOM_HERE, k, a, b)
 #define loom_fma(k, a, b, c) loom_fma_at(LOOM_HERE, k, a, b, c)
 #define loom_neg(k, a) loom_neg_at(LOOM_HERE, k, a)
 #define loom_abs(k, a) loom_abs_at(LOOM_HERE, k, a)
 #define loom_exp2(k, a) loom_exp2_at(LOOM_HERE, k, a)
 #define loom_log2(k, a) loom_log2_at(LOOM_HERE, k, a)
 #define loom_rsqrt(k, a) loom_rsqrt_at(LOOM_HERE, k, a)
+#define loom_exp(k, a) loom_exp_at(LOOM_HERE, k, a)
+#define loom_log(k, a) loom_log_at(LOOM_HERE, k, a)
+#define loom_tanh(k, a) loom_tanh_at(LOOM_HERE, k, a)
+#define loom_erf(k, a) loom_erf_at(LOOM_HERE, k, a)
+#define loom_sigmoid(k, a) loom_sigmoid_at(LOOM_HERE, k, a)
+#define loom_sqrt(k, a) loom_sqrt_at(LOOM_HERE, k, a)
+#define loom_rcp(k, a) loom_rcp_at(LOOM_HERE, k, a)
 #define loom_not(k, a) loom_not_at(LOOM_HERE, k, a)
 loom_val loom_add_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
 loom_val loom_sub_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
 loom_val loom_mul_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
+/* Float div is IEEE (correctly rounded, div.rn.f32 on the GPU).  div_fast is the opt-in
+ * fast float division: within 2 ulp, subnormal operands and results flushed to zero
+ * (div.full.ftz.f32); floats only. */
 loom_val loom_div_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
+loom_val loom_div_fast_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
 loom_val loom_rem_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
 /* min/max of floats: if either operand is NaN the result is NaN. */
 loom_val loom_min_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
@@ -244,6 +263,13 @@ loom_val loom_max_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
 /* Bitwise and/or on integers and i1. */
 loom_val loom_and_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
 loom_val loom_or_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
+/* Bitwise xor on integers; on i1 it is logical xor (a != b). */
+loom_val loom_xor_at(loom_src at, loom_kernel *k, loom_val a, loom_val b);
+/* Shifts of i32/i64 by a count n of the same dtype.  shr is arithmetic (the integers are
+ * signed: the sign bit fills in).  A count outside [0, width), negative counts included,
+ * shifts every bit out: shl gives 0, shr 0 or -1 by the sign (PTX clamps counts too). */
+loom_val loom_shl_at(loom_src at, loom_kernel *k, loom_val a, loom_val n);
+loom_val loom_shr_at(loom_src at, loom_kernel *k, loom_val a, loom_val n);
 loom_val loom_fma_at(loom_src at, loom_kernel *k, loom_val a, loom_val b, loom_val c);
 loom_val loom_neg_at(loom_src at, loom_kernel *k, loom_val a);
 loom_val loom_abs_at(loom_src at, loom_kernel *k, loom_val a);
@@ -251,6 +277,17 @@ loom_val loom_abs_at(loom_src at, loom_kernel *k, loom_val a);
 loom_val loom_exp2_at(loom_src at, loom_kernel *k, loom_val a);
 loom_val loom_log2_at(loom_src at, loom_kernel *k, loom_val a);
 loom_val loom_rsqrt_at(loom_src at, loom_kernel *k, loom_val a);
+/* exp, log, tanh, erf, sigmoid (1 / (1 + exp(-x))), sqrt, rcp (1 / x, fast): floats only;
+ * computed in f32 and rounded to f16/bf16.  The interpreter computes them (but rcp)
+ * correctly rounded; the GPU within the bounds docs/dsl.md gives per op (sqrt is exact,
+ * IEEE sqrt.rn; rcp is within 1 ulp, subnormals flushed). */
+loom_val loom_exp_at(loom_src at, loom_kernel *k, loom_val a);
+loom_val loom_log_at(loom_src at, loom_kernel *k, loom_val a);
+loom_val loom_tanh_at(loom_src at, loom_kernel *k, loom_val a);
+loom_val loom_erf_at(loom_src at, loom_kernel *k, loom_val a);
+loom_val loom_sigmoid_at(loom_src at, loom_kernel *k, loom_val a);
+loom_val loom_sqrt_at(loom_src at, loom_kernel *k, loom_val a);
+loom_val loom_rcp_at(loom_src at, loom_kernel *k, loom_val a);
 /* Logical not of an i1 tile. */
 loom_val loom_not_at(loom_src at, loom_kernel *k, loom_val a);
 
@@ -557,6 +594,47 @@ int loom_kernel_num_errors(const loom_kernel *k);
  * next call that changes or prints it). */
 const char *loom_print(loom_kernel *k);
 
+/* ---------------------------------------------------------------- 6b. what a kernel costs
+ *
+ * The code generator gives every register tile a layout (which thread holds which
+ * element); where two ops want a tile in different layouts, it converts the tile through
+ * shared-memory scratch: two bar.sync and a store and a load of the whole tile, each time
+ * the op runs.  A few other ops use scratch too (a reduction across warps, a dot's operand
+ * staging, an atomic add run by several warps, a cluster store).  loom_kernel_explain says
+ * where each of them is, with the line of your code that built the op, and what the
+ * kernel's shared memory holds (ring slots and staging tiles, mbarriers): compile k for
+ * arch (NULL: sm_90a) as far as the shared-memory plan, then
+ *   - call fn(ctx, cost) for each use, in program order (fn may be NULL);
+ *   - set *text (when text is not NULL) to the whole report, one line a use and a last
+ *     line of totals, malloc'ed (free it): what LOOM_EXPLAIN=1 prints at compile.
+ * Returns LOOM_OK, or the compile's error (in err): a kernel refused for its shared memory
+ * still has its uses reported (what the refusal lists).  A kernel written the plain way
+ * (docs/dsl.md, "What costs what") has no LOOM_COST_CONVERT at all. */
+typedef enum loom_cost_kind {
+    LOOM_COST_CONVERT, /* a layout conversion through scratch */
+    LOOM_COST_SCRATCH, /* other scratch: a reduction across warps, a dot's staging, ... */
+    LOOM_COST_SMEM,    /* a shared-memory allocation: ring slots or a staging tile */
+    LOOM_COST_MBAR,    /* an array of mbarriers */
+} loom_cost_kind;
+
+typedef struct loom_cost {
+    loom_cost_kind kind;
+    const char *file; /* the line of the builder call of the op that pays */
+    int line;
+    const char *op;   /* that op's name: "add", "reduce_sum", "smem_alloc", ... */
+    size_t bytes;     /* CONVERT, SCRATCH: the scratch it needs (one region, sized to the
+                         largest need, serves them all in turn); SMEM, MBAR: the allocation */
+    int copies;       /* task replicas that each hold that scratch (1 outside tasks) */
+    int barriers;     /* bar.sync it executes each time it runs (CONVERT, SCRATCH) */
+    const char *loop_file; /* the innermost loop it runs in (once an iteration), or NULL: */
+    int loop_line;         /* once a program (a tile) */
+    const char *text; /* the report's line for it */
+} loom_cost;
+
+typedef void (*loom_explain_fn)(void *ctx, const loom_cost *cost);
+loom_status loom_kernel_explain(loom_kernel *k, const char *arch, loom_explain_fn fn, void *ctx, char **text,
+                                char *err, size_t errlen);
+
 /* ---------------------------------------------------------------- 7. runtime */
 
 typedef struct loom_runtime loom_runtime;
@@ -725,6 +803,19 @@ int loom_grid_rule_eval(const loom_grid_rule *r, const int64_t *shape, int grid[
 /* The bucket of a run-time dim's value v: the power of two at or above it. */
 int64_t loom_dim_bucket(int64_t v);
 
+/* A template's fields.  Required (loom_template_validate refuses a template without them):
+ *   name       a C identifier of at most 63 characters (loomc aot names C types after it),
+ *              unique among the templates of a process
+ *   build, grid, init, reference
+ *   nshape, nconfig (0 to LOOM_MAX_PARAMS) and each parameter's key: a C identifier,
+ *              unique in its list; a default of at most LOOM_PARAM_MAX in magnitude; ncand
+ *              0 to LOOM_MAX_CANDIDATES (config knobs only); runtime and inputs_only on
+ *              shape parameters only
+ *   grid_rule  where a shape parameter is run-time (loom_param.runtime)
+ * Optional (0 or NULL when not given): doc, each parameter's doc, atol and rtol (0: exact;
+ * not negative), valid, cost, bucket, unchecked, bound, aot.  A template of a user's
+ * plugin (section 11) is held to the same rules as a built-in. */
+struct loom_aot_op;
 typedef struct loom_template {
     const char *name;
     const char *doc;
@@ -773,6 +864,11 @@ typedef struct loom_template {
      * derived from the computation with loom_f32_sum_error and loom_error_bound.  Every
      * check compares element by element against it.  NULL: atol + rtol * |ref|. */
     void (*bound)(const int64_t *shape, void *const *host, void *const *ref, double *const *bound);
+
+    /* ---- ahead of time (aot/; section 9); optional */
+    /* An operation of several kernels that a file of loomc aot offers beside the template's
+     * launch function (loom_aot_op).  NULL: the template's kernel and its launch alone. */
+    const struct loom_aot_op *aot;
 } loom_template;
 
 /* ---- the error model (docs/checks.md) */
@@ -793,6 +889,11 @@ double loom_error_bound(loom_dtype dt, double ref, double err);
 int loom_template_count(void);
 const loom_template *loom_template_at(int i);
 const loom_template *loom_template_find(const char *name);
+/* 0 when t has every required field (above) and each is well formed; else -1 with a
+ * message in err naming the template and the field ("template 'x': field 'build' is
+ * NULL (required)").  Says nothing about names other templates hold (loom_plugin_load
+ * checks those). */
+int loom_template_validate(const loom_template *t, char *err, size_t errlen);
 /* Parse "k=v,k=v" over the defaults of a parameter list into vals; dtype values may be
  * written by name (f16, bf16, f32, ...).  Unknown keys or bad values: non-zero, message
  * in err naming the key. */
@@ -967,6 +1068,35 @@ typedef struct loom_aot_request {
  * does not compile, no ptxas, a file that cannot be written: no file is left then). */
 loom_status loom_aot_write(const loom_aot_request *r, char *err, size_t errlen);
 
+/* An operation's part of a file (loom_template.aot; docs/aot.md, "An operation of your
+ * own").  Every file has the template's kernels, its dispatch table and its launch
+ * function; a template whose work takes several kernels (ikbo_lce's stages, say) adds
+ * them and the functions that run them through these hooks.  The file being written is
+ * a loom_aot_file: its request, the kernel each row of the dispatch table launches, and
+ * loom_aot_add_kernel for the operation's other kernels. */
+typedef struct loom_aot_file loom_aot_file;
+typedef struct loom_aot_op {
+    /* After the template's kernels are compiled: compile the operation's own with
+     * loom_aot_add_kernel, keeping what write needs in *state.  NULL: none. */
+    loom_status (*compile)(loom_aot_file *f, void **state, char *err, size_t errlen);
+    /* After the template's launch function: the operation's declarations into h (the
+     * header) and its code into c (the C file, whose launches go through the run-time
+     * code of aot/aot_rt.c: aot_launch on aot_kernels[i] and aot_states[i]). */
+    loom_status (*write)(loom_aot_file *f, void *state, FILE *h, FILE *c, char *err, size_t errlen);
+    /* Free state (called once compile has run, whatever happened after: state may be
+     * NULL, or partly made when compile failed; NULL hook: nothing to free). */
+    void (*release)(void *state);
+} loom_aot_op;
+/* The request the file is written for. */
+const loom_aot_request *loom_aot_file_request(const loom_aot_file *f);
+/* The index in aot_kernels of the kernel row `shape` of the dispatch table launches. */
+int loom_aot_file_row_kernel(const loom_aot_file *f, int shape);
+/* Verify, compile (for each architecture of the request) and add kernel k, which stays
+ * the caller's; `what` names it in comments and messages.  Returns its index in
+ * aot_kernels (a kernel of the same code and launch as one already added is that one), or
+ * -1 with the reason in err. */
+int loom_aot_add_kernel(loom_aot_file *f, loom_kernel *k, const char *what, char *err, size_t errlen);
+
 /* ---------------------------------------------------------------- 10. gemm, any shape
  * (templates/gemm_api.c)  C[b] = A[b] @ B[b], row-major and contiguous: A [M,K] (shared by
  * the batch) or [batch,M,K], B [batch,K,N], C [batch,M,N]; f16 or bf16 in, f16, bf16 or
@@ -1003,6 +1133,50 @@ loom_status loom_gemm_run_at(loom_gemm *p, int64_t M, int64_t batch, const loom_
 /* What a run launches: the config and the copies ("gemm BM=..., A padded to lda=..."). */
 const char *loom_gemm_describe(const loom_gemm *p);
 void loom_gemm_destroy(loom_gemm *p);
+
+/* ---------------------------------------------------------------- 11. plugins
+ * (templates/registry.c; docs/kernels.md)  A shared object of the user's that adds
+ * templates to the registry, so that they work everywhere a built-in does: loomc's every
+ * command (`loomc CMD --plugin libmine.so NAME ...`), loom_template_find, the tuner, loomc
+ * aot.  A plugin has one entry point, written with LOOM_PLUGIN_INIT:
+ *
+ *     LOOM_PLUGIN_INIT(p)
+ *     {
+ *         return loom_plugin_register(p, &my_template);
+ *     }
+ *
+ * The macro exports loom_plugin_init and, beside it, the version of loom.h the plugin was
+ * compiled with (loom_plugin_version): a loom of another version refuses the plugin
+ * before calling it, since loom_template's layout may differ.  A plugin uses loom from
+ * the program that loads it (link it with loom::loom, or leave loom's symbols undefined). */
+typedef struct loom_plugin loom_plugin;
+#ifdef __cplusplus
+#define LOOM_PLUGIN_EXPORT extern "C" __attribute__((visibility("default")))
+#define LOOM_PLUGIN_EXTERN LOOM_PLUGIN_EXPORT
+#else
+#define LOOM_PLUGIN_EXPORT __attribute__((visibility("default")))
+#define LOOM_PLUGIN_EXTERN LOOM_PLUGIN_EXPORT extern
+#endif
+#define LOOM_PLUGIN_INIT(p)                                                    \
+    LOOM_PLUGIN_EXTERN const char loom_plugin_version[];                       \
+    LOOM_PLUGIN_EXPORT const char loom_plugin_version[] = LOOM_VERSION;        \
+    LOOM_PLUGIN_EXPORT int loom_plugin_init(loom_plugin *p);                   \
+    LOOM_PLUGIN_EXPORT int loom_plugin_init(loom_plugin *p)
+/* Called by a plugin's loom_plugin_init: add template t (which must live as long as the
+ * process: a static object of the plugin).  Returns 0, or -1 when t is refused (a required
+ * field missing or malformed: loom_template_validate; a name another template holds, a
+ * built-in, one of an earlier plugin or of this one): loom_plugin_load then fails with
+ * that message, and no template of the plugin is added. */
+int loom_plugin_register(loom_plugin *p, const loom_template *t);
+/* Load the plugin at path (dlopen; a path without '/' that names a file is taken from the
+ * current directory, else dlopen's search), check its version, call its loom_plugin_init
+ * and add every template it registered to the registry, after the built-ins and the
+ * plugins loaded before.  LOOM_OK, or LOOM_ERR_INVALID with the reason in err (dlopen's
+ * message, a missing entry point, another version, a refused template: the plugin is
+ * unloaded and nothing is added).  *count (may be NULL) receives how many templates were
+ * added.  A loaded plugin stays loaded.  Load plugins before other threads read the
+ * registry. */
+loom_status loom_plugin_load(const char *path, int *count, char *err, size_t errlen);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -49,6 +49,8 @@ if [ "$mode" = pack ]; then
              "$B"/examples/aot/lce_aot; do
         [ -f "$f" ] && cp "$f" .gpu/stage/bin/
     done
+    # the plugin tests' plugins (tests/test_plugin.c looks beside loom_tests)
+    [ -d "$B"/test_plugins ] && cp -r "$B"/test_plugins .gpu/stage/bin/
     # an earlier loom's benchmarks, to compare with in the same run (LOOM_GPU_BEFORE=its build dir)
     if [ -n "${LOOM_GPU_BEFORE:-}" ]; then
         for b in ${LOOM_GPU_BEFORE_BENCHES:-bench_gemm bench_ikbo_lce}; do
@@ -149,6 +151,8 @@ for b in "$R"/bin/bench_*; do
     [ "$(basename "$b")" = bench_gemm ] && args=(${LOOM_GPU_GEMM_ARGS-})
     [ "$(basename "$b")" = bench_tune ] && args=(${LOOM_GPU_TUNE_ARGS---exhaustive})
     [ "$(basename "$b")" = bench_ikbo_fa ] && args=(${LOOM_GPU_FA_ARGS---sweep})
+    # issue 36: bench_obvious runs its PyTorch peer (torch.compile) in the same run where torch imports
+    [ "$(basename "$b")" = bench_obvious ] && python3 -c 'import torch' 2>/dev/null && args=(--torch "$PWD/bench/torch_obvious.py")
     for v in "${b}_before" "$b"; do
         [ -x "$v" ] || continue
         echo "== $(basename "$v")"
@@ -209,6 +213,7 @@ if [ -f "$OUTDIR/bench_compile.log" ] || [ -f "$OUTDIR/bench_tune.log" ] || [ -f
     [ -f "$l" ] && awk '/^loom_launch_stream/ {loom=$2} /^cuLaunchKernelEx/ {raw=$3} END {if (loom != "") printf "%-39s %-34s %-35s %s\n", "launch, host cost (median)", "loom_launch_stream "loom" us", "raw cuLaunchKernelEx "raw" us (this run); Triton 19.5, torch eager 13.5 (quoted)", "<= 3 us, within 1 us of raw"}' "$l"
 fi
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
+[ -f "$OUTDIR/bench_obvious.log" ] && sed -n '/^kernel (written the obvious way)/,$p' "$OUTDIR/bench_obvious.log"
 [ -f "$OUTDIR/bench_gemm_before.log" ] && echo "bench_gemm before:" && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm_before.log"
 [ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
 [ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"

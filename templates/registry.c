@@ -1,16 +1,23 @@
 /*
- * registry.c -- the list of templates loom ships, parameter parsing, and the generic
- * check run (random inputs, poisoned outputs, launch, compare with the reference).
+ * registry.c -- the list of templates loom ships and those of the user's plugins,
+ * template validation, parameter parsing, and the generic check run (random inputs,
+ * poisoned outputs, launch, compare with the reference).
  *
  * Adding a template: define `const loom_template tpl_def_<name>` in its own file under
- * templates/ and add it to the list below.
+ * templates/ and add it to the list below.  A user adds templates with a plugin
+ * (loom_plugin_load, loom.h section 11): a shared object whose loom_plugin_init registers
+ * them.  Its templates are checked as a whole before any joins the registry, so a plugin
+ * with one bad template adds none.
  */
 #include "tpl.h"
 
 #include "../dsl/ir.h"
 
+#include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +36,18 @@ static const loom_template *const registry[] = {
     &tpl_def_ikbo_fa,
 };
 
-int loom_template_count(void) { return (int)(sizeof registry / sizeof registry[0]); }
+#define NBUILTIN ((int)(sizeof registry / sizeof registry[0]))
+
+/* The plugins' templates, after the built-ins, in the order they were loaded. */
+static const loom_template **loaded;
+static int nloaded;
+
+int loom_template_count(void) { return NBUILTIN + nloaded; }
 
 const loom_template *loom_template_at(int i)
 {
-    return i >= 0 && i < loom_template_count() ? registry[i] : NULL;
+    return i >= 0 && i < NBUILTIN ? registry[i] : i >= NBUILTIN && i < loom_template_count() ? loaded[i - NBUILTIN]
+                                                                                             : NULL;
 }
 
 int loom_grid_rule_eval(const loom_grid_rule *r, const int64_t *shape, int grid[3])
@@ -63,10 +77,231 @@ int64_t loom_dim_bucket(int64_t v) { return tpl_pow2_at_least(v < 1 ? 1 : v); }
 const loom_template *loom_template_find(const char *name)
 {
     for (int i = 0; name && i < loom_template_count(); i++)
-        if (strcmp(registry[i]->name, name) == 0)
-            return registry[i];
+        if (strcmp(loom_template_at(i)->name, name) == 0)
+            return loom_template_at(i);
     return NULL;
 }
+
+/* ---------------------------------------------------------------- validation */
+
+#define BAD(...) return snprintf(err, errlen, __VA_ARGS__), -1
+
+/* A C identifier of at most 63 characters: loomc aot writes names and keys into C. */
+static bool c_identifier(const char *s)
+{
+    if (!s || !(isalpha((unsigned char)*s) || *s == '_') || strlen(s) > 63)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_')
+            return false;
+    return true;
+}
+
+/* One parameter list of template t: `what` is "shape" or "config". */
+static int validate_params(const loom_template *t, const char *what, int n, const loom_param *ps, char *err,
+                           size_t errlen)
+{
+    bool shape = !strcmp(what, "shape");
+    if (n < 0 || n > LOOM_MAX_PARAMS)
+        BAD("template '%s': field 'n%s' is %d (0 to %d)", t->name, what, n, LOOM_MAX_PARAMS);
+    for (int i = 0; i < n; i++) {
+        const loom_param *p = &ps[i];
+        if (!p->key)
+            BAD("template '%s': field '%s[%d].key' is NULL (required)", t->name, what, i);
+        if (!c_identifier(p->key))
+            BAD("template '%s': field '%s[%d].key' is '%s', not a C identifier of at most 63 characters (loomc aot "
+                "names C fields after it)", t->name, what, i, p->key);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(ps[j].key, p->key))
+                BAD("template '%s': field '%s[%d].key': '%s' is also %s[%d]'s key (keys are unique)", t->name, what,
+                    i, p->key, what, j);
+        if (p->def > LOOM_PARAM_MAX || p->def < -LOOM_PARAM_MAX)
+            BAD("template '%s': field '%s[%d].def' of '%s' is %lld, beyond 2^40 in magnitude (LOOM_PARAM_MAX)",
+                t->name, what, i, p->key, (long long)p->def);
+        if (p->ncand < 0 || p->ncand > LOOM_MAX_CANDIDATES)
+            BAD("template '%s': field '%s[%d].ncand' of '%s' is %d (0 to %d)", t->name, what, i, p->key, p->ncand,
+                LOOM_MAX_CANDIDATES);
+        if (shape && p->ncand)
+            BAD("template '%s': field 'shape[%d].ncand' of '%s' is %d: only config knobs have candidates", t->name,
+                i, p->key, p->ncand);
+        if (!shape && (p->runtime || p->inputs_only))
+            BAD("template '%s': field 'config[%d].%s' of '%s' is set: only shape parameters are %s", t->name, i,
+                p->runtime ? "runtime" : "inputs_only", p->key, p->runtime ? "run-time" : "inputs only");
+        if (shape && p->runtime && !t->grid_rule)
+            BAD("template '%s': field 'grid_rule' is NULL, but shape parameter '%s' is run-time (required then)",
+                t->name, p->key);
+    }
+    return 0;
+}
+
+int loom_template_validate(const loom_template *t, char *err, size_t errlen)
+{
+    char dummy[1];
+    if (!err || !errlen)
+        err = dummy, errlen = sizeof dummy;
+    if (!t)
+        BAD("the template is NULL");
+    if (!t->name)
+        BAD("a template's field 'name' is NULL (required)");
+    if (!c_identifier(t->name))
+        BAD("template '%s': field 'name' is not a C identifier of at most 63 characters (loomc aot names C types "
+            "after it)", t->name);
+    const struct {
+        const char *field;
+        bool given;
+    } fns[] = {{"build", t->build != NULL}, {"grid", t->grid != NULL}, {"init", t->init != NULL},
+               {"reference", t->reference != NULL}};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        if (!fns[i].given)
+            BAD("template '%s': field '%s' is NULL (required)", t->name, fns[i].field);
+    if (validate_params(t, "shape", t->nshape, t->shape, err, errlen) ||
+        validate_params(t, "config", t->nconfig, t->config, err, errlen))
+        return -1;
+    if (!(t->atol >= 0) || !(t->rtol >= 0))
+        BAD("template '%s': field '%s' is %g (0 or more)", t->name, !(t->atol >= 0) ? "atol" : "rtol",
+            !(t->atol >= 0) ? t->atol : t->rtol);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- plugins */
+
+#define PLUGIN_MAX_TEMPLATES 256
+
+/* What a plugin's loom_plugin_init registers, held until it returns. */
+struct loom_plugin {
+    const char *path;
+    const loom_template *t[PLUGIN_MAX_TEMPLATES];
+    int n;
+    char err[1024]; /* the first refusal ("" while there is none) */
+};
+
+/* Which template holds name: a built-in, an earlier plugin's, or NULL. */
+static const char *holder(const char *name)
+{
+    for (int i = 0; i < NBUILTIN; i++)
+        if (!strcmp(registry[i]->name, name))
+            return "a built-in template";
+    for (int i = 0; i < nloaded; i++)
+        if (!strcmp(loaded[i]->name, name))
+            return "a template of a plugin loaded before";
+    return NULL;
+}
+
+int loom_plugin_register(loom_plugin *p, const loom_template *t)
+{
+    if (!p)
+        return -1;
+    if (p->err[0]) /* one refusal is reported: the first */
+        return -1;
+    char why[900];
+    if (loom_template_validate(t, why, sizeof why)) {
+        snprintf(p->err, sizeof p->err, "%s", why);
+        return -1;
+    }
+    const char *who = holder(t->name);
+    for (int i = 0; i < p->n && !who; i++)
+        if (!strcmp(p->t[i]->name, t->name))
+            who = p->t[i] == t ? "this template, registered twice" : "another template of this plugin";
+    if (who) {
+        snprintf(p->err, sizeof p->err, "template '%s': field 'name': '%s' is taken by %s", t->name, t->name, who);
+        return -1;
+    }
+    if (p->n == PLUGIN_MAX_TEMPLATES) {
+        snprintf(p->err, sizeof p->err, "template '%s': a plugin registers at most %d templates", t->name,
+                 PLUGIN_MAX_TEMPLATES);
+        return -1;
+    }
+    p->t[p->n++] = t;
+    return 0;
+}
+
+#undef BAD
+#define FAIL(...) (snprintf(err, errlen, __VA_ARGS__), LOOM_ERR_INVALID)
+
+loom_status loom_plugin_load(const char *path, int *count, char *err, size_t errlen)
+{
+    char dummy[1];
+    if (!err || !errlen)
+        err = dummy, errlen = sizeof dummy;
+    err[0] = 0;
+    if (count)
+        *count = 0;
+    if (!path || !*path)
+        return FAIL("loom_plugin_load: no path");
+    /* dlopen searches the library path for a name without '/': a file here is meant */
+    char local[4096];
+    struct stat sb;
+    const char *open_path = path;
+    if (!strchr(path, '/') && stat(path, &sb) == 0) {
+        snprintf(local, sizeof local, "./%s", path);
+        open_path = local;
+    }
+    dlerror();
+    void *h = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return FAIL("plugin %s: cannot load it: %s", path, dlerror());
+    dlerror();
+    char why[1024]; /* dlerror's text, kept before dlclose frees it */
+    const char *version = dlsym(h, "loom_plugin_version");
+    if (!version) {
+        const char *e = dlerror();
+        snprintf(why, sizeof why, "%s", e ? e : "its value is NULL");
+        dlclose(h);
+        return FAIL("plugin %s: no symbol 'loom_plugin_version' (%s): is it a loom plugin?  Its entry point is "
+                    "written with LOOM_PLUGIN_INIT (loom.h), which also records the loom it was built against",
+                    path, why);
+    }
+    if (strncmp(version, LOOM_VERSION, sizeof LOOM_VERSION)) {
+        char v[32];
+        snprintf(v, sizeof v, "%s", version); /* at most 31 characters of a string we cannot trust */
+        dlclose(h);
+        return FAIL("plugin %s was built against loom %s; this is loom %s: rebuild it with this loom's loom.h "
+                    "(loom_template's layout may differ)", path, v, LOOM_VERSION);
+    }
+    dlerror();
+    int (*init)(loom_plugin *) = NULL;
+    *(void **)&init = dlsym(h, "loom_plugin_init");
+    if (!init) {
+        const char *e = dlerror();
+        snprintf(why, sizeof why, "%s", e ? e : "its value is NULL");
+        dlclose(h);
+        return FAIL("plugin %s: no entry point 'loom_plugin_init' (%s): write it with LOOM_PLUGIN_INIT (loom.h)",
+                    path, why);
+    }
+    loom_plugin *p = calloc(1, sizeof *p);
+    if (!p) {
+        dlclose(h);
+        return FAIL("plugin %s: out of host memory", path);
+    }
+    p->path = path;
+    int rc = init(p);
+    loom_status st = LOOM_OK;
+    if (p->err[0])
+        st = FAIL("plugin %s: %s", path, p->err);
+    else if (rc != 0)
+        st = FAIL("plugin %s: loom_plugin_init returned %d (not 0)", path, rc);
+    else if (p->n == 0)
+        st = FAIL("plugin %s: loom_plugin_init registered no template (loom_plugin_register)", path);
+    const loom_template **grown = NULL;
+    if (st == LOOM_OK) {
+        grown = realloc(loaded, (size_t)(nloaded + p->n) * sizeof *grown);
+        if (!grown)
+            st = FAIL("plugin %s: out of host memory", path);
+    }
+    if (st != LOOM_OK) {
+        free(p);
+        dlclose(h);
+        return st;
+    }
+    loaded = grown;
+    memcpy(loaded + nloaded, p->t, (size_t)p->n * sizeof *p->t);
+    nloaded += p->n;
+    if (count)
+        *count = p->n;
+    free(p);
+    return LOOM_OK; /* h stays open: the templates are its */
+}
+#undef FAIL
 
 static int parse_value(const char *key, const char *v, int64_t *out)
 {

@@ -37,8 +37,10 @@ enum { BM = 64, D = 64, BN = 64 };
 /* ---------------------------------------------------------------- kernels */
 
 /* The plain kernels' shapes: A [M, K], B [K, N], `warps` in the task (M / 64 / warp
- * groups m64 blocks a warp group); `copy`: A is also stored to A2, so it is loaded in the
- * default layout and wgmma converts it through shared memory. */
+ * groups m64 blocks a warp group); `copy`: A is also stored to A2.  A store takes any layout,
+ * so A is still loaded in the A fragment's layout and stored from it: no conversion
+ * (before issue 36's layout work it was loaded in the default layout and wgmma converted
+ * it through shared memory). */
 typedef struct plain_cfg {
     int64_t M, K, N;
     int warps, copy;
@@ -462,7 +464,7 @@ Test(wgmma_regs, plain_ptx_reads_a_from_registers)
             loom_kernel *k = plain_kernel(bf ? LOOM_BF16 : LOOM_F16, c);
             /* one wgmma per k16 chunk and m64 block of a warp group */
             int per = (int)(c.K / 16 * (c.M / 64 / (c.warps / 4)));
-            check_ptx_conv(k, per, 0, (size_t)(c.K * c.N * 2), c.copy);
+            check_ptx_conv(k, per, 0, (size_t)(c.K * c.N * 2), false);
             loom_kernel_destroy(k);
         }
 }

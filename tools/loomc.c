@@ -23,7 +23,13 @@
  *       shape): every config's fate and time, the pick, and with --report an SVG plot of
  *       every config's time (--report re-tunes, so that every config is timed).
  *
- * Exit status: 0 on success, 1 on a failed check or compile, 2 on a usage error.
+ *   loomc help [CMD]   (or loomc --help, loomc CMD --help): the commands, or CMD's options
+ *
+ * Every command takes --plugin LIB.so (repeatable): a user's shared object whose templates
+ * then work as the built-ins do (loom_plugin_load; docs/kernels.md).
+ *
+ * Exit status: 0 on success, 1 on a failed check or compile, 2 on a usage error (a plugin
+ * that does not load among them).
  */
 #include "loom.h"
 #include "loomc_args.h"
@@ -35,18 +41,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* A usage error's page: the commands, on stderr; exit status 2. */
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: loomc list\n"
-            "       loomc show NAME\n"
-            "       loomc ir NAME [--shape k=v,...] [--config k=v,...]\n"
-            "       loomc emit NAME [--shape k=v,...] [--config k=v,...] [--arch sm_90a] -o FILE.ptx\n"
-            "       loomc emit --all [--arch sm_90a] -o DIR\n"
-            "       loomc run NAME [--shape k=v,...] [--config k=v,...] [--interpret] [--seed N]\n"
-            "       loomc aot NAME --shape k=v,... [--shape k=v,...]... [--config k=v,... | --tuned] [--stage N]\n"
-            "                 [--arch sm_90a[,sm_80]] --prefix P -o DIR\n"
-            "       loomc tune NAME [--shape k=v,...]... [--force] [--max N] [--threads N] [--report FILE.svg]\n");
+    loomc_help(stderr, NULL);
     return 2;
 }
 
@@ -74,7 +72,7 @@ static const loom_template *find(const char *name)
         fprintf(stderr, "loomc: unknown kernel '%s'; known:", name);
         for (int i = 0; i < loom_template_count(); i++)
             fprintf(stderr, " %s", loom_template_at(i)->name);
-        fprintf(stderr, "\n");
+        fprintf(stderr, " (a plugin's templates are known after --plugin LIB.so)\n");
     }
     return t;
 }
@@ -516,14 +514,54 @@ static int cmd_tune(const opts *o)
     return rc;
 }
 
+/* `loomc help [CMD]`, `loomc --help`: the page on stdout, exit status 0; an unknown CMD is
+ * a usage error. */
+static int cmd_help(int argc, char **argv)
+{
+    if (argc > 3) {
+        fprintf(stderr, "loomc help: unexpected argument '%s' (loomc help [COMMAND])\n", argv[3]);
+        return 2;
+    }
+    if (argc == 3 && loomc_help(stdout, argv[2]) != 0) {
+        fprintf(stderr, "loomc help: unknown command '%s'\n", argv[2]);
+        return usage();
+    }
+    if (argc < 3)
+        loomc_help(stdout, NULL);
+    return 0;
+}
+
+/* Every --plugin, in order: its templates join the registry (loom_plugin_load). */
+static int load_plugins(const opts *o)
+{
+    for (int i = 0; i < o->nplugins; i++) {
+        char err[2048];
+        if (loom_plugin_load(o->plugins[i], NULL, err, sizeof err) != LOOM_OK) {
+            fprintf(stderr, "loomc: %s\n", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h"))
+        return cmd_help(argc, argv);
+    if (!loomc_command_known(cmd)) {
+        fprintf(stderr, "loomc: unknown command '%s' (loomc --help lists them)\n", cmd);
+        return usage();
+    }
     opts o;
     if (parse(argc, argv, &o))
         return 2;
-    const char *cmd = argv[1];
+    if (o.help)
+        return loomc_help(stdout, cmd), 0;
+    if (load_plugins(&o))
+        return 2;
     if (!strcmp(cmd, "list")) {
         for (int i = 0; i < loom_template_count(); i++)
             printf("%s\n", loom_template_at(i)->name);
@@ -533,12 +571,14 @@ int main(int argc, char **argv)
         const loom_template *t = find(o.name);
         if (!t)
             return 2;
-        printf("%s: %s\nshape:\n", t->name, t->doc);
+        printf("%s: %s\nshape:\n", t->name, t->doc ? t->doc : "");
         for (int i = 0; i < t->nshape; i++)
-            printf("  %-10s %8lld  %s\n", t->shape[i].key, (long long)t->shape[i].def, t->shape[i].doc);
+            printf("  %-10s %8lld  %s\n", t->shape[i].key, (long long)t->shape[i].def,
+                   t->shape[i].doc ? t->shape[i].doc : "");
         printf("config:\n");
         for (int i = 0; i < t->nconfig; i++)
-            printf("  %-10s %8lld  %s\n", t->config[i].key, (long long)t->config[i].def, t->config[i].doc);
+            printf("  %-10s %8lld  %s\n", t->config[i].key, (long long)t->config[i].def,
+                   t->config[i].doc ? t->config[i].doc : "");
         return 0;
     }
     if (!strcmp(cmd, "ir")) {
@@ -564,6 +604,7 @@ int main(int argc, char **argv)
         command_line(argc, argv, line, sizeof line);
         return cmd_aot(&o, line);
     }
-    fprintf(stderr, "loomc: unknown command '%s'\n", cmd);
-    return usage();
+    fprintf(stderr, "loomc: internal error: command '%s' is in loomc_args.c's list but not handled here (a bug)\n",
+            cmd);
+    return 2;
 }

@@ -1,0 +1,1011 @@
+/*
+ * bench_obvious -- issue 36's benchmark: kernels written the obvious way, from the docs,
+ * against loom's own tuned forms, cuBLAS, the copy ceiling and PyTorch, in one run.
+ *
+ * The three kernels are written here the way a user writes them after reading
+ * docs/dsl.md, with no trick the docs do not show:
+ *
+ *   gemm_bias_gelu  C = gelu_tanh(A @ B + bias), A [M, K] and B [K, N] f16, bias [N] f16,
+ *                   C [M, N] f16, f32 accumulation.  The warp-specialized persistent GEMM of
+ *                   "Writing a warp-specialized kernel" (include/loom_pipe.h: a ring of A and
+ *                   B tiles filled by a producer warp group, consumer warp groups running
+ *                   wgmma, one group kept in flight and the previous slot released, tiles
+ *                   in grouped order), with the tile config of loom's gemm template (its
+ *                   defaults, read from the registry: BM, BN, BK, stages, cwarps, ctas,
+ *                   group, tmastore).  The epilogue, the plain way: the bias loaded as a
+ *                   [BN] row, cast to f32, expand_dims + broadcast, added to the wgmma
+ *                   accumulator; gelu_tanh(x) = 0.5 x (1 + tanh(0.79788456 (x + 0.044715 x^3)))
+ *                   with loom_tanh; cast to f16; stored through the staging tile and a TMA
+ *                   store (tmastore=1, as the template) or from the registers.
+ *   rmsnorm         y = x * rsqrt(mean(x^2) + eps) * w over rows of x [R, N]: one program a
+ *                   row, the row one 1-D tile (N rounded up to a power of two, the tail
+ *                   loaded as 0), computed in f32, loom_reduce_sum for the sum of squares.
+ *   softmax         y = exp(x - max) / sum over rows: one program a row, loom_reduce_max,
+ *                   loom_exp, loom_reduce_sum, loom_div (the tail loaded as -inf).
+ *
+ * Each kernel's cost report (loom_kernel_explain, include/loom.h section 6b) is printed:
+ * the GEMM must have no layout conversion (a conversion is reported as a failure, with the
+ * report); a row kernel's reduction across warps is "other scratch", printed too.
+ *
+ * On a GPU (H100 for issue 36's figures), at GEMM 4096^3 and 2048^3 f16, RMSNorm f16 and
+ * softmax f16 and f32 at 16384 x 4096:
+ *   - every output is checked against a CPU reference by the error model (docs/checks.md:
+ *     loom_f32_sum_error, loom_error_bound): the GEMMs at 64 sampled rows, one in each of 64
+ *     tile rows spread over M (every column), the row kernels at every element;
+ *   - each is timed with loom_time_work (every run after an L2 flush; the median), in
+ *     rounds that run every contender of a row in turn, the figure the median of the
+ *     rounds' medians;
+ *   - GEMM rows: TFLOP/s of gemm_bias_gelu beside loom's gemm template at the same shape and
+ *     config without an epilogue, and cuBLAS's plain GEMM (support/cublas_dl.c); the ratio
+ *     gemm time / ours and issue 36's verdict: within 5% of the gemm (ours <= 1.05 x its
+ *     time);
+ *   - row kernels: GB/s (x read once, y written once) beside a device-to-device copy of
+ *     the same bytes timed the same way, the ratio and the verdict: at least 0.95 of copy.
+ *     Softmax also times the row_softmax template (its default config) beside it.
+ *   - with --torch SCRIPT (bench/torch_obvious.py; scripts/gpu.sh passes it where PyTorch
+ *     imports): the script runs after loom's rows, in this run, timing PyTorch eager and
+ *     torch.compile (default mode and max-autotune-no-cudagraphs) at the same shapes with
+ *     CUDA events (L2 flushed, median); its lines are printed, and for the GEMM rows the
+ *     speed-up of gemm_bias_gelu over the faster torch.compile, with issue 36's verdict:
+ *     at least 1.15x.
+ * Without a GPU (or with --interpret): each kernel runs on the interpreter at a small odd
+ * shape (masked edges, a persistent GEMM with more tiles than programs) and is checked
+ * against the same references; ok or FAIL per kernel.
+ *
+ * Usage: bench_obvious [--interpret] [--ptx DIR] [--torch SCRIPT] [--warps N] [--reps N]
+ *   --ptx DIR   write each kernel's PTX at its GPU shape into DIR (for ptxas -v)
+ *   --warps N   warps of the row kernels (default 4)
+ * Exit status 1 when a check fails, a kernel converts through scratch or something does
+ * not run; a missed speed target is printed, not an exit status.
+ */
+#include "cublas_dl.h"
+#include "ir.h"
+#include "loom_pipe.h"
+#include "gpu.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CI(v) loom_const_i(k, LOOM_I32, (v))
+#define CF(v) loom_const_f(k, LOOM_F32, (v))
+
+static int failures;
+static const char *ptx_dir;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t pow2_at_least(int64_t n)
+{
+    int64_t p = 1;
+    while (p < n)
+        p *= 2;
+    return p;
+}
+
+/* ---------------------------------------------------------------- the kernels */
+
+/* The gemm template's config (its defaults, read from the registry). */
+typedef struct gcfg {
+    int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore;
+} gcfg;
+
+static int gcfg_default(gcfg *c, char *text, size_t n)
+{
+    const loom_template *t = loom_template_find("gemm");
+    if (!t)
+        return -1;
+    static const char *keys[] = {"BM", "BN", "BK", "stages", "cwarps", "ctas", "group", "consumers", "tmastore"};
+    int *dst[] = {&c->bm, &c->bn, &c->bk, &c->stages, &c->cwarps, &c->ctas, &c->group, &c->consumers, &c->tmastore};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        int found = 0;
+        for (int j = 0; j < t->nconfig; j++)
+            if (!strcmp(t->config[j].key, keys[i]))
+                *dst[i] = (int)t->config[j].def, found = 1;
+        if (!found)
+            return -1;
+    }
+    snprintf(text, n, "BM=%d,BN=%d,BK=%d,stages=%d,cwarps=%d,ctas=%d,group=%d,consumers=%d,tmastore=%d", c->bm, c->bn,
+             c->bk, c->stages, c->cwarps, c->ctas, c->group, c->consumers, c->tmastore);
+    return 0;
+}
+
+/* gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x f32 (docs/dsl.md's helper
+ * form: errors name the caller's line). */
+#define gelu_tanh(k, x) gelu_tanh_at(LOOM_HERE, k, x)
+static loom_val gelu_tanh_at(loom_src at, loom_kernel *k, loom_val x)
+{
+    loom_val x3 = loom_mul_at(at, k, loom_mul_at(at, k, x, x), x);
+    loom_val inner = loom_add_at(at, k, x, loom_mul_at(at, k, loom_const_f_at(at, k, LOOM_F32, 0.044715), x3));
+    loom_val t = loom_tanh_at(at, k, loom_mul_at(at, k, loom_const_f_at(at, k, LOOM_F32, 0.7978845608028654), inner));
+    loom_val half_x = loom_mul_at(at, k, loom_const_f_at(at, k, LOOM_F32, 0.5), x);
+    return loom_mul_at(at, k, half_x, loom_add_at(at, k, loom_const_f_at(at, k, LOOM_F32, 1.0), t));
+}
+
+/* What --variants adds beside the obvious kernel, to tell where time goes (not the
+ * obvious form): the bias loaded at the top of the tile, before the mainloop, so its load
+ * overlaps the k loop; the bias alone, without GELU. */
+enum { OBVIOUS, BIAS_EARLY, BIAS_ONLY };
+
+/* C = gelu_tanh(A @ B + bias): the persistent warp-specialized GEMM of docs/dsl.md on the
+ * pipeline layer, the mainloop of templates/gemm.c (one wgmma group in flight), the
+ * epilogue written the plain way. */
+static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *c, int variant)
+{
+    static const char *names[] = {"gemm_bias_gelu", "gemm_bias_gelu_early", "gemm_bias_only"};
+    loom_kernel *k = loom_kernel_create(names[variant], LOOM_PIPE_PRODUCER_WARPS + c->cwarps);
+    loom_pipe p = loom_pipe_create(k);
+    loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(M, K), LOOM_IN);
+    loom_val B = loom_arg_tensor(k, "B", LOOM_F16, LOOM_SHAPE2(K, N), LOOM_IN);
+    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F16, LOOM_SHAPE1(N), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(M, N), LOOM_OUT);
+
+    /* a ring of A [BM, BK] and B [BK, BN] tiles, released by the one consumer task */
+    loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(c->bm, c->bk), 1, c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128},
+                               {LOOM_F16, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
+    loom_ring ring = loom_ring_create(k, c->stages, 1, 2, tiles);
+    int64_t tm = cdiv(M, c->bm), tn = cdiv(N, c->bn), nk = cdiv(K, c->bk);
+    loom_sched sched = loom_sched_static(k, tm * tn, 1);
+    loom_shape tile = LOOM_SHAPE2(c->bm, c->bn);
+    loom_epilogue epi = loom_epilogue_create(&p, c->tmastore ? LOOM_EPI_STAGED : LOOM_EPI_REGISTERS, C, LOOM_F16, tile,
+                                             1, 32 * c->cwarps);
+    loom_val zero = CI(0), one = CI(1);
+
+    /* the producer: for each tile, for each k step, the slot's A and B */
+    loom_region_op pt = loom_producer_begin(k);
+    {
+        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+        loom_val b, tr, tc;
+        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, c->group, &b, &tr, &tc);
+        loom_val m0 = loom_mul(k, tr, CI(c->bm)), n0 = loom_mul(k, tc, CI(c->bn)), it0 = loom_for_arg(k, tl, 0);
+        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 0, NULL);
+        {
+            loom_val kk = loom_for_iv(k, kl), k0 = loom_mul(k, kk, CI(c->bk));
+            loom_val s = loom_ring_produce(k, &ring, loom_add(k, it0, kk), -1);
+            loom_ring_load(k, &ring, s, 0, 0, A, ((loom_val[]){m0, k0}));
+            loom_ring_load(k, &ring, s, 1, 0, B, ((loom_val[]){k0, n0}));
+        }
+        loom_for_end(k, kl, 0, NULL);
+        loom_val next = loom_add(k, it0, CI(nk));
+        loom_for_end(k, tl, 1, &next);
+    }
+    loom_task_end(k, pt);
+
+    /* the consumers: the mainloop, then the epilogue */
+    loom_region_op ct = loom_consumers_begin(k, c->cwarps, 1);
+    {
+        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+        loom_val b, tr, tc;
+        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, c->group, &b, &tr, &tc);
+        loom_val m0 = loom_mul(k, tr, CI(c->bm)), n0 = loom_mul(k, tc, CI(c->bn)), it0 = loom_for_arg(k, tl, 0);
+        loom_val early = variant == BIAS_EARLY ? loom_load(k, bias, &n0, LOOM_SHAPE1(c->bn), LOOM_NONE, 0.0) : LOOM_NONE;
+        loom_val acc0 = loom_splat(k, CF(0.0), tile);
+        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc0);
+        {
+            loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
+            loom_val s = loom_ring_consume(k, &ring, it);
+            loom_val acc = loom_wgmma(k, loom_ring_view(k, &ring, s, 0, LOOM_NONE),
+                                      loom_ring_view(k, &ring, s, 1, LOOM_NONE), loom_for_arg(k, kl, 0));
+            loom_wgmma_commit(k);
+            loom_region_op w = loom_wgmma_wait(k, 1, 1, &acc);
+            /* the previous use's wgmma is done: give its slot back */
+            loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
+            loom_ring_release(k, &ring, loom_ring_slot_of(k, &ring, loom_sub(k, it, one)));
+            loom_if_end(k, first, 0, NULL);
+            loom_val r = loom_wgmma_result(k, w, 0);
+            loom_for_end(k, kl, 1, &r);
+        }
+        loom_val acc = loom_for_result(k, kl, 0);
+        loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
+        loom_ring_release(k, &ring, loom_ring_slot_of(k, &ring, loom_add(k, it0, CI(nk - 1))));
+        acc = loom_wgmma_result(k, w, 0);
+
+        /* the epilogue: + bias (a [BN] row), gelu_tanh, f16 */
+        loom_val bv = loom_cast(k, early ? early : loom_load(k, bias, &n0, LOOM_SHAPE1(c->bn), LOOM_NONE, 0.0), LOOM_F32);
+        loom_val x = loom_add(k, acc, loom_broadcast(k, loom_expand_dims(k, bv, 0), tile));
+        loom_val y = loom_cast(k, variant == BIAS_ONLY ? x : gelu_tanh(k, x), LOOM_F16);
+        loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), y, LOOM_NONE);
+        loom_val next = loom_add(k, it0, CI(nk));
+        loom_for_end(k, tl, 1, &next);
+        loom_epilogue_finish(k, &epi);
+    }
+    loom_task_end(k, ct);
+    return k;
+}
+
+#define RMS_EPS 1e-6
+
+/* y = x * rsqrt(mean(x^2) + eps) * w, a row a program. */
+static loom_kernel *rmsnorm(int64_t R, int64_t N, loom_dtype dt, int warps)
+{
+    int64_t bn = pow2_at_least(N);
+    loom_kernel *k = loom_kernel_create("rmsnorm", warps);
+    loom_val X = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(R, N), LOOM_IN);
+    loom_val W = loom_arg_tensor(k, "w", dt, LOOM_SHAPE1(N), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE2(R, N), LOOM_OUT);
+    loom_val offs[2] = {loom_program_id(k, 0), CI(0)};
+    loom_val x = loom_cast(k, loom_load(k, X, offs, LOOM_SHAPE1(bn), LOOM_NONE, 0.0), LOOM_F32);
+    loom_val w = loom_cast(k, loom_load(k, W, &offs[1], LOOM_SHAPE1(bn), LOOM_NONE, 0.0), LOOM_F32);
+    loom_val mean = loom_mul(k, loom_reduce_sum(k, loom_mul(k, x, x), 0), CF(1.0 / (double)N));
+    loom_val inv = loom_rsqrt(k, loom_add(k, mean, CF(RMS_EPS)));
+    loom_store(k, Y, offs, loom_cast(k, loom_mul(k, loom_mul(k, x, inv), w), dt), LOOM_NONE);
+    return k;
+}
+
+/* y = exp(x - max) / sum, a row a program. */
+static loom_kernel *softmax(int64_t R, int64_t N, loom_dtype dt, int warps)
+{
+    int64_t bn = pow2_at_least(N);
+    loom_kernel *k = loom_kernel_create("softmax", warps);
+    loom_val X = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(R, N), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE2(R, N), LOOM_OUT);
+    loom_val offs[2] = {loom_program_id(k, 0), CI(0)};
+    loom_val x = loom_cast(k, loom_load(k, X, offs, LOOM_SHAPE1(bn), LOOM_NONE, -INFINITY), LOOM_F32);
+    loom_val e = loom_exp(k, loom_sub(k, x, loom_reduce_max(k, x, 0)));
+    loom_store(k, Y, offs, loom_cast(k, loom_div(k, e, loom_reduce_sum(k, e, 0)), dt), LOOM_NONE);
+    return k;
+}
+#undef CI
+#undef CF
+
+/* ---------------------------------------------------------------- what each kernel costs */
+
+typedef struct costs {
+    int convert, scratch;
+} costs;
+
+static void on_cost(void *ctx, const loom_cost *c)
+{
+    costs *s = ctx;
+    s->convert += c->kind == LOOM_COST_CONVERT;
+    s->scratch += c->kind == LOOM_COST_SCRATCH;
+}
+
+/* Print loom_kernel_explain's report of k; a conversion is a failure for the GEMM (issue
+ * 36: the obvious epilogue moves nothing through shared memory).  With --ptx, write its
+ * PTX as DIR/<tag>.ptx. */
+static void explain(loom_kernel *k, const char *tag, bool conversion_fails)
+{
+    costs s = {0};
+    char *text = NULL, err[4096];
+    loom_status st = loom_kernel_explain(k, "sm_90a", on_cost, &s, &text, err, sizeof err);
+    printf("explain %s (loom_kernel_explain, sm_90a):\n", tag);
+    if (st != LOOM_OK) {
+        printf("  FAIL: %s: %s\n", loom_status_name(st), err);
+        failures++;
+    } else {
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+            printf("  %s\n", line);
+        printf("  => %d conversion%s through scratch, %d other use%s of scratch%s\n", s.convert, s.convert == 1 ? "" : "s",
+               s.scratch, s.scratch == 1 ? "" : "s",
+               s.convert && conversion_fails ? ": FAIL (the obvious form converts)" : s.convert ? "" : ": no conversion");
+        failures += s.convert && conversion_fails;
+    }
+    free(text);
+    if (!ptx_dir)
+        return;
+    char *ptx = NULL, path[1024];
+    size_t smem = 0;
+    if (loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err) != LOOM_OK) {
+        printf("  PTX: FAIL: %s\n", err);
+        failures++;
+        return;
+    }
+    snprintf(path, sizeof path, "%s/%s.ptx", ptx_dir, tag);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(ptx, f) < 0 || fclose(f) != 0) {
+        printf("  PTX: cannot write %s\n", path);
+        failures++;
+    } else
+        printf("  PTX: %s (%zu bytes of dynamic shared memory)\n", path, smem);
+    free(ptx);
+}
+
+/* ---------------------------------------------------------------- inputs and references */
+
+static double rnd(uint64_t *s) /* uniform in [-1, 1) */
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(*s >> 11) * 0x1p-52 - 1.0;
+}
+
+static double get(const void *p, loom_dtype dt, int64_t i)
+{
+    return dt == LOOM_F32 ? ((const float *)p)[i] : ir_f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void set(void *p, loom_dtype dt, int64_t i, double v)
+{
+    if (dt == LOOM_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((uint16_t *)p)[i] = ir_f32_to_f16((float)v);
+}
+
+/* v rounded to dt (as a reference stored in dt). */
+static double rounded(loom_dtype dt, double v) { return dt == LOOM_F32 ? (double)(float)v : ir_f16_to_f32(ir_f32_to_f16((float)v)); }
+
+typedef struct verdict {
+    int64_t checked, bad;
+    double worst; /* largest |out - ref| / bound */
+    char first[256];
+} verdict;
+
+static void judge(verdict *v, const char *what, int64_t r, int64_t j, double got, double ref, double bound)
+{
+    double e = fabs(got - ref);
+    v->checked++;
+    if (bound > 0 && e / bound > v->worst)
+        v->worst = e / bound;
+    if (!(e <= bound) && !(isnan(got) && isnan(ref)) && v->bad++ == 0)
+        snprintf(v->first, sizeof v->first, "%s[%lld, %lld] = %.6g, want %.6g +- %.3g", what, (long long)r, (long long)j,
+                 got, ref, bound);
+}
+
+static const char *describe(const verdict *v, char *buf, size_t n)
+{
+    if (v->bad)
+        snprintf(buf, n, "FAIL: %lld of %lld past their bound; first %s", (long long)v->bad, (long long)v->checked,
+                 v->first);
+    else
+        snprintf(buf, n, "ok (%lld checked, worst |err|/bound %.3f)", (long long)v->checked, v->worst);
+    return buf;
+}
+
+/* Row m of A @ B in double (acc) and the sum of the products' magnitudes (mag). */
+static void gemm_row(const uint16_t *A, const uint16_t *B, int64_t N, int64_t K, int64_t m, double *acc, double *mag)
+{
+    for (int64_t j = 0; j < N; j++)
+        acc[j] = mag[j] = 0;
+    for (int64_t q = 0; q < K; q++) {
+        double a = ir_f16_to_f32(A[m * K + q]);
+        if (a == 0)
+            continue;
+        const uint16_t *brow = B + q * N;
+        for (int64_t j = 0; j < N; j++) {
+            double t = a * ir_f16_to_f32(brow[j]);
+            acc[j] += t;
+            mag[j] += fabs(t);
+        }
+    }
+}
+
+/* The error model of gemm_bias_gelu at z = acc + bias (docs/checks.md): z is a sum of K + 1
+ * terms in f32 (the bias the last); gelu_tanh's slope is at most 1.13; its arithmetic
+ * (x^3, the polynomial, 1 + t, the products: a few f32 roundings, carried through tanh's
+ * slope 1 - t^2) and tanh.approx (relative 2^-10.9, docs/dsl.md); then f16. */
+static double gelu_exact(double z, double *t)
+{
+    *t = tanh(0.7978845608028654 * (z + 0.044715 * z * z * z));
+    return 0.5 * z * (1 + *t);
+}
+
+static double gelu_err(double z, double mag, int64_t K)
+{
+    const double u = 0x1p-24;
+    double t, y = gelu_exact(z, &t), az = fabs(z);
+    double inner = 0.7978845608028654 * (az + 0.044715 * az * az * az);
+    double arith = 0.5 * az * ((1 - t * t) * 5 * u * inner + exp2(-10.9) * fabs(t) + 4 * u) + 2 * u * fabs(y);
+    return 1.13 * loom_f32_sum_error(K + 1, mag) + arith;
+}
+
+/* The rows checked: every row up to 256, else one in each of 64 tile rows spread over M
+ * (at a different offset in each tile) and the last. */
+static int sample_rows(int64_t M, int bm, int64_t *rows)
+{
+    int n = 0;
+    if (M <= 256) {
+        for (int64_t m = 0; m < M; m++)
+            rows[n++] = m;
+        return n;
+    }
+    int64_t tm = cdiv(M, bm);
+    for (int i = 0; i < 64; i++) {
+        int64_t t = tm * i / 64, m = t * bm + (i * 37) % bm;
+        rows[n++] = m < M ? m : M - 1;
+    }
+    rows[n++] = M - 1;
+    return n;
+}
+
+/* Check the GEMMs' outputs (host copies, NULL: not run) at the sampled rows: gelu (the
+ * obvious kernel), plain (loom's gemm), cublas. */
+static void check_gemm(const uint16_t *A, const uint16_t *B, const uint16_t *bias, int64_t M, int64_t N, int64_t K, int bm,
+                       const uint16_t *gelu, const uint16_t *plain, const uint16_t *cublas, verdict v[3])
+{
+    int64_t rows[300];
+    int nrows = sample_rows(M, bm, rows);
+    double *acc = malloc((size_t)N * sizeof *acc), *mag = malloc((size_t)N * sizeof *mag);
+    if (!acc || !mag) {
+        fprintf(stderr, "bench_obvious: out of memory\n");
+        exit(1);
+    }
+    memset(v, 0, 3 * sizeof *v);
+    for (int i = 0; i < nrows; i++) {
+        int64_t m = rows[i];
+        gemm_row(A, B, N, K, m, acc, mag);
+        for (int64_t j = 0; j < N; j++) {
+            int64_t e = m * N + j;
+            double bj = ir_f16_to_f32(bias[j]), z = acc[j] + bj, t;
+            if (gelu) {
+                double ref = rounded(LOOM_F16, gelu_exact(z, &t));
+                judge(&v[0], "C", m, j, ir_f16_to_f32(gelu[e]), ref,
+                      loom_error_bound(LOOM_F16, ref, gelu_err(z, mag[j] + fabs(bj), K)));
+            }
+            double pref = rounded(LOOM_F16, acc[j]), pb = loom_error_bound(LOOM_F16, pref, loom_f32_sum_error(K, mag[j]));
+            if (plain)
+                judge(&v[1], "C", m, j, ir_f16_to_f32(plain[e]), pref, pb);
+            if (cublas)
+                judge(&v[2], "C", m, j, ir_f16_to_f32(cublas[e]), pref, pb);
+        }
+    }
+    free(acc);
+    free(mag);
+}
+
+/* RMSNorm's reference and bound at every element (examples/kernels/rmsnorm.c's model: the
+ * sum of N squares in f32, halved by the square root; rsqrt within 2^-21; a few f32
+ * roundings; then dt). */
+static void check_rmsnorm(const void *x, const void *w, const void *y, int64_t R, int64_t N, loom_dtype dt, verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    for (int64_t r = 0; r < R; r++) {
+        double ss = 0;
+        for (int64_t j = 0; j < N; j++)
+            ss += get(x, dt, r * N + j) * get(x, dt, r * N + j);
+        double inv = 1 / sqrt(ss / (double)N + RMS_EPS);
+        double rel = (ss > 0 ? 0.5 * loom_f32_sum_error(N, ss) / ss : 0) + 0x1p-21 + 8 * 0x1p-24;
+        for (int64_t j = 0; j < N; j++) {
+            double ye = get(x, dt, r * N + j) * inv * get(w, dt, j), ref = rounded(dt, ye);
+            judge(v, "y", r, j, get(y, dt, r * N + j), ref, loom_error_bound(dt, ref, rel * fabs(ye)));
+        }
+    }
+}
+
+/* Softmax's reference and bound at every element: x - max rounded in f32, exp within 3 ulp
+ * (docs/dsl.md), the sum of N positive terms in f32, the IEEE division; then dt. */
+static void check_softmax(const void *x, const void *y, int64_t R, int64_t N, loom_dtype dt, verdict *v)
+{
+    const double u = 0x1p-24;
+    memset(v, 0, sizeof *v);
+    for (int64_t r = 0; r < R; r++) {
+        double mx = -INFINITY, sum = 0, dmax = 0;
+        for (int64_t j = 0; j < N; j++)
+            mx = fmax(mx, get(x, dt, r * N + j));
+        for (int64_t j = 0; j < N; j++) {
+            double d = get(x, dt, r * N + j) - mx;
+            sum += exp(d);
+            dmax = fmax(dmax, fabs(d) * u + 6 * u);
+        }
+        double sigma = dmax + loom_f32_sum_error(N, 1.0) * (1 + dmax); /* the sum's relative error */
+        for (int64_t j = 0; j < N; j++) {
+            double d = get(x, dt, r * N + j) - mx, ye = exp(d) / sum, ref = rounded(dt, ye);
+            double rel = (1 + fabs(d) * u + 6 * u) * (1 + u) / (1 - sigma) - 1;
+            judge(v, "y", r, j, get(y, dt, r * N + j), ref, loom_error_bound(dt, ref, rel * ye));
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- buffers and launches */
+
+static loom_buffer *upload(loom_runtime *rt, const void *host, size_t bytes)
+{
+    loom_buffer *b = loom_buffer_create(rt, bytes);
+    if (!b || (host && loom_buffer_upload(b, host, bytes) != LOOM_OK) || (!host && loom_buffer_fill(b, 0xff) != LOOM_OK)) {
+        fprintf(stderr, "bench_obvious: buffer of %zu bytes: %s\n", bytes, loom_runtime_error(rt));
+        exit(1);
+    }
+    return b;
+}
+
+/* A launch of a loom kernel, or of cuBLAS, or a copy: the work loom_time_work times. */
+typedef struct work {
+    const char *name;
+    loom_runtime *rt;
+    loom_kernel *k;
+    int grid[3];
+    loom_arg args[8];
+    int nargs;
+    cublas_dl *cb;                         /* cuBLAS: C = A @ B */
+    int64_t M, N, K;
+    loom_buffer *a, *b, *c;                /* cuBLAS's operands; a copy's dst = c, src = a */
+    size_t copy_bytes;                     /* > 0: a device-to-device copy */
+    double ms;                             /* the median of the rounds' medians */
+} work;
+
+static loom_status run_work(void *p)
+{
+    work *w = p;
+    char err[512];
+    if (w->copy_bytes) {
+        loom_status st = rt_gpu_dtod(rt_runtime_gpu(w->rt), rt_buffer_dptr(w->c), rt_buffer_dptr(w->a), w->copy_bytes,
+                                     err, sizeof err);
+        if (st != LOOM_OK)
+            loom_runtime_set_error(w->rt, "copy: %s", err);
+        return st;
+    }
+    if (w->cb) {
+        loom_status st = cublas_dl_gemm(w->cb, LOOM_F16, w->M, w->N, w->K, 1, rt_buffer_dptr(w->a), 0,
+                                        rt_buffer_dptr(w->b), rt_buffer_dptr(w->c), err, sizeof err);
+        if (st != LOOM_OK)
+            loom_runtime_set_error(w->rt, "cuBLAS: %s", err);
+        return st;
+    }
+    return loom_launch(w->rt, w->k, w->grid, w->args, w->nargs);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int reps_per_round = 20;
+
+/* Time ws[0..n) in `rounds` rounds, each running every one in turn (loom_time_work: an L2
+ * flush before each run, the median), so a clock or temperature change hits all alike;
+ * each figure is the median of its rounds' medians.  Returns 0, or -1 with the error
+ * printed. */
+static int time_rounds(loom_runtime *rt, work *ws, int n, int rounds)
+{
+    double t[16][16];
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n; i++)
+            if (loom_time_work(rt, run_work, &ws[i], r == 0 ? 3 : 1, reps_per_round, &t[i][r]) != LOOM_OK) {
+                printf("  %s: timing failed: %s\n", ws[i].name, loom_runtime_error(rt));
+                failures++;
+                return -1;
+            }
+    for (int i = 0; i < n; i++) {
+        qsort(t[i], (size_t)rounds, sizeof t[i][0], cmp_dbl);
+        ws[i].ms = rounds % 2 ? t[i][rounds / 2] : 0.5 * (t[i][rounds / 2 - 1] + t[i][rounds / 2]);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the GEMM rows */
+
+/* One result row of the summary. */
+typedef struct result {
+    char key[64];    /* as torch_obvious.py names it: "gemm_bias_gelu 4096x4096x4096 f16" */
+    int gemm;        /* 1: a GEMM row (TFLOP/s, the 5% and 1.15x verdicts); 0: a row kernel (GB/s) */
+    double ms, flop, bytes;
+    double peer_ms;  /* loom's gemm / the copy */
+    double cublas_ms;
+    double torch_ms; /* the faster torch.compile, from --torch (0: none) */
+    char torch_mode[40];
+} result;
+
+static result results[16];
+static int nresults;
+
+static loom_kernel *template_gemm(int64_t M, int64_t N, int64_t K, const char *config, int grid[3])
+{
+    const loom_template *t = loom_template_find("gemm");
+    char text[200], err[1024];
+    int64_t shape[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS];
+    snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=f16,odtype=f16", (long long)M, (long long)N, (long long)K);
+    if (!t || loom_params_parse(t->shape, t->nshape, text, shape, err, sizeof err) ||
+        loom_params_parse(t->config, t->nconfig, config, cfg, err, sizeof err)) {
+        printf("  loom gemm: %s\n", t ? err : "no gemm template");
+        return NULL;
+    }
+    loom_kernel *k = t->build(shape, cfg, err, sizeof err);
+    if (!k)
+        printf("  loom gemm: the template refuses: %s\n", err);
+    else
+        t->grid(shape, cfg, grid);
+    return k;
+}
+
+static void fill_gemm_inputs(uint16_t *A, uint16_t *B, uint16_t *bias, int64_t M, int64_t N, int64_t K, uint64_t seed)
+{
+    /* A in [-1, 1), B in [-s, s) with s = 4 / sqrt(K) so that z = A @ B + bias is about 1.3
+     * wide: gelu's curved part, not only its linear tail, is checked */
+    double s = 4 / sqrt((double)K);
+    for (int64_t i = 0; i < M * K; i++)
+        A[i] = ir_f32_to_f16((float)rnd(&seed));
+    for (int64_t i = 0; i < K * N; i++)
+        B[i] = ir_f32_to_f16((float)(s * rnd(&seed)));
+    for (int64_t i = 0; i < N; i++)
+        bias[i] = ir_f32_to_f16((float)rnd(&seed));
+}
+
+/* gemm_bias_gelu at M x N x K: checked; on a GPU timed beside loom's gemm and cuBLAS. */
+static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int64_t K, const gcfg *cfg,
+                      const char *cfg_text, bool gpu)
+{
+    char buf[600], tag[64];
+    printf("\n== gemm_bias_gelu %lldx%lldx%lld f16 [%s]\n", (long long)M, (long long)N, (long long)K, cfg_text);
+    loom_kernel *k = gemm_bias_gelu(M, N, K, cfg);
+    if (loom_verify(k) != LOOM_OK) {
+        printf("  FAIL: the obvious kernel fails verification:\n%s", loom_kernel_errors(k));
+        failures++;
+        loom_kernel_destroy(k);
+        return;
+    }
+    snprintf(tag, sizeof tag, "gemm_bias_gelu_%lld", (long long)M);
+    explain(k, tag, true);
+    size_t na = (size_t)(M * K), nb = (size_t)(K * N), nc = (size_t)(M * N);
+    uint16_t *A = malloc(na * 2), *B = malloc(nb * 2), *bias = malloc((size_t)N * 2);
+    uint16_t *cg = malloc(nc * 2), *cp = malloc(nc * 2), *cc = malloc(nc * 2);
+    if (!A || !B || !bias || !cg || !cp || !cc) {
+        fprintf(stderr, "bench_obvious: out of memory\n");
+        exit(1);
+    }
+    fill_gemm_inputs(A, B, bias, M, N, K, 1000 + (uint64_t)M);
+    loom_buffer *bA = upload(rt, A, na * 2), *bB = upload(rt, B, nb * 2), *bbias = upload(rt, bias, (size_t)N * 2);
+    loom_buffer *bCg = upload(rt, NULL, nc * 2), *bCp = upload(rt, NULL, nc * 2), *bCc = upload(rt, NULL, nc * 2);
+
+    /* the contenders: ours, loom's gemm (same config, no epilogue), cuBLAS */
+    work ws[3];
+    memset(ws, 0, sizeof ws);
+    int64_t units = cdiv(M, cfg->bm) * cdiv(N, cfg->bn);
+    ws[0] = (work){.name = "gemm_bias_gelu", .rt = rt, .k = k, .nargs = 4,
+                   .grid = {(int)(cfg->ctas && cfg->ctas < units ? cfg->ctas : units), 1, 1},
+                   .args = {LOOM_ARG_BUF(bA), LOOM_ARG_BUF(bB), LOOM_ARG_BUF(bbias), LOOM_ARG_BUF(bCg)}};
+    int n = 1;
+    loom_kernel *kg = gpu ? template_gemm(M, N, K, cfg_text, ws[1].grid) : NULL;
+    if (kg) {
+        ws[1] = (work){.name = "loom gemm", .rt = rt, .k = kg, .nargs = 5, .grid = {ws[1].grid[0], ws[1].grid[1], ws[1].grid[2]},
+                       .args = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_I32(1), LOOM_ARG_BUF(bA), LOOM_ARG_BUF(bB),
+                                LOOM_ARG_BUF(bCp)}};
+        n = 2;
+    } else if (gpu)
+        failures++;
+    int have_cublas = gpu && cb && cb->h;
+    if (have_cublas)
+        ws[n++] = (work){.name = "cuBLAS", .rt = rt, .cb = cb, .M = M, .N = N, .K = K, .a = bA, .b = bB, .c = bCc};
+
+    /* one run of each, checked */
+    bool ran[3] = {0};
+    for (int i = 0; i < n; i++) {
+        if (run_work(&ws[i]) != LOOM_OK || loom_runtime_sync(rt, 0) != LOOM_OK) {
+            printf("  %s: FAIL: %s\n", ws[i].name, loom_runtime_error(rt));
+            failures++;
+            continue;
+        }
+        ran[i] = true;
+    }
+    if (ran[0])
+        loom_buffer_download(bCg, cg, nc * 2);
+    if (n > 1 && ran[1] && kg)
+        loom_buffer_download(bCp, cp, nc * 2);
+    if (have_cublas && ran[n - 1])
+        loom_buffer_download(bCc, cc, nc * 2);
+    verdict v[3];
+    check_gemm(A, B, bias, M, N, K, cfg->bm, ran[0] ? cg : NULL, kg && ran[1] ? cp : NULL,
+               have_cublas && ran[n - 1] ? cc : NULL, v);
+    printf("  check gemm_bias_gelu (sampled rows, every column): %s\n", describe(&v[0], buf, sizeof buf));
+    failures += v[0].bad != 0 || !ran[0];
+    if (kg && ran[1]) {
+        printf("  check loom gemm: %s\n", describe(&v[1], buf, sizeof buf));
+        failures += v[1].bad != 0;
+    }
+    if (have_cublas && ran[n - 1]) {
+        printf("  check cuBLAS: %s\n", describe(&v[2], buf, sizeof buf));
+        failures += v[2].bad != 0;
+    }
+
+    bool all_ran = true;
+    for (int i = 0; i < n; i++)
+        all_ran = all_ran && ran[i];
+    if (gpu && all_ran && time_rounds(rt, ws, n, 5) == 0) {
+        double flop = 2.0 * (double)M * (double)N * (double)K;
+        result *r = &results[nresults++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->key, sizeof r->key, "gemm_bias_gelu %lldx%lldx%lld f16", (long long)M, (long long)N, (long long)K);
+        r->gemm = 1;
+        r->ms = ws[0].ms;
+        r->flop = flop;
+        r->peer_ms = kg ? ws[1].ms : 0;
+        r->cublas_ms = have_cublas ? ws[n - 1].ms : 0;
+        for (int i = 0; i < n; i++)
+            printf("  %-16s %8.4f ms  %7.1f TFLOP/s\n", ws[i].name, ws[i].ms, flop / ws[i].ms * 1e-9);
+        if (kg)
+            printf("  gemm_bias_gelu / loom gemm: %.3f of its speed (time %.3fx): %s\n", r->peer_ms / r->ms,
+                   r->ms / r->peer_ms, r->ms <= 1.05 * r->peer_ms ? "within 5% (issue 36: met)" : "NOT within 5% (issue 36: missed)");
+    }
+    loom_kernel_destroy(k);
+    loom_kernel_destroy(kg);
+    loom_buffer *bs[] = {bA, bB, bbias, bCg, bCp, bCc};
+    for (size_t i = 0; i < sizeof bs / sizeof *bs; i++)
+        loom_buffer_destroy(bs[i]);
+    free(A), free(B), free(bias), free(cg), free(cp), free(cc);
+}
+
+/* ---------------------------------------------------------------- the row kernels */
+
+enum { ROW_RMSNORM, ROW_SOFTMAX };
+
+/* RMSNorm or softmax at R x N of dt: checked; on a GPU timed beside a copy of the same bytes
+ * (and, for softmax, the row_softmax template). */
+static void row_case(loom_runtime *rt, int which, int64_t R, int64_t N, loom_dtype dt, int warps, bool gpu)
+{
+    const char *name = which == ROW_RMSNORM ? "rmsnorm" : "softmax";
+    char buf[600], tag[64];
+    printf("\n== %s %lldx%lld %s, %d warps, a row a program\n", name, (long long)R, (long long)N, loom_dtype_name(dt),
+           warps);
+    loom_kernel *k = which == ROW_RMSNORM ? rmsnorm(R, N, dt, warps) : softmax(R, N, dt, warps);
+    if (loom_verify(k) != LOOM_OK) {
+        printf("  FAIL: the obvious kernel fails verification:\n%s", loom_kernel_errors(k));
+        failures++;
+        loom_kernel_destroy(k);
+        return;
+    }
+    snprintf(tag, sizeof tag, "%s_%s_%lld", name, loom_dtype_name(dt), (long long)N);
+    explain(k, tag, true);
+    size_t es = loom_dtype_size(dt), nx = (size_t)(R * N);
+    void *x = malloc(nx * es), *w = malloc((size_t)N * es), *y = malloc(nx * es);
+    if (!x || !w || !y) {
+        fprintf(stderr, "bench_obvious: out of memory\n");
+        exit(1);
+    }
+    uint64_t seed = 77 + (uint64_t)N + (uint64_t)which;
+    for (size_t i = 0; i < nx; i++) /* rmsnorm: [-2, 2); softmax: [-8, 8) (rows with a clear max) */
+        set(x, dt, (int64_t)i, (which == ROW_RMSNORM ? 2 : 8) * rnd(&seed));
+    for (int64_t i = 0; i < N; i++)
+        set(w, dt, i, 1 + 0.5 * rnd(&seed));
+    loom_buffer *bx = upload(rt, x, nx * es), *bw = upload(rt, w, (size_t)N * es), *by = upload(rt, NULL, nx * es);
+    work ws[3];
+    memset(ws, 0, sizeof ws);
+    ws[0] = (work){.name = name, .rt = rt, .k = k, .grid = {(int)R, 1, 1}};
+    if (which == ROW_RMSNORM) {
+        ws[0].args[0] = LOOM_ARG_BUF(bx), ws[0].args[1] = LOOM_ARG_BUF(bw), ws[0].args[2] = LOOM_ARG_BUF(by);
+        ws[0].nargs = 3;
+    } else {
+        ws[0].args[0] = LOOM_ARG_BUF(bx), ws[0].args[1] = LOOM_ARG_BUF(by);
+        ws[0].nargs = 2;
+    }
+    bool ok = run_work(&ws[0]) == LOOM_OK && loom_runtime_sync(rt, 0) == LOOM_OK &&
+              loom_buffer_download(by, y, nx * es) == LOOM_OK;
+    verdict v;
+    if (!ok) {
+        printf("  FAIL: %s\n", loom_runtime_error(rt));
+        failures++;
+    } else {
+        if (which == ROW_RMSNORM)
+            check_rmsnorm(x, w, y, R, N, dt, &v);
+        else
+            check_softmax(x, y, R, N, dt, &v);
+        printf("  check %s (every element): %s\n", name, describe(&v, buf, sizeof buf));
+        failures += v.bad != 0;
+    }
+
+    /* the traffic: x read once, y written once (w is N elements, in L2) */
+    double bytes = 2.0 * (double)nx * (double)es;
+    loom_buffer *src = NULL, *dst = NULL;
+    loom_instance inst;
+    bool have_tpl = false;
+    if (gpu && ok) {
+        int n = 0;
+        n++;
+        src = upload(rt, NULL, nx * es), dst = upload(rt, NULL, nx * es);
+        ws[n++] = (work){.name = "copy", .rt = rt, .a = src, .c = dst, .copy_bytes = nx * es};
+        if (which == ROW_SOFTMAX) { /* the row_softmax template at its default config, checked at a small shape */
+            const loom_template *t = loom_template_find("row_softmax");
+            int64_t shape[LOOM_MAX_PARAMS], small[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS];
+            char text[128], stext[128], err[1024], rep[1024];
+            snprintf(text, sizeof text, "R=%lld,N=%lld,dtype=%s", (long long)R, (long long)N, loom_dtype_name(dt));
+            snprintf(stext, sizeof stext, "R=37,N=%lld,dtype=%s", (long long)N, loom_dtype_name(dt));
+            if (t && !loom_params_parse(t->shape, t->nshape, text, shape, err, sizeof err) &&
+                !loom_params_parse(t->shape, t->nshape, stext, small, err, sizeof err) &&
+                !loom_params_parse(t->config, t->nconfig, "", cfg, err, sizeof err)) {
+                if (loom_template_check(rt, t, small, cfg, 7, rep, sizeof rep) != LOOM_OK)
+                    printf("  row_softmax template: check FAILED: %s\n", rep), failures++;
+                else if (loom_instance_create(rt, t, shape, cfg, 42, &inst, err, sizeof err) != LOOM_OK)
+                    printf("  row_softmax template: %s\n", err), failures++;
+                else {
+                    have_tpl = true;
+                    ws[n] = (work){.name = "row_softmax tpl", .rt = rt, .k = inst.kernel, .nargs = inst.nargs,
+                                   .grid = {inst.grid[0], inst.grid[1], inst.grid[2]}};
+                    memcpy(ws[n].args, inst.args, sizeof(loom_arg) * (size_t)inst.nargs);
+                    n++;
+                }
+            }
+        }
+        if (time_rounds(rt, ws, n, 5) == 0) {
+            result *r = &results[nresults++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->key, sizeof r->key, "%s %lldx%lld %s", name, (long long)R, (long long)N, loom_dtype_name(dt));
+            r->ms = ws[0].ms;
+            r->bytes = bytes;
+            r->peer_ms = ws[1].ms;
+            for (int i = 0; i < n; i++)
+                printf("  %-16s %8.4f ms  %7.0f GB/s\n", ws[i].name, ws[i].ms, bytes / ws[i].ms * 1e-6);
+            printf("  %s / copy: %.3f of copy bandwidth: %s\n", name, r->peer_ms / r->ms,
+                   r->peer_ms / r->ms >= 0.95 ? "at least 0.95 (issue 36: met)" : "below 0.95 (issue 36: missed)");
+        }
+    }
+    if (have_tpl)
+        loom_instance_destroy(&inst);
+    loom_kernel_destroy(k);
+    loom_buffer *bs[] = {bx, bw, by, src, dst};
+    for (size_t i = 0; i < sizeof bs / sizeof *bs; i++)
+        loom_buffer_destroy(bs[i]);
+    free(x), free(w), free(y);
+}
+
+/* ---------------------------------------------------------------- the PyTorch peer */
+
+/* Run the script (python3 SCRIPT) and read its rows: "torch_obvious: KEY... | MODE | MS".
+ * Every line is echoed; each result row takes the faster torch.compile's time. */
+static void run_torch(const char *script)
+{
+    char cmd[1200], line[1024];
+    snprintf(cmd, sizeof cmd, "python3 '%s' 2>&1", script);
+    printf("\n== PyTorch peer: %s\n", cmd);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        printf("  cannot run it: %s\n", strerror(errno));
+        return;
+    }
+    while (fgets(line, sizeof line, f)) {
+        fputs("  ", stdout);
+        fputs(line, stdout);
+        char key[128], mode[64];
+        double ms;
+        if (sscanf(line, "torch_obvious: %127[^|]| %63[^|]| %lf", key, mode, &ms) != 3)
+            continue;
+        for (char *e = key + strlen(key); e > key && e[-1] == ' '; *--e = 0)
+            ;
+        for (char *e = mode + strlen(mode); e > mode && e[-1] == ' '; *--e = 0)
+            ;
+        if (strncmp(mode, "compile", 7) != 0 || !(ms > 0))
+            continue;
+        for (int i = 0; i < nresults; i++)
+            if (!strcmp(results[i].key, key) && (results[i].torch_ms == 0 || ms < results[i].torch_ms)) {
+                results[i].torch_ms = ms;
+                snprintf(results[i].torch_mode, sizeof results[i].torch_mode, "%s", mode);
+            }
+    }
+    int rc = pclose(f);
+    if (rc != 0)
+        printf("  (the script exited with status %d)\n", rc);
+}
+
+/* ---------------------------------------------------------------- without a GPU */
+
+static void interpreter_run(loom_runtime *rt, const gcfg *cfg, const char *cfg_text, int warps)
+{
+    printf("no GPU: each kernel on the interpreter at a small odd shape, checked against the CPU reference\n");
+    /* 4 x 2 tiles (partial at the M and N edges, K not a multiple of BK) over 3 persistent programs */
+    gcfg small = *cfg;
+    small.ctas = 3;
+    gemm_case(rt, NULL, 3 * small.bm + 8, small.bn + 64, 3 * small.bk + 8, &small, cfg_text, false);
+    row_case(rt, ROW_RMSNORM, 37, 1000, LOOM_F16, 4, false);
+    row_case(rt, ROW_SOFTMAX, 37, 1000, LOOM_F16, 4, false);
+    row_case(rt, ROW_SOFTMAX, 37, 1000, LOOM_F32, 4, false);
+
+    /* the kernels the GPU run times, compiled for sm_90a as far as their cost report (and
+     * their PTX, with --ptx): nothing of it needs a GPU */
+    printf("\n== the GPU run's kernels, compiled (sm_90a)\n");
+    loom_kernel *ks[5] = {gemm_bias_gelu(4096, 4096, 4096, cfg, OBVIOUS), gemm_bias_gelu(2048, 2048, 2048, cfg, OBVIOUS),
+                          rmsnorm(16384, 4096, LOOM_F16, warps), softmax(16384, 4096, LOOM_F16, warps),
+                          softmax(16384, 4096, LOOM_F32, warps)};
+    static const char *tags[5] = {"gemm_bias_gelu_4096", "gemm_bias_gelu_2048", "rmsnorm_f16_4096",
+                                  "softmax_f16_4096", "softmax_f32_4096"};
+    for (int i = 0; i < 5; i++) {
+        if (loom_verify(ks[i]) != LOOM_OK) {
+            printf("  FAIL: %s fails verification:\n%s", tags[i], loom_kernel_errors(ks[i]));
+            failures++;
+        } else
+            explain(ks[i], tags[i], true);
+        loom_kernel_destroy(ks[i]);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *torch = NULL;
+    int warps = 4, interpret = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--interpret"))
+            interpret = 1;
+        else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)
+            ptx_dir = argv[++i];
+        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
+            torch = argv[++i];
+        else if (!strcmp(argv[i], "--warps") && i + 1 < argc)
+            warps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps_per_round = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_obvious [--interpret] [--ptx DIR] [--torch SCRIPT] [--warps N] [--reps N]\n");
+            return 2;
+        }
+    }
+    if (warps < 1 || warps > 32 || reps_per_round < 1 || reps_per_round > 10000) {
+        fprintf(stderr, "bench_obvious: --warps is 1 to 32, --reps 1 to 10000\n");
+        return 2;
+    }
+    if (ptx_dir && mkdir(ptx_dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_obvious: cannot create %s: %s\n", ptx_dir, strerror(errno));
+        return 2;
+    }
+    gcfg cfg;
+    char cfg_text[256];
+    if (gcfg_default(&cfg, cfg_text, sizeof cfg_text) != 0) {
+        fprintf(stderr, "bench_obvious: the gemm template or one of its config keys is missing\n");
+        return 1;
+    }
+    if (cfg.consumers != 0)
+        printf("note: the gemm template's default consumers=%d; the obvious kernel is the cooperative form "
+               "(consumers=0), and the gemm row runs consumers=0 too\n", cfg.consumers);
+    cfg.consumers = 0;
+    snprintf(cfg_text, sizeof cfg_text, "BM=%d,BN=%d,BK=%d,stages=%d,cwarps=%d,ctas=%d,group=%d,consumers=0,tmastore=%d",
+             cfg.bm, cfg.bn, cfg.bk, cfg.stages, cfg.cwarps, cfg.ctas, cfg.group, cfg.tmastore);
+
+    loom_runtime *rt = interpret ? NULL : loom_runtime_create(LOOM_TARGET_GPU);
+    if (!rt || loom_runtime_status(rt) != LOOM_OK) {
+        if (rt)
+            printf("bench_obvious: no GPU (%s)\n", loom_runtime_error(rt));
+        loom_runtime_destroy(rt);
+        rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        if (!rt) {
+            fprintf(stderr, "bench_obvious: out of memory\n");
+            return 1;
+        }
+        interpreter_run(rt, &cfg, cfg_text, warps);
+        loom_runtime_destroy(rt);
+        printf("\nbench_obvious: %s\n", failures ? "FAILED" : "ok");
+        return failures ? 1 : 0;
+    }
+
+    printf("bench_obvious on %s\n", loom_runtime_device_name(rt));
+    cublas_dl cb;
+    memset(&cb, 0, sizeof cb);
+    char err[512];
+    if (cublas_dl_open(&cb, err, sizeof err) == 0)
+        printf("cuBLAS %d (%s): cublasGemmEx, fp32 compute, default algorithm\n", cb.version, cb.path);
+    else {
+        printf("cuBLAS: not measured: %s\n", err);
+        cb.h = NULL;
+    }
+    gemm_case(rt, &cb, 4096, 4096, 4096, &cfg, cfg_text, true);
+    gemm_case(rt, &cb, 2048, 2048, 2048, &cfg, cfg_text, true);
+    row_case(rt, ROW_RMSNORM, 16384, 4096, LOOM_F16, warps, true);
+    row_case(rt, ROW_SOFTMAX, 16384, 4096, LOOM_F16, warps, true);
+    row_case(rt, ROW_SOFTMAX, 16384, 4096, LOOM_F32, warps, true);
+    if (cb.h)
+        cublas_dl_close(&cb);
+    if (loom_runtime_sync(rt, 0) != LOOM_OK) {
+        printf("bench_obvious: the device failed: %s\n", loom_runtime_error(rt));
+        failures++;
+    }
+    if (torch)
+        run_torch(torch);
+
+    printf("\n%-36s %9s %10s %9s %10s %9s %12s  %s\n", "kernel (written the obvious way)", "ms", "TF/s|GB/s",
+           "peer ms", "peer", "ratio", "torch.compile", "issue 36");
+    for (int i = 0; i < nresults; i++) {
+        result *r = &results[i];
+        double rate = r->gemm ? r->flop / r->ms * 1e-9 : r->bytes / r->ms * 1e-6;
+        double peer = r->gemm ? r->flop / r->peer_ms * 1e-9 : r->bytes / r->peer_ms * 1e-6;
+        char tc[48] = "-", verdict_s[160];
+        if (r->torch_ms > 0)
+            snprintf(tc, sizeof tc, "%.4f ms %.2fx", r->torch_ms, r->torch_ms / r->ms);
+        if (r->gemm)
+            snprintf(verdict_s, sizeof verdict_s, "%s of loom gemm (%s); %s", r->ms <= 1.05 * r->peer_ms ? "within 5%" : "NOT within 5%",
+                     r->cublas_ms > 0 ? "cuBLAS timed beside" : "no cuBLAS",
+                     r->torch_ms > 0 ? (r->torch_ms >= 1.15 * r->ms ? ">= 1.15x torch.compile" : "NOT 1.15x torch.compile")
+                                     : "torch.compile not timed");
+        else
+            snprintf(verdict_s, sizeof verdict_s, "%s of copy", r->peer_ms / r->ms >= 0.95 ? ">= 0.95" : "BELOW 0.95");
+        printf("%-36s %9.4f %10.1f %9.4f %10.1f %9.3f %12s  %s\n", r->key, r->ms, rate, r->peer_ms, peer, r->peer_ms / r->ms,
+               tc, verdict_s);
+        if (r->gemm && r->cublas_ms > 0)
+            printf("%-36s %9.4f %10.1f   (cuBLAS plain GEMM; ours / cuBLAS speed %.3f)\n", "", r->cublas_ms,
+                   r->flop / r->cublas_ms * 1e-9, r->cublas_ms / r->ms);
+    }
+    printf("(peer: loom's gemm template at the same config without an epilogue, TF/s; for the row kernels a "
+           "device-to-device copy of the same bytes, GB/s; ratio = peer time / ours)\n");
+    loom_runtime_destroy(rt);
+    printf("bench_obvious: %s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,9 @@
+/*
+ * plugin.c -- the plugin's one entry point: it registers each template with loom.
+ */
+#include "kernels.h"
+
+LOOM_PLUGIN_INIT(p)
+{
+    return loom_plugin_register(p, &rmsnorm_template) || loom_plugin_register(p, &gemm_bias_act_template);
+}

@@ -1,0 +1,667 @@
+/*
+ * test_obvious.c -- the obvious way to write a kernel compiles to the fast form, and where
+ * it cannot, loom says so with the user's line and the cost (issue 36).
+ *
+ * Each kernel here is written the plain way a user would: a bias row or a per-row scale
+ * loaded as a vector, expand_dims + broadcast to the tile, added to a wgmma accumulator or
+ * to a loaded (blocked) tile; running sums and maxima started with loom_splat and carried
+ * by a loop (the reduction idiom of docs/dsl.md, online softmax); a residual add; an
+ * activation epilogue.  Each is checked twice:
+ *   1. on the interpreter, against a reference computed here;
+ *   2. compiled, through loom_kernel_explain (include/loom.h, section 6b): no layout
+ *      conversion and no other use of shared-memory scratch, the bar.sync count in the
+ *      PTX, no f64 arithmetic in the PTX, and ptxas without spills.
+ * Then the explain API's report for a form that still needs a conversion (it names the
+ * line and the bytes), LOOM_DUMP_AFTER=layouts, and the shared-memory refusal, which lists
+ * what uses the memory with each line.
+ */
+#include "loom_pipe.h"
+#include "ir.h"
+#include "testutil.h"
+
+#include <math.h>
+
+#define I32(k, v) loom_const_i(k, LOOM_I32, v)
+
+/* ---------------------------------------------------------------- helpers */
+
+typedef struct costs {
+    int n, convert, scratch, smem, mbar;
+    int barriers;         /* of conversions and other scratch, each counted once */
+    size_t convert_bytes; /* the largest conversion */
+    char first[1024];     /* the first conversion's line of text */
+    int first_line;
+} costs;
+
+static void on_cost(void *ctx, const loom_cost *c)
+{
+    costs *s = ctx;
+    s->n++;
+    cr_assert(c->file && c->op && c->text && c->line > 0, "a cost names its op and line");
+    switch (c->kind) {
+    case LOOM_COST_CONVERT:
+        if (!s->convert++) {
+            snprintf(s->first, sizeof s->first, "%s", c->text);
+            s->first_line = c->line;
+        }
+        if (c->bytes > s->convert_bytes)
+            s->convert_bytes = c->bytes;
+        s->barriers += c->barriers;
+        break;
+    case LOOM_COST_SCRATCH:
+        s->scratch++;
+        s->barriers += c->barriers;
+        break;
+    case LOOM_COST_SMEM: s->smem++; break;
+    case LOOM_COST_MBAR: s->mbar++; break;
+    }
+}
+
+static costs explain(loom_kernel *k, char **text)
+{
+    costs s = {0};
+    char err[4096];
+    loom_status st = loom_kernel_explain(k, "sm_90a", on_cost, &s, text, err, sizeof err);
+    cr_assert_eq(st, LOOM_OK, "%s: explain: %s: %s", loom_kernel_name(k), loom_status_name(st), err);
+    return s;
+}
+
+/* Compiled, k has no conversion and no other scratch, `bars` bar.sync in its PTX (-1: not
+ * checked), no f64 arithmetic, and ptxas takes it without spills. */
+static void expect_fast(loom_kernel *k, int bars)
+{
+    char *text = NULL;
+    costs s = explain(k, &text);
+    cr_expect_eq(s.convert, 0, "%s: %d conversions:\n%s", loom_kernel_name(k), s.convert, text);
+    cr_expect_eq(s.scratch, 0, "%s: %d other uses of scratch:\n%s", loom_kernel_name(k), s.scratch, text);
+    cr_expect(strstr(text, "0 conversions, 0 other uses of scratch"), "%s: totals:\n%s", loom_kernel_name(k), text);
+    free(text);
+    char *ptx = NULL, err[4096];
+    size_t smem = 0;
+    cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
+    if (bars >= 0)
+        cr_expect_eq(t_count(ptx, "bar.sync"), bars, "%s: %d bar.sync, want %d", loom_kernel_name(k),
+                     t_count(ptx, "bar.sync"), bars);
+    cr_expect_eq(t_count(ptx, ".f64"), 0, "%s: f64 in the PTX", loom_kernel_name(k));
+    t_ptxas_ok(ptx, "sm_90a", loom_kernel_name(k));
+    free(ptx);
+}
+
+static void fill(float *v, int64_t n, unsigned seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        v[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
+    }
+}
+
+/* f16 bits of x, and x rounded to f16 in *r. */
+static uint16_t to_f16(float x, float *r)
+{
+    uint16_t h = ir_f32_to_f16(x);
+    *r = ir_f16_to_f32(h);
+    return h;
+}
+
+static void expect_close(const char *what, const float *got, const float *want, int64_t n, float tol)
+{
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= tol * (1 + fabsf(want[i])), "%s[%lld] = %g, want %g", what,
+                  (long long)i, got[i], want[i]);
+}
+
+/* ---------------------------------------------------------------- epilogues on a wgmma accumulator */
+
+/* C [M, N] f32 = epilogue(A [M, K] @ B [K, N]), one BM-row tile a program: a producer task
+ * TMAs A and B, a consumer task runs one wgmma and the epilogue, written the plain way. */
+enum { EPI_BIAS_ROW, EPI_BIAS_ROW2D, EPI_SCALE_COL, EPI_RESIDUAL, EPI_BIAS_RELU, EPI_BIAS_F16 };
+enum { WM = 64, WK = 64, WN = 128 };
+
+static loom_kernel *acc_kernel(int64_t M, int epi)
+{
+    static const char *names[] = {"bias_row", "bias_row2d", "scale_col", "residual", "bias_relu", "bias_f16"};
+    loom_kernel *k = loom_kernel_create(names[epi], 8);
+    loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(M, WK), LOOM_IN);
+    loom_val B = loom_arg_tensor(k, "B", LOOM_F16, LOOM_SHAPE2(WK, WN), LOOM_IN);
+    loom_val V = epi == EPI_SCALE_COL    ? loom_arg_tensor(k, "scale", LOOM_F32, LOOM_SHAPE1(M), LOOM_IN)
+                 : epi == EPI_RESIDUAL   ? loom_arg_tensor(k, "R", LOOM_F32, LOOM_SHAPE2(M, WN), LOOM_IN)
+                 : epi == EPI_BIAS_ROW2D ? loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE2(1, WN), LOOM_IN)
+                 : epi == EPI_BIAS_F16   ? loom_arg_tensor(k, "bias", LOOM_F16, LOOM_SHAPE1(WN), LOOM_IN)
+                                         : loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(WN), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", LOOM_F32, LOOM_SHAPE2(M, WN), LOOM_OUT);
+    loom_val as = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(WM, WK), 1, LOOM_SWIZZLE_128);
+    loom_val bs = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(WK, WN), 1, LOOM_SWIZZLE_128);
+    loom_val full = loom_mbar_alloc(k, 1, 1);
+    loom_val m0 = loom_mul(k, loom_program_id(k, 0), I32(k, WM)), zero = I32(k, 0);
+
+    loom_region_op pt = loom_task_begin(k, 4, 40, 1);
+    loom_mbar_expect(k, full, zero, (WM * WK + WK * WN) * 2);
+    loom_tma_load(k, A, ((loom_val[]){m0, zero}), loom_smem_slot(k, as, zero), full, zero);
+    loom_tma_load(k, B, ((loom_val[]){zero, zero}), loom_smem_slot(k, bs, zero), full, zero);
+    loom_task_end(k, pt);
+
+    loom_region_op ct = loom_task_begin(k, 4, 232, 1);
+    loom_mbar_wait(k, full, zero, zero);
+    loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(WM, WN));
+    loom_val acc = loom_wgmma(k, loom_smem_slot(k, as, zero), loom_smem_slot(k, bs, zero), acc0);
+    loom_wgmma_commit(k);
+    loom_region_op wt = loom_wgmma_wait(k, 0, 1, &acc);
+    acc = loom_wgmma_result(k, wt, 0);
+    loom_shape tile = LOOM_SHAPE2(WM, WN);
+    loom_val out;
+    switch (epi) {
+    case EPI_BIAS_ROW2D: { /* bias [1, BN]: a broadcast of the row */
+        loom_val b = loom_load(k, V, ((loom_val[]){zero, zero}), LOOM_SHAPE2(1, WN), LOOM_NONE, 0.0);
+        out = loom_add(k, acc, loom_broadcast(k, b, tile));
+        break;
+    }
+    case EPI_SCALE_COL: { /* a per-row scale [BM]: expand_dims on axis 1 */
+        loom_val s = loom_load(k, V, ((loom_val[]){m0}), LOOM_SHAPE1(WM), LOOM_NONE, 0.0);
+        out = loom_mul(k, loom_broadcast(k, loom_expand_dims(k, s, 1), tile), acc);
+        break;
+    }
+    case EPI_RESIDUAL: {
+        loom_val r = loom_load(k, V, ((loom_val[]){m0, zero}), tile, LOOM_NONE, 0.0);
+        out = loom_add(k, r, acc);
+        break;
+    }
+    case EPI_BIAS_F16: { /* an f16 bias, cast after the broadcast */
+        loom_val b = loom_load(k, V, ((loom_val[]){zero}), LOOM_SHAPE1(WN), LOOM_NONE, 0.0);
+        out = loom_add(k, loom_cast(k, loom_broadcast(k, loom_expand_dims(k, b, 0), tile), LOOM_F32), acc);
+        break;
+    }
+    default: { /* bias [BN], expand_dims on axis 0, broadcast, add (then relu) */
+        loom_val b = loom_load(k, V, ((loom_val[]){zero}), LOOM_SHAPE1(WN), LOOM_NONE, 0.0);
+        out = loom_add(k, acc, loom_broadcast(k, loom_expand_dims(k, b, 0), tile));
+        if (epi == EPI_BIAS_RELU)
+            out = loom_max(k, out, loom_splat(k, loom_const_f(k, LOOM_F32, 0), tile));
+        break;
+    }
+    }
+    loom_store(k, C, ((loom_val[]){m0, zero}), out, LOOM_NONE);
+    loom_task_end(k, ct);
+    return k;
+}
+
+static void acc_check(int epi)
+{
+    const int64_t M = 130; /* three tiles, the last with 2 rows */
+    loom_kernel *k = acc_kernel(M, epi);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    uint16_t *a = malloc(M * WK * 2), *b = malloc(WK * WN * 2), *v16 = malloc(WN * 2);
+    float *af = malloc(M * WK * 4), *bf = malloc(WK * WN * 4), *v = malloc(M * WN * 4), *c = calloc(M * WN, 4),
+          *ref = calloc(M * WN, 4);
+    fill(af, M * WK, 1);
+    fill(bf, WK * WN, 2);
+    fill(v, M * WN, 3);
+    for (int64_t i = 0; i < M * WK; i++)
+        a[i] = to_f16(af[i], &af[i]);
+    for (int64_t i = 0; i < WK * WN; i++)
+        b[i] = to_f16(bf[i], &bf[i]);
+    for (int64_t i = 0; i < WN; i++)
+        v16[i] = to_f16(v[i], &v[i]);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < WN; n++) {
+            float s = 0;
+            for (int64_t q = 0; q < WK; q++)
+                s += af[m * WK + q] * bf[q * WN + n];
+            float r = epi == EPI_SCALE_COL ? s * v[m] : epi == EPI_RESIDUAL ? s + v[m * WN + n] : s + v[n];
+            ref[m * WN + n] = epi == EPI_BIAS_RELU && r < 0 ? 0 : r;
+        }
+    int grid[3] = {3, 1, 1};
+    int64_t vbytes = epi == EPI_SCALE_COL ? M * 4 : epi == EPI_RESIDUAL ? M * WN * 4 : epi == EPI_BIAS_F16 ? WN * 2 : WN * 4;
+    targ args[] = {TA_BUF(a, M * WK * 2), TA_BUF(b, WK * WN * 2), TA_BUF(epi == EPI_BIAS_F16 ? (void *)v16 : v, vbytes),
+                   TA_BUF(c, M * WN * 4)};
+    T_RUN_OK(k, grid, args, 4);
+    expect_close(loom_kernel_name(k), c, ref, M * WN, 1e-3f);
+    /* the PTX's one bar.sync: the mbarrier inits made visible before the tasks start */
+    expect_fast(k, 1);
+    free(a), free(b), free(v16), free(af), free(bf), free(v), free(c), free(ref);
+    loom_kernel_destroy(k);
+}
+
+Test(obvious, bias_row_on_the_accumulator) { acc_check(EPI_BIAS_ROW); }
+Test(obvious, bias_row_2d_on_the_accumulator) { acc_check(EPI_BIAS_ROW2D); }
+Test(obvious, per_row_scale_on_the_accumulator) { acc_check(EPI_SCALE_COL); }
+Test(obvious, residual_add_on_the_accumulator) { acc_check(EPI_RESIDUAL); }
+Test(obvious, bias_and_relu_epilogue) { acc_check(EPI_BIAS_RELU); }
+Test(obvious, f16_bias_cast_after_the_broadcast) { acc_check(EPI_BIAS_F16); }
+
+/* ---------------------------------------------------------------- a pipelined GEMM with a bias */
+
+/* The persistent, warp-specialized GEMM of docs/dsl.md ("Writing a warp-specialized
+ * kernel"): BN = 256, 3 ring slots of BK = 64, an f16 output staged for TMA stores in two
+ * slots (tiles alternate between them), and a bias row added in the epilogue.  With the
+ * bias converted through scratch (64 KiB: the [64, 256] f32 tile) it needed more shared
+ * memory than the GPU has and was refused; in the accumulator's column slice it needs
+ * none. */
+enum { PM = 192, PN = 256, PK = 128, PBM = 64, PBN = 256, PBK = 64, PSLOTS = 3 };
+
+static loom_kernel *pipe_bias_gemm(void)
+{
+    loom_kernel *k = loom_kernel_create("pipe_bias_gemm", LOOM_PIPE_PRODUCER_WARPS + 4);
+    loom_pipe p = loom_pipe_create(k);
+    loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(PM, PK), LOOM_IN);
+    loom_val Bt = loom_arg_tensor(k, "Bt", LOOM_F16, LOOM_SHAPE2(PN, PK), LOOM_IN);
+    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(PN), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(PM, PN), LOOM_OUT);
+    loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(PBM, PBK), 1, LOOM_SWIZZLE_128},
+                               {LOOM_F16, LOOM_SHAPE2(PBN, PBK), 1, LOOM_SWIZZLE_128}};
+    loom_ring ring = loom_ring_create(k, PSLOTS, 1, 2, tiles);
+    int64_t tm = PM / PBM, tn = PN / PBN, nk = PK / PBK;
+    loom_sched sched = loom_sched_static(k, tm * tn, 1);
+    loom_epilogue epi = loom_epilogue_create(&p, LOOM_EPI_STAGED, C, LOOM_F16, LOOM_SHAPE2(PBM, PBN), 2, 128);
+    loom_val zero = I32(k, 0), one = I32(k, 1);
+
+    loom_region_op pt = loom_producer_begin(k);
+    {
+        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+        loom_val b, tr, tc;
+        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
+        loom_val m0 = loom_mul(k, tr, I32(k, PBM)), n0 = loom_mul(k, tc, I32(k, PBN)), it0 = loom_for_arg(k, tl, 0);
+        loom_region_op kl = loom_for_begin(k, zero, I32(k, nk), one, 0, NULL);
+        loom_val kk = loom_for_iv(k, kl), k0 = loom_mul(k, kk, I32(k, PBK));
+        loom_val s = loom_ring_produce(k, &ring, loom_add(k, it0, kk), -1);
+        loom_ring_load(k, &ring, s, 0, 0, A, ((loom_val[]){m0, k0}));
+        loom_ring_load_shared(k, &ring, s, 1, 0, Bt, ((loom_val[]){n0, k0}));
+        loom_for_end(k, kl, 0, NULL);
+        loom_val next = loom_add(k, it0, I32(k, nk));
+        loom_for_end(k, tl, 1, &next);
+    }
+    loom_task_end(k, pt);
+
+    loom_region_op ct = loom_consumers_begin(k, 4, 1);
+    {
+        loom_val init[2] = {zero, zero};
+        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 2, init);
+        loom_val b, tr, tc;
+        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
+        loom_val m0 = loom_mul(k, tr, I32(k, PBM)), n0 = loom_mul(k, tc, I32(k, PBN));
+        loom_val it0 = loom_for_arg(k, tl, 0), slot = loom_for_arg(k, tl, 1);
+        loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(PBM, PBN));
+        loom_region_op kl = loom_for_begin(k, zero, I32(k, nk), one, 1, &acc0);
+        {
+            loom_val s = loom_ring_consume(k, &ring, loom_add(k, it0, loom_for_iv(k, kl)));
+            loom_val acc = loom_wgmma(k, loom_ring_view(k, &ring, s, 0, LOOM_NONE),
+                                      loom_smem_trans(k, loom_ring_view(k, &ring, s, 1, LOOM_NONE)),
+                                      loom_for_arg(k, kl, 0));
+            loom_wgmma_commit(k);
+            loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
+            loom_ring_release(k, &ring, s);
+            loom_val r = loom_wgmma_result(k, w, 0);
+            loom_for_end(k, kl, 1, &r);
+        }
+        /* the epilogue, the plain way: bias row, broadcast, add, cast */
+        loom_val bv = loom_load(k, bias, ((loom_val[]){n0}), LOOM_SHAPE1(PBN), LOOM_NONE, 0.0);
+        loom_val y = loom_add(k, loom_for_result(k, kl, 0),
+                              loom_broadcast(k, loom_expand_dims(k, bv, 0), LOOM_SHAPE2(PBM, PBN)));
+        loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), loom_cast(k, y, LOOM_F16), slot);
+        loom_val next[2] = {loom_add(k, it0, I32(k, nk)), loom_sub(k, one, slot)};
+        loom_for_end(k, tl, 2, next);
+        loom_epilogue_finish(k, &epi);
+    }
+    loom_task_end(k, ct);
+    return k;
+}
+
+Test(obvious, pipelined_gemm_with_a_bias_fits_and_converts_nothing)
+{
+    loom_kernel *k = pipe_bias_gemm();
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    uint16_t *a = malloc(PM * PK * 2), *bt = malloc(PN * PK * 2), *c = calloc(PM * PN, 2);
+    float *af = malloc(PM * PK * 4), *bf = malloc(PN * PK * 4), *bias = malloc(PN * 4), *ref = malloc(PM * PN * 4),
+          *got = malloc(PM * PN * 4);
+    fill(af, PM * PK, 4);
+    fill(bf, PN * PK, 5);
+    fill(bias, PN, 6);
+    for (int64_t i = 0; i < PM * PK; i++)
+        a[i] = to_f16(af[i], &af[i]);
+    for (int64_t i = 0; i < PN * PK; i++)
+        bt[i] = to_f16(bf[i], &bf[i]);
+    for (int64_t m = 0; m < PM; m++)
+        for (int64_t n = 0; n < PN; n++) {
+            float s = bias[n];
+            for (int64_t q = 0; q < PK; q++)
+                s += af[m * PK + q] * bf[n * PK + q];
+            ref[m * PN + n] = ir_f16_to_f32(ir_f32_to_f16(s));
+        }
+    int grid[3] = {2, 1, 1}; /* persistent: 3 tiles over 2 programs */
+    targ args[] = {TA_BUF(a, PM * PK * 2), TA_BUF(bt, PN * PK * 2), TA_BUF(bias, PN * 4), TA_BUF(c, PM * PN * 2)};
+    T_RUN_OK(k, grid, args, 4);
+    for (int64_t i = 0; i < PM * PN; i++)
+        got[i] = ir_f16_to_f32(c[i]);
+    expect_close("C", got, ref, PM * PN, 4e-3f);
+    expect_fast(k, -1);
+    char *ptx = NULL, err[4096];
+    size_t smem = 0;
+    cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
+    size_t tiles = (size_t)PSLOTS * (PBM + PBN) * PBK * 2 + 2 * PBM * PBN * 2;
+    cr_expect(smem <= tiles + 1024, "%zu bytes of shared memory for %zu of ring and staging", smem, tiles);
+    free(ptx);
+    free(a), free(bt), free(c), free(af), free(bf), free(bias), free(ref), free(got);
+    loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- on a loaded (blocked) tile */
+
+enum { XR = 40, XC = 96, XBM = 16, XBN = 128 }; /* a tile larger than the tensor: masked edges */
+
+/* y = x * scale[r] + bias[c] (+ x, the residual, and relu), the row and column vectors
+ * loaded as vectors and broadcast; `order` puts the broadcast operand first. */
+static loom_kernel *blocked_kernel(int order)
+{
+    loom_kernel *k = loom_kernel_create(order ? "blocked_bias_first" : "blocked_bias", 4);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F16, LOOM_SHAPE2(XR, XC), LOOM_IN);
+    loom_val S = loom_arg_tensor(k, "scale", LOOM_F32, LOOM_SHAPE1(XR), LOOM_IN);
+    loom_val Bv = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(XC), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE2(XR, XC), LOOM_OUT);
+    loom_val r0 = loom_mul(k, loom_program_id(k, 0), I32(k, XBM)), zero = I32(k, 0);
+    loom_shape tile = LOOM_SHAPE2(XBM, XBN);
+    loom_val x = loom_cast(k, loom_load(k, X, ((loom_val[]){r0, zero}), tile, LOOM_NONE, 0.0), LOOM_F32);
+    loom_val s = loom_broadcast(k, loom_expand_dims(k, loom_load(k, S, ((loom_val[]){r0}), LOOM_SHAPE1(XBM), LOOM_NONE, 0.0), 1), tile);
+    loom_val b = loom_broadcast(k, loom_expand_dims(k, loom_load(k, Bv, ((loom_val[]){zero}), LOOM_SHAPE1(XBN), LOOM_NONE, 0.0), 0), tile);
+    loom_val y = order ? loom_add(k, b, loom_mul(k, s, x)) : loom_add(k, loom_mul(k, x, s), b);
+    y = loom_add(k, y, x);
+    y = loom_max(k, y, loom_splat(k, loom_const_f(k, LOOM_F32, 0), tile));
+    loom_store(k, Y, ((loom_val[]){r0, zero}), y, LOOM_NONE);
+    return k;
+}
+
+Test(obvious, row_and_column_vectors_on_a_blocked_tile)
+{
+    for (int order = 0; order < 2; order++) {
+        loom_kernel *k = blocked_kernel(order);
+        cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+        uint16_t x16[XR * XC];
+        float x[XR * XC], s[XR], b[XC], y[XR * XC], ref[XR * XC];
+        fill(x, XR * XC, 7);
+        fill(s, XR, 8);
+        fill(b, XC, 9);
+        for (int i = 0; i < XR * XC; i++)
+            x16[i] = to_f16(x[i], &x[i]);
+        for (int r = 0; r < XR; r++)
+            for (int c = 0; c < XC; c++) {
+                float v = x[r * XC + c] * s[r] + b[c] + x[r * XC + c];
+                ref[r * XC + c] = v < 0 ? 0 : v;
+            }
+        int grid[3] = {(XR + XBM - 1) / XBM, 1, 1};
+        targ args[] = {TA_ARR(x16), TA_ARR(s), TA_ARR(b), TA_ARR(y)};
+        T_RUN_OK(k, grid, args, 4);
+        expect_close("y", y, ref, XR * XC, 1e-5f);
+        expect_fast(k, 0);
+        loom_kernel_destroy(k);
+    }
+}
+
+/* ---------------------------------------------------------------- loop-carried splat starts */
+
+enum { SR = 48, SC = 200, SBM = 16, SBN = 32 };
+
+/* Row sums of x [SR, SC] in steps of SBN columns, the docs' reduction idiom: the running
+ * sum starts as a splat of 0 and is carried by the loop. */
+static loom_kernel *rowsum_kernel(void)
+{
+    loom_kernel *k = loom_kernel_create("rowsum", 4);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F16, LOOM_SHAPE2(SR, SC), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE1(SR), LOOM_OUT);
+    loom_val r0 = loom_mul(k, loom_program_id(k, 0), I32(k, SBM));
+    loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0.0), LOOM_SHAPE1(SBM));
+    loom_region_op loop = loom_for_begin(k, I32(k, 0), I32(k, SC), I32(k, SBN), 1, &acc0);
+    {
+        loom_val c0 = loom_for_iv(k, loop);
+        loom_val t = loom_load(k, X, ((loom_val[]){r0, c0}), LOOM_SHAPE2(SBM, SBN), LOOM_NONE, 0.0);
+        loom_val s = loom_reduce_sum(k, loom_cast(k, t, LOOM_F32), 1);
+        loom_val next = loom_add(k, loom_for_arg(k, loop, 0), s);
+        loom_for_end(k, loop, 1, &next);
+    }
+    loom_store(k, Y, ((loom_val[]){r0}), loom_for_result(k, loop, 0), LOOM_NONE);
+    return k;
+}
+
+Test(obvious, splat_started_row_sums_in_a_loop)
+{
+    loom_kernel *k = rowsum_kernel();
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    static uint16_t x16[SR * SC];
+    static float x[SR * SC];
+    float y[SR], ref[SR];
+    fill(x, SR * SC, 10);
+    for (int i = 0; i < SR * SC; i++)
+        x16[i] = to_f16(x[i], &x[i]);
+    for (int r = 0; r < SR; r++) {
+        double s = 0;
+        for (int c = 0; c < SC; c++)
+            s += x[r * SC + c];
+        ref[r] = (float)s;
+    }
+    int grid[3] = {SR / SBM, 1, 1};
+    targ args[] = {TA_ARR(x16), TA_ARR(y)};
+    T_RUN_OK(k, grid, args, 2);
+    expect_close("y", y, ref, SR, 1e-4f);
+    expect_fast(k, 0);
+    loom_kernel_destroy(k);
+}
+
+/* Online softmax over rows of x [SR, SC], one pass of SBN-column blocks: a running max
+ * (splat of -inf) and a running sum (splat of 0) carried by the loop, rescaled as the
+ * max grows; a second loop writes exp(x - max) / sum. */
+static loom_kernel *online_softmax_kernel(void)
+{
+    loom_kernel *k = loom_kernel_create("online_softmax", 4);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(SR, SC), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE2(SR, SC), LOOM_OUT);
+    loom_val r0 = loom_mul(k, loom_program_id(k, 0), I32(k, SBM));
+    loom_shape row = LOOM_SHAPE1(SBM), tile = LOOM_SHAPE2(SBM, SBN);
+    loom_val log2e = loom_const_f(k, LOOM_F32, 1.4426950408889634);
+    loom_val init[2] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), row),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0.0), row)};
+    loom_region_op loop = loom_for_begin(k, I32(k, 0), I32(k, SC), I32(k, SBN), 2, init);
+    {
+        loom_val c0 = loom_for_iv(k, loop), m = loom_for_arg(k, loop, 0), l = loom_for_arg(k, loop, 1);
+        loom_val x = loom_load(k, X, ((loom_val[]){r0, c0}), tile, LOOM_NONE, -INFINITY);
+        loom_val mn = loom_max(k, m, loom_reduce_max(k, x, 1));
+        loom_val p = loom_exp2(k, loom_mul(k, loom_sub(k, x, loom_broadcast(k, loom_expand_dims(k, mn, 1), tile)),
+                                           loom_splat(k, log2e, tile)));
+        loom_val alpha = loom_exp2(k, loom_mul(k, loom_sub(k, m, mn), loom_splat(k, log2e, row)));
+        loom_val ln = loom_add(k, loom_mul(k, l, alpha), loom_reduce_sum(k, p, 1));
+        loom_for_end(k, loop, 2, ((loom_val[]){mn, ln}));
+    }
+    loom_val m = loom_for_result(k, loop, 0), l = loom_for_result(k, loop, 1);
+    loom_val inv = loom_broadcast(k, loom_expand_dims(k, loom_div(k, loom_splat(k, loom_const_f(k, LOOM_F32, 1.0), row), l), 1), tile);
+    loom_val mb = loom_broadcast(k, loom_expand_dims(k, m, 1), tile);
+    loom_region_op out = loom_for_begin(k, I32(k, 0), I32(k, SC), I32(k, SBN), 0, NULL);
+    {
+        loom_val c0 = loom_for_iv(k, out);
+        loom_val x = loom_load(k, X, ((loom_val[]){r0, c0}), tile, LOOM_NONE, -INFINITY);
+        loom_val p = loom_exp2(k, loom_mul(k, loom_sub(k, x, mb), loom_splat(k, log2e, tile)));
+        loom_store(k, Y, ((loom_val[]){r0, c0}), loom_mul(k, p, inv), LOOM_NONE);
+        loom_for_end(k, out, 0, NULL);
+    }
+    return k;
+}
+
+Test(obvious, online_softmax_with_splat_starts)
+{
+    loom_kernel *k = online_softmax_kernel();
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    static float x[SR * SC], y[SR * SC], ref[SR * SC];
+    fill(x, SR * SC, 11);
+    for (int r = 0; r < SR; r++) {
+        double mx = -INFINITY, s = 0;
+        for (int c = 0; c < SC; c++)
+            mx = fmax(mx, x[r * SC + c] * 3.0);
+        for (int c = 0; c < SC; c++)
+            s += exp(x[r * SC + c] * 3.0 - mx);
+        for (int c = 0; c < SC; c++)
+            ref[r * SC + c] = (float)(exp(x[r * SC + c] * 3.0 - mx) / s);
+    }
+    for (int i = 0; i < SR * SC; i++)
+        x[i] *= 3.0f;
+    int grid[3] = {SR / SBM, 1, 1};
+    targ args[] = {TA_ARR(x), TA_ARR(y)};
+    T_RUN_OK(k, grid, args, 2);
+    expect_close("y", y, ref, SR * SC, 1e-4f);
+    expect_fast(k, 0);
+    loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- what still converts */
+
+/* x + x^T: the same loaded tile in two layouts, so one side must move; the report names
+ * the add's line and the bytes. */
+static loom_kernel *transpose_add_kernel(int *add_line)
+{
+    loom_kernel *k = loom_kernel_create("transpose_add", 4);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_OUT);
+    loom_val zero = I32(k, 0);
+    loom_val x = loom_load(k, X, ((loom_val[]){zero, zero}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0.0);
+    *add_line = __LINE__; loom_val y = loom_add(k, x, loom_trans(k, x));
+    loom_store(k, Y, ((loom_val[]){zero, zero}), y, LOOM_NONE);
+    return k;
+}
+
+Test(obvious, a_conversion_that_remains_is_reported_with_its_line_and_bytes)
+{
+    int line = 0;
+    loom_kernel *k = transpose_add_kernel(&line);
+    static float x[64 * 64], y[64 * 64], ref[64 * 64];
+    fill(x, 64 * 64, 12);
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < 64; c++)
+            ref[r * 64 + c] = x[r * 64 + c] + x[c * 64 + r];
+    int grid[3] = {1, 1, 1};
+    targ args[] = {TA_ARR(x), TA_ARR(y)};
+    T_RUN_OK(k, grid, args, 2);
+    expect_close("y", y, ref, 64 * 64, 0);
+    char *text = NULL;
+    costs s = explain(k, &text);
+    cr_expect_eq(s.convert, 1, "one conversion:\n%s", text);
+    cr_expect_eq(s.first_line, line, "at the add's line %d: %s", line, s.first);
+    cr_expect(t_names_line(s.first, __FILE__, line), "the text names the line: %s", s.first);
+    cr_expect_eq(s.convert_bytes, 64 * 64 * 4, "the f32 tile's bytes: %zu", s.convert_bytes);
+    cr_expect(strstr(s.first, "16384 bytes of scratch") && strstr(s.first, "2 bar.sync") &&
+                  strstr(s.first, "once a program") && strstr(s.first, "add: converts"),
+              "bytes, barriers and how often: %s", s.first);
+    cr_expect_eq(s.barriers, 2);
+    cr_expect(strstr(text, "1 conversion,"), "totals:\n%s", text);
+    free(text);
+    /* the PTX has the conversion's two bar.sync */
+    char *ptx = NULL, err[2048];
+    cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect_eq(t_count(ptx, "bar.sync"), 2, "%d bar.sync", t_count(ptx, "bar.sync"));
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+/* A conversion inside a loop is paid each iteration: the report says which loop. */
+Test(obvious, a_conversion_in_a_loop_names_the_loop)
+{
+    loom_kernel *k = loom_kernel_create("transpose_loop", 4);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_OUT);
+    loom_val zero = I32(k, 0);
+    int loop_line = __LINE__; loom_region_op l = loom_for_begin(k, zero, I32(k, 4), I32(k, 1), 0, NULL);
+    loom_val x = loom_load(k, X, ((loom_val[]){zero, zero}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0.0);
+    int add_line = __LINE__; loom_val y = loom_add(k, x, loom_trans(k, x));
+    loom_store(k, Y, ((loom_val[]){zero, zero}), y, LOOM_NONE);
+    loom_for_end(k, l, 0, NULL);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    costs s = explain(k, NULL);
+    cr_expect_eq(s.convert, 1);
+    cr_expect(t_names_line(s.first, __FILE__, add_line), "%s", s.first);
+    const char *at = strstr(s.first, "each iteration of the loop at ");
+    cr_expect(at && t_names_line(at, __FILE__, loop_line), "the loop's line %d in: %s", loop_line, s.first);
+    loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- the refusal lists what uses the memory */
+
+Test(obvious, the_shared_memory_refusal_lists_each_use_with_its_line)
+{
+    loom_kernel *k = loom_kernel_create("too_big", 4);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_OUT);
+    int ring_line = __LINE__; loom_val ring = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(64, 64), 27, LOOM_SWIZZLE_128);
+    (void)ring;
+    loom_val zero = I32(k, 0);
+    loom_val x = loom_load(k, X, ((loom_val[]){zero, zero}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0.0);
+    int add_line = __LINE__; loom_val y = loom_add(k, x, loom_trans(k, x));
+    loom_store(k, Y, ((loom_val[]){zero, zero}), y, LOOM_NONE);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    char *ptx = NULL, err[8192];
+    loom_status st = loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err);
+    cr_assert_eq(st, LOOM_ERR_UNSUPPORTED, "%s", err);
+    cr_expect(strstr(err, "more than 227 KiB"), "%s", err);
+    cr_expect(t_names_line(err, __FILE__, ring_line) && strstr(err, "ring slots: 27 x f16[64x64] = 221184 bytes"),
+              "the ring, with its line: %s", err);
+    cr_expect(t_names_line(err, __FILE__, add_line) && strstr(err, "16384 bytes of scratch"),
+              "the conversion, with its line: %s", err);
+    /* explain reports the same uses, and the refusal */
+    costs s = {0};
+    char *text = NULL;
+    st = loom_kernel_explain(k, NULL, on_cost, &s, &text, err, sizeof err);
+    cr_expect_eq(st, LOOM_ERR_UNSUPPORTED);
+    cr_expect(s.smem == 1 && s.convert == 1, "%d allocations, %d conversions", s.smem, s.convert);
+    cr_expect(text && t_names_line(text, __FILE__, ring_line), "%s", text ? text : "(none)");
+    free(text);
+    loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- LOOM_DUMP_AFTER=layouts, LOOM_EXPLAIN */
+
+/* Run `fn` with stderr sent to a file; return what it printed (malloc'ed). */
+static char *capture_stderr(void (*fn)(void *), void *arg)
+{
+    fflush(stderr);
+    char path[] = "/tmp/loom-obvious-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    int saved = dup(2);
+    dup2(fd, 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *s = calloc((size_t)n + 1, 1);
+    cr_assert(s);
+    cr_assert_eq(pread(fd, s, (size_t)n, 0), n);
+    close(fd);
+    unlink(path);
+    return s;
+}
+
+static void compile_quiet(void *arg)
+{
+    char *ptx = NULL, err[2048];
+    cr_assert_eq(loom_compile_ptx(arg, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    free(ptx);
+}
+
+Test(obvious, dump_after_layouts_prints_each_values_layout)
+{
+    loom_kernel *k = acc_kernel(64, EPI_BIAS_ROW);
+    setenv("LOOM_DUMP_AFTER", "layouts", 1);
+    char *out = capture_stderr(compile_quiet, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    cr_expect(strstr(out, "// layouts of bias_row"), "%s", out);
+    /* the accumulator, and the bias row in a slice of it, loaded where it is used */
+    cr_expect(strstr(out, "(wgmma at ") && strstr(out, "wgmma accumulator [64x128]"), "%s", out);
+    cr_expect(strstr(out, "f32[128] (load at ") && strstr(out, "a slice of #"), "%s", out);
+    free(out);
+    loom_kernel_destroy(k);
+}
+
+Test(obvious, loom_explain_prints_at_compile)
+{
+    int line = 0;
+    loom_kernel *k = transpose_add_kernel(&line);
+    setenv("LOOM_EXPLAIN", "1", 1);
+    char *out = capture_stderr(compile_quiet, k);
+    unsetenv("LOOM_EXPLAIN");
+    cr_expect(strstr(out, "what kernel 'transpose_add' costs (LOOM_EXPLAIN)"), "%s", out);
+    cr_expect(t_names_line(out, __FILE__, line) && strstr(out, "16384 bytes of scratch"), "%s", out);
+    free(out);
+    loom_kernel_destroy(k);
+}

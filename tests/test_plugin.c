@@ -1,0 +1,437 @@
+/*
+ * test_plugin.c -- a user's templates from a plugin (loom_plugin_load, loom.h section 11)
+ * and loomc's help.
+ *
+ * The plugins are built by CMake from tests/plugins/ into test_plugins/ beside this
+ * binary, as a user builds one (loom.h only; loom's symbols left to the program that loads
+ * them).  Each way a plugin can fail to load must be refused with a message naming the
+ * plugin and what is wrong (dlopen's text, the missing symbol, the other version, the
+ * template and its field), leaving the registry as it was; the plugin that loads must
+ * then work as a built-in does: found, checked on the interpreter, compiled to PTX, tuned
+ * and written by loom_aot_write with its operation's hooks.  Criterion runs each test in
+ * its own process, so each starts from the built-ins alone.
+ */
+#include "loomc_test.h"
+#include "testutil.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* tests/plugins' tp_NAME.so, beside this binary (LOOM_TEST_PLUGIN_DIR overrides). */
+static const char *plugin(const char *name)
+{
+    static char path[PATH_MAX + 64];
+    char dir[PATH_MAX] = "";
+    const char *env = getenv("LOOM_TEST_PLUGIN_DIR");
+    if (env) {
+        snprintf(dir, sizeof dir, "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        cr_assert(n > 0, "cannot read /proc/self/exe");
+        dir[n] = 0;
+        char *slash = strrchr(dir, '/');
+        cr_assert(slash);
+        snprintf(slash, sizeof dir - (size_t)(slash - dir), "/test_plugins");
+    }
+    snprintf(path, sizeof path, "%s/tp_%s.so", dir, name);
+    /* the build makes them beside loom_tests (CMake target tp_NAME), always; a copy of
+     * loom_tests elsewhere (a GPU pack) may come without them */
+    if (access(path, R_OK) != 0)
+        cr_skip_test("%s is missing: the test plugins are built beside loom_tests (CMake targets tp_*); "
+                     "LOOM_TEST_PLUGIN_DIR names another directory", path);
+    return path;
+}
+
+/* loom_plugin_load must fail, leaving the registry as it was; the message in err. */
+static void load_fails(const char *path, char *err, size_t n)
+{
+    int before = loom_template_count(), count = -1;
+    err[0] = 0;
+    cr_assert_eq(loom_plugin_load(path, &count, err, n), LOOM_ERR_INVALID, "%s loaded", path);
+    cr_expect_eq(count, 0);
+    cr_expect_eq(loom_template_count(), before, "a refused plugin added templates");
+    cr_expect(strstr(err, path), "the message does not name the plugin: %s", err);
+}
+
+/* ---------------------------------------------------------------- help */
+
+Test(plugin, help)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert(f);
+    cr_assert_eq(loomc_help(f, NULL), 0);
+    fclose(f);
+    const char *cmds[] = {"list", "show", "ir", "emit", "run", "tune", "aot", "help"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "  loomc %s", cmds[i]);
+        cr_expect(strstr(text, want), "the page lacks %s:\n%s", cmds[i], text);
+        cr_expect(loomc_command_known(cmds[i]), "%s", cmds[i]);
+    }
+    cr_expect(strstr(text, "--plugin LIB.so"), "%s", text);
+    free(text);
+    /* a command's page: its synopsis and each of its options, and the common ones */
+    f = open_memstream(&text, &len);
+    cr_assert_eq(loomc_help(f, "aot"), 0);
+    fclose(f);
+    const char *opts[] = {"usage: loomc aot NAME", "--shape", "--config", "--tuned", "--stage", "--arch", "--prefix",
+                          "-o DIR", "--plugin", "--help"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        cr_expect(strstr(text, opts[i]), "aot's page lacks %s:\n%s", opts[i], text);
+    free(text);
+    f = open_memstream(&text, &len);
+    cr_assert_eq(loomc_help(f, "run"), 0);
+    fclose(f);
+    cr_expect(strstr(text, "--interpret") && strstr(text, "--seed") && !strstr(text, "--prefix"), "%s", text);
+    free(text);
+    /* no such command: -1 and nothing written */
+    f = open_memstream(&text, &len);
+    cr_expect_eq(loomc_help(f, "frobnicate"), -1);
+    fclose(f);
+    cr_expect_eq(len, 0);
+    free(text);
+    cr_expect(!loomc_command_known("frobnicate") && !loomc_command_known("--help") && !loomc_command_known(NULL));
+}
+
+Test(plugin, args)
+{
+    loomc_opts o;
+    char err[512];
+    cr_assert_eq(t_loomc("run gemm --help", &o, err, sizeof err), 0, "%s", err);
+    cr_expect(o.help && !strcmp(o.name, "gemm"));
+    cr_assert_eq(t_loomc("aot -h", &o, err, sizeof err), 0, "%s", err);
+    cr_expect(o.help);
+    cr_assert_eq(t_loomc("emit mine --plugin a.so --plugin /x/b.so -o k.ptx", &o, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(o.nplugins, 2);
+    cr_expect(!strcmp(o.plugins[0], "a.so") && !strcmp(o.plugins[1], "/x/b.so") && !strcmp(o.name, "mine"));
+    cr_expect_eq(t_loomc("run mine --plugin", &o, err, sizeof err), -1);
+    cr_expect(strstr(err, "--plugin needs a shared object"), "%s", err);
+    char many[2048] = "list";
+    for (int i = 0; i <= LOOMC_MAX_PLUGINS; i++)
+        strcat(many, " --plugin p.so");
+    cr_expect_eq(t_loomc(many, &o, err, sizeof err), -1);
+    cr_expect(strstr(err, "at most 16 --plugin"), "%s", err);
+}
+
+/* loomc itself (beside this binary, as the build makes it): "CMD" run with stdout and
+ * stderr into out; returns the exit status. */
+static int run_loomc(const char *args, char *out, size_t n)
+{
+    char exe[PATH_MAX] = "", cmd[PATH_MAX + 1024], log[] = "/tmp/loom_tp_cli_XXXXXX";
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    cr_assert(len > 0);
+    exe[len] = 0;
+    snprintf(strrchr(exe, '/'), sizeof exe - (size_t)(strrchr(exe, '/') - exe), "/loomc");
+    if (access(exe, X_OK) != 0)
+        cr_skip_test("%s is missing: loomc is built beside loom_tests", exe);
+    int fd = mkstemp(log);
+    cr_assert(fd >= 0);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>&1", exe, args, log);
+    int st = system(cmd);
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    out[fread(out, 1, n - 1, f)] = 0;
+    fclose(f);
+    unlink(log);
+    cr_assert(WIFEXITED(st), "loomc %s did not exit", args);
+    return WEXITSTATUS(st);
+}
+
+Test(plugin, loomc_cli)
+{
+    static char out[1 << 16];
+    /* the page, on stdout, exit status 0: --help, -h, help, help CMD, CMD --help */
+    cr_expect_eq(run_loomc("--help", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "commands:") && strstr(out, "  loomc aot NAME"), "%s", out);
+    cr_expect_eq(run_loomc("-h", out, sizeof out), 0, "%s", out);
+    cr_expect_eq(run_loomc("help", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "options of every command:"), "%s", out);
+    cr_expect_eq(run_loomc("help tune", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "usage: loomc tune NAME") && strstr(out, "--report FILE.svg"), "%s", out);
+    cr_expect_eq(run_loomc("emit --help", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "usage: loomc emit NAME") && strstr(out, "       loomc emit --all"), "%s", out);
+    /* usage errors: status 2 and a message */
+    cr_expect_eq(run_loomc("frobnicate", out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "loomc: unknown command 'frobnicate' (loomc --help lists them)"), "%s", out);
+    cr_expect_eq(run_loomc("help frobnicate", out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "loomc help: unknown command 'frobnicate'"), "%s", out);
+    cr_expect_eq(run_loomc("help aot run", out, sizeof out), 2, "%s", out);
+    cr_expect_eq(run_loomc("run tp_scale --plugin /nonexistent/libmine.so --interpret", out, sizeof out), 2, "%s",
+                 out);
+    cr_expect(strstr(out, "loomc: plugin /nonexistent/libmine.so: cannot load it: "), "%s", out);
+    cr_expect_eq(run_loomc("show tp_scale", out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "unknown kernel 'tp_scale'") && strstr(out, "--plugin LIB.so"), "%s", out);
+    /* a plugin's template in loomc's commands */
+    char args[PATH_MAX + 200];
+    snprintf(args, sizeof args, "run tp_scale --plugin %s --shape N=300 --interpret", plugin("ok"));
+    cr_expect_eq(run_loomc(args, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "tp_scale: ok on interpreter"), "%s", out);
+    char ok[PATH_MAX + 64]; /* plugin() returns one buffer */
+    snprintf(ok, sizeof ok, "%s", plugin("ok"));
+    snprintf(args, sizeof args, "list --plugin %s --plugin %s", ok, plugin("bad"));
+    cr_expect_eq(run_loomc(args, out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "ikbo_fa\ntp_scale\ntp_other\n"), "%s", out);
+}
+
+/* ---------------------------------------------------------------- loading errors */
+
+Test(plugin, missing_file)
+{
+    char err[2048];
+    load_fails("/nonexistent/libmine.so", err, sizeof err);
+    cr_expect(strstr(err, "cannot load it") && strstr(err, "No such file"), "%s", err);
+    /* a file that is no shared object: dlopen's reason */
+    char path[] = "/tmp/loom_tp_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "not an ELF file\n", 16), 16);
+    close(fd);
+    load_fails(path, err, sizeof err);
+    cr_expect(strstr(err, "cannot load it: "), "%s", err);
+    unlink(path);
+    cr_expect_eq(loom_plugin_load(NULL, NULL, err, sizeof err), LOOM_ERR_INVALID);
+    cr_expect(strstr(err, "no path"), "%s", err);
+}
+
+Test(plugin, missing_entry_point)
+{
+    char err[2048];
+    const char *p = plugin("noentry");
+    load_fails(p, err, sizeof err);
+    cr_expect(strstr(err, "no entry point 'loom_plugin_init'") && strstr(err, "undefined symbol: loom_plugin_init") &&
+                  strstr(err, "LOOM_PLUGIN_INIT"),
+              "%s", err);
+}
+
+Test(plugin, not_a_plugin)
+{
+    /* a shared object that is no loom plugin (no loom_plugin_version): libm */
+    char err[2048];
+    load_fails("libm.so.6", err, sizeof err);
+    cr_expect(strstr(err, "no symbol 'loom_plugin_version'") && strstr(err, "is it a loom plugin?"), "%s", err);
+}
+
+Test(plugin, version_mismatch)
+{
+    /* refused before its entry point (which aborts) is called */
+    char err[2048];
+    const char *p = plugin("oldversion");
+    load_fails(p, err, sizeof err);
+    char want[200];
+    snprintf(want, sizeof want, "was built against loom 0.0.1; this is loom %s", LOOM_VERSION);
+    cr_expect(strstr(err, want) && strstr(err, "rebuild it"), "%s", err);
+}
+
+Test(plugin, missing_field)
+{
+    char err[2048];
+    setenv("LOOM_TP_FAULT", "nofield", 1);
+    load_fails(plugin("bad"), err, sizeof err);
+    cr_expect(strstr(err, "template 'tp_nofield': field 'reference' is NULL (required)"), "%s", err);
+    /* all or nothing: tp_other, registered first and good, is not in the registry either */
+    cr_expect_null(loom_template_find("tp_other"));
+    cr_expect_null(loom_template_find("tp_nofield"));
+}
+
+Test(plugin, duplicate_name)
+{
+    char err[2048];
+    setenv("LOOM_TP_FAULT", "dup", 1);
+    load_fails(plugin("bad"), err, sizeof err);
+    cr_expect(strstr(err, "template 'tp_other': field 'name': 'tp_other' is taken by another template of this plugin"),
+              "%s", err);
+    setenv("LOOM_TP_FAULT", "builtin", 1);
+    load_fails(plugin("bad"), err, sizeof err);
+    cr_expect(strstr(err, "template 'gemm': field 'name': 'gemm' is taken by a built-in template"), "%s", err);
+    cr_expect_eq(loom_template_find("gemm")->build != NULL, 1);
+    /* a plugin loaded twice: its templates' names are taken the second time */
+    unsetenv("LOOM_TP_FAULT");
+    cr_assert_eq(loom_plugin_load(plugin("bad"), NULL, err, sizeof err), LOOM_OK, "%s", err);
+    load_fails(plugin("bad"), err, sizeof err);
+    cr_expect(strstr(err, "'tp_other' is taken by a template of a plugin loaded before"), "%s", err);
+    cr_expect_not_null(loom_template_find("tp_other"), "the first load's template went away");
+}
+
+Test(plugin, bad_init)
+{
+    char err[2048];
+    setenv("LOOM_TP_FAULT", "badkey", 1);
+    load_fails(plugin("bad"), err, sizeof err);
+    cr_expect(strstr(err, "template 'tp_badkey': field 'config[0].key' is 'block-size', not a C identifier"), "%s",
+              err);
+    setenv("LOOM_TP_FAULT", "fails", 1);
+    load_fails(plugin("bad"), err, sizeof err);
+    cr_expect(strstr(err, "loom_plugin_init returned 3 (not 0)"), "%s", err);
+    setenv("LOOM_TP_FAULT", "none", 1);
+    load_fails(plugin("bad"), err, sizeof err);
+    cr_expect(strstr(err, "registered no template"), "%s", err);
+}
+
+/* loom_template_validate on each required field and malformed parameter. */
+Test(plugin, validate)
+{
+    const loom_template *g = loom_template_find("row_softmax");
+    char err[1024];
+    for (int i = 0; i < loom_template_count(); i++)
+        cr_expect_eq(loom_template_validate(loom_template_at(i), err, sizeof err), 0, "%s", err);
+    static const struct {
+        const char *field, *want;
+    } cases[] = {
+        {"name", "a template's field 'name' is NULL (required)"},
+        {"name-ident", "template 'row softmax': field 'name' is not a C identifier"},
+        {"build", "template 'row_softmax': field 'build' is NULL (required)"},
+        {"grid", "field 'grid' is NULL (required)"},
+        {"init", "field 'init' is NULL (required)"},
+        {"reference", "field 'reference' is NULL (required)"},
+        {"nshape", "field 'nshape' is 17 (0 to 16)"},
+        {"key", "field 'shape[1].key' is NULL (required)"},
+        {"dupkey", "field 'config[1].key': 'BM' is also config[0]'s key"},
+        {"ncand", "field 'config[0].ncand' of 'BM' is 17 (0 to 16)"},
+        {"grid_rule", "field 'grid_rule' is NULL, but shape parameter 'R' is run-time"},
+        {"rtol", "field 'rtol' is -1 (0 or more)"},
+        {"config-runtime", "field 'config[1].runtime' of 'warps' is set"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        loom_template t = *g;
+        const char *f = cases[i].field;
+        if (!strcmp(f, "name"))
+            t.name = NULL;
+        else if (!strcmp(f, "name-ident"))
+            t.name = "row softmax";
+        else if (!strcmp(f, "build"))
+            t.build = NULL;
+        else if (!strcmp(f, "grid"))
+            t.grid = NULL;
+        else if (!strcmp(f, "init"))
+            t.init = NULL;
+        else if (!strcmp(f, "reference"))
+            t.reference = NULL;
+        else if (!strcmp(f, "nshape"))
+            t.nshape = 17;
+        else if (!strcmp(f, "key"))
+            t.shape[1].key = NULL;
+        else if (!strcmp(f, "dupkey"))
+            t.config[1].key = "BM";
+        else if (!strcmp(f, "ncand"))
+            t.config[0].ncand = 17;
+        else if (!strcmp(f, "grid_rule"))
+            t.grid_rule = NULL;
+        else if (!strcmp(f, "rtol"))
+            t.rtol = -1;
+        else if (!strcmp(f, "config-runtime"))
+            t.config[1].runtime = 1;
+        cr_expect_eq(loom_template_validate(&t, err, sizeof err), -1, "%s passed", f);
+        cr_expect(strstr(err, cases[i].want), "%s: %s", f, err);
+    }
+    /* optional fields may be left out */
+    loom_template t = *g;
+    t.doc = NULL, t.valid = NULL, t.cost = NULL, t.bucket = NULL, t.bound = NULL, t.aot = NULL, t.atol = t.rtol = 0;
+    cr_expect_eq(loom_template_validate(&t, err, sizeof err), 0, "%s", err);
+}
+
+/* ---------------------------------------------------------------- a plugin that loads */
+
+Test(plugin, round_trip, .timeout = 120)
+{
+    char err[4096], report[1024];
+    int n0 = loom_template_count(), count = 0;
+    cr_assert_null(loom_template_find("tp_scale"));
+    cr_assert_eq(loom_plugin_load(plugin("ok"), &count, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect_eq(count, 1);
+    cr_assert_eq(loom_template_count(), n0 + 1);
+    const loom_template *t = loom_template_find("tp_scale");
+    cr_assert_not_null(t);
+    cr_expect_eq(loom_template_at(n0), t, "a plugin's templates come after the built-ins");
+    /* the built-ins are as they were */
+    cr_expect_not_null(loom_template_find("gemm"));
+    /* loomc's parameters, a check on the interpreter, PTX */
+    int64_t shape[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
+    cr_assert_eq(loomc_template_params(t, "N=1000", "BLOCK=128", shape, config, err, sizeof err), 0, "%s", err);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    cr_assert(rt);
+    cr_expect_eq(loom_template_check(rt, t, shape, config, 1, report, sizeof report), LOOM_OK, "%s", report);
+    cr_expect(strstr(report, "tp_scale: ok"), "%s", report);
+    loom_kernel *k = t->build(shape, config, err, sizeof err);
+    cr_assert(k, "%s", err);
+    char *ptx = NULL;
+    cr_expect_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect(ptx && strstr(ptx, ".entry tp_scale"), "no entry tp_scale in the PTX");
+    free(ptx);
+    loom_kernel_destroy(k);
+    /* the tuner on the interpreter: nothing timed, the default config, a ready kernel */
+    loom_tuned r;
+    loom_tune_opts to = {.quiet = 1};
+    loom_tune(rt, t, shape, 1, &to, &r);
+    cr_expect(r.source == LOOM_TUNE_DEFAULT && r.status == LOOM_OK && r.kernel, "%s", r.note);
+    cr_expect_eq(r.config[0], 256);
+    loom_tuned_release(&r, 1);
+    loom_runtime_destroy(rt);
+
+    /* loomc aot's files: the template's dispatch table and launch, then the operation's
+     * hooks (tp_ok.c): a second kernel, and a function naming it */
+    char dir[] = "/tmp/loom_tp_aot_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    int64_t shapes[2][LOOM_MAX_PARAMS] = {{1000}, {4096}}, configs[2][LOOM_MAX_PARAMS] = {{256, 4}, {256, 4}};
+    loom_aot_request q = {t, 2, (const int64_t(*)[LOOM_MAX_PARAMS])shapes, (const int64_t(*)[LOOM_MAX_PARAMS])configs,
+                          4, "sm_90a", "mine", dir, "loomc aot tp_scale ..."};
+    cr_assert_eq(loom_aot_write(&q, err, sizeof err), LOOM_OK, "%s", err);
+    char path[256];
+    static char text[1 << 21];
+    snprintf(path, sizeof path, "%s/mine.h", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    cr_expect(strstr(text, "mine_status mine_tp_scale_launch(const mine_tp_scale_shape *shape, CUdeviceptr x, "
+                           "CUdeviceptr y, CUstream stream);") &&
+                  strstr(text, "const char *mine_tp_scale_second(void);") && strstr(text, "row 0 launches kernel 0"),
+              "%s", text);
+    remove(path);
+    snprintf(path, sizeof path, "%s/mine.c", dir);
+    f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    /* a kernel a shape (N is in the code), and the operation's */
+    cr_expect(strstr(text, "static aot_kstate aot_states[3];") &&
+                  strstr(text, "const char *mine_tp_scale_second(void) { return aot_kernels[2].name; }") &&
+                  strstr(text, "tp_scale's operation: BLOCK=128"),
+              "the operation's kernel or function is missing");
+    remove(path);
+    rmdir(dir);
+}
+
+/* A template with no operation takes the generic path alone: no hook runs. */
+Test(plugin, aot_generic, .timeout = 120)
+{
+    char err[4096];
+    unsetenv("LOOM_TP_FAULT");
+    cr_assert_eq(loom_plugin_load(plugin("bad"), NULL, err, sizeof err), LOOM_OK, "%s", err);
+    const loom_template *t = loom_template_find("tp_other");
+    cr_assert(t && !t->aot);
+    char dir[] = "/tmp/loom_tp_aot_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    int64_t shapes[1][LOOM_MAX_PARAMS] = {{1000}}, configs[1][LOOM_MAX_PARAMS] = {{256, 4}};
+    loom_aot_request q = {t, 1, (const int64_t(*)[LOOM_MAX_PARAMS])shapes, (const int64_t(*)[LOOM_MAX_PARAMS])configs,
+                          4, "sm_90a", "g", dir, NULL};
+    cr_assert_eq(loom_aot_write(&q, err, sizeof err), LOOM_OK, "%s", err);
+    char path[256];
+    static char text[1 << 21];
+    snprintf(path, sizeof path, "%s/g.c", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    cr_expect(strstr(text, "static aot_kstate aot_states[1];") && strstr(text, "g_tp_other_launch("), "%s", path);
+    remove(path);
+    snprintf(path, sizeof path, "%s/g.h", dir);
+    remove(path);
+    rmdir(dir);
+}
