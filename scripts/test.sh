@@ -38,6 +38,20 @@ fi
 echo "== Criterion tests"
 "$BUILD/loom_tests" -j2
 
+echo "== bench_obvious --interpret: issue 36's kernels written the obvious way, checked on the interpreter; their PTX through ptxas"
+# about 2 s: the kernels at small shapes against their references, their cost reports (no
+# conversion), and the GPU shapes' PTX without spills
+log=$("$BUILD/bench_obvious" --interpret --ptx "$BUILD/ptx/obvious" 2>&1) || { echo "$log"; echo "bench_obvious failed"; exit 1; }
+echo "$log" | grep -E "^  (check|=>)"
+if command -v ptxas >/dev/null; then
+    for f in "$BUILD"/ptx/obvious/*.ptx; do
+        log=$(ptxas -arch=sm_90a -v "$f" -o /dev/null 2>&1) || { echo "$log"; echo "ptxas failed on $f"; exit 1; }
+        if echo "$log" | grep "bytes spill" | grep -vq " 0 bytes spill stores, 0 bytes spill loads"; then
+            echo "$log"; echo "spills in $f"; exit 1
+        fi
+    done
+fi
+
 echo "== examples/aot: lce_aot, built from loomc aot's files alone (no libloom, LLVM or libcuda)"
 # the generated code's own names start with aot_ (static) and lce_ (its API): none is loom_
 LCE_AOT="$BUILD/examples/aot/lce_aot"

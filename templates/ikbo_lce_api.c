@@ -26,6 +26,7 @@
  */
 #include "ikbo_lce.h"
 #include "rt.h"
+#include "tpl_device.h"
 #include "tune.h"
 #include "../util/util.h"
 
@@ -792,8 +793,9 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
  * On the GPU: inputs made on the device (the tuner's fill kernels, a contiguous
  * mapping, as the tuner's ikbo_lce default); each candidate prepared with the config
  * (stage 4's tuned one; stages 0-2 take their plain-GEMM tiles where it is transposed)
- * and run once into its own output; the outputs compared pairwise on the device (the
- * tuner's comparison kernel, the template's tolerance doubled since both sides round):
+ * and run once into its own output; the outputs compared pairwise on the device by the
+ * error model (the tuner's comparison kernel with ik_pair_bound_kernel's bound: two right
+ * stages' f32 sums, rounded halves and final roundings):
  * the largest group agreeing with one member stays, ties to the earlier stage (stage 0,
  * the framework's algorithm, first), the others are dropped with the count and size of
  * their differences; a lone survivor of several is no evidence, so prepare fails.  Then
@@ -1032,13 +1034,15 @@ static loom_status inputs_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, c
     return st;
 }
 
-/* The comparison of two outputs on the device: the tuner's kernel (per 2048 elements:
- * those beyond atol + rtol |ref|, the largest difference) and its fold to two numbers. */
+/* The comparison of two stages' outputs on the device by the error model: the tuner's
+ * comparison kernel (per 2048 elements: those beyond rtol |a| + bound, the largest
+ * difference) and its fold to two numbers, with the pair bound of ik_pair_bound_kernel
+ * (templates/tpl_device.h) computed once from the inputs. */
 typedef struct auto_cmp {
     loom_kernel *k, *fold;
     int grid[3];
-    loom_buffer *bad, *maxerr, *two;
-    double atol, rtol;
+    loom_buffer *bad, *maxerr, *two, *bound;
+    double rtol;
 } auto_cmp;
 
 static void cmp_free(auto_cmp *c)
@@ -1048,38 +1052,61 @@ static void cmp_free(auto_cmp *c)
     loom_buffer_destroy(c->bad);
     loom_buffer_destroy(c->maxerr);
     loom_buffer_destroy(c->two);
+    loom_buffer_destroy(c->bound);
 }
 
 /* At s, the prepare's largest shape (the outputs are that large: the same kernels in every
- * bucket; rows past a bucket's B are the outputs' poison in both). */
-static loom_status cmp_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, auto_cmp *c)
+ * bucket; rows past a bucket's B are the outputs' poison in both, NaN in both, which the
+ * comparison takes as equal); w_user and w_cand the host's weights [M, K]. */
+static loom_status cmp_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user, const void *w_cand,
+                            const auto_inputs *in, auto_cmp *c)
 {
     memset(c, 0, sizeof *c);
-    const loom_template *t = loom_template_find("ikbo_lce");
-    c->atol = 2 * t->atol; /* both sides round */
-    c->rtol = 2 * t->rtol;
+    c->rtol = ik_pair_rtol(s->dtype);
     c->grid[1] = c->grid[2] = 1;
+    int bg[3];
+    loom_kernel *bk = ik_pair_bound_kernel(s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, bg);
     loom_status st = LOOM_OK;
-    if (!(c->k = tune_compare_kernel(s->dtype, s->B * s->M * s->N, false, &c->grid[0])) ||
-        !(c->fold = tune_reduce2_kernel(c->grid[0], TUNE_RED_SUM, TUNE_RED_MAX)))
+    if (!bk || !(c->k = tune_compare_kernel(s->dtype, s->B * s->M * s->N, true, &c->grid[0])) ||
+        !(c->fold = tune_reduce2_kernel(c->grid[0], TUNE_RED_SUM, TUNE_RED_MAX))) {
+        loom_kernel_destroy(bk);
         return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "outputs of %lld elements cannot be compared",
                         (long long)(s->B * s->M * s->N));
+    }
+    size_t e = loom_dtype_size(s->dtype);
+    loom_buffer *wu = NULL, *wc = NULL;
     if (!(c->bad = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) ||
-        !(c->maxerr = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) || !(c->two = tpl_zeroed_buffer(rt, 8, &st)))
+        !(c->maxerr = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) || !(c->two = tpl_zeroed_buffer(rt, 8, &st)) ||
+        !(c->bound = tpl_zeroed_buffer(rt, (size_t)(s->B * s->M * s->N) * 4, &st)) ||
+        !(wu = tpl_zeroed_buffer(rt, (size_t)(s->M * s->Ku) * e, &st)) ||
+        !(wc = tpl_zeroed_buffer(rt, (size_t)(s->M * s->Kc) * e, &st)) ||
+        (st = loom_buffer_upload(wu, w_user, (size_t)(s->M * s->Ku) * e)) != LOOM_OK ||
+        (st = loom_buffer_upload(wc, w_cand, (size_t)(s->M * s->Kc) * e)) != LOOM_OK ||
+        (st = loom_prepare_many(rt, (loom_kernel *[]){c->k, c->fold, bk}, 3, 0)) != LOOM_OK) {
+        loom_buffer_destroy(wu);
+        loom_buffer_destroy(wc);
+        loom_kernel_destroy(bk);
         return st;
-    return loom_prepare_many(rt, (loom_kernel *[]){c->k, c->fold}, 2, 0);
+    }
+    loom_arg a[6] = {LOOM_ARG_BUF(wu), LOOM_ARG_BUF(in->eu), LOOM_ARG_BUF(wc), LOOM_ARG_BUF(in->ec),
+                     LOOM_ARG_BUF(in->map), LOOM_ARG_BUF(c->bound)};
+    st = loom_launch(rt, bk, bg, a, 6);
+    loom_buffer_destroy(wu);
+    loom_buffer_destroy(wc);
+    loom_kernel_destroy(bk);
+    return st;
 }
 
-/* Elements of a beyond tolerance of b, and the largest difference. */
+/* Elements of a past their bound of b, and the largest difference. */
 static loom_status cmp_run(loom_runtime *rt, auto_cmp *c, loom_buffer *a, loom_buffer *b, double *nbad, double *worst)
 {
-    loom_arg x[6] = {LOOM_ARG_BUF(a), LOOM_ARG_BUF(b), LOOM_ARG_F32((float)c->atol), LOOM_ARG_F32((float)c->rtol),
-                     LOOM_ARG_BUF(c->bad), LOOM_ARG_BUF(c->maxerr)};
+    loom_arg x[7] = {LOOM_ARG_BUF(a), LOOM_ARG_BUF(b), LOOM_ARG_BUF(c->bound), LOOM_ARG_F32(0.0f),
+                     LOOM_ARG_F32((float)c->rtol), LOOM_ARG_BUF(c->bad), LOOM_ARG_BUF(c->maxerr)};
     loom_arg f[3] = {LOOM_ARG_BUF(c->bad), LOOM_ARG_BUF(c->maxerr), LOOM_ARG_BUF(c->two)};
     static const int one[3] = {1, 1, 1};
     float two[2];
     loom_status st;
-    if ((st = loom_launch(rt, c->k, c->grid, x, 6)) != LOOM_OK ||
+    if ((st = loom_launch(rt, c->k, c->grid, x, 7)) != LOOM_OK ||
         (st = loom_launch(rt, c->fold, one, f, 3)) != LOOM_OK ||
         (st = loom_buffer_download(c->two, two, sizeof two)) != LOOM_OK)
         return st;
@@ -1103,7 +1130,8 @@ static loom_status auto_run_once(void *ctx)
 /* Check the candidates that ran against one another; drop those outside the largest
  * agreeing group.  A failure (the reason in rt) when the check cannot run, or several
  * ran and no two agree. */
-static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *hs, auto_cand *c)
+static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *hs, const void *w_user, const void *w_cand,
+                              const auto_inputs *inputs, auto_cand *c)
 {
     int in[AUTO_N], nin = 0;
     for (int i = 0; i < AUTO_N; i++)
@@ -1112,7 +1140,7 @@ static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *hs, a
     if (nin < 2)
         return LOOM_OK; /* nothing to compare with (stage 4's config was checked by the tuner) */
     auto_cmp cmp;
-    loom_status st = cmp_make(rt, hs, &cmp);
+    loom_status st = cmp_make(rt, hs, w_user, w_cand, inputs, &cmp);
     double nbad[AUTO_N][AUTO_N] = {{0}}, worst[AUTO_N][AUTO_N] = {{0}};
     for (int a = 0; a < nin && st == LOOM_OK; a++)
         for (int b = a + 1; b < nin && st == LOOM_OK; b++) {
@@ -1136,13 +1164,13 @@ static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *hs, a
     if (most < 2)
         return tpl_fail(rt, LOOM_ERR_RUNTIME,
                  "loom_ikbo_lce_prepare: auto: no two stages agree at this shape (stage %d vs %d: %.0f elements "
-                 "beyond tolerance, max |diff| %.3g): a bug in loom, please report it; pin a stage meanwhile",
+                 "past their error bound, max |diff| %.3g): a bug in loom, please report it; pin a stage meanwhile",
                         (int)c[in[0]].stage, (int)c[in[1]].stage, nbad[in[0]][in[1]], worst[in[0]][in[1]]);
     for (int a = 0; a < nin; a++) {
         int i = in[a];
         if (i != ref && nbad[i][ref] > 0)
-            snprintf(c[i].why, sizeof c[i].why, "its output differs from stage %d's: %.0f elements beyond tolerance, "
-                     "max |diff| %.3g", (int)c[ref].stage, nbad[i][ref], worst[i][ref]);
+            snprintf(c[i].why, sizeof c[i].why, "its output differs from stage %d's: %.0f elements past their error "
+                     "bound, max |diff| %.3g", (int)c[ref].stage, nbad[i][ref], worst[i][ref]);
     }
     return LOOM_OK;
 }
@@ -1251,7 +1279,7 @@ static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, co
         }
     }
     int best = -1, rounds = 0;
-    if ((st = auto_check(rt, hs, c)) == LOOM_OK) {
+    if ((st = auto_check(rt, hs, wu, wc, &in, c)) == LOOM_OK) {
         loom_buffer *o = NULL;
         for (int i = 0; i < AUTO_N; i++) /* one output for the timed runs; the others go */
             if (!c[i].why[0] && !o)

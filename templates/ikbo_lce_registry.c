@@ -434,6 +434,59 @@ loom_kernel *ik_bound_kernel(const int64_t *sh, int grid[3])
     return ref_bound_kernel(&s);
 }
 
+/* LOOM_IKBO_AUTO's pairwise check (templates/ikbo_lce_api.c): the bound of |a - b| for two
+ * right stages' outputs a and b at each element, less the part proportional to their
+ * magnitudes, which the comparison's rtol carries (ik_pair_rtol).  Each stage is within
+ * err = gamma_(Ku+Kc+2) (|W_cand| @ |E_cand| + |W_user| @ |E_user|) (its f32 sums however
+ * split) + half an ulp of each half (a decomposed stage rounds them; the halves' values
+ * summed in f32 too, so within that of the exact ones) of the exact value before its own
+ * rounding; so |a - b| <= 2 err +
+ * ulp(a) / 2 + ulp(b) / 2, and ulp(x) <= rel |x| + tiny (tpl_device_ulp_ub) with |b| <= |a|
+ * + |a - b| gives |a - b| <= (2 err + tiny) (1 + 2^-9) + rel (1 + 2^-9) |a| (rel = 2^-10 for
+ * f16, 2^-7 for bf16).  The bound kernel writes (2 err + tiny) (1 + 2^-9), the
+ * magnitudes from loom's SIMT path as the reference kernels; the weights unpadded [M, K]
+ * (the host's), E and the mapping as the stage-4 kernel's, at the prepare's largest B and U. */
+double ik_pair_rtol(loom_dtype dt) { return (dt == LOOM_BF16 ? 0x1p-7 : 0x1p-10) * (1 + 0x1p-9); }
+
+loom_kernel *ik_pair_bound_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t Ku, int64_t Kc, loom_dtype dt,
+                                  int grid[3])
+{
+    int64_t tiles = TPL_CDIV(M, REF_RM) * TPL_CDIV(N, REF_RN);
+    if (tiles > INT32_MAX || B > 65535 || U < 1 || Ku > INT32_MAX || Kc > INT32_MAX ||
+        (dt != LOOM_F16 && dt != LOOM_BF16))
+        return NULL;
+    grid[0] = (int)tiles;
+    grid[1] = (int)B;
+    grid[2] = 1;
+    loom_kernel *k = loom_kernel_create("ikbo_lce_pair_bound", 4);
+    loom_val wu = loom_arg_tensor(k, "W_user", dt, LOOM_SHAPE2(M, Ku), LOOM_IN);
+    loom_val eu = loom_arg_tensor(k, "E_user", dt, LOOM_SHAPE3(U, Ku, N), LOOM_IN);
+    loom_val wc = loom_arg_tensor(k, "W_cand", dt, LOOM_SHAPE2(M, Kc), LOOM_IN);
+    loom_val ec = loom_arg_tensor(k, "E_cand", dt, LOOM_SHAPE3(B, Kc, N), LOOM_IN);
+    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    loom_val bound = loom_arg_tensor(k, "bound", LOOM_F32, LOOM_SHAPE3(B, M, N), LOOM_OUT);
+    ik_spec s = {.M = M, .N = N};
+    loom_val m0, n0, b = loom_program_id(k, 1);
+    ref_tile(k, &s, &m0, &n0);
+    loom_shape t = LOOM_SHAPE2(REF_RM, REF_RN);
+    loom_val u = loom_load_scalar(k, map, &b);
+    loom_val magc = ref_gemm_of(k, wc, ec, Kc, b, m0, n0, true);
+    loom_val magu = ref_gemm_of(k, wu, eu, Ku, u, m0, n0, true);
+    /* the halves' values (in f32: within ek of the exact ones), for their roundings */
+    loom_val hc = loom_abs(k, ref_gemm_of(k, wc, ec, Kc, b, m0, n0, false));
+    loom_val hu = loom_abs(k, ref_gemm_of(k, wu, eu, Ku, u, m0, n0, false));
+#define C(x) loom_splat(k, loom_const_f(k, LOOM_F32, (x)), t)
+    double up = 1 + 0x1p-9, tiny = dt == LOOM_BF16 ? 0x1p-133 : 0x1p-24;
+    loom_val ek = loom_mul(k, C(loom_f32_sum_error(Ku + Kc + 2, 1.0) * up), loom_add(k, magc, magu));
+    loom_val halves = loom_mul(k, C(0.5), loom_add(k, tpl_device_ulp_ub(k, dt, loom_add(k, hc, ek), t),
+                                                   tpl_device_ulp_ub(k, dt, loom_add(k, hu, ek), t)));
+    loom_val err = loom_add(k, ek, halves);
+    loom_val bnd = loom_mul(k, loom_add(k, loom_mul(k, C(2.0), err), C(tiny)), C(up));
+#undef C
+    loom_store(k, bound, ((loom_val[]){b, m0, n0}), bnd, LOOM_NONE);
+    return k;
+}
+
 int ik_reference_kernels(const int64_t *sh, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n)
 {
     static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the reference has no config */

@@ -78,6 +78,14 @@ int ik_reference_kernels(const int64_t *shape, loom_kernel **k, int (*grid)[3], 
  * kernels cannot serve the shape. */
 loom_kernel *ik_bound_kernel(const int64_t *shape, int grid[3]);
 
+/* LOOM_IKBO_AUTO's pairwise check of two stages' outputs by the error model: the kernel
+ * of the bound less its part proportional to |a| (grid: tiles x B), and that part's
+ * factor, the comparison's rtol (templates/ikbo_lce_registry.c says how they are
+ * derived).  NULL where the shape is past the SIMT kernels. */
+loom_kernel *ik_pair_bound_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t Ku, int64_t Kc, loom_dtype dt,
+                                  int grid[3]);
+double ik_pair_rtol(loom_dtype dt);
+
 /* bench_ikbo_lce's check, by the error model (docs/checks.md), of an output of any stage
  * (or of the framework) against f32 references of its halves: refc [B, M, N] = W_cand
  * E_cand[b], refu [U, M, N] = W_user E_user[u], and their magnitudes absc, absu (sums of

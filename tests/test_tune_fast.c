@@ -408,6 +408,112 @@ Test(tune_fast, broadcast_add_device_reference_and_bound_match_the_host_model, .
     device_path("ikbo_broadcast_add", "B=3,U=2,M=9,N=17,dtype=f32", 2);
 }
 
+/* LOOM_IKBO_AUTO's pairwise check: stages 0, 2 and 4 run on the interpreter at a small odd
+ * shape; every pair within rtol |a| + the pair bound (no false failure), the bound not
+ * vacuous (at most 4x what the host model gives two right kernels: 2 (gamma (|c| + |u|)
+ * + halves) + an ulp), and one element moved just past it caught. */
+Test(tune_fast, ikbo_auto_pair_bound_passes_right_stages_and_catches_a_planted_error, .timeout = 300)
+{
+    const int64_t B = 24, U = 5, M = 77, N = 64, Ku = 37, Kc = 229;
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    uint64_t seed = 21;
+    size_t nwu = (size_t)(M * Ku), nwc = (size_t)(M * Kc), neu = (size_t)(U * Ku * N), nec = (size_t)(B * Kc * N);
+    size_t no = (size_t)(B * M * N);
+    uint16_t *wu = malloc(nwu * 2), *wc = malloc(nwc * 2), *eu = malloc(neu * 2), *ec = malloc(nec * 2);
+    int32_t map[24];
+    tpl_fill(wu, LOOM_F16, (int64_t)nwu, -1, 1, &seed);
+    tpl_fill(wc, LOOM_F16, (int64_t)nwc, -1, 1, &seed);
+    tpl_fill(eu, LOOM_F16, (int64_t)neu, -1, 1, &seed);
+    tpl_fill(ec, LOOM_F16, (int64_t)nec, -1, 1, &seed);
+    ik_mapping(B, U, 1, 5, map);
+    loom_buffer *dwu = loom_buffer_create(rt, nwu * 2), *dwc = loom_buffer_create(rt, nwc * 2);
+    loom_buffer *deu = loom_buffer_create(rt, neu * 2), *dec = loom_buffer_create(rt, nec * 2);
+    loom_buffer *dmap = loom_buffer_create(rt, sizeof map), *dbound = loom_buffer_create(rt, no * 4);
+    loom_buffer *out[3];
+    cr_assert_eq(loom_buffer_upload(dwu, wu, nwu * 2) | loom_buffer_upload(dwc, wc, nwc * 2) |
+                     loom_buffer_upload(deu, eu, neu * 2) | loom_buffer_upload(dec, ec, nec * 2) |
+                     loom_buffer_upload(dmap, map, sizeof map), LOOM_OK);
+    const loom_ikbo_lce_shape ls = {B, U, M, N, Ku, Kc, LOOM_F16};
+    const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6, 0, 0, 1};
+    const loom_ikbo_stage st[3] = {LOOM_IKBO_MATERIALIZED, LOOM_IKBO_K_ALIGNED, LOOM_IKBO_PERSISTENT};
+    uint16_t *o[3];
+    for (int i = 0; i < 3; i++) {
+        loom_ikbo_lce *p = NULL;
+        cr_assert_eq(loom_ikbo_lce_prepare(rt, &ls, st[i], wu, wc, &cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
+        out[i] = loom_buffer_create(rt, no * 2);
+        cr_assert_eq(loom_ikbo_lce_run(p, deu, dec, dmap, out[i]), LOOM_OK, "%s", loom_runtime_error(rt));
+        o[i] = download(out[i]);
+        loom_ikbo_lce_destroy(p);
+    }
+    int grid[3];
+    loom_kernel *bk = ik_pair_bound_kernel(B, U, M, N, Ku, Kc, LOOM_F16, grid);
+    cr_assert(bk);
+    loom_arg a[6] = {LOOM_ARG_BUF(dwu), LOOM_ARG_BUF(deu), LOOM_ARG_BUF(dwc), LOOM_ARG_BUF(dec), LOOM_ARG_BUF(dmap),
+                     LOOM_ARG_BUF(dbound)};
+    cr_assert_eq(loom_launch(rt, bk, grid, a, 6), LOOM_OK, "%s", loom_runtime_error(rt));
+    float *bnd = download(dbound);
+    double rtol = ik_pair_rtol(LOOM_F16), worst = 0, loosest = 0;
+    for (size_t x = 0; x < no; x++) {
+        int64_t b = (int64_t)x / (M * N), mn = (int64_t)x % (M * N), m = mn / N, j = mn % N;
+        double absc = 0, absu = 0, c = 0, uu = 0;
+        for (int64_t q = 0; q < Kc; q++) {
+            double t = tpl_get(wc, LOOM_F16, m * Kc + q) * tpl_get(ec, LOOM_F16, (b * Kc + q) * N + j);
+            c += t, absc += fabs(t);
+        }
+        for (int64_t q = 0; q < Ku; q++) {
+            double t = tpl_get(wu, LOOM_F16, m * Ku + q) * tpl_get(eu, LOOM_F16, (map[b] * Ku + q) * N + j);
+            uu += t, absu += fabs(t);
+        }
+        double ek = loom_f32_sum_error(Ku + Kc + 2, absc + absu);
+        double host = 2 * (ek + loom_ulp(LOOM_F16, fabs(c) + ek) / 2 + loom_ulp(LOOM_F16, fabs(uu) + ek) / 2) +
+                      loom_ulp(LOOM_F16, fabs(c + uu) + 2 * ek);
+        for (int i = 0; i < 3; i++)
+            for (int k = i + 1; k < 3; k++) {
+                double av = tpl_get(o[i], LOOM_F16, (int64_t)x), bv = tpl_get(o[k], LOOM_F16, (int64_t)x);
+                double tol = rtol * fabs(bv) + bnd[x];
+                worst = fmax(worst, fabs(av - bv) / tol);
+                loosest = fmax(loosest, tol / host);
+            }
+    }
+    cr_expect_leq(worst, 1.0, "two right stages differ by %g of their pair bound", worst);
+    cr_expect_leq(loosest, 4.0, "the pair bound is %g times the host model's", loosest);
+    cr_log_info("auto's pair check: worst |a - b| / bound %.3g, bound / host model's at most %.3g", worst, loosest);
+    /* one element of stage 4's output moved to the nearest f16 past the bound: caught */
+    size_t at = no / 2 + 7;
+    double r = tpl_get(o[0], LOOM_F16, (int64_t)at), v = r;
+    while (!(fabs(v - r) > rtol * fabs(v) + bnd[at])) { /* up an f16 at a time: just past it */
+        tpl_set(o[2], LOOM_F16, (int64_t)at, v + 0.75 * loom_ulp(LOOM_F16, v));
+        v = tpl_get(o[2], LOOM_F16, (int64_t)at);
+    }
+    cr_assert_eq(loom_buffer_upload(out[2], o[2], no * 2), LOOM_OK);
+    int cg;
+    loom_kernel *ck = tune_compare_kernel(LOOM_F16, (int64_t)no, true, &cg);
+    loom_buffer *cbad = loom_buffer_create(rt, (size_t)cg * 4), *cmax = loom_buffer_create(rt, (size_t)cg * 4);
+    loom_arg ca[7] = {LOOM_ARG_BUF(out[0]), LOOM_ARG_BUF(out[2]), LOOM_ARG_BUF(dbound), LOOM_ARG_F32(0.0f),
+                      LOOM_ARG_F32((float)rtol), LOOM_ARG_BUF(cbad), LOOM_ARG_BUF(cmax)};
+    int g3[3] = {cg, 1, 1};
+    cr_assert_eq(loom_launch(rt, ck, g3, ca, 7), LOOM_OK, "%s", loom_runtime_error(rt));
+    float *nb = download(cbad);
+    double nbad = 0;
+    for (int i = 0; i < cg; i++)
+        nbad += nb[i];
+    cr_expect_eq(nbad, 1.0, "the planted element: %g counted", nbad);
+    free(nb);
+    loom_buffer_destroy(cbad);
+    loom_buffer_destroy(cmax);
+    loom_kernel_destroy(ck);
+    loom_kernel_destroy(bk);
+    for (int i = 0; i < 3; i++) {
+        free(o[i]);
+        loom_buffer_destroy(out[i]);
+    }
+    loom_buffer *bs[] = {dwu, dwc, deu, dec, dmap, dbound};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
+        loom_buffer_destroy(bs[i]);
+    free(bnd), free(wu), free(wc), free(eu), free(ec);
+    loom_runtime_destroy(rt);
+}
+
 Test(tune_fast, ikbo_check_kernel_counts_what_the_host_model_counts)
 {
     const int64_t B = 3, U = 2, M = 7, N = 300, Ku = 100, Kc = 60; /* M * N = 2100: two programs a candidate */
@@ -635,6 +741,7 @@ Test(tune_fast, device_kernels_compile_to_ptx_at_the_headline, .timeout = 300)
     for (int i = 0; i < nr; i++)
         ks[n++] = ref[i];
     ks[n++] = ik_bound_kernel(sh, rg[0]);
+    ks[n++] = ik_pair_bound_kernel(1024, 15, 433, 256, 1178, 866, LOOM_F16, rg[0]); /* LOOM_IKBO_AUTO's check */
     /* ikbo_fa's and ikbo_broadcast_add's reference and bound kernels at their headlines
      * (the templates' default shapes), f16 and bf16 */
     const char *others[] = {"ikbo_fa", "ikbo_broadcast_add"};
