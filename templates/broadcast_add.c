@@ -22,16 +22,30 @@
 #include <math.h>
 #include <string.h>
 
+/* The kernel's arguments: B, U, cand, user, cand_to_user, out (the reference kernels of
+ * the tuner's device path take the same). */
+typedef struct ba_args {
+    loom_val B, U, cand, user, map, out;
+} ba_args;
+
+static ba_args ba_declare(loom_kernel *k, const tpl_broadcast_add_shape *s)
+{
+    ba_args a;
+    /* the batch's candidates and users, given at each launch (at most s->B and s->U) */
+    a.B = loom_arg_dim(k, "B", s->B, 1);
+    a.U = loom_arg_dim(k, "U", s->U, 1);
+    a.cand = loom_arg_tensor(k, "cand", s->dtype, LOOM_SHAPE3(LOOM_DIM(a.B), s->M, s->N), LOOM_IN);
+    a.user = loom_arg_tensor(k, "user", s->dtype, LOOM_SHAPE3(LOOM_DIM(a.U), s->M, s->N), LOOM_IN);
+    a.map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(LOOM_DIM(a.B)), LOOM_IN);
+    a.out = loom_arg_tensor(k, "out", s->dtype, LOOM_SHAPE3(LOOM_DIM(a.B), s->M, s->N), LOOM_OUT);
+    return a;
+}
+
 loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn, int warps)
 {
     loom_kernel *k = loom_kernel_create("ikbo_broadcast_add", warps);
-    /* the batch's candidates and users, given at each launch (at most s->B and s->U) */
-    loom_val B = loom_arg_dim(k, "B", s->B, 1);
-    loom_val U = loom_arg_dim(k, "U", s->U, 1);
-    loom_val cand = loom_arg_tensor(k, "cand", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_IN);
-    loom_val user = loom_arg_tensor(k, "user", s->dtype, LOOM_SHAPE3(LOOM_DIM(U), s->M, s->N), LOOM_IN);
-    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(LOOM_DIM(B)), LOOM_IN);
-    loom_val out = loom_arg_tensor(k, "out", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_OUT);
+    ba_args a = ba_declare(k, s);
+    loom_val user = a.user, map = a.map, cand = a.cand, out = a.out;
 
     /* which tile of [M, N] and which candidate this program handles */
     int64_t tiles_n = TPL_CDIV(s->N, bn);
@@ -256,13 +270,9 @@ enum { BR_RM = 16, BR_RN = 64 };
 static loom_kernel *br_kernel(const tpl_broadcast_add_shape *s, bool with_bound)
 {
     loom_kernel *k = loom_kernel_create(with_bound ? "ikbo_broadcast_add_ref_bound" : "ikbo_broadcast_add_ref", 4);
-    loom_val B = loom_arg_dim(k, "B", s->B, 1);
-    loom_val U = loom_arg_dim(k, "U", s->U, 1);
-    loom_val cand = loom_arg_tensor(k, "cand", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_IN);
-    loom_val user = loom_arg_tensor(k, "user", s->dtype, LOOM_SHAPE3(LOOM_DIM(U), s->M, s->N), LOOM_IN);
-    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(LOOM_DIM(B)), LOOM_IN);
-    loom_val out = loom_arg_tensor(k, "out", s->dtype, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_OUT);
-    loom_val bound = with_bound ? loom_arg_tensor(k, "bound", LOOM_F32, LOOM_SHAPE3(LOOM_DIM(B), s->M, s->N), LOOM_OUT)
+    ba_args a = ba_declare(k, s);
+    loom_val cand = a.cand, user = a.user, map = a.map, out = a.out;
+    loom_val bound = with_bound ? loom_arg_tensor(k, "bound", LOOM_F32, LOOM_SHAPE3(LOOM_DIM(a.B), s->M, s->N), LOOM_OUT)
                                 : LOOM_NONE;
     loom_val tile = loom_program_id(k, 0), b = loom_program_id(k, 1);
     loom_val tn = loom_const_i(k, LOOM_I32, TPL_CDIV(s->N, BR_RN));
