@@ -35,7 +35,6 @@
 #include "ikbo_fa.h"
 #include "ikbo_lce.h" /* ik_mapping */
 #include "rt.h"
-#include "tpl_device.h"
 #include "../tune/tune.h"
 
 #include <math.h>
@@ -109,93 +108,25 @@ static loom_buffer *buf(loom_runtime *rt, size_t bytes)
     return b;
 }
 
-/* The check by the error model (docs/checks.md), on the device: the ikbo_fa template's
- * device reference (a naive f32 SIMT attention over the plan's row blocks) into ref, the
- * bound kernel's per-element bound (fa_bound's terms from the same pass, twice the model's
- * error since the reference sums in f32 too, plus an ulp), and the tuner's comparison:
- * elements past their bound counted and the worst |err| / bound, folded on the device. */
-typedef struct fa_model {
-    loom_runtime *rt;
-    loom_dtype dt;
-    loom_kernel *ref, *bnd, *cmp, *red;
-    int rg[3], bg[3], cg;
-    int64_t n;
-    loom_buffer *plan, *lens, *claims, *refout, *bound, *cbad, *cmax, *csum;
-    loom_arg args[12];
-} fa_model;
-
-static void model_open(fa_model *m, loom_runtime *rt, const fa_case *c, loom_buffer *q, loom_buffer *k,
-                       loom_buffer *v, const int32_t *map, const int32_t *lens)
+/* The check by the error model (docs/checks.md), on the device: support/fa_ref.c's
+ * faref_model (the ikbo_fa template's device reference and bound kernels, the tuner's
+ * comparison with that bound), shared with tests/test_ikbo_fa.c. */
+static void model_open(faref_model *m, loom_runtime *rt, fa_ref *fr, const fa_case *c, loom_buffer *q,
+                       loom_buffer *k, loom_buffer *v, const int32_t *map, const int32_t *lens)
 {
-    memset(m, 0, sizeof *m);
-    m->rt = rt;
-    loom_dtype dt = m->dt = c->bf16 ? LOOM_BF16 : LOOM_F16;
-    const loom_template *t = loom_template_find("ikbo_fa");
-    const tpl_device *d = tpl_device_find(t);
-    int64_t sh[9] = {c->B, c->U, c->S, c->H, c->D, c->nseed, dt, c->varlen, c->shuffle};
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, c->bf16 ? LOOM_BF16 : LOOM_F16, c->varlen};
     char err[512];
-    if (!d || d->reference(sh, &m->ref, &m->rg, 1, err, sizeof err) != 1 || !(m->bnd = d->bound(sh, m->bg)))
-        DIE("the device reference: %s", d ? err : "ikbo_fa has no device entry");
-    m->n = fa_rows(&s) * s.H * s.D;
-    if (!(m->cmp = tune_compare_kernel(dt, m->n, true, &m->cg)) ||
-        (m->cg > 1 && !(m->red = tune_reduce2_kernel(m->cg, TUNE_RED_SUM, TUNE_RED_MAX))))
-        DIE("the comparison kernels");
-    int64_t mu = fa_max_units(&s);
-    int32_t *plan = calloc((size_t)(mu * FA_UNIT_FIELDS), 4), *l = malloc((size_t)c->U * 4);
-    if (!plan || !l)
-        DIE("out of host memory");
-    for (int64_t u = 0; u < c->U; u++)
-        l[u] = c->varlen ? lens[u] : (int32_t)c->S;
-    int64_t units = fa_plan(&s, map, l, plan, err, sizeof err);
-    if (units < 0)
-        DIE("plan: %s", err);
-    size_t e = loom_dtype_size(dt);
-    m->plan = buf(rt, (size_t)(mu * FA_UNIT_FIELDS) * 4);
-    m->lens = buf(rt, (size_t)c->U * 4);
-    m->claims = buf(rt, 8);
-    m->refout = buf(rt, (size_t)m->n * e);
-    m->bound = buf(rt, (size_t)m->n * 4);
-    m->cbad = buf(rt, (size_t)m->cg * 4);
-    m->cmax = buf(rt, (size_t)m->cg * 4);
-    m->csum = buf(rt, 8);
-    if (loom_buffer_upload(m->plan, plan, (size_t)(mu * FA_UNIT_FIELDS) * 4) ||
-        loom_buffer_upload(m->lens, l, (size_t)c->U * 4) || loom_buffer_fill(m->claims, 0) ||
-        loom_buffer_fill(m->refout, 0xff))
-        DIE("model inputs: %s", loom_runtime_error(rt));
-    free(plan), free(l);
-    loom_arg a[] = {LOOM_ARG_I32((int32_t)fa_rows(&s)), LOOM_ARG_I32((int32_t)c->U), LOOM_ARG_BUF(q), LOOM_ARG_BUF(k),
-                    LOOM_ARG_BUF(v), LOOM_ARG_BUF(m->plan), LOOM_ARG_BUF(m->lens), LOOM_ARG_BUF(m->claims),
-                    LOOM_ARG_I32((int32_t)units), LOOM_ARG_BUF(m->refout), LOOM_ARG_BUF(m->bound)};
-    memcpy(m->args, a, sizeof a);
-    if (loom_launch(rt, m->ref, m->rg, m->args, 10) || loom_launch(rt, m->bnd, m->bg, m->args, 11))
-        DIE("the device reference and its bound: %s", loom_runtime_error(rt));
-}
-
-static void model_close(fa_model *m)
-{
-    loom_kernel *ks[] = {m->ref, m->bnd, m->cmp, m->red};
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
-        loom_kernel_destroy(ks[i]);
-    loom_buffer *bs[] = {m->plan, m->lens, m->claims, m->refout, m->bound, m->cbad, m->cmax, m->csum};
-    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
-        loom_buffer_destroy(bs[i]);
-    memset(m, 0, sizeof *m);
+    if (faref_model_open(rt, fr, &sh, q, k, v, map, lens, m, err, sizeof err) != LOOM_OK)
+        DIE("the device reference: %s", err);
 }
 
 /* Check out against the model: a verdict, and failures counted. */
-static void check(fa_model *m, loom_buffer *out, char *verdict, size_t n)
+static void check(faref_model *m, loom_buffer *out, char *verdict, size_t n)
 {
-    loom_arg ca[] = {LOOM_ARG_BUF(out),      LOOM_ARG_BUF(m->refout), LOOM_ARG_BUF(m->bound), LOOM_ARG_F32(0.0f),
-                     LOOM_ARG_F32(0.0f),     LOOM_ARG_BUF(m->cbad),   LOOM_ARG_BUF(m->cmax)};
-    int cg[3] = {m->cg, 1, 1};
-    static const int one[3] = {1, 1, 1};
-    float two[2];
-    loom_arg ra[] = {LOOM_ARG_BUF(m->cbad), LOOM_ARG_BUF(m->cmax), LOOM_ARG_BUF(m->csum)};
-    if (loom_launch(m->rt, m->cmp, cg, ca, 7) ||
-        (m->red ? loom_launch(m->rt, m->red, one, ra, 3) || loom_buffer_download(m->csum, two, sizeof two)
-                : loom_buffer_download(m->cbad, &two[0], 4) || loom_buffer_download(m->cmax, &two[1], 4)))
-        DIE("compare: %s", loom_runtime_error(m->rt));
+    double two[2];
+    char err[512];
+    if (faref_model_check(m, out, &two[0], &two[1], err, sizeof err) != LOOM_OK)
+        DIE("compare: %s", err);
     bool ok = two[0] == 0;
     failures += !ok;
     int w = snprintf(verdict, n, "%s: %.0f past their bound, max |err| %.3g", ok ? "ok" : "FAIL", two[0], two[1]);
@@ -205,7 +136,7 @@ static void check(fa_model *m, loom_buffer *out, char *verdict, size_t n)
         float *b = malloc((size_t)m->n * 4);
         double *q = malloc((size_t)m->n * sizeof *q), *x = malloc((size_t)m->n * sizeof *x);
         if (!o || !r || !b || !q || !x || loom_buffer_download(out, o, (size_t)m->n * e) ||
-            loom_buffer_download(m->refout, r, (size_t)m->n * e) || loom_buffer_download(m->bound, b, (size_t)m->n * 4))
+            loom_buffer_download(m->ref, r, (size_t)m->n * e) || loom_buffer_download(m->bound, b, (size_t)m->n * 4))
             DIE("bound stats: %s", loom_runtime_error(m->rt));
         int64_t diff = 0;
         double emax = 0;
@@ -265,10 +196,10 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
         DIE("set_mapping: %s", loom_runtime_error(rt));
     double plan_ms = now_ms() - t0;
     launch_ctx x = {p, q, k, v, out, fr, NULL, NULL, NULL, 0, 0};
-    fa_model mdl = {0};
+    faref_model mdl = {0};
     char verdict[256] = "not checked";
     if (do_check) {
-        model_open(&mdl, rt, c, q, k, v, map, lens);
+        model_open(&mdl, rt, fr, c, q, k, v, map, lens);
         if (loom_buffer_fill(out, 0xff) || loom_ikbo_fa_run(p, q, k, v, mapb, c->varlen ? lensb : NULL, out))
             DIE("run: %s", loom_runtime_error(rt));
         check(&mdl, out, verdict, sizeof verdict);
@@ -318,7 +249,7 @@ print:
            *mverdict ? "; " : "", *mverdict && strncmp(mverdict, "no ", 3) ? "materialized " : "", mverdict);
     fflush(stdout);
     if (do_check)
-        model_close(&mdl);
+        faref_model_close(&mdl);
     loom_ikbo_fa_destroy(p);
     loom_buffer *bs_[] = {q, k, v, out, mapb, lensb};
     for (size_t i = 0; i < sizeof bs_ / sizeof bs_[0]; i++)

@@ -8,12 +8,13 @@
  * compilation needs no GPU, so tests compile the references on any machine with NVRTC.
  *
  * The GEMM check (nvref_gemm_*) is the one place that says when a matrix product is
- * right: a naive kernel computes each element of C in f32 with k in order, plus the sum
- * of the products' magnitudes, and a comparison kernel applies a tolerance made of the
- * output dtype's rounding and a term for another summation order scaled by that sum
- * (nvref_gemm_tolerance).  Inputs come from a device-side fill (random, never zeros), so
- * the benchmark and the GPU tests of the gemm template check big shapes without moving
- * gigabytes through the host.
+ * right on the device: a naive kernel computes each element of C in f32 with k in order,
+ * plus the sum of the products' magnitudes, and a comparison kernel bounds each element by
+ * the error model (docs/checks.md; templates/error_model.c computed the same way, in
+ * double): the f32 sums of the kernel and of the reference, gamma_K sum |a b| each, and
+ * one ulp of the output's dtype.  Inputs come from a device-side fill (random, never
+ * zeros), so the benchmark and the GPU tests of the gemm template check big shapes
+ * without moving gigabytes through the host.
  */
 #define _GNU_SOURCE
 #include "nvrtc_ref.h"
@@ -325,24 +326,45 @@ const char nvref_src_gemm[] =
     "    return dt == 0 ? ld((const __half *)p, i) : dt == 1 ? ld((const __nv_bfloat16 *)p, i)\n"
     "                                                       : ld((const float *)p, i);\n"
     "}\n"
-    "/* stats: [0] bad, [1] non-finite, [2] first bad index, [3] worst ratio (f32 bits; the\n"
-    " * bits of non-negative floats order like the floats) */\n"
+    "/* The error model (templates/error_model.c), in double: loom_ulp and loom_error_bound */\n"
+    "__device__ double ulp(int dt, double x)\n"
+    "{\n"
+    "    int mant = dt == 0 ? 10 : dt == 1 ? 7 : 23, emin = dt == 0 ? -14 : -126;\n"
+    "    x = fabs(x);\n"
+    "    if (!isfinite(x))\n"
+    "        return __longlong_as_double(0x7ff0000000000000ll);\n"
+    "    int e = x > 0 ? ilogb(x) : emin;\n"
+    "    return ldexp(1.0, (e < emin ? emin : e) - mant);\n"
+    "}\n"
+    "__device__ double error_bound(int dt, double ref, double err)\n"
+    "{\n"
+    "    if (!isfinite(ref) || !isfinite(err))\n"
+    "        return __longlong_as_double(0x7ff0000000000000ll);\n"
+    "    double a = fabs(ref);\n"
+    "    return err + ulp(dt, a + ulp(dt, a) / 2 + err);\n"
+    "}\n"
+    "/* Element i passes when out is finite and |out - ref| <= error_bound(out_dt, ref, err)\n"
+    " * with err = 2 gamma_K (1 + gamma_K) absref[i]: two f32 sums of K exact products (out's\n"
+    " * and ref's), each off by gamma_K sum |a b|, and absref itself an f32 sum of positive\n"
+    " * terms, low by at most gamma_K of it.  gamma = gamma_K (u = 2^-23) from the host.\n"
+    " * stats: [0] bad, [1] non-finite, [2] first bad index, [3] worst |out - ref| / bound (f32\n"
+    " * bits; the bits of non-negative floats order like the floats) */\n"
     "extern \"C\" __global__ void loom_ref_gemm_compare(const void *out, int out_dt, const void *ref,\n"
-    "        int ref_dt, const float *absref, long long n, float rel, float acc,\n"
+    "        int ref_dt, const float *absref, long long n, double gamma,\n"
     "        unsigned long long *stats)\n"
     "{\n"
     "    unsigned long long bad = 0, nonfinite = 0, first = ~0ull;\n"
     "    float worst = 0.0f;\n"
     "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
     "         i += (long long)gridDim.x * blockDim.x) {\n"
-    "        float o = ldt(out, out_dt, i), r = ldt(ref, ref_dt, i);\n"
-    "        float tol = rel * fabsf(r) + acc * absref[i] + 1e-30f;\n"
-    "        float e = fabsf(o - r);\n"
-    "        bool fin = fabsf(o) <= 3.402823466e38f && fabsf(r) <= 3.402823466e38f;\n"
-    "        float q = fin ? e / tol : __int_as_float(0x7f800000);\n"
-    "        if (!(fin && e <= tol)) {\n"
+    "        double o = ldt(out, out_dt, i), r = ldt(ref, ref_dt, i);\n"
+    "        double bound = error_bound(out_dt, r, 2 * gamma * (1 + gamma) * (double)absref[i]);\n"
+    "        double e = fabs(o - r);\n"
+    "        bool fin = isfinite(o) && isfinite(r);\n"
+    "        float q = fin ? (float)(e / bound) : __int_as_float(0x7f800000);\n"
+    "        if (!(fin && e <= bound)) {\n"
     "            bad++;\n"
-    "            nonfinite += !(fabsf(o) <= 3.402823466e38f);\n"
+    "            nonfinite += !isfinite(o);\n"
     "            if ((unsigned long long)i < first)\n"
     "                first = (unsigned long long)i;\n"
     "        }\n"
@@ -435,11 +457,11 @@ loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint6
                                 grid, block, 0, params, err, errlen);
 }
 
-void nvref_gemm_tolerance(loom_dtype out, int64_t K, double *rel, double *acc)
+/* The model's bound of an element, as the comparison kernel computes it. */
+static double gemm_bound(loom_dtype out, int64_t K, double ref, double absref)
 {
-    double u = out == LOOM_BF16 ? 0x1p-8 : out == LOOM_F16 ? 0x1p-11 : 0x1p-24;
-    *rel = 2 * u;
-    *acc = 4 * sqrt((double)(K > 0 ? K : 1)) * 0x1p-24;
+    double g = loom_f32_sum_error(K, 1.0);
+    return loom_error_bound(out, ref, 2 * g * (1 + g) * absref);
 }
 
 /* One element of a device array as a double. */
@@ -474,8 +496,8 @@ static loom_status read_elem(rt_gpu *g, uint64_t p, loom_dtype dt, int64_t i, do
 }
 
 loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtype out_dt, uint64_t ref,
-                               loom_dtype ref_dt, uint64_t absref, double rel, double acc,
-                               nvref_gemm_report *rep, char *err, size_t errlen)
+                               loom_dtype ref_dt, uint64_t absref, int64_t K, nvref_gemm_report *rep, char *err,
+                               size_t errlen)
 {
     memset(rep, 0, sizeof *rep);
     rep->first_bad = -1;
@@ -489,8 +511,8 @@ loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtyp
         return st;
     int odt = (int)out_dt, rdt = (int)ref_dt;
     long long nn = (long long)n;
-    float frel = (float)rel, facc = (float)acc;
-    void *params[] = {&out, &odt, &ref, &rdt, &absref, &nn, &frel, &facc, &r->stats};
+    double gamma = loom_f32_sum_error(K, 1.0);
+    void *params[] = {&out, &odt, &ref, &rdt, &absref, &nn, &gamma, &r->stats};
     unsigned grid[3] = {stride_blocks(n), 1, 1}, block[3] = {256, 1, 1};
     st = rt_gpu_module_launch(r->g, r->m, "loom_ref_gemm_compare", grid, block, 0, params, err, errlen);
     uint64_t res[4];
@@ -512,7 +534,7 @@ loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtyp
             (st = read_elem(r->g, ref, ref_dt, rep->first_bad, &rep->first_ref, err, errlen)) != LOOM_OK ||
             (st = read_elem(r->g, absref, LOOM_F32, rep->first_bad, &a, err, errlen)) != LOOM_OK)
             return st;
-        rep->first_tol = rel * fabs(rep->first_ref) + acc * a;
+        rep->first_bound = gemm_bound(out_dt, K, rep->first_ref, a);
     }
     return LOOM_OK;
 }
@@ -530,11 +552,8 @@ loom_status nvref_gemm_check(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t 
         st = rt_gpu_alloc(r->g, (size_t)n * 4, &absref, err, errlen);
     if (st == LOOM_OK)
         st = nvref_gemm_reference(r, s, A, B, ref, absref, err, errlen);
-    if (st == LOOM_OK) {
-        double rel, acc;
-        nvref_gemm_tolerance(out_dt, s->K, &rel, &acc);
-        st = nvref_gemm_compare(r, n, out, out_dt, ref, LOOM_F32, absref, rel, acc, rep, err, errlen);
-    }
+    if (st == LOOM_OK)
+        st = nvref_gemm_compare(r, n, out, out_dt, ref, LOOM_F32, absref, s->K, rep, err, errlen);
     rt_gpu_free(r->g, ref);
     rt_gpu_free(r->g, absref);
     return st;

@@ -68,11 +68,11 @@ typedef struct nvref_gemm_shape {
 /* What a comparison found. */
 typedef struct nvref_gemm_report {
     uint64_t checked;    /* elements compared */
-    uint64_t bad;        /* elements outside the tolerance (non-finite ones included) */
+    uint64_t bad;        /* elements past their bound (non-finite ones included) */
     uint64_t nonfinite;  /* NaN or Inf outputs */
-    double worst;        /* max over elements of |out - ref| / tol (<= 1 passes; inf for NaN) */
+    double worst;        /* max over elements of |out - ref| / bound (<= 1 passes; inf for NaN) */
     int64_t first_bad;   /* flat index of the first bad element, -1 when none */
-    double first_out, first_ref, first_tol;
+    double first_out, first_ref, first_bound;
 } nvref_gemm_report;
 
 /* The reference kernels compiled for one rt_gpu (a module and a small stats buffer). */
@@ -88,26 +88,25 @@ loom_status nvref_gemm_fill(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n,
 
 /* The naive reference: ref[b,m,n] = sum_k A[b,m,k] * B[b,k,n] in f32, k in order (each
  * product of two f16/bf16 values is exact in f32), and absref[b,m,n] = sum_k |A*B|, which
- * scales the accumulation-order tolerance.  ref and absref: f32 [batch,M,N].  One thread
+ * scales the error model's bound of the sums.  ref and absref: f32 [batch,M,N].  One thread
  * per element of C (grid: N/128 x M x batch; M and batch at most 65535). */
 loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,
                                  uint64_t ref, uint64_t absref, char *err, size_t errlen);
 
-/* The tolerance of an output of dtype out against the f32 reference at depth K:
- *   |out - ref| <= rel * |ref| + acc * absref
- * rel = 2 u_out (u_out = 2^-8 bf16, 2^-11 f16, 2^-24 f32: the output's rounding, twice);
- * acc = 4 sqrt(K) 2^-24 (another f32 summation order: about sqrt(K) roundings of partial
- * sums no larger than absref, with a margin of 4). */
-void nvref_gemm_tolerance(loom_dtype out, int64_t K, double *rel, double *acc);
-
-/* Compare n elements of out (dtype out_dt) with ref (dtype ref_dt) on the device:
- * element i passes when it is finite and |out - ref| <= rel*|ref| + acc*absref[i]. */
+/* Compare n elements of out (dtype out_dt) with ref (dtype ref_dt) on the device, by the
+ * error model (docs/checks.md): element i passes when it is finite and
+ *   |out - ref| <= loom_error_bound(out_dt, ref, 2 gamma_K (1 + gamma_K) absref[i])
+ * gamma_K = loom_f32_sum_error(K, 1): out's f32 sum of K exact products and ref's (the
+ * NVRTC reference's, or another kernel's rounded to out_dt such as cuBLAS's: the model's
+ * two sides) each off by at most gamma_K sum |a b|; absref, an f32 sum of positive terms,
+ * low by at most gamma_K of it; and one ulp of out_dt (out's final rounding and ref's).
+ * The bound is computed in double on the device. */
 loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtype out_dt, uint64_t ref,
-                               loom_dtype ref_dt, uint64_t absref, double rel, double acc,
-                               nvref_gemm_report *rep, char *err, size_t errlen);
+                               loom_dtype ref_dt, uint64_t absref, int64_t K, nvref_gemm_report *rep, char *err,
+                               size_t errlen);
 
 /* All of it for a test: compute the reference of C = A @ B (device buffers of shape s),
- * compare out (dtype out_dt, [batch,M,N]) with nvref_gemm_tolerance, and fill rep.
+ * compare out (dtype out_dt, [batch,M,N]) with it by nvref_gemm_compare, and fill rep.
  * LOOM_OK means the check ran; rep->bad == 0 means it passed. */
 loom_status nvref_gemm_check(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,
                              uint64_t out, loom_dtype out_dt, nvref_gemm_report *rep, char *err,

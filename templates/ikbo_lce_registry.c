@@ -530,13 +530,18 @@ const tpl_device tpl_device_ikbo_lce = {
 
 /* ---------------------------------------------------------------- bench_ikbo_lce's check */
 
-double ik_lce_bound(double c, double u, double absc, double absu, int64_t Ku, int64_t Kc)
+double ik_lce_bound_dt(loom_dtype dt, double c, double u, double absc, double absu, int64_t Ku, int64_t Kc)
 {
     double ek = loom_f32_sum_error(Ku + Kc + 2, absc + absu); /* the kernel's sums, however split */
     double er = loom_f32_sum_error(Kc, absc) + loom_f32_sum_error(Ku, absu) + 0x1p-23 * (fabs(c) + fabs(u));
-    double halves = loom_ulp(LOOM_F16, fabs(c) + ek) / 2 + loom_ulp(LOOM_F16, fabs(u) + ek) / 2;
+    double halves = loom_ulp(dt, fabs(c) + ek) / 2 + loom_ulp(dt, fabs(u) + ek) / 2;
     double err = ek + er + halves;
-    return err + loom_ulp(LOOM_F16, fabs(c + u) + err);
+    return err + loom_ulp(dt, fabs(c + u) + err);
+}
+
+double ik_lce_bound(double c, double u, double absc, double absu, int64_t Ku, int64_t Kc)
+{
+    return ik_lce_bound_dt(LOOM_F16, c, u, absc, absu, Ku, Kc);
 }
 
 loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t Ku, int64_t Kc, int *grid0,

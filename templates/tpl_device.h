@@ -101,6 +101,9 @@ loom_kernel *ik_check_kernel(int64_t B, int64_t U, int64_t M, int64_t N, int64_t
                              int64_t *nparts);
 /* The same bound on the host (exact ulps), for refc = c, refu = u, absc, absu. */
 double ik_lce_bound(double c, double u, double absc, double absu, int64_t Ku, int64_t Kc);
+/* The same for an output of dtype dt (f16 or bf16: its ulps where ik_lce_bound takes
+ * f16's), for the C API's tests of every stage in either dtype. */
+double ik_lce_bound_dt(loom_dtype dt, double c, double u, double absc, double absu, int64_t Ku, int64_t Kc);
 
 /* ---------------------------------------------------------------- the others */
 

@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 
 #include "loom.h"
+#include "t_model.h" /* t_just_past */
 #include "testutil.h"
 
 #include "../templates/tpl.h"
@@ -150,17 +151,6 @@ Test(error_model, sweep_gpu, .timeout = 900)
 
 /* ---------------------------------------------------------------- planted errors */
 
-/* The value of dtype dt nearest ref + dir * bound that lies beyond the bound. */
-static double just_past(loom_dtype dt, double ref, double bound, int dir)
-{
-    double v = tpl_round(dt, ref + dir * bound);
-    for (int i = 0; i < 64 && !(fabs(v - ref) > bound); i++) {
-        double step = loom_ulp(dt, v);
-        v = tpl_round(dt, v + dir * (step > 0 ? step : 1));
-    }
-    return v;
-}
-
 static void plant_all(const char *name, const char *shape, const char *config)
 {
     const loom_template *t = loom_template_find(name);
@@ -197,7 +187,7 @@ static void plant_all(const char *name, const char *shape, const char *config)
             for (int kind = 0; kind < (dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32 ? 4 : 2); kind++) {
                 int64_t x = at[w];
                 double keep = tpl_get(got[i], dt, x), r = tpl_get(e.ref[i], dt, x), b = e.bound[i][x];
-                double v = kind == 0 ? just_past(dt, r, b, 1) : kind == 1 ? just_past(dt, r, b, -1)
+                double v = kind == 0 ? t_just_past(dt, r, b, 1) : kind == 1 ? t_just_past(dt, r, b, -1)
                            : kind == 2 ? NAN : INFINITY;
                 tpl_set(got[i], dt, x, v);
                 int64_t bad = loom_expected_compare(t, &in, &e, got, rep, sizeof rep);

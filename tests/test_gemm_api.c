@@ -2,7 +2,9 @@
  * test_gemm_api.c -- loom_gemm_prepare / loom_gemm_run (templates/gemm_api.c) on the
  * interpreter: shapes whose rows TMA cannot address (K or N not a multiple of 8), where
  * each run copies the operand into a padded buffer first, checked element by element
- * against a double-precision reference; and the refusals, each naming its argument.
+ * against a double-precision reference by the gemm's error model (t_model.h: gamma_K
+ * sum |a b| and one ulp of the output), an element planted just past its bound caught;
+ * and the refusals, each naming its argument.
  * The GPU runs of the same API are in test_gemm_gpu.c.
  */
 #include <criterion/criterion.h>
@@ -11,8 +13,9 @@
 #include <string.h>
 
 #include "loom.h"
-#include "tpl.h"
+#include "t_model.h"
 #include "testutil.h"
+#include "tpl.h"
 
 static loom_runtime *interp(void)
 {
@@ -52,24 +55,36 @@ static void check(const loom_gemm_shape *s, const char *config, uint64_t seed)
     cr_assert_eq(loom_gemm_run(p, ba, bb, bc), LOOM_OK, "%s", loom_runtime_error(rt));
     cr_assert_eq(loom_buffer_download(bc, c, (size_t)nc * oe), LOOM_OK);
     double *da = malloc((size_t)na * sizeof *da), *db = malloc((size_t)nb * sizeof *db);
-    double *ref = malloc((size_t)nc * sizeof *ref);
-    cr_assert(da && db && ref);
+    double *ref = malloc((size_t)nc * sizeof *ref), *mag = malloc((size_t)nc * sizeof *mag);
+    cr_assert(da && db && ref && mag);
     for (int64_t i = 0; i < na; i++)
         da[i] = tpl_get(a, s->dtype, i);
     for (int64_t i = 0; i < nb; i++)
         db[i] = tpl_get(b, s->dtype, i);
-    t_gemm_ref(s, da, db, ref);
-    int64_t bad = 0, first = -1;
-    double got = 0, want = 0;
-    for (int64_t i = 0; i < nc; i++) {
-        double o = tpl_get(c, s->odtype, i);
-        if (!(fabs(o - ref[i]) <= 2e-2 + 2e-2 * fabs(ref[i])) && !bad++) /* NaN fails too */
-            first = i, got = o, want = ref[i];
-    }
-    free(da), free(db), free(ref);
-    cr_expect_eq(bad, 0, "M=%lld N=%lld K=%lld batch=%lld [%s]: %lld of %lld wrong, first at %lld: %g, want %g",
+    t_gemm_ref(s, da, db, ref, mag);
+    t_verdict v = t_gemm_check(s->odtype, s->K, c, ref, mag, nc);
+    cr_expect_eq(v.bad, 0,
+                 "M=%lld N=%lld K=%lld batch=%lld [%s]: %lld of %lld past their bound (worst |err|/bound %.3g), "
+                 "first at %lld: %.9g, want %.9g +- %.3g",
                  (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch, config ? config : "tuned",
-                 (long long)bad, (long long)nc, (long long)first, got, want);
+                 (long long)v.bad, (long long)nc, v.worst, (long long)v.first, v.got, v.ref, v.bound);
+    /* and the check catches a wrong element: the first, the last and a middle one moved
+     * to the nearest value of odtype just past its bound (up and down), or NaN */
+    int64_t at[3] = {0, nc - 1, nc / 2};
+    for (int w = 0; w < 3 && v.bad == 0; w++)
+        for (int kind = 0; kind < 3; kind++) {
+            double keep = tpl_get(c, s->odtype, at[w]), r, bnd;
+            t_gemm_expected(s->odtype, s->K, ref[at[w]], mag[at[w]], &r, &bnd);
+            double x = kind == 0   ? t_just_past(s->odtype, r, bnd, 1)
+                       : kind == 1 ? t_just_past(s->odtype, r, bnd, -1)
+                                   : NAN;
+            tpl_set(c, s->odtype, at[w], x);
+            t_verdict pv = t_gemm_check(s->odtype, s->K, c, ref, mag, nc);
+            cr_expect(pv.bad == 1 && pv.first == at[w], "C[%lld] = %.9g (reference %.9g, bound %.3g): %lld reported",
+                      (long long)at[w], x, r, bnd, (long long)pv.bad);
+            tpl_set(c, s->odtype, at[w], keep);
+        }
+    free(da), free(db), free(ref), free(mag);
     loom_buffer_destroy(ba), loom_buffer_destroy(bb), loom_buffer_destroy(bc);
     loom_gemm_destroy(p);
     loom_runtime_destroy(rt);

@@ -3,7 +3,8 @@
  * the kernel's first two arguments).  On the interpreter: one kernel, built once, launched
  * at many (M, batch) requests up to the built shape in every consumer scheme (cooperative
  * with a TMA store or a register store, one CTA a unit, ping-pong, split, clusters sharing
- * B or A), each output compared with the plain C reference (t_gemm_ref) of the request,
+ * B or A), each output compared with the plain C reference (t_gemm_ref) of the request
+ * element by element by the gemm's error model (t_model.h),
  * with buffers of exactly the request's extent and the rows between a batch's products
  * left alone; launches at dims past the built shape refused naming the dim; the grid rule
  * giving the template's grid at the built shape and covering every unit below it; the
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "loom.h"
+#include "t_model.h"
 #include "testutil.h"
 #include "tpl.h"
 
@@ -91,6 +93,7 @@ typedef struct dyn_req {
     int64_t na, nb, nc; /* elements of A, B, C the request reaches (its buffers' extents) */
     void *a, *b, *c;
     double *ref;        /* [batch, M, N] */
+    double *mag;        /* [batch, M, N]: sum_k |a b| */
 } dyn_req;
 
 static bool a_batched(const loom_gemm_shape *s) { return s->batch > 1 && !s->a_shared; }
@@ -115,7 +118,8 @@ static dyn_req dyn_req_make(const loom_gemm_shape *s, int64_t lda, int64_t ldb, 
     int64_t nap = a_batched(s) ? batch : 1;
     double *da = malloc((size_t)(nap * M * s->K) * sizeof *da), *db = malloc((size_t)(batch * s->K * s->N) * sizeof *db);
     r.ref = malloc((size_t)(batch * M * s->N) * sizeof *r.ref);
-    cr_assert(da && db && r.ref);
+    r.mag = malloc((size_t)(batch * M * s->N) * sizeof *r.mag);
+    cr_assert(da && db && r.ref && r.mag);
     for (int64_t q = 0; q < nap; q++)
         for (int64_t m = 0; m < M; m++)
             for (int64_t k = 0; k < s->K; k++)
@@ -126,22 +130,22 @@ static dyn_req dyn_req_make(const loom_gemm_shape *s, int64_t lda, int64_t ldb, 
                 db[(q * s->K + k) * s->N + n] = tpl_get(r.b, s->dtype, (q * s->K + k) * ldb + n);
     loom_gemm_shape rs = *s;
     rs.M = M, rs.batch = batch;
-    t_gemm_ref(&rs, da, db, r.ref);
+    t_gemm_ref(&rs, da, db, r.ref, r.mag);
     free(da), free(db);
     return r;
 }
 
-static void dyn_req_free(dyn_req *r) { free(r->a), free(r->b), free(r->c), free(r->ref); }
+static void dyn_req_free(dyn_req *r) { free(r->a), free(r->b), free(r->c), free(r->ref), free(r->mag); }
 
 /* r's output (C at the built layout) against its reference: every element of the request
- * within the tolerance (f16/bf16 out: 2e-2 + 2e-2 |ref|, f32: 2e-3 + 2e-3 |ref|), and the
- * rows between products (past M in each but the last) not written. */
+ * within its bound by the gemm's error model (t_model.h: gamma_K sum |a b| and one ulp of
+ * the output; NaN fails), and the rows between products (past M in each but the last)
+ * not written. */
 static void dyn_req_check(const loom_gemm_shape *s, const dyn_req *r, const char *what)
 {
-    double tol = s->odtype == LOOM_F32 ? 2e-3 : 2e-2;
     size_t oe = loom_dtype_size(s->odtype);
-    int64_t bad = 0, touched = 0, fb = 0, fm = 0, fn = 0;
-    double got = 0, want = 0;
+    int64_t touched = 0;
+    t_verdict v = T_VERDICT_INIT;
     for (int64_t q = 0; q < r->batch; q++)
         for (int64_t m = 0; m < s->M; m++) {
             int64_t row = q * s->M + m;
@@ -155,14 +159,18 @@ static void dyn_req_check(const loom_gemm_shape *s, const dyn_req *r, const char
                         touched += p[x] != 0xff;
                     continue;
                 }
-                double o = tpl_get(r->c, s->odtype, i), w = r->ref[(q * r->M + m) * s->N + n];
-                if (!(fabs(o - w) <= tol + tol * fabs(w)) && !bad++) /* NaN fails too */
-                    fb = q, fm = m, fn = n, got = o, want = w;
+                int64_t ri = (q * r->M + m) * s->N + n;
+                double w, b;
+                t_gemm_expected(s->odtype, s->K, r->ref[ri], r->mag[ri], &w, &b);
+                t_verdict_add(&v, ri, tpl_get(r->c, s->odtype, i), w, b);
             }
         }
-    cr_expect_eq(bad, 0, "%s at M=%lld batch=%lld: %lld wrong, first at b=%lld m=%lld n=%lld: %g, want %g", what,
-                 (long long)r->M, (long long)r->batch, (long long)bad, (long long)fb, (long long)fm, (long long)fn, got,
-                 want);
+    long long fb = v.first / (r->M * s->N), fm = v.first / s->N % r->M, fn = v.first % s->N;
+    cr_expect_eq(v.bad, 0,
+                 "%s at M=%lld batch=%lld: %lld past their bound (worst |err|/bound %.3g), first at b=%lld m=%lld "
+                 "n=%lld: %.9g, want %.9g +- %.3g",
+                 what, (long long)r->M, (long long)r->batch, (long long)v.bad, v.worst, fb, fm, fn, v.got, v.ref,
+                 v.bound);
     cr_expect_eq(touched, 0, "%s at M=%lld batch=%lld: %lld bytes between the products written", what,
                  (long long)r->M, (long long)r->batch, (long long)touched);
 }

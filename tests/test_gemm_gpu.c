@@ -17,6 +17,7 @@
 #include "loom.h"
 #include "nvrtc_ref.h"
 #include "rt.h"
+#include "t_model.h"
 #include "testutil.h"
 #include "tpl.h"
 
@@ -135,6 +136,7 @@ typedef struct api_case {
     int64_t na, nb, nc;
     void *c;         /* the download: nc outputs and the guard bytes after them */
     double *ref;     /* [batch, M, N] */
+    double *mag;     /* [batch, M, N]: sum_k |a b|, the error model's scale */
     loom_buffer *A, *B, *C;
 } api_case;
 
@@ -144,7 +146,8 @@ static int64_t api_a_elems(const loom_gemm_shape *s)
 }
 
 /* Random inputs (uniform in [-1, 1), rounded to the dtype), uploaded; the reference in
- * double from the rounded values; C with API_GUARD bytes past the outputs. */
+ * double from the rounded values, with its magnitudes; C with API_GUARD bytes past the
+ * outputs. */
 static void api_case_make(loom_runtime *rt, api_case *x, const loom_gemm_shape *s, uint64_t seed)
 {
     memset(x, 0, sizeof *x);
@@ -157,14 +160,15 @@ static void api_case_make(loom_runtime *rt, api_case *x, const loom_gemm_shape *
     double *da = malloc((size_t)x->na * sizeof *da), *db = malloc((size_t)x->nb * sizeof *db);
     x->c = malloc(cbytes);
     x->ref = calloc((size_t)x->nc, sizeof *x->ref);
-    cr_assert(a && b && da && db && x->c && x->ref);
+    x->mag = calloc((size_t)x->nc, sizeof *x->mag);
+    cr_assert(a && b && da && db && x->c && x->ref && x->mag);
     tpl_fill(a, s->dtype, x->na, -1, 1, &seed);
     tpl_fill(b, s->dtype, x->nb, -1, 1, &seed);
     for (int64_t i = 0; i < x->na; i++)
         da[i] = tpl_get(a, s->dtype, i);
     for (int64_t i = 0; i < x->nb; i++)
         db[i] = tpl_get(b, s->dtype, i);
-    t_gemm_ref(s, da, db, x->ref);
+    t_gemm_ref(s, da, db, x->ref, x->mag);
     x->A = loom_buffer_create(rt, (size_t)x->na * e);
     x->B = loom_buffer_create(rt, (size_t)x->nb * e);
     x->C = loom_buffer_create(rt, cbytes);
@@ -177,12 +181,13 @@ static void api_case_make(loom_runtime *rt, api_case *x, const loom_gemm_shape *
 static void api_case_free(api_case *x)
 {
     loom_buffer_destroy(x->A), loom_buffer_destroy(x->B), loom_buffer_destroy(x->C);
-    free(x->c), free(x->ref);
+    free(x->c), free(x->ref), free(x->mag);
 }
 
 /* Prepare x's shape with config and run it API_REPEATS times, each into a poisoned C
- * (NaN until written): every output within the tolerance (f16/bf16 out: 2e-2 + 2e-2 |ref|;
- * f32 out: 2e-3 + 2e-3 |ref|), none left unwritten, no byte past the outputs touched. */
+ * (NaN until written): every output within its bound by the gemm's error model (t_model.h:
+ * gamma_K sum |a b| and one ulp of the output), none left unwritten, no byte past the
+ * outputs touched. */
 static void api_case_check(loom_runtime *rt, const api_case *x, const char *config)
 {
     const loom_gemm_shape *s = x->s;
@@ -194,32 +199,28 @@ static void api_case_check(loom_runtime *rt, const api_case *x, const char *conf
         cr_expect(strstr(desc, "copied"), "%s", desc);
     if (s->N % 8)
         cr_expect(strstr(desc, "tmastore=0"), "%s", desc);
-    double tol = s->odtype == LOOM_F32 ? 2e-3 : 2e-2;
     size_t obytes = (size_t)x->nc * loom_dtype_size(s->odtype);
     for (int r = 0; r < API_REPEATS; r++) {
         cr_assert_eq(loom_buffer_fill(x->C, 0xff), LOOM_OK, "%s", loom_runtime_error(rt));
         cr_assert_eq(loom_gemm_run(p, x->A, x->B, x->C), LOOM_OK, "[%s] %s", desc, loom_runtime_error(rt));
         cr_assert_eq(loom_runtime_sync(rt, 30000), LOOM_OK, "[%s] %s", desc, loom_runtime_error(rt));
         cr_assert_eq(loom_buffer_download(x->C, x->c, obytes + API_GUARD), LOOM_OK, "%s", loom_runtime_error(rt));
-        int64_t bad = 0, nonfinite = 0, first = -1;
-        double got = 0, want = 0;
-        for (int64_t i = 0; i < x->nc; i++) {
-            double o = tpl_get(x->c, s->odtype, i), w = x->ref[i];
-            nonfinite += !isfinite(o);
-            if (!(fabs(o - w) <= tol + tol * fabs(w)) && !bad++) /* NaN fails too */
-                first = i, got = o, want = w;
-        }
+        int64_t nonfinite = 0;
+        for (int64_t i = 0; i < x->nc; i++)
+            nonfinite += !isfinite(tpl_get(x->c, s->odtype, i));
+        t_verdict v = t_gemm_check(s->odtype, s->K, x->c, x->ref, x->mag, x->nc);
+        int64_t bad = v.bad, first = v.first;
         int64_t guard = 0;
         for (size_t i = 0; i < API_GUARD; i++)
             guard += ((const unsigned char *)x->c)[obytes + i] != 0xff;
         long long fb = first < 0 ? 0 : first / (s->M * s->N), fm = first < 0 ? 0 : first / s->N % s->M,
                   fn = first < 0 ? 0 : first % s->N;
         cr_expect_eq(bad, 0,
-                     "M=%lld N=%lld K=%lld batch=%lld %s->%s [%s] run %d: %lld of %lld wrong (%lld not finite), "
-                     "first at b=%lld m=%lld n=%lld: %g, want %g",
+                     "M=%lld N=%lld K=%lld batch=%lld %s->%s [%s] run %d: %lld of %lld past their bound (%lld not "
+                     "finite; worst |err|/bound %.3g), first at b=%lld m=%lld n=%lld: %.9g, want %.9g +- %.3g",
                      (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
                      loom_dtype_name(s->dtype), loom_dtype_name(s->odtype), desc, r, (long long)bad,
-                     (long long)x->nc, (long long)nonfinite, fb, fm, fn, got, want);
+                     (long long)x->nc, (long long)nonfinite, v.worst, fb, fm, fn, v.got, v.ref, v.bound);
         cr_expect_eq(guard, 0, "M=%lld N=%lld K=%lld [%s] run %d: %lld bytes past C written", (long long)s->M,
                      (long long)s->N, (long long)s->K, desc, r, (long long)guard);
         if (bad || guard)
@@ -284,11 +285,11 @@ Test(gemm_gpu, api_large_odd)
                                           &rep, err, sizeof err),
                          LOOM_OK, "%s", err);
             cr_expect_eq(rep.bad, 0,
-                         "4097x3001x1000 %s [%s] run %d: %llu of %llu bad (%llu not finite); first at %lld: %g, "
-                         "want %g +- %g",
+                         "4097x3001x1000 %s [%s] run %d: %llu of %llu past their bound (%llu not finite; worst "
+                         "|err|/bound %.3g); first at %lld: %.9g, want %.9g +- %.3g",
                          loom_dtype_name(s.dtype), loom_gemm_describe(p), r, (unsigned long long)rep.bad,
-                         (unsigned long long)rep.checked, (unsigned long long)rep.nonfinite,
-                         (long long)rep.first_bad, rep.first_out, rep.first_ref, rep.first_tol);
+                         (unsigned long long)rep.checked, (unsigned long long)rep.nonfinite, rep.worst,
+                         (long long)rep.first_bad, rep.first_out, rep.first_ref, rep.first_bound);
         }
         loom_gemm_destroy(p);
         loom_buffer_destroy(a), loom_buffer_destroy(b), loom_buffer_destroy(c);

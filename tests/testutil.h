@@ -294,18 +294,25 @@ static inline int t_count(const char *s, const char *needle)
 
 /* ref [batch, M, N] = A @ B in double for loom_gemm shape s, from A [M, K] (one per product
  * where batch > 1 and !a_shared) and B [batch, K, N] as doubles (row-major, contiguous):
- * the gemm tests' reference, independent of the template's. */
-static inline void t_gemm_ref(const loom_gemm_shape *s, const double *a, const double *b, double *ref)
+ * the gemm tests' reference, independent of the template's; and mag [batch, M, N] (when
+ * not NULL) the sums of the products' magnitudes, sum_k |a b|, that the error model
+ * scales the accumulation's error by (t_model.h: t_gemm_bound). */
+static inline void t_gemm_ref(const loom_gemm_shape *s, const double *a, const double *b, double *ref, double *mag)
 {
     memset(ref, 0, (size_t)(s->batch * s->M * s->N) * sizeof *ref);
+    if (mag)
+        memset(mag, 0, (size_t)(s->batch * s->M * s->N) * sizeof *mag);
     for (int64_t q = 0; q < s->batch; q++)
         for (int64_t m = 0; m < s->M; m++) {
             const double *ar = a + (s->batch > 1 && !s->a_shared ? q * s->M * s->K : 0) + m * s->K;
-            double *row = ref + (q * s->M + m) * s->N;
+            double *row = ref + (q * s->M + m) * s->N, *mrow = mag ? mag + (q * s->M + m) * s->N : NULL;
             for (int64_t k = 0; k < s->K; k++) {
                 const double *br = b + (q * s->K + k) * s->N;
                 for (int64_t n = 0; n < s->N; n++)
                     row[n] += ar[k] * br[n];
+                if (mrow)
+                    for (int64_t n = 0; n < s->N; n++)
+                        mrow[n] += fabs(ar[k] * br[n]);
             }
         }
 }
