@@ -14,5 +14,14 @@ extern const unsigned char aot_text_rt[];
 extern const unsigned char aot_text_lce[];
 extern const unsigned char aot_text_fa[];
 extern const unsigned char aot_text_fa_units[];
+/* aot/aot_torch.py: the run-time part of the Python module `loomc aot --torch` writes. */
+extern const unsigned char aot_text_torch[];
+
+/* loom_aot_write, plus DIR/P_torch.py (the file's operations as PyTorch custom ops) and the
+ * C entry points it calls (the operations on the caller's buffers), appended to P.h and
+ * P.c; docs/torch.md.  loomc's --torch: exported for loomc alone, outside loom.h's API
+ * (tools/loomc.c includes this header). */
+__attribute__((visibility("default"))) loom_status loom_aot_write_torch(const loom_aot_request *r, char *err,
+                                                                        size_t errlen);
 
 #endif

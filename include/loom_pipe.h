@@ -32,12 +32,18 @@
  *                      budgets derived from the kernel's warps (no literals)
  *   loom_pingpong      two consumer replicas taking turns on the tensor cores
  *   loom_sync          a named barrier over some threads (ids allocated by loom_pipe)
+ *   loom_mainloop      a consumer's k loop over a ring: consume the slot, wgmma, commit,
+ *                      wait with groups in flight, give the previous slot back; and its
+ *                      finish (the last wait and release).  Split and ping-pong aware
  *   loom_epilogue      an output tile from registers to global memory: straight, or
  *                      through a staging tile (lazy wait, or two replicas in turn) or a
- *                      borrowed ring slot, and one TMA store
+ *                      borrowed ring slot, and one TMA store; loom_epilogue_visit calls a
+ *                      function of yours on the accumulator tile first (bias, activation,
+ *                      cast), with the tile's coordinates (loom_tile_at) at hand
  *
  * Prefixes: loom_pipe_, loom_ring_, loom_sched_, loom_pingpong_, loom_sync_,
- * loom_epilogue_.  Every function here is in libloom (pipe/pipe.c).
+ * loom_mainloop_, loom_tile_, loom_epilogue_.  Every function here is in libloom
+ * (pipe/pipe.c, pipe/mainloop.c).
  */
 #ifndef LOOM_PIPE_H
 #define LOOM_PIPE_H
@@ -350,6 +356,68 @@ void loom_pingpong_tile_end_at(loom_src at, loom_kernel *k, const loom_pingpong 
 /* odd: does replica 0 have one more tile than replica 1 (loom_sched_odd). */
 void loom_pingpong_finish_at(loom_src at, loom_kernel *k, const loom_pingpong *pp, loom_val odd);
 
+/* ---------------------------------------------------------------- the mainloop */
+
+/* A consumer's k loop over a ring, the part of a warp-specialized GEMM every kernel
+ * writes the same way: for k step kk of a tile (ring use it = it0 + kk), wait until the
+ * slot is full, issue acc += A @ B from its views, commit, wait until `in_flight` groups
+ * are left (1: the previous step's group is done), and give the previous use's slot back
+ * to the producer.  After the loop, loom_mainloop_finish waits for the last group and
+ * gives the last slot back.
+ *
+ *     loom_mainloop ml = {&ring, .a_tile = 0, .b_tile = 1, .rows = 128, .cols = 256, .steps = nk};
+ *     loom_val acc = loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0);
+ *     acc = loom_mainloop_finish(k, &ml, acc, loom_mainloop_last(k, &ml, it0));
+ *
+ * The operands are views of the slot: A is ring tile a_tile ([rows, BK]; a_split: the
+ * tile has one part a consumer replica and replica rep reads part rep, which is how two
+ * replicas split a tile by rows), B ring tile b_tile ([BK, cols]); a_trans / b_trans view
+ * them transposed (a K-major tile stored [rows, BK] as B is [cols, BK]).  Ping-pong needs
+ * nothing of the loop: the replicas' turns go around it (loom_pingpong_mma_begin / _end)
+ * and their ring uses skip each other's tiles (the caller's it0). */
+typedef struct loom_mainloop {
+    const loom_ring *ring;
+    int a_tile, b_tile;   /* the ring tiles read as wgmma's A and B */
+    int a_trans, b_trans; /* read transposed (loom_smem_trans) */
+    int a_split;          /* A's tile has a part a replica: replica rep reads part rep */
+    int64_t rows, cols;   /* the accumulator, f32 [rows, cols] */
+    int64_t steps;        /* k steps a tile ... */
+    loom_val nsteps;      /* ... or, where set, a run-time i32 count of them */
+    int in_flight;        /* wgmma groups left in flight after a step (0: 1; -1: none) */
+    int order;            /* the order the same ops are built in: 0 (templates/gemm.c's) or 1
+                             (templates/ikbo_lce.c's), kept so their PTX did not change when
+                             they moved here (pipe/mainloop.c says what differs) */
+} loom_mainloop;
+
+/* One k step at ring use `it` into acc, with wgmma's A `a` where given (a shared view
+ * or a register tile: LOOM_NONE takes the slot's A view); then ring use prev's slot
+ * goes back (prev LOOM_NONE: none), only where give_back (an i1; LOOM_NONE: always).
+ * Returns the accumulator, its group still in flight. */
+#define loom_mainloop_step(k, ml, it, prev, give_back, a, acc, rep) \
+    loom_mainloop_step_at(LOOM_HERE, k, ml, it, prev, give_back, a, acc, rep)
+loom_val loom_mainloop_step_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it, loom_val prev,
+                               loom_val give_back, loom_val a, loom_val acc, loom_val rep);
+/* The loop: k steps `from` (0, or 1 after a first step of your own) to the end, of ring
+ * uses it0 + kk, into acc (LOOM_NONE: a zero accumulator); rep: the replica (a_split).
+ * The first step of the loop gives no slot back when from is 0.  Returns the accumulator
+ * with the last group in flight. */
+#define loom_mainloop_run(k, ml, it0, rep, acc, from) loom_mainloop_run_at(LOOM_HERE, k, ml, it0, rep, acc, from)
+loom_val loom_mainloop_run_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it0, loom_val rep,
+                              loom_val acc, int from);
+/* A zero accumulator of the loop's shape. */
+#define loom_mainloop_zero(k, ml) loom_mainloop_zero_at(LOOM_HERE, k, ml)
+loom_val loom_mainloop_zero_at(loom_src at, loom_kernel *k, const loom_mainloop *ml);
+/* The ring use of a tile's last k step, it0 + steps - 1. */
+#define loom_mainloop_last(k, ml, it0) loom_mainloop_last_at(LOOM_HERE, k, ml, it0)
+loom_val loom_mainloop_last_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it0);
+/* The uses a tile takes of the ring (an i32): steps. */
+#define loom_mainloop_uses(k, ml) loom_mainloop_uses_at(LOOM_HERE, k, ml)
+loom_val loom_mainloop_uses_at(loom_src at, loom_kernel *k, const loom_mainloop *ml);
+/* Wait for acc's last group; give ring use last's slot back (LOOM_NONE: the caller keeps
+ * it, e.g. to store through it).  Returns the finished accumulator. */
+#define loom_mainloop_finish(k, ml, acc, last) loom_mainloop_finish_at(LOOM_HERE, k, ml, acc, last)
+loom_val loom_mainloop_finish_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc, loom_val last);
+
 /* ---------------------------------------------------------------- epilogues */
 
 /* How an output tile leaves a consumer's registers. */
@@ -404,6 +472,50 @@ void loom_epilogue_store_borrowed_at(loom_src at, loom_kernel *k, loom_val out, 
  * release ring use `use`'s slot. */
 #define loom_epilogue_return_slot(k, r, held, use) loom_epilogue_return_slot_at(LOOM_HERE, k, r, held, use)
 void loom_epilogue_return_slot_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val held, loom_val use);
+/* Where an accumulator tile lies in the output, for an epilogue function: the tile
+ * [rows, cols] of the accumulator starts at row m0 and column n0 of product b (b
+ * LOOM_NONE: the output is not batched).  M and N are the output's rows and columns (i32
+ * values, run-time or constant) where the function needs the valid part of the tile
+ * (loom_tile_valid); `rep` is the consumer replica (LOOM_NONE: one).  `batch` (an i32, or
+ * LOOM_NONE): a tile of a product past it stores nothing. */
+typedef struct loom_tile_at {
+    loom_val b, m0, n0;
+    int64_t rows, cols;
+    loom_val M, N;
+    loom_val rep;
+    loom_val batch;
+} loom_tile_at;
+
+/* The epilogue function: from the finished f32 accumulator to the tile to store (in the
+ * output's dtype), built with any ops; ctx is yours. */
+typedef loom_val (*loom_epilogue_fn)(void *ctx, loom_kernel *k, loom_val acc, const loom_tile_at *t);
+
+/* The tile's row indices m0 + [0, rows) and column indices n0 + [0, cols) (i32 vectors;
+ * with expand_dims and broadcast, masks or per-row / per-column values). */
+#define loom_tile_rows(k, t) loom_tile_rows_at(LOOM_HERE, k, t)
+#define loom_tile_cols(k, t) loom_tile_cols_at(LOOM_HERE, k, t)
+loom_val loom_tile_rows_at(loom_src at, loom_kernel *k, const loom_tile_at *t);
+loom_val loom_tile_cols_at(loom_src at, loom_kernel *k, const loom_tile_at *t);
+/* A row vector v[N] at the tile's columns, broadcast to the tile (zero past the end):
+ * bias[n0 .. n0 + cols), loaded straight into the accumulator's column slice.  Leading
+ * offsets of a batched v ([B, N]): b. */
+#define loom_tile_row_vector(k, t, v) loom_tile_row_vector_at(LOOM_HERE, k, t, v)
+loom_val loom_tile_row_vector_at(loom_src at, loom_kernel *k, const loom_tile_at *t, loom_val v);
+/* A column vector v[M] at the tile's rows, broadcast to the tile (a per-row scale). */
+#define loom_tile_col_vector(k, t, v) loom_tile_col_vector_at(LOOM_HERE, k, t, v)
+loom_val loom_tile_col_vector_at(loom_src at, loom_kernel *k, const loom_tile_at *t, loom_val v);
+/* The tile's rows and columns inside the output: min(rows, M - m0), min(cols, N - n0). */
+#define loom_tile_valid(k, t, rows, cols) loom_tile_valid_at(LOOM_HERE, k, t, rows, cols)
+void loom_tile_valid_at(loom_src at, loom_kernel *k, const loom_tile_at *t, loom_val *rows, loom_val *cols);
+
+/* The epilogue of one tile: v = fn(ctx, k, acc, t) (fn NULL: acc as it is), stored at
+ * the tile's place by e's kind: through staging slot `slot` (LOOM_NONE: 0), or for
+ * LOOM_EPI_HANDOVER in replica t->rep's turn, its j-th tile. */
+#define loom_epilogue_visit(k, e, fn, ctx, acc, t, slot, j) \
+    loom_epilogue_visit_at(LOOM_HERE, k, e, fn, ctx, acc, t, slot, j)
+void loom_epilogue_visit_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_epilogue_fn fn, void *ctx,
+                            loom_val acc, const loom_tile_at *t, loom_val slot, loom_val j);
+
 /* After the task's last tile: the last TMA store has read the staging memory. */
 #define loom_epilogue_finish(k, e) loom_epilogue_finish_at(LOOM_HERE, k, e)
 void loom_epilogue_finish_at(loom_src at, loom_kernel *k, const loom_epilogue *e);

@@ -33,6 +33,8 @@
 #   LOOM_GPU_TEST_JOBS how many tests run at once (default 1: the timed ones see a quiet GPU;
 #                      8 finishes in about two minutes on an H100)
 #   LOOM_GPU_AOT       0 skips examples/aot/lce_aot (the LCE headline from loomc aot's files)
+#   LOOM_GPU_TORCH     0 skips tests/torch/test_loom_torch.py (loomc aot --torch's ops: eager,
+#                      torch.compile, CUDA graphs, and their bench; runs where torch imports)
 #   LOOM_GPU_SANITIZE  0 skips compute-sanitizer (memcheck, racecheck, synccheck over every
 #                      template at two small shapes, each IKBO LCE stage included)
 set -uo pipefail
@@ -110,6 +112,15 @@ done 2>&1 | tee "$OUTDIR/templates.log"
 
 echo "== examples/aot/lce_aot: the IKBO LCE headline from loomc aot's files alone (no libloom)"
 [ "${LOOM_GPU_AOT:-1}" = 0 ] || { timeout 300 lce_aot; echo "lce_aot rc=$?"; } 2>&1 | tee "$OUTDIR/lce_aot.log"
+
+echo "== tests/torch/test_loom_torch.py: loom's operations as PyTorch custom ops (loomc aot --torch)"
+if [ "${LOOM_GPU_TORCH:-1}" != 0 ] && python3 -c 'import torch' 2>/dev/null; then
+    rm -rf /tmp/loom-torch
+    { timeout 900 python3 tests/torch/test_loom_torch.py --loomc "$R/bin/loomc" --dir /tmp/loom-torch; echo "test_loom_torch rc=$?"; } 2>&1 |
+        tee "$OUTDIR/torch.log"
+else
+    echo "skipped: torch does not import here (or LOOM_GPU_TORCH=0)" | tee "$OUTDIR/torch.log"
+fi
 
 echo "== compute-sanitizer: memcheck, racecheck, synccheck over every template at small shapes"
 # each line: a command on the GPU (loomc run also checks the interpreter; bench_ikbo_lce runs
@@ -221,6 +232,7 @@ fi
 [ -f "$OUTDIR/bench_ikbo_lce_before.log" ] && echo "bench_ikbo_lce before:" && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce_before.log" | head -40
 [ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -40
 [ -f "$OUTDIR/bench_aot.log" ] && sed -n '/^bench_aot/,$p' "$OUTDIR/bench_aot.log"
+[ -f "$OUTDIR/torch.log" ] && grep -E "^(FAIL|bench |skipped|test_loom_torch)" "$OUTDIR/torch.log" | sed 's/^/torch ops: /'
 [ -f "$OUTDIR/lce_aot.log" ] && grep -E "^(aot lce|check|no GPU)|FAIL|rc=" "$OUTDIR/lce_aot.log" | sed 's/^/lce_aot: /'
 [ -f "$OUTDIR/bench_ikbo_fa.log" ] && sed -n '/^config/,$p' "$OUTDIR/bench_ikbo_fa.log" | cut -c1-150 | head -40
 # the request stream: cold and warm starts, the request path's compiles, the checks; the warm run's table

@@ -10,7 +10,7 @@
  *            over tiles): produce the slot, TMA A and B into it
  *   consumer for each tile: acc = 0; for each k step: consume the slot, wgmma, commit,
  *            wait until one group is in flight, release the previous slot; after the
- *            loop wait for all and release the last slot
+ *            loop wait for all and release the last slot (the layer's loom_mainloop)
  *   epilogue cast and store the tile: straight from the accumulator's registers (masked
  *            at the M/N edges) or, with tmastore=1, through a staging tile in shared
  *            memory and a TMA store that runs asynchronously
@@ -318,58 +318,32 @@ static void producer(loom_kernel *k, const gk *g)
     loom_task_end(k, pt);
 }
 
-/* The mainloop of one tile: ring uses it0 .. it0 + nk - 1.  Each waits for its slot,
- * issues the wgmmas (split: A is replica rep's half of the slot), lets one group stay in
- * flight and gives the previous use's slot back.  Returns the accumulator with the last
- * group still in flight. */
-static loom_val mainloop(loom_kernel *k, const gk *g, loom_val it0, int bm, loom_val rep)
+/* The mainloop of a tile (the pipeline layer's loom_mainloop): ring uses it0 .. it0 +
+ * nk - 1, each waited for, its wgmmas issued (split: A is replica rep's half of the
+ * slot), one group left in flight and the previous use's slot given back. */
+static loom_mainloop mainloop_of(const gk *g, int bm)
 {
     const g_cfg *c = g->c;
-    loom_val zero = CI(0), one = CI(1);
-    loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(bm, c->bn));
-    loom_region_op kl = loom_for_begin(k, zero, CI(TPL_CDIV(c->K, c->bk)), one, 1, &acc0);
-    {
-        loom_val kk = loom_for_iv(k, kl);
-        loom_val it = loom_add(k, it0, kk);
-        loom_val s = loom_ring_consume(k, &g->ring, it);
-        loom_val a = loom_ring_view(k, &g->ring, s, TILE_A, c->consumers == SPLIT ? rep : LOOM_NONE);
-        loom_val acc = loom_wgmma(k, a, loom_ring_view(k, &g->ring, s, TILE_B, LOOM_NONE), loom_for_arg(k, kl, 0));
-        loom_wgmma_commit(k);
-        loom_region_op w = loom_wgmma_wait(k, 1, 1, &acc);
-        /* the previous use's wgmma is done: give its slot back */
-        loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
-        loom_ring_release(k, &g->ring, loom_ring_slot_of(k, &g->ring, loom_sub(k, it, one)));
-        loom_if_end(k, first, 0, NULL);
-        loom_val res = loom_wgmma_result(k, w, 0);
-        loom_for_end(k, kl, 1, &res);
-    }
-    return loom_for_result(k, kl, 0);
+    return (loom_mainloop){.ring = &g->ring, .a_tile = TILE_A, .b_tile = TILE_B, .a_split = c->consumers == SPLIT,
+                           .rows = bm, .cols = c->bn, .steps = TPL_CDIV(c->K, c->bk)};
 }
 
 /* After the mainloop of the tile whose uses start at it0: wait for its last wgmma group
- * and give the last slot back (right after the wait: the compiler issues the two
- * together); returns the tile cast to the output type. */
-static loom_val finish(loom_kernel *k, const gk *g, loom_val acc, loom_val it0)
+ * and give the last slot back; returns the tile cast to the output type. */
+static loom_val finish(loom_kernel *k, const gk *g, const loom_mainloop *ml, loom_val acc, loom_val it0)
 {
-    const g_cfg *c = g->c;
-    loom_val last = loom_ring_slot_of(k, &g->ring, loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk) - 1)));
-    loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
-    loom_ring_release(k, &g->ring, last);
-    return loom_cast(k, loom_wgmma_result(k, w, 0), c->odt);
+    return loom_cast(k, loom_mainloop_finish(k, ml, acc, loom_mainloop_last(k, ml, it0)), g->c->odt);
 }
 
-/* The epilogue's store of a tile at (b, m0, n0) through staging slot `slot`.  With share=1
- * the pair's second product is past an odd batch at its last unit: a TMA store writes
- * nothing there, and a store from the registers is skipped (its leading offset must index
- * C: the interpreter reports it, the GPU's check masks it), one compare a tile. */
-static void store_tile(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val out, loom_val slot)
+/* The epilogue's store of tile `out` at (b, m0, n0) through staging slot `slot` (split:
+ * in replica rep's turn, its j-th tile).  With share=1 the pair's second product is past
+ * an odd batch at its last unit: a TMA store writes nothing there, and a store from the
+ * registers is skipped (t.batch). */
+static void store_tile(loom_kernel *k, const gk *g, loom_val out, loom_tile_at t, loom_val slot, loom_val j)
 {
-    loom_val o[3];
-    bool guard = g->c->share_a && !g->c->tmastore;
-    loom_region_op in = guard ? loom_if_begin(k, loom_cmp(k, LOOM_LT, b, g->batch), 0) : 0;
-    loom_epilogue_store(k, &g->epi, offs_of(g->batched, b, m0, n0, o), out, slot);
-    if (guard)
-        loom_if_end(k, in, 0, NULL);
+    t.b = g->batched ? t.b : LOOM_NONE;
+    t.batch = g->c->share_a ? g->batch : LOOM_NONE;
+    loom_epilogue_visit(k, &g->epi, NULL, NULL, out, &t, slot, j);
 }
 
 /* Cooperative: one consumer task (its warp groups split every tile by rows). */
@@ -385,8 +359,9 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
-        loom_val out = finish(k, g, mainloop(k, g, it0, c->bm, LOOM_NONE), it0);
-        store_tile(k, g, b, m0, n0, out, LOOM_NONE);
+        loom_mainloop ml = mainloop_of(g, c->bm);
+        loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0), it0);
+        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0}, LOOM_NONE, LOOM_NONE);
         loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
         units_end(k, g, &u, next);
         loom_epilogue_finish(k, &g->epi);
@@ -412,11 +387,12 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
+        loom_mainloop ml = mainloop_of(g, c->bm);
         loom_pingpong_mma_begin(k, pp);
-        loom_val acc = mainloop(k, g, it0, c->bm, rep);
+        loom_val acc = loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0);
         loom_pingpong_mma_end(k, pp);
-        loom_val out = finish(k, g, acc, it0);
-        store_tile(k, g, b, m0, n0, out, rep);
+        loom_val out = finish(k, g, &ml, acc, it0);
+        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0}, rep, LOOM_NONE);
         loom_pingpong_tile_end(k, pp);
         loom_val next = loom_add(k, it0, CI(2 * nk)); /* and the other replica's tile */
         units_end(k, g, &u, next);
@@ -445,13 +421,14 @@ static void consumers_split(loom_kernel *k, const gk *g)
         g = &gl;
         loom_val rep = loom_task_replica(k);
         unit_loop u = units_begin(k, g, LOOM_NONE, zero);
-        loom_val b = u.b, m0, n0, o[3];
+        loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
-        loom_val out = finish(k, g, mainloop(k, g, it0, half, rep), it0);
+        loom_mainloop ml = mainloop_of(g, half);
+        loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0), it0);
         loom_val m = loom_add(k, m0, loom_mul(k, rep, CI(half)));
         loom_val j = c->tmastore ? loom_div(k, it0, CI(nk)) : LOOM_NONE; /* the replica's tile count */
-        loom_epilogue_store_turn(k, &g->epi, offs_of(g->batched, b, m, n0, o), out, rep, j);
+        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m, .n0 = n0, .rep = rep}, LOOM_NONE, j);
         loom_val next = loom_add(k, it0, CI(nk));
         units_end(k, g, &u, next);
     }

@@ -263,6 +263,14 @@ static void turn_issued(const fa *g)
         loom_turns_end(g->k, &g->turns);
 }
 
+/* The K/V steps below do not use the pipeline layer's loom_mainloop (pipe/mainloop.c),
+ * which is a k loop: one accumulator, one ring, each step's slot given back after the
+ * next step's wait.  A K/V tile is two GEMMs on two rings with the online softmax
+ * between them: S = Q K^T starts from zero every tile and is waited for at once (the
+ * softmax needs it), P comes from registers, O is rescaled between steps, and the
+ * overlapped form keeps one GEMM of each kind in flight across tiles.  Each is issued and
+ * waited for here, with its ring's consume and release beside it. */
+
 /* One K/V tile (ring use `use`, its first key j0), one GEMM after the other: S = Q K^T,
  * the online softmax, O += P V; the slot goes back once both are done.  With turns the
  * groups take turns to issue S = Q K^T. */

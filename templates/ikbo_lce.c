@@ -496,26 +496,6 @@ static void producer(const ik *g)
 
 /* ---------------------------------------------------------------- consumers */
 
-/* wgmma's A operand in slot sl: the W tile, or split group rep's half of it; trans:
- * group rep's [64, 64] part of E, transposed (E^T: rows n, columns k). */
-static loom_val a_view(const ik *g, loom_val sl, loom_val rep)
-{
-    loom_kernel *k = g->k;
-    if (tr(g->s))
-        return loom_smem_trans(k, loom_ring_view(k, &g->ring, sl, TILE_E, rep));
-    return loom_ring_view(k, &g->ring, sl, TILE_W, split(g->s) ? rep : LOOM_NONE);
-}
-
-/* wgmma's B operand in slot sl (of a k step and of a plane step alike): the E tile
- * [64, BN]; trans: the W tile (or plane part) transposed, [64, rows]. */
-static loom_val b_view(const ik *g, loom_val sl)
-{
-    loom_kernel *k = g->k;
-    if (tr(g->s))
-        return loom_smem_trans(k, loom_ring_view(k, &g->ring, sl, TILE_W, LOOM_NONE));
-    return loom_ring_view(k, &g->ring, sl, TILE_E, LOOM_NONE);
-}
-
 /* The part of a held slot a tile's output goes out through: E [64, BN], or trans W
  * [rows, 64]. */
 static loom_val held_view(const ik *g, loom_val sl)
@@ -530,25 +510,17 @@ static loom_val oriented(loom_kernel *k, const ik_spec *s, loom_val v) { return 
 /* What a warp group stores of its accumulator: acc in the dtype, oriented. */
 static loom_val out_tile(loom_kernel *k, const ik_spec *s, loom_val acc) { return oriented(k, s, loom_cast(k, acc, s->dt)); }
 
-/* Ring use `it`: wait for its slot, acc += a @ E of the slot (a: the slot's W, or av
- * where given: the identity), one group left in flight; then, where `give_back` (an i1,
- * or LOOM_NONE for always), ring use prev's slot goes back to the producer (its group is
- * done; prev LOOM_NONE: none goes back). */
-static loom_val ring_step(const ik *g, loom_val it, loom_val prev, loom_val rep, loom_val av, loom_val acc,
-                          loom_val give_back)
+/* The k loop of a tile (the pipeline layer's loom_mainloop): nk steps, ring uses it0 ..,
+ * into a [rows, BN] accumulator, acc += W @ E of each slot (split: group rep's W half;
+ * trans: [64, the tile's rows] += E^T @ W^T, group rep's E half), one group left in
+ * flight and the previous use's slot given back.  Its steps also run the plane steps
+ * (acc += I @ plane, the identity given as A). */
+static loom_mainloop mainloop_of(const ik *g, int64_t nk, int64_t rows)
 {
-    loom_kernel *k = g->k;
-    loom_val sl = loom_ring_consume(k, &g->ring, it);
-    loom_val r = loom_wgmma(k, av ? av : a_view(g, sl, rep), b_view(g, sl), acc);
-    loom_wgmma_commit(k);
-    loom_region_op wt = loom_wgmma_wait(k, 1, 1, &r);
-    if (prev) {
-        loom_region_op pb = give_back ? loom_if_begin(k, give_back, 0) : 0;
-        loom_ring_release(k, &g->ring, loom_ring_slot_of(k, &g->ring, prev));
-        if (give_back)
-            loom_if_end(k, pb, 0, NULL);
-    }
-    return loom_wgmma_result(k, wt, 0);
+    const ik_spec *s = g->s;
+    return (loom_mainloop){.ring = &g->ring, .a_tile = tr(s) ? TILE_E : TILE_W, .b_tile = tr(s) ? TILE_W : TILE_E,
+                           .a_trans = tr(s), .b_trans = tr(s), .a_split = tr(s) || split(s), .rows = rows,
+                           .cols = tr(s) ? ik_tile_rows(s) : s->bn, .steps = nk, .order = 1};
 }
 
 /* Borrowing (borrows()): did the group's previous tile store through a ring slot it still
@@ -557,39 +529,18 @@ typedef struct ik_held {
     loom_val flag, use;
 } ik_held;
 
-/* The k steps of a tile, ring uses it0 .. it0 + nk - 1, into a fresh [rows, BN]
- * accumulator (split: group rep's W half; trans: [64, the tile's rows], group rep's E
- * half); the last group is left in flight.  A held slot (h, or NULL) goes back once the
- * first step's wgmma is issued. */
-static loom_val mainloop(const ik *g, loom_val it0, int64_t nk, int64_t rows, loom_val rep, const ik_held *h)
+/* The k steps of a tile (ml) from ring use it0 into a fresh accumulator; the last group
+ * is left in flight.  A held slot (h, or NULL) goes back once the first step's wgmma is
+ * issued. */
+static loom_val mainloop(const ik *g, const loom_mainloop *ml, loom_val it0, loom_val rep, const ik_held *h)
 {
     loom_kernel *k = g->k;
-    const ik_spec *s = g->s;
-    loom_val zero = CI(0), one = CI(1), from = zero;
-    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(rows, tr(s) ? ik_tile_rows(s) : s->bn));
-    if (h) { /* the first step outside the loop, then the held slot */
-        acc = ring_step(g, it0, LOOM_NONE, rep, LOOM_NONE, acc, LOOM_NONE);
-        loom_epilogue_return_slot(k, &g->ring, h->flag, h->use);
-        from = one;
-    }
-    loom_region_op kl = loom_for_begin(k, from, CI(nk), one, 1, &acc);
-    {
-        loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
-        loom_val r = ring_step(g, it, loom_sub(k, it, one), rep, LOOM_NONE, loom_for_arg(k, kl, 0),
-                               h ? LOOM_NONE : loom_cmp(k, LOOM_GT, kk, zero));
-        loom_for_end(k, kl, 1, &r);
-    }
-    return loom_for_result(k, kl, 0);
-}
-
-/* Wait for acc's last wgmma group and give ring use last's slot back (LOOM_NONE: the
- * group keeps it). */
-static loom_val drain(const ik *g, loom_val acc, loom_val last)
-{
-    loom_region_op wt = loom_wgmma_wait(g->k, 0, 1, &acc);
-    if (last)
-        loom_ring_release(g->k, &g->ring, loom_ring_slot_of(g->k, &g->ring, last));
-    return loom_wgmma_result(g->k, wt, 0);
+    if (!h)
+        return loom_mainloop_run(k, ml, it0, rep, LOOM_NONE, 0);
+    /* the first step outside the loop, then the held slot */
+    loom_val acc = loom_mainloop_step(k, ml, it0, LOOM_NONE, LOOM_NONE, LOOM_NONE, loom_mainloop_zero(k, ml), rep);
+    loom_epilogue_return_slot(k, &g->ring, h->flag, h->use);
+    return loom_mainloop_run(k, ml, it0, rep, acc, 1);
 }
 
 /* A candidate tile's output v at out[j, m0.., n0..]: through the held slot of ring use
@@ -669,19 +620,20 @@ static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand
     loom_kernel *k = g->k;
     const ik_spec *s = g->s;
     bool hold = h && cand;
-    loom_val acc = mainloop(g, it0, nk, s->bm, LOOM_NONE, h);
+    loom_mainloop ml = mainloop_of(g, nk, s->bm);
+    loom_val acc = mainloop(g, &ml, it0, LOOM_NONE, h);
     int64_t steps = nk;
     if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
         for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
             int64_t hh = q % (s->bm / 64);
             loom_val eye = s->bm == 64 ? g->eye : loom_smem_part(k, g->eye, 1, 64 * hh, 64);
             loom_val it = loom_add(k, it0, CI(steps));
-            acc = ring_step(g, it, loom_sub(k, it, CI(1)), LOOM_NONE, eye, acc, LOOM_NONE);
+            acc = loom_mainloop_step(k, &ml, it, loom_sub(k, it, CI(1)), LOOM_NONE, eye, acc, LOOM_NONE);
         }
     if (g->turns)
         loom_pingpong_mma_end(k, &g->pp);
     loom_val last = loom_add(k, it0, CI(steps - 1));
-    acc = drain(g, acc, hold ? LOOM_NONE : last);
+    acc = loom_mainloop_finish(k, &ml, acc, hold ? LOOM_NONE : last);
 
     /* the epilogue */
     if (cand)
@@ -713,19 +665,20 @@ static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, boo
     *at = loom_add(k, *at, loom_mul(k, rep, CI(64)));
     loom_region_op br = loom_if_begin(k, loom_cmp(k, LOOM_LT, *at, CI(tr(s) ? s->N : s->M)), h ? 1 : 0);
     {
-        loom_val acc = mainloop(g, it0, nk, 64, rep, h);
+        loom_mainloop ml = mainloop_of(g, nk, 64);
+        loom_val acc = mainloop(g, &ml, it0, rep, h);
         loom_val last = loom_add(k, it0, CI(nk - 1));
         for (int64_t p = 0; planes && p < 2; p++) {
             loom_val first = loom_add(k, it0, CI(nk + 2 * p));
             loom_val mine = loom_add(k, first, rep);
             if (s->stages < 3) /* mine may be two uses after last, in last's slot: give that back
                                 * first (a ring of 3 or more has mine's slot back already) */
-                acc = drain(g, acc, last);
-            acc = ring_step(g, mine, s->stages < 3 ? LOOM_NONE : last, rep, g->eye, acc, LOOM_NONE);
+                acc = loom_mainloop_finish(k, &ml, acc, last);
+            acc = loom_mainloop_step(k, &ml, mine, s->stages < 3 ? LOOM_NONE : last, LOOM_NONE, g->eye, acc, rep);
             loom_ring_pass(k, &g->ring, loom_add(k, first, other));
             last = mine;
         }
-        acc = drain(g, acc, hold ? LOOM_NONE : last);
+        acc = loom_mainloop_finish(k, &ml, acc, hold ? LOOM_NONE : last);
         if (handover)
             loom_epilogue_turn_wait(k, &g->epi, rep, j);
         if (cand)

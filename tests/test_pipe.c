@@ -17,6 +17,8 @@
 #include "loom_pipe.h"
 #include "testutil.h"
 
+#include <math.h>
+
 #define I32(k, v) loom_const_i(k, LOOM_I32, v)
 
 /* Does the text (the last error) name line `line` of this file? */
@@ -425,4 +427,118 @@ Test(pipe, dynamic_schedule_makes_progress_with_one_resident_program)
     unsetenv("LOOM_INTERP_RESIDENT");
     cr_assert_eq(progress_run(0, 4, out, UNITS, U0, &line), LOOM_OK, "%s", t_last_error);
     cr_assert_eq(progress_run(1, 4, out, UNITS, U0, &line), LOOM_OK, "%s", t_last_error);
+}
+
+/* ---------------------------------------------------------------- mainloop + epilogue visitor */
+
+/* A warp-specialized GEMM with a fused epilogue, C = gelu_tanh(A @ Bt^T + bias) in f16,
+ * written with loom_mainloop and loom_epilogue_visit: the kernel below is the user's
+ * whole code (docs/dsl.md, "Writing a warp-specialized kernel", shows the same form).
+ * Tiles of 64 x 64 over a [130, 72] output (partial tiles at both edges), 3 ring slots,
+ * 2 persistent programs. */
+enum { VM = 130, VN = 72, VK = 48, VBM = 64, VBN = 64, VBK = 16 };
+
+/* gelu_tanh(acc + bias) in f16: the bias row at the tile's columns, in the accumulator's
+ * column slice. */
+static loom_val bias_gelu(void *bias, loom_kernel *k, loom_val acc, const loom_tile_at *t)
+{
+    loom_val x = loom_add(k, acc, loom_tile_row_vector(k, t, *(loom_val *)bias));
+    loom_val u = loom_mul(k, loom_const_f(k, LOOM_F32, 0.7978845608028654),
+                          loom_add(k, x, loom_mul(k, loom_const_f(k, LOOM_F32, 0.044715), loom_mul(k, loom_mul(k, x, x), x))));
+    loom_val y = loom_mul(k, loom_mul(k, loom_const_f(k, LOOM_F32, 0.5), x),
+                          loom_add(k, loom_const_f(k, LOOM_F32, 1.0), loom_tanh(k, u)));
+    return loom_cast(k, y, LOOM_F16);
+}
+
+static loom_kernel *visit_gemm(void)
+{
+    loom_kernel *k = loom_kernel_create("visit_gemm", LOOM_PIPE_PRODUCER_WARPS + 4);
+    loom_pipe p = loom_pipe_create(k);
+    loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(VM, VK), LOOM_IN);
+    loom_val Bt = loom_arg_tensor(k, "Bt", LOOM_F16, LOOM_SHAPE2(VN, VK), LOOM_IN);
+    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(VN), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(VM, VN), LOOM_OUT);
+    loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(VBM, VBK), 1, LOOM_SWIZZLE_32},
+                               {LOOM_F16, LOOM_SHAPE2(VBN, VBK), 1, LOOM_SWIZZLE_32}};
+    loom_ring ring = loom_ring_create(k, 3, 1, 2, tiles);
+    int64_t tm = (VM + VBM - 1) / VBM, tn = (VN + VBN - 1) / VBN, nk = VK / VBK;
+    loom_sched sched = loom_sched_static(k, tm * tn, 1);
+    loom_epilogue epi = loom_epilogue_create(&p, LOOM_EPI_STAGED, C, LOOM_F16, LOOM_SHAPE2(VBM, VBN), 1, 128);
+    loom_mainloop ml = {.ring = &ring, .a_tile = 0, .b_tile = 1, .b_trans = 1, .rows = VBM, .cols = VBN, .steps = nk};
+    loom_val zero = I32(k, 0), one = I32(k, 1), b, tr, tc;
+
+    loom_region_op pt = loom_producer_begin(k);
+    loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+    loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
+    loom_val m0 = loom_mul(k, tr, I32(k, VBM)), n0 = loom_mul(k, tc, I32(k, VBN)), it0 = loom_for_arg(k, tl, 0);
+    loom_region_op kl = loom_for_begin(k, zero, I32(k, nk), one, 0, NULL);
+    loom_val kk = loom_for_iv(k, kl), k0 = loom_mul(k, kk, I32(k, VBK));
+    loom_val s = loom_ring_produce(k, &ring, loom_add(k, it0, kk), -1);
+    loom_ring_load(k, &ring, s, 0, 0, A, ((loom_val[]){m0, k0}));
+    loom_ring_load(k, &ring, s, 1, 0, Bt, ((loom_val[]){n0, k0}));
+    loom_for_end(k, kl, 0, NULL);
+    loom_val next = loom_add(k, it0, loom_mainloop_uses(k, &ml));
+    loom_for_end(k, tl, 1, &next);
+    loom_task_end(k, pt);
+
+    loom_region_op ct = loom_consumers_begin(k, 4, 1);
+    tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+    loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
+    loom_tile_at t = {.m0 = loom_mul(k, tr, I32(k, VBM)), .n0 = loom_mul(k, tc, I32(k, VBN)), .rows = VBM, .cols = VBN};
+    it0 = loom_for_arg(k, tl, 0);
+    loom_val acc = loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0);
+    acc = loom_mainloop_finish(k, &ml, acc, loom_mainloop_last(k, &ml, it0));
+    loom_epilogue_visit(k, &epi, bias_gelu, &bias, acc, &t, LOOM_NONE, LOOM_NONE);
+    next = loom_add(k, it0, loom_mainloop_uses(k, &ml));
+    loom_for_end(k, tl, 1, &next);
+    loom_epilogue_finish(k, &epi);
+    loom_task_end(k, ct);
+    return k;
+}
+
+static double gelu_tanh_ref(double x) { return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+/* On the interpreter, each element within the error model: the accumulator within
+ * loom_f32_sum_error(K, sum |a b|) of the exact sum, the bias add one f32 rounding, GELU's
+ * slope at most 1.13 (the error carried through it), its f32 evaluation a few ulps of x
+ * (8 allowed), then the f16 rounding (loom_error_bound). */
+Test(pipe, mainloop_and_epilogue_visitor_gemm_bias_gelu)
+{
+    loom_kernel *k = visit_gemm();
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    size_t na = (size_t)VM * VK, nb = (size_t)VN * VK, nc = (size_t)VM * VN;
+    uint16_t *ah = malloc(na * 2), *bh = malloc(nb * 2), *ch = malloc(nc * 2);
+    float *av = malloc(na * 4), *bv = malloc(nb * 4), bias[VN];
+    cr_assert(ah && bh && ch && av && bv);
+    fill(ah, av, (int)na, 5);
+    fill(bh, bv, (int)nb, 6);
+    for (int n = 0; n < VN; n++)
+        bias[n] = (float)((n * 37) % 23 - 11) / 8.0f;
+    memset(ch, 0xff, nc * 2);
+    int grid[3] = {2, 1, 1};
+    targ args[] = {TA_BUF(ah, na * 2), TA_BUF(bh, nb * 2), TA_ARR(bias), TA_BUF(ch, nc * 2)};
+    cr_assert_eq(t_run(k, grid, args, 4), LOOM_OK, "%s", t_last_error);
+    for (int m = 0; m < VM; m++)
+        for (int n = 0; n < VN; n++) {
+            double s = 0, mag = 0;
+            for (int q = 0; q < VK; q++) {
+                s += (double)av[m * VK + q] * bv[n * VK + q];
+                mag += fabs((double)av[m * VK + q] * bv[n * VK + q]);
+            }
+            double x = s + bias[n], ref = gelu_tanh_ref(x);
+            double ex = loom_f32_sum_error(VK, mag) + loom_ulp(LOOM_F32, x);
+            double err = 1.13 * ex + 8 * loom_ulp(LOOM_F32, fabs(x) + ex);
+            double got = ir_f16_to_f32(ch[m * VN + n]), bound = loom_error_bound(LOOM_F16, ref, err);
+            cr_assert(fabs(got - ref) <= bound, "C[%d][%d] is %.8g, want %.8g within %.3g", m, n, got, ref, bound);
+        }
+    char *ptx = NULL, err[1024];
+    cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    t_ptxas_ok(ptx, "sm_90a", "visit_gemm");
+    free(ptx);
+    loom_kernel_destroy(k);
+    free(ah);
+    free(bh);
+    free(ch);
+    free(av);
+    free(bv);
 }

@@ -11,13 +11,14 @@
  *       is one (and then also on the interpreter, to show that they agree), else on the
  *       interpreter.
  *   loomc aot NAME --shape ..  [--shape ..]... [--config .. | --tuned] [--stage N]
- *             [--arch sm_90a[,sm_80]] --prefix P -o DIR
+ *             [--arch sm_90a[,sm_80]] [--torch] --prefix P -o DIR
  *       DIR/P.h and DIR/P.c: the kernels at those shapes as cubins and PTX with a C launcher
  *       that needs neither loom nor libcuda at link time (docs/aot.md); each shape's config
  *       is --config, the tuner's with --tuned, else the template's default (the cost
  *       model's best valid config where the default cannot serve the shape).  A template's
  *       run-time keys (B, U, R, ...) are maxima: a launch may ask for any value from 1 up to
- *       them, served by the kernel of the smallest bucket that holds it.
+ *       them, served by the kernel of the smallest bucket that holds it.  --torch also
+ *       writes DIR/P_torch.py: the operations as PyTorch custom ops (docs/torch.md).
  *   loomc tune NAME [--shape ..]... [--force] [--max N] [--threads N] [--report FILE.svg]
  *       the autotuner (tune/) for each --shape (repeatable; none: the default
  *       shape): every config's fate and time, the pick, and with --report an SVG plot of
@@ -31,6 +32,7 @@
  * Exit status: 0 on success, 1 on a failed check or compile, 2 on a usage error (a plugin
  * that does not load among them).
  */
+#include "../aot/aot.h" /* loom_aot_write_torch: --torch */
 #include "loom.h"
 #include "loomc_args.h"
 
@@ -304,12 +306,15 @@ static int cmd_aot(const opts *o, const char *cmdline)
         loom_aot_request r = {t, n, (const int64_t(*)[LOOM_MAX_PARAMS])shapes,
                               (const int64_t(*)[LOOM_MAX_PARAMS])configs, o->stage, o->arch, o->prefix, o->out,
                               cmdline};
-        if (loom_aot_write(&r, err, sizeof err) != LOOM_OK) {
+        if ((o->torch ? loom_aot_write_torch(&r, err, sizeof err) : loom_aot_write(&r, err, sizeof err)) != LOOM_OK) {
             fprintf(stderr, "loomc aot: %s\n", err);
             rc = 1;
         } else {
-            printf("%s: %d shape%s -> %s/%s.h, %s/%s.c\n", t->name, n, n == 1 ? "" : "s", o->out, o->prefix, o->out,
+            printf("%s: %d shape%s -> %s/%s.h, %s/%s.c", t->name, n, n == 1 ? "" : "s", o->out, o->prefix, o->out,
                    o->prefix);
+            if (o->torch)
+                printf(", %s/%s_torch.py", o->out, o->prefix);
+            printf("\n");
         }
     }
     free(shapes), free(configs);

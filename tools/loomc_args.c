@@ -21,7 +21,7 @@
 
 /* The options that take no list: each may be given once. */
 static const char *const once[] = {"--config", "--arch", "-o", "--report", "--prefix", "--tuned", "--stage",
-                                   "--force", "--max", "--threads", "--all", "--interpret", "--seed"};
+                                   "--torch", "--force", "--max", "--threads", "--all", "--interpret", "--seed"};
 #define NONCE ((int)(sizeof once / sizeof once[0]))
 
 int loomc_parse_args(int argc, char **argv, loomc_opts *o, char *err, size_t errlen)
@@ -55,6 +55,8 @@ int loomc_parse_args(int argc, char **argv, loomc_opts *o, char *err, size_t err
             dst = &o->prefix;
         else if (!strcmp(a, "--tuned"))
             o->tuned = 1;
+        else if (!strcmp(a, "--torch"))
+            o->torch = 1;
         else if (!strcmp(a, "--stage")) {
             if (i + 1 >= argc)
                 FAIL("--stage needs a value");
@@ -205,16 +207,18 @@ static const struct cmd_help {
      "  --report FILE.svg    a plot of every config's time (re-tunes)\n"
      "  --seed N             the check's inputs' seed\n"},
     {"aot", "loomc aot NAME --shape k=v,... [--shape k=v,...]... [--config k=v,... | --tuned] [--stage N]\n"
-            "          [--arch sm_90a[,sm_80]] --prefix P -o DIR",
+            "          [--arch sm_90a[,sm_80]] [--torch] --prefix P -o DIR",
      "Write DIR/P.h and DIR/P.c: NAME's kernels at those shapes as cubins and PTX with a C launcher that\n"
      "needs neither loom nor libcuda at link time (docs/aot.md).  Each shape's config is --config, the\n"
      "tuner's with --tuned, else the template's default (the cost model's best valid config where the\n"
-     "default cannot serve the shape).",
+     "default cannot serve the shape).  With --torch also DIR/P_torch.py: the operations as PyTorch\n"
+     "custom ops, torch.ops.loom.* (docs/torch.md).",
      "  --shape k=v,...      a shape (repeatable; at least one)\n"
      "  --config k=v,...     every shape's config\n"
      "  --tuned              each shape's config from the tuner (or its cache)\n"
      "  --stage N            ikbo_lce: the operation's stage, 0 to 4 (default 4)\n"
      "  --arch A[,B]         the architectures (default sm_90a)\n"
+     "  --torch              also P_torch.py: torch.library custom ops that build and load P.c\n"
      "  --prefix P           the files' names and the functions' prefix: a C identifier (required)\n"
      "  -o DIR               where to write (required)\n"},
     {"help", "loomc help [COMMAND]", "Print this page, or COMMAND's (as `loomc COMMAND --help` does).", ""},

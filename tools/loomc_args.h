@@ -19,6 +19,7 @@ typedef struct loomc_opts {
     int all, interpret, force, max_configs, threads;
     int tuned;              /* aot: each shape's config from the tuner (or its cache) */
     int stage;              /* aot: ikbo_lce's operation stage (default 4) */
+    int torch;              /* aot: P_torch.py too, the operations as PyTorch custom ops */
     uint64_t seed;
     const char *shapes[LOOMC_MAX_SHAPES]; /* every --shape, for tune and aot */
     int nshapes;
