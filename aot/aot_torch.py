@@ -61,9 +61,16 @@ def _lib():
                 raise RuntimeError("%s_torch: building %s failed (%s):\n%s" % (_P, src, " ".join(cmd), r.stderr))
             os.replace(tmp, path)
         lib = ctypes.CDLL(path)
-        lib[_P + "_last_error"].restype = ctypes.c_char_p
         _LIB = lib
         return lib
+
+
+def _last_error():
+    """The launcher's last error.  (A CDLL item is a new function object each time, so its
+    restype is set on the one called.)"""
+    f = _lib()[_P + "_last_error"]
+    f.restype = ctypes.c_char_p
+    return (f() or b"").decode()
 
 
 def _fn(name, argtypes):
@@ -76,7 +83,7 @@ def _fn(name, argtypes):
 def _call(name, f, *args):
     st = f(*args)
     if st != 0:
-        raise RuntimeError("%s_%s: %s" % (_P, name, _lib()[_P + "_last_error"]().decode()))
+        raise RuntimeError("%s_%s: %s" % (_P, name, _last_error()))
 
 
 class _Shape(ctypes.Structure):
@@ -271,7 +278,7 @@ if _LOOM["op"] == "ikbo_fa":
                ctypes.c_void_p(lens.data_ptr()) if lens is not None else None, ctypes.c_void_p(host.data_ptr()),
                ctypes.byref(n))
         if st != 0:  # a mapping entry or a length out of range: the caller's values
-            raise ValueError("%s: %s" % (op, _lib()[_P + "_last_error"]().decode()))
+            raise ValueError("%s: %s" % (op, _last_error()))
         return host[:n.value].to(cand_to_user.device)
 
     def _fa_launch(op, row, B, U, q, k, v, plan, seq_len):
