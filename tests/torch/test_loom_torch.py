@@ -270,6 +270,8 @@ def bench_fa(B, U, S, H, D, nseed):
     planned = lambda: ops.ikbo_fa_planned(q, k, v, plan, B, U)
     loom = bench(planned)
     loom_g = bench_graph(planned)
+    cfa = torch.compile(lambda a, b, c, p: ops.ikbo_fa_planned(a, b, c, p, B, U), fullgraph=True)
+    loom_c = bench(lambda: cfa(q, k, v, plan))
     loom_eager = bench(lambda: ops.ikbo_fa(q, k, v, m), reps=5)
     qb = q.view(B, nseed, H, D).transpose(1, 2)
 
@@ -280,8 +282,9 @@ def bench_fa(B, U, S, H, D, nseed):
     tref = bench(sdpa, reps=5)
     tref_g = bench_graph(sdpa)
     print("bench fa B=%d U=%d S=%d H=%d D=%d n_seed=%d: eager loom planned %.3f ms (with the host plan each call %.3f "
-          "ms), torch broadcast + SDPA %.3f ms, torch/loom %.2fx; CUDA graph replay loom planned %.3f ms, torch %.3f ms, "
-          "%.2fx" % (B, U, S, H, D, nseed, loom, loom_eager, tref, tref / loom, loom_g, tref_g, tref_g / loom_g))
+          "ms), torch broadcast + SDPA %.3f ms, torch/loom %.2fx; torch.compile loom planned %.3f ms (%.2fx); CUDA graph "
+          "replay loom planned %.3f ms, torch %.3f ms, %.2fx" % (B, U, S, H, D, nseed, loom, loom_eager, tref, tref / loom,
+                                                                 loom_c, tref / loom_c, loom_g, tref_g, tref_g / loom_g))
 
 
 # ---------------------------------------------------------------- gemm (the generic launch)
