@@ -123,25 +123,17 @@ Test(plugin, args)
  * stderr into out; returns the exit status. */
 static int run_loomc(const char *args, char *out, size_t n)
 {
-    char exe[PATH_MAX] = "", cmd[PATH_MAX + 1024], log[] = "/tmp/loom_tp_cli_XXXXXX";
+    char exe[PATH_MAX] = "", cmd[PATH_MAX + 1024];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     cr_assert(len > 0);
     exe[len] = 0;
     snprintf(strrchr(exe, '/'), sizeof exe - (size_t)(strrchr(exe, '/') - exe), "/loomc");
     if (access(exe, X_OK) != 0)
         cr_skip_test("%s is missing: loomc is built beside loom_tests", exe);
-    int fd = mkstemp(log);
-    cr_assert(fd >= 0);
-    close(fd);
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>&1", exe, args, log);
-    int st = system(cmd);
-    FILE *f = fopen(log, "r");
-    cr_assert(f);
-    out[fread(out, 1, n - 1, f)] = 0;
-    fclose(f);
-    unlink(log);
-    cr_assert(WIFEXITED(st), "loomc %s did not exit", args);
-    return WEXITSTATUS(st);
+    snprintf(cmd, sizeof cmd, "%s %s", exe, args);
+    int st = t_sh(cmd, out, n);
+    cr_assert(st >= 0, "loomc %s did not exit", args);
+    return st;
 }
 
 Test(plugin, loomc_cli)

@@ -18,23 +18,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Run a shell command with its output into out; its exit status. */
-static int sh(const char *cmd, char *out, size_t n)
-{
-    char log[] = "/tmp/loom_torch_XXXXXX", full[4 * PATH_MAX];
-    int fd = mkstemp(log);
-    cr_assert(fd >= 0);
-    close(fd);
-    snprintf(full, sizeof full, "( %s ) >%s 2>&1", cmd, log);
-    int st = system(full);
-    FILE *f = fopen(log, "r");
-    cr_assert(f);
-    out[fread(out, 1, n - 1, f)] = 0;
-    fclose(f);
-    unlink(log);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* loomc beside this binary, as the build makes it. */
 static const char *loomc(void)
 {
@@ -73,7 +56,7 @@ static void check(const char *name, const char *shape, const char *const *want, 
     cr_assert(mkdtemp(dir));
     snprintf(cmd, sizeof cmd, "%s aot %s --shape %s --torch --prefix tt -o %s/t && %s aot %s --shape %s --prefix tt -o %s/p",
              loomc(), name, shape, dir, loomc(), name, shape, dir);
-    int st = sh(cmd, out, sizeof out);
+    int st = t_sh(cmd, out, sizeof out);
     if (st != 0 && strstr(out, "ptxas"))
         cr_skip_test("no ptxas (loomc aot needs the CUDA toolkit's): %s", out);
     cr_assert_eq(st, 0, "loomc aot %s --torch: %s", name, out);
@@ -84,8 +67,8 @@ static void check(const char *name, const char *shape, const char *const *want, 
     size_t npy;
     char *py = slurp(path, &npy);
     snprintf(cmd, sizeof cmd, "python3 -m py_compile %s", path);
-    if (sh("python3 -c 'pass'", out, sizeof out) == 0)
-        cr_expect_eq(sh(cmd, out, sizeof out), 0, "py_compile %s: %s", path, out);
+    if (t_sh("python3 -c 'pass'", out, sizeof out) == 0)
+        cr_expect_eq(t_sh(cmd, out, sizeof out), 0, "py_compile %s: %s", path, out);
     for (int i = 0; i < nwant; i++)
         cr_expect(strstr(py, want[i]), "%s_torch.py lacks '%s'", name, want[i]);
     cr_expect(strstr(py, ".register_fake"), "no fake implementation");
@@ -93,7 +76,7 @@ static void check(const char *name, const char *shape, const char *const *want, 
 
     /* the C file with --torch's entry points compiles as C11 with every warning an error */
     snprintf(cmd, sizeof cmd, "gcc -std=c11 -Wall -Wextra -Werror -c %s/t/tt.c -o %s/t/tt.o", dir, dir);
-    cr_expect_eq(sh(cmd, out, sizeof out), 0, "gcc: %s", out);
+    cr_expect_eq(t_sh(cmd, out, sizeof out), 0, "gcc: %s", out);
 
     /* without --torch: the same files, but for what --torch appends (the header's end is
      * its closing lines, after the appended declarations) */
@@ -117,7 +100,7 @@ static void check(const char *name, const char *shape, const char *const *want, 
     cr_expect(access(path, F_OK) != 0, "tt_torch.py written without --torch");
     free(py);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    sh(cmd, out, sizeof out);
+    t_sh(cmd, out, sizeof out);
 }
 
 Test(torch, lce_module)

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- op coverage registry */
@@ -120,6 +121,24 @@ static inline void t_remove_dir(const char *d)
 /* ---------------------------------------------------------------- bits */
 
 /* A GPU runtime, or skip the test (with the reason) where there is none. */
+/* Run shell command cmd with its stdout and stderr into out (n bytes, NUL-terminated);
+ * returns its exit status, or -1 when it did not exit. */
+static inline int t_sh(const char *cmd, char *out, size_t n)
+{
+    char log[] = "/tmp/loom_t_sh_XXXXXX", full[8192];
+    int fd = mkstemp(log);
+    cr_assert(fd >= 0);
+    close(fd);
+    snprintf(full, sizeof full, "( %s ) >%s 2>&1", cmd, log);
+    int st = system(full);
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    out[fread(out, 1, n - 1, f)] = 0;
+    fclose(f);
+    unlink(log);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static inline loom_runtime *t_gpu_or_skip(void)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_GPU);
