@@ -73,10 +73,18 @@ def _last_error():
     return (f() or b"").decode()
 
 
+_FNS = {}
+
+
 def _fn(name, argtypes):
-    f = _lib()[_P + "_" + name]
-    f.argtypes = argtypes
-    f.restype = ctypes.c_int
+    """The launcher's function `name` with its argument types, made once (a launch's own cost
+    in Python is what an eager op pays each call)."""
+    f = _FNS.get(name)
+    if f is None:
+        f = _lib()[_P + "_" + name]
+        f.argtypes = argtypes
+        f.restype = ctypes.c_int
+        _FNS[name] = f
     return f
 
 
@@ -90,11 +98,20 @@ class _Shape(ctypes.Structure):
     _fields_ = [(k, ctypes.c_int64) for k in _LOOM["keys"]]
 
 
+_SHAPES = {}
+
+
 def _shape(row, **req):
-    """The C shape struct of row `row`, with the run-time keys in req replaced."""
+    """The C shape struct of row `row`, with the run-time keys in req replaced (the row's own,
+    read only by the launcher, made once)."""
+    if not req and row in _SHAPES:
+        return _SHAPES[row]
     vals = dict(zip(_LOOM["keys"], _LOOM["rows"][row]))
     vals.update(req)
-    return _Shape(*[int(vals[k]) for k in _LOOM["keys"]])
+    sh = _Shape(*[int(vals[k]) for k in _LOOM["keys"]])
+    if not req:
+        _SHAPES[row] = sh
+    return sh
 
 
 def _stream(device):
@@ -281,6 +298,19 @@ if _LOOM["op"] == "ikbo_fa":
             raise ValueError("%s: %s" % (op, _last_error()))
         return host[:n.value].to(cand_to_user.device)
 
+    _LENS = {}
+
+    def _full_lens(dev, U, S):
+        """[U] lengths of S each (the kernel reads none without varlen, but takes the address):
+        made once a device, U and S, and only read."""
+        key = (dev, U, S)
+        t = _LENS.get(key)
+        if t is None:
+            t = torch.full((U,), S, dtype=torch.int32, device=dev)
+            if not torch.cuda.is_current_stream_capturing():  # (not kept from a graph's pool)
+                _LENS[key] = t
+        return t
+
     def _fa_launch(op, row, B, U, q, k, v, plan, seq_len):
         dev = q.device
         S = _LOOM["rows"][row][_LOOM["keys"].index("S")]
@@ -288,7 +318,7 @@ if _LOOM["op"] == "ikbo_fa":
         n = plan.shape[0]
         if n == 0:  # no unit (every length 0): the kernel still takes a plan's address
             plan = torch.zeros((1, _FIELDS), dtype=torch.int32, device=dev)
-        lens = seq_len if seq_len is not None else torch.full((U,), S, dtype=torch.int32, device=dev)
+        lens = seq_len if seq_len is not None else _full_lens(dev, U, S)
         claims = torch.zeros(4, dtype=torch.int32, device=dev)  # the schedule's counter: zero, left zero
         f = _fn("ikbo_fa_launch_plan", [ctypes.POINTER(_Shape), ctypes.c_int64, ctypes.c_int64] +
                 [ctypes.c_uint64] * 4 + [ctypes.c_int64] + [ctypes.c_uint64] * 3 + [ctypes.c_void_p])
