@@ -546,6 +546,26 @@ static void consumers(fa *g)
     loom_task_end(k, ct);
 }
 
+fa_args fa_declare(loom_kernel *k, const fa_spec *s)
+{
+    fa_args a;
+    int64_t H = s->H, D = s->D;
+    /* run-time dims: the query rows (B * n_seed) and the users; the plan's rows are at most
+     * the maximum's units, and the launch takes its own count (units) */
+    a.rows = loom_arg_dim(k, "rows", fa_rows(s), s->nseed);
+    int64_t N = LOOM_DIM(a.rows), U = LOOM_DIM(loom_arg_dim(k, "U", s->U, 1));
+    int64_t qstr[3] = {D, H * D, 1}, kstr[4] = {D, s->S * H * D, H * D, 1};
+    a.q = loom_arg_tensor_strided(k, "Q", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_IN);
+    a.kt = loom_arg_tensor_strided(k, "K", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
+    a.vt = loom_arg_tensor_strided(k, "V", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
+    a.plan = loom_arg_tensor(k, "plan", LOOM_I32, LOOM_SHAPE2(fa_max_units(s), FA_UNIT_FIELDS), LOOM_IN);
+    a.lens = loom_arg_tensor(k, "seq_len", LOOM_I32, LOOM_SHAPE1(U), LOOM_IN);
+    a.claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT);
+    a.units = loom_arg_scalar(k, "units", LOOM_I32);
+    a.out = loom_arg_tensor_strided(k, "out", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_OUT);
+    return a;
+}
+
 loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
 {
     char buf[200];
@@ -556,18 +576,9 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     loom_pipe p = loom_pipe_create(k);
     fa g = {.k = k, .s = s};
     int64_t H = s->H, D = s->D;
-    /* run-time dims: the query rows (B * n_seed) and the users; the plan's rows are at most
-     * the maximum's units, and the launch takes its own count (units) */
-    int64_t N = LOOM_DIM(loom_arg_dim(k, "rows", fa_rows(s), s->nseed)), U = LOOM_DIM(loom_arg_dim(k, "U", s->U, 1));
-    int64_t qstr[3] = {D, H * D, 1}, kstr[4] = {D, s->S * H * D, H * D, 1};
-    g.q = loom_arg_tensor_strided(k, "Q", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_IN);
-    g.kt = loom_arg_tensor_strided(k, "K", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
-    g.vt = loom_arg_tensor_strided(k, "V", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
-    g.plan = loom_arg_tensor(k, "plan", LOOM_I32, LOOM_SHAPE2(fa_max_units(s), FA_UNIT_FIELDS), LOOM_IN);
-    g.lens = loom_arg_tensor(k, "seq_len", LOOM_I32, LOOM_SHAPE1(U), LOOM_IN);
-    loom_val claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT);
-    g.units = loom_arg_scalar(k, "units", LOOM_I32);
-    g.out = loom_arg_tensor_strided(k, "out", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_OUT);
+    fa_args a = fa_declare(k, s);
+    g.q = a.q, g.kt = a.kt, g.vt = a.vt, g.plan = a.plan, g.lens = a.lens, g.units = a.units, g.out = a.out;
+    loom_val claims = a.claims;
 
     loom_ring_tile qt = {s->dt, LOOM_SHAPE2(FA_BLOCK, D), 2, LOOM_SWIZZLE_128};
     g.qring = loom_ring_create(k, q_slots(s), 2, 1, &qt);

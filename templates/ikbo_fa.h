@@ -35,6 +35,14 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n);
  * [B * nseed, H, D]; K and V [H, U, S, D] with strides (D, S * H * D, H * D, 1) over
  * [U * S, H, D]. */
 loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen);
+
+/* The kernel's arguments, declared in k in fa_build's order: the run-time dims rows and U,
+ * Q, K, V, the plan, seq_len, the claims, the unit count and out (the tuner's reference
+ * kernels take the same). */
+typedef struct fa_args {
+    loom_val rows, q, kt, vt, plan, lens, claims, units, out;
+} fa_args;
+fa_args fa_declare(loom_kernel *k, const fa_spec *s);
 void fa_grid(const fa_spec *s, int grid[3]);
 
 /* The work plan of one mapping: units of two 64-row blocks of query rows of one user

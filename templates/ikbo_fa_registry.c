@@ -206,30 +206,6 @@ const loom_template tpl_def_ikbo_fa = {
  * unit), one head; keys FR_KEYS at a time. */
 enum { FR_ROWS = 16, FR_KEYS = 32, FR_SUBS = 2 * FA_BLOCK / FR_ROWS, FR_HALF = FR_SUBS / 2 };
 
-typedef struct fr_args {
-    loom_val rows, q, kt, vt, plan, lens, units, out, bound;
-} fr_args;
-
-/* fa_build's arguments, in its order (the reference kernels take the kernel's own). */
-static fr_args fr_declare(loom_kernel *k, const fa_spec *s)
-{
-    fr_args a;
-    int64_t H = s->H, D = s->D;
-    a.rows = loom_arg_dim(k, "rows", fa_rows(s), s->nseed);
-    int64_t N = LOOM_DIM(a.rows), U = LOOM_DIM(loom_arg_dim(k, "U", s->U, 1));
-    int64_t qstr[3] = {D, H * D, 1}, kstr[4] = {D, s->S * H * D, H * D, 1};
-    a.q = loom_arg_tensor_strided(k, "Q", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_IN);
-    a.kt = loom_arg_tensor_strided(k, "K", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
-    a.vt = loom_arg_tensor_strided(k, "V", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
-    a.plan = loom_arg_tensor(k, "plan", LOOM_I32, LOOM_SHAPE2(fa_max_units(s), FA_UNIT_FIELDS), LOOM_IN);
-    a.lens = loom_arg_tensor(k, "seq_len", LOOM_I32, LOOM_SHAPE1(U), LOOM_IN);
-    (void)loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT); /* back to zero: untouched */
-    a.units = loom_arg_scalar(k, "units", LOOM_I32);
-    a.out = loom_arg_tensor_strided(k, "out", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_OUT);
-    a.bound = LOOM_NONE;
-    return a;
-}
-
 #define CI(x) loom_const_i(k, LOOM_I32, (x))
 #define CF(x, shape) loom_splat(k, loom_const_f(k, LOOM_F32, (x)), (shape))
 
@@ -248,10 +224,11 @@ static loom_val fr_rows(loom_kernel *k, loom_val v, int64_t n)
 static loom_kernel *fr_kernel(const fa_spec *s, bool with_bound)
 {
     loom_kernel *k = loom_kernel_create(with_bound ? "ikbo_fa_ref_bound" : "ikbo_fa_ref", 4);
-    fr_args a = fr_declare(k, s);
+    fa_args a = fa_declare(k, s); /* the kernel's own arguments; the claims come back to zero: untouched */
+    loom_val bound = LOOM_NONE;
     int64_t D = s->D, qstr[3] = {D, s->H * D, 1};
     if (with_bound)
-        a.bound = loom_arg_tensor_strided(k, "bound", LOOM_F32,
+        bound = loom_arg_tensor_strided(k, "bound", LOOM_F32,
                                           LOOM_SHAPE3(s->H, LOOM_DIM(a.rows), D), qstr, LOOM_OUT);
     loom_shape tr = LOOM_SHAPE1(FR_ROWS), tq = LOOM_SHAPE2(FR_ROWS, D), ts = LOOM_SHAPE2(FR_ROWS, FR_KEYS);
     loom_shape tkv = LOOM_SHAPE2(FR_KEYS, D);
@@ -345,7 +322,7 @@ static loom_kernel *fr_kernel(const fa_spec *s, bool with_bound)
             loom_val err = loom_mul(k, loom_add(k, loom_mul(k, fac, big), tiny), CF(2.0 * up2, tq)); /* kernel + reference */
             loom_val at = loom_add(k, loom_add(k, ar, loom_mul(k, CF(0.5, tq), tpl_device_ulp_ub(k, s->dt, r, tq))), err);
             loom_val bnd = loom_mul(k, loom_add(k, err, tpl_device_ulp_ub(k, s->dt, at, tq)), CF(up2, tq));
-            loom_store(k, a.bound, ((loom_val[]){h, r0, CI(0)}), bnd, qmask);
+            loom_store(k, bound, ((loom_val[]){h, r0, CI(0)}), bnd, qmask);
         }
     }
     loom_if_end(k, any, 0, NULL);
