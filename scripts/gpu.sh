@@ -27,8 +27,8 @@
 #                      exhaustive best)
 #   LOOM_GPU_GRID      0 skips issue 21's tables: `bench_ikbo_lce --grid` (the framework
 #                      against loom's pick) and `bench_gemm --odd --grid --config tuned`
-#                      (gemm at odd and small or skinny shapes against cuBLAS); with a cold
-#                      tuning cache about 6 and 4 minutes on an H100
+#                      (gemm at odd and small or skinny shapes against cuBLAS); about 70 s
+#                      (the LCE grid, default config) and 4 minutes (cold tuning cache) on an H100
 #   LOOM_GPU_TEST_VERBOSE  1: the tests with --verbose (their cr_log_info lines)
 #   LOOM_GPU_TEST_JOBS how many tests run at once (default 1: the timed ones see a quiet GPU;
 #                      8 finishes in about two minutes on an H100)
