@@ -60,6 +60,7 @@
 #include "cublas_dl.h"
 #include "gpu.h"
 #include "nvrtc_ref.h"
+#include "plain.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -114,9 +115,16 @@ static loom_status run_loom(bench_ctx *x, int i, char *err, size_t errlen)
             snprintf(err, errlen, "loom: %s", loom_runtime_error(x->rt));
         return st;
     }
-    /* the kernel's run-time dims M and batch (at the case's, its maxima), then A, B, C */
     rt_launch_arg la[5];
     memset(la, 0, sizeof la);
+    if (loom_kernel_num_args(x->k[i]) == 4) { /* a plain kernel: M, A, B, C */
+        la[0].s.i32 = (int32_t)x->c->M;
+        la[1].dptr = x->A;
+        la[2].dptr = x->B;
+        la[3].dptr = x->Cl;
+        return rt_gpu_launch(x->g, x->k[i], x->grid[i], la, err, errlen);
+    }
+    /* the kernel's run-time dims M and batch (at the case's, its maxima), then A, B, C */
     la[0].s.i32 = (int32_t)x->c->M;
     la[1].s.i32 = (int32_t)x->c->batch;
     la[2].dptr = x->A;
@@ -191,10 +199,54 @@ static void describe(char *buf, size_t n, const char *who, const nvref_gemm_repo
 }
 
 /* Build loom's kernel for the case, or say why not (into why). */
+/* The plain tile loop of examples/kernels/plain.c (issue 42) with config
+ * "plain:bm=..,bn=..,bk=..,consumers=..,stages=..,group=..": the automatic passes'
+ * kernel, a contender beside the template's. */
+static loom_kernel *build_plain(const gemm_case *c, loom_dtype dt, const char *config, int grid[3], char *why,
+                               size_t whylen)
+{
+    plain_cfg pc = {128, 256, 64, 2, 4, 8, 0};
+    const char *p = config + strlen("plain:");
+    while (*p) {
+        char key[32];
+        long v;
+        int n = 0;
+        if (sscanf(p, "%31[a-z]=%ld%n", key, &v, &n) != 2) {
+            snprintf(why, whylen, "loom: bad plain config '%s'", config);
+            return NULL;
+        }
+        int *f = !strcmp(key, "bm") ? &pc.bm : !strcmp(key, "bn") ? &pc.bn : !strcmp(key, "bk") ? &pc.bk
+               : !strcmp(key, "consumers") ? &pc.consumers : !strcmp(key, "stages") ? &pc.stages
+               : !strcmp(key, "group") ? &pc.group : !strcmp(key, "pingpong") ? &pc.pingpong : NULL;
+        if (!f) {
+            snprintf(why, whylen, "loom: plain config key '%s' is none of bm bn bk consumers stages group pingpong", key);
+            return NULL;
+        }
+        *f = (int)v;
+        p += n;
+        p += *p == ',';
+    }
+    if (c->batch != 1) {
+        snprintf(why, whylen, "loom: the plain gemm takes batch 1");
+        return NULL;
+    }
+    loom_kernel *k = plain_gemm(c->M, c->N, c->K, dt, &pc);
+    if (loom_verify(k) != LOOM_OK) {
+        snprintf(why, whylen, "loom: the plain kernel fails verification: %s", loom_kernel_errors(k));
+        loom_kernel_destroy(k);
+        return NULL;
+    }
+    grid[0] = (int)(((c->M + pc.bm - 1) / pc.bm) * ((c->N + pc.bn - 1) / pc.bn));
+    grid[1] = grid[2] = 1;
+    return k;
+}
+
 static loom_kernel *build_gemm(const loom_template *t, const gemm_case *c, loom_dtype dt, const char *config,
                               int grid[3], size_t need[3], char *why, size_t whylen)
 {
     char text[256], err[1024];
+    if (!strncmp(config, "plain:", 6))
+        return build_plain(c, dt, config, grid, why, whylen);
     int64_t shape[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS];
     snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,odtype=%s,ashared=%d",
              (long long)c->M, (long long)c->N, (long long)c->K, (long long)c->batch, loom_dtype_name(dt),

@@ -32,6 +32,7 @@
  * codegen file and line where it was detected.  Nothing here exits or aborts.
  */
 #include "cg.h"
+#include "../pipe/autows.h"
 #include "../util/util.h"
 
 #include <llvm-c/Core.h>
@@ -132,8 +133,8 @@ static void ctx_init(cg_ctx *cg, loom_kernel *k, const char *arch, char *err, si
     cg->err = err;
     cg->errlen = errlen;
     cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
-    static const char *const dump_passes[] = {"verify", "fold", "layouts", "smem", "all"};
-    int dump = util_env_choice("LOOM_DUMP_AFTER", dump_passes, 5, -1);
+    static const char *const dump_passes[] = {"verify", PIPE_AUTOWS_PASSES, "fold", "layouts", "smem", "all"};
+    int dump = util_env_choice("LOOM_DUMP_AFTER", dump_passes, 5 + PIPE_AUTOWS_NPASSES, -1);
     cg->dump_after = dump >= 0 ? dump_passes[dump] : NULL;
 }
 
@@ -164,9 +165,15 @@ static loom_status front(cg_ctx *cg, loom_kernel *k, loom_kernel **work, const c
     FSTAGE("verify");
     if (after(cg, "verify"))
         return cg->st;
-    /* the passes below rewrite IR (fold): they work on a copy, so the user's kernel and
-     * its printed text, which keys the module cache, stay as they were built */
-    cg->k = *work = ir_kernel_clone(k);
+    /* the passes below rewrite IR (autows, fold): they work on a copy, so the user's
+     * kernel and its printed text, which keys the module cache, stay as they were built */
+    loom_kernel *ws = NULL;
+    loom_status wst = pipe_autows(k, cg->dump_after, &ws, cg->err, cg->errlen);
+    if (wst != LOOM_OK)
+        return cg->st = wst;
+    if (ws)
+        k = ws; /* a plain kernel's warp-specialized form: compiled in its place */
+    cg->k = *work = ws ? ws : ir_kernel_clone(k);
     if (!*work)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory copying the kernel"), cg->st;
     cg->div = calloc(k->nvals ? k->nvals : 1, sizeof *cg->div);

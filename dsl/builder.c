@@ -931,4 +931,35 @@ void loom_kernel_set_cluster_at(loom_src at, loom_kernel *k, int n)
 
 int loom_kernel_cluster(const loom_kernel *k) { return k && k->cluster > 1 ? k->cluster : 1; }
 
+/* ---------------------------------------------------------------- automatic warp specialization */
+
+void loom_kernel_set_autows_at(loom_src at, loom_kernel *k, int consumers, int stages, int pingpong)
+{
+    if (!k)
+        return;
+    if (consumers < 1 || consumers > 2) {
+        ir_error(k, at, NULL, "autows: %d consumer warp groups; it must be 1 or 2", consumers);
+        return;
+    }
+    if (stages < 1 || stages > 8) {
+        ir_error(k, at, NULL, "autows: %d stages; the ring has 1 to 8 slots", stages);
+        return;
+    }
+    if (pingpong != 0 && pingpong != 1) {
+        ir_error(k, at, NULL, "autows: pingpong is %d; it must be 0 or 1", pingpong);
+        return;
+    }
+    if (pingpong && consumers != 2) {
+        ir_error(k, at, NULL, "autows: ping-pong takes turns between two consumer warp groups (consumers=2), "
+                              "not %d", consumers);
+        return;
+    }
+    k->ws_consumers = consumers;
+    k->ws_stages = stages;
+    k->ws_pingpong = pingpong;
+    k->ws_at = at;
+    k->num_warps = 4 * (1 + consumers); /* a producer warp group and the consumers */
+    k->gen++;
+}
+
 loom_val loom_cluster_rank_at(loom_src at, loom_kernel *k) { return build0(k, at, IR_CLUSTER_RANK, 0, 0); }

@@ -176,6 +176,10 @@ loom_kernel *ir_kernel_clone(const loom_kernel *k)
     c->name = strdup(k->name);
     c->num_warps = k->num_warps;
     c->cluster = k->cluster;
+    c->ws_consumers = k->ws_consumers;
+    c->ws_stages = k->ws_stages;
+    c->ws_pingpong = k->ws_pingpong;
+    c->ws_at = k->ws_at;
     c->nvals = k->nvals;
     c->nops = k->nops;
     c->nblocks = k->nblocks;

@@ -163,6 +163,10 @@ struct loom_kernel {
     char *name;
     int num_warps;
     int cluster; /* CTAs per cluster along grid x (loom_kernel_set_cluster); 1: no clusters */
+    /* automatic warp specialization (loom_kernel_set_autows): consumer warp groups (0: off),
+     * ring stages, ping-pong; the line that asked for it */
+    int ws_consumers, ws_stages, ws_pingpong;
+    loom_src ws_at;
     ir_arena arena;
     ir_value *vals;
     uint32_t nvals, capvals;

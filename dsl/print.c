@@ -352,6 +352,8 @@ const char *loom_print(loom_kernel *k)
     put(&p, ") warps=%d", k->num_warps);
     if (k->cluster > 1)
         put(&p, " cluster=%d", k->cluster);
+    if (k->ws_consumers)
+        put(&p, " autows=(consumers=%d stages=%d pingpong=%d)", k->ws_consumers, k->ws_stages, k->ws_pingpong);
     put(&p, " {\n");
     print_block(k, &p, 1, 1);
     put(&p, "}\n");

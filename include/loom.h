@@ -512,6 +512,25 @@ void loom_mbar_arrive_cluster_at(loom_src at, loom_kernel *k, loom_val bars, loo
 void loom_smem_store_cluster_at(loom_src at, loom_kernel *k, loom_val view, loom_val v, loom_val bars,
                                 loom_val i);
 
+/* Automatic warp specialization: the plain tile loop, Triton's way (docs/dsl.md, "Two
+ * levels").  A kernel written without tasks -- a loop whose body loads f16/bf16 tiles of
+ * its tensor arguments and feeds them to loom_dot, an epilogue after it -- compiles, with
+ * this set, to the structure the explicit templates have: a producer warp group TMA-loads
+ * the loop's tiles into a ring of `stages` slots, `consumers` warp groups (1 or 2; each
+ * owns its share of the accumulator's rows) run the dots as wgmma out of the ring, and
+ * the epilogue stays in their registers.  pingpong=1 (consumers=2) makes the two groups
+ * replicas that take every other program of a CTA whole (64-row tiles; the loop's bounds
+ * the same in every program), so one's epilogue or softmax runs beside the other's
+ * wgmmas.  The kernel is persistent: one CTA an SM takes the programs of the grid you
+ * launch in turn (the launch passes the grid; you launch as before).  The kernel's warps become
+ * 4 * (1 + consumers).  The interpreter runs the kernel as written (loom_dot's f32 fma
+ * order); the GPU's wgmma sums the products of a k step in another order, within the
+ * dot's error model.  A kernel the passes cannot specialize is refused at compile with
+ * the line and the reason; LOOM_DUMP_AFTER shows each pass (docs/env.md). */
+#define loom_kernel_set_autows(k, consumers, stages, pingpong) \
+    loom_kernel_set_autows_at(LOOM_HERE, k, consumers, stages, pingpong)
+void loom_kernel_set_autows_at(loom_src at, loom_kernel *k, int consumers, int stages, int pingpong);
+
 /* wgmma.  acc' = acc + a @ b issued asynchronously on the tensor cores: a is a shared
  * view [M, K] or a register tile [M, K]; b a shared view [K, N] (loom_smem_trans of an
  * [N, K] view is the usual K-major B); f16 or bf16 (the same for both); acc an f32 tile

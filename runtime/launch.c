@@ -16,6 +16,7 @@
  * calls rt_gpu_tensor_map_encode here on a miss.  A driver without
  * cuTensorMapEncodeTiled (before CUDA 12) refuses only the kernels that use TMA.
  */
+#include "../pipe/autows.h"
 #include "driver.h"
 #include "../util/util.h"
 
@@ -81,7 +82,7 @@ loom_status rt_gpu_launch_on(rt_gpu *g, loom_kernel *k, const int grid[3], const
         snprintf(err, errlen, "kernel '%s': bad argument count %d", name, nargs);
         return LOOM_ERR_INVALID;
     }
-    void *params[LOOM_MAX_ARGS + RT_TMA_MAX_SPECS];
+    void *params[LOOM_MAX_ARGS + 3 + RT_TMA_MAX_SPECS];
     for (int i = 0; i < nargs; i++) {
         loom_arg_info ai;
         if (!loom_kernel_arg_info(k, i, &ai)) {
@@ -126,6 +127,17 @@ loom_status rt_gpu_launch_on(rt_gpu *g, loom_kernel *k, const int grid[3], const
     st = rt_get_function(g, k, &e, NULL, err, errlen);
     if (st != LOOM_OK)
         return st;
+    /* a specialized kernel (pipe/autows.h) is persistent: the grid as given follows the
+     * arguments, and one CTA an SM takes its programs in turn */
+    int vgrid[3] = {grid[0], grid[1], grid[2]}, extra = 0;
+    unsigned gr[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
+    if (pipe_autows_on(k)) {
+        for (int i = 0; i < 3; i++)
+            params[nargs + i] = &vgrid[i];
+        extra = 3;
+        gr[0] = (unsigned)pipe_autows_ctas(grid, g->props.sm_count > 0 ? g->props.sm_count : 1);
+        gr[1] = gr[2] = 1;
+    }
     /* TMA descriptors go after the kernel's own parameters, by value (the driver copies
      * them at the launch call, so stack storage is enough) */
     _Alignas(RT_TMA_DESC_ALIGN) unsigned char descs[RT_TMA_MAX_SPECS][RT_TMA_DESC_BYTES];
@@ -148,9 +160,8 @@ loom_status rt_gpu_launch_on(rt_gpu *g, loom_kernel *k, const int grid[3], const
             snprintf(err, errlen, "launch of '%s': %s", name, terr);
             return st;
         }
-        params[nargs + t] = descs[t];
+        params[nargs + extra + t] = descs[t];
     }
-    unsigned gr[3] = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
     unsigned bl[3] = {(unsigned)warps * 32u, 1, 1};
     return rt_launch_fn_on(g, (CUfunction)e.function, name, gr, bl, (unsigned)e.smem_bytes, params,
                            (CUstream)stream, err, errlen);

@@ -1,0 +1,215 @@
+/*
+ * plain.c -- the kernels of plain.h, each written the way a Triton user writes it: loads
+ * of tiles in a loop, loom_dot, an epilogue.  loom_kernel_set_autows (when the config's
+ * consumers is not 0) asks the compiler for the producer / consumer form.
+ */
+#include "plain.h"
+
+#include <math.h>
+
+#define I32(v) loom_const_i(k, LOOM_I32, (v))
+#define CDIV(a, b) (((a) + (b) - 1) / (b))
+
+static void specialize(loom_kernel *k, const plain_cfg *c)
+{
+    if (c->consumers)
+        loom_kernel_set_autows(k, c->consumers, c->stages, c->pingpong);
+}
+
+/* The tile (pid_m, pid_n) of program pid: row-major, or `group` tile rows at a time
+ * (Triton's grouped order: programs side by side share B's columns and A's rows in L2). */
+static void tile_of(loom_kernel *k, loom_val pid, loom_val tiles_m, int64_t tiles_n, int group, loom_val *pm,
+                    loom_val *pn)
+{
+    if (!group) {
+        *pm = loom_div(k, pid, I32(tiles_n));
+        *pn = loom_rem(k, pid, I32(tiles_n));
+        return;
+    }
+    loom_val per_group = I32(group * tiles_n);
+    loom_val first = loom_mul(k, loom_div(k, pid, per_group), I32(group));
+    loom_val rows = loom_min(k, loom_sub(k, tiles_m, first), I32(group));
+    loom_val in = loom_rem(k, pid, per_group);
+    *pm = loom_add(k, first, loom_rem(k, in, rows));
+    *pn = loom_div(k, in, rows);
+}
+
+/* acc = A[m0.., :] @ B[b, :, n0..] over K (b: B's leading offset, or LOOM_NONE for a 2-D
+ * B): the loop every GEMM here shares. */
+static loom_val mainloop(loom_kernel *k, loom_val A, loom_val B, loom_val b, loom_val m0, loom_val n0, int64_t K,
+                         const plain_cfg *c)
+{
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(c->bm, c->bn));
+    loom_region_op l = loom_for_begin(k, I32(0), I32(K), I32(c->bk), 1, &acc);
+    {
+        loom_val kk = loom_for_iv(k, l), bo[3] = {b, kk, n0};
+        loom_val a = loom_load(k, A, ((loom_val[]){m0, kk}), LOOM_SHAPE2(c->bm, c->bk), LOOM_NONE, 0);
+        loom_val e = loom_load(k, B, b ? bo : bo + 1, LOOM_SHAPE2(c->bk, c->bn), LOOM_NONE, 0);
+        acc = loom_dot(k, a, e, loom_for_arg(k, l, 0));
+    }
+    loom_for_end(k, l, 1, &acc);
+    return loom_for_result(k, l, 0);
+}
+
+loom_kernel *plain_gemm(int64_t M, int64_t N, int64_t K, loom_dtype dt, const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("gemm_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    loom_val A = loom_arg_tensor(k, "A", dt, LOOM_SHAPE2(LOOM_DIM(m), K), LOOM_IN);
+    loom_val B = loom_arg_tensor(k, "B", dt, LOOM_SHAPE2(K, N), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", dt, LOOM_SHAPE2(LOOM_DIM(m), N), LOOM_OUT);
+    loom_val pm, pn, tiles_m = loom_div(k, loom_add(k, m, I32(c->bm - 1)), I32(c->bm));
+    tile_of(k, loom_program_id(k, 0), tiles_m, CDIV(N, c->bn), c->group, &pm, &pn);
+    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    loom_val acc = mainloop(k, A, B, LOOM_NONE, m0, n0, K, c);
+    loom_store(k, C, ((loom_val[]){m0, n0}), loom_cast(k, acc, dt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}
+
+loom_kernel *plain_gemm_bias_gelu(int64_t M, int64_t N, int64_t K, loom_dtype dt, const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("gemm_bias_gelu_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    loom_val A = loom_arg_tensor(k, "A", dt, LOOM_SHAPE2(LOOM_DIM(m), K), LOOM_IN);
+    loom_val B = loom_arg_tensor(k, "B", dt, LOOM_SHAPE2(K, N), LOOM_IN);
+    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(N), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", dt, LOOM_SHAPE2(LOOM_DIM(m), N), LOOM_OUT);
+    loom_val pm, pn, tiles_m = loom_div(k, loom_add(k, m, I32(c->bm - 1)), I32(c->bm));
+    tile_of(k, loom_program_id(k, 0), tiles_m, CDIV(N, c->bn), c->group, &pm, &pn);
+    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    loom_val x = mainloop(k, A, B, LOOM_NONE, m0, n0, K, c);
+    /* + bias row, then gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    loom_val brow = loom_load(k, bias, &n0, LOOM_SHAPE1(c->bn), LOOM_NONE, 0);
+    x = loom_add(k, x, loom_broadcast(k, loom_expand_dims(k, brow, 0), LOOM_SHAPE2(c->bm, c->bn)));
+    loom_val x3 = loom_mul(k, loom_mul(k, x, x), x);
+    loom_val in = loom_mul(k, loom_fma(k, x3, loom_const_f(k, LOOM_F32, 0.044715), x),
+                           loom_const_f(k, LOOM_F32, sqrt(2.0 / M_PI)));
+    loom_val g = loom_mul(k, loom_mul(k, x, loom_const_f(k, LOOM_F32, 0.5)),
+                          loom_add(k, loom_tanh(k, in), loom_const_f(k, LOOM_F32, 1.0)));
+    loom_store(k, C, ((loom_val[]){m0, n0}), loom_cast(k, g, dt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}
+
+loom_kernel *plain_batched_gemm(int64_t M, int64_t N, int64_t K, int64_t batch, loom_dtype dt, loom_dtype odt,
+                                const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("batched_gemm_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    int64_t ast[2] = {(K + 7) / 8 * 8, 1}, bst[3] = {K * N, N, 1}, cst[3] = {M * N, N, 1};
+    loom_val A = loom_arg_tensor_strided(k, "A", dt, LOOM_SHAPE2(LOOM_DIM(m), K), ast, LOOM_IN);
+    loom_val B = loom_arg_tensor_strided(k, "B", dt, LOOM_SHAPE3(batch, K, N), bst, LOOM_IN);
+    loom_val C = loom_arg_tensor_strided(k, "C", odt, LOOM_SHAPE3(batch, LOOM_DIM(m), N), cst, LOOM_OUT);
+    loom_val b = loom_program_id(k, 1), pm, pn;
+    tile_of(k, loom_program_id(k, 0), I32(0), CDIV(N, c->bn), 0, &pm, &pn);
+    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    loom_val acc = mainloop(k, A, B, b, m0, n0, K, c);
+    loom_store(k, C, ((loom_val[]){b, m0, n0}), odt == LOOM_F32 ? acc : loom_cast(k, acc, odt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}
+
+loom_kernel *plain_ikbo_fused(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
+                              const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("ikbo_fused_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    int64_t wst[2] = {(K + 7) / 8 * 8, 1}, est[3] = {K * N, N, 1}, ust[3] = {M * N, N, 1}, ost[3] = {M * N, N, 1};
+    loom_val W = loom_arg_tensor_strided(k, "W", dt, LOOM_SHAPE2(LOOM_DIM(m), K), wst, LOOM_IN);
+    loom_val E = loom_arg_tensor_strided(k, "E", dt, LOOM_SHAPE3(B, K, N), est, LOOM_IN);
+    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    loom_val R = loom_arg_tensor_strided(k, "user_res", LOOM_F32, LOOM_SHAPE3(U, LOOM_DIM(m), N), ust, LOOM_IN);
+    loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(B, LOOM_DIM(m), N), ost, LOOM_OUT);
+    loom_val b = loom_program_id(k, 1), pm, pn;
+    tile_of(k, loom_program_id(k, 0), I32(0), CDIV(N, c->bn), 0, &pm, &pn);
+    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    loom_val acc = mainloop(k, W, E, b, m0, n0, K, c);
+    /* + the user's half, read by index: user_res[cand_to_user[b]] */
+    loom_val u = loom_load_scalar(k, map, &b);
+    loom_val r = loom_load(k, R, ((loom_val[]){u, m0, n0}), LOOM_SHAPE2(c->bm, c->bn), LOOM_NONE, 0);
+    loom_store(k, O, ((loom_val[]){b, m0, n0}), loom_cast(k, loom_add(k, acc, r), dt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}
+
+loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, double scale, const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("attention_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    loom_val Q = loom_arg_tensor(k, "Q", dt, LOOM_SHAPE2(LOOM_DIM(m), D), LOOM_IN);
+    loom_val Kt = loom_arg_tensor(k, "K", dt, LOOM_SHAPE2(S, D), LOOM_IN);
+    loom_val V = loom_arg_tensor(k, "V", dt, LOOM_SHAPE2(S, D), LOOM_IN);
+    loom_val O = loom_arg_tensor(k, "O", dt, LOOM_SHAPE2(LOOM_DIM(m), D), LOOM_OUT);
+    loom_shape rows = LOOM_SHAPE1(c->bm), st = LOOM_SHAPE2(c->bm, c->bn), ot = LOOM_SHAPE2(c->bm, D);
+    loom_val m0 = loom_mul(k, loom_program_id(k, 0), I32(c->bm)), zero = I32(0);
+    loom_val q = loom_load(k, Q, ((loom_val[]){m0, zero}), ot, LOOM_NONE, 0);
+    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rows),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), rows),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
+    loom_region_op l = loom_for_begin(k, zero, I32(S), I32(c->bn), 3, init);
+    {
+        loom_val n0 = loom_for_iv(k, l), mi = loom_for_arg(k, l, 0), li = loom_for_arg(k, l, 1);
+        loom_val kt = loom_load(k, Kt, ((loom_val[]){n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
+        loom_val v = loom_load(k, V, ((loom_val[]){n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
+        loom_val s = loom_dot(k, q, loom_trans(k, kt), loom_splat(k, loom_const_f(k, LOOM_F32, 0), st));
+        /* keys past S score -inf; scores in log2 units */
+        loom_val key = loom_add(k, loom_arange(k, 0, c->bn), loom_splat(k, n0, LOOM_SHAPE1(c->bn)));
+        loom_val in = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, key, I32(S)), 0), st);
+        s = loom_select(k, in, loom_mul(k, s, loom_const_f(k, LOOM_F32, scale * M_LOG2E)),
+                        loom_const_f(k, LOOM_F32, -INFINITY));
+        loom_val mn = loom_max(k, mi, loom_reduce_max(k, s, 1));
+        loom_val p = loom_exp2(k, loom_sub(k, s, loom_broadcast(k, loom_expand_dims(k, mn, 1), st)));
+        loom_val alpha = loom_exp2(k, loom_sub(k, mi, mn));
+        loom_val ln = loom_fma(k, li, alpha, loom_reduce_sum(k, p, 1));
+        loom_val acc = loom_mul(k, loom_for_arg(k, l, 2), loom_broadcast(k, loom_expand_dims(k, alpha, 1), ot));
+        acc = loom_dot(k, loom_cast(k, p, dt), v, acc);
+        loom_for_end(k, l, 3, ((loom_val[]){mn, ln, acc}));
+    }
+    loom_val o = loom_div(k, loom_for_result(k, l, 2),
+                          loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+    loom_store(k, O, ((loom_val[]){m0, zero}), loom_cast(k, o, dt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}
+
+loom_kernel *plain_ikbo_attention(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t nseed,
+                                  loom_dtype dt, const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("ikbo_attention_plain", 4);
+    int64_t R = B * nseed;
+    /* Q and out seen as [H, rows, D] and K, V as [U, H, S, D]: a tile [rows, D] of one head */
+    int64_t qst[3] = {D, H * D, 1}, kst[4] = {S * H * D, D, H * D, 1};
+    loom_val Q = loom_arg_tensor_strided(k, "Q", dt, LOOM_SHAPE3(H, R, D), qst, LOOM_IN);
+    loom_val Kt = loom_arg_tensor_strided(k, "K", dt, ((loom_shape){4, {U, H, S, D}}), kst, LOOM_IN);
+    loom_val V = loom_arg_tensor_strided(k, "V", dt, ((loom_shape){4, {U, H, S, D}}), kst, LOOM_IN);
+    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(H, R, D), qst, LOOM_OUT);
+    loom_shape rows = LOOM_SHAPE1(nseed), st = LOOM_SHAPE2(nseed, c->bn), ot = LOOM_SHAPE2(nseed, D);
+    loom_val b = loom_program_id(k, 0), h = loom_program_id(k, 1), zero = I32(0);
+    loom_val u = loom_load_scalar(k, map, &b), r0 = loom_mul(k, b, I32(nseed));
+    loom_val q = loom_load(k, Q, ((loom_val[]){h, r0, zero}), ot, LOOM_NONE, 0);
+    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rows),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), rows),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
+    loom_region_op l = loom_for_begin(k, zero, I32(S), I32(c->bn), 3, init);
+    {
+        loom_val n0 = loom_for_iv(k, l), mi = loom_for_arg(k, l, 0), li = loom_for_arg(k, l, 1);
+        loom_val kt = loom_load(k, Kt, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
+        loom_val v = loom_load(k, V, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
+        loom_val s = loom_dot(k, q, loom_trans(k, kt), loom_splat(k, loom_const_f(k, LOOM_F32, 0), st));
+        s = loom_mul(k, s, loom_const_f(k, LOOM_F32, M_LOG2E / sqrt((double)D)));
+        loom_val mn = loom_max(k, mi, loom_reduce_max(k, s, 1));
+        loom_val p = loom_exp2(k, loom_sub(k, s, loom_broadcast(k, loom_expand_dims(k, mn, 1), st)));
+        loom_val alpha = loom_exp2(k, loom_sub(k, mi, mn));
+        loom_val ln = loom_fma(k, li, alpha, loom_reduce_sum(k, p, 1));
+        loom_val acc = loom_mul(k, loom_for_arg(k, l, 2), loom_broadcast(k, loom_expand_dims(k, alpha, 1), ot));
+        acc = loom_dot(k, loom_cast(k, p, dt), v, acc);
+        loom_for_end(k, l, 3, ((loom_val[]){mn, ln, acc}));
+    }
+    loom_val o = loom_div(k, loom_for_result(k, l, 2),
+                          loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+    loom_store(k, O, ((loom_val[]){h, r0, zero}), loom_cast(k, o, dt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}

@@ -1,0 +1,565 @@
+/*
+ * test_autows.c -- automatic warp specialization (issue 42): a plain tile loop with
+ * loom_dot becomes the producer / consumer wgmma kernel (pipe/autows.c).
+ *
+ * The kernels are examples/kernels/plain.c's, written the Triton way: a GEMM, a GEMM with
+ * a bias + GELU epilogue, the IKBO linear compression's fused stage (the candidate GEMM
+ * plus user_res[cand_to_user[b]] in the epilogue) and one head of attention (two dots and
+ * an online softmax).  For each:
+ *   - on the interpreter, the kernel as written (its semantics) and its specialized form
+ *     (the passes' kernel, run persistently over fewer CTAs than programs, under the
+ *     interpreter's deadlock and race checks) are each checked against a reference in
+ *     double, element by element, by the error model (tests/t_model.h);
+ *   - compiled, its PTX assembles with ptxas for sm_90a without spills, and it has no
+ *     layout conversion;
+ *   - on the GPU (skipped without one), its launch is checked the same way.
+ * Then what the passes refuse, each with the user's line, and LOOM_DUMP_AFTER's view of
+ * each pass.
+ */
+#include "../pipe/autows.h"
+#include "ikbo_fa.h"
+#include "plain.h"
+#include "t_model.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#define I32(k, v) loom_const_i(k, LOOM_I32, v)
+
+/* ---------------------------------------------------------------- data and references */
+
+static void fill(void *p, loom_dtype dt, int64_t n, uint64_t seed, double lo, double hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(seed >> 11) * 0x1p-53;
+        tpl_set(p, dt, i, lo + (hi - lo) * u);
+    }
+}
+
+/* C = A @ B in double, and the products' magnitudes (M x N). */
+static void gemm_ref(const void *a, const void *b, loom_dtype dt, int64_t M, int64_t N, int64_t K, double *ref,
+                     double *mag)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0, g = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = tpl_get(a, dt, m * K + k) * tpl_get(b, dt, k * N + n);
+                s += p;
+                g += fabs(p);
+            }
+            ref[m * N + n] = s;
+            mag[m * N + n] = g;
+        }
+}
+
+/* The specialized form of k (the passes' kernel), or a failed test. */
+static loom_kernel *specialized(loom_kernel *k)
+{
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    loom_kernel *ws = NULL;
+    char err[2048] = "";
+    loom_status st = pipe_autows(k, NULL, &ws, err, sizeof err);
+    cr_assert_eq(st, LOOM_OK, "autows: %s", err);
+    cr_assert(ws);
+    return ws;
+}
+
+/* Run k on the interpreter over grid (the user's); with ws, run its specialized form
+ * instead: `ctas` persistent CTAs taking the grid's programs, the grid passed after the
+ * arguments. */
+static void run_interp(loom_kernel *k, bool ws, const int grid[3], int ctas, targ *args, int n)
+{
+    if (!ws) {
+        T_RUN_OK(k, grid, args, n);
+        return;
+    }
+    loom_kernel *s = specialized(k);
+    targ all[LOOM_MAX_ARGS];
+    for (int i = 0; i < n; i++)
+        all[i] = args[i];
+    for (int i = 0; i < 3; i++)
+        all[n + i] = TA_I32(grid[i]);
+    int g[3] = {ctas, 1, 1};
+    T_RUN_OK(s, g, all, n + 3);
+    loom_kernel_destroy(s);
+}
+
+/* ptxas accepts the kernel's PTX with no spills, and the plan has no layout conversion. */
+static void compiles_clean(loom_kernel *k)
+{
+    char *ptx = NULL, err[4096];
+    cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect(strstr(ptx, "wgmma.mma_async"), "the dots run on the tensor cores");
+    cr_expect(strstr(ptx, "cp.async.bulk.tensor"), "the producer loads by TMA");
+    cr_expect(strstr(ptx, "setmaxnreg"), "the roles have register budgets");
+    cr_expect(t_ptxas_ok(ptx, "sm_90a", loom_kernel_name(k)), "ptxas refuses or spills");
+    free(ptx);
+    char *text = NULL;
+    cr_assert_eq(loom_kernel_explain(k, "sm_90a", NULL, NULL, &text, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect(strstr(text, " 0 conversions"), "%s", text);
+    free(text);
+}
+
+/* ---------------------------------------------------------------- GEMM */
+
+typedef struct gemm_case {
+    int64_t Mmax, M, N, K;
+    plain_cfg c;
+} gemm_case;
+
+static int gemm_grid(const gemm_case *g, int grid[3])
+{
+    grid[0] = (int)(((g->M + g->c.bm - 1) / g->c.bm) * ((g->N + g->c.bn - 1) / g->c.bn));
+    grid[1] = grid[2] = 1;
+    return grid[0];
+}
+
+/* Run a GEMM case (as written or specialized) and check every element by the model;
+ * returns the verdict of a copy of C with one element moved just past its bound too. */
+static void gemm_run_check(loom_runtime *rt, const gemm_case *g, bool ws)
+{
+    loom_dtype dt = LOOM_F16;
+    int64_t M = g->M, N = g->N, K = g->K;
+    size_t es = loom_dtype_size(dt);
+    void *a = malloc(M * K * es), *b = malloc(K * N * es), *c = malloc(g->Mmax * N * es);
+    double *ref = malloc(M * N * sizeof *ref), *mag = malloc(M * N * sizeof *mag);
+    fill(a, dt, M * K, 1, -1, 1);
+    fill(b, dt, K * N, 2, -1, 1);
+    memset(c, 0xff, g->Mmax * N * es); /* NaN until written */
+    gemm_ref(a, b, dt, M, N, K, ref, mag);
+    loom_kernel *k = plain_gemm(g->Mmax, N, K, dt, &g->c);
+    int grid[3];
+    gemm_grid(g, grid);
+    if (rt) {
+        loom_buffer *ba = loom_buffer_create(rt, M * K * es), *bb = loom_buffer_create(rt, K * N * es),
+                    *bc = loom_buffer_create(rt, g->Mmax * N * es);
+        loom_buffer_upload(ba, a, M * K * es);
+        loom_buffer_upload(bb, b, K * N * es);
+        loom_buffer_upload(bc, c, g->Mmax * N * es);
+        loom_arg args[4] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_BUF(ba), LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bc)};
+        loom_status st = loom_launch(rt, k, grid, args, 4);
+        cr_assert_eq(st, LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
+        loom_buffer_download(bc, c, g->Mmax * N * es);
+        loom_buffer_destroy(ba), loom_buffer_destroy(bb), loom_buffer_destroy(bc);
+    } else {
+        targ args[4] = {TA_I32((int32_t)M), TA_BUF(a, M * K * es), TA_BUF(b, K * N * es), TA_BUF(c, g->Mmax * N * es)};
+        run_interp(k, ws, grid, 3, args, 4);
+    }
+    t_verdict v = t_gemm_check(dt, K, c, ref, mag, M * N);
+    cr_expect_eq(v.bad, 0, "%s: %lld of %lld elements past the bound; first [%lld] %g, reference %g, bound %g",
+                 ws ? "specialized" : "as written", (long long)v.bad, (long long)(M * N), (long long)v.first, v.got,
+                 v.ref, v.bound);
+    /* the check catches an element just past its bound */
+    double r0, b0;
+    t_gemm_expected(dt, K, ref[7], mag[7], &r0, &b0);
+    tpl_set(c, dt, 7, t_just_past(dt, r0, b0, 1));
+    cr_expect_eq(t_gemm_check(dt, K, c, ref, mag, M * N).bad, 1, "a planted error is caught");
+    loom_kernel_destroy(k);
+    free(a), free(b), free(c), free(ref), free(mag);
+}
+
+static const gemm_case gemm_small[] = {
+    /* one consumer warp group; M at the launch below the built one, not a tile multiple */
+    {256, 200, 256, 192, {64, 128, 64, 1, 2, 0, 0}},
+    /* two warp groups sharing 128 rows, the grouped order, 3 stages */
+    {256, 256, 256, 128, {128, 64, 64, 2, 3, 2, 0}},
+    /* ping-pong: two warp groups taking every other program whole */
+    {256, 250, 256, 192, {64, 128, 64, 2, 2, 0, 1}},
+};
+
+Test(autows, gemm_as_written_and_specialized_on_the_interpreter, .timeout = 240)
+{
+    for (size_t i = 0; i < sizeof gemm_small / sizeof *gemm_small; i++) {
+        gemm_run_check(NULL, &gemm_small[i], false);
+        gemm_run_check(NULL, &gemm_small[i], true);
+    }
+}
+
+Test(autows, specialized_kernels_compile_clean)
+{
+    /* (an epilogue of 128 accumulator registers a thread and GELU's temporaries spills: the
+     * fused epilogue takes 128 x 128 tiles) */
+    plain_cfg g1 = {64, 256, 64, 1, 4, 8, 0}, g2 = {128, 256, 64, 2, 3, 8, 0}, gg = {128, 128, 64, 2, 4, 8, 0},
+              gi = {128, 128, 64, 2, 4, 0, 0}, ga = {128, 64, 64, 2, 2, 0, 0};
+    loom_kernel *ks[] = {plain_gemm(4096, 4096, 4096, LOOM_F16, &g1), plain_gemm(4096, 4096, 4096, LOOM_BF16, &g2),
+                         plain_gemm_bias_gelu(2048, 2048, 2048, LOOM_F16, &gg),
+                         plain_ikbo_fused(433, 256, 1184, 1024, 64, LOOM_F16, &gi),
+                         plain_attention(4096, 4096, 128, LOOM_F16, 1.0 / sqrt(128.0), &ga)};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        compiles_clean(ks[i]);
+        loom_kernel_destroy(ks[i]);
+    }
+}
+
+/* The staged epilogue: the plain store becomes one TMA store where the staging tile fits
+ * beside the ring; where it does not, the store stays in registers and the dump says why. */
+static void compile_dump(void *arg)
+{
+    char *ptx = NULL, err[2048];
+    cr_assert_eq(loom_compile_ptx(arg, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    free(ptx);
+}
+
+/* Run `fn` with stderr sent to a file; return what it printed (malloc'ed). */
+static char *capture_stderr(void (*fn)(void *), void *arg)
+{
+    fflush(stderr);
+    char path[] = "/tmp/loom-autows-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    int saved = dup(2);
+    dup2(fd, 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *s = calloc((size_t)n + 1, 1);
+    cr_assert(s);
+    cr_assert_eq(pread(fd, s, (size_t)n, 0), n);
+    close(fd);
+    unlink(path);
+    return s;
+}
+
+Test(autows, dump_after_shows_each_pass)
+{
+    plain_cfg c = {128, 256, 64, 2, 4, 8, 0};
+    loom_kernel *k = plain_gemm(4096, 4096, 4096, LOOM_F16, &c);
+    setenv("LOOM_DUMP_AFTER", "all", 1);
+    char *out = capture_stderr(compile_dump, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    cr_expect(strstr(out, "// autows ws-tasks: kernel 'gemm_plain'") && strstr(out, "producer: load at "), "%s", out);
+    cr_expect(strstr(out, "// autows ws-data: 2 consumer warp groups") && strstr(out, "each group its 64 rows"),
+              "%s", out);
+    cr_expect(strstr(out, "// autows ws-channels: one ring, a slot holds 2 tiles") &&
+                  strstr(out, "f16[128x64] swizzle 128, TMA from 'A'") && strstr(out, "f16[64x256] swizzle 128"),
+              "%s", out);
+    cr_expect(strstr(out, "// autows ws-pipeline: 4 stages") && strstr(out, "one wgmma group in flight"), "%s", out);
+    /* 4 stages of 48 KiB leave no room for a 64 KiB staging tile: said, with the line */
+    cr_expect(strstr(out, "goes from registers: its 65536-byte staging tile does not fit"), "%s", out);
+    cr_expect(strstr(out, "// loom IR after ws-code") && strstr(out, "task warps=4 regs=40") &&
+                  strstr(out, "task warps=8 regs=232") && strstr(out, "tma_load %A"),
+              "%s", out);
+    free(out);
+    loom_kernel_destroy(k);
+    /* with 3 stages it fits: one TMA store */
+    c.stages = 3;
+    k = plain_gemm(4096, 4096, 4096, LOOM_F16, &c);
+    setenv("LOOM_DUMP_AFTER", "ws-code", 1);
+    out = capture_stderr(compile_dump, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    cr_expect(strstr(out, "tma_store %C"), "%s", out);
+    cr_expect(!strstr(out, "autows ws-tasks"), "only the pass asked for: %s", out);
+    free(out);
+    loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- GEMM + bias + GELU */
+
+/* gelu(x) with x = acc + bias: the bound of the output from the sum's error (through
+ * gelu's slope, at most 1.13), the GPU's tanh (relative 2^-10.9, on 0.5 |x|), the f32
+ * arithmetic of the activation (eight roundings of terms up to |x| (1 + 0.045 x^2)) and
+ * the output's rounding. */
+static double gelu_bound(loom_dtype dt, double ref, double x, double sum_err)
+{
+    double ax = fabs(x), ops = 8 * 0x1p-24 * ax * (1 + 0.045 * ax * ax);
+    return loom_error_bound(dt, ref, 1.13 * sum_err + 0.5 * ax * exp2(-10.9) + ops);
+}
+
+static double gelu(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+static void gelu_run_check(loom_runtime *rt, bool ws)
+{
+    loom_dtype dt = LOOM_F16;
+    int64_t Mmax = 192, M = 150, N = 256, K = 128;
+    plain_cfg c = {64, 128, 64, 1, 2, 0, 0};
+    size_t es = 2;
+    void *a = malloc(M * K * es), *b = malloc(K * N * es), *out = malloc(Mmax * N * es);
+    float *bias = malloc(N * sizeof *bias);
+    double *ref = malloc(M * N * sizeof *ref), *mag = malloc(M * N * sizeof *mag);
+    fill(a, dt, M * K, 3, -1, 1);
+    fill(b, dt, K * N, 4, -1, 1);
+    fill(bias, LOOM_F32, N, 5, -2, 2);
+    memset(out, 0xff, Mmax * N * es);
+    gemm_ref(a, b, dt, M, N, K, ref, mag);
+    loom_kernel *k = plain_gemm_bias_gelu(Mmax, N, K, dt, &c);
+    int grid[3] = {(int)(((M + 63) / 64) * (N / 128)), 1, 1};
+    if (rt) {
+        loom_buffer *bufs[4] = {loom_buffer_create(rt, M * K * es), loom_buffer_create(rt, K * N * es),
+                                loom_buffer_create(rt, N * 4), loom_buffer_create(rt, Mmax * N * es)};
+        loom_buffer_upload(bufs[0], a, M * K * es);
+        loom_buffer_upload(bufs[1], b, K * N * es);
+        loom_buffer_upload(bufs[2], bias, N * 4);
+        loom_buffer_upload(bufs[3], out, Mmax * N * es);
+        loom_arg args[5] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_BUF(bufs[0]), LOOM_ARG_BUF(bufs[1]),
+                            LOOM_ARG_BUF(bufs[2]), LOOM_ARG_BUF(bufs[3])};
+        cr_assert_eq(loom_launch(rt, k, grid, args, 5), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
+        loom_buffer_download(bufs[3], out, Mmax * N * es);
+        for (int i = 0; i < 4; i++)
+            loom_buffer_destroy(bufs[i]);
+    } else {
+        targ args[5] = {TA_I32((int32_t)M), TA_BUF(a, M * K * es), TA_BUF(b, K * N * es), TA_BUF(bias, N * 4),
+                        TA_BUF(out, Mmax * N * es)};
+        run_interp(k, ws, grid, 2, args, 5);
+    }
+    t_verdict v = T_VERDICT_INIT;
+    for (int64_t i = 0; i < M * N; i++) {
+        double x = ref[i] + bias[i % N], r = tpl_round(dt, gelu(x));
+        double sum_err = loom_f32_sum_error(K + 1, mag[i] + fabs(bias[i % N]));
+        t_verdict_add(&v, i, tpl_get(out, dt, i), r, gelu_bound(dt, r, x, sum_err));
+    }
+    cr_expect_eq(v.bad, 0, "%s: %lld elements past the bound; first [%lld] %g, reference %g, bound %g",
+                 ws ? "specialized" : "as written", (long long)v.bad, (long long)v.first, v.got, v.ref, v.bound);
+    loom_kernel_destroy(k);
+    free(a), free(b), free(out), free(bias), free(ref), free(mag);
+}
+
+Test(autows, gemm_bias_gelu_on_the_interpreter, .timeout = 240)
+{
+    gelu_run_check(NULL, false);
+    gelu_run_check(NULL, true);
+}
+
+/* ---------------------------------------------------------------- the IKBO fused stage */
+
+static void ikbo_run_check(loom_runtime *rt, bool ws, int64_t M, int64_t N, int64_t K, int64_t B, int64_t U,
+                           const plain_cfg *c)
+{
+    loom_dtype dt = LOOM_F16;
+    size_t es = 2;
+    void *w = malloc(M * K * es), *e = malloc(B * K * N * es), *out = malloc(B * M * N * es);
+    float *res = malloc(U * M * N * sizeof *res);
+    int32_t *map = malloc(B * sizeof *map);
+    double *ref = malloc(M * N * sizeof *ref), *mag = malloc(M * N * sizeof *mag);
+    fill(w, dt, M * K, 6, -1, 1);
+    fill(e, dt, B * K * N, 7, -1, 1);
+    fill(res, LOOM_F32, U * M * N, 8, -4, 4);
+    for (int64_t b = 0; b < B; b++)
+        map[b] = (int32_t)((b * 7 + 3) % U);
+    memset(out, 0xff, B * M * N * es);
+    loom_kernel *k = plain_ikbo_fused(M, N, K, B, U, dt, c);
+    int grid[3] = {(int)(((M + c->bm - 1) / c->bm) * ((N + c->bn - 1) / c->bn)), (int)B, 1};
+    if (rt) {
+        size_t sz[5] = {M * K * es, B * K * N * es, B * 4, U * M * N * 4, B * M * N * es};
+        void *host[5] = {w, e, map, res, out};
+        loom_buffer *bufs[5];
+        loom_arg args[6] = {LOOM_ARG_I32((int32_t)M)};
+        for (int i = 0; i < 5; i++) {
+            bufs[i] = loom_buffer_create(rt, sz[i]);
+            loom_buffer_upload(bufs[i], host[i], sz[i]);
+            args[1 + i] = LOOM_ARG_BUF(bufs[i]);
+        }
+        cr_assert_eq(loom_launch(rt, k, grid, args, 6), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
+        loom_buffer_download(bufs[4], out, sz[4]);
+        for (int i = 0; i < 5; i++)
+            loom_buffer_destroy(bufs[i]);
+    } else {
+        targ args[6] = {TA_I32((int32_t)M), TA_BUF(w, M * K * es), TA_BUF(e, B * K * N * es), TA_BUF(map, B * 4),
+                        TA_BUF(res, U * M * N * 4), TA_BUF(out, B * M * N * es)};
+        run_interp(k, ws, grid, 3, args, 6);
+    }
+    t_verdict v = T_VERDICT_INIT;
+    for (int64_t b = 0; b < B; b++) {
+        gemm_ref(w, (char *)e + b * K * N * es, dt, M, N, K, ref, mag);
+        for (int64_t i = 0; i < M * N; i++) {
+            double u = res[map[b] * M * N + i], r = tpl_round(dt, ref[i] + u);
+            /* the add is one more term of the f32 sum */
+            t_verdict_add(&v, b * M * N + i, tpl_get(out, dt, b * M * N + i), r,
+                          loom_error_bound(dt, r, loom_f32_sum_error(K + 1, mag[i] + fabs(u))));
+        }
+    }
+    cr_expect_eq(v.bad, 0, "%s: %lld elements past the bound; first [%lld] %g, reference %g, bound %g",
+                 ws ? "specialized" : "as written", (long long)v.bad, (long long)v.first, v.got, v.ref, v.bound);
+    loom_kernel_destroy(k);
+    free(w), free(e), free(out), free(res), free(map), free(ref), free(mag);
+}
+
+Test(autows, ikbo_fused_stage_on_the_interpreter, .timeout = 240)
+{
+    plain_cfg c = {64, 128, 64, 1, 2, 0, 0};
+    ikbo_run_check(NULL, false, 100, 128, 128, 3, 2, &c);
+    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &c);
+    plain_cfg pp = {64, 128, 64, 2, 2, 0, 1};
+    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &pp);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+static void attention_run_check(loom_runtime *rt, bool ws, int64_t M, int64_t S, int64_t D, const plain_cfg *c)
+{
+    loom_dtype dt = LOOM_F16;
+    size_t es = 2;
+    void *q = malloc(M * D * es), *kk = malloc(S * D * es), *vv = malloc(S * D * es), *o = malloc(M * D * es),
+         *ref = malloc(M * D * es);
+    double *bound = malloc(M * D * sizeof *bound);
+    fill(q, dt, M * D, 9, -1, 1);
+    fill(kk, dt, S * D, 10, -1, 1);
+    fill(vv, dt, S * D, 11, -1, 1);
+    memset(o, 0xff, M * D * es);
+    double scale = 1.0 / sqrt((double)D);
+    loom_kernel *k = plain_attention(M, S, D, dt, scale, c);
+    int grid[3] = {(int)((M + c->bm - 1) / c->bm), 1, 1};
+    if (rt) {
+        void *host[4] = {q, kk, vv, o};
+        size_t sz[4] = {M * D * es, S * D * es, S * D * es, M * D * es};
+        loom_buffer *bufs[4];
+        loom_arg args[5] = {LOOM_ARG_I32((int32_t)M)};
+        for (int i = 0; i < 4; i++) {
+            bufs[i] = loom_buffer_create(rt, sz[i]);
+            loom_buffer_upload(bufs[i], host[i], sz[i]);
+            args[1 + i] = LOOM_ARG_BUF(bufs[i]);
+        }
+        cr_assert_eq(loom_launch(rt, k, grid, args, 5), LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
+        loom_buffer_download(bufs[3], o, sz[3]);
+        for (int i = 0; i < 4; i++)
+            loom_buffer_destroy(bufs[i]);
+    } else {
+        targ args[5] = {TA_I32((int32_t)M), TA_BUF(q, M * D * es), TA_BUF(kk, S * D * es), TA_BUF(vv, S * D * es),
+                        TA_BUF(o, M * D * es)};
+        run_interp(k, ws, grid, 2, args, 5);
+    }
+    /* the reference and bound of ikbo_fa's model: one user, one head, M queries */
+    fa_spec s = {.B = 1, .U = 1, .S = S, .H = 1, .D = D, .nseed = M, .dt = dt, .bn = c->bn};
+    int32_t map0 = 0;
+    fa_reference(&s, q, kk, vv, &map0, NULL, ref);
+    fa_bound(&s, q, kk, vv, &map0, NULL, ref, bound);
+    t_verdict v = T_VERDICT_INIT;
+    for (int64_t i = 0; i < M * D; i++)
+        t_verdict_add(&v, i, tpl_get(o, dt, i), tpl_get(ref, dt, i), bound[i]);
+    cr_expect_eq(v.bad, 0, "%s: %lld elements past the bound; first [%lld] %g, reference %g, bound %g",
+                 ws ? "specialized" : "as written", (long long)v.bad, (long long)v.first, v.got, v.ref, v.bound);
+    loom_kernel_destroy(k);
+    free(q), free(kk), free(vv), free(o), free(ref), free(bound);
+}
+
+Test(autows, attention_on_the_interpreter, .timeout = 240)
+{
+    /* keys not a multiple of the tile: the last tile's keys past S score -inf */
+    plain_cfg c = {64, 64, 64, 1, 2, 0, 0};
+    attention_run_check(NULL, false, 96, 150, 64, &c);
+    attention_run_check(NULL, true, 96, 150, 64, &c);
+    plain_cfg pp = {64, 64, 64, 2, 2, 0, 1};
+    attention_run_check(NULL, true, 200, 150, 64, &pp);
+}
+
+/* ---------------------------------------------------------------- on the GPU */
+
+Test(autows_gpu, plain_kernels_specialized_match_their_references, .timeout = 300)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    if (!rt)
+        return;
+    gemm_case g1 = {2048, 1999, 1024, 1000, {64, 256, 64, 1, 4, 8, 0}};
+    gemm_case g2 = {1024, 1024, 768, 512, {128, 256, 64, 2, 3, 4, 0}};
+    gemm_run_check(rt, &g1, true);
+    gemm_run_check(rt, &g2, true);
+    gelu_run_check(rt, true);
+    plain_cfg ci = {128, 128, 64, 2, 4, 0, 0}, ca = {128, 128, 64, 2, 2, 0, 0};
+    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ci);
+    attention_run_check(rt, true, 1000, 1500, 128, &ca);
+    loom_runtime_destroy(rt);
+}
+
+/* ---------------------------------------------------------------- refusals */
+
+/* Compile k expecting the passes' refusal naming `line` of this file and saying `what`. */
+static void refused(loom_kernel *k, int line, const char *what)
+{
+    char *ptx = NULL, err[2048] = "";
+    loom_status st = loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err);
+    cr_expect_eq(st, LOOM_ERR_UNSUPPORTED, "%s: %s", loom_status_name(st), err);
+    cr_expect(t_names_line(err, __FILE__, line), "names line %d: %s", line, err);
+    cr_expect(strstr(err, what), "says '%s': %s", what, err);
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+/* A one-tile GEMM loop with a choice of mistakes. */
+enum { BAD_NONE, BAD_MASK, BAD_F32, BAD_B_REG, BAD_EXTRA_USE, BAD_NO_LOOP };
+
+static loom_kernel *bad_gemm(int bad, int *line)
+{
+    loom_dtype dt = bad == BAD_F32 ? LOOM_F32 : LOOM_F16;
+    loom_kernel *k = loom_kernel_create("bad", 4);
+    loom_val A = loom_arg_tensor(k, "A", dt, LOOM_SHAPE2(128, 128), LOOM_IN);
+    loom_val B = loom_arg_tensor(k, "B", dt, LOOM_SHAPE2(128, 128), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", LOOM_F32, LOOM_SHAPE2(128, 128), LOOM_OUT);
+    loom_val z = I32(k, 0), acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, 128));
+    loom_val mask = loom_splat(k, loom_cmp(k, LOOM_LT, z, I32(k, 1)), LOOM_SHAPE2(64, 64));
+    if (bad == BAD_NO_LOOP) {
+        loom_val a = loom_load(k, A, ((loom_val[]){z, z}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0);
+        loom_val b = loom_load(k, B, ((loom_val[]){z, z}), LOOM_SHAPE2(64, 128), LOOM_NONE, 0);
+        *line = __LINE__ + 1;
+        acc = loom_dot(k, a, b, acc);
+    } else {
+        loom_region_op l = loom_for_begin(k, z, I32(k, 128), I32(k, 64), 1, &acc);
+        loom_val kk = loom_for_iv(k, l);
+        if (bad == BAD_MASK)
+            *line = __LINE__ + 1;
+        loom_val a = loom_load(k, A, ((loom_val[]){z, kk}), LOOM_SHAPE2(64, 64), bad == BAD_MASK ? mask : LOOM_NONE, 0);
+        loom_val b = loom_load(k, B, ((loom_val[]){kk, z}), LOOM_SHAPE2(64, 128), LOOM_NONE, 0);
+        if (bad == BAD_B_REG)
+            b = loom_mul(k, b, b);
+        if (bad == BAD_EXTRA_USE) {
+            *line = __LINE__ + 1;
+            loom_store(k, C, ((loom_val[]){z, z}), loom_cast(k, a, LOOM_F32), LOOM_NONE);
+        }
+        if (bad == BAD_F32 || bad == BAD_B_REG)
+            *line = __LINE__ + 1;
+        acc = loom_dot(k, a, b, loom_for_arg(k, l, 0));
+        loom_for_end(k, l, 1, &acc);
+        acc = loom_for_result(k, l, 0);
+    }
+    loom_store(k, C, ((loom_val[]){z, z}), acc, LOOM_NONE);
+    loom_kernel_set_autows(k, 1, 2, 0);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    return k;
+}
+
+Test(autows, refusals_name_the_line_and_the_reason)
+{
+    int line = 0;
+    loom_kernel *k = bad_gemm(BAD_MASK, &line);
+    refused(k, line, "this load has a mask");
+    k = bad_gemm(BAD_F32, &line);
+    refused(k, line, "the tensor cores take f16 or bf16");
+    k = bad_gemm(BAD_B_REG, &line);
+    refused(k, line, "the dot's B operand is not a tile loaded in the loop");
+    k = bad_gemm(BAD_EXTRA_USE, &line);
+    refused(k, line, "can only be read by dots");
+    k = bad_gemm(BAD_NO_LOOP, &line);
+    refused(k, line, "not directly in a loop");
+    /* the good one compiles */
+    k = bad_gemm(BAD_NONE, &line);
+    char *ptx = NULL, err[2048];
+    cr_expect_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
+Test(autows, knobs_are_checked_and_printed)
+{
+    loom_kernel *k = loom_kernel_create("knobs", 4);
+    int line = __LINE__ + 1;
+    loom_kernel_set_autows(k, 3, 2, 0);
+    cr_expect(t_names_line(loom_kernel_errors(k), __FILE__, line) && strstr(loom_kernel_errors(k), "1 or 2"), "%s",
+              loom_kernel_errors(k));
+    loom_kernel_destroy(k);
+    k = loom_kernel_create("knobs", 4);
+    loom_kernel_set_autows(k, 2, 9, 0);
+    cr_expect(strstr(loom_kernel_errors(k), "1 to 8 slots"), "%s", loom_kernel_errors(k));
+    loom_kernel_destroy(k);
+    k = loom_kernel_create("knobs", 4);
+    loom_kernel_set_autows(k, 2, 4, 0);
+    cr_expect_eq(loom_kernel_num_warps(k), 12, "a producer warp group and two consumer groups");
+    cr_expect(strstr(loom_print(k), "autows=(consumers=2 stages=4 pingpong=0)"), "%s", loom_print(k));
+    loom_kernel_destroy(k);
+}
