@@ -255,22 +255,187 @@ static uint32_t issued_by_wgmma(cg_ctx *cg, uint32_t o)
 
 static uint32_t arrive_after_wait(const loom_kernel *k, uint32_t w);
 
-bool lower_wgmma(L *l, uint32_t o, ir_op *op)
+/* One wgmma op, as lower_wgmma issues it: its operands and shapes, and the operand
+ * numbers of its asm statement (outputs, then A, B's low half, the scale-d input, the
+ * fused arrive's lane and barrier, and the tied accumulators). */
+typedef struct wg_plan {
+    bool a_regs;       /* A a register tile, else a view */
+    bool a_mn, b_mn;   /* the operand's M/N dim is its stored inner one */
+    vgeom ga, gb;
+    int64_t M, K, N, rows, mblocks; /* rows: a warp group's; mblocks: its m64 blocks */
+    int64_t Np;        /* padded N: registers per m64 block = Np / 2 */
+    const char *ty;    /* the input type */
+    uint32_t w, fa;    /* the fused wait and the arrive fused after it (0: none) */
+    int nr, ks;        /* registers of one m64 block, k16 steps */
+    int nout;          /* the registers wgmma writes */
+    int nain;          /* A's inputs: four registers a step, or a descriptor an m64 block */
+    int bin, np;       /* the operand numbers of B's low half and of the scale-d input */
+    bool zero;         /* the accumulator is zeros: the first step of each block skips it */
+    int nfa;           /* the operand number of the fused arrive's lane */
+} wg_plan;
+
+/* The refusals (a documented one: docs/dsl.md, "What the code generator refuses": the
+ * interpreter runs unswizzled operands, but wgmma's descriptors here describe swizzled
+ * layouts only) and the plan of op o, but for zero and nfa, which wait for the
+ * accumulator's registers. */
+static bool wgmma_plan(L *l, uint32_t o, ir_op *op, const cg_layout *lay, wg_plan *p)
 {
     cg_ctx *cg = l->cg;
     const ir_type *at = vty(l, op->opnd[0]), *bt = vty(l, op->opnd[1]);
-    bool a_regs = at->kind == IR_T_TILE; /* else a view (rule_wgmma) */
-    if (!a_regs && at->kind != IR_T_SMEM)
+    p->a_regs = at->kind == IR_T_TILE; /* else a view (rule_wgmma) */
+    if (!p->a_regs && at->kind != IR_T_SMEM)
         return CG_BUG(cg, "wgmma at %s:%d: A is neither a view nor a register tile", op->src.file, op->src.line);
-    /* a documented refusal (docs/dsl.md, "What the code generator refuses"): the
-     * interpreter runs unswizzled operands, but wgmma's descriptors here describe
-     * swizzled layouts only */
-    if ((!a_regs && !at->swizzle) || !bt->swizzle)
+    if ((!p->a_regs && !at->swizzle) || !bt->swizzle)
         return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
                        "%s:%d: wgmma operands in shared memory need a swizzle mode (LOOM_SWIZZLE_128, 64 or 32)",
                        op->src.file, op->src.line);
+    p->M = at->shape.dim[0], p->K = at->shape.dim[1], p->N = bt->shape.dim[1];
+    int64_t G = INT64_C(1) << (lay->nwarp - 2);
+    p->rows = p->M / G, p->mblocks = p->rows / 64;
+    p->Np = INT64_C(1) << lay->lg[1];
+    p->ga = lw_geom(l, op->opnd[0]), p->gb = lw_geom(l, op->opnd[1]);
+    p->a_mn = at->trans, p->b_mn = !bt->trans; /* B [K,N] stored as is: N contiguous */
+    p->ty = at->dtype == LOOM_BF16 ? "bf16" : "f16";
+    p->w = wgmma_fused_wait(cg, o), p->fa = p->w ? arrive_after_wait(l->k, p->w) : 0;
+    p->nr = (int)(p->N / 2), p->ks = (int)(p->K / 16);
+    p->nout = (int)p->mblocks * p->nr;
+    p->nain = p->a_regs ? (int)p->mblocks * p->ks * 4 : (int)p->mblocks;
+    p->bin = p->nout + p->nain;
+    p->np = p->bin + 1;
+    return true;
+}
+
+/* The text of the asm statement that issues op's steps (per m64 block, its K/16 steps),
+ * with its commit and wait where they are fused, and each step's descriptors: one add to
+ * the low half of the operand's first (desc_lo) and a constant high half.  NULL on
+ * failure, the error recorded. */
+static char *wgmma_text(L *l, ir_op *op, const wg_plan *p)
+{
+    size_t tlen = (size_t)(p->mblocks * p->ks) * ((size_t)p->nr * 7 + 260) + 640;
+    char *text = lw_alloc(l, tlen);
+    if (!text)
+        return NULL;
+    size_t n = (size_t)snprintf(text, tlen, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", p->np);
+    if (p->zero)
+        n += (size_t)snprintf(text + n, tlen - n, ".reg .pred z;\n\tsetp.ne.b32 z, $%d, 0;\n\t", p->np + 1);
+    /* each step's descriptors: the low half at its offset, the high half a constant */
+    n += (size_t)snprintf(text + n, tlen - n, ".reg .b32 dl, dha, dhb;\n\t.reg .b64 da, db;\n\tmov.b32 dhb, %u;\n\t",
+                          desc_hi(&p->gb));
+    if (!p->a_regs)
+        n += (size_t)snprintf(text + n, tlen - n, "mov.b32 dha, %u;\n\t", desc_hi(&p->ga));
+    for (int64_t mb = 0; mb < p->mblocks; mb++)
+        for (int s = 0; s < p->ks; s++) {
+            int a0 = p->nout + (int)(mb * p->ks + s) * 4, r0 = (int)mb * p->nr; /* A's registers */
+            const char *sd = p->zero && s == 0 ? "z" : "p";
+            int64_t da = op_off(&p->ga, p->a_mn, mb * 64, s * 16) - op_off(&p->ga, p->a_mn, mb * 64, 0);
+            int64_t db = op_off(&p->gb, p->b_mn, 0, s * 16) - op_off(&p->gb, p->b_mn, 0, 0);
+            if (da % 16 || db % 16 || da < 0 || db < 0)
+                return CG_BUG(l->cg, "wgmma at %s:%d: a step's operand offset is not a multiple of 16 bytes",
+                              op->src.file, op->src.line),
+                       NULL;
+            if (!p->a_regs)
+                n += (size_t)snprintf(text + n, tlen - n, "add.s32 dl, $%d, %lld;\n\tmov.b64 da, {dl, dha};\n\t",
+                                      p->nout + (int)mb, (long long)(da >> 4));
+            n += (size_t)snprintf(text + n, tlen - n, "add.s32 dl, $%d, %lld;\n\tmov.b64 db, {dl, dhb};\n\t", p->bin,
+                                  (long long)(db >> 4));
+            n += (size_t)snprintf(text + n, tlen - n, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
+                                  (long long)p->N, p->ty, p->ty);
+            for (int i = 0; i < p->nr; i++)
+                n += (size_t)snprintf(text + n, tlen - n, "%s$%d", i ? ", " : "", r0 + i);
+            if (p->a_regs) /* no transpose of A in registers */
+                n += (size_t)snprintf(text + n, tlen - n, "}, {$%d, $%d, $%d, $%d}, db, %s, 1, 1, %d;\n\t", a0,
+                                      a0 + 1, a0 + 2, a0 + 3, sd, p->b_mn ? 1 : 0);
+            else
+                n += (size_t)snprintf(text + n, tlen - n, "}, da, db, %s, 1, 1, %d, %d;\n\t", sd, p->a_mn ? 1 : 0,
+                                      p->b_mn ? 1 : 0);
+        }
+    if (p->w) {
+        n += (size_t)snprintf(text + n, tlen - n, "wgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned %d;\n\t",
+                              (int)l->k->ops[p->w].iattr[0]);
+        if (p->fa) /* lane 0 of each warp arrives right after the wait (lower_wgmma_wait) */
+            n += (size_t)snprintf(text + n, tlen - n,
+                                  "{\n\t.reg .pred q;\n\tsetp.eq.u32 q, $%d, 0;\n\t"
+                                  "@q mbarrier.arrive.shared::cta.b64 _, [$%d];\n\t}\n\t",
+                                  p->nfa, p->nfa + 1);
+    }
+    snprintf(text + n, tlen - n, "}");
+    return text;
+}
+
+/* The statement's constraints: the accumulator outputs, A, B's low half, the scale-d
+ * inputs, the fused arrive's, and the accumulators tied to the outputs. */
+static char *wgmma_cons(L *l, const wg_plan *p)
+{
+    size_t clen = (size_t)p->nout * 9 + (size_t)(p->mblocks * p->ks) * 12 + 32;
+    char *cons = lw_alloc(l, clen);
+    if (!cons)
+        return NULL;
+    size_t q = 0;
+    for (int i = 0; i < p->nout; i++)
+        q += (size_t)snprintf(cons + q, clen - q, "%s=f", i ? "," : "");
+    for (int i = 0; i < p->nain + 1; i++) /* A, then B's low half */
+        q += (size_t)snprintf(cons + q, clen - q, ",r");
+    q += (size_t)snprintf(cons + q, clen - q, p->zero ? ",r,r" : ",r");
+    if (p->fa)
+        q += (size_t)snprintf(cons + q, clen - q, ",r,r");
+    for (int i = 0; i < p->nout; i++)
+        q += (size_t)snprintf(cons + q, clen - q, ",%d", i);
+    if (p->w)
+        snprintf(cons + q, clen - q, ",~{memory}");
+    return cons;
+}
+
+/* The statement's operands in *args (the count returned): the descriptors' low halves at
+ * each operand's first step (A's per m64 block; afr, A in registers, instead), the scale-d
+ * inputs, the fused arrive's lane and barrier, and the accumulators (out; undefined where
+ * they are zeros).  g is this thread's warp group within the task. */
+static int wgmma_args(L *l, ir_op *op, const wg_plan *p, LLVMValueRef g, LLVMValueRef *afr, const LLVMValueRef *out,
+                      LLVMValueRef *args)
+{
+    LLVMValueRef a_base = smem_off(l, op->opnd[0]), b_base = smem_off(l, op->opnd[1]);
+    const vgeom *ga = &p->ga;
+    int na = 0;
+    if (!p->a_regs)
+        for (int64_t mb = 0; mb < p->mblocks; mb++) {
+            /* a: rows g*rows + mb*64 .. */
+            LLVMValueRef arow = LLVMBuildMul(l->B, g, ci32(l, p->rows), ""), aoff;
+            if (!p->a_mn) /* rows are whole spans: the dynamic row moves by row * span */
+                aoff = LLVMBuildAdd(l->B, a_base,
+                                    LLVMBuildAdd(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga->span), ""),
+                                                 ci32(l, op_off(ga, false, mb * 64, 0)), ""), "");
+            else /* A stored [K][M]: the warp group's rows are columns: chunks of the span */
+                aoff = LLVMBuildAdd(l->B, a_base,
+                                    LLVMBuildAdd(l->B,
+                                                 LLVMBuildMul(l->B, LLVMBuildUDiv(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga->es), ""), ci32(l, ga->span), ""),
+                                                              ci32(l, ga->rows * ga->span), ""),
+                                                 ci32(l, op_off(ga, true, mb * 64, 0)), ""), "");
+            args[na++] = desc_lo(l, ga, aoff, p->a_mn);
+        }
+    else
+        for (int64_t i = 0; i < p->mblocks * p->ks * 4; i++)
+            args[na++] = afr[i];
+    args[na++] = desc_lo(l, &p->gb, LLVMBuildAdd(l->B, b_base, ci32(l, op_off(&p->gb, p->b_mn, 0, 0)), ""), p->b_mn);
+    args[na++] = ci32(l, 1);
+    if (p->zero)
+        args[na++] = ci32(l, 0);
+    if (p->fa) {
+        args[na++] = l->lane;
+        args[na++] = lw_bar_addr(l, &l->k->ops[p->fa], 0);
+    }
+    for (int64_t mb = 0; mb < p->mblocks; mb++)
+        for (int i = 0; i < p->nr; i++)
+            args[na++] = p->zero ? LLVMGetUndef(l->t_f32) : out[mb * (p->Np / 2) + i];
+    return na;
+}
+
+bool lower_wgmma(L *l, uint32_t o, ir_op *op)
+{
+    cg_ctx *cg = l->cg;
     int32_t id = cg->vlay[op->res[0]];
     const cg_layout *lay = cg_lay(cg, id);
+    wg_plan p;
+    if (!wgmma_plan(l, o, op, lay, &p))
+        return false;
     LLVMValueRef *acc = lw_opnd_regs(l, o, 2);
     if (!acc)
         return false;
@@ -279,19 +444,12 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     if (!out)
         return false;
     memcpy(out, acc, (size_t)n * sizeof *out);
-    int64_t M = at->shape.dim[0], K = at->shape.dim[1], N = bt->shape.dim[1];
-    int gbits = lay->nwarp - 2;
-    int64_t G = INT64_C(1) << gbits, rows = M / G, mblocks = rows / 64;
-    int64_t Np = INT64_C(1) << lay->lg[1]; /* padded N: registers per m64 block = Np / 2 */
-    vgeom ga = lw_geom(l, op->opnd[0]), gb = lw_geom(l, op->opnd[1]);
-    bool a_mn = at->trans, b_mn = !bt->trans; /* B [K,N] stored as is: N contiguous */
-    const char *ty = at->dtype == LOOM_BF16 ? "bf16" : "f16";
     /* warp group of this thread within the task: row offset g * rows */
     LLVMValueRef g = LLVMBuildLShr(l->B, l->warp, ci32(l, 2), "");
-    LLVMValueRef a_base = smem_off(l, op->opnd[0]), b_base = smem_off(l, op->opnd[1]);
     LLVMValueRef *afr = NULL; /* A in registers: four b32 per m64 block and k16 chunk */
-    if (a_regs) {
-        if (!(afr = a_fragments(l, o, op, mblocks, K)) || !fence_tied(l, afr, (int)(mblocks * K / 16 * 4), out, n))
+    if (p.a_regs) {
+        if (!(afr = a_fragments(l, o, op, p.mblocks, p.K)) ||
+            !fence_tied(l, afr, (int)(p.mblocks * p.K / 16 * 4), out, n))
             return false;
     } else
         lw_asm_void(l, "wgmma.fence.sync.aligned;", "~{memory}", NULL, 0);
@@ -306,142 +464,45 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
      * add to the low half of the operand's first (desc_lo) and a constant high half.
      * Computed in full for each step (shift, mask, or of a 64-bit value), they took a
      * fifth of the issue slots of flash attention's tile loop in uniform-datapath
-     * instructions (bench/RESULTS.md). */
-    uint32_t w = wgmma_fused_wait(cg, o), fa = w ? arrive_after_wait(l->k, w) : 0;
-    int nr = (int)(N / 2), ks = (int)(K / 16);
-    int nout = (int)mblocks * nr; /* the registers wgmma writes */
-    /* inputs: A's four registers a step, or its descriptor's low half an m64 block; B's
-     * low half (the statement adds each step's offset to them) */
-    int nain = a_regs ? (int)mblocks * ks * 4 : (int)mblocks;
-    int bin = nout + nain;  /* operand number of B's low half */
-    int np = bin + 1;       /* operand number of the scale-d input */
-    size_t tlen = (size_t)(mblocks * ks) * ((size_t)nr * 7 + 260) + 640;
-    size_t clen = (size_t)nout * 9 + (size_t)(mblocks * ks) * 12 + 32;
-    char *text = lw_alloc(l, tlen), *cons = lw_alloc(l, clen);
-    if (!text || !cons)
-        return false;
-    /* An accumulator of zeros (a splat of 0: the first k step's) is not read: the first
+     * instructions (bench/RESULTS.md).
+     *
+     * An accumulator of zeros (a splat of 0: the first k step's) is not read: the first
      * step of each m64 block has scale-d off (predicate z) and the registers go in
      * undefined, as CUTLASS does it, instead of a mov of 0 per register. */
-    bool zero = true;
-    for (int64_t mb = 0; mb < mblocks; mb++)
-        for (int i = 0; i < nr && zero; i++)
-            zero = LLVMIsConstant(out[mb * (Np / 2) + i]) && LLVMIsNull(out[mb * (Np / 2) + i]);
-    int nfa = np + 1 + (zero ? 1 : 0); /* the fused arrive's lane and barrier operands */
-    size_t p = (size_t)snprintf(text, tlen, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\t", np);
-    if (zero)
-        p += (size_t)snprintf(text + p, tlen - p, ".reg .pred z;\n\tsetp.ne.b32 z, $%d, 0;\n\t", np + 1);
-    /* each step's descriptors: the low half at its offset, the high half a constant */
-    p += (size_t)snprintf(text + p, tlen - p, ".reg .b32 dl, dha, dhb;\n\t.reg .b64 da, db;\n\tmov.b32 dhb, %u;\n\t",
-                          desc_hi(&gb));
-    if (!a_regs)
-        p += (size_t)snprintf(text + p, tlen - p, "mov.b32 dha, %u;\n\t", desc_hi(&ga));
-    for (int64_t mb = 0; mb < mblocks; mb++)
-        for (int s = 0; s < ks; s++) {
-            int a0 = nout + (int)(mb * ks + s) * 4, r0 = (int)mb * nr; /* A's registers */
-            const char *sd = zero && s == 0 ? "z" : "p";
-            int64_t da = op_off(&ga, a_mn, mb * 64, s * 16) - op_off(&ga, a_mn, mb * 64, 0);
-            int64_t db = op_off(&gb, b_mn, 0, s * 16) - op_off(&gb, b_mn, 0, 0);
-            if (da % 16 || db % 16 || da < 0 || db < 0)
-                return CG_BUG(cg, "wgmma at %s:%d: a step's operand offset is not a multiple of 16 bytes",
-                              op->src.file, op->src.line);
-            if (!a_regs)
-                p += (size_t)snprintf(text + p, tlen - p, "add.s32 dl, $%d, %lld;\n\tmov.b64 da, {dl, dha};\n\t",
-                                      nout + (int)mb, (long long)(da >> 4));
-            p += (size_t)snprintf(text + p, tlen - p, "add.s32 dl, $%d, %lld;\n\tmov.b64 db, {dl, dhb};\n\t", bin,
-                                  (long long)(db >> 4));
-            p += (size_t)snprintf(text + p, tlen - p, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
-                                  (long long)N, ty, ty);
-            for (int i = 0; i < nr; i++)
-                p += (size_t)snprintf(text + p, tlen - p, "%s$%d", i ? ", " : "", r0 + i);
-            if (a_regs) /* no transpose of A in registers */
-                p += (size_t)snprintf(text + p, tlen - p, "}, {$%d, $%d, $%d, $%d}, db, %s, 1, 1, %d;\n\t", a0,
-                                      a0 + 1, a0 + 2, a0 + 3, sd, b_mn ? 1 : 0);
-            else
-                p += (size_t)snprintf(text + p, tlen - p, "}, da, db, %s, 1, 1, %d, %d;\n\t", sd, a_mn ? 1 : 0,
-                                      b_mn ? 1 : 0);
-        }
-    if (w) {
-        p += (size_t)snprintf(text + p, tlen - p, "wgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned %d;\n\t",
-                              (int)l->k->ops[w].iattr[0]);
-        if (fa) /* lane 0 of each warp arrives right after the wait (lower_wgmma_wait) */
-            p += (size_t)snprintf(text + p, tlen - p,
-                                  "{\n\t.reg .pred q;\n\tsetp.eq.u32 q, $%d, 0;\n\t"
-                                  "@q mbarrier.arrive.shared::cta.b64 _, [$%d];\n\t}\n\t",
-                                  nfa, nfa + 1);
-    }
-    snprintf(text + p, tlen - p, "}");
-    size_t q = 0;
-    for (int i = 0; i < nout; i++)
-        q += (size_t)snprintf(cons + q, clen - q, "%s=f", i ? "," : "");
-    for (int i = 0; i < nain + 1; i++) /* A, then B's low half */
-        q += (size_t)snprintf(cons + q, clen - q, ",r");
-    q += (size_t)snprintf(cons + q, clen - q, zero ? ",r,r" : ",r");
-    if (fa)
-        q += (size_t)snprintf(cons + q, clen - q, ",r,r");
-    for (int i = 0; i < nout; i++)
-        q += (size_t)snprintf(cons + q, clen - q, ",%d", i);
-    if (w)
-        snprintf(cons + q, clen - q, ",~{memory}");
-    int nargs = nfa + (fa ? 2 : 0) + nout, na = 0;
-    LLVMTypeRef *ft = lw_alloc(l, (size_t)nout * sizeof *ft);
+    p.zero = true;
+    for (int64_t mb = 0; mb < p.mblocks; mb++)
+        for (int i = 0; i < p.nr && p.zero; i++)
+            p.zero = LLVMIsConstant(out[mb * (p.Np / 2) + i]) && LLVMIsNull(out[mb * (p.Np / 2) + i]);
+    p.nfa = p.np + 1 + (p.zero ? 1 : 0);
+    char *text = wgmma_text(l, op, &p), *cons = text ? wgmma_cons(l, &p) : NULL;
+    int nargs = p.nfa + (p.fa ? 2 : 0) + p.nout;
+    LLVMTypeRef *ft = lw_alloc(l, (size_t)p.nout * sizeof *ft);
     LLVMValueRef *args = lw_alloc(l, (size_t)nargs * sizeof *args);
-    LLVMTypeRef *at2 = lw_alloc(l, (size_t)nargs * sizeof *at2);
-    if (!ft || !args || !at2)
+    LLVMTypeRef *at = lw_alloc(l, (size_t)nargs * sizeof *at);
+    if (!text || !cons || !ft || !args || !at)
         return false;
-    /* the descriptors: each operand's low half at its first step (A: per m64 block) */
-    if (!a_regs)
-        for (int64_t mb = 0; mb < mblocks; mb++) {
-            /* a: rows g*rows + mb*64 .. */
-            LLVMValueRef arow = LLVMBuildMul(l->B, g, ci32(l, rows), ""), aoff;
-            if (!a_mn) /* rows are whole spans: the dynamic row moves by row * span */
-                aoff = LLVMBuildAdd(l->B, a_base,
-                                    LLVMBuildAdd(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga.span), ""),
-                                                 ci32(l, op_off(&ga, false, mb * 64, 0)), ""), "");
-            else /* A stored [K][M]: the warp group's rows are columns: chunks of the span */
-                aoff = LLVMBuildAdd(l->B, a_base,
-                                    LLVMBuildAdd(l->B,
-                                                 LLVMBuildMul(l->B, LLVMBuildUDiv(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga.es), ""), ci32(l, ga.span), ""),
-                                                              ci32(l, ga.rows * ga.span), ""),
-                                                 ci32(l, op_off(&ga, true, mb * 64, 0)), ""), "");
-            args[na++] = desc_lo(l, &ga, aoff, a_mn);
-        }
-    else
-        for (int64_t i = 0; i < mblocks * ks * 4; i++)
-            args[na++] = afr[i];
-    args[na++] = desc_lo(l, &gb, LLVMBuildAdd(l->B, b_base, ci32(l, op_off(&gb, b_mn, 0, 0)), ""), b_mn);
-    args[na++] = ci32(l, 1);
-    if (zero)
-        args[na++] = ci32(l, 0);
-    if (fa) {
-        args[na++] = l->lane;
-        args[na++] = lw_bar_addr(l, &l->k->ops[fa], 0);
-    }
-    for (int64_t mb = 0; mb < mblocks; mb++)
-        for (int i = 0; i < nr; i++)
-            args[na++] = zero ? LLVMGetUndef(l->t_f32) : out[mb * (Np / 2) + i];
-    for (int i = 0; i < nout; i++)
+    int na = wgmma_args(l, op, &p, g, afr, out, args);
+    for (int i = 0; i < p.nout; i++)
         ft[i] = l->t_f32;
     for (int i = 0; i < na; i++)
-        at2[i] = LLVMTypeOf(args[i]);
-    LLVMTypeRef fty = LLVMFunctionType(asm_results(l, ft, nout), at2, (unsigned)na, 0);
+        at[i] = LLVMTypeOf(args[i]);
+    LLVMTypeRef fty = LLVMFunctionType(asm_results(l, ft, p.nout), at, (unsigned)na, 0);
     LLVMValueRef ia = LLVMGetInlineAsm(fty, text, strlen(text), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
     LLVMValueRef call = LLVMBuildCall2(l->B, fty, ia, args, (unsigned)na, "");
     lw_add_fn_attr_call(l, call, "convergent", 0);
-    for (int64_t mb = 0; mb < mblocks; mb++)
-        for (int i = 0; i < nr; i++)
-            out[mb * (Np / 2) + i] = LLVMBuildExtractValue(l->B, call, (unsigned)(mb * nr + i), "");
+    for (int64_t mb = 0; mb < p.mblocks; mb++)
+        for (int i = 0; i < p.nr; i++)
+            out[mb * (p.Np / 2) + i] = LLVMBuildExtractValue(l->B, call, (unsigned)(mb * p.nr + i), "");
     /* the wait's result: the same registers (those past N, the padding of Np, pass
      * through unchanged: wgmma never writes them) */
-    if (w) {
+    if (p.w) {
         LLVMValueRef *wr = lw_regs_alloc(l, n);
         if (!wr)
             return false;
         memcpy(wr, out, (size_t)n * sizeof *wr);
-        if (!lw_set_result(l, l->k->ops[w].res[0], id, wr))
+        if (!lw_set_result(l, l->k->ops[p.w].res[0], id, wr))
             return false;
     }
-    (void)Np;
     return lw_set_result(l, op->res[0], id, out);
 }
 
