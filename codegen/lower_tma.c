@@ -133,8 +133,8 @@ bool lower_smem_store_cluster(L *l, uint32_t o, ir_op *op)
             lw_asm_void(l, "st.shared.b32 [$0], $1;", "r,r,~{memory}", a, 2);
         }
         LLVMValueRef b[2] = {bar, ci32(l, 4 * nw)};
-        lw_asm_void(l, "fence.acq_rel.cta;\n\tmbarrier.complete_tx.relaxed.cta.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
-                 b, 2);
+        lw_asm_void(l, "fence.acq_rel.cta;\n\tmbarrier.complete_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
+                    "r,r,~{memory}", b, 2);
         lw_if_end(l, m);
         return true;
     }

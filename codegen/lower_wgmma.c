@@ -403,12 +403,13 @@ static int wgmma_args(L *l, ir_op *op, const wg_plan *p, LLVMValueRef g, LLVMVal
                 aoff = LLVMBuildAdd(l->B, a_base,
                                     LLVMBuildAdd(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga->span), ""),
                                                  ci32(l, op_off(ga, false, mb * 64, 0)), ""), "");
-            else /* A stored [K][M]: the warp group's rows are columns: chunks of the span */
+            else { /* A stored [K][M]: the warp group's rows are columns: chunks of the span */
+                LLVMValueRef col = LLVMBuildMul(l->B, arow, ci32(l, ga->es), "");
+                LLVMValueRef chunk = LLVMBuildUDiv(l->B, col, ci32(l, ga->span), "");
                 aoff = LLVMBuildAdd(l->B, a_base,
-                                    LLVMBuildAdd(l->B,
-                                                 LLVMBuildMul(l->B, LLVMBuildUDiv(l->B, LLVMBuildMul(l->B, arow, ci32(l, ga->es), ""), ci32(l, ga->span), ""),
-                                                              ci32(l, ga->rows * ga->span), ""),
+                                    LLVMBuildAdd(l->B, LLVMBuildMul(l->B, chunk, ci32(l, ga->rows * ga->span), ""),
                                                  ci32(l, op_off(ga, true, mb * 64, 0)), ""), "");
+            }
             args[na++] = desc_lo(l, ga, aoff, p->a_mn);
         }
     else

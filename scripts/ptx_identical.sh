@@ -4,7 +4,8 @@
 # BEFORE and AFTER are two loomc binaries (or the build folders holding them: DIR/loomc),
 # typically a build of the base commit and one of the change.  Each emits `loomc emit --all`
 # (every template at its defaults), the same with the hang check on (LOOM_HANG_CHECK), and
-# the fixed set of non-default configs and shapes below, and every PTX file of the one is compared byte for byte (cmp) with the other's.
+# the fixed set of non-default configs and shapes below, and every PTX file of the one is
+# compared byte for byte (cmp) with the other's.
 # Prints one line per difference or failed emit and exits 1 if there is any, 0 when every
 # file is identical, 2 on a usage error.  KEEP=1 keeps the emitted files (their folder is
 # printed).
@@ -13,11 +14,12 @@
 #   cmake --build /tmp/b-mine -j2 --target loomc
 #   scripts/ptx_identical.sh /tmp/b-base /tmp/b-mine
 #
-# The cases cover what --all does not: gemm's ping-pong and split consumers, registers
-# epilogue, clusters (sharing B, then A with a batch), bf16 with an f32 output; ikbo_lce
-# untransposed, one consumer task, other stages, bf16; ikbo_fa varlen with D=64, the
-# claimed schedule with turns, tmastore=0, xunit; row_softmax and ikbo_broadcast_add at
-# other tiles and dtypes.  `loomc show NAME` lists a template's keys.
+# The cases cover what --all does not: gemm's ping-pong and split consumers, the epilogue
+# from registers (tmastore=0), clusters sharing B (and A, batched), BK=32 with bf16 in and
+# f32 out, a batch with A batched too; ikbo_lce untransposed (split, and one consumer
+# task), other stages, bf16, N=64; ikbo_fa varlen with D=64, the claimed schedule with
+# turns, tmastore=0 with BN=64, xunit; row_softmax and ikbo_broadcast_add at other tiles
+# and dtypes.  `loomc show NAME` lists a template's keys.
 set -u
 
 usage() {
