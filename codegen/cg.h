@@ -65,7 +65,7 @@ typedef struct cg_ctx {
     loom_status st;
     int warp_bits; /* floor(log2(num_warps)): warps beyond that duplicate work */
 
-    /* layouts (codegen/layout.c) */
+    /* layouts (codegen/layout.c, the algebra; layout_pass.c, the pass) */
     cg_layout *lays;
     int nlays, caplays;
     int32_t *vlay;  /* per value: its layout id, -1 for tensors */
@@ -73,7 +73,7 @@ typedef struct cg_ctx {
                      * size of its expression (1..CG_REMAT_MAX), 0 when it is not one */
     int32_t scalar_layout;
     uint8_t is_mma[256]; /* per layout id (< 256): a wgmma accumulator layout */
-    int32_t *prefer;     /* per value: the layout its uses want (codegen/layout.c, prefer_loads):
+    int32_t *prefer;     /* per value: the layout its uses want (codegen/layout_prefer.c):
                           * a load takes it, a broadcast takes it where no data moves (-1: none) */
     uint8_t *soft;       /* per value: a loop-carried tile that starts as a splat (made of
                           * scalars): its layout is the loop body's to choose, so an
@@ -98,7 +98,7 @@ typedef struct cg_ctx {
     int ntma;
     cg_tma_spec tma[CG_MAX_TMA];
 
-    /* divisibility (codegen/layout.c): per value, the largest known power-of-two
+    /* divisibility (codegen/layout_axis.c): per value, the largest known power-of-two
      * divisor of an integer scalar (0: not computed yet) */
     int64_t *div;
     /* per tile value and dim, what cg_axis_info found (allocated on first use) */
@@ -140,7 +140,7 @@ bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
 /* ---------------------------------------------------------------- passes */
 
 loom_status cg_fold(cg_ctx *cg);    /* codegen/fold.c */
-loom_status cg_layouts(cg_ctx *cg); /* codegen/layout.c */
+loom_status cg_layouts(cg_ctx *cg); /* codegen/layout_pass.c */
 loom_status cg_smem(cg_ctx *cg);    /* codegen/smem.c */
 /* codegen/smem.c: the warps of the task replica (or CTA, outside tasks) that runs op o:
  * an atomic_add of one warp passes its result by shuffle, of more through scratch. */

@@ -31,7 +31,7 @@
  *
  * What the compile time goes into (issue 18: ikbo_lce's codegen, 216 ms before): LLVM's
  * cost grows with the operands of the inline asm it selects, so the lowering keeps
- * those statements few and their operands shared (lower_hopper.c: one statement per
+ * those statements few and their operands shared (lower_wgmma.c: one statement per
  * wgmma op; lower_mem.c: stores grouped, bounds once per coordinate), and avoids
  * the f16 bitcasts that LLVM 19 makes into ProxyReg instructions (their eraser walks
  * the whole function once per instance). *

@@ -1,7 +1,7 @@
 /*
  * lower.c -- loom IR to LLVM IR (NVPTX flavour), through the LLVM C API: the kernel
  * function, registers and coordinates, operands, shape ops and control flow.  The ops of
- * other kinds are lowered in lower_math.c, lower_mem.c and lower_hopper.c (lower.h says
+ * other kinds are lowered in lower_math.c, lower_mem.c and the Hopper files (lower.h says
  * how the files divide the work).
  *
  * How it works.  The kernel becomes one function with the PTX kernel calling
@@ -118,6 +118,21 @@ void lw_barrier(L *l)
     const char *t = "bar.sync 0;", *c = "~{memory}";
     LLVMValueRef a = LLVMGetInlineAsm(ft, t, strlen(t), c, strlen(c), 1, 0, LLVMInlineAsmDialectATT, 0);
     lw_add_fn_attr_call(l, LLVMBuildCall2(l->B, ft, a, NULL, 0, ""), "convergent", 0);
+}
+
+LLVMBasicBlockRef lw_if_begin(L *l, LLVMValueRef cond)
+{
+    LLVMBasicBlockRef t = LLVMAppendBasicBlockInContext(l->C, l->fn, "one");
+    LLVMBasicBlockRef m = LLVMAppendBasicBlockInContext(l->C, l->fn, "one.end");
+    LLVMBuildCondBr(l->B, cond, t, m);
+    LLVMPositionBuilderAtEnd(l->B, t);
+    return m;
+}
+
+void lw_if_end(L *l, LLVMBasicBlockRef m)
+{
+    LLVMBuildBr(l->B, m);
+    LLVMPositionBuilderAtEnd(l->B, m);
 }
 
 static LLVMValueRef sreg(L *l, const char *name)

@@ -7,7 +7,7 @@
  * the coordinates made from them into the entry block, once), and per IR value an lv:
  * its registers, one SSA value per element the thread holds in the value's layout
  * (codegen/layout.c), or a single one for a scalar or a shared-memory value.  A task
- * (lower_hopper.c) swaps the per-thread fields for its own (warp id, thread index,
+ * (lower_task.c) swaps the per-thread fields for its own (warp id, thread index,
  * replica, barrier, scratch region, prologue builder, coordinate cache) while its body
  * is lowered.  Register arrays and the lowering's other scratch come from an arena
  * (lw_alloc: a list of chunks, freed together at the end), so they are passed around
@@ -21,8 +21,13 @@
  *                   ops, control flow, the dispatch, the kernel function and cg_lower
  *   lower_math.c    elementwise ops, reductions, dot
  *   lower_mem.c     global memory: load, load_rows, store, load_scalar
- *   lower_hopper.c  shared-memory views, mbarriers, TMA, wgmma, tasks, flags, atomic adds,
- *                   clusters
+ *   lower_smem.c    shared-memory views and tiles (smem_load, smem_store), 16-bit packing
+ *   lower_sync.c    mbarriers, named barriers, fences, flags, atomic adds, the hang check
+ *   lower_tma.c     TMA descriptors, loads and stores; clusters (stores into every CTA's
+ *                   view, the rank, the cluster barrier)
+ *   lower_wgmma.c   wgmma, its commit and wait; A operands in registers (packed pairs)
+ *   lower_task.c    warp-group tasks, register budgets, and the Hopper kernel-level parts
+ *                   (launch bounds, TMA descriptor parameters, the entry block's values)
  * The helpers more than one file uses are declared here, prefixed lw_ (the small
  * accessors are inline here); every other helper is static in its file.
  *
@@ -137,16 +142,70 @@ void lw_add_param_attr(L *l, unsigned idx, const char *name, uint64_t val);
 
 LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x); /* one element of an elementwise op */
 
-/* ---------------------------------------------------------------- lower_hopper.c: kernel-level parts */
+/* ---------------------------------------------------------------- the Hopper files' shared parts */
 
-bool lw_hopper_collect_tma(L *l);  /* the TMA descriptors, before the function is made */
-bool lw_find_packed(L *l);         /* l->packed: the A-operand tiles kept as packed pairs */
+/* A shared-memory value (ring, view, barrier array) is held as one i32 register: its byte
+ * offset in loom_smem (lower_smem.c); inline PTX wants the shared-window address. */
+static inline LLVMValueRef smem_off(L *l, uint32_t v) { return l->vals[v].r[0]; }
+static inline LLVMValueRef saddr(L *l, LLVMValueRef off) { return LLVMBuildAdd(l->B, l->smem_base32, off, ""); }
+static inline LLVMValueRef scal(L *l, uint32_t v) { return l->vals[v].r[0]; } /* a scalar's register */
+
+/* Run `text` (no results) with i32/i64 operands. */
+static inline void lw_asm_void(L *l, const char *text, const char *cons, LLVMValueRef *args, int n)
+{
+    lw_asm_call(l, l->t_void, text, cons, args, n, false);
+}
+
+/* Is this the thread that issues what is issued once (thread 0 of the task replica, or of
+ * the CTA outside tasks)? */
+static inline LLVMValueRef lw_elected(L *l)
+{
+    LLVMValueRef t = l->tid_local ? l->tid_local : l->tid;
+    return LLVMBuildICmp(l->B, LLVMIntEQ, t, ci32(l, 0), "");
+}
+
+/* if (cond) { ... } (lower.c): lw_if_begin places the builder in the then block and
+ * returns the merge block, which lw_if_end closes it into. */
+LLVMBasicBlockRef lw_if_begin(L *l, LLVMValueRef cond);
+void lw_if_end(L *l, LLVMBasicBlockRef m);
+
+/* The geometry of a shared-memory view as stored (lower_smem.c says how). */
+typedef struct vgeom {
+    int rank;
+    int64_t dim[3];  /* stored shape (not transposed) */
+    int es, swz;     /* element bytes, swizzle span (0: none) */
+    int64_t span;    /* bytes of one stored row within a chunk */
+    int64_t rows;    /* rows over all leading dims */
+    bool trans;
+} vgeom;
+
+/* lower_smem.c */
+bool lw_set_smem(L *l, uint32_t v, LLVMValueRef off); /* hold v as the byte offset off */
+vgeom lw_geom(L *l, uint32_t v);                       /* of view value v */
+/* The f32 registers the f16/bf16 tile x (in layout id) was cast from, or NULL. */
+const lv *lw_cast_source(L *l, uint32_t x, int32_t id);
+/* Registers j, j + 1 of tile x of dt as one packed b32 (from src, its cast's f32 registers,
+ * where not NULL). */
+LLVMValueRef lw_pack_pair(L *l, loom_dtype dt, const lv *src, const LLVMValueRef *x, int j);
+
+/* lower_sync.c: the address of barrier opnd[first + 1] of the array opnd[first] of op */
+LLVMValueRef lw_bar_addr(L *l, ir_op *op, int first);
+
+/* lower_wgmma.c */
+bool lw_find_packed(L *l); /* l->packed: the A-operand tiles kept as packed pairs */
 /* A cast to f16/bf16 whose result is kept packed (l->packed): its registers from the f32
  * registers of its source. */
 void lw_cast_packed(L *l, loom_dtype dt, const LLVMValueRef *src, LLVMValueRef *out, int n);
+/* Is mbar_arrive op a emitted by the wgmma_wait just before it (inside its statement)? */
+bool lw_arrive_fused(const loom_kernel *k, uint32_t a);
+
+/* lower_tma.c */
+bool lw_hopper_collect_tma(L *l); /* the TMA descriptors, before the function is made */
+void lw_cluster_sync(L *l);       /* every CTA of the cluster arrives, then waits */
+
+/* lower_task.c: kernel-level parts */
 void lw_hopper_kernel_attrs(L *l); /* the function's launch bounds and descriptor params */
 void lw_hopper_entry(L *l);        /* the entry block's shared-memory and descriptor values */
-void lw_cluster_sync(L *l);        /* every CTA of the cluster arrives, then waits */
 
 /* ---------------------------------------------------------------- op lowerings */
 

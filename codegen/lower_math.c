@@ -1,6 +1,6 @@
 /*
  * lower_math.c -- the arithmetic of the lowering: elementwise ops, reductions and dot
- * (the one through shared memory; wgmma is lowered in lower_hopper.c).
+ * (the one through shared memory; wgmma is lowered in lower_wgmma.c).
  *
  * Elementwise ops are computed element by element over the registers of the result's
  * layout, each operand fetched in that layout.  lw_emit_ew makes one element; lower.c

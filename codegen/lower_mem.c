@@ -419,43 +419,50 @@ static void dim_pred_add(dim_preds *d, int64_t k, LLVMValueRef p)
     d->p[d->n++] = p;
 }
 
-/* Emit a block access (load, store, load_rows); for loads fills out[] (per register). */
-static bool block_access(L *l, macc *a, LLVMValueRef *out)
+/* What block_access works out once per access, before its vectors. */
+typedef struct abounds {
+    LLVMValueRef upred; /* the leading dims' validity (NULL: always) */
+    /* per tiled dim: the valid coordinates [lo, hi) (NULL: a gather's row dim); where
+     * the thread has many coordinates, tlo = t - lo and rng = max(min(hi, tile) - lo, 0) */
+    LLVMValueRef lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK], tlo[LOOM_MAX_RANK], rng[LOOM_MAX_RANK];
+    dim_preds dp[LOOM_MAX_RANK]; /* per tiled dim: the predicates made so far */
+} abounds;
+
+/* The tensor's address at the uniform part of the offset (the leading dims and the tile's
+ * start), and in b->upred the leading dims' validity. */
+static LLVMValueRef uniform_base(L *l, const macc *a, abounds *b)
 {
-    const cg_layout *lay = cg_lay(l->cg, a->lay);
-    loom_dtype dt = a->arg->dtype;
-    int es = cg_elsize(dt);
-    int n = cg_layout_regs(lay);
+    int es = cg_elsize(a->arg->dtype);
     bool gather = a->rows != NULL;
-    /* uniform part: byte offset and leading-dim validity */
-    LLVMValueRef uoff = ci64(l, 0), upred = NULL;
+    LLVMValueRef uoff = ci64(l, 0);
+    b->upred = NULL;
     for (int d = 0; d < a->trank; d++) {
         if (gather && d == 0)
             continue;
         uoff = LLVMBuildAdd(l->B, uoff, LLVMBuildMul(l->B, a->offs[d], ci64(l, a->arg->strides[d] * es), ""), "");
         if (d < a->lead) {
             LLVMValueRef ok = LLVMBuildICmp(l->B, LLVMIntULT, a->offs[d], arg_dim(l, a->arg, d), "");
-            upred = lw_and_pred(l, upred, ok);
+            b->upred = lw_and_pred(l, b->upred, ok);
         }
     }
-    LLVMValueRef base = LLVMBuildGEP2(l->B, l->t_i8, a->base, &uoff, 1, "");
-    /* per tiled dim: valid coordinate range [lo, hi) */
-    int v = gather ? 1 : vec_width(l, a);
-    if (gather) { /* vectors along the last dim are fine for gathers too */
-        macc b = *a;
-        b.rows = NULL;
-        v = vec_width(l, &b);
-    }
-    LLVMValueRef lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK], tlo[LOOM_MAX_RANK], rng[LOOM_MAX_RANK];
+    return LLVMBuildGEP2(l->B, l->t_i8, a->base, &uoff, 1, "");
+}
+
+/* Each tiled dim's valid coordinates (b->lo, hi, tlo, rng) for vectors of v elements;
+ * returns the elements the tile spans in the tensor (the largest offset from its start). */
+static int64_t dim_bounds(L *l, const macc *a, int v, abounds *b)
+{
+    const cg_layout *lay = cg_lay(l->cg, a->lay);
+    bool gather = a->rows != NULL;
     int64_t span = 0;
     for (int s = 0; s < a->srank; s++) {
         int td = a->lead + s;
-        lo[s] = hi[s] = rng[s] = NULL;
+        b->lo[s] = b->hi[s] = b->rng[s] = NULL;
         span += ((INT64_C(1) << lay->lg[s]) - 1) * (a->arg->strides[td] < 0 ? -a->arg->strides[td] : a->arg->strides[td]);
         if (gather && td == 0)
             continue;
-        lo[s] = clamp64(l, LLVMBuildNeg(l->B, a->offs[td], ""), -1, INT64_C(1) << 21);
-        hi[s] = clamp64(l, LLVMBuildSub(l->B, arg_dim(l, a->arg, td), a->offs[td], ""), -1, INT64_C(1) << 21);
+        b->lo[s] = clamp64(l, LLVMBuildNeg(l->B, a->offs[td], ""), -1, INT64_C(1) << 21);
+        b->hi[s] = clamp64(l, LLVMBuildSub(l->B, arg_dim(l, a->arg, td), a->offs[td], ""), -1, INT64_C(1) << 21);
         /* Where a thread has many coordinates along the dim, c (the thread's part t plus
          * the register's k, disjoint bits) is valid when lo <= c < min(hi, tile): (t - lo)
          * + k <u max(min(hi, tile) - lo, 0), one compare per coordinate instead of two
@@ -467,49 +474,101 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             nb += lay->reg[i].dim == s;
         if ((1 << nb) < 8 * (s == a->srank - 1 ? v : 1))
             continue;
-        LLVMValueRef h = hi[s];
+        LLVMValueRef h = b->hi[s];
         if (lay->shape[s] != (INT64_C(1) << lay->lg[s]))
             h = imin(l, h, ci32(l, lay->shape[s]));
-        tlo[s] = LLVMBuildSub(l->B, lw_tcoord(l, a->lay, s), lo[s], "");
-        LLVMValueRef r = LLVMBuildSub(l->B, h, lo[s], "");
-        rng[s] = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSGT, r, ci32(l, 0), ""), r, ci32(l, 0), "");
+        b->tlo[s] = LLVMBuildSub(l->B, lw_tcoord(l, a->lay, s), b->lo[s], "");
+        LLVMValueRef r = LLVMBuildSub(l->B, h, b->lo[s], "");
+        b->rng[s] = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSGT, r, ci32(l, 0), ""), r, ci32(l, 0), "");
     }
-    bool wide = span * es >= (INT64_C(1) << 31);
-    uint64_t fb = fill_bits(dt, a->op->fattr);
-    /* the fill repeated over 64 bits: each 32-bit word of a vector gets its half */
-    uint64_t fword = fb;
-    if (es == 1)
-        fword = fb * UINT64_C(0x0101010101010101);
-    else if (es == 2)
-        fword = fb * UINT64_C(0x0001000100010001);
-    else if (es == 4)
-        fword = fb | (fb << 32);
-    bool nc = !a->store && a->arg->access == LOOM_IN;
-    /* Below 2^31 bytes of span, an element's offset is the thread's part (from its lane
-     * and warp, computed once) plus its register's constant part, which goes into the
-     * instruction as an immediate: no address arithmetic per access. */
-    LLVMValueRef toff = NULL;
-    if (!wide) {
-        LLVMValueRef t = ci32(l, 0);
-        for (int s = 0; s < a->srank; s++) {
-            int td = a->lead + s;
-            if (gather && td == 0)
-                continue;
-            LLVMValueRef st = ci32(l, a->arg->strides[td] * es);
-            t = LLVMBuildAdd(l->B, t, LLVMBuildMul(l->B, lw_tcoord(l, a->lay, s), st, ""), "");
+    return span;
+}
+
+/* Below 2^31 bytes of span, an element's offset is the thread's part (from its lane and
+ * warp, computed once: returned here, i64) plus its register's constant part, which goes
+ * into the instruction as an immediate: no address arithmetic per access. */
+static LLVMValueRef thread_offset(L *l, const macc *a)
+{
+    int es = cg_elsize(a->arg->dtype);
+    LLVMValueRef t = ci32(l, 0);
+    for (int s = 0; s < a->srank; s++) {
+        int td = a->lead + s;
+        if (a->rows && td == 0)
+            continue;
+        LLVMValueRef st = ci32(l, a->arg->strides[td] * es);
+        t = LLVMBuildAdd(l->B, t, LLVMBuildMul(l->B, lw_tcoord(l, a->lay, s), st, ""), "");
+    }
+    return LLVMBuildSExt(l->B, t, l->t_i64, "");
+}
+
+/* The bounds of tiled dim s at register j0 (with the leading dims' check in dim 0's), made
+ * once per coordinate: the registers of a tile share a few coordinates per dim. */
+static LLVMValueRef dim_pred(L *l, const macc *a, abounds *b, int s, int j0)
+{
+    int64_t k = cg_reg_coord(cg_lay(l->cg, a->lay), j0, s);
+    LLVMValueRef ps = dim_pred_find(&b->dp[s], k);
+    if (ps)
+        return ps;
+    ps = s == 0 ? b->upred : NULL;
+    if (b->rng[s]) /* lo <= c < hi, and inside the unpadded tile: one compare */
+        ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntULT, LLVMBuildAdd(l->B, b->tlo[s], ci32(l, k), ""),
+                                              b->rng[s], ""));
+    else {
+        LLVMValueRef c = lw_coord(l, a->lay, j0, s);
+        ps = lw_and_pred(l, ps, lw_in_tile(l, a->lay, j0, s));
+        if (b->lo[s]) {
+            ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntSGE, c, b->lo[s], ""));
+            ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntSLT, c, b->hi[s], ""));
         }
-        toff = LLVMBuildSExt(l->B, t, l->t_i64, "");
     }
+    if (!ps)
+        ps = LLVMConstInt(l->t_i1, 1, 0);
+    dim_pred_add(&b->dp[s], k, ps);
+    return ps;
+}
+
+/* The fill (its bits fb, of elements of es bytes) repeated over 64 bits: each 32-bit word
+ * of a vector gets its half. */
+static uint64_t fill_word(uint64_t fb, int es)
+{
+    if (es == 1)
+        return fb * UINT64_C(0x0101010101010101);
+    if (es == 2)
+        return fb * UINT64_C(0x0001000100010001);
+    if (es == 4)
+        return fb | (fb << 32);
+    return fb;
+}
+
+/* Emit a block access (load, store, load_rows); for loads fills out[] (per register). */
+static bool block_access(L *l, macc *a, LLVMValueRef *out)
+{
+    const cg_layout *lay = cg_lay(l->cg, a->lay);
+    loom_dtype dt = a->arg->dtype;
+    int es = cg_elsize(dt);
+    int n = cg_layout_regs(lay);
+    bool gather = a->rows != NULL;
+    abounds b;
+    LLVMValueRef base = uniform_base(l, a, &b);
+    int v = gather ? 1 : vec_width(l, a);
+    if (gather) { /* vectors along the last dim are fine for gathers too */
+        macc g = *a;
+        g.rows = NULL;
+        v = vec_width(l, &g);
+    }
+    bool wide = dim_bounds(l, a, v, &b) * es >= (INT64_C(1) << 31);
+    uint64_t fb = fill_bits(dt, a->op->fattr), fword = fill_word(fb, es);
+    bool nc = !a->store && a->arg->access == LOOM_IN;
+    LLVMValueRef toff = wide ? NULL : thread_offset(l, a);
     stbatch *sb = a->store ? lw_alloc(l, sizeof *sb) : NULL;
-    dim_preds dp[LOOM_MAX_RANK];
     for (int s = 0; s < a->srank; s++)
-        if (!(dp[s].k = lw_alloc(l, (size_t)n * sizeof *dp[s].k)) || !(dp[s].p = lw_regs_alloc(l, n)))
+        if (!(b.dp[s].k = lw_alloc(l, (size_t)n * sizeof *b.dp[s].k)) || !(b.dp[s].p = lw_regs_alloc(l, n)))
             return false;
         else
-            dp[s].n = 0;
+            b.dp[s].n = 0;
     if (a->store && !sb)
         return false;
-    if (!a->srank && upred) /* no tiled dim carries the leading dims' check */
+    if (!a->srank && b.upred) /* no tiled dim carries the leading dims' check */
         return CG_BUG(l->cg, "a block access without tiled dims");
     for (int j0 = 0; j0 < n; j0 += v) {
         /* a register of the padding (its coordinate past the tile for every thread: the
@@ -527,33 +586,13 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         int64_t imm = 0;
         for (int s = 0; s < a->srank; s++) {
             int td = a->lead + s;
-            /* the bounds of dim s, once per coordinate (with the leading dims' check in
-             * dim 0's): the registers of a tile share a few coordinates per dim */
-            int64_t k = cg_reg_coord(lay, j0, s);
-            LLVMValueRef ps = dim_pred_find(&dp[s], k);
-            if (!ps) {
-                ps = s == 0 ? upred : NULL;
-                if (rng[s]) /* lo <= c < hi, and inside the unpadded tile: one compare */
-                    ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntULT, LLVMBuildAdd(l->B, tlo[s], ci32(l, k), ""),
-                                                          rng[s], ""));
-                else {
-                    LLVMValueRef c = lw_coord(l, a->lay, j0, s);
-                    ps = lw_and_pred(l, ps, lw_in_tile(l, a->lay, j0, s));
-                    if (lo[s]) {
-                        ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntSGE, c, lo[s], ""));
-                        ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntSLT, c, hi[s], ""));
-                    }
-                }
-                if (!ps)
-                    ps = LLVMConstInt(l->t_i1, 1, 0);
-                dim_pred_add(&dp[s], k, ps);
-            }
+            LLVMValueRef ps = dim_pred(l, a, &b, s, j0);
             if (!(LLVMIsAConstantInt(ps) && LLVMConstIntGetZExtValue(ps)))
                 pred = lw_and_pred(l, pred, ps);
             if (gather && td == 0)
                 continue;
             if (!wide) {
-                imm += k * a->arg->strides[td] * es;
+                imm += cg_reg_coord(lay, j0, s) * a->arg->strides[td] * es;
                 continue;
             }
             LLVMValueRef cc = LLVMBuildZExt(l->B, lw_coord(l, a->lay, j0, s), l->t_i64, "");

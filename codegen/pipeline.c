@@ -243,6 +243,111 @@ static _Atomic uint64_t compiles;
 
 uint64_t cg_compile_count(void) { return compiles; }
 
+/* One compile: the pass context, the kernel's working copy and the LLVM objects the steps
+ * below make (compile_free frees them all), and the end time of each stage, which
+ * LOOM_TIME_PASSES prints. */
+typedef struct compile {
+    cg_ctx cg;
+    loom_kernel *work; /* the passes' copy of the kernel (front) */
+    LLVMContextRef llvm;
+    void *mod, *tm; /* the lowered module, the target machine */
+    const char *stage[8];
+    double stage_end[8], t_start;
+    int nstage;
+} compile;
+
+static void stage_done(compile *c, const char *name)
+{
+    c->stage[c->nstage] = name;
+    c->stage_end[c->nstage++] = util_now_ms();
+}
+
+static void compile_free(compile *c)
+{
+    loom_kernel_destroy(c->work);
+    if (c->mod)
+        LLVMDisposeModule((LLVMModuleRef)c->mod);
+    cg_target_machine_free(c->tm);
+    if (c->llvm)
+        LLVMContextDispose(c->llvm);
+    ctx_free(&c->cg);
+}
+
+/* LOOM_EXPLAIN: what the kernel costs, wherever the shared-memory plan ran (perhaps
+ * refusing the kernel). */
+static void explain_if_asked(compile *c, loom_kernel *k)
+{
+    if (!c->work || !c->cg.op_scratch || !util_env_on("LOOM_EXPLAIN"))
+        return;
+    char *t = cg_explain_text(&c->cg);
+    fprintf(stderr, "loom: what kernel '%s' costs (LOOM_EXPLAIN):\n%s", loom_kernel_name(k), t ? t : "out of memory\n");
+    free(t);
+}
+
+/* 5. LLVM IR.  LLVM's optimizer and backend take time and memory in proportion to the
+ * lowered instructions (about 50 us each in the backend on the build machine) and abort
+ * the process when an allocation fails, which the library must never do: a kernel past
+ * the limit is refused here, before they see it.  False: stop (the error recorded). */
+static bool lower_step(compile *c, loom_kernel *k)
+{
+    cg_ctx *cg = &c->cg;
+    cg_emit_init(cg);
+    c->llvm = LLVMContextCreate();
+    if (cg_lower(cg, c->llvm, &c->mod))
+        return false;
+    size_t ninstr = llvm_instructions((LLVMModuleRef)c->mod), max_instr = cg_max_instructions();
+    if (ninstr > max_instr)
+        return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
+                       "kernel '%s' lowers to %zu LLVM instructions, more than the %zu the code generator takes "
+                       "(LOOM_CODEGEN_MAX_INSTRUCTIONS; loom's largest template lowers to about 10000): LLVM's "
+                       "backend would take about %.0f s; split the kernel, or use smaller tiles (each element of a "
+                       "tile a thread holds is an instruction per op)",
+                       loom_kernel_name(k), ninstr, max_instr, (double)ninstr * 50e-6);
+    stage_done(c, "lower");
+    return true;
+}
+
+/* 6. opt (a short LLVM pipeline, codegen/emit.c); LOOM_DUMP_LLVM prints the result. */
+static bool opt_step(compile *c, loom_kernel *k)
+{
+    c->tm = cg_target_machine(&c->cg);
+    if (!c->tm || cg_optimize(&c->cg, c->mod, c->tm))
+        return false;
+    stage_done(c, "opt");
+    if (util_env_on("LOOM_DUMP_LLVM")) {
+        char *s = LLVMPrintModuleToString((LLVMModuleRef)c->mod);
+        fprintf(stderr, "// LLVM IR of %s\n%s\n", loom_kernel_name(k), s);
+        LLVMDisposeMessage(s);
+    }
+    return true;
+}
+
+/* 7. PTX (LOOM_DUMP_PTX prints it), and what the launch needs besides: the shared memory
+ * and the TMA descriptors it appends after the kernel's own parameters. */
+static void ptx_step(compile *c, loom_kernel *k, cg_result *out)
+{
+    cg_ctx *cg = &c->cg;
+    if (cg_emit_ptx(cg, c->mod, c->tm, &out->ptx))
+        return;
+    stage_done(c, "ptx");
+    if (util_env_on("LOOM_DUMP_PTX"))
+        fprintf(stderr, "// PTX of %s\n%s\n", loom_kernel_name(k), out->ptx);
+    out->smem_bytes = cg->smem_bytes;
+    out->ntma = cg->ntma;
+    memcpy(out->tma, cg->tma, sizeof out->tma);
+}
+
+/* LOOM_TIME_PASSES: each stage's wall time, one line. */
+static void print_times(const compile *c, loom_kernel *k)
+{
+    char line[512];
+    int p = snprintf(line, sizeof line, "loom: codegen of %s:", loom_kernel_name(k));
+    for (int i = 0; i < c->nstage && p < (int)sizeof line; i++)
+        p += snprintf(line + p, sizeof line - (size_t)p, " %s %.2f", c->stage[i],
+                      c->stage_end[i] - (i ? c->stage_end[i - 1] : c->t_start));
+    fprintf(stderr, "%s ms (total %.2f)\n", line, util_now_ms() - c->t_start);
+}
+
 loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *opt, cg_result *out, char *err,
                             size_t errlen)
 {
@@ -255,90 +360,21 @@ loom_status cg_compile_opts(loom_kernel *k, const char *arch, const cg_options *
         return LOOM_ERR_INVALID;
     }
     *out = (cg_result){0};
-    char **ptx_out = &out->ptx;
-    cg_ctx c = {0}, *cg = &c;
+    compile c = {0};
+    cg_ctx *cg = &c.cg;
     ctx_init(cg, k, arch, err, errlen);
     cg->hang_ms = opt ? opt->hang_check_ms : cg_hang_check_ms();
     if (cg->hang_ms < 0)
         cg->hang_ms = 0;
-
-    LLVMContextRef ctx = NULL;
-    void *mod = NULL, *tm = NULL;
-    loom_kernel *work = NULL;
-    /* LOOM_TIME_PASSES: the end time of each stage */
-    const char *stage[8];
-    double stage_end[8], t_start = util_now_ms();
-    int nstage = 0;
-#define STAGE(name) (stage[nstage] = (name), stage_end[nstage++] = util_now_ms())
-
+    c.t_start = util_now_ms();
     /* 1-4. verify, fold, layouts, shared memory plan */
-    loom_status fst = front(cg, k, &work, stage, stage_end, &nstage);
-    if (work && cg->op_scratch && util_env_on("LOOM_EXPLAIN")) {
-        char *t = cg_explain_text(cg);
-        fprintf(stderr, "loom: what kernel '%s' costs (LOOM_EXPLAIN):\n%s", loom_kernel_name(k), t ? t : "out of memory\n");
-        free(t);
-    }
-    if (fst)
-        goto out;
-    /* 5. LLVM IR */
-    cg_emit_init(cg);
-    ctx = LLVMContextCreate();
-    if (cg_lower(cg, ctx, &mod))
-        goto out;
-    /* LLVM's optimizer and backend take time and memory in proportion to the lowered
-     * instructions (about 50 us each in the backend on the build machine) and abort the
-     * process when an allocation fails, which the library must never do: a kernel past
-     * the limit is refused here, before they see it */
-    size_t ninstr = llvm_instructions((LLVMModuleRef)mod), max_instr = cg_max_instructions();
-    if (ninstr > max_instr) {
-        cg_fail(cg, LOOM_ERR_UNSUPPORTED,
-                "kernel '%s' lowers to %zu LLVM instructions, more than the %zu the code generator takes "
-                "(LOOM_CODEGEN_MAX_INSTRUCTIONS; loom's largest template lowers to about 10000): LLVM's backend "
-                "would take about %.0f s; split the kernel, or use smaller tiles (each element of a tile a thread "
-                "holds is an instruction per op)",
-                loom_kernel_name(k), ninstr, max_instr, (double)ninstr * 50e-6);
-        goto out;
-    }
-    STAGE("lower");
-    tm = cg_target_machine(cg);
-    if (!tm)
-        goto out;
-    /* 6. opt (a short LLVM pipeline, codegen/emit.c) */
-    if (cg_optimize(cg, mod, tm))
-        goto out;
-    STAGE("opt");
-    if (util_env_on("LOOM_DUMP_LLVM")) {
-        char *s = LLVMPrintModuleToString((LLVMModuleRef)mod);
-        fprintf(stderr, "// LLVM IR of %s\n%s\n", loom_kernel_name(k), s);
-        LLVMDisposeMessage(s);
-    }
-    /* 7. PTX */
-    if (cg_emit_ptx(cg, mod, tm, ptx_out))
-        goto out;
-    STAGE("ptx");
-    if (util_env_on("LOOM_DUMP_PTX"))
-        fprintf(stderr, "// PTX of %s\n%s\n", loom_kernel_name(k), *ptx_out);
-    out->smem_bytes = cg->smem_bytes;
-    /* the TMA descriptors the launch appends after the kernel's own parameters */
-    out->ntma = cg->ntma;
-    memcpy(out->tma, cg->tma, sizeof out->tma);
-out:
-    loom_kernel_destroy(work);
-    if (mod)
-        LLVMDisposeModule((LLVMModuleRef)mod);
-    cg_target_machine_free(tm);
-    if (ctx)
-        LLVMContextDispose(ctx);
-    ctx_free(cg);
-    if (cg->st == LOOM_OK && util_env_on("LOOM_TIME_PASSES")) {
-        char line[512];
-        int p = snprintf(line, sizeof line, "loom: codegen of %s:", loom_kernel_name(k));
-        for (int i = 0; i < nstage && p < (int)sizeof line; i++)
-            p += snprintf(line + p, sizeof line - (size_t)p, " %s %.2f", stage[i],
-                          stage_end[i] - (i ? stage_end[i - 1] : t_start));
-        fprintf(stderr, "%s ms (total %.2f)\n", line, util_now_ms() - t_start);
-    }
-#undef STAGE
+    loom_status fst = front(cg, k, &c.work, c.stage, c.stage_end, &c.nstage);
+    explain_if_asked(&c, k);
+    if (fst == LOOM_OK && lower_step(&c, k) && opt_step(&c, k))
+        ptx_step(&c, k, out);
+    compile_free(&c);
+    if (cg->st == LOOM_OK && util_env_on("LOOM_TIME_PASSES"))
+        print_times(&c, k);
     if (cg->st != LOOM_OK)
         cg_result_free(out);
     return cg->st;

@@ -8,7 +8,7 @@
  *   - the interpreter's dispatch table           (dsl/interp.c: interp_<name>)
  *   - the prototypes of the Hopper semantics     (dsl/interp.h, from `sem`)
  *   - the printer's form and attribute names     (dsl/print.c: print_<print>, `attrs`)
- *   - the layout class of each op                (codegen/layout.c, from `layout`)
+ *   - the layout class of each op                (codegen/layout_pass.c, from `layout`)
  *   - the LLVM lowering's declarations and dispatch  (codegen/lower.h, lower.c: lower_<name>)
  *   - the test that every op has a test          (tests/test_optable.c)
  *   - the walk that every op has semantics and a lowering  (tests/test_refusals.c)
@@ -30,7 +30,7 @@
  *   sem     where the semantics interp_<name>() live: core = static in dsl/interp.c;
  *           hopper = the Hopper machinery (dsl/interp_smem.c, interp_async.c,
  *           interp_tasks.c), whose prototypes dsl/interp.h makes from this column
- *   layout  how codegen/layout.c gives the result a register layout:
+ *   layout  how the layout pass (codegen/layout_pass.c) gives the result a register layout:
  *             EW      elementwise (result[i] from operands[i] alone): its operands' layout,
  *                     recomputed in any layout when made of scalars only
  *             SHAPE   splat, arange, broadcast, expand_dims, trans: a rule of its own,

@@ -215,8 +215,217 @@ static loom_status make_entry(rt_gpu *g, const void *cubin, const char *name, co
 
 /* ---------------------------------------------------------------- lookup */
 
+/* The table's entry of an unchanged kernel (its key remembered in its recent slot),
+ * copied to *out: true when there is one.  *known: the slot had k's key (now in *key). */
+static bool find_known(rt_gpu *g, loom_kernel *k, unsigned slot, mc_key *key, mc_entry *out, bool *known)
+{
+    pthread_mutex_lock(&g->modules_lock);
+    *known = g->recent[slot].uid == k->uid && g->recent[slot].gen == k->gen;
+    mc_entry *hit = NULL;
+    if (*known) {
+        *key = g->recent[slot].key;
+        if ((hit = find_entry(g, slot, key)))
+            *out = *hit;
+    }
+    pthread_mutex_unlock(&g->modules_lock);
+    return hit != NULL;
+}
+
+/* k's key, made once (its IR hashed, with the arch, the warps and the build: loom's,
+ * LOOM_PTXAS_OPTS, the hang check's bound and wait sites) and remembered in k's recent
+ * slot; the table's entry of it copied to *out: true when there is one. */
+static bool key_and_find(rt_gpu *g, loom_kernel *k, unsigned slot, const rt_hang_sites *sites, mc_key *key,
+                         mc_entry *out)
+{
+    char build[1024];
+    const char *popts = util_env_str("LOOM_PTXAS_OPTS"); /* other cubins than -O3's */
+    snprintf(build, sizeof build, "%s%s%s", mc_build_id(), popts ? "|ptxas " : "", popts ? popts : "");
+    if (sites) { /* bounded waits, and whose lines: not in the IR text */
+        size_t bn = strlen(build);
+        build[bn++] = '|';
+        rt_hang_sites_key(sites, g->hang_ms, build + bn, sizeof build - bn);
+    }
+    mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), build, key);
+    pthread_mutex_lock(&g->modules_lock);
+    g->recent[slot].uid = k->uid;
+    g->recent[slot].gen = k->gen;
+    g->recent[slot].key = *key;
+    mc_entry *hit = find_entry(g, slot, key);
+    if (hit)
+        *out = *hit;
+    pthread_mutex_unlock(&g->modules_lock);
+    return hit != NULL;
+}
+
+/* The hang check's wait sites of k in *sites (with the check on, where not made yet):
+ * false, with the message, when out of memory. */
+static bool make_sites(rt_gpu *g, loom_kernel *k, rt_hang_sites **sites, char *err, size_t errlen)
+{
+    if (g->hang_ms > 0 && !*sites && !(*sites = rt_hang_sites_make(k))) {
+        snprintf(err, errlen, "out of host memory for the wait sites of kernel '%s'", loom_kernel_name(k));
+        return false;
+    }
+    return true;
+}
+
+/* The cubin of key from the disk cache in dir, loaded into *e: true when it is there and
+ * loads (lp says how it went); else the caller compiles. */
+static bool load_cached(rt_gpu *g, const char *name, const char *dir, const mc_key *key, mc_entry *e,
+                        rt_gpu_stats *lp, char *err, size_t errlen)
+{
+    void *cubin = NULL;
+    size_t cubin_n = 0;
+    mc_meta meta;
+    memset(&meta, 0, sizeof meta);
+    char why[512];
+    double t0 = util_now_ms();
+    mc_lookup lk = mc_disk_load(dir, key, &cubin, &cubin_n, &meta, why, sizeof why);
+    lp->disk_ms = util_now_ms() - t0;
+    if (lk == MC_REJECTED) {
+        lp->disk_rejected = 1;
+        if (util_env_on("LOOM_CACHE_VERBOSE"))
+            fprintf(stderr, "loom: rejected cache file %s\n", why);
+    }
+    if (lk == MC_MISS && why[0] && util_env_on("LOOM_CACHE_VERBOSE"))
+        fprintf(stderr, "loom: module cache: %s\n", why); /* not a regular file */
+    if (lk == MC_HIT && !mc_image_is_cubin(cubin, cubin_n)) {
+        /* a PTX fallback an older loom cached under the cubin's key: compile again */
+        free(cubin);
+        cubin = NULL;
+        mc_disk_drop(dir, key);
+        lp->disk_rejected = 1;
+        lk = MC_MISS;
+        if (util_env_on("LOOM_CACHE_VERBOSE"))
+            fprintf(stderr, "loom: rejected cache file of kernel '%s': PTX, not a cubin\n", name);
+    }
+    if (lk != MC_HIT)
+        return false;
+    lp->cubin_bytes = cubin_n;
+    t0 = util_now_ms();
+    loom_status st = make_entry(g, cubin, name, &meta, e, err, errlen);
+    lp->load_ms = util_now_ms() - t0;
+    free(cubin);
+    if (st == LOOM_OK) {
+        lp->result = RT_CACHE_DISK;
+        return true;
+    }
+    /* A cubin that passed its checks but does not load (another driver, say): rebuilt by
+     * the caller, which overwrites the file. */
+    lp->disk_rejected = 1;
+    return false;
+}
+
+/* PTX -> cubin (rt_link_ptx, *cubin: the caller frees it) -> *e.  A cubin the driver does
+ * not load, from a toolkit newer than the driver, is linked again another way. */
+static loom_status link_and_load(rt_gpu *g, const char *ptx, const char *name, const mc_meta *meta, mc_entry *e,
+                                 void **cubin, size_t *cubin_n, rt_gpu_stats *lp, char *err, size_t errlen)
+{
+    char what[160];
+    snprintf(what, sizeof what, "kernel '%s' (%s)", name, g->props.arch);
+    double t0 = util_now_ms();
+    loom_status st = rt_link_ptx(g, ptx, what, cubin, cubin_n, &lp->linker, err, errlen);
+    lp->link_ms = util_now_ms() - t0;
+    if (st != LOOM_OK)
+        return st;
+    lp->cubin_bytes = *cubin_n;
+    t0 = util_now_ms();
+    st = make_entry(g, *cubin, name, meta, e, err, errlen);
+    lp->load_ms = util_now_ms() - t0;
+    if (st != LOOM_OK && rt_link_reject(lp->linker)) {
+        free(*cubin);
+        *cubin = NULL;
+        t0 = util_now_ms();
+        st = rt_link_ptx(g, ptx, what, cubin, cubin_n, &lp->linker, err, errlen);
+        lp->link_ms += util_now_ms() - t0;
+        if (st == LOOM_OK) {
+            lp->cubin_bytes = *cubin_n;
+            t0 = util_now_ms();
+            st = make_entry(g, *cubin, name, meta, e, err, errlen);
+            lp->load_ms = util_now_ms() - t0;
+        }
+    }
+    return st;
+}
+
+/* Write a cubin to the disk cache in dir (a failure only counted, and told with
+ * LOOM_CACHE_VERBOSE). */
+static void store_cached(const char *dir, const mc_key *key, const void *cubin, size_t n, const mc_meta *meta,
+                         rt_gpu_stats *lp)
+{
+    char werr[512];
+    double t0 = util_now_ms();
+    if (mc_disk_store(dir, key, cubin, n, meta, werr, sizeof werr) != LOOM_OK) {
+        lp->disk_write_failures = 1;
+        if (util_env_on("LOOM_CACHE_VERBOSE"))
+            fprintf(stderr, "loom: module cache: %s\n", werr);
+    }
+    lp->disk_ms += util_now_ms() - t0;
+}
+
+/* Compile k (the code generator, then the linker) and load it into *e; its cubin goes to
+ * the disk cache in dir (NULL: none).  Only a cubin: the PTX loaded because ptxas failed
+ * is no stand-in for the cubin. */
+static loom_status compile_entry(rt_gpu *g, loom_kernel *k, const mc_key *key, const char *dir, mc_entry *e,
+                                 rt_gpu_stats *lp, char *err, size_t errlen)
+{
+    const char *name = loom_kernel_name(k);
+    mc_meta meta;
+    memset(&meta, 0, sizeof meta);
+    lp->result = RT_CACHE_MISS;
+    double t0 = util_now_ms();
+    cg_result cr;
+    loom_status st = cg_compile_opts(k, g->props.arch, &(cg_options){.hang_check_ms = g->hang_ms}, &cr, err, errlen);
+    char *ptx = cr.ptx; /* this function frees it */
+    meta.smem_bytes = cr.smem_bytes;
+    meta.ntma = cr.ntma;
+    memcpy(meta.tma, cr.tma, sizeof meta.tma);
+    lp->codegen_ms = util_now_ms() - t0;
+    if (st != LOOM_OK) {
+        free(ptx);
+        return st;
+    }
+    if (!ptx) {
+        snprintf(err, errlen, "code generator returned no PTX for kernel '%s'", name);
+        return LOOM_ERR_COMPILE;
+    }
+    lp->ptx_bytes = strlen(ptx); /* (LOOM_DUMP_PTX is printed by the code generator) */
+    void *cubin = NULL;
+    size_t cubin_n = 0;
+    st = link_and_load(g, ptx, name, &meta, e, &cubin, &cubin_n, lp, err, errlen);
+    free(ptx);
+    if (st == LOOM_OK && dir && mc_image_is_cubin(cubin, cubin_n))
+        store_cached(dir, key, cubin, cubin_n, &meta, lp);
+    free(cubin);
+    return st;
+}
+
+/* Add e to g's table and copy the table's entry to *out: another thread's where it built
+ * the same kernel meanwhile (e's module is then unloaded). */
+static loom_status add_entry(rt_gpu *g, const mc_key *key, const mc_entry *e, mc_entry *out, char *err,
+                             size_t errlen)
+{
+    pthread_mutex_lock(&g->modules_lock);
+    mc_entry *had = mc_table_find(&g->modules, key), *added = NULL;
+    if (had)
+        *out = *had; /* another thread built the same kernel meanwhile: keep its module */
+    else if ((added = mc_table_add(&g->modules, e)))
+        *out = *added;
+    pthread_mutex_unlock(&g->modules_lock);
+    if (!added) {
+        cu.cuModuleUnload((CUmodule)e->module);
+        rt_tma_cache_destroy(e->tma);
+        rt_hang_sites_free(e->hang);
+        if (!had) {
+            snprintf(err, errlen, "out of host memory for the module cache");
+            return LOOM_ERR_NOMEM;
+        }
+    }
+    return LOOM_OK;
+}
+
 /* Find or build the function for kernel k (see the file comment); *out is a copy of the
- * table's entry. */
+ * table's entry.  In memory (by the key k's recent slot remembers, else by its key made
+ * now), else from the disk cache, else compiled. */
 loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_stats *lastp,
                             char *err, size_t errlen)
 {
@@ -224,16 +433,7 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     double t0 = lastp ? util_now_ms() : 0;
     mc_key key;
     unsigned slot = (unsigned)(k->uid % RT_RECENT_KEYS);
-    /* an unchanged kernel: its remembered key and the table, under one lock */
-    pthread_mutex_lock(&g->modules_lock);
-    bool known = g->recent[slot].uid == k->uid && g->recent[slot].gen == k->gen;
-    mc_entry *hit = NULL;
-    if (known) {
-        key = g->recent[slot].key;
-        if ((hit = find_entry(g, slot, &key)))
-            *out = *hit;
-    }
-    pthread_mutex_unlock(&g->modules_lock);
+    bool known, hit = find_known(g, k, slot, &key, out, &known);
     if (hit && !lastp) { /* a launch of a kernel it has launched before */
         stats_memory_hit(name);
         return LOOM_OK;
@@ -244,28 +444,10 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
     if (!lastp)
         t0 = util_now_ms();
     rt_hang_sites *sites = NULL; /* the hang check's: made from k, kept by the entry */
-    if (g->hang_ms > 0 && !hit && !(sites = rt_hang_sites_make(k))) {
-        snprintf(err, errlen, "out of host memory for the wait sites of kernel '%s'", name);
+    if (!hit && !make_sites(g, k, &sites, err, errlen))
         return LOOM_ERR_NOMEM;
-    }
-    if (!known) { /* hash its IR once, remember the key */
-        char build[1024];
-        const char *popts = util_env_str("LOOM_PTXAS_OPTS"); /* other cubins than -O3's */
-        snprintf(build, sizeof build, "%s%s%s", mc_build_id(), popts ? "|ptxas " : "", popts ? popts : "");
-        if (sites) { /* bounded waits, and whose lines: not in the IR text */
-            size_t bn = strlen(build);
-            build[bn++] = '|';
-            rt_hang_sites_key(sites, g->hang_ms, build + bn, sizeof build - bn);
-        }
-        mc_key_make(loom_print(k), g->props.arch, loom_kernel_num_warps(k), build, &key);
-        pthread_mutex_lock(&g->modules_lock);
-        g->recent[slot].uid = k->uid;
-        g->recent[slot].gen = k->gen;
-        g->recent[slot].key = key;
-        if ((hit = find_entry(g, slot, &key)))
-            *out = *hit;
-        pthread_mutex_unlock(&g->modules_lock);
-    }
+    if (!known)
+        hit = key_and_find(g, k, slot, sites, &key, out);
     lp->key_ms = util_now_ms() - t0;
     if (hit) {
         rt_hang_sites_free(sites);
@@ -273,149 +455,24 @@ loom_status rt_get_function(rt_gpu *g, loom_kernel *k, mc_entry *out, rt_gpu_sta
         stats_record(lp);
         return LOOM_OK;
     }
-    if (g->hang_ms > 0 && !sites && !(sites = rt_hang_sites_make(k))) {
-        snprintf(err, errlen, "out of host memory for the wait sites of kernel '%s'", name);
+    if (!make_sites(g, k, &sites, err, errlen))
         return LOOM_ERR_NOMEM;
-    }
-
     mc_entry e;
     memset(&e, 0, sizeof e);
     e.key = key;
-    loom_status st;
-    char dir[4096], why[512];
+    char dir[4096];
     bool disk = mc_disk_dir(dir, sizeof dir);
-    void *cubin = NULL;
-    size_t cubin_n = 0;
-    mc_meta meta;
-    memset(&meta, 0, sizeof meta);
-    if (disk) {
-        t0 = util_now_ms();
-        mc_lookup lk = mc_disk_load(dir, &key, &cubin, &cubin_n, &meta, why, sizeof why);
-        lp->disk_ms = util_now_ms() - t0;
-        if (lk == MC_REJECTED) {
-            lp->disk_rejected = 1;
-            if (util_env_on("LOOM_CACHE_VERBOSE"))
-                fprintf(stderr, "loom: rejected cache file %s\n", why);
-        }
-        if (lk == MC_MISS && why[0] && util_env_on("LOOM_CACHE_VERBOSE"))
-            fprintf(stderr, "loom: module cache: %s\n", why); /* not a regular file */
-        if (lk == MC_HIT && !mc_image_is_cubin(cubin, cubin_n)) {
-            /* a PTX fallback an older loom cached under the cubin's key: compile again */
-            free(cubin);
-            cubin = NULL;
-            mc_disk_drop(dir, &key);
-            lp->disk_rejected = 1;
-            lk = MC_MISS;
-            if (util_env_on("LOOM_CACHE_VERBOSE"))
-                fprintf(stderr, "loom: rejected cache file of kernel '%s': PTX, not a cubin\n", name);
-        }
-        if (lk == MC_HIT) {
-            lp->cubin_bytes = cubin_n;
-            t0 = util_now_ms();
-            st = make_entry(g, cubin, name, &meta, &e, err, errlen);
-            lp->load_ms = util_now_ms() - t0;
-            free(cubin);
-            cubin = NULL;
-            if (st == LOOM_OK) {
-                lp->result = RT_CACHE_DISK;
-                goto add;
-            }
-            /* A cubin that passed its checks but does not load (another driver, say):
-             * rebuild it below and overwrite the file. */
-            lp->disk_rejected = 1;
-        }
-    }
-
-    lp->result = RT_CACHE_MISS;
-    memset(&meta, 0, sizeof meta);
-    t0 = util_now_ms();
-    cg_result cr;
-    st = cg_compile_opts(k, g->props.arch, &(cg_options){.hang_check_ms = g->hang_ms}, &cr, err, errlen);
-    char *ptx = cr.ptx; /* this function frees it */
-    meta.smem_bytes = cr.smem_bytes;
-    meta.ntma = cr.ntma;
-    memcpy(meta.tma, cr.tma, sizeof meta.tma);
-    lp->codegen_ms = util_now_ms() - t0;
-    if (st != LOOM_OK) {
-        free(ptx);
-        rt_hang_sites_free(sites);
-        stats_record(lp);
-        return st;
-    }
-    if (!ptx) {
-        snprintf(err, errlen, "code generator returned no PTX for kernel '%s'", name);
-        rt_hang_sites_free(sites);
-        stats_record(lp);
-        return LOOM_ERR_COMPILE;
-    }
-    lp->ptx_bytes = strlen(ptx); /* (LOOM_DUMP_PTX is printed by the code generator) */
-    char what[160];
-    snprintf(what, sizeof what, "kernel '%s' (%s)", name, g->props.arch);
-    t0 = util_now_ms();
-    st = rt_link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
-    lp->link_ms = util_now_ms() - t0;
-    if (st != LOOM_OK) {
-        free(ptx);
-        rt_hang_sites_free(sites);
-        stats_record(lp);
-        return st;
-    }
-    lp->cubin_bytes = cubin_n;
-    t0 = util_now_ms();
-    st = make_entry(g, cubin, name, &meta, &e, err, errlen);
-    lp->load_ms = util_now_ms() - t0;
-    if (st != LOOM_OK && rt_link_reject(lp->linker)) {
-        /* a toolkit newer than the driver: its cubins do not load; link another way */
-        free(cubin);
-        cubin = NULL;
-        t0 = util_now_ms();
-        st = rt_link_ptx(g, ptx, what, &cubin, &cubin_n, &lp->linker, err, errlen);
-        lp->link_ms += util_now_ms() - t0;
-        if (st == LOOM_OK) {
-            lp->cubin_bytes = cubin_n;
-            t0 = util_now_ms();
-            st = make_entry(g, cubin, name, &meta, &e, err, errlen);
-            lp->load_ms = util_now_ms() - t0;
-        }
-    }
-    free(ptx);
-    /* a cubin only: the PTX loaded because ptxas failed is no stand-in for the cubin */
-    if (st == LOOM_OK && disk && mc_image_is_cubin(cubin, cubin_n)) {
-        char werr[512];
-        t0 = util_now_ms();
-        if (mc_disk_store(dir, &key, cubin, cubin_n, &meta, werr, sizeof werr) != LOOM_OK) {
-            lp->disk_write_failures = 1;
-            if (util_env_on("LOOM_CACHE_VERBOSE"))
-                fprintf(stderr, "loom: module cache: %s\n", werr);
-        }
-        lp->disk_ms += util_now_ms() - t0;
-    }
-    free(cubin);
+    loom_status st = LOOM_OK;
+    if (!disk || !load_cached(g, name, dir, &key, &e, lp, err, errlen))
+        st = compile_entry(g, k, &key, disk ? dir : NULL, &e, lp, err, errlen);
     if (st != LOOM_OK) {
         rt_hang_sites_free(sites);
         stats_record(lp);
         return st;
     }
-add:
     e.hang = sites;
     stats_record(lp);
-    pthread_mutex_lock(&g->modules_lock);
-    mc_entry *had = mc_table_find(&g->modules, &key), *added = NULL;
-    if (had)
-        *out = *had; /* another thread built the same kernel meanwhile: keep its module */
-    else if ((added = mc_table_add(&g->modules, &e)))
-        *out = *added;
-    pthread_mutex_unlock(&g->modules_lock);
-    if (!added) {
-        cu.cuModuleUnload((CUmodule)e.module);
-        rt_tma_cache_destroy(e.tma);
-        rt_hang_sites_free(e.hang);
-        if (!had) {
-            snprintf(err, errlen, "out of host memory for the module cache");
-            return LOOM_ERR_NOMEM;
-        }
-    }
-    return LOOM_OK;
+    return add_entry(g, &key, &e, out, err, errlen);
 }
 
 loom_status rt_gpu_prepare(rt_gpu *g, loom_kernel *k, loom_compile_info *info, char *err,

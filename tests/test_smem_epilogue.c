@@ -3,10 +3,10 @@
  * (a residual R) and adds it to a wgmma accumulator: C = A @ B + R.
  *
  * The layout pass gives such a smem_load the accumulator's layout when every use ends in
- * an elementwise op on the accumulator, through a cast (codegen/layout.c,
- * prefer_mma_loads), so the epilogue moves no data between threads: each thread reads
+ * an elementwise op on the accumulator, through a cast (codegen/layout_prefer.c,
+ * cg_prefer_loads), so the epilogue moves no data between threads: each thread reads
  * its own column pairs straight from the swizzled tile, one 32-bit load a pair
- * (codegen/lower_hopper.c, lower_smem_load).  Checked here: the interpreter's result, the
+ * (codegen/lower_smem.c, lower_smem_load).  Checked here: the interpreter's result, the
  * PTX (32-bit loads only, no conversion scratch in the shared memory it asks for), and
  * on the GPU (skipped without one) the result for f16 and bf16 at a row tail.
  */
