@@ -329,7 +329,7 @@ Test(autows, gemm_bias_gelu_on_the_interpreter, .timeout = 240)
 /* ---------------------------------------------------------------- the IKBO fused stage */
 
 static void ikbo_run_check(loom_runtime *rt, bool ws, int64_t M, int64_t N, int64_t K, int64_t B, int64_t U,
-                           const plain_cfg *c)
+                           const plain_cfg *c, bool transposed)
 {
     loom_dtype dt = LOOM_F16;
     size_t es = 2;
@@ -343,7 +343,7 @@ static void ikbo_run_check(loom_runtime *rt, bool ws, int64_t M, int64_t N, int6
     for (int64_t b = 0; b < B; b++)
         map[b] = (int32_t)((b * 7 + 3) % U);
     memset(out, 0xff, B * M * N * es);
-    loom_kernel *k = plain_ikbo_fused(M, N, K, B, U, dt, c);
+    loom_kernel *k = (transposed ? plain_ikbo_fused_t : plain_ikbo_fused)(M, N, K, B, U, dt, c);
     int grid[3] = {(int)(((M + c->bm - 1) / c->bm) * ((N + c->bn - 1) / c->bn)), (int)B, 1};
     if (rt) {
         size_t sz[5] = {M * K * es, B * K * N * es, B * 4, U * M * N * 4, B * M * N * es};
@@ -384,10 +384,14 @@ static void ikbo_run_check(loom_runtime *rt, bool ws, int64_t M, int64_t N, int6
 Test(autows, ikbo_fused_stage_on_the_interpreter, .timeout = 240)
 {
     plain_cfg c = {64, 128, 64, 1, 2, 0, 0};
-    ikbo_run_check(NULL, false, 100, 128, 128, 3, 2, &c);
-    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &c);
+    ikbo_run_check(NULL, false, 100, 128, 128, 3, 2, &c, false);
+    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &c, false);
     plain_cfg pp = {64, 128, 64, 2, 2, 0, 1};
-    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &pp);
+    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &pp, false);
+    /* transposed: tiles of 64 rows of N by 112 of M, one group */
+    plain_cfg t = {112, 64, 64, 1, 2, 0, 0};
+    ikbo_run_check(NULL, false, 100, 128, 128, 3, 2, &t, true);
+    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &t, true);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -463,9 +467,45 @@ Test(autows_gpu, plain_kernels_specialized_match_their_references, .timeout = 30
     gemm_run_check(rt, &g2, true);
     gelu_run_check(rt, true);
     plain_cfg ci = {128, 128, 64, 2, 4, 0, 0}, ca = {128, 128, 64, 2, 2, 0, 0};
-    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ci);
+    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ci, false);
+    plain_cfg ct = {224, 128, 64, 2, 4, 0, 0};
+    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ct, true);
     attention_run_check(rt, true, 1000, 1500, 128, &ca);
     loom_runtime_destroy(rt);
+}
+
+/* ---------------------------------------------------------------- docs/dsl.md's example */
+
+/* docs/dsl.md, "Two levels": the plain GEMM there, line for line. */
+static loom_kernel *docs_gemm(void)
+{
+loom_kernel *k = loom_kernel_create("gemm", 4);
+loom_val m = loom_arg_dim(k, "M", 4096, 1);
+loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(LOOM_DIM(m), 4096), LOOM_IN);
+loom_val B = loom_arg_tensor(k, "B", LOOM_F16, LOOM_SHAPE2(4096, 4096), LOOM_IN);
+loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(LOOM_DIM(m), 4096), LOOM_OUT);
+loom_val pid = loom_program_id(k, 0), c16 = loom_const_i(k, LOOM_I32, 16);
+loom_val m0 = loom_mul(k, loom_div(k, pid, c16), loom_const_i(k, LOOM_I32, 64));
+loom_val n0 = loom_mul(k, loom_rem(k, pid, c16), loom_const_i(k, LOOM_I32, 256));
+loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(64, 256));
+loom_region_op l = loom_for_begin(k, loom_const_i(k, LOOM_I32, 0), loom_const_i(k, LOOM_I32, 4096),
+                                  loom_const_i(k, LOOM_I32, 64), 1, &acc);
+loom_val kk = loom_for_iv(k, l);
+loom_val a = loom_load(k, A, ((loom_val[]){m0, kk}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0);
+loom_val b = loom_load(k, B, ((loom_val[]){kk, n0}), LOOM_SHAPE2(64, 256), LOOM_NONE, 0);
+acc = loom_dot(k, a, b, loom_for_arg(k, l, 0));
+loom_for_end(k, l, 1, &acc);
+loom_store(k, C, ((loom_val[]){m0, n0}), loom_cast(k, loom_for_result(k, l, 0), LOOM_F16), LOOM_NONE);
+loom_kernel_set_autows(k, 1, 4, 0); /* one consumer warp group, a 4-slot ring, no ping-pong */
+    return k;
+}
+
+Test(autows, the_docs_example_compiles_to_the_fast_form)
+{
+    loom_kernel *k = docs_gemm();
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    compiles_clean(k);
+    loom_kernel_destroy(k);
 }
 
 /* ---------------------------------------------------------------- refusals */

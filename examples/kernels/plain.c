@@ -173,6 +173,39 @@ loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, dou
     return k;
 }
 
+loom_kernel *plain_ikbo_fused_t(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
+                                const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("ikbo_fused_t_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    int64_t wst[2] = {(K + 7) / 8 * 8, 1}, est[3] = {K * N, N, 1}, ust[3] = {M * N, N, 1}, ost[3] = {M * N, N, 1};
+    loom_val W = loom_arg_tensor_strided(k, "W", dt, LOOM_SHAPE2(LOOM_DIM(m), K), wst, LOOM_IN);
+    loom_val E = loom_arg_tensor_strided(k, "E", dt, LOOM_SHAPE3(B, K, N), est, LOOM_IN);
+    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    loom_val R = loom_arg_tensor_strided(k, "user_res", LOOM_F32, LOOM_SHAPE3(U, LOOM_DIM(m), N), ust, LOOM_IN);
+    loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(B, LOOM_DIM(m), N), ost, LOOM_OUT);
+    loom_val b = loom_program_id(k, 1), pm, pn;
+    tile_of(k, loom_program_id(k, 0), I32(0), CDIV(N, c->bn), 0, &pm, &pn);
+    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    /* acc [bn, bm] = E[b][:, n0..]^T @ W[m0.., :]^T */
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(c->bn, c->bm));
+    loom_region_op l = loom_for_begin(k, I32(0), I32(K), I32(c->bk), 1, &acc);
+    {
+        loom_val kk = loom_for_iv(k, l);
+        loom_val w = loom_load(k, W, ((loom_val[]){m0, kk}), LOOM_SHAPE2(c->bm, c->bk), LOOM_NONE, 0);
+        loom_val e = loom_load(k, E, ((loom_val[]){b, kk, n0}), LOOM_SHAPE2(c->bk, c->bn), LOOM_NONE, 0);
+        acc = loom_dot(k, loom_trans(k, e), loom_trans(k, w), loom_for_arg(k, l, 0));
+    }
+    loom_for_end(k, l, 1, &acc);
+    /* + the user's half, read by index; the tile turned back to [bm, bn] */
+    loom_val u = loom_load_scalar(k, map, &b);
+    loom_val r = loom_load(k, R, ((loom_val[]){u, m0, n0}), LOOM_SHAPE2(c->bm, c->bn), LOOM_NONE, 0);
+    loom_val out = loom_add(k, loom_trans(k, loom_for_result(k, l, 0)), r);
+    loom_store(k, O, ((loom_val[]){b, m0, n0}), loom_cast(k, out, dt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}
+
 loom_kernel *plain_ikbo_attention(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t nseed,
                                   loom_dtype dt, const plain_cfg *c)
 {

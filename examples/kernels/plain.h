@@ -48,6 +48,15 @@ loom_kernel *plain_ikbo_fused(int64_t M, int64_t N, int64_t K, int64_t B, int64_
  * Arguments M, Q, K, V, O; grid cdiv(M, bm) along x. */
 loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, double scale, const plain_cfg *c);
 
+/* The same computed transposed, as cuBLAS runs a skinny-M GEMM (swap A and B): out[b]^T =
+ * E[b]^T @ W^T, a tile of bn rows of N by bm columns of M (bm may be any multiple of 8
+ * up to 256: 224 covers M = 433 in two tiles with 15 rows to spare, where 64-row tiles
+ * would need 7 and 128-row ones waste 79).  The loads are the plain form's tiles; trans
+ * makes the dot's operands and turns the tile back for the epilogue.  Arguments and grid
+ * as plain_ikbo_fused's. */
+loom_kernel *plain_ikbo_fused_t(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
+                                const plain_cfg *c);
+
 /* IKBO attention: each candidate b's nseed queries attend to its user's keys, head by
  * head: out[b nseed + i, h] = softmax(Q[b nseed + i, h] K[u, :, h]^T / sqrt(D)) V[u, :, h]
  * with u = cand_to_user[b]; Q and out [B nseed, H, D], K and V [U, S, H, D] (dt), bm = nseed
