@@ -246,3 +246,47 @@ loom_kernel *plain_ikbo_attention(int64_t B, int64_t U, int64_t S, int64_t H, in
     specialize(k, c);
     return k;
 }
+
+loom_kernel *plain_ikbo_attention_units(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t nseed,
+                                        int64_t P, loom_dtype dt, const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("ikbo_attention_units_plain", 4);
+    int64_t R = B * nseed, bm = c->bm;
+    int64_t qst[3] = {D, H * D, 1}, kst[4] = {S * H * D, D, H * D, 1};
+    loom_val Q = loom_arg_tensor_strided(k, "Q", dt, LOOM_SHAPE3(H, R, D), qst, LOOM_IN);
+    loom_val Kt = loom_arg_tensor_strided(k, "K", dt, ((loom_shape){4, {U, H, S, D}}), kst, LOOM_IN);
+    loom_val V = loom_arg_tensor_strided(k, "V", dt, ((loom_shape){4, {U, H, S, D}}), kst, LOOM_IN);
+    loom_val units = loom_arg_tensor(k, "units", LOOM_I32, LOOM_SHAPE2(P, 3), LOOM_IN);
+    loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(H, R, D), qst, LOOM_OUT);
+    loom_shape rows = LOOM_SHAPE1(bm), st = LOOM_SHAPE2(bm, c->bn), ot = LOOM_SHAPE2(bm, D);
+    loom_val p = loom_program_id(k, 0), h = loom_program_id(k, 1), zero = I32(0);
+    loom_val u = loom_load_scalar(k, units, ((loom_val[]){p, zero}));
+    loom_val r0 = loom_load_scalar(k, units, ((loom_val[]){p, I32(1)}));
+    loom_val nr = loom_load_scalar(k, units, ((loom_val[]){p, I32(2)}));
+    /* the unit's rows: the rest of the tile is masked off (read as 0, never stored) */
+    loom_val valid = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, loom_arange(k, 0, bm), nr), 1), ot);
+    loom_val q = loom_load(k, Q, ((loom_val[]){h, r0, zero}), ot, valid, 0);
+    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rows),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), rows),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
+    loom_region_op l = loom_for_begin(k, zero, I32(S), I32(c->bn), 3, init);
+    {
+        loom_val n0 = loom_for_iv(k, l), mi = loom_for_arg(k, l, 0), li = loom_for_arg(k, l, 1);
+        loom_val kt = loom_load(k, Kt, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
+        loom_val v = loom_load(k, V, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
+        loom_val s = loom_dot(k, q, loom_trans(k, kt), loom_splat(k, loom_const_f(k, LOOM_F32, 0), st));
+        s = loom_mul(k, s, loom_const_f(k, LOOM_F32, M_LOG2E / sqrt((double)D)));
+        loom_val mn = loom_max(k, mi, loom_reduce_max(k, s, 1));
+        loom_val pr = loom_exp2(k, loom_sub(k, s, loom_broadcast(k, loom_expand_dims(k, mn, 1), st)));
+        loom_val alpha = loom_exp2(k, loom_sub(k, mi, mn));
+        loom_val ln = loom_fma(k, li, alpha, loom_reduce_sum(k, pr, 1));
+        loom_val acc = loom_mul(k, loom_for_arg(k, l, 2), loom_broadcast(k, loom_expand_dims(k, alpha, 1), ot));
+        acc = loom_dot(k, loom_cast(k, pr, dt), v, acc);
+        loom_for_end(k, l, 3, ((loom_val[]){mn, ln, acc}));
+    }
+    loom_val o = loom_div(k, loom_for_result(k, l, 2),
+                          loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+    loom_store(k, O, ((loom_val[]){h, r0, zero}), loom_cast(k, o, dt), valid);
+    specialize(k, c);
+    return k;
+}

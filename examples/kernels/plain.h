@@ -65,4 +65,11 @@ loom_kernel *plain_ikbo_fused_t(int64_t M, int64_t N, int64_t K, int64_t B, int6
 loom_kernel *plain_ikbo_attention(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t nseed,
                                   loom_dtype dt, const plain_cfg *c);
 
+/* IKBO attention over a plan: program p takes the query rows units[p] = (user, first row,
+ * rows) -- up to bm rows of consecutive candidates of one user, so that one K / V tile
+ * feeds them all (two warp groups of 64 rows each at bm = 128) -- head by head (grid P
+ * along x by H along y).  Q, K, V, out as plain_ikbo_attention's; units [P, 3] i32. */
+loom_kernel *plain_ikbo_attention_units(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t nseed,
+                                        int64_t P, loom_dtype dt, const plain_cfg *c);
+
 #endif
