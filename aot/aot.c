@@ -33,9 +33,8 @@
 #include "aot.h"
 #include "../runtime/gpu.h"
 #include "../runtime/tma.h"
-#include "../templates/ikbo_fa.h"
-#include "../templates/ikbo_lce.h"
 #include "codegen.h"
+#include "lce_op.h" /* ik_stage: what the LCE operation runs; through tpl.h, the IKBO kernels */
 
 #include <ctype.h>
 #include <stdbool.h>

@@ -24,9 +24,8 @@
  * LOOM_IKBO_AUTO (the last section): the stage is picked by timing stages 0, 2, 3 and 4
  * at the shape, and the pick cached with the config.
  */
-#include "ikbo_lce.h"
+#include "lce_op.h"
 #include "rt.h"
-#include "tpl_device.h"
 #include "tune.h"
 #include "../util/util.h"
 
@@ -40,7 +39,7 @@ struct loom_ikbo_lce {
     loom_ikbo_lce_shape s;
     loom_ikbo_stage stage;
     loom_ikbo_lce_config cfg;
-    ik_stage run;                 /* what a run launches (ikbo_lce.h) */
+    ik_stage run;                 /* what a run launches (lce_op.h) */
     loom_buffer *buf[IK_NBUF];    /* the owned buffers (the caller's four slots stay NULL) */
     int64_t flag_base; /* stage 4: the flags' counter after the last run */
     /* Bucketed (nbuckets > 0): requests with B in (top[i-1], top[i]] run child[i], a whole
