@@ -1,7 +1,8 @@
 /*
- * lce_op.h -- the IKBO linear compression operation's internals (ops/ikbo_lce_api.c): a
- * stage's run as data, which `loomc aot` writes out too (aot/).  Its kernels come from
- * templates/ikbo_lce.c (through templates/tpl.h).  Prefix: ik_.
+ * lce_op.h -- the IKBO linear compression operation's internals (ops/ikbo_lce_api.c and
+ * ops/ikbo_lce_auto.c): a stage's run as data, which `loomc aot` writes out too (aot/),
+ * and what the operation's two files share.  Its kernels come from templates/ikbo_lce.c
+ * (through templates/tpl.h).  Prefix: ik_.
  */
 #ifndef LOOM_LCE_OP_H
 #define LOOM_LCE_OP_H
@@ -74,5 +75,27 @@ void ik_stage_free(ik_stage *st);
 const loom_ikbo_lce_config *ik_stage_config(loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg);
 /* The tuned (or, without a GPU, default) config of the persistent kernel at the shape. */
 loom_ikbo_lce_config ik_default_config(void);
+
+/* ---------------------------------------------------------------- between the operation's files */
+
+/* One stage, its config settled (given, tuned or the default): build, upload, load.
+ * tuned: the config was left to the tuner, and so, on a GPU, is stage 0's GEMM's.  On
+ * failure the reason is in loom_runtime_error(rt) and nothing is left allocated
+ * (ops/ikbo_lce_api.c). */
+loom_status ik_prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                             const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                             loom_ikbo_lce **out);
+/* "BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=.." (and ",trans=..,cluster=.." where
+ * transposed). */
+void ik_config_text(const loom_ikbo_lce_config *c, char *buf, size_t n);
+/* Append to p's description. */
+void ik_desc_add(loom_ikbo_lce *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* LOOM_IKBO_AUTO: the stage picked by timing at shape s (ops/ikbo_lce_auto.c), the config
+ * settled (tuned: left to the tuner); hs is the prepare's largest shape, at which the
+ * inputs and the comparisons are made. */
+loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
+                            const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                            loom_ikbo_lce **out);
 
 #endif
