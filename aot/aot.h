@@ -1,6 +1,7 @@
 /*
- * aot.h -- the ahead-of-time generator's internals (aot/aot.c; loom.h has its entry,
- * loom_aot_write).  Prefix: aot_.
+ * aot.h -- what the ahead-of-time generator (aot/aot.c, aot/gen_*.c; loom.h has its entry,
+ * loom_aot_write) shares with loomc: the embedded run-time texts and the --torch entry.
+ * The generator's files share aot/gen.h besides.  Prefix: aot_.
  */
 #ifndef LOOM_AOT_H
 #define LOOM_AOT_H

@@ -31,7 +31,7 @@
  * loom: loom_ikbo_lce_prepare once at the maxima with LOOM_IKBO_AUTO and the default config
  * (--tuned: no config, the tuner's per bucket), as a service calls it: on a GPU the stage
  * (and with --tuned the config) is picked per power-of-two bucket of B
- * (templates/ikbo_lce_api.c), so a cold start compiles each stage's kernels once.  Its wall time, the kernels it built and
+ * (ops/ikbo_lce_api.c), so a cold start compiles each stage's kernels once.  Its wall time, the kernels it built and
  * compiled (loom_stats) and loom_ikbo_lce_describe are printed.  Each request then runs
  * loom_ikbo_lce_run_at(B, U): nothing may be built or compiled from the warm-up to the
  * end of the checks (counted with loom_stats; any compile fails the run).
@@ -77,6 +77,7 @@
  * path, 2 on a usage or set-up error (a message says which).
  */
 #include "ikbo_lce.h"
+#include "lce_op.h" /* ik_default_config */
 #include "lce_common.h"
 #include "tpl_device.h"
 #include "../util/util.h"

@@ -1,6 +1,6 @@
 # embed.cmake -- write a C file defining one NUL-terminated char array per input text file
 # (cmake -DOUT=file.c "-DINPUTS=name=path|name=path" -P embed.cmake).  The ahead-of-time
-# generator (aot/aot.c) copies these texts into every file it writes.
+# generator (aot/aot.c, aot/gen_*.c) copies these texts into every file it writes.
 set(body "/* written by cmake/embed.cmake from the files named below: do not edit */\n")
 string(REPLACE "|" ";" INPUTS "${INPUTS}")
 foreach(pair ${INPUTS})

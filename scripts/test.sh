@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# test.sh -- set up, build, and run every test that runs without a GPU (and the GPU tests
-# too, where there is one): PTX for every template assembled with ptxas for sm_90a, the
-# Criterion suite, the fuzzers' seed corpora; then the Criterion suite again in a build
-# with ASan + UBSan (build-asan; leaks checked), and each fuzzer under libFuzzer for a
-# bounded time (build-fuzz, clang).  About 21 minutes on 2 cores from scratch (session 18).
+# test.sh -- check the floors' includes (scripts/check_floors.sh), set up, build, and run
+# every test that runs without a GPU (and the GPU tests too, where there is one): PTX for
+# every template assembled with ptxas for sm_90a, the Criterion suite, the fuzzers' seed
+# corpora; then the Criterion suite again in a build with ASan + UBSan (build-asan; leaks
+# checked), and each fuzzer under libFuzzer for a bounded time (build-fuzz, clang).  About
+# 21 minutes on 2 cores from scratch (session 18).
 #
 #   LOOM_TEST_SANITIZE=0   skip the sanitizer build and its run
 #   LOOM_TEST_FUZZ=0       skip the libFuzzer build and runs
@@ -12,6 +13,8 @@
 #   LOOM_TEST_AOT=0        the install test skips loom_add_aot's target (loomc aot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== floors: no include goes up a floor (scripts/check_floors.sh)"
+bash scripts/check_floors.sh
 bash scripts/setup.sh
 BUILD="${LOOM_BUILD_DIR:-build}"
 export PATH="$PATH:/usr/local/cuda/bin"

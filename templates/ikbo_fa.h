@@ -1,7 +1,8 @@
 /*
  * ikbo_fa.h -- the IKBO flash attention kernel (templates/ikbo_fa.c), its work plan
- * (templates/ikbo_fa_plan.c) and what the C API (templates/ikbo_fa_api.c) and the
- * registry entry (templates/ikbo_fa_registry.c) need of them (internal).  Prefix: fa_.
+ * (templates/ikbo_fa_plan.c) and what the registry entry (templates/ikbo_fa_registry.c)
+ * and the operation above (ops/ikbo_fa_api.c, through templates/tpl.h) need of them
+ * (internal).  Prefix: fa_.
  */
 #ifndef LOOM_IKBO_FA_H
 #define LOOM_IKBO_FA_H

@@ -434,7 +434,7 @@ loom_kernel *ik_bound_kernel(const int64_t *sh, int grid[3])
     return ref_bound_kernel(&s);
 }
 
-/* LOOM_IKBO_AUTO's pairwise check (templates/ikbo_lce_api.c): the bound of |a - b| for two
+/* LOOM_IKBO_AUTO's pairwise check (ops/ikbo_lce_auto.c): the bound of |a - b| for two
  * right stages' outputs a and b at each element, less the part proportional to their
  * magnitudes, which the comparison's rtol carries (ik_pair_rtol).  Each stage is within
  * err = gamma_(Ku+Kc+2) (|W_cand| @ |E_cand| + |W_user| @ |E_user|) (its f32 sums however

@@ -1,9 +1,13 @@
 /*
- * tpl.h -- helpers shared by the kernel templates (internal).
+ * tpl.h -- helpers shared by the kernel templates, and the door of templates/ (internal).
  *
  * Each template file defines its builder and one `const loom_template tpl_def_<name>`;
  * templates/registry.c lists them.  Host-side helpers here fill inputs and read or write
  * elements of any dtype, so every template's init/reference functions stay short.
+ *
+ * The floors above (tune/, ops/, aot/) include this header and no other of templates/:
+ * its last lines bring what they take of the rest -- what a template tells the tuner
+ * (tpl_device.h) and the IKBO kernels the operations run (ikbo_lce.h, ikbo_fa.h).
  * Prefix: tpl_.
  */
 #ifndef LOOM_TPL_H
@@ -67,5 +71,12 @@ enum { TPL_COOPERATIVE, TPL_PINGPONG, TPL_SPLIT };
 const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas, int bm, int bn);
 
 #define TPL_CDIV(a, b) (((a) + (b)-1) / (b))
+
+/* ---------------------------------------------------------------- the door
+ * Each of these includes tpl.h first, which by then is complete (its guard is set above),
+ * so any of the four may be included first. */
+#include "tpl_device.h"
+#include "ikbo_lce.h"
+#include "ikbo_fa.h"
 
 #endif

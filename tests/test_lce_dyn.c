@@ -8,6 +8,7 @@
  * refused with messages naming them.  The GPU test does the same at 20 random requests.
  */
 #include "ikbo_lce.h"
+#include "lce_op.h" /* ik_default_config */
 #include "testutil.h"
 #include "tpl_device.h"
 

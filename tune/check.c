@@ -31,7 +31,7 @@
  * so that it compiles them first, with the candidates.
  */
 #include "../util/util.h"
-#include "tpl_device.h"
+#include "tpl.h" /* tpl_device.h: the inputs and references a template makes on the device */
 #include "tune.h"
 
 #include <math.h>

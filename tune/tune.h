@@ -17,6 +17,8 @@
  *   report.c      the progress bar and the summary table
  *   tune_cache.c  the winners, in one JSON file (cJSON) shared by every process on the
  *                 machine
+ *   pick.c        beside loom_tune: the fastest of an operation's alternative ways to
+ *                 compute one output (tune_pick), its pick cached in the same file
  *
  * Prefixes: tune_ (all but tune_cache.c), tc_ (tune_cache.c).
  */
@@ -399,5 +401,70 @@ bool tc_find(const tc_file *f, const char *key, const loom_template *t, tc_recor
 loom_status tc_store(const char *path, const char *key, const loom_template *t,
                      const int64_t *shape, const int64_t *bucket, const tc_device *dev,
                      const tc_record *rec, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- pick.c */
+
+/* The fastest of a few alternative ways to compute one output (an operation's stages):
+ * each one a prepare, a run and an output; the outputs checked against one another on
+ * the device by the error model, the alternatives timed side by side, the fastest kept and
+ * its pick cached in the tuning cache beside the configs (pick.c says how).  Without a GPU
+ * nothing can be timed: the caller picks on its own there. */
+#define TUNE_PICK_MAX 8
+enum { TUNE_PICK_ROUNDS = 5, TUNE_PICK_ROUNDS_MAX = 15, TUNE_PICK_REPS = 5 };
+#define TUNE_PICK_CLOSE 0.03
+
+typedef struct tune_pick_spec {
+    const char *fn;    /* the messages' prefix: "loom_ikbo_lce_prepare: auto" */
+    const char *what;  /* an alternative's noun, for messages ("stage 3") and the cache's keys: "stage" */
+    const char *strip; /* a failed prepare's or run's message in rt's error loses its leading "FN: " when it
+                          starts with this ("loom_ikbo_lce_"; NULL: never) */
+    int n;
+    int64_t value[TUNE_PICK_MAX]; /* alternative i's value: what the cache stores as the pick */
+    /* The cache: the key of template t at shape (t NULL: nothing cached) plus
+     * "|pick=WHAT|VARIANT"; the entry is of template ENTRY (doc DOC), its config the pick's
+     * value (key WHAT, default def) and each alternative's time in ns (WHAT<value>_ns; 0:
+     * dropped). */
+    const loom_template *t;
+    const int64_t *shape; /* t's shape vector */
+    const char *variant;
+    const char *entry, *doc;
+    int64_t def;
+    /* The outputs: out_bytes each, compared as nelem elements of dtype; an element is off
+     * when |a - b| > bound + rtol |a|. */
+    size_t out_bytes;
+    loom_dtype dtype;
+    int64_t nelem;
+    double rtol;
+    /* The alternatives, through ctx; a failure leaves its reason in rt's error. */
+    void *ctx;
+    loom_status (*setup)(void *ctx);                        /* once, before they are timed: inputs (NULL: none) */
+    loom_status (*prepare)(void *ctx, int i);               /* on failure nothing is left to release */
+    loom_status (*run)(void *ctx, int i, loom_buffer *out); /* one run, on the inputs, into out */
+    void (*release)(void *ctx, int i);                      /* a prepared alternative not picked */
+    /* bound[nelem] (f32, zeros when it comes): each element's error bound, filled once the
+     * outputs are in (NULL: zeros, the outputs compared within rtol |a| alone). */
+    loom_status (*bound)(void *ctx, loom_buffer *bound);
+} tune_pick_spec;
+
+typedef struct tune_picked {
+    int best;                     /* the alternative kept, prepared; -1 (untimed says why): none */
+    bool cached;                  /* the pick came from the cache: nothing was timed */
+    char untimed[64];             /* why nothing was timed: "LOOM_TUNE=0 and no pick cached" */
+    double ms[TUNE_PICK_MAX];     /* each one's time (ms; cached: as stored, 0 for dropped) */
+    char why[TUNE_PICK_MAX][256]; /* timed: why it was dropped ("" while it is in) */
+    int rounds;                   /* timed: the rounds taken */
+    double margin;                /* timed: the second fastest's time over the fastest's (0: fewer than two) */
+    char note[512];               /* timed: why a cached pick was not used ("": none was cached) */
+    char store_err[1024];         /* timed: why the pick could not be cached ("": it was) */
+} tune_picked;
+
+/* The pick at s's shape into r: LOOM_OK with r->best prepared (the others released), or
+ * LOOM_OK with r->best -1 when LOOM_TUNE=0 and nothing is cached; else a failure with the
+ * message in rt's error ("FN: no two stages agree ...") and nothing left prepared. */
+loom_status tune_pick(loom_runtime *rt, const tune_pick_spec *s, tune_picked *r);
+/* The alternatives as text: " stage 0 0.412 ms, stage 2 dropped (why), stage 4 0.344 ms
+ * (picked)", and for a timed pick "; margin 3.1% to the next fastest, 5 interleaved
+ * rounds of 5 runs". */
+void tune_pick_describe(const tune_pick_spec *s, const tune_picked *r, char *buf, size_t n);
 
 #endif /* LOOM_TUNE_H */

@@ -3,7 +3,7 @@
  * once per shape, then per request the mapping (made into a work plan on the host,
  * templates/ikbo_fa_plan.c) and one launch of the kernel of templates/ikbo_fa.c.
  */
-#include "ikbo_fa.h"
+#include "tpl.h" /* ikbo_fa.h: the kernel, its plan */
 #include "../util/util.h"
 
 #include <stdlib.h>

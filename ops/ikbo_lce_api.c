@@ -21,13 +21,10 @@
  * the interpreter always, on the GPU (where it costs a copy and a wait) with
  * LOOM_CHECK_INDEX=1.
  *
- * LOOM_IKBO_AUTO (the last section): the stage is picked by timing stages 0, 2, 3 and 4
+ * LOOM_IKBO_AUTO (ops/ikbo_lce_auto.c): the stage is picked by timing stages 0, 2, 3 and 4
  * at the shape, and the pick cached with the config.
  */
-#include "ikbo_lce.h"
-#include "rt.h"
-#include "tpl_device.h"
-#include "tune.h"
+#include "lce_op.h"
 #include "../util/util.h"
 
 #include <stdarg.h>
@@ -40,7 +37,7 @@ struct loom_ikbo_lce {
     loom_ikbo_lce_shape s;
     loom_ikbo_stage stage;
     loom_ikbo_lce_config cfg;
-    ik_stage run;                 /* what a run launches (ikbo_lce.h) */
+    ik_stage run;                 /* what a run launches (lce_op.h) */
     loom_buffer *buf[IK_NBUF];    /* the owned buffers (the caller's four slots stay NULL) */
     int64_t flag_base; /* stage 4: the flags' counter after the last run */
     /* Bucketed (nbuckets > 0): requests with B in (top[i-1], top[i]] run child[i], a whole
@@ -99,8 +96,7 @@ static ik_spec spec_of(const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config 
                      c->ctas, c->consumers, c->trans, c->cluster};
 }
 
-/* "BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=.." */
-static void config_text(const loom_ikbo_lce_config *c, char *buf, size_t n)
+void ik_config_text(const loom_ikbo_lce_config *c, char *buf, size_t n)
 {
     int w = snprintf(buf, n, "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d", c->bm, c->bn, c->stages,
                      c->cwarps, c->ctas, c->consumers);
@@ -256,7 +252,7 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
     memset(st, 0, sizeof *st);
     size_t e = loom_dtype_size(s->dtype);
     int64_t kpu = tpl_pad8(s->Ku), kpc = tpl_pad8(s->Kc);
-    config_text(ik_stage_config(stage, cfg), st->config, sizeof st->config);
+    ik_config_text(ik_stage_config(stage, cfg), st->config, sizeof st->config);
     loom_status rc = LOOM_OK;
     /* the padded weights of stages 2 to 4 (stage 1 pads them on every run) */
     const ik_fill wu = {IK_WU, 0, kpu, 0}, wc = {IK_WC, 1, kpc, 0};
@@ -443,12 +439,9 @@ static const char *shape_too_big(const loom_ikbo_lce_shape *s)
     return NULL;
 }
 
-/* One stage, its config settled (given, tuned or the default): build, upload, load.
- * tuned: the config was left to the tuner, and so, on a GPU, is stage 0's GEMM's.  On
- * failure the reason is in loom_runtime_error(rt) and nothing is left allocated. */
-static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                                 const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
-                                 loom_ikbo_lce **out)
+loom_status ik_prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                             const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                             loom_ikbo_lce **out)
 {
     *out = NULL;
     loom_ikbo_lce *p = calloc(1, sizeof *p);
@@ -482,10 +475,6 @@ static loom_status prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *sh
     *out = p;
     return LOOM_OK;
 }
-
-static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
-                                const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
-                                loom_ikbo_lce **out);
 
 /* One prepared object at shape (its B and U the most it serves): one stage, one config.
  * hs: the largest shape of the prepare (a bucket's is smaller), at which LOOM_IKBO_AUTO
@@ -531,8 +520,8 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
     if (!cfg && loom_runtime_is_gpu(rt) && (st = tuned_config(rt, shape, &c)) != LOOM_OK)
         return tpl_fail(rt, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
     if (stage == LOOM_IKBO_AUTO)
-        return auto_prepare(rt, shape, hs ? hs : shape, w_user, w_cand, &c, !cfg, out);
-    return prepare_stage(rt, shape, stage, w_user, w_cand, &c, !cfg, out);
+        return ik_auto_prepare(rt, shape, hs ? hs : shape, w_user, w_cand, &c, !cfg, out);
+    return ik_prepare_stage(rt, shape, stage, w_user, w_cand, &c, !cfg, out);
 }
 
 /* The same stage with the same tile config of its kernels (stage 0's is its gemm's; the
@@ -735,6 +724,17 @@ loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_bu
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }
 
+void ik_desc_add(loom_ikbo_lce *p, const char *fmt, ...)
+{
+    size_t n = strlen(p->desc);
+    if (n + 1 >= sizeof p->desc)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->desc + n, sizeof p->desc - n, fmt, ap);
+    va_end(ap);
+}
+
 /* The object that runs requests of the prepared B (the largest bucket's). */
 static const loom_ikbo_lce *top_of(const loom_ikbo_lce *p) { return p && p->nbuckets ? p->child[p->nbuckets - 1] : p; }
 
@@ -777,573 +777,4 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p)
         loom_buffer_destroy(p->buf[b]);
     free(p->index);
     free(p);
-}
-
-/* ---------------------------------------------------------------- LOOM_IKBO_AUTO: the stage picked by timing
- *
- * Which stage is fastest depends on the shape: at B=509 U=509 M=433 N=72 Ku=1025 Kc=1023
- * stage 4 took 0.344 ms and stages 0-2 about 0.93 on an H100, while at B=1000 U=7 M=200
- * N=136 Ku=64 Kc=8 (small K) stage 4 took 0.113 ms and the framework's three launches
- * 0.075 (issue 21).  So auto times the candidates at the shape and keeps the fastest:
- * stage 0 (loom's own version of the framework's index_select + cat + GEMM, so the pick
- * is never slower than that path), 2 (decomposed, the broadcast-add), 3 (the fused
- * epilogue) and 4 (persistent).  Stage 1 is stage 2 plus two pad kernels a run, never
- * faster, so it is not timed.
- *
- * On the GPU: inputs made on the device (the tuner's fill kernels, a contiguous
- * mapping, as the tuner's ikbo_lce default); each candidate prepared with the config
- * (stage 4's tuned one; stages 0-2 take their plain-GEMM tiles where it is transposed)
- * and run once into its own output; the outputs compared pairwise on the device by the
- * error model (the tuner's comparison kernel with ik_pair_bound_kernel's bound: two right
- * stages' f32 sums, rounded halves and final roundings):
- * the largest group agreeing with one member stays, ties to the earlier stage (stage 0,
- * the framework's algorithm, first), the others are dropped with the count and size of
- * their differences; a lone survivor of several is no evidence, so prepare fails.  Then
- * AUTO_ROUNDS rounds, each a loom_time_work of every candidate in turn (AUTO_REPS runs
- * after an L2 flush each, median), so that each one's time (the median of its rounds')
- * is taken beside the others': the clock drifts by up to 13% under load (docs/tuning.md),
- * more than some stages differ.  The fastest is kept, the others freed.
- *
- * The pick goes into the tuning cache (tune/tune_cache.c) under the stage-4 config's key
- * plus "|pick=stage|cfg=<config>" ("cfg=tuned" where the config was left to the tuner),
- * as an entry of template "ikbo_lce_stage" whose "config" holds the stage and each candidate's time in ns (0: dropped); the file's
- * format is unchanged.  A warm prepare reads it and times nothing; LOOM_TUNE_FORCE=1
- * times again; LOOM_TUNE=0 times nothing (a cached pick is still used).
- */
-
-static const loom_ikbo_stage auto_stages[] = {LOOM_IKBO_MATERIALIZED, LOOM_IKBO_K_ALIGNED, LOOM_IKBO_FUSED_EPILOGUE,
-                                              LOOM_IKBO_PERSISTENT};
-/* AUTO_ROUNDS rounds at least; while the two fastest are within AUTO_CLOSE of each other,
- * more, up to AUTO_ROUNDS_MAX: a close call gets the repetitions to tell them apart */
-enum { AUTO_N = 4, AUTO_ROUNDS = 5, AUTO_ROUNDS_MAX = 15, AUTO_REPS = 5 };
-#define AUTO_CLOSE 0.03
-/* untimed, the stages in order of preference: fewest launches and buffers first */
-static const loom_ikbo_stage auto_untimed[] = {LOOM_IKBO_PERSISTENT, LOOM_IKBO_FUSED_EPILOGUE, LOOM_IKBO_K_ALIGNED,
-                                               LOOM_IKBO_MATERIALIZED};
-static const char auto_skip1[] = "stage 1 not timed (stage 2 plus two pad kernels a run)";
-
-typedef struct auto_cand {
-    loom_ikbo_stage stage;
-    loom_ikbo_lce *p;
-    loom_buffer *out;
-    double ms;     /* the median of its rounds' medians; 0: not timed */
-    char why[256]; /* why it was dropped ("" while it is in) */
-} auto_cand;
-
-/* Append to p's description. */
-static void desc_add(loom_ikbo_lce *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void desc_add(loom_ikbo_lce *p, const char *fmt, ...)
-{
-    size_t n = strlen(p->desc);
-    if (n + 1 >= sizeof p->desc)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->desc + n, sizeof p->desc - n, fmt, ap);
-    va_end(ap);
-}
-
-/* The message of a failed prepare or run, without its "loom_ikbo_lce_prepare: " prefix. */
-static void why_from(loom_runtime *rt, char *why, size_t n)
-{
-    const char *e = loom_runtime_error(rt), *c = strstr(e, ": ");
-    snprintf(why, n, "%s", !strncmp(e, "loom_ikbo_lce_", 14) && c ? c + 2 : e);
-}
-
-/* No timing: stage 4, or the first of auto_untimed the config serves.  because: why
- * nothing is timed. */
-static loom_status auto_untimed_pick(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
-                                     const loom_ikbo_lce_config *cfg, bool tuned, const char *because,
-                                     loom_ikbo_lce **out)
-{
-    char first[300] = "";
-    loom_status st = LOOM_ERR_INVALID;
-    for (int i = 0; i < AUTO_N; i++) {
-        if ((st = prepare_stage(rt, s, auto_untimed[i], wu, wc, cfg, tuned, out)) == LOOM_OK) {
-            desc_add(*out, "; auto (not timed: %s): stage %d", because, (int)auto_untimed[i]);
-            if (i)
-                desc_add(*out, ", as stage 4 cannot serve the config (%s)", first);
-            return LOOM_OK;
-        }
-        if (!i)
-            why_from(rt, first, sizeof first);
-    }
-    return tpl_fail(rt, st, "loom_ikbo_lce_prepare: auto: no stage serves the shape and config; stage 4: %s", first);
-}
-
-/* ---- the cache */
-
-/* The entry's layout: a template named "ikbo_lce_stage" with ikbo_lce's shape and, as its
- * config, the stage and each candidate's time in ns. */
-static void pick_template(const loom_template *t, loom_template *pt)
-{
-    static const char *const keys[1 + AUTO_N] = {"stage", "stage0_ns", "stage2_ns", "stage3_ns", "stage4_ns"};
-    memset(pt, 0, sizeof *pt);
-    pt->name = "ikbo_lce_stage";
-    pt->doc = "the stage LOOM_IKBO_AUTO picked at the shape, and each candidate's time (ns; 0: dropped)";
-    pt->nshape = t->nshape;
-    memcpy(pt->shape, t->shape, sizeof pt->shape);
-    pt->nconfig = 1 + AUTO_N;
-    for (int i = 0; i <= AUTO_N; i++)
-        pt->config[i] = (loom_param){.key = keys[i], .def = i ? 0 : LOOM_IKBO_PERSISTENT};
-}
-
-typedef struct auto_cache {
-    bool on; /* a GPU and a cache file */
-    char path[4096], key[3072];
-    const loom_template *t;
-    loom_template pt;
-    int64_t shape[LOOM_MAX_PARAMS];
-    tc_device dev;
-} auto_cache;
-
-static void cache_open(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config *cfg, auto_cache *c)
-{
-    memset(c, 0, sizeof *c);
-    rt_gpu *g = rt_runtime_gpu(rt);
-    c->t = loom_template_find("ikbo_lce");
-    if (!g || !c->t || !tc_path(c->path, sizeof c->path))
-        return;
-    const rt_gpu_props *pr = rt_gpu_properties(g);
-    snprintf(c->dev.gpu, sizeof c->dev.gpu, "%s", pr->name);
-    c->dev.sm_count = pr->sm_count;
-    c->dev.driver = pr->driver_version;
-    const int64_t sh[8] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0};
-    memcpy(c->shape, sh, sizeof sh);
-    char k[2048], ct[200] = "tuned";
-    tc_key(c->t, c->shape, &c->dev, k, sizeof k); /* the config's key (ikbo_lce has no bucket) */
-    /* cfg NULL: the caller left the config to the tuner, and the pick goes with whatever
-     * it settles on (its pick can change between two tunings whose best configs time
-     * within noise of each other: keyed by its text, the stage pick would be lost) */
-    if (cfg)
-        config_text(cfg, ct, sizeof ct);
-    snprintf(c->key, sizeof c->key, "%s|pick=stage|cfg=%s", k, ct);
-    pick_template(c->t, &c->pt);
-    c->on = true;
-}
-
-/* The cached pick, prepared; false (why says why when there was one) when there is none
- * or it fails here. */
-static bool cache_pick(loom_runtime *rt, const auto_cache *c, const loom_ikbo_lce_shape *s, const void *wu,
-                       const void *wc, const loom_ikbo_lce_config *cfg, bool tuned, loom_ikbo_lce **out, char *why,
-                       size_t wn)
-{
-    char warn[512];
-    tc_file *f = tc_open(c->path, warn, sizeof warn);
-    tc_record r;
-    bool hit = f && tc_find(f, c->key, &c->pt, &r);
-    tc_close(f);
-    if (!hit)
-        return false;
-    int stage = (int)r.config[0], known = 0;
-    for (int i = 0; i < AUTO_N; i++)
-        known |= stage == (int)auto_stages[i];
-    if (!known) {
-        snprintf(why, wn, "the cached pick, stage %d, is not a candidate: timed again", stage);
-        return false;
-    }
-    if (prepare_stage(rt, s, (loom_ikbo_stage)stage, wu, wc, cfg, tuned, out) != LOOM_OK) {
-        char e[300];
-        why_from(rt, e, sizeof e);
-        snprintf(why, wn, "the cached pick, stage %d, fails here (%s): timed again", stage, e);
-        return false;
-    }
-    desc_add(*out, "; auto (cached):");
-    for (int i = 0; i < AUTO_N; i++) {
-        if (r.config[1 + i] > 0)
-            desc_add(*out, "%s stage %d %.3f ms%s", i ? "," : "", (int)auto_stages[i], (double)r.config[1 + i] * 1e-6,
-                     (int)auto_stages[i] == stage ? " (picked)" : "");
-        else
-            desc_add(*out, "%s stage %d dropped", i ? "," : "", (int)auto_stages[i]);
-    }
-    desc_add(*out, "; %s", auto_skip1);
-    return true;
-}
-
-static void cache_store(const auto_cache *c, const auto_cand *cand, int best, double tune_ms, loom_ikbo_lce *p)
-{
-    if (!c->on)
-        return;
-    tc_record r;
-    memset(&r, 0, sizeof r);
-    r.config[0] = cand[best].stage;
-    for (int i = 0; i < AUTO_N; i++) {
-        double ns = cand[i].ms * 1e6 + 0.5; /* (the cache reads int32: past 2.1 s, 2.1 s) */
-        r.config[1 + i] = cand[i].why[0] ? 0 : ns < 1 ? 1 : ns < INT32_MAX ? (int64_t)ns : INT32_MAX;
-        r.ncand++;
-        r.nvalid += !cand[i].why[0];
-    }
-    r.ms = cand[best].ms;
-    r.tune_ms = tune_ms;
-    char err[1024];
-    if (tc_store(c->path, c->key, &c->pt, c->shape, c->shape, &c->dev, &r, err, sizeof err) != LOOM_OK)
-        desc_add(p, "; not cached: %s", err);
-}
-
-/* ---- timing */
-
-typedef struct auto_inputs {
-    loom_buffer *eu, *ec, *map;
-} auto_inputs;
-
-static void inputs_free(auto_inputs *in)
-{
-    loom_buffer_destroy(in->eu);
-    loom_buffer_destroy(in->ec);
-    loom_buffer_destroy(in->map);
-}
-
-/* E_user and E_cand uniform in [-1, 1) by the tuner's fill kernel (on the device), the
- * mapping contiguous runs of candidates (b * U / B) at s; the buffers and the fills at hs
- * (the prepare's largest shape: the same kernels in every bucket). */
-static loom_status inputs_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
-                               auto_inputs *in)
-{
-    memset(in, 0, sizeof *in);
-    size_t e = loom_dtype_size(s->dtype);
-    const int64_t n[2] = {hs->U * hs->Ku * hs->N, hs->B * hs->Kc * hs->N};
-    loom_status st = LOOM_OK;
-    if (!(in->eu = tpl_zeroed_buffer(rt, (size_t)n[0] * e, &st)) ||
-        !(in->ec = tpl_zeroed_buffer(rt, (size_t)n[1] * e, &st)) ||
-        !(in->map = tpl_zeroed_buffer(rt, (size_t)hs->B * 4, &st)))
-        return st;
-    loom_buffer *dst[2] = {in->eu, in->ec};
-    loom_kernel *fill[2] = {NULL, NULL};
-    int g[2][3] = {{1, 1, 1}, {1, 1, 1}};
-    for (int i = 0; i < 2; i++)
-        if (!(fill[i] = tune_fill_kernel(s->dtype, n[i], &g[i][0]))) {
-            loom_kernel_destroy(fill[0]);
-            return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "%lld elements cannot be filled on the device", (long long)n[i]);
-        }
-    st = loom_prepare_many(rt, fill, 2, 0); /* both compiled at once */
-    for (int i = 0; i < 2 && st == LOOM_OK; i++) {
-        loom_arg a[6];
-        tune_fill_args(dst[i], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], a);
-        st = loom_launch(rt, fill[i], g[i], a, 6);
-    }
-    for (int i = 0; i < 2; i++)
-        loom_kernel_destroy(fill[i]);
-    int32_t *map = st == LOOM_OK ? malloc((size_t)s->B * sizeof *map) : NULL;
-    if (st == LOOM_OK && !map)
-        return tpl_fail(rt, LOOM_ERR_NOMEM, "out of host memory");
-    if (map) {
-        ik_mapping(s->B, s->U, 0, 0, map);
-        st = loom_buffer_upload(in->map, map, (size_t)s->B * sizeof *map);
-        free(map);
-    }
-    return st;
-}
-
-/* The comparison of two stages' outputs on the device by the error model: the tuner's
- * comparison kernel (per 2048 elements: those beyond rtol |a| + bound, the largest
- * difference) and its fold to two numbers, with the pair bound of ik_pair_bound_kernel
- * (templates/tpl_device.h) computed once from the inputs. */
-typedef struct auto_cmp {
-    loom_kernel *k, *fold;
-    int grid[3];
-    loom_buffer *bad, *maxerr, *two, *bound;
-    double rtol;
-} auto_cmp;
-
-static void cmp_free(auto_cmp *c)
-{
-    loom_kernel_destroy(c->k);
-    loom_kernel_destroy(c->fold);
-    loom_buffer_destroy(c->bad);
-    loom_buffer_destroy(c->maxerr);
-    loom_buffer_destroy(c->two);
-    loom_buffer_destroy(c->bound);
-}
-
-/* At s, the prepare's largest shape (the outputs are that large: the same kernels in every
- * bucket; rows past a bucket's B are the outputs' poison in both, NaN in both, which the
- * comparison takes as equal); w_user and w_cand the host's weights [M, K]. */
-static loom_status cmp_make(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *w_user, const void *w_cand,
-                            const auto_inputs *in, auto_cmp *c)
-{
-    memset(c, 0, sizeof *c);
-    c->rtol = ik_pair_rtol(s->dtype);
-    c->grid[1] = c->grid[2] = 1;
-    int bg[3];
-    loom_kernel *bk = ik_pair_bound_kernel(s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, bg);
-    loom_status st = LOOM_OK;
-    if (!bk || !(c->k = tune_compare_kernel(s->dtype, s->B * s->M * s->N, true, &c->grid[0])) ||
-        !(c->fold = tune_reduce2_kernel(c->grid[0], TUNE_RED_SUM, TUNE_RED_MAX))) {
-        loom_kernel_destroy(bk);
-        return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "outputs of %lld elements cannot be compared",
-                        (long long)(s->B * s->M * s->N));
-    }
-    size_t e = loom_dtype_size(s->dtype);
-    loom_buffer *wu = NULL, *wc = NULL;
-    if (!(c->bad = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) ||
-        !(c->maxerr = tpl_zeroed_buffer(rt, (size_t)c->grid[0] * 4, &st)) || !(c->two = tpl_zeroed_buffer(rt, 8, &st)) ||
-        !(c->bound = tpl_zeroed_buffer(rt, (size_t)(s->B * s->M * s->N) * 4, &st)) ||
-        !(wu = tpl_zeroed_buffer(rt, (size_t)(s->M * s->Ku) * e, &st)) ||
-        !(wc = tpl_zeroed_buffer(rt, (size_t)(s->M * s->Kc) * e, &st)) ||
-        (st = loom_buffer_upload(wu, w_user, (size_t)(s->M * s->Ku) * e)) != LOOM_OK ||
-        (st = loom_buffer_upload(wc, w_cand, (size_t)(s->M * s->Kc) * e)) != LOOM_OK ||
-        (st = loom_prepare_many(rt, (loom_kernel *[]){c->k, c->fold, bk}, 3, 0)) != LOOM_OK) {
-        loom_buffer_destroy(wu);
-        loom_buffer_destroy(wc);
-        loom_kernel_destroy(bk);
-        return st;
-    }
-    loom_arg a[6] = {LOOM_ARG_BUF(wu), LOOM_ARG_BUF(in->eu), LOOM_ARG_BUF(wc), LOOM_ARG_BUF(in->ec),
-                     LOOM_ARG_BUF(in->map), LOOM_ARG_BUF(c->bound)};
-    st = loom_launch(rt, bk, bg, a, 6);
-    loom_buffer_destroy(wu);
-    loom_buffer_destroy(wc);
-    loom_kernel_destroy(bk);
-    return st;
-}
-
-/* Elements of a past their bound of b, and the largest difference. */
-static loom_status cmp_run(loom_runtime *rt, auto_cmp *c, loom_buffer *a, loom_buffer *b, double *nbad, double *worst)
-{
-    loom_arg x[7] = {LOOM_ARG_BUF(a), LOOM_ARG_BUF(b), LOOM_ARG_BUF(c->bound), LOOM_ARG_F32(0.0f),
-                     LOOM_ARG_F32((float)c->rtol), LOOM_ARG_BUF(c->bad), LOOM_ARG_BUF(c->maxerr)};
-    loom_arg f[3] = {LOOM_ARG_BUF(c->bad), LOOM_ARG_BUF(c->maxerr), LOOM_ARG_BUF(c->two)};
-    static const int one[3] = {1, 1, 1};
-    float two[2];
-    loom_status st;
-    if ((st = loom_launch(rt, c->k, c->grid, x, 7)) != LOOM_OK ||
-        (st = loom_launch(rt, c->fold, one, f, 3)) != LOOM_OK ||
-        (st = loom_buffer_download(c->two, two, sizeof two)) != LOOM_OK)
-        return st;
-    *nbad = two[0];
-    *worst = two[1];
-    return LOOM_OK;
-}
-
-typedef struct auto_work {
-    loom_ikbo_lce *p;
-    const auto_inputs *in;
-    loom_buffer *out;
-} auto_work;
-
-static loom_status auto_run_once(void *ctx)
-{
-    auto_work *w = ctx;
-    return loom_ikbo_lce_run(w->p, w->in->eu, w->in->ec, w->in->map, w->out);
-}
-
-/* Check the candidates that ran against one another; drop those outside the largest
- * agreeing group.  A failure (the reason in rt) when the check cannot run, or several
- * ran and no two agree. */
-static loom_status auto_check(loom_runtime *rt, const loom_ikbo_lce_shape *hs, const void *w_user, const void *w_cand,
-                              const auto_inputs *inputs, auto_cand *c)
-{
-    int in[AUTO_N], nin = 0;
-    for (int i = 0; i < AUTO_N; i++)
-        if (!c[i].why[0])
-            in[nin++] = i;
-    if (nin < 2)
-        return LOOM_OK; /* nothing to compare with (stage 4's config was checked by the tuner) */
-    auto_cmp cmp;
-    loom_status st = cmp_make(rt, hs, w_user, w_cand, inputs, &cmp);
-    double nbad[AUTO_N][AUTO_N] = {{0}}, worst[AUTO_N][AUTO_N] = {{0}};
-    for (int a = 0; a < nin && st == LOOM_OK; a++)
-        for (int b = a + 1; b < nin && st == LOOM_OK; b++) {
-            int i = in[a], j = in[b];
-            st = cmp_run(rt, &cmp, c[i].out, c[j].out, &nbad[i][j], &worst[i][j]);
-            nbad[j][i] = nbad[i][j];
-            worst[j][i] = worst[i][j];
-        }
-    cmp_free(&cmp);
-    if (st != LOOM_OK)
-        return tpl_fail(rt, st, "loom_ikbo_lce_prepare: auto: comparing the stages' outputs: %s",
-                        loom_runtime_error(rt));
-    int ref = -1, most = 0;
-    for (int a = 0; a < nin; a++) {
-        int agree = 1;
-        for (int b = 0; b < nin; b++)
-            agree += b != a && nbad[in[a]][in[b]] == 0;
-        if (agree > most)
-            most = agree, ref = in[a];
-    }
-    if (most < 2)
-        return tpl_fail(rt, LOOM_ERR_RUNTIME,
-                 "loom_ikbo_lce_prepare: auto: no two stages agree at this shape (stage %d vs %d: %.0f elements "
-                 "past their error bound, max |diff| %.3g): a bug in loom, please report it; pin a stage meanwhile",
-                        (int)c[in[0]].stage, (int)c[in[1]].stage, nbad[in[0]][in[1]], worst[in[0]][in[1]]);
-    for (int a = 0; a < nin; a++) {
-        int i = in[a];
-        if (i != ref && nbad[i][ref] > 0)
-            snprintf(c[i].why, sizeof c[i].why, "its output differs from stage %d's: %.0f elements past their error "
-                     "bound, max |diff| %.3g", (int)c[ref].stage, nbad[i][ref], worst[i][ref]);
-    }
-    return LOOM_OK;
-}
-
-/* Every candidate stage's kernels compiled at once (loom_prepare_many), before the stages
- * are prepared one by one (which then find them in memory): the compiles overlap instead
- * of adding up.  Stage 0 with its GEMM left to the tuner is left out: the tuner compiles
- * its candidates in parallel itself.  A failure here is not reported: the stage's own
- * prepare meets it again and says so. */
-static void auto_precompile(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config *cfg,
-                            bool tuned)
-{
-    if (!loom_runtime_is_gpu(rt))
-        return;
-    ik_stage runs[AUTO_N];
-    loom_kernel *ks[AUTO_N * IK_MAX_STEPS];
-    int n = 0;
-    memset(runs, 0, sizeof runs);
-    for (int i = 0; i < AUTO_N; i++) {
-        char err[300];
-        if ((tuned && auto_stages[i] == LOOM_IKBO_MATERIALIZED) ||
-            ik_stage_make(s, auto_stages[i], cfg, NULL, &runs[i], err, sizeof err) != LOOM_OK)
-            continue;
-        for (int j = 0; j < runs[i].nsteps; j++)
-            ks[n++] = runs[i].step[j].k;
-    }
-    (void)loom_prepare_many(rt, ks, n, 0);
-    for (int i = 0; i < AUTO_N; i++)
-        ik_stage_free(&runs[i]);
-}
-
-/* The ratio of the second fastest candidate still in to the fastest (0: fewer than two). */
-static double auto_margin(const auto_cand *c)
-{
-    double a = 0, b = 0;
-    for (int i = 0; i < AUTO_N; i++) {
-        if (c[i].why[0] || !(c[i].ms > 0))
-            continue;
-        if (!a || c[i].ms < a)
-            b = a, a = c[i].ms;
-        else if (!b || c[i].ms < b)
-            b = c[i].ms;
-    }
-    return a > 0 && b > 0 ? b / a : 0;
-}
-
-/* Time the candidates still in, side by side: rounds of one loom_time_work each in turn,
- * each one's time the median of its rounds'; AUTO_ROUNDS of them, and more (up to
- * AUTO_ROUNDS_MAX) while the two fastest are within AUTO_CLOSE.  *rounds gets the count. */
-static void auto_time(loom_runtime *rt, const auto_inputs *in, loom_buffer *out, auto_cand *c, int *rounds)
-{
-    double ms[AUTO_N][AUTO_ROUNDS_MAX];
-    int r = 0;
-    for (; r < AUTO_ROUNDS_MAX; r++) {
-        if (r >= AUTO_ROUNDS) {
-            double m = auto_margin(c);
-            if (!m || m > 1 + AUTO_CLOSE)
-                break;
-        }
-        for (int i = 0; i < AUTO_N; i++) {
-            if (c[i].why[0])
-                continue;
-            auto_work w = {c[i].p, in, out};
-            if (loom_time_work(rt, auto_run_once, &w, r == 0 ? 1 : 0, AUTO_REPS, &ms[i][r]) != LOOM_OK) {
-                snprintf(c[i].why, sizeof c[i].why, "timing failed: %s", loom_runtime_error(rt));
-                continue;
-            }
-        }
-        if (r + 1 >= AUTO_ROUNDS)
-            for (int i = 0; i < AUTO_N; i++)
-                if (!c[i].why[0])
-                    c[i].ms = tune_median(ms[i], r + 1);
-    }
-    *rounds = r;
-}
-
-static loom_status auto_timed(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
-                              const void *wu, const void *wc, const loom_ikbo_lce_config *cfg, bool tuned,
-                              const auto_cache *cache, const char *note, loom_ikbo_lce **out)
-{
-    double t0 = util_now_ms();
-    auto_cand c[AUTO_N];
-    memset(c, 0, sizeof c);
-    auto_inputs in;
-    loom_status st = inputs_make(rt, s, hs, &in);
-    if (st != LOOM_OK) {
-        inputs_free(&in);
-        return tpl_fail(rt, st, "loom_ikbo_lce_prepare: auto: making inputs to time the stages: %s",
-                        loom_runtime_error(rt));
-    }
-    size_t nout = (size_t)(hs->B * hs->M * hs->N) * loom_dtype_size(hs->dtype);
-    auto_precompile(rt, s, cfg, tuned);
-    for (int i = 0; i < AUTO_N; i++) { /* build each, run it once into its own output */
-        c[i].stage = auto_stages[i];
-        loom_status cs = prepare_stage(rt, s, c[i].stage, wu, wc, cfg, tuned, &c[i].p);
-        if (cs == LOOM_OK && !(c[i].out = tpl_zeroed_buffer(rt, nout, &cs)))
-            cs = tpl_fail(rt, cs, "loom_ikbo_lce_prepare: its output: %s", loom_runtime_error(rt));
-        if (cs == LOOM_OK && (cs = loom_buffer_fill(c[i].out, 0xff)) == LOOM_OK) {
-            auto_work w = {c[i].p, &in, c[i].out};
-            cs = auto_run_once(&w);
-        }
-        if (cs != LOOM_OK) {
-            why_from(rt, c[i].why, sizeof c[i].why);
-            if (!c[i].why[0]) /* (never empty: an empty reason would keep it in) */
-                snprintf(c[i].why, sizeof c[i].why, "status %d", (int)cs);
-        }
-    }
-    int best = -1, rounds = 0;
-    if ((st = auto_check(rt, hs, wu, wc, &in, c)) == LOOM_OK) {
-        loom_buffer *o = NULL;
-        for (int i = 0; i < AUTO_N; i++) /* one output for the timed runs; the others go */
-            if (!c[i].why[0] && !o)
-                o = c[i].out, c[i].out = NULL;
-        for (int i = 0; i < AUTO_N; i++) {
-            loom_buffer_destroy(c[i].out);
-            c[i].out = NULL;
-        }
-        auto_time(rt, &in, o, c, &rounds);
-        loom_buffer_destroy(o);
-        for (int i = 0; i < AUTO_N; i++)
-            if (!c[i].why[0] && (best < 0 || c[i].ms < c[best].ms))
-                best = i;
-        if (best < 0) {
-            char list[1200] = "";
-            size_t n = 0;
-            for (int i = 0; i < AUTO_N && n < sizeof list; i++)
-                n += (size_t)snprintf(list + n, sizeof list - n, "; stage %d: %s", (int)c[i].stage, c[i].why);
-            st = tpl_fail(rt, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: auto: no stage ran at this shape%s", list);
-        }
-    }
-    for (int i = 0; i < AUTO_N; i++) {
-        loom_buffer_destroy(c[i].out);
-        if (i != best)
-            loom_ikbo_lce_destroy(c[i].p);
-    }
-    inputs_free(&in);
-    if (best < 0)
-        return st;
-    loom_ikbo_lce *p = c[best].p;
-    desc_add(p, "; auto (timed):");
-    for (int i = 0; i < AUTO_N; i++) {
-        if (c[i].why[0])
-            desc_add(p, "%s stage %d dropped (%s)", i ? "," : "", (int)c[i].stage, c[i].why);
-        else
-            desc_add(p, "%s stage %d %.3f ms%s", i ? "," : "", (int)c[i].stage, c[i].ms, i == best ? " (picked)" : "");
-    }
-    double margin = auto_margin(c);
-    if (margin > 0)
-        desc_add(p, "; margin %.1f%% to the next fastest, %d interleaved rounds of %d runs", 100 * (margin - 1), rounds,
-                 AUTO_REPS);
-    desc_add(p, "; %s", auto_skip1);
-    if (note[0])
-        desc_add(p, "; %s", note);
-    cache_store(cache, c, best, util_now_ms() - t0, p);
-    *out = p;
-    return LOOM_OK;
-}
-
-static loom_status auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
-                                const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
-                                loom_ikbo_lce **out)
-{
-    if (!util_env_switch("LOOM_IKBO_AUTO", true))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_IKBO_AUTO=0", out);
-    if (!loom_runtime_is_gpu(rt))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "no GPU", out);
-    auto_cache cache;
-    cache_open(rt, s, tuned ? NULL : cfg, &cache);
-    char note[512] = "";
-    if (cache.on && !util_env_on("LOOM_TUNE_FORCE") &&
-        cache_pick(rt, &cache, s, w_user, w_cand, cfg, tuned, out, note, sizeof note))
-        return LOOM_OK;
-    if (!util_env_switch("LOOM_TUNE", true))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_TUNE=0 and no pick cached", out);
-    return auto_timed(rt, s, hs, w_user, w_cand, cfg, tuned, &cache, note, out);
 }
