@@ -40,6 +40,7 @@
  * own, shared between its files).
  */
 #include "gen.h"
+#include "../pipe/autows.h" /* pipe_autows_on: a persistent kernel takes the grid */
 #include "../runtime/gpu.h" /* rt_ptxas_compile */
 
 #include <ctype.h>
@@ -115,6 +116,7 @@ int gen_kern_add(gen *g, loom_kernel *k, const char *what)
     snprintf(nk.name, sizeof nk.name, "%s", loom_kernel_name(k));
     snprintf(nk.what, sizeof nk.what, "%s", what);
     nk.threads = (unsigned)loom_kernel_num_warps(k) * 32u;
+    nk.persistent = pipe_autows_on(k);
     nk.nargs = loom_kernel_num_args(k);
     for (int i = 0; i < nk.nargs; i++) {
         loom_arg_info ai;

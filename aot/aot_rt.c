@@ -59,6 +59,7 @@ enum {
     AOT_CUDA_ERROR_NOT_READY = 600,
     AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    AOT_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     AOT_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 };
 
@@ -100,6 +101,7 @@ static pthread_mutex_t aot_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int aot_driver_state; /* 0: not tried, 1: loaded, -1: failed */
 static aot_CUcontext aot_ctx;       /* the context the modules were loaded in */
 static int aot_cc;                  /* its device's compute capability, major * 10 + minor */
+static int aot_sms;                 /* and its SMs (a persistent kernel's CTAs) */
 
 static _Thread_local char aot_err[1024];
 
@@ -258,6 +260,10 @@ typedef struct aot_kernel {
      * must give between 1 and the maximum, a multiple of the multiple), {0, 0} for the
      * others; NULL: the kernel has no run-time dims */
     const int64_t (*dims)[2];
+    /* 1: a kernel of loom's automatic warp specialization (loom_kernel_set_autows): the
+     * launch's grid follows the arguments as three int32_t, and one CTA an SM takes its
+     * programs in turn */
+    int persistent;
 } aot_kernel;
 
 /* What loading and launching a kernel keeps. */
@@ -285,8 +291,10 @@ static int aot_load_locked(const aot_kernel *k, aot_kstate *s)
             r = aot_cu.cuDeviceGetAttribute(&major, AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
         if (r == AOT_CUDA_SUCCESS)
             r = aot_cu.cuDeviceGetAttribute(&minor, AOT_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+        if (r == AOT_CUDA_SUCCESS)
+            r = aot_cu.cuDeviceGetAttribute(&aot_sms, AOT_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
         if (r != AOT_CUDA_SUCCESS)
-            return aot_cuda_fail(r, "the GPU's compute capability");
+            return aot_cuda_fail(r, "the GPU's compute capability and SM count");
         aot_ctx = cur;
         aot_cc = major * 10 + minor;
     } else if (cur != aot_ctx) {
@@ -435,10 +443,21 @@ static int aot_launch(const char *fn_name, const aot_kernel *k, aot_kstate *s, c
     int st = aot_function(k, s, &fn);
     if (st != AOT_OK)
         return st;
-    void *params[AOT_MAX_ARGS + AOT_MAX_TMA];
+    void *params[AOT_MAX_ARGS + 3 + AOT_MAX_TMA];
     aot_tmap descs[AOT_MAX_TMA];
     for (int i = 0; i < k->nargs; i++)
         params[i] = args[i];
+    int32_t vgrid[3] = {(int32_t)grid[0], (int32_t)grid[1], (int32_t)grid[2]};
+    unsigned g[3] = {grid[0], grid[1], grid[2]};
+    int extra = 0;
+    if (k->persistent) { /* the grid as given after the arguments; at most one CTA an SM */
+        uint64_t n = (uint64_t)grid[0] * grid[1] * grid[2];
+        for (int i = 0; i < 3; i++)
+            params[k->nargs + i] = &vgrid[i];
+        extra = 3;
+        g[0] = (unsigned)(n < (uint64_t)(aot_sms > 0 ? aot_sms : 1) ? n : (uint64_t)(aot_sms > 0 ? aot_sms : 1));
+        g[1] = g[2] = 1;
+    }
     for (int t = 0; t < k->ntma; t++) {
         const aot_tma *m = &k->tma[t];
         uint64_t dims[5] = {0};
@@ -446,9 +465,9 @@ static int aot_launch(const char *fn_name, const aot_kernel *k, aot_kstate *s, c
             dims[d] = m->dim_arg[d] >= 0 ? (uint64_t)*(const int32_t *)args[m->dim_arg[d]] : m->dims[d];
         if ((st = aot_tma_desc(k, s, t, *(const CUdeviceptr *)args[m->arg], dims, &descs[t])) != AOT_OK)
             return st;
-        params[k->nargs + t] = &descs[t];
+        params[k->nargs + extra + t] = &descs[t];
     }
-    aot_launch_config cfg = {grid[0], grid[1], grid[2], k->threads, 1, 1, k->smem, stream, NULL, 0};
+    aot_launch_config cfg = {g[0], g[1], g[2], k->threads, 1, 1, k->smem, stream, NULL, 0};
     aot_CUresult r = aot_cu.cuLaunchKernelEx(&cfg, fn, params, NULL);
     if (r != AOT_CUDA_SUCCESS) {
         char what[300];

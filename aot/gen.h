@@ -42,6 +42,7 @@ typedef struct kern {
     bool is_dim[LOOM_MAX_ARGS];                   /* a run-time dim (loom_arg_dim) */
     int64_t dim_max[LOOM_MAX_ARGS], dim_multiple[LOOM_MAX_ARGS];
     int ndims;
+    int persistent; /* automatic warp specialization: the launch passes the grid (aot_rt.c) */
 } kern;
 
 enum { ARG_PTR, ARG_I32, ARG_I64, ARG_F32 }; /* aot_rt.c's AOT_ARG_* */

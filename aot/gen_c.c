@@ -120,7 +120,7 @@ void gen_put_kernels(gen *g, FILE *f)
         }
     }
     fprintf(f, "\n/* {PTX entry, images, threads a CTA, dynamic shared memory, arguments, TMA descriptors, "
-               "run-time dims} */\n"
+               "run-time dims, persistent} */\n"
                "static const aot_kernel aot_kernels[%d] = {\n", g->nk);
     for (int i = 0; i < g->nk; i++) {
         const kern *k = &g->k[i];
@@ -131,9 +131,9 @@ void gen_put_kernels(gen *g, FILE *f)
         else
             fprintf(f, "NULL, ");
         if (k->ndims)
-            fprintf(f, "aot_k%d_dims},\n", i);
+            fprintf(f, "aot_k%d_dims, %d},\n", i, k->persistent);
         else
-            fprintf(f, "NULL},\n");
+            fprintf(f, "NULL, %d},\n", k->persistent);
     }
     fprintf(f, "};\nstatic aot_kstate aot_states[%d];\n", g->nk);
 }
