@@ -232,6 +232,7 @@ typedef struct fa_run {
     loom_kernel *k;
     int grid[3];
     loom_buffer *q, *kb, *vb, *map, *out;
+    loom_buffer *units; /* plain_ikbo_attention_units' plan (NULL: the kernel a candidate) */
 } fa_run;
 
 static loom_status run_fa_template(void *p)
@@ -243,8 +244,8 @@ static loom_status run_fa_template(void *p)
 static loom_status run_fa_plain(void *p)
 {
     fa_run *x = p;
-    loom_arg a[5] = {LOOM_ARG_BUF(x->q), LOOM_ARG_BUF(x->kb), LOOM_ARG_BUF(x->vb), LOOM_ARG_BUF(x->map),
-                     LOOM_ARG_BUF(x->out)};
+    loom_arg a[5] = {LOOM_ARG_BUF(x->q), LOOM_ARG_BUF(x->kb), LOOM_ARG_BUF(x->vb),
+                     LOOM_ARG_BUF(x->units ? x->units : x->map), LOOM_ARG_BUF(x->out)};
     return loom_launch(x->rt, x->k, x->grid, a, 5);
 }
 
@@ -282,18 +283,37 @@ static void bench_fa(loom_runtime *rt, nvref_gemm *ref, fa_ref *indep, int64_t S
     printf("fa B=%lld U=%lld S=%lld H=%lld D=%lld n_seed=%lld f16: ikbo_fa [%s] check %s\n", (long long)s.B,
            (long long)s.U, (long long)s.S, (long long)s.H, (long long)s.D, (long long)s.n_seed,
            loom_ikbo_fa_describe(x.tpl), bad ? "FAIL" : "ok");
-    static const plain_cfg cfgs[] = {{64, 128, 64, 1, 2, 0, 0}, {64, 128, 64, 2, 2, 0, 1}, {64, 128, 64, 2, 3, 0, 1},
-                                     {64, 64, 64, 2, 4, 0, 1}};
+    /* the plan of plain_ikbo_attention_units: runs of consecutive candidates of one user,
+     * two candidates (128 rows) a unit */
+    int32_t *plan = malloc((size_t)s.B * 3 * 4);
+    int64_t P = 0;
+    for (int64_t b = 0; b < s.B;) {
+        int64_t n = b + 1 < s.B && map[b + 1] == map[b] ? 2 : 1;
+        plan[3 * P] = map[b], plan[3 * P + 1] = (int32_t)(b * s.n_seed), plan[3 * P + 2] = (int32_t)(n * s.n_seed);
+        P++, b += n;
+    }
+    x.units = buffer(rt, (size_t)P * 3 * 4);
+    loom_buffer_upload(x.units, plan, (size_t)P * 3 * 4);
+    static const struct {
+        plain_cfg c;
+        int units;
+    } cfgs[] = {{{64, 128, 64, 1, 2, 0, 0}, 0},  {{64, 128, 64, 2, 2, 0, 1}, 0},  {{128, 128, 64, 2, 2, 0, 0}, 1},
+                {{128, 64, 64, 2, 3, 0, 0}, 1},  {{128, 128, 64, 2, 3, 0, 0}, 1}, {{128, 64, 64, 2, 4, 0, 0}, 1}};
     double best = 0;
+    loom_buffer *units = x.units;
     for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
-        x.k = plain_ikbo_attention(s.B, s.U, s.S, s.H, s.D, s.n_seed, LOOM_F16, &cfgs[i]);
-        x.grid[0] = (int)s.B, x.grid[1] = (int)s.H, x.grid[2] = 1;
+        const plain_cfg *c = &cfgs[i].c;
+        x.units = cfgs[i].units ? units : NULL;
+        x.k = x.units ? plain_ikbo_attention_units(s.B, s.U, s.S, s.H, s.D, s.n_seed, P, LOOM_F16, c)
+                      : plain_ikbo_attention(s.B, s.U, s.S, s.H, s.D, s.n_seed, LOOM_F16, c);
+        x.grid[0] = (int)(x.units ? P : s.B), x.grid[1] = (int)s.H, x.grid[2] = 1;
         loom_buffer_fill(x.out, 0xff);
         loom_status st = run_fa_plain(&x);
         if (st == LOOM_OK)
             st = loom_runtime_sync(rt, 60000);
         if (st != LOOM_OK || faref_model_check(&m, x.out, &bad, &maxerr, err, sizeof err) != LOOM_OK) {
-            printf("  plain bn=%d stages=%d: FAIL: %s %s\n", cfgs[i].bn, cfgs[i].stages, loom_runtime_error(rt), err);
+            printf("  plain%s bn=%d stages=%d: FAIL: %s %s\n", x.units ? " (units)" : "", c->bn, c->stages,
+                   loom_runtime_error(rt), err);
             failures++;
         } else {
             failures += bad != 0;
@@ -301,8 +321,8 @@ static void bench_fa(loom_runtime *rt, nvref_gemm *ref, fa_ref *indep, int64_t S
             void *const ctx[2] = {&x, &x};
             double ms[2];
             time_rounds(rt, 2, work, ctx, ms);
-            printf("  plain bn=%d stages=%d consumers=%d pingpong=%d: %.1f TF/s; ikbo_fa %.1f TF/s: %.3fx; check %s\n",
-                   cfgs[i].bn, cfgs[i].stages, cfgs[i].consumers, cfgs[i].pingpong, flop / ms[1] * 1e-9, flop / ms[0] * 1e-9, ms[0] / ms[1], bad ? "FAIL" : "ok");
+            printf("  plain%s bm=%d bn=%d stages=%d consumers=%d pingpong=%d: %.1f TF/s; ikbo_fa %.1f TF/s: %.3fx; "
+                   "check %s\n", x.units ? " (units)" : "", c->bm, c->bn, c->stages, c->consumers, c->pingpong, flop / ms[1] * 1e-9, flop / ms[0] * 1e-9, ms[0] / ms[1], bad ? "FAIL" : "ok");
             if (!bad && ms[0] / ms[1] > best)
                 best = ms[0] / ms[1];
         }
@@ -311,10 +331,10 @@ static void bench_fa(loom_runtime *rt, nvref_gemm *ref, fa_ref *indep, int64_t S
     printf("fa S=%lld: the best plain %.3fx of ikbo_fa (target 0.85x)\n\n", (long long)S, best);
     faref_model_close(&m);
     loom_ikbo_fa_destroy(x.tpl);
-    loom_buffer *all[] = {x.q, x.kb, x.vb, x.map, x.out};
+    loom_buffer *all[] = {x.q, x.kb, x.vb, x.map, x.out, units};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         loom_buffer_destroy(all[i]);
-    free(map);
+    free(map), free(plan);
 }
 
 int main(int argc, char **argv)
