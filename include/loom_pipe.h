@@ -2,7 +2,7 @@
  * loom_pipe.h -- the pipeline layer: rings, tile schedulers, roles, ping-pong and
  * epilogues as reusable building blocks for warp-specialized Hopper kernels.
  *
- * The raw Hopper ops of loom.h (section 5b) say everything a kernel does, but a
+ * The raw Hopper ops of loom_hopper.h say everything a kernel does, but a
  * warp-specialized kernel written with them alone re-invents the same protocol each
  * time: ring slots with full/empty mbarriers and phase parities, the producer's inverted
  * wait, named-barrier ids, register budgets, staged TMA-store epilogues.  This layer

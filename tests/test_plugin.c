@@ -1,5 +1,5 @@
 /*
- * test_plugin.c -- a user's templates from a plugin (loom_plugin_load, loom.h section 11)
+ * test_plugin.c -- a user's templates from a plugin (loom_plugin_load, loom_tune.h section 4)
  * and loomc's help.
  *
  * The plugins are built by CMake from tests/plugins/ into test_plugins/ beside this
