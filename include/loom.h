@@ -353,11 +353,19 @@ loom_val loom_name(loom_kernel *k, loom_val v, const char *name);
 
 /* ---------------------------------------------------------------- 5. control flow */
 
+/* The handle of a region op (a for, an if, a task; a wgmma wait): a type of its own, so
+ * that it and a value (loom_val) cannot be passed one for the other.  LOOM_NO_REGION is
+ * none (what a begin whose error is recorded returns); loom_region_is_none tests it. */
+typedef struct loom_region_op {
+    uint32_t id;
+} loom_region_op;
+#define LOOM_NO_REGION ((loom_region_op){0})
+static inline int loom_region_is_none(loom_region_op r) { return r.id == 0; }
+
 /* for (iv = lo; iv < hi; iv += step) with carried values.  lo, hi, step are i32 scalars
  * (step > 0).  Inside the body, loom_for_iv() is the induction variable and
  * loom_for_arg(i) the i-th carried value; loom_for_end() yields the next carried values
  * (same types as the initial ones); after it, loom_for_result(i) is the final value. */
-typedef uint32_t loom_region_op; /* handle of a for or if op; 0 is none */
 #define loom_for_begin(k, lo, hi, step, n, init) \
     loom_for_begin_at(LOOM_HERE, k, lo, hi, step, n, init)
 #define loom_for_end(k, loop, n, yields) loom_for_end_at(LOOM_HERE, k, loop, n, yields)

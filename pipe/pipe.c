@@ -275,7 +275,7 @@ static loom_val claim(loom_src at, loom_kernel *k, const loom_sched *s)
  * counters back to zero (every claim of the launch is made by then: units + P). */
 static void finish_claims(loom_src at, loom_kernel *k, const loom_sched *s)
 {
-    loom_region_op r0 = s->cluster > 1 ? loom_if_begin_at(at, k, claimer(at, k), 0) : 0;
+    loom_region_op r0 = s->cluster > 1 ? loom_if_begin_at(at, k, claimer(at, k), 0) : LOOM_NO_REGION;
     loom_val progs = loom_num_programs_at(at, k, 0);
     if (s->cluster > 1)
         progs = loom_div_at(at, k, progs, CI(s->cluster));
@@ -284,7 +284,7 @@ static void finish_claims(loom_src at, loom_kernel *k, const loom_sched *s)
     count(at, k, s, 0, loom_neg_at(at, k, loom_add_at(at, k, progs, units_of(k, s))));
     count(at, k, s, 1, loom_neg_at(at, k, progs));
     loom_if_end_at(at, k, last, 0, NULL);
-    if (r0)
+    if (!loom_region_is_none(r0))
         loom_if_end_at(at, k, r0, 0, NULL);
 }
 

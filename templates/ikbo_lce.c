@@ -724,7 +724,7 @@ static void write_identity(const ik *g, loom_val who)
     loom_kernel *k = g->k;
     int64_t n = eye_rows(g->s);
     loom_shape sq = LOOM_SHAPE2(n, n);
-    loom_region_op w0 = who ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, who, CI(0)), 0) : 0;
+    loom_region_op w0 = who ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, who, CI(0)), 0) : LOOM_NO_REGION;
     loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 1), sq);
     loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 0), sq);
     loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, g->s->dt, 1), sq),

@@ -335,8 +335,28 @@ Test(verify, if_begun_but_never_ended)
 Test(verify, ending_a_region_that_is_not_open)
 {
     fx f = mk();
-    int L = __LINE__; loom_for_end(f.k, 0, 0, NULL);
+    int L = __LINE__; loom_for_end(f.k, LOOM_NO_REGION, 0, NULL);
     expect_error(f.k, L, "there is no open loop or if to end");
+}
+
+/* A region op's handle is a type of its own: a loom_region_op where a loom_val is expected,
+ * or the other way round, does not compile. */
+_Static_assert(_Generic(LOOM_NO_REGION, loom_val: 0, default: 1), "loom_region_op is not loom_val");
+_Static_assert(_Generic(LOOM_NONE, loom_region_op: 0, default: 1), "loom_val is not loom_region_op");
+
+Test(verify, region_handles_none_and_some)
+{
+    fx f = mk();
+    cr_assert(loom_region_is_none(LOOM_NO_REGION));
+    loom_region_op br = loom_if_begin(f.k, loom_cmp(f.k, LOOM_EQ, f.s, f.z), 0);
+    cr_assert(!loom_region_is_none(br), "a good if's handle is not none");
+    loom_if_end(f.k, br, 0, NULL);
+    /* a begin whose error is recorded (an i32 condition) returns none */
+    loom_region_op bad = loom_if_begin(f.k, f.s, 0);
+    cr_assert(loom_region_is_none(bad));
+    loom_if_end(f.k, bad, 0, NULL);
+    cr_assert_eq(loom_verify(f.k), LOOM_ERR_VERIFY);
+    loom_kernel_destroy(f.k);
 }
 
 Test(verify, regions_must_end_in_order)
