@@ -132,7 +132,8 @@ typedef struct loom_template {
     const struct loom_aot_op *aot;
 } loom_template;
 
-/* ---------------------------------------------------------------- 2. the error model, the registry, checks (docs/checks.md) */
+/* ---------------------------------------------------------------- 2. error model, registry, checks
+ * (docs/checks.md) */
 /* The spacing of dtype dt's values at magnitude |x| (the subnormal spacing below the
  * smallest normal; 0 for integer types, which are exact). */
 double loom_ulp(loom_dtype dt, double x);
