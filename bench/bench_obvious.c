@@ -996,7 +996,7 @@ int main(int argc, char **argv)
         if (rt)
             printf("bench_obvious: no GPU (%s)\n", loom_runtime_error(rt));
         loom_runtime_destroy(rt);
-        rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
         if (!rt) {
             fprintf(stderr, "bench_obvious: out of memory\n");
             return 1;

@@ -33,11 +33,14 @@ extern "C" {
 typedef struct loom_runtime loom_runtime;
 typedef struct loom_buffer loom_buffer;
 
+/* Where a runtime runs kernels.  The targets are named for what runs them (the GPU, the
+ * interpreter); the environment variable LOOM_INTERPRET=1 (docs/env.md) is a request:
+ * interpret, on a runtime created with LOOM_TARGET_AUTO. */
 typedef enum loom_target {
-    LOOM_TARGET_AUTO,      /* the GPU if there is one, else the interpreter; LOOM_INTERPRET=1
-                              forces the interpreter */
-    LOOM_TARGET_INTERPRET, /* the CPU interpreter */
-    LOOM_TARGET_GPU,       /* the GPU, or LOOM_ERR_NO_GPU */
+    LOOM_TARGET_AUTO,        /* the GPU if there is one, else the interpreter; LOOM_INTERPRET=1
+                                forces the interpreter */
+    LOOM_TARGET_INTERPRETER, /* the CPU interpreter */
+    LOOM_TARGET_GPU,         /* the GPU, or LOOM_ERR_NO_GPU */
 } loom_target;
 
 /* Create a runtime.  Returns NULL only when out of memory; otherwise check

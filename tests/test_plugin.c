@@ -346,7 +346,7 @@ Test(plugin, round_trip, .timeout = 120)
     /* loomc's parameters, a check on the interpreter, PTX */
     int64_t shape[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
     cr_assert_eq(loomc_template_params(t, "N=1000", "BLOCK=128", shape, config, err, sizeof err), 0, "%s", err);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     cr_expect_eq(loom_template_check(rt, t, shape, config, 1, report, sizeof report), LOOM_OK, "%s", report);
     cr_expect(strstr(report, "tp_scale: ok"), "%s", report);

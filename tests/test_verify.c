@@ -510,7 +510,7 @@ typedef struct launch_fx {
 static launch_fx launch_mk(void)
 {
     launch_fx f;
-    f.rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    f.rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(f.rt);
     f.x = loom_buffer_create(f.rt, 8 * 4);
     f.out = loom_buffer_create(f.rt, 8 * 4);
@@ -584,7 +584,7 @@ Test(launch, scalar_and_buffer_mixups)
 Test(launch, buffer_of_another_runtime)
 {
     launch_fx f = launch_mk();
-    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *b = loom_buffer_create(other, 64);
     loom_arg args[] = {LOOM_ARG_BUF(b), LOOM_ARG_BUF(f.out), LOOM_ARG_F32(1)};
     expect_refused(&f, args, 3, NULL, "argument 0 ('x') is a buffer of another runtime");
@@ -606,7 +606,7 @@ Test(launch, kernel_with_errors_is_refused_without_running)
 {
     /* each broken kernel: a bad op, an unended loop, an unended if, a store to an input */
     for (int c = 0; c < 4; c++) {
-        loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
         loom_kernel *k = loom_kernel_create("broken", 4);
         loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(8), LOOM_IN);
         loom_val z = loom_const_i(k, LOOM_I32, 0);
@@ -635,7 +635,7 @@ Test(launch, kernel_with_errors_is_refused_without_running)
 
 Test(launch, null_arguments_do_not_crash)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_expect_eq(loom_launch(NULL, NULL, NULL, NULL, 0), LOOM_ERR_INVALID);
     cr_expect_eq(loom_launch(rt, NULL, (int[3]){1, 1, 1}, NULL, 0), LOOM_ERR_INVALID);
     loom_kernel *k = scale_kernel();

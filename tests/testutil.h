@@ -195,7 +195,7 @@ static char t_last_error[2048];
 static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int n)
 {
     static const int one[3] = {1, 1, 1};
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt, "loom_runtime_create failed");
     loom_buffer *bufs[LOOM_MAX_ARGS] = {0};
     loom_arg la[LOOM_MAX_ARGS];
