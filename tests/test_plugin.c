@@ -160,6 +160,11 @@ Test(plugin, loomc_cli)
     cr_expect(strstr(out, "loomc: plugin /nonexistent/libmine.so: cannot load it: "), "%s", out);
     cr_expect_eq(run_loomc("show tp_scale", out, sizeof out), 2, "%s", out);
     cr_expect(strstr(out, "unknown kernel 'tp_scale'") && strstr(out, "--plugin LIB.so"), "%s", out);
+    /* show writes a dtype's default by name, as --shape takes it */
+    cr_expect_eq(run_loomc("show gemm", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "\n  dtype           f16  ") && strstr(out, "\n  odtype          f16  ") &&
+                  strstr(out, "\n  M               512  "),
+              "%s", out);
     /* a plugin's template in loomc's commands */
     char args[PATH_MAX + 200];
     snprintf(args, sizeof args, "run tp_scale --plugin %s --shape N=300 --interpret", plugin("ok"));

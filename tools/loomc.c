@@ -521,6 +521,16 @@ static int cmd_tune(const opts *o)
 
 /* `loomc help [CMD]`, `loomc --help`: the page on stdout, exit status 0; an unknown CMD is
  * a usage error. */
+/* A line of `loomc show`: the key, the default written as --shape and --config take it (a
+ * dtype by name, as loom_params_format writes it), the doc. */
+static void show_param(const loom_param *p)
+{
+    char kv[160];
+    loom_params_format(p, 1, &p->def, kv, sizeof kv);
+    const char *v = strchr(kv, '=');
+    printf("  %-10s %8s  %s\n", p->key, v ? v + 1 : kv, p->doc ? p->doc : "");
+}
+
 static int cmd_help(int argc, char **argv)
 {
     if (argc > 3) {
@@ -578,12 +588,10 @@ int main(int argc, char **argv)
             return 2;
         printf("%s: %s\nshape:\n", t->name, t->doc ? t->doc : "");
         for (int i = 0; i < t->nshape; i++)
-            printf("  %-10s %8lld  %s\n", t->shape[i].key, (long long)t->shape[i].def,
-                   t->shape[i].doc ? t->shape[i].doc : "");
+            show_param(&t->shape[i]);
         printf("config:\n");
         for (int i = 0; i < t->nconfig; i++)
-            printf("  %-10s %8lld  %s\n", t->config[i].key, (long long)t->config[i].def,
-                   t->config[i].doc ? t->config[i].doc : "");
+            show_param(&t->config[i]);
         return 0;
     }
     if (!strcmp(cmd, "ir")) {
