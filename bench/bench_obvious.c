@@ -23,7 +23,7 @@
  *   softmax         y = exp(x - max) / sum over rows: one program a row, loom_reduce_max,
  *                   loom_exp, loom_reduce_sum, loom_div (the tail loaded as -inf).
  *
- * Each kernel's cost report (loom_kernel_explain, include/loom_runtime.h section 2) is printed:
+ * Each kernel's cost report (loom_kernel_explain, include/loom_runtime.h section 4) is printed:
  * the GEMM must have no layout conversion (a conversion is reported as a failure, with the
  * report); a row kernel's reduction across warps is "other scratch", printed too.
  *

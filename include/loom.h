@@ -13,12 +13,9 @@
  *
  * The rest of the API, a header an audience, each included at the end of this one:
  *
- *   loom_runtime.h  running kernels: runtimes, buffers, launch, compile, timing, and what
- *                   a kernel costs (layout conversions, shared memory)
- *   loom_hopper.h   the Hopper machinery: shared memory, mbarriers, TMA, clusters, wgmma,
- *                   warp-group tasks, flags, atomics
- *   loom_tune.h     templates (a kernel per shape and config), their checks, the
- *                   autotuner, plugins (a user's templates)
+ *   loom_runtime.h  running kernels: runtimes, buffers, launch, compile, timing, costs
+ *   loom_hopper.h   Hopper: shared memory, mbarriers, TMA, clusters, wgmma, tasks, flags
+ *   loom_tune.h     templates (a kernel per shape and config), checks, tuner, plugins
  *   loom_aot.h      ahead of time: a template's kernels as plain C files (loomc aot)
  *   loom_gemm.h     gemm at any shape, prepared once and run per request
  *
@@ -26,23 +23,18 @@
  * (rings, schedulers, roles, mainloops, epilogues), and loom_ikbo.h, the IKBO operations.
  *
  * Every builder call is a macro that records the caller's __FILE__ and __LINE__, so an
- * error names the line of user code that built the bad op.  A builder call never fails
- * loudly: a mistake is recorded in the kernel and the call returns LOOM_NONE; once the
- * kernel holds an error, every later call that receives LOOM_NONE quietly returns
- * LOOM_NONE too (before that, a LOOM_NONE operand is itself reported).  loom_verify()
- * then reports the first cause of each chain.  A helper of your own that builds ops
- * can pass its caller's location with the `_at` forms: loom_add_at(here, k, a, b).
+ * error names the line of user code that built the bad op (a helper of your own passes
+ * its caller's on with the `_at` forms: loom_add_at(here, k, a, b)).  A mistake is
+ * recorded in the kernel and the call returns LOOM_NONE; once the kernel holds an error,
+ * later calls given LOOM_NONE quietly return it too (before, a LOOM_NONE operand is
+ * itself reported); loom_verify() reports the first cause of each chain.  The library
+ * never exits or aborts the process on a user's error.
  *
- * The library never exits or aborts the process on a user's error.
- *
- * Threads (docs/errors.md, "Threads"; loom_runtime.h for runtimes): a kernel is built
- * (every builder call, loom_name, loom_kernel_set_cluster) by one thread at a time.  Once
- * built, one kernel may be used from several threads at once by the calls that only read
- * it: loom_verify, loom_kernel_errors, loom_print (the text is kept until the kernel
- * changes), loom_compile_ptx, loom_prepare and loom_launch (each thread on its own
- * runtime).  loom_kernel_destroy must come after every other thread is done with it.  A
- * value handle (loom_val) belongs to the kernel that made it: another kernel's is
- * refused, naming the op.
+ * Threads (docs/errors.md, "Threads"; loom_runtime.h for runtimes): a kernel is built by
+ * one thread at a time; once built, the calls that only read it (loom_verify,
+ * loom_kernel_errors, loom_print, loom_compile_ptx, loom_prepare, loom_launch) may run on
+ * several at once, and loom_kernel_destroy comes after them all.  A value handle
+ * (loom_val) belongs to the kernel that made it: another kernel's is refused.
  */
 #ifndef LOOM_H
 #define LOOM_H
@@ -151,17 +143,11 @@ loom_val loom_arg_tensor_at(loom_src at, loom_kernel *k, const char *name, loom_
 #define loom_arg_scalar(k, name, dtype) loom_arg_scalar_at(LOOM_HERE, k, name, dtype)
 loom_val loom_arg_scalar_at(loom_src at, loom_kernel *k, const char *name, loom_dtype dt);
 
-/* A run-time dimension: an i32 scalar argument whose value, given at each launch, is a
- * tensor dimension (a batch's candidates B, its users U, a row count), so one compiled
- * kernel serves every value.  Put it in a tensor argument's shape as LOOM_DIM(d) and use
- * d as any i32 scalar (loop bounds, masks, program-id arithmetic); the host computes the
- * grid from it.  A launch refuses a value outside [1, max] or not a multiple of
- * `multiple` (a hint the code generator may use: with multiple = 8, a row of 8 f16
- * elements stays one 16-byte access).  max (up to 2^31 - 1) sizes nothing in the code:
- * kernels that differ only in max compile to one module.  With row-major strides (no
- * strides given) only dim 0 may be run-time; with given strides any dim may (the strides
- * are static).  Accesses past the launch's value of a dim are masked or reported exactly
- * as past a static dim.  docs/dsl.md, "Run-time dimensions". */
+/* A run-time dimension: an i32 scalar argument whose value, given at each launch (1 to
+ * max, up to 2^31 - 1; a multiple of `multiple`, a hint the code generator may use), is
+ * a tensor dimension, so one compiled kernel serves every value.  Put it in a tensor
+ * argument's shape as LOOM_DIM(d) and use d as any i32 scalar.  With row-major strides
+ * only dim 0 may be run-time.  docs/dsl.md, "Run-time dimensions", has the rules. */
 #define loom_arg_dim(k, name, max, multiple) loom_arg_dim_at(LOOM_HERE, k, name, max, multiple)
 loom_val loom_arg_dim_at(loom_src at, loom_kernel *k, const char *name, int64_t max, int64_t multiple);
 /* A run-time dim d (loom_arg_dim's value) as a tensor argument's dimension. */

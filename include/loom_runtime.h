@@ -3,8 +3,10 @@
  * (its own, a template's) on the GPU or on the CPU interpreter.  Included by loom.h.
  * Sections:
  *
- *   1. runtimes, buffers, launch, compile, timing    (runtime/)
- *   2. what a kernel costs: layout conversions and shared memory, line by line
+ *   1. runtimes and buffers                          (runtime/)
+ *   2. launch, on the runtime's stream or yours
+ *   3. compile (prepare, PTX) and time
+ *   4. what a kernel costs: layout conversions and shared memory, line by line
  *                                                    (codegen/explain.c)
  *
  * Threads (docs/errors.md, "Threads"; loom.h for kernels): a runtime, and its buffers,
@@ -28,7 +30,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-/* ---------------------------------------------------------------- 1. runtimes, buffers, launch */
+/* ---------------------------------------------------------------- 1. runtimes, buffers */
 
 typedef struct loom_runtime loom_runtime;
 typedef struct loom_buffer loom_buffer;
@@ -67,6 +69,8 @@ loom_status loom_buffer_upload(loom_buffer *b, const void *src, size_t bytes);
 loom_status loom_buffer_download(const loom_buffer *b, void *dst, size_t bytes);
 /* Fill every byte with `byte` (used to poison outputs). */
 loom_status loom_buffer_fill(loom_buffer *b, unsigned char byte);
+
+/* ---------------------------------------------------------------- 2. launch */
 
 /* One launch argument, in the kernel's argument order. */
 typedef struct loom_arg {
@@ -121,6 +125,8 @@ void loom_stats_get(loom_stats *out);
  * launch has finished when it returns: LOOM_OK at once. */
 loom_status loom_runtime_sync(loom_runtime *rt, int timeout_ms);
 
+/* ---------------------------------------------------------------- 3. compile, time */
+
 /* Compile and load k for the runtime's device without launching it (the module cache in
  * memory, then on disk, is consulted first).  On the interpreter this only verifies. */
 typedef struct loom_compile_info {
@@ -157,7 +163,7 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
                              char *err, size_t errlen);
 
 
-/* ---------------------------------------------------------------- 2. what a kernel costs
+/* ---------------------------------------------------------------- 4. what a kernel costs
  *
  * The code generator gives every register tile a layout (which thread holds which
  * element); where two ops want a tile in different layouts, it converts the tile through

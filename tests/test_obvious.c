@@ -8,7 +8,7 @@
  * by a loop (the reduction idiom of docs/dsl.md, online softmax); a residual add; an
  * activation epilogue.  Each is checked twice:
  *   1. on the interpreter, against a reference computed here;
- *   2. compiled, through loom_kernel_explain (include/loom_runtime.h, section 2): no layout
+ *   2. compiled, through loom_kernel_explain (include/loom_runtime.h, section 4): no layout
  *      conversion and no other use of shared-memory scratch, the bar.sync count in the
  *      PTX, no f64 arithmetic in the PTX, and ptxas without spills.
  * Then the explain API's report for a form that still needs a conversion (it names the
