@@ -35,7 +35,7 @@
  * which knows the kernel and hands out its named barriers; every other call builds ops
  * into the kernel, or reads it, and takes loom_kernel *k, as loom.h's builder calls do.
  * Accessors of a piece's own fields (loom_sched_unit, loom_sched_arg,
- * loom_sched_set_count) take the piece alone.
+ * loom_sched_set_count) take the piece alone; loom_pipe_create(k) makes the context.
  *
  * Prefixes: loom_pipe_, loom_ring_, loom_sched_, loom_sync_, loom_turns_, loom_pingpong_,
  * loom_mainloop_, loom_tile_, loom_epilogue_.  Every function here is in libloom (pipe/).
