@@ -262,7 +262,7 @@ print:
 static int interpreter_run(void)
 {
     const fa_case cases[] = {{5, 2, 50, 3, 64, 3, 1, 1, 0}, {4, 3, 200, 1, 64, 64, 0, 0, 0}};
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const fa_case *c = &cases[i];

@@ -326,7 +326,7 @@ static int interpreter_run(const char *ptx_dir)
 {
     static const lce_shape s = {24, 5, 77, 64, 37, 229}; /* 4 candidate k steps */
     static const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6, 0, 0, 1};
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     size_t e = 2, nout = (size_t)(s.B * s.M * s.N);
     uint64_t seed = 99;
     uint16_t *wu = malloc((size_t)(s.M * s.Ku) * e), *wc = malloc((size_t)(s.M * s.Kc) * e);

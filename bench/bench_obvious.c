@@ -23,7 +23,7 @@
  *   softmax         y = exp(x - max) / sum over rows: one program a row, loom_reduce_max,
  *                   loom_exp, loom_reduce_sum, loom_div (the tail loaded as -inf).
  *
- * Each kernel's cost report (loom_kernel_explain, include/loom.h section 6b) is printed:
+ * Each kernel's cost report (loom_kernel_explain, include/loom_runtime.h section 4) is printed:
  * the GEMM must have no layout conversion (a conversion is reported as a failure, with the
  * report); a row kernel's reduction across warps is "other scratch", printed too.
  *
@@ -151,9 +151,9 @@ static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *
     /* a ring of A [BM, BK] and B [BK, BN] tiles, released by the one consumer task */
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(c->bm, c->bk), 1, c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128},
                                {LOOM_F16, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
-    loom_ring ring = loom_ring_create(k, c->stages, 1, 2, tiles);
+    loom_ring ring = loom_ring_create(&p, c->stages, 1, 2, tiles);
     int64_t tm = cdiv(M, c->bm), tn = cdiv(N, c->bn), nk = cdiv(K, c->bk);
-    loom_sched sched = loom_sched_static(k, tm * tn, 1);
+    loom_sched sched = loom_sched_static(&p, tm * tn, 1);
     loom_shape tile = LOOM_SHAPE2(c->bm, c->bn);
     loom_epilogue epi = loom_epilogue_create(&p, c->tmastore ? LOOM_EPI_STAGED : LOOM_EPI_REGISTERS, C, LOOM_F16, tile,
                                              1, 32 * c->cwarps);
@@ -162,10 +162,10 @@ static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *
     /* the producer: for each tile, for each k step, the slot's A and B */
     loom_region_op pt = loom_producer_begin(k);
     {
-        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+        loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
         loom_val b, tr, tc;
-        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, c->group, &b, &tr, &tc);
-        loom_val m0 = loom_mul(k, tr, CI(c->bm)), n0 = loom_mul(k, tc, CI(c->bn)), it0 = loom_for_arg(k, tl, 0);
+        loom_sched_grouped(k, loom_sched_unit(&tl), tm, tn, c->group, &b, &tr, &tc);
+        loom_val m0 = loom_mul(k, tr, CI(c->bm)), n0 = loom_mul(k, tc, CI(c->bn)), it0 = loom_sched_arg(&tl, 0);
         loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 0, NULL);
         {
             loom_val kk = loom_for_iv(k, kl), k0 = loom_mul(k, kk, CI(c->bk));
@@ -175,17 +175,17 @@ static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *
         }
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, CI(nk));
-        loom_for_end(k, tl, 1, &next);
+        loom_sched_end(k, &tl, &next);
     }
     loom_task_end(k, pt);
 
     /* the consumers: the mainloop, then the epilogue */
     loom_region_op ct = loom_consumers_begin(k, c->cwarps, 1);
     {
-        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+        loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_CONSUMER, LOOM_NONE, 1, &zero);
         loom_val b, tr, tc;
-        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, c->group, &b, &tr, &tc);
-        loom_val m0 = loom_mul(k, tr, CI(c->bm)), n0 = loom_mul(k, tc, CI(c->bn)), it0 = loom_for_arg(k, tl, 0);
+        loom_sched_grouped(k, loom_sched_unit(&tl), tm, tn, c->group, &b, &tr, &tc);
+        loom_val m0 = loom_mul(k, tr, CI(c->bm)), n0 = loom_mul(k, tc, CI(c->bn)), it0 = loom_sched_arg(&tl, 0);
         loom_val acc0 = loom_splat(k, CF(0.0), tile);
         loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc0);
         {
@@ -213,7 +213,7 @@ static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *
         loom_val y = loom_cast(k, variant == BIAS_ONLY ? x : gelu_tanh(k, x), LOOM_F16);
         loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), y, LOOM_NONE);
         loom_val next = loom_add(k, it0, CI(nk));
-        loom_for_end(k, tl, 1, &next);
+        loom_sched_end(k, &tl, &next);
         loom_epilogue_finish(k, &epi);
     }
     loom_task_end(k, ct);
@@ -996,7 +996,7 @@ int main(int argc, char **argv)
         if (rt)
             printf("bench_obvious: no GPU (%s)\n", loom_runtime_error(rt));
         loom_runtime_destroy(rt);
-        rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
         if (!rt) {
             fprintf(stderr, "bench_obvious: out of memory\n");
             return 1;

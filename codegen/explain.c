@@ -6,7 +6,7 @@
  * loom says so with the user's line and the cost.  Three readers:
  *
  *   - LOOM_EXPLAIN=1 prints the report to stderr at every compile (codegen/pipeline.c);
- *   - loom_kernel_explain (include/loom.h, section 6b) hands each use to a callback as a
+ *   - loom_kernel_explain (include/loom_runtime.h, section 4) hands each use to a callback as a
  *     loom_cost and the whole report as text, for tests and tools;
  *   - the refusal of a kernel that needs more shared memory than the GPU has lists the
  *     same lines, so the message says what to shrink.

@@ -26,6 +26,9 @@ bool ir_visible(loom_kernel *k, uint32_t v, uint32_t b)
     return false;
 }
 
+/* A region op's handle: its op index (0: none). */
+static loom_region_op region(uint32_t o) { return (loom_region_op){o}; }
+
 static uint32_t cur_block(loom_kernel *k) { return k->nopen ? k->open[k->nopen - 1] : 0; }
 
 /* Check operand handles (the API's, ir.h: made plain indices here); create the op.  0
@@ -424,10 +427,10 @@ loom_region_op loom_for_begin_at(loom_src at, loom_kernel *k, loom_val lo, loom_
                                  loom_val step, int n, const loom_val *init)
 {
     if (!k)
-        return 0;
+        return LOOM_NO_REGION;
     if (n < 0 || n > 60 || (n > 0 && !init)) {
         ir_error(k, at, "for", "bad carried-value count %d (0..60, with init values)", n);
-        return 0;
+        return LOOM_NO_REGION;
     }
     loom_val ops[64];
     ops[0] = lo;
@@ -441,7 +444,7 @@ loom_region_op loom_for_begin_at(loom_src at, loom_kernel *k, loom_val lo, loom_
          * matching loom_for_end pops it */
         uint32_t b = ir_block_new(k, 0);
         push_block(k, at, b);
-        return 0;
+        return LOOM_NO_REGION;
     }
     ir_type out[64];
     int nout = 0;
@@ -458,23 +461,25 @@ loom_region_op loom_for_begin_at(loom_src at, loom_kernel *k, loom_val lo, loom_
     push_block(k, at, body);
     if (!ok) {
         ir_opp(k, o)->iattr[1] = 1; /* broken: its results stay LOOM_NONE */
-        return 0;
+        return LOOM_NO_REGION;
     }
-    return o;
+    return region(o);
 }
 
 loom_val loom_for_iv(loom_kernel *k, loom_region_op loop)
 {
-    if (!k || !loop || loop >= k->nops || k->ops[loop].kind != IR_FOR)
+    uint32_t o = loop.id;
+    if (!k || !o || o >= k->nops || k->ops[o].kind != IR_FOR)
         return LOOM_NONE;
-    return ir_handle(k, k->blocks[k->ops[loop].reg[0]].args[0]);
+    return ir_handle(k, k->blocks[k->ops[o].reg[0]].args[0]);
 }
 
 loom_val loom_for_arg(loom_kernel *k, loom_region_op loop, int i)
 {
-    if (!k || !loop || loop >= k->nops || k->ops[loop].kind != IR_FOR)
+    uint32_t o = loop.id;
+    if (!k || !o || o >= k->nops || k->ops[o].kind != IR_FOR)
         return LOOM_NONE;
-    ir_block *b = &k->blocks[k->ops[loop].reg[0]];
+    ir_block *b = &k->blocks[k->ops[o].reg[0]];
     if (i < 0 || (uint32_t)i + 1 >= b->nargs)
         return LOOM_NONE;
     return ir_handle(k, b->args[1 + i]);
@@ -518,30 +523,32 @@ void loom_for_end_at(loom_src at, loom_kernel *k, loom_region_op loop, int n, co
 {
     if (!k)
         return;
-    if (loop && (loop >= k->nops || k->ops[loop].kind != IR_FOR)) {
-        ir_error(k, at, "for", "loom_for_end: handle %u is not a for loop", loop);
+    uint32_t o = loop.id;
+    if (o && (o >= k->nops || k->ops[o].kind != IR_FOR)) {
+        ir_error(k, at, "for", "loom_for_end: handle %u is not a for loop", o);
         return;
     }
-    close_region(k, at, loop, 0, n, ys, "for");
+    close_region(k, at, o, 0, n, ys, "for");
 }
 
 loom_val loom_for_result(loom_kernel *k, loom_region_op loop, int i)
 {
-    if (!k || !loop || loop >= k->nops || k->ops[loop].kind != IR_FOR)
+    uint32_t o = loop.id;
+    if (!k || !o || o >= k->nops || k->ops[o].kind != IR_FOR)
         return LOOM_NONE;
-    if (i < 0 || i >= k->ops[loop].nres)
+    if (i < 0 || i >= k->ops[o].nres)
         return LOOM_NONE;
-    return ir_handle(k, k->ops[loop].res[i]);
+    return ir_handle(k, k->ops[o].res[i]);
 }
 
 loom_region_op loom_if_begin_at(loom_src at, loom_kernel *k, loom_val cond, int n_results)
 {
     if (!k)
-        return 0;
+        return LOOM_NO_REGION;
     uint32_t o = begin(k, at, IR_IF, &cond, 1);
     if (!o) {
         push_block(k, at, ir_block_new(k, 0));
-        return 0;
+        return LOOM_NO_REGION;
     }
     ir_opp(k, o)->iattr[0] = n_results;
     ir_type out[1];
@@ -554,15 +561,16 @@ loom_region_op loom_if_begin_at(loom_src at, loom_kernel *k, loom_val cond, int 
     if (!ok || n_results < 0 || n_results > 60) {
         if (ok)
             ir_error(k, at, "if", "bad result count %d", n_results);
-        return 0;
+        return LOOM_NO_REGION;
     }
-    return o;
+    return region(o);
 }
 
-void loom_else_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const loom_val *ys)
+void loom_else_at(loom_src at, loom_kernel *k, loom_region_op ifop, int n, const loom_val *ys)
 {
     if (!k)
         return;
+    uint32_t o = ifop.id;
     if (o && (o >= k->nops || k->ops[o].kind != IR_IF || k->ops[o].reg[1])) {
         ir_error(k, at, "if", "loom_else: handle %u is not an if whose then-branch is open", o);
         return;
@@ -601,10 +609,11 @@ void loom_else_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const lo
     }
 }
 
-void loom_if_end_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const loom_val *ys)
+void loom_if_end_at(loom_src at, loom_kernel *k, loom_region_op ifop, int n, const loom_val *ys)
 {
     if (!k)
         return;
+    uint32_t o = ifop.id;
     if (o && (o >= k->nops || k->ops[o].kind != IR_IF)) {
         ir_error(k, at, "if", "loom_if_end: handle %u is not an if", o);
         return;
@@ -620,13 +629,14 @@ void loom_if_end_at(loom_src at, loom_kernel *k, loom_region_op o, int n, const 
             close_region(k, at, 0, 0, 0, NULL, "if");
             return;
         }
-        loom_else_at(at, k, o, 0, NULL);
+        loom_else_at(at, k, ifop, 0, NULL);
     }
     close_region(k, at, o, 1, n, ys, "if");
 }
 
-loom_val loom_if_result(loom_kernel *k, loom_region_op o, int i)
+loom_val loom_if_result(loom_kernel *k, loom_region_op ifop, int i)
 {
+    uint32_t o = ifop.id;
     if (!k || !o || o >= k->nops || k->ops[o].kind != IR_IF)
         return LOOM_NONE;
     if (i < 0 || i >= k->ops[o].nres)
@@ -807,28 +817,29 @@ void loom_wgmma_commit_at(loom_src at, loom_kernel *k) { build0(k, at, IR_WGMMA_
 loom_region_op loom_wgmma_wait_at(loom_src at, loom_kernel *k, int pending, int n, const loom_val *accs)
 {
     if (!k)
-        return 0;
+        return LOOM_NO_REGION;
     if (n < 0 || n > 16 || (n > 0 && !accs)) {
         ir_error(k, at, "wgmma_wait", "takes 0 to 16 accumulators, not %d", n);
-        return 0;
+        return LOOM_NO_REGION;
     }
     uint32_t o = begin(k, at, IR_WGMMA_WAIT, accs, n);
     if (!o)
-        return 0;
+        return LOOM_NO_REGION;
     ir_opp(k, o)->iattr[0] = pending;
     ir_type out[16];
     int nout = 0;
     if (!ir_rule(k, o, out, &nout, 16)) {
         ir_op_unlink(k, o);
-        return 0;
+        return LOOM_NO_REGION;
     }
     for (int i = 0; i < nout; i++)
         ir_op_add_result(k, o, out[i]);
-    return o;
+    return region(o);
 }
 
-loom_val loom_wgmma_result(loom_kernel *k, loom_region_op wait, int i)
+loom_val loom_wgmma_result(loom_kernel *k, loom_region_op w, int i)
 {
+    uint32_t wait = w.id;
     if (!k || !wait || wait >= k->nops || k->ops[wait].kind != IR_WGMMA_WAIT)
         return LOOM_NONE;
     if (i < 0 || i >= k->ops[wait].nres)
@@ -839,7 +850,7 @@ loom_val loom_wgmma_result(loom_kernel *k, loom_region_op wait, int i)
 loom_region_op loom_task_begin_at(loom_src at, loom_kernel *k, int warps, int regs, int replicas)
 {
     if (!k)
-        return 0;
+        return LOOM_NO_REGION;
     uint32_t o = begin(k, at, IR_TASK, NULL, 0);
     if (o) {
         ir_op *op = ir_opp(k, o);
@@ -857,13 +868,14 @@ loom_region_op loom_task_begin_at(loom_src at, loom_kernel *k, int warps, int re
         ir_opp(k, o)->nreg = 1;
     }
     push_block(k, at, body);
-    return o;
+    return region(o);
 }
 
-void loom_task_end_at(loom_src at, loom_kernel *k, loom_region_op task)
+void loom_task_end_at(loom_src at, loom_kernel *k, loom_region_op t)
 {
     if (!k)
         return;
+    uint32_t task = t.id;
     if (task && (task >= k->nops || k->ops[task].kind != IR_TASK)) {
         ir_error(k, at, "task", "loom_task_end: handle %u is not a task", task);
         return;

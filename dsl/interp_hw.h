@@ -2,7 +2,7 @@
  * interp_hw.h -- the per-CTA state of the interpreter's Hopper machinery (internal to the
  * three files that implement it).
  *
- * The machinery of include/loom.h section 5b is split along three seams:
+ * The machinery of include/loom_hopper.h is split along three seams:
  *   - dsl/interp_smem.c   the state of a run (set up, reset per CTA, freed), the
  *                         shared-memory rings and their views, and the checks on what the
  *                         hardware leaves unordered there (visibility, async-proxy

@@ -58,7 +58,7 @@
  *   flag_add: flags, offsets..., value            flag_wait: flags, offsets..., target
  *   atomic_add: tensor, offsets..., value (its result: the old element, an i32 scalar)
  *
- * Hopper machinery (include/loom.h section 5b).  smem_alloc keeps its dtype/shape in its
+ * Hopper machinery (include/loom_hopper.h).  smem_alloc keeps its dtype/shape in its
  * result type too.  Clusters (loom_kernel_set_cluster): cluster_rank, tma_load_multicast
  * (every CTA of the cluster receives the box and its barrier the bytes),
  * mbar_arrive_cluster (an arrival on the barrier in every CTA of the cluster),

@@ -1,54 +1,48 @@
 /*
- * loom_pipe.h -- the pipeline layer: rings, tile schedulers, roles, ping-pong and
- * epilogues as reusable building blocks for warp-specialized Hopper kernels.
+ * loom_pipe.h -- the pipeline layer, for the authors of warp-specialized Hopper kernels:
+ * rings, tile schedulers, roles, turns and ping-pong, mainloops and (loom_pipe_epilogue.h,
+ * included at the end) epilogues as building blocks.
  *
- * The raw Hopper ops of loom.h (section 5b) say everything a kernel does, but a
+ * The raw Hopper ops of loom_hopper.h say everything a kernel does, but a
  * warp-specialized kernel written with them alone re-invents the same protocol each
  * time: ring slots with full/empty mbarriers and phase parities, the producer's inverted
  * wait, named-barrier ids, register budgets, staged TMA-store epilogues.  This layer
- * writes that protocol once.  It is built with the builder calls only, so everything a
- * kernel builds with it is checked by the verifier and run by the interpreter (which
- * reports deadlocks and unsynchronized ring reads) like any other kernel; and every call
- * takes the caller's source location (the `_at` forms), so a report names the line of
- * the template, not of this layer.
+ * writes that protocol once, with the builder calls only, so a kernel built with it is
+ * checked by the verifier and run by the interpreter (which reports deadlocks and
+ * unsynchronized ring reads) like any other; and every call takes the caller's source
+ * location (the `_at` forms), so a report names the line of the template, not of this
+ * layer.  docs/dsl.md, "Writing a warp-specialized kernel", builds a kernel step by step.
  *
- * The pieces, in the order a kernel uses them (docs/dsl.md, "Writing a warp-specialized
- * kernel", builds one step by step):
+ *   loom_pipe        the kernel's pipeline context: hands out named-barrier ids
+ *   roles            loom_producer_begin / loom_consumers_begin: tasks with register
+ *                    budgets derived from the kernel's warps
+ *   loom_sync        a named barrier over some threads
+ *   loom_ring        N slots of shared tiles with their full/empty barriers, used through
+ *                    a running count `it` of its uses (slot it % N, phase (it / N) & 1):
+ *                    produce, load (or load_multicast over a cluster); consume, view,
+ *                    release
+ *   loom_sched       which units of work (tiles) a program takes, static or claimed from
+ *                    a counter, and the one loop over them (loom_sched_begin / _end)
+ *   loom_turns       two consumer replicas taking turns to issue; loom_pingpong, two
+ *                    taking turns on whole tiles
+ *   loom_mainloop    a consumer's k loop over a ring (consume, wgmma, commit, wait with
+ *                    groups in flight, give the previous slot back) and its finish
+ *   loom_epilogue    an output tile from registers to global memory (loom_pipe_epilogue.h)
  *
- *   loom_pipe          the kernel's pipeline context: hands out named-barrier ids
- *   loom_ring          N slots of one or more shared tiles with their full/empty
- *                      barriers.  A ring is used through a running count of its uses
- *                      (`it`, carried by the loops): use it is slot it % N in phase
- *                      (it / N) & 1, which the layer derives.  Producer:
- *                      loom_ring_produce (wait until the slot is free, expect its bytes),
- *                      then loom_ring_load / loom_ring_load_shared (TMA; multicast over a
- *                      cluster).  Consumer: loom_ring_consume (wait until full), views of
- *                      the slot, loom_ring_release (to this CTA's producer, or to every
- *                      CTA's of the cluster).
- *   loom_sched         which units of work (tiles) a program takes: one a program, or
- *                      persistent programs striding over them, with the grouped
- *                      (L2-friendly) order as a helper
- *   roles              loom_producer_begin / loom_consumers_begin: tasks with register
- *                      budgets derived from the kernel's warps (no literals)
- *   loom_pingpong      two consumer replicas taking turns on the tensor cores
- *   loom_sync          a named barrier over some threads (ids allocated by loom_pipe)
- *   loom_mainloop      a consumer's k loop over a ring: consume the slot, wgmma, commit,
- *                      wait with groups in flight, give the previous slot back; and its
- *                      finish (the last wait and release).  Split and ping-pong aware
- *   loom_epilogue      an output tile from registers to global memory: straight, or
- *                      through a staging tile (lazy wait, or two replicas in turn) or a
- *                      borrowed ring slot, and one TMA store; loom_epilogue_visit calls a
- *                      function of yours on the accumulator tile first (bias, activation,
- *                      cast), with the tile's coordinates (loom_tile_at) at hand
+ * The first argument, one rule: a call that makes a piece (loom_ring_create,
+ * loom_sched_static, loom_sched_dynamic, loom_sync_create, loom_turns_create,
+ * loom_pingpong_create, loom_epilogue_create) takes the pipeline context, loom_pipe *p,
+ * which knows the kernel and hands out its named barriers; every other call builds ops
+ * into the kernel, or reads it, and takes loom_kernel *k, as loom.h's builder calls do.
+ * Accessors of a piece's own fields (loom_sched_unit, loom_sched_arg,
+ * loom_sched_set_count) take the piece alone; loom_pipe_create(k) makes the context.
  *
- * Prefixes: loom_pipe_, loom_ring_, loom_sched_, loom_pingpong_, loom_sync_,
- * loom_mainloop_, loom_tile_, loom_epilogue_.  Every function here is in libloom
- * (pipe/pipe.c, pipe/mainloop.c).
+ * Prefixes: loom_pipe_, loom_ring_, loom_sched_, loom_sync_, loom_turns_, loom_pingpong_,
+ * loom_mainloop_, loom_tile_, loom_epilogue_.  Every function here is in libloom (pipe/).
  */
+#include "loom.h" /* first, outside the guard, as every header of loom */
 #ifndef LOOM_PIPE_H
 #define LOOM_PIPE_H
-
-#include "loom.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -133,9 +127,9 @@ typedef struct loom_ring {
  * replicas a use (each of them calls loom_ring_release once a use; with clusters, of
  * every CTA of the cluster: the kernel's cluster must be set before).  Allocates the
  * tiles' shared memory and the barriers (at the top of the kernel, before any task). */
-#define loom_ring_create(k, slots, releasers, ntiles, tiles) \
-    loom_ring_create_at(LOOM_HERE, k, slots, releasers, ntiles, tiles)
-loom_ring loom_ring_create_at(loom_src at, loom_kernel *k, int slots, int releasers, int ntiles,
+#define loom_ring_create(p, slots, releasers, ntiles, tiles) \
+    loom_ring_create_at(LOOM_HERE, p, slots, releasers, ntiles, tiles)
+loom_ring loom_ring_create_at(loom_src at, loom_pipe *p, int slots, int releasers, int ntiles,
                               const loom_ring_tile *tiles);
 
 /* Producer: wait until use it's slot is free (the previous use's consumers released it;
@@ -150,10 +144,10 @@ void loom_ring_load_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
 /* Producer, a tile every CTA of the cluster needs: rank q loads the q-th of n equal parts
  * along `dim` of the slot's view (offs moved to the part) and multicasts it into every
  * CTA's slot.  Without clusters, a plain load of the whole view. */
-#define loom_ring_load_shared(k, r, slot, tile, dim, t, offs) \
-    loom_ring_load_shared_at(LOOM_HERE, k, r, slot, tile, dim, t, offs)
-void loom_ring_load_shared_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int dim,
-                              loom_val t, const loom_val *offs);
+#define loom_ring_load_multicast(k, r, slot, tile, dim, t, offs) \
+    loom_ring_load_multicast_at(LOOM_HERE, k, r, slot, tile, dim, t, offs)
+void loom_ring_load_multicast_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int dim,
+                                 loom_val t, const loom_val *offs);
 /* Consumer: wait until use it's slot is full and return the slot. */
 #define loom_ring_consume(k, r, it) loom_ring_consume_at(LOOM_HERE, k, r, it)
 loom_val loom_ring_consume_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val it);
@@ -173,24 +167,14 @@ void loom_ring_pass_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
 /* ---------------------------------------------------------------- tile schedulers */
 
 /* Which units of work (tiles, or with clusters the units a cluster shares) the programs
- * take, and in what order.
- *
- * Static (loom_sched_static): persistent programs take units p, p + P, p + 2P, ... (P
- * the programs, or clusters, of the grid: round-robin); or one unit a program.
- *
- * Dynamic (loom_sched_dynamic): the producer of each program (rank 0's, for a cluster)
- * claims units from a counter in global memory, one at a time and one ahead, and hands
- * each to its consumers (and, in a cluster, to the other CTAs) through a small ring in
- * shared memory; units go out in order 0, 1, 2, ... to whichever program asks next.  So
- * a unit is only ever waited on (through flags) once a running program has claimed it:
- * a kernel whose later units wait for earlier ones makes progress however few of its
- * programs are resident (another stream's kernel on the SMs, a smaller GPU, MPS), and the
- * load balances itself.  The counter needs no clearing: a launch makes units + P claims
- * (each program's last one finds no unit), and the last program to finish puts the
- * counter back to zero for the next launch (counter[1] counts the programs that have
- * finished).  The DSL has no while loop: the
- * claim loop is a for loop of blocks of 16 claims, bounded by the units, whose blocks
- * after the last claim are skipped by one test each. */
+ * take, and in what order.  Static (loom_sched_static): persistent programs take units
+ * p, p + P, p + 2P, ... (P the programs, or clusters, of the grid); or one unit a
+ * program.  Dynamic (loom_sched_dynamic): each program's producer (rank 0's, in a
+ * cluster) claims units from a counter in global memory, one ahead, and hands each to its
+ * consumers (and the cluster's other CTAs) through a small ring in shared memory, so a
+ * kernel whose later units wait for earlier ones progresses however few of its programs
+ * are resident.  docs/dsl.md ("Writing a warp-specialized kernel", "Dynamic schedules")
+ * says how the counter returns to zero after every launch and how the claim loop is built. */
 typedef struct loom_sched {
     int64_t units;
     int cluster;
@@ -202,7 +186,7 @@ typedef struct loom_sched {
     loom_val count;                /* the units of a launch, an i32 at run time (LOOM_NONE: units) */
 } loom_sched;
 
-loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent);
+loom_sched loom_sched_static(loom_pipe *p, int64_t units, int persistent);
 
 /* A launch whose work varies at run time (a request's mapping) takes only the first
  * `count` units (an i32 scalar, e.g. a kernel argument; count <= units, which stays the
@@ -224,8 +208,8 @@ loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_
 #define loom_sched_range(k, s, first, step) loom_sched_range_at(LOOM_HERE, k, s, first, step)
 void loom_sched_range_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val *first, loom_val *step);
 
-/* The loop over this program's units, carrying n values (init), for either kind of
- * schedule:
+/* The loop over this program's units (the layer's one unit loop), carrying n values
+ * (init, at most LOOM_SCHED_MAX_CARRIED), for either kind of schedule:
  *
  *     loom_sched_loop l = loom_sched_begin(k, &s, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
  *     loom_val unit = loom_sched_unit(&l), it = loom_sched_arg(&l, 0);
@@ -267,11 +251,6 @@ static inline loom_val loom_sched_arg(const loom_sched_loop *l, int i) { return 
 void loom_sched_end_at(loom_src at, loom_kernel *k, loom_sched_loop *l, const loom_val *yields);
 loom_val loom_sched_result(loom_kernel *k, const loom_sched_loop *l, int i);
 
-/* The static loop as a plain for (its body's unit is loom_for_iv; close it with
- * loom_for_end). */
-#define loom_sched_for(k, s, replica, n, init) loom_sched_for_at(LOOM_HERE, k, s, replica, n, init)
-loom_region_op loom_sched_for_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val replica, int n,
-                                 const loom_val *init);
 /* Taking units alternately: after the loop, does replica 0 have one more unit than
  * replica 1 (an i1)? */
 #define loom_sched_odd(k, s) loom_sched_odd_at(LOOM_HERE, k, s)
@@ -318,24 +297,14 @@ void loom_turns_finish_at(loom_src at, loom_kernel *k, const loom_turns *t);
 
 /* ---------------------------------------------------------------- ping-pong */
 
-/* Two consumer replicas that take turns on the tensor cores, in tile order: one runs
- * its mainloop while the other runs its epilogue (the program's tiles 0, 1, 2, ...;
- * replica r takes tiles r, r + 2, ...).
- *
- *   replica 0:  mainloop 0 | epilogue 0 |            | mainloop 2 | epilogue 2 | ...
- *   replica 1:             | mainloop 1              | epilogue 1 |            | ...
- *
- * The mainloops take turns (replica 1's starts after replica 0's has ended, replica 0's
- * next after replica 1's), and so do the epilogues, which may then share a staging tile
- * and a named barrier.  Each replica calls loom_pingpong_mma_begin before its tile's
- * mainloop, loom_pingpong_mma_end after it and loom_pingpong_tile_end after its epilogue;
- * after its loop over units, loom_pingpong_finish (the replica with one tile fewer takes
- * an empty turn, so that every hand-over is taken before the kernel ends).  The ping-pong
- * is two loom_turns, one for the mainloops and one for the epilogues: a turn is handed
- * over by signalling (the replica that hands over arrives on a named barrier, the one
- * whose turn it becomes waits there); four named barriers.  The order also keeps a ring's
- * parity waits sound: a replica waits on its tile's full barriers only after the other
- * has waited on all of its own. */
+/* Two consumer replicas that take turns on the tensor cores, in tile order, so that one's
+ * epilogue overlaps the other's mainloop: replica r takes the program's tiles r, r + 2,
+ * ...; the mainloops take turns, and so do the epilogues (which may then share a staging
+ * tile and a named barrier).  Each replica calls loom_pingpong_mma_begin before its
+ * tile's mainloop, loom_pingpong_mma_end after it and loom_pingpong_tile_end after its
+ * epilogue; after its loop over units, loom_pingpong_finish (the replica with one tile
+ * fewer takes an empty turn).  Two loom_turns, four named barriers; docs/dsl.md,
+ * "Ping-pong", draws the timeline and says why the order keeps ring waits sound. */
 typedef struct loom_pingpong {
     loom_turns mma, epi;  /* the turns of the mainloops and of the epilogues */
     loom_val rep, second; /* the replica, and "is it replica 1", set by loom_pingpong_start */
@@ -418,108 +387,6 @@ loom_val loom_mainloop_uses_at(loom_src at, loom_kernel *k, const loom_mainloop 
 #define loom_mainloop_finish(k, ml, acc, last) loom_mainloop_finish_at(LOOM_HERE, k, ml, acc, last)
 loom_val loom_mainloop_finish_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc, loom_val last);
 
-/* ---------------------------------------------------------------- epilogues */
-
-/* How an output tile leaves a consumer's registers. */
-typedef enum loom_epilogue_kind {
-    LOOM_EPI_REGISTERS, /* loom_store straight from the registers (masked at the edges) */
-    LOOM_EPI_STAGED,    /* through a staging tile and one TMA store, which runs on during
-                           the next mainloop: the writer waits for it lazily, before it
-                           writes the staging tile again */
-    LOOM_EPI_TURNS,     /* task replicas share one staging tile (or one each): each writes
-                           it, TMA-stores it and waits until the store has read it */
-    LOOM_EPI_HANDOVER,  /* two replicas share one staging tile in turn, replica 0 first,
-                           handing it over by mbarriers (so one's epilogue overlaps the
-                           other's mainloop) */
-} loom_epilogue_kind;
-
-typedef struct loom_epilogue {
-    loom_epilogue_kind kind;
-    loom_val out;   /* the output tensor */
-    loom_val stage; /* the staging ring (LOOM_NONE for LOOM_EPI_REGISTERS) */
-    loom_val hand;  /* LOOM_EPI_HANDOVER: hand[r] is "replica r is done with the tile" */
-    loom_sync sync; /* the threads that fill the staging tile together */
-} loom_epilogue;
-
-/* An epilogue writing tensor `out`.  Staged kinds allocate the staging ring: `slots`
- * tiles of dtype and shape (one a replica for LOOM_EPI_TURNS when they may overlap);
- * `threads` is how many threads fill one tile (one replica's, or the task's). */
-#define loom_epilogue_create(p, kind, out, dtype, shape, slots, threads) \
-    loom_epilogue_create_at(LOOM_HERE, p, kind, out, dtype, shape, slots, threads)
-loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_kind kind, loom_val out,
-                                      loom_dtype dtype, loom_shape shape, int slots, int threads);
-/* Store tile v at out[offs] through staging slot `slot` (an i32; LOOM_NONE: 0).
- * LOOM_EPI_HANDOVER: rep is the replica and j its tile count (for the hand parities). */
-#define loom_epilogue_store(k, e, offs, v, slot) loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, slot, LOOM_NONE, LOOM_NONE)
-#define loom_epilogue_store_turn(k, e, offs, v, rep, j) \
-    loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, LOOM_NONE, rep, j)
-void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, loom_val v,
-                            loom_val slot, loom_val rep, loom_val j);
-/* LOOM_EPI_HANDOVER: a replica with nothing to store this tile still takes its turn:
- * wait for it (loom_epilogue_turn_wait), then hand the tile on (loom_epilogue_turn_done). */
-#define loom_epilogue_turn_wait(k, e, rep, j) loom_epilogue_turn_wait_at(LOOM_HERE, k, e, rep, j)
-#define loom_epilogue_turn_done(k, e, rep) loom_epilogue_turn_done_at(LOOM_HERE, k, e, rep)
-void loom_epilogue_turn_wait_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep, loom_val j);
-void loom_epilogue_turn_done_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep);
-/* Store v at out[offs] through a ring slot's view that the caller holds (a borrowed
- * slot: no staging memory of its own); `sync` is the threads that wrote the view; the
- * slot goes back with loom_epilogue_return_slot once the store has read it. */
-#define loom_epilogue_store_borrowed(k, out, offs, v, view, sync, rep) \
-    loom_epilogue_store_borrowed_at(LOOM_HERE, k, out, offs, v, view, sync, rep)
-void loom_epilogue_store_borrowed_at(loom_src at, loom_kernel *k, loom_val out, const loom_val *offs, loom_val v,
-                                     loom_val view, loom_sync sync, loom_val rep);
-/* Where `held` (an i1) says a slot is held: wait until its store has read it, then
- * release ring use `use`'s slot. */
-#define loom_epilogue_return_slot(k, r, held, use) loom_epilogue_return_slot_at(LOOM_HERE, k, r, held, use)
-void loom_epilogue_return_slot_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val held, loom_val use);
-/* Where an accumulator tile lies in the output, for an epilogue function: the tile
- * [rows, cols] of the accumulator starts at row m0 and column n0 of product b (b
- * LOOM_NONE: the output is not batched).  M and N are the output's rows and columns (i32
- * values, run-time or constant) where the function needs the valid part of the tile
- * (loom_tile_valid); `rep` is the consumer replica (LOOM_NONE: one).  `batch` (an i32, or
- * LOOM_NONE): a tile of a product past it stores nothing. */
-typedef struct loom_tile_at {
-    loom_val b, m0, n0;
-    int64_t rows, cols;
-    loom_val M, N;
-    loom_val rep;
-    loom_val batch;
-} loom_tile_at;
-
-/* The epilogue function: from the finished f32 accumulator to the tile to store (in the
- * output's dtype), built with any ops; ctx is yours. */
-typedef loom_val (*loom_epilogue_fn)(void *ctx, loom_kernel *k, loom_val acc, const loom_tile_at *t);
-
-/* The tile's row indices m0 + [0, rows) and column indices n0 + [0, cols) (i32 vectors;
- * with expand_dims and broadcast, masks or per-row / per-column values). */
-#define loom_tile_rows(k, t) loom_tile_rows_at(LOOM_HERE, k, t)
-#define loom_tile_cols(k, t) loom_tile_cols_at(LOOM_HERE, k, t)
-loom_val loom_tile_rows_at(loom_src at, loom_kernel *k, const loom_tile_at *t);
-loom_val loom_tile_cols_at(loom_src at, loom_kernel *k, const loom_tile_at *t);
-/* A row vector v[N] at the tile's columns, broadcast to the tile (zero past the end):
- * bias[n0 .. n0 + cols), loaded straight into the accumulator's column slice.  Leading
- * offsets of a batched v ([B, N]): b. */
-#define loom_tile_row_vector(k, t, v) loom_tile_row_vector_at(LOOM_HERE, k, t, v)
-loom_val loom_tile_row_vector_at(loom_src at, loom_kernel *k, const loom_tile_at *t, loom_val v);
-/* A column vector v[M] at the tile's rows, broadcast to the tile (a per-row scale). */
-#define loom_tile_col_vector(k, t, v) loom_tile_col_vector_at(LOOM_HERE, k, t, v)
-loom_val loom_tile_col_vector_at(loom_src at, loom_kernel *k, const loom_tile_at *t, loom_val v);
-/* The tile's rows and columns inside the output: min(rows, M - m0), min(cols, N - n0). */
-#define loom_tile_valid(k, t, rows, cols) loom_tile_valid_at(LOOM_HERE, k, t, rows, cols)
-void loom_tile_valid_at(loom_src at, loom_kernel *k, const loom_tile_at *t, loom_val *rows, loom_val *cols);
-
-/* The epilogue of one tile: v = fn(ctx, k, acc, t) (fn NULL: acc as it is), stored at
- * the tile's place by e's kind: through staging slot `slot` (LOOM_NONE: 0), or for
- * LOOM_EPI_HANDOVER in replica t->rep's turn, its j-th tile. */
-#define loom_epilogue_visit(k, e, fn, ctx, acc, t, slot, j) \
-    loom_epilogue_visit_at(LOOM_HERE, k, e, fn, ctx, acc, t, slot, j)
-void loom_epilogue_visit_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_epilogue_fn fn, void *ctx,
-                            loom_val acc, const loom_tile_at *t, loom_val slot, loom_val j);
-
-/* After the task's last tile: the last TMA store has read the staging memory. */
-#define loom_epilogue_finish(k, e) loom_epilogue_finish_at(LOOM_HERE, k, e)
-void loom_epilogue_finish_at(loom_src at, loom_kernel *k, const loom_epilogue *e);
-
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif
@@ -528,4 +395,7 @@ void loom_epilogue_finish_at(loom_src at, loom_kernel *k, const loom_epilogue *e
 }
 #endif
 
-#endif
+/* The epilogues, which build on the pieces above. */
+#include "loom_pipe_epilogue.h"
+
+#endif /* LOOM_PIPE_H */

@@ -63,7 +63,7 @@ static loom_region_op issue(loom_src at, loom_kernel *k, const loom_mainloop *ml
 /* Ring use prev's slot back, where give_back (LOOM_NONE: always). */
 static void give_back_slot(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val prev, loom_val give_back)
 {
-    loom_region_op pb = give_back ? loom_if_begin_at(at, k, give_back, 0) : 0;
+    loom_region_op pb = give_back ? loom_if_begin_at(at, k, give_back, 0) : LOOM_NO_REGION;
     loom_ring_release_at(at, k, ml->ring, loom_ring_slot_at(at, k, prev, ml->ring->slots));
     if (give_back)
         loom_if_end_at(at, k, pb, 0, NULL);
@@ -189,7 +189,8 @@ void loom_epilogue_visit_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
     /* a register store's leading offset must index the output: a tile past the batch
      * stores nothing (a TMA store writes nothing there by itself) */
     bool guard = t->b && t->batch && e->kind == LOOM_EPI_REGISTERS;
-    loom_region_op in = guard ? loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_LT, t->b, t->batch), 0) : 0;
+    loom_region_op in =
+        guard ? loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_LT, t->b, t->batch), 0) : LOOM_NO_REGION;
     bool turn = e->kind == LOOM_EPI_HANDOVER;
     loom_epilogue_store_at(at, k, e, offs, v, turn ? LOOM_NONE : slot, turn ? t->rep : LOOM_NONE, j);
     if (guard)

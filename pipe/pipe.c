@@ -94,9 +94,10 @@ static int64_t tile_bytes(const loom_ring_tile *t)
     return n;
 }
 
-loom_ring loom_ring_create_at(loom_src at, loom_kernel *k, int slots, int releasers, int ntiles,
+loom_ring loom_ring_create_at(loom_src at, loom_pipe *p, int slots, int releasers, int ntiles,
                               const loom_ring_tile *tiles)
 {
+    loom_kernel *k = p->k;
     loom_ring r;
     memset(&r, 0, sizeof r);
     r.slots = slots;
@@ -139,8 +140,8 @@ void loom_ring_load_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
     loom_tma_load_at(at, k, t, offs, v, r->full, slot);
 }
 
-void loom_ring_load_shared_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int dim,
-                              loom_val t, const loom_val *offs)
+void loom_ring_load_multicast_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val slot, int tile, int dim,
+                                 loom_val t, const loom_val *offs)
 {
     if (r->cluster <= 1) {
         loom_ring_load_at(at, k, r, slot, tile, 0, t, offs);
@@ -186,12 +187,12 @@ void loom_ring_pass_at(loom_src at, loom_kernel *k, const loom_ring *r, loom_val
 
 /* ---------------------------------------------------------------- tile schedulers */
 
-loom_sched loom_sched_static(const loom_kernel *k, int64_t units, int persistent)
+loom_sched loom_sched_static(loom_pipe *p, int64_t units, int persistent)
 {
     loom_sched s;
     memset(&s, 0, sizeof s);
     s.units = units;
-    s.cluster = loom_kernel_cluster(k);
+    s.cluster = loom_kernel_cluster(p->k);
     s.persistent = persistent != 0;
     return s;
 }
@@ -208,7 +209,7 @@ loom_sched loom_sched_dynamic_at(loom_src at, loom_pipe *p, int64_t units, loom_
                                  int readers)
 {
     loom_kernel *k = p->k;
-    loom_sched s = loom_sched_static(k, units, 1);
+    loom_sched s = loom_sched_static(p, units, 1);
     s.dynamic = 1;
     s.counter = counter;
     s.slots = slots;
@@ -231,8 +232,10 @@ void loom_sched_range_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_
     }
 }
 
-loom_region_op loom_sched_for_at(loom_src at, loom_kernel *k, const loom_sched *s, loom_val replica, int n,
-                                 const loom_val *init)
+/* A static schedule's loop over this program's units: a for whose induction variable is
+ * the unit (replica: every other unit, from the replica's first). */
+static loom_region_op sched_for(loom_src at, loom_kernel *k, const loom_sched *s, loom_val replica, int n,
+                                const loom_val *init)
 {
     loom_val first, step;
     loom_sched_range_at(at, k, s, &first, &step);
@@ -275,7 +278,7 @@ static loom_val claim(loom_src at, loom_kernel *k, const loom_sched *s)
  * counters back to zero (every claim of the launch is made by then: units + P). */
 static void finish_claims(loom_src at, loom_kernel *k, const loom_sched *s)
 {
-    loom_region_op r0 = s->cluster > 1 ? loom_if_begin_at(at, k, claimer(at, k), 0) : 0;
+    loom_region_op r0 = s->cluster > 1 ? loom_if_begin_at(at, k, claimer(at, k), 0) : LOOM_NO_REGION;
     loom_val progs = loom_num_programs_at(at, k, 0);
     if (s->cluster > 1)
         progs = loom_div_at(at, k, progs, CI(s->cluster));
@@ -284,7 +287,7 @@ static void finish_claims(loom_src at, loom_kernel *k, const loom_sched *s)
     count(at, k, s, 0, loom_neg_at(at, k, loom_add_at(at, k, progs, units_of(k, s))));
     count(at, k, s, 1, loom_neg_at(at, k, progs));
     loom_if_end_at(at, k, last, 0, NULL);
-    if (r0)
+    if (!loom_region_is_none(r0))
         loom_if_end_at(at, k, r0, 0, NULL);
 }
 
@@ -325,7 +328,7 @@ loom_sched_loop loom_sched_begin_at(loom_src at, loom_kernel *k, const loom_sche
     l.role = role;
     l.n = n < 0 ? 0 : n > LOOM_SCHED_MAX_CARRIED ? LOOM_SCHED_MAX_CARRIED : n;
     if (!s->dynamic) {
-        l.loop = loom_sched_for_at(at, k, s, replica, l.n, init);
+        l.loop = sched_for(at, k, s, replica, l.n, init);
         l.unit = loom_for_iv(k, l.loop);
         for (int i = 0; i < l.n; i++)
             l.args[i] = loom_for_arg(k, l.loop, i);

@@ -66,20 +66,20 @@ loom_runtime *loom_runtime_create(loom_target target)
     loom_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return NULL;
-    if (target != LOOM_TARGET_AUTO && target != LOOM_TARGET_INTERPRET && target != LOOM_TARGET_GPU) {
-        rt->target = LOOM_TARGET_INTERPRET; /* nothing runs: every call returns the status */
+    if (target != LOOM_TARGET_AUTO && target != LOOM_TARGET_INTERPRETER && target != LOOM_TARGET_GPU) {
+        rt->target = LOOM_TARGET_INTERPRETER; /* nothing runs: every call returns the status */
         rt->status = LOOM_ERR_INVALID;
         rt_fail(rt, LOOM_ERR_INVALID,
-                "loom_runtime_create: target %d is not LOOM_TARGET_AUTO (%d), LOOM_TARGET_INTERPRET (%d) or "
+                "loom_runtime_create: target %d is not LOOM_TARGET_AUTO (%d), LOOM_TARGET_INTERPRETER (%d) or "
                 "LOOM_TARGET_GPU (%d)",
-                (int)target, (int)LOOM_TARGET_AUTO, (int)LOOM_TARGET_INTERPRET, (int)LOOM_TARGET_GPU);
+                (int)target, (int)LOOM_TARGET_AUTO, (int)LOOM_TARGET_INTERPRETER, (int)LOOM_TARGET_GPU);
         return rt;
     }
     rt->dump_ir = util_env_on("LOOM_DUMP_IR"); /* read once: a launch should not scan the environment */
     if (target == LOOM_TARGET_AUTO && util_env_on("LOOM_INTERPRET"))
-        target = LOOM_TARGET_INTERPRET;
-    if (target == LOOM_TARGET_INTERPRET) {
-        rt->target = LOOM_TARGET_INTERPRET;
+        target = LOOM_TARGET_INTERPRETER;
+    if (target == LOOM_TARGET_INTERPRETER) {
+        rt->target = LOOM_TARGET_INTERPRETER;
         return rt;
     }
     char msg[1024] = "";
@@ -94,7 +94,7 @@ loom_runtime *loom_runtime_create(loom_target target)
         rt_fail(rt, st, "%s", msg);
         return rt;
     }
-    rt->target = LOOM_TARGET_INTERPRET; /* AUTO without a GPU */
+    rt->target = LOOM_TARGET_INTERPRETER; /* AUTO without a GPU */
     snprintf(rt->err, sizeof rt->err, "no GPU (%s); running on the interpreter", msg);
     return rt;
 }

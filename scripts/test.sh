@@ -172,7 +172,8 @@ if [ "${LOOM_TEST_INSTALL:-1}" != 0 ]; then
     INST="$PWD/$BUILD/install-test"
     rm -rf "$INST"
     cmake --install "$BUILD" --prefix "$INST/prefix" >"$INST.log" 2>&1 || { cat "$INST.log"; echo "cmake --install failed"; exit 1; }
-    for f in bin/loomc include/loom.h include/loom_ikbo.h include/loom_pipe.h; do
+    for f in bin/loomc include/loom.h include/loom_runtime.h include/loom_hopper.h include/loom_tune.h \
+             include/loom_aot.h include/loom_gemm.h include/loom_ikbo.h include/loom_pipe.h include/loom_pipe_epilogue.h; do
         [ -e "$INST/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
     done
     [ -z "$(find "$INST/prefix" -name "libloom_static*" -o -name "libloom_support*")" ] \

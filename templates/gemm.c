@@ -216,29 +216,30 @@ static gk launch_units(loom_kernel *k, const gk *g0)
     return g;
 }
 
-/* A task's loop over its units (the schedule's loop; replica: ping-pong's, or LOOM_NONE),
- * carrying the ring's use count and, in a batch, the unit's product and its unit within
- * the product: those start from the task's first unit and move by its stride without a
- * division a unit (the stride's products and remainder are divided out once). */
+/* A task's loop over its units (the schedule's loop, for the task's role; replica:
+ * ping-pong's, or LOOM_NONE), carrying the ring's use count and, in a batch, the unit's
+ * product and its unit within the product: those start from the task's first unit and
+ * move by its stride without a division a unit (the stride's products and remainder are
+ * divided out once). */
 typedef struct unit_loop {
-    loom_region_op loop;
+    loom_sched_loop loop;
     loom_val it;     /* the ring's uses before this unit */
     loom_val b, r;   /* the unit's product and its unit within the product */
     loom_val db, dr; /* the stride's whole products and remainder */
 } unit_loop;
 
-static unit_loop units_begin(loom_kernel *k, const gk *g, loom_val replica, loom_val it0)
+static unit_loop units_begin(loom_kernel *k, const gk *g, int role, loom_val replica, loom_val it0)
 {
     unit_loop u = {0};
     if (!g->batched) {
-        u.loop = loom_sched_for(k, &g->sched, replica, 1, &it0);
-        u.it = loom_for_arg(k, u.loop, 0);
+        u.loop = loom_sched_begin(k, &g->sched, role, replica, 1, &it0);
+        u.it = loom_sched_arg(&u.loop, 0);
         u.b = CI(0);
-        u.r = loom_for_iv(k, u.loop);
+        u.r = loom_sched_unit(&u.loop);
         return u;
     }
-    /* the loop's first unit and stride, as loom_sched_for takes them (ping-pong: replica
-     * r from the program's r-th unit, every other one) */
+    /* the loop's first unit and stride, as the schedule's loop takes them (ping-pong:
+     * replica r from the program's r-th unit, every other one) */
     loom_val first, step;
     loom_sched_range(k, &g->sched, &first, &step);
     if (replica) {
@@ -249,25 +250,25 @@ static unit_loop units_begin(loom_kernel *k, const gk *g, loom_val replica, loom
     u.db = loom_div(k, step, g->tiles);
     u.dr = loom_sub(k, step, loom_mul(k, u.db, g->tiles));
     loom_val init[3] = {it0, b0, loom_sub(k, first, loom_mul(k, b0, g->tiles))};
-    u.loop = loom_sched_for(k, &g->sched, replica, 3, init);
-    u.it = loom_for_arg(k, u.loop, 0);
-    u.b = loom_for_arg(k, u.loop, 1);
-    u.r = loom_for_arg(k, u.loop, 2);
+    u.loop = loom_sched_begin(k, &g->sched, role, replica, 3, init);
+    u.it = loom_sched_arg(&u.loop, 0);
+    u.b = loom_sched_arg(&u.loop, 1);
+    u.r = loom_sched_arg(&u.loop, 2);
     return u;
 }
 
 /* The loop's end: the ring's uses after the unit, and the next unit's product and unit. */
-static void units_end(loom_kernel *k, const gk *g, const unit_loop *u, loom_val next_it)
+static void units_end(loom_kernel *k, const gk *g, unit_loop *u, loom_val next_it)
 {
     if (!g->batched) {
-        loom_for_end(k, u->loop, 1, &next_it);
+        loom_sched_end(k, &u->loop, &next_it);
         return;
     }
     loom_val r = loom_add(k, u->r, u->dr), b = loom_add(k, u->b, u->db); /* r < 2 tiles */
     loom_val wrap = loom_cmp(k, LOOM_GE, r, g->tiles);
     loom_val y[3] = {next_it, loom_select(k, wrap, loom_add(k, b, CI(1)), b),
                      loom_select(k, wrap, loom_sub(k, r, g->tiles), r)};
-    loom_for_end(k, u->loop, 3, y);
+    loom_sched_end(k, &u->loop, y);
 }
 
 /* Offsets (x, y) into a 2-D tensor, or (b, x, y) into a batched one, written into o. */
@@ -291,7 +292,7 @@ static void producer(loom_kernel *k, const gk *g)
     {
         gk gl = launch_units(k, g);
         g = &gl;
-        unit_loop u = units_begin(k, g, LOOM_NONE, zero);
+        unit_loop u = units_begin(k, g, LOOM_SCHED_PRODUCER, LOOM_NONE, zero);
         loom_val b = u.b, m0, n0, o[3];
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
@@ -301,14 +302,14 @@ static void producer(loom_kernel *k, const gk *g)
             loom_val s = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
             loom_val k0 = loom_mul(k, kk, CI(c->bk));
             if (c->share_a) { /* the pair's one A tile, multicast in row halves; B its own */
-                loom_ring_load_shared(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
+                loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
                 loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, offs_of(g->batched, b, k0, n0, o));
             } else {
                 for (int h = 0; h < (split ? 2 : 1); h++) {
                     loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
                     loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
                 }
-                loom_ring_load_shared(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
+                loom_ring_load_multicast(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
             }
         }
         loom_for_end(k, kl, 0, NULL);
@@ -355,7 +356,7 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
     {
         gk gl = launch_units(k, g);
         g = &gl;
-        unit_loop u = units_begin(k, g, LOOM_NONE, zero);
+        unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
@@ -383,7 +384,7 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
         g = &gl;
         loom_val rep = loom_pingpong_start(k, pp);
         loom_val it_first = loom_mul(k, rep, CI(nk));
-        unit_loop u = units_begin(k, g, rep, it_first);
+        unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, rep, it_first);
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
@@ -420,7 +421,7 @@ static void consumers_split(loom_kernel *k, const gk *g)
         gk gl = launch_units(k, g);
         g = &gl;
         loom_val rep = loom_task_replica(k);
-        unit_loop u = units_begin(k, g, LOOM_NONE, zero);
+        unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
@@ -463,8 +464,8 @@ static loom_kernel *gemm_build(const g_cfg *c)
     loom_swizzle aswz = c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128;
     loom_ring_tile tiles[2] = {{c->dt, LOOM_SHAPE2(arows, c->bk), split ? 2 : 1, aswz},
                                {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
-    g.ring = loom_ring_create(k, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
-    g.sched = loom_sched_static(k, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
+    g.ring = loom_ring_create(&p, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
+    g.sched = loom_sched_static(&p, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
     loom_epilogue_kind ek = !c->tmastore                ? LOOM_EPI_REGISTERS
                             : split                     ? LOOM_EPI_HANDOVER

@@ -581,12 +581,12 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     loom_val claims = a.claims;
 
     loom_ring_tile qt = {s->dt, LOOM_SHAPE2(FA_BLOCK, D), 2, LOOM_SWIZZLE_128};
-    g.qring = loom_ring_create(k, q_slots(s), 2, 1, &qt);
+    g.qring = loom_ring_create(&p, q_slots(s), 2, 1, &qt);
     loom_ring_tile kvt = {s->dt, LOOM_SHAPE2(s->bn, D), 1, LOOM_SWIZZLE_128};
-    g.kr = loom_ring_create(k, s->stages, 2, 1, &kvt);
-    g.vr = loom_ring_create(k, s->stages, 2, 1, &kvt);
+    g.kr = loom_ring_create(&p, s->stages, 2, 1, &kvt);
+    g.vr = loom_ring_create(&p, s->stages, 2, 1, &kvt);
     int64_t units = fa_max_units(s) * H;
-    g.sched = s->dynamic ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(k, units, 1);
+    g.sched = s->dynamic ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(&p, units, 1);
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
     if (s->turns)
         g.turns = loom_turns_create(&p);

@@ -384,7 +384,7 @@ static void load_step(const ik *g, loom_val w, loom_val e, tile_at t, loom_val k
     const ik_spec *s = g->s;
     loom_val wo[2] = {t.m0, k0};
     if (clu(s) > 1)
-        loom_ring_load_shared(k, &g->ring, sl, TILE_W, 0, w, wo);
+        loom_ring_load_multicast(k, &g->ring, sl, TILE_W, 0, w, wo);
     else if (!split(s) || tr(s))
         loom_ring_load(k, &g->ring, sl, TILE_W, 0, w, wo);
     else
@@ -724,7 +724,7 @@ static void write_identity(const ik *g, loom_val who)
     loom_kernel *k = g->k;
     int64_t n = eye_rows(g->s);
     loom_shape sq = LOOM_SHAPE2(n, n);
-    loom_region_op w0 = who ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, who, CI(0)), 0) : 0;
+    loom_region_op w0 = who ? loom_if_begin(k, loom_cmp(k, LOOM_EQ, who, CI(0)), 0) : LOOM_NO_REGION;
     loom_val row = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 1), sq);
     loom_val col = loom_broadcast(k, loom_expand_dims(k, loom_arange(k, 0, n), 0), sq);
     loom_val eye = loom_select(k, loom_cmp(k, LOOM_EQ, row, col), loom_splat(k, loom_const_f(k, g->s->dt, 1), sq),
@@ -830,7 +830,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
                                  : (loom_ring_tile){s->dt, LOOM_SHAPE2(s->bm, 64), 1, LOOM_SWIZZLE_128};
         tiles[TILE_E] = (loom_ring_tile){s->dt, LOOM_SHAPE2(64, s->bn), 1, LOOM_SWIZZLE_128};
     }
-    g.ring = loom_ring_create(k, s->stages, split(s) ? 2 : 1, 2, tiles); /* split: both groups release */
+    g.ring = loom_ring_create(&p, s->stages, split(s) ? 2 : 1, 2, tiles); /* split: both groups release */
     loom_epilogue_kind ek = !staged(s) ? LOOM_EPI_REGISTERS
                             : split(s) ? LOOM_EPI_HANDOVER
                             : g.turns  ? LOOM_EPI_TURNS
@@ -860,7 +860,7 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     /* stage 4 claims its tiles (user tiles first) from a counter, so a candidate tile's
      * wait for the user tiles never waits on a program that is not running */
     g.sched = s->mode == IK_FUSED ? loom_sched_dynamic(&p, ik_tiles(s), g.a.claims, 3, split(s) ? 2 : 1)
-                                  : loom_sched_static(k, ik_tiles(s), s->ctas != 0);
+                                  : loom_sched_static(&p, ik_tiles(s), s->ctas != 0);
     loom_sched_set_count(&g.sched, g.ntot);
 
     producer(&g);

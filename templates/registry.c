@@ -5,7 +5,7 @@
  *
  * Adding a template: define `const loom_template tpl_def_<name>` in its own file under
  * templates/ and add it to the list below.  A user adds templates with a plugin
- * (loom_plugin_load, loom.h section 11): a shared object whose loom_plugin_init registers
+ * (loom_plugin_load, loom_tune.h section 4): a shared object whose loom_plugin_init registers
  * them.  Its templates are checked as a whole before any joins the registry, so a plugin
  * with one bad template adds none.
  */

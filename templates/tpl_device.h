@@ -2,7 +2,7 @@
  * tpl_device.h -- what a template tells the autotuner so that its inputs and reference
  * output are made on the device, not on the host (internal; tune/ reads it).
  *
- * A template's init and reference (include/loom.h, section 8) run on the host: right for
+ * A template's init and reference (include/loom_tune.h) run on the host: right for
  * the tests at small shapes, seconds of CPU at a benchmark shape (ikbo_lce at its
  * headline: 227 M input elements and 113 M output elements).  A template that has an
  * entry here gets instead:

@@ -148,7 +148,7 @@ static const aot_case cases[] = {
 static void expected_config(const loom_template *t, const int64_t *shape, char *buf, size_t n)
 {
     setenv("LOOM_TUNE", "0", 1);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_tune_opts o = {0};
     o.quiet = 1;
     loom_tuned r;

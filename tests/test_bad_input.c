@@ -31,7 +31,7 @@ typedef struct bcast {
 static void bcast_make(bcast *x)
 {
     memset(x, 0, sizeof *x);
-    x->rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    x->rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     x->s = (tpl_broadcast_add_shape){4, 2, 8, 8, LOOM_F32};
     x->k = tpl_broadcast_add(&x->s, 8, 8, 1);
     cr_assert(x->rt && x->k);
@@ -75,7 +75,7 @@ Test(bad_input, launch_null_runtime_or_kernel)
 
 Test(bad_input, launch_unverified_kernel)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_kernel *k = loom_kernel_create("bad", 1);
     loom_val a = loom_const_f(k, LOOM_F32, 1.0);
     loom_add(k, a, loom_const_i(k, LOOM_I32, 1)); /* f32 + i32 */
@@ -102,7 +102,7 @@ Test(bad_input, launch_grid_null_zero_negative_over_limit)
 
 Test(bad_input, launch_cluster_grid_not_a_multiple)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_kernel *k = loom_kernel_create("clustered", 1);
     loom_kernel_set_cluster(k, 2);
     loom_cluster_rank(k);
@@ -155,7 +155,7 @@ Test(bad_input, launch_buffer_of_another_runtime)
 {
     bcast x;
     bcast_make(&x);
-    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *b = loom_buffer_create(other, 4 * 64 * 4);
     loom_arg a[6] = {x.a[0], x.a[1], LOOM_ARG_BUF(b), x.a[3], x.a[4], x.a[5]};
     REFUSED(x.rt, loom_launch(x.rt, x.k, x.grid, a, 6), LOOM_ERR_INVALID,
@@ -239,7 +239,7 @@ Test(bad_input, launch_flag_wait_grid_over_sms_gpu)
 Test(bad_input, buffer_null_runtime_and_huge_size)
 {
     cr_assert_null(loom_buffer_create(NULL, 16));
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert_null(loom_buffer_create(rt, SIZE_MAX / 2));
     cr_assert(strstr(loom_runtime_error(rt), "out of host memory for a"), "%s", loom_runtime_error(rt));
     loom_runtime_destroy(rt);
@@ -247,7 +247,7 @@ Test(bad_input, buffer_null_runtime_and_huge_size)
 
 Test(bad_input, buffer_copies_null_and_too_long)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *b = loom_buffer_create(rt, 8);
     char host[16] = {0};
     cr_assert_eq(loom_buffer_upload(NULL, host, 8), LOOM_ERR_INVALID);
@@ -263,7 +263,7 @@ Test(bad_input, buffer_copies_null_and_too_long)
 
 Test(bad_input, buffer_host_pointer_of_any_alignment)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *b = loom_buffer_create(rt, 7);
     unsigned char src[16], dst[16] = {0};
     for (int i = 0; i < 16; i++)
@@ -346,7 +346,7 @@ typedef struct lce {
 static void lce_make(lce *x)
 {
     memset(x, 0, sizeof *x);
-    x->rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    x->rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     x->s = (loom_ikbo_lce_shape){.B = 4, .U = 2, .M = 16, .N = 16, .Ku = 8, .Kc = 8, .dtype = LOOM_F16};
     x->cfg = (loom_ikbo_lce_config){64, 64, 2, 4, 5, 0, 0, 1};
     x->wu = calloc(16 * 8, 2);
@@ -459,7 +459,7 @@ Test(bad_input, lce_run_buffer_of_another_runtime)
 {
     lce x;
     lce_make(&x);
-    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *eu = loom_buffer_create(other, 2 * 8 * 16 * 2);
     REFUSED(x.rt, loom_ikbo_lce_run(x.p, eu, x.ec, x.map, x.out), LOOM_ERR_INVALID, "is a buffer of another runtime");
     cr_assert(strstr(loom_runtime_error(x.rt), "loom_ikbo_lce_run"), "%s", loom_runtime_error(x.rt));

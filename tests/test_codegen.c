@@ -768,7 +768,7 @@ static void gpu_vs_interp(loom_kernel *k, const int grid[3], const dspec *spec, 
         loom_kernel_destroy(k);
         cr_skip_test("no GPU");
     }
-    loom_runtime *c = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *c = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     int n = loom_kernel_num_args(k);
     loom_buffer *bg[LOOM_MAX_ARGS] = {0}, *bc[LOOM_MAX_ARGS] = {0};
     unsigned char *host[LOOM_MAX_ARGS] = {0}, *hg[LOOM_MAX_ARGS] = {0};

@@ -209,7 +209,7 @@ Test(dyn_templates, kernels_that_differ_only_in_their_maxima_are_one_module)
  * interpreter. */
 Test(dyn_templates, the_check_run_sets_the_dims_from_the_shape)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     char rep[1024];
     const loom_template *b = loom_template_find("ikbo_broadcast_add"), *s = loom_template_find("row_softmax");
     int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];

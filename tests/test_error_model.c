@@ -129,7 +129,7 @@ static int sweep_count(const char *env, int def)
 
 static void interp_sweep(uint64_t seed)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     int n = sweep_count("LOOM_TEST_SWEEP", 80);
     cr_expect_eq(sweep(rt, seed, n), n);
     loom_runtime_destroy(rt);
@@ -159,7 +159,7 @@ static void plant_all(const char *name, const char *shape, const char *config)
     char err[512], rep[1024];
     cr_assert_eq(loom_params_parse(t->shape, t->nshape, shape, sh, err, sizeof err), 0, "%s", err);
     cr_assert_eq(loom_params_parse(t->config, t->nconfig, config, cf, err, sizeof err), 0, "%s", err);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_instance in;
     cr_assert_eq(loom_instance_create(rt, t, sh, cf, 5, &in, err, sizeof err), LOOM_OK, "%s", err);
     cr_assert_eq(loom_launch(rt, in.kernel, in.grid, in.args, in.nargs), LOOM_OK, "%s", loom_runtime_error(rt));

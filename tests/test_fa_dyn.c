@@ -57,7 +57,7 @@ static void request(loom_runtime *rt, loom_ikbo_fa *p, int64_t B, int64_t U, int
 
 static void serve(int varlen, int sched)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     loom_ikbo_fa_shape shape = {BMAX, UMAX, S, H, D, NSEED, LOOM_F16, varlen};
     loom_ikbo_fa_config cfg = {64, 2, 6, sched, 0, 1, 1, 0};
@@ -80,7 +80,7 @@ Test(fa_dyn, varlen_requests_with_a_claimed_schedule, .timeout = 600) { serve(1,
 
 Test(fa_dyn, requests_past_the_prepared_shape_are_refused)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_fa_shape shape = {BMAX, UMAX, S, H, D, NSEED, LOOM_F16, 0};
     loom_ikbo_fa_config cfg = {64, 2, 6, 0, 0, 1, 1, 0};
     loom_ikbo_fa *p = NULL;

@@ -27,7 +27,7 @@ static loom_kernel *chain(int tasks, int *wait_line)
     loom_val data = loom_arg_tensor(k, "data", LOOM_I32, LOOM_SHAPE1(P), LOOM_INOUT);
     loom_val flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(P), LOOM_INOUT);
     loom_val epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
-    loom_region_op t = tasks ? loom_task_begin(k, 4, 0, 1) : 0;
+    loom_region_op t = tasks ? loom_task_begin(k, 4, 0, 1) : LOOM_NO_REGION;
     loom_val i = loom_program_id(k, 0);
     loom_val nxt = loom_add(k, i, I32(k, 1));
     loom_val last = loom_cmp(k, LOOM_EQ, i, I32(k, P - 1));

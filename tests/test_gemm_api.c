@@ -19,7 +19,7 @@
 
 static loom_runtime *interp(void)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt && loom_runtime_status(rt) == LOOM_OK);
     return rt;
 }

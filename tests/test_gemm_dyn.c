@@ -435,7 +435,7 @@ Test(gemm_dyn, the_ptx_of_every_scheme_assembles)
 
 static loom_runtime *interp(void)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt && loom_runtime_status(rt) == LOOM_OK);
     return rt;
 }

@@ -37,7 +37,7 @@ static void check_all(const char *name, const char *const *shapes, size_t ns, co
                       size_t nc, uint64_t seed)
 {
     loom_runtime *rt = t_gpu_or_skip();
-    loom_runtime *ri = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *ri = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     for (size_t s = 0; s < ns; s++)
         for (size_t c = 0; c < nc; c++) {
             check(rt, name, shapes[s], configs[c], seed + s);

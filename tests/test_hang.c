@@ -247,7 +247,7 @@ Test(hang, the_key_covers_the_bound_and_the_lines)
 Test(hang, runtime_sync_null_and_on_the_interpreter)
 {
     cr_assert_eq(loom_runtime_sync(NULL, 100), LOOM_ERR_INVALID);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     cr_assert_eq(loom_runtime_sync(rt, 100), LOOM_OK);
     cr_assert_eq(loom_runtime_sync(rt, 0), LOOM_OK);

@@ -60,7 +60,7 @@ static const char *cap_end(cap *c)
 
 Test(harden_input, fa_prepare_dims_past_2_31_name_the_range)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_fa *p = NULL;
     const loom_ikbo_fa_shape ok = {4, 2, 64, 1, 64, 1, LOOM_F16, 0};
     loom_ikbo_fa_shape s = ok;
@@ -83,7 +83,7 @@ Test(harden_input, fa_prepare_dims_past_2_31_name_the_range)
 
 Test(harden_input, gemm_prepare_batch_times_m_past_2_63)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_gemm *p = NULL;
     loom_gemm_shape s = {.M = INT64_C(1) << 62, .N = 8, .K = 8, .batch = INT64_C(1) << 62, .dtype = LOOM_F16,
                          .odtype = LOOM_F16};
@@ -94,7 +94,7 @@ Test(harden_input, gemm_prepare_batch_times_m_past_2_63)
 
 Test(harden_input, lce_prepare_dims_past_2_31)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_lce *p = NULL;
     uint16_t w[64] = {0};
     loom_ikbo_lce_shape s = {INT64_C(1) << 62, 2, 16, 16, 8, 8, LOOM_F16};
@@ -160,7 +160,7 @@ Test(harden_input, runtime_target_out_of_range)
     cr_assert(rt);
     cr_assert_eq(loom_runtime_status(rt), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "loom_runtime_create: target 99 is not LOOM_TARGET_AUTO (0), "
-                                             "LOOM_TARGET_INTERPRET (1) or LOOM_TARGET_GPU (2)"),
+                                             "LOOM_TARGET_INTERPRETER (1) or LOOM_TARGET_GPU (2)"),
               "%s", loom_runtime_error(rt));
     cr_assert_null(loom_buffer_create(rt, 16));
     loom_kernel *k = loom_kernel_create("k", 1);
@@ -198,7 +198,7 @@ Test(harden_input, kernel_named_underscore_is_refused)
 
 Test(harden_input, lce_run_out_aliasing_an_input)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_lce_shape s = {4, 2, 16, 16, 8, 8, LOOM_F16};
     loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1};
     void *wu = calloc(16 * 8, 2), *wc = calloc(16 * 8, 2);
@@ -317,7 +317,7 @@ Test(harden_input, interp_resident_and_no_fold_garbage_warn)
     loom_val o = loom_arg_tensor(k, "o", LOOM_I32, LOOM_SHAPE1(4), LOOM_INOUT);
     loom_val pid = loom_program_id(k, 0);
     loom_atomic_add(k, o, &pid, loom_add(k, pid, loom_const_i(k, LOOM_I32, 0)));
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *b = loom_buffer_create(rt, 16);
     cr_assert_eq(loom_buffer_fill(b, 0), LOOM_OK);
     setenv("LOOM_INTERP_RESIDENT", "abc", 1);
@@ -363,7 +363,7 @@ static void *share_worker(void *arg)
     s->good_st[w->i] = loom_verify(s->good);
     s->bad_st[w->i] = loom_verify(s->bad);
     s->errs[w->i] = loom_kernel_errors(s->bad);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET); /* a runtime is one thread's */
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER); /* a runtime is one thread's */
     loom_buffer *b = loom_buffer_create(rt, 16);
     s->launch_st[w->i] = loom_launch(rt, s->good, (int[3]){4, 1, 1}, &LOOM_ARG_BUF(b), 1);
     loom_buffer_download(b, s->got[w->i], sizeof s->got[w->i]);

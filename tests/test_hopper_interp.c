@@ -1,5 +1,5 @@
 /*
- * test_hopper_interp.c -- the interpreter's Hopper machinery (include/loom.h section 5b).
+ * test_hopper_interp.c -- the interpreter's Hopper machinery (include/loom_hopper.h).
  *
  * Each op group is run through the interpreter and its result checked against plain C:
  * shared-memory views (slots, transposed views, zeroed per CTA), mbarrier phases and

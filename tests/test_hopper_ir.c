@@ -479,7 +479,7 @@ Test(hopper_interp_template, gemm_runs_on_the_interpreter)
 {
     const loom_template *t = loom_template_find("gemm");
     cr_assert_not_null(t);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     static const char *cases[][2] = {
         {"M=77,N=72,K=40,batch=3", "BM=64,cwarps=4,BN=64,stages=2"},
         {"M=130,N=64,K=200,dtype=bf16,odtype=f32", "BM=128,cwarps=8,BN=64,stages=3,ctas=2"},
@@ -522,7 +522,7 @@ Test(hopper_interp_template, gemm_pingpong_odd_and_even_tiles_per_program)
 {
     const loom_template *t = loom_template_find("gemm");
     cr_assert_not_null(t);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     static const char *cases[][2] = {
         {"M=128,N=128,K=64", "BM=128,cwarps=8,consumers=1,BN=128,ctas=1"},          /* 1 tile */
         {"M=128,N=128,K=64", "BM=128,cwarps=8,consumers=1,BN=128,ctas=2"},          /* 1 and none */

@@ -110,7 +110,7 @@ static void make_lengths(const fa_shape_case *c, int32_t *lens, uint64_t seed)
  * by element within the error model's bound (fa_bound). */
 static void run_interp(const fa_shape_case *c, const loom_ikbo_fa_config *cfg)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     int64_t qn = c->B * c->nseed * c->H * c->D, kn = c->U * c->S * c->H * c->D;
     uint16_t *hq = malloc((size_t)qn * 2), *hk = malloc((size_t)kn * 2), *hv = malloc((size_t)kn * 2);
     uint16_t *ho = malloc((size_t)qn * 2), *hr = malloc((size_t)qn * 2);
@@ -247,7 +247,7 @@ Test(ikbo_fa, ptx_of_tiles_other_than_the_head_dim_moves_no_rows_through_shared_
 
 Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_fa *p = NULL;
     loom_ikbo_fa_shape sh = {4, 2, 64, 1, 96, 8, LOOM_F16, 0};
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, NULL, &p), LOOM_ERR_INVALID);

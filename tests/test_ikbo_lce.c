@@ -190,7 +190,7 @@ static void all_stages_on(loom_runtime *rt, const lce_case *cs, int ncase, const
 
 Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1};
     all_stages_on(rt, small_cases, NSMALL, &cfg, LOOM_F16);
     loom_ikbo_lce_config deep = {64, 64, 4, 4, 3, 0, 0, 1}; /* the ring deeper than some tiles' k steps */
@@ -228,7 +228,7 @@ Test(ikbo_lce, every_stage_on_the_interpreter_at_odd_shapes)
  * or infinite, at the first, the last and a middle element, is the one element reported. */
 Test(ikbo_lce, the_check_catches_an_element_past_its_bound)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1};
     const lce_case *c = &small_cases[1];
     static const loom_dtype dts[] = {LOOM_F16, LOOM_BF16};
@@ -262,7 +262,7 @@ Test(ikbo_lce, the_check_catches_an_element_past_its_bound)
  * leaves a tile's second group (and with clusters the pair's second tile) past N. */
 Test(ikbo_lce, transposed_product_on_the_interpreter_at_odd_shapes)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     static const lce_case wide[] = {
         {7, 9, 40, 200, 33, 66, 1},    /* more users than candidates; N = 200: a group half past N */
         {3, 2, 433, 256, 70, 130, 0},  /* the headline's M and N: 224-row tiles */
@@ -311,7 +311,7 @@ Test(ikbo_lce, transposed_product_ptx)
 
 Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     lce_case c = {4, 2, 40, 64, 9, 11, 0};
     host_io h = make_inputs(&c, LOOM_F16, 1);
     loom_ikbo_lce *p = NULL;
@@ -547,7 +547,7 @@ static loom_ikbo_stage auto_case(loom_runtime *rt, const lce_case *c, loom_dtype
 Test(ikbo_lce, auto_on_the_interpreter_at_corner_shapes)
 {
     unsetenv("LOOM_IKBO_AUTO");
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1}, sp = {128, 64, 2, 8, 3, 2, 0, 1};
     for (int i = 0; i < NCORNER; i++) {
         host_io h = make_inputs(&corner_cases[i], LOOM_F16, 31 + (uint64_t)i);
@@ -571,7 +571,7 @@ Test(ikbo_lce, auto_on_the_interpreter_at_corner_shapes)
  * auto the next stage, with the reason; LOOM_IKBO_AUTO=0 says auto is off. */
 Test(ikbo_lce, auto_without_timing_falls_back_and_can_be_turned_off)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     const lce_case *c = &small_cases[0];
     host_io h = make_inputs(c, LOOM_F16, 3);
     char d[1600];

@@ -117,7 +117,7 @@ static const int64_t requests[][3] = {{1, 1, 0}, {24, 6, 1}, {5, 2, 0}, {17, 5, 
 
 static void serve_stage(loom_ikbo_stage stage)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     model m = make_model(40, 24, 19, 13, 5);
     loom_ikbo_lce_shape shape = {24, 6, m.M, m.N, m.Ku, m.Kc, LOOM_F16};
@@ -158,7 +158,7 @@ Test(lce_dyn, stage_0_serves_every_request_shape, .timeout = 600) { serve_stage(
 
 Test(lce_dyn, requests_outside_the_prepared_shape_are_refused)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     model m = make_model(16, 8, 8, 8, 9);
     loom_ikbo_lce_shape shape = {8, 3, m.M, m.N, m.Ku, m.Kc, LOOM_F16};
     loom_ikbo_lce_config cfg = {64, 128, 4, 4, 4, 0, 0, 1};

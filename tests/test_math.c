@@ -545,7 +545,7 @@ static void fill_inputs(float *v, int n, uint32_t seed)
 static void run_both(loom_runtime *g, loom_kernel *k, int nblocks, void *x, void *y, size_t in_bytes, void *gpu_out,
                      void *cpu_out, size_t out_bytes)
 {
-    loom_runtime *c = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *c = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_runtime *rts[2] = {g, c};
     void *outs[2] = {gpu_out, cpu_out};
     int grid[3] = {nblocks, 1, 1};

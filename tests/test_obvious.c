@@ -8,7 +8,7 @@
  * by a loop (the reduction idiom of docs/dsl.md, online softmax); a residual add; an
  * activation epilogue.  Each is checked twice:
  *   1. on the interpreter, against a reference computed here;
- *   2. compiled, through loom_kernel_explain (include/loom.h, section 6b): no layout
+ *   2. compiled, through loom_kernel_explain (include/loom_runtime.h, section 4): no layout
  *      conversion and no other use of shared-memory scratch, the bar.sync count in the
  *      PTX, no f64 arithmetic in the PTX, and ptxas without spills.
  * Then the explain API's report for a form that still needs a conversion (it names the
@@ -247,37 +247,37 @@ static loom_kernel *pipe_bias_gemm(void)
     loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(PM, PN), LOOM_OUT);
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(PBM, PBK), 1, LOOM_SWIZZLE_128},
                                {LOOM_F16, LOOM_SHAPE2(PBN, PBK), 1, LOOM_SWIZZLE_128}};
-    loom_ring ring = loom_ring_create(k, PSLOTS, 1, 2, tiles);
+    loom_ring ring = loom_ring_create(&p, PSLOTS, 1, 2, tiles);
     int64_t tm = PM / PBM, tn = PN / PBN, nk = PK / PBK;
-    loom_sched sched = loom_sched_static(k, tm * tn, 1);
+    loom_sched sched = loom_sched_static(&p, tm * tn, 1);
     loom_epilogue epi = loom_epilogue_create(&p, LOOM_EPI_STAGED, C, LOOM_F16, LOOM_SHAPE2(PBM, PBN), 2, 128);
     loom_val zero = I32(k, 0), one = I32(k, 1);
 
     loom_region_op pt = loom_producer_begin(k);
     {
-        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
+        loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
         loom_val b, tr, tc;
-        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
-        loom_val m0 = loom_mul(k, tr, I32(k, PBM)), n0 = loom_mul(k, tc, I32(k, PBN)), it0 = loom_for_arg(k, tl, 0);
+        loom_sched_grouped(k, loom_sched_unit(&tl), tm, tn, 2, &b, &tr, &tc);
+        loom_val m0 = loom_mul(k, tr, I32(k, PBM)), n0 = loom_mul(k, tc, I32(k, PBN)), it0 = loom_sched_arg(&tl, 0);
         loom_region_op kl = loom_for_begin(k, zero, I32(k, nk), one, 0, NULL);
         loom_val kk = loom_for_iv(k, kl), k0 = loom_mul(k, kk, I32(k, PBK));
         loom_val s = loom_ring_produce(k, &ring, loom_add(k, it0, kk), -1);
         loom_ring_load(k, &ring, s, 0, 0, A, ((loom_val[]){m0, k0}));
-        loom_ring_load_shared(k, &ring, s, 1, 0, Bt, ((loom_val[]){n0, k0}));
+        loom_ring_load_multicast(k, &ring, s, 1, 0, Bt, ((loom_val[]){n0, k0}));
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, I32(k, nk));
-        loom_for_end(k, tl, 1, &next);
+        loom_sched_end(k, &tl, &next);
     }
     loom_task_end(k, pt);
 
     loom_region_op ct = loom_consumers_begin(k, 4, 1);
     {
         loom_val init[2] = {zero, zero};
-        loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 2, init);
+        loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_CONSUMER, LOOM_NONE, 2, init);
         loom_val b, tr, tc;
-        loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
+        loom_sched_grouped(k, loom_sched_unit(&tl), tm, tn, 2, &b, &tr, &tc);
         loom_val m0 = loom_mul(k, tr, I32(k, PBM)), n0 = loom_mul(k, tc, I32(k, PBN));
-        loom_val it0 = loom_for_arg(k, tl, 0), slot = loom_for_arg(k, tl, 1);
+        loom_val it0 = loom_sched_arg(&tl, 0), slot = loom_sched_arg(&tl, 1);
         loom_val acc0 = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(PBM, PBN));
         loom_region_op kl = loom_for_begin(k, zero, I32(k, nk), one, 1, &acc0);
         {
@@ -297,7 +297,7 @@ static loom_kernel *pipe_bias_gemm(void)
                               loom_broadcast(k, loom_expand_dims(k, bv, 0), LOOM_SHAPE2(PBM, PBN)));
         loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), loom_cast(k, y, LOOM_F16), slot);
         loom_val next[2] = {loom_add(k, it0, I32(k, nk)), loom_sub(k, one, slot)};
-        loom_for_end(k, tl, 2, next);
+        loom_sched_end(k, &tl, next);
         loom_epilogue_finish(k, &epi);
     }
     loom_task_end(k, ct);

@@ -70,9 +70,9 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
     loom_val counter = c->dynamic ? loom_arg_tensor(k, "counter", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT) : LOOM_NONE;
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(BM, BK), 1, LOOM_SWIZZLE_32},
                                {LOOM_F16, LOOM_SHAPE2(c->BN, BK), 1, LOOM_SWIZZLE_32}};
-    loom_ring ring = loom_ring_create(k, c->slots, 1, 2, tiles);
+    loom_ring ring = loom_ring_create(&p, c->slots, 1, 2, tiles);
     loom_sched sched = c->dynamic ? loom_sched_dynamic(&p, units_of(c), counter, 2, reps)
-                                  : loom_sched_static(k, units_of(c), 1);
+                                  : loom_sched_static(&p, units_of(c), 1);
     loom_pingpong pp = c->pingpong ? loom_pingpong_create(&p) : (loom_pingpong){0};
     loom_epilogue epi = loom_epilogue_create(&p, c->epi, C, LOOM_F32, LOOM_SHAPE2(BM, c->BN),
                                              c->pingpong && c->epi == LOOM_EPI_STAGED ? 2 : 1, 128);
@@ -92,7 +92,7 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
             loom_val k0 = loom_mul(k, kk, I32(k, BK));
             loom_val ao[2] = {m0, k0}, bo[2] = {n0, k0};
             loom_ring_load(k, &ring, s, 0, 0, A, ao);
-            loom_ring_load_shared(k, &ring, s, 1, 0, Bt, bo);
+            loom_ring_load_multicast(k, &ring, s, 1, 0, Bt, bo);
         }
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, I32(k, nk));
@@ -369,7 +369,7 @@ static loom_kernel *progress_kernel(int dynamic, int64_t units, int64_t u0, int 
     loom_val flags = loom_arg_tensor(k, "flags", LOOM_I32, LOOM_SHAPE1(1), LOOM_INOUT);
     loom_val counter = loom_arg_tensor(k, "counter", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT);
     loom_val epoch = loom_arg_scalar(k, "epoch", LOOM_I32);
-    loom_sched s = dynamic ? loom_sched_dynamic(&p, units, counter, 2, 1) : loom_sched_static(k, units, 1);
+    loom_sched s = dynamic ? loom_sched_dynamic(&p, units, counter, 2, 1) : loom_sched_static(&p, units, 1);
     loom_region_op pt = loom_producer_begin(k);
     {
         loom_sched_loop l = loom_sched_begin(k, &s, LOOM_SCHED_PRODUCER, LOOM_NONE, 0, NULL);
@@ -460,17 +460,17 @@ static loom_kernel *visit_gemm(void)
     loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(VM, VN), LOOM_OUT);
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(VBM, VBK), 1, LOOM_SWIZZLE_32},
                                {LOOM_F16, LOOM_SHAPE2(VBN, VBK), 1, LOOM_SWIZZLE_32}};
-    loom_ring ring = loom_ring_create(k, 3, 1, 2, tiles);
+    loom_ring ring = loom_ring_create(&p, 3, 1, 2, tiles);
     int64_t tm = (VM + VBM - 1) / VBM, tn = (VN + VBN - 1) / VBN, nk = VK / VBK;
-    loom_sched sched = loom_sched_static(k, tm * tn, 1);
+    loom_sched sched = loom_sched_static(&p, tm * tn, 1);
     loom_epilogue epi = loom_epilogue_create(&p, LOOM_EPI_STAGED, C, LOOM_F16, LOOM_SHAPE2(VBM, VBN), 1, 128);
     loom_mainloop ml = {.ring = &ring, .a_tile = 0, .b_tile = 1, .b_trans = 1, .rows = VBM, .cols = VBN, .steps = nk};
     loom_val zero = I32(k, 0), one = I32(k, 1), b, tr, tc;
 
     loom_region_op pt = loom_producer_begin(k);
-    loom_region_op tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
-    loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
-    loom_val m0 = loom_mul(k, tr, I32(k, VBM)), n0 = loom_mul(k, tc, I32(k, VBN)), it0 = loom_for_arg(k, tl, 0);
+    loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
+    loom_sched_grouped(k, loom_sched_unit(&tl), tm, tn, 2, &b, &tr, &tc);
+    loom_val m0 = loom_mul(k, tr, I32(k, VBM)), n0 = loom_mul(k, tc, I32(k, VBN)), it0 = loom_sched_arg(&tl, 0);
     loom_region_op kl = loom_for_begin(k, zero, I32(k, nk), one, 0, NULL);
     loom_val kk = loom_for_iv(k, kl), k0 = loom_mul(k, kk, I32(k, VBK));
     loom_val s = loom_ring_produce(k, &ring, loom_add(k, it0, kk), -1);
@@ -478,19 +478,19 @@ static loom_kernel *visit_gemm(void)
     loom_ring_load(k, &ring, s, 1, 0, Bt, ((loom_val[]){n0, k0}));
     loom_for_end(k, kl, 0, NULL);
     loom_val next = loom_add(k, it0, loom_mainloop_uses(k, &ml));
-    loom_for_end(k, tl, 1, &next);
+    loom_sched_end(k, &tl, &next);
     loom_task_end(k, pt);
 
     loom_region_op ct = loom_consumers_begin(k, 4, 1);
-    tl = loom_sched_for(k, &sched, LOOM_NONE, 1, &zero);
-    loom_sched_grouped(k, loom_for_iv(k, tl), tm, tn, 2, &b, &tr, &tc);
+    tl = loom_sched_begin(k, &sched, LOOM_SCHED_CONSUMER, LOOM_NONE, 1, &zero);
+    loom_sched_grouped(k, loom_sched_unit(&tl), tm, tn, 2, &b, &tr, &tc);
     loom_tile_at t = {.m0 = loom_mul(k, tr, I32(k, VBM)), .n0 = loom_mul(k, tc, I32(k, VBN)), .rows = VBM, .cols = VBN};
-    it0 = loom_for_arg(k, tl, 0);
+    it0 = loom_sched_arg(&tl, 0);
     loom_val acc = loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0);
     acc = loom_mainloop_finish(k, &ml, acc, loom_mainloop_last(k, &ml, it0));
     loom_epilogue_visit(k, &epi, bias_gelu, &bias, acc, &t, LOOM_NONE, LOOM_NONE);
     next = loom_add(k, it0, loom_mainloop_uses(k, &ml));
-    loom_for_end(k, tl, 1, &next);
+    loom_sched_end(k, &tl, &next);
     loom_epilogue_finish(k, &epi);
     loom_task_end(k, ct);
     return k;

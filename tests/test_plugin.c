@@ -1,5 +1,5 @@
 /*
- * test_plugin.c -- a user's templates from a plugin (loom_plugin_load, loom.h section 11)
+ * test_plugin.c -- a user's templates from a plugin (loom_plugin_load, loom_tune.h section 4)
  * and loomc's help.
  *
  * The plugins are built by CMake from tests/plugins/ into test_plugins/ beside this
@@ -160,6 +160,11 @@ Test(plugin, loomc_cli)
     cr_expect(strstr(out, "loomc: plugin /nonexistent/libmine.so: cannot load it: "), "%s", out);
     cr_expect_eq(run_loomc("show tp_scale", out, sizeof out), 2, "%s", out);
     cr_expect(strstr(out, "unknown kernel 'tp_scale'") && strstr(out, "--plugin LIB.so"), "%s", out);
+    /* show writes a dtype's default by name, as --shape takes it */
+    cr_expect_eq(run_loomc("show gemm", out, sizeof out), 0, "%s", out);
+    cr_expect(strstr(out, "\n  dtype           f16  ") && strstr(out, "\n  odtype          f16  ") &&
+                  strstr(out, "\n  M               512  "),
+              "%s", out);
     /* a plugin's template in loomc's commands */
     char args[PATH_MAX + 200];
     snprintf(args, sizeof args, "run tp_scale --plugin %s --shape N=300 --interpret", plugin("ok"));
@@ -346,7 +351,7 @@ Test(plugin, round_trip, .timeout = 120)
     /* loomc's parameters, a check on the interpreter, PTX */
     int64_t shape[LOOM_MAX_PARAMS], config[LOOM_MAX_PARAMS];
     cr_assert_eq(loomc_template_params(t, "N=1000", "BLOCK=128", shape, config, err, sizeof err), 0, "%s", err);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     cr_expect_eq(loom_template_check(rt, t, shape, config, 1, report, sizeof report), LOOM_OK, "%s", report);
     cr_expect(strstr(report, "tp_scale: ok"), "%s", report);

@@ -596,7 +596,7 @@ Test(runtime, vadd_kernel_on_interpreter)
         a[i] = (float)i * 0.5f;
         b[i] = 3.0f - (float)i;
     }
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_kernel *k = vadd_kernel(N);
     cr_assert_eq(run_vadd(rt, k, a, b, c, N), LOOM_OK, "%s", loom_runtime_error(rt));
     for (int i = 0; i < N; i++)
@@ -609,7 +609,7 @@ Test(runtime, vadd_kernel_on_interpreter)
  * on the interpreter a good list only verifies. */
 Test(runtime, prepare_many_checks_its_arguments)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_kernel *good = vadd_kernel(100), *bad = loom_kernel_create("bad", 1);
     loom_add(bad, loom_const_f(bad, LOOM_F32, 1.0), loom_const_i(bad, LOOM_I32, 1)); /* f32 + i32 */
     loom_kernel *list[3] = {good, bad, good};

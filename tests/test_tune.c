@@ -152,7 +152,7 @@ static void ts_reference_off(const int64_t *sh, void *const *host, void *const *
  * on the config). */
 Test(tune, check_leaves_unchecked_outputs_alone)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     loom_template t = test_scale;
     t.reference = ts_reference_off;
@@ -297,7 +297,7 @@ Test(tune, compare_kernel_counts_mismatches_on_the_interpreter)
     got[4999] += 1e-7f * fabsf(ref[4999]); /* within rtol */
     got[100] = ref[100] = NAN;         /* NaN on both sides: passes */
     got[3000] = NAN;                   /* NaN on one side: fails */
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *bg = loom_buffer_create(rt, n * 4), *br = loom_buffer_create(rt, n * 4);
     loom_buffer *bb = loom_buffer_create(rt, grid0 * 4), *bm = loom_buffer_create(rt, grid0 * 4);
     loom_buffer_upload(bg, got, n * 4);
@@ -628,7 +628,7 @@ Test(tune_cache, killed_writer_leaves_a_readable_cache)
 Test(tune, startup_on_the_interpreter_returns_ready_defaults)
 {
     const loom_template *t = loom_template_find("ikbo_broadcast_add");
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     /* the second shape cannot use the default BN=256 (N=24): the cost model's best valid
      * config is used instead */
     const char *texts[2] = {"B=9,U=2,M=33,N=200", "B=5,U=3,M=7,N=24,dtype=f32,shuffle=1"};
@@ -660,7 +660,7 @@ Test(tune, startup_on_the_interpreter_returns_ready_defaults)
 
 Test(tune, a_template_outside_the_registry_on_the_interpreter)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     int64_t shape[1] = {1000};
     loom_tuned out;
     cr_assert_eq(loom_tune(rt, &test_scale, shape, 1, &(loom_tune_opts){.quiet = 1}, &out), LOOM_OK);
@@ -674,7 +674,7 @@ Test(tune, a_template_outside_the_registry_on_the_interpreter)
 
 Test(tune, bad_arguments_are_reported)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     int64_t shape[1] = {1000};
     loom_tuned out;
     cr_expect_eq(loom_tune(rt, NULL, shape, 1, NULL, &out), LOOM_ERR_INVALID);

@@ -29,7 +29,7 @@ static void expect_fill_matches_host(loom_dtype dt, int64_t n, uint64_t seed, fl
     unsigned char *got = malloc((size_t)n * es), *want = malloc((size_t)n * es);
     memset(got, 0xab, (size_t)n * es);
     tune_fill_host(want, dt, n, seed, lo, hi, ld, cols);
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *b = loom_buffer_create(rt, (size_t)n * es);
     loom_buffer_upload(b, got, (size_t)n * es);
     loom_arg a[6];
@@ -100,7 +100,7 @@ Test(tune_fast, maxdiff_and_reduce_kernels_on_the_interpreter)
     b[10] += 0.25f;  /* program 0: 0.25 */
     b[3000] -= 2.0f; /* program 1: 2 */
     b[4500] = NAN;   /* program 2: infinite */
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *ba = loom_buffer_create(rt, n * 2), *bb = loom_buffer_create(rt, n * 4);
     loom_buffer *bp = loom_buffer_create(rt, 12), *bo = loom_buffer_create(rt, 8);
     loom_buffer_upload(ba, a, n * 2);
@@ -201,7 +201,7 @@ static void *download(loom_buffer *x)
 
 Test(tune_fast, ikbo_device_reference_matches_the_cpu_reference, .timeout = 300)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     tune_bench b;
     loom_kernel *probe;
     ik_bench(rt, &b, &probe);
@@ -309,7 +309,7 @@ static void device_path(const char *name, const char *shape_text, int nfill)
     cr_assert_eq(loom_params_parse(t->shape, t->nshape, shape_text, sh, err, sizeof err), 0, "%s", err);
     for (int i = 0; i < t->nconfig; i++)
         cf[i] = t->config[i].def;
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     tune_bench b;
     memset(&b, 0, sizeof b);
     b.rt = rt;
@@ -415,7 +415,7 @@ Test(tune_fast, broadcast_add_device_reference_and_bound_match_the_host_model, .
 Test(tune_fast, ikbo_auto_pair_bound_passes_right_stages_and_catches_a_planted_error, .timeout = 300)
 {
     const int64_t B = 24, U = 5, M = 77, N = 64, Ku = 37, Kc = 229;
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     uint64_t seed = 21;
     size_t nwu = (size_t)(M * Ku), nwc = (size_t)(M * Kc), neu = (size_t)(U * Ku * N), nec = (size_t)(B * Kc * N);
     size_t no = (size_t)(B * M * N);
@@ -558,7 +558,7 @@ Test(tune_fast, ikbo_check_kernel_counts_what_the_host_model_counts)
             want_worst = isnan(d) ? INFINITY : fmax(want_worst, d / bound);
         }
     cr_expect_eq(want_bad, 3, "the host model counts the three planted");
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *bo = loom_buffer_create(rt, B * mn * 2), *bc = loom_buffer_create(rt, B * mn * 4);
     loom_buffer *bu = loom_buffer_create(rt, U * mn * 4), *bac = loom_buffer_create(rt, B * mn * 4);
     loom_buffer *bau = loom_buffer_create(rt, U * mn * 4), *bm = loom_buffer_create(rt, 12);

@@ -335,8 +335,28 @@ Test(verify, if_begun_but_never_ended)
 Test(verify, ending_a_region_that_is_not_open)
 {
     fx f = mk();
-    int L = __LINE__; loom_for_end(f.k, 0, 0, NULL);
+    int L = __LINE__; loom_for_end(f.k, LOOM_NO_REGION, 0, NULL);
     expect_error(f.k, L, "there is no open loop or if to end");
+}
+
+/* A region op's handle is a type of its own: a loom_region_op where a loom_val is expected,
+ * or the other way round, does not compile. */
+_Static_assert(_Generic(LOOM_NO_REGION, loom_val: 0, default: 1), "loom_region_op is not loom_val");
+_Static_assert(_Generic(LOOM_NONE, loom_region_op: 0, default: 1), "loom_val is not loom_region_op");
+
+Test(verify, region_handles_none_and_some)
+{
+    fx f = mk();
+    cr_assert(loom_region_is_none(LOOM_NO_REGION));
+    loom_region_op br = loom_if_begin(f.k, loom_cmp(f.k, LOOM_EQ, f.s, f.z), 0);
+    cr_assert(!loom_region_is_none(br), "a good if's handle is not none");
+    loom_if_end(f.k, br, 0, NULL);
+    /* a begin whose error is recorded (an i32 condition) returns none */
+    loom_region_op bad = loom_if_begin(f.k, f.s, 0);
+    cr_assert(loom_region_is_none(bad));
+    loom_if_end(f.k, bad, 0, NULL);
+    cr_assert_eq(loom_verify(f.k), LOOM_ERR_VERIFY);
+    loom_kernel_destroy(f.k);
 }
 
 Test(verify, regions_must_end_in_order)
@@ -490,7 +510,7 @@ typedef struct launch_fx {
 static launch_fx launch_mk(void)
 {
     launch_fx f;
-    f.rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    f.rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(f.rt);
     f.x = loom_buffer_create(f.rt, 8 * 4);
     f.out = loom_buffer_create(f.rt, 8 * 4);
@@ -564,7 +584,7 @@ Test(launch, scalar_and_buffer_mixups)
 Test(launch, buffer_of_another_runtime)
 {
     launch_fx f = launch_mk();
-    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *other = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_buffer *b = loom_buffer_create(other, 64);
     loom_arg args[] = {LOOM_ARG_BUF(b), LOOM_ARG_BUF(f.out), LOOM_ARG_F32(1)};
     expect_refused(&f, args, 3, NULL, "argument 0 ('x') is a buffer of another runtime");
@@ -586,7 +606,7 @@ Test(launch, kernel_with_errors_is_refused_without_running)
 {
     /* each broken kernel: a bad op, an unended loop, an unended if, a store to an input */
     for (int c = 0; c < 4; c++) {
-        loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
         loom_kernel *k = loom_kernel_create("broken", 4);
         loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE1(8), LOOM_IN);
         loom_val z = loom_const_i(k, LOOM_I32, 0);
@@ -615,7 +635,7 @@ Test(launch, kernel_with_errors_is_refused_without_running)
 
 Test(launch, null_arguments_do_not_crash)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_expect_eq(loom_launch(NULL, NULL, NULL, NULL, 0), LOOM_ERR_INVALID);
     cr_expect_eq(loom_launch(rt, NULL, (int[3]){1, 1, 1}, NULL, 0), LOOM_ERR_INVALID);
     loom_kernel *k = scale_kernel();

@@ -72,7 +72,7 @@ static inline loom_kernel *t_two_arrivals(loom_src task_at, loom_src wait_at, co
     loom_val zero = loom_const_i(k, LOOM_I32, 0);
     loom_region_op t = loom_task_begin_at(task_at, k, 4, 0, 2);
     loom_val rep = loom_task_replica(k);
-    loom_region_op i = 0;
+    loom_region_op i = LOOM_NO_REGION;
     if (only_first)
         i = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rep, zero), 0);
     loom_mbar_arrive(k, bar, zero);
@@ -195,7 +195,7 @@ static char t_last_error[2048];
 static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int n)
 {
     static const int one[3] = {1, 1, 1};
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt, "loom_runtime_create failed");
     loom_buffer *bufs[LOOM_MAX_ARGS] = {0};
     loom_arg la[LOOM_MAX_ARGS];

@@ -100,7 +100,7 @@ static void untimed_config(const loom_template *t, const opts *o, const int64_t 
     char err[600];
     if (o->config || !t->valid || t->valid(shape, config, err, sizeof err))
         return;
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET); /* no GPU: nothing timed or cached */
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER); /* no GPU: nothing timed or cached */
     loom_tuned r;
     loom_tune_opts to = {.quiet = 1};
     if (rt && loom_tune(rt, t, shape, 1, &to, &r) == LOOM_OK && r.source != LOOM_TUNE_NONE) {
@@ -204,7 +204,7 @@ static int cmd_run(const opts *o)
         return 2;
     int rc = 0;
     char report[1024];
-    loom_runtime *rt = loom_runtime_create(o->interpret ? LOOM_TARGET_INTERPRET : LOOM_TARGET_AUTO);
+    loom_runtime *rt = loom_runtime_create(o->interpret ? LOOM_TARGET_INTERPRETER : LOOM_TARGET_AUTO);
     if (!rt)
         return 1;
     if (!o->interpret && !loom_runtime_is_gpu(rt))
@@ -212,7 +212,7 @@ static int cmd_run(const opts *o)
     rc |= loom_template_check(rt, t, shape, config, o->seed, report, sizeof report) != LOOM_OK;
     printf("%s\n", report);
     if (loom_runtime_is_gpu(rt)) {
-        loom_runtime *ri = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        loom_runtime *ri = loom_runtime_create(LOOM_TARGET_INTERPRETER);
         rc |= loom_template_check(ri, t, shape, config, o->seed, report, sizeof report) != LOOM_OK;
         printf("%s\n", report);
         loom_runtime_destroy(ri);
@@ -267,7 +267,7 @@ static int cmd_aot(const opts *o, const char *cmdline)
     if (!rc && !o->config) {
         if (!o->tuned)
             setenv("LOOM_TUNE", "0", 1);
-        loom_runtime *rt = loom_runtime_create(o->tuned ? LOOM_TARGET_AUTO : LOOM_TARGET_INTERPRET);
+        loom_runtime *rt = loom_runtime_create(o->tuned ? LOOM_TARGET_AUTO : LOOM_TARGET_INTERPRETER);
         int64_t *flat = calloc((size_t)n * (size_t)t->nshape, sizeof *flat);
         loom_tuned *res = calloc((size_t)n, sizeof *res);
         if (!rt || !flat || !res) {
@@ -521,6 +521,16 @@ static int cmd_tune(const opts *o)
 
 /* `loomc help [CMD]`, `loomc --help`: the page on stdout, exit status 0; an unknown CMD is
  * a usage error. */
+/* A line of `loomc show`: the key, the default written as --shape and --config take it (a
+ * dtype by name, as loom_params_format writes it), the doc. */
+static void show_param(const loom_param *p)
+{
+    char kv[160];
+    loom_params_format(p, 1, &p->def, kv, sizeof kv);
+    const char *v = strchr(kv, '=');
+    printf("  %-10s %8s  %s\n", p->key, v ? v + 1 : kv, p->doc ? p->doc : "");
+}
+
 static int cmd_help(int argc, char **argv)
 {
     if (argc > 3) {
@@ -578,12 +588,10 @@ int main(int argc, char **argv)
             return 2;
         printf("%s: %s\nshape:\n", t->name, t->doc ? t->doc : "");
         for (int i = 0; i < t->nshape; i++)
-            printf("  %-10s %8lld  %s\n", t->shape[i].key, (long long)t->shape[i].def,
-                   t->shape[i].doc ? t->shape[i].doc : "");
+            show_param(&t->shape[i]);
         printf("config:\n");
         for (int i = 0; i < t->nconfig; i++)
-            printf("  %-10s %8lld  %s\n", t->config[i].key, (long long)t->config[i].def,
-                   t->config[i].doc ? t->config[i].doc : "");
+            show_param(&t->config[i]);
         return 0;
     }
     if (!strcmp(cmd, "ir")) {

@@ -1,5 +1,5 @@
 /*
- * tune.c -- the per-shape autotuner: loom_tune() (include/loom.h section 8,
+ * tune.c -- the per-shape autotuner: loom_tune() (include/loom_tune.h section 3,
  * docs/tuning.md), the driver of the other files of tune/.
  *
  * A template declares knobs with candidate values, a validity check that explains each

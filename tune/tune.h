@@ -2,7 +2,7 @@
  * tune.h -- internals of the autotuner (tune/): what its files share, and what the tests
  * reach (tests/test_tune.c).
  *
- * The public side is loom_tune() in include/loom.h, section 8.  The files, in the order a
+ * The public side is loom_tune() in include/loom_tune.h, section 3.  The files, in the order a
  * tuning goes through them:
  *
  *   tune.c        the driver: loom_tune, and tune_shape, which tunes one shape step by

@@ -58,7 +58,7 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(M, N), LOOM_OUT);
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(BM, BK), 1, LOOM_SWIZZLE_128},
                                {LOOM_F16, LOOM_SHAPE2(BK, bn), 1, LOOM_SWIZZLE_128}};
-    loom_ring ring = loom_ring_create(k, (int)cf[C_STAGES], 1, 2, tiles);
+    loom_ring ring = loom_ring_create(&p, (int)cf[C_STAGES], 1, 2, tiles);
     loom_epilogue epi = loom_epilogue_create(&p, LOOM_EPI_REGISTERS, C, LOOM_F16, LOOM_SHAPE2(BM, bn), 1, 128);
     loom_val zero = loom_const_i(k, LOOM_I32, 0), one = loom_const_i(k, LOOM_I32, 1);
     loom_val steps = loom_const_i(k, LOOM_I32, nk), o[2];

@@ -25,7 +25,7 @@ static loom_runtime *interp_rt(void)
 {
     static loom_runtime *rt;
     if (!rt)
-        rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+        rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     return rt;
 }
 

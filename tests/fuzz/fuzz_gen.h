@@ -150,7 +150,7 @@ static inline void fg_offsets(fg *g, loom_val offs[LOOM_MAX_RANK + 1])
 
 static inline void fg_open(fg *g, fg_kind kind, loom_region_op op, int n, int64_t trip)
 {
-    if (!op || g->depth == FG_MAXDEPTH)
+    if (loom_region_is_none(op) || g->depth == FG_MAXDEPTH)
         return;
     g->reg[g->depth++] = (fg_region){kind, op, n, trip, g->nvals};
     if (kind == FG_FOR)
@@ -329,7 +329,7 @@ static inline void fg_op(fg *g)
             n = (int)fz_pick(f, 3) - 2; /* a negative count */
         loom_region_op r = loom_for_begin(k, lo, hi, st, n, init);
         fg_open(g, FG_FOR, r, n, trip);
-        if (r) {
+        if (!loom_region_is_none(r)) {
             fg_push(g, loom_for_iv(k, r));
             for (int i = 0; i < n && i < 4; i++)
                 fg_push(g, loom_for_arg(k, r, i));
@@ -383,7 +383,7 @@ static inline void fg_op(fg *g)
         static const int regs[] = {0, 24, 40, 232, 256, 7, 512};
         loom_region_op r = loom_task_begin(k, (int)fz_pick(f, 9), regs[fz_pick(f, 7)], 1 + (int)fz_pick(f, 3));
         fg_open(g, FG_TASK, r, 0, 1);
-        if (r && fz_u8(f) < 128)
+        if (!loom_region_is_none(r) && fz_u8(f) < 128)
             fg_push(g, loom_task_replica(k));
         break;
     }
@@ -411,7 +411,7 @@ static inline void fg_op(fg *g)
         loom_val accs[4] = {fg_val(g), fg_val(g), fg_val(g), fg_val(g)};
         int n = (int)fz_pick(f, 3);
         loom_region_op w = loom_wgmma_wait(k, (int)fz_pick(f, 3) - 1, n, accs);
-        for (int i = 0; w && i < n; i++)
+        for (int i = 0; !loom_region_is_none(w) && i < n; i++)
             fg_push(g, loom_wgmma_result(k, w, i));
         break;
     }

@@ -30,7 +30,7 @@ int main(void)
     loom_val v = loom_load(k, x, ((loom_val[]){zero}), LOOM_SHAPE1(128), LOOM_NONE, 0.0);
     loom_store(k, out, ((loom_val[]){zero}), loom_add(k, v, loom_const_f(k, LOOM_F32, 1.0)), LOOM_NONE);
 
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     if (!rt || loom_runtime_status(rt) != LOOM_OK) {
         fprintf(stderr, "install_user: no interpreter runtime\n");
         return 1;
