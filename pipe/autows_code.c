@@ -1,0 +1,433 @@
+/*
+ * autows_code.c -- ws-code, the last pass of automatic warp specialization (pipe/autows.c
+ * has the others and what they decide): the new kernel, built on the pipeline layer's
+ * calls.  The same arguments and then the user's grid (three i32); one ring of the
+ * channels' tiles; a producer task that computes the producer slice and, for each program
+ * of the user's grid it takes (persistently) and each step of the loop, produces a slot
+ * and TMA-loads the channels into it; a consumer task (one of 4 x groups warps, or two
+ * replicas in ping-pong) that runs the kernel's other ops in their order, each program in
+ * turn, with the dots as wgmma out of the slot's views and the store after the loop
+ * staged for one TMA store where the passes chose it.  Every op keeps the line of the
+ * user's op it comes from.
+ */
+#include "autows_passes.h"
+
+#include <stdlib.h>
+
+static uint32_t mapped(aw *w, uint32_t v)
+{
+    uint32_t m = w->map[v];
+    if (!m && w->st == LOOM_OK) {
+        uint32_t d = aw_def_of(w->src, v);
+        aw_fail(w, d ? aw_op(w, d)->src : w->src->ws_at, "internal: a value the task needs was not built (%s)",
+                d ? ir_opdescs[aw_op(w, d)->kind].name : "an argument");
+    }
+    return m;
+}
+
+static loom_val H(aw *w, uint32_t v) { return ir_handle(w->dst, mapped(w, v)); }
+static uint32_t U(aw *w, loom_val h) { return ir_unhandle(w->dst, h); }
+
+/* The arguments, in the same order (the launch passes the same list). */
+static void clone_args(aw *w, uint32_t *map)
+{
+    loom_kernel *k = w->src, *d = w->dst;
+    for (int i = 0; i < k->nargs; i++) {
+        const ir_arg *a = &k->args[i];
+        loom_src at = {__FILE__, __LINE__};
+        loom_val h;
+        if (a->is_dim)
+            h = loom_arg_dim_at(at, d, a->name, a->dim_max, a->dim_multiple);
+        else if (!a->is_tensor)
+            h = loom_arg_scalar_at(at, d, a->name, a->dtype);
+        else {
+            loom_shape s = a->shape;
+            for (int j = 0; j < s.rank; j++)
+                if (a->dyn[j])
+                    s.dim[j] = LOOM_DIM(ir_handle(d, map[k->args[a->dyn[j] - 1].value]));
+            h = loom_arg_tensor_at(at, d, a->name, a->dtype, s, a->strides, a->access);
+        }
+        map[a->value] = ir_unhandle(d, h);
+    }
+    static const char *const names[3] = {PIPE_AUTOWS_GRID_X, PIPE_AUTOWS_GRID_Y, PIPE_AUTOWS_GRID_Z};
+    for (int i = 0; i < 3; i++)
+        w->grid[i] = loom_arg_scalar_at(k->ws_at, d, names[i], LOOM_I32);
+}
+
+static void clone_block(aw *w, uint32_t b, bool producer);
+
+/* A copy of plain op o in the innermost open block of dst. */
+static void clone_plain(aw *w, uint32_t o)
+{
+    loom_kernel *d = w->dst;
+    ir_op *op = aw_op(w, o);
+    if (op->kind == IR_PROGRAM_ID || op->kind == IR_NUM_PROGRAMS) { /* the program of the user's grid */
+        int axis = (int)op->iattr[0];
+        w->map[op->res[0]] = U(w, op->kind == IR_PROGRAM_ID ? w->vpid[axis] : w->grid[axis]);
+        return;
+    }
+    if (o == w->staged) {
+        loom_val offs[LOOM_MAX_RANK];
+        for (int i = 1; i + 1 < op->nopnd; i++)
+            offs[i - 1] = H(w, op->opnd[i]);
+        loom_epilogue_store_at(op->src, d, &w->epi, offs, H(w, op->opnd[op->nopnd - 1]), w->rep, LOOM_NONE,
+                               LOOM_NONE);
+        return;
+    }
+    uint32_t opnd[64];
+    for (int i = 0; i < op->nopnd; i++)
+        if (!(opnd[i] = mapped(w, op->opnd[i])))
+            return;
+    uint32_t n = ir_op_new(d, op->src, (ir_opkind)op->kind, opnd, op->nopnd);
+    if (!n) {
+        w->st = LOOM_ERR_NOMEM;
+        return;
+    }
+    ir_op *no = &d->ops[n];
+    memcpy(no->iattr, op->iattr, sizeof no->iattr);
+    no->fattr = op->fattr;
+    no->shape = op->shape;
+    ir_type out[4];
+    int nout = 0;
+    if (!ir_rule(d, n, out, &nout, 4) || nout != op->nres) {
+        aw_fail(w, op->src, "internal: the copy of this %s does not type (%s)", ir_opdescs[op->kind].name,
+                loom_kernel_errors(d));
+        return;
+    }
+    for (int r = 0; r < nout; r++) {
+        uint32_t v = ir_op_add_result(d, n, out[r]);
+        w->map[op->res[r]] = v;
+        if (w->src->vals[op->res[r]].name)
+            d->vals[v].name = ir_arena_strdup(&d->arena, w->src->vals[op->res[r]].name);
+    }
+}
+
+/* A copy of a for or if (its blocks copied in turn). */
+static void clone_region(aw *w, uint32_t o, bool producer)
+{
+    loom_kernel *d = w->dst;
+    ir_op *op = aw_op(w, o);
+    if (op->kind == IR_FOR) {
+        loom_val init[64];
+        for (int i = 3; i < op->nopnd; i++)
+            init[i - 3] = H(w, op->opnd[i]);
+        loom_region_op l = loom_for_begin_at(op->src, d, H(w, op->opnd[0]), H(w, op->opnd[1]), H(w, op->opnd[2]),
+                                             op->nopnd - 3, init);
+        ir_block *b = &w->src->blocks[op->reg[0]];
+        w->map[b->args[0]] = U(w, loom_for_iv(d, l));
+        for (uint32_t i = 1; i < b->nargs; i++)
+            w->map[b->args[i]] = U(w, loom_for_arg(d, l, (int)i - 1));
+        clone_block(w, op->reg[0], producer);
+        ir_op *y = aw_op(w, b->ops[b->nops - 1]);
+        loom_val ys[64];
+        for (int i = 0; i < y->nopnd; i++)
+            ys[i] = H(w, y->opnd[i]);
+        loom_for_end_at(y->src, d, l, y->nopnd, ys);
+        for (int r = 0; r < op->nres; r++)
+            w->map[op->res[r]] = U(w, loom_for_result(d, l, r));
+        return;
+    }
+    /* if */
+    loom_region_op c = loom_if_begin_at(op->src, d, H(w, op->opnd[0]), op->nres);
+    for (int br = 0; br < 2; br++) {
+        ir_block *b = &w->src->blocks[op->reg[br]];
+        clone_block(w, op->reg[br], producer);
+        ir_op *y = aw_op(w, b->ops[b->nops - 1]);
+        loom_val ys[64];
+        for (int i = 0; i < y->nopnd; i++)
+            ys[i] = H(w, y->opnd[i]);
+        if (br == 0)
+            loom_else_at(y->src, d, c, y->nopnd, ys);
+        else
+            loom_if_end_at(y->src, d, c, y->nopnd, ys);
+    }
+    for (int r = 0; r < op->nres; r++)
+        w->map[op->res[r]] = U(w, loom_if_result(d, c, r));
+}
+
+static void clone_op(aw *w, uint32_t o, bool producer)
+{
+    if (aw_op(w, o)->nreg)
+        clone_region(w, o, producer);
+    else
+        clone_plain(w, o);
+}
+
+/* The ops of block b but its yield (the producer: only its slice). */
+static void clone_block(aw *w, uint32_t b, bool producer)
+{
+    ir_block *blk = &w->src->blocks[b];
+    for (uint32_t i = 0; i + 1 < blk->nops && w->st == LOOM_OK; i++) {
+        uint32_t o = blk->ops[i];
+        if ((producer && !w->prod[o]) || w->skip[o])
+            continue;
+        clone_op(w, o, producer);
+    }
+}
+
+#define CI(v) loom_const_i_at(at, d, LOOM_I32, (v))
+
+/* A task's loop over the programs of the user's grid: this CTA's first, then every
+ * num_programs-th, each decoded into vpid (x fastest).  It carries the ring's use count
+ * (*it: the uses before the program). */
+static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it)
+{
+    loom_kernel *d = w->dst;
+    loom_val first = loom_program_id_at(at, d, 0), step = loom_num_programs_at(at, d, 0), it0 = CI(0);
+    if (w->rep) { /* ping-pong: replica r takes the r-th of each two; the other's uses come between */
+        first = loom_add_at(at, d, first, loom_mul_at(at, d, w->rep, step));
+        step = loom_mul_at(at, d, step, CI(2));
+        it0 = loom_mul_at(at, d, w->rep, w->trips);
+    }
+    loom_val total = loom_mul_at(at, d, loom_mul_at(at, d, w->grid[0], w->grid[1]), w->grid[2]);
+    loom_region_op l = loom_for_begin_at(at, d, first, total, step, 1, &it0);
+    loom_val t = loom_for_iv(d, l), r = loom_div_at(at, d, t, w->grid[0]);
+    w->vpid[0] = loom_rem_at(at, d, t, w->grid[0]);
+    w->vpid[1] = loom_rem_at(at, d, r, w->grid[1]);
+    w->vpid[2] = loom_div_at(at, d, r, w->grid[1]);
+    *it = loom_for_arg(d, l, 0);
+    return l;
+}
+
+/* The producer: its slice of the top level, then the loop: for each step, produce the
+ * slot of use `it` and TMA each channel's box into it. */
+static void build_producer(aw *w)
+{
+    loom_kernel *d = w->dst;
+    ir_op *lp = aw_op(w, w->loop);
+    loom_src at = lp->src;
+    loom_region_op t = loom_producer_begin_at(at, d);
+    loom_val it0;
+    loom_region_op pl = programs_begin(w, at, &it0);
+    ir_block *top = &w->src->blocks[1];
+    for (uint32_t i = 0; i < top->nops && w->st == LOOM_OK; i++)
+        if (w->prod[top->ops[i]])
+            clone_op(w, top->ops[i], true);
+    loom_region_op l = loom_for_begin_at(at, d, H(w, lp->opnd[0]), H(w, lp->opnd[1]), H(w, lp->opnd[2]), 1, &it0);
+    ir_block *b = &w->src->blocks[w->body];
+    w->map[b->args[0]] = U(w, loom_for_iv(d, l));
+    loom_val it = loom_for_arg(d, l, 0);
+    clone_block(w, w->body, true);
+    loom_val s = loom_ring_produce_at(at, d, &w->ring, it, -1);
+    for (int c = 0; c < w->nch; c++) {
+        ir_op *ld = aw_op(w, w->ch[c].load);
+        loom_val offs[LOOM_MAX_RANK];
+        for (int i = 1; i < ld->nopnd; i++)
+            offs[i - 1] = H(w, ld->opnd[i]);
+        loom_ring_load_at(ld->src, d, &w->ring, s, c, 0, H(w, ld->opnd[0]), offs);
+    }
+    loom_val next = loom_add_at(at, d, it, CI(1));
+    loom_for_end_at(at, d, l, 1, &next);
+    loom_val it_end = loom_for_result(d, l, 0);
+    loom_for_end_at(at, d, pl, 1, &it_end);
+    loom_task_end_at(at, d, t);
+}
+
+/* A dot's operand: the slot's view of its channel (transposed where the user's trans
+ * was), or the register tile. */
+static loom_val operand(aw *w, loom_val s, int chan, bool trans, uint32_t v, loom_src at)
+{
+    if (chan < 0)
+        return H(w, v);
+    loom_val view = loom_ring_view_at(at, w->dst, &w->ring, s, chan, LOOM_NONE);
+    return trans ? loom_smem_trans_at(at, w->dst, view) : view;
+}
+
+static const aw_dot *dot_of(aw *w, uint32_t o)
+{
+    for (int i = 0; i < w->ndot; i++)
+        if (w->dot[i].op == o)
+            return &w->dot[i];
+    return NULL;
+}
+
+/* The consumers' step, general form: consume the slot, the body's ops in order with each
+ * dot a wgmma waited for, the slot back at the end. */
+static void consumer_step(aw *w, loom_val it)
+{
+    loom_kernel *d = w->dst;
+    loom_src at = aw_op(w, w->loop)->src;
+    loom_val s = loom_ring_consume_at(at, d, &w->ring, it);
+    ir_block *b = &w->src->blocks[w->body];
+    for (uint32_t i = 0; i + 1 < b->nops && w->st == LOOM_OK; i++) {
+        uint32_t o = b->ops[i];
+        if (w->skip[o])
+            continue;
+        const aw_dot *dt = dot_of(w, o);
+        if (!dt) {
+            clone_op(w, o, false);
+            continue;
+        }
+        ir_op *op = aw_op(w, o);
+        loom_val a = operand(w, s, dt->a_chan, dt->a_trans, op->opnd[0], op->src);
+        loom_val bb = operand(w, s, dt->b_chan, dt->b_trans, op->opnd[1], op->src);
+        loom_val acc = loom_wgmma_at(op->src, d, a, bb, H(w, op->opnd[2]));
+        loom_wgmma_commit_at(op->src, d);
+        loom_region_op wt = loom_wgmma_wait_at(op->src, d, 0, 1, &acc);
+        w->map[op->res[0]] = U(w, loom_wgmma_result(d, wt, 0));
+    }
+    loom_ring_release_at(at, d, &w->ring, s);
+}
+
+/* The consumers' step, mainloop form: the body's other ops, the dot as one k step of the
+ * pipeline layer's mainloop (one group left in flight, the previous use's slot back). */
+static void consumer_mainloop_step(aw *w, loom_val it, loom_val it0)
+{
+    loom_kernel *d = w->dst;
+    const aw_dot *dt = &w->dot[0];
+    ir_op *op = aw_op(w, dt->op);
+    loom_src at = op->src;
+    loom_mainloop ml = {.ring = &w->ring, .a_tile = dt->a_chan < 0 ? dt->b_chan : dt->a_chan, .b_tile = dt->b_chan,
+                        .a_trans = dt->a_trans, .b_trans = dt->b_trans, .rows = dt->m, .cols = dt->n, .steps = 1};
+    ir_block *b = &w->src->blocks[w->body];
+    for (uint32_t i = 0; i + 1 < b->nops && w->st == LOOM_OK; i++) {
+        uint32_t o = b->ops[i];
+        if (w->skip[o])
+            continue;
+        if (o != dt->op) {
+            clone_op(w, o, false);
+            continue;
+        }
+        loom_val a = dt->a_chan < 0 ? H(w, op->opnd[0]) : LOOM_NONE;
+        loom_val first = loom_cmp_at(at, d, LOOM_GT, it, it0); /* a program's first step gives none back */
+        loom_val prev = loom_sub_at(at, d, it, CI(1));
+        w->map[op->res[0]] = U(w, loom_mainloop_step_at(at, d, &ml, it, prev, first, a, H(w, op->opnd[2]), LOOM_NONE));
+    }
+}
+
+/* After a mainloop of ring uses it0 .. it_end - 1: wait for the last group and give the
+ * last use's slot back (when the loop ran at all). */
+static loom_val mainloop_finish(aw *w, loom_val acc, loom_val it0, loom_val it_end)
+{
+    loom_kernel *d = w->dst;
+    loom_src at = aw_op(w, w->dot[0].op)->src;
+    loom_region_op wt = loom_wgmma_wait_at(at, d, 0, 1, &acc);
+    loom_val done = loom_wgmma_result(d, wt, 0);
+    loom_region_op any = loom_if_begin_at(at, d, loom_cmp_at(at, d, LOOM_GT, it_end, it0), 0);
+    loom_ring_release_at(at, d, &w->ring, loom_ring_slot_at(at, d, loom_sub_at(at, d, it_end, CI(1)), w->ring.slots));
+    loom_if_end_at(at, d, any, 0, NULL);
+    return done;
+}
+
+/* The consumers: the top level before the loop, the loop (its carried values and the
+ * ring's use count), the epilogue after it. */
+static void build_consumers(aw *w)
+{
+    loom_kernel *d = w->dst;
+    ir_op *lp = aw_op(w, w->loop);
+    loom_src at = lp->src;
+    loom_region_op t = loom_consumers_begin_at(at, d, w->pingpong ? 4 : 4 * w->groups, w->pingpong ? 2 : 1);
+    ir_block *top = &w->src->blocks[1];
+    if (w->pingpong) { /* the loop's bounds (the same for every program) and its step count */
+        w->rep = loom_pingpong_start_at(at, d, &w->pp);
+        for (uint32_t j = 0; j < top->nops && w->st == LOOM_OK; j++)
+            if (w->bounds[top->ops[j]])
+                clone_op(w, top->ops[j], false);
+        loom_val lo = H(w, lp->opnd[0]), hi = H(w, lp->opnd[1]), st = H(w, lp->opnd[2]);
+        loom_val span = loom_add_at(at, d, loom_sub_at(at, d, hi, lo), loom_sub_at(at, d, st, CI(1)));
+        w->trips = loom_select_at(at, d, loom_cmp_at(at, d, LOOM_GT, hi, lo), loom_div_at(at, d, span, st), CI(0));
+    }
+    loom_val it0;
+    loom_region_op pl = programs_begin(w, at, &it0);
+    uint32_t i = 0;
+    for (; i < top->nops && top->ops[i] != w->loop && w->st == LOOM_OK; i++)
+        if (!w->pingpong || !w->bounds[top->ops[i]])
+            clone_op(w, top->ops[i], false);
+    int n = lp->nopnd - 3;
+    loom_val init[64];
+    for (int j = 0; j < n; j++)
+        init[j] = H(w, lp->opnd[3 + j]);
+    init[n] = it0;
+    if (w->pingpong) /* the tensor cores (and the ring's waits) in turn */
+        loom_pingpong_mma_begin_at(at, d, &w->pp);
+    loom_region_op l = loom_for_begin_at(at, d, H(w, lp->opnd[0]), H(w, lp->opnd[1]), H(w, lp->opnd[2]), n + 1, init);
+    ir_block *b = &w->src->blocks[w->body];
+    w->map[b->args[0]] = U(w, loom_for_iv(d, l));
+    for (uint32_t j = 1; j < b->nargs; j++)
+        w->map[b->args[j]] = U(w, loom_for_arg(d, l, (int)j - 1));
+    loom_val it = loom_for_arg(d, l, n);
+    if (w->mainloop)
+        consumer_mainloop_step(w, it, it0);
+    else
+        consumer_step(w, it);
+    if (w->st != LOOM_OK)
+        return;
+    ir_op *y = aw_op(w, b->ops[b->nops - 1]);
+    loom_val ys[64];
+    for (int j = 0; j < y->nopnd; j++)
+        ys[j] = H(w, y->opnd[j]);
+    ys[n] = loom_add_at(at, d, it, CI(1));
+    loom_for_end_at(y->src, d, l, n + 1, ys);
+    for (int r = 0; r < lp->nres; r++)
+        w->map[lp->res[r]] = U(w, loom_for_result(d, l, r));
+    loom_val it_end = loom_for_result(d, l, n);
+    if (w->pingpong)
+        loom_pingpong_mma_end_at(at, d, &w->pp);
+    if (w->mainloop)
+        w->map[lp->res[w->acc_arg]] = U(w, mainloop_finish(w, loom_for_result(d, l, w->acc_arg), it0, it_end));
+    for (i++; i < top->nops && w->st == LOOM_OK; i++)
+        clone_op(w, top->ops[i], false);
+    if (w->pingpong) { /* the epilogue's turn to the other; past the other replica's program */
+        loom_pingpong_tile_end_at(at, d, &w->pp);
+        it_end = loom_add_at(at, d, it_end, w->trips);
+    }
+    loom_for_end_at(at, d, pl, 1, &it_end);
+    if (w->pingpong) { /* the replica with a program fewer takes an empty turn */
+        loom_val nprog = loom_num_programs_at(at, d, 0);
+        loom_val total = loom_mul_at(at, d, loom_mul_at(at, d, w->grid[0], w->grid[1]), w->grid[2]);
+        loom_val left = loom_max_at(at, d, loom_sub_at(at, d, total, loom_program_id_at(at, d, 0)), CI(0));
+        loom_val mine = loom_div_at(at, d, loom_sub_at(at, d, loom_add_at(at, d, left, nprog), CI(1)), nprog);
+        loom_pingpong_finish_at(at, d, &w->pp, loom_cmp_at(at, d, LOOM_EQ, loom_rem_at(at, d, mine, CI(2)), CI(1)));
+    }
+    if (w->staged)
+        loom_epilogue_finish_at(at, d, &w->epi);
+    loom_task_end_at(at, d, t);
+}
+
+bool aw_pass_code(aw *w)
+{
+    loom_kernel *k = w->src;
+    loom_kernel *d = w->dst = loom_kernel_create_at(k->ws_at, k->name, 4 * (1 + w->groups));
+    if (!d)
+        return w->st = LOOM_ERR_NOMEM, false;
+    uint32_t *pmap = calloc(k->nvals, sizeof *pmap), *cmap = calloc(k->nvals, sizeof *cmap);
+    if (!pmap || !cmap) {
+        free(pmap);
+        free(cmap);
+        return w->st = LOOM_ERR_NOMEM, false;
+    }
+    w->map = pmap;
+    clone_args(w, pmap);
+    memcpy(cmap, pmap, k->nvals * sizeof *cmap);
+    loom_ring_tile tiles[LOOM_RING_MAX_TILES];
+    for (int c = 0; c < w->nch; c++) {
+        ir_type *t = &k->vals[w->ch[c].val].type;
+        tiles[c] = (loom_ring_tile){(loom_dtype)t->dtype, t->shape, 1, w->ch[c].swz};
+    }
+    loom_src at = aw_op(w, w->loop)->src;
+    w->pipe = loom_pipe_create(d);
+    w->ring = loom_ring_create_at(at, &w->pipe, w->stages, 1, w->nch, tiles);
+    if (w->pingpong)
+        w->pp = loom_pingpong_create_at(at, &w->pipe);
+    if (w->staged) {
+        ir_op *st = aw_op(w, w->staged);
+        ir_type *v = &k->vals[st->opnd[st->nopnd - 1]].type;
+        w->epi = loom_epilogue_create_at(st->src, &w->pipe, LOOM_EPI_STAGED, H(w, st->opnd[0]), (loom_dtype)v->dtype,
+                                         v->shape, w->pingpong ? 2 : 1, w->pingpong ? 128 : 128 * w->groups);
+    }
+    build_producer(w);
+    w->map = cmap;
+    if (w->st == LOOM_OK)
+        build_consumers(w);
+    free(pmap);
+    free(cmap);
+    w->map = NULL;
+    if (w->st != LOOM_OK)
+        return false;
+    if (loom_verify(d) != LOOM_OK)
+        return aw_fail(w, k->ws_at, "internal: the warp-specialized kernel does not verify:\n%s",
+                       loom_kernel_errors(d));
+    if (aw_dumping(w, "ws-code"))
+        fprintf(stderr, "// loom IR after ws-code (automatic warp specialization)\n%s\n", loom_print(d));
+    return true;
+}

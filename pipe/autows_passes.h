@@ -1,0 +1,88 @@
+/*
+ * autows_passes.h -- what pipe/autows.c (the analysis passes) and pipe/autows_code.c
+ * (ws-code: the new kernel) share: the passes' state and a few helpers.  Internal to
+ * pipe/; codegen's door is pipe/autows.h.
+ */
+#ifndef LOOM_PIPE_AUTOWS_PASSES_H
+#define LOOM_PIPE_AUTOWS_PASSES_H
+
+#include "autows.h"
+#include "loom_pipe.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+enum { AW_MAX_DOTS = 8 };
+
+/* A channel: a load in the loop whose tile only dots read, carried by the ring. */
+typedef struct aw_chan {
+    uint32_t load;     /* the load op */
+    uint32_t val;      /* its tile */
+    loom_swizzle swz;  /* the ring tile's swizzle */
+} aw_chan;
+
+/* A dot of the loop: where its operands come from. */
+typedef struct aw_dot {
+    uint32_t op;
+    int a_chan, b_chan;  /* the channel read (or -1: A from registers) */
+    bool a_trans, b_trans;
+    int64_t m, n, kk;
+} aw_dot;
+
+typedef struct aw {
+    loom_kernel *src, *dst;
+    uint32_t loop, body;
+    aw_chan ch[LOOM_RING_MAX_TILES];
+    int nch;
+    aw_dot dot[AW_MAX_DOTS];
+    int ndot;
+    uint8_t *prod;      /* per src op: 1 in the producer slice */
+    uint8_t *skip;      /* per src op: 1 a channel's load or trans (the ring replaces it) */
+    uint8_t *bounds;    /* per src op: 1 where the loop's bounds need it (ping-pong: once a task) */
+    bool mainloop;      /* one dot carrying its accumulator: one group in flight */
+    int acc_arg;        /* mainloop: the accumulator's index among the carried values */
+    int groups, stages, pingpong;
+    const char *dump;
+    char *err;
+    size_t errlen;
+    loom_status st;
+    uint32_t *map;      /* src value -> dst value (plain indices) of the task being built */
+    loom_ring ring;
+    uint32_t staged;    /* the store the epilogue stages for one TMA store (0: none) */
+    loom_pipe pipe;     /* the new kernel's named barriers */
+    loom_epilogue epi;  /* its staging tile */
+    loom_pingpong pp;   /* ping-pong's turns */
+    loom_val grid[3];   /* the launch's grid as the user gave it (the kernel's last arguments) */
+    loom_val vpid[3];   /* the task's current program of that grid (its tile loop's) */
+    loom_val rep, trips; /* ping-pong: the consumer replica, and the steps a program takes */
+} aw;
+
+/* ---------------------------------------------------------------- helpers both files use */
+
+/* Record the passes' refusal at `at` (the user's line): "file:line: error: autows (kernel
+ * 'name'): ..."; returns false. */
+bool aw_fail(aw *w, loom_src at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "file:line" of op o into buf. */
+const char *aw_where(aw *w, uint32_t o, char *buf, size_t n);
+/* How many live ops read value v (anywhere in the kernel); *user: one of them. */
+int aw_uses_of(aw *w, uint32_t v, uint32_t *user);
+/* The last pass: the new kernel (w->dst). */
+bool aw_pass_code(aw *w);
+
+static inline ir_op *aw_op(aw *w, uint32_t o) { return &w->src->ops[o]; }
+/* The op that defines value v (0: an argument or a block argument). */
+static inline uint32_t aw_def_of(const loom_kernel *k, uint32_t v)
+{
+    return k->vals[v].kind == IR_V_RESULT ? k->vals[v].def : 0;
+}
+static inline bool aw_dumping(const aw *w, const char *pass)
+{
+    return w->dump && (!strcmp(w->dump, "all") || !strcmp(w->dump, pass));
+}
+/* Bytes of a tile of type t. */
+static inline int64_t aw_tile_bytes(const ir_type *t)
+{
+    return ir_shape_numel(&t->shape) * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
+}
+
+#endif /* LOOM_PIPE_AUTOWS_PASSES_H */
