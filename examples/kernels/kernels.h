@@ -8,6 +8,7 @@
 
 extern const loom_template rmsnorm_template;       /* rmsnorm.c */
 extern const loom_template gemm_bias_act_template; /* gemm_bias_act.c */
+extern const loom_template gemm_plain_template;    /* gemm_plain.c (plain_gemm of plain.c) */
 
 /* A reproducible uniform value in [-1, 1) (splitmix64 on a counter). */
 static inline double kernels_rand(uint64_t *s)

@@ -5,5 +5,6 @@
 
 LOOM_PLUGIN_INIT(p)
 {
-    return loom_plugin_register(p, &rmsnorm_template) || loom_plugin_register(p, &gemm_bias_act_template);
+    return loom_plugin_register(p, &rmsnorm_template) || loom_plugin_register(p, &gemm_bias_act_template) ||
+           loom_plugin_register(p, &gemm_plain_template);
 }
