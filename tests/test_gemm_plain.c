@@ -149,7 +149,7 @@ Test(gemm_plain, configs_on_the_interpreter_match_the_reference, .timeout = 600)
         {"M=200,N=256,K=96", "BM=64,BN=128,consumers=2,pingpong=1,stages=2,group=0"}, /* ping-pong */
         {"M=96,N=72,K=136", ""},
     };
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -263,7 +263,7 @@ Test(gemm_plain, shared_memory_rule_is_the_passes_staging_rule)
 
 Test(gemm_plain, tuner_without_a_gpu_takes_the_default, .timeout = 120)
 {
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRET);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     int64_t sh[LOOM_MAX_PARAMS], def[LOOM_MAX_PARAMS];
     SHAPE("M=100,N=128,K=64", sh);
