@@ -236,6 +236,18 @@ static void put_configs_and_kernels(const gen *g, FILE *f, const char *T)
         fprintf(f, "%s%d", i ? ", " : "", g->row_kernel[i]);
 }
 
+/* The dispatch table's rows: each shape's key values, one row a line. */
+static void put_shape_rows(FILE *f, const gen *g, const loom_aot_request *r)
+{
+    for (int i = 0; i < r->nshapes; i++) {
+        int64_t v[LOOM_MAX_PARAMS];
+        gen_key_values(g, r->shapes[i], v);
+        fprintf(f, "    ");
+        put_i64s(f, v, g->nkeys);
+        fprintf(f, ",\n");
+    }
+}
+
 /* A template with run-time keys: the table keyed on the static keys and the run-time keys'
  * buckets (aot_rt.c's aot_find_dyn_row), each row's grid as a rule evaluated per launch,
  * the kernel's run-time dims passed from the request's shape. */
@@ -277,13 +289,7 @@ static loom_status put_template_dyn(gen *g, FILE *h, FILE *f, const kern *k0)
     for (int i = 0; i < g->nkeys; i++)
         fprintf(f, "%s%d", i ? ", " : "", t->shape[g->key[i]].runtime ? 1 : 0);
     fprintf(f, "};\nstatic const int64_t aot_%s_shapes[aot_%s_ROWS][aot_%s_KEYS] = {\n", T, T, T);
-    for (int i = 0; i < r->nshapes; i++) {
-        int64_t v[LOOM_MAX_PARAMS];
-        gen_key_values(g, r->shapes[i], v);
-        fprintf(f, "    ");
-        put_i64s(f, v, g->nkeys);
-        fprintf(f, ",\n");
-    }
+    put_shape_rows(f, g, r);
     fprintf(f, "};\n/* the multiples the kernels need of the run-time keys (1: any value) */\n"
                "static const int64_t aot_%s_mults[aot_%s_ROWS][aot_%s_KEYS] = {\n", T, T, T);
     for (int i = 0; i < r->nshapes; i++) {
@@ -401,13 +407,7 @@ loom_status gen_put_template(gen *g, FILE *h, FILE *f)
     for (int i = 0; i < g->nkeys; i++)
         fprintf(f, "%s\"%s\"", i ? ", " : "", t->shape[g->key[i]].key);
     fprintf(f, "};\nstatic const int64_t aot_%s_shapes[aot_%s_ROWS][aot_%s_KEYS] = {\n", T, T, T);
-    for (int i = 0; i < r->nshapes; i++) {
-        int64_t v[LOOM_MAX_PARAMS];
-        gen_key_values(g, r->shapes[i], v);
-        fprintf(f, "    ");
-        put_i64s(f, v, g->nkeys);
-        fprintf(f, ",\n");
-    }
+    put_shape_rows(f, g, r);
     put_configs_and_kernels(g, f, T);
     fprintf(f, "};\nstatic const unsigned aot_%s_grid[aot_%s_ROWS][3] = {", T, T);
     for (int i = 0; i < r->nshapes; i++)

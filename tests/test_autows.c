@@ -204,34 +204,13 @@ static void compile_dump(void *arg)
     free(ptx);
 }
 
-/* Run `fn` with stderr sent to a file; return what it printed (malloc'ed). */
-static char *capture_stderr(void (*fn)(void *), void *arg)
-{
-    fflush(stderr);
-    char path[] = "/tmp/loom-autows-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    int saved = dup(2);
-    dup2(fd, 2);
-    fn(arg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *s = calloc((size_t)n + 1, 1);
-    cr_assert(s);
-    cr_assert_eq(pread(fd, s, (size_t)n, 0), n);
-    close(fd);
-    unlink(path);
-    return s;
-}
 
 Test(autows, dump_after_shows_each_pass)
 {
     plain_cfg c = {128, 256, 64, 2, 4, 8, 0};
     loom_kernel *k = plain_gemm(4096, 4096, 4096, LOOM_F16, &c);
     setenv("LOOM_DUMP_AFTER", "all", 1);
-    char *out = capture_stderr(compile_dump, k);
+    char *out = t_capture_stderr(compile_dump, k);
     unsetenv("LOOM_DUMP_AFTER");
     cr_expect(strstr(out, "// autows ws-tasks: kernel 'gemm_plain'") && strstr(out, "producer: load at "), "%s", out);
     cr_expect(strstr(out, "// autows ws-data: 2 consumer warp groups") && strstr(out, "each group its 64 rows"),
@@ -251,7 +230,7 @@ Test(autows, dump_after_shows_each_pass)
     c.stages = 3;
     k = plain_gemm(4096, 4096, 4096, LOOM_F16, &c);
     setenv("LOOM_DUMP_AFTER", "ws-code", 1);
-    out = capture_stderr(compile_dump, k);
+    out = t_capture_stderr(compile_dump, k);
     unsetenv("LOOM_DUMP_AFTER");
     cr_expect(strstr(out, "tma_store %C"), "%s", out);
     cr_expect(!strstr(out, "autows ws-tasks"), "only the pass asked for: %s", out);

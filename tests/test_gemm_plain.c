@@ -198,31 +198,17 @@ Test(gemm_plain, valid_refuses_bad_combinations_saying_why)
     expect_refused("K=4", "", "multiples of 8");
 }
 
-/* Run pipe_autows's ws-pipeline dump on k; return what it printed (malloc'ed). */
-static char *pipeline_dump(loom_kernel *k)
+static void ws_pipeline(void *k)
 {
-    fflush(stderr);
-    char path[] = "/tmp/loom-gemm-plain-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    int saved = dup(2);
-    dup2(fd, 2);
     loom_kernel *ws = NULL;
     char err[1024] = "";
     loom_status st = pipe_autows(k, "ws-pipeline", &ws, err, sizeof err);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
     cr_assert_eq(st, LOOM_OK, "%s", err);
     loom_kernel_destroy(ws);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *s = calloc((size_t)n + 1, 1);
-    cr_assert(s);
-    cr_assert_eq(pread(fd, s, (size_t)n, 0), n);
-    close(fd);
-    unlink(path);
-    return s;
 }
+
+/* Run pipe_autows's ws-pipeline dump on k; return what it printed (malloc'ed). */
+static char *pipeline_dump(loom_kernel *k) { return t_capture_stderr(ws_pipeline, k); }
 
 /* valid()'s shared memory sum is the passes' own: each valid config at 4096^3 stages C
  * for one TMA store; a config valid() refuses only for shared memory, built as plain_gemm

@@ -610,27 +610,6 @@ Test(obvious, the_shared_memory_refusal_lists_each_use_with_its_line)
 
 /* ---------------------------------------------------------------- LOOM_DUMP_AFTER=layouts, LOOM_EXPLAIN */
 
-/* Run `fn` with stderr sent to a file; return what it printed (malloc'ed). */
-static char *capture_stderr(void (*fn)(void *), void *arg)
-{
-    fflush(stderr);
-    char path[] = "/tmp/loom-obvious-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    int saved = dup(2);
-    dup2(fd, 2);
-    fn(arg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    off_t n = lseek(fd, 0, SEEK_END);
-    char *s = calloc((size_t)n + 1, 1);
-    cr_assert(s);
-    cr_assert_eq(pread(fd, s, (size_t)n, 0), n);
-    close(fd);
-    unlink(path);
-    return s;
-}
 
 static void compile_quiet(void *arg)
 {
@@ -643,7 +622,7 @@ Test(obvious, dump_after_layouts_prints_each_values_layout)
 {
     loom_kernel *k = acc_kernel(64, EPI_BIAS_ROW);
     setenv("LOOM_DUMP_AFTER", "layouts", 1);
-    char *out = capture_stderr(compile_quiet, k);
+    char *out = t_capture_stderr(compile_quiet, k);
     unsetenv("LOOM_DUMP_AFTER");
     cr_expect(strstr(out, "// layouts of bias_row"), "%s", out);
     /* the accumulator, and the bias row in a slice of it, loaded where it is used */
@@ -658,7 +637,7 @@ Test(obvious, loom_explain_prints_at_compile)
     int line = 0;
     loom_kernel *k = transpose_add_kernel(&line);
     setenv("LOOM_EXPLAIN", "1", 1);
-    char *out = capture_stderr(compile_quiet, k);
+    char *out = t_capture_stderr(compile_quiet, k);
     unsetenv("LOOM_EXPLAIN");
     cr_expect(strstr(out, "what kernel 'transpose_add' costs (LOOM_EXPLAIN)"), "%s", out);
     cr_expect(t_names_line(out, __FILE__, line) && strstr(out, "16384 bytes of scratch"), "%s", out);

@@ -229,6 +229,28 @@ static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int
                      loom_kernel_errors(k));                                                   \
     } while (0)
 
+/* Run fn(arg) with stderr sent to a file; return what it printed (malloc'ed; free it). */
+static inline char *t_capture_stderr(void (*fn)(void *), void *arg)
+{
+    fflush(stderr);
+    char path[] = "/tmp/loom-stderr-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    int saved = dup(2);
+    dup2(fd, 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *s = calloc((size_t)n + 1, 1);
+    cr_assert(s);
+    cr_assert_eq(pread(fd, s, (size_t)n, 0), n);
+    close(fd);
+    unlink(path);
+    return s;
+}
+
 /* "<file>:<line>:" -- what an error message built at `line` of `file` contains. */
 static inline const char *t_loc(const char *file, int line)
 {

@@ -133,31 +133,40 @@ loom_kernel *plain_ikbo_fused(int64_t M, int64_t N, int64_t K, int64_t B, int64_
     return k;
 }
 
-loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, double scale, const plain_cfg *c)
+/* Where the keys and values of one query tile are: tensors K and V, a key tile [bn, D] at
+ * offsets lead..., n0, 0 (nlead leading offsets: the user and head of IKBO attention), S
+ * keys, the ones past S masked when S is not a multiple of bn. */
+typedef struct kv_at {
+    loom_val K, V;
+    loom_val lead[2];
+    int nlead;
+    int64_t S, D;
+} kv_at;
+
+/* O = softmax(q K^T * scale) V for the query tile q [rows, D]: the online softmax over the
+ * key tiles (scores in log2 units), f32, normalized. */
+static loom_val attention(loom_kernel *k, loom_val q, const kv_at *kv, int64_t rows, double scale, loom_dtype dt,
+                          const plain_cfg *c)
 {
-    loom_kernel *k = loom_kernel_create("attention_plain", 4);
-    loom_val m = loom_arg_dim(k, "M", M, 1);
-    loom_val Q = loom_arg_tensor(k, "Q", dt, LOOM_SHAPE2(LOOM_DIM(m), D), LOOM_IN);
-    loom_val Kt = loom_arg_tensor(k, "K", dt, LOOM_SHAPE2(S, D), LOOM_IN);
-    loom_val V = loom_arg_tensor(k, "V", dt, LOOM_SHAPE2(S, D), LOOM_IN);
-    loom_val O = loom_arg_tensor(k, "O", dt, LOOM_SHAPE2(LOOM_DIM(m), D), LOOM_OUT);
-    loom_shape rows = LOOM_SHAPE1(c->bm), st = LOOM_SHAPE2(c->bm, c->bn), ot = LOOM_SHAPE2(c->bm, D);
-    loom_val m0 = loom_mul(k, loom_program_id(k, 0), I32(c->bm)), zero = I32(0);
-    loom_val q = loom_load(k, Q, ((loom_val[]){m0, zero}), ot, LOOM_NONE, 0);
-    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rows),
-                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), rows),
-                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
-    loom_region_op l = loom_for_begin(k, zero, I32(S), I32(c->bn), 3, init);
+    loom_shape rv = LOOM_SHAPE1(rows), st = LOOM_SHAPE2(rows, c->bn), ot = LOOM_SHAPE2(rows, kv->D);
+    loom_val zero = I32(0);
+    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rv),
+                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), rv), loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
+    loom_region_op l = loom_for_begin(k, zero, I32(kv->S), I32(c->bn), 3, init);
     {
-        loom_val n0 = loom_for_iv(k, l), mi = loom_for_arg(k, l, 0), li = loom_for_arg(k, l, 1);
-        loom_val kt = loom_load(k, Kt, ((loom_val[]){n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
-        loom_val v = loom_load(k, V, ((loom_val[]){n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
+        loom_val n0 = loom_for_iv(k, l), mi = loom_for_arg(k, l, 0), li = loom_for_arg(k, l, 1), offs[4];
+        for (int i = 0; i < kv->nlead; i++)
+            offs[i] = kv->lead[i];
+        offs[kv->nlead] = n0, offs[kv->nlead + 1] = zero;
+        loom_val kt = loom_load(k, kv->K, offs, LOOM_SHAPE2(c->bn, kv->D), LOOM_NONE, 0);
+        loom_val v = loom_load(k, kv->V, offs, LOOM_SHAPE2(c->bn, kv->D), LOOM_NONE, 0);
         loom_val s = loom_dot(k, q, loom_trans(k, kt), loom_splat(k, loom_const_f(k, LOOM_F32, 0), st));
-        /* keys past S score -inf; scores in log2 units */
-        loom_val key = loom_add(k, loom_arange(k, 0, c->bn), loom_splat(k, n0, LOOM_SHAPE1(c->bn)));
-        loom_val in = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, key, I32(S)), 0), st);
-        s = loom_select(k, in, loom_mul(k, s, loom_const_f(k, LOOM_F32, scale * M_LOG2E)),
-                        loom_const_f(k, LOOM_F32, -INFINITY));
+        s = loom_mul(k, s, loom_const_f(k, LOOM_F32, scale * M_LOG2E));
+        if (kv->S % c->bn) { /* keys past S score -inf */
+            loom_val key = loom_add(k, loom_arange(k, 0, c->bn), loom_splat(k, n0, LOOM_SHAPE1(c->bn)));
+            loom_val in = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, key, I32(kv->S)), 0), st);
+            s = loom_select(k, in, s, loom_const_f(k, LOOM_F32, -INFINITY));
+        }
         loom_val mn = loom_max(k, mi, loom_reduce_max(k, s, 1));
         loom_val p = loom_exp2(k, loom_sub(k, s, loom_broadcast(k, loom_expand_dims(k, mn, 1), st)));
         loom_val alpha = loom_exp2(k, loom_sub(k, mi, mn));
@@ -166,8 +175,22 @@ loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, dou
         acc = loom_dot(k, loom_cast(k, p, dt), v, acc);
         loom_for_end(k, l, 3, ((loom_val[]){mn, ln, acc}));
     }
-    loom_val o = loom_div(k, loom_for_result(k, l, 2),
-                          loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+    return loom_div(k, loom_for_result(k, l, 2),
+                    loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+}
+
+loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, double scale, const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("attention_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    loom_val Q = loom_arg_tensor(k, "Q", dt, LOOM_SHAPE2(LOOM_DIM(m), D), LOOM_IN);
+    loom_val Kt = loom_arg_tensor(k, "K", dt, LOOM_SHAPE2(S, D), LOOM_IN);
+    loom_val V = loom_arg_tensor(k, "V", dt, LOOM_SHAPE2(S, D), LOOM_IN);
+    loom_val O = loom_arg_tensor(k, "O", dt, LOOM_SHAPE2(LOOM_DIM(m), D), LOOM_OUT);
+    loom_val m0 = loom_mul(k, loom_program_id(k, 0), I32(c->bm)), zero = I32(0);
+    loom_val q = loom_load(k, Q, ((loom_val[]){m0, zero}), LOOM_SHAPE2(c->bm, D), LOOM_NONE, 0);
+    kv_at kv = {.K = Kt, .V = V, .S = S, .D = D};
+    loom_val o = attention(k, q, &kv, c->bm, scale, dt, c);
     loom_store(k, O, ((loom_val[]){m0, zero}), loom_cast(k, o, dt), LOOM_NONE);
     specialize(k, c);
     return k;
@@ -218,30 +241,11 @@ loom_kernel *plain_ikbo_attention(int64_t B, int64_t U, int64_t S, int64_t H, in
     loom_val V = loom_arg_tensor_strided(k, "V", dt, ((loom_shape){4, {U, H, S, D}}), kst, LOOM_IN);
     loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
     loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(H, R, D), qst, LOOM_OUT);
-    loom_shape rows = LOOM_SHAPE1(nseed), st = LOOM_SHAPE2(nseed, c->bn), ot = LOOM_SHAPE2(nseed, D);
     loom_val b = loom_program_id(k, 0), h = loom_program_id(k, 1), zero = I32(0);
     loom_val u = loom_load_scalar(k, map, &b), r0 = loom_mul(k, b, I32(nseed));
-    loom_val q = loom_load(k, Q, ((loom_val[]){h, r0, zero}), ot, LOOM_NONE, 0);
-    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rows),
-                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), rows),
-                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
-    loom_region_op l = loom_for_begin(k, zero, I32(S), I32(c->bn), 3, init);
-    {
-        loom_val n0 = loom_for_iv(k, l), mi = loom_for_arg(k, l, 0), li = loom_for_arg(k, l, 1);
-        loom_val kt = loom_load(k, Kt, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
-        loom_val v = loom_load(k, V, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
-        loom_val s = loom_dot(k, q, loom_trans(k, kt), loom_splat(k, loom_const_f(k, LOOM_F32, 0), st));
-        s = loom_mul(k, s, loom_const_f(k, LOOM_F32, M_LOG2E / sqrt((double)D)));
-        loom_val mn = loom_max(k, mi, loom_reduce_max(k, s, 1));
-        loom_val p = loom_exp2(k, loom_sub(k, s, loom_broadcast(k, loom_expand_dims(k, mn, 1), st)));
-        loom_val alpha = loom_exp2(k, loom_sub(k, mi, mn));
-        loom_val ln = loom_fma(k, li, alpha, loom_reduce_sum(k, p, 1));
-        loom_val acc = loom_mul(k, loom_for_arg(k, l, 2), loom_broadcast(k, loom_expand_dims(k, alpha, 1), ot));
-        acc = loom_dot(k, loom_cast(k, p, dt), v, acc);
-        loom_for_end(k, l, 3, ((loom_val[]){mn, ln, acc}));
-    }
-    loom_val o = loom_div(k, loom_for_result(k, l, 2),
-                          loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+    loom_val q = loom_load(k, Q, ((loom_val[]){h, r0, zero}), LOOM_SHAPE2(nseed, D), LOOM_NONE, 0);
+    kv_at kv = {.K = Kt, .V = V, .lead = {u, h}, .nlead = 2, .S = S, .D = D};
+    loom_val o = attention(k, q, &kv, nseed, 1.0 / sqrt((double)D), dt, c);
     loom_store(k, O, ((loom_val[]){h, r0, zero}), loom_cast(k, o, dt), LOOM_NONE);
     specialize(k, c);
     return k;
@@ -258,7 +262,7 @@ loom_kernel *plain_ikbo_attention_units(int64_t B, int64_t U, int64_t S, int64_t
     loom_val V = loom_arg_tensor_strided(k, "V", dt, ((loom_shape){4, {U, H, S, D}}), kst, LOOM_IN);
     loom_val units = loom_arg_tensor(k, "units", LOOM_I32, LOOM_SHAPE2(P, 3), LOOM_IN);
     loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(H, R, D), qst, LOOM_OUT);
-    loom_shape rows = LOOM_SHAPE1(bm), st = LOOM_SHAPE2(bm, c->bn), ot = LOOM_SHAPE2(bm, D);
+    loom_shape ot = LOOM_SHAPE2(bm, D);
     loom_val p = loom_program_id(k, 0), h = loom_program_id(k, 1), zero = I32(0);
     loom_val u = loom_load_scalar(k, units, ((loom_val[]){p, zero}));
     loom_val r0 = loom_load_scalar(k, units, ((loom_val[]){p, I32(1)}));
@@ -266,26 +270,8 @@ loom_kernel *plain_ikbo_attention_units(int64_t B, int64_t U, int64_t S, int64_t
     /* the unit's rows: the rest of the tile is masked off (read as 0, never stored) */
     loom_val valid = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, loom_arange(k, 0, bm), nr), 1), ot);
     loom_val q = loom_load(k, Q, ((loom_val[]){h, r0, zero}), ot, valid, 0);
-    loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rows),
-                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), rows),
-                        loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
-    loom_region_op l = loom_for_begin(k, zero, I32(S), I32(c->bn), 3, init);
-    {
-        loom_val n0 = loom_for_iv(k, l), mi = loom_for_arg(k, l, 0), li = loom_for_arg(k, l, 1);
-        loom_val kt = loom_load(k, Kt, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
-        loom_val v = loom_load(k, V, ((loom_val[]){u, h, n0, zero}), LOOM_SHAPE2(c->bn, D), LOOM_NONE, 0);
-        loom_val s = loom_dot(k, q, loom_trans(k, kt), loom_splat(k, loom_const_f(k, LOOM_F32, 0), st));
-        s = loom_mul(k, s, loom_const_f(k, LOOM_F32, M_LOG2E / sqrt((double)D)));
-        loom_val mn = loom_max(k, mi, loom_reduce_max(k, s, 1));
-        loom_val pr = loom_exp2(k, loom_sub(k, s, loom_broadcast(k, loom_expand_dims(k, mn, 1), st)));
-        loom_val alpha = loom_exp2(k, loom_sub(k, mi, mn));
-        loom_val ln = loom_fma(k, li, alpha, loom_reduce_sum(k, pr, 1));
-        loom_val acc = loom_mul(k, loom_for_arg(k, l, 2), loom_broadcast(k, loom_expand_dims(k, alpha, 1), ot));
-        acc = loom_dot(k, loom_cast(k, pr, dt), v, acc);
-        loom_for_end(k, l, 3, ((loom_val[]){mn, ln, acc}));
-    }
-    loom_val o = loom_div(k, loom_for_result(k, l, 2),
-                          loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+    kv_at kv = {.K = Kt, .V = V, .lead = {u, h}, .nlead = 2, .S = S, .D = D};
+    loom_val o = attention(k, q, &kv, bm, 1.0 / sqrt((double)D), dt, c);
     loom_store(k, O, ((loom_val[]){h, r0, zero}), loom_cast(k, o, dt), valid);
     specialize(k, c);
     return k;
