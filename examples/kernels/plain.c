@@ -110,20 +110,37 @@ loom_kernel *plain_batched_gemm(int64_t M, int64_t N, int64_t K, int64_t batch, 
     return k;
 }
 
+/* The IKBO fused stage's arguments (both forms take the same) and the program's tile:
+ * candidate b (y), rows m0 and columns n0 of out (x). */
+typedef struct ikbo_io {
+    loom_val W, E, map, R, O, b, m0, n0;
+} ikbo_io;
+
+static ikbo_io ikbo_declare(loom_kernel *k, int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
+                            const plain_cfg *c)
+{
+    ikbo_io a;
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    int64_t wst[2] = {(K + 7) / 8 * 8, 1}, est[3] = {K * N, N, 1}, ust[3] = {M * N, N, 1}, ost[3] = {M * N, N, 1};
+    a.W = loom_arg_tensor_strided(k, "W", dt, LOOM_SHAPE2(LOOM_DIM(m), K), wst, LOOM_IN);
+    a.E = loom_arg_tensor_strided(k, "E", dt, LOOM_SHAPE3(B, K, N), est, LOOM_IN);
+    a.map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
+    a.R = loom_arg_tensor_strided(k, "user_res", LOOM_F32, LOOM_SHAPE3(U, LOOM_DIM(m), N), ust, LOOM_IN);
+    a.O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(B, LOOM_DIM(m), N), ost, LOOM_OUT);
+    loom_val pm, pn;
+    a.b = loom_program_id(k, 1);
+    tile_of(k, loom_program_id(k, 0), I32(0), CDIV(N, c->bn), 0, &pm, &pn);
+    a.m0 = loom_mul(k, pm, I32(c->bm));
+    a.n0 = loom_mul(k, pn, I32(c->bn));
+    return a;
+}
+
 loom_kernel *plain_ikbo_fused(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
                               const plain_cfg *c)
 {
     loom_kernel *k = loom_kernel_create("ikbo_fused_plain", 4);
-    loom_val m = loom_arg_dim(k, "M", M, 1);
-    int64_t wst[2] = {(K + 7) / 8 * 8, 1}, est[3] = {K * N, N, 1}, ust[3] = {M * N, N, 1}, ost[3] = {M * N, N, 1};
-    loom_val W = loom_arg_tensor_strided(k, "W", dt, LOOM_SHAPE2(LOOM_DIM(m), K), wst, LOOM_IN);
-    loom_val E = loom_arg_tensor_strided(k, "E", dt, LOOM_SHAPE3(B, K, N), est, LOOM_IN);
-    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
-    loom_val R = loom_arg_tensor_strided(k, "user_res", LOOM_F32, LOOM_SHAPE3(U, LOOM_DIM(m), N), ust, LOOM_IN);
-    loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(B, LOOM_DIM(m), N), ost, LOOM_OUT);
-    loom_val b = loom_program_id(k, 1), pm, pn;
-    tile_of(k, loom_program_id(k, 0), I32(0), CDIV(N, c->bn), 0, &pm, &pn);
-    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    ikbo_io a = ikbo_declare(k, M, N, K, B, U, dt, c);
+    loom_val W = a.W, E = a.E, map = a.map, R = a.R, O = a.O, b = a.b, m0 = a.m0, n0 = a.n0;
     loom_val acc = mainloop(k, W, E, b, m0, n0, K, c);
     /* + the user's half, read by index: user_res[cand_to_user[b]] */
     loom_val u = loom_load_scalar(k, map, &b);
@@ -200,16 +217,8 @@ loom_kernel *plain_ikbo_fused_t(int64_t M, int64_t N, int64_t K, int64_t B, int6
                                 const plain_cfg *c)
 {
     loom_kernel *k = loom_kernel_create("ikbo_fused_t_plain", 4);
-    loom_val m = loom_arg_dim(k, "M", M, 1);
-    int64_t wst[2] = {(K + 7) / 8 * 8, 1}, est[3] = {K * N, N, 1}, ust[3] = {M * N, N, 1}, ost[3] = {M * N, N, 1};
-    loom_val W = loom_arg_tensor_strided(k, "W", dt, LOOM_SHAPE2(LOOM_DIM(m), K), wst, LOOM_IN);
-    loom_val E = loom_arg_tensor_strided(k, "E", dt, LOOM_SHAPE3(B, K, N), est, LOOM_IN);
-    loom_val map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
-    loom_val R = loom_arg_tensor_strided(k, "user_res", LOOM_F32, LOOM_SHAPE3(U, LOOM_DIM(m), N), ust, LOOM_IN);
-    loom_val O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(B, LOOM_DIM(m), N), ost, LOOM_OUT);
-    loom_val b = loom_program_id(k, 1), pm, pn;
-    tile_of(k, loom_program_id(k, 0), I32(0), CDIV(N, c->bn), 0, &pm, &pn);
-    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    ikbo_io a = ikbo_declare(k, M, N, K, B, U, dt, c);
+    loom_val W = a.W, E = a.E, map = a.map, R = a.R, O = a.O, b = a.b, m0 = a.m0, n0 = a.n0;
     /* acc [bn, bm] = E[b][:, n0..]^T @ W[m0.., :]^T */
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(c->bn, c->bm));
     loom_region_op l = loom_for_begin(k, I32(0), I32(K), I32(c->bk), 1, &acc);
