@@ -18,7 +18,7 @@
 include_guard(GLOBAL)
 
 function(loom_add_aot)
-  cmake_parse_arguments(PARSE_ARGV 0 AOT "TUNED" "TARGET;NAME;PREFIX;CONFIG;STAGE;ARCH;OUTPUT_DIR" "SHAPES")
+  cmake_parse_arguments(PARSE_ARGV 0 AOT "TUNED" "TARGET;NAME;PREFIX;CONFIG;STAGE;ARCH;OUTPUT_DIR;PLUGIN" "SHAPES")
   if(AOT_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "loom_add_aot: unknown arguments: ${AOT_UNPARSED_ARGUMENTS}")
   endif()
@@ -66,6 +66,14 @@ function(loom_add_aot)
   endif()
 
   set(args aot ${AOT_NAME})
+  if(AOT_PLUGIN) # a user's templates: a plugin's file, or the target that builds it
+    if(TARGET ${AOT_PLUGIN})
+      list(APPEND args --plugin "$<TARGET_FILE:${AOT_PLUGIN}>")
+      list(APPEND deps ${AOT_PLUGIN})
+    else()
+      list(APPEND args --plugin "${AOT_PLUGIN}")
+    endif()
+  endif()
   foreach(s IN LISTS AOT_SHAPES)
     list(APPEND args --shape "${s}")
   endforeach()

@@ -29,6 +29,7 @@
 #include "ta_fa.h"
 #include "ta_gemm.h"
 #include "ta_lce.h"
+#include "ta_plain.h"
 #include "ta_softmax.h"
 
 /* The shapes the build generated (CMakeLists.txt), per template. */
@@ -122,6 +123,16 @@ static int fa_launch(const loom_template *t, const int64_t *sh, const uint64_t *
 {
     ta_fa_ikbo_fa_shape s = fa_shape(t, sh);
     return ta_fa_ikbo_fa_launch(&s, v[0], v[1], v[2], v[3], v[4], v[5], (int32_t)v[6], v[7], NULL);
+}
+static const char *plain_config(const loom_template *t, const int64_t *sh)
+{
+    ta_plain_gemm_plain_shape s = {K(M), K(N), K(K)};
+    return ta_plain_gemm_plain_config(&s);
+}
+static int plain_launch(const loom_template *t, const int64_t *sh, const uint64_t *v)
+{
+    ta_plain_gemm_plain_shape s = {K(M), K(N), K(K)};
+    return ta_plain_gemm_plain_launch(&s, v[0], v[1], v[2], NULL);
 }
 #undef K
 
@@ -439,6 +450,23 @@ Test(aot_gpu, every_template_matches_loom_bit_for_bit, .timeout = 300)
     for (int c = 0; c < NCASES; c++)
         for (int i = 0; i < cases[c].nshapes; i++)
             jit_equals_aot(rt, &cases[c], i);
+    loom_runtime_destroy(rt);
+}
+
+/* A user's template of automatic warp specialization, from the examples' plugin
+ * (tp_kernels, which loomc aot read at build time): its kernel is persistent, so the
+ * file's launch passes the grid after the arguments and starts one CTA an SM, as loom's
+ * does; both write the same bytes, at a launch's M below the file's too. */
+Test(aot_gpu, a_specialized_kernel_of_a_plugin_matches_loom, .timeout = 300)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    char err[1024];
+    if (!loom_template_find("gemm_plain"))
+        cr_assert_eq(loom_plugin_load(t_plugin_path("kernels"), NULL, err, sizeof err), LOOM_OK, "%s", err);
+    static const char *const plain_shapes[] = {"M=256,N=256,K=128", "M=200,N=512,K=256", "M=130,N=512,K=256"};
+    const aot_case c = {"gemm_plain", SHAPES(plain_shapes), plain_config, plain_launch, ta_plain_last_error};
+    for (int i = 0; i < c.nshapes; i++)
+        jit_equals_aot(rt, &c, i);
     loom_runtime_destroy(rt);
 }
 

@@ -21,30 +21,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* tests/plugins' tp_NAME.so, beside this binary (LOOM_TEST_PLUGIN_DIR overrides). */
-static const char *plugin(const char *name)
-{
-    static char path[PATH_MAX + 64];
-    char dir[PATH_MAX] = "";
-    const char *env = getenv("LOOM_TEST_PLUGIN_DIR");
-    if (env) {
-        snprintf(dir, sizeof dir, "%s", env);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-        cr_assert(n > 0, "cannot read /proc/self/exe");
-        dir[n] = 0;
-        char *slash = strrchr(dir, '/');
-        cr_assert(slash);
-        snprintf(slash, sizeof dir - (size_t)(slash - dir), "/test_plugins");
-    }
-    snprintf(path, sizeof path, "%s/tp_%s.so", dir, name);
-    /* the build makes them beside loom_tests (CMake target tp_NAME), always; a copy of
-     * loom_tests elsewhere (a GPU pack) may come without them */
-    if (access(path, R_OK) != 0)
-        cr_skip_test("%s is missing: the test plugins are built beside loom_tests (CMake targets tp_*); "
-                     "LOOM_TEST_PLUGIN_DIR names another directory", path);
-    return path;
-}
 
 /* loom_plugin_load must fail, leaving the registry as it was; the message in err. */
 static void load_fails(const char *path, char *err, size_t n)
@@ -167,12 +143,12 @@ Test(plugin, loomc_cli)
               "%s", out);
     /* a plugin's template in loomc's commands */
     char args[PATH_MAX + 200];
-    snprintf(args, sizeof args, "run tp_scale --plugin %s --shape N=300 --interpret", plugin("ok"));
+    snprintf(args, sizeof args, "run tp_scale --plugin %s --shape N=300 --interpret", t_plugin_path("ok"));
     cr_expect_eq(run_loomc(args, out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "tp_scale: ok on interpreter"), "%s", out);
     char ok[PATH_MAX + 64]; /* plugin() returns one buffer */
-    snprintf(ok, sizeof ok, "%s", plugin("ok"));
-    snprintf(args, sizeof args, "list --plugin %s --plugin %s", ok, plugin("bad"));
+    snprintf(ok, sizeof ok, "%s", t_plugin_path("ok"));
+    snprintf(args, sizeof args, "list --plugin %s --plugin %s", ok, t_plugin_path("bad"));
     cr_expect_eq(run_loomc(args, out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "ikbo_fa\ntp_scale\ntp_other\n"), "%s", out);
 }
@@ -200,7 +176,7 @@ Test(plugin, missing_file)
 Test(plugin, missing_entry_point)
 {
     char err[2048];
-    const char *p = plugin("noentry");
+    const char *p = t_plugin_path("noentry");
     load_fails(p, err, sizeof err);
     cr_expect(strstr(err, "no entry point 'loom_plugin_init'") && strstr(err, "undefined symbol: loom_plugin_init") &&
                   strstr(err, "LOOM_PLUGIN_INIT"),
@@ -219,7 +195,7 @@ Test(plugin, version_mismatch)
 {
     /* refused before its entry point (which aborts) is called */
     char err[2048];
-    const char *p = plugin("oldversion");
+    const char *p = t_plugin_path("oldversion");
     load_fails(p, err, sizeof err);
     char want[200];
     snprintf(want, sizeof want, "was built against loom 0.0.1; this is loom %s", LOOM_VERSION);
@@ -230,7 +206,7 @@ Test(plugin, missing_field)
 {
     char err[2048];
     setenv("LOOM_TP_FAULT", "nofield", 1);
-    load_fails(plugin("bad"), err, sizeof err);
+    load_fails(t_plugin_path("bad"), err, sizeof err);
     cr_expect(strstr(err, "template 'tp_nofield': field 'reference' is NULL (required)"), "%s", err);
     /* all or nothing: tp_other, registered first and good, is not in the registry either */
     cr_expect_null(loom_template_find("tp_other"));
@@ -241,17 +217,17 @@ Test(plugin, duplicate_name)
 {
     char err[2048];
     setenv("LOOM_TP_FAULT", "dup", 1);
-    load_fails(plugin("bad"), err, sizeof err);
+    load_fails(t_plugin_path("bad"), err, sizeof err);
     cr_expect(strstr(err, "template 'tp_other': field 'name': 'tp_other' is taken by another template of this plugin"),
               "%s", err);
     setenv("LOOM_TP_FAULT", "builtin", 1);
-    load_fails(plugin("bad"), err, sizeof err);
+    load_fails(t_plugin_path("bad"), err, sizeof err);
     cr_expect(strstr(err, "template 'gemm': field 'name': 'gemm' is taken by a built-in template"), "%s", err);
     cr_expect_eq(loom_template_find("gemm")->build != NULL, 1);
     /* a plugin loaded twice: its templates' names are taken the second time */
     unsetenv("LOOM_TP_FAULT");
-    cr_assert_eq(loom_plugin_load(plugin("bad"), NULL, err, sizeof err), LOOM_OK, "%s", err);
-    load_fails(plugin("bad"), err, sizeof err);
+    cr_assert_eq(loom_plugin_load(t_plugin_path("bad"), NULL, err, sizeof err), LOOM_OK, "%s", err);
+    load_fails(t_plugin_path("bad"), err, sizeof err);
     cr_expect(strstr(err, "'tp_other' is taken by a template of a plugin loaded before"), "%s", err);
     cr_expect_not_null(loom_template_find("tp_other"), "the first load's template went away");
 }
@@ -260,14 +236,14 @@ Test(plugin, bad_init)
 {
     char err[2048];
     setenv("LOOM_TP_FAULT", "badkey", 1);
-    load_fails(plugin("bad"), err, sizeof err);
+    load_fails(t_plugin_path("bad"), err, sizeof err);
     cr_expect(strstr(err, "template 'tp_badkey': field 'config[0].key' is 'block-size', not a C identifier"), "%s",
               err);
     setenv("LOOM_TP_FAULT", "fails", 1);
-    load_fails(plugin("bad"), err, sizeof err);
+    load_fails(t_plugin_path("bad"), err, sizeof err);
     cr_expect(strstr(err, "loom_plugin_init returned 3 (not 0)"), "%s", err);
     setenv("LOOM_TP_FAULT", "none", 1);
-    load_fails(plugin("bad"), err, sizeof err);
+    load_fails(t_plugin_path("bad"), err, sizeof err);
     cr_expect(strstr(err, "registered no template"), "%s", err);
 }
 
@@ -340,7 +316,7 @@ Test(plugin, round_trip, .timeout = 120)
     char err[4096], report[1024];
     int n0 = loom_template_count(), count = 0;
     cr_assert_null(loom_template_find("tp_scale"));
-    cr_assert_eq(loom_plugin_load(plugin("ok"), &count, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(loom_plugin_load(t_plugin_path("ok"), &count, err, sizeof err), LOOM_OK, "%s", err);
     cr_expect_eq(count, 1);
     cr_assert_eq(loom_template_count(), n0 + 1);
     const loom_template *t = loom_template_find("tp_scale");
@@ -410,7 +386,7 @@ Test(plugin, aot_generic, .timeout = 120)
 {
     char err[4096];
     unsetenv("LOOM_TP_FAULT");
-    cr_assert_eq(loom_plugin_load(plugin("bad"), NULL, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(loom_plugin_load(t_plugin_path("bad"), NULL, err, sizeof err), LOOM_OK, "%s", err);
     const loom_template *t = loom_template_find("tp_other");
     cr_assert(t && !t->aot);
     char dir[] = "/tmp/loom_tp_aot_XXXXXX";

@@ -17,6 +17,7 @@
 #include "loom.h"
 
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -228,6 +229,31 @@ static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int
         cr_assert_eq(st_, LOOM_OK, "launch: %s: %s\n%s", loom_status_name(st_), t_last_error, \
                      loom_kernel_errors(k));                                                   \
     } while (0)
+
+/* tests/plugins' tp_NAME.so, beside this binary (LOOM_TEST_PLUGIN_DIR overrides). */
+static inline const char *t_plugin_path(const char *name)
+{
+    static char path[PATH_MAX + 64];
+    char dir[PATH_MAX] = "";
+    const char *env = getenv("LOOM_TEST_PLUGIN_DIR");
+    if (env) {
+        snprintf(dir, sizeof dir, "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        cr_assert(n > 0, "cannot read /proc/self/exe");
+        dir[n] = 0;
+        char *slash = strrchr(dir, '/');
+        cr_assert(slash);
+        snprintf(slash, sizeof dir - (size_t)(slash - dir), "/test_plugins");
+    }
+    snprintf(path, sizeof path, "%s/tp_%s.so", dir, name);
+    /* the build makes them beside loom_tests (CMake target tp_NAME), always; a copy of
+     * loom_tests elsewhere (a GPU pack) may come without them */
+    if (access(path, R_OK) != 0)
+        cr_skip_test("%s is missing: the test plugins are built beside loom_tests (CMake targets tp_*); "
+                     "LOOM_TEST_PLUGIN_DIR names another directory", path);
+    return path;
+}
 
 /* Run fn(arg) with stderr sent to a file; return what it printed (malloc'ed; free it). */
 static inline char *t_capture_stderr(void (*fn)(void *), void *arg)
