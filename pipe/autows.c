@@ -236,6 +236,55 @@ static bool slice(aw *w, uint32_t v, uint32_t why)
     return true;
 }
 
+/* The outer channel: a dot's A from a tile loaded at the top level before the loop (a
+ * 2-D f16/bf16 tile, unmasked, fill 0) that only dots' A operands read.  The producer
+ * loads it once a program into a ring of its own, so the consumers' wgmma reads it from
+ * shared memory as the template's Q is (in registers, the instructions that keep it
+ * there make ptxas serialize the wgmmas of a pipelined step).  false only on an error. */
+static bool outer_channel(aw *w)
+{
+    loom_kernel *k = w->src;
+    uint32_t ld = 0;
+    for (int i = 0; i < w->ndot; i++) {
+        if (w->dot[i].a_chan >= 0)
+            continue;
+        uint32_t d = aw_def_of(k, aw_op(w, w->dot[i].op)->opnd[0]);
+        if (!d || aw_op(w, d)->kind != IR_LOAD || aw_op(w, d)->block != 1 || (ld && d != ld))
+            continue;
+        ir_op *op = aw_op(w, d);
+        const ir_type *t = &k->vals[op->res[0]].type;
+        int rank = k->vals[op->opnd[0]].type.shape.rank;
+        if (op->nopnd != 1 + rank || op->fattr != 0.0 || t->shape.rank != 2 ||
+            (t->dtype != LOOM_F16 && t->dtype != LOOM_BF16))
+            continue;
+        bool dots_only = true;
+        for (uint32_t o = 1; o < k->nops && dots_only; o++) {
+            ir_op *u = aw_op(w, o);
+            for (int j = 0; u->block && j < u->nopnd; j++)
+                if (u->opnd[j] == op->res[0] && !(u->kind == IR_DOT && j == 0))
+                    dots_only = false;
+        }
+        if (!dots_only)
+            continue;
+        ld = d;
+    }
+    if (!ld)
+        return true;
+    for (int i = 1; i < aw_op(w, ld)->nopnd; i++)
+        if (!slice(w, aw_op(w, ld)->opnd[i], ld)) { /* the producer cannot address it: registers */
+            w->st = LOOM_OK;
+            if (w->err && w->errlen)
+                w->err[0] = 0;
+            return true;
+        }
+    for (int i = 0; i < w->ndot; i++)
+        if (w->dot[i].a_chan < 0 && aw_op(w, w->dot[i].op)->opnd[0] == aw_op(w, ld)->res[0])
+            w->dot[i].a_chan = AW_OUTER;
+    w->outer = ld;
+    w->skip[ld] = 1;
+    return true;
+}
+
 static bool pass_tasks(aw *w)
 {
     if (!find_loop(w))
@@ -263,6 +312,8 @@ static bool pass_tasks(aw *w)
         if (!la)
             d->a_trans = false;
     }
+    if (!w->pingpong && !outer_channel(w))
+        return false;
     for (int c = 0; c < w->nch; c++) {
         ir_op *ld = aw_op(w, w->ch[c].load);
         if (!channel_uses_ok(w, &w->ch[c]))
@@ -391,9 +442,43 @@ static bool pass_data(aw *w)
 
 /* ---------------------------------------------------------------- ws-channels */
 
+/* Tensor argument t of a TMA load at `at`: contiguous rows 16-byte multiples apart. */
+static bool tma_tensor_ok(aw *w, uint32_t t, loom_src at)
+{
+    const ir_arg *arg = &w->src->args[w->src->vals[t].def];
+    size_t es = loom_dtype_size(arg->dtype);
+    int r = arg->shape.rank;
+    if (arg->strides[r - 1] != 1)
+        return aw_fail(w, at, "tensor '%s' is not contiguous in its last dim (stride %lld): TMA needs 1", arg->name,
+                       (long long)arg->strides[r - 1]);
+    for (int d = 0; d < r - 1; d++)
+        if ((arg->strides[d] * (int64_t)es) % 16)
+            return aw_fail(w, at,
+                           "tensor '%s' has dim %d %lld bytes apart: TMA needs multiples of 16 (pad its rows, "
+                           "loom_arg_tensor_strided)",
+                           arg->name, d, (long long)(arg->strides[d] * (int64_t)es));
+    return true;
+}
+
 static bool pass_channels(aw *w)
 {
     loom_kernel *k = w->src;
+    if (w->outer) {
+        ir_op *ld = aw_op(w, w->outer);
+        ir_type *t = &k->vals[ld->res[0]].type;
+        int64_t row = t->shape.dim[1] * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
+        w->outer_swz = row % 128 == 0 ? LOOM_SWIZZLE_128 : row % 64 == 0 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_32;
+        if (row % 32 || !tma_tensor_ok(w, ld->opnd[0], ld->src)) { /* it stays in registers */
+            w->st = LOOM_OK;
+            if (w->err && w->errlen)
+                w->err[0] = 0;
+            for (int i = 0; i < w->ndot; i++)
+                if (w->dot[i].a_chan == AW_OUTER)
+                    w->dot[i].a_chan = -1;
+            w->skip[w->outer] = 0;
+            w->outer = 0;
+        }
+    }
     for (int c = 0; c < w->nch; c++) {
         ir_op *ld = aw_op(w, w->ch[c].load);
         ir_type *t = &k->vals[w->ch[c].val].type;
@@ -404,18 +489,8 @@ static bool pass_channels(aw *w)
         if (row % 32)
             return aw_fail(w, ld->src, "the tile's rows are %lld bytes: a swizzled shared tile needs a multiple of 32",
                            (long long)row);
-        const ir_arg *arg = &k->args[k->vals[ld->opnd[0]].def];
-        size_t es = loom_dtype_size(arg->dtype);
-        int r = arg->shape.rank;
-        if (arg->strides[r - 1] != 1)
-            return aw_fail(w, ld->src, "tensor '%s' is not contiguous in its last dim (stride %lld): TMA needs 1",
-                           arg->name, (long long)arg->strides[r - 1]);
-        for (int d = 0; d < r - 1; d++)
-            if ((arg->strides[d] * (int64_t)es) % 16)
-                return aw_fail(w, ld->src,
-                               "tensor '%s' has dim %d %lld bytes apart: TMA needs multiples of 16 (pad its rows, "
-                               "loom_arg_tensor_strided)",
-                               arg->name, d, (long long)(arg->strides[d] * (int64_t)es));
+        if (!tma_tensor_ok(w, ld->opnd[0], ld->src))
+            return false;
     }
     if (aw_dumping(w, "ws-channels")) {
         char wb[256], tb[64];
@@ -430,11 +505,111 @@ static bool pass_channels(aw *w)
                     aw_where(w, w->ch[c].load, wb, sizeof wb));
         }
         fprintf(stderr, "//   %lld bytes a slot; full and empty mbarriers a slot\n", (long long)bytes);
+        if (w->outer)
+            fprintf(stderr, "//   and a ring for the tile loaded before the loop at %s (a dot's A), loaded once a "
+                            "program\n", aw_where(w, w->outer, wb, sizeof wb));
     }
     return true;
 }
 
 /* ---------------------------------------------------------------- ws-pipeline */
+
+/* Is value v a block argument of the loop body carried by it (not the induction variable)
+ * other than `except`? */
+static bool carried_other(aw *w, uint32_t v, uint32_t except)
+{
+    const ir_value *val = &w->src->vals[v];
+    return val->kind == IR_V_BLOCKARG && val->block == w->body && val->index >= 1 && v != except;
+}
+
+/* The software-pipelined form (FA3's intra-warpgroup overlap) of a loop of two dots: the
+ * first's operands come from outside the step's math (a channel, a loop-invariant tile,
+ * a zero), the second carries the accumulator and is the only op its result feeds (the
+ * yield).  The body's other ops fall into parts: AFTER1 (they depend on the first dot's
+ * result or on the other carried values, not on the accumulator: the softmax), ACC (on
+ * the accumulator: its rescale), PRE (on neither: recomputed where used).  Step j+1's
+ * first dot and AFTER1 part then run while step j's second dot is on the tensor cores,
+ * and the ACC part of step j+1 follows that dot's wait, so nothing but wgmma writes a
+ * wgmma's registers while the two are in flight (ptxas serializes them otherwise).  Needs
+ * two ring slots (a step's and the next one's at once).  false (no rotation) where the
+ * loop is not of that form. */
+static bool rotation(aw *w)
+{
+    loom_kernel *k = w->src;
+    if (w->ndot != 2 || w->stages < 2 || w->pingpong)
+        return false;
+    ir_block *b = &k->blocks[w->body];
+    ir_op *d1 = aw_op(w, w->dot[0].op), *d2 = aw_op(w, w->dot[1].op);
+    ir_op *y = aw_op(w, b->ops[b->nops - 1]);
+    int acc = -1;
+    for (int i = 0; i < y->nopnd; i++)
+        if (y->opnd[i] == d2->res[0])
+            acc = i;
+    if (acc < 0 || aw_uses_of(w, d2->res[0], NULL) != 1 || w->dot[1].b_chan < 0 || w->dot[0].b_chan < 0)
+        return false;
+    uint32_t accv = b->args[1 + acc];
+    memset(w->cat, 0, k->nops);
+    for (uint32_t i = 0; i + 1 < b->nops; i++) {
+        uint32_t o = b->ops[i];
+        ir_op *op = aw_op(w, o);
+        if (o == w->dot[0].op || o == w->dot[1].op || w->skip[o])
+            continue;
+        if (op->nreg || (!(ir_opdescs[op->kind].flags & IRF_PURE) && op->kind != IR_DIV && op->kind != IR_REM))
+            return false; /* stores, loads, regions: not moved */
+        int c = AW_CAT_PRE;
+        for (int j = 0; j < op->nopnd; j++) {
+            uint32_t v = op->opnd[j], dv = aw_def_of(k, v);
+            if (v == accv || (dv && w->cat[dv] == AW_CAT_ACC))
+                c = AW_CAT_ACC;
+            else if ((v == d1->res[0] || carried_other(w, v, accv) || (dv && w->cat[dv] == AW_CAT_AFTER1)) &&
+                     c != AW_CAT_ACC)
+                c = AW_CAT_AFTER1;
+        }
+        w->cat[o] = (uint8_t)c;
+    }
+    for (int j = 0; j < 3; j++) { /* the first dot reads none of the step's math */
+        uint32_t dv = aw_def_of(k, d1->opnd[j]);
+        if (d1->opnd[j] == accv || carried_other(w, d1->opnd[j], accv) || (dv && w->cat[dv] != AW_CAT_PRE))
+            return false;
+    }
+    /* the second dot: A from the AFTER1 part, its accumulator the ACC part's (or the
+     * accumulator itself) */
+    uint32_t da = aw_def_of(k, d2->opnd[0]), dc = aw_def_of(k, d2->opnd[2]);
+    if (!(d2->opnd[0] == d1->res[0] || (da && w->cat[da] == AW_CAT_AFTER1 && aw_op(w, da)->block == w->body)))
+        return false;
+    if (d2->opnd[2] != accv && !(dc && w->cat[dc] == AW_CAT_ACC && aw_op(w, dc)->block == w->body))
+        return false;
+    for (int i = 0; i < y->nopnd; i++) { /* the other carried values: not the accumulator's */
+        uint32_t dv = aw_def_of(k, y->opnd[i]);
+        if (i != acc && (y->opnd[i] == accv || (dv && w->cat[dv] == AW_CAT_ACC)))
+            return false;
+    }
+    for (uint32_t i = 0; i + 1 < b->nops; i++) { /* the accumulator feeds ACC ops and the second dot */
+        uint32_t o = b->ops[i];
+        ir_op *op = aw_op(w, o);
+        for (int j = 0; j < op->nopnd; j++)
+            if (op->opnd[j] == accv && o != w->dot[1].op && w->cat[o] != AW_CAT_ACC)
+                return false;
+    }
+    /* FEED: AFTER1 ops whose every use is the second dot's A or another FEED op */
+    for (uint32_t i = b->nops - 1; i-- > 0;) {
+        uint32_t o = b->ops[i];
+        if (w->skip[o] || o == w->dot[0].op || o == w->dot[1].op || w->cat[o] != AW_CAT_AFTER1)
+            continue;
+        bool feed = aw_op(w, o)->nres == 1;
+        for (uint32_t u = 1; feed && u < k->nops; u++) {
+            ir_op *uo = aw_op(w, u);
+            for (int j = 0; uo->block && j < uo->nopnd; j++)
+                if (uo->opnd[j] == aw_op(w, o)->res[0] && !(u == w->dot[1].op && j == 0) &&
+                    !(uo->block == w->body && w->cat[u] == AW_CAT_FEED))
+                    feed = false;
+        }
+        if (feed)
+            w->cat[o] = AW_CAT_FEED;
+    }
+    w->acc_arg = acc;
+    return true;
+}
 
 /* The store after the loop that the epilogue can stage for a TMA store: the top level's
  * only store, of a 2-D tile whose rows are whole 128-byte swizzle spans, unmasked, into
@@ -479,6 +654,11 @@ static uint32_t staged_store(aw *w, char *why, size_t n)
     for (int c = 0; c < w->nch; c++)
         ring += aw_tile_bytes(&k->vals[w->ch[c].val].type);
     ring *= w->stages;
+    if (w->outer) { /* two slots where they fit beside the ring and the staging tile, else one */
+        int64_t q = aw_tile_bytes(&k->vals[aw_op(w, w->outer)->res[0]].type);
+        w->qslots = ring + 2 * q + aw_tile_bytes(v) + 2048 <= 227 * 1024 ? 2 : 1;
+        ring += w->qslots * q;
+    }
     int64_t need = ring + aw_tile_bytes(v) * (w->pingpong ? 2 : 1) + 1024 + 64 * w->stages, limit = 227 * 1024;
     if (need > limit)
         return snprintf(why, n, "the store at %s goes from registers: its %lld-byte staging tile does not fit beside "
@@ -506,13 +686,24 @@ static bool pass_pipeline(aw *w)
         }
     }
     (void)lp;
+    w->rotate = !w->mainloop && rotation(w);
+    w->qslots = 2;
     char why[600] = "";
     w->staged = staged_store(w, why, sizeof why);
+    if (w->outer && !w->staged) { /* the outer ring's slots beside the ring alone */
+        int64_t ring = 0, q = aw_tile_bytes(&w->src->vals[aw_op(w, w->outer)->res[0]].type);
+        for (int c = 0; c < w->nch; c++)
+            ring += aw_tile_bytes(&w->src->vals[w->ch[c].val].type);
+        w->qslots = ring * w->stages + 2 * q + 2048 <= 227 * 1024 ? 2 : 1;
+    }
     if (aw_dumping(w, "ws-pipeline")) {
         fprintf(stderr, "// autows ws-pipeline: %d stages (ring slots)\n", w->stages);
         if (w->mainloop)
             fprintf(stderr, "//   one dot carrying its accumulator: one wgmma group in flight, the previous step's "
                             "slot given back after it (loom_mainloop_step)\n");
+        else if (w->rotate)
+            fprintf(stderr, "//   two dots, the second carrying the accumulator: software-pipelined by a step (step "
+                            "j + 1's first dot and the math on its result run beside step j's second dot)\n");
         else
             fprintf(stderr, "//   the dots' results are read in the step: each dot waited for, the slot given back "
                             "at the end of the step\n");
@@ -540,16 +731,19 @@ loom_status pipe_autows(loom_kernel *k, const char *dump, loom_kernel **out, cha
     w.prod = calloc(k->nops, 1);
     w.skip = calloc(k->nops, 1);
     w.bounds = calloc(k->nops, 1);
-    if (!w.prod || !w.skip || !w.bounds) {
+    w.cat = calloc(k->nops, 1);
+    if (!w.prod || !w.skip || !w.bounds || !w.cat) {
         free(w.prod);
         free(w.skip);
         free(w.bounds);
+        free(w.cat);
         return LOOM_ERR_NOMEM;
     }
     bool ok = pass_tasks(&w) && pass_data(&w) && pass_channels(&w) && pass_pipeline(&w) && aw_pass_code(&w);
     free(w.prod);
     free(w.skip);
     free(w.bounds);
+    free(w.cat);
     if (!ok) {
         loom_kernel_destroy(w.dst);
         return w.st != LOOM_OK ? w.st : LOOM_ERR_UNSUPPORTED;

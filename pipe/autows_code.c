@@ -180,13 +180,24 @@ static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it)
         it0 = loom_mul_at(at, d, w->rep, w->trips);
     }
     loom_val total = loom_mul_at(at, d, loom_mul_at(at, d, w->grid[0], w->grid[1]), w->grid[2]);
-    loom_region_op l = loom_for_begin_at(at, d, first, total, step, 1, &it0);
+    loom_val init[2] = {it0, CI(0)}; /* the ring's uses; the outer ring's (the programs so far) */
+    loom_region_op l = loom_for_begin_at(at, d, first, total, step, w->outer ? 2 : 1, init);
+    w->pi = w->outer ? loom_for_arg(d, l, 1) : LOOM_NONE;
     loom_val t = loom_for_iv(d, l), r = loom_div_at(at, d, t, w->grid[0]);
     w->vpid[0] = loom_rem_at(at, d, t, w->grid[0]);
     w->vpid[1] = loom_rem_at(at, d, r, w->grid[1]);
     w->vpid[2] = loom_div_at(at, d, r, w->grid[1]);
     *it = loom_for_arg(d, l, 0);
     return l;
+}
+
+/* The end of a task's loop over programs: the ring's uses after the program (and one
+ * more use of the outer ring). */
+static void programs_end(aw *w, loom_src at, loom_region_op pl, loom_val it_end)
+{
+    loom_kernel *d = w->dst;
+    loom_val y[2] = {it_end, w->outer ? loom_add_at(at, d, w->pi, CI(1)) : LOOM_NONE};
+    loom_for_end_at(at, d, pl, w->outer ? 2 : 1, y);
 }
 
 /* The producer: its slice of the top level, then the loop: for each step, produce the
@@ -203,6 +214,14 @@ static void build_producer(aw *w)
     for (uint32_t i = 0; i < top->nops && w->st == LOOM_OK; i++)
         if (w->prod[top->ops[i]])
             clone_op(w, top->ops[i], true);
+    if (w->outer) { /* the program's outer tile, once */
+        ir_op *ld = aw_op(w, w->outer);
+        loom_val offs[LOOM_MAX_RANK];
+        for (int i = 1; i < ld->nopnd; i++)
+            offs[i - 1] = H(w, ld->opnd[i]);
+        loom_val qs = loom_ring_produce_at(ld->src, d, &w->qring, w->pi, -1);
+        loom_ring_load_at(ld->src, d, &w->qring, qs, 0, 0, H(w, ld->opnd[0]), offs);
+    }
     loom_region_op l = loom_for_begin_at(at, d, H(w, lp->opnd[0]), H(w, lp->opnd[1]), H(w, lp->opnd[2]), 1, &it0);
     ir_block *b = &w->src->blocks[w->body];
     w->map[b->args[0]] = U(w, loom_for_iv(d, l));
@@ -219,7 +238,7 @@ static void build_producer(aw *w)
     loom_val next = loom_add_at(at, d, it, CI(1));
     loom_for_end_at(at, d, l, 1, &next);
     loom_val it_end = loom_for_result(d, l, 0);
-    loom_for_end_at(at, d, pl, 1, &it_end);
+    programs_end(w, at, pl, it_end);
     loom_task_end_at(at, d, t);
 }
 
@@ -229,6 +248,8 @@ static loom_val operand(aw *w, loom_val s, int chan, bool trans, uint32_t v, loo
 {
     if (chan < 0)
         return H(w, v);
+    if (chan == AW_OUTER)
+        return trans ? loom_smem_trans_at(at, w->dst, w->qview) : w->qview;
     loom_val view = loom_ring_view_at(at, w->dst, &w->ring, s, chan, LOOM_NONE);
     return trans ? loom_smem_trans_at(at, w->dst, view) : view;
 }
@@ -309,6 +330,167 @@ static loom_val mainloop_finish(aw *w, loom_val acc, loom_val it0, loom_val it_e
     return done;
 }
 
+/* ---------------------------------------------------------------- the rotated loop */
+
+/* The body's ops of the parts in `parts` (bits 1 << AW_CAT_*), in order, in the map's
+ * present context (the dots and the channels' loads are the caller's). */
+static void clone_parts(aw *w, unsigned parts)
+{
+    ir_block *b = &w->src->blocks[w->body];
+    for (uint32_t i = 0; i + 1 < b->nops && w->st == LOOM_OK; i++) {
+        uint32_t o = b->ops[i];
+        if (w->skip[o] || o == w->dot[0].op || o == w->dot[1].op || !(parts & (1u << w->cat[o])))
+            continue;
+        clone_op(w, o, false);
+    }
+}
+
+/* Dot i's (0 or 1) operands: B (and A where a channel) from slot s, its accumulator. */
+static void dot_operands(aw *w, int i, loom_val s, loom_val *opnd)
+{
+    const aw_dot *dt = &w->dot[i];
+    ir_op *op = aw_op(w, dt->op);
+    opnd[0] = operand(w, s, dt->a_chan, dt->a_trans, op->opnd[0], op->src);
+    opnd[1] = operand(w, s, dt->b_chan, dt->b_trans, op->opnd[1], op->src);
+    opnd[2] = H(w, op->opnd[2]);
+}
+
+/* Issue dot i on operands made before (dot_operands); committed. */
+static loom_val issue_on(aw *w, int i, const loom_val *opnd)
+{
+    ir_op *op = aw_op(w, w->dot[i].op);
+    loom_val acc = loom_wgmma_at(op->src, w->dst, opnd[0], opnd[1], opnd[2]);
+    loom_wgmma_commit_at(op->src, w->dst);
+    return acc;
+}
+
+static loom_val issue_dot(aw *w, int i, loom_val s)
+{
+    loom_val opnd[3];
+    dot_operands(w, i, s, opnd);
+    return issue_on(w, i, opnd);
+}
+
+static loom_val wait_for(aw *w, int pending, loom_val acc)
+{
+    loom_region_op wt = loom_wgmma_wait_at(aw_op(w, w->dot[0].op)->src, w->dst, pending, 1, &acc);
+    return loom_wgmma_result(w->dst, wt, 0);
+}
+
+/* The map's context for the body's ops: the induction variable iv and the carried values
+ * but the accumulator (vals[j] for block argument 1 + j). */
+static void context(aw *w, loom_val iv, int n, const loom_val *vals)
+{
+    ir_block *b = &w->src->blocks[w->body];
+    w->map[b->args[0]] = U(w, iv);
+    for (int j = 0; j < n; j++)
+        if (j != w->acc_arg)
+            w->map[b->args[1 + j]] = U(w, vals[j]);
+}
+
+/* Step `iv`'s first dot (slot s) waited for, then its AFTER1 part (the step's state in
+ * the context: the softmax), then, the accumulator `acc` (done) in hand, its ACC part:
+ * the accumulator the step's second dot starts from. */
+static loom_val first_half(aw *w, loom_val s, loom_val next, loom_val acc)
+{
+    ir_block *b = &w->src->blocks[w->body];
+    w->map[aw_op(w, w->dot[0].op)->res[0]] = U(w, next);
+    clone_parts(w, (1u << AW_CAT_AFTER1) | (1u << AW_CAT_FEED));
+    w->map[b->args[1 + w->acc_arg]] = U(w, acc);
+    clone_parts(w, 1u << AW_CAT_ACC);
+    (void)s;
+    return H(w, aw_op(w, w->dot[1].op)->opnd[2]);
+}
+
+/* The loop of two dots software-pipelined by a step (aw.rotate; FA3's intra-warpgroup
+ * overlap).  Steps 0 .. N-1 of ring uses it0 ..:
+ *   step 0: its first dot, waited for; its AFTER1 part; its ACC part (the accumulator its
+ *     second dot starts from);
+ *   a loop over steps j = 0 .. N-2: issue step j+1's first dot, then step j's second dot;
+ *     wait for the first (one group left) and run step j+1's AFTER1 part while the second
+ *     runs; wait for it, give step j's slot back; step j+1's ACC part on its result;
+ *   step N-1's second dot, waited for, its slot back.
+ * The loop carries the accumulator the next second dot starts from, the other carried
+ * values (the next step's state), that dot's A and the ring use; no step at all: the
+ * initial values.  Sets the map of the user loop's results; returns the ring use after. */
+static loom_val rotated_loop(aw *w, loom_val it0)
+{
+    loom_kernel *d = w->dst;
+    ir_op *lp = aw_op(w, w->loop), *d2 = aw_op(w, w->dot[1].op);
+    loom_src at = lp->src;
+    ir_block *b = &w->src->blocks[w->body];
+    ir_op *y = aw_op(w, b->ops[b->nops - 1]);
+    int n = lp->nopnd - 3, ncar = n + 2;
+    loom_val lo = H(w, lp->opnd[0]), hi = H(w, lp->opnd[1]), step = H(w, lp->opnd[2]), init[64];
+    for (int j = 0; j < n; j++)
+        init[j] = H(w, lp->opnd[3 + j]);
+    loom_region_op g = loom_if_begin_at(at, d, loom_cmp_at(at, d, LOOM_GT, hi, lo), n + 1);
+    /* step 0 */
+    context(w, lo, n, init);
+    clone_parts(w, 1u << AW_CAT_PRE);
+    loom_val s0 = loom_ring_consume_at(at, d, &w->ring, it0);
+    loom_val acc0 = first_half(w, s0, wait_for(w, 0, issue_dot(w, 0, s0)), init[w->acc_arg]);
+    loom_val li[64];
+    for (int j = 0; j < n; j++)
+        li[j] = j == w->acc_arg ? acc0 : H(w, y->opnd[j]);
+    li[n] = H(w, d2->opnd[0]);
+    li[n + 1] = it0;
+    /* steps 0 .. N-2's second dots, 1 .. N-1's first */
+    loom_region_op l = loom_for_begin_at(at, d, lo, loom_sub_at(at, d, hi, step), step, ncar, li);
+    {
+        loom_val iv = loom_for_iv(d, l), a[64];
+        for (int j = 0; j < ncar; j++)
+            a[j] = loom_for_arg(d, l, j);
+        loom_val it = a[n + 1], iv1 = loom_add_at(at, d, iv, step);
+        /* step j's second dot's operands, from the carried accumulator and A (made before
+         * the two issues: between them only wgmma may write a wgmma's registers) */
+        w->map[d2->opnd[0]] = U(w, a[n]);
+        w->map[d2->opnd[2]] = U(w, a[w->acc_arg]);
+        loom_val sj = loom_ring_slot_at(at, d, it, w->ring.slots), o2[3], o1[3];
+        dot_operands(w, 1, sj, o2);
+        context(w, iv1, n, a); /* step j+1 */
+        clone_parts(w, 1u << AW_CAT_PRE);
+        loom_val s1 = loom_ring_consume_at(at, d, &w->ring, loom_add_at(at, d, it, CI(1)));
+        dot_operands(w, 0, s1, o1);
+        loom_val next = issue_on(w, 0, o1);
+        loom_val pv = issue_on(w, 1, o2);
+        loom_val s_next = wait_for(w, 1, next); /* step j+1's first dot: the older group */
+        w->map[aw_op(w, w->dot[0].op)->res[0]] = U(w, s_next);
+        clone_parts(w, 1u << AW_CAT_AFTER1); /* beside step j's second dot */
+        loom_val done = wait_for(w, 0, pv);
+        loom_ring_release_at(at, d, &w->ring, sj);
+        w->map[b->args[1 + w->acc_arg]] = U(w, done);
+        clone_parts(w, (1u << AW_CAT_FEED) | (1u << AW_CAT_ACC)); /* after the wait: A's registers are free */
+        loom_val ys[64];
+        for (int j = 0; j < n; j++)
+            ys[j] = j == w->acc_arg ? H(w, d2->opnd[2]) : H(w, y->opnd[j]);
+        ys[n] = H(w, d2->opnd[0]);
+        ys[n + 1] = loom_add_at(at, d, it, CI(1));
+        loom_for_end_at(y->src, d, l, ncar, ys);
+    }
+    /* step N-1's second dot */
+    loom_val r[64];
+    for (int j = 0; j < ncar; j++)
+        r[j] = loom_for_result(d, l, j);
+    w->map[d2->opnd[0]] = U(w, r[n]);
+    w->map[d2->opnd[2]] = U(w, r[w->acc_arg]);
+    loom_val sl = loom_ring_slot_at(at, d, r[n + 1], w->ring.slots);
+    loom_val fin = wait_for(w, 0, issue_dot(w, 1, sl));
+    loom_ring_release_at(at, d, &w->ring, sl);
+    loom_val yt[64];
+    for (int j = 0; j < n; j++)
+        yt[j] = j == w->acc_arg ? fin : r[j];
+    yt[n] = loom_add_at(at, d, r[n + 1], CI(1));
+    loom_else_at(at, d, g, n + 1, yt);
+    init[n] = it0;
+    loom_if_end_at(at, d, g, n + 1, init);
+    for (int j = 0; j < lp->nres; j++)
+        w->map[lp->res[j]] = U(w, loom_if_result(d, g, j));
+    return loom_if_result(d, g, n);
+}
+
+static void consumers_end(aw *w, loom_region_op pl, loom_region_op t, uint32_t i, loom_val it0, loom_val it_end);
+
 /* The consumers: the top level before the loop, the loop (its carried values and the
  * ring's use count), the epilogue after it. */
 static void build_consumers(aw *w)
@@ -333,6 +515,12 @@ static void build_consumers(aw *w)
     for (; i < top->nops && top->ops[i] != w->loop && w->st == LOOM_OK; i++)
         if (!w->pingpong || !w->bounds[top->ops[i]])
             clone_op(w, top->ops[i], false);
+    loom_val qslot = LOOM_NONE;
+    if (w->outer) { /* the program's outer tile, from its ring */
+        qslot = loom_ring_consume_at(at, d, &w->qring, w->pi);
+        w->qview = loom_ring_view_at(at, d, &w->qring, qslot, 0, LOOM_NONE);
+    }
+    w->qslot = qslot;
     int n = lp->nopnd - 3;
     loom_val init[64];
     for (int j = 0; j < n; j++)
@@ -340,6 +528,11 @@ static void build_consumers(aw *w)
     init[n] = it0;
     if (w->pingpong) /* the tensor cores (and the ring's waits) in turn */
         loom_pingpong_mma_begin_at(at, d, &w->pp);
+    if (w->rotate) {
+        loom_val it_end = rotated_loop(w, it0);
+        consumers_end(w, pl, t, i, it0, it_end);
+        return;
+    }
     loom_region_op l = loom_for_begin_at(at, d, H(w, lp->opnd[0]), H(w, lp->opnd[1]), H(w, lp->opnd[2]), n + 1, init);
     ir_block *b = &w->src->blocks[w->body];
     w->map[b->args[0]] = U(w, loom_for_iv(d, l));
@@ -361,17 +554,32 @@ static void build_consumers(aw *w)
     for (int r = 0; r < lp->nres; r++)
         w->map[lp->res[r]] = U(w, loom_for_result(d, l, r));
     loom_val it_end = loom_for_result(d, l, n);
+    consumers_end(w, pl, t, i, it0, it_end);
+}
+
+/* After the consumers' loop (it0 .. it_end its ring uses; i the loop's index in the top
+ * block): its finish, the epilogue, the end of the programs' loop and of the task. */
+static void consumers_end(aw *w, loom_region_op pl, loom_region_op t, uint32_t i, loom_val it0, loom_val it_end)
+{
+    loom_kernel *d = w->dst;
+    ir_op *lp = aw_op(w, w->loop);
+    loom_src at = lp->src;
+    ir_block *top = &w->src->blocks[1];
     if (w->pingpong)
         loom_pingpong_mma_end_at(at, d, &w->pp);
-    if (w->mainloop)
-        w->map[lp->res[w->acc_arg]] = U(w, mainloop_finish(w, loom_for_result(d, l, w->acc_arg), it0, it_end));
+    if (w->mainloop) {
+        loom_val acc = ir_handle(d, w->map[lp->res[w->acc_arg]]);
+        w->map[lp->res[w->acc_arg]] = U(w, mainloop_finish(w, acc, it0, it_end));
+    }
+    if (w->outer) /* the loop's dots are done with the outer tile */
+        loom_ring_release_at(at, d, &w->qring, w->qslot);
     for (i++; i < top->nops && w->st == LOOM_OK; i++)
         clone_op(w, top->ops[i], false);
     if (w->pingpong) { /* the epilogue's turn to the other; past the other replica's program */
         loom_pingpong_tile_end_at(at, d, &w->pp);
         it_end = loom_add_at(at, d, it_end, w->trips);
     }
-    loom_for_end_at(at, d, pl, 1, &it_end);
+    programs_end(w, at, pl, it_end);
     if (w->pingpong) { /* the replica with a program fewer takes an empty turn */
         loom_val nprog = loom_num_programs_at(at, d, 0);
         loom_val total = loom_mul_at(at, d, loom_mul_at(at, d, w->grid[0], w->grid[1]), w->grid[2]);
@@ -407,6 +615,11 @@ bool aw_pass_code(aw *w)
     loom_src at = aw_op(w, w->loop)->src;
     w->pipe = loom_pipe_create(d);
     w->ring = loom_ring_create_at(at, &w->pipe, w->stages, 1, w->nch, tiles);
+    if (w->outer) {
+        ir_type *t = &k->vals[aw_op(w, w->outer)->res[0]].type;
+        loom_ring_tile q = {(loom_dtype)t->dtype, t->shape, 1, w->outer_swz};
+        w->qring = loom_ring_create_at(aw_op(w, w->outer)->src, &w->pipe, w->qslots, 1, 1, &q);
+    }
     if (w->pingpong)
         w->pp = loom_pingpong_create_at(at, &w->pipe);
     if (w->staged) {

@@ -40,7 +40,19 @@ typedef struct aw {
     uint8_t *skip;      /* per src op: 1 a channel's load or trans (the ring replaces it) */
     uint8_t *bounds;    /* per src op: 1 where the loop's bounds need it (ping-pong: once a task) */
     bool mainloop;      /* one dot carrying its accumulator: one group in flight */
-    int acc_arg;        /* mainloop: the accumulator's index among the carried values */
+    int acc_arg;        /* mainloop, rotate: the accumulator's index among the carried values */
+    /* rotate: two dots, the second carrying the accumulator, software-pipelined by one
+     * step (the next step's first dot and the math on its result run beside this step's
+     * second dot); cat[o] is a body op's part (AW_CAT_*) */
+    bool rotate;
+    uint8_t *cat;
+    /* an outer channel: a tile loaded before the loop that only dots read as A (attention's
+     * Q), loaded by the producer once a program into a ring of its own */
+    uint32_t outer;
+    int qslots;         /* its ring's slots: 2 (the next program's loads ahead) or 1 */
+    loom_swizzle outer_swz;
+    loom_ring qring;
+    loom_val pi, qview, qslot; /* the task's program count (qring's use), the consumers' view and slot */
     int groups, stages, pingpong;
     const char *dump;
     char *err;
@@ -56,6 +68,14 @@ typedef struct aw {
     loom_val vpid[3];   /* the task's current program of that grid (its tile loop's) */
     loom_val rep, trips; /* ping-pong: the consumer replica, and the steps a program takes */
 } aw;
+
+/* A loop body op's part in the rotated (software-pipelined) loop: recomputed where needed
+ * (no dot result, no accumulator in it), after the first dot, or on the accumulator. */
+enum { AW_CAT_PRE = 0, AW_CAT_AFTER1 = 1, AW_CAT_ACC = 2, AW_CAT_FEED = 3 };
+/* (FEED: AFTER1 ops that only make the second dot's A, such as its cast: they run after
+ * that dot's wait, so no instruction writes an in-flight wgmma's A registers) */
+/* aw_dot.a_chan of an A read from the outer channel */
+enum { AW_OUTER = 100 };
 
 /* ---------------------------------------------------------------- helpers both files use */
 

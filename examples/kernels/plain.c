@@ -276,9 +276,10 @@ loom_kernel *plain_ikbo_attention_units(int64_t B, int64_t U, int64_t S, int64_t
     loom_val u = loom_load_scalar(k, units, ((loom_val[]){p, zero}));
     loom_val r0 = loom_load_scalar(k, units, ((loom_val[]){p, I32(1)}));
     loom_val nr = loom_load_scalar(k, units, ((loom_val[]){p, I32(2)}));
-    /* the unit's rows: the rest of the tile is masked off (read as 0, never stored) */
+    /* the unit's rows: the rest of the tile (the next candidate's rows, or past the end:
+     * zeros) is computed but never stored, so Q's tile loads whole */
     loom_val valid = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, loom_arange(k, 0, bm), nr), 1), ot);
-    loom_val q = loom_load(k, Q, ((loom_val[]){h, r0, zero}), ot, valid, 0);
+    loom_val q = loom_load(k, Q, ((loom_val[]){h, r0, zero}), ot, LOOM_NONE, 0);
     kv_at kv = {.K = Kt, .V = V, .lead = {u, h}, .nlead = 2, .S = S, .D = D};
     loom_val o = attention(k, q, &kv, bm, 1.0 / sqrt((double)D), dt, c);
     loom_store(k, O, ((loom_val[]){h, r0, zero}), loom_cast(k, o, dt), valid);
