@@ -238,6 +238,28 @@ Test(autows, dump_after_shows_each_pass)
     loom_kernel_destroy(k);
 }
 
+/* Attention: its two dots software-pipelined by a step, and Q (loaded before the loop,
+ * read only as the first dot's A) through a ring of its own. */
+Test(autows, attention_is_pipelined_and_q_goes_through_shared_memory)
+{
+    plain_cfg c = {128, 128, 64, 2, 2, 0, 0};
+    loom_kernel *k = plain_attention(4096, 4096, 128, LOOM_F16, 0.088, &c);
+    setenv("LOOM_DUMP_AFTER", "all", 1);
+    char *out = t_capture_stderr(compile_dump, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    cr_expect(strstr(out, "software-pipelined by a step"), "%s", out);
+    cr_expect(strstr(out, "and a ring for the tile loaded before the loop at "), "%s", out);
+    /* the IR: Q's ring of its own (two slots), TMA'd by the producer, its view read by wgmma */
+    cr_expect(strstr(out, "smem_alloc f16[128x128] slots=2"), "%s", out);
+    cr_expect(strstr(out, "wgmma_wait") && strstr(out, "pending=1"), "a step's first dot waited with one group left");
+    free(out);
+    char *ptx = NULL, err[2048];
+    cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect(t_ptxas_ok(ptx, "sm_90a", "attention_plain"), "ptxas refuses or spills");
+    free(ptx);
+    loom_kernel_destroy(k);
+}
+
 /* ---------------------------------------------------------------- GEMM + bias + GELU */
 
 /* gelu(x) with x = acc + bias: the bound of the output from the sum's error (through
