@@ -262,6 +262,39 @@ static const aw_dot *dot_of(aw *w, uint32_t o)
     return NULL;
 }
 
+/* Dot i's (0 or 1) operands: B (and A where a channel) from slot s, its accumulator. */
+static void dot_operands(aw *w, int i, loom_val s, loom_val *opnd)
+{
+    const aw_dot *dt = &w->dot[i];
+    ir_op *op = aw_op(w, dt->op);
+    opnd[0] = operand(w, s, dt->a_chan, dt->a_trans, op->opnd[0], op->src);
+    opnd[1] = operand(w, s, dt->b_chan, dt->b_trans, op->opnd[1], op->src);
+    opnd[2] = H(w, op->opnd[2]);
+}
+
+/* Issue dot i on operands made before (dot_operands); committed. */
+static loom_val issue_on(aw *w, int i, const loom_val *opnd)
+{
+    ir_op *op = aw_op(w, w->dot[i].op);
+    loom_val acc = loom_wgmma_at(op->src, w->dst, opnd[0], opnd[1], opnd[2]);
+    loom_wgmma_commit_at(op->src, w->dst);
+    return acc;
+}
+
+static loom_val issue_dot(aw *w, int i, loom_val s)
+{
+    loom_val opnd[3];
+    dot_operands(w, i, s, opnd);
+    return issue_on(w, i, opnd);
+}
+
+/* Wait until `pending` groups are left (dot i's line); acc, done. */
+static loom_val wait_for(aw *w, int i, int pending, loom_val acc)
+{
+    loom_region_op wt = loom_wgmma_wait_at(aw_op(w, w->dot[i].op)->src, w->dst, pending, 1, &acc);
+    return loom_wgmma_result(w->dst, wt, 0);
+}
+
 /* The consumers' step, general form: consume the slot, the body's ops in order with each
  * dot a wgmma waited for, the slot back at the end. */
 static void consumer_step(aw *w, loom_val it)
@@ -279,13 +312,8 @@ static void consumer_step(aw *w, loom_val it)
             clone_op(w, o, false);
             continue;
         }
-        ir_op *op = aw_op(w, o);
-        loom_val a = operand(w, s, dt->a_chan, dt->a_trans, op->opnd[0], op->src);
-        loom_val bb = operand(w, s, dt->b_chan, dt->b_trans, op->opnd[1], op->src);
-        loom_val acc = loom_wgmma_at(op->src, d, a, bb, H(w, op->opnd[2]));
-        loom_wgmma_commit_at(op->src, d);
-        loom_region_op wt = loom_wgmma_wait_at(op->src, d, 0, 1, &acc);
-        w->map[op->res[0]] = U(w, loom_wgmma_result(d, wt, 0));
+        int di = (int)(dt - w->dot);
+        w->map[aw_op(w, o)->res[0]] = U(w, wait_for(w, di, 0, issue_dot(w, di, s)));
     }
     loom_ring_release_at(at, d, &w->ring, s);
 }
@@ -345,38 +373,6 @@ static void clone_parts(aw *w, unsigned parts)
     }
 }
 
-/* Dot i's (0 or 1) operands: B (and A where a channel) from slot s, its accumulator. */
-static void dot_operands(aw *w, int i, loom_val s, loom_val *opnd)
-{
-    const aw_dot *dt = &w->dot[i];
-    ir_op *op = aw_op(w, dt->op);
-    opnd[0] = operand(w, s, dt->a_chan, dt->a_trans, op->opnd[0], op->src);
-    opnd[1] = operand(w, s, dt->b_chan, dt->b_trans, op->opnd[1], op->src);
-    opnd[2] = H(w, op->opnd[2]);
-}
-
-/* Issue dot i on operands made before (dot_operands); committed. */
-static loom_val issue_on(aw *w, int i, const loom_val *opnd)
-{
-    ir_op *op = aw_op(w, w->dot[i].op);
-    loom_val acc = loom_wgmma_at(op->src, w->dst, opnd[0], opnd[1], opnd[2]);
-    loom_wgmma_commit_at(op->src, w->dst);
-    return acc;
-}
-
-static loom_val issue_dot(aw *w, int i, loom_val s)
-{
-    loom_val opnd[3];
-    dot_operands(w, i, s, opnd);
-    return issue_on(w, i, opnd);
-}
-
-static loom_val wait_for(aw *w, int pending, loom_val acc)
-{
-    loom_region_op wt = loom_wgmma_wait_at(aw_op(w, w->dot[0].op)->src, w->dst, pending, 1, &acc);
-    return loom_wgmma_result(w->dst, wt, 0);
-}
-
 /* The map's context for the body's ops: the induction variable iv and the carried values
  * but the accumulator (vals[j] for block argument 1 + j). */
 static void context(aw *w, loom_val iv, int n, const loom_val *vals)
@@ -388,17 +384,16 @@ static void context(aw *w, loom_val iv, int n, const loom_val *vals)
             w->map[b->args[1 + j]] = U(w, vals[j]);
 }
 
-/* Step `iv`'s first dot (slot s) waited for, then its AFTER1 part (the step's state in
+/* Step `iv`'s first dot's result (next), then its AFTER1 part (the step's state in
  * the context: the softmax), then, the accumulator `acc` (done) in hand, its ACC part:
  * the accumulator the step's second dot starts from. */
-static loom_val first_half(aw *w, loom_val s, loom_val next, loom_val acc)
+static loom_val first_half(aw *w, loom_val next, loom_val acc)
 {
     ir_block *b = &w->src->blocks[w->body];
     w->map[aw_op(w, w->dot[0].op)->res[0]] = U(w, next);
     clone_parts(w, (1u << AW_CAT_AFTER1) | (1u << AW_CAT_FEED));
     w->map[b->args[1 + w->acc_arg]] = U(w, acc);
     clone_parts(w, 1u << AW_CAT_ACC);
-    (void)s;
     return H(w, aw_op(w, w->dot[1].op)->opnd[2]);
 }
 
@@ -429,7 +424,7 @@ static loom_val rotated_loop(aw *w, loom_val it0)
     context(w, lo, n, init);
     clone_parts(w, 1u << AW_CAT_PRE);
     loom_val s0 = loom_ring_consume_at(at, d, &w->ring, it0);
-    loom_val acc0 = first_half(w, s0, wait_for(w, 0, issue_dot(w, 0, s0)), init[w->acc_arg]);
+    loom_val acc0 = first_half(w, wait_for(w, 0, 0, issue_dot(w, 0, s0)), init[w->acc_arg]);
     loom_val li[64];
     for (int j = 0; j < n; j++)
         li[j] = j == w->acc_arg ? acc0 : H(w, y->opnd[j]);
@@ -454,10 +449,10 @@ static loom_val rotated_loop(aw *w, loom_val it0)
         dot_operands(w, 0, s1, o1);
         loom_val next = issue_on(w, 0, o1);
         loom_val pv = issue_on(w, 1, o2);
-        loom_val s_next = wait_for(w, 1, next); /* step j+1's first dot: the older group */
+        loom_val s_next = wait_for(w, 0, 1, next); /* step j+1's first dot: the older group */
         w->map[aw_op(w, w->dot[0].op)->res[0]] = U(w, s_next);
         clone_parts(w, 1u << AW_CAT_AFTER1); /* beside step j's second dot */
-        loom_val done = wait_for(w, 0, pv);
+        loom_val done = wait_for(w, 1, 0, pv);
         loom_ring_release_at(at, d, &w->ring, sj);
         w->map[b->args[1 + w->acc_arg]] = U(w, done);
         clone_parts(w, (1u << AW_CAT_FEED) | (1u << AW_CAT_ACC)); /* after the wait: A's registers are free */
@@ -475,7 +470,7 @@ static loom_val rotated_loop(aw *w, loom_val it0)
     w->map[d2->opnd[0]] = U(w, r[n]);
     w->map[d2->opnd[2]] = U(w, r[w->acc_arg]);
     loom_val sl = loom_ring_slot_at(at, d, r[n + 1], w->ring.slots);
-    loom_val fin = wait_for(w, 0, issue_dot(w, 1, sl));
+    loom_val fin = wait_for(w, 1, 0, issue_dot(w, 1, sl));
     loom_ring_release_at(at, d, &w->ring, sl);
     loom_val yt[64];
     for (int j = 0; j < n; j++)
