@@ -373,6 +373,19 @@ loom_val loom_mainloop_step_at(loom_src at, loom_kernel *k, const loom_mainloop 
 #define loom_mainloop_run(k, ml, it0, rep, acc, from) loom_mainloop_run_at(LOOM_HERE, k, ml, it0, rep, acc, from)
 loom_val loom_mainloop_run_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it0, loom_val rep,
                               loom_val acc, int from);
+/* The two halves of a step, for a loop that keeps GEMMs of several rings in flight at
+ * once (a flash attention's S = Q K^T on the K ring and O += P V on the V ring, each a
+ * mainloop of its own, issued together and waited for one after the other).  issue:
+ * acc += A @ B from slot s's views (s from loom_ring_consume; A: `a` where given, else the
+ * slot's A view of replica rep; acc LOOM_NONE: from zero), committed as a group of its own.
+ * retire: wait until `pending` groups are left in flight (issued after this one), then
+ * give slot s back (LOOM_NONE: the caller keeps it).  Returns the finished accumulator. */
+#define loom_mainloop_issue(k, ml, s, a, acc, rep) loom_mainloop_issue_at(LOOM_HERE, k, ml, s, a, acc, rep)
+loom_val loom_mainloop_issue_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val s, loom_val a,
+                                loom_val acc, loom_val rep);
+#define loom_mainloop_retire(k, ml, acc, pending, s) loom_mainloop_retire_at(LOOM_HERE, k, ml, acc, pending, s)
+loom_val loom_mainloop_retire_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc, int pending,
+                                 loom_val s);
 /* A zero accumulator of the loop's shape. */
 #define loom_mainloop_zero(k, ml) loom_mainloop_zero_at(LOOM_HERE, k, ml)
 loom_val loom_mainloop_zero_at(loom_src at, loom_kernel *k, const loom_mainloop *ml);

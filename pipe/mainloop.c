@@ -47,16 +47,33 @@ static loom_val b_of(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_
 
 static int pending(const loom_mainloop *ml) { return ml->in_flight < 0 ? 0 : ml->in_flight ? ml->in_flight : 1; }
 
+loom_val loom_mainloop_issue_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val s, loom_val a,
+                                loom_val acc, loom_val rep)
+{
+    loom_val bv = ml->order ? b_of(at, k, ml, s) : LOOM_NONE;
+    loom_val av = a ? a : a_of(at, k, ml, s, rep);
+    bv = bv ? bv : b_of(at, k, ml, s);
+    acc = loom_wgmma_at(at, k, av, bv, acc ? acc : loom_mainloop_zero_at(at, k, ml));
+    loom_wgmma_commit_at(at, k);
+    return acc;
+}
+
+loom_val loom_mainloop_retire_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc, int left,
+                                 loom_val s)
+{
+    loom_region_op w = loom_wgmma_wait_at(at, k, left, 1, &acc);
+    if (s)
+        loom_ring_release_at(at, k, ml->ring, s);
+    return loom_wgmma_result(k, w, 0);
+}
+
 /* Consume use it, issue, commit, wait down to the groups in flight: the wait's region
  * (its result is the accumulator). */
 static loom_region_op issue(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it, loom_val rep, loom_val a,
                             loom_val *acc)
 {
     loom_val s = loom_ring_consume_at(at, k, ml->ring, it);
-    loom_val bv = ml->order ? b_of(at, k, ml, s) : LOOM_NONE;
-    loom_val av = a ? a : a_of(at, k, ml, s, rep);
-    *acc = loom_wgmma_at(at, k, av, bv ? bv : b_of(at, k, ml, s), *acc);
-    loom_wgmma_commit_at(at, k);
+    *acc = loom_mainloop_issue_at(at, k, ml, s, a, *acc, rep);
     return loom_wgmma_wait_at(at, k, pending(ml), 1, acc);
 }
 

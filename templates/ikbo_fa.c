@@ -132,6 +132,7 @@ typedef struct fa {
     const fa_spec *s;
     loom_val q, kt, vt, plan, lens, units, out;
     loom_ring qring, kr, vr; /* Q blocks; K and V tiles, each its own ring (a K tile is done before its V) */
+    loom_mainloop qk, pv;    /* S = Q K^T over the K ring, O += P V over the V ring */
     loom_sched sched;
     loom_turns turns;
     loom_sync wg; /* one consumer warp group's threads (per replica) */
@@ -210,14 +211,10 @@ typedef struct softmax_state {
     loom_val m, l, o; /* running max (scaled, base 2) [64], sum [64], output [64, D] */
 } softmax_state;
 
-/* S = Q K^T of K ring slot sl (issued and committed, not waited for). */
+/* S = Q K^T of K ring slot sl, from zero (issued and committed, not waited for). */
 static loom_val qk(const fa *g, loom_val qv, loom_val sl)
 {
-    loom_kernel *k = g->k;
-    loom_val kt = loom_smem_trans(k, loom_ring_view(k, &g->kr, sl, 0, LOOM_NONE));
-    loom_val sc = loom_wgmma(k, qv, kt, loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, g->s->bn)));
-    loom_wgmma_commit(k);
-    return sc;
+    return loom_mainloop_issue(g->k, &g->qk, sl, qv, LOOM_NONE, LOOM_NONE);
 }
 
 /* The online softmax of S (keys j0 ..; those past len masked where the tiles can reach
@@ -263,13 +260,12 @@ static void turn_issued(const fa *g)
         loom_turns_end(g->k, &g->turns);
 }
 
-/* The K/V steps below do not use the pipeline layer's loom_mainloop (pipe/mainloop.c),
- * which is a k loop: one accumulator, one ring, each step's slot given back after the
- * next step's wait.  A K/V tile is two GEMMs on two rings with the online softmax
- * between them: S = Q K^T starts from zero every tile and is waited for at once (the
- * softmax needs it), P comes from registers, O is rescaled between steps, and the
- * overlapped form keeps one GEMM of each kind in flight across tiles.  Each is issued and
- * waited for here, with its ring's consume and release beside it. */
+/* The K/V steps below run two of the pipeline layer's mainloops (pipe/mainloop.c) by
+ * their halves, issue and retire, rather than as k loops: a K/V tile is two GEMMs on two
+ * rings with the online softmax between them.  S = Q K^T (g->qk) starts from zero every
+ * tile and is retired at once (the softmax needs it); O += P V (g->pv) takes P from the
+ * registers and O rescaled between steps; the overlapped form keeps one GEMM of each kind
+ * in flight across tiles (S retired with one group left: the P V issued after it). */
 
 /* One K/V tile (ring use `use`, its first key j0), one GEMM after the other: S = Q K^T,
  * the online softmax, O += P V; the slot goes back once both are done.  With turns the
@@ -281,16 +277,11 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
     turn_begin(g);
     loom_val sc = qk(g, qv, sk);
     turn_issued(g);
-    loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
-    loom_ring_release(k, &g->kr, sk);
-    loom_val p = online_softmax(g, loom_wgmma_result(k, w, 0), j0, len, &st, &alpha);
+    sc = loom_mainloop_retire(k, &g->qk, sc, 0, sk);
+    loom_val p = online_softmax(g, sc, j0, len, &st, &alpha);
     loom_val sv = loom_ring_consume(k, &g->vr, use);
-    loom_val o = loom_wgmma(k, loom_cast(k, p, g->s->dt), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE),
-                            scale_rows(k, st.o, alpha));
-    loom_wgmma_commit(k);
-    loom_region_op w2 = loom_wgmma_wait(k, 0, 1, &o);
-    st.o = loom_wgmma_result(k, w2, 0);
-    loom_ring_release(k, &g->vr, sv);
+    loom_val o = loom_mainloop_issue(k, &g->pv, sv, loom_cast(k, p, g->s->dt), scale_rows(k, st.o, alpha), LOOM_NONE);
+    st.o = loom_mainloop_retire(k, &g->pv, o, 0, sv);
     return st;
 }
 
@@ -304,9 +295,8 @@ static loom_val first_tile(const fa *g, loom_val qv, loom_val use, loom_val len,
     turn_begin(g);
     loom_val sc = qk(g, qv, sk0);
     turn_issued(g);
-    loom_region_op w = loom_wgmma_wait(k, 0, 1, &sc);
-    loom_ring_release(k, &g->kr, sk0);
-    return loom_cast(k, online_softmax(g, loom_wgmma_result(k, w, 0), CI(0), len, st, &alpha), g->s->dt);
+    sc = loom_mainloop_retire(k, &g->qk, sc, 0, sk0);
+    return loom_cast(k, online_softmax(g, sc, CI(0), len, st, &alpha), g->s->dt);
 }
 
 /* Tiles 1 .. tiles - 1 of a unit (ring uses it + 1 ..), tile 0's P (p0) and statistics in
@@ -330,15 +320,12 @@ static loom_region_op kv_rest(const fa *g, loom_val qv, loom_val it, loom_val ti
         loom_val sv = loom_ring_consume(k, &g->vr, loom_sub(k, use, one)); /* the previous tile's V */
         turn_begin(g);
         loom_val sj = qk(g, qv, sk);
-        loom_val o = loom_wgmma(k, loom_for_arg(k, kl, 3), loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), cur.o);
-        loom_wgmma_commit(k);
+        loom_val o = loom_mainloop_issue(k, &g->pv, sv, loom_for_arg(k, kl, 3), cur.o, LOOM_NONE);
         turn_issued(g);
-        loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sj);
-        loom_ring_release(k, &g->kr, sk);
-        loom_val pj = online_softmax(g, loom_wgmma_result(k, ws, 0), loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
-        loom_region_op wo = loom_wgmma_wait(k, 0, 1, &o);
-        loom_ring_release(k, &g->vr, sv);
-        loom_val ys[4] = {cur.m, cur.l, scale_rows(k, loom_wgmma_result(k, wo, 0), alpha), loom_cast(k, pj, s->dt)};
+        sj = loom_mainloop_retire(k, &g->qk, sj, 1, sk); /* the P V still in flight */
+        loom_val pj = online_softmax(g, sj, loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
+        o = loom_mainloop_retire(k, &g->pv, o, 0, sv);
+        loom_val ys[4] = {cur.m, cur.l, scale_rows(k, o, alpha), loom_cast(k, pj, s->dt)};
         loom_for_end(k, kl, 4, ys);
     }
     return kl;
@@ -350,12 +337,9 @@ static loom_val last_pv(const fa *g, loom_val use, loom_val p, loom_val o)
     loom_kernel *k = g->k;
     loom_val last = loom_ring_consume(k, &g->vr, use);
     turn_begin(g);
-    loom_val acc = loom_wgmma(k, p, loom_ring_view(k, &g->vr, last, 0, LOOM_NONE), o);
-    loom_wgmma_commit(k);
+    loom_val acc = loom_mainloop_issue(k, &g->pv, last, p, o, LOOM_NONE);
     turn_issued(g);
-    loom_region_op wo = loom_wgmma_wait(k, 0, 1, &acc);
-    loom_ring_release(k, &g->vr, last);
-    return loom_wgmma_result(k, wo, 0);
+    return loom_mainloop_retire(k, &g->pv, acc, 0, last);
 }
 
 /* A unit's K/V tiles 0 .. tiles - 1 (ring uses it ..), the GEMMs overlapped with the
@@ -444,17 +428,13 @@ static softmax_state kv_across_units(const fa *g, loom_sched_loop *l, loom_val q
             loom_val sk = loom_ring_consume(k, &g->kr, nk);
             loom_val sv = loom_ring_consume(k, &g->vr, lastv);
             loom_val sc = qk(g, qv2, sk);
-            loom_val acc = loom_wgmma(k, p, loom_ring_view(k, &g->vr, sv, 0, LOOM_NONE), o);
-            loom_wgmma_commit(k);
-            loom_region_op ws = loom_wgmma_wait(k, 1, 1, &sc);
-            loom_ring_release(k, &g->kr, sk);
+            loom_val acc = loom_mainloop_issue(k, &g->pv, sv, p, o, LOOM_NONE);
+            sc = loom_mainloop_retire(k, &g->qk, sc, 1, sk); /* the P V still in flight */
             softmax_state nst = st0;
             loom_val alpha;
-            loom_val p2 = loom_cast(k, online_softmax(g, loom_wgmma_result(k, ws, 0), zero, b.len, &nst, &alpha),
-                                    g->s->dt);
-            loom_region_op wo = loom_wgmma_wait(k, 0, 1, &acc);
-            loom_ring_release(k, &g->vr, sv);
-            loom_val ys[4] = {loom_wgmma_result(k, wo, 0), nst.m, nst.l, p2};
+            loom_val p2 = loom_cast(k, online_softmax(g, sc, zero, b.len, &nst, &alpha), g->s->dt);
+            acc = loom_mainloop_retire(k, &g->pv, acc, 0, sv);
+            loom_val ys[4] = {acc, nst.m, nst.l, p2};
             loom_else(k, x, 4, ys);
         }
         loom_val alone[4] = {last_pv(g, lastv, p, o), m, lsum, p}; /* (m, l, p: not read) */
@@ -585,6 +565,9 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     loom_ring_tile kvt = {s->dt, LOOM_SHAPE2(s->bn, D), 1, LOOM_SWIZZLE_128};
     g.kr = loom_ring_create(&p, s->stages, 2, 1, &kvt);
     g.vr = loom_ring_create(&p, s->stages, 2, 1, &kvt);
+    /* A comes from the caller in both: Q's view, P from the registers */
+    g.qk = (loom_mainloop){&g.kr, .b_tile = 0, .b_trans = 1, .rows = FA_BLOCK, .cols = s->bn};
+    g.pv = (loom_mainloop){&g.vr, .b_tile = 0, .rows = FA_BLOCK, .cols = D};
     int64_t units = fa_max_units(s) * H;
     g.sched = s->dynamic ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(&p, units, 1);
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
