@@ -311,6 +311,21 @@ if _LOOM["op"] == "ikbo_fa":
                 _LENS[key] = t
         return t
 
+    _CLAIMS = {}
+
+    def _fa_claims(dev):
+        """The schedule's counter, zero when a launch starts; every launch leaves it zero.  Outside
+        a captured region one a device and stream, made once: the launches on one stream run in
+        order, so they take turns on it (and no fill runs before each).  Inside a capture a new one
+        from the graph's pool, filled by the graph: a replay, on whatever stream, shares nothing."""
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(4, dtype=torch.int32, device=dev)
+        key = (dev, torch.cuda.current_stream(dev).cuda_stream)
+        t = _CLAIMS.get(key)
+        if t is None:
+            t = _CLAIMS[key] = torch.zeros(4, dtype=torch.int32, device=dev)
+        return t
+
     def _fa_launch(op, row, B, U, q, k, v, plan, seq_len):
         dev = q.device
         S = _LOOM["rows"][row][_LOOM["keys"].index("S")]
@@ -319,7 +334,7 @@ if _LOOM["op"] == "ikbo_fa":
         if n == 0:  # no unit (every length 0): the kernel still takes a plan's address
             plan = torch.zeros((1, _FIELDS), dtype=torch.int32, device=dev)
         lens = seq_len if seq_len is not None else _full_lens(dev, U, S)
-        claims = torch.zeros(4, dtype=torch.int32, device=dev)  # the schedule's counter: zero, left zero
+        claims = _fa_claims(dev)
         f = _fn("ikbo_fa_launch_plan", [ctypes.POINTER(_Shape), ctypes.c_int64, ctypes.c_int64] +
                 [ctypes.c_uint64] * 4 + [ctypes.c_int64] + [ctypes.c_uint64] * 3 + [ctypes.c_void_p])
         with torch.cuda.device(dev):
