@@ -112,11 +112,18 @@ def graph_check(what, fn, inputs, refresh, ref_fn, bound_fn):
     verdict(what + ", CUDA graph replay on new inputs", out, ref_fn(), bound_fn())
 
 
+# About 1.5 ms of a spinning kernel: long enough for the host to queue the first calls of
+# any timed form (the slowest, torch.compile'd loom, costs the host about 0.12 ms a call).
+SLEEP_CYCLES = 3_000_000
+
+
 def time_calls(fn, calls):
-    """fn's time a call over `calls` calls back to back between two events (the queue kept
-    ahead of the GPU, so the host's launch cost hides behind the kernels as in a model's
-    forward pass)."""
+    """fn's time a call over `calls` calls back to back between two events, the queue kept
+    ahead of the GPU so the host's launch cost hides behind the kernels as in a model's
+    forward pass: the GPU spins first (not timed) while the host queues the first calls,
+    which would otherwise add one call's host cost to the timed interval."""
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(SLEEP_CYCLES)
     a.record()
     for _ in range(calls):
         fn()
