@@ -59,6 +59,7 @@
  */
 #include "ikbo_lce.h"
 #include "lce_common.h"
+#include "../ops/lce_op.h"
 #include "tpl_device.h"
 #include "../tune/tune.h"
 #include "../util/util.h"
@@ -320,6 +321,109 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
         loom_buffer_destroy(bs[i]);
 }
 
+/* --placement (issue 40): does a prepared object's speed depend on where the caller's
+ * inputs lie?  At one shape, PL_OBJ objects of each of stages 3 and 4 (each prepared on its
+ * own, so its own buffers lie apart) run on PL_SETS input sets: E_user and E_cand
+ * allocated anew for each set (same values), then two mixed sets (set 1's E_user with set
+ * 0's E_cand, and the other way round) that say which of the two matters.  Every (object,
+ * set) pair is timed side by side in interleaved rounds (median of rounds, each a
+ * loom_time_work median after L2 flushes); each object's output is checked on set 0. */
+enum { PL_OBJ = 2, PL_SETS = 8, PL_MIX = 2, PL_ROUNDS = 5 };
+static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, const loom_ikbo_lce_config *fixed)
+{
+    char err[1024];
+    size_t e = 2;
+    uint64_t seed = 99;
+    uint16_t *wu = malloc((size_t)(s->M * s->Ku) * e), *wc = malloc((size_t)(s->M * s->Kc) * e);
+    int32_t *map = malloc((size_t)s->B * 4);
+    if (!wu || !wc || !map)
+        DIE("out of host memory");
+    tpl_fill(wu, LOOM_F16, s->M * s->Ku, -1, 1, &seed);
+    tpl_fill(wc, LOOM_F16, s->M * s->Kc, -1, 1, &seed);
+    ik_mapping(s->B, s->U, 0, seed, map);
+    loom_buffer *dwu = loom_buffer_create(rt, (size_t)(s->M * s->Ku) * e);
+    loom_buffer *dwc = loom_buffer_create(rt, (size_t)(s->M * s->Kc) * e);
+    loom_buffer *dmap = loom_buffer_create(rt, (size_t)s->B * 4);
+    loom_buffer *out = loom_buffer_create(rt, (size_t)(s->B * s->M * s->N) * e);
+    loom_buffer *eu[PL_SETS], *ec[PL_SETS];
+    for (int j = 0; j < PL_SETS; j++) {
+        eu[j] = loom_buffer_create(rt, (size_t)(s->U * s->Ku * s->N) * e);
+        ec[j] = loom_buffer_create(rt, (size_t)(s->B * s->Kc * s->N) * e);
+        if (!eu[j] || !ec[j] ||
+            nvref_gemm_fill(ref, rt_buffer_dptr(eu[j]), LOOM_F16, s->U * s->Ku * s->N, 7, -1, 1, err, sizeof err) ||
+            nvref_gemm_fill(ref, rt_buffer_dptr(ec[j]), LOOM_F16, s->B * s->Kc * s->N, 8, -1, 1, err, sizeof err))
+            DIE("input set %d: %s %s", j, loom_runtime_error(rt), err);
+    }
+    if (!dwu || !dwc || !dmap || !out || loom_buffer_upload(dwu, wu, loom_buffer_size(dwu)) ||
+        loom_buffer_upload(dwc, wc, loom_buffer_size(dwc)) || loom_buffer_upload(dmap, map, loom_buffer_size(dmap)))
+        DIE("buffers: %s", loom_runtime_error(rt));
+    lce_ref r = {.on = false};
+    lce_ref_open(rt, ref, s, dwu, dwc, eu[0], ec[0], dmap, &r);
+    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16};
+    loom_ikbo_lce *obj[2 * PL_OBJ];
+    const char *names[2 * PL_OBJ];
+    static const char *const nm[] = {"stage 3 #0", "stage 3 #1", "stage 4 #0", "stage 4 #1"};
+    for (int i = 0; i < 2 * PL_OBJ; i++) {
+        loom_ikbo_stage st = i < PL_OBJ ? LOOM_IKBO_FUSED_EPILOGUE : LOOM_IKBO_PERSISTENT;
+        if (loom_ikbo_lce_prepare(rt, &ls, st, wu, wc, fixed, &obj[i]) != LOOM_OK)
+            DIE("prepare: %s", loom_runtime_error(rt));
+        names[i] = nm[i];
+        run_ctx x = {obj[i], eu[0], ec[0], dmap, out};
+        char verdict[160];
+        measure(rt, run_once, &x, &r, out, names[i], verdict, sizeof verdict);
+        printf("  %s: %s; owns", names[i], verdict);
+        static const char *const bn[IK_NBUF] = {"", "", "", "", "wu_raw", "wc_raw", "wu", "wc", "user_res",
+                                                "cand_res", "flags", "claims", "ecat"};
+        for (int b = IK_CALLER_BUFS; b < IK_NBUF; b++) {
+            size_t n;
+            uint64_t a = ik_owned_buffer(obj[i], b, &n);
+            if (a)
+                printf(" %s 0x%llx (%zu B)", bn[b], (unsigned long long)a, n);
+        }
+        printf("\n");
+    }
+    enum { NSET = PL_SETS + PL_MIX };
+    loom_buffer *set_u[NSET], *set_c[NSET];
+    for (int j = 0; j < PL_SETS; j++)
+        set_u[j] = eu[j], set_c[j] = ec[j];
+    set_u[PL_SETS] = eu[1], set_c[PL_SETS] = ec[0];     /* E_user moved alone */
+    set_u[PL_SETS + 1] = eu[0], set_c[PL_SETS + 1] = ec[1]; /* E_cand moved alone */
+    for (int j = 0; j < NSET; j++)
+        printf("  set %d: E_user at 0x%llx, E_cand at 0x%llx%s\n", j, (unsigned long long)rt_buffer_dptr(set_u[j]),
+               (unsigned long long)rt_buffer_dptr(set_c[j]),
+               j == PL_SETS ? " (set 1's E_user, set 0's E_cand)" : j == PL_SETS + 1 ? " (set 0's E_user, set 1's E_cand)" : "");
+    printf("  out at 0x%llx\n", (unsigned long long)rt_buffer_dptr(out));
+    static double t[2 * PL_OBJ][NSET][PL_ROUNDS];
+    for (int rd = 0; rd < PL_ROUNDS; rd++)
+        for (int i = 0; i < 2 * PL_OBJ; i++)
+            for (int j = 0; j < NSET; j++) {
+                run_ctx x = {obj[i], set_u[j], set_c[j], dmap, out};
+                if (loom_time_work(rt, run_once, &x, rd == 0 ? 1 : 0, 5, &t[i][j][rd]) != LOOM_OK)
+                    DIE("timing: %s", loom_runtime_error(rt));
+            }
+    printf("  ms (median of %d interleaved rounds)", PL_ROUNDS);
+    for (int j = 0; j < NSET; j++)
+        printf(" | set %d", j);
+    printf("\n");
+    for (int i = 0; i < 2 * PL_OBJ; i++) {
+        printf("  %-10s", names[i]);
+        for (int j = 0; j < NSET; j++)
+            printf(" | %.4f", tune_median(t[i][j], PL_ROUNDS));
+        printf("\n");
+    }
+    for (int i = 0; i < 2 * PL_OBJ; i++)
+        loom_ikbo_lce_destroy(obj[i]);
+    lce_ref_close(&r);
+    for (int j = 0; j < PL_SETS; j++)
+        loom_buffer_destroy(eu[j]), loom_buffer_destroy(ec[j]);
+    loom_buffer *bs[] = {dwu, dwc, dmap, out};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
+        loom_buffer_destroy(bs[i]);
+    free(wu);
+    free(wc);
+    free(map);
+}
+
 /* Without a GPU: every stage on the interpreter at a small odd shape, checked by the same
  * rule against a CPU reference, and each stage's kernels written as PTX into ptx_dir. */
 static int interpreter_run(const char *ptx_dir)
@@ -484,7 +588,7 @@ int main(int argc, char **argv)
 {
     lce_prog = "bench_ikbo_lce";
     lce_shape head = {1024, 15, 433, 256, 1178, 866};
-    int sweep = 0, grid = 0, have_cfg = 0, tuned = 0, gfrom = 1, gto = 0;
+    int sweep = 0, grid = 0, have_cfg = 0, tuned = 0, gfrom = 1, gto = 0, place = 0;
     loom_ikbo_lce_config cfg = {0};
     lce_shape custom = head;
     int have_shape = 0;
@@ -501,6 +605,8 @@ int main(int argc, char **argv)
         }
         else if (!strcmp(argv[i], "--tuned"))
             tuned = 1;
+        else if (!strcmp(argv[i], "--placement"))
+            place = 1;
         else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)
             ptx_dir = argv[++i];
         else if (!strcmp(argv[i], "--check-all"))
@@ -550,7 +656,7 @@ int main(int argc, char **argv)
     if (fw.have_cublas)
         printf("framework: index_select and cat copies (NVRTC), cuBLAS %d (%s) strided batched GEMM\n",
                fw.cb.version, fw.cb.path);
-    if (grid && !have_cfg && !tuned) { /* the grid: the default config, as a service that has not tuned */
+    if ((grid || place) && !have_cfg && !tuned) { /* the grid: the default config, as a service that has not tuned */
         const loom_template *t = loom_template_find("ikbo_lce");
         int64_t c[LOOM_MAX_PARAMS];
         for (int i = 0; i < t->nconfig; i++)
@@ -561,7 +667,10 @@ int main(int argc, char **argv)
     }
     const loom_ikbo_lce_config *fc = have_cfg ? &cfg : NULL;
     lce_shape first = have_shape ? custom : head;
-    if (grid) {
+    if (place) {
+        placement(rt, ref, &first, fc);
+        sweep = 0;
+    } else if (grid) {
         run_grid(rt, ref, &fw, fc, gfrom, gto);
         sweep = 0;
     } else {

@@ -25,6 +25,7 @@
  * at the shape, and the pick cached with the config.
  */
 #include "lce_op.h"
+#include "rt.h"
 #include "../util/util.h"
 
 #include <stdarg.h>
@@ -737,6 +738,15 @@ void ik_desc_add(loom_ikbo_lce *p, const char *fmt, ...)
 
 /* The object that runs requests of the prepared B (the largest bucket's). */
 static const loom_ikbo_lce *top_of(const loom_ikbo_lce *p) { return p && p->nbuckets ? p->child[p->nbuckets - 1] : p; }
+
+uint64_t ik_owned_buffer(const loom_ikbo_lce *p, int buf, size_t *bytes)
+{
+    p = top_of(p);
+    const loom_buffer *b = p && buf >= 0 && buf < IK_NBUF ? p->buf[buf] : NULL;
+    if (bytes)
+        *bytes = b ? loom_buffer_size(b) : 0;
+    return b ? rt_buffer_dptr(b) : 0;
+}
 
 loom_ikbo_stage loom_ikbo_lce_stage_of(const loom_ikbo_lce *p) { return p ? top_of(p)->stage : LOOM_IKBO_AUTO; }
 

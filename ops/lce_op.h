@@ -91,6 +91,10 @@ void ik_config_text(const loom_ikbo_lce_config *c, char *buf, size_t n);
 /* Append to p's description. */
 void ik_desc_add(loom_ikbo_lce *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The device address and bytes of buffer `buf` (an ik_buf) that p's run at the prepared
+ * B owns (0 where it owns none): where its buffers lie (bench_ikbo_lce --placement). */
+uint64_t ik_owned_buffer(const loom_ikbo_lce *p, int buf, size_t *bytes);
+
 /* LOOM_IKBO_AUTO: the stage picked by timing at shape s (ops/ikbo_lce_auto.c), the config
  * settled (tuned: left to the tuner); hs is the prepare's largest shape, at which the
  * inputs and the comparisons are made. */
