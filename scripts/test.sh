@@ -55,6 +55,10 @@ if command -v ptxas >/dev/null; then
     done
 fi
 
+echo "== bench_examples --interpret: the example plugin's templates checked on the interpreter, the gather's cost report"
+log=$("$BUILD/bench_examples" --interpret 2>&1) || { echo "$log"; echo "bench_examples failed"; exit 1; }
+echo "$log" | grep -E "^  (gemm|rmsnorm|ikbo|  =>)"
+
 echo "== examples/aot: lce_aot, built from loomc aot's files alone (no libloom, LLVM or libcuda)"
 # the generated code's own names start with aot_ (static) and lce_ (its API): none is loom_
 LCE_AOT="$BUILD/examples/aot/lce_aot"
