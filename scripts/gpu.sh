@@ -22,6 +22,8 @@
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
 #   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
+#   LOOM_GPU_EXAMPLES_ARGS arguments of bench_examples (default none: each example template's
+#                      default config; --tuned: the tuner's pick, timed now or cached)
 #   LOOM_GPU_TUNE_ARGS arguments of bench_tune (default --exhaustive: every template tuned at
 #                      its headline, "NOT TUNED" when it fell back, the pick against the
 #                      exhaustive best)
@@ -162,6 +164,7 @@ for b in "$R"/bin/bench_*; do
     [ "$(basename "$b")" = bench_gemm ] && args=(${LOOM_GPU_GEMM_ARGS-})
     [ "$(basename "$b")" = bench_tune ] && args=(${LOOM_GPU_TUNE_ARGS---exhaustive})
     [ "$(basename "$b")" = bench_ikbo_fa ] && args=(${LOOM_GPU_FA_ARGS---sweep})
+    [ "$(basename "$b")" = bench_examples ] && args=(${LOOM_GPU_EXAMPLES_ARGS-})
     # issue 36: bench_obvious runs its PyTorch peer (torch.compile) in the same run where torch imports
     [ "$(basename "$b")" = bench_obvious ] && python3 -c 'import torch' 2>/dev/null && args=(--torch "$PWD/bench/torch_obvious.py")
     for v in "${b}_before" "$b"; do
@@ -225,6 +228,7 @@ if [ -f "$OUTDIR/bench_compile.log" ] || [ -f "$OUTDIR/bench_tune.log" ] || [ -f
 fi
 [ -f "$OUTDIR/bench_bandwidth.log" ] && sed -n '/^kernel (best config)/,$p' "$OUTDIR/bench_bandwidth.log"
 [ -f "$OUTDIR/bench_obvious.log" ] && sed -n '/^kernel (written the obvious way)/,$p' "$OUTDIR/bench_obvious.log"
+[ -f "$OUTDIR/bench_examples.log" ] && sed -n '/^example  /,$p' "$OUTDIR/bench_examples.log"
 [ -f "$OUTDIR/bench_gemm_before.log" ] && echo "bench_gemm before:" && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm_before.log"
 [ -f "$OUTDIR/bench_gemm.log" ] && sed -n '/^(MxNxKxbatch/,$p' "$OUTDIR/bench_gemm.log"
 [ -f "$OUTDIR/bench_tune.log" ] && sed -n '/^template .*configs/,$p' "$OUTDIR/bench_tune.log"

@@ -55,6 +55,10 @@ if command -v ptxas >/dev/null; then
     done
 fi
 
+echo "== bench_examples --interpret: the example plugin's templates checked on the interpreter, the gather's cost report"
+log=$("$BUILD/bench_examples" --interpret 2>&1) || { echo "$log"; echo "bench_examples failed"; exit 1; }
+echo "$log" | grep -E "^  (gemm|rmsnorm|ikbo|  =>)"
+
 echo "== examples/aot: lce_aot, built from loomc aot's files alone (no libloom, LLVM or libcuda)"
 # the generated code's own names start with aot_ (static) and lce_ (its API): none is loom_
 LCE_AOT="$BUILD/examples/aot/lce_aot"
@@ -193,21 +197,21 @@ if [ "${LOOM_TEST_INSTALL:-1}" != 0 ]; then
 
     # a user's kernels as a plugin (examples/kernels, docs/kernels.md) built against the
     # installed loom, each template through the installed loomc --plugin: PTX at its default
-    # shape assembled by ptxas (no spills), a check on the interpreter at a small shape, and
-    # (LOOM_TEST_AOT) loomc aot's files at two shapes compiled with gcc -Werror
+    # shape assembled by ptxas (no spills), a check on the interpreter at a small shape, loomc
+    # tune there, and (LOOM_TEST_AOT) loomc aot's files at two shapes compiled with gcc -Werror
     echo "== examples/kernels: a plugin built against the installed loom, through loomc --plugin"
     t0=$SECONDS
     cmake -S examples/kernels -B "$INST/kernels" -DCMAKE_PREFIX_PATH="$INST/prefix" >>"$INST.log" 2>&1 \
         && cmake --build "$INST/kernels" -j"$JOBS" >>"$INST.log" 2>&1 || { tail -40 "$INST.log"; echo "examples/kernels failed to build"; exit 1; }
     PLUGIN="$INST/kernels/libloom_kernels.so"
     LOOMC=("$INST/prefix/bin/loomc")
-    [ "$("${LOOMC[@]}" list --plugin "$PLUGIN" | tail -3 | tr '\n' ' ')" = "rmsnorm gemm_bias_act gemm_plain " ] \
-        || { echo "installed loomc list --plugin: not rmsnorm, gemm_bias_act and gemm_plain last"; exit 1; }
+    [ "$("${LOOMC[@]}" list --plugin "$PLUGIN" | tail -4 | tr '\n' ' ')" = "rmsnorm gemm_bias_act gemm_plain ikbo_gather_softmax " ] \
+        || { echo "installed loomc list --plugin: not rmsnorm, gemm_bias_act, gemm_plain and ikbo_gather_softmax last"; exit 1; }
     declare -A small=([rmsnorm]="R=8,N=1000,dtype=f16" [gemm_bias_act]="M=96,N=72,K=136,act=2"
-                      [gemm_plain]="M=96,N=72,K=136")
+                      [gemm_plain]="M=96,N=72,K=136" [ikbo_gather_softmax]="B=13,U=4,S=37,D=40,shuffle=1")
     declare -A small2=([rmsnorm]="R=64,N=96,dtype=f32" [gemm_bias_act]="M=128,N=128,K=64,act=1"
-                       [gemm_plain]="M=256,N=512,K=256")
-    for t in rmsnorm gemm_bias_act gemm_plain; do
+                       [gemm_plain]="M=256,N=512,K=256" [ikbo_gather_softmax]="B=300,U=20,S=64,D=32,dtype=f32")
+    for t in rmsnorm gemm_bias_act gemm_plain ikbo_gather_softmax; do
         "${LOOMC[@]}" emit --plugin "$PLUGIN" "$t" -o "$INST/$t.ptx" >/dev/null || { echo "loomc emit $t failed"; exit 1; }
         if command -v ptxas >/dev/null; then
             log=$(ptxas -arch=sm_90a -v "$INST/$t.ptx" -o /dev/null 2>&1) || { echo "$log"; echo "ptxas failed on $t"; exit 1; }
@@ -218,6 +222,9 @@ if [ "${LOOM_TEST_INSTALL:-1}" != 0 ]; then
         log=$("${LOOMC[@]}" run --plugin "$PLUGIN" "$t" --shape "${small[$t]}" --interpret 2>&1) \
             || { echo "$log"; echo "loomc run $t --interpret failed"; exit 1; }
         echo "$log"
+        # tuned at that shape (without a GPU: the default config, the tuner says why)
+        "${LOOMC[@]}" tune --plugin "$PLUGIN" "$t" --shape "${small[$t]}" >/dev/null 2>&1 \
+            || { echo "loomc tune $t failed"; exit 1; }
         if [ $AOT = ON ]; then
             "${LOOMC[@]}" aot --plugin "$PLUGIN" "$t" --shape "${small[$t]}" --shape "${small2[$t]}" --prefix "k_$t" \
                 -o "$INST/kernels_aot" >/dev/null || { echo "loomc aot $t failed"; exit 1; }
@@ -225,6 +232,7 @@ if [ "${LOOM_TEST_INSTALL:-1}" != 0 ]; then
                 || { echo "gcc failed on loomc aot's k_$t.c"; exit 1; }
         fi
     done
-    echo "examples/kernels: rmsnorm, gemm_bias_act and gemm_plain emitted, checked and written ahead of time" \
+    echo "examples/kernels: rmsnorm, gemm_bias_act, gemm_plain and ikbo_gather_softmax emitted, checked and written" \
+         "ahead of time" \
          "($((SECONDS - t0)) s)"
 fi

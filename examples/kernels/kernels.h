@@ -9,6 +9,7 @@
 extern const loom_template rmsnorm_template;       /* rmsnorm.c */
 extern const loom_template gemm_bias_act_template; /* gemm_bias_act.c */
 extern const loom_template gemm_plain_template;    /* gemm_plain.c (plain_gemm of plain.c) */
+extern const loom_template ikbo_gather_softmax_template; /* ikbo_gather_softmax.c */
 
 /* A reproducible uniform value in [-1, 1) (splitmix64 on a counter). */
 static inline double kernels_rand(uint64_t *s)
