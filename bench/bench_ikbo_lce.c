@@ -11,6 +11,9 @@
  *                                  config (--tuned: the tuner's per shape): every stage, the
  *                                  framework and loom's pick, then a table (run_grid);
  *                                  --grid-rows FIRST-LAST runs part of it (from 1)
+ *   bench_ikbo_lce --placement [--shape ...]   issue 40's experiment: two objects each of
+ *                                  stages 3 and 4 timed on input sets allocated apart (and
+ *                                  mixed: which input's placement matters), side by side
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
  *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..   skip tuning, use this config
  *                                  (keys of the ikbo_lce template; those left out keep their defaults)
