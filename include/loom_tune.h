@@ -168,7 +168,9 @@ typedef struct loom_template {
     /* ---- autotuning (tune/); every field below is optional */
     /* Can `config` serve `shape` well enough to be worth timing?  Return 1, or 0 with the
      * reason in why (shared memory, registers, divisibility, alignment: whatever limits
-     * the template).  NULL: every config the build accepts is a candidate. */
+     * the template).  NULL: every config the build accepts is a candidate.  Write it and
+     * build's refusals from one check (a why_not returning NULL or the reason), so the two
+     * never differ (docs/kernels.md, "A template's table"). */
     int (*valid)(const int64_t *shape, const int64_t *config, char *why, size_t n);
     /* An estimate of the config's run time at shape (any unit; lower is faster).  The
      * tuner compiles and times candidates in this order, keeps the best `max_configs`
