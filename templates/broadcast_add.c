@@ -122,7 +122,8 @@ void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, in
 
 static tpl_broadcast_add_shape shape_of(const int64_t *sh)
 {
-    ba_cfg c = cfg_of(sh, (const int64_t[LOOM_MAX_PARAMS]){0});
+    ba_cfg c;
+    LOOM_UNPACK(BA_SHAPE, &c, sh);
     return (tpl_broadcast_add_shape){c.B, c.U, c.M, c.N, c.dtype};
 }
 
