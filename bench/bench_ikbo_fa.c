@@ -266,7 +266,9 @@ static int interpreter_run(void)
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const fa_case *c = &cases[i];
-        fa_spec s = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen, 64, 2, 8, 1, 0, 1, 1, 0};
+        fa_spec s = {.B = c->B, .U = c->U, .S = c->S, .H = c->H, .D = c->D, .nseed = c->nseed, .dt = LOOM_F16,
+                     .varlen = c->varlen, .bn = 64, .stages = 2, .ctas = 8, .sched = 1, .turns = 0, .overlap = 1,
+                     .tmastore = 1, .xunit = 0};
         int64_t qn = c->B * c->nseed * c->H * c->D, kn = c->U * c->S * c->H * c->D;
         uint16_t *hq = malloc((size_t)qn * 2), *hk = malloc((size_t)kn * 2), *hv = malloc((size_t)kn * 2);
         uint16_t *ho = malloc((size_t)qn * 2), *hr = malloc((size_t)qn * 2);

@@ -64,14 +64,31 @@ typedef enum loom_ikbo_stage {
 /* "materialized", ..., "persistent", "auto" */
 const char *loom_ikbo_stage_name(loom_ikbo_stage s);
 
-/* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c: BM, BN, ring
- * stages, consumer warps 4 or 8, persistent CTAs, consumers 0 (one task shares each
- * tile), 1 (ping-pong: two warp groups of BM rows each take turns on whole tiles) or 2
- * (split: two warp groups share each 128-row tile, 64 rows each; BM=128, cwarps=8)). */
+/* The tile config of the stage's GEMM kernels (templates/ikbo_lce.c), as the "ikbo_lce"
+ * template's table (loom_tune.h, "A template's table"): each knob's key, field, type,
+ * default, doc and the candidates the tuner tries, written once here.  The struct's fields
+ * are bm, bn, stages, cwarps, ctas, consumers, trans, cluster (ints, in that order);
+ * (loom_ikbo_lce_config){LOOM_IKBO_LCE_CONFIG(LOOM_DEFAULT)} is the default config. */
+#define LOOM_IKBO_LCE_CONFIG(X)                                                                             \
+    X(BM, bm, int, 256, "tile rows (64 or 128 per consumer warp group; trans=1: at most BM, M split evenly)", \
+      64, 128, 256)                                                                                        \
+    X(BN, bn, int, 128, "tile columns", 64, 128, 256)                                                      \
+    X(stages, stages, int, 4, "ring slots", 2, 3, 4)                                                       \
+    X(cwarps, cwarps, int, 8, "consumer warps (4 or 8)", 4, 8)                                             \
+    X(ctas, ctas, int, 132, "persistent CTAs (at most one per SM)", 132)                                   \
+    X(consumers, consumers, int, 2,                                                                        \
+      "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "                \
+      "whole tiles (cwarps=8); 2: split, two warp groups share each 128-row tile "                         \
+      "(cwarps=8, BM=128)", 0, 1, 2)                                                                       \
+    X(trans, trans, int, 1,                                                                                \
+      "1: the transposed product out^T = E^T @ W^T (consumers=2, cwarps=8, BN=128): each warp "            \
+      "group owns 64 columns of out, a tile's rows (on wgmma's N side) are M split evenly "                \
+      "into tiles of at most BM rows", 0, 1)                                                               \
+    X(cluster, cluster, int, 2,                                                                            \
+      "trans=1: 2 runs the CTAs in pairs that take a tile's two column halves, each "                      \
+      "multicasting half of the W tile to both (half the L2 reads of W)", 1, 2)
 typedef struct loom_ikbo_lce_config {
-    int bm, bn, stages, cwarps, ctas, consumers;
-    int trans;   /* 1: the transposed product (consumers=2, BN=128; docs/tuning.md) */
-    int cluster; /* trans: 2 runs CTAs in pairs sharing the W tile by multicast */
+    LOOM_IKBO_LCE_CONFIG(LOOM_FIELD)
 } loom_ikbo_lce_config;
 
 typedef struct loom_ikbo_lce loom_ikbo_lce;
@@ -130,15 +147,28 @@ typedef struct loom_ikbo_fa_shape {
     int varlen; /* 1: run takes per-user lengths */
 } loom_ikbo_fa_shape;
 
-/* The kernel's tile config (templates/ikbo_fa.c): keys a K/V tile (64, 128, 192), K/V
- * ring slots, persistent CTAs, sched 0 round-robin / 1 claimed from a counter, turns 1:
- * the two consumer warp groups take turns on the tensor cores. */
+/* The kernel's tile config (templates/ikbo_fa.c), as the "ikbo_fa" template's table
+ * (loom_tune.h, "A template's table"), written once here.  The struct's fields are bn,
+ * stages, ctas, sched, turns, overlap, tmastore, xunit (ints, in that order);
+ * (loom_ikbo_fa_config){LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT)} is the default config. */
+#define LOOM_IKBO_FA_CONFIG(X) \
+    X(BN, bn, int, 128, "keys a K/V tile: 64 or 128 (either head dim)", 64, 128)                           \
+    X(stages, stages, int, 2, "slots of the K ring and of the V ring (two Q slots where they fit)", 2, 3, 4) \
+    X(ctas, ctas, int, 132, "persistent CTAs (at most one per SM)", 132)                                   \
+    X(sched, sched, int, 0, "0: units round-robin; 1: claimed from a counter", 0, 1)                       \
+    X(turns, turns, int, 0, "1: the two consumer warp groups take turns to issue their GEMMs", 0, 1)       \
+    X(overlap, overlap, int, 1,                                                                            \
+      "1: a K/V tile's softmax runs while the previous tile's P V is on the tensor cores", 0, 1)           \
+    X(tmastore, tmastore, int, 1,                                                                          \
+      "1: where n_seed is a multiple of 64, out goes out by TMA through the Q tile (the Q "                \
+      "slot comes back after the store); 0: stored from the registers, the Q slot back "                   \
+      "after the last S = Q K^T", 0, 1)                                                                    \
+    X(xunit, xunit, int, 0,                                                                                \
+      "1: the next unit's first S = Q K^T and its softmax run beside this unit's last P V "                \
+      "(sched=0, overlap=1, turns=0, two Q slots); measured slower (bench/RESULTS.md), so not "            \
+      "tuned", 0)
 typedef struct loom_ikbo_fa_config {
-    int bn, stages, ctas, sched, turns;
-    int overlap;  /* 1: a K/V tile's softmax runs while the previous tile's P V is on the tensor cores */
-    int tmastore; /* 1: where n_seed is a multiple of 64, out goes out by TMA through the Q tile */
-    int xunit;    /* 1: a program's next unit starts (its first S = Q K^T and softmax) beside this unit's
-                     last P V (sched=0, overlap=1, turns=0) */
+    LOOM_IKBO_FA_CONFIG(LOOM_FIELD)
 } loom_ikbo_fa_config;
 
 typedef struct loom_ikbo_fa loom_ikbo_fa;

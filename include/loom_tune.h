@@ -50,6 +50,71 @@ typedef struct loom_param {
     int runtime;
 } loom_param;
 
+/* A template's table (docs/kernels.md, "A template's table"): each shape key and config
+ * knob written once, as a row of an X-macro list, and everything else derived from it.
+ *
+ *   #define MY_SHAPE(X)                                               \
+ *       X(R, R, int64_t, 4096, "rows", .runtime = 1)                  \
+ *       X(dtype, dt, loom_dtype, LOOM_F16, "element type")
+ *   #define MY_CONFIG(X)                                              \
+ *       X(BM, bm, int, 1, "rows a program", 1, 2, 4, 8)               \
+ *       X(warps, warps, int, 4, "warps a CTA", 1, 2, 4, 8)
+ *
+ * A row is X(KEY, FIELD, TYPE, DEFAULT, DOC, ...): the key (a C identifier, as config
+ * strings, loomc and the tuning cache spell it), the C field it unpacks into and that
+ * field's type, the default, the doc; then, in a config list, the candidates the tuner
+ * tries (none: the default alone), and in a shape list, any other fields of loom_param
+ * (.runtime = 1, .inputs_only = 1).  From the lists:
+ *
+ *   enum { MY_SHAPE(LOOM_S_INDEX) S_COUNT };     S_R, S_dtype: a key's index in the vector
+ *   enum { MY_CONFIG(LOOM_C_INDEX) C_COUNT };    C_BM, C_warps
+ *   typedef struct my { MY_SHAPE(LOOM_FIELD) MY_CONFIG(LOOM_FIELD) } my;   the typed fields
+ *   (const char *[]){MY_CONFIG(LOOM_KEY)}        the keys, "BM", "warps"
+ *   LOOM_UNPACK(MY_SHAPE, &s, shape); LOOM_UNPACK(MY_CONFIG, &s, config);  vectors -> fields
+ *   LOOM_PACK(MY_CONFIG, config, &s);                                       fields -> vector
+ *   .nshape = LOOM_COUNT(MY_SHAPE), .shape = {MY_SHAPE(LOOM_SHAPE_PARAM)},
+ *   .nconfig = LOOM_COUNT(MY_CONFIG), .config = {MY_CONFIG(LOOM_CONFIG_PARAM)},
+ *   (my){MY_CONFIG(LOOM_DEFAULT)}                the defaults as the struct's fields
+ *   (int64_t[]){MY_CONFIG(LOOM_DEFAULT_VALUE)}   the defaults as a vector
+ *
+ * (C only: LOOM_CONFIG_PARAM counts the candidates with a compound literal.) */
+#define LOOM_S_INDEX(KEY, ...) S_##KEY,
+#define LOOM_C_INDEX(KEY, ...) C_##KEY,
+#define LOOM_FIELD(KEY, FIELD, TYPE, ...) TYPE FIELD;
+#define LOOM_KEY(KEY, ...) #KEY,
+#define LOOM_COUNT_ROW_(...) +1
+#define LOOM_COUNT(LIST) (0 LIST(LOOM_COUNT_ROW_))
+#define LOOM_SHAPE_PARAM(KEY, FIELD, TYPE, DEF, DOC, ...) {.key = #KEY, .def = (DEF), .doc = DOC, __VA_ARGS__},
+#define LOOM_CONFIG_PARAM(KEY, FIELD, TYPE, DEF, DOC, ...)                                                  \
+    {.key = #KEY, .def = (DEF), .doc = DOC,                                                                \
+     .ncand = (int)(sizeof((const int64_t[]){0, __VA_ARGS__}) / sizeof(int64_t)) - 1, .cand = {__VA_ARGS__}},
+#define LOOM_DEFAULT(KEY, FIELD, TYPE, DEF, ...) .FIELD = (TYPE)(DEF),
+#define LOOM_DEFAULT_VALUE(KEY, FIELD, TYPE, DEF, ...) (DEF),
+/* dst: a pointer to a struct with the list's fields; vals: an int64_t vector in the list's
+ * order (LOOM_PACK writes one). */
+#define LOOM_UNPACK(LIST, dst, vals)                                                                        \
+    do {                                                                                                   \
+        __typeof__(dst) loom_dst_ = (dst);                                                                 \
+        const int64_t *loom_vals_ = (vals);                                                                \
+        LIST(LOOM_UNPACK_ROW_)                                                                             \
+    } while (0)
+#define LOOM_UNPACK_ROW_(KEY, FIELD, TYPE, ...) loom_dst_->FIELD = (TYPE)*loom_vals_++;
+#define LOOM_PACK(LIST, vals, src)                                                                          \
+    do {                                                                                                   \
+        int64_t *loom_vals_ = (vals);                                                                      \
+        __typeof__(src) loom_src_ = (src);                                                                 \
+        LIST(LOOM_PACK_ROW_)                                                                               \
+    } while (0)
+#define LOOM_PACK_ROW_(KEY, FIELD, TYPE, ...) *loom_vals_++ = (int64_t)loom_src_->FIELD;
+/* The list's fields of *src into *dst (two structs that both have them). */
+#define LOOM_COPY(LIST, dst, src)                                                                           \
+    do {                                                                                                   \
+        __typeof__(dst) loom_dst_ = (dst);                                                                 \
+        __typeof__(src) loom_src_ = (src);                                                                 \
+        LIST(LOOM_COPY_ROW_)                                                                               \
+    } while (0)
+#define LOOM_COPY_ROW_(KEY, FIELD, TYPE, ...) loom_dst_->FIELD = loom_src_->FIELD;
+
 /* A grid as a rule over a shape, so the host (loom, or a file of loomc aot) computes each
  * launch's grid from the request's run-time dims without calling the template:
  *   grid[d] = mult[d] * cdiv(c[d] + sum_i per[d][i] * shape[i], div[d]), at most cap[d]
@@ -103,7 +168,9 @@ typedef struct loom_template {
     /* ---- autotuning (tune/); every field below is optional */
     /* Can `config` serve `shape` well enough to be worth timing?  Return 1, or 0 with the
      * reason in why (shared memory, registers, divisibility, alignment: whatever limits
-     * the template).  NULL: every config the build accepts is a candidate. */
+     * the template).  NULL: every config the build accepts is a candidate.  Write it and
+     * build's refusals from one check (a why_not returning NULL or the reason), so the two
+     * never differ (docs/kernels.md, "A template's table"). */
     int (*valid)(const int64_t *shape, const int64_t *config, char *why, size_t n);
     /* An estimate of the config's run time at shape (any unit; lower is faster).  The
      * tuner compiles and times candidates in this order, keeps the best `max_configs`

@@ -23,18 +23,21 @@ struct loom_ikbo_fa {
     char desc[256];
 };
 
-/* 128-key tiles, two slots each of the K and V rings (and two Q slots), a persistent CTA an SM taking units round-robin, each
- * tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
- * measurements).  The registry entry's defaults (templates/ikbo_fa_registry.c) are the same. */
-static const loom_ikbo_fa_config default_cfg = {128, 2, 132, 0, 0, 1, 1, 0};
+/* The table's defaults (LOOM_IKBO_FA_CONFIG, loom_ikbo.h): 128-key tiles, two slots each
+ * of the K and V rings (and two Q slots), a persistent CTA an SM taking units round-robin,
+ * each tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
+ * measurements). */
+static const loom_ikbo_fa_config default_cfg = {LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT)};
 
 /* p's failure: the message into its runtime's error, the status returned. */
 #define fail(p, st, ...) tpl_fail((p)->rt, (st), __VA_ARGS__)
 
 static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c)
 {
-    return (fa_spec){s->B,  s->U,      s->S,    s->H,     s->D,     s->n_seed, s->dtype,
-                     s->varlen, c->bn, c->stages, c->ctas, c->sched, c->turns,  c->overlap, c->tmastore, c->xunit};
+    fa_spec sp = {.B = s->B, .U = s->U, .S = s->S, .H = s->H, .D = s->D, .nseed = s->n_seed, .dt = s->dtype,
+                  .varlen = s->varlen};
+    LOOM_COPY(LOOM_IKBO_FA_CONFIG, &sp, c);
+    return sp;
 }
 
 /* The config the tuner picks for this shape (cached on disk). */
@@ -42,7 +45,8 @@ static loom_status tuned_config(loom_ikbo_fa *p)
 {
     const loom_template *t = loom_template_find("ikbo_fa");
     const loom_ikbo_fa_shape *s = &p->s;
-    int64_t shape[LOOM_MAX_PARAMS] = {s->B, s->U, s->S, s->H, s->D, s->n_seed, s->dtype, s->varlen, 0};
+    int64_t shape[LOOM_MAX_PARAMS];
+    fa_shape_vector(s, shape);
     loom_tune_opts o = {0};
     o.quiet = 1;
     loom_tuned r;

@@ -54,12 +54,13 @@ struct loom_ikbo_lce {
 
 /* The transposed product on 224 x 128 tiles (at M = 433), two consumer warp groups, W
  * multicast over pairs of CTAs: the fastest at the headline (bench/RESULTS.md, session 8). */
-static const loom_ikbo_lce_config default_cfg = {256, 128, 4, 8, 132, 2, 1, 2};
+static const loom_ikbo_lce_config default_cfg = {LOOM_IKBO_LCE_CONFIG(LOOM_DEFAULT)}; /* the table's (loom_ikbo.h) */
 /* Plain GEMMs (stage 0's baseline, stages 1 and 2) with a transposed config: one consumer
  * warp group on 64 x 256 tiles, the fastest gemm config at the IKBO shapes (a transposed
  * tile stores through its plane steps' ring slots, which plain GEMMs do not have, so it
  * would store from registers). */
-static const loom_ikbo_lce_config gemm_cfg = {64, 256, 4, 4, 132, 0, 0, 1};
+static const loom_ikbo_lce_config gemm_cfg = {
+    .bm = 64, .bn = 256, .stages = 4, .cwarps = 4, .ctas = 132, .consumers = 0, .trans = 0, .cluster = 1};
 
 loom_ikbo_lce_config ik_default_config(void) { return default_cfg; }
 
@@ -93,16 +94,30 @@ const char *loom_ikbo_stage_name(loom_ikbo_stage s)
 static ik_spec spec_of(const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config *cfg, ik_mode mode, int planes)
 {
     const loom_ikbo_lce_config *c = planes == 1 && cfg->trans ? &gemm_cfg : cfg;
-    return (ik_spec){mode, s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, planes, c->bm, c->bn, c->stages, c->cwarps,
-                     c->ctas, c->consumers, c->trans, c->cluster};
+    ik_spec sp = {.mode = mode, .planes = planes, .B = s->B, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku,
+                  .Kc = s->Kc, .dt = s->dtype};
+    LOOM_COPY(LOOM_IKBO_LCE_CONFIG, &sp, c);
+    return sp;
 }
 
+/* The knobs as the table spells them (LOOM_IKBO_LCE_CONFIG), trans and cluster only when
+ * transposed: the text of an untransposed config predates them, and tuning caches hold it. */
 void ik_config_text(const loom_ikbo_lce_config *c, char *buf, size_t n)
 {
-    int w = snprintf(buf, n, "BM=%d,BN=%d,stages=%d,cwarps=%d,ctas=%d,consumers=%d", c->bm, c->bn, c->stages,
-                     c->cwarps, c->ctas, c->consumers);
-    if (c->trans && w > 0 && (size_t)w < n)
-        snprintf(buf + w, n - (size_t)w, ",trans=%d,cluster=%d", c->trans, c->cluster);
+    static const char *const keys[] = {LOOM_IKBO_LCE_CONFIG(LOOM_KEY)};
+    int64_t v[LOOM_MAX_PARAMS];
+    LOOM_PACK(LOOM_IKBO_LCE_CONFIG, v, c);
+    size_t w = 0;
+    if (n)
+        buf[0] = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && w < n; i++) {
+        if (!c->trans && (!strcmp(keys[i], "trans") || !strcmp(keys[i], "cluster")))
+            continue;
+        int k = snprintf(buf + w, n - w, "%s%s=%lld", w ? "," : "", keys[i], (long long)v[i]);
+        if (k < 0)
+            break;
+        w += (size_t)k;
+    }
 }
 
 /* A grid that does not change with B and U. */
@@ -364,7 +379,8 @@ static loom_status tune_config(loom_runtime *rt, const char *name, const int64_t
 /* The config of the persistent kernel the tuner picks for this shape. */
 static loom_status tuned_config(loom_runtime *rt, const loom_ikbo_lce_shape *s, loom_ikbo_lce_config *cfg)
 {
-    int64_t shape[LOOM_MAX_PARAMS] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0}, c[LOOM_MAX_PARAMS];
+    int64_t shape[LOOM_MAX_PARAMS], c[LOOM_MAX_PARAMS];
+    ik_shape_vector(s, shape);
     loom_status st = tune_config(rt, "ikbo_lce", shape, c);
     if (st == LOOM_OK)
         *cfg = ik_config_of(c);

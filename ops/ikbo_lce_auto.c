@@ -240,7 +240,8 @@ loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
     char variant[200] = "cfg=tuned";
     if (!tuned)
         ik_config_text(cfg, variant + 4, sizeof variant - 4);
-    const int64_t shape[LOOM_MAX_PARAMS] = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, s->dtype, 0};
+    int64_t shape[LOOM_MAX_PARAMS];
+    ik_shape_vector(s, shape);
     tune_pick_spec sp = {
         .fn = "loom_ikbo_lce_prepare: auto", .what = "stage", .strip = "loom_ikbo_lce_", .n = AUTO_N,
         .t = loom_template_find("ikbo_lce"), .shape = shape, .variant = variant, .entry = "ikbo_lce_stage",

@@ -186,7 +186,7 @@ loom_status faref_model_open(loom_runtime *rt, fa_ref *indep, const loom_ikbo_fa
     /* the template's shape (shuffle only chooses a check's own mapping: not read here); the
      * reference has no config */
     int64_t shape[9] = {sh->B, sh->U, sh->S, sh->H, sh->D, sh->n_seed, sh->dtype, sh->varlen, 0};
-    fa_spec s = fa_spec_of(shape, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    fa_spec s = fa_spec_of_shape(shape);
     int rg[3], bg[3];
     loom_status st = LOOM_OK;
     int32_t *plan = NULL, *l = NULL;

@@ -67,8 +67,36 @@ loom_kernel *tpl_broadcast_add(const tpl_broadcast_add_shape *s, int bm, int bn,
 
 /* ---------------------------------------------------------------- registry entry */
 
-enum { S_B, S_U, S_M, S_N, S_DTYPE, S_SHUFFLE };
-enum { C_BM, C_BN, C_WARPS };
+/* The template's table (loom_tune.h, "A template's table"): X(KEY, FIELD, TYPE, DEFAULT,
+ * DOC, candidates or loom_param fields). */
+#define BA_SHAPE(X)                                                                                         \
+    X(B, B, int64_t, 1024, "candidates (run-time: at most this)", .runtime = 1)                            \
+    X(U, U, int64_t, 15, "users (run-time: at most this)", .runtime = 1)                                   \
+    X(M, M, int64_t, 433, "rows per candidate")                                                            \
+    X(N, N, int64_t, 256, "columns")                                                                       \
+    X(dtype, dtype, loom_dtype, LOOM_F16, "element type")                                                  \
+    X(shuffle, shuffle, int, 0, "1: shuffled candidate-to-user mapping", .inputs_only = 1)
+#define BA_CONFIG(X)                                                                                        \
+    X(BM, bm, int64_t, 8, "tile rows", 1, 2, 4, 8, 16, 32, 64)                                             \
+    X(BN, bn, int64_t, 256, "tile columns", 8, 16, 32, 64, 128, 256, 512)                                  \
+    X(warps, warps, int64_t, 4, "warps per CTA", 1, 2, 4, 8)
+
+enum { BA_SHAPE(LOOM_S_INDEX) S_COUNT };
+enum { BA_CONFIG(LOOM_C_INDEX) C_COUNT };
+
+/* A shape and config unpacked. */
+typedef struct ba_cfg {
+    BA_SHAPE(LOOM_FIELD)
+    BA_CONFIG(LOOM_FIELD)
+} ba_cfg;
+
+static ba_cfg cfg_of(const int64_t *sh, const int64_t *cf)
+{
+    ba_cfg c;
+    LOOM_UNPACK(BA_SHAPE, &c, sh);
+    LOOM_UNPACK(BA_CONFIG, &c, cf);
+    return c;
+}
 enum { A_B, A_U, A_CAND, A_USER, A_MAP, A_OUT }; /* the kernel's arguments */
 
 /* A program per tile of [M, N] (x) and per candidate (y): x is fixed by M, N and the
@@ -85,7 +113,8 @@ static void grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule *r)
 
 void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, int grid[3])
 {
-    const int64_t sh[LOOM_MAX_PARAMS] = {s->B, s->U, s->M, s->N, s->dtype}, cf[LOOM_MAX_PARAMS] = {bm, bn};
+    const int64_t sh[LOOM_MAX_PARAMS] = {[S_B] = s->B, [S_U] = s->U, [S_M] = s->M, [S_N] = s->N, [S_dtype] = s->dtype};
+    const int64_t cf[LOOM_MAX_PARAMS] = {[C_BM] = bm, [C_BN] = bn};
     loom_grid_rule r;
     grid_rule(sh, cf, &r);
     loom_grid_rule_eval(&r, sh, grid);
@@ -93,22 +122,35 @@ void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, in
 
 static tpl_broadcast_add_shape shape_of(const int64_t *sh)
 {
-    return (tpl_broadcast_add_shape){sh[S_B], sh[S_U], sh[S_M], sh[S_N], (loom_dtype)sh[S_DTYPE]};
+    ba_cfg c;
+    LOOM_UNPACK(BA_SHAPE, &c, sh);
+    return (tpl_broadcast_add_shape){c.B, c.U, c.M, c.N, c.dtype};
+}
+
+/* Why the kernel cannot be built at (shape, config), or NULL: what build refuses, and the
+ * first thing valid() checks. */
+static const char *why_not_built(const ba_cfg *c)
+{
+    if (c->dtype != LOOM_F16 && c->dtype != LOOM_BF16 && c->dtype != LOOM_F32)
+        return "dtype must be f16, bf16 or f32";
+    if (c->U < 1 || c->B < 1 || c->M < 1 || c->N < 1)
+        return "B, U, M, N must be positive";
+    if (c->B > INT32_MAX || c->U > INT32_MAX)
+        return "B and U are run-time dims: at most 2^31 - 1";
+    int64_t tile;
+    if (c->bm < 1 || c->bn < 1 || !util_mul_i64(c->bm, c->bn, &tile) || tile > 65536)
+        return "BM*BN must be between 1 and 65536";
+    return NULL;
 }
 
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
-    if (sh[S_DTYPE] != LOOM_F16 && sh[S_DTYPE] != LOOM_BF16 && sh[S_DTYPE] != LOOM_F32)
-        return tpl_refuse(err, n, "dtype must be f16, bf16 or f32");
-    if (sh[S_U] < 1 || sh[S_B] < 1 || sh[S_M] < 1 || sh[S_N] < 1)
-        return tpl_refuse(err, n, "B, U, M, N must be positive");
-    if (sh[S_B] > INT32_MAX || sh[S_U] > INT32_MAX)
-        return tpl_refuse(err, n, "B and U are run-time dims: at most 2^31 - 1");
-    int64_t tile;
-    if (cf[C_BM] < 1 || cf[C_BN] < 1 || !util_mul_i64(cf[C_BM], cf[C_BN], &tile) || tile > 65536)
-        return tpl_refuse(err, n, "BM*BN must be between 1 and 65536");
+    ba_cfg c = cfg_of(sh, cf);
+    const char *w = why_not_built(&c);
+    if (w)
+        return tpl_refuse(err, n, "%s", w);
     tpl_broadcast_add_shape s = shape_of(sh);
-    return tpl_broadcast_add(&s, (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_WARPS]);
+    return tpl_broadcast_add(&s, (int)c.bm, (int)c.bn, (int)c.warps);
 }
 
 /* ---------------------------------------------------------------- tuning */
@@ -118,27 +160,25 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
  * registers without spilling. */
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
-    if (sh[S_DTYPE] != LOOM_F16 && sh[S_DTYPE] != LOOM_BF16 && sh[S_DTYPE] != LOOM_F32)
-        return !!tpl_refuse(why, n, "dtype must be f16, bf16 or f32");
-    if (sh[S_U] < 1 || sh[S_B] < 1 || sh[S_M] < 1 || sh[S_N] < 1)
-        return !!tpl_refuse(why, n, "B, U, M, N must be positive");
+    ba_cfg c = cfg_of(sh, cf);
+    const char *w = why_not_built(&c);
+    if (w)
+        return !!tpl_refuse(why, n, "%s", w);
     if (sh[S_B] > 65535)
         return !!tpl_refuse(why, n, "B=%lld candidates exceed the grid's y limit (65535)", (long long)sh[S_B]);
-    int64_t bm = cf[C_BM], bn = cf[C_BN], warps = cf[C_WARPS], tile = INT64_MAX;
-    if (bm < 1 || bn < 1 || warps < 1 || warps > 32)
-        return !!tpl_refuse(why, n, "BM and BN must be positive and warps 1..32");
-    if (!util_mul_i64(bm, bn, &tile) || tile > 65536)
-        return !!tpl_refuse(why, n, "a %lldx%lld tile exceeds 65536 elements", (long long)bm, (long long)bn);
+    int64_t bm = c.bm, bn = c.bn, warps = c.warps, tile = bm * bn;
+    if (warps < 1 || warps > 32)
+        return !!tpl_refuse(why, n, "warps must be 1 to 32");
     if (bm > tpl_pow2_at_least(sh[S_M]))
         return !!tpl_refuse(why, n, "BM=%lld is above M=%lld rounded up to a power of two: rows of every tile "
                             "would be masked off", (long long)bm, (long long)sh[S_M]);
     if (bn > tpl_pow2_at_least(sh[S_N]))
         return !!tpl_refuse(why, n, "BN=%lld is above N=%lld rounded up to a power of two: columns of every tile "
                             "would be masked off", (long long)bn, (long long)sh[S_N]);
-    int64_t es = (int64_t)loom_dtype_size((loom_dtype)sh[S_DTYPE]), vec = 16 / es;
+    int64_t es = (int64_t)loom_dtype_size((loom_dtype)sh[S_dtype]), vec = 16 / es;
     if (bn % vec)
         return !!tpl_refuse(why, n, "BN=%lld is not a multiple of %lld (a 16-byte vector of %s)", (long long)bn,
-                            (long long)vec, loom_dtype_name((loom_dtype)sh[S_DTYPE]));
+                            (long long)vec, loom_dtype_name((loom_dtype)sh[S_dtype]));
     int64_t threads = warps * 32, per = tile / threads;
     if (per < vec)
         return !!tpl_refuse(why, n, "%lld threads for a %lld-element tile: each would hold %lld elements, less "
@@ -159,8 +199,8 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 static double cost(const int64_t *sh, const int64_t *cf)
 {
     double B = (double)sh[S_B], M = (double)sh[S_M], N = (double)sh[S_N];
-    double es = (double)loom_dtype_size((loom_dtype)sh[S_DTYPE]);
-    double bm = (double)cf[C_BM], bn = (double)cf[C_BN], threads = 32.0 * (double)cf[C_WARPS];
+    double es = (double)loom_dtype_size((loom_dtype)sh[S_dtype]);
+    double bm = (double)cf[C_BM], bn = (double)cf[C_BN], threads = 32.0 * (double)cf[C_warps];
     double tm = ceil(M / bm), tn = ceil(N / bn);
     double lanes = (M * N) / (tm * bm * tn * bn);
     double per = bm * bn / threads, vec = 16 / es;
@@ -198,7 +238,7 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     int32_t *map = host[A_MAP];
     for (int64_t b = 0; b < s.B; b++)
         map[b] = (int32_t)(b * s.U / s.B);
-    if (sh[S_SHUFFLE])
+    if (sh[S_shuffle])
         for (int64_t b = s.B - 1; b > 0; b--) {
             int64_t j = (int64_t)(tpl_rand(&seed) % (uint64_t)(b + 1));
             int32_t t = map[b];
@@ -234,17 +274,10 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
 const loom_template tpl_def_broadcast_add = {
     .name = "ikbo_broadcast_add",
     .doc = "IKBO broadcast-add by index: out[b] = cand[b] + user[cand_to_user[b]]",
-    .nshape = 6,
-    .shape = {{"B", 1024, "candidates (run-time: at most this)", .runtime = 1},
-              {"U", 15, "users (run-time: at most this)", .runtime = 1},
-              {"M", 433, "rows per candidate"},
-              {"N", 256, "columns"},
-              {"dtype", LOOM_F16, "element type"},
-              {"shuffle", 0, "1: shuffled candidate-to-user mapping", 0, {0}, 1}},
-    .nconfig = 3,
-    .config = {{"BM", 8, "tile rows", 7, {1, 2, 4, 8, 16, 32, 64}},
-               {"BN", 256, "tile columns", 7, {8, 16, 32, 64, 128, 256, 512}},
-               {"warps", 4, "warps per CTA", 4, {1, 2, 4, 8}}},
+    .nshape = LOOM_COUNT(BA_SHAPE),
+    .shape = {BA_SHAPE(LOOM_SHAPE_PARAM)},
+    .nconfig = LOOM_COUNT(BA_CONFIG),
+    .config = {BA_CONFIG(LOOM_CONFIG_PARAM)},
     .build = build,
     .grid = grid,
     .grid_rule = grid_rule,

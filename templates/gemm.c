@@ -73,17 +73,62 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { S_M, S_N, S_K, S_BATCH, S_DTYPE, S_ODTYPE, S_ASHARED, S_LDA, S_LDB };
-enum { C_BM, C_BN, C_BK, C_STAGES, C_CWARPS, C_CTAS, C_GROUP, C_CONSUMERS, C_TMASTORE, C_CLUSTER, C_SHARE };
+/* The template's table (loom_tune.h, "A template's table"): X(KEY, FIELD, TYPE, DEFAULT,
+ * DOC, candidates or loom_param fields).  The index enums, g_cfg's fields, cfg_of and the
+ * registry entry's parameters are made from it. */
+#define GEMM_SHAPE(X)                                                                                       \
+    X(M, M, int64_t, 512, "rows of A and C: the most a launch takes (its kernel argument M, 1 to this)",   \
+      .runtime = 1)                                                                                        \
+    X(N, N, int64_t, 512, "columns of B and C (any; tmastore=1 needs a multiple of 8)")                    \
+    X(K, K, int64_t, 512, "columns of A, rows of B (any)")                                                 \
+    X(batch, batch, int64_t, 1,                                                                            \
+      "independent products (B and C batched): the most a launch takes (its kernel argument "              \
+      "batch, 1 to this; 1 builds an unbatched kernel)", .runtime = 1)                                     \
+    X(dtype, dt, loom_dtype, LOOM_F16, "input type: f16 or bf16")                                          \
+    X(odtype, odt, loom_dtype, LOOM_F16, "output type: f16, bf16 or f32")                                  \
+    X(ashared, ashared, int, 1, "1: A [M,K] shared by the batch; 0: A batched too")                       \
+    X(lda, lda, int64_t, 0,                                                                                \
+      "elements from one row of A to the next, a multiple of 8 (0: K rounded up to 8; "                    \
+      "loom_gemm_run pads contiguous rows into that)")                                                     \
+    X(ldb, ldb, int64_t, 0, "elements from one row of B to the next, a multiple of 8 (0: N rounded up to 8)")
+#define GEMM_CONFIG(X)                                                                                      \
+    X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group)", 64, 128, 256)                      \
+    X(BN, bn, int, 256, "tile columns (64, 128, 256)", 64, 128, 256)                                       \
+    X(BK, bk, int, 64,                                                                                     \
+      "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "                       \
+      "shared memory; slower on the H200)")                                                                \
+    X(stages, stages, int, 4, "ring slots (powers of two ran faster on the H200)", 2, 3, 4)               \
+    X(cwarps, cwarps, int, 4, "consumer warps (4: one warp group, 8: two)", 4, 8)                          \
+    X(ctas, ctas, int, 132, "persistent CTAs (0: one CTA per tile)", 132)                                  \
+    X(group, group, int, 32, "tile rows per L2 group", 8, 32)                                              \
+    X(consumers, consumers, int, 0,                                                                        \
+      "how the consumer warp groups share the tiles: 0 cooperative (one task "                             \
+      "splits each tile), 1 ping-pong (two take turns on whole tiles), 2 split "                           \
+      "(two share each tile by rows and run free of each other; with BM=128 the "                          \
+      "fastest on large squares on the H200)", 0, 1, 2)                                                    \
+    X(tmastore, tmastore, int, 1,                                                                          \
+      "1: the epilogue stages the tile in shared memory and writes it with one TMA "                       \
+      "store; 0: it stores straight from the accumulator registers", 1, 0)                                 \
+    X(cluster, cluster, int, 1,                                                                            \
+      "CTAs a cluster (1 or 2): the two tiles of a cluster are stacked along M and "                       \
+      "share B, each CTA multicasting half of it (half the L2 reads of B); 8-17% slower "                  \
+      "than 1 at the IKBO shape on the H200, 0.72 -> 0.90 of cuBLAS at "                                   \
+      "433x1000x1184x64 on the H100 (bench/RESULTS.md, session 14)", 1, 2)                                 \
+    X(share, share_a, int, 0,                                                                              \
+      "with cluster=2, what the pair shares: 0 B (its two tiles stacked along M), 1 A "                    \
+      "(the same tile of two consecutive products of a batch sharing one A; each CTA "                     \
+      "multicasts half of A's rows)", 0, 1)
+
+enum { GEMM_SHAPE(LOOM_S_INDEX) S_COUNT };
+enum { GEMM_CONFIG(LOOM_C_INDEX) C_COUNT };
 enum { COOPERATIVE = TPL_COOPERATIVE, PINGPONG = TPL_PINGPONG, SPLIT = TPL_SPLIT };
 
+/* A shape and config unpacked.  lda and ldb are the row strides of A and B in elements
+ * (the shape's 0: K, N rounded up to 8); share_a: with clusters, 0 the pair shares B
+ * (tiles stacked along M), 1 A (consecutive products). */
 typedef struct g_cfg {
-    int64_t M, N, K, batch;
-    loom_dtype dt, odt;
-    int ashared;
-    int64_t lda, ldb; /* the row strides of A and B in elements (the shape's 0: K, N rounded up to 8) */
-    int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore, cluster;
-    int share_a; /* cluster: 0 the pair shares B (tiles stacked along M), 1 A (consecutive products) */
+    GEMM_SHAPE(LOOM_FIELD)
+    GEMM_CONFIG(LOOM_FIELD)
 } g_cfg;
 
 /* A row stride given (> 0), or the columns rounded up to a multiple of 8 (0). */
@@ -91,10 +136,12 @@ static int64_t row_stride(int64_t given, int64_t cols) { return given > 0 ? give
 
 static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
 {
-    return (g_cfg){sh[S_M], sh[S_N], sh[S_K], sh[S_BATCH], (loom_dtype)sh[S_DTYPE], (loom_dtype)sh[S_ODTYPE],
-                   (int)sh[S_ASHARED], row_stride(sh[S_LDA], sh[S_K]), row_stride(sh[S_LDB], sh[S_N]), (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_BK], (int)cf[C_STAGES],
-                   (int)cf[C_CWARPS], (int)cf[C_CTAS], (int)cf[C_GROUP], (int)cf[C_CONSUMERS],
-                   (int)cf[C_TMASTORE], (int)cf[C_CLUSTER], (int)cf[C_SHARE]};
+    g_cfg c;
+    LOOM_UNPACK(GEMM_SHAPE, &c, sh);
+    LOOM_UNPACK(GEMM_CONFIG, &c, cf);
+    c.lda = row_stride(c.lda, c.K);
+    c.ldb = row_stride(c.ldb, c.N);
+    return c;
 }
 
 /* The rows of a unit: a tile's, or with clusters sharing B the cluster's tiles stacked
@@ -597,11 +644,11 @@ static void gemm_grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule 
         r->div[0] = unit_rows(&c);
         r->mult[0] = tn * c.cluster;
     } else if (c.share_a) { /* cluster * units a product * cdiv(batch, cluster) */
-        r->per[0][S_BATCH] = 1;
+        r->per[0][S_batch] = 1;
         r->div[0] = c.cluster;
         r->mult[0] = units_per_product(&c) * c.cluster;
     } else { /* cluster * units a product * batch */
-        r->per[0][S_BATCH] = units_per_product(&c) * c.cluster;
+        r->per[0][S_batch] = units_per_product(&c) * c.cluster;
     }
     r->cap[0] = c.ctas; /* 0: a program a unit */
 }
@@ -620,21 +667,21 @@ enum { ARG_M, ARG_BATCH, ARG_A, ARG_B, ARG_C };
  * padding of rows too: the kernel must never read it). */
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
-    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_BATCH];
-    int64_t na = nb > 1 && !sh[S_ASHARED] ? nb : 1;
-    int64_t lda = row_stride(sh[S_LDA], K), ldb = row_stride(sh[S_LDB], N);
+    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_batch];
+    int64_t na = nb > 1 && !sh[S_ashared] ? nb : 1;
+    int64_t lda = row_stride(sh[S_lda], K), ldb = row_stride(sh[S_ldb], N);
     *(int32_t *)host[ARG_M] = (int32_t)M;
     *(int32_t *)host[ARG_BATCH] = (int32_t)nb;
-    tpl_fill(host[ARG_A], (loom_dtype)sh[S_DTYPE], (na - 1) * M * lda + (M - 1) * lda + K, -1, 1, &seed);
-    tpl_fill(host[ARG_B], (loom_dtype)sh[S_DTYPE], (nb - 1) * K * ldb + (K - 1) * ldb + N, -1, 1, &seed);
+    tpl_fill(host[ARG_A], (loom_dtype)sh[S_dtype], (na - 1) * M * lda + (M - 1) * lda + K, -1, 1, &seed);
+    tpl_fill(host[ARG_B], (loom_dtype)sh[S_dtype], (nb - 1) * K * ldb + (K - 1) * ldb + N, -1, 1, &seed);
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_BATCH];
-    int64_t lda = row_stride(sh[S_LDA], K), ldb = row_stride(sh[S_LDB], N);
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE], odt = (loom_dtype)sh[S_ODTYPE];
-    bool ash = nb == 1 || sh[S_ASHARED];
+    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_batch];
+    int64_t lda = row_stride(sh[S_lda], K), ldb = row_stride(sh[S_ldb], N);
+    loom_dtype dt = (loom_dtype)sh[S_dtype], odt = (loom_dtype)sh[S_odtype];
+    bool ash = nb == 1 || sh[S_ashared];
     double *row = malloc((size_t)N * sizeof *row);
     if (!row)
         return;
@@ -657,10 +704,10 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
  * odtype once. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
-    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_BATCH];
-    int64_t lda = row_stride(sh[S_LDA], K), ldb = row_stride(sh[S_LDB], N);
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE], odt = (loom_dtype)sh[S_ODTYPE];
-    bool ash = nb == 1 || sh[S_ASHARED];
+    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_batch];
+    int64_t lda = row_stride(sh[S_lda], K), ldb = row_stride(sh[S_ldb], N);
+    loom_dtype dt = (loom_dtype)sh[S_dtype], odt = (loom_dtype)sh[S_odtype];
+    bool ash = nb == 1 || sh[S_ashared];
     double *mag = malloc((size_t)N * sizeof *mag);
     if (!mag || !bnd[ARG_C])
         goto done;
@@ -685,42 +732,10 @@ done:
 const loom_template tpl_def_gemm = {
     .name = "gemm",
     .doc = "C[b] = A[b] @ B[b] on the tensor cores (TMA ring, producer/consumer warp groups, wgmma)",
-    .nshape = 9,
-    .shape = {{.key = "M", .def = 512, .runtime = 1,
-               .doc = "rows of A and C: the most a launch takes (its kernel argument M, 1 to this)"},
-              {"N", 512, "columns of B and C (any; tmastore=1 needs a multiple of 8)"},
-              {"K", 512, "columns of A, rows of B (any)"},
-              {.key = "batch", .def = 1, .runtime = 1,
-               .doc = "independent products (B and C batched): the most a launch takes (its kernel argument "
-                      "batch, 1 to this; 1 builds an unbatched kernel)"},
-              {"dtype", LOOM_F16, "input type: f16 or bf16"},
-              {"odtype", LOOM_F16, "output type: f16, bf16 or f32"},
-              {"ashared", 1, "1: A [M,K] shared by the batch; 0: A batched too"},
-              {"lda", 0, "elements from one row of A to the next, a multiple of 8 (0: K rounded up to 8; "
-                         "loom_gemm_run pads contiguous rows into that)"},
-              {"ldb", 0, "elements from one row of B to the next, a multiple of 8 (0: N rounded up to 8)"}},
-    .nconfig = 11,
-    .config = {{"BM", 64, "tile rows (64 or 128 per consumer warp group)", 3, {64, 128, 256}},
-               {"BN", 256, "tile columns (64, 128, 256)", 3, {64, 128, 256}},
-               {"BK", 64, "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "
-                          "shared memory; slower on the H200)"},
-               {"stages", 4, "ring slots (powers of two ran faster on the H200)", 3, {2, 3, 4}},
-               {"cwarps", 4, "consumer warps (4: one warp group, 8: two)", 2, {4, 8}},
-               {"ctas", 132, "persistent CTAs (0: one CTA per tile)", 1, {132}},
-               {"group", 32, "tile rows per L2 group", 2, {8, 32}},
-               {"consumers", 0, "how the consumer warp groups share the tiles: 0 cooperative (one task "
-                                "splits each tile), 1 ping-pong (two take turns on whole tiles), 2 split "
-                                "(two share each tile by rows and run free of each other; with BM=128 the "
-                                "fastest on large squares on the H200)", 3, {0, 1, 2}},
-               {"tmastore", 1, "1: the epilogue stages the tile in shared memory and writes it with one TMA "
-                               "store; 0: it stores straight from the accumulator registers", 2, {1, 0}},
-               {"cluster", 1, "CTAs a cluster (1 or 2): the two tiles of a cluster are stacked along M and "
-                              "share B, each CTA multicasting half of it (half the L2 reads of B); 8-17% slower "
-                              "than 1 at the IKBO shape on the H200, 0.72 -> 0.90 of cuBLAS at "
-                              "433x1000x1184x64 on the H100 (bench/RESULTS.md, session 14)", 2, {1, 2}},
-               {"share", 0, "with cluster=2, what the pair shares: 0 B (its two tiles stacked along M), 1 A "
-                            "(the same tile of two consecutive products of a batch sharing one A; each CTA "
-                            "multicasts half of A's rows)", 2, {0, 1}}},
+    .nshape = LOOM_COUNT(GEMM_SHAPE),
+    .shape = {GEMM_SHAPE(LOOM_SHAPE_PARAM)},
+    .nconfig = LOOM_COUNT(GEMM_CONFIG),
+    .config = {GEMM_CONFIG(LOOM_CONFIG_PARAM)},
     .valid = valid,
     .cost = cost,
     .build = build,

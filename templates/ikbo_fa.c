@@ -96,7 +96,7 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "ctas (persistent programs) must be 1 to 1024";
     if (s->xunit && q_slots(s) < 2) /* the next unit's Q is taken before this unit's slot goes back */
         return "xunit=1 needs two Q slots: with this K/V ring only one fits in shared memory; use fewer stages";
-    if (s->dynamic != 0 && s->dynamic != 1)
+    if (s->sched != 0 && s->sched != 1)
         return "sched must be 0 (round-robin) or 1 (dynamic)";
     if (s->turns != 0 && s->turns != 1)
         return "turns must be 0 or 1";
@@ -106,7 +106,7 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "tmastore must be 0 or 1";
     if (s->xunit != 0 && s->xunit != 1)
         return "xunit must be 0 or 1";
-    if (s->xunit && (s->dynamic || !s->overlap || s->turns))
+    if (s->xunit && (s->sched || !s->overlap || s->turns))
         return "xunit=1 (the next unit started beside this one's last P V) needs sched=0, overlap=1 and turns=0";
     /* each factor is below 2^31 here, their products may pass 2^63: checked (util.h) */
     const int64_t fq[] = {s->B, s->nseed, s->H, s->D}, fk[] = {s->U, s->S, s->H, s->D};
@@ -569,7 +569,7 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     g.qk = (loom_mainloop){&g.kr, .b_tile = 0, .b_trans = 1, .rows = FA_BLOCK, .cols = s->bn};
     g.pv = (loom_mainloop){&g.vr, .b_tile = 0, .rows = FA_BLOCK, .cols = D};
     int64_t units = fa_max_units(s) * H;
-    g.sched = s->dynamic ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(&p, units, 1);
+    g.sched = s->sched ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(&p, units, 1);
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));
     if (s->turns)
         g.turns = loom_turns_create(&p);

@@ -10,18 +10,30 @@
 #include "ikbo_fa_units.h" /* FA_BLOCK, the plan's fields, fa_units */
 #include "tpl.h"
 
+/* The registry entry's shape keys (its table, loom_tune.h "A template's table"; the
+ * config's is LOOM_IKBO_FA_CONFIG, loom_ikbo.h). */
+#define FA_SHAPE(X)                                                                                         \
+    X(B, B, int64_t, 2048, "candidates (the kernel takes B * n_seed rows at run time, at most this many)") \
+    X(U, U, int64_t, 32, "users (the kernel takes them at run time, at most this many)")                   \
+    X(S, S, int64_t, 1024, "keys a user (padded)")                                                         \
+    X(H, H, int64_t, 2, "heads")                                                                           \
+    X(D, D, int64_t, 128, "head dim (64 or 128)")                                                          \
+    X(n_seed, nseed, int64_t, 64, "query rows a candidate")                                                \
+    X(dtype, dt, loom_dtype, LOOM_F16, "f16 or bf16")                                                      \
+    X(varlen, varlen, int, 0, "1: per-user lengths seq_len[U] mask the keys past them")                    \
+    X(shuffle, shuffle, int, 0, "check inputs: 0 contiguous users, 1 shuffled", .inputs_only = 1)
+
+/* A shape and config: candidates, users, padded keys a user, heads, head dim, queries a
+ * candidate; dt f16 or bf16 (Q, K, V and out); varlen 1: keys past seq_len[u] are masked;
+ * shuffle: the check inputs' mapping.  Then the config (loom_ikbo_fa_config's fields): bn
+ * keys a K/V tile; stages K/V ring slots; ctas persistent programs; sched 1: units claimed
+ * from a counter, 0: round-robin; turns 1: the two warp groups take turns on the tensor
+ * cores; overlap 1: a tile's softmax overlaps the previous tile's P V; tmastore 1: full
+ * 64-row blocks go out by TMA through the Q slot; xunit 1: the next unit's first S = Q K^T
+ * is issued beside this one's last P V. */
 typedef struct fa_spec {
-    int64_t B, U, S, H, D, nseed; /* candidates, users, padded keys a user, heads, head dim, queries a candidate */
-    loom_dtype dt;                /* f16 or bf16: Q, K, V and out */
-    int varlen;                   /* 1: keys past seq_len[u] are masked */
-    int bn;                       /* keys a K/V tile */
-    int stages;                   /* K/V ring slots */
-    int ctas;                     /* persistent programs */
-    int dynamic;                  /* 1: units claimed from a counter; 0: round-robin */
-    int turns;                    /* 1: the two warp groups take turns on the tensor cores */
-    int overlap;                  /* 1: a tile's softmax overlaps the previous tile's P V */
-    int tmastore;                 /* 1: full 64-row blocks go out by TMA through the Q slot */
-    int xunit;                    /* 1: the next unit's first S = Q K^T is issued beside this one's last P V */
+    FA_SHAPE(LOOM_FIELD)
+    LOOM_IKBO_FA_CONFIG(LOOM_FIELD)
 } fa_spec;
 
 /* Rows of Q (and out): B * nseed. */
@@ -67,6 +79,12 @@ void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, con
 /* The registry entry's shape and config vectors as a spec; and the config as the C
  * API's. */
 fa_spec fa_spec_of(const int64_t *shape, const int64_t *config);
+/* The shape's spec with the default config (for what depends on the shape alone: inputs,
+ * plans, references). */
+fa_spec fa_spec_of_shape(const int64_t *shape);
+/* The C API's shape as the registry entry's shape vector (LOOM_MAX_PARAMS values; the
+ * inputs-only keys 0). */
+void fa_shape_vector(const loom_ikbo_fa_shape *s, int64_t *shape);
 loom_ikbo_fa_config fa_config_of(const int64_t *config);
 
 #endif

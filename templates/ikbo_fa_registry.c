@@ -14,33 +14,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { S_B, S_U, S_S, S_H, S_D, S_NSEED, S_DTYPE, S_VARLEN, S_SHUFFLE };
-enum { C_BN, C_STAGES, C_CTAS, C_SCHED, C_TURNS, C_OVERLAP, C_TMASTORE, C_XUNIT };
+enum { FA_SHAPE(LOOM_S_INDEX) S_COUNT };
 /* The kernel's arguments (templates/ikbo_fa.h). */
 enum { A_ROWS, A_U, A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT }; /* fa_build's */
 
 fa_spec fa_spec_of(const int64_t *sh, const int64_t *cf)
 {
-    return (fa_spec){sh[S_B], sh[S_U], sh[S_S], sh[S_H], sh[S_D], sh[S_NSEED], (loom_dtype)sh[S_DTYPE],
-                     (int)sh[S_VARLEN], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CTAS], (int)cf[C_SCHED],
-                     (int)cf[C_TURNS], (int)cf[C_OVERLAP], (int)cf[C_TMASTORE], (int)cf[C_XUNIT]};
+    fa_spec s;
+    LOOM_UNPACK(FA_SHAPE, &s, sh);
+    LOOM_UNPACK(LOOM_IKBO_FA_CONFIG, &s, cf);
+    return s;
+}
+
+fa_spec fa_spec_of_shape(const int64_t *sh)
+{
+    fa_spec s = {LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT)};
+    LOOM_UNPACK(FA_SHAPE, &s, sh);
+    return s;
+}
+
+void fa_shape_vector(const loom_ikbo_fa_shape *s, int64_t *v)
+{
+    fa_spec sp = {.B = s->B, .U = s->U, .S = s->S, .H = s->H, .D = s->D, .nseed = s->n_seed, .dt = s->dtype,
+                  .varlen = s->varlen};
+    memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
+    LOOM_PACK(FA_SHAPE, v, &sp);
 }
 
 loom_ikbo_fa_config fa_config_of(const int64_t *cf)
 {
-    return (loom_ikbo_fa_config){(int)cf[C_BN],    (int)cf[C_STAGES], (int)cf[C_CTAS],
-                                 (int)cf[C_SCHED], (int)cf[C_TURNS],  (int)cf[C_OVERLAP], (int)cf[C_TMASTORE],
-                                 (int)cf[C_XUNIT]};
+    loom_ikbo_fa_config c;
+    LOOM_UNPACK(LOOM_IKBO_FA_CONFIG, &c, cf);
+    return c;
 }
 
+/* fa_why_not, the build's check too (fa_build refuses what it refuses). */
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
     fa_spec s = fa_spec_of(sh, cf);
     char buf[300];
-    const char *w = fa_why_not(&s, buf, sizeof buf);
-    if (w && why && n)
-        snprintf(why, n, "%s", w);
-    return w == NULL;
+    return tpl_valid(fa_why_not(&s, buf, sizeof buf), why, n);
 }
 
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
@@ -98,7 +111,7 @@ static void lengths(const fa_spec *s, int32_t *lens, uint64_t *seed)
 
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    fa_spec s = fa_spec_of_shape(sh);
     int64_t qn = fa_rows(&s) * s.H * s.D, kn = s.U * s.S * s.H * s.D;
     *(int32_t *)host[A_ROWS] = (int32_t)fa_rows(&s); /* the run-time dims at the shape's values */
     *(int32_t *)host[A_U] = (int32_t)s.U;
@@ -111,7 +124,7 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     int32_t *map = malloc((size_t)s.B * sizeof *map);
     if (!map)
         return;
-    ik_mapping(s.B, s.U, (int)sh[S_SHUFFLE], seed, map);
+    ik_mapping(s.B, s.U, (int)sh[S_shuffle], seed, map);
     lengths(&s, host[A_LENS], &seed);
     char err[200];
     int64_t n = fa_plan(&s, map, host[A_LENS], host[A_PLAN], err, sizeof err);
@@ -140,7 +153,7 @@ static int32_t *map_of_plan(const fa_spec *s, void *const *host)
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    fa_spec s = fa_spec_of_shape(sh);
     int32_t *map = map_of_plan(&s, host);
     if (map)
         fa_reference(&s, host[A_Q], host[A_K], host[A_V], map, host[A_LENS], ref[A_OUT]);
@@ -150,7 +163,7 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
 /* out: fa_bound; the claims come back to zero, exactly. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
-    fa_spec s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    fa_spec s = fa_spec_of_shape(sh);
     int32_t *map = map_of_plan(&s, host);
     if (map && bnd[A_OUT])
         fa_bound(&s, host[A_Q], host[A_K], host[A_V], map, host[A_LENS], ref[A_OUT], bnd[A_OUT]);
@@ -163,30 +176,10 @@ const loom_template tpl_def_ikbo_fa = {
     .name = "ikbo_fa",
     .doc = "IKBO flash attention out[b] = softmax(Q[b] K[u(b)]^T / sqrt(D)) V[u(b)]: candidates read their user's "
            "K/V by index; a producer warp group and two consumer warp groups sharing each K/V tile",
-    .nshape = 9,
-    .shape = {{"B", 2048, "candidates (the kernel takes B * n_seed rows at run time, at most this many)"},
-              {"U", 32, "users (the kernel takes them at run time, at most this many)"},
-              {"S", 1024, "keys a user (padded)"},
-              {"H", 2, "heads"},
-              {"D", 128, "head dim (64 or 128)"},
-              {"n_seed", 64, "query rows a candidate"},
-              {"dtype", LOOM_F16, "f16 or bf16"},
-              {"varlen", 0, "1: per-user lengths seq_len[U] mask the keys past them"},
-              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled", 0, {0}, 1}},
-    .nconfig = 8,
-    .config = {{"BN", 128, "keys a K/V tile: 64 or 128 (either head dim)", 2, {64, 128}},
-               {"stages", 2, "slots of the K ring and of the V ring (two Q slots where they fit)", 3, {2, 3, 4}},
-               {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
-               {"sched", 0, "0: units round-robin; 1: claimed from a counter", 2, {0, 1}},
-               {"turns", 0, "1: the two consumer warp groups take turns to issue their GEMMs", 2, {0, 1}},
-               {"overlap", 1, "1: a K/V tile's softmax runs while the previous tile's P V is on the tensor cores", 2,
-                {0, 1}},
-               {"tmastore", 1, "1: where n_seed is a multiple of 64, out goes out by TMA through the Q tile (the Q "
-                               "slot comes back after the store); 0: stored from the registers, the Q slot back "
-                               "after the last S = Q K^T", 2, {0, 1}},
-               {"xunit", 0, "1: the next unit's first S = Q K^T and its softmax run beside this unit's last P V "
-                            "(sched=0, overlap=1, turns=0, two Q slots); measured slower (bench/RESULTS.md), so not "
-                            "tuned", 1, {0}}},
+    .nshape = LOOM_COUNT(FA_SHAPE),
+    .shape = {FA_SHAPE(LOOM_SHAPE_PARAM)},
+    .nconfig = LOOM_COUNT(LOOM_IKBO_FA_CONFIG),
+    .config = {LOOM_IKBO_FA_CONFIG(LOOM_CONFIG_PARAM)},
     .valid = valid,
     .cost = cost,
     .build = build,
@@ -334,7 +327,7 @@ static loom_kernel *fr_kernel(const fa_spec *s, bool with_bound)
 
 static bool fr_grid(const int64_t *sh, fa_spec *s, int grid[3])
 {
-    *s = fa_spec_of(sh, (const int64_t[]){128, 2, 132, 0, 0, 0, 0, 0});
+    *s = fa_spec_of_shape(sh);
     int64_t programs = fa_max_units(s) * FR_SUBS;
     if (programs > INT32_MAX || s->H > 65535 || (s->dt != LOOM_F16 && s->dt != LOOM_BF16))
         return false;

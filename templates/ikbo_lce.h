@@ -16,23 +16,37 @@ typedef enum ik_mode {
     IK_FUSED,      /* both in one persistent kernel, the user tiles handed over by flags */
 } ik_mode;
 
+/* The registry entry's shape keys (its table, loom_tune.h "A template's table"; the
+ * config's is LOOM_IKBO_LCE_CONFIG, loom_ikbo.h). */
+#define IK_SHAPE(X)                                                                                         \
+    X(B, B, int64_t, 1024, "candidates (run-time: at most this)", .runtime = 1)                            \
+    X(U, U, int64_t, 15, "users (run-time: at most this)", .runtime = 1)                                   \
+    X(M, M, int64_t, 433, "rows of the weights and of out")                                                \
+    X(N, N, int64_t, 256, "columns of E and out (a multiple of 8)")                                        \
+    X(Ku, Ku, int64_t, 1178, "user K (any; the weights are padded to a multiple of 8)")                    \
+    X(Kc, Kc, int64_t, 866, "candidate K (any)")                                                           \
+    X(dtype, dt, loom_dtype, LOOM_F16, "f16 or bf16")                                                      \
+    X(shuffle, shuffle, int, 0, "check inputs: 0 contiguous users, 1 shuffled", .inputs_only = 1)
+
+/* One kernel of a stage: its mode and user_res's planes, then the shape (K as the user
+ * gives it; the weights are padded, tpl_pad8; dt f16 or bf16: inputs, user_res and out;
+ * shuffle: the check inputs' mapping) and the config (loom_ikbo_lce_config's fields):
+ *   planes     user_res [U, M, N] rounded to dt (1: stages 1, 2), or [U, 2, M, N] as hi + lo
+ *              planes of dt (2: stages 3, 4; IK_CAND_FUSED and IK_FUSED need it)
+ *   consumers  IK_COOPERATIVE: one task of cwarps warps shares each BM x BN tile;
+ *              IK_PINGPONG: two warp groups take turns on whole tiles (BM rows each);
+ *              IK_SPLIT: two warp groups share each 128-row tile, 64 rows each
+ *   trans      1: the transposed product out[b]^T = E[b]^T @ W^T (with IK_SPLIT, BN = 128:
+ *              each warp group owns 64 columns of out and every row of the tile; the tile's
+ *              rows, on wgmma's N side, are M split evenly into tiles of at most BM rows, a
+ *              multiple of 8: 224 at M = 433)
+ *   cluster    trans: 2 runs the programs in pairs taking a tile's two column halves
+ *              (tiles n0 and n0 + BN), each multicasting half of the W tile to both */
 typedef struct ik_spec {
     ik_mode mode;
-    int64_t B, U, M, N, Ku, Kc; /* K as the user gives it; the weights are padded (tpl_pad8) */
-    loom_dtype dt;              /* f16 or bf16: inputs, user_res and out */
-    int planes;                 /* user_res [U, M, N] rounded to dt (1: stages 1, 2), or
-                                   [U, 2, M, N] as hi + lo planes of dt (2: stages 3, 4;
-                                   IK_CAND_FUSED and IK_FUSED need it) */
-    int bm, bn, stages, cwarps, ctas;
-    int consumers; /* IK_COOPERATIVE: one task of cwarps warps shares each BM x BN tile;
-                      IK_PINGPONG: two warp groups take turns on whole tiles (BM rows each);
-                      IK_SPLIT: two warp groups share each 128-row tile, 64 rows each */
-    int trans;     /* 1: the transposed product out[b]^T = E[b]^T @ W^T (with IK_SPLIT, BN = 128:
-                      each warp group owns 64 columns of out and every row of the tile; the
-                      tile's rows, on wgmma's N side, are M split evenly into tiles of at most
-                      BM rows, a multiple of 8: 224 at M = 433) */
-    int cluster;   /* trans: 2 runs the programs in pairs taking a tile's two column halves
-                      (tiles n0 and n0 + BN), each multicasting half of the W tile to both */
+    int planes;
+    IK_SHAPE(LOOM_FIELD)
+    LOOM_IKBO_LCE_CONFIG(LOOM_FIELD)
 } ik_spec;
 
 enum { IK_COOPERATIVE = TPL_COOPERATIVE, IK_PINGPONG = TPL_PINGPONG, IK_SPLIT = TPL_SPLIT };
@@ -67,8 +81,14 @@ loom_kernel *ik_gather_kernel(const ik_spec *s);
 /* The registry entry's config vector (BM, BN, stages, cwarps, ctas, consumers, trans) as the
  * C API's config. */
 loom_ikbo_lce_config ik_config_of(const int64_t *config);
-/* The registry entry's shape and config vectors as a spec of the given mode. */
+/* The registry entry's shape and config vectors as a spec of the given mode (user_res in
+ * two planes); the shape's with the default config (for what depends on the shape alone:
+ * inputs, references, bounds). */
 ik_spec ik_spec_of(ik_mode mode, const int64_t *shape, const int64_t *config);
+ik_spec ik_spec_of_shape(ik_mode mode, const int64_t *shape);
+/* The C API's shape as the registry entry's shape vector (LOOM_MAX_PARAMS values; the
+ * inputs-only keys 0). */
+void ik_shape_vector(const loom_ikbo_lce_shape *s, int64_t *shape);
 /* The user of each candidate: b * U / B, shuffled by a permutation when shuffle is set. */
 void ik_mapping(int64_t B, int64_t U, int shuffle, uint64_t seed, int32_t *map);
 /* out (and ures, when not NULL: [U, 2, M, N] hi and lo planes of the dtype) computed in

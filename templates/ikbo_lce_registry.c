@@ -13,32 +13,46 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 
-enum { S_B, S_U, S_M, S_N, S_KU, S_KC, S_DTYPE, S_SHUFFLE };
-enum { C_BM, C_BN, C_STAGES, C_CWARPS, C_CTAS, C_CONSUMERS, C_TRANS, C_CLUSTER };
+enum { IK_SHAPE(LOOM_S_INDEX) S_COUNT };
 
 ik_spec ik_spec_of(ik_mode mode, const int64_t *sh, const int64_t *cf)
 {
-    return (ik_spec){mode, sh[S_B], sh[S_U], sh[S_M], sh[S_N], sh[S_KU], sh[S_KC], (loom_dtype)sh[S_DTYPE], 2,
-                     (int)cf[C_BM], (int)cf[C_BN], (int)cf[C_STAGES], (int)cf[C_CWARPS], (int)cf[C_CTAS],
-                     (int)cf[C_CONSUMERS], (int)cf[C_TRANS], (int)cf[C_CLUSTER]};
+    ik_spec s = {.mode = mode, .planes = 2};
+    LOOM_UNPACK(IK_SHAPE, &s, sh);
+    LOOM_UNPACK(LOOM_IKBO_LCE_CONFIG, &s, cf);
+    return s;
+}
+
+ik_spec ik_spec_of_shape(ik_mode mode, const int64_t *sh)
+{
+    ik_spec s = {.mode = mode, .planes = 2, LOOM_IKBO_LCE_CONFIG(LOOM_DEFAULT)};
+    LOOM_UNPACK(IK_SHAPE, &s, sh);
+    return s;
+}
+
+void ik_shape_vector(const loom_ikbo_lce_shape *s, int64_t *v)
+{
+    ik_spec sp = {.B = s->B, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku, .Kc = s->Kc, .dt = s->dtype};
+    memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
+    LOOM_PACK(IK_SHAPE, v, &sp);
 }
 
 loom_ikbo_lce_config ik_config_of(const int64_t *cf)
 {
-    return (loom_ikbo_lce_config){(int)cf[C_BM],   (int)cf[C_BN],        (int)cf[C_STAGES], (int)cf[C_CWARPS],
-                                  (int)cf[C_CTAS], (int)cf[C_CONSUMERS], (int)cf[C_TRANS], (int)cf[C_CLUSTER]};
+    loom_ikbo_lce_config c;
+    LOOM_UNPACK(LOOM_IKBO_LCE_CONFIG, &c, cf);
+    return c;
 }
 
+/* ik_why_not, the build's check too (ik_build refuses what it refuses). */
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     char buf[300];
-    const char *w = ik_why_not(&s, buf, sizeof buf);
-    if (w && why && n)
-        snprintf(why, n, "%s", w);
-    return w == NULL;
+    return tpl_valid(ik_why_not(&s, buf, sizeof buf), why, n);
 }
 
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
@@ -105,22 +119,22 @@ static void fill_padded(void *w, loom_dtype dt, int64_t M, int64_t K, int64_t kp
  * tuner fills W and E on the device: tpl_device_ikbo_lce). */
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
+    loom_dtype dt = (loom_dtype)sh[S_dtype];
     uint64_t s0 = seed; /* every fill and the mapping draw from it in turn */
     if (host[IKA_B]) /* the run-time dims at the shape's values */
         *(int32_t *)host[IKA_B] = (int32_t)sh[S_B];
     if (host[IKA_U])
         *(int32_t *)host[IKA_U] = (int32_t)sh[S_U];
     if (host[IKA_WU])
-        fill_padded(host[IKA_WU], dt, sh[S_M], sh[S_KU], tpl_pad8(sh[S_KU]), &s0);
+        fill_padded(host[IKA_WU], dt, sh[S_M], sh[S_Ku], tpl_pad8(sh[S_Ku]), &s0);
     if (host[IKA_WC])
-        fill_padded(host[IKA_WC], dt, sh[S_M], sh[S_KC], tpl_pad8(sh[S_KC]), &s0);
+        fill_padded(host[IKA_WC], dt, sh[S_M], sh[S_Kc], tpl_pad8(sh[S_Kc]), &s0);
     if (host[IKA_EU])
-        tpl_fill(host[IKA_EU], dt, sh[S_U] * sh[S_KU] * sh[S_N], -1, 1, &s0);
+        tpl_fill(host[IKA_EU], dt, sh[S_U] * sh[S_Ku] * sh[S_N], -1, 1, &s0);
     if (host[IKA_EC])
-        tpl_fill(host[IKA_EC], dt, sh[S_B] * sh[S_KC] * sh[S_N], -1, 1, &s0);
+        tpl_fill(host[IKA_EC], dt, sh[S_B] * sh[S_Kc] * sh[S_N], -1, 1, &s0);
     if (host[IKA_MAP])
-        ik_mapping(sh[S_B], sh[S_U], (int)sh[S_SHUFFLE], s0, host[IKA_MAP]);
+        ik_mapping(sh[S_B], sh[S_U], (int)sh[S_shuffle], s0, host[IKA_MAP]);
     /* user_res, the counter: zero (the buffers come zeroed), and so the flags' base */
     if (host[IKA_BASE])
         *(int32_t *)host[IKA_BASE] = 0;
@@ -168,8 +182,7 @@ done:
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the outputs do not depend on it */
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    ik_spec s = ik_spec_of_shape(IK_FUSED, sh);
     ik_reference(&s, host[IKA_WU], host[IKA_WC], host[IKA_EU], host[IKA_EC], host[IKA_MAP], ref[IKA_URES],
                  ref[IKA_OUT]);
     /* the claims are back at zero (the buffers come zeroed); the flags counter is not
@@ -182,8 +195,7 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
  * and lo (two more f32 adds), then rounds to dtype once. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
-    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the model does not depend on it */
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    ik_spec s = ik_spec_of_shape(IK_FUSED, sh);
     int64_t M = s.M, N = s.N, kpu = tpl_pad8(s.Ku), kpc = tpl_pad8(s.Kc);
     const void *wu = host[IKA_WU], *eu = host[IKA_EU], *wc = host[IKA_WC], *ec = host[IKA_EC];
     const int32_t *map = host[IKA_MAP];
@@ -231,30 +243,10 @@ const loom_template tpl_def_ikbo_lce = {
     .name = "ikbo_lce",
     .doc = "IKBO linear compression out[b] = W_cand @ E_cand[b] + W_user @ E_user[u(b)]: one persistent "
            "warp-specialized kernel, user tiles handed to candidate tiles by flags (stage 4)",
-    .nshape = 8,
-    .shape = {{"B", 1024, "candidates (run-time: at most this)", .runtime = 1},
-              {"U", 15, "users (run-time: at most this)", .runtime = 1},
-              {"M", 433, "rows of the weights and of out"},
-              {"N", 256, "columns of E and out (a multiple of 8)"},
-              {"Ku", 1178, "user K (any; the weights are padded to a multiple of 8)"},
-              {"Kc", 866, "candidate K (any)"},
-              {"dtype", LOOM_F16, "f16 or bf16"},
-              {"shuffle", 0, "check inputs: 0 contiguous users, 1 shuffled", 0, {0}, 1}},
-    .nconfig = 8,
-    .config = {{"BM", 256, "tile rows (64 or 128 per consumer warp group; trans=1: at most BM, M split evenly)", 3,
-                {64, 128, 256}},
-               {"BN", 128, "tile columns", 3, {64, 128, 256}},
-               {"stages", 4, "ring slots", 3, {2, 3, 4}},
-               {"cwarps", 8, "consumer warps (4 or 8)", 2, {4, 8}},
-               {"ctas", 132, "persistent CTAs (at most one per SM)", 1, {132}},
-               {"consumers", 2, "0: one consumer task shares each tile; 1: ping-pong, two warp groups take turns on "
-                                "whole tiles (cwarps=8); 2: split, two warp groups share each 128-row tile "
-                                "(cwarps=8, BM=128)", 3, {0, 1, 2}},
-               {"trans", 1, "1: the transposed product out^T = E^T @ W^T (consumers=2, cwarps=8, BN=128): each warp "
-                            "group owns 64 columns of out, a tile's rows (on wgmma's N side) are M split evenly "
-                            "into tiles of at most BM rows", 2, {0, 1}},
-               {"cluster", 2, "trans=1: 2 runs the CTAs in pairs that take a tile's two column halves, each "
-                              "multicasting half of the W tile to both (half the L2 reads of W)", 2, {1, 2}}},
+    .nshape = LOOM_COUNT(IK_SHAPE),
+    .shape = {IK_SHAPE(LOOM_SHAPE_PARAM)},
+    .nconfig = LOOM_COUNT(LOOM_IKBO_LCE_CONFIG),
+    .config = {LOOM_IKBO_LCE_CONFIG(LOOM_CONFIG_PARAM)},
     .valid = valid,
     .cost = cost,
     .build = build,
@@ -423,8 +415,7 @@ static loom_kernel *ref_bound_kernel(const ik_spec *s)
 
 loom_kernel *ik_bound_kernel(const int64_t *sh, int grid[3])
 {
-    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the bound has no config */
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    ik_spec s = ik_spec_of_shape(IK_FUSED, sh);
     int64_t tiles = TPL_CDIV(s.M, REF_RM) * TPL_CDIV(s.N, REF_RN);
     if (tiles > INT32_MAX || s.B > 65535 || (s.dt != LOOM_F16 && s.dt != LOOM_BF16))
         return NULL;
@@ -489,8 +480,7 @@ loom_kernel *ik_pair_bound_kernel(int64_t B, int64_t U, int64_t M, int64_t N, in
 
 int ik_reference_kernels(const int64_t *sh, loom_kernel **k, int (*grid)[3], int max, char *err, size_t n)
 {
-    static const int64_t cf[8] = {128, 256, 4, 8, 132, 0, 0, 1}; /* the reference has no config */
-    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    ik_spec s = ik_spec_of_shape(IK_FUSED, sh);
     int64_t tiles = TPL_CDIV(s.M, REF_RM) * TPL_CDIV(s.N, REF_RN);
     if (max < 2 || tiles > INT32_MAX || s.U > 65535 || s.B > 65535 || tpl_pad8(s.Ku) > INT32_MAX ||
         tpl_pad8(s.Kc) > INT32_MAX || (s.dt != LOOM_F16 && s.dt != LOOM_BF16)) {
@@ -510,10 +500,10 @@ static int device_fills(const int64_t *sh, tpl_device_fill *f, int max)
 {
     if (max < 4)
         return 0;
-    int64_t kpu = tpl_pad8(sh[S_KU]), kpc = tpl_pad8(sh[S_KC]);
-    f[0] = (tpl_device_fill){IKA_WU, -1, 1, kpu, sh[S_KU]}; /* W_user, its padding zero */
+    int64_t kpu = tpl_pad8(sh[S_Ku]), kpc = tpl_pad8(sh[S_Kc]);
+    f[0] = (tpl_device_fill){IKA_WU, -1, 1, kpu, sh[S_Ku]}; /* W_user, its padding zero */
     f[1] = (tpl_device_fill){IKA_EU, -1, 1, 0, 0};          /* E_user */
-    f[2] = (tpl_device_fill){IKA_WC, -1, 1, kpc, sh[S_KC]}; /* W_cand */
+    f[2] = (tpl_device_fill){IKA_WC, -1, 1, kpc, sh[S_Kc]}; /* W_cand */
     f[3] = (tpl_device_fill){IKA_EC, -1, 1, 0, 0};          /* E_cand */
     return 4;
 }

@@ -24,22 +24,62 @@
 #include <math.h>
 #include <string.h>
 
-enum { S_R, S_N, S_DTYPE };
-enum { C_BM, C_WARPS };
+/* The template's table (loom_tune.h, "A template's table"): X(KEY, FIELD, TYPE, DEFAULT,
+ * DOC, candidates or loom_param fields). */
+#define SMAX_SHAPE(X)                                                                                       \
+    X(R, R, int64_t, 4096, "rows (run-time: at most this)", .runtime = 1)                                  \
+    X(N, N, int64_t, 1000, "columns")                                                                      \
+    X(dtype, dt, loom_dtype, LOOM_F32, "element type")
+#define SMAX_CONFIG(X)                                                                                      \
+    X(BM, bm, int64_t, 1, "rows per program", 1, 2, 4, 8, 16, 32)                                          \
+    X(warps, warps, int64_t, 4, "warps per CTA", 1, 2, 4, 8, 16, 32)
+
+enum { SMAX_SHAPE(LOOM_S_INDEX) S_COUNT };
+enum { SMAX_CONFIG(LOOM_C_INDEX) C_COUNT };
 enum { A_R, A_X, A_Y }; /* the kernel's arguments */
+
+/* A shape and config unpacked. */
+typedef struct smax_cfg {
+    SMAX_SHAPE(LOOM_FIELD)
+    SMAX_CONFIG(LOOM_FIELD)
+} smax_cfg;
+
+static smax_cfg cfg_of(const int64_t *sh, const int64_t *cf)
+{
+    smax_cfg c;
+    LOOM_UNPACK(SMAX_SHAPE, &c, sh);
+    LOOM_UNPACK(SMAX_CONFIG, &c, cf);
+    return c;
+}
+
+/* Why the kernel cannot be built at (shape, config), or NULL (buf holds a message made
+ * here): what build refuses, and the first thing valid() checks. */
+static const char *why_not_built(const smax_cfg *c, char *buf, size_t n)
+{
+    if (c->dt != LOOM_F16 && c->dt != LOOM_BF16 && c->dt != LOOM_F32)
+        return "dtype must be f16, bf16 or f32";
+    if (c->R < 1 || c->N < 1 || c->R > INT32_MAX)
+        return "R and N must be positive (R < 2^31)";
+    if (c->bm < 1)
+        return "BM must be positive";
+    int64_t np = tpl_pow2_at_least(c->N), elems;
+    if (!util_mul_i64(c->bm, np, &elems) || elems > 65536) {
+        snprintf(buf, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile", (long long)c->bm, (long long)np);
+        return buf;
+    }
+    return NULL;
+}
 
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
-    if (dt != LOOM_F16 && dt != LOOM_BF16 && dt != LOOM_F32)
-        return tpl_refuse(err, n, "dtype must be f16, bf16 or f32");
-    if (sh[S_R] < 1 || sh[S_N] < 1 || sh[S_R] > INT32_MAX)
-        return tpl_refuse(err, n, "R and N must be positive (R < 2^31)");
-    int64_t bm = cf[C_BM], np = tpl_pow2_at_least(sh[S_N]), elems;
-    if (bm < 1 || !util_mul_i64(bm, np, &elems) || elems > 65536)
-        return tpl_refuse(err, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile",
-                          (long long)bm, (long long)np);
-    loom_kernel *k = loom_kernel_create("row_softmax", (int)cf[C_WARPS]);
+    smax_cfg c = cfg_of(sh, cf);
+    char buf[200];
+    const char *w = why_not_built(&c, buf, sizeof buf);
+    if (w)
+        return tpl_refuse(err, n, "%s", w);
+    loom_dtype dt = c.dt;
+    int64_t bm = c.bm, np = tpl_pow2_at_least(sh[S_N]);
+    loom_kernel *k = loom_kernel_create("row_softmax", (int)cf[C_warps]);
     loom_val R = loom_arg_dim(k, "R", sh[S_R], 1); /* the launch's rows, at most the shape's */
     loom_val x = loom_arg_tensor(k, "x", dt, LOOM_SHAPE2(LOOM_DIM(R), sh[S_N]), LOOM_IN);
     loom_val y = loom_arg_tensor(k, "y", dt, LOOM_SHAPE2(LOOM_DIM(R), sh[S_N]), LOOM_OUT);
@@ -67,18 +107,14 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
  * fits in shared memory. */
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
-    if (dt != LOOM_F16 && dt != LOOM_BF16 && dt != LOOM_F32)
-        return !!tpl_refuse(why, n, "dtype must be f16, bf16 or f32");
-    if (sh[S_R] < 1 || sh[S_N] < 1 || sh[S_R] > INT32_MAX)
-        return !!tpl_refuse(why, n, "R and N must be positive (R < 2^31)");
-    int64_t bm = cf[C_BM], warps = cf[C_WARPS], np = tpl_pow2_at_least(sh[S_N]);
-    if (bm < 1 || warps < 1 || warps > 32)
-        return !!tpl_refuse(why, n, "BM must be positive and warps 1..32");
-    int64_t tile = INT64_MAX, threads = 32 * warps;
-    if (!util_mul_i64(bm, np, &tile) || tile > 65536)
-        return !!tpl_refuse(why, n, "BM x pow2(N) = %lld x %lld exceeds a 65536-element tile", (long long)bm,
-                            (long long)np);
+    smax_cfg c = cfg_of(sh, cf);
+    char buf[200];
+    const char *w = why_not_built(&c, buf, sizeof buf);
+    if (w)
+        return !!tpl_refuse(why, n, "%s", w);
+    int64_t bm = c.bm, warps = c.warps, tile = bm * tpl_pow2_at_least(c.N), threads = 32 * warps;
+    if (warps < 1 || warps > 32)
+        return !!tpl_refuse(why, n, "warps must be 1 to 32");
     if (bm > tpl_pow2_at_least(sh[S_R]))
         return !!tpl_refuse(why, n, "BM=%lld is above R=%lld rounded up to a power of two: rows would be masked off",
                             (long long)bm, (long long)sh[S_R]);
@@ -101,8 +137,8 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
  * reduction step (two reductions of log2(warps) steps, each with a barrier). */
 static double cost(const int64_t *sh, const int64_t *cf)
 {
-    double R = (double)sh[S_R], N = (double)sh[S_N], es = (double)loom_dtype_size((loom_dtype)sh[S_DTYPE]);
-    double bm = (double)cf[C_BM], warps = (double)cf[C_WARPS], np = (double)tpl_pow2_at_least(sh[S_N]);
+    double R = (double)sh[S_R], N = (double)sh[S_N], es = (double)loom_dtype_size((loom_dtype)sh[S_dtype]);
+    double bm = (double)cf[C_BM], warps = (double)cf[C_warps], np = (double)tpl_pow2_at_least(sh[S_N]);
     double progs = ceil(R / bm);
     double lanes = (R * N) / (progs * bm * np);
     double per = bm * np / (32 * warps);
@@ -137,12 +173,12 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
     *(int32_t *)host[A_R] = (int32_t)sh[S_R]; /* the run-time dim at the shape's value */
-    tpl_fill(host[A_X], (loom_dtype)sh[S_DTYPE], sh[S_R] * sh[S_N], -8, 8, &seed);
+    tpl_fill(host[A_X], (loom_dtype)sh[S_dtype], sh[S_R] * sh[S_N], -8, 8, &seed);
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
+    loom_dtype dt = (loom_dtype)sh[S_dtype];
     int64_t N = sh[S_N];
     for (int64_t r = 0; r < sh[S_R]; r++) {
         double mx = -INFINITY, sum = 0;
@@ -160,7 +196,7 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
  * of N terms in f32, the reciprocal (two roundings) and the product, then dtype. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
-    loom_dtype dt = (loom_dtype)sh[S_DTYPE];
+    loom_dtype dt = (loom_dtype)sh[S_dtype];
     int64_t N = sh[S_N];
     const double u = 0x1p-23, log2e = 1.4426950408889634;
     if (!bnd[A_Y])
@@ -188,13 +224,10 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
 const loom_template tpl_def_row_softmax = {
     .name = "row_softmax",
     .doc = "softmax over each row of x [R, N]",
-    .nshape = 3,
-    .shape = {{"R", 4096, "rows (run-time: at most this)", .runtime = 1},
-              {"N", 1000, "columns"},
-              {"dtype", LOOM_F32, "element type"}},
-    .nconfig = 2,
-    .config = {{"BM", 1, "rows per program", 6, {1, 2, 4, 8, 16, 32}},
-               {"warps", 4, "warps per CTA", 6, {1, 2, 4, 8, 16, 32}}},
+    .nshape = LOOM_COUNT(SMAX_SHAPE),
+    .shape = {SMAX_SHAPE(LOOM_SHAPE_PARAM)},
+    .nconfig = LOOM_COUNT(SMAX_CONFIG),
+    .config = {SMAX_CONFIG(LOOM_CONFIG_PARAM)},
     .build = build,
     .grid = grid,
     .grid_rule = grid_rule,

@@ -118,6 +118,13 @@ loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     return NULL;
 }
 
+int tpl_valid(const char *w, char *why, size_t n)
+{
+    if (w && why && n)
+        snprintf(why, n, "%s", w);
+    return w == NULL;
+}
+
 const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas, int bm, int bn)
 {
     if (cwarps != 4 && cwarps != 8)

@@ -44,6 +44,10 @@ loom_buffer *tpl_zeroed_buffer(loom_runtime *rt, size_t bytes, loom_status *st);
  * operation and the tuner's note (never a silent fallback).  Returns LOOM_OK. */
 loom_status tpl_not_tuned(const char *op, const loom_tuned *r);
 
+/* A template's valid() from its one check's answer w (why_not: NULL when the config can
+ * serve the shape, else the reason): 1, or 0 with w copied into why. */
+int tpl_valid(const char *w, char *why, size_t n);
+
 /* Fail a build with a message: returns NULL. */
 loom_kernel *tpl_refuse(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

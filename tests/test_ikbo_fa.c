@@ -34,7 +34,8 @@
 
 static fa_spec spec(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t ns, int varlen)
 {
-    return (fa_spec){B, U, S, H, D, ns, LOOM_F16, varlen, 64, 2, 8, 0, 0, 1, 1, 0};
+    return (fa_spec){.B = B, .U = U, .S = S, .H = H, .D = D, .nseed = ns, .dt = LOOM_F16, .varlen = varlen, .bn = 64,
+                     .stages = 2, .ctas = 8, .sched = 0, .turns = 0, .overlap = 1, .tmastore = 1, .xunit = 0};
 }
 
 Test(ikbo_fa, plan_pairs_blocks_of_one_user_and_covers_every_row)

@@ -219,3 +219,18 @@ Test(lce_dyn_gpu, twenty_random_requests_from_one_prepared_operation, .timeout =
     free(m.wu), free(m.wc);
     loom_runtime_destroy(rt);
 }
+
+/* ik_config_text spells the knobs as the table does (LOOM_IKBO_LCE_CONFIG), trans and
+ * cluster only when transposed: the text tuning caches and loomc aot's files hold. */
+Test(lce_dyn, config_text_is_the_tables_keys)
+{
+    char buf[200];
+    loom_ikbo_lce_config c = ik_default_config();
+    ik_config_text(&c, buf, sizeof buf);
+    cr_expect_str_eq(buf, "BM=256,BN=128,stages=4,cwarps=8,ctas=132,consumers=2,trans=1,cluster=2");
+    c = (loom_ikbo_lce_config){.bm = 128, .bn = 256, .stages = 3, .cwarps = 8, .ctas = 66, .consumers = 1, .cluster = 1};
+    ik_config_text(&c, buf, sizeof buf);
+    cr_expect_str_eq(buf, "BM=128,BN=256,stages=3,cwarps=8,ctas=66,consumers=1");
+    ik_config_text(&c, buf, 8); /* cut short, still a string */
+    cr_expect_str_eq(buf, "BM=128,");
+}

@@ -12,6 +12,7 @@
  * its own process, so each starts from the built-ins alone.
  */
 #include "loomc_test.h"
+#include "loom_ikbo.h" /* the IKBO config tables */
 #include "testutil.h"
 
 #include <limits.h>
@@ -307,6 +308,193 @@ Test(plugin, validate)
     loom_template t = *g;
     t.doc = NULL, t.valid = NULL, t.cost = NULL, t.bucket = NULL, t.bound = NULL, t.aot = NULL, t.atol = t.rtol = 0;
     cr_expect_eq(loom_template_validate(&t, err, sizeof err), 0, "%s", err);
+}
+
+/* ---------------------------------------------------------------- a template's table */
+
+/* A table (loom_tune.h, "A template's table"): the index enums, the struct, the unpacking
+ * and packing, the defaults and the parameter tables all come from one row a key. */
+#define TT_SHAPE(X)                                                                                         \
+    X(R, rows, int64_t, 4096, "rows", .runtime = 1)                                                        \
+    X(dtype, dt, loom_dtype, LOOM_BF16, "element type")                                                    \
+    X(shuffle, shuffle, int, 0, "inputs", .inputs_only = 1)
+#define TT_CONFIG(X)                                                                                        \
+    X(BM, bm, int, 2, "rows a program", 1, 2, 4, 8)                                                        \
+    X(warps, warps, int, 4, "warps a CTA")                                                                 \
+    X(ctas, ctas, int64_t, 132, "CTAs", 132)
+
+enum { TT_SHAPE(LOOM_S_INDEX) S_COUNT };
+enum { TT_CONFIG(LOOM_C_INDEX) C_COUNT };
+typedef struct tt {
+    TT_SHAPE(LOOM_FIELD)
+    TT_CONFIG(LOOM_FIELD)
+} tt;
+typedef struct tt_config {
+    TT_CONFIG(LOOM_FIELD)
+} tt_config;
+
+Test(plugin, table_makes_the_parameters_the_struct_and_the_defaults)
+{
+    cr_expect_eq(S_R, 0);
+    cr_expect_eq(S_shuffle, 2);
+    cr_expect_eq(S_COUNT, LOOM_COUNT(TT_SHAPE));
+    cr_expect_eq(C_ctas, 2);
+    cr_expect_eq(C_COUNT, 3);
+    static const loom_param shape[] = {TT_SHAPE(LOOM_SHAPE_PARAM)}, config[] = {TT_CONFIG(LOOM_CONFIG_PARAM)};
+    cr_expect_str_eq(shape[S_R].key, "R");
+    cr_expect_eq(shape[S_R].def, 4096);
+    cr_expect_eq(shape[S_R].runtime, 1);
+    cr_expect_eq(shape[S_dtype].def, LOOM_BF16);
+    cr_expect_eq(shape[S_dtype].runtime + shape[S_dtype].inputs_only + shape[S_dtype].ncand, 0);
+    cr_expect_eq(shape[S_shuffle].inputs_only, 1);
+    cr_expect_str_eq(config[C_BM].doc, "rows a program");
+    cr_expect_eq(config[C_BM].ncand, 4);
+    cr_expect_eq(config[C_BM].cand[3], 8);
+    cr_expect_eq(config[C_warps].ncand, 0, "no candidates: the default alone");
+    cr_expect_eq(config[C_ctas].ncand, 1);
+    cr_expect_eq(config[C_ctas].cand[0], 132);
+
+    /* vectors -> fields -> vector */
+    const int64_t sh[] = {100, LOOM_F16, 1}, cf[] = {8, 2, 66};
+    tt x;
+    LOOM_UNPACK(TT_SHAPE, &x, sh);
+    LOOM_UNPACK(TT_CONFIG, &x, cf);
+    cr_expect(x.rows == 100 && x.dt == LOOM_F16 && x.shuffle == 1 && x.bm == 8 && x.warps == 2 && x.ctas == 66);
+    int64_t back[C_COUNT];
+    LOOM_PACK(TT_CONFIG, back, &x);
+    cr_expect(!memcmp(back, cf, sizeof cf));
+    tt_config c = {TT_CONFIG(LOOM_DEFAULT)}, d;
+    cr_expect(c.bm == 2 && c.warps == 4 && c.ctas == 132);
+    LOOM_COPY(TT_CONFIG, &d, &x);
+    cr_expect(d.bm == 8 && d.warps == 2 && d.ctas == 66);
+    const int64_t defs[] = {TT_CONFIG(LOOM_DEFAULT_VALUE)};
+    for (int i = 0; i < C_COUNT; i++)
+        cr_expect_eq(defs[i], config[i].def);
+
+    /* the built-ins' tables agree with the C API's defaults (loom_ikbo.h) */
+    const loom_template *lce = loom_template_find("ikbo_lce"), *fa = loom_template_find("ikbo_fa");
+    cr_assert(lce && fa);
+    const loom_ikbo_lce_config lc = {LOOM_IKBO_LCE_CONFIG(LOOM_DEFAULT)};
+    const loom_ikbo_fa_config fc = {LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT)};
+    int64_t lv[LOOM_MAX_PARAMS], fv[LOOM_MAX_PARAMS];
+    LOOM_PACK(LOOM_IKBO_LCE_CONFIG, lv, &lc);
+    LOOM_PACK(LOOM_IKBO_FA_CONFIG, fv, &fc);
+    cr_expect_eq(lce->nconfig, LOOM_COUNT(LOOM_IKBO_LCE_CONFIG));
+    cr_expect_eq(fa->nconfig, LOOM_COUNT(LOOM_IKBO_FA_CONFIG));
+    for (int i = 0; i < lce->nconfig; i++)
+        cr_expect_eq(lv[i], lce->config[i].def, "ikbo_lce %s", lce->config[i].key);
+    for (int i = 0; i < fa->nconfig; i++)
+        cr_expect_eq(fv[i], fa->config[i].def, "ikbo_fa %s", fa->config[i].key);
+}
+
+/* The example plugin's rmsnorm, written as one table (docs/kernels.md): its parameters,
+ * a check on the interpreter, and one reason for a refused config from valid() and build. */
+Test(plugin, rmsnorm_is_one_table, .timeout = 120)
+{
+    char err[1024], why[256], report[1024];
+    cr_assert_eq(loom_plugin_load(t_plugin_path("kernels"), NULL, err, sizeof err), LOOM_OK, "%s", err);
+    const loom_template *t = loom_template_find("rmsnorm");
+    cr_assert(t);
+    cr_expect_eq(loom_template_validate(t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t->nshape, 3);
+    cr_assert_eq(t->nconfig, 2);
+    cr_expect_str_eq(t->shape[2].key, "dtype");
+    cr_expect_eq(t->shape[2].def, LOOM_F16);
+    cr_expect_str_eq(t->config[1].key, "warps");
+    cr_expect_eq(t->config[1].ncand, 4);
+    cr_expect_eq(t->config[1].cand[3], 8);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    cr_assert(rt);
+    const int64_t sh[] = {5, 37, LOOM_F32}, cf[] = {2, 1};
+    cr_expect_eq(loom_template_check(rt, t, sh, cf, 3, report, sizeof report), LOOM_OK, "%s", report);
+    const int64_t big[] = {2048, 1}; /* 2048 rows of 64 a program: over the 65536-element tile */
+    cr_expect_eq(t->valid(sh, big, why, sizeof why), 0);
+    cr_expect(strstr(why, "BM x pow2(N) = 2048 x 64 exceeds"), "%s", why);
+    cr_expect_null(t->build(sh, big, err, sizeof err));
+    cr_expect_str_eq(err, why, "build and valid() say the same");
+    loom_runtime_destroy(rt);
+}
+
+/* ---------------------------------------------------------------- docs/kernels.md's code */
+
+/* Every C block of docs/kernels.md compiles (loom.h included first; a fragment may leave
+ * things unused), with the C compiler that built loom (CC, else cc); a block that is a
+ * whole plugin (LOOM_PLUGIN_INIT) is built as one and loaded, and each template it adds is
+ * checked on the interpreter at its defaults. */
+Test(plugin, docs_kernels_md_blocks_compile, .timeout = 300)
+{
+    char root[PATH_MAX];
+    snprintf(root, sizeof root, "%s", __FILE__);
+    char *slash = strstr(root, "/tests/test_plugin.c");
+    if (!slash)
+        cr_skip_test("the source tree is not known (__FILE__ is %s)", __FILE__);
+    *slash = 0;
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/docs/kernels.md", root);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        cr_skip_test("cannot read %s", path);
+    static char doc[1 << 20];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[n] = 0;
+    const char *cc = getenv("CC") ? getenv("CC") : "cc";
+    char cmd[2 * PATH_MAX + 512];
+    snprintf(cmd, sizeof cmd, "%s --version >/dev/null 2>&1", cc);
+    if (system(cmd) != 0)
+        cr_skip_test("no C compiler (%s)", cc);
+    char dir[] = "/tmp/loom_docs_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    int blocks = 0;
+    for (const char *p = strstr(doc, "```c\n"); p; p = strstr(p, "```c\n")) {
+        p += 5;
+        const char *end = strstr(p, "```");
+        cr_assert(end, "an unclosed block in %s", path);
+        char src[PATH_MAX], so[PATH_MAX];
+        snprintf(src, sizeof src, "%s/block%d.c", dir, blocks);
+        snprintf(so, sizeof so, "%s/libblock%d.so", dir, blocks);
+        FILE *o = fopen(src, "wb");
+        cr_assert(o);
+        fprintf(o, "#include \"loom.h\"\n#line 1 \"docs/kernels.md block %d\"\n%.*s", blocks, (int)(end - p), p);
+        fclose(o);
+        char *text = strndup(p, (size_t)(end - p));
+        cr_assert(text);
+        bool plugin = strstr(text, "LOOM_PLUGIN_INIT") != NULL;
+        free(text);
+        int w = snprintf(cmd, sizeof cmd,
+                 "%s -std=gnu11 -Wall -Wextra -Werror -Wno-unused-function -Wno-unused-variable "
+                 "-Wno-unused-const-variable -I%s/include %s %s -o %s 2>&1",
+                 cc, root, plugin ? "-shared -fPIC" : "-fsyntax-only", src, plugin ? so : "/dev/null");
+        cr_assert(w > 0 && (size_t)w < sizeof cmd, "the command is too long");
+        char out[4096] = "";
+        FILE *pp = popen(cmd, "r");
+        cr_assert(pp);
+        size_t got = fread(out, 1, sizeof out - 1, pp);
+        out[got] = 0;
+        cr_expect_eq(pclose(pp), 0, "docs/kernels.md's block %d does not compile:\n%s", blocks, out);
+        if (plugin) {
+            char err[1024], report[1024];
+            int before = loom_template_count(), count = 0;
+            cr_assert_eq(loom_plugin_load(so, &count, err, sizeof err), LOOM_OK, "%s", err);
+            loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+            for (int i = before; i < before + count; i++) {
+                const loom_template *t = loom_template_at(i);
+                int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+                for (int j = 0; j < t->nshape; j++)
+                    sh[j] = t->shape[j].def;
+                for (int j = 0; j < t->nconfig; j++)
+                    cf[j] = t->config[j].def;
+                cr_expect_eq(loom_template_check(rt, t, sh, cf, 1, report, sizeof report), LOOM_OK, "%s: %s",
+                             t->name, report);
+            }
+            loom_runtime_destroy(rt);
+        }
+        blocks++;
+        p = end + 3;
+    }
+    cr_expect_geq(blocks, 2, "docs/kernels.md has %d C blocks", blocks);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
 }
 
 /* ---------------------------------------------------------------- a plugin that loads */
