@@ -144,50 +144,62 @@ typedef struct grid_row {
     int stage, ok;
 } grid_row;
 
-/* The stages 0 to 4, then LOOM_IKBO_AUTO's pick. */
-enum { PICK_AUTO = LOOM_IKBO_PERSISTENT + 1, PICK_N, PICK_ROUNDS = 11, PICK_REPS = 5 };
+/* The stages 0 to 4, then LOOM_IKBO_AUTO's pick; PICK_PLACES input sets. */
+enum { PICK_AUTO = LOOM_IKBO_PERSISTENT + 1, PICK_N, PICK_ROUNDS = 11, PICK_REPS = 5, PICK_PLACES = 4 };
 #define PICK_WITHIN 1.02 /* issue 40: the pick within 2% of the fastest stage */
 static int picks_off;
 
 /* LOOM_IKBO_AUTO's pick against every stage, timed side by side: PICK_ROUNDS rounds, each a
- * loom_time_work of every prepared object in turn (runs after an L2 flush each, median;
- * PICK_REPS of them, more for a short kernel so that a round covers about 2 ms), each one's
- * time the median of its rounds': rows timed one after another drift more than stages
- * differ.  The pick's quality is its stage's row over the fastest row (the same kernels
- * that auto chose between); auto's own object (the one a user runs) is printed beside its
- * row.  Returns the pick's ratio (0 when not measured) and counts one over 1.02. */
-static double pick_check(loom_runtime *rt, run_ctx *xs, int picked, const double *est_ms)
+ * loom_time_work of every prepared object on every input set in turn (runs after an L2
+ * flush each, median; PICK_REPS of them, more for a short kernel so that a round covers
+ * about 2 ms).  An object's time on a set is the median of its rounds' (rows timed one
+ * after another drift more than stages differ), and its time the mean over the sets:
+ * where E_cand lies moves a stage by up to 22% at a narrow N (--placement), so on one set
+ * the fastest stage is partly the draw of its placement; auto picks by the same mean over
+ * its own sets.  xs[j][i]: object i on set j (sets of the same values, allocated apart).
+ * The pick's quality is its stage's row over the fastest row (the same kernels that auto
+ * chose between); auto's own object (the one a user runs) is printed beside its row.
+ * Returns the pick's ratio (0 when not measured) and counts one over 1.02. */
+static double pick_check(loom_runtime *rt, run_ctx xs[][PICK_N], int nsets, int picked, const double *est_ms)
 {
-    double t[PICK_N][PICK_ROUNDS], med[PICK_N] = {0};
+    static double t[PICK_N][PICK_PLACES][PICK_ROUNDS];
+    double med[PICK_N] = {0}, lo[PICK_N], hi[PICK_N];
     int reps[PICK_N];
     for (int i = 0; i < PICK_N; i++) {
         double est = est_ms[i < PICK_AUTO ? i : picked];
         reps[i] = est > 0 && 2.0 / est > PICK_REPS ? (2.0 / est < 50 ? (int)(2.0 / est) : 50) : PICK_REPS;
     }
     for (int r = 0; r < PICK_ROUNDS; r++)
-        for (int i = 0; i < PICK_N; i++)
-            if (xs[i].p && loom_time_work(rt, run_once, &xs[i], r == 0 ? 1 : 0, reps[i], &t[i][r]) != LOOM_OK)
-                DIE("timing %s: %s", i == PICK_AUTO ? "auto" : "a stage", loom_runtime_error(rt));
+        for (int j = 0; j < nsets; j++)
+            for (int i = 0; i < PICK_N; i++)
+                if (xs[j][i].p &&
+                    loom_time_work(rt, run_once, &xs[j][i], r == 0 ? 1 : 0, reps[i], &t[i][j][r]) != LOOM_OK)
+                    DIE("timing %s: %s", i == PICK_AUTO ? "auto" : "a stage", loom_runtime_error(rt));
     int fastest = -1;
     for (int i = 0; i < PICK_N; i++) {
-        if (!xs[i].p)
+        if (!xs[0][i].p)
             continue;
-        med[i] = tune_median(t[i], PICK_ROUNDS);
+        lo[i] = INFINITY, hi[i] = 0;
+        for (int j = 0; j < nsets; j++) {
+            double m = tune_median(t[i][j], PICK_ROUNDS);
+            med[i] += m / nsets, lo[i] = fmin(lo[i], m), hi[i] = fmax(hi[i], m);
+        }
         if (i != PICK_AUTO && (fastest < 0 || med[i] < med[fastest]))
             fastest = i;
     }
-    if (fastest < 0 || picked < 0 || picked >= PICK_AUTO || !xs[picked].p)
+    if (fastest < 0 || picked < 0 || picked >= PICK_AUTO || !xs[0][picked].p)
         return 0;
     double ratio = med[picked] / med[fastest];
     bool ok = ratio <= PICK_WITHIN;
     picks_off += !ok;
     printf("  pick: stage %d %.4f ms, the fastest stage %d %.4f ms: pick / fastest %.3f, %s; auto's object %.4f ms "
-           "(%.3f of its stage's row); side by side, %d rounds of %d+ runs; stages",
+           "(%.3f of its stage's row); side by side, %d rounds of %d+ runs on each of %d input sets, their mean; "
+           "stages (mean, [fastest set, slowest set])",
            picked, med[picked], fastest, med[fastest], ratio, ok ? "within 2%" : "PICK OFF by more than 2%",
-           med[PICK_AUTO], med[PICK_AUTO] / med[picked], PICK_ROUNDS, PICK_REPS);
+           med[PICK_AUTO], med[PICK_AUTO] / med[picked], PICK_ROUNDS, PICK_REPS, nsets);
     for (int i = 0; i < PICK_AUTO; i++)
-        if (xs[i].p)
-            printf(" %d: %.4f", i, med[i]);
+        if (xs[0][i].p)
+            printf(" %d: %.4f [%.4f, %.4f]", i, med[i], lo[i], hi[i]);
     printf(" ms\n");
     return ratio;
 }
@@ -300,10 +312,32 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
                gflop / am, vs_fw, verdict);
         printf("    prepare %.0f ms; %s\n", prep, loom_ikbo_lce_describe(ps[PICK_AUTO]));
         fflush(stdout);
-        run_ctx xs[PICK_N];
-        for (int i = 0; i < PICK_N; i++)
-            xs[i] = (run_ctx){ps[i], eu, ec, dmap, out};
-        double ratio = pick_check(rt, xs, st, ms);
+        /* the input sets: this one, and PICK_PLACES - 1 more of the same values allocated
+         * apart (as many as there is memory for) */
+        loom_buffer *seu[PICK_PLACES] = {eu}, *sec[PICK_PLACES] = {ec};
+        int nsets = 1;
+        for (; nsets < PICK_PLACES; nsets++) {
+            seu[nsets] = loom_buffer_create(rt, loom_buffer_size(eu));
+            sec[nsets] = loom_buffer_create(rt, loom_buffer_size(ec));
+            if (!seu[nsets] || !sec[nsets] ||
+                nvref_gemm_fill(ref, rt_buffer_dptr(seu[nsets]), LOOM_F16, s->U * s->Ku * s->N, seed + 1, -1, 1, err,
+                                sizeof err) ||
+                nvref_gemm_fill(ref, rt_buffer_dptr(sec[nsets]), LOOM_F16, s->B * s->Kc * s->N, seed + 2, -1, 1, err,
+                                sizeof err)) {
+                loom_buffer_destroy(seu[nsets]);
+                loom_buffer_destroy(sec[nsets]);
+                break;
+            }
+        }
+        run_ctx xs[PICK_PLACES][PICK_N];
+        for (int j = 0; j < nsets; j++)
+            for (int i = 0; i < PICK_N; i++)
+                xs[j][i] = (run_ctx){ps[i], seu[j], sec[j], dmap, out};
+        double ratio = pick_check(rt, xs, nsets, st, ms);
+        for (int j = 1; j < nsets; j++) {
+            loom_buffer_destroy(seu[j]);
+            loom_buffer_destroy(sec[j]);
+        }
         if (row)
             row->auto_ms = am, row->stage = st, row->pick = ratio;
     }

@@ -81,12 +81,16 @@ typedef struct auto_ctx {
     const loom_ikbo_lce_config *cfg;
     bool tuned;
     loom_ikbo_lce *p[AUTO_N];
-    loom_buffer *eu, *ec, *map; /* the inputs */
+    loom_buffer *eu, *ec, *map; /* the inputs run reads: set `cur` of eus and ecs */
+    int places, cur;
+    loom_buffer *eus[TUNE_PICK_PLACES], *ecs[TUNE_PICK_PLACES];
 } auto_ctx;
 
 /* E_user and E_cand uniform in [-1, 1) by the tuner's fill kernel (on the device), the
  * mapping contiguous runs of candidates (b * U / B) at s; the buffers and the fills at hs
- * (the prepare's largest shape: the same kernels in every bucket). */
+ * (the prepare's largest shape: the same kernels in every bucket).  The E's `places` times
+ * over, each set allocated apart with the same values: a stage's time depends on where
+ * E_cand lies (up to 22% at a narrow N; docs/tuning.md), so each is timed on every set. */
 static loom_status inputs_make(auto_ctx *a)
 {
     loom_runtime *rt = a->rt;
@@ -94,11 +98,21 @@ static loom_status inputs_make(auto_ctx *a)
     size_t e = loom_dtype_size(s->dtype);
     const int64_t n[2] = {hs->U * hs->Ku * hs->N, hs->B * hs->Kc * hs->N};
     loom_status st = LOOM_OK;
-    if (!(a->eu = tpl_zeroed_buffer(rt, (size_t)n[0] * e, &st)) ||
-        !(a->ec = tpl_zeroed_buffer(rt, (size_t)n[1] * e, &st)) ||
-        !(a->map = tpl_zeroed_buffer(rt, (size_t)hs->B * 4, &st)))
+    for (int j = 0; j < a->places; j++)
+        if (!(a->eus[j] = tpl_zeroed_buffer(rt, (size_t)n[0] * e, &st)) ||
+            !(a->ecs[j] = tpl_zeroed_buffer(rt, (size_t)n[1] * e, &st))) {
+            if (!j)
+                return st;
+            /* no room for another set: time on those made (the description says how many) */
+            loom_buffer_destroy(a->eus[j]);
+            a->eus[j] = NULL;
+            a->places = j;
+            st = LOOM_OK;
+            break;
+        }
+    a->eu = a->eus[0], a->ec = a->ecs[0], a->cur = 0;
+    if (!(a->map = tpl_zeroed_buffer(rt, (size_t)hs->B * 4, &st)))
         return st;
-    loom_buffer *dst[2] = {a->eu, a->ec};
     loom_kernel *fill[2] = {NULL, NULL};
     int g[2][3] = {{1, 1, 1}, {1, 1, 1}};
     for (int i = 0; i < 2; i++)
@@ -107,11 +121,12 @@ static loom_status inputs_make(auto_ctx *a)
             return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "%lld elements cannot be filled on the device", (long long)n[i]);
         }
     st = loom_prepare_many(rt, fill, 2, 0); /* both compiled at once */
-    for (int i = 0; i < 2 && st == LOOM_OK; i++) {
-        loom_arg args[6];
-        tune_fill_args(dst[i], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], args);
-        st = loom_launch(rt, fill[i], g[i], args, 6);
-    }
+    for (int j = 0; j < a->places; j++)
+        for (int i = 0; i < 2 && st == LOOM_OK; i++) {
+            loom_arg args[6];
+            tune_fill_args(i ? a->ecs[j] : a->eus[j], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], args);
+            st = loom_launch(rt, fill[i], g[i], args, 6);
+        }
     for (int i = 0; i < 2; i++)
         loom_kernel_destroy(fill[i]);
     int32_t *map = st == LOOM_OK ? malloc((size_t)s->B * sizeof *map) : NULL;
@@ -174,6 +189,14 @@ static loom_status auto_run(void *ctx, int i, loom_buffer *out)
     return loom_ikbo_lce_run(a->p[i], a->eu, a->ec, a->map, out);
 }
 
+static void auto_place(void *ctx, int j)
+{
+    auto_ctx *a = ctx;
+    j %= a->places; /* (fewer sets than asked for when memory ran out) */
+    a->cur = j;
+    a->eu = a->eus[j], a->ec = a->ecs[j];
+}
+
 static void auto_release(void *ctx, int i)
 {
     auto_ctx *a = ctx;
@@ -232,14 +255,17 @@ loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_IKBO_AUTO=0", out);
     if (!loom_runtime_is_gpu(rt))
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "no GPU", out);
-    auto_ctx a = {.rt = rt, .s = s, .hs = hs, .wu = w_user, .wc = w_cand, .cfg = cfg, .tuned = tuned};
+    auto_ctx a = {.rt = rt, .s = s, .hs = hs, .wu = w_user, .wc = w_cand, .cfg = cfg, .tuned = tuned,
+                  .places = (int)util_env_int("LOOM_IKBO_AUTO_PLACES", 3, 1, TUNE_PICK_PLACES)};
     /* the key: ikbo_lce's at s (it has no bucket), then the config's text; "tuned" where the
      * config was left to the tuner, whose pick can change between two tunings whose best
      * configs time within noise of each other (keyed by its text, the stage pick would be
      * lost) */
-    char variant[200] = "cfg=tuned";
+    char variant[220] = "cfg=tuned";
     if (!tuned)
-        ik_config_text(cfg, variant + 4, sizeof variant - 4);
+        ik_config_text(cfg, variant + 4, sizeof variant - 24);
+    if (a.places > 1) /* a pick over placements is not the one-set pick of before */
+        snprintf(variant + strlen(variant), sizeof variant - strlen(variant), "|places=%d", a.places);
     int64_t shape[LOOM_MAX_PARAMS];
     ik_shape_vector(s, shape);
     tune_pick_spec sp = {
@@ -250,19 +276,23 @@ loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
         .out_bytes = (size_t)(hs->B * hs->M * hs->N) * loom_dtype_size(hs->dtype), .dtype = hs->dtype,
         .nelem = hs->B * hs->M * hs->N, .rtol = ik_pair_rtol(hs->dtype),
         .ctx = &a, .setup = auto_setup, .prepare = auto_prepare_one, .run = auto_run, .release = auto_release,
+        .places = a.places, .place = auto_place,
         .bound = auto_bound,
     };
     for (int i = 0; i < AUTO_N; i++)
         sp.value[i] = auto_stages[i];
     tune_picked r;
     loom_status st = tune_pick(rt, &sp, &r);
-    loom_buffer_destroy(a.eu);
-    loom_buffer_destroy(a.ec);
+    for (int j = 0; j < a.places; j++) {
+        loom_buffer_destroy(a.eus[j]);
+        loom_buffer_destroy(a.ecs[j]);
+    }
     loom_buffer_destroy(a.map);
     if (st != LOOM_OK)
         return st;
     if (r.best < 0)
         return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, r.untimed, out);
+    sp.places = a.places; /* (as many as there was memory for) */
     auto_describe(&sp, &r, a.p[r.best]);
     *out = a.p[r.best];
     return LOOM_OK;

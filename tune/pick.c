@@ -24,7 +24,11 @@
  *      (TUNE_PICK_REPS runs after an L2 flush each, median), so that each one's time (the
  *      median of its rounds') is taken beside the others': the clock drifts by up to 13%
  *      under load (docs/tuning.md), more than some alternatives differ.  While the two
- *      fastest are within TUNE_PICK_CLOSE, more rounds, up to TUNE_PICK_ROUNDS_MAX.
+ *      fastest are within TUNE_PICK_CLOSE, more rounds, up to TUNE_PICK_ROUNDS_MAX.  With
+ *      several input placements (spec.places), a round times every alternative on every
+ *      placement, and an alternative's time is the mean over the placements of its median
+ *      there (the IKBO LCE's stages run up to 22% apart depending on where E_cand lies,
+ *      bench/RESULTS.md, session 22).
  *   5. The fastest is kept, the others released, and the pick stored.
  *
  * Prefix: tune_pick (pick_ for this file's own).
@@ -279,7 +283,8 @@ static loom_status pick_run_once(void *ctx)
  * TUNE_PICK_ROUNDS_MAX) while the two fastest are within TUNE_PICK_CLOSE. */
 static void pick_time(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *out, tune_picked *r)
 {
-    double ms[TUNE_PICK_MAX][TUNE_PICK_ROUNDS_MAX];
+    double ms[TUNE_PICK_MAX][TUNE_PICK_PLACES][TUNE_PICK_ROUNDS_MAX]; /* 7.5 KiB */
+    int np = s->places > 1 && s->place ? (s->places < TUNE_PICK_PLACES ? s->places : TUNE_PICK_PLACES) : 1;
     int k = 0;
     for (; k < TUNE_PICK_ROUNDS_MAX; k++) {
         if (k >= TUNE_PICK_ROUNDS) {
@@ -287,19 +292,29 @@ static void pick_time(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *ou
             if (!m || m > 1 + TUNE_PICK_CLOSE)
                 break;
         }
-        for (int i = 0; i < s->n; i++) {
-            if (r->why[i][0])
-                continue;
-            pick_work w = {s, i, out};
-            if (loom_time_work(rt, pick_run_once, &w, k == 0 ? 1 : 0, TUNE_PICK_REPS, &ms[i][k]) != LOOM_OK) {
-                snprintf(r->why[i], sizeof r->why[i], "timing failed: %s", loom_runtime_error(rt));
-                continue;
+        for (int j = 0; j < np; j++) {
+            if (np > 1)
+                s->place(s->ctx, j);
+            for (int i = 0; i < s->n; i++) {
+                if (r->why[i][0])
+                    continue;
+                pick_work w = {s, i, out};
+                if (loom_time_work(rt, pick_run_once, &w, k == 0 ? 1 : 0, TUNE_PICK_REPS, &ms[i][j][k]) != LOOM_OK) {
+                    snprintf(r->why[i], sizeof r->why[i], "timing failed: %s", loom_runtime_error(rt));
+                    continue;
+                }
             }
         }
+        if (np > 1)
+            s->place(s->ctx, 0);
         if (k + 1 >= TUNE_PICK_ROUNDS)
             for (int i = 0; i < s->n; i++)
-                if (!r->why[i][0])
-                    r->ms[i] = tune_median(ms[i], k + 1);
+                if (!r->why[i][0]) {
+                    double sum = 0;
+                    for (int j = 0; j < np; j++)
+                        sum += tune_median(ms[i][j], k + 1);
+                    r->ms[i] = sum / np;
+                }
     }
     r->rounds = k;
 }
@@ -410,7 +425,11 @@ void tune_pick_describe(const tune_pick_spec *s, const tune_picked *r, char *buf
             return;
         w += (size_t)c;
     }
-    if (!r->cached && r->margin > 0 && w < n)
-        snprintf(buf + w, n - w, "; margin %.1f%% to the next fastest, %d interleaved rounds of %d runs",
-                 100 * (r->margin - 1), r->rounds, TUNE_PICK_REPS);
+    if (!r->cached && r->margin > 0 && w < n) {
+        int c = snprintf(buf + w, n - w, "; margin %.1f%% to the next fastest, %d interleaved rounds of %d runs",
+                         100 * (r->margin - 1), r->rounds, TUNE_PICK_REPS);
+        if (c > 0 && (size_t)c < n - w && s->places > 1 && s->place)
+            snprintf(buf + w + c, n - w - c, " on each of %d input placements (the mean of their medians)",
+                     s->places < TUNE_PICK_PLACES ? s->places : TUNE_PICK_PLACES);
+    }
 }

@@ -410,6 +410,7 @@ loom_status tc_store(const char *path, const char *key, const loom_template *t,
  * its pick cached in the tuning cache beside the configs (pick.c says how).  Without a GPU
  * nothing can be timed: the caller picks on its own there. */
 #define TUNE_PICK_MAX 8
+#define TUNE_PICK_PLACES 8 /* the most input placements an alternative is timed on */
 enum { TUNE_PICK_ROUNDS = 5, TUNE_PICK_ROUNDS_MAX = 15, TUNE_PICK_REPS = 5 };
 #define TUNE_PICK_CLOSE 0.03
 
@@ -441,6 +442,13 @@ typedef struct tune_pick_spec {
     loom_status (*prepare)(void *ctx, int i);               /* on failure nothing is left to release */
     loom_status (*run)(void *ctx, int i, loom_buffer *out); /* one run, on the inputs, into out */
     void (*release)(void *ctx, int i);                      /* a prepared alternative not picked */
+    /* Input placements: the same inputs in `places` sets of buffers allocated apart (setup
+     * makes them; place(ctx, j) makes set j the one run reads; set 0 is current after
+     * setup).  An alternative's time is the mean over the sets of its median there: where
+     * an operation's speed depends on where its caller's buffers lie, the pick is the
+     * fastest in expectation, not on one draw (0 or 1: one set, place unused). */
+    int places;
+    void (*place)(void *ctx, int j);
     /* bound[nelem] (f32, zeros when it comes): each element's error bound, filled once the
      * outputs are in (NULL: zeros, the outputs compared within rtol |a| alone). */
     loom_status (*bound)(void *ctx, loom_buffer *bound);
