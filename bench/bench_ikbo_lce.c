@@ -361,11 +361,12 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
 /* --placement (issue 40): does a prepared object's speed depend on where the caller's
  * inputs lie?  At one shape, PL_OBJ objects of each of stages 3 and 4 (each prepared on its
  * own, so its own buffers lie apart) run on PL_SETS input sets: E_user and E_cand
- * allocated anew for each set (same values), then two mixed sets (set 1's E_user with set
- * 0's E_cand, and the other way round) that say which of the two matters.  Every (object,
+ * allocated anew for each set (same values), then mixed sets that say which buffer
+ * matters: set 1's E_user with set 0's E_cand and the other way round, and sets 0 and 1
+ * writing a second output buffer.  Every (object,
  * set) pair is timed side by side in interleaved rounds (median of rounds, each a
  * loom_time_work median after L2 flushes); each object's output is checked on set 0. */
-enum { PL_OBJ = 2, PL_SETS = 8, PL_MIX = 2, PL_ROUNDS = 5 };
+enum { PL_OBJ = 3, PL_SETS = 6, PL_MIX = 4, PL_ROUNDS = 5 };
 static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, const loom_ikbo_lce_config *fixed)
 {
     char err[1024];
@@ -399,7 +400,8 @@ static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, con
     loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16};
     loom_ikbo_lce *obj[2 * PL_OBJ];
     const char *names[2 * PL_OBJ];
-    static const char *const nm[] = {"stage 3 #0", "stage 3 #1", "stage 4 #0", "stage 4 #1"};
+    static const char *const nm[] = {"stage 3 #0", "stage 3 #1", "stage 3 #2", "stage 4 #0", "stage 4 #1",
+                                     "stage 4 #2"};
     for (int i = 0; i < 2 * PL_OBJ; i++) {
         loom_ikbo_stage st = i < PL_OBJ ? LOOM_IKBO_FUSED_EPILOGUE : LOOM_IKBO_PERSISTENT;
         if (loom_ikbo_lce_prepare(rt, &ls, st, wu, wc, fixed, &obj[i]) != LOOM_OK)
@@ -419,22 +421,30 @@ static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, con
         }
         printf("\n");
     }
+    /* the mixed sets: E_user moved alone, E_cand moved alone, then sets 0 and 1 writing a
+     * second output buffer (the output moved alone) */
+    loom_buffer *out2 = loom_buffer_create(rt, loom_buffer_size(out));
+    if (!out2)
+        DIE("buffers: %s", loom_runtime_error(rt));
     enum { NSET = PL_SETS + PL_MIX };
-    loom_buffer *set_u[NSET], *set_c[NSET];
+    loom_buffer *set_u[NSET], *set_c[NSET], *set_o[NSET];
     for (int j = 0; j < PL_SETS; j++)
-        set_u[j] = eu[j], set_c[j] = ec[j];
-    set_u[PL_SETS] = eu[1], set_c[PL_SETS] = ec[0];     /* E_user moved alone */
-    set_u[PL_SETS + 1] = eu[0], set_c[PL_SETS + 1] = ec[1]; /* E_cand moved alone */
+        set_u[j] = eu[j], set_c[j] = ec[j], set_o[j] = out;
+    set_u[PL_SETS] = eu[1], set_c[PL_SETS] = ec[0], set_o[PL_SETS] = out;             /* E_user moved alone */
+    set_u[PL_SETS + 1] = eu[0], set_c[PL_SETS + 1] = ec[1], set_o[PL_SETS + 1] = out; /* E_cand moved alone */
+    set_u[PL_SETS + 2] = eu[0], set_c[PL_SETS + 2] = ec[0], set_o[PL_SETS + 2] = out2; /* the output moved alone */
+    set_u[PL_SETS + 3] = eu[1], set_c[PL_SETS + 3] = ec[1], set_o[PL_SETS + 3] = out2;
+    static const char *const mixed[PL_MIX] = {" (set 1's E_user, set 0's E_cand)", " (set 0's E_user, set 1's E_cand)",
+                                              " (set 0's inputs, the second output)", " (set 1's inputs, the second output)"};
     for (int j = 0; j < NSET; j++)
-        printf("  set %d: E_user at 0x%llx, E_cand at 0x%llx%s\n", j, (unsigned long long)rt_buffer_dptr(set_u[j]),
-               (unsigned long long)rt_buffer_dptr(set_c[j]),
-               j == PL_SETS ? " (set 1's E_user, set 0's E_cand)" : j == PL_SETS + 1 ? " (set 0's E_user, set 1's E_cand)" : "");
-    printf("  out at 0x%llx\n", (unsigned long long)rt_buffer_dptr(out));
+        printf("  set %d: E_user at 0x%llx, E_cand at 0x%llx, out at 0x%llx%s\n", j,
+               (unsigned long long)rt_buffer_dptr(set_u[j]), (unsigned long long)rt_buffer_dptr(set_c[j]),
+               (unsigned long long)rt_buffer_dptr(set_o[j]), j >= PL_SETS ? mixed[j - PL_SETS] : "");
     static double t[2 * PL_OBJ][NSET][PL_ROUNDS];
     for (int rd = 0; rd < PL_ROUNDS; rd++)
         for (int i = 0; i < 2 * PL_OBJ; i++)
             for (int j = 0; j < NSET; j++) {
-                run_ctx x = {obj[i], set_u[j], set_c[j], dmap, out};
+                run_ctx x = {obj[i], set_u[j], set_c[j], dmap, set_o[j]};
                 if (loom_time_work(rt, run_once, &x, rd == 0 ? 1 : 0, 5, &t[i][j][rd]) != LOOM_OK)
                     DIE("timing: %s", loom_runtime_error(rt));
             }
@@ -453,7 +463,7 @@ static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, con
     lce_ref_close(&r);
     for (int j = 0; j < PL_SETS; j++)
         loom_buffer_destroy(eu[j]), loom_buffer_destroy(ec[j]);
-    loom_buffer *bs[] = {dwu, dwc, dmap, out};
+    loom_buffer *bs[] = {dwu, dwc, dmap, out, out2};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
         loom_buffer_destroy(bs[i]);
     free(wu);
