@@ -49,7 +49,7 @@
  * Exit status 1 when a check fails, a kernel converts through scratch or something does
  * not run; a missed target is printed, not an exit status.
  */
-#include "cublas_dl.h"
+#include "contenders.h"
 #include "gpu.h"
 #include "kernels.h"
 
@@ -135,60 +135,6 @@ static loom_kernel *index_select_kernel(int64_t B, int64_t U, int64_t row, loom_
 
 /* ---------------------------------------------------------------- contenders and timing */
 
-/* One step of a contender: a loom launch, cuBLAS's GEMM or a device-to-device copy. */
-enum { STEP_LAUNCH, STEP_CUBLAS, STEP_COPY };
-typedef struct step {
-    int kind;
-    loom_kernel *k;
-    int grid[3], nargs;
-    loom_arg args[LOOM_MAX_ARGS];
-    int64_t M, N, K;        /* cuBLAS: C = A @ B */
-    loom_buffer *a, *b, *c; /* cuBLAS's operands; a copy's src = a, dst = c */
-    size_t bytes;           /* a copy's bytes */
-} step;
-
-/* A contender: its steps, run in order, and its time. */
-typedef struct work {
-    const char *name;
-    loom_runtime *rt;
-    cublas_dl *cb;
-    int n;
-    step s[2];
-    double ms;
-} work;
-
-static step launch_step(loom_kernel *k, const int grid[3], const loom_arg *args, int nargs)
-{
-    step s = {.kind = STEP_LAUNCH, .k = k, .nargs = nargs};
-    memcpy(s.grid, grid, sizeof s.grid);
-    memcpy(s.args, args, (size_t)nargs * sizeof *args);
-    return s;
-}
-
-static loom_status run_work(void *p)
-{
-    work *w = p;
-    char err[512];
-    for (int i = 0; i < w->n; i++) {
-        step *s = &w->s[i];
-        loom_status st = LOOM_OK;
-        if (s->kind == STEP_COPY) {
-            st = rt_gpu_dtod(rt_runtime_gpu(w->rt), rt_buffer_dptr(s->c), rt_buffer_dptr(s->a), s->bytes, err, sizeof err);
-            if (st != LOOM_OK)
-                loom_runtime_set_error(w->rt, "copy: %s", err);
-        } else if (s->kind == STEP_CUBLAS) {
-            st = cublas_dl_gemm(w->cb, LOOM_F16, s->M, s->N, s->K, 1, rt_buffer_dptr(s->a), 0, rt_buffer_dptr(s->b),
-                                rt_buffer_dptr(s->c), err, sizeof err);
-            if (st != LOOM_OK)
-                loom_runtime_set_error(w->rt, "cuBLAS: %s", err);
-        } else
-            st = loom_launch(w->rt, s->k, s->grid, s->args, s->nargs);
-        if (st != LOOM_OK)
-            return st;
-    }
-    return LOOM_OK;
-}
-
 /* Run w once and wait: 0, or -1 with the failure printed and counted. */
 static int run_once(work *w)
 {
@@ -199,30 +145,13 @@ static int run_once(work *w)
     return -1;
 }
 
-static int cmp_dbl(const void *a, const void *b)
+/* time_rounds (contenders.h) over 5 rounds: 0, or -1 with the failure printed and counted. */
+static int time_all(loom_runtime *rt, work *ws, int n)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Time ws[0..n) in `rounds` rounds, each running every one in turn (loom_time_work: an L2
- * flush before each run, the median), so a clock or temperature change hits all alike;
- * each figure is the median of its rounds' medians.  0, or -1 with the error printed. */
-static int time_rounds(loom_runtime *rt, work *ws, int n, int rounds)
-{
-    double t[8][8];
-    for (int r = 0; r < rounds; r++)
-        for (int i = 0; i < n; i++)
-            if (loom_time_work(rt, run_work, &ws[i], r == 0 ? 3 : 1, reps_per_round, &t[i][r]) != LOOM_OK) {
-                printf("  %s: timing failed: %s\n", ws[i].name, loom_runtime_error(rt));
-                failures++;
-                return -1;
-            }
-    for (int i = 0; i < n; i++) {
-        qsort(t[i], (size_t)rounds, sizeof t[i][0], cmp_dbl);
-        ws[i].ms = rounds % 2 ? t[i][rounds / 2] : 0.5 * (t[i][rounds / 2 - 1] + t[i][rounds / 2]);
-    }
-    return 0;
+    if (time_rounds(rt, ws, n, 5, reps_per_round) == 0)
+        return 0;
+    failures++;
+    return -1;
 }
 
 /* ---------------------------------------------------------------- the summary */
@@ -451,7 +380,7 @@ static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int
     loom_kernel *ek = epilogue_kernel(M, N, act);
     int cub_at = -1;
     if (cb->h) {
-        step gemm = {.kind = STEP_CUBLAS, .M = M, .N = N, .K = K, .a = in.buf[0], .b = in.buf[1], .c = z};
+        step gemm = cublas_step(M, N, K, in.buf[0], in.buf[1], z);
         int egrid[3] = {(int)((N + EPI_N - 1) / EPI_N), (int)((M + EPI_M - 1) / EPI_M), 1};
         loom_arg eargs[] = {LOOM_ARG_BUF(z), LOOM_ARG_BUF(in.buf[2]), LOOM_ARG_BUF(c2)};
         cub_at = n;
@@ -487,7 +416,7 @@ static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int
         free(c);
     }
 
-    if (time_rounds(rt, ws, n, 5) == 0) {
+    if (time_all(rt, ws, n) == 0) {
         double flop = 2.0 * (double)M * (double)N * (double)K;
         for (int i = 0; i < n; i++)
             printf("  %-26s %9.4f ms  %7.1f TFLOP/s\n", ws[i].name, ws[i].ms, flop / ws[i].ms * 1e-9);
@@ -524,14 +453,14 @@ static void rmsnorm_case(loom_runtime *rt, int64_t R, int64_t N)
     loom_buffer *src = device(rt, bytes), *dst = device(rt, bytes);
     work ws[2] = {{.name = "rmsnorm", .rt = rt, .n = 1, .s = {launch_step(in.kernel, in.grid, in.args, in.nargs)}},
                   {.name = "copy (same bytes)", .rt = rt, .n = 1,
-                   .s = {{.kind = STEP_COPY, .a = src, .c = dst, .bytes = bytes}}}};
+                   .s = {copy_step(src, dst, bytes)}}};
     if (run_once(&ws[0]) == 0) {
         verdict v;
         void *y = download(in.buf[2], bytes);
         check_rmsnorm(&in, R, N, LOOM_F16, y, &v);
         report("rmsnorm", "every element", &v);
         free(y);
-        if (time_rounds(rt, ws, 2, 5) == 0) {
+        if (time_all(rt, ws, 2) == 0) {
             double traffic = 2.0 * (double)bytes; /* x read once, y written once */
             for (int i = 0; i < 2; i++)
                 printf("  %-26s %9.4f ms  %7.0f GB/s\n", ws[i].name, ws[i].ms, traffic / ws[i].ms * 1e-6);
@@ -619,7 +548,7 @@ static void gather_case(loom_runtime *rt, int64_t B, int64_t U, int64_t S, int64
     work ws[3];
     memset(ws, 0, sizeof ws);
     ws[0] = (work){.name = "ikbo_gather_softmax", .rt = rt, .n = 1, .s = {launch_step(in.kernel, in.grid, in.args, in.nargs)}};
-    ws[1] = (work){.name = "copy (its bytes)", .rt = rt, .n = 1, .s = {{.kind = STEP_COPY, .a = src, .c = dst, .bytes = half}}};
+    ws[1] = (work){.name = "copy (its bytes)", .rt = rt, .n = 1, .s = {copy_step(src, dst, half)}};
     int n = 2;
     if (!batched)
         printf("  materialized: FAIL: the template refuses U=B: %s\n", err), failures++;
@@ -645,7 +574,7 @@ static void gather_case(loom_runtime *rt, int64_t B, int64_t U, int64_t S, int64
             free(got[G_OUT]);
         }
         loom_expected_destroy(&e);
-        if (time_rounds(rt, ws, n, 5) == 0) {
+        if (time_all(rt, ws, n) == 0) {
             for (int i = 0; i < n; i++)
                 printf("  %-30s %9.4f ms  %7.0f GB/s of its bytes\n", ws[i].name, ws[i].ms, traffic / ws[i].ms * 1e-6);
             snprintf(ex, sizeof ex, "ikbo_gather_softmax B%lld U%lld S%lld D%lld", (long long)B, (long long)U,

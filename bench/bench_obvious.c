@@ -63,7 +63,7 @@
  * Exit status 1 when a check fails, a kernel converts through scratch or something does
  * not run; a missed speed target is printed, not an exit status.
  */
-#include "cublas_dl.h"
+#include "contenders.h"
 #include "ir.h"
 #include "loom_pipe.h"
 #include "gpu.h"
@@ -513,69 +513,15 @@ static loom_buffer *upload(loom_runtime *rt, const void *host, size_t bytes)
     return b;
 }
 
-/* A launch of a loom kernel, or of cuBLAS, or a copy: the work loom_time_work times. */
-typedef struct work {
-    const char *name;
-    loom_runtime *rt;
-    loom_kernel *k;
-    int grid[3];
-    loom_arg args[8];
-    int nargs;
-    cublas_dl *cb;                         /* cuBLAS: C = A @ B */
-    int64_t M, N, K;
-    loom_buffer *a, *b, *c;                /* cuBLAS's operands; a copy's dst = c, src = a */
-    size_t copy_bytes;                     /* > 0: a device-to-device copy */
-    double ms;                             /* the median of the rounds' medians */
-} work;
-
-static loom_status run_work(void *p)
-{
-    work *w = p;
-    char err[512];
-    if (w->copy_bytes) {
-        loom_status st = rt_gpu_dtod(rt_runtime_gpu(w->rt), rt_buffer_dptr(w->c), rt_buffer_dptr(w->a), w->copy_bytes,
-                                     err, sizeof err);
-        if (st != LOOM_OK)
-            loom_runtime_set_error(w->rt, "copy: %s", err);
-        return st;
-    }
-    if (w->cb) {
-        loom_status st = cublas_dl_gemm(w->cb, LOOM_F16, w->M, w->N, w->K, 1, rt_buffer_dptr(w->a), 0,
-                                        rt_buffer_dptr(w->b), rt_buffer_dptr(w->c), err, sizeof err);
-        if (st != LOOM_OK)
-            loom_runtime_set_error(w->rt, "cuBLAS: %s", err);
-        return st;
-    }
-    return loom_launch(w->rt, w->k, w->grid, w->args, w->nargs);
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int reps_per_round = 20;
 
-/* Time ws[0..n) in `rounds` rounds, each running every one in turn (loom_time_work: an L2
- * flush before each run, the median), so a clock or temperature change hits all alike;
- * each figure is the median of its rounds' medians.  Returns 0, or -1 with the error
- * printed. */
-static int time_rounds(loom_runtime *rt, work *ws, int n, int rounds)
+/* time_rounds (contenders.h): 0, or -1 with the failure printed and counted. */
+static int time_all(loom_runtime *rt, work *ws, int n, int rounds)
 {
-    double t[16][16];
-    for (int r = 0; r < rounds; r++)
-        for (int i = 0; i < n; i++)
-            if (loom_time_work(rt, run_work, &ws[i], r == 0 ? 3 : 1, reps_per_round, &t[i][r]) != LOOM_OK) {
-                printf("  %s: timing failed: %s\n", ws[i].name, loom_runtime_error(rt));
-                failures++;
-                return -1;
-            }
-    for (int i = 0; i < n; i++) {
-        qsort(t[i], (size_t)rounds, sizeof t[i][0], cmp_dbl);
-        ws[i].ms = rounds % 2 ? t[i][rounds / 2] : 0.5 * (t[i][rounds / 2 - 1] + t[i][rounds / 2]);
-    }
-    return 0;
+    if (time_rounds(rt, ws, n, rounds, reps_per_round) == 0)
+        return 0;
+    failures++;
+    return -1;
 }
 
 /* ---------------------------------------------------------------- the GEMM rows */
@@ -680,8 +626,8 @@ static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int
         static const char *names[] = {"gemm_bias_gelu", "(bias, no gelu)"};
         owned[n] = kv;
         cbuf[n] = upload(rt, NULL, nc * 2);
-        ws[n] = (work){.name = names[v], .rt = rt, .k = kv, .nargs = 4, .grid = {ours_grid, 1, 1},
-                       .args = {LOOM_ARG_BUF(bA), LOOM_ARG_BUF(bB), LOOM_ARG_BUF(bbias), LOOM_ARG_BUF(cbuf[n])}};
+        loom_arg args[4] = {LOOM_ARG_BUF(bA), LOOM_ARG_BUF(bB), LOOM_ARG_BUF(bbias), LOOM_ARG_BUF(cbuf[n])};
+        ws[n] = (work){.name = names[v], .rt = rt, .n = 1, .s = {launch_step(kv, (int[3]){ours_grid, 1, 1}, args, 4)}};
         outs[n++].kind = v == BIAS_ONLY ? OUT_BIAS : OUT_GELU;
     }
     int gemm_at = -1, cublas_at = -1, tgrid[3];
@@ -689,16 +635,16 @@ static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int
     if (kg) {
         owned[n] = kg;
         cbuf[n] = upload(rt, NULL, nc * 2);
-        ws[n] = (work){.name = "loom gemm", .rt = rt, .k = kg, .nargs = 5, .grid = {tgrid[0], tgrid[1], tgrid[2]},
-                       .args = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_I32(1), LOOM_ARG_BUF(bA), LOOM_ARG_BUF(bB),
-                                LOOM_ARG_BUF(cbuf[n])}};
+        loom_arg args[5] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_I32(1), LOOM_ARG_BUF(bA), LOOM_ARG_BUF(bB),
+                            LOOM_ARG_BUF(cbuf[n])};
+        ws[n] = (work){.name = "loom gemm", .rt = rt, .n = 1, .s = {launch_step(kg, tgrid, args, 5)}};
         outs[n].kind = OUT_PLAIN;
         gemm_at = n++;
     } else if (gpu)
         failures++;
     if (gpu && cb && cb->h) {
         cbuf[n] = upload(rt, NULL, nc * 2);
-        ws[n] = (work){.name = "cuBLAS", .rt = rt, .cb = cb, .M = M, .N = N, .K = K, .a = bA, .b = bB, .c = cbuf[n]};
+        ws[n] = (work){.name = "cuBLAS", .rt = rt, .cb = cb, .n = 1, .s = {cublas_step(M, N, K, bA, bB, cbuf[n])}};
         outs[n].kind = OUT_PLAIN;
         cublas_at = n++;
     }
@@ -728,7 +674,7 @@ static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int
         failures += chk[c].v.bad != 0;
     }
 
-    if (gpu && all_ran && time_rounds(rt, ws, n, 5) == 0) {
+    if (gpu && all_ran && time_all(rt, ws, n, 5) == 0) {
         double flop = 2.0 * (double)M * (double)N * (double)K;
         result *r = &results[nresults++];
         memset(r, 0, sizeof *r);
@@ -790,14 +736,10 @@ static void row_case(loom_runtime *rt, int which, int64_t R, int64_t N, loom_dty
     loom_buffer *bx = upload(rt, x, nx * es), *bw = upload(rt, w, (size_t)N * es), *by = upload(rt, NULL, nx * es);
     work ws[3];
     memset(ws, 0, sizeof ws);
-    ws[0] = (work){.name = name, .rt = rt, .k = k, .grid = {(int)R, 1, 1}};
-    if (which == ROW_RMSNORM) {
-        ws[0].args[0] = LOOM_ARG_BUF(bx), ws[0].args[1] = LOOM_ARG_BUF(bw), ws[0].args[2] = LOOM_ARG_BUF(by);
-        ws[0].nargs = 3;
-    } else {
-        ws[0].args[0] = LOOM_ARG_BUF(bx), ws[0].args[1] = LOOM_ARG_BUF(by);
-        ws[0].nargs = 2;
-    }
+    loom_arg rargs[3] = {LOOM_ARG_BUF(bx), LOOM_ARG_BUF(bw), LOOM_ARG_BUF(by)}, sargs[2] = {LOOM_ARG_BUF(bx), LOOM_ARG_BUF(by)};
+    ws[0] = (work){.name = name, .rt = rt, .n = 1,
+                   .s = {which == ROW_RMSNORM ? launch_step(k, (int[3]){(int)R, 1, 1}, rargs, 3)
+                                              : launch_step(k, (int[3]){(int)R, 1, 1}, sargs, 2)}};
     bool ok = run_work(&ws[0]) == LOOM_OK && loom_runtime_sync(rt, 0) == LOOM_OK &&
               loom_buffer_download(by, y, nx * es) == LOOM_OK;
     verdict v;
@@ -822,7 +764,7 @@ static void row_case(loom_runtime *rt, int which, int64_t R, int64_t N, loom_dty
         int n = 0;
         n++;
         src = upload(rt, NULL, nx * es), dst = upload(rt, NULL, nx * es);
-        ws[n++] = (work){.name = "copy", .rt = rt, .a = src, .c = dst, .copy_bytes = nx * es};
+        ws[n++] = (work){.name = "copy", .rt = rt, .n = 1, .s = {copy_step(src, dst, nx * es)}};
         if (which == ROW_SOFTMAX) { /* the row_softmax template at its default config, checked at a small shape */
             const loom_template *t = loom_template_find("row_softmax");
             int64_t shape[LOOM_MAX_PARAMS], small[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS];
@@ -838,14 +780,12 @@ static void row_case(loom_runtime *rt, int which, int64_t R, int64_t N, loom_dty
                     printf("  row_softmax template: %s\n", err), failures++;
                 else {
                     have_tpl = true;
-                    ws[n] = (work){.name = "row_softmax tpl", .rt = rt, .k = inst.kernel, .nargs = inst.nargs,
-                                   .grid = {inst.grid[0], inst.grid[1], inst.grid[2]}};
-                    memcpy(ws[n].args, inst.args, sizeof(loom_arg) * (size_t)inst.nargs);
-                    n++;
+                    ws[n++] = (work){.name = "row_softmax tpl", .rt = rt, .n = 1,
+                                     .s = {launch_step(inst.kernel, inst.grid, inst.args, inst.nargs)}};
                 }
             }
         }
-        if (time_rounds(rt, ws, n, 5) == 0) {
+        if (time_all(rt, ws, n, 5) == 0) {
             result *r = &results[nresults++];
             memset(r, 0, sizeof *r);
             snprintf(r->key, sizeof r->key, "%s %lldx%lld %s", name, (long long)R, (long long)N, loom_dtype_name(dt));

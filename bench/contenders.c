@@ -1,0 +1,85 @@
+/*
+ * contenders.c -- running and timing a bench's contenders side by side (contenders.h).
+ */
+#include "contenders.h"
+#include "gpu.h"
+#include "rt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+step launch_step(loom_kernel *k, const int grid[3], const loom_arg *args, int nargs)
+{
+    step s = {.kind = STEP_LAUNCH, .k = k, .nargs = nargs};
+    memcpy(s.grid, grid, sizeof s.grid);
+    memcpy(s.args, args, (size_t)nargs * sizeof *args);
+    return s;
+}
+
+step cublas_step(int64_t M, int64_t N, int64_t K, loom_buffer *a, loom_buffer *b, loom_buffer *c)
+{
+    return (step){.kind = STEP_CUBLAS, .M = M, .N = N, .K = K, .a = a, .b = b, .c = c};
+}
+
+step copy_step(loom_buffer *src, loom_buffer *dst, size_t bytes)
+{
+    return (step){.kind = STEP_COPY, .a = src, .c = dst, .bytes = bytes};
+}
+
+loom_status run_work(void *p)
+{
+    work *w = p;
+    char err[512];
+    for (int i = 0; i < w->n; i++) {
+        step *s = &w->s[i];
+        loom_status st = LOOM_OK;
+        if (s->kind == STEP_COPY) {
+            st = rt_gpu_dtod(rt_runtime_gpu(w->rt), rt_buffer_dptr(s->c), rt_buffer_dptr(s->a), s->bytes, err, sizeof err);
+            if (st != LOOM_OK)
+                loom_runtime_set_error(w->rt, "copy: %s", err);
+        } else if (s->kind == STEP_CUBLAS) {
+            st = cublas_dl_gemm(w->cb, LOOM_F16, s->M, s->N, s->K, 1, rt_buffer_dptr(s->a), 0, rt_buffer_dptr(s->b),
+                                rt_buffer_dptr(s->c), err, sizeof err);
+            if (st != LOOM_OK)
+                loom_runtime_set_error(w->rt, "cuBLAS: %s", err);
+        } else
+            st = loom_launch(w->rt, s->k, s->grid, s->args, s->nargs);
+        if (st != LOOM_OK)
+            return st;
+    }
+    return LOOM_OK;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int time_rounds(loom_runtime *rt, work *ws, int n, int rounds, int reps)
+{
+    enum { MAX_ROUNDS = 16 };
+    if (rounds < 1 || rounds > MAX_ROUNDS) {
+        printf("  time_rounds: %d rounds (1 to %d)\n", rounds, MAX_ROUNDS);
+        return -1;
+    }
+    double(*t)[MAX_ROUNDS] = calloc((size_t)n, sizeof *t);
+    if (!t) {
+        printf("  time_rounds: out of memory\n");
+        return -1;
+    }
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n; i++)
+            if (loom_time_work(rt, run_work, &ws[i], r == 0 ? 3 : 1, reps, &t[i][r]) != LOOM_OK) {
+                printf("  %s: timing failed: %s\n", ws[i].name, loom_runtime_error(rt));
+                free(t);
+                return -1;
+            }
+    for (int i = 0; i < n; i++) {
+        qsort(t[i], (size_t)rounds, sizeof t[i][0], cmp_dbl);
+        ws[i].ms = rounds % 2 ? t[i][rounds / 2] : 0.5 * (t[i][rounds / 2 - 1] + t[i][rounds / 2]);
+    }
+    free(t);
+    return 0;
+}

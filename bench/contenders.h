@@ -1,0 +1,46 @@
+/*
+ * contenders.h -- what a bench times side by side (bench_obvious, bench_examples): a
+ * contender is a short list of steps (a loom launch, cuBLAS's GEMM, a device-to-device
+ * copy) run in order; time_rounds times several in interleaved rounds.
+ */
+#ifndef LOOM_BENCH_CONTENDERS_H
+#define LOOM_BENCH_CONTENDERS_H
+
+#include "cublas_dl.h"
+#include "loom.h"
+
+#include <stddef.h>
+
+enum { STEP_LAUNCH, STEP_CUBLAS, STEP_COPY };
+typedef struct step {
+    int kind;
+    loom_kernel *k;
+    int grid[3], nargs;
+    loom_arg args[LOOM_MAX_ARGS];
+    int64_t M, N, K;        /* cuBLAS: C = A @ B, f16 */
+    loom_buffer *a, *b, *c; /* cuBLAS's operands; a copy's src = a, dst = c */
+    size_t bytes;           /* a copy's bytes */
+} step;
+
+/* A contender: its steps, run in order, and its time. */
+typedef struct work {
+    const char *name;
+    loom_runtime *rt;
+    cublas_dl *cb;
+    int n;
+    step s[2];
+    double ms; /* time_rounds: the median of its rounds' medians */
+} work;
+
+step launch_step(loom_kernel *k, const int grid[3], const loom_arg *args, int nargs);
+step cublas_step(int64_t M, int64_t N, int64_t K, loom_buffer *a, loom_buffer *b, loom_buffer *c);
+step copy_step(loom_buffer *src, loom_buffer *dst, size_t bytes);
+/* One run of w's steps (no wait): a failure's message is in w->rt's error. */
+loom_status run_work(void *w);
+/* Time ws[0..n) in `rounds` rounds (at most 16), each running every one in turn
+ * (loom_time_work of `reps` runs: an L2 flush before each, the median), so a clock or
+ * temperature change hits all alike; each ws[i].ms is the median of its rounds' medians.
+ * 0, or -1 with the failure printed. */
+int time_rounds(loom_runtime *rt, work *ws, int n, int rounds, int reps);
+
+#endif
