@@ -23,8 +23,21 @@
 #include <math.h>
 #include <stdio.h>
 
-enum { S_M, S_N, S_K, S_ACT };
-enum { C_BN, C_STAGES, C_CTAS, C_GROUP, C_PINGPONG };
+/* The template's table (docs/kernels.md, "A template's table"): each key once. */
+#define GBA_SHAPE(X)                                                                       \
+    X(M, M, int64_t, 1024, "rows of A and C")                                              \
+    X(N, N, int64_t, 1024, "columns of B and C (a multiple of 8)")                         \
+    X(K, K, int64_t, 1024, "columns of A, rows of B (a multiple of 8)")                    \
+    X(act, act, int64_t, 1, "0 none, 1 relu, 2 silu")
+#define GBA_CONFIG(X)                                                                      \
+    X(BN, bn, int64_t, 256, "tile columns", 64, 128, 256)                                  \
+    X(stages, stages, int64_t, 4, "ring slots", 2, 3, 4)                                   \
+    X(ctas, ctas, int64_t, 132, "persistent programs (the H100's SMs)", 132)                \
+    X(group, group, int64_t, 32, "tile rows a group of programs walks together (L2 reuse)", 8, 32) \
+    X(pingpong, pingpong, int64_t, 0,                                                      \
+      "1: two consumer warp groups take tiles in turn, one's epilogue beside the other's mainloop", 0, 1)
+enum { GBA_SHAPE(LOOM_S_INDEX) S_COUNT };  /* S_M, S_N, S_K, S_act */
+enum { GBA_CONFIG(LOOM_C_INDEX) C_COUNT }; /* C_BN, C_stages, C_ctas, C_group, C_pingpong */
 enum { A_A, A_B, A_BIAS, A_C }; /* the kernel's arguments */
 enum { ACT_NONE, ACT_RELU, ACT_SILU };
 enum { BM = 64, BK = 64 };
@@ -34,10 +47,10 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int refused(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
-    int64_t bn = cf[C_BN], stages = cf[C_STAGES], pp = cf[C_PINGPONG];
+    int64_t bn = cf[C_BN], stages = cf[C_stages], pp = cf[C_pingpong];
     if (sh[S_M] < 1 || sh[S_N] < 8 || sh[S_K] < 8 || sh[S_N] % 8 || sh[S_K] % 8)
         return snprintf(why, n, "M must be positive, N and K multiples of 8 (TMA's 16-byte rows)"), 1;
-    if (sh[S_ACT] < ACT_NONE || sh[S_ACT] > ACT_SILU)
+    if (sh[S_act] < ACT_NONE || sh[S_act] > ACT_SILU)
         return snprintf(why, n, "act must be 0 (none), 1 (relu) or 2 (silu)"), 1;
     if (bn != 64 && bn != 128 && bn != 256)
         return snprintf(why, n, "BN must be 64, 128 or 256"), 1;
@@ -48,7 +61,7 @@ static int refused(const int64_t *sh, const int64_t *cf, char *why, size_t n)
         return snprintf(why, n, "%lld stages of %lld bytes and %lld staging tiles of %lld bytes: at least 2 stages, "
                         "within 226 KiB of shared memory", (long long)stages, (long long)(BM * BK + BK * bn) * 2,
                         (long long)(1 + pp), (long long)(BM * bn * 2)), 1;
-    if (cf[C_CTAS] < 1 || cf[C_CTAS] > 1024 || cf[C_GROUP] < 1)
+    if (cf[C_ctas] < 1 || cf[C_ctas] > 1024 || cf[C_group] < 1)
         return snprintf(why, n, "ctas must be 1 to 1024 and group positive"), 1;
     return 0;
 }
@@ -76,8 +89,8 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     if (refused(sh, cf, err, n))
         return NULL;
     int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], bn = cf[C_BN];
-    int64_t tm = cdiv(M, BM), tn = cdiv(N, bn), group = cf[C_GROUP];
-    int pp = (int)cf[C_PINGPONG], groups = 1 + pp; /* consumer warp groups */
+    int64_t tm = cdiv(M, BM), tn = cdiv(N, bn), group = cf[C_group];
+    int pp = (int)cf[C_pingpong], groups = 1 + pp; /* consumer warp groups */
     loom_kernel *k = loom_kernel_create("gemm_bias_act", LOOM_PIPE_PRODUCER_WARPS + 4 * groups);
     loom_pipe p = loom_pipe_create(k);
     loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(M, K), LOOM_IN);
@@ -86,7 +99,7 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(M, N), LOOM_OUT);
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(BM, BK), 1, LOOM_SWIZZLE_128},
                                {LOOM_F16, LOOM_SHAPE2(BK, bn), 1, LOOM_SWIZZLE_128}};
-    loom_ring ring = loom_ring_create(&p, (int)cf[C_STAGES], 1, 2, tiles);
+    loom_ring ring = loom_ring_create(&p, (int)cf[C_stages], 1, 2, tiles);
     loom_sched sched = loom_sched_static(&p, tm * tn, 1);
     loom_epilogue epi = loom_epilogue_create(&p, LOOM_EPI_STAGED, C, LOOM_F16, LOOM_SHAPE2(BM, bn), groups, 128);
     loom_pingpong turns = pp ? loom_pingpong_create(&p) : (loom_pingpong){0};
@@ -129,7 +142,7 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
         if (pp)
             loom_pingpong_mma_end(k, &turns);
         acc = loom_mainloop_finish(k, &ml, acc, loom_mainloop_last(k, &ml, it0));
-        epi_ctx ctx = {bias, sh[S_ACT]};
+        epi_ctx ctx = {bias, sh[S_act]};
         loom_epilogue_visit(k, &epi, bias_act, &ctx, acc, &t, rep, LOOM_NONE); /* rep's staging tile */
         if (pp)
             loom_pingpong_tile_end(k, &turns);
@@ -149,7 +162,7 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n) { re
 static void grid(const int64_t *sh, const int64_t *cf, int g[3])
 {
     int64_t tiles = cdiv(sh[S_M], BM) * cdiv(sh[S_N], cf[C_BN]);
-    g[0] = (int)(tiles < cf[C_CTAS] ? tiles : cf[C_CTAS]), g[1] = g[2] = 1;
+    g[0] = (int)(tiles < cf[C_ctas] ? tiles : cf[C_ctas]), g[1] = g[2] = 1;
 }
 
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
@@ -171,7 +184,7 @@ static double exact(const int64_t *sh, void *const *host, int64_t m, int64_t n, 
         double t = kernels_get(host[A_A], LOOM_F16, m * sh[S_K] + q) * kernels_get(host[A_B], LOOM_F16, q * sh[S_N] + n);
         x += t, *mag += fabs(t);
     }
-    return sh[S_ACT] == ACT_RELU ? fmax(x, 0) : sh[S_ACT] == ACT_SILU ? x / (1 + exp(-x)) : x;
+    return sh[S_act] == ACT_RELU ? fmax(x, 0) : sh[S_act] == ACT_SILU ? x / (1 + exp(-x)) : x;
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
@@ -193,7 +206,7 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
         for (int64_t n = 0; n < sh[S_N]; n++) {
             int64_t i = m * sh[S_N] + n;
             double y = exact(sh, host, m, n, &mag);
-            double err = 1.1 * loom_f32_sum_error(sh[S_K] + 1, mag) + (sh[S_ACT] == ACT_SILU ? SILU_REL * fabs(y) : 0);
+            double err = 1.1 * loom_f32_sum_error(sh[S_K] + 1, mag) + (sh[S_act] == ACT_SILU ? SILU_REL * fabs(y) : 0);
             bnd[A_C][i] = loom_error_bound(LOOM_F16, kernels_get(ref[A_C], LOOM_F16, i), err);
         }
 }
@@ -201,16 +214,10 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
 const loom_template gemm_bias_act_template = {
     .name = "gemm_bias_act",
     .doc = "C = act(A @ B + bias), f16 in and out, f32 accumulation (examples/kernels)",
-    .nshape = 4,
-    .shape = {{"M", 1024, "rows of A and C"}, {"N", 1024, "columns of B and C (a multiple of 8)"},
-              {"K", 1024, "columns of A, rows of B (a multiple of 8)"}, {"act", ACT_RELU, "0 none, 1 relu, 2 silu"}},
-    .nconfig = 5,
-    .config = {{"BN", 256, "tile columns", 3, {64, 128, 256}},
-               {"stages", 4, "ring slots", 3, {2, 3, 4}},
-               {"ctas", 132, "persistent programs (the H100's SMs)", 1, {132}},
-               {"group", 32, "tile rows a group of programs walks together (L2 reuse)", 2, {8, 32}},
-               {"pingpong", 0, "1: two consumer warp groups take tiles in turn, one's epilogue beside the "
-                               "other's mainloop", 2, {0, 1}}},
+    .nshape = LOOM_COUNT(GBA_SHAPE),
+    .shape = {GBA_SHAPE(LOOM_SHAPE_PARAM)},
+    .nconfig = LOOM_COUNT(GBA_CONFIG),
+    .config = {GBA_CONFIG(LOOM_CONFIG_PARAM)},
     .build = build,
     .grid = grid,
     .init = init,
