@@ -44,11 +44,167 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------- elementwise */
 
+/* ---------------------------------------------------------------- FP8 */
+
+/* FP8 values are held in f32 registers as their exact value, like f16 and bf16.  A cast
+ * to FP8 is cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (the semantics of dsl/fp8.c: nearest
+ * even, saturating to the largest finite value, NaN kept) and back cvt.rn.f16x2.{e4m3x2,
+ * e5m2x2} (exact), then f16 -> f32.  Both are inline PTX (LLVM 19 has no NVPTX intrinsic
+ * for the f16x2 form), pure, so LLVM drops one whose result is unused.  Stores convert
+ * two registers with one instruction (lw_fp8_bytes) and find where each came from: the
+ * f32 a cast rounded (converted again from it, in a pair: a cast followed by a store is
+ * one cvt a pair) or the byte a load decoded (stored as it is).  f16 and bf16 operands
+ * are converted from their f32 registers: one rounding from the same exact value, so the
+ * result is the .f16x2 form's. */
+static LLVMTypeRef fp8_pack_type(L *l) { return LLVMFunctionType(l->t_i16, (LLVMTypeRef[]){l->t_f32, l->t_f32}, 2, 0); }
+static LLVMTypeRef fp8_unpack_type(L *l) { return LLVMFunctionType(l->t_i32, &l->t_i16, 1, 0); }
+
+static void fp8_text(loom_dtype dt, bool pack, char *text, size_t n)
+{
+    const char *f = dt == LOOM_E4M3 ? "e4m3x2" : "e5m2x2";
+    if (pack) /* $1 the low byte's value, $2 the high byte's: d[15:8] = cvt(a), d[7:0] = cvt(b) */
+        snprintf(text, n, "cvt.rn.satfinite.%s.f32 $0, $2, $1;", f);
+    else
+        snprintf(text, n, "cvt.rn.f16x2.%s $0, $1;", f);
+}
+
+/* The inline asm value of the pack (or unpack) of dt: LLVM uniques them, so a call's
+ * callee is compared with it to find our conversions again. */
+static LLVMValueRef fp8_asm(L *l, loom_dtype dt, bool pack)
+{
+    char text[64];
+    fp8_text(dt, pack, text, sizeof text);
+    const char *cons = pack ? "=h,f,f" : "=r,h";
+    return LLVMGetInlineAsm(pack ? fp8_pack_type(l) : fp8_unpack_type(l), text, strlen(text), cons, strlen(cons), 0, 0,
+                            LLVMInlineAsmDialectATT, 0);
+}
+
+/* One i16: lo's code in the low byte, hi's (+0 where hi is NULL) in the high byte. */
+static LLVMValueRef fp8_pack(L *l, loom_dtype dt, LLVMValueRef lo, LLVMValueRef hi)
+{
+    char text[64];
+    fp8_text(dt, true, text, sizeof text);
+    LLVMValueRef a[2] = {lo, hi ? hi : LLVMConstReal(l->t_f32, 0)};
+    return lw_asm_call(l, l->t_i16, text, "=h,f,f", a, 2, true);
+}
+
+/* The two values of the codes in i16 w (low byte first), as f32. */
+static void fp8_unpack(L *l, loom_dtype dt, LLVMValueRef w, LLVMValueRef *lo, LLVMValueRef *hi)
+{
+    char text[64];
+    fp8_text(dt, false, text, sizeof text);
+    LLVMValueRef h2 = lw_asm_call(l, l->t_i32, text, "=r,h", &w, 1, true);
+    LLVMValueRef a = LLVMBuildTrunc(l->B, h2, l->t_i16, "");
+    *lo = LLVMBuildFPExt(l->B, LLVMBuildBitCast(l->B, a, l->t_f16, ""), l->t_f32, "");
+    if (hi) {
+        LLVMValueRef b = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, h2, ci32(l, 16), ""), l->t_i16, "");
+        *hi = LLVMBuildFPExt(l->B, LLVMBuildBitCast(l->B, b, l->t_f16, ""), l->t_f32, "");
+    }
+}
+
+static bool is_call_to(LLVMValueRef v, LLVMValueRef callee)
+{
+    return v && LLVMIsACallInst(v) && LLVMGetCalledValue(v) == callee;
+}
+
+static bool fp8_origin1(L *l, loom_dtype dt, LLVMValueRef x, LLVMValueRef *src, LLVMValueRef *byte)
+{
+    *src = *byte = NULL;
+    LLVMValueRef h = LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL;
+    LLVMValueRef t = h && LLVMIsABitCastInst(h) ? LLVMGetOperand(h, 0) : NULL;
+    LLVMValueRef w = t && LLVMIsATruncInst(t) ? LLVMGetOperand(t, 0) : NULL;
+    bool high = false;
+    if (w && LLVMIsAInstruction(w) && LLVMGetInstructionOpcode(w) == LLVMLShr) {
+        LLVMValueRef c = LLVMGetOperand(w, 1);
+        if (!LLVMIsAConstantInt(c) || LLVMConstIntGetZExtValue(c) != 16)
+            return false;
+        high = true;
+        w = LLVMGetOperand(w, 0);
+    }
+    if (!is_call_to(w, fp8_asm(l, dt, false)))
+        return false;
+    LLVMValueRef codes = LLVMGetOperand(w, 0); /* the i16 the unpack read */
+    if (is_call_to(codes, fp8_asm(l, dt, true))) {
+        *src = LLVMGetOperand(codes, high ? 1 : 0);
+        return true;
+    }
+    if (high)
+        codes = LLVMBuildLShr(l->B, codes, LLVMConstInt(l->t_i16, 8, 0), "");
+    *byte = LLVMBuildTrunc(l->B, codes, l->t_i8, "");
+    return true;
+}
+
+/* Where register x came from: the f32 a cast rounded (*src), or the byte a load decoded
+ * (*byte); false for any other register.  A cast of a value of the same type is seen
+ * through (a copy stores the loaded bytes). */
+static bool fp8_origin(L *l, loom_dtype dt, LLVMValueRef x, LLVMValueRef *src, LLVMValueRef *byte)
+{
+    *src = *byte = NULL;
+    for (int depth = 0; depth < 8; depth++) {
+        LLVMValueRef s, b;
+        if (!fp8_origin1(l, dt, x, &s, &b))
+            return *src != NULL;
+        if (b) {
+            *src = NULL;
+            *byte = b;
+            return true;
+        }
+        *src = x = s;
+    }
+    return true;
+}
+
+void lw_fp8_bytes(L *l, loom_dtype dt, const LLVMValueRef *x, int n, LLVMValueRef *eb)
+{
+    for (int e = 0; e < n; e += 2) {
+        int m = n - e >= 2 ? 2 : 1;
+        LLVMValueRef src[2] = {NULL, NULL}, byte[2] = {NULL, NULL};
+        for (int i = 0; i < m; i++)
+            if (!fp8_origin(l, dt, x[e + i], &src[i], &byte[i]))
+                src[i] = x[e + i];
+        if (byte[0] && (m == 1 || byte[1])) {
+            for (int i = 0; i < m; i++)
+                eb[e + i] = byte[i];
+            continue;
+        }
+        for (int i = 0; i < m; i++)
+            if (!src[i])
+                src[i] = x[e + i]; /* a loaded byte's exact value: converted back to the same code */
+        LLVMValueRef w = fp8_pack(l, dt, src[0], m == 2 ? src[1] : NULL);
+        eb[e] = LLVMBuildTrunc(l->B, w, l->t_i8, "");
+        if (m == 2)
+            eb[e + 1] = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, w, LLVMConstInt(l->t_i16, 8, 0), ""), l->t_i8, "");
+    }
+}
+
+void lw_fp8_decode(L *l, loom_dtype dt, const LLVMValueRef *eb, int n, LLVMValueRef *out)
+{
+    for (int e = 0; e < n; e += 2) {
+        int m = n - e >= 2 ? 2 : 1;
+        if (LLVMIsAConstantInt(eb[e]) && (m == 1 || LLVMIsAConstantInt(eb[e + 1]))) { /* a fill */
+            for (int i = 0; i < m; i++)
+                out[e + i] = LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)LLVMConstIntGetZExtValue(eb[e + i])));
+            continue;
+        }
+        LLVMValueRef w = LLVMBuildZExt(l->B, eb[e], l->t_i16, "");
+        if (m == 2)
+            w = LLVMBuildOr(l->B, w, LLVMBuildShl(l->B, LLVMBuildZExt(l->B, eb[e + 1], l->t_i16, ""),
+                                                  LLVMConstInt(l->t_i16, 8, 0), ""), "");
+        fp8_unpack(l, dt, w, &out[e], m == 2 ? &out[e + 1] : NULL);
+    }
+}
+
 static LLVMValueRef round_to(L *l, loom_dtype dt, LLVMValueRef f)
 {
+    if (ir_dtype_is_fp8(dt)) {
+        LLVMValueRef r;
+        fp8_unpack(l, dt, fp8_pack(l, dt, f, NULL), &r, NULL);
+        return r;
+    }
     if (dt == LOOM_F16) {
         LLVMValueRef h = LLVMBuildFPTrunc(l->B, f, l->t_f16, "");
         return LLVMBuildFPExt(l->B, h, l->t_f32, "");
