@@ -52,52 +52,78 @@
 
 /* FP8 values are held in f32 registers as their exact value, like f16 and bf16.  A cast
  * to FP8 is cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (the semantics of dsl/fp8.c: nearest
- * even, saturating to the largest finite value, NaN kept) and back cvt.rn.f16x2.{e4m3x2,
- * e5m2x2} (exact), then f16 -> f32.  Both are inline PTX (LLVM 19 has no NVPTX intrinsic
- * for the f16x2 form), pure, so LLVM drops one whose result is unused.  Stores convert
- * two registers with one instruction (lw_fp8_bytes) and find where each came from: the
- * f32 a cast rounded (converted again from it, in a pair: a cast followed by a store is
- * one cvt a pair) or the byte a load decoded (stored as it is).  f16 and bf16 operands
- * are converted from their f32 registers: one rounding from the same exact value, so the
- * result is the .f16x2 form's. */
-static LLVMTypeRef fp8_pack_type(L *l) { return LLVMFunctionType(l->t_i16, (LLVMTypeRef[]){l->t_f32, l->t_f32}, 2, 0); }
-static LLVMTypeRef fp8_unpack_type(L *l) { return LLVMFunctionType(l->t_i32, &l->t_i16, 1, 0); }
+ * even, saturating to the largest finite value, NaN kept), or the .f16x2 form where both
+ * values are f16 (a loaded f16, a cast to f16: one rounding from the same value, and no
+ * f16 -> f32 widening of a NaN on the way); back is cvt.rn.f16x2.{e4m3x2,e5m2x2} (exact),
+ * then f16 -> f32.  They are inline PTX (LLVM 19 has no NVPTX intrinsic for the f16x2
+ * forms), pure, so LLVM drops one whose result is unused and merges equal ones.  Stores
+ * convert two registers with one instruction (lw_fp8_bytes) and find where each came
+ * from: the value a cast rounded (converted again from it, in a pair: a cast followed by
+ * a store is one cvt a pair) or the byte a load decoded (stored as it is). */
+enum { FP8_UNPACK, FP8_PACK, FP8_PACK16 };
 
-static void fp8_text(loom_dtype dt, bool pack, char *text, size_t n)
+static LLVMTypeRef fp8_asm_type(L *l, int form)
+{
+    if (form == FP8_UNPACK)
+        return LLVMFunctionType(l->t_i32, &l->t_i16, 1, 0);
+    LLVMTypeRef t = form == FP8_PACK ? l->t_f32 : l->t_f16;
+    return LLVMFunctionType(l->t_i16, (LLVMTypeRef[]){t, t}, 2, 0);
+}
+
+/* $1 the low byte's value, $2 the high byte's (cvt puts a in d[15:8], b in d[7:0]). */
+static const char *fp8_cons[3] = {"=r,h", "=h,f,f", "=h,h,h"};
+
+static void fp8_text(loom_dtype dt, int form, char *text, size_t n)
 {
     const char *f = dt == LOOM_E4M3 ? "e4m3x2" : "e5m2x2";
-    if (pack) /* $1 the low byte's value, $2 the high byte's: d[15:8] = cvt(a), d[7:0] = cvt(b) */
+    if (form == FP8_PACK)
         snprintf(text, n, "cvt.rn.satfinite.%s.f32 $0, $2, $1;", f);
+    else if (form == FP8_PACK16)
+        snprintf(text, n, "{\n\t.reg .b32 t;\n\tmov.b32 t, {$1, $2};\n\tcvt.rn.satfinite.%s.f16x2 $0, t;\n\t}", f);
     else
         snprintf(text, n, "cvt.rn.f16x2.%s $0, $1;", f);
 }
 
-/* The inline asm value of the pack (or unpack) of dt: LLVM uniques them, so a call's
- * callee is compared with it to find our conversions again. */
-static LLVMValueRef fp8_asm(L *l, loom_dtype dt, bool pack)
+/* The inline asm value of a form: LLVM uniques them, so a call's callee is compared with
+ * it to find our conversions again. */
+static LLVMValueRef fp8_asm(L *l, loom_dtype dt, int form)
 {
-    char text[64];
-    fp8_text(dt, pack, text, sizeof text);
-    const char *cons = pack ? "=h,f,f" : "=r,h";
-    return LLVMGetInlineAsm(pack ? fp8_pack_type(l) : fp8_unpack_type(l), text, strlen(text), cons, strlen(cons), 0, 0,
+    char text[160];
+    fp8_text(dt, form, text, sizeof text);
+    return LLVMGetInlineAsm(fp8_asm_type(l, form), text, strlen(text), fp8_cons[form], strlen(fp8_cons[form]), 0, 0,
                             LLVMInlineAsmDialectATT, 0);
 }
 
-/* One i16: lo's code in the low byte, hi's (+0 where hi is NULL) in the high byte. */
+static LLVMValueRef fp8_call(L *l, loom_dtype dt, int form, LLVMValueRef *args, int n)
+{
+    char text[160];
+    fp8_text(dt, form, text, sizeof text);
+    return lw_asm_call(l, form == FP8_UNPACK ? l->t_i32 : l->t_i16, text, fp8_cons[form], args, n, true);
+}
+
+/* The f16 that f32 register x widens, or NULL. */
+static LLVMValueRef half_of(L *l, LLVMValueRef x)
+{
+    LLVMValueRef h = LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL;
+    return h && LLVMTypeOf(h) == l->t_f16 ? h : NULL;
+}
+
+/* One i16: lo's code in the low byte, hi's (+0 where hi is NULL) in the high byte.  The
+ * .f16x2 form takes pairs only: a lone f16 goes through f32 (the same code; and a tile
+ * stored byte by byte kept every f16 alive in a 16-bit register until its store, which
+ * spilled ptxas's predicates in a 32-element masked tile). */
 static LLVMValueRef fp8_pack(L *l, loom_dtype dt, LLVMValueRef lo, LLVMValueRef hi)
 {
-    char text[64];
-    fp8_text(dt, true, text, sizeof text);
-    LLVMValueRef a[2] = {lo, hi ? hi : LLVMConstReal(l->t_f32, 0)};
-    return lw_asm_call(l, l->t_i16, text, "=h,f,f", a, 2, true);
+    LLVMValueRef hl = half_of(l, lo), hh = hi ? half_of(l, hi) : NULL;
+    if (hl && hh)
+        return fp8_call(l, dt, FP8_PACK16, (LLVMValueRef[]){hl, hh}, 2);
+    return fp8_call(l, dt, FP8_PACK, (LLVMValueRef[]){lo, hi ? hi : LLVMConstReal(l->t_f32, 0)}, 2);
 }
 
 /* The two values of the codes in i16 w (low byte first), as f32. */
 static void fp8_unpack(L *l, loom_dtype dt, LLVMValueRef w, LLVMValueRef *lo, LLVMValueRef *hi)
 {
-    char text[64];
-    fp8_text(dt, false, text, sizeof text);
-    LLVMValueRef h2 = lw_asm_call(l, l->t_i32, text, "=r,h", &w, 1, true);
+    LLVMValueRef h2 = fp8_call(l, dt, FP8_UNPACK, &w, 1);
     LLVMValueRef a = LLVMBuildTrunc(l->B, h2, l->t_i16, "");
     *lo = LLVMBuildFPExt(l->B, LLVMBuildBitCast(l->B, a, l->t_f16, ""), l->t_f32, "");
     if (hi) {
@@ -125,11 +151,15 @@ static bool fp8_origin1(L *l, loom_dtype dt, LLVMValueRef x, LLVMValueRef *src, 
         high = true;
         w = LLVMGetOperand(w, 0);
     }
-    if (!is_call_to(w, fp8_asm(l, dt, false)))
+    if (!is_call_to(w, fp8_asm(l, dt, FP8_UNPACK)))
         return false;
     LLVMValueRef codes = LLVMGetOperand(w, 0); /* the i16 the unpack read */
-    if (is_call_to(codes, fp8_asm(l, dt, true))) {
+    if (is_call_to(codes, fp8_asm(l, dt, FP8_PACK))) {
         *src = LLVMGetOperand(codes, high ? 1 : 0);
+        return true;
+    }
+    if (is_call_to(codes, fp8_asm(l, dt, FP8_PACK16))) {
+        *src = LLVMBuildFPExt(l->B, LLVMGetOperand(codes, high ? 1 : 0), l->t_f32, "");
         return true;
     }
     if (high)
@@ -138,7 +168,7 @@ static bool fp8_origin1(L *l, loom_dtype dt, LLVMValueRef x, LLVMValueRef *src, 
     return true;
 }
 
-/* Where register x came from: the f32 a cast rounded (*src), or the byte a load decoded
+/* Where register x came from: the value a cast rounded (*src), or the byte a load decoded
  * (*byte); false for any other register.  A cast of a value of the same type is seen
  * through (a copy stores the loaded bytes). */
 static bool fp8_origin(L *l, loom_dtype dt, LLVMValueRef x, LLVMValueRef *src, LLVMValueRef *byte)

@@ -449,6 +449,14 @@ Test(fp8, ptx_converts_in_pairs_and_assembles)
         cr_expect_eq(t_count(ptx, enc), 4, "%s: %d of %s\n%s", loom_dtype_name(dts[d]), t_count(ptx, enc), enc, ptx);
         cr_expect_eq(t_count(ptx, dec), 0, "a cast then a store decodes nothing");
         loom_kernel_destroy(k);
+        /* f16 -> FP8: the .f16x2 form, a pair to one */
+        k = cast_kernel("fp8_enc16", LOOM_F16, &dts[d], 1, 4096, 1024);
+        ptx = ptx_of(k);
+        char enc16[64];
+        snprintf(enc16, sizeof enc16, "cvt.rn.satfinite.%s.f16x2", f);
+        cr_expect(t_count(ptx, enc16) == 4 && t_count(ptx, enc) == 0 && t_count(ptx, "cvt.f32.f16") == 0,
+                  "%d of %s, %d of %s\n%s", t_count(ptx, enc16), enc16, t_count(ptx, enc), enc, ptx);
+        loom_kernel_destroy(k);
         /* FP8 -> f16 / f32: one cvt a pair (each element's f16 widened to f32 once; the
          * f16 output stores the f16 itself) */
         loom_dtype to[2] = {LOOM_F16, LOOM_F32};
@@ -476,6 +484,49 @@ Test(fp8, ptx_converts_in_pairs_and_assembles)
         ptx_of(k);
         loom_kernel_destroy(k);
         k = cast_kernel("f16_fp8", LOOM_F16, &dts[d], 1, 77, 32);
+        ptx_of(k);
+        loom_kernel_destroy(k);
+    }
+}
+
+
+/* A shared-memory tile of FP8: stored from registers, read back, cast and stored (the
+ * bytes go through shared memory as they are). */
+static loom_kernel *smem_kernel(loom_dtype dt)
+{
+    loom_kernel *k = loom_kernel_create("fp8_smem", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(32, 64), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", dt, LOOM_SHAPE2(32, 64), LOOM_OUT);
+    loom_val f = loom_arg_tensor(k, "f", LOOM_F32, LOOM_SHAPE2(32, 64), LOOM_OUT);
+    loom_val z = loom_const_i(k, LOOM_I32, 0);
+    loom_val ring = loom_smem_alloc(k, dt, LOOM_SHAPE2(32, 64), 1, LOOM_SWIZZLE_NONE);
+    loom_val v = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(32, 64), LOOM_NONE, 0);
+    loom_smem_store(k, loom_smem_slot(k, ring, z), loom_cast(k, v, dt));
+    loom_val w = loom_smem_load(k, loom_smem_slot(k, ring, z));
+    loom_store(k, o, ((loom_val[]){z, z}), w, LOOM_NONE);
+    loom_store(k, f, ((loom_val[]){z, z}), loom_cast(k, w, LOOM_F32), LOOM_NONE);
+    return k;
+}
+
+Test(fp8, shared_memory_tiles)
+{
+    static const loom_dtype dts[2] = {LOOM_E4M3, LOOM_E5M2};
+    for (int d = 0; d < 2; d++) {
+        static float x[32 * 64], f[32 * 64];
+        static uint8_t o[32 * 64];
+        uint32_t s = 99;
+        for (int i = 0; i < 32 * 64; i++) {
+            s = s * 1664525u + 1013904223u;
+            x[i] = t_u2f((s & 0x8fffffffu) | 0x38000000u);
+        }
+        loom_kernel *k = smem_kernel(dts[d]);
+        targ args[] = {TA_ARR(x), TA_ARR(o), TA_ARR(f)};
+        T_RUN_OK(k, NULL, args, 3);
+        for (int i = 0; i < 32 * 64; i++) {
+            unsigned want = ref_encode(dts[d], x[i]);
+            cr_expect_eq(o[i], want, "%s %a: 0x%02x, want 0x%02x", loom_dtype_name(dts[d]), x[i], o[i], want);
+            cr_expect(t_same_f32(f[i], (float)ref_value(dts[d], want)));
+        }
         ptx_of(k);
         loom_kernel_destroy(k);
     }
