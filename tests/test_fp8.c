@@ -532,6 +532,47 @@ Test(fp8, shared_memory_tiles)
     }
 }
 
+
+/* Integers and i1 to FP8 (through f32: one rounding, as every value past f32's exact
+ * integers saturates anyway) and FP8 to integers (truncated toward zero). */
+Test(fp8, casts_with_integers)
+{
+    enum { N = 64 };
+    loom_kernel *k = loom_kernel_create("fp8_int", 1);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_I32, LOOM_SHAPE1(N), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_E4M3, LOOM_SHAPE1(N), LOOM_OUT);
+    loom_val p = loom_arg_tensor(k, "p", LOOM_I32, LOOM_SHAPE1(N), LOOM_OUT);
+    loom_val z = loom_const_i(k, LOOM_I32, 0);
+    loom_val v = loom_cast(k, loom_load(k, x, &z, LOOM_SHAPE1(N), LOOM_NONE, 0), LOOM_E4M3);
+    loom_store(k, o, &z, v, LOOM_NONE);
+    loom_store(k, p, &z, loom_cast(k, v, LOOM_I32), LOOM_NONE);
+    int32_t xi[N], pi[N];
+    uint8_t out[N];
+    for (int i = 0; i < N; i++)
+        xi[i] = i % 2 ? (i * 977) % 600 - 300 : (int32_t)(1u << (i % 31)) * (i % 4 ? 1 : -1);
+    targ args[] = {TA_ARR(xi), TA_ARR(out), TA_ARR(pi)};
+    T_RUN_OK(k, NULL, args, 3);
+    for (int i = 0; i < N; i++) {
+        unsigned want = ref_encode(LOOM_E4M3, (float)xi[i]);
+        cr_expect_eq(out[i], want, "%d: 0x%02x, want 0x%02x", xi[i], out[i], want);
+        cr_expect_eq(pi[i], (int32_t)ref_value(LOOM_E4M3, want), "%d: %d", xi[i], pi[i]);
+    }
+    ptx_of(k);
+    loom_kernel_destroy(k);
+}
+
+/* Dtype names parse where parameters take them (loomc --shape dtype=e4m3). */
+Test(fp8, dtype_names_parse)
+{
+    loom_param ps[1] = {{.key = "dtype", .def = LOOM_F16, .doc = "element type"}};
+    int64_t v[1];
+    char err[256];
+    cr_assert_eq(loom_params_parse(ps, 1, "dtype=e4m3", v, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(v[0], LOOM_E4M3);
+    cr_assert_eq(loom_params_parse(ps, 1, "dtype=e5m2", v, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(v[0], LOOM_E5M2);
+}
+
 /* ---------------------------------------------------------------- GPU */
 
 /* Launch k with the given buffers on runtime rt: arrays in[] uploaded, outputs
