@@ -11,9 +11,10 @@
  *              kernels that load FP8, cast, compute in f32, cast back and store, run on
  *              the interpreter; their PTX assembled by ptxas; the rules' refusals.
  *   fp8_gpu    the same conversions on the GPU (loom's code generator, the hardware's
- *              cvt) against the interpreter, bit for bit: all 65536 f16 patterns and the
- *              f32 sweep encoded to e4m3 and e5m2, all 256 codes of each decoded.  It
- *              skips without a GPU.
+ *              cvt) against the interpreter, bit for bit: all 65536 f16 and bf16
+ *              patterns and the f32 sweep encoded to e4m3 and e5m2, all 256 codes of
+ *              each decoded to f16, f32, bf16 and the other FP8 type.  It skips without
+ *              a GPU.
  */
 #include "ir.h"
 #include "testutil.h"
@@ -573,6 +574,24 @@ Test(fp8, dtype_names_parse)
     cr_expect_eq(v[0], LOOM_E5M2);
 }
 
+/* The fp8_gpu suite's kernels assemble (here, without a GPU). */
+Test(fp8, gpu_test_kernels_assemble)
+{
+    static const loom_dtype fp8s[2] = {LOOM_E4M3, LOOM_E5M2};
+    static const loom_dtype from[3] = {LOOM_F16, LOOM_BF16, LOOM_F32};
+    for (int f = 0; f < 3; f++) {
+        loom_kernel *k = cast_kernel("fp8_gpu_enc", from[f], fp8s, 2, from[f] == LOOM_F32 ? 1050882 : 65536, 1024);
+        ptx_of(k);
+        loom_kernel_destroy(k);
+    }
+    for (int d = 0; d < 2; d++) {
+        loom_dtype to[4] = {LOOM_F16, LOOM_F32, LOOM_BF16, fp8s[1 - d]};
+        loom_kernel *k = cast_kernel("fp8_gpu_dec", fp8s[d], to, 4, 256, 128);
+        ptx_of(k);
+        loom_kernel_destroy(k);
+    }
+}
+
 /* ---------------------------------------------------------------- GPU */
 
 /* Launch k with the given buffers on runtime rt: arrays in[] uploaded, outputs
@@ -621,8 +640,9 @@ static void gpu_encode(loom_runtime *g, loom_runtime *c, loom_dtype from, const 
         for (int i = 0; i < n; i++) {
             if (go[t][i] == co[t][i])
                 continue;
-            float v = from == LOOM_F32 ? ((const float *)x)[i]
-                                       : ir_f16_to_f32(((const uint16_t *)x)[i]);
+            float v = from == LOOM_F32    ? ((const float *)x)[i]
+                      : from == LOOM_BF16 ? ir_bf16_to_f32(((const uint16_t *)x)[i])
+                                          : ir_f16_to_f32(((const uint16_t *)x)[i]);
             if (isnan(v) && is_nan_code(to[t], go[t][i]) && is_nan_code(to[t], co[t][i])) {
                 if (nan_diff++ < 4)
                     printf("fp8_gpu: %s %s: NaN 0x%08x gives 0x%02x on the GPU, 0x%02x in the interpreter\n", what,
@@ -644,7 +664,7 @@ static void gpu_encode(loom_runtime *g, loom_runtime *c, loom_dtype from, const 
     loom_kernel_destroy(k);
 }
 
-Test(fp8_gpu, encode_every_f16_and_an_f32_sweep_as_the_interpreter)
+Test(fp8_gpu, encode_every_f16_bf16_and_an_f32_sweep_as_the_interpreter)
 {
     loom_runtime *g = t_gpu_or_skip();
     loom_runtime *c = loom_runtime_create(LOOM_TARGET_INTERPRETER);
@@ -652,6 +672,7 @@ Test(fp8_gpu, encode_every_f16_and_an_f32_sweep_as_the_interpreter)
     for (int i = 0; i < 65536; i++)
         h[i] = (uint16_t)i;
     gpu_encode(g, c, LOOM_F16, h, 65536, "f16");
+    gpu_encode(g, c, LOOM_BF16, h, 65536, "bf16");
     int n;
     uint32_t *v = f32_sweep(&n);
     gpu_encode(g, c, LOOM_F32, v, n, "f32");
@@ -666,23 +687,28 @@ Test(fp8_gpu, decode_every_code_as_the_interpreter)
     loom_runtime *c = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     static const loom_dtype dts[2] = {LOOM_E4M3, LOOM_E5M2};
     for (int d = 0; d < 2; d++) {
-        loom_dtype to[2] = {LOOM_F16, LOOM_F32};
-        loom_kernel *k = cast_kernel("fp8_gpu_dec", dts[d], to, 2, 256, 128);
-        uint8_t x[256];
-        uint16_t gh[256], ch[256];
+        loom_dtype to[4] = {LOOM_F16, LOOM_F32, LOOM_BF16, dts[1 - d]};
+        loom_kernel *k = cast_kernel("fp8_gpu_dec", dts[d], to, 4, 256, 128);
+        uint8_t x[256], go8[256], co8[256];
+        uint16_t gh[256], ch[256], gb[256], cb[256];
         float gf[256], cf[256];
         for (int i = 0; i < 256; i++)
             x[i] = (uint8_t)i;
-        size_t bytes[3] = {256, sizeof gh, sizeof gf};
-        launch_on(g, k, 2, (void *[]){x, gh, gf}, bytes, 3);
-        launch_on(c, k, 2, (void *[]){x, ch, cf}, bytes, 3);
+        size_t bytes[5] = {256, sizeof gh, sizeof gf, sizeof gb, sizeof go8};
+        launch_on(g, k, 2, (void *[]){x, gh, gf, gb, go8}, bytes, 5);
+        launch_on(c, k, 2, (void *[]){x, ch, cf, cb, co8}, bytes, 5);
+        const char *n = loom_dtype_name(dts[d]);
         for (int i = 0; i < 256; i++) {
             bool nan = is_nan_code(dts[d], (unsigned)i);
             /* NaN: any NaN (loom does not specify a NaN's sign or payload); else bit for bit */
             cr_expect(nan ? isnan(ir_f16_to_f32(gh[i])) : gh[i] == ch[i], "%s 0x%02x to f16: GPU 0x%04x, interpreter 0x%04x",
-                      loom_dtype_name(dts[d]), i, gh[i], ch[i]);
-            cr_expect(nan ? isnan(gf[i]) : t_f2u(gf[i]) == t_f2u(cf[i]), "%s 0x%02x to f32: GPU %a, interpreter %a",
-                      loom_dtype_name(dts[d]), i, gf[i], cf[i]);
+                      n, i, gh[i], ch[i]);
+            cr_expect(nan ? isnan(gf[i]) : t_f2u(gf[i]) == t_f2u(cf[i]), "%s 0x%02x to f32: GPU %a, interpreter %a", n, i,
+                      gf[i], cf[i]);
+            cr_expect(nan ? isnan(ir_bf16_to_f32(gb[i])) : gb[i] == cb[i],
+                      "%s 0x%02x to bf16: GPU 0x%04x, interpreter 0x%04x", n, i, gb[i], cb[i]);
+            cr_expect(nan ? is_nan_code(dts[1 - d], go8[i]) : go8[i] == co8[i],
+                      "%s 0x%02x to %s: GPU 0x%02x, interpreter 0x%02x", n, i, loom_dtype_name(dts[1 - d]), go8[i], co8[i]);
         }
         loom_kernel_destroy(k);
     }
