@@ -28,6 +28,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _P = _LOOM["prefix"]
 _DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
            "i64": torch.int64, "i1": torch.bool}
+for _n, _t in (("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2")):  # torch 2.1 and newer
+    if hasattr(torch, _t):
+        _DTYPES[_n] = getattr(torch, _t)
 _LOCK = threading.Lock()
 _LIB = None
 

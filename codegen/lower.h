@@ -141,6 +141,13 @@ void lw_add_param_attr(L *l, unsigned idx, const char *name, uint64_t val);
 /* ---------------------------------------------------------------- lower_math.c */
 
 LLVMValueRef lw_emit_ew(L *l, const ir_op *op, LLVMValueRef *x); /* one element of an elementwise op */
+/* FP8 (e4m3, e5m2) values live in f32 registers holding their exact value.  lw_fp8_bytes
+ * gives the stored bytes (i8) of n such registers, a pair to one cvt.rn.satfinite
+ * ...x2.f32 (a register that is a cast's result is converted from the cast's operand,
+ * one that was loaded gives its byte back); lw_fp8_decode the registers of n bytes, a
+ * pair to one cvt.rn.f16x2.{e4m3x2,e5m2x2}. */
+void lw_fp8_bytes(L *l, loom_dtype dt, const LLVMValueRef *x, int n, LLVMValueRef *eb);
+void lw_fp8_decode(L *l, loom_dtype dt, const LLVMValueRef *eb, int n, LLVMValueRef *out);
 
 /* ---------------------------------------------------------------- the Hopper files' shared parts */
 

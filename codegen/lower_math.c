@@ -44,11 +44,197 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------- elementwise */
 
+/* ---------------------------------------------------------------- FP8 */
+
+/* FP8 values are held in f32 registers as their exact value, like f16 and bf16.  A cast
+ * to FP8 is cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (the semantics of dsl/fp8.c: nearest
+ * even, saturating to the largest finite value, NaN kept), or the .f16x2 form where both
+ * values are f16 (a loaded f16, a cast to f16: one rounding from the same value, and no
+ * f16 -> f32 widening of a NaN on the way); back is cvt.rn.f16x2.{e4m3x2,e5m2x2} (exact),
+ * then f16 -> f32.  They are inline PTX (LLVM 19 has no NVPTX intrinsic for the f16x2
+ * forms), pure, so LLVM drops one whose result is unused and merges equal ones.  Stores
+ * convert two registers with one instruction (lw_fp8_bytes) and find where each came
+ * from: the value a cast rounded (converted again from it, in a pair: a cast followed by
+ * a store is one cvt a pair) or the byte a load decoded (stored as it is). */
+enum { FP8_UNPACK, FP8_PACK, FP8_PACK16 };
+
+static LLVMTypeRef fp8_asm_type(L *l, int form)
+{
+    if (form == FP8_UNPACK)
+        return LLVMFunctionType(l->t_i32, &l->t_i16, 1, 0);
+    LLVMTypeRef t = form == FP8_PACK ? l->t_f32 : l->t_f16;
+    return LLVMFunctionType(l->t_i16, (LLVMTypeRef[]){t, t}, 2, 0);
+}
+
+/* $1 the low byte's value, $2 the high byte's (cvt puts a in d[15:8], b in d[7:0]). */
+static const char *fp8_cons[3] = {"=r,h", "=h,f,f", "=h,h,h"};
+
+static void fp8_text(loom_dtype dt, int form, char *text, size_t n)
+{
+    const char *f = dt == LOOM_E4M3 ? "e4m3x2" : "e5m2x2";
+    if (form == FP8_PACK)
+        snprintf(text, n, "cvt.rn.satfinite.%s.f32 $0, $2, $1;", f);
+    else if (form == FP8_PACK16)
+        snprintf(text, n, "{\n\t.reg .b32 t;\n\tmov.b32 t, {$1, $2};\n\tcvt.rn.satfinite.%s.f16x2 $0, t;\n\t}", f);
+    else
+        snprintf(text, n, "cvt.rn.f16x2.%s $0, $1;", f);
+}
+
+/* The inline asm value of a form: LLVM uniques them, so a call's callee is compared with
+ * it to find our conversions again. */
+static LLVMValueRef fp8_asm(L *l, loom_dtype dt, int form)
+{
+    char text[160];
+    fp8_text(dt, form, text, sizeof text);
+    return LLVMGetInlineAsm(fp8_asm_type(l, form), text, strlen(text), fp8_cons[form], strlen(fp8_cons[form]), 0, 0,
+                            LLVMInlineAsmDialectATT, 0);
+}
+
+static LLVMValueRef fp8_call(L *l, loom_dtype dt, int form, LLVMValueRef *args, int n)
+{
+    char text[160];
+    fp8_text(dt, form, text, sizeof text);
+    return lw_asm_call(l, form == FP8_UNPACK ? l->t_i32 : l->t_i16, text, fp8_cons[form], args, n, true);
+}
+
+/* The f16 that f32 register x widens, or NULL. */
+static LLVMValueRef half_of(L *l, LLVMValueRef x)
+{
+    LLVMValueRef h = LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL;
+    return h && LLVMTypeOf(h) == l->t_f16 ? h : NULL;
+}
+
+/* One i16: lo's code in the low byte, hi's (+0 where hi is NULL) in the high byte.  The
+ * .f16x2 form takes pairs only: a lone f16 goes through f32 (the same code; and a tile
+ * stored byte by byte kept every f16 alive in a 16-bit register until its store, which
+ * spilled ptxas's predicates in a 32-element masked tile). */
+static LLVMValueRef fp8_pack(L *l, loom_dtype dt, LLVMValueRef lo, LLVMValueRef hi)
+{
+    LLVMValueRef hl = half_of(l, lo), hh = hi ? half_of(l, hi) : NULL;
+    if (hl && hh)
+        return fp8_call(l, dt, FP8_PACK16, (LLVMValueRef[]){hl, hh}, 2);
+    return fp8_call(l, dt, FP8_PACK, (LLVMValueRef[]){lo, hi ? hi : LLVMConstReal(l->t_f32, 0)}, 2);
+}
+
+/* The two values of the codes in i16 w (low byte first), as f32. */
+static void fp8_unpack(L *l, loom_dtype dt, LLVMValueRef w, LLVMValueRef *lo, LLVMValueRef *hi)
+{
+    LLVMValueRef h2 = fp8_call(l, dt, FP8_UNPACK, &w, 1);
+    LLVMValueRef a = LLVMBuildTrunc(l->B, h2, l->t_i16, "");
+    *lo = LLVMBuildFPExt(l->B, LLVMBuildBitCast(l->B, a, l->t_f16, ""), l->t_f32, "");
+    if (hi) {
+        LLVMValueRef b = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, h2, ci32(l, 16), ""), l->t_i16, "");
+        *hi = LLVMBuildFPExt(l->B, LLVMBuildBitCast(l->B, b, l->t_f16, ""), l->t_f32, "");
+    }
+}
+
+static bool is_call_to(LLVMValueRef v, LLVMValueRef callee)
+{
+    return v && LLVMIsACallInst(v) && LLVMGetCalledValue(v) == callee;
+}
+
+static bool fp8_origin1(L *l, loom_dtype dt, LLVMValueRef x, LLVMValueRef *src, LLVMValueRef *byte)
+{
+    *src = *byte = NULL;
+    LLVMValueRef h = LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL;
+    LLVMValueRef t = h && LLVMIsABitCastInst(h) ? LLVMGetOperand(h, 0) : NULL;
+    LLVMValueRef w = t && LLVMIsATruncInst(t) ? LLVMGetOperand(t, 0) : NULL;
+    bool high = false;
+    if (w && LLVMIsAInstruction(w) && LLVMGetInstructionOpcode(w) == LLVMLShr) {
+        LLVMValueRef c = LLVMGetOperand(w, 1);
+        if (!LLVMIsAConstantInt(c) || LLVMConstIntGetZExtValue(c) != 16)
+            return false;
+        high = true;
+        w = LLVMGetOperand(w, 0);
+    }
+    if (!is_call_to(w, fp8_asm(l, dt, FP8_UNPACK)))
+        return false;
+    LLVMValueRef codes = LLVMGetOperand(w, 0); /* the i16 the unpack read */
+    if (is_call_to(codes, fp8_asm(l, dt, FP8_PACK))) {
+        *src = LLVMGetOperand(codes, high ? 1 : 0);
+        return true;
+    }
+    if (is_call_to(codes, fp8_asm(l, dt, FP8_PACK16))) {
+        *src = LLVMBuildFPExt(l->B, LLVMGetOperand(codes, high ? 1 : 0), l->t_f32, "");
+        return true;
+    }
+    if (high)
+        codes = LLVMBuildLShr(l->B, codes, LLVMConstInt(l->t_i16, 8, 0), "");
+    *byte = LLVMBuildTrunc(l->B, codes, l->t_i8, "");
+    return true;
+}
+
+/* Where register x came from: the value a cast rounded (*src), or the byte a load decoded
+ * (*byte); false for any other register.  A cast of a value of the same type is seen
+ * through (a copy stores the loaded bytes). */
+static bool fp8_origin(L *l, loom_dtype dt, LLVMValueRef x, LLVMValueRef *src, LLVMValueRef *byte)
+{
+    *src = *byte = NULL;
+    for (int depth = 0; depth < 8; depth++) {
+        LLVMValueRef s, b;
+        if (!fp8_origin1(l, dt, x, &s, &b))
+            return *src != NULL;
+        if (b) {
+            *src = NULL;
+            *byte = b;
+            return true;
+        }
+        *src = x = s;
+    }
+    return true;
+}
+
+void lw_fp8_bytes(L *l, loom_dtype dt, const LLVMValueRef *x, int n, LLVMValueRef *eb)
+{
+    for (int e = 0; e < n; e += 2) {
+        int m = n - e >= 2 ? 2 : 1;
+        LLVMValueRef src[2] = {NULL, NULL}, byte[2] = {NULL, NULL};
+        for (int i = 0; i < m; i++)
+            if (!fp8_origin(l, dt, x[e + i], &src[i], &byte[i]))
+                src[i] = x[e + i];
+        if (byte[0] && (m == 1 || byte[1])) {
+            for (int i = 0; i < m; i++)
+                eb[e + i] = byte[i];
+            continue;
+        }
+        for (int i = 0; i < m; i++)
+            if (!src[i])
+                src[i] = x[e + i]; /* a loaded byte's exact value: converted back to the same code */
+        LLVMValueRef w = fp8_pack(l, dt, src[0], m == 2 ? src[1] : NULL);
+        eb[e] = LLVMBuildTrunc(l->B, w, l->t_i8, "");
+        if (m == 2)
+            eb[e + 1] = LLVMBuildTrunc(l->B, LLVMBuildLShr(l->B, w, LLVMConstInt(l->t_i16, 8, 0), ""), l->t_i8, "");
+    }
+}
+
+void lw_fp8_decode(L *l, loom_dtype dt, const LLVMValueRef *eb, int n, LLVMValueRef *out)
+{
+    for (int e = 0; e < n; e += 2) {
+        int m = n - e >= 2 ? 2 : 1;
+        if (LLVMIsAConstantInt(eb[e]) && (m == 1 || LLVMIsAConstantInt(eb[e + 1]))) { /* a fill */
+            for (int i = 0; i < m; i++)
+                out[e + i] = LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)LLVMConstIntGetZExtValue(eb[e + i])));
+            continue;
+        }
+        LLVMValueRef w = LLVMBuildZExt(l->B, eb[e], l->t_i16, "");
+        if (m == 2)
+            w = LLVMBuildOr(l->B, w, LLVMBuildShl(l->B, LLVMBuildZExt(l->B, eb[e + 1], l->t_i16, ""),
+                                                  LLVMConstInt(l->t_i16, 8, 0), ""), "");
+        fp8_unpack(l, dt, w, &out[e], m == 2 ? &out[e + 1] : NULL);
+    }
+}
+
 static LLVMValueRef round_to(L *l, loom_dtype dt, LLVMValueRef f)
 {
+    if (ir_dtype_is_fp8(dt)) {
+        LLVMValueRef r;
+        fp8_unpack(l, dt, fp8_pack(l, dt, f, NULL), &r, NULL);
+        return r;
+    }
     if (dt == LOOM_F16) {
         LLVMValueRef h = LLVMBuildFPTrunc(l->B, f, l->t_f16, "");
         return LLVMBuildFPExt(l->B, h, l->t_f32, "");

@@ -66,6 +66,8 @@ static uint64_t fill_bits(loom_dtype dt, double f)
     case LOOM_I32: return (uint32_t)(int32_t)f;
     case LOOM_I64: return (uint64_t)(int64_t)f;
     case LOOM_I1: return f != 0;
+    case LOOM_E4M3:
+    case LOOM_E5M2: return ir_f32_to_fp8(dt, x);
     default: return 0;
     }
 }
@@ -578,7 +580,8 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             pad |= cg_reg_coord(lay, j0, s) >= lay->shape[s];
         if (pad) {
             for (int e = 0; e < v && !a->store; e++)
-                out[j0 + e] = from_bits(l, dt, LLVMConstInt(bits_type(l, es), fb, 0));
+                out[j0 + e] = ir_dtype_is_fp8(dt) ? LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)fb))
+                                                  : from_bits(l, dt, LLVMConstInt(bits_type(l, es), fb, 0));
             continue;
         }
         LLVMValueRef pred = NULL;
@@ -609,7 +612,10 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         LLVMValueRef addr = LLVMBuildGEP2(l->B, l->t_i8, base, &off64, 1, "");
         LLVMValueRef w[4], eb[16];
         if (a->store) {
-            if (!loaded_words(l, dt, a->vals + j0, v, w)) { /* not all words as loaded: pack them */
+            if (ir_dtype_is_fp8(dt)) { /* a pair to one cvt */
+                lw_fp8_bytes(l, dt, a->vals + j0, v, eb);
+                pack_words(l, eb, v, es, w);
+            } else if (!loaded_words(l, dt, a->vals + j0, v, w)) { /* not all words as loaded: pack them */
                 for (int e = 0; e < v; e++)
                     eb[e] = v == 1 && dt == LOOM_F16 ? f16_bits(l, a->vals[j0 + e]) : to_bits(l, dt, a->vals[j0 + e]);
                 pack_words(l, eb, v, es, w);
@@ -618,8 +624,11 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         } else {
             gaccess(l, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
             unpack_words(l, w, v, es, eb);
-            for (int e = 0; e < v; e++)
-                out[j0 + e] = from_bits(l, dt, eb[e]);
+            if (ir_dtype_is_fp8(dt))
+                lw_fp8_decode(l, dt, eb, v, out + j0); /* a pair to one cvt */
+            else
+                for (int e = 0; e < v; e++)
+                    out[j0 + e] = from_bits(l, dt, eb[e]);
         }
     }
     if (sb)
@@ -721,5 +730,10 @@ bool lower_load_scalar(L *l, uint32_t o, ir_op *op)
     LLVMValueRef p = LLVMBuildGEP2(l->B, l->t_i8, LLVMGetParam(l->fn, l->k->vals[t].def), &off, 1, "");
     LLVMValueRef x = LLVMBuildLoad2(l->B, bits_type(l, es), p, "");
     LLVMSetAlignment(x, (unsigned)es);
+    if (ir_dtype_is_fp8(arg->dtype)) {
+        LLVMValueRef f;
+        lw_fp8_decode(l, arg->dtype, &x, 1, &f);
+        return lw_set_scalar(l, op->res[0], f);
+    }
     return lw_set_scalar(l, op->res[0], from_bits(l, arg->dtype, x));
 }

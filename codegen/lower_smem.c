@@ -159,6 +159,11 @@ bool lower_smem_part(L *l, uint32_t o, ir_op *op)
 
 static LLVMValueRef load_elem(L *l, loom_dtype dt, LLVMValueRef p)
 {
+    if (ir_dtype_is_fp8(dt)) {
+        LLVMValueRef b = LLVMBuildLoad2(l->B, l->t_i8, p, ""), f;
+        lw_fp8_decode(l, dt, &b, 1, &f);
+        return f;
+    }
     switch (dt) {
     case LOOM_F16:
         return LLVMBuildFPExt(l->B, LLVMBuildLoad2(l->B, l->t_f16, p, ""), l->t_f32, "");
@@ -173,6 +178,12 @@ static LLVMValueRef load_elem(L *l, loom_dtype dt, LLVMValueRef p)
 
 static void store_elem(L *l, loom_dtype dt, LLVMValueRef p, LLVMValueRef v)
 {
+    if (ir_dtype_is_fp8(dt)) {
+        LLVMValueRef b;
+        lw_fp8_bytes(l, dt, &v, 1, &b);
+        LLVMBuildStore(l->B, b, p);
+        return;
+    }
     switch (dt) {
     case LOOM_F16:
         LLVMBuildStore(l->B, LLVMBuildFPTrunc(l->B, v, l->t_f16, ""), p);

@@ -82,6 +82,12 @@ static LLVMValueRef elem_bits(L *l, loom_dtype dt, LLVMValueRef v)
                              l->t_i32, "");
     case LOOM_BF16: /* already rounded to bf16: its top half */
         return LLVMBuildLShr(l->B, LLVMBuildBitCast(l->B, v, l->t_i32, ""), ci32(l, 16), "");
+    case LOOM_E4M3:
+    case LOOM_E5M2: {
+        LLVMValueRef b;
+        lw_fp8_bytes(l, dt, &v, 1, &b);
+        return LLVMBuildZExt(l->B, b, l->t_i32, "");
+    }
     default:
         return v;
     }
@@ -109,6 +115,11 @@ bool lower_smem_store_cluster(L *l, uint32_t o, ir_op *op)
     for (int i = 0; i < nw; i++) {
         if (es == 4)
             w[i] = elem_bits(l, dt, el[i]);
+        else if (es == 1) /* FP8: four bytes a word, the first lowest */
+            for (int b = 0; b < 4; b++) {
+                LLVMValueRef x = elem_bits(l, dt, el[4 * i + b]);
+                w[i] = b ? LLVMBuildOr(l->B, w[i], LLVMBuildShl(l->B, x, ci32(l, 8 * b), ""), "") : x;
+            }
         else if (es == 8)
             w[i] = LLVMBuildTrunc(l->B, i % 2 ? LLVMBuildLShr(l->B, el[i / 2], ci64(l, 32), "") : el[i / 2], l->t_i32, "");
         else

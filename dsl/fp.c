@@ -4,7 +4,8 @@
  * These are the reference rounding rules of loom: the interpreter rounds with them
  * wherever a value is stored or cast to a 16-bit float, and the GPU's cvt.rn
  * instructions give the same bits.  NaN stays NaN (quiet), infinities stay infinite,
- * values beyond the largest finite f16 round to infinity as IEEE 754 says.
+ * values beyond the largest finite f16 round to infinity as IEEE 754 says.  The FP8
+ * types' rules are in fp8.c; ir_round_to and ir_round_to_d take them too.
  */
 #include "ir.h"
 
@@ -97,6 +98,8 @@ float ir_round_to_d(loom_dtype t, double d)
     switch (t) {
     case LOOM_F16: return ir_f16_to_f32(ir_f32_to_f16(to_float_odd(d)));
     case LOOM_BF16: return ir_bf16_to_f32(ir_f32_to_bf16(to_float_odd(d)));
+    case LOOM_E4M3:
+    case LOOM_E5M2: return ir_fp8_to_f32(t, ir_f32_to_fp8(t, to_float_odd(d)));
     default: return (float)d;
     }
 }
@@ -106,6 +109,8 @@ float ir_round_to(loom_dtype t, float f)
     switch (t) {
     case LOOM_F16: return ir_f16_to_f32(ir_f32_to_f16(f));
     case LOOM_BF16: return ir_bf16_to_f32(ir_f32_to_bf16(f));
+    case LOOM_E4M3:
+    case LOOM_E5M2: return ir_fp8_to_f32(t, ir_f32_to_fp8(t, f));
     default: return f;
     }
 }

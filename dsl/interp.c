@@ -316,6 +316,8 @@ bool interp_mem_read(interp *in, const ir_op *op, tref t, int64_t off, float *f,
     case LOOM_I32: { int32_t x; memcpy(&x, p, 4); *i = x; break; }
     case LOOM_I64: memcpy(i, p, 8); break;
     case LOOM_I1: *i = p[0] != 0; break;
+    case LOOM_E4M3:
+    case LOOM_E5M2: *f = ir_fp8_to_f32(t.arg->dtype, p[0]); break;
     default: break;
     }
     return true;
@@ -336,6 +338,8 @@ bool interp_mem_write(interp *in, const ir_op *op, tref t, int64_t off, float f,
     case LOOM_I32: { int32_t x = (int32_t)i; memcpy(p, &x, 4); break; }
     case LOOM_I64: memcpy(p, &i, 8); break;
     case LOOM_I1: p[0] = i != 0; break;
+    case LOOM_E4M3:
+    case LOOM_E5M2: p[0] = ir_f32_to_fp8(t.arg->dtype, f); break;
     default: break;
     }
     return true;

@@ -723,17 +723,21 @@ const char *loom_status_name(loom_status s)
 
 const char *loom_dtype_name(loom_dtype t)
 {
-    static const char *names[] = {"f16", "bf16", "f32", "i32", "i64", "i1"};
+    static const char *names[] = {"f16", "bf16", "f32", "i32", "i64", "i1", "e4m3", "e5m2"};
     return (unsigned)t < LOOM_DTYPE_COUNT ? names[t] : "?";
 }
 
 size_t loom_dtype_size(loom_dtype t)
 {
-    static const size_t sz[] = {2, 2, 4, 4, 8, 1};
+    static const size_t sz[] = {2, 2, 4, 4, 8, 1, 1, 1};
     return (unsigned)t < LOOM_DTYPE_COUNT ? sz[t] : 0;
 }
 
-bool ir_dtype_is_float(loom_dtype t) { return t == LOOM_F16 || t == LOOM_BF16 || t == LOOM_F32; }
+bool ir_dtype_is_float(loom_dtype t)
+{
+    return t == LOOM_F16 || t == LOOM_BF16 || t == LOOM_F32 || ir_dtype_is_fp8(t);
+}
+bool ir_dtype_is_fp8(loom_dtype t) { return t == LOOM_E4M3 || t == LOOM_E5M2; }
 bool ir_dtype_is_int(loom_dtype t) { return t == LOOM_I32 || t == LOOM_I64; }
 
 bool ir_shape_eq(const loom_shape *a, const loom_shape *b)

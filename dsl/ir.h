@@ -77,7 +77,10 @@ bool ir_shape_eq(const loom_shape *a, const loom_shape *b);
 int64_t ir_shape_numel(const loom_shape *s);
 /* "f16[64x128]", "i32" for a scalar, "tensor<f16[4x8]>"; buf must hold 64 bytes. */
 const char *ir_type_str(const ir_type *t, char *buf, size_t n);
+/* Held as a float (f32 in the interpreter and in registers): f16, bf16, f32 and the FP8
+ * types.  The FP8 types are storage only: the rules refuse arithmetic on them. */
 bool ir_dtype_is_float(loom_dtype t);
+bool ir_dtype_is_fp8(loom_dtype t); /* e4m3, e5m2 */
 bool ir_dtype_is_int(loom_dtype t); /* i32, i64 (not i1) */
 
 /* ---------------------------------------------------------------- values, ops, blocks */
@@ -324,7 +327,13 @@ uint16_t ir_f32_to_f16(float f);
 float ir_f16_to_f32(uint16_t h);
 uint16_t ir_f32_to_bf16(float f);
 float ir_bf16_to_f32(uint16_t h);
-/* Round a float to the precision of dtype t (f16, bf16: nearest even; f32: identity). */
+/* FP8 (dsl/fp8.c): f32 -> e4m3/e5m2 as the GPU's cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32
+ * (nearest even; finite values and infinities beyond the largest finite saturate to it;
+ * NaN stays NaN), and the exact value of a code (NaN codes give NaN of their sign). */
+uint8_t ir_f32_to_fp8(loom_dtype t, float f);
+float ir_fp8_to_f32(loom_dtype t, uint8_t b);
+/* Round a float to the precision of dtype t (f16, bf16: nearest even; e4m3, e5m2: nearest
+ * even, saturated; f32: identity). */
 float ir_round_to(loom_dtype t, float f);
 /* Round a double to dtype t's precision once (no double rounding through f32). */
 float ir_round_to_d(loom_dtype t, double d);

@@ -108,6 +108,19 @@ static bool same_dtype(rule_ctx *c, int from, int to)
     return true;
 }
 
+/* FP8 values are storage: loads, stores, casts and moves take them; arithmetic does not
+ * (docs/dsl.md, "FP8"). */
+static bool no_fp8(rule_ctx *c, int from, int to)
+{
+    char b[64];
+    for (int i = from; i < to; i++)
+        if (ir_dtype_is_fp8((loom_dtype)T(c, i)->dtype))
+            FAIL("operand %d is %s; FP8 values are for loads, stores and casts only: loom_cast to f16 or f32 "
+                 "first (and back to FP8 to store)",
+                 i, ts(T(c, i), b));
+    return true;
+}
+
 /* ---------------------------------------------------------------- rules */
 
 static bool rule_grid(rule_ctx *c)
@@ -212,7 +225,8 @@ static bool rule_arith(rule_ctx *c)
 {
     char b[64];
     loom_shape s;
-    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s))
+    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s) ||
+        !no_fp8(c, 0, 2))
         return false;
     if (T(c, 0)->dtype == LOOM_I1)
         FAIL("operands are %s; arithmetic needs numbers (use loom_and/loom_or on i1)", ts(T(c, 0), b));
@@ -237,7 +251,8 @@ static bool rule_arith_float(rule_ctx *c)
 {
     char b[64];
     loom_shape s;
-    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s))
+    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s) ||
+        !no_fp8(c, 0, 2))
         return false;
     if (!ir_dtype_is_float((loom_dtype)T(c, 0)->dtype))
         FAIL("operands are %s; this op takes floats (loom_div divides integers)", ts(T(c, 0), b));
@@ -260,7 +275,8 @@ static bool rule_fma(rule_ctx *c)
 {
     char b[64];
     loom_shape s;
-    if (!want_nopnd(c, 3) || !want_tiles(c, 0, 3) || !same_dtype(c, 0, 3) || !ew_common(c, 0, 3, &s))
+    if (!want_nopnd(c, 3) || !want_tiles(c, 0, 3) || !same_dtype(c, 0, 3) || !ew_common(c, 0, 3, &s) ||
+        !no_fp8(c, 0, 3))
         return false;
     if (!ir_dtype_is_float((loom_dtype)T(c, 0)->dtype))
         FAIL("operands are %s; fma takes floats", ts(T(c, 0), b));
@@ -270,7 +286,7 @@ static bool rule_fma(rule_ctx *c)
 static bool rule_unary(rule_ctx *c)
 {
     char b[64];
-    if (!want_nopnd(c, 1) || !want_tiles(c, 0, 1))
+    if (!want_nopnd(c, 1) || !want_tiles(c, 0, 1) || !no_fp8(c, 0, 1))
         return false;
     if (T(c, 0)->dtype == LOOM_I1)
         FAIL("operand is %s; use loom_not on i1", ts(T(c, 0), b));
@@ -280,7 +296,7 @@ static bool rule_unary(rule_ctx *c)
 static bool rule_unary_float(rule_ctx *c)
 {
     char b[64];
-    if (!want_nopnd(c, 1) || !want_tiles(c, 0, 1))
+    if (!want_nopnd(c, 1) || !want_tiles(c, 0, 1) || !no_fp8(c, 0, 1))
         return false;
     if (!ir_dtype_is_float((loom_dtype)T(c, 0)->dtype))
         FAIL("operand is %s; this op takes floats (loom_cast first)", ts(T(c, 0), b));
@@ -300,7 +316,8 @@ static bool rule_unary_bool(rule_ctx *c)
 static bool rule_cmp(rule_ctx *c)
 {
     loom_shape s;
-    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s))
+    if (!want_nopnd(c, 2) || !want_tiles(c, 0, 2) || !same_dtype(c, 0, 2) || !ew_common(c, 0, 2, &s) ||
+        !no_fp8(c, 0, 2))
         return false;
     if (c->op->iattr[0] < LOOM_EQ || c->op->iattr[0] > LOOM_GE)
         FAIL("unknown predicate %lld", (long long)c->op->iattr[0]);
@@ -330,7 +347,7 @@ static bool rule_cast(rule_ctx *c)
 static bool rule_reduce(rule_ctx *c)
 {
     char b[64];
-    if (!want_nopnd(c, 1) || !want_tiles(c, 0, 1))
+    if (!want_nopnd(c, 1) || !want_tiles(c, 0, 1) || !no_fp8(c, 0, 1))
         return false;
     loom_shape s = T(c, 0)->shape;
     int ax = (int)c->op->iattr[0];
@@ -349,7 +366,7 @@ static bool rule_reduce(rule_ctx *c)
 static bool rule_dot(rule_ctx *c)
 {
     char b1[64], b2[64], b3[64];
-    if (!want_nopnd(c, 3) || !want_tiles(c, 0, 3))
+    if (!want_nopnd(c, 3) || !want_tiles(c, 0, 3) || !no_fp8(c, 0, 3))
         return false;
     const ir_type *a = T(c, 0), *bb = T(c, 1), *acc = T(c, 2);
     if (a->shape.rank != 2 || bb->shape.rank != 2 || acc->shape.rank != 2)

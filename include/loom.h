@@ -93,8 +93,10 @@ typedef enum loom_dtype {
     LOOM_I32,
     LOOM_I64,
     LOOM_I1,
+    LOOM_E4M3, /* FP8: 1 sign, 4 exponent, 3 mantissa bits; no infinity; largest 448 */
+    LOOM_E5M2, /* FP8: 1 sign, 5 exponent, 2 mantissa bits; IEEE-like; largest 57344 */
     LOOM_DTYPE_COUNT
-} loom_dtype;
+} loom_dtype; /* values are stored in caches and AOT files: new dtypes go at the end */
 
 const char *loom_dtype_name(loom_dtype t);
 size_t loom_dtype_size(loom_dtype t); /* bytes in memory (i1 is stored as one byte) */

@@ -60,6 +60,8 @@ static int tma_dtype(loom_dtype dt)
     case LOOM_F32: return TMA_DT_FLOAT32;
     case LOOM_I32: return TMA_DT_INT32;
     case LOOM_I64: return TMA_DT_INT64;
+    case LOOM_E4M3:
+    case LOOM_E5M2: return TMA_DT_UINT8; /* bytes moved as they are */
     default: return -1; /* i1: a byte per element in memory, but not a value TMA should move */
     }
 }

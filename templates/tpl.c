@@ -88,6 +88,8 @@ double tpl_get(const void *p, loom_dtype dt, int64_t i)
     case LOOM_I32: { int32_t x; memcpy(&x, b, 4); return x; }
     case LOOM_I64: { int64_t x; memcpy(&x, b, 8); return (double)x; }
     case LOOM_I1: return b[0] != 0;
+    case LOOM_E4M3:
+    case LOOM_E5M2: return ir_fp8_to_f32(dt, b[0]);
     default: return 0;
     }
 }
@@ -102,6 +104,8 @@ void tpl_set(void *p, loom_dtype dt, int64_t i, double v)
     case LOOM_I32: { int32_t x = (int32_t)v; memcpy(b, &x, 4); break; }
     case LOOM_I64: { int64_t x = (int64_t)v; memcpy(b, &x, 8); break; }
     case LOOM_I1: b[0] = v != 0; break;
+    case LOOM_E4M3:
+    case LOOM_E5M2: b[0] = ir_f32_to_fp8(dt, (float)v); break;
     default: break;
     }
 }

@@ -27,7 +27,10 @@ typedef struct elem {
     int64_t i;
 } elem;
 
-static int is_float(loom_dtype dt) { return dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32; }
+static int is_float(loom_dtype dt)
+{
+    return dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32 || dt == LOOM_E4M3 || dt == LOOM_E5M2;
+}
 
 /* Write element e of dtype dt to p[idx] (f16/bf16 rounded to nearest even). */
 static void put_elem(void *p, loom_dtype dt, int idx, elem e)
@@ -39,6 +42,8 @@ static void put_elem(void *p, loom_dtype dt, int idx, elem e)
     case LOOM_F32: memcpy(b, &e.f, 4); break;
     case LOOM_I32: { int32_t x = (int32_t)(uint32_t)(uint64_t)e.i; memcpy(b, &x, 4); break; }
     case LOOM_I64: memcpy(b, &e.i, 8); break;
+    case LOOM_E4M3:
+    case LOOM_E5M2: b[0] = ir_f32_to_fp8(dt, e.f); break; /* tests/test_fp8.c checks it */
     default: b[0] = e.i != 0; break;
     }
 }
@@ -55,6 +60,8 @@ static elem get_elem(const void *p, loom_dtype dt, int idx)
     case LOOM_F32: memcpy(&e.f, b, 4); break;
     case LOOM_I32: memcpy(&x, b, 4); e.i = x; break;
     case LOOM_I64: memcpy(&e.i, b, 8); break;
+    case LOOM_E4M3:
+    case LOOM_E5M2: e.f = ir_fp8_to_f32(dt, b[0]); break;
     default: e.i = b[0]; break;
     }
     return e;
