@@ -475,23 +475,13 @@ static void rmsnorm_case(loom_runtime *rt, int64_t R, int64_t N)
 
 /* ---------------------------------------------------------------- ikbo_gather_softmax */
 
-typedef struct costs {
-    int convert, scratch;
-} costs;
-
-static void on_cost(void *ctx, const loom_cost *c)
-{
-    costs *s = ctx;
-    s->convert += c->kind == LOOM_COST_CONVERT;
-    s->scratch += c->kind == LOOM_COST_SCRATCH;
-}
 
 /* Print k's cost report; a conversion through scratch is a failure. */
 static void explain(loom_kernel *k, const char *what)
 {
-    costs s = {0};
+    bench_costs s = {0};
     char *text = NULL, err[2048];
-    if (loom_kernel_explain(k, "sm_90a", on_cost, &s, &text, err, sizeof err) != LOOM_OK) {
+    if (loom_kernel_explain(k, "sm_90a", bench_on_cost, &s, &text, err, sizeof err) != LOOM_OK) {
         printf("  explain %s: FAIL: %s\n", what, err);
         failures++;
         return;

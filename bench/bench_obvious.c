@@ -257,25 +257,15 @@ static loom_kernel *softmax(int64_t R, int64_t N, loom_dtype dt, int warps)
 
 /* ---------------------------------------------------------------- what each kernel costs */
 
-typedef struct costs {
-    int convert, scratch;
-} costs;
-
-static void on_cost(void *ctx, const loom_cost *c)
-{
-    costs *s = ctx;
-    s->convert += c->kind == LOOM_COST_CONVERT;
-    s->scratch += c->kind == LOOM_COST_SCRATCH;
-}
 
 /* Print loom_kernel_explain's report of k; a conversion is a failure for the GEMM (issue
  * 36: the obvious epilogue moves nothing through shared memory).  With --ptx, write its
  * PTX as DIR/<tag>.ptx. */
 static void explain(loom_kernel *k, const char *tag, bool conversion_fails)
 {
-    costs s = {0};
+    bench_costs s = {0};
     char *text = NULL, err[4096];
-    loom_status st = loom_kernel_explain(k, "sm_90a", on_cost, &s, &text, err, sizeof err);
+    loom_status st = loom_kernel_explain(k, "sm_90a", bench_on_cost, &s, &text, err, sizeof err);
     printf("explain %s (loom_kernel_explain, sm_90a):\n", tag);
     if (st != LOOM_OK) {
         printf("  FAIL: %s: %s\n", loom_status_name(st), err);

@@ -83,3 +83,10 @@ int time_rounds(loom_runtime *rt, work *ws, int n, int rounds, int reps)
     free(t);
     return 0;
 }
+
+void bench_on_cost(void *ctx, const loom_cost *c)
+{
+    bench_costs *s = ctx;
+    s->convert += c->kind == LOOM_COST_CONVERT;
+    s->scratch += c->kind == LOOM_COST_SCRATCH;
+}

@@ -43,4 +43,11 @@ loom_status run_work(void *w);
  * 0, or -1 with the failure printed. */
 int time_rounds(loom_runtime *rt, work *ws, int n, int rounds, int reps);
 
+/* What loom_kernel_explain reports of a kernel, counted: conversions through shared
+ * memory and other uses of scratch (bench_on_cost is the callback, ctx a bench_costs). */
+typedef struct bench_costs {
+    int convert, scratch;
+} bench_costs;
+void bench_on_cost(void *ctx, const loom_cost *c);
+
 #endif

@@ -31,14 +31,8 @@
 static const loom_template *T = &gemm_plain_template;
 
 /* shape or config text over the template's defaults */
-static void parse(const loom_param *p, int n, const char *text, int64_t *v)
-{
-    char err[256];
-    memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
-    cr_assert_eq(loom_params_parse(p, n, text, v, err, sizeof err), 0, "'%s': %s", text, err);
-}
-#define SHAPE(text, v) parse(T->shape, T->nshape, (text), (v))
-#define CONFIG(text, v) parse(T->config, T->nconfig, (text), (v))
+#define SHAPE(text, v) t_params(T->shape, T->nshape, (text), (v))
+#define CONFIG(text, v) t_params(T->config, T->nconfig, (text), (v))
 
 /* ---------------------------------------------------------------- the template */
 

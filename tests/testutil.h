@@ -350,6 +350,16 @@ static inline int t_ptxas_ok(const char *ptx, const char *arch, const char *name
     return 1;
 }
 
+/* A shape or config vector from "k=v,..." text over a parameter list's defaults (the test
+ * fails on text the list does not take). */
+static inline void t_params(const loom_param *p, int n, const char *text, int64_t *v)
+{
+    char err[256];
+    memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
+    cr_assert_eq(loom_params_parse(p, n, text, v, err, sizeof err), 0, "'%s': %s", text ? text : "(the defaults)",
+                 err);
+}
+
 /* How many times needle occurs in s (overlapping), e.g. an instruction in PTX text. */
 static inline int t_count(const char *s, const char *needle)
 {
