@@ -680,14 +680,7 @@ int main(int argc, char **argv)
     printf("bench_examples on %s (configs: %s)\n", loom_runtime_device_name(rt),
            tuned ? "tuned (loom_tune)" : "each template's default");
     cublas_dl cb;
-    memset(&cb, 0, sizeof cb);
-    char err[512];
-    if (cublas_dl_open(&cb, err, sizeof err) == 0)
-        printf("cuBLAS %d (%s): cublasGemmEx, fp32 compute, default algorithm\n", cb.version, cb.path);
-    else {
-        printf("cuBLAS: not measured: %s\n", err);
-        cb.h = NULL;
-    }
+    bench_cublas_open(&cb);
     gemm_case(rt, &cb, 4096, 4096, 4096);
     gemm_case(rt, &cb, 2048, 2048, 2048);
     rmsnorm_case(rt, 16384, 4096);

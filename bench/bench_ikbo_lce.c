@@ -204,6 +204,28 @@ static double pick_check(loom_runtime *rt, run_ctx xs[][PICK_N], int nsets, int 
     return ratio;
 }
 
+/* The host's weights (uniform in [-1, 1), from seed, which they advance) and a mapping
+ * (contiguous, or shuffled), as prepare and the reference take them. */
+static void host_inputs(const lce_shape *s, uint64_t *seed, int shuffle, uint16_t **wu, uint16_t **wc, int32_t **map)
+{
+    *wu = malloc((size_t)(s->M * s->Ku) * 2), *wc = malloc((size_t)(s->M * s->Kc) * 2);
+    *map = malloc((size_t)s->B * 4);
+    if (!*wu || !*wc || !*map)
+        DIE("out of host memory");
+    tpl_fill(*wu, LOOM_F16, s->M * s->Ku, -1, 1, seed);
+    tpl_fill(*wc, LOOM_F16, s->M * s->Kc, -1, 1, seed);
+    ik_mapping(s->B, s->U, shuffle, *seed, *map);
+}
+
+/* E_user and E_cand uniform in [-1, 1) on the device (seeds su and sc): 0, or non-zero with
+ * the reason in err. */
+static int fill_e(nvref_gemm *ref, const lce_shape *s, loom_buffer *eu, loom_buffer *ec, uint64_t su, uint64_t sc,
+                  char *err, size_t n)
+{
+    return nvref_gemm_fill(ref, rt_buffer_dptr(eu), LOOM_F16, s->U * s->Ku * s->N, su, -1, 1, err, n) ||
+           nvref_gemm_fill(ref, rt_buffer_dptr(ec), LOOM_F16, s->B * s->Kc * s->N, sc, -1, 1, err, n);
+}
+
 static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_shape *s, int shuffle, int do_check,
                       const loom_ikbo_lce_config *fixed, grid_row *row)
 {
@@ -212,13 +234,9 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
     size_t e = 2;
     uint64_t seed = 1234 + (uint64_t)s->B * 7 + (uint64_t)s->U;
     /* weights on the host (prepare takes host arrays) and on the device (the reference) */
-    uint16_t *wu = malloc((size_t)(s->M * s->Ku) * e), *wc = malloc((size_t)(s->M * s->Kc) * e);
-    int32_t *map = malloc((size_t)s->B * 4);
-    if (!wu || !wc || !map)
-        DIE("out of host memory");
-    tpl_fill(wu, LOOM_F16, s->M * s->Ku, -1, 1, &seed);
-    tpl_fill(wc, LOOM_F16, s->M * s->Kc, -1, 1, &seed);
-    ik_mapping(s->B, s->U, shuffle, seed, map);
+    uint16_t *wu, *wc;
+    int32_t *map;
+    host_inputs(s, &seed, shuffle, &wu, &wc, &map);
     loom_buffer *dwu = loom_buffer_create(rt, (size_t)(s->M * s->Ku) * e);
     loom_buffer *dwc = loom_buffer_create(rt, (size_t)(s->M * s->Kc) * e);
     loom_buffer *eu = loom_buffer_create(rt, (size_t)(s->U * s->Ku * s->N) * e);
@@ -230,8 +248,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
     if (loom_buffer_upload(dwu, wu, loom_buffer_size(dwu)) || loom_buffer_upload(dwc, wc, loom_buffer_size(dwc)) ||
         loom_buffer_upload(dmap, map, loom_buffer_size(dmap)))
         DIE("upload: %s", loom_runtime_error(rt));
-    if (nvref_gemm_fill(ref, rt_buffer_dptr(eu), LOOM_F16, s->U * s->Ku * s->N, seed + 1, -1, 1, err, sizeof err) ||
-        nvref_gemm_fill(ref, rt_buffer_dptr(ec), LOOM_F16, s->B * s->Kc * s->N, seed + 2, -1, 1, err, sizeof err))
+    if (fill_e(ref, s, eu, ec, seed + 1, seed + 2, err, sizeof err))
         DIE("fill: %s", err);
 
     /* the reference halves, f32, kept on the device with what checks against them */
@@ -320,10 +337,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
             seu[nsets] = loom_buffer_create(rt, loom_buffer_size(eu));
             sec[nsets] = loom_buffer_create(rt, loom_buffer_size(ec));
             if (!seu[nsets] || !sec[nsets] ||
-                nvref_gemm_fill(ref, rt_buffer_dptr(seu[nsets]), LOOM_F16, s->U * s->Ku * s->N, seed + 1, -1, 1, err,
-                                sizeof err) ||
-                nvref_gemm_fill(ref, rt_buffer_dptr(sec[nsets]), LOOM_F16, s->B * s->Kc * s->N, seed + 2, -1, 1, err,
-                                sizeof err)) {
+                fill_e(ref, s, seu[nsets], sec[nsets], seed + 1, seed + 2, err, sizeof err)) {
                 loom_buffer_destroy(seu[nsets]);
                 loom_buffer_destroy(sec[nsets]);
                 break;
@@ -372,13 +386,9 @@ static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, con
     char err[1024];
     size_t e = 2;
     uint64_t seed = 99;
-    uint16_t *wu = malloc((size_t)(s->M * s->Ku) * e), *wc = malloc((size_t)(s->M * s->Kc) * e);
-    int32_t *map = malloc((size_t)s->B * 4);
-    if (!wu || !wc || !map)
-        DIE("out of host memory");
-    tpl_fill(wu, LOOM_F16, s->M * s->Ku, -1, 1, &seed);
-    tpl_fill(wc, LOOM_F16, s->M * s->Kc, -1, 1, &seed);
-    ik_mapping(s->B, s->U, 0, seed, map);
+    uint16_t *wu, *wc;
+    int32_t *map;
+    host_inputs(s, &seed, 0, &wu, &wc, &map);
     loom_buffer *dwu = loom_buffer_create(rt, (size_t)(s->M * s->Ku) * e);
     loom_buffer *dwc = loom_buffer_create(rt, (size_t)(s->M * s->Kc) * e);
     loom_buffer *dmap = loom_buffer_create(rt, (size_t)s->B * 4);
@@ -387,9 +397,7 @@ static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, con
     for (int j = 0; j < PL_SETS; j++) {
         eu[j] = loom_buffer_create(rt, (size_t)(s->U * s->Ku * s->N) * e);
         ec[j] = loom_buffer_create(rt, (size_t)(s->B * s->Kc * s->N) * e);
-        if (!eu[j] || !ec[j] ||
-            nvref_gemm_fill(ref, rt_buffer_dptr(eu[j]), LOOM_F16, s->U * s->Ku * s->N, 7, -1, 1, err, sizeof err) ||
-            nvref_gemm_fill(ref, rt_buffer_dptr(ec[j]), LOOM_F16, s->B * s->Kc * s->N, 8, -1, 1, err, sizeof err))
+        if (!eu[j] || !ec[j] || fill_e(ref, s, eu[j], ec[j], 7, 8, err, sizeof err))
             DIE("input set %d: %s %s", j, loom_runtime_error(rt), err);
     }
     if (!dwu || !dwc || !dmap || !out || loom_buffer_upload(dwu, wu, loom_buffer_size(dwu)) ||

@@ -939,14 +939,7 @@ int main(int argc, char **argv)
 
     printf("bench_obvious on %s\n", loom_runtime_device_name(rt));
     cublas_dl cb;
-    memset(&cb, 0, sizeof cb);
-    char err[512];
-    if (cublas_dl_open(&cb, err, sizeof err) == 0)
-        printf("cuBLAS %d (%s): cublasGemmEx, fp32 compute, default algorithm\n", cb.version, cb.path);
-    else {
-        printf("cuBLAS: not measured: %s\n", err);
-        cb.h = NULL;
-    }
+    bench_cublas_open(&cb);
     gemm_case(rt, &cb, 4096, 4096, 4096, &cfg, cfg_text, true);
     gemm_case(rt, &cb, 2048, 2048, 2048, &cfg, cfg_text, true);
     row_case(rt, ROW_RMSNORM, 16384, 4096, LOOM_F16, warps, true);

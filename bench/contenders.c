@@ -9,6 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+void bench_cublas_open(cublas_dl *cb)
+{
+    char err[512];
+    memset(cb, 0, sizeof *cb);
+    if (cublas_dl_open(cb, err, sizeof err) == 0)
+        printf("cuBLAS %d (%s): cublasGemmEx, fp32 compute, default algorithm\n", cb->version, cb->path);
+    else {
+        printf("cuBLAS: not measured: %s\n", err);
+        cb->h = NULL;
+    }
+}
+
 step launch_step(loom_kernel *k, const int grid[3], const loom_arg *args, int nargs)
 {
     step s = {.kind = STEP_LAUNCH, .k = k, .nargs = nargs};

@@ -35,6 +35,8 @@ typedef struct work {
 step launch_step(loom_kernel *k, const int grid[3], const loom_arg *args, int nargs);
 step cublas_step(int64_t M, int64_t N, int64_t K, loom_buffer *a, loom_buffer *b, loom_buffer *c);
 step copy_step(loom_buffer *src, loom_buffer *dst, size_t bytes);
+/* cuBLAS loaded into cb and said so, or cb->h NULL and why it is not measured. */
+void bench_cublas_open(cublas_dl *cb);
 /* One run of w's steps (no wait): a failure's message is in w->rt's error. */
 loom_status run_work(void *w);
 /* Time ws[0..n) in `rounds` rounds (at most 16), each running every one in turn

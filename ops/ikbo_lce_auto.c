@@ -81,8 +81,8 @@ typedef struct auto_ctx {
     const loom_ikbo_lce_config *cfg;
     bool tuned;
     loom_ikbo_lce *p[AUTO_N];
-    loom_buffer *eu, *ec, *map; /* the inputs run reads: set `cur` of eus and ecs */
-    int places, cur;
+    loom_buffer *eu, *ec, *map; /* the inputs run reads: one set of eus and ecs */
+    int places;
     loom_buffer *eus[TUNE_PICK_PLACES], *ecs[TUNE_PICK_PLACES];
 } auto_ctx;
 
@@ -110,7 +110,7 @@ static loom_status inputs_make(auto_ctx *a)
             st = LOOM_OK;
             break;
         }
-    a->eu = a->eus[0], a->ec = a->ecs[0], a->cur = 0;
+    a->eu = a->eus[0], a->ec = a->ecs[0];
     if (!(a->map = tpl_zeroed_buffer(rt, (size_t)hs->B * 4, &st)))
         return st;
     loom_kernel *fill[2] = {NULL, NULL};
@@ -193,7 +193,6 @@ static void auto_place(void *ctx, int j)
 {
     auto_ctx *a = ctx;
     j %= a->places; /* (fewer sets than asked for when memory ran out) */
-    a->cur = j;
     a->eu = a->eus[j], a->ec = a->ecs[j];
 }
 

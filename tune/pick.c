@@ -281,10 +281,16 @@ static loom_status pick_run_once(void *ctx)
 /* Time the alternatives still in, side by side: rounds of one loom_time_work each in turn,
  * each one's time the median of its rounds'; TUNE_PICK_ROUNDS of them, and more (up to
  * TUNE_PICK_ROUNDS_MAX) while the two fastest are within TUNE_PICK_CLOSE. */
+/* The input placements an alternative is timed on (1: the spec gives no others). */
+static int pick_places(const tune_pick_spec *s)
+{
+    return s->places > 1 && s->place ? (s->places < TUNE_PICK_PLACES ? s->places : TUNE_PICK_PLACES) : 1;
+}
+
 static void pick_time(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *out, tune_picked *r)
 {
     double ms[TUNE_PICK_MAX][TUNE_PICK_PLACES][TUNE_PICK_ROUNDS_MAX]; /* 7.5 KiB */
-    int np = s->places > 1 && s->place ? (s->places < TUNE_PICK_PLACES ? s->places : TUNE_PICK_PLACES) : 1;
+    int np = pick_places(s);
     int k = 0;
     for (; k < TUNE_PICK_ROUNDS_MAX; k++) {
         if (k >= TUNE_PICK_ROUNDS) {
@@ -305,8 +311,6 @@ static void pick_time(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *ou
                 }
             }
         }
-        if (np > 1)
-            s->place(s->ctx, 0);
         if (k + 1 >= TUNE_PICK_ROUNDS)
             for (int i = 0; i < s->n; i++)
                 if (!r->why[i][0]) {
@@ -316,6 +320,8 @@ static void pick_time(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *ou
                     r->ms[i] = sum / np;
                 }
     }
+    if (np > 1) /* the caller's inputs as setup left them */
+        s->place(s->ctx, 0);
     r->rounds = k;
 }
 
@@ -428,8 +434,8 @@ void tune_pick_describe(const tune_pick_spec *s, const tune_picked *r, char *buf
     if (!r->cached && r->margin > 0 && w < n) {
         int c = snprintf(buf + w, n - w, "; margin %.1f%% to the next fastest, %d interleaved rounds of %d runs",
                          100 * (r->margin - 1), r->rounds, TUNE_PICK_REPS);
-        if (c > 0 && (size_t)c < n - w && s->places > 1 && s->place)
+        if (c > 0 && (size_t)c < n - w && pick_places(s) > 1)
             snprintf(buf + w + c, n - w - c, " on each of %d input placements (the mean of their medians)",
-                     s->places < TUNE_PICK_PLACES ? s->places : TUNE_PICK_PLACES);
+                     pick_places(s));
     }
 }
