@@ -30,7 +30,7 @@
  * with the contenders interleaved.
  *
  * loom's kernel comes from the registry: loom_template_find("gemm") with the shape keys
- * M, N, K, batch, dtype, odtype, ashared and the template's default config (or
+ * M, N, K, batch, dtype, odtype, ashared and the untuned config (below; or
  * --config k=v,...; --config may be given up to 8 times: every config is checked and
  * timed in the same rounds, one row each); its kernel takes the run-time dims M and batch
  * (at the case's values, which are its maxima) before A, B and C.  Until the template exists this prints
@@ -54,6 +54,11 @@
  *                                 candidate GEMMs over M, N, K and batch; with --odd, both)
  *        --config tuned           a contender that is the API's own pick: loom_gemm_prepare
  *                                 with config NULL (loom_tune at the shape, cached)
+ *        --config untuned         (the contender when no --config is given) what runs when
+ *                                 nothing is timed: the template's defaults adjusted by its
+ *                                 heuristic for the shape (loom_template_untuned_config; the
+ *                                 check column names the config); the API's defaults at the
+ *                                 odd shapes.  "" is the template's defaults as they are.
  *        --shape MxNxK[xBATCH]    that shape alone instead (A shared when BATCH > 1); any
  *                                 M, N, K >= 1
  */
@@ -242,7 +247,7 @@ static loom_kernel *build_plain(const gemm_case *c, loom_dtype dt, const char *c
 }
 
 static loom_kernel *build_gemm(const loom_template *t, const gemm_case *c, loom_dtype dt, const char *config,
-                              int grid[3], size_t need[3], char *why, size_t whylen)
+                              int grid[3], size_t need[3], char *why, size_t whylen, char *resolved, size_t rlen)
 {
     char text[256], err[1024];
     if (!strncmp(config, "plain:", 6))
@@ -251,10 +256,15 @@ static loom_kernel *build_gemm(const loom_template *t, const gemm_case *c, loom_
     snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,odtype=%s,ashared=%d",
              (long long)c->M, (long long)c->N, (long long)c->K, (long long)c->batch, loom_dtype_name(dt),
              loom_dtype_name(dt), c->a_shared);
+    int untuned = !strcmp(config, "untuned"); /* what runs without timing: the template's heuristic */
     if (loom_params_parse(t->shape, t->nshape, text, shape, err, sizeof err) ||
-        loom_params_parse(t->config, t->nconfig, config, cfg, err, sizeof err)) {
+        loom_params_parse(t->config, t->nconfig, untuned ? "" : config, cfg, err, sizeof err)) {
         snprintf(why, whylen, "loom: %s", err);
         return NULL;
+    }
+    if (untuned) {
+        loom_template_untuned_config(t, shape, cfg);
+        loom_params_format(t->config, t->nconfig, cfg, resolved, rlen);
     }
     loom_kernel *k = t->build(shape, cfg, err, sizeof err);
     if (!k) {
@@ -399,11 +409,14 @@ static void bench_case(loom_runtime *rt, nvref_gemm *ref, const loom_template *t
             continue;
         loom_kernel *k = NULL;
         loom_gemm *api = NULL;
+        char resolved[256] = ""; /* "untuned": the config it stands for */
         int tuned = !strcmp(configs[i], "tuned"); /* the API's own pick (loom_tune, cached) */
         if (odd || tuned)
-            api = prepare_api(rt, c, dt, tuned ? NULL : configs[i], lpart[i], sizeof lpart[i]);
+            api = prepare_api(rt, c, dt, tuned ? NULL : !strcmp(configs[i], "untuned") ? "" : configs[i], lpart[i],
+                              sizeof lpart[i]);
         else
-            k = build_gemm(t, c, dt, configs[i], x.grid[x.nk], need, lpart[i], sizeof lpart[i]);
+            k = build_gemm(t, c, dt, configs[i], x.grid[x.nk], need, lpart[i], sizeof lpart[i], resolved,
+                           sizeof resolved);
         if (!k && !api)
             continue;
         slot[i] = x.nk;
@@ -424,9 +437,9 @@ static void bench_case(loom_runtime *rt, nvref_gemm *ref, const loom_template *t
                 failures += rlc.bad != 0;
             }
         }
-        if (st == LOOM_OK && api) { /* what the timed runs launch: the config, the copies */
+        if (st == LOOM_OK && (api || *resolved)) { /* what the timed runs launch: the config, the copies */
             size_t l = strlen(lpart[i]);
-            snprintf(lpart[i] + l, sizeof lpart[i] - l, "; %s", loom_gemm_describe(api));
+            snprintf(lpart[i] + l, sizeof lpart[i] - l, "; %s%s", api ? loom_gemm_describe(api) : "gemm ", resolved);
         }
         if (st == LOOM_OK)
             x.who[x.ncont++] = slot[i];
@@ -532,7 +545,7 @@ int main(int argc, char **argv)
         only = extra;
     }
     if (nconfig == 0)
-        configs[nconfig++] = "";
+        configs[nconfig++] = "untuned";
     /* A runtime for the API's buffers and runs; its rt_gpu (the runtime's: closed by
      * loom_runtime_destroy) serves the raw launches, cuBLAS and the references. */
     char err[1024];

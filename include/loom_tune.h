@@ -177,6 +177,12 @@ typedef struct loom_template {
      * of them when asked to, and without a GPU falls back on the best of it when the
      * default config is not valid for the shape. */
     double (*cost)(const int64_t *shape, const int64_t *config);
+    /* The config to run at shape when nothing is timed (LOOM_TUNE=0, no GPU, a tuning that
+     * fell back): config holds the defaults on entry, and the heuristic overwrites what
+     * suits the shape better (a rule measured on the GPU, as cuBLAS's heuristics are).  A
+     * config valid() refuses is not used: the defaults are.  NULL: the defaults.
+     * loom_template_untuned_config gives the result. */
+    void (*heuristic)(const int64_t *shape, int64_t *config);
     /* Write the representative of shape's bucket into bucket[0..nshape-1]: shapes with
      * the same representative share one tuned config in the cache.  NULL: exact shape. */
     void (*bucket)(const int64_t *shape, int64_t *bucket);
@@ -218,6 +224,9 @@ double loom_error_bound(loom_dtype dt, double ref, double err);
 int loom_template_count(void);
 const loom_template *loom_template_at(int i);
 const loom_template *loom_template_find(const char *name);
+/* The config t runs at shape when nothing is timed: its defaults, adjusted by its
+ * heuristic where it has one and the result is valid for the shape. */
+void loom_template_untuned_config(const loom_template *t, const int64_t *shape, int64_t *config);
 /* 0 when t has every required field (above) and each is well formed; else -1 with a
  * message in err naming the template and the field ("template 'x': field 'build' is
  * NULL (required)").  Says nothing about names other templates hold (loom_plugin_load

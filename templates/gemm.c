@@ -624,6 +624,28 @@ static double cost(const int64_t *sh, const int64_t *cf)
     return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
+/* Untuned, at a shape whose rows 128-row tiles cover as tightly as 64-row ones and whose
+ * 128 x 256 tiles fill most of the SMs: split 128 x 256 tiles (two consumer warp groups
+ * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
+ * cuBLAS at 2048^3, 4096^3 and 8192^3, against 0.87-0.97 for the defaults (one warp group,
+ * 64 x 256), which stay where M wastes rows in 128-row tiles (the IKBO M=433: 512 rows
+ * against 448) or where there are too few tiles to fill the GPU (bench/RESULTS.md,
+ * session 23). */
+static void heuristic(const int64_t *sh, int64_t *cf)
+{
+    g_cfg c = cfg_of(sh, cf);
+    int64_t rows64 = TPL_CDIV(c.M, 64) * 64, rows128 = TPL_CDIV(c.M, 128) * 128;
+    int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, 256) * c.batch;
+    if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)
+        return;
+    cf[C_BM] = 128;
+    cf[C_BN] = 256;
+    cf[C_cwarps] = 8;
+    cf[C_consumers] = SPLIT;
+    cf[C_stages] = 4;
+    cf[C_group] = 8;
+}
+
 /* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at
  * most ctas (grid[0] = mult * cdiv(c + per[M] M + per[batch] batch, div), capped).  The
  * units are a product of M's unit rows and the products, which a rule linear in the shape
@@ -738,6 +760,7 @@ const loom_template tpl_def_gemm = {
     .config = {GEMM_CONFIG(LOOM_CONFIG_PARAM)},
     .valid = valid,
     .cost = cost,
+    .heuristic = heuristic,
     .build = build,
     .grid = grid,
     .grid_rule = gemm_grid_rule,

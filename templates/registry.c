@@ -82,6 +82,20 @@ const loom_template *loom_template_find(const char *name)
     return NULL;
 }
 
+void loom_template_untuned_config(const loom_template *t, const int64_t *shape, int64_t *config)
+{
+    memset(config, 0, LOOM_MAX_PARAMS * sizeof *config);
+    for (int i = 0; i < t->nconfig; i++)
+        config[i] = t->config[i].def;
+    if (!t->heuristic)
+        return;
+    int64_t h[LOOM_MAX_PARAMS];
+    memcpy(h, config, sizeof h);
+    t->heuristic(shape, h);
+    if (!t->valid || t->valid(shape, h, NULL, 0))
+        memcpy(config, h, sizeof h);
+}
+
 /* ---------------------------------------------------------------- validation */
 
 #define BAD(...) return snprintf(err, errlen, __VA_ARGS__), -1

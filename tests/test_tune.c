@@ -927,3 +927,53 @@ Test(gpu_tune, a_tuning_with_no_right_candidate_is_not_silent, .timeout = 300)
     loom_runtime_destroy(rt);
     remove_dir(dir);
 }
+
+/* What runs without timing: the defaults, adjusted by the template's heuristic where the
+ * shape suits another config (gemm: split 128 x 256 tiles on large products), never a
+ * config the shape cannot take. */
+static void untuned_at(const loom_template *t, const char *shape_text, int64_t *shape, int64_t *cfg)
+{
+    char err[256];
+    cr_assert_eq(loom_params_parse(t->shape, t->nshape, shape_text, shape, err, sizeof err), 0, "%s", err);
+    loom_template_untuned_config(t, shape, cfg);
+    cr_expect(t->valid(shape, cfg, err, sizeof err), "%s: %s", shape_text, err);
+}
+
+Test(tune, untuned_config_follows_the_template_heuristic)
+{
+    const loom_template *t = loom_template_find("gemm");
+    cr_assert(t && t->heuristic);
+    int64_t shape[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS], def[LOOM_MAX_PARAMS];
+    char text[512];
+    cr_assert_eq(loom_params_parse(t->config, t->nconfig, "", def, text, sizeof text), 0);
+    untuned_at(t, "M=4096,N=4096,K=4096", shape, cfg);
+    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    cr_expect(strstr(text, "BM=128,BN=256,") && strstr(text, "cwarps=8") && strstr(text, "consumers=2") &&
+                  strstr(text, "group=8"),
+              "4096^3: %s", text);
+    untuned_at(t, "M=2048,N=2048,K=2048,dtype=bf16,odtype=bf16", shape, cfg);
+    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    cr_expect(strstr(text, "consumers=2"), "2048^3: %s", text);
+    /* rows wasted by 128-row tiles (433 -> 512 against 448), too few tiles, and a split
+     * staging tile of f32 past the shared memory keep the defaults */
+    const char *keep[3] = {"M=433,N=256,K=872,batch=1024", "M=512,N=512,K=4096", "M=4096,N=4096,K=4096,odtype=f32"};
+    for (int i = 0; i < 3; i++) {
+        untuned_at(t, keep[i], shape, cfg);
+        cr_expect(!memcmp(cfg, def, t->nconfig * sizeof *cfg), "%s keeps the defaults", keep[i]);
+    }
+    /* the tuner takes it when nothing is timed, and says so */
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    untuned_at(t, "M=4096,N=4096,K=4096", shape, cfg);
+    loom_tuned out;
+    cr_assert_eq(loom_tune(rt, t, shape, 1, &(loom_tune_opts){.quiet = 1}, &out), LOOM_OK, "%s", out.note);
+    cr_expect_eq(out.source, LOOM_TUNE_DEFAULT);
+    cr_expect(!memcmp(out.config, cfg, t->nconfig * sizeof *cfg), "%s", out.note);
+    cr_expect(strstr(out.note, "heuristic"), "%s", out.note);
+    loom_tuned_release(&out, 1);
+    loom_runtime_destroy(rt);
+    /* a template without a heuristic runs its defaults */
+    const loom_template *b = loom_template_find("ikbo_broadcast_add");
+    cr_assert_eq(loom_params_parse(b->config, b->nconfig, "", def, text, sizeof text), 0);
+    untuned_at(b, "B=9,U=2,M=33,N=200", shape, cfg);
+    cr_expect(!memcmp(cfg, def, b->nconfig * sizeof *cfg));
+}

@@ -133,20 +133,13 @@ static loom_status make_ready(tune_ctx *c, loom_tuned *r, const int64_t *config,
     return LOOM_OK;
 }
 
-static void default_config(const loom_template *t, int64_t *cfg)
-{
-    memset(cfg, 0, LOOM_MAX_PARAMS * sizeof *cfg);
-    for (int i = 0; i < t->nconfig; i++)
-        cfg[i] = t->config[i].def;
-}
-
-/* No timing: the default config, or the best valid one by the cost model when the
- * default cannot serve the shape. */
+/* No timing: the untuned config (the defaults, or the template's heuristic for the
+ * shape), or the best valid one by the cost model when that cannot serve the shape. */
 static loom_status use_default(tune_ctx *c, loom_tuned *r, const char *why)
 {
     const loom_template *t = c->t;
     int64_t cfg[LOOM_MAX_PARAMS];
-    default_config(t, cfg);
+    loom_template_untuned_config(t, r->shape, cfg);
     char reason[256] = "", err[1024] = "", text[512];
     loom_tune_result *cands = NULL;
     int nvalid = 0, nc = tune_candidates(t, r->shape, &cands, &nvalid);
@@ -165,7 +158,7 @@ static loom_status use_default(tune_ctx *c, loom_tuned *r, const char *why)
         }
     } else {
         loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
-        note(r, "%s; default config %s.", why, text);
+        note(r, "%s; %s config %s.", why, t->heuristic ? "the heuristic's (untuned)" : "default", text);
     }
     free(cands);
     loom_status st = make_ready(c, r, cfg, err, sizeof err);
@@ -358,7 +351,7 @@ static bool make_comparison_kernels(shape_run *s)
     const loom_template *t = s->t;
     loom_tuned *r = s->r;
     int64_t def[LOOM_MAX_PARAMS];
-    default_config(t, def);
+    loom_template_untuned_config(t, r->shape, def);
     for (int i = 0; i < s->ntry; i++)
         if (!memcmp(s->res[i].config, def, sizeof def)) {
             s->base = i;
