@@ -6,6 +6,11 @@
  *                                  and 2048, f16, contiguous and shuffled users
  *   bench_ikbo_fa --sweep          also S from 512 to 16384, the ratio B/U (1, 10, 64, 1000),
  *                                  D=64, and per-user lengths (varlen)
+ *   bench_ikbo_fa --lowreuse       issue 37's low-reuse sweep (B/U in 1, 2, 4; D 64, 128; H 1-8;
+ *                                  n_seed 16-128; S 500-4096; each factor moved from a base, and
+ *                                  the corners; --lowreuse-all: all 384 combinations), each row
+ *                                  against the roofline (bytes at the copy bandwidth, or FLOPs
+ *                                  at the tensor peak where they take longer)
  *   bench_ikbo_fa --shape B=..,U=..,S=..,H=..,D=..,n_seed=..[,varlen=1][,shuffle=1][,bf16=1]
  *   --config BN=..,stages=..,ctas=..,sched=..,turns=..   the ikbo_fa template's keys (default:
  *                                  the C API's default config; --tune: the tuner's pick)
@@ -57,6 +62,12 @@ typedef struct fa_case {
 
 static int failures;
 static int bound_stats; /* --bound-stats */
+/* --lowreuse: no materialized baseline; each row's time against the roofline: the larger
+ * of the bytes of Q, K, V and O at the copy bandwidth measured at the start of the run and
+ * the FLOPs at the tensor cores' peak */
+static int lowreuse;
+static double copy_gbs;
+static int refused, below; /* --lowreuse rows the C API refused, and rows under 0.70 of the roofline */
 
 static double now_ms(void)
 {
@@ -189,8 +200,14 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
         cfg = &dcfg;
     }
     loom_ikbo_fa *p;
-    if (loom_ikbo_fa_prepare(rt, &sh, cfg, &p) != LOOM_OK)
-        DIE("prepare: %s", loom_runtime_error(rt));
+    if (loom_ikbo_fa_prepare(rt, &sh, cfg, &p) != LOOM_OK) {
+        if (!lowreuse)
+            DIE("prepare: %s", loom_runtime_error(rt));
+        printf("%5lld %5lld %6lld %2lld %4lld %4lld REFUSED: %s\n", (long long)c->B, (long long)c->U, (long long)c->S,
+               (long long)c->H, (long long)c->D, (long long)c->nseed, loom_runtime_error(rt));
+        refused++;
+        goto release;
+    }
     double t0 = now_ms();
     if (loom_ikbo_fa_set_mapping(p, map, c->varlen ? lens : NULL) != LOOM_OK)
         DIE("set_mapping: %s", loom_runtime_error(rt));
@@ -212,6 +229,20 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
     double mat_ms = NAN, nog_ms = NAN;
     size_t kb = (size_t)(c->B * c->S * c->H * c->D) * e;
     char mverdict[256] = "";
+    if (lowreuse) { /* the roofline instead of the materialized baseline */
+        /* memory: the bytes of Q, K, V and O at the copy bandwidth; compute: the FLOPs at the
+         * dense f16/bf16 tensor peak (4096 FLOP a clock an SM on sm_90, at the clock the
+         * driver reports, its highest); the roofline is the larger */
+        const rt_gpu_props *gp = rt_gpu_properties(g);
+        double bytes = (double)e * (2.0 * (double)qn + 2.0 * (double)kn), mem_ms = bytes / (copy_gbs * 1e6);
+        double peak = (double)gp->sm_count * 4096.0 * (double)gp->clock_khz * 1e3; /* FLOP/s */
+        double flop_ms = peak > 0 ? flops / peak * 1e3 : 0, floor_ms = fmax(mem_ms, flop_ms), roof = floor_ms / ms;
+        below += roof < 0.70;
+        snprintf(mverdict, sizeof mverdict,
+                 "no materialized baseline (--lowreuse); roofline %.4f ms (memory %.4f, compute %.4f at %.0f TF/s): "
+                 "%.2f of it%s", floor_ms, mem_ms, flop_ms, peak * 1e-12, roof, roof < 0.70 ? " (BELOW 0.70)" : "");
+        goto print;
+    }
     if (!c->varlen && 2 * kb < rt_gpu_properties(g)->total_mem / 3) {
         loom_ikbo_fa_shape bs = {c->B, c->B, c->S, c->H, c->D, c->nseed, dt, 0};
         loom_ikbo_fa *pb;
@@ -251,10 +282,46 @@ print:
     if (do_check)
         faref_model_close(&mdl);
     loom_ikbo_fa_destroy(p);
+release:;
     loom_buffer *bs_[] = {q, k, v, out, mapb, lensb};
     for (size_t i = 0; i < sizeof bs_ / sizeof bs_[0]; i++)
         loom_buffer_destroy(bs_[i]);
     free(map), free(lens);
+}
+
+/* Issue 37's low-reuse sweep: candidates that share their user with few others (B/U in
+ * 1, 2, 4), so K and V are read about once a candidate and bytes, not FLOPs, bound the
+ * time.  B=512 candidates; ratio, D, H, n_seed and S each moved from the base (ratio 1,
+ * D=128, H=2, n_seed=64, S=1024), plus the corners; --lowreuse-all: every combination
+ * (384 rows).  Every row checked by the model, its time against the memory roofline. */
+static void lowreuse_sweep(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const loom_ikbo_fa_config *fc, int all)
+{
+    size_t n = (size_t)1 << 30;
+    loom_buffer *a = buf(rt, n), *b = buf(rt, n);
+    double ms = 0;
+    if (loom_buffer_fill(a, 0x3c) || loom_time_copy(rt, b, a, n, 5, 30, &ms) != LOOM_OK || ms <= 0)
+        DIE("the copy: %s", loom_runtime_error(rt));
+    loom_buffer_destroy(a), loom_buffer_destroy(b);
+    copy_gbs = 2.0 * (double)n / ms * 1e-6;
+    printf("== low reuse (issue 37): copy bandwidth %.0f GB/s (1 GiB read, 1 GiB written); roofline = the larger of "
+           "the bytes of Q, K, V, O at it and the FLOPs at the tensor peak\n", copy_gbs);
+    static const int64_t ratio[] = {1, 2, 4}, dd[] = {64, 128}, hh[] = {1, 2, 4, 8}, ns[] = {16, 32, 64, 128},
+                         ss[] = {500, 1024, 2048, 4096};
+    for (int ir = 0; ir < 3; ir++)
+        for (int id = 0; id < 2; id++)
+            for (int ih = 0; ih < 4; ih++)
+                for (int in = 0; in < 4; in++)
+                    for (int is = 0; is < 4; is++) {
+                        /* the base: ratio 1, D=128, H=2, n_seed=64, S=1024 (indices 0, 1, 1, 2, 1) */
+                        int moved = (ir != 0) + (id != 1) + (ih != 1) + (in != 2) + (is != 1);
+                        int corner = (ir == 0 || ir == 2) && (ih == 0 || ih == 3) && (in == 0 || in == 3) &&
+                                     (is == 0 || is == 3) && id == 1;
+                        if (!all && moved > 1 && !corner)
+                            continue;
+                        fa_case c = {512, 512 / ratio[ir], ss[is], hh[ih], dd[id], ns[in], 0, 0, 0};
+                        one_case(rt, fr, fill, &c, fc, 1);
+                    }
+    printf("low reuse: %d rows under 0.70 of the roofline, %d refused\n", below, refused);
 }
 
 /* Without a GPU: the C API on the interpreter at small odd shapes, against the CPU
@@ -333,6 +400,10 @@ int main(int argc, char **argv)
             bound_stats = 1;
         else if (!strcmp(argv[i], "--tune"))
             tune = 1;
+        else if (!strcmp(argv[i], "--lowreuse"))
+            lowreuse = 1;
+        else if (!strcmp(argv[i], "--lowreuse-all"))
+            lowreuse = 2;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             for (char *t = strtok(argv[++i], ","); t; t = strtok(NULL, ",")) {
                 long long v;
@@ -363,7 +434,7 @@ int main(int argc, char **argv)
             cfg = fa_config_of(cv);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_fa [--sweep] [--check-all] [--bound-stats] [--tune] [--shape B=..,U=..,S=..,H=..,D=..,"
+            fprintf(stderr, "usage: bench_ikbo_fa [--sweep] [--lowreuse | --lowreuse-all] [--check-all] [--bound-stats] [--tune] [--shape B=..,U=..,S=..,H=..,D=..,"
                             "n_seed=..,varlen=..,shuffle=..,bf16=..] [--config BN=..,stages=..,ctas=..,sched=..,turns=..]\n");
             return 2;
         }
@@ -397,7 +468,9 @@ int main(int argc, char **argv)
                fc->stages, fc->ctas, fc->sched, fc->turns, fc->overlap, fc->tmastore, fc->xunit);
     printf("    B     U      S  H    D seed dt   mapping  lens   |  loom ms   TF/s | materialized ms TF/s  speedup | "
            "no-gather ms  x   | plan ms | check\n");
-    if (have_shape) {
+    if (lowreuse) {
+        lowreuse_sweep(rt, fr, fill, fc, lowreuse == 2);
+    } else if (have_shape) {
         one_case(rt, fr, fill, &custom, fc, 1);
     } else {
         for (int64_t S = 1024; S <= 2048; S *= 2)
