@@ -353,7 +353,7 @@ static void bench_case(loom_runtime *rt, nvref_gemm *ref, const loom_template *t
     }
     size_t es = loom_dtype_size(dt);
     int64_t na = (c->a_shared ? 1 : c->batch) * c->M * c->K, nb = c->batch * c->K * c->N, nc = c->batch * c->M * c->N;
-    nvref_gemm_shape s = {c->M, c->N, c->K, c->batch, c->a_shared, dt};
+    nvref_gemm_shape s = {c->M, c->N, c->K, c->batch, c->a_shared, dt, 0};
     uint64_t A = 0, B = 0, Cb = 0, Cl = 0, R = 0, Rabs = 0;
     loom_buffer *bA = NULL, *bB = NULL, *bCl = NULL;
     int odd = c->K % 8 || c->N % 8; /* rows TMA cannot address: loom through the API */

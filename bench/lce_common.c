@@ -180,7 +180,7 @@ void lce_ref_open(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, loom_bu
         lce_die("check buffers: %s", r->fold ? loom_runtime_error(rt) : "no fold kernel for this shape");
     if (loom_prepare(rt, r->k, NULL) != LOOM_OK || loom_prepare(rt, r->fold, NULL) != LOOM_OK)
         lce_die("the check kernels: %s", loom_runtime_error(rt));
-    nvref_gemm_shape cs = {s->M, s->N, s->Kc, s->B, 1, LOOM_F16}, us = {s->M, s->N, s->Ku, s->U, 1, LOOM_F16};
+    nvref_gemm_shape cs = {s->M, s->N, s->Kc, s->B, 1, LOOM_F16, 0}, us = {s->M, s->N, s->Ku, s->U, 1, LOOM_F16, 0};
     if (nvref_gemm_reference(ref, &cs, rt_buffer_dptr(dwc), rt_buffer_dptr(ec), rt_buffer_dptr(r->refc),
                              rt_buffer_dptr(r->absc), err, sizeof err) ||
         nvref_gemm_reference(ref, &us, rt_buffer_dptr(dwu), rt_buffer_dptr(eu), rt_buffer_dptr(r->refu),

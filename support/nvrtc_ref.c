@@ -264,27 +264,35 @@ const char nvref_src_matmul_f16_f32[] =
 const char nvref_src_gemm[] =
     "#include <cuda_fp16.h>\n"
     "#include <cuda_bf16.h>\n"
+    "#include <cuda_fp8.h>\n"
     "__device__ float ld(const __half *p, long long i) { return __half2float(p[i]); }\n"
     "__device__ float ld(const __nv_bfloat16 *p, long long i) { return __bfloat162float(p[i]); }\n"
     "__device__ float ld(const float *p, long long i) { return p[i]; }\n"
+    "/* FP8, decoded and encoded by CUDA's own conversions (cuda_fp8.h), not loom's */\n"
+    "__device__ float ld(const __nv_fp8_e4m3 *p, long long i) { return (float)p[i]; }\n"
+    "__device__ float ld(const __nv_fp8_e5m2 *p, long long i) { return (float)p[i]; }\n"
+    "__device__ void st(__nv_fp8_e4m3 *p, long long i, float v) { p[i] = __nv_fp8_e4m3(v); }\n"
+    "__device__ void st(__nv_fp8_e5m2 *p, long long i, float v) { p[i] = __nv_fp8_e5m2(v); }\n"
     "__device__ void st(__half *p, long long i, float v) { p[i] = __float2half_rn(v); }\n"
     "__device__ void st(__nv_bfloat16 *p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }\n"
     "__device__ void st(float *p, long long i, float v) { p[i] = v; }\n"
     "\n"
     "/* one thread per element of C: x over N, y over M, z over the batch */\n"
+    "/* B's element (k, n) at B[b strideB + k bk + n bn]: bk = N, bn = 1 for B [K, N]; bk = 1,\n"
+    " * bn = K for B given transposed, Bt [N, K] (FP8's K-major operand) */\n"
     "template <typename T>\n"
     "__device__ void gemm(const T *A, const T *B, float *ref, float *absref, int M, int N, int K,\n"
-    "                     long long strideA, long long strideB)\n"
+    "                     long long strideA, long long strideB, long long bk, long long bn)\n"
     "{\n"
     "    long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
     "    long long m = blockIdx.y, b = blockIdx.z;\n"
     "    if (n >= N)\n"
     "        return;\n"
     "    const T *a = A + b * strideA + m * K;\n"
-    "    const T *bb = B + b * strideB + n;\n"
+    "    const T *bb = B + b * strideB + n * bn;\n"
     "    float acc = 0.0f, mag = 0.0f;\n"
     "    for (int k = 0; k < K; k++) {\n"
-    "        float p = ld(a, k) * ld(bb, (long long)k * N); /* exact: 11+11 or 8+8 bits */\n"
+    "        float p = ld(a, k) * ld(bb, (long long)k * bk); /* exact: 11+11, 8+8 or 4+4 bits */\n"
     "        acc += p;\n"
     "        mag += fabsf(p);\n"
     "    }\n"
@@ -292,12 +300,14 @@ const char nvref_src_gemm[] =
     "    ref[c] = acc;\n"
     "    absref[c] = mag;\n"
     "}\n"
-    "extern \"C\" __global__ void loom_ref_gemm_f16(const __half *A, const __half *B, float *ref,\n"
-    "        float *absref, int M, int N, int K, long long strideA, long long strideB)\n"
-    "{ gemm(A, B, ref, absref, M, N, K, strideA, strideB); }\n"
-    "extern \"C\" __global__ void loom_ref_gemm_bf16(const __nv_bfloat16 *A, const __nv_bfloat16 *B,\n"
-    "        float *ref, float *absref, int M, int N, int K, long long strideA, long long strideB)\n"
-    "{ gemm(A, B, ref, absref, M, N, K, strideA, strideB); }\n"
+    "#define REF_GEMM(name, T)                                                                 \\\n"
+    "    extern \"C\" __global__ void name(const T *A, const T *B, float *ref, float *absref, int M, \\\n"
+    "        int N, int K, long long strideA, long long strideB, long long bk, long long bn)          \\\n"
+    "    { gemm(A, B, ref, absref, M, N, K, strideA, strideB, bk, bn); }\n"
+    "REF_GEMM(loom_ref_gemm_f16, __half)\n"
+    "REF_GEMM(loom_ref_gemm_bf16, __nv_bfloat16)\n"
+    "REF_GEMM(loom_ref_gemm_e4m3, __nv_fp8_e4m3)\n"
+    "REF_GEMM(loom_ref_gemm_e5m2, __nv_fp8_e5m2)\n"
     "\n"
     "/* uniform in [lo, hi) from (seed, index): splitmix64's finalizer, 24 bits */\n"
     "template <typename T>\n"
@@ -319,6 +329,10 @@ const char nvref_src_gemm[] =
     "        unsigned long long seed, float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
     "extern \"C\" __global__ void loom_ref_fill_f32(float *p, long long n, unsigned long long seed,\n"
     "        float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
+    "extern \"C\" __global__ void loom_ref_fill_e4m3(__nv_fp8_e4m3 *p, long long n,\n"
+    "        unsigned long long seed, float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
+    "extern \"C\" __global__ void loom_ref_fill_e5m2(__nv_fp8_e5m2 *p, long long n,\n"
+    "        unsigned long long seed, float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
     "\n"
     "/* dtype codes are loom_dtype's: 0 f16, 1 bf16, 2 f32 */\n"
     "__device__ float ldt(const void *p, int dt, long long i)\n"
@@ -424,9 +438,10 @@ loom_status nvref_gemm_fill(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n,
                             float lo, float hi, char *err, size_t errlen)
 {
     const char *fn = dt == LOOM_F16 ? "loom_ref_fill_f16" : dt == LOOM_BF16 ? "loom_ref_fill_bf16"
-                   : dt == LOOM_F32 ? "loom_ref_fill_f32" : NULL;
+                   : dt == LOOM_F32 ? "loom_ref_fill_f32" : dt == LOOM_E4M3 ? "loom_ref_fill_e4m3"
+                   : dt == LOOM_E5M2 ? "loom_ref_fill_e5m2" : NULL;
     if (!fn) {
-        snprintf(err, errlen, "nvref_gemm_fill: dtype %s (f16, bf16, f32 only)", loom_dtype_name(dt));
+        snprintf(err, errlen, "nvref_gemm_fill: dtype %s (f16, bf16, f32, e4m3, e5m2 only)", loom_dtype_name(dt));
         return LOOM_ERR_INVALID;
     }
     long long nn = (long long)n;
@@ -440,21 +455,24 @@ loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint6
                                  uint64_t ref, uint64_t absref, char *err, size_t errlen)
 {
     if (s->M < 1 || s->N < 1 || s->K < 1 || s->batch < 1 || s->M > 65535 || s->batch > 65535 ||
-        s->N > INT32_MAX || s->K > INT32_MAX || (s->in != LOOM_F16 && s->in != LOOM_BF16)) {
+        s->N > INT32_MAX || s->K > INT32_MAX ||
+        (s->in != LOOM_F16 && s->in != LOOM_BF16 && s->in != LOOM_E4M3 && s->in != LOOM_E5M2)) {
         snprintf(err, errlen,
                  "nvref_gemm_reference: shape M=%lld N=%lld K=%lld batch=%lld %s is outside what the "
-                 "reference serves (M, batch <= 65535; f16 or bf16)",
+                 "reference serves (M, batch <= 65535; f16, bf16, e4m3 or e5m2)",
                  (long long)s->M, (long long)s->N, (long long)s->K, (long long)s->batch,
                  loom_dtype_name(s->in));
         return LOOM_ERR_INVALID;
     }
     int M = (int)s->M, N = (int)s->N, K = (int)s->K;
     long long sa = s->a_shared ? 0 : (long long)s->M * s->K, sb = (long long)s->K * s->N;
-    void *params[] = {&A, &B, &ref, &absref, &M, &N, &K, &sa, &sb};
+    long long bk = s->b_trans ? 1 : s->N, bn = s->b_trans ? s->K : 1; /* B [K, N] or Bt [N, K] */
+    void *params[] = {&A, &B, &ref, &absref, &M, &N, &K, &sa, &sb, &bk, &bn};
     unsigned grid[3] = {(unsigned)((s->N + 127) / 128), (unsigned)s->M, (unsigned)s->batch};
     unsigned block[3] = {128, 1, 1};
-    return rt_gpu_module_launch(r->g, r->m, s->in == LOOM_F16 ? "loom_ref_gemm_f16" : "loom_ref_gemm_bf16",
-                                grid, block, 0, params, err, errlen);
+    const char *fn = s->in == LOOM_F16 ? "loom_ref_gemm_f16" : s->in == LOOM_BF16 ? "loom_ref_gemm_bf16"
+                   : s->in == LOOM_E4M3 ? "loom_ref_gemm_e4m3" : "loom_ref_gemm_e5m2";
+    return rt_gpu_module_launch(r->g, r->m, fn, grid, block, 0, params, err, errlen);
 }
 
 /* The model's bound of an element, as the comparison kernel computes it. */

@@ -58,11 +58,13 @@ extern const char nvref_src_matmul_f16_f32[];
 /* ---------------------------------------------------------------- GEMM reference and check */
 
 /* C = A @ B per batch, row-major: A [M,K] shared by every batch (a_shared) or
- * [batch,M,K], B [batch,K,N], C [batch,M,N]; A and B f16 or bf16. */
+ * [batch,M,K], B [batch,K,N] (or with b_trans given transposed, [batch,N,K]: FP8's
+ * K-major operand), C [batch,M,N]; A and B f16, bf16, e4m3 or e5m2. */
 typedef struct nvref_gemm_shape {
     int64_t M, N, K, batch;
     int a_shared;
-    loom_dtype in; /* LOOM_F16 or LOOM_BF16 */
+    loom_dtype in; /* LOOM_F16, LOOM_BF16, LOOM_E4M3 or LOOM_E5M2 */
+    int b_trans;   /* 1: B is [batch, N, K] */
 } nvref_gemm_shape;
 
 /* What a comparison found. */
@@ -81,13 +83,14 @@ typedef struct nvref_gemm nvref_gemm;
 loom_status nvref_gemm_open(rt_gpu *g, nvref_gemm **out, char *err, size_t errlen);
 void nvref_gemm_close(nvref_gemm *r);
 
-/* Fill n elements of dtype dt (f16, bf16, f32) at device address p with values uniform in
- * [lo, hi), rounded to dt; the same seed gives the same values. */
+/* Fill n elements of dtype dt (f16, bf16, f32, e4m3, e5m2) at device address p with values
+ * uniform in [lo, hi), rounded to dt (FP8 by cuda_fp8.h's conversion: nearest even,
+ * saturated); the same seed gives the same values. */
 loom_status nvref_gemm_fill(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n, uint64_t seed,
                             float lo, float hi, char *err, size_t errlen);
 
 /* The naive reference: ref[b,m,n] = sum_k A[b,m,k] * B[b,k,n] in f32, k in order (each
- * product of two f16/bf16 values is exact in f32), and absref[b,m,n] = sum_k |A*B|, which
+ * product of two f16, bf16 or FP8 values is exact in f32), and absref[b,m,n] = sum_k |A*B|, which
  * scales the error model's bound of the sums.  ref and absref: f32 [batch,M,N].  One thread
  * per element of C (grid: N/128 x M x batch; M and batch at most 65535). */
 loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,

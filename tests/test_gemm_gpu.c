@@ -264,7 +264,7 @@ Test(gemm_gpu, api_large_odd)
     static const loom_dtype dts[] = {LOOM_F16, LOOM_BF16};
     for (size_t d = 0; d < 2; d++) {
         loom_gemm_shape s = {4097, 3001, 1000, 1, dts[d], dts[d], 0};
-        nvref_gemm_shape ns = {s.M, s.N, s.K, s.batch, s.a_shared, s.dtype};
+        nvref_gemm_shape ns = {s.M, s.N, s.K, s.batch, s.a_shared, s.dtype, 0};
         size_t e = loom_dtype_size(s.dtype);
         loom_buffer *a = loom_buffer_create(rt, (size_t)(s.M * s.K) * e);
         loom_buffer *b = loom_buffer_create(rt, (size_t)(s.K * s.N) * e);
