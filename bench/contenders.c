@@ -39,6 +39,11 @@ step copy_step(loom_buffer *src, loom_buffer *dst, size_t bytes)
     return (step){.kind = STEP_COPY, .a = src, .c = dst, .bytes = bytes};
 }
 
+step cublaslt_fp8_step(cublaslt_fp8 *plan, loom_buffer *a, loom_buffer *bt, loom_buffer *c)
+{
+    return (step){.kind = STEP_CUBLASLT_FP8, .fp8 = plan, .a = a, .b = bt, .c = c};
+}
+
 loom_status run_work(void *p)
 {
     work *w = p;
@@ -50,6 +55,11 @@ loom_status run_work(void *p)
             st = rt_gpu_dtod(rt_runtime_gpu(w->rt), rt_buffer_dptr(s->c), rt_buffer_dptr(s->a), s->bytes, err, sizeof err);
             if (st != LOOM_OK)
                 loom_runtime_set_error(w->rt, "copy: %s", err);
+        } else if (s->kind == STEP_CUBLASLT_FP8) {
+            st = cublaslt_dl_fp8_run(s->fp8, rt_buffer_dptr(s->a), rt_buffer_dptr(s->b), rt_buffer_dptr(s->c), err,
+                                     sizeof err);
+            if (st != LOOM_OK)
+                loom_runtime_set_error(w->rt, "cuBLASLt: %s", err);
         } else if (s->kind == STEP_CUBLAS) {
             st = cublas_dl_gemm(w->cb, LOOM_F16, s->M, s->N, s->K, 1, rt_buffer_dptr(s->a), 0, rt_buffer_dptr(s->b),
                                 rt_buffer_dptr(s->c), err, sizeof err);

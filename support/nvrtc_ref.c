@@ -329,6 +329,24 @@ const char nvref_src_gemm[] =
     "        unsigned long long seed, float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
     "extern \"C\" __global__ void loom_ref_fill_f32(float *p, long long n, unsigned long long seed,\n"
     "        float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
+    "/* integers uniform in [lo, hi] (each value (hi - lo + 1) ways), from (seed, index) */\n"
+    "template <typename T>\n"
+    "__device__ void fill_int(T *p, long long n, unsigned long long seed, float lo, float hi)\n"
+    "{\n"
+    "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+    "         i += (long long)gridDim.x * blockDim.x) {\n"
+    "        unsigned long long x = seed + (unsigned long long)i * 0x9E3779B97F4A7C15ull;\n"
+    "        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
+    "        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;\n"
+    "        x ^= x >> 31;\n"
+    "        unsigned long long span = (unsigned long long)(hi - lo) + 1;\n"
+    "        st(p, i, lo + (float)((x >> 11) % span));\n"
+    "    }\n"
+    "}\n"
+    "extern \"C\" __global__ void loom_ref_fill_int_e4m3(__nv_fp8_e4m3 *p, long long n,\n"
+    "        unsigned long long seed, float lo, float hi) { fill_int(p, n, seed, lo, hi); }\n"
+    "extern \"C\" __global__ void loom_ref_fill_int_e5m2(__nv_fp8_e5m2 *p, long long n,\n"
+    "        unsigned long long seed, float lo, float hi) { fill_int(p, n, seed, lo, hi); }\n"
     "extern \"C\" __global__ void loom_ref_fill_e4m3(__nv_fp8_e4m3 *p, long long n,\n"
     "        unsigned long long seed, float lo, float hi) { fill(p, n, seed, lo, hi); }\n"
     "extern \"C\" __global__ void loom_ref_fill_e5m2(__nv_fp8_e5m2 *p, long long n,\n"
@@ -451,6 +469,23 @@ loom_status nvref_gemm_fill(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n,
     return rt_gpu_module_launch(r->g, r->m, fn, grid, block, 0, params, err, errlen);
 }
 
+loom_status nvref_gemm_fill_ints(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n, uint64_t seed, int lo, int hi,
+                                 char *err, size_t errlen)
+{
+    const char *fn = dt == LOOM_E4M3 ? "loom_ref_fill_int_e4m3" : dt == LOOM_E5M2 ? "loom_ref_fill_int_e5m2" : NULL;
+    if (!fn || lo > hi || lo < -16 || hi > 16) {
+        snprintf(err, errlen, "nvref_gemm_fill_ints: dtype %s, [%d, %d] (e4m3 or e5m2; integers within [-16, 16], "
+                 "which both represent exactly)", loom_dtype_name(dt), lo, hi);
+        return LOOM_ERR_INVALID;
+    }
+    long long nn = (long long)n;
+    unsigned long long sd = (unsigned long long)seed;
+    float l = (float)lo, h = (float)hi;
+    void *params[] = {&p, &nn, &sd, &l, &h};
+    unsigned grid[3] = {stride_blocks(n), 1, 1}, block[3] = {256, 1, 1};
+    return rt_gpu_module_launch(r->g, r->m, fn, grid, block, 0, params, err, errlen);
+}
+
 loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint64_t A, uint64_t B,
                                  uint64_t ref, uint64_t absref, char *err, size_t errlen)
 {
@@ -476,9 +511,8 @@ loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint6
 }
 
 /* The model's bound of an element, as the comparison kernel computes it. */
-static double gemm_bound(loom_dtype out, int64_t K, double ref, double absref)
+static double gemm_bound(loom_dtype out, double g, double ref, double absref)
 {
-    double g = loom_f32_sum_error(K, 1.0);
     return loom_error_bound(out, ref, 2 * g * (1 + g) * absref);
 }
 
@@ -517,6 +551,14 @@ loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtyp
                                loom_dtype ref_dt, uint64_t absref, int64_t K, nvref_gemm_report *rep, char *err,
                                size_t errlen)
 {
+    return nvref_gemm_compare_gamma(r, n, out, out_dt, ref, ref_dt, absref, loom_f32_sum_error(K, 1.0), rep, err,
+                                    errlen);
+}
+
+loom_status nvref_gemm_compare_gamma(nvref_gemm *r, int64_t n, uint64_t out, loom_dtype out_dt, uint64_t ref,
+                                     loom_dtype ref_dt, uint64_t absref, double gamma, nvref_gemm_report *rep,
+                                     char *err, size_t errlen)
+{
     memset(rep, 0, sizeof *rep);
     rep->first_bad = -1;
     if ((unsigned)out_dt > LOOM_F32 || (unsigned)ref_dt > LOOM_F32) {
@@ -529,7 +571,6 @@ loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtyp
         return st;
     int odt = (int)out_dt, rdt = (int)ref_dt;
     long long nn = (long long)n;
-    double gamma = loom_f32_sum_error(K, 1.0);
     void *params[] = {&out, &odt, &ref, &rdt, &absref, &nn, &gamma, &r->stats};
     unsigned grid[3] = {stride_blocks(n), 1, 1}, block[3] = {256, 1, 1};
     st = rt_gpu_module_launch(r->g, r->m, "loom_ref_gemm_compare", grid, block, 0, params, err, errlen);
@@ -552,7 +593,7 @@ loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtyp
             (st = read_elem(r->g, ref, ref_dt, rep->first_bad, &rep->first_ref, err, errlen)) != LOOM_OK ||
             (st = read_elem(r->g, absref, LOOM_F32, rep->first_bad, &a, err, errlen)) != LOOM_OK)
             return st;
-        rep->first_bound = gemm_bound(out_dt, K, rep->first_ref, a);
+        rep->first_bound = gemm_bound(out_dt, gamma, rep->first_ref, a);
     }
     return LOOM_OK;
 }

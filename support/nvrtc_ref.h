@@ -89,6 +89,13 @@ void nvref_gemm_close(nvref_gemm *r);
 loom_status nvref_gemm_fill(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n, uint64_t seed,
                             float lo, float hi, char *err, size_t errlen);
 
+/* Fill n FP8 elements (dt e4m3 or e5m2) at p with integers uniform in [lo, hi] (within
+ * [-16, 16], exact in both): products of two are integers up to 256, so a GEMM over them
+ * sums exactly while its partial sums stay within the adder's exact integers, whatever
+ * order and precision the GPU adds them in (the FP8 benches' exact check). */
+loom_status nvref_gemm_fill_ints(nvref_gemm *r, uint64_t p, loom_dtype dt, int64_t n, uint64_t seed, int lo, int hi,
+                                 char *err, size_t errlen);
+
 /* The naive reference: ref[b,m,n] = sum_k A[b,m,k] * B[b,k,n] in f32, k in order (each
  * product of two f16, bf16 or FP8 values is exact in f32), and absref[b,m,n] = sum_k |A*B|, which
  * scales the error model's bound of the sums.  ref and absref: f32 [batch,M,N].  One thread
@@ -107,6 +114,11 @@ loom_status nvref_gemm_reference(nvref_gemm *r, const nvref_gemm_shape *s, uint6
 loom_status nvref_gemm_compare(nvref_gemm *r, int64_t n, uint64_t out, loom_dtype out_dt, uint64_t ref,
                                loom_dtype ref_dt, uint64_t absref, int64_t K, nvref_gemm_report *rep, char *err,
                                size_t errlen);
+/* The same with gamma given (the sums' relative error per unit of absref, each side):
+ * another accumulation's model, or 0 where the sums are exact (one ulp of out_dt left). */
+loom_status nvref_gemm_compare_gamma(nvref_gemm *r, int64_t n, uint64_t out, loom_dtype out_dt, uint64_t ref,
+                                     loom_dtype ref_dt, uint64_t absref, double gamma, nvref_gemm_report *rep,
+                                     char *err, size_t errlen);
 
 /* All of it for a test: compute the reference of C = A @ B (device buffers of shape s),
  * compare out (dtype out_dt, [batch,M,N]) with it by nvref_gemm_compare, and fill rep.

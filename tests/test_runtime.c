@@ -498,6 +498,7 @@ Test(nvrtc, compiles_references_to_ptx)
         {nvref_src_gemm, {"loom_ref_gemm_f16", "loom_ref_fill_bf16"}},
         {nvref_src_gemm, {"loom_ref_gemm_e4m3", "loom_ref_fill_e4m3"}},
         {nvref_src_gemm, {"loom_ref_gemm_e5m2", "loom_ref_fill_e5m2"}},
+        {nvref_src_gemm, {"loom_ref_fill_int_e4m3", "loom_ref_fill_int_e5m2"}},
     };
     char err[4096];
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {

@@ -1,0 +1,260 @@
+/*
+ * bench_gemm_fp8 -- loom's FP8 gemm against cuBLASLt's FP8 GEMM, measured in the same run
+ * (issue 38, item 4).
+ *
+ * C [M, N] = A [M, K] @ B, A and B e4m3 (or e5m2 with --e5m2), B given K-major as Bt
+ * [N, K] (the layout FP8's wgmma needs, and cuBLASLt's "TN"), f32 accumulation, C bf16 (or
+ * --odtype f16|f32), at 2048^3, 4096^3 and 8192^3 (or --shape MxNxK).  Print each
+ * contender's TFLOP/s and loom's ratio to cuBLASLt.
+ *
+ * The check, exact: the inputs are integers uniform in [-2, 2] (nvref_gemm_fill_ints), so
+ * every product is an integer of at most 4 in magnitude and every partial sum an integer
+ * far inside the exact integers of the FP8 tensor cores' reduced-precision adder (at K =
+ * 8192 a partial sum would need 4096 same-signed products of 4 to reach 2^14; the random
+ * sums stay within about 6 standard deviations, 2 sqrt(K) each, of zero).  Any order and
+ * precision of the adds then gives the exact sum, which the NVRTC reference (cuda_fp8.h's
+ * conversions, f32 sums of exact products: exact too) computes; each output element must
+ * equal it within its final rounding to the output type (nvref_gemm_compare_gamma with
+ * gamma 0: one ulp).  A check that fails is printed and makes the exit status 1.  (Random
+ * real inputs have no useful bound: docs/checks.md, "FP8".)
+ *
+ * cuBLASLt (support/cublas_dl.c, loaded with dlopen): its first heuristic algorithm for the
+ * problem with a 32 MiB workspace, fp32 compute, fast accumulation off, no scales (1.0).
+ * loom: the gemm template from the registry with dtype=e4m3, btrans=1 and the untuned
+ * config (the template's heuristic for the shape), or --config k=v,... (up to 4, one row
+ * each); where the template refuses the shape the row says why and cuBLASLt is still
+ * measured.  Timing: time_rounds (bench/contenders.c): rounds running every contender in
+ * turn, an L2 flush before each run, the median of the rounds' medians.
+ *
+ * Usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... [--e5m2] [--odtype bf16|f16|f32]
+ *                       [--reps N]       (skips cleanly without a GPU)
+ */
+#include "contenders.h"
+#include "cublas_dl.h"
+#include "gpu.h"
+#include "loom_tune.h"
+#include "nvrtc_ref.h"
+#include "rt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAXCFG = 4, WS_BYTES = 32 << 20 };
+
+typedef struct fp8_run {
+    loom_runtime *rt;
+    nvref_gemm *ref;
+    cublaslt_dl *lt; /* NULL: cuBLASLt not measured */
+    loom_dtype in, odt;
+    const char *configs[MAXCFG];
+    int nconfig, reps;
+} fp8_run;
+
+/* A device buffer, or exit: a bench has nothing to do without its buffers. */
+static loom_buffer *buf(loom_runtime *rt, size_t bytes)
+{
+    loom_buffer *b = loom_buffer_create(rt, bytes);
+    if (!b) {
+        fprintf(stderr, "bench_gemm_fp8: allocating %zu bytes: %s\n", bytes, loom_runtime_error(rt));
+        exit(2);
+    }
+    return b;
+}
+
+/* loom's kernel for the shape and config text ("" or NULL: the untuned config), ready to
+ * launch with (M, batch, A, Bt, C); NULL with the reason in why. */
+static loom_kernel *build_loom(const fp8_run *r, int64_t M, int64_t N, int64_t K, const char *config, int grid[3],
+                               char *why, size_t n)
+{
+    const loom_template *t = loom_template_find("gemm");
+    char text[256], err[512];
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=%s,odtype=%s,btrans=1", (long long)M, (long long)N,
+             (long long)K, loom_dtype_name(r->in), loom_dtype_name(r->odt));
+    if (!t || loom_params_parse(t->shape, t->nshape, text, sh, err, sizeof err) ||
+        loom_params_parse(t->config, t->nconfig, config ? config : "", cf, err, sizeof err)) {
+        snprintf(why, n, "loom: %.280s", t ? err : "no gemm template");
+        return NULL;
+    }
+    if (!config || !*config)
+        loom_template_untuned_config(t, sh, cf);
+    loom_kernel *k = t->build(sh, cf, err, sizeof err);
+    if (!k) {
+        snprintf(why, n, "loom: the template refuses: %.260s", err);
+        return NULL;
+    }
+    loom_params_format(t->config, t->nconfig, cf, text, sizeof text);
+    snprintf(why, n, "gemm %s", text);
+    t->grid(sh, cf, grid);
+    return k;
+}
+
+/* Check out (odt, [M, N]) against the exact reference: a verdict; failures counted. */
+static int check(const fp8_run *r, loom_buffer *out, loom_buffer *ref, loom_buffer *absref, int64_t n, char *v,
+                 size_t vn)
+{
+    nvref_gemm_report rep;
+    char err[512];
+    if (nvref_gemm_compare_gamma(r->ref, n, rt_buffer_dptr(out), r->odt, rt_buffer_dptr(ref), LOOM_F32,
+                                 rt_buffer_dptr(absref), 0.0, &rep, err, sizeof err) != LOOM_OK) {
+        snprintf(v, vn, "check failed to run: %.260s", err);
+        return 1;
+    }
+    if (!rep.bad) {
+        snprintf(v, vn, "exact ok");
+        return 0;
+    }
+    snprintf(v, vn, "FAIL: %llu of %llu wrong; first at %lld: %.9g, want %.9g", (unsigned long long)rep.bad,
+             (unsigned long long)rep.checked, (long long)rep.first_bad, rep.first_out, rep.first_ref);
+    return 1;
+}
+
+/* One shape: every contender checked, then timed side by side.  Returns the failures. */
+static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
+{
+    char err[1024];
+    size_t es = loom_dtype_size(r->in), os = loom_dtype_size(r->odt);
+    loom_buffer *A = buf(r->rt, (size_t)(M * K) * es), *Bt = buf(r->rt, (size_t)(N * K) * es);
+    loom_buffer *ref = buf(r->rt, (size_t)(M * N) * 4), *absref = buf(r->rt, (size_t)(M * N) * 4);
+    loom_buffer *C[MAXCFG + 1];
+    nvref_gemm_shape s = {M, N, K, 1, 0, r->in, 1};
+    if (nvref_gemm_fill_ints(r->ref, rt_buffer_dptr(A), r->in, M * K, 1, -2, 2, err, sizeof err) ||
+        nvref_gemm_fill_ints(r->ref, rt_buffer_dptr(Bt), r->in, N * K, 2, -2, 2, err, sizeof err) ||
+        nvref_gemm_reference(r->ref, &s, rt_buffer_dptr(A), rt_buffer_dptr(Bt), rt_buffer_dptr(ref),
+                             rt_buffer_dptr(absref), err, sizeof err)) {
+        fprintf(stderr, "bench_gemm_fp8: inputs or reference: %s\n", err);
+        exit(2);
+    }
+    work ws[MAXCFG + 1];
+    char what[MAXCFG + 1][300], verdict[MAXCFG + 1][300];
+    loom_kernel *ks[MAXCFG] = {0};
+    int nw = 0, failures = 0;
+    cublaslt_fp8 plan = {0};
+    loom_buffer *wsb = NULL;
+    if (r->lt) {
+        wsb = buf(r->rt, WS_BYTES);
+        if (cublaslt_dl_fp8_plan(r->lt, r->in, r->odt, M, N, K, 0, 0, rt_buffer_dptr(wsb), WS_BYTES, &plan, err,
+                                 sizeof err) == 0) {
+            C[nw] = buf(r->rt, (size_t)(M * N) * os);
+            ws[nw] = (work){.name = "cuBLASLt", .rt = r->rt, .n = 1, .s = {cublaslt_fp8_step(&plan, A, Bt, C[nw])}};
+            snprintf(what[nw], sizeof what[nw], "cuBLASLt %zu", r->lt->version);
+            nw++;
+        } else {
+            printf("  %lldx%lldx%lld  cuBLASLt: %s\n", (long long)M, (long long)N, (long long)K, err);
+        }
+    }
+    int first_loom = nw;
+    for (int i = 0; i < r->nconfig; i++) {
+        int grid[3];
+        char why[300];
+        loom_kernel *k = build_loom(r, M, N, K, r->configs[i], grid, why, sizeof why);
+        if (!k) {
+            printf("  %lldx%lldx%lld  %s\n", (long long)M, (long long)N, (long long)K, why);
+            continue;
+        }
+        ks[i] = k;
+        C[nw] = buf(r->rt, (size_t)(M * N) * os);
+        loom_arg args[5] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_I32(1), LOOM_ARG_BUF(A), LOOM_ARG_BUF(Bt),
+                            LOOM_ARG_BUF(C[nw])};
+        ws[nw] = (work){.name = "loom", .rt = r->rt, .n = 1, .s = {launch_step(k, grid, args, 5)}};
+        snprintf(what[nw], sizeof what[nw], "loom %.290s", why);
+        nw++;
+    }
+    for (int i = 0; i < nw; i++) { /* each output poisoned, computed once and checked */
+        if (loom_buffer_fill(C[i], 0xff) || run_work(&ws[i]) != LOOM_OK) {
+            snprintf(verdict[i], sizeof verdict[i], "FAIL: did not run: %s", loom_runtime_error(r->rt));
+            failures++;
+            continue;
+        }
+        failures += check(r, C[i], ref, absref, M * N, verdict[i], sizeof verdict[i]);
+    }
+    double flop = 2.0 * (double)M * (double)N * (double)K;
+    if (nw && time_rounds(r->rt, ws, nw, 5, r->reps) == 0)
+        for (int i = 0; i < nw; i++) {
+            double lt_ms = first_loom > 0 ? ws[0].ms : 0;
+            printf("  %lldx%lldx%lld %s->%s  %-9s %8.1f TFLOP/s", (long long)M, (long long)N, (long long)K,
+                   loom_dtype_name(r->in), loom_dtype_name(r->odt), ws[i].name, flop / ws[i].ms * 1e-9);
+            if (i >= first_loom && lt_ms > 0)
+                printf("  %.3f of cuBLASLt", lt_ms / ws[i].ms);
+            printf("  [%s]  %s\n", what[i], verdict[i]);
+        }
+    fflush(stdout);
+    cublaslt_dl_fp8_release(&plan);
+    for (int i = 0; i < MAXCFG; i++)
+        loom_kernel_destroy(ks[i]);
+    for (int i = 0; i < nw; i++)
+        loom_buffer_destroy(C[i]);
+    loom_buffer *all[] = {A, Bt, ref, absref, wsb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        loom_buffer_destroy(all[i]);
+    return failures;
+}
+
+int main(int argc, char **argv)
+{
+    fp8_run r = {.in = LOOM_E4M3, .odt = LOOM_BF16, .reps = 20};
+    const char *shape = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc && r.nconfig < MAXCFG)
+            r.configs[r.nconfig++] = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            shape = argv[++i];
+        else if (!strcmp(argv[i], "--e5m2"))
+            r.in = LOOM_E5M2;
+        else if (!strcmp(argv[i], "--odtype") && i + 1 < argc) {
+            const char *o = argv[++i];
+            r.odt = !strcmp(o, "f16") ? LOOM_F16 : !strcmp(o, "f32") ? LOOM_F32 : LOOM_BF16;
+            if (strcmp(o, "f16") && strcmp(o, "f32") && strcmp(o, "bf16")) {
+                fprintf(stderr, "bench_gemm_fp8: --odtype %s: bf16, f16 or f32\n", o);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            r.reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 20;
+        else {
+            fprintf(stderr, "usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... (at most %d) [--e5m2] "
+                            "[--odtype bf16|f16|f32] [--reps N]\n", MAXCFG);
+            return 2;
+        }
+    }
+    if (!r.nconfig)
+        r.configs[r.nconfig++] = "";
+    long long dims[3][3] = {{2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192}};
+    int nshape = 3;
+    if (shape) {
+        char tail;
+        if (sscanf(shape, "%lldx%lldx%lld%c", &dims[0][0], &dims[0][1], &dims[0][2], &tail) != 3 || dims[0][0] < 1 ||
+            dims[0][1] < 1 || dims[0][2] < 1) {
+            fprintf(stderr, "bench_gemm_fp8: --shape %s: expected MxNxK, positive integers\n", shape);
+            return 2;
+        }
+        nshape = 1;
+    }
+    char err[1024];
+    r.rt = loom_runtime_create(LOOM_TARGET_GPU);
+    if (!r.rt || loom_runtime_status(r.rt) != LOOM_OK) {
+        printf("bench_gemm_fp8: skipped: %s\n", r.rt ? loom_runtime_error(r.rt) : "out of host memory");
+        loom_runtime_destroy(r.rt);
+        return 0;
+    }
+    if (nvref_gemm_open(rt_runtime_gpu(r.rt), &r.ref, err, sizeof err) != LOOM_OK) {
+        printf("bench_gemm_fp8: skipped: the reference cannot be built: %s\n", err);
+        loom_runtime_destroy(r.rt);
+        return 0;
+    }
+    cublaslt_dl lt;
+    if (cublaslt_dl_open(&lt, err, sizeof err) == 0)
+        r.lt = &lt;
+    else
+        printf("cuBLASLt: not measured: %s\n", err);
+    printf("bench_gemm_fp8 on %s: C = A @ Bt^T, %s inputs (integers in [-2, 2]: exact sums), %s out\n",
+           loom_runtime_device_name(r.rt), loom_dtype_name(r.in), loom_dtype_name(r.odt));
+    int failures = 0;
+    for (int i = 0; i < nshape; i++)
+        failures += one_shape(&r, dims[i][0], dims[i][1], dims[i][2]);
+    if (r.lt)
+        cublaslt_dl_close(r.lt);
+    nvref_gemm_close(r.ref);
+    loom_runtime_destroy(r.rt);
+    return failures ? 1 : 0;
+}
