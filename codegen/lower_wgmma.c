@@ -264,9 +264,11 @@ typedef struct wg_plan {
     vgeom ga, gb;
     int64_t M, K, N, rows, mblocks; /* rows: a warp group's; mblocks: its m64 blocks */
     int64_t Np;        /* padded N: registers per m64 block = Np / 2 */
-    const char *ty;    /* the input type */
+    const char *ty, *tyb; /* the input types of A and B */
+    bool fp8;          /* FP8 operands: k32 steps, both K-major, no transpose bits */
+    int kstep;         /* K of one instruction: 16, or 32 with FP8 */
     uint32_t w, fa;    /* the fused wait and the arrive fused after it (0: none) */
-    int nr, ks;        /* registers of one m64 block, k16 steps */
+    int nr, ks;        /* registers of one m64 block, k steps */
     int nout;          /* the registers wgmma writes */
     int nain;          /* A's inputs: four registers a step, or a descriptor an m64 block */
     int bin, np;       /* the operand numbers of B's low half and of the scale-d input */
@@ -295,9 +297,15 @@ static bool wgmma_plan(L *l, uint32_t o, ir_op *op, const cg_layout *lay, wg_pla
     p->Np = INT64_C(1) << lay->lg[1];
     p->ga = lw_geom(l, op->opnd[0]), p->gb = lw_geom(l, op->opnd[1]);
     p->a_mn = at->trans, p->b_mn = !bt->trans; /* B [K,N] stored as is: N contiguous */
-    p->ty = at->dtype == LOOM_BF16 ? "bf16" : "f16";
+    p->fp8 = ir_dtype_is_fp8((loom_dtype)at->dtype);
+    p->ty = p->fp8 ? loom_dtype_name((loom_dtype)at->dtype) : at->dtype == LOOM_BF16 ? "bf16" : "f16";
+    p->tyb = p->fp8 ? loom_dtype_name((loom_dtype)bt->dtype) : p->ty;
+    p->kstep = p->fp8 ? 32 : 16;
+    if (p->fp8 && (p->a_regs || p->a_mn || p->b_mn)) /* rule_wgmma_fp8 refuses these */
+        return CG_BUG(cg, "wgmma at %s:%d: an FP8 operand that is not K-major in shared memory", op->src.file,
+                      op->src.line);
     p->w = wgmma_fused_wait(cg, o), p->fa = p->w ? arrive_after_wait(l->k, p->w) : 0;
-    p->nr = (int)(p->N / 2), p->ks = (int)(p->K / 16);
+    p->nr = (int)(p->N / 2), p->ks = (int)(p->K / p->kstep);
     p->nout = (int)p->mblocks * p->nr;
     p->nain = p->a_regs ? (int)p->mblocks * p->ks * 4 : (int)p->mblocks;
     p->bin = p->nout + p->nain;
@@ -305,7 +313,7 @@ static bool wgmma_plan(L *l, uint32_t o, ir_op *op, const cg_layout *lay, wg_pla
     return true;
 }
 
-/* The text of the asm statement that issues op's steps (per m64 block, its K/16 steps),
+/* The text of the asm statement that issues op's steps (per m64 block, its K/kstep steps),
  * with its commit and wait where they are fused, and each step's descriptors: one add to
  * the low half of the operand's first (desc_lo) and a constant high half.  NULL on
  * failure, the error recorded. */
@@ -327,8 +335,9 @@ static char *wgmma_text(L *l, ir_op *op, const wg_plan *p)
         for (int s = 0; s < p->ks; s++) {
             int a0 = p->nout + (int)(mb * p->ks + s) * 4, r0 = (int)mb * p->nr; /* A's registers */
             const char *sd = p->zero && s == 0 ? "z" : "p";
-            int64_t da = op_off(&p->ga, p->a_mn, mb * 64, s * 16) - op_off(&p->ga, p->a_mn, mb * 64, 0);
-            int64_t db = op_off(&p->gb, p->b_mn, 0, s * 16) - op_off(&p->gb, p->b_mn, 0, 0);
+            int64_t ks = (int64_t)s * p->kstep;
+            int64_t da = op_off(&p->ga, p->a_mn, mb * 64, ks) - op_off(&p->ga, p->a_mn, mb * 64, 0);
+            int64_t db = op_off(&p->gb, p->b_mn, 0, ks) - op_off(&p->gb, p->b_mn, 0, 0);
             if (da % 16 || db % 16 || da < 0 || db < 0)
                 return CG_BUG(l->cg, "wgmma at %s:%d: a step's operand offset is not a multiple of 16 bytes",
                               op->src.file, op->src.line),
@@ -338,11 +347,13 @@ static char *wgmma_text(L *l, ir_op *op, const wg_plan *p)
                                       p->nout + (int)mb, (long long)(da >> 4));
             n += (size_t)snprintf(text + n, tlen - n, "add.s32 dl, $%d, %lld;\n\tmov.b64 db, {dl, dhb};\n\t", p->bin,
                                   (long long)(db >> 4));
-            n += (size_t)snprintf(text + n, tlen - n, "wgmma.mma_async.sync.aligned.m64n%lldk16.f32.%s.%s {",
-                                  (long long)p->N, p->ty, p->ty);
+            n += (size_t)snprintf(text + n, tlen - n, "wgmma.mma_async.sync.aligned.m64n%lldk%d.f32.%s.%s {",
+                                  (long long)p->N, p->kstep, p->ty, p->tyb);
             for (int i = 0; i < p->nr; i++)
                 n += (size_t)snprintf(text + n, tlen - n, "%s$%d", i ? ", " : "", r0 + i);
-            if (p->a_regs) /* no transpose of A in registers */
+            if (p->fp8) /* both K-major: 8-bit types have no transpose operands */
+                n += (size_t)snprintf(text + n, tlen - n, "}, da, db, %s, 1, 1;\n\t", sd);
+            else if (p->a_regs) /* no transpose of A in registers */
                 n += (size_t)snprintf(text + n, tlen - n, "}, {$%d, $%d, $%d, $%d}, db, %s, 1, 1, %d;\n\t", a0,
                                       a0 + 1, a0 + 2, a0 + 3, sd, p->b_mn ? 1 : 0);
             else

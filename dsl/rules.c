@@ -877,6 +877,26 @@ static bool rule_tma_store(rule_ctx *c)
     return true;
 }
 
+/* FP8 wgmma (wgmma.mma_async ... .f32.{e4m3,e5m2}.{e4m3,e5m2}) reads both operands
+ * K-major from shared memory: the ISA has no transpose bits for 8-bit types.  A is a
+ * view of an [M, K] slot as stored, B the transpose of an [N, K] slot.  The ISA also
+ * takes A from registers, in a fragment layout of four 8-bit elements a register that
+ * loom does not build yet. */
+static bool wgmma_fp8_operands(rule_ctx *c, const ir_type *a, const ir_type *bb)
+{
+    char b1[64];
+    if (a->kind == IR_T_TILE)
+        FAIL("a is the register tile %s; an FP8 A must come from shared memory (a K-major [M, K] view): "
+             "FP8 A fragments in registers are not built yet", ts(a, b1));
+    if (a->trans)
+        FAIL("a is %s, an M-major view (loom_smem_trans of a [K, M] slot); FP8 wgmma reads A K-major: "
+             "store A as [M, K] and pass the view itself", ts(a, b1));
+    if (!bb->trans)
+        FAIL("b is %s, an N-major view (a [K, N] slot as stored); FP8 wgmma reads B K-major: "
+             "store B as [N, K] and pass loom_smem_trans of it", ts(bb, b1));
+    return true;
+}
+
 static bool rule_wgmma(rule_ctx *c)
 {
     char b1[64], b2[64], b3[64];
@@ -892,8 +912,11 @@ static bool rule_wgmma(rule_ctx *c)
         FAIL("the accumulator is %s; an f32 2-D tile is needed", ts(acc, b3));
     if (a->shape.rank != 2 || bb->shape.rank != 2)
         FAIL("a is %s and b is %s; wgmma takes 2-D operands", ts(a, b1), ts(bb, b2));
-    if (a->dtype != bb->dtype || (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16))
-        FAIL("a is %s and b is %s; both must be f16 or both bf16", ts(a, b1), ts(bb, b2));
+    bool fp8 = ir_dtype_is_fp8((loom_dtype)a->dtype) && ir_dtype_is_fp8((loom_dtype)bb->dtype);
+    if (!fp8 && (a->dtype != bb->dtype || (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16)))
+        FAIL("a is %s and b is %s; both must be f16, both bf16, or each e4m3 or e5m2", ts(a, b1), ts(bb, b2));
+    if (fp8 && !wgmma_fp8_operands(c, a, bb))
+        return false;
     int64_t M = a->shape.dim[0], K = a->shape.dim[1], N = bb->shape.dim[1];
     if (bb->shape.dim[0] != K)
         FAIL("inner dims differ: a is %s, b is %s", ts(a, b1), ts(bb, b2));
@@ -901,8 +924,8 @@ static bool rule_wgmma(rule_ctx *c)
         FAIL("the accumulator is %s but a @ b is %lldx%lld", ts(acc, b3), (long long)M, (long long)N);
     if (M % 64)
         FAIL("M is %lld; wgmma needs a multiple of 64 rows", (long long)M);
-    if (K % 16)
-        FAIL("K is %lld; wgmma needs a multiple of 16", (long long)K);
+    if (K % (fp8 ? 32 : 16))
+        FAIL("K is %lld; wgmma needs a multiple of %d%s", (long long)K, fp8 ? 32 : 16, fp8 ? " with FP8 operands" : "");
     if (N % 8 || N > 256)
         FAIL("N is %lld; wgmma needs a multiple of 8 up to 256", (long long)N);
     if (!in_task(c))

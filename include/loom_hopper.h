@@ -175,7 +175,10 @@ void loom_smem_store_cluster_at(loom_src at, loom_kernel *k, loom_val view, loom
  * view [M, K] or a register tile [M, K]; b a shared view [K, N] (loom_smem_trans of an
  * [N, K] view is the usual K-major B); f16 or bf16 (the same for both); acc an f32 tile
  * [M, N] with M a multiple of 64 per warp group of the task (each warp group owns M/G
- * rows), N a multiple of 8 up to 256, K a multiple of 16.  A register tile is read when
+ * rows), N a multiple of 8 up to 256, K a multiple of 16.  FP8: A and B each e4m3 or
+ * e5m2, K a multiple of 32, both K-major views (A an [M, K] view as stored, B
+ * loom_smem_trans of an [N, K] view: 8-bit types have no transpose bits); the GPU adds
+ * their products with about 14 significant bits, not f32's (docs/dsl.md, "FP8").  A register tile is read when
  * the wgmma is issued; it is held in the A fragment's layout, which is the accumulator
  * layout of its shape, so an accumulator S [M, N] cast to f16/bf16 is the A of the next
  * wgmma with no data moved (attention's P @ V), and row reductions of an accumulator

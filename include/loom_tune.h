@@ -215,6 +215,10 @@ double loom_ulp(loom_dtype dt, double x);
  * u = 2^-23 (an add may be off by a whole ulp: the tensor cores do not promise to round
  * to nearest).  0 for k <= 1; infinite for k >= 2^23. */
 double loom_f32_sum_error(int64_t k, double magnitude);
+/* The same for a sum of k exact products of FP8 values accumulated by FP8 wgmma, whose
+ * adds keep fewer bits than f32 (docs/checks.md, "FP8"): gamma_k with u = 2^-13.  0 for
+ * k <= 1; infinite for k >= 2^13. */
+double loom_fp8_mma_sum_error(int64_t k, double magnitude);
 /* The bound at an element whose reference, stored in dt, is ref, when a right kernel's
  * value before its own final rounding to dt is within err of the exact result: err plus
  * one ulp of dt (half for the kernel's rounding, half for the reference's), taken at the

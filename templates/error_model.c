@@ -49,15 +49,26 @@ double loom_ulp(loom_dtype dt, double x)
     return ldexp(1.0, e - mant);
 }
 
-double loom_f32_sum_error(int64_t k, double magnitude)
+/* FP8 wgmma accumulates with reduced precision: NVIDIA does not document it; DeepSeek-V3
+ * (arXiv 2412.19437, 3.3.2) measured about 14 bits kept on H800, and others a 13-bit
+ * mantissa (e8m13) with truncation on H100 -- the reason CUTLASS's default FP8 kernels
+ * and DeepGEMM add the tensor cores' partial sums into an f32 accumulator every few k
+ * blocks.  An add may then be off by one ulp of a 13-bit mantissa, 2^-13 relative. */
+#define FP8_MMA_U 0x1p-13
+
+static double gamma_sum(int64_t k, double u, double magnitude)
 {
     if (k <= 1)
         return 0; /* one term: its product is exact */
-    double ku = (double)k * F32_U;
+    double ku = (double)k * u;
     if (ku >= 1)
-        return INFINITY; /* no bound: 2^23 terms or more */
+        return INFINITY; /* no bound */
     return ku / (1 - ku) * magnitude;
 }
+
+double loom_f32_sum_error(int64_t k, double magnitude) { return gamma_sum(k, F32_U, magnitude); }
+
+double loom_fp8_mma_sum_error(int64_t k, double magnitude) { return gamma_sum(k, FP8_MMA_U, magnitude); }
 
 /* ref is the reference as stored in dt (x rounded), err the kernel's error before its own
  * final rounding: |out - ref| <= err + half an ulp at the kernel's value + half an ulp at

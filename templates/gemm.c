@@ -5,7 +5,7 @@
  * phases and budgets):
  *
  *   ring     `stages` slots of an A tile [BM, BK] and a B tile [BK, BN] (128-byte
- *            swizzle; A's 64-byte at BK=32)
+ *            swizzle; A's 64-byte at BK=32), or with btrans=1 [BN, BK] (swizzled as A)
  *   producer for each output tile it owns, for each k step (a running count of ring uses
  *            over tiles): produce the slot, TMA A and B into it
  *   consumer for each tile: acc = 0; for each k step: consume the slot, wgmma, commit,
@@ -51,7 +51,13 @@
  *
  *   M, batch   the launch's rows of A and C and products (loom_arg_dim)
  *   A          [M, K] (batch 1, or ashared=1) or [batch, M, K], rows lda apart
- *   B          [K, N] (batch 1) or [batch, K, N], rows ldb apart
+ *   B          [K, N] (batch 1) or [batch, K, N], rows ldb apart; with btrans=1 [N, K] or
+ *              [batch, N, K]
+ *
+ * FP8 (dtype e4m3 or e5m2) needs btrans=1: FP8 wgmma reads both operands K-major, so B's
+ * ring tile is [BN, BK] like A's, its rows one swizzle span of BK bytes (BK=128: 128
+ * bytes; BK=64: 64).  The tensor cores accumulate FP8 products with reduced precision,
+ * which the bound takes (docs/checks.md, "FP8"); nothing promotes partial sums yet.
  *   C          [M, N] or [batch, M, N]
  *
  * The strides stay those of the built shape: in a batch, product b of A (ashared=0) and
@@ -84,13 +90,20 @@
     X(batch, batch, int64_t, 1,                                                                            \
       "independent products (B and C batched): the most a launch takes (its kernel argument "              \
       "batch, 1 to this; 1 builds an unbatched kernel)", .runtime = 1)                                     \
-    X(dtype, dt, loom_dtype, LOOM_F16, "input type: f16 or bf16")                                          \
+    X(dtype, dt, loom_dtype, LOOM_F16,                                                                     \
+      "input type: f16, bf16, or e4m3 or e5m2 (FP8: needs btrans=1, and BK=128 fills a 128-byte "         \
+      "swizzle row)")                                                                                      \
     X(odtype, odt, loom_dtype, LOOM_F16, "output type: f16, bf16 or f32")                                  \
     X(ashared, ashared, int, 1, "1: A [M,K] shared by the batch; 0: A batched too")                       \
     X(lda, lda, int64_t, 0,                                                                                \
-      "elements from one row of A to the next, a multiple of 8 (0: K rounded up to 8; "                    \
+      "elements from one row of A to the next, 16 bytes' worth a multiple (0: K rounded up to that; "      \
       "loom_gemm_run pads contiguous rows into that)")                                                     \
-    X(ldb, ldb, int64_t, 0, "elements from one row of B to the next, a multiple of 8 (0: N rounded up to 8)")
+    X(ldb, ldb, int64_t, 0,                                                                                \
+      "elements from one row of B to the next, 16 bytes' worth a multiple (0: B's row, N or with "         \
+      "btrans=1 K, rounded up to that)")                                                                   \
+    X(btrans, btrans, int, 0,                                                                              \
+      "0: B is [K, N]; 1: B is [N, K] (K-major, read transposed; FP8 needs it: its wgmma has no "          \
+      "transpose)")
 #define GEMM_CONFIG(X)                                                                                      \
     X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group)", 64, 128, 256)                      \
     X(BN, bn, int, 256, "tile columns (64, 128, 256)", 64, 128, 256)                                       \
@@ -131,16 +144,32 @@ typedef struct g_cfg {
     GEMM_CONFIG(LOOM_FIELD)
 } g_cfg;
 
-/* A row stride given (> 0), or the columns rounded up to a multiple of 8 (0). */
-static int64_t row_stride(int64_t given, int64_t cols) { return given > 0 ? given : tpl_pad8(cols); }
+/* A row stride given (> 0), or the columns of `es`-byte elements rounded up to 16 bytes
+ * (0): a multiple of 8 for f16/bf16, of 16 for FP8. */
+static int64_t row_stride(int64_t given, int64_t cols, int64_t es)
+{
+    int64_t q = es > 0 && es <= 16 ? 16 / es : 1;
+    return given > 0 ? given : (cols + q - 1) / q * q;
+}
+
+/* The columns of B as stored: N, or K with btrans=1. */
+static int64_t b_cols(const g_cfg *c) { return c->btrans ? c->K : c->N; }
+
+/* The shape's fields, the row strides resolved (the config's fields left zero). */
+static g_cfg shape_of(const int64_t *sh)
+{
+    g_cfg c = {0};
+    LOOM_UNPACK(GEMM_SHAPE, &c, sh);
+    int64_t es = (int64_t)loom_dtype_size(c.dt);
+    c.lda = row_stride(c.lda, c.K, es);
+    c.ldb = row_stride(c.ldb, b_cols(&c), es);
+    return c;
+}
 
 static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
 {
-    g_cfg c;
-    LOOM_UNPACK(GEMM_SHAPE, &c, sh);
+    g_cfg c = shape_of(sh);
     LOOM_UNPACK(GEMM_CONFIG, &c, cf);
-    c.lda = row_stride(c.lda, c.K);
-    c.ldb = row_stride(c.ldb, c.N);
     return c;
 }
 
@@ -326,6 +355,12 @@ static loom_val *offs_of(bool batched, loom_val b, loom_val x, loom_val y, loom_
     return o[0] = b, o[1] = x, o[2] = y, o;
 }
 
+/* The offsets of B's tile at k0, n0 of product b: [K, N] or with btrans [N, K]. */
+static loom_val *b_offs(const gk *g, loom_val b, loom_val k0, loom_val n0, loom_val o[3])
+{
+    return g->c->btrans ? offs_of(g->batched, b, n0, k0, o) : offs_of(g->batched, b, k0, n0, o);
+}
+
 /* Producer: for each unit, for each k step (a running count of ring uses over units),
  * A's box (split: its two row halves) and B's (multicast in parts over a cluster). */
 static void producer(loom_kernel *k, const gk *g)
@@ -350,13 +385,14 @@ static void producer(loom_kernel *k, const gk *g)
             loom_val k0 = loom_mul(k, kk, CI(c->bk));
             if (c->share_a) { /* the pair's one A tile, multicast in row halves; B its own */
                 loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
-                loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, offs_of(g->batched, b, k0, n0, o));
+                loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
             } else {
                 for (int h = 0; h < (split ? 2 : 1); h++) {
                     loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
                     loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
                 }
-                loom_ring_load_multicast(k, &g->ring, s, TILE_B, 1, g->B, offs_of(g->batched, b, k0, n0, o));
+                /* the pair's B tile in halves along N: its columns, or with btrans its rows */
+                loom_ring_load_multicast(k, &g->ring, s, TILE_B, c->btrans ? 0 : 1, g->B, b_offs(g, b, k0, n0, o));
             }
         }
         loom_for_end(k, kl, 0, NULL);
@@ -372,8 +408,9 @@ static void producer(loom_kernel *k, const gk *g)
 static loom_mainloop mainloop_of(const gk *g, int bm)
 {
     const g_cfg *c = g->c;
-    return (loom_mainloop){.ring = &g->ring, .a_tile = TILE_A, .b_tile = TILE_B, .a_split = c->consumers == SPLIT,
-                           .rows = bm, .cols = c->bn, .steps = TPL_CDIV(c->K, c->bk)};
+    return (loom_mainloop){.ring = &g->ring, .a_tile = TILE_A, .b_tile = TILE_B, .b_trans = c->btrans,
+                           .a_split = c->consumers == SPLIT, .rows = bm, .cols = c->bn,
+                           .steps = TPL_CDIV(c->K, c->bk)};
 }
 
 /* After the mainloop of the tile whose uses start at it0: wait for its last wgmma group
@@ -496,21 +533,25 @@ static loom_kernel *gemm_build(const g_cfg *c)
     int64_t M = LOOM_DIM(g.M), nb = LOOM_DIM(g.batch);
     bool bat_a = g.batched && !c->ashared;
     loom_shape ash = bat_a ? LOOM_SHAPE3(nb, M, c->K) : LOOM_SHAPE2(M, c->K);
-    loom_shape bsh = g.batched ? LOOM_SHAPE3(nb, c->K, c->N) : LOOM_SHAPE2(c->K, c->N);
+    int64_t brows = c->btrans ? c->N : c->K; /* B [K, N], or [N, K] */
+    loom_shape bsh = g.batched ? LOOM_SHAPE3(nb, brows, b_cols(c)) : LOOM_SHAPE2(brows, b_cols(c));
     loom_shape csh = g.batched ? LOOM_SHAPE3(nb, M, c->N) : LOOM_SHAPE2(M, c->N);
     /* A and B row-major with rows lda and ldb apart (TMA reads zeros past K and N, and
      * past the launch's M and batch); the products of A and C M_max rows apart */
-    int64_t ast[3] = {c->M * c->lda, c->lda, 1}, bst[3] = {c->K * c->ldb, c->ldb, 1}, cst[3] = {c->M * c->N, c->N, 1};
+    int64_t ast[3] = {c->M * c->lda, c->lda, 1}, bst[3] = {brows * c->ldb, c->ldb, 1}, cst[3] = {c->M * c->N, c->N, 1};
     g.A = loom_arg_tensor_strided(k, "A", c->dt, ash, bat_a ? ast : ast + 1, LOOM_IN);
     g.B = loom_arg_tensor_strided(k, "B", c->dt, bsh, g.batched ? bst : bst + 1, LOOM_IN);
     loom_val C = loom_arg_tensor_strided(k, "C", c->odt, csh, g.batched ? cst : cst + 1, LOOM_OUT);
 
     bool split = c->consumers == SPLIT;
     int arows = split ? c->bm / 2 : c->bm; /* split: A slots hold half a tile's rows */
-    /* A's rows are BK wide (128 bytes at BK=64, 64 at BK=32): the swizzle spans one row */
-    loom_swizzle aswz = c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128;
+    /* A's rows are BK wide (f16: 128 bytes at BK=64, 64 at BK=32; FP8: 128 at BK=128, 64
+     * at BK=64): the swizzle spans one row; so does B's [BN, BK] with btrans */
+    loom_swizzle aswz = c->bk * (int64_t)loom_dtype_size(c->dt) == 64 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128;
     loom_ring_tile tiles[2] = {{c->dt, LOOM_SHAPE2(arows, c->bk), split ? 2 : 1, aswz},
                                {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
+    if (c->btrans)
+        tiles[TILE_B] = (loom_ring_tile){c->dt, LOOM_SHAPE2(c->bn, c->bk), 1, aswz};
     g.ring = loom_ring_create(&p, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
     g.sched = loom_sched_static(&p, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
@@ -534,24 +575,33 @@ static loom_kernel *gemm_build(const g_cfg *c)
 /* Why (shape, config) cannot be served, or NULL when it can. */
 static const char *why_not(const g_cfg *c, char *buf, size_t n)
 {
-    if (c->dt != LOOM_F16 && c->dt != LOOM_BF16)
-        return "dtype must be f16 or bf16 (the tensor-core inputs)";
+    bool fp8 = c->dt == LOOM_E4M3 || c->dt == LOOM_E5M2;
+    if (c->dt != LOOM_F16 && c->dt != LOOM_BF16 && !fp8)
+        return "dtype must be f16, bf16, e4m3 or e5m2 (the tensor-core inputs)";
+    if (c->btrans != 0 && c->btrans != 1)
+        return "btrans must be 0 (B is [K, N]) or 1 (B is [N, K])";
+    if (fp8 && !c->btrans)
+        return "dtype e4m3/e5m2 needs btrans=1: FP8 wgmma reads B K-major only, so give B as [N, K] "
+               "(its rows along K) with btrans=1";
     if (c->odt != LOOM_F16 && c->odt != LOOM_BF16 && c->odt != LOOM_F32)
         return "odtype must be f16, bf16 or f32";
     if (c->M < 1 || c->N < 1 || c->K < 1 || c->batch < 1)
         return "M, N, K and batch must be positive";
     if (c->M > INT32_MAX || c->batch > INT32_MAX)
         return "M and batch must be below 2^31 (the kernel takes them as i32 arguments at each launch)";
-    if (c->lda < c->K || c->ldb < c->N)
-        return "lda must be at least K and ldb at least N (the rows of A and B)";
-    if (c->lda % 8 || c->ldb % 8)
-        return "lda and ldb must be multiples of 8 (TMA needs 16-byte aligned rows; loom_gemm_run copies "
-               "unaligned operands into padded ones)";
+    if (c->lda < c->K || c->ldb < b_cols(c))
+        return "lda must be at least K and ldb at least B's row (N, or K with btrans=1)";
+    int64_t es = (int64_t)loom_dtype_size(c->dt);
+    if (c->lda * es % 16 || c->ldb * es % 16)
+        return fp8 ? "lda and ldb must be multiples of 16 for FP8 (TMA needs 16-byte aligned rows)"
+                   : "lda and ldb must be multiples of 8 (TMA needs 16-byte aligned rows; loom_gemm_run copies "
+                     "unaligned operands into padded ones)";
     if (c->tmastore && c->N % 8)
         return "tmastore=1 needs N a multiple of 8 (the TMA store writes 16-byte aligned rows of C); use "
                "tmastore=0, which stores C from the registers";
-    if (c->bk != 64 && c->bk != 32)
-        return "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
+    if (c->bk * es != 128 && c->bk * es != 64)
+        return fp8 ? "BK must be 128 or 64 for FP8 (A's row is then one 128- or 64-byte swizzle span)"
+                   : "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
     const char *w = tpl_why_not_consumers(c->cwarps, c->consumers, SPLIT, c->ctas, c->bm, c->bn);
     if (w)
         return w;
@@ -559,7 +609,7 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "stages must be 2 to 12";
     if (c->tmastore != 0 && c->tmastore != 1)
         return "tmastore must be 0 or 1";
-    int64_t ring = (int64_t)c->stages * (c->bm + c->bn) * c->bk * 2;
+    int64_t ring = (int64_t)c->stages * (c->bm + c->bn) * c->bk * es;
     int64_t stage = !c->tmastore ? 0
                     : (int64_t)(c->consumers == PINGPONG ? 2 : 1) * (c->consumers == SPLIT ? c->bm / 2 : c->bm) *
                           c->bn * (int64_t)loom_dtype_size(c->odt);
@@ -689,62 +739,74 @@ enum { ARG_M, ARG_BATCH, ARG_A, ARG_B, ARG_C };
  * padding of rows too: the kernel must never read it). */
 static void init(const int64_t *sh, void *const *host, uint64_t seed)
 {
-    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_batch];
-    int64_t na = nb > 1 && !sh[S_ashared] ? nb : 1;
-    int64_t lda = row_stride(sh[S_lda], K), ldb = row_stride(sh[S_ldb], N);
+    g_cfg c = shape_of(sh);
+    int64_t M = c.M, nb = c.batch, na = nb > 1 && !c.ashared ? nb : 1, brows = c.btrans ? c.N : c.K;
     *(int32_t *)host[ARG_M] = (int32_t)M;
     *(int32_t *)host[ARG_BATCH] = (int32_t)nb;
-    tpl_fill(host[ARG_A], (loom_dtype)sh[S_dtype], (na - 1) * M * lda + (M - 1) * lda + K, -1, 1, &seed);
-    tpl_fill(host[ARG_B], (loom_dtype)sh[S_dtype], (nb - 1) * K * ldb + (K - 1) * ldb + N, -1, 1, &seed);
+    tpl_fill(host[ARG_A], c.dt, (na - 1) * M * c.lda + (M - 1) * c.lda + c.K, -1, 1, &seed);
+    tpl_fill(host[ARG_B], c.dt, (nb - 1) * brows * c.ldb + (brows - 1) * c.ldb + b_cols(&c), -1, 1, &seed);
+}
+
+/* Element (q, j) of B (row q of K, column j of N) of product b, either way it is stored. */
+static size_t b_at(const g_cfg *c, int64_t b, int64_t q, int64_t j)
+{
+    return (size_t)(c->btrans ? b * c->N * c->ldb + j * c->ldb + q : b * c->K * c->ldb + q * c->ldb + j);
+}
+
+/* Row m of product b of A @ B into row[N] (sums of products in double) and mag[N] (sums
+ * of their magnitudes); either may be NULL. */
+static void row_products(const g_cfg *c, void *const *host, int64_t b, int64_t m, double *row, double *mag)
+{
+    bool ash = c->batch == 1 || c->ashared;
+    for (int64_t j = 0; j < c->N; j++) {
+        if (row)
+            row[j] = 0;
+        if (mag)
+            mag[j] = 0;
+    }
+    for (int64_t q = 0; q < c->K; q++) {
+        double a = tpl_get(host[ARG_A], c->dt, (ash ? 0 : b * c->M * c->lda) + m * c->lda + q);
+        for (int64_t j = 0; j < c->N; j++) {
+            double p = a * tpl_get(host[ARG_B], c->dt, b_at(c, b, q, j));
+            if (row)
+                row[j] += p;
+            if (mag)
+                mag[j] += fabs(p);
+        }
+    }
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
-    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_batch];
-    int64_t lda = row_stride(sh[S_lda], K), ldb = row_stride(sh[S_ldb], N);
-    loom_dtype dt = (loom_dtype)sh[S_dtype], odt = (loom_dtype)sh[S_odtype];
-    bool ash = nb == 1 || sh[S_ashared];
-    double *row = malloc((size_t)N * sizeof *row);
+    g_cfg c = shape_of(sh);
+    double *row = malloc((size_t)c.N * sizeof *row);
     if (!row)
         return;
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t m = 0; m < M; m++) {
-            for (int64_t j = 0; j < N; j++)
-                row[j] = 0;
-            for (int64_t q = 0; q < K; q++) {
-                double a = tpl_get(host[ARG_A], dt, (ash ? 0 : b * M * lda) + m * lda + q);
-                for (int64_t j = 0; j < N; j++)
-                    row[j] += a * tpl_get(host[ARG_B], dt, b * K * ldb + q * ldb + j);
-            }
-            for (int64_t j = 0; j < N; j++)
-                tpl_set(ref[ARG_C], odt, b * M * N + m * N + j, row[j]);
+    for (int64_t b = 0; b < c.batch; b++)
+        for (int64_t m = 0; m < c.M; m++) {
+            row_products(&c, host, b, m, row, NULL);
+            for (int64_t j = 0; j < c.N; j++)
+                tpl_set(ref[ARG_C], c.odt, b * c.M * c.N + m * c.N + j, row[j]);
         }
     free(row);
 }
 
-/* The error model (docs/checks.md): C[b,m,n] sums K exact products in f32, then rounds to
- * odtype once. */
+/* The error model (docs/checks.md): C[b,m,n] sums K exact products in f32 (FP8: in the
+ * tensor cores' narrower adds, loom_fp8_mma_sum_error), then rounds to odtype once. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
-    int64_t M = sh[S_M], N = sh[S_N], K = sh[S_K], nb = sh[S_batch];
-    int64_t lda = row_stride(sh[S_lda], K), ldb = row_stride(sh[S_ldb], N);
-    loom_dtype dt = (loom_dtype)sh[S_dtype], odt = (loom_dtype)sh[S_odtype];
-    bool ash = nb == 1 || sh[S_ashared];
-    double *mag = malloc((size_t)N * sizeof *mag);
+    g_cfg c = shape_of(sh);
+    bool fp8 = c.dt == LOOM_E4M3 || c.dt == LOOM_E5M2;
+    double *mag = malloc((size_t)c.N * sizeof *mag);
     if (!mag || !bnd[ARG_C])
         goto done;
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t m = 0; m < M; m++) {
-            for (int64_t j = 0; j < N; j++)
-                mag[j] = 0;
-            for (int64_t q = 0; q < K; q++) {
-                double a = fabs(tpl_get(host[ARG_A], dt, (ash ? 0 : b * M * lda) + m * lda + q));
-                for (int64_t j = 0; j < N; j++)
-                    mag[j] += a * fabs(tpl_get(host[ARG_B], dt, b * K * ldb + q * ldb + j));
-            }
-            for (int64_t j = 0; j < N; j++) {
-                int64_t e = b * M * N + m * N + j;
-                bnd[ARG_C][e] = loom_error_bound(odt, tpl_get(ref[ARG_C], odt, e), loom_f32_sum_error(K, mag[j]));
+    for (int64_t b = 0; b < c.batch; b++)
+        for (int64_t m = 0; m < c.M; m++) {
+            row_products(&c, host, b, m, NULL, mag);
+            for (int64_t j = 0; j < c.N; j++) {
+                int64_t e = b * c.M * c.N + m * c.N + j;
+                double err = fp8 ? loom_fp8_mma_sum_error(c.K, mag[j]) : loom_f32_sum_error(c.K, mag[j]);
+                bnd[ARG_C][e] = loom_error_bound(c.odt, tpl_get(ref[ARG_C], c.odt, e), err);
             }
         }
 done:

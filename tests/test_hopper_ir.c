@@ -444,7 +444,7 @@ Test(hopper_checks, wgmma_takes_a_from_registers)
     loom_task_end(k, t);
     cr_expect_eq(r, LOOM_NONE);
     expect_error(k, "op 'wgmma': a is f32[64x32] and b is ", line);
-    expect_error(k, "both must be f16 or both bf16", line);
+    expect_error(k, "both must be f16, both bf16, or each e4m3 or e5m2", line);
     loom_kernel_destroy(k);
 
     /* a tile of the wrong shape */

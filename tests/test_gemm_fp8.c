@@ -1,0 +1,209 @@
+/*
+ * test_gemm_fp8.c -- the gemm template with FP8 inputs (dtype=e4m3 or e5m2, B given as
+ * [N, K]: btrans=1) and the btrans key itself (docs/architecture.md, "FP8 gemm";
+ * docs/checks.md, "FP8").
+ *
+ *   gemm_fp8      on the interpreter at small shapes with tails in M, N and K: every
+ *                 consumer scheme, BK=128 and 64, both epilogues, clusters, a batch,
+ *                 every output type, e4m3 and e5m2, and btrans=1 with f16 and bf16,
+ *                 each element against the template's CPU reference within its bound
+ *                 (loom_template_check); an element moved just past its bound, up and
+ *                 down, or made NaN, is caught; the refusals (FP8 with btrans=0, an FP8
+ *                 BK that is not one swizzle span, FP8 rows not 16 bytes apart) name
+ *                 the reason; the PTX of the FP8 headline configs at 4096^3 (the
+ *                 defaults, split BM=128 BN=256, ping-pong, clusters) uses the FP8
+ *                 instructions and assembles with ptxas without spills.
+ *   gemm_fp8_gpu  the same shapes and configs on the GPU against the CPU reference by the
+ *                 FP8 bound, and 4096^3 at the split headline.  It skips without a GPU.
+ */
+#include "loom.h"
+#include "t_model.h"
+#include "testutil.h"
+#include "tpl.h"
+
+static const loom_template *gemm(void)
+{
+    const loom_template *t = loom_template_find("gemm");
+    cr_assert(t);
+    return t;
+}
+
+static void params(const char *shape, const char *config, int64_t *sh, int64_t *cf)
+{
+    t_params(gemm()->shape, gemm()->nshape, shape, sh);
+    t_params(gemm()->config, gemm()->nconfig, config, cf);
+}
+
+/* The template's check of (shape, config) on runtime rt: every output element within
+ * its bound. */
+static void check(loom_runtime *rt, const char *shape, const char *config, uint64_t seed)
+{
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char why[256], rep[1024];
+    params(shape, config, sh, cf);
+    cr_assert(gemm()->valid(sh, cf, why, sizeof why), "gemm [%s] [%s] refused: %s", shape, config, why);
+    loom_status st = loom_template_check(rt, gemm(), sh, cf, seed, rep, sizeof rep);
+    cr_expect_eq(st, LOOM_OK, "gemm [%s] [%s]: %s", shape, config, rep);
+}
+
+static const char *const shapes[] = {
+    "M=70,N=40,K=200,dtype=e4m3,btrans=1",
+    "M=65,N=72,K=130,dtype=e5m2,btrans=1,odtype=f32",
+    "M=33,N=24,K=96,batch=2,ashared=0,dtype=e4m3,btrans=1,odtype=bf16",
+};
+
+static const char *const configs[] = {
+    "BM=64,BN=64,BK=128,stages=2",                                  /* cooperative, TMA store */
+    "BM=128,BN=64,cwarps=8,BK=64,stages=3,tmastore=0",              /* two warp groups, 64-byte swizzle */
+    "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3",     /* split */
+    "BM=64,BN=64,cwarps=8,consumers=1,BK=128,stages=2,ctas=2",      /* ping-pong */
+    "BM=64,BN=128,cluster=2,ctas=2,BK=128,stages=2",                /* B's halves multicast by rows */
+};
+
+Test(gemm_fp8, interpreter_matches_the_reference_within_the_bound)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
+            check(rt, shapes[s], configs[c], 10 + s);
+    loom_runtime_destroy(rt);
+}
+
+/* btrans=1 is not FP8's alone: f16 and bf16 B given as [N, K], at the f16 BKs. */
+Test(gemm_fp8, btrans_with_f16_and_bf16)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    check(rt, "M=70,N=40,K=50,btrans=1", "BM=64,BN=64,stages=2", 1);
+    check(rt, "M=70,N=40,K=50,btrans=1,dtype=bf16,odtype=f32", "BM=128,BN=64,cwarps=8,BK=32,tmastore=0", 2);
+    check(rt, "M=70,N=136,K=50,btrans=1,ldb=64", "BM=64,BN=128,cluster=2,ctas=2,stages=2", 3);
+    loom_runtime_destroy(rt);
+}
+
+/* An element of C moved to the nearest value of its type just past its bound, up or
+ * down, or made NaN, at the first, the last and a middle element, is the one element
+ * the check reports. */
+Test(gemm_fp8, an_element_past_its_bound_is_caught)
+{
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char err[512], rep[1024];
+    params("M=70,N=40,K=200,dtype=e4m3,btrans=1", "BM=64,BN=64,BK=128,stages=2", sh, cf);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    loom_instance in;
+    cr_assert_eq(loom_instance_create(rt, gemm(), sh, cf, 5, &in, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(loom_launch(rt, in.kernel, in.grid, in.args, in.nargs), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_expected e;
+    cr_assert_eq(loom_expected_create(gemm(), sh, &in, &e), LOOM_OK);
+    int c = 4; /* C */
+    cr_assert(e.ref[c] && e.bound[c]);
+    void *got[LOOM_MAX_ARGS] = {0};
+    got[c] = malloc(in.info[c].min_bytes);
+    cr_assert(got[c]);
+    cr_assert_eq(loom_buffer_download(in.buf[c], got[c], in.info[c].min_bytes), LOOM_OK);
+    cr_assert_eq(loom_expected_compare(gemm(), &in, &e, got, rep, sizeof rep), 0, "the right kernel: %s", rep);
+    loom_dtype dt = in.info[c].dtype;
+    int64_t cnt = (int64_t)(in.info[c].min_bytes / loom_dtype_size(dt));
+    int64_t at[3] = {0, cnt - 1, cnt / 2 + 3};
+    for (int w = 0; w < 3; w++)
+        for (int kind = 0; kind < 3; kind++) {
+            int64_t x = at[w];
+            double keep = tpl_get(got[c], dt, x), r = tpl_get(e.ref[c], dt, x), b = e.bound[c][x];
+            cr_assert(isfinite(b) && b > 0, "element %lld: bound %g", (long long)x, b);
+            double v = kind == 2 ? NAN : t_just_past(dt, r, b, kind ? -1 : 1);
+            tpl_set(got[c], dt, x, v);
+            int64_t bad = loom_expected_compare(gemm(), &in, &e, got, rep, sizeof rep);
+            cr_expect_eq(bad, 1, "C[%lld] = %.9g (reference %.9g, bound %.3g): %s", (long long)x, v, r, b, rep);
+            tpl_set(got[c], dt, x, keep);
+        }
+    free(got[c]);
+    loom_expected_destroy(&e);
+    loom_instance_destroy(&in);
+    loom_runtime_destroy(rt);
+}
+
+/* The bound is the FP8 one: gamma_K with u = 2^-13 of sum |a b|, wider than f16's. */
+Test(gemm_fp8, the_bound_is_the_fp8_wgmma_model)
+{
+    cr_expect_eq(loom_fp8_mma_sum_error(1, 5.0), 0);
+    double g = 200 * 0x1p-13;
+    cr_expect(fabs(loom_fp8_mma_sum_error(200, 3.0) - g / (1 - g) * 3.0) < 1e-15);
+    cr_expect(isinf(loom_fp8_mma_sum_error(8192, 1.0)), "K = 2^13: no bound");
+    cr_expect(loom_fp8_mma_sum_error(4096, 1.0) > 1000 * loom_f32_sum_error(4096, 1.0));
+}
+
+/* ---------------------------------------------------------------- refusals */
+
+static void expect_refused(const char *shape, const char *config, const char *msg)
+{
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char why[256] = "", err[256] = "";
+    params(shape, config, sh, cf);
+    cr_expect(!gemm()->valid(sh, cf, why, sizeof why), "[%s] [%s] is valid", shape, config);
+    cr_expect(strstr(why, msg), "[%s] [%s]: want '%s', got '%s'", shape, config, msg, why);
+    loom_kernel *k = gemm()->build(sh, cf, err, sizeof err);
+    cr_expect_null(k, "[%s] [%s] builds", shape, config);
+    cr_expect(strstr(err, msg), "build: want '%s', got '%s'", msg, err);
+    loom_kernel_destroy(k);
+}
+
+Test(gemm_fp8, refusals_name_the_reason)
+{
+    expect_refused("M=256,N=256,K=256,dtype=e4m3", "",
+                   "dtype e4m3/e5m2 needs btrans=1: FP8 wgmma reads B K-major only, so give B as [N, K]");
+    expect_refused("M=256,N=256,K=256,dtype=e5m2,btrans=0", "BK=128", "needs btrans=1");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1", "BK=32",
+                   "BK must be 128 or 64 for FP8 (A's row is then one 128- or 64-byte swizzle span)");
+    expect_refused("M=256,N=256,K=256,btrans=1", "BK=128", "BK must be 64 or 32");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,lda=264", "BK=128",
+                   "lda and ldb must be multiples of 16 for FP8");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,ldb=200", "BK=128", "ldb at least B's row");
+    expect_refused("M=256,N=256,K=256,btrans=2", "", "btrans must be 0");
+    expect_refused("M=256,N=256,K=256,dtype=i32", "", "dtype must be f16, bf16, e4m3 or e5m2");
+}
+
+/* ---------------------------------------------------------------- PTX */
+
+/* The FP8 headline configs at 4096^3: the PTX issues m64nNk32 FP8 wgmmas and assembles
+ * without spills. */
+Test(gemm_fp8, headline_ptx_assembles_without_spills)
+{
+    static const char *const cases[][3] = {
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "", "m64n256k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BK=128", "m64n256k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BM=128,BN=256,cwarps=8,consumers=2,BK=128",
+         "m64n256k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e5m2,btrans=1,odtype=bf16", "BM=128,BN=128,cwarps=8,consumers=1,BK=128",
+         "m64n128k32.f32.e5m2.e5m2"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=f32", "BM=128,BN=256,cwarps=8,BK=128,stages=3,tmastore=0",
+         "m64n256k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BM=128,BN=256,cwarps=8,consumers=2,cluster=2,BK=128",
+         "m64n256k32.f32.e4m3.e4m3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char err[2048] = "", name[256];
+        params(cases[i][0], cases[i][1], sh, cf);
+        snprintf(name, sizeof name, "gemm [%s] [%s]", cases[i][0], cases[i][1]);
+        loom_kernel *k = gemm()->build(sh, cf, err, sizeof err);
+        cr_assert(k, "%s: %s", name, err);
+        char *ptx = NULL;
+        cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s: %s", name, err);
+        cr_expect(strstr(ptx, cases[i][2]), "%s: no %s", name, cases[i][2]);
+        cr_expect_eq(t_count(ptx, "k16.f32"), 0, "%s: a k16 wgmma", name);
+        t_ptxas_ok(ptx, "sm_90a", name);
+        free(ptx);
+        loom_kernel_destroy(k);
+    }
+}
+
+/* ---------------------------------------------------------------- the GPU */
+
+Test(gemm_fp8_gpu, matches_the_reference_within_the_fp8_bound)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
+            check(rt, shapes[s], configs[c], 20 + s);
+    check(rt, "M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BM=128,BN=256,cwarps=8,consumers=2,BK=128", 30);
+    check(rt, "M=1000,N=1000,K=1000,dtype=e5m2,btrans=1,odtype=f32", "BK=128", 31);
+    loom_runtime_destroy(rt);
+}
