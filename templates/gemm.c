@@ -674,8 +674,9 @@ static double cost(const int64_t *sh, const int64_t *cf)
     return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
-/* Untuned, at a shape whose rows 128-row tiles cover as tightly as 64-row ones and whose
- * 128 x 256 tiles fill most of the SMs: split 128 x 256 tiles (two consumer warp groups
+/* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row); at a shape whose rows
+ * 128-row tiles cover as tightly as 64-row ones and whose 128 x 256 tiles fill most of
+ * the SMs: split 128 x 256 tiles (two consumer warp groups
  * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
  * cuBLAS at 2048^3, 4096^3 and 8192^3, against 0.87-0.97 for the defaults (one warp group,
  * 64 x 256), which stay where M wastes rows in 128-row tiles (the IKBO M=433: 512 rows
@@ -684,6 +685,8 @@ static double cost(const int64_t *sh, const int64_t *cf)
 static void heuristic(const int64_t *sh, int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
+    if (c.dt == LOOM_E4M3 || c.dt == LOOM_E5M2) /* FP8: a 128-byte row of A is 128 elements */
+        cf[C_BK] = 128;
     int64_t rows64 = TPL_CDIV(c.M, 64) * 64, rows128 = TPL_CDIV(c.M, 128) * 128;
     int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, 256) * c.batch;
     if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)

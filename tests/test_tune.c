@@ -954,6 +954,9 @@ Test(tune, untuned_config_follows_the_template_heuristic)
     untuned_at(t, "M=2048,N=2048,K=2048,dtype=bf16,odtype=bf16", shape, cfg);
     loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
     cr_expect(strstr(text, "consumers=2"), "2048^3: %s", text);
+    untuned_at(t, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1", shape, cfg);
+    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    cr_expect(strstr(text, "BK=128,") && strstr(text, "consumers=2"), "FP8 4096^3: %s", text);
     /* rows wasted by 128-row tiles (433 -> 512 against 448), too few tiles, and a split
      * staging tile of f32 past the shared memory keep the defaults */
     const char *keep[3] = {"M=433,N=256,K=872,batch=1024", "M=512,N=512,K=4096", "M=4096,N=4096,K=4096,odtype=f32"};
