@@ -35,6 +35,47 @@ static LLVMValueRef scratch_addr(L *l)
     return l->scratch_base ? LLVMBuildAdd(l->B, l->smem_base32, l->scratch_base, "") : l->smem_base32;
 }
 
+/* The i16 that register x of a 16-bit type dt was decoded from (a global load's: f16
+ * fpext(bitcast i16), bf16 bitcast(shl(zext i16, 16)); lower_mem.c, from_bits), or NULL. */
+static LLVMValueRef bits_of(L *l, loom_dtype dt, LLVMValueRef x)
+{
+    LLVMValueRef h = dt == LOOM_F16 ? (LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL)
+                                    : (LLVMIsABitCastInst(x) ? LLVMGetOperand(x, 0) : NULL);
+    if (h && dt == LOOM_BF16) { /* shl(zext(i), 16) */
+        if (!LLVMIsAInstruction(h) || LLVMGetInstructionOpcode(h) != LLVMShl || !LLVMIsAConstantInt(LLVMGetOperand(h, 1)) ||
+            LLVMConstIntGetZExtValue(LLVMGetOperand(h, 1)) != 16)
+            return NULL;
+        h = LLVMIsAZExtInst(LLVMGetOperand(h, 0)) ? LLVMGetOperand(h, 0) : NULL;
+    } else if (h && !LLVMIsABitCastInst(h)) {
+        h = NULL;
+    }
+    h = h ? LLVMGetOperand(h, 0) : NULL;
+    return h && LLVMTypeOf(h) == l->t_i16 ? h : NULL;
+}
+
+/* The loaded word registers x[j], x[j + 1] of a 16-bit type are the low and high halves
+ * of (trunc(w), trunc(w >> 16)), or NULL: then their bits are stored as they came, not
+ * rounded and packed again. */
+static LLVMValueRef loaded_word(L *l, loom_dtype dt, const LLVMValueRef *x, int j)
+{
+    LLVMValueRef lo = bits_of(l, dt, x[j]), hi = bits_of(l, dt, x[j + 1]);
+    if (!lo || !hi || !LLVMIsATruncInst(lo) || !LLVMIsATruncInst(hi))
+        return NULL;
+    LLVMValueRef w = LLVMGetOperand(lo, 0), sh = LLVMGetOperand(hi, 0);
+    if (LLVMTypeOf(w) != l->t_i32 || !LLVMIsAInstruction(sh) || LLVMGetInstructionOpcode(sh) != LLVMLShr ||
+        LLVMGetOperand(sh, 0) != w || !LLVMIsAConstantInt(LLVMGetOperand(sh, 1)) ||
+        LLVMConstIntGetZExtValue(LLVMGetOperand(sh, 1)) != 16)
+        return NULL;
+    return w;
+}
+
+/* Registers j, j + 1 of tile x as one b32 of two 16-bit elements. */
+static LLVMValueRef pair(L *l, loom_dtype dt, const lv *src, const LLVMValueRef *x, int j)
+{
+    LLVMValueRef w = loaded_word(l, dt, x, j);
+    return w ? w : lw_pack_pair(l, dt, src, x, j);
+}
+
 /* Store tile v (f16/bf16, registers x in layout id) as 16-bit elements: (r, c) at byte
  * base + r * row + 2 c of the scratch.  Where register bits 0.. run along the columns,
  * a thread's 2, 4 or 8 neighbours go in one store of packed pairs. */
@@ -57,12 +98,12 @@ static void stage(L *l, uint32_t v, const LLVMValueRef *x, int32_t id, int64_t b
             continue;
         }
         if (w == 2) {
-            lw_smem_store(l, off, lw_pack_pair(l, dt, src, x, j));
+            lw_smem_store(l, off, pair(l, dt, src, x, j));
             continue;
         }
         LLVMValueRef vec = LLVMGetUndef(LLVMVectorType(l->t_i32, (unsigned)(w / 2)));
         for (int p = 0; p < w / 2; p++)
-            vec = LLVMBuildInsertElement(l->B, vec, lw_pack_pair(l, dt, src, x, j + 2 * p), ci32(l, p), "");
+            vec = LLVMBuildInsertElement(l->B, vec, pair(l, dt, src, x, j + 2 * p), ci32(l, p), "");
         lw_smem_store(l, off, vec);
     }
 }
