@@ -436,12 +436,13 @@ const char *cg_dot_mma_unfit(const cg_ctx *cg, const ir_op *op, int warp_bits, c
     const ir_type *a = &cg->k->vals[op->opnd[0]].type, *b = &cg->k->vals[op->opnd[1]].type;
     long long M = a->shape.dim[0], K = a->shape.dim[1], N = b->shape.dim[1];
     if (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16)
-        snprintf(buf, n, "its operands are %s; the tensor cores take f16 and bf16", loom_dtype_name((loom_dtype)a->dtype));
+        snprintf(buf, n, "its operands are %s; the tensor cores take f16 and bf16",
+                 loom_dtype_name((loom_dtype)a->dtype));
     else if (atoi(cg->arch + 3) < 80)
         snprintf(buf, n, "the target %s is older than sm_80 (mma.sync m16n8k16 in f16 and bf16)", cg->arch);
     else if (M % 16 || N % 8 || K % 16)
-        snprintf(buf, n, "M x N x K = %lldx%lldx%lld is not made of m16n8k16 steps (M and K multiples of 16, N of 8)", M,
-                 N, K);
+        snprintf(buf, n, "M x N x K = %lldx%lldx%lld is not made of m16n8k16 steps (M and K multiples of 16, N of 8)",
+                 M, N, K);
     else if (dot_mma_regbits(M, N, warp_bits) > 10)
         snprintf(buf, n, "an accumulator of %lldx%lld takes more than 1024 registers a thread over %d warps", M, N,
                  1 << warp_bits);

@@ -35,21 +35,23 @@ static LLVMValueRef scratch_addr(L *l)
     return l->scratch_base ? LLVMBuildAdd(l->B, l->smem_base32, l->scratch_base, "") : l->smem_base32;
 }
 
+/* Is v the instruction `opcode` with the constant c as its second operand? */
+static bool is_op_c(LLVMValueRef v, LLVMOpcode opcode, unsigned long long c)
+{
+    return v && LLVMIsAInstruction(v) && LLVMGetInstructionOpcode(v) == opcode &&
+           LLVMIsAConstantInt(LLVMGetOperand(v, 1)) && LLVMConstIntGetZExtValue(LLVMGetOperand(v, 1)) == c;
+}
+
 /* The i16 that register x of a 16-bit type dt was decoded from (a global load's: f16
  * fpext(bitcast i16), bf16 bitcast(shl(zext i16, 16)); lower_mem.c, from_bits), or NULL. */
 static LLVMValueRef bits_of(L *l, loom_dtype dt, LLVMValueRef x)
 {
-    LLVMValueRef h = dt == LOOM_F16 ? (LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL)
-                                    : (LLVMIsABitCastInst(x) ? LLVMGetOperand(x, 0) : NULL);
-    if (h && dt == LOOM_BF16) { /* shl(zext(i), 16) */
-        if (!LLVMIsAInstruction(h) || LLVMGetInstructionOpcode(h) != LLVMShl || !LLVMIsAConstantInt(LLVMGetOperand(h, 1)) ||
-            LLVMConstIntGetZExtValue(LLVMGetOperand(h, 1)) != 16)
-            return NULL;
-        h = LLVMIsAZExtInst(LLVMGetOperand(h, 0)) ? LLVMGetOperand(h, 0) : NULL;
-    } else if (h && !LLVMIsABitCastInst(h)) {
-        h = NULL;
-    }
-    h = h ? LLVMGetOperand(h, 0) : NULL;
+    LLVMValueRef h = NULL;
+    if (dt == LOOM_F16 && LLVMIsAFPExtInst(x) && LLVMIsABitCastInst(LLVMGetOperand(x, 0)))
+        h = LLVMGetOperand(LLVMGetOperand(x, 0), 0);
+    if (dt == LOOM_BF16 && LLVMIsABitCastInst(x) && is_op_c(LLVMGetOperand(x, 0), LLVMShl, 16) &&
+        LLVMIsAZExtInst(LLVMGetOperand(LLVMGetOperand(x, 0), 0)))
+        h = LLVMGetOperand(LLVMGetOperand(LLVMGetOperand(x, 0), 0), 0);
     return h && LLVMTypeOf(h) == l->t_i16 ? h : NULL;
 }
 
@@ -62,9 +64,7 @@ static LLVMValueRef loaded_word(L *l, loom_dtype dt, const LLVMValueRef *x, int 
     if (!lo || !hi || !LLVMIsATruncInst(lo) || !LLVMIsATruncInst(hi))
         return NULL;
     LLVMValueRef w = LLVMGetOperand(lo, 0), sh = LLVMGetOperand(hi, 0);
-    if (LLVMTypeOf(w) != l->t_i32 || !LLVMIsAInstruction(sh) || LLVMGetInstructionOpcode(sh) != LLVMLShr ||
-        LLVMGetOperand(sh, 0) != w || !LLVMIsAConstantInt(LLVMGetOperand(sh, 1)) ||
-        LLVMConstIntGetZExtValue(LLVMGetOperand(sh, 1)) != 16)
+    if (LLVMTypeOf(w) != l->t_i32 || !is_op_c(sh, LLVMLShr, 16) || LLVMGetOperand(sh, 0) != w)
         return NULL;
     return w;
 }
