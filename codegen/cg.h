@@ -78,6 +78,8 @@ typedef struct cg_ctx {
     uint8_t *soft;       /* per value: a loop-carried tile that starts as a splat (made of
                           * scalars): its layout is the loop body's to choose, so an
                           * elementwise op takes another operand's first */
+    uint8_t *dot_mma;    /* per op: a dot the layout pass put on the tensor cores (mma.sync;
+                          * its result in cg_dot_mma_layout), 0 for SIMT FMA */
 
     /* shared memory plan (codegen/smem.c): the kernel's allocations (smem rings, then
      * mbarriers) from offset 0, then scratch: one region for a kernel without tasks, one
@@ -121,7 +123,8 @@ typedef struct cg_cost {
     size_t bytes;    /* scratch it needs, or the allocation's bytes */
     int barriers;    /* bar.sync each time it runs */
     int copies;      /* task replicas that each hold it (1 outside tasks) */
-    const char *why; /* the use in words ("a reduction across warps", ...) */
+    const char *why; /* the use in words ("a reduction across warps", ...), or NULL: note */
+    char note[200];  /* the use in words where they depend on the op (a dot's fallback) */
 } cg_cost;
 bool cg_cost_add(cg_ctx *cg, const cg_cost *c); /* codegen/smem.c */
 /* codegen/explain.c: the costs in words, one a line ("" when none; malloc'ed, NULL when out
@@ -190,6 +193,27 @@ int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s);
 /* The layout of a wgmma A operand of shape a in registers, for accumulator layout acc: the
  * accumulator layout of an [M, K] tile (codegen/layout.c says why). */
 int32_t cg_mma_a_layout(cg_ctx *cg, int32_t acc, const loom_shape *a);
+/* Why dot op o cannot run on the tensor cores (mma.sync m16n8k16) over 2^warp_bits warps
+ * (in buf), or NULL when it can (layout.c).  The layout pass decides (cg->dot_mma). */
+const char *cg_dot_mma_unfit(const cg_ctx *cg, const ir_op *op, int warp_bits, char *buf, size_t n);
+/* The mma.sync accumulator layout of an f32 [M, N] tile over the current task's warps. */
+int32_t cg_dot_mma_layout(cg_ctx *cg, const loom_shape *s);
+/* A dot on the tensor cores stages A [M, K] and B [K, N] in scratch as 16-bit elements,
+ * row-major over the padded dims, each row 16 bytes longer than its elements, so that the
+ * 8 rows of 16 bytes one ldmatrix reads fall in distinct banks: A's rows from 0, B's from
+ * boff.  The plan (smem.c) and the lowering (lower_mma.c) both take it from here. */
+typedef struct cg_mma_stage {
+    int64_t arow, brow, boff, bytes;
+} cg_mma_stage;
+static inline cg_mma_stage cg_mma_stage_of(const loom_shape *a, const loom_shape *b)
+{
+    int64_t pm = INT64_C(1) << cg_lg(a->dim[0]), pk = INT64_C(1) << cg_lg(a->dim[1]);
+    int64_t pn = INT64_C(1) << cg_lg(b->dim[1]);
+    cg_mma_stage s = {.arow = 2 * pk + 16, .brow = 2 * pn + 16};
+    s.boff = pm * s.arow;
+    s.bytes = s.boff + pk * s.brow;
+    return s;
+}
 bool cg_needs_convert(cg_ctx *cg, uint32_t v, int32_t want);
 size_t cg_reg_bytes(loom_dtype dt); /* bytes of one register element in scratch */
 int64_t cg_divisor(cg_ctx *cg, uint32_t v);

@@ -228,7 +228,7 @@ void cg_cost_fill(cg_ctx *cg, const cg_cost *c, loom_cost *out, char *text, size
     }
     case LOOM_COST_SCRATCH:
         snprintf(text, textlen, "%s:%d: %s: %s: %zu bytes of scratch%s, %d bar.sync%s", out->file, out->line, out->op,
-                 c->why, c->bytes, copies, c->barriers, often);
+                 c->why ? c->why : c->note, c->bytes, copies, c->barriers, often);
         break;
     case LOOM_COST_SMEM: {
         const ir_type *t = &k->vals[op->res[0]].type;

@@ -421,3 +421,64 @@ int32_t cg_mma_a_layout(cg_ctx *cg, int32_t acc, const loom_shape *a)
     cg->warp_bits = saved;
     return id;
 }
+
+/* ---------------------------------------------------------------- mma.sync layouts */
+
+/* Register bits an mma.sync accumulator [M, N] takes a thread over 2^warp_bits warps. */
+static int dot_mma_regbits(int64_t M, int64_t N, int warp_bits)
+{
+    int tile_bits = (cg_lg(M) - 4) + (cg_lg(N) - 3); /* the warp's m16n8 tiles: bits of their index */
+    return 2 + tile_bits - (warp_bits < tile_bits ? warp_bits : tile_bits);
+}
+
+const char *cg_dot_mma_unfit(const cg_ctx *cg, const ir_op *op, int warp_bits, char *buf, size_t n)
+{
+    const ir_type *a = &cg->k->vals[op->opnd[0]].type, *b = &cg->k->vals[op->opnd[1]].type;
+    long long M = a->shape.dim[0], K = a->shape.dim[1], N = b->shape.dim[1];
+    if (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16)
+        snprintf(buf, n, "its operands are %s; the tensor cores take f16 and bf16",
+                 loom_dtype_name((loom_dtype)a->dtype));
+    else if (atoi(cg->arch + 3) < 80)
+        snprintf(buf, n, "the target %s is older than sm_80 (mma.sync m16n8k16 in f16 and bf16)", cg->arch);
+    else if (M % 16 || N % 8 || K % 16)
+        snprintf(buf, n, "M x N x K = %lldx%lldx%lld is not made of m16n8k16 steps (M and K multiples of 16, N of 8)",
+                 M, N, K);
+    else if (dot_mma_regbits(M, N, warp_bits) > 10)
+        snprintf(buf, n, "an accumulator of %lldx%lld takes more than 1024 registers a thread over %d warps", M, N,
+                 1 << warp_bits);
+    else
+        return NULL;
+    return buf;
+}
+
+/* The accumulator of mma.sync m16n8k16 gives lane l of a warp, in its registers c0..c3,
+ * row l/4 + 8*(i/2) and column 2*(l%4) + i%2 of the warp's 16x8 tile: in linear form reg
+ * bit 0 -> col 0, reg bit 1 -> row 3, lane bits 0,1 -> cols 1,2 and 2..4 -> rows 0..2.
+ * The warps split the tile's 16-row blocks first (warp bits -> rows 4..), then its 8-column
+ * blocks; the blocks left to a warp are its registers 4t.., columns first.  Warps beyond
+ * the blocks duplicate.  Over 4 warps with M a multiple of 64, and over 8 with M = 128, this
+ * is the wgmma accumulator's layout (cg_mma_layout). */
+int32_t cg_dot_mma_layout(cg_ctx *cg, const loom_shape *s)
+{
+    cg_layout l = empty_layout(2, s->dim);
+    int lm = l.lg[0], ln = l.lg[1], w = 0;
+    for (int b = 4; b < lm && w < cg->warp_bits; b++)
+        l.warp[w++] = (cg_bit){0, (int8_t)b};
+    int mw = w; /* row bits 4 .. 4 + mw - 1 are the warps' */
+    for (int b = 3; b < ln && w < cg->warp_bits; b++)
+        l.warp[w++] = (cg_bit){1, (int8_t)b};
+    int nw = w - mw;
+    l.nwarp = cg->warp_bits;
+    l.reg[l.nreg++] = (cg_bit){1, 0};
+    l.reg[l.nreg++] = (cg_bit){0, 3};
+    for (int b = 3 + nw; b < ln; b++)
+        l.reg[l.nreg++] = (cg_bit){1, (int8_t)b};
+    for (int b = 4 + mw; b < lm; b++)
+        l.reg[l.nreg++] = (cg_bit){0, (int8_t)b};
+    l.lane[0] = (cg_bit){1, 1};
+    l.lane[1] = (cg_bit){1, 2};
+    l.lane[2] = (cg_bit){0, 0};
+    l.lane[3] = (cg_bit){0, 1};
+    l.lane[4] = (cg_bit){0, 2};
+    return cg_layout_add(cg, &l);
+}

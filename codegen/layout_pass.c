@@ -7,10 +7,11 @@
  * layout class (the `layout` column of dsl/ops.h): loads are the anchors (blocked for
  * their dtype), elementwise ops take one operand's layout (an accumulator's first, then a
  * row of one, then a tile not made by a broadcast, then a broadcast, a splat-started loop
- * value last: the others are converted), reductions slice, dots keep their accumulator's
- * layout, wgmma results take the accumulator layout, loop-carried values keep their
- * initial value's, or, started as a splat, the layout the body yields them in.  Then each
- * value's uses are asked which layout they want (layout_prefer.c: back through elementwise
+ * value last: the others are converted), reductions slice, a dot on the tensor cores takes
+ * the mma.sync accumulator's layout and one on SIMT FMA its accumulator's, wgmma results
+ * take the accumulator layout, loop-carried values keep their initial value's, or,
+ * started as a splat, the layout the body yields them in (a dot's on the tensor cores
+ * from the start, as a wgmma's).  Then each value's uses are asked which layout they want (layout_prefer.c: back through elementwise
  * ops, expand_dims and broadcasts, to the loads, whose layout is free), and the kernel is
  * laid out again with each load in the layout its uses agree on: a bias row broadcast to
  * an accumulator is loaded in the accumulator's column slice, a per-row scale in its row
@@ -76,6 +77,9 @@ static int32_t mma_hint(cg_ctx *cg, uint32_t v, int depth)
     const ir_op *op = &cg->k->ops[x->def];
     if (op->kind == IR_WGMMA)
         return cg_mma_layout(cg, &x->type.shape);
+    char why[200];
+    if (op->kind == IR_DOT && !cg_dot_mma_unfit(cg, op, cg->warp_bits, why, sizeof why))
+        return cg_dot_mma_layout(cg, &x->type.shape);
     if (op->kind == IR_WGMMA_WAIT)
         return mma_hint(cg, op->opnd[x->index], depth + 1);
     if (op->kind == IR_FOR) {
@@ -319,6 +323,12 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
             return set_layout(cg, rv, cg->prefer[rv]); /* a load "like" an accumulator */
         return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
     case LAY_DOT: {
+        /* on the tensor cores: the mma.sync accumulator's layout (acc is converted to it,
+         * once, where it has another); else SIMT FMA in the accumulator's layout */
+        char why[200];
+        cg->dot_mma[o] = !cg_dot_mma_unfit(cg, op, cg->warp_bits, why, sizeof why);
+        if (cg->dot_mma[o])
+            return set_layout(cg, rv, cg_dot_mma_layout(cg, &rt->shape));
         uint32_t acc = op->opnd[2];
         if (fixed(cg, acc))
             return set_layout(cg, rv, cg->vlay[acc]);
@@ -363,10 +373,12 @@ loom_status cg_layouts(cg_ctx *cg)
     free(cg->vlay);
     free(cg->remat);
     free(cg->soft);
+    free(cg->dot_mma);
     cg->vlay = malloc(k->nvals * sizeof *cg->vlay);
     cg->remat = calloc(k->nvals, 1);
     cg->soft = calloc(k->nvals, 1);
-    if (!cg->vlay || !cg->remat || !cg->soft)
+    cg->dot_mma = calloc(k->nops, 1);
+    if (!cg->vlay || !cg->remat || !cg->soft || !cg->dot_mma)
         return cg_fail(cg, LOOM_ERR_NOMEM, "out of memory"), cg->st;
     for (uint32_t v = 0; v < k->nvals; v++)
         cg->vlay[v] = -1;

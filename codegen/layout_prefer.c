@@ -14,7 +14,9 @@
  *     broadcast its source in that layout with the stretched dims' bits made duplicates:
  *     a row `bias[BN]` broadcast to [BM, BN] and added to an accumulator wants the
  *     accumulator's column slice, which every thread holds for its own registers;
- *   - a wgmma wants its register A operand in the A fragment's layout;
+ *   - a wgmma wants its register A operand in the A fragment's layout, a dot on the tensor
+ *     cores its accumulator in the mma.sync accumulator's, and a loop the start of a value
+ *     such a dot carries in that layout too;
  *   - a store takes any layout; any other use wants the layout the value has.
  *
  * A load, whose layout is free (it can read any element into any register), then takes
@@ -103,6 +105,15 @@ static int32_t bcast_source_layout(cg_ctx *cg, int32_t to, const loom_shape *st)
     return cg_layout_add(cg, &l);
 }
 
+/* Is loop op's carried value j the result of a dot on the tensor cores (its layout the
+ * mma accumulator's from the start: layout_pass.c, mma_hint)? */
+static bool mma_dot_carried(cg_ctx *cg, const ir_op *op, int j)
+{
+    const ir_block *body = &cg->k->blocks[op->reg[0]];
+    const ir_value *y = &cg->k->vals[cg->k->ops[body->ops[body->nops - 1]].opnd[j]];
+    return y->kind == IR_V_RESULT && cg->k->ops[y->def].kind == IR_DOT && cg->dot_mma[y->def];
+}
+
 /* What use i of op o wants of v's layout: a layout id, W_ANY or W_NONE (keep what it has). */
 static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v, int depth)
 {
@@ -114,6 +125,10 @@ static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v,
         if (i == 0 && op->nres && cg->vlay[op->res[0]] >= 0)
             return cg_mma_a_layout(cg, cg->vlay[op->res[0]], &vty(cg, v)->shape);
         return W_NONE;
+    case IR_DOT: /* a dot on the tensor cores: acc in the mma accumulator's layout */
+        return i == 2 && cg->dot_mma[o] ? cg->vlay[op->res[0]] : W_NONE;
+    case IR_FOR: /* the start of a value a dot on the tensor cores carries */
+        return i >= 3 && mma_dot_carried(cg, op, i - 3) ? cg->vlay[op->res[i - 3]] : W_NONE;
     case IR_EXPAND_DIMS: {
         int32_t to = value_want(cg, w, op->res[0], depth + 1);
         if (to < 0)

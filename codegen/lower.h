@@ -19,7 +19,8 @@
  *   lower.c         the arena, coordinates, operands in the layout an op wants
  *                   (conversions through shared memory), grid ids, constants and shape
  *                   ops, control flow, the dispatch, the kernel function and cg_lower
- *   lower_math.c    elementwise ops, reductions, dot
+ *   lower_math.c    elementwise ops, reductions, dot (on SIMT FMA)
+ *   lower_mma.c     dot on the tensor cores: mma.sync m16n8k16 from staged operands
  *   lower_mem.c     global memory: load, load_rows, store, load_scalar
  *   lower_smem.c    shared-memory views and tiles (smem_load, smem_store), 16-bit packing
  *   lower_sync.c    mbarriers, named barriers, fences, flags, atomic adds, the hang check
@@ -205,6 +206,9 @@ bool lw_find_packed(L *l); /* l->packed: the A-operand tiles kept as packed pair
 void lw_cast_packed(L *l, loom_dtype dt, const LLVMValueRef *src, LLVMValueRef *out, int n);
 /* Is mbar_arrive op a emitted by the wgmma_wait just before it (inside its statement)? */
 bool lw_arrive_fused(const loom_kernel *k, uint32_t a);
+
+/* lower_mma.c: dot op o on the tensor cores (the layout pass chose it: cg->dot_mma) */
+bool lw_dot_mma(L *l, uint32_t o, ir_op *op);
 
 /* lower_tma.c */
 bool lw_hopper_collect_tma(L *l); /* the TMA descriptors, before the function is made */

@@ -1,6 +1,6 @@
 /*
  * lower_math.c -- the arithmetic of the lowering: elementwise ops, reductions and dot
- * (the one through shared memory; wgmma is lowered in lower_wgmma.c).
+ * on SIMT FMA (mma.sync is lowered in lower_mma.c, wgmma in lower_wgmma.c).
  *
  * Elementwise ops are computed element by element over the registers of the result's
  * layout, each operand fetched in that layout.  lw_emit_ew makes one element; lower.c
@@ -13,9 +13,11 @@
  * it.  Float sums accumulate in f32 (the order differs from the interpreter's
  * sequential order, so sums may differ in the last bits); max/min use llvm.maximum /
  * minimum (max.NaN.f32: NaN propagates; the sign of a zero result may differ from the
- * interpreter's when comparing -0 with +0).  Dot stages A and B through shared memory
- * and each thread runs llvm.fma.f32 over k in order for its accumulator elements:
- * bit-identical to the interpreter on f32, f16 and bf16 inputs.
+ * interpreter's when comparing -0 with +0).  A dot on SIMT FMA (f32 operands, or shapes
+ * the tensor cores do not take: the layout pass decides, cg->dot_mma) stages A and B
+ * through shared memory and each thread runs llvm.fma.f32 over k in order for its
+ * accumulator elements: bit-identical to the interpreter on f32, f16 and bf16 inputs.
+ * The others run on the tensor cores (lower_mma.c).
  *
  * Accuracy vs the interpreter (dsl/ew.c defines each op; docs/dsl.md, "Where the GPU
  * differs from the interpreter", gives every bound and tests/test_math.c checks them on a
@@ -662,6 +664,8 @@ bool lower_reduce(L *l, uint32_t o, ir_op *op)
 bool lower_dot(L *l, uint32_t o, ir_op *op)
 {
     cg_ctx *cg = l->cg;
+    if (cg->dot_mma[o])
+        return lw_dot_mma(l, o, op);
     uint32_t a = op->opnd[0], b = op->opnd[1], rv = op->res[0];
     int64_t M = vty(l, a)->shape.dim[0], K = vty(l, a)->shape.dim[1], N = vty(l, b)->shape.dim[1];
     int64_t pm = INT64_C(1) << cg_lg(M), pk = INT64_C(1) << cg_lg(K), pn = INT64_C(1) << cg_lg(N);

@@ -145,6 +145,7 @@ static void ctx_free(cg_ctx *cg)
     free(cg->remat);
     free(cg->prefer);
     free(cg->soft);
+    free(cg->dot_mma);
     free(cg->val_off);
     free(cg->op_scratch);
     free(cg->div);

@@ -4,7 +4,8 @@
  * Five things need shared memory as scratch: a layout conversion (a value stored in
  * its layout and read back in another), a reduction whose reduced dim is split across
  * warps (each warp leaves its partial result there), a dot (A and B are staged so
- * every thread can read the rows and columns its accumulator elements need), an
+ * every thread can read the rows and columns its accumulator elements need, or, on the
+ * tensor cores, the fragments ldmatrix reads), an
  * atomic_add run by more than one warp (the elected thread leaves the old value there
  * for the others), and an smem_store_cluster whose tile thread 0 does not hold whole
  * (every thread leaves its elements there for the one that writes).  The
@@ -22,6 +23,7 @@
  */
 #include "cg.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +77,36 @@ static void scratch_use(cg_ctx *cg, uint32_t o, size_t bytes, const char *why)
 {
     cg_cost_add(cg, &(cg_cost){.kind = LOOM_COST_SCRATCH, .op = o, .opnd = -1, .from = -1, .to = -1,
                                .bytes = up16(bytes), .barriers = 2, .copies = cg->plan_copies, .why = why});
+}
+
+/* A dot's staging of its operands, recorded with what it runs on: the tensor cores
+ * (lower_mma.c: A and B in their own 16-bit type, rows padded) or SIMT FMA (lower_dot: as
+ * f32, for every thread), and then why not the tensor cores.  Returns its bytes. */
+static size_t dot_use(cg_ctx *cg, uint32_t o)
+{
+    loom_kernel *k = cg->k;
+    const ir_op *op = &k->ops[o];
+    const loom_shape *a = &k->vals[op->opnd[0]].type.shape, *b = &k->vals[op->opnd[1]].type.shape;
+    cg_cost c = {.kind = LOOM_COST_SCRATCH, .op = o, .opnd = -1, .from = -1, .to = -1, .barriers = 2,
+                 .copies = cg->plan_copies};
+    if (cg->dot_mma[o]) {
+        c.bytes = up16((size_t)cg_mma_stage_of(a, b).bytes);
+        snprintf(c.note, sizeof c.note, "a dot on the tensor cores (mma.sync m16n8k16): A and B staged as %s",
+                 loom_dtype_name((loom_dtype)k->vals[op->opnd[0]].type.dtype));
+    } else {
+        size_t pm = (size_t)1 << cg_lg(a->dim[0]), pk = (size_t)1 << cg_lg(a->dim[1]),
+               pn = (size_t)1 << cg_lg(b->dim[1]);
+        c.bytes = up16(up16(pm * pk * 4) + pk * pn * 4);
+        int w = 0;
+        while ((2 << w) <= cg_op_warps(k, o) && w < CG_MAXWARPBITS)
+            w++;
+        char buf[160];
+        const char *why = cg_dot_mma_unfit(cg, op, w, buf, sizeof buf);
+        snprintf(c.note, sizeof c.note, "a dot on SIMT FMA, not the tensor cores (%s): its operands staged as f32 "
+                 "for every thread", why ? why : "?");
+    }
+    cg_cost_add(cg, &c);
+    return c.bytes;
 }
 
 static size_t op_need(cg_ctx *cg, uint32_t o)
@@ -137,13 +169,9 @@ static size_t op_need(cg_ctx *cg, uint32_t o)
         break;
     }
     case IR_DOT: {
-        const loom_shape *a = &k->vals[op->opnd[0]].type.shape, *b = &k->vals[op->opnd[1]].type.shape;
-        size_t pm = (size_t)1 << cg_lg(a->dim[0]), pk = (size_t)1 << cg_lg(a->dim[1]),
-               pn = (size_t)1 << cg_lg(b->dim[1]);
-        size_t bytes = up16(pm * pk * 4) + pk * pn * 4;
+        size_t bytes = dot_use(cg, o);
         if (bytes > need)
             need = bytes;
-        scratch_use(cg, o, bytes, "a dot's operands, staged for every thread");
         break;
     }
     default:

@@ -38,7 +38,8 @@
  *             REDUCE  the operand's layout sliced along the reduced axis
  *             LOAD    from memory: the anchors (blocked for the dtype, or an accumulator's
  *                     layout where every use ends in one)
- *             DOT     its accumulator's layout
+ *             DOT     on the tensor cores (mma.sync), the mma accumulator's layout; on
+ *                     SIMT FMA, its accumulator's
  *             MMA     the wgmma accumulator layout
  *             REGION  owns regions: its results take the layouts its blocks yield
  *             NONE    no register tile of rank > 0 (scalars take the scalar layout;

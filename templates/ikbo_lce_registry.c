@@ -299,9 +299,9 @@ static ik_args_ref declare_ref(loom_kernel *k, const ik_spec *s)
     return a;
 }
 
-/* acc [RM, RN] = W[m0.., :] @ E[x, :, n0..] in f32 (W [M, pad8(K)], its padding zero; E
- * [*, K, N]: rows past K load 0), RK columns of W a step; with mag, |W| @ |E| (the sums
- * of the products' magnitudes, for the error bound). */
+/* acc [RM, RN] = W[m0.., :] @ E[x, :, n0..] in f32 on SIMT FMA (W [M, pad8(K)], its
+ * padding zero; E [*, K, N]: rows past K load 0), RK columns of W a step; with mag,
+ * |W| @ |E| (the sums of the products' magnitudes, for the error bound). */
 static loom_val ref_gemm_of(loom_kernel *k, loom_val w, loom_val e, int64_t kp, loom_val x, loom_val m0, loom_val n0,
                             bool mag)
 {
@@ -316,6 +316,10 @@ static loom_val ref_gemm_of(loom_kernel *k, loom_val w, loom_val e, int64_t kp, 
             a = loom_abs(k, a);
             b = loom_abs(k, b);
         }
+        /* in f32 (exact): the dot stays on SIMT FMA, sharing no path with the stages' tensor
+         * cores (an f16 or bf16 one would run on mma.sync) */
+        a = loom_cast(k, a, LOOM_F32);
+        b = loom_cast(k, b, LOOM_F32);
         loom_val acc = loom_dot(k, a, b, loom_for_arg(k, kl, 0));
         loom_for_end(k, kl, 1, &acc);
     }
