@@ -19,7 +19,9 @@
  * real inputs have no useful bound: docs/checks.md, "FP8".)
  *
  * cuBLASLt (support/cublas_dl.c, loaded with dlopen): its first heuristic algorithm for the
- * problem with a 32 MiB workspace, fp32 compute, fast accumulation off, no scales (1.0).
+ * problem with a 32 MiB workspace, fp32 compute, no scales (1.0), twice: with its default
+ * promotion of the tensor cores' partial sums into f32, and with fast accumulation (none:
+ * what loom's FP8 gemm does until issue 38 item 3).  loom's ratio to each is printed.
  * loom: the gemm template from the registry with dtype=e4m3, btrans=1 and the untuned
  * config (the template's heuristic for the shape), or --config k=v,... (up to 4, one row
  * each); where the template refuses the shape the row says why and cuBLASLt is still
@@ -40,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAXCFG = 4, WS_BYTES = 32 << 20 };
+enum { MAXCFG = 4, NLT = 2, WS_BYTES = 32 << 20 };
 
 typedef struct fp8_run {
     loom_runtime *rt;
@@ -117,7 +119,7 @@ static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
     size_t es = loom_dtype_size(r->in), os = loom_dtype_size(r->odt);
     loom_buffer *A = buf(r->rt, (size_t)(M * K) * es), *Bt = buf(r->rt, (size_t)(N * K) * es);
     loom_buffer *ref = buf(r->rt, (size_t)(M * N) * 4), *absref = buf(r->rt, (size_t)(M * N) * 4);
-    loom_buffer *C[MAXCFG + 1];
+    loom_buffer *C[MAXCFG + NLT];
     nvref_gemm_shape s = {M, N, K, 1, 0, r->in, 1};
     if (nvref_gemm_fill_ints(r->ref, rt_buffer_dptr(A), r->in, M * K, 1, -2, 2, err, sizeof err) ||
         nvref_gemm_fill_ints(r->ref, rt_buffer_dptr(Bt), r->in, N * K, 2, -2, 2, err, sizeof err) ||
@@ -126,22 +128,25 @@ static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
         fprintf(stderr, "bench_gemm_fp8: inputs or reference: %s\n", err);
         exit(2);
     }
-    work ws[MAXCFG + 1];
-    char what[MAXCFG + 1][300], verdict[MAXCFG + 1][300];
+    work ws[MAXCFG + NLT];
+    char what[MAXCFG + NLT][300], verdict[MAXCFG + NLT][300];
     loom_kernel *ks[MAXCFG] = {0};
     int nw = 0, failures = 0;
-    cublaslt_fp8 plan = {0};
+    cublaslt_fp8 plan[2] = {{0}};
     loom_buffer *wsb = NULL;
-    if (r->lt) {
-        wsb = buf(r->rt, WS_BYTES);
-        if (cublaslt_dl_fp8_plan(r->lt, r->in, r->odt, M, N, K, 0, 0, rt_buffer_dptr(wsb), WS_BYTES, &plan, err,
-                                 sizeof err) == 0) {
+    for (int fast = 0; r->lt && fast < 2; fast++) { /* promoted (cuBLASLt's default), then fast accumulation */
+        wsb = wsb ? wsb : buf(r->rt, WS_BYTES);
+        if (cublaslt_dl_fp8_plan(r->lt, r->in, r->odt, M, N, K, 0, 0, fast, rt_buffer_dptr(wsb), WS_BYTES, &plan[fast],
+                                 err, sizeof err) == 0) {
             C[nw] = buf(r->rt, (size_t)(M * N) * os);
-            ws[nw] = (work){.name = "cuBLASLt", .rt = r->rt, .n = 1, .s = {cublaslt_fp8_step(&plan, A, Bt, C[nw])}};
-            snprintf(what[nw], sizeof what[nw], "cuBLASLt %zu", r->lt->version);
+            ws[nw] = (work){.name = fast ? "cuBLASLt-fast" : "cuBLASLt", .rt = r->rt, .n = 1,
+                            .s = {cublaslt_fp8_step(&plan[fast], A, Bt, C[nw])}};
+            snprintf(what[nw], sizeof what[nw], "cuBLASLt %zu, %s", r->lt->version,
+                     fast ? "fast accumulation (no promotion, as loom)" : "partial sums promoted to f32");
             nw++;
         } else {
-            printf("  %lldx%lldx%lld  cuBLASLt: %s\n", (long long)M, (long long)N, (long long)K, err);
+            printf("  %lldx%lldx%lld  cuBLASLt%s: %s\n", (long long)M, (long long)N, (long long)K,
+                   fast ? " (fast accumulation)" : "", err);
         }
     }
     int first_loom = nw;
@@ -172,15 +177,15 @@ static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
     double flop = 2.0 * (double)M * (double)N * (double)K;
     if (nw && time_rounds(r->rt, ws, nw, 5, r->reps) == 0)
         for (int i = 0; i < nw; i++) {
-            double lt_ms = first_loom > 0 ? ws[0].ms : 0;
-            printf("  %lldx%lldx%lld %s->%s  %-9s %8.1f TFLOP/s", (long long)M, (long long)N, (long long)K,
+            printf("  %lldx%lldx%lld %s->%s  %-13s %8.1f TFLOP/s", (long long)M, (long long)N, (long long)K,
                    loom_dtype_name(r->in), loom_dtype_name(r->odt), ws[i].name, flop / ws[i].ms * 1e-9);
-            if (i >= first_loom && lt_ms > 0)
-                printf("  %.3f of cuBLASLt", lt_ms / ws[i].ms);
+            for (int j = 0; i >= first_loom && j < first_loom; j++) /* the ratio to each cuBLASLt form */
+                printf("  %.3fx %s", ws[j].ms / ws[i].ms, ws[j].name);
             printf("  [%s]  %s\n", what[i], verdict[i]);
         }
     fflush(stdout);
-    cublaslt_dl_fp8_release(&plan);
+    cublaslt_dl_fp8_release(&plan[0]);
+    cublaslt_dl_fp8_release(&plan[1]);
     for (int i = 0; i < MAXCFG; i++)
         loom_kernel_destroy(ks[i]);
     for (int i = 0; i < nw; i++)

@@ -147,8 +147,8 @@ void cublaslt_dl_fp8_release(cublaslt_fp8 *p)
 }
 
 int cublaslt_dl_fp8_plan(cublaslt_dl *lt, loom_dtype in, loom_dtype odt, int64_t M, int64_t N, int64_t K,
-                         uint64_t scale_a, uint64_t scale_b, uint64_t ws, size_t ws_bytes, cublaslt_fp8 *p, char *err,
-                         size_t errlen)
+                         uint64_t scale_a, uint64_t scale_b, int fast_accum, uint64_t ws, size_t ws_bytes,
+                         cublaslt_fp8 *p, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
     p->lt = lt;
@@ -156,7 +156,7 @@ int cublaslt_dl_fp8_plan(cublaslt_dl *lt, loom_dtype in, loom_dtype odt, int64_t
     p->ws_bytes = ws_bytes;
     int ti = in == LOOM_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3, to = cuda_type(odt), f32 = CUDA_R_32F;
     int opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-    int8_t fast = 0;
+    int8_t fast = fast_accum != 0;
     void *pa = (void *)(uintptr_t)scale_b, *pb = (void *)(uintptr_t)scale_a; /* cuBLAS's A is Bt, its B is A */
     void *pref = NULL;
     int got = 0;

@@ -61,8 +61,10 @@ loom_status cublas_dl_gemm(cublas_dl *cb, loom_dtype dt, int64_t M, int64_t N, i
  * C [M, N] is the column-major C^T [N, M] = op_T(Bt) @ A^T, where Bt as stored is the
  * column-major K x N matrix (ld K) taken transposed and A as stored the column-major K x M
  * one (ld K) taken as it is.  fp32 compute and scale type; the
- * scales a and b (device f32 scalars, or 0: 1.0) multiply the product; fast accumulation
- * off (cuBLASLt then promotes the FP8 tensor cores' partial sums into f32, as loom does).
+ * scales a and b (device f32 scalars, or 0: 1.0) multiply the product; fast_accum 0:
+ * cuBLASLt promotes the FP8 tensor cores' partial sums into f32 every few k blocks
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM off, its default), 1: it accumulates on the tensor
+ * cores throughout, as loom's FP8 gemm does today.
  * The algorithm: cuBLASLt's first heuristic pick for the problem, with a workspace. */
 typedef struct cublaslt_dl {
     void *lib;
@@ -99,12 +101,12 @@ typedef struct cublaslt_fp8 {
 int cublaslt_dl_open(cublaslt_dl *lt, char *err, size_t errlen);
 void cublaslt_dl_close(cublaslt_dl *lt);
 /* Plan C [M, N] (odt: f16, bf16 or f32) = scale_a scale_b A [M, K] @ Bt [N, K]^T, A and Bt
- * of FP8 type in (e4m3 or e5m2; both the same here), with the workspace ws of ws_bytes
- * (device).  scale_a, scale_b: device addresses of f32 scalars, or 0 for none.  0, or -1
+ * of FP8 type in (e4m3 or e5m2; both the same here), fast accumulation or not, with the
+ * workspace ws of ws_bytes (device).  scale_a, scale_b: device addresses of f32 scalars, or 0 for none.  0, or -1
  * with the reason (no algorithm for the problem, the library's status) in err. */
 int cublaslt_dl_fp8_plan(cublaslt_dl *lt, loom_dtype in, loom_dtype odt, int64_t M, int64_t N, int64_t K,
-                         uint64_t scale_a, uint64_t scale_b, uint64_t ws, size_t ws_bytes, cublaslt_fp8 *p, char *err,
-                         size_t errlen);
+                         uint64_t scale_a, uint64_t scale_b, int fast_accum, uint64_t ws, size_t ws_bytes,
+                         cublaslt_fp8 *p, char *err, size_t errlen);
 loom_status cublaslt_dl_fp8_run(cublaslt_fp8 *p, uint64_t A, uint64_t Bt, uint64_t C, char *err, size_t errlen);
 void cublaslt_dl_fp8_release(cublaslt_fp8 *p);
 
