@@ -105,7 +105,8 @@
       "0: B is [K, N]; 1: B is [N, K] (K-major, read transposed; FP8 needs it: its wgmma has no "          \
       "transpose)")
 #define GEMM_CONFIG(X)                                                                                      \
-    X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group)", 64, 128, 256)                      \
+    X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group; trans=1: a multiple of 8 up to 256)", 64,  \
+      128, 224, 256)                      \
     X(BN, bn, int, 256, "tile columns (64, 128, 256)", 64, 128, 256)                                       \
     X(BK, bk, int, 64,                                                                                     \
       "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "                       \
@@ -130,7 +131,11 @@
     X(share, share_a, int, 0,                                                                              \
       "with cluster=2, what the pair shares: 0 B (its two tiles stacked along M), 1 A "                    \
       "(the same tile of two consecutive products of a batch sharing one A; each CTA "                     \
-      "multicasts half of A's rows)", 0, 1)
+      "multicasts half of A's rows)", 0, 1)                                                                \
+    X(trans, trans, int, 0,                                                                                \
+      "1: the transposed product C^T = B^T A^T, as cuBLAS runs a small M: wgmma's M side is "              \
+      "N (two warp groups of 64 columns: BN=128, cwarps=8, consumers=2) and its N side M (BM "              \
+      "any multiple of 8 up to 256: 224 covers the IKBO M=433 in two tiles, 448 rows)", 0, 1)
 
 enum { GEMM_SHAPE(LOOM_S_INDEX) S_COUNT };
 enum { GEMM_CONFIG(LOOM_C_INDEX) C_COUNT };
@@ -386,6 +391,10 @@ static void producer(loom_kernel *k, const gk *g)
             if (c->share_a) { /* the pair's one A tile, multicast in row halves; B its own */
                 loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
                 loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
+            } else if (c->trans) { /* A's [BM, BK] whole; B's [BK, BN] in two column parts, one a group */
+                loom_ring_load(k, &g->ring, s, TILE_A, 0, g->A, offs_of(bat_a, b, m0, k0, o));
+                for (int h = 0; h < 2; h++)
+                    loom_ring_load(k, &g->ring, s, TILE_B, h, g->B, b_offs(g, b, k0, loom_add(k, n0, CI(64 * h)), o));
             } else {
                 for (int h = 0; h < (split ? 2 : 1); h++) {
                     loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
@@ -408,6 +417,9 @@ static void producer(loom_kernel *k, const gk *g)
 static loom_mainloop mainloop_of(const gk *g, int bm)
 {
     const g_cfg *c = g->c;
+    if (c->trans) /* [64, BM] += (group rep's [BK, 64] part of B)^T @ A^T */
+        return (loom_mainloop){.ring = &g->ring, .a_tile = TILE_B, .b_tile = TILE_A, .a_trans = 1, .b_trans = 1,
+                               .a_split = 1, .rows = 64, .cols = c->bm, .steps = TPL_CDIV(c->K, c->bk)};
     return (loom_mainloop){.ring = &g->ring, .a_tile = TILE_A, .b_tile = TILE_B, .b_trans = c->btrans,
                            .a_split = c->consumers == SPLIT, .rows = bm, .cols = c->bn,
                            .steps = TPL_CDIV(c->K, c->bk)};
@@ -498,7 +510,7 @@ static void consumers_split(loom_kernel *k, const gk *g)
 {
     const g_cfg *c = g->c;
     int64_t nk = TPL_CDIV(c->K, c->bk);
-    int half = c->bm / 2;
+    int half = c->trans ? 64 : c->bm / 2; /* trans: each group 64 columns of every row */
     loom_val zero = CI(0);
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
@@ -511,9 +523,13 @@ static void consumers_split(loom_kernel *k, const gk *g)
         loom_val it0 = u.it;
         loom_mainloop ml = mainloop_of(g, half);
         loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0), it0);
-        loom_val m = loom_add(k, m0, loom_mul(k, rep, CI(half)));
+        loom_val off = loom_mul(k, rep, CI(half)), m = m0, n = n0;
+        if (c->trans) /* the group's [64, BM] of C^T is C's [BM, 64] at column n0 + 64 rep */
+            out = loom_trans(k, out), n = loom_add(k, n0, off);
+        else
+            m = loom_add(k, m0, off);
         loom_val j = c->tmastore ? loom_div(k, it0, CI(nk)) : LOOM_NONE; /* the replica's tile count */
-        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m, .n0 = n0, .rep = rep}, LOOM_NONE, j);
+        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m, .n0 = n, .rep = rep}, LOOM_NONE, j);
         loom_val next = loom_add(k, it0, CI(nk));
         units_end(k, g, &u, next);
     }
@@ -552,13 +568,18 @@ static loom_kernel *gemm_build(const g_cfg *c)
                                {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
     if (c->btrans)
         tiles[TILE_B] = (loom_ring_tile){c->dt, LOOM_SHAPE2(c->bn, c->bk), 1, aswz};
+    if (c->trans) { /* A's tile whole (wgmma's B), B's in a [BK, 64] part a group (its A, transposed) */
+        tiles[TILE_A] = (loom_ring_tile){c->dt, LOOM_SHAPE2(c->bm, c->bk), 1, aswz};
+        tiles[TILE_B] = (loom_ring_tile){c->dt, LOOM_SHAPE2(c->bk, 64), 2, LOOM_SWIZZLE_128};
+    }
     g.ring = loom_ring_create(&p, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
     g.sched = loom_sched_static(&p, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
     loom_epilogue_kind ek = !c->tmastore                ? LOOM_EPI_REGISTERS
                             : split                     ? LOOM_EPI_HANDOVER
                                                         : LOOM_EPI_STAGED;
-    g.epi = loom_epilogue_create(&p, ek, C, c->odt, LOOM_SHAPE2(arows, c->bn), c->consumers == PINGPONG ? 2 : 1,
+    loom_shape stage = c->trans ? LOOM_SHAPE2(c->bm, 64) : LOOM_SHAPE2(arows, c->bn); /* a group's part of C */
+    g.epi = loom_epilogue_create(&p, ek, C, c->odt, stage, c->consumers == PINGPONG ? 2 : 1,
                                  c->consumers == COOPERATIVE ? c->cwarps * 32 : 128);
 
     producer(k, &g);
@@ -571,6 +592,23 @@ static loom_kernel *gemm_build(const g_cfg *c)
     return k;
 }
 #undef CI
+
+/* What the transposed product (trans=1) needs, or NULL. */
+static const char *why_not_trans(const g_cfg *c)
+{
+    if (c->trans != 1)
+        return "trans must be 0 or 1";
+    if (c->consumers != SPLIT || c->cwarps != 8 || c->bn != 128)
+        return "trans=1 needs consumers=2, cwarps=8 and BN=128 (two warp groups of 64 columns of C each)";
+    if (c->bm < 8 || c->bm > 256 || c->bm % 8)
+        return "trans=1: BM (a tile's rows, on wgmma's N side) must be a multiple of 8 up to 256";
+    if (c->btrans || c->dt == LOOM_E4M3 || c->dt == LOOM_E5M2)
+        return "trans=1 takes f16 or bf16 with B as [K, N] (btrans=0): it reads B's tile transposed, which FP8's "
+               "wgmma cannot";
+    if (c->cluster != 1 || !c->tmastore)
+        return "trans=1 needs cluster=1 and tmastore=1 (its groups' [BM, 64] parts go out through the staging tile)";
+    return NULL;
+}
 
 /* Why (shape, config) cannot be served, or NULL when it can. */
 static const char *why_not(const g_cfg *c, char *buf, size_t n)
@@ -602,7 +640,7 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
     if (c->bk * es != 128 && c->bk * es != 64)
         return fp8 ? "BK must be 128 or 64 for FP8 (A's row is then one 128- or 64-byte swizzle span)"
                    : "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
-    const char *w = tpl_why_not_consumers(c->cwarps, c->consumers, SPLIT, c->ctas, c->bm, c->bn);
+    const char *w = c->trans ? why_not_trans(c) : tpl_why_not_consumers(c->cwarps, c->consumers, SPLIT, c->ctas, c->bm, c->bn);
     if (w)
         return w;
     if (c->stages < 2 || c->stages > 12)
@@ -674,7 +712,12 @@ static double cost(const int64_t *sh, const int64_t *cf)
     return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
-/* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row); at a shape whose rows
+/* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row).  A small M (up to 512)
+ * with N not a multiple of 256 takes the transposed product (trans=1) with BM the rows in
+ * one or two tiles rounded to 8 (224 at M=433), where its tiles fill the GPU: on an H100 at
+ * M=433, K=866, batch 1024 it ran 2.6-2.9x the defaults at N=72 and 8 (BN=256 tiles there
+ * are mostly empty) and 1.36-1.41x at N=1000, but 0.85-0.88x at N=256, so a multiple of
+ * 256 keeps the defaults (bench/RESULTS.md, session 23).  At a shape whose rows
  * 128-row tiles cover as tightly as 64-row ones and whose 128 x 256 tiles fill most of
  * the SMs: split 128 x 256 tiles (two consumer warp groups
  * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
@@ -687,6 +730,18 @@ static void heuristic(const int64_t *sh, int64_t *cf)
     g_cfg c = cfg_of(sh, cf);
     if (c.dt == LOOM_E4M3 || c.dt == LOOM_E5M2) /* FP8: a 128-byte row of A is 128 elements */
         cf[C_BK] = 128;
+    int64_t mt = TPL_CDIV(c.M, 256), bm_t = TPL_CDIV(TPL_CDIV(c.M, mt), 8) * 8; /* trans: rows in 8s */
+    if (c.M <= 512 && c.N % 256 && mt * TPL_CDIV(c.N, 128) * c.batch >= 132 && !c.btrans &&
+        (c.dt == LOOM_F16 || c.dt == LOOM_BF16)) {
+        cf[C_trans] = 1;
+        cf[C_BM] = bm_t;
+        cf[C_BN] = 128;
+        cf[C_cwarps] = 8;
+        cf[C_consumers] = SPLIT;
+        cf[C_stages] = 4;
+        cf[C_group] = 8;
+        return;
+    }
     int64_t rows64 = TPL_CDIV(c.M, 64) * 64, rows128 = TPL_CDIV(c.M, 128) * 128;
     int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, 256) * c.batch;
     if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)

@@ -266,6 +266,41 @@ Test(gemm_dyn, split)
              NREQ(plain_reqs), 510);
 }
 
+/* The transposed product: C^T = B^T A^T, each group 64 columns of C over BM rows (any
+ * multiple of 8), stored transposed through the staging tile; rows and columns past the
+ * request's M and N at its edges. */
+Test(gemm_dyn, transposed)
+{
+    dyn_case(batched_shape, "BM=56,BN=128,cwarps=8,consumers=2,trans=1,ctas=2,stages=2", batched_reqs,
+             NREQ(batched_reqs), 560);
+    dyn_case(plain_shape, "BM=104,BN=128,cwarps=8,consumers=2,trans=1,ctas=0,stages=3", plain_reqs,
+             NREQ(plain_reqs), 570);
+    dyn_case(shared_shape, "BM=80,BN=128,cwarps=8,consumers=2,trans=1,ctas=3,stages=2,group=2", shared_reqs,
+             NREQ(shared_reqs), 580);
+}
+
+/* What trans=1 refuses, with the reason. */
+Test(gemm_dyn, transposed_refusals)
+{
+    const loom_template *t = loom_template_find("gemm");
+    static const char *const bad[][3] = {
+        {"M=433,N=256,K=872", "BM=224,BN=256,cwarps=8,consumers=2,trans=1", "BN=128"},
+        {"M=433,N=256,K=872", "BM=224,BN=128,cwarps=8,consumers=0,trans=1", "consumers=2"},
+        {"M=433,N=256,K=872", "BM=220,BN=128,cwarps=8,consumers=2,trans=1", "multiple of 8"},
+        {"M=433,N=256,K=872", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,tmastore=0", "tmastore=1"},
+        {"M=433,N=256,K=872,btrans=1", "BM=224,BN=128,cwarps=8,consumers=2,trans=1", "btrans=0"},
+        {"M=433,N=256,K=872", "BM=224,BN=128,cwarps=8,consumers=2,trans=2", "0 or 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char why[256] = "";
+        t_params(t->shape, t->nshape, bad[i][0], sh);
+        t_params(t->config, t->nconfig, bad[i][1], cf);
+        cr_expect(!t->valid(sh, cf, why, sizeof why), "%s accepted", bad[i][1]);
+        cr_expect(strstr(why, bad[i][2]), "%s: %s", bad[i][1], why);
+    }
+}
+
 Test(gemm_dyn, clusters_sharing_b_or_a)
 {
     /* pairs of tiles stacked along M (rank 1's rows past M at most requests); pairs of
@@ -418,6 +453,8 @@ Test(gemm_dyn, the_ptx_of_every_scheme_assembles)
         {"M=433,N=256,K=872,batch=1024", "BM=64,BN=256,cluster=2,share=1,ctas=132"},
         {"M=4096,N=4096,K=4096", "BM=128,BN=256,cwarps=8,consumers=2,cluster=2,ctas=132"},
         {"M=512,N=512,K=512", "BM=64,BN=64,ctas=0,tmastore=0"},
+        {"M=433,N=256,K=1184,batch=1024", "BM=224,BN=128,cwarps=8,consumers=2,trans=1"},
+        {"M=433,N=72,K=866,batch=1024,dtype=bf16,odtype=bf16", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,group=8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         dyn_gemm g = dyn_build(cases[i][0], cases[i][1]);
@@ -597,6 +634,8 @@ Test(gemm_dyn_gpu, every_scheme_at_random_requests, .timeout = 300)
         {"M=600,N=520,K=392,odtype=f32", "BM=128,BN=256,cwarps=8,consumers=2,tmastore=1,ctas=3,stages=2"},
         {"M=433,N=256,K=872,batch=7", "BM=64,BN=128,cluster=2,share=1,ctas=6"},
         {"M=1000,N=256,K=136,batch=3", "BM=128,BN=256,cwarps=8,consumers=2,cluster=2,ctas=4"},
+        {"M=433,N=200,K=872,batch=9", "BM=224,BN=128,cwarps=8,consumers=2,trans=1"},
+        {"M=300,N=72,K=136,batch=4,ashared=0,odtype=f32", "BM=152,BN=128,cwarps=8,consumers=2,trans=1,stages=3"},
     };
     uint64_t seed = 77;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -964,6 +964,10 @@ Test(tune, untuned_config_follows_the_template_heuristic)
         untuned_at(t, keep[i], shape, cfg);
         cr_expect(!memcmp(cfg, def, t->nconfig * sizeof *cfg), "%s keeps the defaults", keep[i]);
     }
+    /* a small M with N not a multiple of 256: the transposed product, BM its rows in two tiles */
+    untuned_at(t, "M=433,N=72,K=866,batch=1024", shape, cfg);
+    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    cr_expect(strstr(text, "BM=224,BN=128,") && strstr(text, "trans=1"), "433x72: %s", text);
     /* the tuner takes it when nothing is timed, and says so */
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     untuned_at(t, "M=4096,N=4096,K=4096", shape, cfg);
