@@ -236,6 +236,23 @@ LLVMValueRef lw_smem_ptr(L *l, LLVMValueRef byte_off)
     return LLVMBuildGEP2(l->B, l->t_i8, l->smem, &byte_off, 1, "");
 }
 
+void lw_close_loop(L *l, LLVMBasicBlockRef pre, LLVMBasicBlockRef body, LLVMBasicBlockRef exit, LLVMValueRef kv,
+                   LLVMValueRef knext, int64_t limit, LLVMValueRef *phis, LLVMValueRef *start, LLVMValueRef *now,
+                   int n)
+{
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(l->B);
+    LLVMBuildCondBr(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, knext, ci32(l, limit), ""), body, exit);
+    LLVMBasicBlockRef from[2] = {pre, latch};
+    LLVMValueRef inc[2] = {ci32(l, 0), knext};
+    LLVMAddIncoming(kv, inc, from, 2);
+    for (int j = 0; j < n; j++) {
+        inc[0] = start[j];
+        inc[1] = now[j];
+        LLVMAddIncoming(phis[j], inc, from, 2);
+    }
+    LLVMPositionBuilderAtEnd(l->B, exit);
+}
+
 bool lw_check_scratch(L *l, size_t bytes)
 {
     if (!l->smem || bytes > l->cg->op_scratch[l->cur_op])

@@ -126,6 +126,13 @@ LLVMValueRef lw_lin_index(L *l, int32_t id, int j); /* in a row-major array over
 /* scratch: the shared memory the plan (codegen/smem.c) gave the current op */
 LLVMValueRef lw_smem_ptr(L *l, LLVMValueRef byte_off);
 bool lw_check_scratch(L *l, size_t bytes);
+/* Close a counted loop built at the insert point: branch back to body while knext <
+ * limit, else to exit; the counter phi kv takes 0 from pre and knext from the latch, and
+ * each of the n phis[j] takes start[j] from pre and now[j] from the latch.  The builder
+ * ends at exit, whose only predecessor is the loop: now[] are the results there. */
+void lw_close_loop(L *l, LLVMBasicBlockRef pre, LLVMBasicBlockRef body, LLVMBasicBlockRef exit, LLVMValueRef kv,
+                   LLVMValueRef knext, int64_t limit, LLVMValueRef *phis, LLVMValueRef *start, LLVMValueRef *now,
+                   int n);
 void lw_smem_store(L *l, LLVMValueRef byte_off, LLVMValueRef v);
 LLVMValueRef lw_smem_load(L *l, LLVMValueRef byte_off, LLVMTypeRef t);
 

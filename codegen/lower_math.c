@@ -757,17 +757,7 @@ bool lower_dot(L *l, uint32_t o, ir_op *op)
         }
     }
     LLVMValueRef knext = LLVMBuildAdd(l->B, kv, ci32(l, unroll), "");
-    LLVMBasicBlockRef latch = LLVMGetInsertBlock(l->B);
-    LLVMBuildCondBr(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, knext, ci32(l, K), ""), body, exit);
-    LLVMBasicBlockRef from[2] = {pre, latch};
-    LLVMValueRef inc[2] = {ci32(l, 0), knext};
-    LLVMAddIncoming(kv, inc, from, 2);
-    for (int j = 0; j < n; j++) {
-        inc[0] = cr[j];
-        inc[1] = acc[j];
-        LLVMAddIncoming(phi[j], inc, from, 2);
-    }
-    LLVMPositionBuilderAtEnd(l->B, exit);
+    lw_close_loop(l, pre, body, exit, kv, knext, K, phi, cr, acc, n);
     /* the exit's only predecessor is the loop block: its last fmas are the results */
     return lw_set_result(l, rv, rid, acc);
 }

@@ -230,17 +230,7 @@ static bool k_loop(L *l, loom_dtype dt, const tiles *t, int steps, LLVMValueRef 
         if (!k_step(l, dt, t, LLVMBuildAdd(l->B, kv, ci32(l, u), ""), aaddr, baddr, g, acc))
             return false;
     LLVMValueRef knext = LLVMBuildAdd(l->B, kv, ci32(l, unroll), "");
-    LLVMBasicBlockRef latch = LLVMGetInsertBlock(l->B);
-    LLVMBuildCondBr(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, knext, ci32(l, steps), ""), body, exit);
-    LLVMBasicBlockRef from[2] = {pre, latch};
-    LLVMValueRef inc[2] = {ci32(l, 0), knext};
-    LLVMAddIncoming(kv, inc, from, 2);
-    for (int j = 0; j < n; j++) {
-        inc[0] = start[j];
-        inc[1] = acc[j];
-        LLVMAddIncoming(phi[j], inc, from, 2);
-    }
-    LLVMPositionBuilderAtEnd(l->B, exit); /* its only predecessor is the loop: acc holds the results */
+    lw_close_loop(l, pre, body, exit, kv, knext, steps, phi, start, acc, n); /* acc: the results at exit */
     return true;
 }
 

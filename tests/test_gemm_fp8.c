@@ -20,7 +20,7 @@
  *                 reference's sum rounded once.  It skips without a GPU.
  */
 #include "loom.h"
-#include "nvrtc_ref.h"
+#include "t_nvref.h"
 #include "rt.h"
 #include "t_model.h"
 #include "testutil.h"
@@ -262,14 +262,7 @@ static void exact_on_the_gpu(loom_runtime *rt, nvref_gemm *ref, const char *shap
 Test(gemm_fp8_gpu, large_shapes_sum_integers_exactly)
 {
     loom_runtime *rt = t_gpu_or_skip();
-    char err[1024];
-    nvref_gemm *ref = NULL;
-    loom_status st = nvref_gemm_open(rt_runtime_gpu(rt), &ref, err, sizeof err);
-    if (st == LOOM_ERR_UNSUPPORTED) {
-        loom_runtime_destroy(rt);
-        cr_skip_test("%s", err);
-    }
-    cr_assert_eq(st, LOOM_OK, "%s", err);
+    nvref_gemm *ref = t_nvref_or_skip(rt);
     /* the split headline (the untuned config at 4096^3), and K = 8192 where the bound is
      * infinite, with a ragged M and N */
     exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1",

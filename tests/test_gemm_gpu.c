@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "loom.h"
-#include "nvrtc_ref.h"
+#include "t_nvref.h"
 #include "rt.h"
 #include "t_model.h"
 #include "testutil.h"
@@ -254,13 +254,7 @@ Test(gemm_gpu, api_large_odd)
 {
     loom_runtime *rt = t_gpu_or_skip();
     char err[1024];
-    nvref_gemm *ref = NULL;
-    loom_status st = nvref_gemm_open(rt_runtime_gpu(rt), &ref, err, sizeof err);
-    if (st == LOOM_ERR_UNSUPPORTED) {
-        loom_runtime_destroy(rt);
-        cr_skip_test("%s", err);
-    }
-    cr_assert_eq(st, LOOM_OK, "%s", err);
+    nvref_gemm *ref = t_nvref_or_skip(rt);
     static const loom_dtype dts[] = {LOOM_F16, LOOM_BF16};
     for (size_t d = 0; d < 2; d++) {
         loom_gemm_shape s = {4097, 3001, 1000, 1, dts[d], dts[d], 0};
