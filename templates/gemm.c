@@ -111,15 +111,15 @@
       "btrans=1 K, rounded up to that)")                                                                   \
     X(btrans, btrans, int, 0,                                                                              \
       "0: B is [K, N]; 1: B is [N, K] (K-major, read transposed; FP8 needs it: its wgmma has no "          \
-      "transpose)")                                                                                      \
+      "transpose)")                                                                                        \
     X(promote, promote, int, 0,                                                                            \
-      "FP8 accumulation: 0 the tensor cores add the whole K (fast accumulation); P > 0 every P elements "   \
-      "of K (a multiple of BK) their partial sum is added into an f32 accumulator in registers (128: as "   \
+      "FP8 accumulation: 0 the tensor cores add the whole K (fast accumulation); P > 0 every P elements "  \
+      "of K (a multiple of BK) their partial sum is added into an f32 accumulator in registers (128: as "  \
       "CUTLASS and DeepGEMM do); the bound follows it (docs/checks.md, \"FP8\")")                          \
     X(scaled, scaled, int, 0,                                                                              \
-      "1: C = scale_a * scale_b * (A @ B), two f32 scalar arguments after C (per-tensor FP8 scales), "      \
+      "1: C = scale_a * scale_b * (A @ B), two f32 scalar arguments after C (per-tensor FP8 scales), "     \
       "multiplied into the f32 accumulator before the cast")
-#define GEMM_CONFIG(X)                                                                                      \
+#define GEMM_CONFIG(X)                                                                                     \
     X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group)", 64, 128, 256)                      \
     X(BN, bn, int, 256, "tile columns (64, 128, 256)", 64, 128, 256)                                       \
     X(BK, bk, int, 64,                                                                                     \
