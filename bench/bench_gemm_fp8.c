@@ -21,15 +21,19 @@
  * cuBLASLt (support/cublas_dl.c, loaded with dlopen): its first heuristic algorithm for the
  * problem with a 32 MiB workspace, fp32 compute, no scales (1.0), twice: with its default
  * promotion of the tensor cores' partial sums into f32, and with fast accumulation (none:
- * what loom's FP8 gemm does until issue 38 item 3).  loom's ratio to each is printed.
+ * what loom's FP8 gemm does without --promote).  loom's ratio to each is printed.
  * loom: the gemm template from the registry with dtype=e4m3, btrans=1 and the untuned
  * config (the template's heuristic for the shape), or --config k=v,... (up to 4, one row
  * each); where the template refuses the shape the row says why and cuBLASLt is still
- * measured.  Timing: time_rounds (bench/contenders.c): rounds running every contender in
+ * measured.  --promote P gives loom's shape promote=P (its partial sums promoted into f32
+ * every P elements of K, as cuBLASLt's default form does; 128 as DeepGEMM; the untuned
+ * config then takes 128 x 128 tiles), e.g. --promote 128 --config
+ * BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8.  The check is the same: the integer
+ * sums are exact either way.  Timing: time_rounds (bench/contenders.c): rounds running every contender in
  * turn, an L2 flush before each run, the median of the rounds' medians.
  *
- * Usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... [--e5m2] [--odtype bf16|f16|f32]
- *                       [--reps N]       (skips cleanly without a GPU)
+ * Usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... [--promote P] [--e5m2]
+ *                       [--odtype bf16|f16|f32] [--reps N]       (skips cleanly without a GPU)
  */
 #include "contenders.h"
 #include "cublas_dl.h"
@@ -51,6 +55,7 @@ typedef struct fp8_run {
     loom_dtype in, odt;
     const char *configs[MAXCFG];
     int nconfig, reps;
+    int promote; /* the gemm shape's promote (elements of K; 0: fast accumulation) */
 } fp8_run;
 
 /* A device buffer, or exit: a bench has nothing to do without its buffers. */
@@ -72,8 +77,8 @@ static loom_kernel *build_loom(const fp8_run *r, int64_t M, int64_t N, int64_t K
     const loom_template *t = loom_template_find("gemm");
     char text[256], err[512];
     int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
-    snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=%s,odtype=%s,btrans=1", (long long)M, (long long)N,
-             (long long)K, loom_dtype_name(r->in), loom_dtype_name(r->odt));
+    snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=%s,odtype=%s,btrans=1,promote=%d", (long long)M,
+             (long long)N, (long long)K, loom_dtype_name(r->in), loom_dtype_name(r->odt), r->promote);
     if (!t || loom_params_parse(t->shape, t->nshape, text, sh, err, sizeof err) ||
         loom_params_parse(t->config, t->nconfig, config ? config : "", cf, err, sizeof err)) {
         snprintf(why, n, "loom: %.280s", t ? err : "no gemm template");
@@ -87,7 +92,7 @@ static loom_kernel *build_loom(const fp8_run *r, int64_t M, int64_t N, int64_t K
         return NULL;
     }
     loom_params_format(t->config, t->nconfig, cf, text, sizeof text);
-    snprintf(why, n, "gemm %s", text);
+    snprintf(why, n, "gemm promote=%d %s", r->promote, text);
     t->grid(sh, cf, grid);
     return k;
 }
@@ -142,7 +147,7 @@ static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
             ws[nw] = (work){.name = fast ? "cuBLASLt-fast" : "cuBLASLt", .rt = r->rt, .n = 1,
                             .s = {cublaslt_fp8_step(&plan[fast], A, Bt, C[nw])}};
             snprintf(what[nw], sizeof what[nw], "cuBLASLt %zu, %s", r->lt->version,
-                     fast ? "fast accumulation (no promotion, as loom)" : "partial sums promoted to f32");
+                     fast ? "fast accumulation (no promotion)" : "partial sums promoted to f32");
             nw++;
         } else {
             printf("  %lldx%lldx%lld  cuBLASLt%s: %s\n", (long long)M, (long long)N, (long long)K,
@@ -205,6 +210,8 @@ int main(int argc, char **argv)
             r.configs[r.nconfig++] = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
             shape = argv[++i];
+        else if (!strcmp(argv[i], "--promote") && i + 1 < argc)
+            r.promote = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--e5m2"))
             r.in = LOOM_E5M2;
         else if (!strcmp(argv[i], "--odtype") && i + 1 < argc) {
@@ -217,8 +224,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             r.reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 20;
         else {
-            fprintf(stderr, "usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... (at most %d) [--e5m2] "
-                            "[--odtype bf16|f16|f32] [--reps N]\n", MAXCFG);
+            fprintf(stderr, "usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... (at most %d) [--promote P] "
+                            "[--e5m2] [--odtype bf16|f16|f32] [--reps N]\n", MAXCFG);
             return 2;
         }
     }

@@ -356,7 +356,33 @@ typedef struct loom_mainloop {
     int order;            /* the order the same ops are built in: 0 (templates/gemm.c's) or 1
                              (templates/ikbo_lce.c's), kept so their PTX did not change when
                              they moved here (pipe/mainloop.c says what differs) */
+    int promote;          /* FP8 promotion: 0 none; P > 0: every P k steps loom_mainloop_run adds the
+                             tensor cores' partial sum into an f32 accumulator in registers and
+                             the tensor-core accumulator restarts from zero (below) */
 } loom_mainloop;
+
+/* Promotion (promote = P > 0).  FP8 wgmma adds its products with about 14 significant bits,
+ * not f32's (docs/dsl.md, "FP8"), so a long k loop on one tensor-core accumulator loses
+ * precision as K grows.  With promotion, loom_mainloop_run keeps two accumulators: the
+ * tensor cores' (acc_tc, the wgmmas' own) and an f32 one in registers (acc_f32).  Every P
+ * k steps (a "block", P * BK elements of K; the last block may be shorter) it waits for
+ * the block's groups, adds acc_tc into acc_f32 with f32 adds, and starts the next block's
+ * first wgmma from zero (scale-d off: nothing is moved into acc_tc).  CUTLASS's default
+ * FP8 kernels and DeepGEMM do the same every 128 elements of K (P = 1 at BK = 128).
+ * Costs: a second accumulator (twice the accumulator registers: a caller refuses tiles
+ * that do not fit), the block's f32 adds, and the wait at each block's end, which leaves
+ * no group in flight across it (another warp group's wgmmas fill the tensor cores then).
+ * loom_mainloop_run then returns acc_f32 with nothing in flight (its `acc`, where given,
+ * is acc_f32's start) and takes from = 0 only; loom_mainloop_finish only gives the last
+ * slot back.  On the interpreter the wgmma sums in f32 anyway: promotion changes only how
+ * the same f32 adds are grouped.  A loop of one's own (step, issue, retire) promotes with
+ * loom_mainloop_promote. */
+
+/* Wait until no group is in flight and return acc_f32 + acc_tc (f32 adds; acc_f32
+ * LOOM_NONE: acc_tc itself, finished). */
+#define loom_mainloop_promote(k, ml, acc_tc, acc_f32) loom_mainloop_promote_at(LOOM_HERE, k, ml, acc_tc, acc_f32)
+loom_val loom_mainloop_promote_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc_tc,
+                                  loom_val acc_f32);
 
 /* One k step at ring use `it` into acc, with wgmma's A `a` where given (a shared view
  * or a register tile: LOOM_NONE takes the slot's A view); then ring use prev's slot
@@ -369,7 +395,7 @@ loom_val loom_mainloop_step_at(loom_src at, loom_kernel *k, const loom_mainloop 
 /* The loop: k steps `from` (0, or 1 after a first step of your own) to the end, of ring
  * uses it0 + kk, into acc (LOOM_NONE: a zero accumulator); rep: the replica (a_split).
  * The first step of the loop gives no slot back when from is 0.  Returns the accumulator
- * with the last group in flight. */
+ * with the last group in flight (with promote: acc_f32, nothing in flight). */
 #define loom_mainloop_run(k, ml, it0, rep, acc, from) loom_mainloop_run_at(LOOM_HERE, k, ml, it0, rep, acc, from)
 loom_val loom_mainloop_run_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it0, loom_val rep,
                               loom_val acc, int from);
@@ -396,7 +422,8 @@ loom_val loom_mainloop_last_at(loom_src at, loom_kernel *k, const loom_mainloop 
 #define loom_mainloop_uses(k, ml) loom_mainloop_uses_at(LOOM_HERE, k, ml)
 loom_val loom_mainloop_uses_at(loom_src at, loom_kernel *k, const loom_mainloop *ml);
 /* Wait for acc's last group; give ring use last's slot back (LOOM_NONE: the caller keeps
- * it, e.g. to store through it).  Returns the finished accumulator. */
+ * it, e.g. to store through it).  Returns the finished accumulator.  With promote, the
+ * run waited already: the slot alone goes back. */
 #define loom_mainloop_finish(k, ml, acc, last) loom_mainloop_finish_at(LOOM_HERE, k, ml, acc, last)
 loom_val loom_mainloop_finish_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc, loom_val last);
 

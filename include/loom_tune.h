@@ -219,6 +219,12 @@ double loom_f32_sum_error(int64_t k, double magnitude);
  * adds keep fewer bits than f32 (docs/checks.md, "FP8"): gamma_k with u = 2^-13.  0 for
  * k <= 1; infinite for k >= 2^13. */
 double loom_fp8_mma_sum_error(int64_t k, double magnitude);
+/* The same with the tensor cores' partial sums promoted into an f32 accumulator every
+ * `block` products (the gemm template's promote=P: block = P * BK): gamma_block (u = 2^-13)
+ * of the magnitudes within the blocks, plus gamma_(cdiv(k, block)) (u = 2^-23) of the f32
+ * sum over the blocks' sums, each at most (1 + gamma_block) of its magnitudes.  block <= 0
+ * or >= k: loom_fp8_mma_sum_error. */
+double loom_fp8_promoted_sum_error(int64_t k, int64_t block, double magnitude);
 /* The bound at an element whose reference, stored in dt, is ref, when a right kernel's
  * value before its own final rounding to dt is within err of the exact result: err plus
  * one ulp of dt (half for the kernel's rounding, half for the reference's), taken at the

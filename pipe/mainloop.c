@@ -25,6 +25,7 @@
  * what").
  */
 #include "loom_pipe.h"
+#include "ir.h"
 
 #include <stdbool.h>
 
@@ -112,31 +113,81 @@ loom_val loom_mainloop_last_at(loom_src at, loom_kernel *k, const loom_mainloop 
     return loom_add_at(at, k, it0, CI(ml->steps - 1));
 }
 
+/* k step kk (ring use it0 + kk) into acc (LOOM_NONE: from zero), waited down to the
+ * groups in flight, and the previous use's slot given back (where kk > 0 when
+ * maybe_first: a tile's first step has no slot of its own to give back, the previous
+ * tile's last went back in its finish).  The ops come out in the order `order` says. */
+static loom_val k_step(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it0, loom_val kk, loom_val rep,
+                       loom_val acc, bool maybe_first, loom_val zero, loom_val one)
+{
+    loom_val it = loom_add_at(at, k, it0, kk);
+    loom_val first = LOOM_NONE, prev = LOOM_NONE;
+    if (ml->order) {
+        first = maybe_first ? loom_cmp_at(at, k, LOOM_GT, kk, zero) : LOOM_NONE;
+        prev = loom_sub_at(at, k, it, one);
+    }
+    loom_region_op w = issue(at, k, ml, it, rep, LOOM_NONE, &acc);
+    if (!ml->order) {
+        first = maybe_first ? loom_cmp_at(at, k, LOOM_GT, kk, zero) : LOOM_NONE;
+        prev = loom_sub_at(at, k, it, one);
+    }
+    give_back_slot(at, k, ml, prev, first);
+    return loom_wgmma_result(k, w, 0);
+}
+
+loom_val loom_mainloop_promote_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc_tc,
+                                  loom_val acc_f32)
+{
+    (void)ml;
+    loom_region_op w = loom_wgmma_wait_at(at, k, 0, 1, &acc_tc);
+    loom_val done = loom_wgmma_result(k, w, 0);
+    return acc_f32 ? loom_add_at(at, k, acc_f32, done) : done;
+}
+
+/* Promotion (loom_pipe.h): a loop over blocks of `promote` k steps, carrying acc_f32.  A
+ * block's first step starts the tensor cores' accumulator from zero (a zero splat: the
+ * wgmma's scale-d is off, nothing is moved); its other steps, a loop of their own
+ * (min(P, the steps left) - 1 of them), add onto it; the block's end waits for its groups
+ * and adds it into acc_f32. */
+static loom_val run_promoted(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it0, loom_val rep,
+                             loom_val acc)
+{
+    loom_val zero = CI(0), one = CI(1), P = CI(ml->promote);
+    loom_val f = acc ? acc : loom_mainloop_zero_at(at, k, ml);
+    loom_val uses = loom_mainloop_uses_at(at, k, ml);
+    loom_val nb = ml->nsteps ? loom_div_at(at, k, loom_add_at(at, k, uses, CI(ml->promote - 1)), P)
+                             : CI((ml->steps + ml->promote - 1) / ml->promote);
+    loom_region_op bl = loom_for_begin_at(at, k, zero, nb, one, 1, &f);
+    {
+        loom_val k0 = loom_mul_at(at, k, loom_for_iv(k, bl), P);
+        loom_val tc = k_step(at, k, ml, it0, k0, rep, LOOM_NONE, true, zero, one);
+        if (ml->promote > 1) {
+            loom_val end = loom_min_at(at, k, loom_add_at(at, k, k0, P), uses);
+            loom_region_op il = loom_for_begin_at(at, k, loom_add_at(at, k, k0, one), end, one, 1, &tc);
+            loom_val r = k_step(at, k, ml, it0, loom_for_iv(k, il), rep, loom_for_arg(k, il, 0), false, zero, one);
+            loom_for_end_at(at, k, il, 1, &r);
+            tc = loom_for_result(k, il, 0);
+        }
+        loom_val sum = loom_mainloop_promote_at(at, k, ml, tc, loom_for_arg(k, bl, 0));
+        loom_for_end_at(at, k, bl, 1, &sum);
+    }
+    return loom_for_result(k, bl, 0);
+}
+
 loom_val loom_mainloop_run_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val it0, loom_val rep,
                               loom_val acc, int from)
 {
+    if (ml->promote > 0 && from)
+        ir_error(k, at, "mainloop", "promote=%d takes loom_mainloop_run from k step 0 (from = %d): a first step "
+                 "of your own would be a block of its own; promote it with loom_mainloop_promote", ml->promote, from);
+    if (ml->promote > 0)
+        return run_promoted(at, k, ml, it0, rep, acc);
     loom_val zero = CI(0), one = CI(1);
     if (!acc)
         acc = loom_mainloop_zero_at(at, k, ml);
     loom_region_op kl = loom_for_begin_at(at, k, from ? one : zero, loom_mainloop_uses_at(at, k, ml), one, 1, &acc);
     {
-        loom_val kk = loom_for_iv(k, kl);
-        loom_val it = loom_add_at(at, k, it0, kk);
-        loom_val r = loom_for_arg(k, kl, 0);
-        /* the previous use's wgmma is done: give its slot back (a tile's first step has
-         * none of its own: the previous tile's last went back in its finish) */
-        loom_val first = LOOM_NONE, prev = LOOM_NONE;
-        if (ml->order) {
-            first = from ? LOOM_NONE : loom_cmp_at(at, k, LOOM_GT, kk, zero);
-            prev = loom_sub_at(at, k, it, one);
-        }
-        loom_region_op w = issue(at, k, ml, it, rep, LOOM_NONE, &r);
-        if (!ml->order) {
-            first = from ? LOOM_NONE : loom_cmp_at(at, k, LOOM_GT, kk, zero);
-            prev = loom_sub_at(at, k, it, one);
-        }
-        give_back_slot(at, k, ml, prev, first);
-        loom_val res = loom_wgmma_result(k, w, 0);
+        loom_val res = k_step(at, k, ml, it0, loom_for_iv(k, kl), rep, loom_for_arg(k, kl, 0), !from, zero, one);
         loom_for_end_at(at, k, kl, 1, &res);
     }
     return loom_for_result(k, kl, 0);
@@ -144,6 +195,11 @@ loom_val loom_mainloop_run_at(loom_src at, loom_kernel *k, const loom_mainloop *
 
 loom_val loom_mainloop_finish_at(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val acc, loom_val last)
 {
+    if (ml->promote > 0) { /* the run waited for its last block */
+        if (last)
+            loom_ring_release_at(at, k, ml->ring, loom_ring_slot_at(at, k, last, ml->ring->slots));
+        return acc;
+    }
     loom_val s = last && !ml->order ? loom_ring_slot_at(at, k, last, ml->ring->slots) : LOOM_NONE;
     loom_region_op w = loom_wgmma_wait_at(at, k, 0, 1, &acc);
     if (last)

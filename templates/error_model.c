@@ -70,6 +70,19 @@ double loom_f32_sum_error(int64_t k, double magnitude) { return gamma_sum(k, F32
 
 double loom_fp8_mma_sum_error(int64_t k, double magnitude) { return gamma_sum(k, FP8_MMA_U, magnitude); }
 
+/* Promotion every `block` products (docs/checks.md, "FP8"): block j sums its L_j <= block
+ * products on the tensor cores from zero, off by gamma_L(2^-13) m_j (m_j its sum of
+ * |a b|, the m_j summing to `magnitude`), so each block sum is at most (1 + gamma_block) m_j
+ * in magnitude; the f32 accumulator adds the cdiv(k, block) block sums, off by
+ * gamma_blocks(2^-23) of their magnitudes.  One block (block >= k, or 0): the plain chain. */
+double loom_fp8_promoted_sum_error(int64_t k, int64_t block, double magnitude)
+{
+    if (block <= 0 || block >= k)
+        return loom_fp8_mma_sum_error(k, magnitude);
+    double in_blocks = gamma_sum(block, FP8_MMA_U, magnitude);
+    return in_blocks + gamma_sum((k + block - 1) / block, F32_U, magnitude + in_blocks);
+}
+
 /* ref is the reference as stored in dt (x rounded), err the kernel's error before its own
  * final rounding: |out - ref| <= err + half an ulp at the kernel's value + half an ulp at
  * x, and both values lie within |ref| + ulp(ref) / 2 + err. */

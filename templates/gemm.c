@@ -57,8 +57,16 @@
  * FP8 (dtype e4m3 or e5m2) needs btrans=1: FP8 wgmma reads both operands K-major, so B's
  * ring tile is [BN, BK] like A's, its rows one swizzle span of BK bytes (BK=128: 128
  * bytes; BK=64: 64).  The tensor cores accumulate FP8 products with reduced precision,
- * which the bound takes (docs/checks.md, "FP8"); nothing promotes partial sums yet.
+ * which the bound takes (docs/checks.md, "FP8").  The shape's promote=P (elements of K, a
+ * multiple of BK) asks for promotion: the pipeline layer's mainloop adds the tensor
+ * cores' partial sum into an f32 accumulator every P / BK k steps (loom_pipe.h,
+ * "Promotion"), the bound is the promoted one, and configs whose two accumulators do not
+ * fit in registers are refused (why_not_promote).  It is a shape key, not a config knob,
+ * because it is part of what the caller asks for: the bound (which sees only the shape)
+ * follows it, and the tuner never trades it for speed.
  *   C          [M, N] or [batch, M, N]
+ *   scale_a, scale_b   with scaled=1 only: f32 scalars, C = scale_a * scale_b * (A @ B),
+ *              multiplied into the f32 accumulator before the cast (per-tensor scales)
  *
  * The strides stay those of the built shape: in a batch, product b of A (ashared=0) and
  * of C starts at row b * M_max (the built M), and a launch at a smaller M uses the first
@@ -103,10 +111,17 @@
       "btrans=1 K, rounded up to that)")                                                                   \
     X(btrans, btrans, int, 0,                                                                              \
       "0: B is [K, N]; 1: B is [N, K] (K-major, read transposed; FP8 needs it: its wgmma has no "          \
-      "transpose)")
-#define GEMM_CONFIG(X)                                                                                      \
-    X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group; trans=1: a multiple of 8 up to 256)", 64,  \
-      128, 224, 256)                      \
+      "transpose)")                                                                                        \
+    X(promote, promote, int, 0,                                                                            \
+      "FP8 accumulation: 0 the tensor cores add the whole K (fast accumulation); P > 0 every P elements "  \
+      "of K (a multiple of BK) their partial sum is added into an f32 accumulator in registers (128: as "  \
+      "CUTLASS and DeepGEMM do); the bound follows it (docs/checks.md, \"FP8\")")                          \
+    X(scaled, scaled, int, 0,                                                                              \
+      "1: C = scale_a * scale_b * (A @ B), two f32 scalar arguments after C (per-tensor FP8 scales), "     \
+      "multiplied into the f32 accumulator before the cast")
+#define GEMM_CONFIG(X)                                                                                     \
+    X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group; trans=1: a multiple of 8 up to 256)", 64, \
+      128, 224, 256)                                                                                       \
     X(BN, bn, int, 256, "tile columns (64, 128, 256)", 64, 128, 256)                                       \
     X(BK, bk, int, 64,                                                                                     \
       "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "                       \
@@ -209,6 +224,7 @@ typedef struct gk {
      * with its reciprocal (TAIL_SHIFT fixed point; LOOM_NONE where it is not used) */
     loom_val tm, tiles, tail, tail_inv;
     loom_val A, B;
+    loom_val scale_a, scale_b; /* scaled=1: the f32 scalar arguments (else LOOM_NONE) */
     loom_ring ring;
     loom_sched sched;
     loom_epilogue epi;
@@ -422,14 +438,20 @@ static loom_mainloop mainloop_of(const gk *g, int bm)
                                .a_split = 1, .rows = 64, .cols = c->bm, .steps = TPL_CDIV(c->K, c->bk)};
     return (loom_mainloop){.ring = &g->ring, .a_tile = TILE_A, .b_tile = TILE_B, .b_trans = c->btrans,
                            .a_split = c->consumers == SPLIT, .rows = bm, .cols = c->bn,
-                           .steps = TPL_CDIV(c->K, c->bk)};
+                           .steps = TPL_CDIV(c->K, c->bk), .promote = c->promote / c->bk};
 }
 
 /* After the mainloop of the tile whose uses start at it0: wait for its last wgmma group
- * and give the last slot back; returns the tile cast to the output type. */
+ * and give the last slot back; returns the tile (scaled=1: times scale_a * scale_b, in f32)
+ * cast to the output type. */
 static loom_val finish(loom_kernel *k, const gk *g, const loom_mainloop *ml, loom_val acc, loom_val it0)
 {
-    return loom_cast(k, loom_mainloop_finish(k, ml, acc, loom_mainloop_last(k, ml, it0)), g->c->odt);
+    acc = loom_mainloop_finish(k, ml, acc, loom_mainloop_last(k, ml, it0));
+    if (g->scale_a) {
+        loom_val s = loom_mul(k, g->scale_a, g->scale_b);
+        acc = loom_mul(k, acc, loom_splat(k, s, LOOM_SHAPE2(ml->rows, ml->cols)));
+    }
+    return loom_cast(k, acc, g->c->odt);
 }
 
 /* The epilogue's store of tile `out` at (b, m0, n0) through staging slot `slot` (split:
@@ -558,6 +580,10 @@ static loom_kernel *gemm_build(const g_cfg *c)
     g.A = loom_arg_tensor_strided(k, "A", c->dt, ash, bat_a ? ast : ast + 1, LOOM_IN);
     g.B = loom_arg_tensor_strided(k, "B", c->dt, bsh, g.batched ? bst : bst + 1, LOOM_IN);
     loom_val C = loom_arg_tensor_strided(k, "C", c->odt, csh, g.batched ? cst : cst + 1, LOOM_OUT);
+    if (c->scaled) { /* after C: an unscaled kernel keeps its arguments */
+        g.scale_a = loom_arg_scalar(k, "scale_a", LOOM_F32);
+        g.scale_b = loom_arg_scalar(k, "scale_b", LOOM_F32);
+    }
 
     bool split = c->consumers == SPLIT;
     int arows = split ? c->bm / 2 : c->bm; /* split: A slots hold half a tile's rows */
@@ -610,12 +636,46 @@ static const char *why_not_trans(const g_cfg *c)
     return NULL;
 }
 
+/* The promoted configs (promote > 0, FP8 only): the second accumulator (f32, the shape of
+ * the tensor cores') must fit beside the first in the 192 of the consumers' 232 registers a
+ * thread that the accumulator may take (tpl_why_not_consumers): at most 64 x 128 of a tile
+ * per warp group.  Split 128 x 256 (64 x 256 a warp group, 128 registers each) does not fit;
+ * split 128 x 128 does. */
+static const char *why_not_promote(const g_cfg *c, bool fp8, char *buf, size_t n)
+{
+    if (c->promote < 0)
+        return "promote must be 0 (no promotion) or the elements of K between promotions (> 0)";
+    if (!c->promote)
+        return NULL;
+    if (!fp8)
+        return "promote is for FP8 inputs (dtype e4m3/e5m2): f16 and bf16 wgmma already add in f32";
+    if (c->promote % c->bk) {
+        snprintf(buf, n,
+                 "promote=%d (elements of K) must be a multiple of BK=%d: the tensor cores' sum is promoted "
+                 "after whole k steps",
+                 c->promote, c->bk);
+        return buf;
+    }
+    int wgs = c->consumers == PINGPONG ? 1 : c->cwarps / 4; /* warp groups sharing a tile */
+    int64_t regs = (int64_t)(c->bm / wgs) * c->bn / 128;    /* an accumulator's, a thread */
+    if (2 * regs <= 192)
+        return NULL;
+    snprintf(buf, n,
+             "promote=%d keeps a second f32 accumulator: 2 x %lld registers a thread (%d x %d a warp group), "
+             "over the 192 an accumulator may take; use at most 64 x 128 a warp group (e.g. "
+             "BM=128,BN=128,cwarps=8,consumers=2)",
+             c->promote, (long long)regs, c->bm / wgs, c->bn);
+    return buf;
+}
+
 /* Why (shape, config) cannot be served, or NULL when it can. */
 static const char *why_not(const g_cfg *c, char *buf, size_t n)
 {
     bool fp8 = c->dt == LOOM_E4M3 || c->dt == LOOM_E5M2;
     if (c->dt != LOOM_F16 && c->dt != LOOM_BF16 && !fp8)
         return "dtype must be f16, bf16, e4m3 or e5m2 (the tensor-core inputs)";
+    if (c->scaled != 0 && c->scaled != 1)
+        return "scaled must be 0 or 1 (1: the f32 arguments scale_a and scale_b after C)";
     if (c->btrans != 0 && c->btrans != 1)
         return "btrans must be 0 (B is [K, N]) or 1 (B is [N, K])";
     if (fp8 && !c->btrans)
@@ -642,6 +702,8 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
                    : "BK must be 64 or 32 (A's row is then one 128- or 64-byte swizzle span of f16/bf16)";
     const char *w = c->trans ? why_not_trans(c) : tpl_why_not_consumers(c->cwarps, c->consumers, SPLIT, c->ctas, c->bm, c->bn);
     if (w)
+        return w;
+    if ((w = why_not_promote(c, fp8, buf, n)))
         return w;
     if (c->stages < 2 || c->stages > 12)
         return "stages must be 2 to 12";
@@ -685,7 +747,7 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
 static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 {
     g_cfg c = cfg_of(sh, cf);
-    char buf[200];
+    char buf[320];
     const char *w = why_not(&c, buf, sizeof buf);
     if (w && why && n)
         snprintf(why, n, "%s", w);
@@ -695,7 +757,7 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
     g_cfg c = cfg_of(sh, cf);
-    char buf[200];
+    char buf[320];
     const char *w = why_not(&c, buf, sizeof buf);
     if (w)
         return tpl_refuse(err, n, "%s", w);
@@ -712,12 +774,15 @@ static double cost(const int64_t *sh, const int64_t *cf)
     return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
-/* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row).  A small M (up to 512)
- * with N not a multiple of 256 takes the transposed product (trans=1) with BM the rows in
- * one or two tiles rounded to 8 (224 at M=433), where its tiles fill the GPU: on an H100 at
- * M=433, K=866, batch 1024 it ran 2.6-2.9x the defaults at N=72 and 8 (BN=256 tiles there
- * are mostly empty) and 1.36-1.41x at N=1000, but 0.85-0.88x at N=256, so a multiple of
- * 256 keeps the defaults (bench/RESULTS.md, session 23).  At a shape whose rows
+/* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row; 64 where promote is
+ * not a multiple of 128); promoted FP8 (promote > 0) takes BN=128, so that the two
+ * accumulators fit (64 x 128 a warp group: split 128 x 128 at large shapes, the tile of
+ * CUTLASS's and DeepGEMM's promoted FP8 kernels; not measured in loom yet).  A small M (up
+ * to 512) with N not a multiple of 256 takes the transposed product (trans=1) with BM the
+ * rows in one or two tiles rounded to 8 (224 at M=433), where its tiles fill the GPU: on
+ * an H100 at M=433, K=866, batch 1024 it ran 2.6-2.9x the defaults at N=72 and 8 (BN=256
+ * tiles there are mostly empty) and 1.36-1.41x at N=1000, but 0.85-0.88x at N=256, so a
+ * multiple of 256 keeps the defaults (bench/RESULTS.md, session 23).  At a shape whose rows
  * 128-row tiles cover as tightly as 64-row ones and whose 128 x 256 tiles fill most of
  * the SMs: split 128 x 256 tiles (two consumer warp groups
  * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
@@ -729,7 +794,7 @@ static void heuristic(const int64_t *sh, int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
     if (c.dt == LOOM_E4M3 || c.dt == LOOM_E5M2) /* FP8: a 128-byte row of A is 128 elements */
-        cf[C_BK] = 128;
+        cf[C_BK] = c.promote % 128 ? 64 : 128;
     int64_t mt = TPL_CDIV(c.M, 256), bm_t = TPL_CDIV(TPL_CDIV(c.M, mt), 8) * 8; /* trans: rows in 8s */
     if (c.M <= 512 && c.N % 256 && mt * TPL_CDIV(c.N, 128) * c.batch >= 132 && !c.btrans &&
         (c.dt == LOOM_F16 || c.dt == LOOM_BF16)) {
@@ -742,12 +807,13 @@ static void heuristic(const int64_t *sh, int64_t *cf)
         cf[C_group] = 8;
         return;
     }
+    int bn = c.promote ? 128 : 256; /* promoted: two accumulators of 64 x 128 a warp group */
+    cf[C_BN] = bn;
     int64_t rows64 = TPL_CDIV(c.M, 64) * 64, rows128 = TPL_CDIV(c.M, 128) * 128;
-    int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, 256) * c.batch;
+    int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, bn) * c.batch;
     if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)
         return;
     cf[C_BM] = 128;
-    cf[C_BN] = 256;
     cf[C_cwarps] = 8;
     cf[C_consumers] = SPLIT;
     cf[C_stages] = 4;
@@ -790,8 +856,8 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
     loom_grid_rule_eval(&r, sh, g);
 }
 
-/* The kernel's arguments. */
-enum { ARG_M, ARG_BATCH, ARG_A, ARG_B, ARG_C };
+/* The kernel's arguments (scale_a and scale_b with scaled=1 only). */
+enum { ARG_M, ARG_BATCH, ARG_A, ARG_B, ARG_C, ARG_SCALE_A, ARG_SCALE_B };
 
 /* The dims at the shape's values; the inputs fill every element their buffers hold (the
  * padding of rows too: the kernel must never read it). */
@@ -803,6 +869,18 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     *(int32_t *)host[ARG_BATCH] = (int32_t)nb;
     tpl_fill(host[ARG_A], c.dt, (na - 1) * M * c.lda + (M - 1) * c.lda + c.K, -1, 1, &seed);
     tpl_fill(host[ARG_B], c.dt, (nb - 1) * brows * c.ldb + (brows - 1) * c.ldb + b_cols(&c), -1, 1, &seed);
+    if (c.scaled) { /* scales that are not powers of two: the product and the multiply round */
+        tpl_fill(host[ARG_SCALE_A], LOOM_F32, 1, 0.25, 4, &seed);
+        tpl_fill(host[ARG_SCALE_B], LOOM_F32, 1, 0.25, 4, &seed);
+    }
+}
+
+/* scale_a * scale_b (1 without scaled), as the reference takes it: exact in double. */
+static double scale_of(const g_cfg *c, void *const *host)
+{
+    if (!c->scaled)
+        return 1;
+    return tpl_get(host[ARG_SCALE_A], LOOM_F32, 0) * tpl_get(host[ARG_SCALE_B], LOOM_F32, 0);
 }
 
 /* Element (q, j) of B (row q of K, column j of N) of product b, either way it is stored. */
@@ -840,21 +918,42 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
     double *row = malloc((size_t)c.N * sizeof *row);
     if (!row)
         return;
+    double sc = scale_of(&c, host);
     for (int64_t b = 0; b < c.batch; b++)
         for (int64_t m = 0; m < c.M; m++) {
             row_products(&c, host, b, m, row, NULL);
             for (int64_t j = 0; j < c.N; j++)
-                tpl_set(ref[ARG_C], c.odt, b * c.M * c.N + m * c.N + j, row[j]);
+                tpl_set(ref[ARG_C], c.odt, b * c.M * c.N + m * c.N + j, sc * row[j]);
         }
     free(row);
 }
 
+/* The error of an element's sum of K exact products whose magnitudes sum to mag: in f32,
+ * or FP8's in the tensor cores' narrower adds, whole (loom_fp8_mma_sum_error) or promoted
+ * into f32 every `promote` of them (loom_fp8_promoted_sum_error). */
+static double sum_error(const g_cfg *c, double mag)
+{
+    if (c->dt != LOOM_E4M3 && c->dt != LOOM_E5M2)
+        return loom_f32_sum_error(c->K, mag);
+    return c->promote ? loom_fp8_promoted_sum_error(c->K, c->promote, mag) : loom_fp8_mma_sum_error(c->K, mag);
+}
+
+/* The error of s * acc, acc within err of the sum S (|S| <= mag) and s = scale_a * scale_b
+ * exact: the kernel rounds s and then s * acc in f32 (u each), |s| (err + (2u + u^2)(mag +
+ * err)). */
+static double scaled_error(double s, double mag, double err)
+{
+    const double u = 0x1p-23;
+    return fabs(s) * (err + (2 * u + u * u) * (mag + err));
+}
+
 /* The error model (docs/checks.md): C[b,m,n] sums K exact products in f32 (FP8: in the
- * tensor cores' narrower adds, loom_fp8_mma_sum_error), then rounds to odtype once. */
+ * tensor cores' narrower adds, promoted or not: sum_error), is scaled (scaled=1), then
+ * rounds to odtype once. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
     g_cfg c = shape_of(sh);
-    bool fp8 = c.dt == LOOM_E4M3 || c.dt == LOOM_E5M2;
+    double sc = scale_of(&c, host);
     double *mag = malloc((size_t)c.N * sizeof *mag);
     if (!mag || !bnd[ARG_C])
         goto done;
@@ -863,7 +962,9 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
             row_products(&c, host, b, m, NULL, mag);
             for (int64_t j = 0; j < c.N; j++) {
                 int64_t e = b * c.M * c.N + m * c.N + j;
-                double err = fp8 ? loom_fp8_mma_sum_error(c.K, mag[j]) : loom_f32_sum_error(c.K, mag[j]);
+                double err = sum_error(&c, mag[j]);
+                if (c.scaled)
+                    err = scaled_error(sc, mag[j], err);
                 bnd[ARG_C][e] = loom_error_bound(c.odt, tpl_get(ref[ARG_C], c.odt, e), err);
             }
         }

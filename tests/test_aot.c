@@ -64,12 +64,14 @@ static int64_t key(const loom_template *t, const int64_t *shape, const char *k)
 
 static const char *gemm_config(const loom_template *t, const int64_t *sh)
 {
-    ta_gemm_gemm_shape s = {K(M), K(N), K(K), K(batch), K(dtype), K(odtype), K(ashared), K(lda), K(ldb), K(btrans)};
+    ta_gemm_gemm_shape s = {K(M), K(N), K(K), K(batch), K(dtype), K(odtype), K(ashared), K(lda), K(ldb), K(btrans),
+                            K(promote), K(scaled)};
     return ta_gemm_gemm_config(&s);
 }
 static int gemm_launch(const loom_template *t, const int64_t *sh, const uint64_t *v)
 {
-    ta_gemm_gemm_shape s = {K(M), K(N), K(K), K(batch), K(dtype), K(odtype), K(ashared), K(lda), K(ldb), K(btrans)};
+    ta_gemm_gemm_shape s = {K(M), K(N), K(K), K(batch), K(dtype), K(odtype), K(ashared), K(lda), K(ldb), K(btrans),
+                            K(promote), K(scaled)};
     return ta_gemm_gemm_launch(&s, v[0], v[1], v[2], NULL);
 }
 
@@ -192,11 +194,11 @@ Test(aot, dispatch_tables_give_each_shape_its_config)
 Test(aot, a_shape_not_generated_is_refused_naming_those_there_are)
 {
     /* N is a static key of gemm (M and batch may be run-time: the rows then show their maxima) */
-    ta_gemm_gemm_shape s = {256, 512, 256, 1, 0, 0, 1, 0, 0, 0};
+    ta_gemm_gemm_shape s = {256, 512, 256, 1, 0, 0, 1, 0, 0, 0, 0, 0};
     cr_assert_null(ta_gemm_gemm_config(&s));
     const char *e = ta_gemm_last_error();
     cr_expect(strstr(e, "ta_gemm_gemm_config: no kernel was generated for shape M=256,N=512,K=256"), "%s", e);
-    cr_expect(strstr(e, "256,N=256,K=256,batch") && strstr(e, "1,dtype=0,odtype=0,ashared=1,lda=0,ldb=0,btrans=0}"), "%s", e);
+    cr_expect(strstr(e, "256,N=256,K=256,batch") && strstr(e, "1,dtype=0,odtype=0,ashared=1,lda=0,ldb=0,btrans=0,promote=0,scaled=0}"), "%s", e);
     cr_expect(strstr(e, "loomc aot gemm --shape"), "%s", e);
     cr_expect_eq(ta_gemm_gemm_launch(&s, 256, 256, 256, NULL), TA_GEMM_ERR_INVALID);
     cr_assert_null(ta_gemm_gemm_config(NULL));
@@ -214,7 +216,7 @@ Test(aot, a_shape_not_generated_is_refused_naming_those_there_are)
 
 Test(aot, launch_arguments_are_checked_before_the_driver)
 {
-    ta_gemm_gemm_shape s = {256, 256, 256, 1, 0, 0, 1, 0, 0, 0};
+    ta_gemm_gemm_shape s = {256, 256, 256, 1, 0, 0, 1, 0, 0, 0, 0, 0};
     cr_expect_eq(ta_gemm_gemm_launch(&s, 0, 4096, 4096, NULL), TA_GEMM_ERR_INVALID);
     cr_expect(strstr(ta_gemm_last_error(), "argument 'A' is NULL"), "%s", ta_gemm_last_error());
     cr_expect_eq(ta_gemm_gemm_launch(&s, 4096, 4100, 4096, NULL), TA_GEMM_ERR_INVALID);

@@ -550,7 +550,7 @@ Test(bad_input, loomc_shape_and_config_values)
     struct {
         const char *shape, *config, *msg;
     } bad[] = {
-        {"Q=1", NULL, "--shape for gemm: unknown key 'Q' (known: M N K batch dtype odtype ashared lda ldb btrans)"},
+        {"Q=1", NULL, "--shape for gemm: unknown key 'Q' (known: M N K batch dtype odtype ashared lda ldb btrans promote scaled)"},
         {"M=x", NULL, "--shape for gemm: bad value 'x' for key 'M' (an integer)"},
         {"M", NULL, "--shape for gemm: 'M' is not key=value"},
         {"dtype=f8", NULL, "--shape for gemm: bad value 'f8' for key 'dtype' (f16, bf16, f32, i32, i64 or i1)"},

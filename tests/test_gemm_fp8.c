@@ -74,6 +74,29 @@ Test(gemm_fp8, interpreter_matches_the_reference_within_the_bound)
     loom_runtime_destroy(rt);
 }
 
+/* Promotion (promote=256: every 2 k steps at BK=128, 4 at BK=64; the last block of each
+ * shape shorter) and per-tensor scales (scaled=1: scale_a and scale_b in [0.25, 4), not
+ * powers of two), each combination at every config, each element within its bound. */
+static const char *const promo_shapes[] = {
+    "M=70,N=40,K=600,dtype=e4m3,btrans=1",
+    "M=33,N=24,K=300,batch=2,ashared=0,dtype=e5m2,btrans=1,odtype=f32",
+};
+
+Test(gemm_fp8, promoted_and_scaled_match_the_reference_within_the_bound)
+{
+    static const char *const keys[] = {"promote=0,scaled=0", "promote=0,scaled=1", "promote=256,scaled=0",
+                                       "promote=256,scaled=1"};
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    for (size_t s = 0; s < sizeof promo_shapes / sizeof *promo_shapes; s++)
+        for (size_t v = 0; v < sizeof keys / sizeof *keys; v++)
+            for (size_t c = 0; c < sizeof configs / sizeof *configs; c++) {
+                char shape[256];
+                snprintf(shape, sizeof shape, "%s,%s", promo_shapes[s], keys[v]);
+                check(rt, shape, configs[c], 40 + s);
+            }
+    loom_runtime_destroy(rt);
+}
+
 /* btrans=1 is not FP8's alone: f16 and bf16 B given as [N, K], at the f16 BKs. */
 Test(gemm_fp8, btrans_with_f16_and_bf16)
 {
@@ -87,11 +110,11 @@ Test(gemm_fp8, btrans_with_f16_and_bf16)
 /* An element of C moved to the nearest value of its type just past its bound, up or
  * down, or made NaN, at the first, the last and a middle element, is the one element
  * the check reports. */
-Test(gemm_fp8, an_element_past_its_bound_is_caught)
+static void planted_errors_caught(const char *shape, const char *config)
 {
     int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
     char err[512], rep[1024];
-    params("M=70,N=40,K=200,dtype=e4m3,btrans=1", "BM=64,BN=64,BK=128,stages=2", sh, cf);
+    params(shape, config, sh, cf);
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_instance in;
     cr_assert_eq(loom_instance_create(rt, gemm(), sh, cf, 5, &in, err, sizeof err), LOOM_OK, "%s", err);
@@ -116,13 +139,28 @@ Test(gemm_fp8, an_element_past_its_bound_is_caught)
             double v = kind == 2 ? NAN : t_just_past(dt, r, b, kind ? -1 : 1);
             tpl_set(got[c], dt, x, v);
             int64_t bad = loom_expected_compare(gemm(), &in, &e, got, rep, sizeof rep);
-            cr_expect_eq(bad, 1, "C[%lld] = %.9g (reference %.9g, bound %.3g): %s", (long long)x, v, r, b, rep);
+            cr_expect_eq(bad, 1, "[%s] C[%lld] = %.9g (reference %.9g, bound %.3g): %s", shape, (long long)x, v, r, b,
+                         rep);
             tpl_set(got[c], dt, x, keep);
         }
     free(got[c]);
     loom_expected_destroy(&e);
     loom_instance_destroy(&in);
     loom_runtime_destroy(rt);
+}
+
+Test(gemm_fp8, an_element_past_its_bound_is_caught)
+{
+    planted_errors_caught("M=70,N=40,K=200,dtype=e4m3,btrans=1", "BM=64,BN=64,BK=128,stages=2");
+}
+
+/* The same with promotion and scales: the promoted bound and the scales' roundings. */
+Test(gemm_fp8, an_element_past_its_promoted_scaled_bound_is_caught)
+{
+    planted_errors_caught("M=70,N=40,K=600,dtype=e4m3,btrans=1,promote=256,scaled=1",
+                          "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3");
+    planted_errors_caught("M=33,N=24,K=300,dtype=e5m2,btrans=1,odtype=f32,promote=128",
+                          "BM=64,BN=64,BK=64,stages=3,tmastore=0");
 }
 
 /* The bound is the FP8 one: gamma_K with u = 2^-13 of sum |a b|, wider than f16's. */
@@ -133,6 +171,58 @@ Test(gemm_fp8, the_bound_is_the_fp8_wgmma_model)
     cr_expect(fabs(loom_fp8_mma_sum_error(200, 3.0) - g / (1 - g) * 3.0) < 1e-15);
     cr_expect(isinf(loom_fp8_mma_sum_error(8192, 1.0)), "K = 2^13: no bound");
     cr_expect(loom_fp8_mma_sum_error(4096, 1.0) > 1000 * loom_f32_sum_error(4096, 1.0));
+}
+
+/* The promoted bound: gamma_block (u = 2^-13) within the blocks, gamma over the blocks
+ * (u = 2^-23) of their sums in f32.  At K = 4096 promoted every 128 it is 1.6% of sum |a b|
+ * where the whole chain's is 100%; at K = 8192 it is finite; one block is the chain. */
+Test(gemm_fp8, the_promoted_bound_is_the_block_model)
+{
+    double g8 = 128 * 0x1p-13 / (1 - 128 * 0x1p-13), g32 = 32 * 0x1p-23 / (1 - 32 * 0x1p-23);
+    double want = g8 * 2.0 + g32 * (2.0 + g8 * 2.0);
+    cr_expect(fabs(loom_fp8_promoted_sum_error(4096, 128, 2.0) - want) < 1e-15, "%.17g, want %.17g",
+              loom_fp8_promoted_sum_error(4096, 128, 2.0), want);
+    cr_expect(loom_fp8_promoted_sum_error(4096, 128, 1.0) < 0.0162);
+    cr_expect(loom_fp8_mma_sum_error(4096, 1.0) >= 1.0);
+    cr_expect(isfinite(loom_fp8_promoted_sum_error(8192, 256, 1.0)));
+    cr_expect(loom_fp8_promoted_sum_error(8192, 256, 1.0) < 0.033);
+    cr_expect_eq(loom_fp8_promoted_sum_error(200, 256, 3.0), loom_fp8_mma_sum_error(200, 3.0));
+    cr_expect_eq(loom_fp8_promoted_sum_error(200, 0, 3.0), loom_fp8_mma_sum_error(200, 3.0));
+    /* a tail block: cdiv(300, 128) = 3 blocks */
+    double g3 = 3 * 0x1p-23 / (1 - 3 * 0x1p-23);
+    cr_expect(fabs(loom_fp8_promoted_sum_error(300, 128, 1.0) - (g8 + g3 * (1 + g8))) < 1e-15);
+}
+
+/* The template's bound follows the shape's promote: the promoted one is the tighter, at
+ * every element. */
+Test(gemm_fp8, the_template_bound_follows_promote)
+{
+    double *b[2] = {NULL, NULL};
+    int64_t n = 0;
+    for (int p = 0; p < 2; p++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char err[512];
+        params(p ? "M=20,N=16,K=1000,dtype=e4m3,btrans=1,odtype=f32,promote=128"
+                 : "M=20,N=16,K=1000,dtype=e4m3,btrans=1,odtype=f32",
+               "BM=64,BN=64,BK=128,stages=2", sh, cf);
+        loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+        loom_instance in;
+        cr_assert_eq(loom_instance_create(rt, gemm(), sh, cf, 7, &in, err, sizeof err), LOOM_OK, "%s", err);
+        loom_expected e;
+        cr_assert_eq(loom_expected_create(gemm(), sh, &in, &e), LOOM_OK);
+        n = (int64_t)(in.info[4].min_bytes / 4);
+        b[p] = malloc((size_t)n * sizeof *b[p]);
+        cr_assert(b[p]);
+        memcpy(b[p], e.bound[4], (size_t)n * sizeof *b[p]);
+        loom_expected_destroy(&e);
+        loom_instance_destroy(&in);
+        loom_runtime_destroy(rt);
+    }
+    /* gamma_1000(2^-13) = 0.139 against gamma_128(2^-13) + gamma_8(2^-23) = 0.0159 */
+    for (int64_t i = 0; i < n; i++)
+        cr_expect(b[1][i] < b[0][i] / 5, "element %lld: promoted %g, whole chain %g", (long long)i, b[1][i], b[0][i]);
+    free(b[0]);
+    free(b[1]);
 }
 
 /* ---------------------------------------------------------------- refusals */
@@ -165,6 +255,46 @@ Test(gemm_fp8, refusals_name_the_reason)
     expect_refused("M=256,N=256,K=256,dtype=i32", "", "dtype must be f16, bf16, e4m3 or e5m2");
 }
 
+/* Promotion's refusals: tiles whose two accumulators do not fit (split 128 x 256: 64 x 256
+ * a warp group; the defaults' 64 x 256; ping-pong's whole 128 x 128 tile a warp group),
+ * a promote that is not whole k steps, f16 inputs, a negative promote; and scaled's range. */
+Test(gemm_fp8, promote_refusals_name_the_reason)
+{
+    const char *fp8 = "M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128";
+    expect_refused(fp8, "BM=128,BN=256,cwarps=8,consumers=2,BK=128",
+                   "promote=128 keeps a second f32 accumulator: 2 x 128 registers a thread (64 x 256 a warp group), "
+                   "over the 192 an accumulator may take; use at most 64 x 128 a warp group");
+    expect_refused(fp8, "BK=128", "2 x 128 registers a thread (64 x 256 a warp group)");
+    expect_refused(fp8, "BM=128,BN=128,cwarps=8,consumers=1,BK=128", "2 x 128 registers a thread (128 x 128 a warp");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,promote=64", "BM=128,BN=128,cwarps=8,consumers=2,BK=128",
+                   "promote=64 (elements of K) must be a multiple of BK=128");
+    expect_refused("M=256,N=256,K=256,promote=128", "", "promote is for FP8 inputs");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,promote=-128", "BK=128", "promote must be 0");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=2", "BK=128", "scaled must be 0 or 1");
+}
+
+/* Asked for promotion, the untuned config is one whose accumulators fit: split 128 x 128
+ * at a large square, 64 x 128 at a small shape, BK=64 where promote is not a multiple of
+ * 128; without it, the split 128 x 256 headline as before. */
+Test(gemm_fp8, the_untuned_promoted_config_fits)
+{
+    static const char *const cases[][2] = {
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
+        {"M=256,N=256,K=4096,dtype=e4m3,btrans=1,promote=256", "BM=64,BN=128,BK=128"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=64", "BM=128,BN=128,BK=64"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BM=128,BN=256,BK=128"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+        char text[512], why[256];
+        t_params(gemm()->shape, gemm()->nshape, cases[i][0], sh);
+        loom_template_untuned_config(gemm(), sh, cf);
+        loom_params_format(gemm()->config, gemm()->nconfig, cf, text, sizeof text);
+        cr_expect(gemm()->valid(sh, cf, why, sizeof why), "[%s] %s: %s", cases[i][0], text, why);
+        cr_expect(strstr(text, cases[i][1]), "[%s]: %s, want %s", cases[i][0], text, cases[i][1]);
+    }
+}
+
 /* ---------------------------------------------------------------- PTX */
 
 /* The FP8 headline configs at 4096^3: the PTX issues m64nNk32 FP8 wgmmas and assembles
@@ -182,6 +312,13 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
          "m64n256k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BM=128,BN=256,cwarps=8,consumers=2,cluster=2,BK=128",
          "m64n256k32.f32.e4m3.e4m3"},
+        /* promoted (every 128 and 256 elements of K, split 128 x 128) and scaled */
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128",
+         "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=256,scaled=1",
+         "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,scaled=1",
+         "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8", "m64n256k32.f32.e4m3.e4m3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
@@ -194,6 +331,11 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
         cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s: %s", name, err);
         cr_expect(strstr(ptx, cases[i][2]), "%s: no %s", name, cases[i][2]);
         cr_expect_eq(t_count(ptx, "k16.f32"), 0, "%s: a k16 wgmma", name);
+        /* promoted: a block's first wgmma starts from zero (scale-d off: predicate z) and
+         * the block's end adds the 64 x 128 a warp group (64 a thread) into f32 */
+        bool promoted = strstr(cases[i][0], "promote=");
+        cr_expect_eq(t_count(ptx, "add.rn.f32") >= 64, promoted, "%s: %d f32 adds", name, t_count(ptx, "add.rn.f32"));
+        cr_expect(!promoted || t_count(ptx, "z, 1, 1;") >= 1, "%s: no wgmma from zero", name);
         t_ptxas_ok(ptx, "sm_90a", name);
         free(ptx);
         loom_kernel_destroy(k);
@@ -212,23 +354,56 @@ Test(gemm_fp8_gpu, matches_the_reference_within_the_fp8_bound)
     loom_runtime_destroy(rt);
 }
 
-/* Large shapes, where the FP8 bound says little (gamma_K of the tensor cores' 13-bit adds
- * reaches 1 at K = 4096): inputs that are integers in [-2, 2] make every sum exact in any
- * order and precision of the adds (its partial sums stay far inside the adder's exact
- * integers), so each output must be the NVRTC reference's sum rounded once to odtype.
- * The kernel is the template's at the config given, launched on device buffers; every
- * element is checked. */
-static void exact_on_the_gpu(loom_runtime *rt, nvref_gemm *ref, const char *shape, const char *config)
+/* Multiply the n f32 values of device buffer b by s (a power of two: exact), on the host. */
+static void scale_buffer(loom_buffer *b, int64_t n, float s)
+{
+    float *h = malloc((size_t)n * sizeof *h);
+    cr_assert(h);
+    cr_assert_eq(loom_buffer_download(b, h, (size_t)n * sizeof *h), LOOM_OK);
+    for (int64_t i = 0; i < n; i++)
+        h[i] *= s;
+    cr_assert_eq(loom_buffer_upload(b, h, (size_t)n * sizeof *h), LOOM_OK);
+    free(h);
+}
+
+/* The template's kernel for shape and config on device buffers a [M, K] and bt [N, K] into
+ * c: (M, 1, A, Bt, C) and, where the shape is scaled, scale_a and scale_b. */
+static void launch_on_the_gpu(loom_runtime *rt, const char *shape, const char *config, loom_buffer *a, loom_buffer *bt,
+                              loom_buffer *c, float scale_a, float scale_b)
 {
     int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
     char err[1024];
     params(shape, config, sh, cf);
     const loom_template *t = gemm();
+    loom_kernel *k = t->build(sh, cf, err, sizeof err);
+    cr_assert(k, "%s [%s]: %s", shape, config, err);
+    int grid[3];
+    t->grid(sh, cf, grid);
+    loom_arg args[7] = {LOOM_ARG_I32((int32_t)sh[0]), LOOM_ARG_I32(1), LOOM_ARG_BUF(a), LOOM_ARG_BUF(bt),
+                        LOOM_ARG_BUF(c), LOOM_ARG_F32(scale_a), LOOM_ARG_F32(scale_b)};
+    int nargs = strstr(shape, "scaled=1") ? 7 : 5;
+    cr_assert_eq(loom_buffer_fill(c, 0xff), LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_launch(rt, k, grid, args, nargs), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_kernel_destroy(k);
+}
+
+/* Large shapes, where the FP8 bound says little (gamma_K of the tensor cores' 13-bit adds
+ * reaches 1 at K = 4096): inputs that are integers in [-2, 2] make every sum exact in any
+ * order and precision of the adds (its partial sums stay far inside the adder's exact
+ * integers), so each output must be the NVRTC reference's sum rounded once to odtype.
+ * With scaled=1 the scales are powers of two (scale_a * scale_b = s), so the scaled sum is
+ * exact too: the reference is multiplied by s (exactly) before the comparison.  The kernel
+ * is the template's at the config given, launched on device buffers; every element is
+ * checked. */
+static void exact_on_the_gpu(loom_runtime *rt, nvref_gemm *ref, const char *shape, const char *config, float scale_a,
+                             float scale_b)
+{
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char err[1024];
+    params(shape, config, sh, cf);
     int64_t M = sh[0], N = sh[1], K = sh[2];
     loom_dtype in = (loom_dtype)sh[4], odt = (loom_dtype)sh[5];
     cr_assert_eq(sh[3], 1, "one product");
-    loom_kernel *k = t->build(sh, cf, err, sizeof err);
-    cr_assert(k, "%s [%s]: %s", shape, config, err);
     loom_buffer *a = loom_buffer_create(rt, (size_t)(M * K)), *bt = loom_buffer_create(rt, (size_t)(N * K));
     loom_buffer *c = loom_buffer_create(rt, (size_t)(M * N) * loom_dtype_size(odt));
     loom_buffer *r = loom_buffer_create(rt, (size_t)(M * N) * 4), *ra = loom_buffer_create(rt, (size_t)(M * N) * 4);
@@ -241,11 +416,12 @@ static void exact_on_the_gpu(loom_runtime *rt, nvref_gemm *ref, const char *shap
     cr_assert_eq(nvref_gemm_reference(ref, &ns, rt_buffer_dptr(a), rt_buffer_dptr(bt), rt_buffer_dptr(r),
                                       rt_buffer_dptr(ra), err, sizeof err),
                  LOOM_OK, "%s", err);
-    int grid[3];
-    t->grid(sh, cf, grid);
-    loom_arg args[5] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_I32(1), LOOM_ARG_BUF(a), LOOM_ARG_BUF(bt), LOOM_ARG_BUF(c)};
-    cr_assert_eq(loom_buffer_fill(c, 0xff), LOOM_OK, "%s", loom_runtime_error(rt));
-    cr_assert_eq(loom_launch(rt, k, grid, args, 5), LOOM_OK, "%s", loom_runtime_error(rt));
+    bool scaled = strstr(shape, "scaled=1");
+    if (scaled) {
+        scale_buffer(r, M * N, scale_a * scale_b);
+        scale_buffer(ra, M * N, fabsf(scale_a * scale_b));
+    }
+    launch_on_the_gpu(rt, shape, config, a, bt, c, scale_a, scale_b);
     nvref_gemm_report rep;
     cr_assert_eq(nvref_gemm_compare_gamma(ref, M * N, rt_buffer_dptr(c), odt, rt_buffer_dptr(r), LOOM_F32,
                                           rt_buffer_dptr(ra), 0.0, &rep, err, sizeof err),
@@ -256,7 +432,6 @@ static void exact_on_the_gpu(loom_runtime *rt, nvref_gemm *ref, const char *shap
     loom_buffer *all[] = {a, bt, c, r, ra};
     for (size_t i = 0; i < 5; i++)
         loom_buffer_destroy(all[i]);
-    loom_kernel_destroy(k);
 }
 
 Test(gemm_fp8_gpu, large_shapes_sum_integers_exactly)
@@ -266,9 +441,64 @@ Test(gemm_fp8_gpu, large_shapes_sum_integers_exactly)
     /* the split headline (the untuned config at 4096^3), and K = 8192 where the bound is
      * infinite, with a ragged M and N */
     exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1",
-                     "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8");
-    exact_on_the_gpu(rt, ref, "M=1000,N=1032,K=8192,dtype=e5m2,odtype=f32,btrans=1", "BK=128");
-    exact_on_the_gpu(rt, ref, "M=2048,N=2048,K=2048,dtype=e4m3,odtype=f16,btrans=1", "BK=128,cwarps=8,consumers=1");
+                     "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8", 1, 1);
+    exact_on_the_gpu(rt, ref, "M=1000,N=1032,K=8192,dtype=e5m2,odtype=f32,btrans=1", "BK=128", 1, 1);
+    exact_on_the_gpu(rt, ref, "M=2048,N=2048,K=2048,dtype=e4m3,odtype=f16,btrans=1", "BK=128,cwarps=8,consumers=1", 1,
+                     1);
+    /* promoted (every 128 and 256 elements of K, the promoted headline split 128 x 128 and
+     * ping-pong 64 x 128), and scaled by 0.5 and 4 (C = 2 A @ B, exact) */
+    exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
+                     "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", 1, 1);
+    exact_on_the_gpu(rt, ref, "M=1000,N=1032,K=8192,dtype=e5m2,odtype=f32,btrans=1,promote=256,scaled=1",
+                     "BM=64,BN=128,cwarps=8,consumers=1,BK=128", 0.5f, 4);
+    exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,scaled=1",
+                     "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8", 0.5f, 4);
+    nvref_gemm_close(ref);
+    loom_runtime_destroy(rt);
+}
+
+/* Random real inputs at 4096^3, promoted every 128 elements of K, checked by the promoted
+ * bound on the device: gamma = loom_fp8_promoted_sum_error(K, 128, 1) = 0.0159 of sum
+ * |a b| (gamma_128(2^-13) in the blocks, gamma_32(2^-23) over them), taken for both
+ * sides by nvref_gemm_compare_gamma (2 gamma (1 + gamma) sum |a b|, the reference's f32 sum
+ * well inside it).  With inputs uniform in [-1, 1), sum |a b| is about K / 4 = 1024 and
+ * |ref| about sqrt(K) / 3 = 21: the bound is some 32 at an element, 1.5 |ref| typical
+ * (without promotion gamma_4096(2^-13) = 1: 4 sum |a b|, two hundred times |ref|, which
+ * says nothing).  It catches a wrong tile or a misplaced element, not a lost k block of
+ * 128 products (about 4 in magnitude): the exact integer check above does that. */
+Test(gemm_fp8_gpu, promoted_random_inputs_within_the_promoted_bound)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    nvref_gemm *ref = t_nvref_or_skip(rt);
+    char err[1024];
+    int64_t M = 4096, N = 4096, K = 4096;
+    loom_buffer *a = loom_buffer_create(rt, (size_t)(M * K)), *bt = loom_buffer_create(rt, (size_t)(N * K));
+    loom_buffer *c = loom_buffer_create(rt, (size_t)(M * N) * 2);
+    loom_buffer *r = loom_buffer_create(rt, (size_t)(M * N) * 4), *ra = loom_buffer_create(rt, (size_t)(M * N) * 4);
+    cr_assert(a && bt && c && r && ra, "%s", loom_runtime_error(rt));
+    nvref_gemm_shape ns = {M, N, K, 1, 0, LOOM_E4M3, 1};
+    cr_assert_eq(nvref_gemm_fill(ref, rt_buffer_dptr(a), LOOM_E4M3, M * K, 5, -1, 1, err, sizeof err), LOOM_OK, "%s",
+                 err);
+    cr_assert_eq(nvref_gemm_fill(ref, rt_buffer_dptr(bt), LOOM_E4M3, N * K, 6, -1, 1, err, sizeof err), LOOM_OK, "%s",
+                 err);
+    cr_assert_eq(nvref_gemm_reference(ref, &ns, rt_buffer_dptr(a), rt_buffer_dptr(bt), rt_buffer_dptr(r),
+                                      rt_buffer_dptr(ra), err, sizeof err),
+                 LOOM_OK, "%s", err);
+    launch_on_the_gpu(rt, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
+                      "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", a, bt, c, 1, 1);
+    double gamma = loom_fp8_promoted_sum_error(K, 128, 1.0);
+    cr_assert(gamma < 0.0162, "gamma %g", gamma);
+    nvref_gemm_report rep;
+    cr_assert_eq(nvref_gemm_compare_gamma(ref, M * N, rt_buffer_dptr(c), LOOM_BF16, rt_buffer_dptr(r), LOOM_F32,
+                                          rt_buffer_dptr(ra), gamma, &rep, err, sizeof err),
+                 LOOM_OK, "%s", err);
+    cr_expect_eq(rep.bad, 0, "%llu of %llu past the promoted bound; first at %lld: %.9g, want %.9g (bound %.3g)",
+                 (unsigned long long)rep.bad, (unsigned long long)rep.checked, (long long)rep.first_bad, rep.first_out,
+                 rep.first_ref, rep.first_bound);
+    printf("gemm_fp8_gpu promoted 4096^3: worst |err|/bound %.3g\n", rep.worst);
+    loom_buffer *all[] = {a, bt, c, r, ra};
+    for (size_t i = 0; i < 5; i++)
+        loom_buffer_destroy(all[i]);
     nvref_gemm_close(ref);
     loom_runtime_destroy(rt);
 }
