@@ -29,6 +29,14 @@
  *   epilogue  O / l cast to the dtype and stored from the registers, the block's rows
  *             past its candidate's masked off (a block may end inside a candidate's rows)
  *
+ * FP8 (dtype e4m3): Q, K and V^T (vtrans=1: [U, H, D, S], keys innermost, as FP8 wgmma
+ * reads B K-major) in e4m3, out in odt; scales [3, H] gives each head's q_scale and
+ * k_scale (folded into the softmax factor c) and v_scale (into 1 / l).  P = exp2(S c - m
+ * + 8), 256 times the f16 kernel's, so that it fills e4m3's range; cast to e4m3 it is P V's
+ * register A (codegen/lower_wgmma.c, fp8_step); l sums the unrounded P and the 2^8
+ * cancels in O / l.  BN is 128, out goes out from the registers (the Q slot is too small
+ * for an f16 block), xunit is not built.
+ *
  * The measurements behind the defaults are in bench/RESULTS.md.
  */
 #include "ikbo_fa.h"
