@@ -139,11 +139,84 @@ static int64_t op_off(const vgeom *g, bool mn_major, int64_t mn, int64_t k)
     return (b / g->span) * g->rows * g->span + k * g->span + b % g->span;
 }
 
+/* ---------------------------------------------------------------- FP8 A in registers */
+
+/* The m64nNk32 FP8 A fragment (PTX ISA, "Register Fragments", wgmma .m64nNk32; the same as
+ * mma.m16n8k32's 8-bit A) gives thread (lane: group g = lane / 4, t = lane % 4) of each
+ * warp four b32 registers of four consecutive-k bytes each: row g cols 4t .. 4t+3, row g+8
+ * the same cols, then both rows at cols 16+4t .. 16+4t+3.  The tile in registers is in
+ * the accumulator layout (cg_mma_a_layout), where the thread holds cols 2t, 2t+1 of each
+ * 8-column chunk: other threads' bytes.  Per 16 columns (chunks 2H, 2H+1 of a k32 step)
+ * the thread packs its eight bytes into X0 = chunk 2H's {row g pair, row g+8 pair} and X1 =
+ * chunk 2H+1's; thread t needs chunk t/2's pairs of threads 2t%4 and 2t%4+1.  Two shuffles
+ * within the quad bring them: in the first, thread t reads thread s1 = (t%2)*2 + t/2 and
+ * in the second s2 = s1 ^ 1 (each a permutation of the quad), and thread s sends X(s%2)
+ * in the first and X(1 - s%2) in the second, which is chunk t/2 for the one reader it
+ * has.  A prmt then puts the row g pairs side by side, and the row g+8 pairs: the source
+ * of the lower columns is x1 where t < 2, else x2.  4 shuffles and 4 prmt a k32 step. */
+typedef struct fp8_quad {
+    LLVMValueRef odd, s1, s2, sel_g, sel_g8; /* lane % 2 set; the shuffles' sources; prmt selectors */
+} fp8_quad;
+
+static fp8_quad fp8_quad_of(L *l)
+{
+    fp8_quad q;
+    LLVMValueRef t = LLVMBuildAnd(l->B, l->lane, ci32(l, 3), "");
+    LLVMValueRef lo = LLVMBuildAnd(l->B, t, ci32(l, 1), ""), hi = LLVMBuildLShr(l->B, t, ci32(l, 1), "");
+    q.odd = LLVMBuildICmp(l->B, LLVMIntNE, lo, ci32(l, 0), "");
+    q.s1 = LLVMBuildOr(l->B, LLVMBuildShl(l->B, lo, ci32(l, 1), ""), hi, "");
+    q.s2 = LLVMBuildXor(l->B, q.s1, ci32(l, 1), "");
+    LLVMValueRef up = LLVMBuildICmp(l->B, LLVMIntNE, hi, ci32(l, 0), ""); /* the lower cols come in x2 */
+    q.sel_g = LLVMBuildSelect(l->B, up, ci32(l, 0x1054), ci32(l, 0x5410), "");
+    q.sel_g8 = LLVMBuildSelect(l->B, up, ci32(l, 0x3276), ci32(l, 0x7632), "");
+    return q;
+}
+
+/* Four f32 registers (already FP8 values, or the f32 a cast rounds) as one b32 of dt's
+ * codes, the first in the low byte. */
+static LLVMValueRef fp8_pack4(L *l, loom_dtype dt, const LLVMValueRef *r)
+{
+    char text[200];
+    const char *f = dt == LOOM_E5M2 ? "e5m2x2" : "e4m3x2";
+    snprintf(text, sizeof text,
+             "{\n\t.reg .b16 lo, hi;\n\tcvt.rn.satfinite.%s.f32 lo, $2, $1;\n\t"
+             "cvt.rn.satfinite.%s.f32 hi, $4, $3;\n\tmov.b32 $0, {lo, hi};\n\t}", f, f);
+    LLVMValueRef args[4] = {r[0], r[1], r[2], r[3]};
+    return lw_asm_call(l, l->t_i32, text, "=r,f,f,f,f", args, 4, true);
+}
+
+static LLVMValueRef quad_shfl(L *l, LLVMValueRef v, LLVMValueRef src)
+{
+    /* c = 0x1c1f: segments of 4 lanes, src the lane within the segment */
+    LLVMValueRef args[4] = {ci32(l, -1), v, src, ci32(l, 0x1c1f)};
+    return lw_call_intr(l, l->B, "llvm.nvvm.shfl.sync.idx.i32", NULL, 0, args, 4);
+}
+
+static LLVMValueRef prmt(L *l, LLVMValueRef a, LLVMValueRef b, LLVMValueRef sel)
+{
+    LLVMValueRef args[3] = {a, b, sel};
+    return lw_asm_call(l, l->t_i32, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", args, 3, true);
+}
+
+/* The four registers of a k32 step from the tile's registers r[0 .. 15] (its four
+ * 8-column chunks, accumulator order), into out[0 .. 3]. */
+static void fp8_step(L *l, loom_dtype dt, const fp8_quad *q, const LLVMValueRef *r, LLVMValueRef *out)
+{
+    for (int H = 0; H < 2; H++) {
+        LLVMValueRef x0 = fp8_pack4(l, dt, r + 8 * H), x1 = fp8_pack4(l, dt, r + 8 * H + 4);
+        LLVMValueRef v1 = quad_shfl(l, LLVMBuildSelect(l->B, q->odd, x1, x0, ""), q->s1);
+        LLVMValueRef v2 = quad_shfl(l, LLVMBuildSelect(l->B, q->odd, x0, x1, ""), q->s2);
+        out[2 * H] = prmt(l, v1, v2, q->sel_g);
+        out[2 * H + 1] = prmt(l, v1, v2, q->sel_g8);
+    }
+}
+
 /* A in registers, in the A fragment's layout (codegen/layout.c, cg_mma_a_layout): per m64
  * block mb and k16 chunk c, the fragment's a0..a7 are the tile's registers mb * K'/2 + 8c
  * .. 8c + 7 (K' the padded K), packed in pairs into four b32 registers {a0a1, a2a3, a4a5,
  * a6a7}, low half first (from the f32 registers of a cast where the tile is one, by cvt).
- * Returns the registers of block mb, chunk c at [(mb * K/16 + c) * 4], or NULL. */
+ * FP8: per k32 chunk, four registers of four bytes (fp8_step).  Returns the registers of
+ * block mb, chunk c at [(mb * chunks + c) * 4], or NULL. */
 static LLVMValueRef *a_fragments(L *l, uint32_t o, ir_op *op, int64_t mblocks, int64_t K)
 {
     int32_t id = cg_want(l->cg, o, 0);
@@ -153,10 +226,19 @@ static LLVMValueRef *a_fragments(L *l, uint32_t o, ir_op *op, int64_t mblocks, i
     loom_dtype dt = vdt(l, op->opnd[0]);
     bool packed = l->packed && l->packed[op->opnd[0]];
     const lv *src = packed ? NULL : lw_cast_source(l, op->opnd[0], id);
-    int64_t half = (INT64_C(1) << cg_lay(l->cg, id)->lg[1]) / 2, chunks = K / 16;
+    bool fp8 = ir_dtype_is_fp8(dt);
+    int64_t half = (INT64_C(1) << cg_lay(l->cg, id)->lg[1]) / 2, chunks = K / (fp8 ? 32 : 16);
     LLVMValueRef *pk = lw_regs_alloc(l, (int)(mblocks * chunks * 4));
     if (!pk)
         return NULL;
+    if (fp8) { /* k32 steps of 16 registers, rearranged across each quad (fp8_step) */
+        fp8_quad q = fp8_quad_of(l);
+        const LLVMValueRef *from = src ? src->r : x;
+        for (int64_t mb = 0; mb < mblocks; mb++)
+            for (int64_t c = 0; c < chunks; c++)
+                fp8_step(l, dt, &q, from + mb * half + 16 * c, pk + (mb * chunks + c) * 4);
+        return pk;
+    }
     for (int64_t mb = 0; mb < mblocks; mb++)
         for (int64_t c = 0; c < chunks; c++)
             for (int q = 0; q < 4; q++)
@@ -301,7 +383,7 @@ static bool wgmma_plan(L *l, uint32_t o, ir_op *op, const cg_layout *lay, wg_pla
     p->ty = p->fp8 ? loom_dtype_name((loom_dtype)at->dtype) : at->dtype == LOOM_BF16 ? "bf16" : "f16";
     p->tyb = p->fp8 ? loom_dtype_name((loom_dtype)bt->dtype) : p->ty;
     p->kstep = p->fp8 ? 32 : 16;
-    if (p->fp8 && (p->a_regs || p->a_mn || p->b_mn)) /* rule_wgmma_fp8 refuses these */
+    if (p->fp8 && (p->a_mn || p->b_mn)) /* rule_wgmma_fp8 refuses these */
         return CG_BUG(cg, "wgmma at %s:%d: an FP8 operand that is not K-major in shared memory", op->src.file,
                       op->src.line);
     p->w = wgmma_fused_wait(cg, o), p->fa = p->w ? arrive_after_wait(l->k, p->w) : 0;
@@ -351,7 +433,10 @@ static char *wgmma_text(L *l, ir_op *op, const wg_plan *p)
                                   (long long)p->N, p->kstep, p->ty, p->tyb);
             for (int i = 0; i < p->nr; i++)
                 n += (size_t)snprintf(text + n, tlen - n, "%s$%d", i ? ", " : "", r0 + i);
-            if (p->fp8) /* both K-major: 8-bit types have no transpose operands */
+            if (p->fp8 && p->a_regs) /* 8-bit types have no transpose operands */
+                n += (size_t)snprintf(text + n, tlen - n, "}, {$%d, $%d, $%d, $%d}, db, %s, 1, 1;\n\t", a0, a0 + 1,
+                                      a0 + 2, a0 + 3, sd);
+            else if (p->fp8) /* both K-major */
                 n += (size_t)snprintf(text + n, tlen - n, "}, da, db, %s, 1, 1;\n\t", sd);
             else if (p->a_regs) /* no transpose of A in registers */
                 n += (size_t)snprintf(text + n, tlen - n, "}, {$%d, $%d, $%d, $%d}, db, %s, 1, 1, %d;\n\t", a0,
@@ -458,10 +543,10 @@ bool lower_wgmma(L *l, uint32_t o, ir_op *op)
     memcpy(out, acc, (size_t)n * sizeof *out);
     /* warp group of this thread within the task: row offset g * rows */
     LLVMValueRef g = LLVMBuildLShr(l->B, l->warp, ci32(l, 2), "");
-    LLVMValueRef *afr = NULL; /* A in registers: four b32 per m64 block and k16 chunk */
+    LLVMValueRef *afr = NULL; /* A in registers: four b32 per m64 block and k step */
     if (p.a_regs) {
         if (!(afr = a_fragments(l, o, op, p.mblocks, p.K)) ||
-            !fence_tied(l, afr, (int)(p.mblocks * p.K / 16 * 4), out, n))
+            !fence_tied(l, afr, (int)(p.mblocks * p.ks * 4), out, n))
             return false;
     } else
         lw_asm_void(l, "wgmma.fence.sync.aligned;", "~{memory}", NULL, 0);

@@ -877,17 +877,14 @@ static bool rule_tma_store(rule_ctx *c)
     return true;
 }
 
-/* FP8 wgmma (wgmma.mma_async ... .f32.{e4m3,e5m2}.{e4m3,e5m2}) reads both operands
- * K-major from shared memory: the ISA has no transpose bits for 8-bit types.  A is a
- * view of an [M, K] slot as stored, B the transpose of an [N, K] slot.  The ISA also
- * takes A from registers, in a fragment layout of four 8-bit elements a register that
- * loom does not build yet. */
+/* FP8 wgmma (wgmma.mma_async ... .f32.{e4m3,e5m2}.{e4m3,e5m2}) reads B K-major from
+ * shared memory: the ISA has no transpose bits for 8-bit types.  A is a view of an [M, K]
+ * slot as stored, or a register tile [M, K] (the code generator rearranges it into the
+ * fragment of four 8-bit elements a register: codegen/lower_wgmma.c, fp8_step); B the
+ * transpose of an [N, K] slot. */
 static bool wgmma_fp8_operands(rule_ctx *c, const ir_type *a, const ir_type *bb)
 {
     char b1[64];
-    if (a->kind == IR_T_TILE)
-        FAIL("a is the register tile %s; an FP8 A must come from shared memory (a K-major [M, K] view): "
-             "FP8 A fragments in registers are not built yet", ts(a, b1));
     if (a->trans)
         FAIL("a is %s, an M-major view (loom_smem_trans of a [K, M] slot); FP8 wgmma reads A K-major: "
              "store A as [M, K] and pass the view itself", ts(a, b1));

@@ -138,7 +138,8 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p);
 /* IKBO flash attention: out[b] = softmax(Q[b] K[u(b)]^T / sqrt(D)) V[u(b)] per head,
  * non-causal, u = cand_to_user.  Q and out [B * n_seed, H, D] (candidate b's n_seed query
  * rows), K and V [U * S, H, D] (each user's keys padded to S rows), f16 or bf16, the
- * softmax in f32.  With varlen, keys past seq_len[u] (each 0 to S) are masked; a user
+ * softmax in f32.  (FP8, dtype e4m3 with V transposed and per-head scales, is the
+ * "ikbo_fa" template's, README "IKBO flash attention from C"; prepare refuses it here.)  With varlen, keys past seq_len[u] (each 0 to S) are masked; a user
  * with no keys gives zeros.  The padding rows are read but weigh zero, so they must hold
  * finite values (0 x NaN is NaN).  D is 64 or 128; any B, U, S, H, n_seed. */
 typedef struct loom_ikbo_fa_shape {

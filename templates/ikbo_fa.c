@@ -29,6 +29,14 @@
  *   epilogue  O / l cast to the dtype and stored from the registers, the block's rows
  *             past its candidate's masked off (a block may end inside a candidate's rows)
  *
+ * FP8 (dtype e4m3): Q, K and V^T (vtrans=1: [U, H, D, S], keys innermost, as FP8 wgmma
+ * reads B K-major) in e4m3, out in odt; scales [3, H] gives each head's q_scale and
+ * k_scale (folded into the softmax factor c) and v_scale (into 1 / l).  P = exp2(S c - m
+ * + 8), 256 times the f16 kernel's, so that it fills e4m3's range; cast to e4m3 it is P V's
+ * register A (codegen/lower_wgmma.c, fp8_step); l sums the unrounded P and the 2^8
+ * cancels in O / l.  BN is 128, out goes out from the registers (the Q slot is too small
+ * for an f16 block), xunit is not built.
+ *
  * The measurements behind the defaults are in bench/RESULTS.md.
  */
 #include "ikbo_fa.h"
@@ -46,6 +54,8 @@
 #define FA_SMEM (226 * 1024)
 
 int64_t fa_rows(const fa_spec *s) { return s->B * s->nseed; }
+bool fa_fp8(const fa_spec *s) { return s->dt == LOOM_E4M3; }
+loom_dtype fa_out_dt(const fa_spec *s) { return fa_fp8(s) ? s->odt : s->dt; }
 
 /* Each candidate's rows split into blocks (consecutive candidates of one user share
  * blocks, so this bounds any mapping), and every block a unit of its own at worst. */
@@ -59,15 +69,50 @@ static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) <= FA
 /* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
  * number of blocks): the epilogue may TMA-store whole blocks. */
 static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
-/* The output goes out by TMA through the Q slot (tmastore=1, full blocks). */
-static bool store_q(const fa_spec *s) { return s->tmastore && full_blocks(s); }
+/* The output goes out by TMA through the Q slot (tmastore=1, full blocks; not with FP8,
+ * whose Q slot is half an f16 block's bytes). */
+static bool store_q(const fa_spec *s) { return s->tmastore && full_blocks(s) && !fa_fp8(s); }
+/* A tile's swizzle: 128 bytes, or a row's bytes where it is less (an FP8 row of 64). */
+static loom_swizzle swz_of(const fa_spec *s, int64_t cols)
+{
+    int64_t b = cols * esz(s);
+    return b >= 128 ? LOOM_SWIZZLE_128 : b == 64 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_32;
+}
 /* Keys a tile reads that may be past the user's length: masked by column. */
 static bool masked(const fa_spec *s) { return s->varlen || s->S % s->bn; }
 
+/* The FP8 form's own rules (dtype e4m3), or NULL. */
+static const char *fp8_why_not(const fa_spec *s)
+{
+    if (s->vtrans != 0 && s->vtrans != 1)
+        return "vtrans must be 0 or 1";
+    if (!fa_fp8(s))
+        return s->vtrans ? "vtrans=1 (V given transposed) is for dtype e4m3, whose wgmma reads V K-major; f16 and "
+                           "bf16 read V [U * S, H, D] as it is"
+                         : NULL;
+    if (!s->vtrans)
+        return "dtype e4m3 needs vtrans=1: FP8 wgmma reads its B operand K-major (keys innermost), so V must come "
+               "transposed, [U, H, D, S]";
+    if (s->odt != LOOM_F16 && s->odt != LOOM_BF16)
+        return "odt (out's type with e4m3 inputs) must be f16 or bf16";
+    if (s->D % 32 || s->bn % 32)
+        return "with e4m3, D and BN must be multiples of 32 (FP8 wgmma's k32 steps over D and over a tile's keys)";
+    if (s->S % 16) /* Vt's rows are S keys: a TMA stride */
+        return "with vtrans=1, S must be a multiple of 16 (a row of Vt is S e4m3 keys, and TMA takes strides of "
+               "multiples of 16 bytes); pad each user's keys";
+    if (s->bn != 128) /* P is quantized against the running max of 128-key tiles (fa_reference) */
+        return "with e4m3, BN must be 128 (P's quantization to e4m3 follows the running max of 128-key tiles, as "
+               "the reference computes it)";
+    return NULL;
+}
+
 const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
 {
-    if (s->dt != LOOM_F16 && s->dt != LOOM_BF16)
-        return "dtype must be f16 or bf16 (the tensor-core inputs)";
+    if (s->dt != LOOM_F16 && s->dt != LOOM_BF16 && s->dt != LOOM_E4M3)
+        return "dtype must be f16, bf16 (the tensor-core inputs) or e4m3 (FP8, with vtrans=1)";
+    const char *f = fp8_why_not(s);
+    if (f)
+        return f;
     if (s->B < 1 || s->U < 1 || s->S < 1 || s->H < 1 || s->nseed < 1)
         return "B, U, S, H and n_seed must be positive";
     /* before any product of them: dims past 2^31 would overflow the checks below */
@@ -106,6 +151,8 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "tmastore must be 0 or 1";
     if (s->xunit != 0 && s->xunit != 1)
         return "xunit must be 0 or 1";
+    if (s->xunit && fa_fp8(s)) /* the next unit's first softmax would need its head's scales */
+        return "xunit=1 is not built for e4m3";
     if (s->xunit && (s->sched || !s->overlap || s->turns))
         return "xunit=1 (the next unit started beside this one's last P V) needs sched=0, overlap=1 and turns=0";
     /* each factor is below 2^31 here, their products may pass 2^63: checked (util.h) */
@@ -130,7 +177,8 @@ void fa_grid(const fa_spec *s, int grid[3])
 typedef struct fa {
     loom_kernel *k;
     const fa_spec *s;
-    loom_val q, kt, vt, plan, lens, units, out;
+    loom_val q, kt, vt, plan, lens, units, out, scales;
+    loom_val c, vs; /* FP8: the unit's head's softmax factor and v_scale (LOOM_NONE otherwise) */
     loom_ring qring, kr, vr; /* Q blocks; K and V tiles, each its own ring (a K tile is done before its V) */
     loom_mainloop qk, pv;    /* S = Q K^T over the K ring, O += P V over the V ring */
     loom_sched sched;
@@ -191,7 +239,9 @@ static void producer(const fa *g)
             loom_val j = loom_for_iv(k, kl);
             loom_val offs[4] = {a.h, a.user, loom_mul(k, j, CI(g->s->bn)), zero};
             loom_ring_load(k, &g->kr, loom_ring_produce(k, &g->kr, loom_add(k, it, j), -1), 0, 0, g->kt, offs);
-            loom_ring_load(k, &g->vr, loom_ring_produce(k, &g->vr, loom_add(k, it, j), -1), 0, 0, g->vt, offs);
+            loom_val voffs[4] = {a.h, a.user, zero, offs[2]}; /* vtrans: [D, BN] of Vt */
+            loom_ring_load(k, &g->vr, loom_ring_produce(k, &g->vr, loom_add(k, it, j), -1), 0, 0, g->vt,
+                           g->s->vtrans ? voffs : offs);
             loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_EQ, j, zero), 0);
             load_q(g, &a, qit);
             loom_if_end(k, first, 0, NULL);
@@ -227,15 +277,17 @@ static loom_val online_softmax(const fa *g, loom_val sc, loom_val j0, loom_val l
     loom_kernel *k = g->k;
     const fa_spec *s = g->s;
     loom_shape sh = LOOM_SHAPE2(FA_BLOCK, s->bn);
-    loom_val c = CF(1.4426950408889634 / sqrt((double)s->D)); /* log2(e) / sqrt(D) */
+    loom_val c = g->c ? g->c : CF(1.4426950408889634 / sqrt((double)s->D)); /* log2(e) / sqrt(D) */
     if (masked(s)) { /* keys j0 + col past the user's length: -inf */
         loom_val col = loom_add(k, loom_arange(k, 0, s->bn), j0);
         loom_val keep = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, col, len), 0), sh);
         sc = loom_select(k, keep, sc, loom_splat(k, CF(-INFINITY), sh));
     }
     loom_val m_new = loom_max(k, st->m, loom_mul(k, loom_reduce_max(k, sc, 1), c));
-    loom_val p = loom_exp2(k, loom_fma(k, sc, loom_splat(k, c, sh),
-                                       loom_broadcast(k, loom_expand_dims(k, loom_neg(k, m_new), 1), sh)));
+    loom_val off = loom_neg(k, m_new); /* FP8: P scaled by 2^8 (added to the exponent), for e4m3's range */
+    if (fa_fp8(s))
+        off = loom_add(k, off, loom_splat(k, CF((double)FA_FP8_P_LOG2), LOOM_SHAPE1(FA_BLOCK)));
+    loom_val p = loom_exp2(k, loom_fma(k, sc, loom_splat(k, c, sh), loom_broadcast(k, loom_expand_dims(k, off, 1), sh)));
     *alpha = loom_exp2(k, loom_sub(k, st->m, m_new));
     st->l = loom_fma(k, st->l, *alpha, loom_reduce_sum(k, p, 1));
     st->m = m_new;
@@ -451,6 +503,17 @@ static softmax_state kv_across_units(const fa *g, loom_sched_loop *l, loom_val q
     return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
 }
 
+/* FP8: head h's q_scale * k_scale folded into the softmax factor (log2(e) / sqrt(D) times
+ * it: two f32 roundings) and its v_scale, for the unit's steps to read. */
+static void head_scales(fa *g, loom_val h)
+{
+    loom_kernel *k = g->k;
+    loom_val qs = loom_load_scalar(k, g->scales, ((loom_val[]){CI(0), h}));
+    loom_val ks = loom_load_scalar(k, g->scales, ((loom_val[]){CI(1), h}));
+    g->vs = loom_load_scalar(k, g->scales, ((loom_val[]){CI(2), h}));
+    g->c = loom_mul(k, CF(1.4426950408889634 / sqrt((double)g->s->D)), loom_mul(k, qs, ks));
+}
+
 /* Consumers: two warp groups, replica r the unit's block r. */
 static void consumers(fa *g)
 {
@@ -474,6 +537,8 @@ static void consumers(fa *g)
         unit_at a = unit_of(g, loom_sched_unit(&l));
         loom_val it = loom_sched_arg(&l, 0), qit = loom_sched_arg(&l, 1);
         xunit_carry next = {0};
+        if (fa_fp8(s))
+            head_scales(g, a.h);
         /* this group's block: fields Q0, N0 or Q1, N1 */
         loom_val fq = loom_add(k, CI(FA_U_Q0), loom_mul(k, rep, CI(FA_U_Q1 - FA_U_Q0)));
         loom_val q0 = field(g, a.i, fq), rows = field(g, a.i, loom_add(k, fq, one));
@@ -500,8 +565,9 @@ static void consumers(fa *g)
             st = (softmax_state){loom_for_result(k, kl, 0), loom_for_result(k, kl, 1), loom_for_result(k, kl, 2)};
         }
         /* epilogue: O / l (a user with no keys: l = 0, O = 0, out 0) */
-        loom_val inv = loom_div(k, loom_splat(k, CF(1), LOOM_SHAPE1(FA_BLOCK)), loom_max(k, st.l, CF(1e-30f)));
-        loom_val o = loom_cast(k, scale_rows(k, st.o, inv), s->dt);
+        loom_val inv = loom_div(k, loom_splat(k, g->vs ? g->vs : CF(1), LOOM_SHAPE1(FA_BLOCK)),
+                                loom_max(k, st.l, CF(1e-30f))); /* FP8: v_scale / l */
+        loom_val o = loom_cast(k, scale_rows(k, st.o, inv), fa_out_dt(s));
         loom_val offs[3] = {a.h, q0, zero};
         if (store_q(s)) {
             /* every block is 64 rows of out: written into this group's part of the Q slot
@@ -537,12 +603,15 @@ fa_args fa_declare(loom_kernel *k, const fa_spec *s)
     int64_t qstr[3] = {D, H * D, 1}, kstr[4] = {D, s->S * H * D, H * D, 1};
     a.q = loom_arg_tensor_strided(k, "Q", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_IN);
     a.kt = loom_arg_tensor_strided(k, "K", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
-    a.vt = loom_arg_tensor_strided(k, "V", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
+    int64_t vtstr[4] = {D * s->S, H * D * s->S, s->S, 1}; /* vtrans: [U, H, D, S] */
+    a.vt = s->vtrans ? loom_arg_tensor_strided(k, "V", s->dt, ((loom_shape){4, {H, U, D, s->S}}), vtstr, LOOM_IN)
+                     : loom_arg_tensor_strided(k, "V", s->dt, ((loom_shape){4, {H, U, s->S, D}}), kstr, LOOM_IN);
     a.plan = loom_arg_tensor(k, "plan", LOOM_I32, LOOM_SHAPE2(fa_max_units(s), FA_UNIT_FIELDS), LOOM_IN);
     a.lens = loom_arg_tensor(k, "seq_len", LOOM_I32, LOOM_SHAPE1(U), LOOM_IN);
     a.claims = loom_arg_tensor(k, "claims", LOOM_I32, LOOM_SHAPE1(2), LOOM_INOUT);
     a.units = loom_arg_scalar(k, "units", LOOM_I32);
-    a.out = loom_arg_tensor_strided(k, "out", s->dt, LOOM_SHAPE3(H, N, D), qstr, LOOM_OUT);
+    a.out = loom_arg_tensor_strided(k, "out", fa_out_dt(s), LOOM_SHAPE3(H, N, D), qstr, LOOM_OUT);
+    a.scales = fa_fp8(s) ? loom_arg_tensor(k, "scales", LOOM_F32, LOOM_SHAPE2(3, H), LOOM_IN) : LOOM_NONE;
     return a;
 }
 
@@ -558,16 +627,19 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
     int64_t H = s->H, D = s->D;
     fa_args a = fa_declare(k, s);
     g.q = a.q, g.kt = a.kt, g.vt = a.vt, g.plan = a.plan, g.lens = a.lens, g.units = a.units, g.out = a.out;
+    g.scales = a.scales;
     loom_val claims = a.claims;
 
-    loom_ring_tile qt = {s->dt, LOOM_SHAPE2(FA_BLOCK, D), 2, LOOM_SWIZZLE_128};
+    loom_ring_tile qt = {s->dt, LOOM_SHAPE2(FA_BLOCK, D), 2, swz_of(s, D)};
     g.qring = loom_ring_create(&p, q_slots(s), 2, 1, &qt);
-    loom_ring_tile kvt = {s->dt, LOOM_SHAPE2(s->bn, D), 1, LOOM_SWIZZLE_128};
+    loom_ring_tile kvt = {s->dt, LOOM_SHAPE2(s->bn, D), 1, swz_of(s, D)};
+    loom_ring_tile vtt = {s->dt, LOOM_SHAPE2(D, s->bn), 1, swz_of(s, s->bn)}; /* vtrans: keys innermost */
     g.kr = loom_ring_create(&p, s->stages, 2, 1, &kvt);
-    g.vr = loom_ring_create(&p, s->stages, 2, 1, &kvt);
-    /* A comes from the caller in both: Q's view, P from the registers */
+    g.vr = loom_ring_create(&p, s->stages, 2, 1, s->vtrans ? &vtt : &kvt);
+    /* A comes from the caller in both: Q's view, P from the registers; FP8 reads V^T's
+     * slot transposed (K-major) */
     g.qk = (loom_mainloop){&g.kr, .b_tile = 0, .b_trans = 1, .rows = FA_BLOCK, .cols = s->bn};
-    g.pv = (loom_mainloop){&g.vr, .b_tile = 0, .rows = FA_BLOCK, .cols = D};
+    g.pv = (loom_mainloop){&g.vr, .b_tile = 0, .b_trans = s->vtrans, .rows = FA_BLOCK, .cols = D};
     int64_t units = fa_max_units(s) * H;
     g.sched = s->sched ? loom_sched_dynamic(&p, units, claims, 2, 2) : loom_sched_static(&p, units, 1);
     loom_sched_set_count(&g.sched, loom_mul(k, g.units, CI(H)));

@@ -1,9 +1,10 @@
 /*
  * ikbo_fa_plan.c -- the IKBO flash attention's work plan (its code is in
  * templates/ikbo_fa_units.h, shared with the files `loomc aot` writes), and its CPU
- * reference.
+ * references (f16/bf16, and FP8 with its bound).
  */
 #include "ikbo_fa.h"
+#include "ir.h" /* ir_f32_to_fp8: the casts' rounding */
 
 #include <math.h>
 #include <stdlib.h>
@@ -126,4 +127,112 @@ void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, con
 done:
     free(sj);
     free(a);
+}
+
+/* ---------------------------------------------------------------- FP8 (dtype e4m3) */
+
+/* x rounded to e4m3 as the kernel's cast (dsl/fp8.c), from its f32. */
+static double e4m3(double x) { return ir_fp8_to_f32(LOOM_E4M3, ir_f32_to_fp8(LOOM_E4M3, (float)x)); }
+
+/* One output row of the FP8 kernel's computation (fa_fp8_reference): its scores, tiles,
+ * and per element the sums the reference and the bound need. */
+typedef struct fp8_row {
+    double c, vs, E, smax, m, L;      /* softmax factor, v_scale, largest S error, largest |S| c, max, l */
+    double delta;                     /* the relative error of each P before its rounding to e4m3 */
+    int64_t T;                        /* 128-key tiles */
+    double *N, *Aq, *Ad;              /* [D]: sum q(P) a v, sum q(P) a |v|, sum d a |v| */
+} fp8_row;
+
+/* V's element (key j, column x) of user u, head h: [U, H, D, S]. */
+static double vt_at(const fa_spec *s, const void *v, int64_t u, int64_t h, int64_t j, int64_t x)
+{
+    return tpl_get(v, LOOM_E4M3, ((u * s->H + h) * s->D + x) * s->S + j);
+}
+
+/* Row qo (head h, user u, len keys): the scores into sc (times c, base 2), the running
+ * max of each 128-key tile, and the P V sums with P = 2^(S c - m_tile + 8) rounded to
+ * e4m3, rescaled by a = 2^(m_tile - m), and d = how far the rounding of a P off by delta
+ * (relative) can move from the reference's (0 where no rounding boundary is that near). */
+static void fp8_row_sums(const fa_spec *s, const void *q, const void *k, const void *v, const float *scales,
+                         int64_t qo, int64_t usr, int64_t h, int64_t len, bool fp8_sums, double *sc, fp8_row *w)
+{
+    int64_t D = s->D, H = s->H;
+    double qsc = scales[h], ksc = scales[H + h];
+    w->vs = scales[2 * H + h];
+    w->c = 1.4426950408889634 / sqrt((double)D) * qsc * ksc;
+    w->E = w->smax = 0, w->L = 0, w->m = -INFINITY, w->T = (len + 127) / 128;
+    for (int64_t j = 0; j < len; j++) {
+        int64_t ko = ((usr * s->S + j) * H + h) * D;
+        double d = 0, mag = 0;
+        for (int64_t x = 0; x < D; x++) {
+            double t = tpl_get(q, LOOM_E4M3, qo + x) * tpl_get(k, LOOM_E4M3, ko + x);
+            d += t, mag += fabs(t);
+        }
+        sc[j] = d * w->c;
+        w->m = fmax(w->m, sc[j]);
+        w->smax = fmax(w->smax, fabs(sc[j]));
+        w->E = fmax(w->E, (fp8_sums ? loom_fp8_mma_sum_error(D, mag) : loom_f32_sum_error(D, mag)) * fabs(w->c));
+    }
+    double u = 0x1p-23, arg = 2 * w->E + (4 * (w->smax + fabs(w->m) + FA_FP8_P_LOG2) + 3 * w->smax) * u;
+    double delta = w->delta = (1 + expm1(arg * M_LN2)) * (1 + 0x1p-21) - 1; /* each P before its rounding */
+    for (int64_t x = 0; x < D; x++)
+        w->N[x] = w->Aq[x] = w->Ad[x] = 0;
+    double mt = -INFINITY;
+    for (int64_t j = 0; j < len; j++) {
+        if (j % 128 == 0)
+            for (int64_t i = j; i < len && i < j + 128; i++)
+                mt = fmax(mt, sc[i]);
+        double p = exp2(sc[j] - mt + FA_FP8_P_LOG2), a = exp2(mt - w->m), pq = e4m3(p);
+        double dq = fmax(e4m3(p * (1 + delta)) - pq, pq - e4m3(p * (1 - delta)));
+        w->L += p * a;
+        for (int64_t x = 0; x < D; x++) {
+            double vv = vt_at(s, v, usr, h, j, x);
+            w->N[x] += pq * a * vv, w->Aq[x] += pq * a * fabs(vv), w->Ad[x] += dq * a * fabs(vv);
+        }
+    }
+}
+
+/* The bound of one element (docs/checks.md, "ikbo_fa in FP8"), the reference r. */
+static double fp8_bound(const fa_spec *s, const fp8_row *w, int64_t len, bool fp8_sums, double r, int64_t x)
+{
+    if (!len)
+        return loom_error_bound(fa_out_dt(s), r, 0);
+    double u = 0x1p-23, T = (double)w->T;
+    /* a tile's rescale relative to the reference's: its max's error, exp2 and a rounding each tile */
+    double ef = (1 + expm1((w->E + 4 * u * (w->smax + fabs(w->m) + FA_FP8_P_LOG2)) * M_LN2)) *
+                    pow((1 + 0x1p-21) * (1 + 2 * u), T) - 1;
+    double lam = (1 + w->delta) * (1 + ef) * (1 + loom_f32_sum_error(len + w->T, 1.0)) - 1;
+    if (!(lam < 0.5))
+        return INFINITY;
+    double mag = (w->Aq[x] + w->Ad[x]) * (1 + ef);
+    double sums = fp8_sums ? loom_fp8_mma_sum_error(len, mag) : loom_f32_sum_error(len, mag);
+    double dn = w->Ad[x] * (1 + ef) + ef * w->Aq[x] + sums + T * u * mag;
+    double err = fabs(w->vs) * dn / (w->L * (1 - lam)) + fabs(r) * lam / (1 - lam) + (double)len * 0x1p-126;
+    err += 3 * u * (fabs(r) + err); /* 1 / l, times v_scale, times O */
+    return loom_error_bound(fa_out_dt(s), r, err);
+}
+
+void fa_fp8_reference(const fa_spec *s, const void *q, const void *k, const void *v, const float *scales,
+                      const int32_t *map, const int32_t *seq_len, bool fp8_sums, void *out, double *bound)
+{
+    int64_t H = s->H, D = s->D;
+    double *sc = malloc((size_t)(s->S > 0 ? s->S : 1) * sizeof *sc), *buf = malloc((size_t)D * 3 * sizeof *buf);
+    if (!sc || !buf) {
+        free(sc), free(buf);
+        return;
+    }
+    fp8_row w = {.N = buf, .Aq = buf + D, .Ad = buf + 2 * D};
+    for (int64_t r = 0; r < fa_rows(s); r++) {
+        int64_t u = map[r / s->nseed], len = len_of(s, seq_len, u);
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t qo = (r * H + h) * D;
+            fp8_row_sums(s, q, k, v, scales, qo, u, h, len, fp8_sums, sc, &w);
+            for (int64_t x = 0; x < D; x++) {
+                tpl_set(out, fa_out_dt(s), qo + x, len ? w.vs * w.N[x] / w.L : 0);
+                if (bound)
+                    bound[qo + x] = fp8_bound(s, &w, len, fp8_sums, tpl_get(out, fa_out_dt(s), qo + x), x);
+            }
+        }
+    }
+    free(sc), free(buf);
 }

@@ -16,7 +16,7 @@
 
 enum { FA_SHAPE(LOOM_S_INDEX) S_COUNT };
 /* The kernel's arguments (templates/ikbo_fa.h). */
-enum { A_ROWS, A_U, A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT }; /* fa_build's */
+enum { A_ROWS, A_U, A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT, A_SCALES }; /* fa_build's (scales: e4m3) */
 
 fa_spec fa_spec_of(const int64_t *sh, const int64_t *cf)
 {
@@ -121,6 +121,8 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
         tpl_fill(host[A_K], s.dt, kn, -1, 1, &seed);
     if (host[A_V])
         tpl_fill(host[A_V], s.dt, kn, -1, 1, &seed);
+    if (fa_fp8(&s)) /* per head: q_scale, k_scale, v_scale in [0.5, 2] */
+        tpl_fill(host[A_SCALES], LOOM_F32, 3 * s.H, 0.5, 2, &seed);
     int32_t *map = malloc((size_t)s.B * sizeof *map);
     if (!map)
         return;
@@ -155,18 +157,27 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
     fa_spec s = fa_spec_of_shape(sh);
     int32_t *map = map_of_plan(&s, host);
-    if (map)
+    if (map && fa_fp8(&s))
+        fa_fp8_reference(&s, host[A_Q], host[A_K], host[A_V], host[A_SCALES], map, host[A_LENS], true, ref[A_OUT],
+                         NULL);
+    else if (map)
         fa_reference(&s, host[A_Q], host[A_K], host[A_V], map, host[A_LENS], ref[A_OUT]);
     free(map);
 }
 
-/* out: fa_bound; the claims come back to zero, exactly. */
+/* out: fa_bound (FP8: fa_fp8_reference's, for the GPU's FP8 wgmma sums, which bound the
+ * interpreter's too); the claims come back to zero, exactly. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
     fa_spec s = fa_spec_of_shape(sh);
     int32_t *map = map_of_plan(&s, host);
-    if (map && bnd[A_OUT])
+    void *out = map && bnd[A_OUT] && fa_fp8(&s) ? malloc((size_t)(fa_rows(&s) * s.H * s.D) * 2) : NULL;
+    if (out) /* (the same reference as ref[A_OUT]) */
+        fa_fp8_reference(&s, host[A_Q], host[A_K], host[A_V], host[A_SCALES], map, host[A_LENS], true, out,
+                         bnd[A_OUT]);
+    else if (map && bnd[A_OUT] && !fa_fp8(&s))
         fa_bound(&s, host[A_Q], host[A_K], host[A_V], map, host[A_LENS], ref[A_OUT], bnd[A_OUT]);
+    free(out);
     if (bnd[A_CLAIMS])
         bnd[A_CLAIMS][0] = bnd[A_CLAIMS][1] = 0;
     free(map);

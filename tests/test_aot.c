@@ -114,7 +114,7 @@ static int lce_launch(const loom_template *t, const int64_t *sh, const uint64_t 
 
 static ta_fa_ikbo_fa_shape fa_shape(const loom_template *t, const int64_t *sh)
 {
-    return (ta_fa_ikbo_fa_shape){K(B), K(U), K(S), K(H), K(D), K(n_seed), K(dtype), K(varlen)};
+    return (ta_fa_ikbo_fa_shape){K(B), K(U), K(S), K(H), K(D), K(n_seed), K(dtype), K(varlen), K(odt), K(vtrans)};
 }
 static const char *fa_config(const loom_template *t, const int64_t *sh)
 {
@@ -690,7 +690,7 @@ Test(aot_gpu, the_fa_operation_matches_loom, .timeout = 300)
 {
     loom_runtime *rt = t_gpu_or_skip();
     const loom_ikbo_fa_shape s = {64, 5, 200, 2, 64, 3, LOOM_F16, 1};
-    ta_fa_ikbo_fa_shape as = {s.B, s.U, s.S, s.H, s.D, s.n_seed, s.dtype, s.varlen};
+    ta_fa_ikbo_fa_shape as = {s.B, s.U, s.S, s.H, s.D, s.n_seed, s.dtype, s.varlen, LOOM_F16, 0};
     const loom_template *t = loom_template_find("ikbo_fa");
     int64_t cf[LOOM_MAX_PARAMS];
     char err[600];

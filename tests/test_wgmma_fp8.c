@@ -6,9 +6,11 @@
  *                  and 32-byte swizzle, one and two swizzle spans a row, one and two warp
  *                  groups): the interpreter against an fma loop over the decoded values
  *                  in k order, bit for bit; the PTX (m64nNk32 .e4m3/.e5m2 instructions, no
- *                  transpose operands) assembled by ptxas without spills; the refusals
- *                  (an M- or N-major FP8 operand, an FP8 A in registers, K not a multiple
- *                  of 32, FP8 beside f16) at the line that builds the wgmma; the printer.
+ *                  transpose operands) assembled by ptxas without spills; A also in
+ *                  registers (loaded, or cast from f32 as attention's P: the fragment
+ *                  rearranged within each quad by shuffles); the refusals (an M- or N-major
+ *                  FP8 operand, K not a multiple of 32, FP8 beside f16) at the line that
+ *                  builds the wgmma; the printer.
  *   wgmma_fp8_gpu  the same kernels on the GPU against the same loop, within the FP8
  *                  wgmma bound (loom_fp8_mma_sum_error: the GPU accumulates FP8 products
  *                  with reduced precision).  It skips without a GPU.
@@ -19,41 +21,60 @@
 #include "cg.h"
 #include "loom_tune.h"
 
-/* One case: A's and B's types, the tile, the swizzle, and the warps (one warp group a
- * 64 rows). */
+/* One case: A's and B's types, the tile, the swizzle (the warps: one warp group a 64
+ * rows), and where A comes from: 0 a slot (TMA), 1 registers (loaded from global memory
+ * straight into the A fragment's layout), 2 registers cast from f32 (as attention's P). */
 typedef struct fcase {
     loom_dtype ta, tb;
     int64_t M, N, K;
     loom_swizzle swz;
+    int areg;
 } fcase;
 
 static const fcase cases[] = {
-    {LOOM_E4M3, LOOM_E4M3, 64, 64, 128, LOOM_SWIZZLE_128},  /* the gemm's BK=128: one span a row */
-    {LOOM_E4M3, LOOM_E5M2, 64, 32, 256, LOOM_SWIZZLE_128},  /* two spans a row */
-    {LOOM_E5M2, LOOM_E4M3, 128, 32, 64, LOOM_SWIZZLE_64},   /* two warp groups */
-    {LOOM_E5M2, LOOM_E5M2, 64, 256, 32, LOOM_SWIZZLE_32},   /* N at its largest */
+    {LOOM_E4M3, LOOM_E4M3, 64, 64, 128, LOOM_SWIZZLE_128, 0},  /* the gemm's BK=128: one span a row */
+    {LOOM_E4M3, LOOM_E5M2, 64, 32, 256, LOOM_SWIZZLE_128, 0},  /* two spans a row */
+    {LOOM_E5M2, LOOM_E4M3, 128, 32, 64, LOOM_SWIZZLE_64, 0},   /* two warp groups */
+    {LOOM_E5M2, LOOM_E5M2, 64, 256, 32, LOOM_SWIZZLE_32, 0},   /* N at its largest */
+    {LOOM_E4M3, LOOM_E4M3, 64, 64, 128, LOOM_SWIZZLE_128, 1}, /* A in registers: four k32 steps */
+    {LOOM_E4M3, LOOM_E5M2, 128, 32, 64, LOOM_SWIZZLE_64, 2},  /* cast from f32, two warp groups */
+    {LOOM_E5M2, LOOM_E4M3, 128, 128, 32, LOOM_SWIZZLE_32, 2}, /* two m64 blocks a warp group */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
-/* C [M, N] f32 (in and out) += A [M, K] @ B^T, B [N, K]: both TMA-loaded into one slot
- * each, one task of M/16 warps. */
+/* Warps of case c's task: one warp group a 64 rows (the last case: one for two). */
+static int case_warps(const fcase *c) { return c->areg == 2 && c->N == 128 ? 4 : (int)(c->M / 16); }
+
+/* A in bytes (f32 where it is cast in the kernel). */
+static size_t a_bytes(const fcase *c) { return (size_t)(c->M * c->K) * (c->areg == 2 ? 4 : 1); }
+
+/* C [M, N] f32 (in and out) += A [M, K] @ B^T, B [N, K]: B TMA-loaded into a slot, A too
+ * or into registers (c->areg), one task. */
 static loom_kernel *fp8_wgmma_kernel(const fcase *c)
 {
-    loom_kernel *k = loom_kernel_create("wgmma_fp8", (int)(c->M / 16));
-    loom_val A = loom_arg_tensor(k, "A", c->ta, LOOM_SHAPE2(c->M, c->K), LOOM_IN);
+    int warps = case_warps(c);
+    loom_kernel *k = loom_kernel_create("wgmma_fp8", warps);
+    loom_val A = loom_arg_tensor(k, "A", c->areg == 2 ? LOOM_F32 : c->ta, LOOM_SHAPE2(c->M, c->K), LOOM_IN);
     loom_val B = loom_arg_tensor(k, "B", c->tb, LOOM_SHAPE2(c->N, c->K), LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", LOOM_F32, LOOM_SHAPE2(c->M, c->N), LOOM_INOUT);
     loom_val as = loom_smem_alloc(k, c->ta, LOOM_SHAPE2(c->M, c->K), 1, c->swz);
     loom_val bs = loom_smem_alloc(k, c->tb, LOOM_SHAPE2(c->N, c->K), 1, c->swz);
     loom_val bars = loom_mbar_alloc(k, 1, 1);
     loom_val z = loom_const_i(k, LOOM_I32, 0);
-    loom_region_op t = loom_task_begin(k, (int)(c->M / 16), 0, 1);
-    loom_mbar_expect(k, bars, z, (c->M + c->N) * c->K);
-    loom_tma_load(k, A, ((loom_val[]){z, z}), as, bars, z);
+    loom_region_op t = loom_task_begin(k, warps, 0, 1);
+    loom_mbar_expect(k, bars, z, (c->areg ? 0 : c->M * c->K) + c->N * c->K);
+    if (!c->areg)
+        loom_tma_load(k, A, ((loom_val[]){z, z}), as, bars, z);
     loom_tma_load(k, B, ((loom_val[]){z, z}), bs, bars, z);
+    loom_val a = as;
+    if (c->areg) {
+        a = loom_load(k, A, ((loom_val[]){z, z}), LOOM_SHAPE2(c->M, c->K), LOOM_NONE, 0);
+        if (c->areg == 2)
+            a = loom_cast(k, a, c->ta);
+    }
     loom_mbar_wait(k, bars, z, z);
     loom_val c0 = loom_load(k, C, ((loom_val[]){z, z}), LOOM_SHAPE2(c->M, c->N), LOOM_NONE, 0);
-    loom_val acc = loom_wgmma(k, as, loom_smem_trans(k, bs), c0);
+    loom_val acc = loom_wgmma(k, a, loom_smem_trans(k, bs), c0);
     loom_wgmma_commit(k);
     loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
     loom_store(k, C, ((loom_val[]){z, z}), loom_wgmma_result(k, w, 0), LOOM_NONE);
@@ -119,10 +140,14 @@ static void fp8_data_free(fdata *d)
 
 static const char *case_name(const fcase *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s x %s, %lldx%lldx%lld, swizzle %d", loom_dtype_name(c->ta), loom_dtype_name(c->tb),
-             (long long)c->M, (long long)c->N, (long long)c->K, (int)c->swz);
+    static const char *const from[3] = {"", ", A in registers", ", A cast from f32 in registers"};
+    snprintf(buf, n, "%s x %s, %lldx%lldx%lld, swizzle %d%s", loom_dtype_name(c->ta), loom_dtype_name(c->tb),
+             (long long)c->M, (long long)c->N, (long long)c->K, (int)c->swz, from[c->areg]);
     return buf;
 }
+
+/* A's host buffer: the codes, or their values where the kernel casts from f32. */
+static void *a_host(const fcase *c, const fdata *d) { return c->areg == 2 ? (void *)d->av : (void *)d->a; }
 
 /* ---------------------------------------------------------------- the interpreter */
 
@@ -136,7 +161,7 @@ Test(wgmma_fp8, interpreter_matches_the_fma_loop_bit_for_bit)
         cr_assert(out);
         memcpy(out, d.c0, (size_t)(c->M * c->N) * 4);
         loom_kernel *k = fp8_wgmma_kernel(c);
-        targ args[] = {TA_BUF(d.a, (size_t)(c->M * c->K)), TA_BUF(d.b, (size_t)(c->N * c->K)),
+        targ args[] = {TA_BUF(a_host(c, &d), a_bytes(c)), TA_BUF(d.b, (size_t)(c->N * c->K)),
                        TA_BUF(out, (size_t)(c->M * c->N) * 4)};
         T_RUN_OK(k, NULL, args, 3);
         int bad = 0;
@@ -194,12 +219,19 @@ Test(wgmma_fp8, ptx_uses_k32_fp8_instructions_and_assembles)
         snprintf(want, sizeof want, "wgmma.mma_async.sync.aligned.m64n%lldk32.f32.%s.%s", (long long)c->N,
                  loom_dtype_name(c->ta), loom_dtype_name(c->tb));
         /* one instruction per m64 block a warp group and k32 step: the warp groups split M */
-        int steps = (int)(c->K / 32);
+        int mblocks = (int)(c->M / 64 / (case_warps(c) / 4)), steps = mblocks * (int)(c->K / 32);
         cr_expect_eq(t_count(r.ptx, want), steps, "%s: %d of '%s', want %d", case_name(c, nm, sizeof nm),
                      t_count(r.ptx, want), want, steps);
         cr_expect_eq(t_count(r.ptx, "k16."), 0, "%s: a k16 instruction", nm);
         /* both K-major: the FP8 forms end with the scales, no transpose operands */
         cr_expect(t_count(r.ptx, ", 1, 1;") >= steps, "%s: no FP8 operand form", nm);
+        /* A in registers: four registers a step, rearranged within each quad by two
+         * shuffles and two prmt a register pair (lower_wgmma.c, fp8_step); none from a slot */
+        int shfl = t_count(r.ptx, "shfl.sync.idx.b32"), perm = t_count(r.ptx, "prmt.b32");
+        cr_expect_eq(shfl, c->areg ? 4 * steps : 0, "%s: %d shuffles", nm, shfl);
+        cr_expect_eq(perm >= 4 * steps, c->areg != 0, "%s: %d prmt", nm, perm);
+        if (c->areg)
+            cr_expect_eq(t_count(r.ptx, "}, {%r"), steps, "%s: not every step reads A from registers", nm);
         t_ptxas_ok(r.ptx, "sm_90a", case_name(c, nm, sizeof nm));
         cg_result_free(&r);
         loom_kernel_destroy(k);
@@ -260,9 +292,10 @@ Test(wgmma_fp8, operands_that_are_not_k_major_are_refused_at_the_line)
     expect_refused(k, line,
                    "an M-major view (loom_smem_trans of a [K, M] slot); FP8 wgmma reads A K-major: store A as "
                    "[M, K] and pass the view itself");
+    /* an FP8 A in registers is right (the fragment is built from the tile: fp8_step) */
     k = bad_wgmma(LOOM_E4M3, LOOM_E5M2, 64, 3, &line);
-    expect_refused(k, line,
-                   "a is the register tile e4m3[64x64]; an FP8 A must come from shared memory");
+    cr_expect_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    loom_kernel_destroy(k);
 }
 
 Test(wgmma_fp8, k_and_types_are_checked)
@@ -297,8 +330,8 @@ Test(wgmma_fp8_gpu, gpu_matches_the_loop_within_the_fp8_bound)
         float *out = malloc((size_t)mn * 4);
         cr_assert(out);
         loom_kernel *k = fp8_wgmma_kernel(c);
-        size_t bytes[3] = {(size_t)(c->M * c->K), (size_t)(c->N * c->K), (size_t)mn * 4};
-        void *host[3] = {d.a, d.b, d.c0};
+        size_t bytes[3] = {a_bytes(c), (size_t)(c->N * c->K), (size_t)mn * 4};
+        void *host[3] = {a_host(c, &d), d.b, d.c0};
         loom_buffer *b[3];
         loom_arg a[3];
         for (int j = 0; j < 3; j++) {
