@@ -183,9 +183,10 @@ loom_status faref_model_open(loom_runtime *rt, fa_ref *indep, const loom_ikbo_fa
         snprintf(err, errlen, "the ikbo_fa template has no device reference and bound");
         return LOOM_ERR_INVALID;
     }
-    /* the template's shape (shuffle only chooses a check's own mapping: not read here); the
-     * reference has no config */
-    int64_t shape[9] = {sh->B, sh->U, sh->S, sh->H, sh->D, sh->n_seed, sh->dtype, sh->varlen, 0};
+    /* the template's shape (shuffle only chooses a check's own mapping: not read here; the
+     * keys after it, odt and vtrans, are 0: out in the inputs' type, V as [U, S, H, D]);
+     * the reference has no config */
+    int64_t shape[LOOM_MAX_PARAMS] = {sh->B, sh->U, sh->S, sh->H, sh->D, sh->n_seed, sh->dtype, sh->varlen, 0};
     fa_spec s = fa_spec_of_shape(shape);
     int rg[3], bg[3];
     loom_status st = LOOM_OK;
