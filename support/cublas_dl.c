@@ -9,6 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Entry point `name` of lib into lib's struct field `field` (obj->lib, obj->path), or
+ * return -1 from the loader with the reason in err. */
+#define DL_SYM(obj, field, name)                                                                   \
+    if (!(*(void **)&(obj)->field = dlsym((obj)->lib, name))) {                                    \
+        snprintf(err, errlen, "%s has no %s", (obj)->path, name);                                  \
+        return -1;                                                                                 \
+    }
+
 enum { CUBLAS_OP_N = 0 };
 enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 }; /* cudaDataType */
 enum { CUBLAS_COMPUTE_32F = 68 };
@@ -23,11 +31,7 @@ int cublas_dl_open(cublas_dl *cb, char *err, size_t errlen)
         snprintf(err, errlen, "cannot load cuBLAS (%s)", first);
         return -1;
     }
-#define SYM(field, name)                                                                           \
-    if (!(*(void **)&cb->field = dlsym(cb->lib, name))) {                                          \
-        snprintf(err, errlen, "%s has no %s", cb->path, name);                                     \
-        return -1;                                                                                 \
-    }
+#define SYM(field, name) DL_SYM(cb, field, name)
     SYM(Create, "cublasCreate_v2")
     SYM(Destroy, "cublasDestroy_v2")
     SYM(GetVersion, "cublasGetVersion_v2")
@@ -96,11 +100,7 @@ int cublaslt_dl_open(cublaslt_dl *lt, char *err, size_t errlen)
         snprintf(err, errlen, "cannot load cuBLASLt (%s)", first);
         return -1;
     }
-#define SYM(field, name)                                                                           \
-    if (!(*(void **)&lt->field = dlsym(lt->lib, name))) {                                          \
-        snprintf(err, errlen, "%s has no %s", lt->path, name);                                     \
-        return -1;                                                                                 \
-    }
+#define SYM(field, name) DL_SYM(lt, field, name)
     SYM(Create, "cublasLtCreate")
     SYM(Destroy, "cublasLtDestroy")
     SYM(GetVersion, "cublasLtGetVersion")

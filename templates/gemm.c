@@ -193,6 +193,9 @@ static g_cfg cfg_of(const int64_t *sh, const int64_t *cf)
     return c;
 }
 
+/* FP8 inputs (e4m3 or e5m2)? */
+static bool fp8_in(const g_cfg *c) { return c->dt == LOOM_E4M3 || c->dt == LOOM_E5M2; }
+
 /* The rows of a unit: a tile's, or with clusters sharing B the cluster's tiles stacked
  * along M. */
 static int64_t unit_rows(const g_cfg *c) { return (int64_t)c->bm * (c->share_a ? 1 : c->cluster); }
@@ -628,7 +631,7 @@ static const char *why_not_trans(const g_cfg *c)
         return "trans=1 needs consumers=2, cwarps=8 and BN=128 (two warp groups of 64 columns of C each)";
     if (c->bm < 8 || c->bm > 256 || c->bm % 8)
         return "trans=1: BM (a tile's rows, on wgmma's N side) must be a multiple of 8 up to 256";
-    if (c->btrans || c->dt == LOOM_E4M3 || c->dt == LOOM_E5M2)
+    if (c->btrans || fp8_in(c))
         return "trans=1 takes f16 or bf16 with B as [K, N] (btrans=0): it reads B's tile transposed, which FP8's "
                "wgmma cannot";
     if (c->cluster != 1 || !c->tmastore)
@@ -656,9 +659,9 @@ static const char *why_not_promote(const g_cfg *c, bool fp8, char *buf, size_t n
                  c->promote, c->bk);
         return buf;
     }
-    int wgs = c->consumers == PINGPONG ? 1 : c->cwarps / 4; /* warp groups sharing a tile */
-    int64_t regs = (int64_t)(c->bm / wgs) * c->bn / 128;    /* an accumulator's, a thread */
-    if (2 * regs <= 192)
+    int wgs = c->consumers == PINGPONG ? 1 : c->cwarps / 4; /* warp groups sharing a tile (for the message) */
+    int64_t regs = tpl_acc_regs(c->cwarps, c->consumers, c->bm, c->bn); /* an accumulator's, a thread */
+    if (2 * regs <= TPL_ACC_REGS_MAX)
         return NULL;
     snprintf(buf, n,
              "promote=%d keeps a second f32 accumulator: 2 x %lld registers a thread (%d x %d a warp group), "
@@ -671,7 +674,7 @@ static const char *why_not_promote(const g_cfg *c, bool fp8, char *buf, size_t n
 /* Why (shape, config) cannot be served, or NULL when it can. */
 static const char *why_not(const g_cfg *c, char *buf, size_t n)
 {
-    bool fp8 = c->dt == LOOM_E4M3 || c->dt == LOOM_E5M2;
+    bool fp8 = fp8_in(c);
     if (c->dt != LOOM_F16 && c->dt != LOOM_BF16 && !fp8)
         return "dtype must be f16, bf16, e4m3 or e5m2 (the tensor-core inputs)";
     if (c->scaled != 0 && c->scaled != 1)
@@ -790,21 +793,27 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * 64 x 256), which stay where M wastes rows in 128-row tiles (the IKBO M=433: 512 rows
  * against 448) or where there are too few tiles to fill the GPU (bench/RESULTS.md,
  * session 23). */
+/* Split tiles (two consumer warp groups sharing each BM x BN tile), 4 stages, groups of 8. */
+static void split_tiles(int64_t *cf, int64_t bm, int64_t bn)
+{
+    cf[C_BM] = bm;
+    cf[C_BN] = bn;
+    cf[C_cwarps] = 8;
+    cf[C_consumers] = SPLIT;
+    cf[C_stages] = 4;
+    cf[C_group] = 8;
+}
+
 static void heuristic(const int64_t *sh, int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
-    if (c.dt == LOOM_E4M3 || c.dt == LOOM_E5M2) /* FP8: a 128-byte row of A is 128 elements */
+    if (fp8_in(&c)) /* FP8: a 128-byte row of A is 128 elements */
         cf[C_BK] = c.promote % 128 ? 64 : 128;
     int64_t mt = TPL_CDIV(c.M, 256), bm_t = TPL_CDIV(TPL_CDIV(c.M, mt), 8) * 8; /* trans: rows in 8s */
     if (c.M <= 512 && c.N % 256 && mt * TPL_CDIV(c.N, 128) * c.batch >= 132 && !c.btrans &&
         (c.dt == LOOM_F16 || c.dt == LOOM_BF16)) {
         cf[C_trans] = 1;
-        cf[C_BM] = bm_t;
-        cf[C_BN] = 128;
-        cf[C_cwarps] = 8;
-        cf[C_consumers] = SPLIT;
-        cf[C_stages] = 4;
-        cf[C_group] = 8;
+        split_tiles(cf, bm_t, 128);
         return;
     }
     int bn = c.promote ? 128 : 256; /* promoted: two accumulators of 64 x 128 a warp group */
@@ -813,11 +822,7 @@ static void heuristic(const int64_t *sh, int64_t *cf)
     int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, bn) * c.batch;
     if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)
         return;
-    cf[C_BM] = 128;
-    cf[C_cwarps] = 8;
-    cf[C_consumers] = SPLIT;
-    cf[C_stages] = 4;
-    cf[C_group] = 8;
+    split_tiles(cf, 128, bn);
 }
 
 /* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at
@@ -933,7 +938,7 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
  * into f32 every `promote` of them (loom_fp8_promoted_sum_error). */
 static double sum_error(const g_cfg *c, double mag)
 {
-    if (c->dt != LOOM_E4M3 && c->dt != LOOM_E5M2)
+    if (!fp8_in(c))
         return loom_f32_sum_error(c->K, mag);
     return c->promote ? loom_fp8_promoted_sum_error(c->K, c->promote, mag) : loom_fp8_mma_sum_error(c->K, mag);
 }

@@ -129,6 +129,12 @@ int tpl_valid(const char *w, char *why, size_t n)
     return w == NULL;
 }
 
+int64_t tpl_acc_regs(int cwarps, int consumers, int bm, int bn)
+{
+    int wgs = consumers == TPL_PINGPONG ? 1 : cwarps / 4; /* warp groups sharing one tile */
+    return (int64_t)(bm / wgs) * bn / 128;
+}
+
 const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas, int bm, int bn)
 {
     if (cwarps != 4 && cwarps != 8)
@@ -149,7 +155,7 @@ const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas,
                                          : "BM must be 64 or 128 rows per consumer warp group";
     if (bn < 64 || bn > 256 || (bn & (bn - 1)))
         return "BN must be 64, 128 or 256";
-    if ((int64_t)(bm / wgs) * bn / 128 > 192)
+    if (tpl_acc_regs(cwarps, consumers, bm, bn) > TPL_ACC_REGS_MAX)
         return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
     return NULL;
 }

@@ -73,6 +73,11 @@ enum { TPL_COOPERATIVE, TPL_PINGPONG, TPL_SPLIT };
  * tile) and the BM x BN tile cannot go together (the accumulator included: at most 192
  * of a consumer's 232 registers a thread), or NULL. */
 const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas, int bm, int bn);
+/* The registers a thread of a consumer warp group takes for an f32 BM x BN accumulator
+ * (its share: ping-pong's group a whole tile, the others the tile's rows split over the
+ * cwarps / 4 groups), and the most an accumulator may take (of the consumers' 232). */
+enum { TPL_ACC_REGS_MAX = 192 };
+int64_t tpl_acc_regs(int cwarps, int consumers, int bm, int bn);
 
 #define TPL_CDIV(a, b) (((a) + (b)-1) / (b))
 
