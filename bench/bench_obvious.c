@@ -7,16 +7,17 @@
  *
  *   gemm_bias_gelu  C = gelu_tanh(A @ B + bias), A [M, K] and B [K, N] f16, bias [N] f16,
  *                   C [M, N] f16, f32 accumulation.  The warp-specialized persistent GEMM of
- *                   "Writing a warp-specialized kernel" (include/loom_pipe.h: a ring of A and
- *                   B tiles filled by a producer warp group, consumer warp groups running
- *                   wgmma, one group kept in flight and the previous slot released, tiles
- *                   in grouped order), with the tile config of loom's gemm template (its
- *                   defaults, read from the registry: BM, BN, BK, stages, cwarps, ctas,
- *                   group, tmastore).  The epilogue, the plain way: the bias loaded as a
- *                   [BN] row, cast to f32, expand_dims + broadcast, added to the wgmma
- *                   accumulator; gelu_tanh(x) = 0.5 x (1 + tanh(0.79788456 (x + 0.044715 x^3)))
- *                   with loom_tanh; cast to f16; stored through the staging tile and a TMA
- *                   store (tmastore=1, as the template) or from the registers.
+ *                   docs/kernels.md ("A warp-specialized fused GEMM": a ring of A and B tiles
+ *                   filled by a producer warp group, the pipeline layer's mainloop, tiles in
+ *                   grouped order), with the tile config loom's gemm template runs untuned
+ *                   at the shape (loom_template_untuned_config: BM, BN, BK, stages, cwarps,
+ *                   ctas, group, consumers, tmastore), in its consumer form: cooperative (one
+ *                   task) or split (two warp-group replicas, each its half of the rows,
+ *                   handing the staging tile over).  The epilogue, the plain way: the bias
+ *                   loaded as a [BN] row, cast to f32, expand_dims + broadcast, added to the
+ *                   wgmma accumulator; gelu_tanh(x) = 0.5 x (1 + tanh(0.79788456 (x + 0.044715
+ *                   x^3))) with loom_tanh; cast to f16; stored through the staging tile and a
+ *                   TMA store (tmastore=1, as the template) or from the registers.
  *   rmsnorm         y = x * rsqrt(mean(x^2) + eps) * w over rows of x [R, N]: one program a
  *                   row, the row one 1-D tile (N rounded up to a power of two, the tail
  *                   loaded as 0), computed in f32, loom_reduce_sum for the sum of squares.
@@ -94,28 +95,59 @@ static int64_t pow2_at_least(int64_t n)
 
 /* ---------------------------------------------------------------- the kernels */
 
-/* The gemm template's config (its defaults, read from the registry). */
+/* The gemm template's config at a shape: what loom's gemm runs there untuned (its
+ * heuristic, loom_template_untuned_config).  The obvious kernel writes the two consumer
+ * forms the heuristic takes at square shapes: cooperative (one task of cwarps warps) and
+ * split (two warp-group replicas, each its own half of a tile's rows). */
 typedef struct gcfg {
     int bm, bn, bk, stages, cwarps, ctas, group, consumers, tmastore;
 } gcfg;
+enum { COOPERATIVE = 0, SPLIT = 2 };
 
-static int gcfg_default(gcfg *c, char *text, size_t n)
+static void gcfg_text(const gcfg *c, char *text, size_t n)
 {
-    const loom_template *t = loom_template_find("gemm");
-    if (!t)
-        return -1;
-    static const char *keys[] = {"BM", "BN", "BK", "stages", "cwarps", "ctas", "group", "consumers", "tmastore"};
-    int *dst[] = {&c->bm, &c->bn, &c->bk, &c->stages, &c->cwarps, &c->ctas, &c->group, &c->consumers, &c->tmastore};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        int found = 0;
-        for (int j = 0; j < t->nconfig; j++)
-            if (!strcmp(t->config[j].key, keys[i]))
-                *dst[i] = (int)t->config[j].def, found = 1;
-        if (!found)
-            return -1;
-    }
     snprintf(text, n, "BM=%d,BN=%d,BK=%d,stages=%d,cwarps=%d,ctas=%d,group=%d,consumers=%d,tmastore=%d", c->bm, c->bn,
              c->bk, c->stages, c->cwarps, c->ctas, c->group, c->consumers, c->tmastore);
+}
+
+static int gcfg_at(int64_t M, int64_t N, int64_t K, gcfg *c, char *text, size_t n)
+{
+    const loom_template *t = loom_template_find("gemm");
+    char st[200], err[300];
+    int64_t shape[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    snprintf(st, sizeof st, "M=%lld,N=%lld,K=%lld,dtype=f16,odtype=f16", (long long)M, (long long)N, (long long)K);
+    if (!t || loom_params_parse(t->shape, t->nshape, st, shape, err, sizeof err)) {
+        fprintf(stderr, "bench_obvious: %s\n", t ? err : "no gemm template");
+        return -1;
+    }
+    loom_template_untuned_config(t, shape, cf);
+    static const char *keys[] = {"BM", "BN", "BK", "stages", "cwarps", "ctas", "group", "consumers", "tmastore"};
+    int *dst[] = {&c->bm, &c->bn, &c->bk, &c->stages, &c->cwarps, &c->ctas, &c->group, &c->consumers, &c->tmastore};
+    enum { NKEYS = sizeof keys / sizeof *keys };
+    bool seen[NKEYS] = {0};
+    for (int j = 0; j < t->nconfig; j++) {
+        int i = 0;
+        while (i < NKEYS && strcmp(t->config[j].key, keys[i]))
+            i++;
+        if (i < NKEYS)
+            *dst[i] = (int)cf[j], seen[i] = true;
+        else if (cf[j] != t->config[j].def) { /* a form the obvious kernel does not write: not like for like */
+            fprintf(stderr, "bench_obvious: gemm's untuned config at %s sets %s=%lld, which the obvious kernel does not write\n",
+                    st, t->config[j].key, (long long)cf[j]);
+            return -1;
+        }
+    }
+    for (int i = 0; i < NKEYS; i++)
+        if (!seen[i]) {
+            fprintf(stderr, "bench_obvious: the gemm template has no config key %s\n", keys[i]);
+            return -1;
+        }
+    if (c->consumers != COOPERATIVE && c->consumers != SPLIT) {
+        fprintf(stderr, "bench_obvious: gemm's untuned config at %s takes consumers=%d (the obvious kernel writes 0 and 2)\n",
+                st, c->consumers);
+        return -1;
+    }
+    gcfg_text(c, text, n);
     return 0;
 }
 
@@ -135,12 +167,17 @@ static loom_val gelu_tanh_at(loom_src at, loom_kernel *k, loom_val x)
  * kernel with the bias alone, without GELU. */
 enum { OBVIOUS, BIAS_ONLY };
 
-/* C = gelu_tanh(A @ B + bias): the persistent warp-specialized GEMM of docs/dsl.md on the
- * pipeline layer, the mainloop of templates/gemm.c (one wgmma group in flight), the
- * epilogue written the plain way. */
+/* C = gelu_tanh(A @ B + bias): the persistent warp-specialized GEMM of docs/kernels.md on
+ * the pipeline layer (a producer filling the ring, the layer's mainloop, a staged epilogue),
+ * in the consumer form of the config: cooperative (one task; its warp groups split every
+ * tile by rows) or split (two replicas of one warp group, each its half of the tile's rows
+ * with its own accumulator; they hand the staging tile over, so one's epilogue overlaps
+ * the other's mainloop).  The epilogue, the plain way, on each accumulator. */
 static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *c, int variant)
 {
     static const char *names[] = {"gemm_bias_gelu", "gemm_bias_only"};
+    bool split = c->consumers == SPLIT;
+    int reps = split ? 2 : 1, rows = c->bm / reps; /* each consumer's rows of a tile */
     loom_kernel *k = loom_kernel_create(names[variant], LOOM_PIPE_PRODUCER_WARPS + c->cwarps);
     loom_pipe p = loom_pipe_create(k);
     loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(M, K), LOOM_IN);
@@ -148,18 +185,20 @@ static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *
     loom_val bias = loom_arg_tensor(k, "bias", LOOM_F16, LOOM_SHAPE1(N), LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(M, N), LOOM_OUT);
 
-    /* a ring of A [BM, BK] and B [BK, BN] tiles, released by the one consumer task */
-    loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(c->bm, c->bk), 1, c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128},
+    /* a ring of A [rows, BK] (a part a consumer) and B [BK, BN] tiles, released by every consumer */
+    loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(rows, c->bk), reps, c->bk == 32 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128},
                                {LOOM_F16, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
-    loom_ring ring = loom_ring_create(&p, c->stages, 1, 2, tiles);
+    loom_ring ring = loom_ring_create(&p, c->stages, reps, 2, tiles);
     int64_t tm = cdiv(M, c->bm), tn = cdiv(N, c->bn), nk = cdiv(K, c->bk);
     loom_sched sched = loom_sched_static(&p, tm * tn, 1);
-    loom_shape tile = LOOM_SHAPE2(c->bm, c->bn);
-    loom_epilogue epi = loom_epilogue_create(&p, c->tmastore ? LOOM_EPI_STAGED : LOOM_EPI_REGISTERS, C, LOOM_F16, tile,
-                                             1, 32 * c->cwarps);
+    loom_shape tile = LOOM_SHAPE2(rows, c->bn);
+    loom_epilogue_kind ek = !c->tmastore ? LOOM_EPI_REGISTERS : split ? LOOM_EPI_HANDOVER : LOOM_EPI_STAGED;
+    loom_epilogue epi = loom_epilogue_create(&p, ek, C, LOOM_F16, tile, 1, split ? 128 : 32 * c->cwarps);
+    loom_mainloop ml = {.ring = &ring, .a_tile = 0, .b_tile = 1, .a_split = split, .rows = rows, .cols = c->bn,
+                        .steps = nk};
     loom_val zero = CI(0), one = CI(1);
 
-    /* the producer: for each tile, for each k step, the slot's A and B */
+    /* the producer: for each tile, for each k step, the slot's A (in its parts) and B */
     loom_region_op pt = loom_producer_begin(k);
     {
         loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_PRODUCER, LOOM_NONE, 1, &zero);
@@ -170,7 +209,8 @@ static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *
         {
             loom_val kk = loom_for_iv(k, kl), k0 = loom_mul(k, kk, CI(c->bk));
             loom_val s = loom_ring_produce(k, &ring, loom_add(k, it0, kk), -1);
-            loom_ring_load(k, &ring, s, 0, 0, A, ((loom_val[]){m0, k0}));
+            for (int h = 0; h < reps; h++)
+                loom_ring_load(k, &ring, s, 0, h, A, ((loom_val[]){loom_add(k, m0, CI(h * rows)), k0}));
             loom_ring_load(k, &ring, s, 1, 0, B, ((loom_val[]){k0, n0}));
         }
         loom_for_end(k, kl, 0, NULL);
@@ -180,38 +220,26 @@ static loom_kernel *gemm_bias_gelu(int64_t M, int64_t N, int64_t K, const gcfg *
     loom_task_end(k, pt);
 
     /* the consumers: the mainloop, then the epilogue */
-    loom_region_op ct = loom_consumers_begin(k, c->cwarps, 1);
+    loom_region_op ct = loom_consumers_begin(k, split ? 4 : c->cwarps, reps);
     {
+        loom_val rep = split ? loom_task_replica(k) : LOOM_NONE;
         loom_sched_loop tl = loom_sched_begin(k, &sched, LOOM_SCHED_CONSUMER, LOOM_NONE, 1, &zero);
         loom_val b, tr, tc;
         loom_sched_grouped(k, loom_sched_unit(&tl), tm, tn, c->group, &b, &tr, &tc);
         loom_val m0 = loom_mul(k, tr, CI(c->bm)), n0 = loom_mul(k, tc, CI(c->bn)), it0 = loom_sched_arg(&tl, 0);
-        loom_val acc0 = loom_splat(k, CF(0.0), tile);
-        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 1, &acc0);
-        {
-            loom_val kk = loom_for_iv(k, kl), it = loom_add(k, it0, kk);
-            loom_val s = loom_ring_consume(k, &ring, it);
-            loom_val acc = loom_wgmma(k, loom_ring_view(k, &ring, s, 0, LOOM_NONE),
-                                      loom_ring_view(k, &ring, s, 1, LOOM_NONE), loom_for_arg(k, kl, 0));
-            loom_wgmma_commit(k);
-            loom_region_op w = loom_wgmma_wait(k, 1, 1, &acc);
-            /* the previous use's wgmma is done: give its slot back */
-            loom_region_op first = loom_if_begin(k, loom_cmp(k, LOOM_GT, kk, zero), 0);
-            loom_ring_release(k, &ring, loom_ring_slot_of(k, &ring, loom_sub(k, it, one)));
-            loom_if_end(k, first, 0, NULL);
-            loom_val r = loom_wgmma_result(k, w, 0);
-            loom_for_end(k, kl, 1, &r);
-        }
-        loom_val acc = loom_for_result(k, kl, 0);
-        loom_region_op w = loom_wgmma_wait(k, 0, 1, &acc);
-        loom_ring_release(k, &ring, loom_ring_slot_of(k, &ring, loom_add(k, it0, CI(nk - 1))));
-        acc = loom_wgmma_result(k, w, 0);
+        if (split) /* this replica's rows */
+            m0 = loom_add(k, m0, loom_mul(k, rep, CI(rows)));
+        loom_val acc = loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0);
+        acc = loom_mainloop_finish(k, &ml, acc, loom_mainloop_last(k, &ml, it0));
 
         /* the epilogue: + bias (a [BN] row), gelu_tanh, f16 */
         loom_val bv = loom_cast(k, loom_load(k, bias, &n0, LOOM_SHAPE1(c->bn), LOOM_NONE, 0.0), LOOM_F32);
         loom_val x = loom_add(k, acc, loom_broadcast(k, loom_expand_dims(k, bv, 0), tile));
         loom_val y = loom_cast(k, variant == BIAS_ONLY ? x : gelu_tanh(k, x), LOOM_F16);
-        loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), y, LOOM_NONE);
+        if (split) /* in this replica's turn: its j-th tile */
+            loom_epilogue_store_turn(k, &epi, ((loom_val[]){m0, n0}), y, rep, loom_div(k, it0, CI(nk)));
+        else
+            loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), y, LOOM_NONE);
         loom_val next = loom_add(k, it0, CI(nk));
         loom_sched_end(k, &tl, &next);
         loom_epilogue_finish(k, &epi);
@@ -564,12 +592,22 @@ static void fill_gemm_inputs(uint16_t *A, uint16_t *B, uint16_t *bias, int64_t M
 
 static int variants; /* --variants */
 
-/* gemm_bias_gelu at M x N x K: checked; on a GPU timed beside loom's gemm and cuBLAS (and
- * with --variants the diagnostic kernels). */
-static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int64_t K, const gcfg *cfg,
-                      const char *cfg_text, bool gpu)
+/* gemm_bias_gelu at M x N x K with config `at` (NULL: gemm's untuned config at the
+ * shape): checked; on a GPU timed beside loom's gemm at the same
+ * config and cuBLAS (and with --variants the diagnostic kernels). */
+static void gemm_case(loom_runtime *rt, cublas_dl *cb, int64_t M, int64_t N, int64_t K, const gcfg *at, bool gpu)
 {
-    char buf[600], tag[64];
+    char buf[600], tag[64], cfg_text[256];
+    gcfg own;
+    if (gcfg_at(M, N, K, &own, cfg_text, sizeof cfg_text) != 0) {
+        failures++;
+        return;
+    }
+    if (at) {
+        own = *at;
+        gcfg_text(&own, cfg_text, sizeof cfg_text);
+    }
+    const gcfg *cfg = &own;
     printf("\n== gemm_bias_gelu %lldx%lldx%lld f16 [%s]\n", (long long)M, (long long)N, (long long)K, cfg_text);
     loom_kernel *k = gemm_bias_gelu(M, N, K, cfg, OBVIOUS);
     if (loom_verify(k) != LOOM_OK) {
@@ -838,13 +876,28 @@ static void run_torch(const char *script)
 
 /* ---------------------------------------------------------------- without a GPU */
 
-static void interpreter_run(loom_runtime *rt, const gcfg *cfg, const char *cfg_text, int warps)
+static void interpreter_run(loom_runtime *rt, int warps)
 {
+    gcfg big[2];
+    char text[256];
+    if (gcfg_at(4096, 4096, 4096, &big[0], text, sizeof text) || gcfg_at(2048, 2048, 2048, &big[1], text, sizeof text)) {
+        failures++;
+        return;
+    }
     printf("no GPU: each kernel on the interpreter at a small odd shape, checked against the CPU reference\n");
-    /* 4 x 2 tiles (partial at the M and N edges, K not a multiple of BK) over 3 persistent programs */
-    gcfg small = *cfg;
-    small.ctas = 3;
-    gemm_case(rt, NULL, 3 * small.bm + 8, small.bn + 64, 3 * small.bk + 8, &small, cfg_text, false);
+    /* 4 x 2 tiles (partial at the M and N edges, K not a multiple of BK) over 3 persistent
+     * programs: the config of the small shape itself (cooperative), then the GPU shapes'
+     * (split at 4096^3) */
+    gcfg small;
+    if (gcfg_at(200, 320, 200, &small, text, sizeof text)) {
+        failures++;
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        gcfg c = i ? big[0] : small;
+        c.ctas = 3;
+        gemm_case(rt, NULL, 3 * c.bm + 8, c.bn + 64, 3 * c.bk + 8, &c, false);
+    }
     row_case(rt, ROW_RMSNORM, 37, 1000, LOOM_F16, 4, false);
     row_case(rt, ROW_SOFTMAX, 37, 1000, LOOM_F16, 4, false);
     row_case(rt, ROW_SOFTMAX, 37, 1000, LOOM_F32, 4, false);
@@ -852,7 +905,7 @@ static void interpreter_run(loom_runtime *rt, const gcfg *cfg, const char *cfg_t
     /* the kernels the GPU run times, compiled for sm_90a as far as their cost report (and
      * their PTX, with --ptx): nothing of it needs a GPU */
     printf("\n== the GPU run's kernels, compiled (sm_90a)\n");
-    loom_kernel *ks[5] = {gemm_bias_gelu(4096, 4096, 4096, cfg, OBVIOUS), gemm_bias_gelu(2048, 2048, 2048, cfg, OBVIOUS),
+    loom_kernel *ks[5] = {gemm_bias_gelu(4096, 4096, 4096, &big[0], OBVIOUS), gemm_bias_gelu(2048, 2048, 2048, &big[1], OBVIOUS),
                           rmsnorm(16384, 4096, LOOM_F16, warps), softmax(16384, 4096, LOOM_F16, warps),
                           softmax(16384, 4096, LOOM_F32, warps)};
     static const char *tags[5] = {"gemm_bias_gelu_4096", "gemm_bias_gelu_2048", "rmsnorm_f16_4096",
@@ -908,19 +961,6 @@ int main(int argc, char **argv)
                     break;
             }
     }
-    gcfg cfg;
-    char cfg_text[256];
-    if (gcfg_default(&cfg, cfg_text, sizeof cfg_text) != 0) {
-        fprintf(stderr, "bench_obvious: the gemm template or one of its config keys is missing\n");
-        return 1;
-    }
-    if (cfg.consumers != 0)
-        printf("note: the gemm template's default consumers=%d; the obvious kernel is the cooperative form "
-               "(consumers=0), and the gemm row runs consumers=0 too\n", cfg.consumers);
-    cfg.consumers = 0;
-    snprintf(cfg_text, sizeof cfg_text, "BM=%d,BN=%d,BK=%d,stages=%d,cwarps=%d,ctas=%d,group=%d,consumers=0,tmastore=%d",
-             cfg.bm, cfg.bn, cfg.bk, cfg.stages, cfg.cwarps, cfg.ctas, cfg.group, cfg.tmastore);
-
     loom_runtime *rt = interpret ? NULL : loom_runtime_create(LOOM_TARGET_GPU);
     if (!rt || loom_runtime_status(rt) != LOOM_OK) {
         if (rt)
@@ -931,7 +971,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_obvious: out of memory\n");
             return 1;
         }
-        interpreter_run(rt, &cfg, cfg_text, warps);
+        interpreter_run(rt, warps);
         loom_runtime_destroy(rt);
         printf("\nbench_obvious: %s\n", failures ? "FAILED" : "ok");
         return failures ? 1 : 0;
@@ -940,8 +980,8 @@ int main(int argc, char **argv)
     printf("bench_obvious on %s\n", loom_runtime_device_name(rt));
     cublas_dl cb;
     bench_cublas_open(&cb);
-    gemm_case(rt, &cb, 4096, 4096, 4096, &cfg, cfg_text, true);
-    gemm_case(rt, &cb, 2048, 2048, 2048, &cfg, cfg_text, true);
+    gemm_case(rt, &cb, 4096, 4096, 4096, NULL, true);
+    gemm_case(rt, &cb, 2048, 2048, 2048, NULL, true);
     row_case(rt, ROW_RMSNORM, 16384, 4096, LOOM_F16, warps, true);
     row_case(rt, ROW_SOFTMAX, 16384, 4096, LOOM_F16, warps, true);
     row_case(rt, ROW_SOFTMAX, 16384, 4096, LOOM_F32, warps, true);

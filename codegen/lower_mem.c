@@ -11,7 +11,8 @@
  * strides and shape proves alignment and a predicate uniform over the vector (an
  * explicit mask too: cg_axis_info must show it constant over each vector); otherwise
  * narrower vectors or single elements.  Never wider than exact: no element a mask or
- * a bound excludes is read or written.
+ * a bound excludes is read or written (a clamped load, clamped_load, reads an element
+ * inside the tensor in its place and selects the fill).
  *
  * One planner serves the three tile ops: a macc describes the access (tensor, offsets,
  * layout, mask, the rows of a gather, the values of a store) and block_access emits it:
@@ -245,7 +246,8 @@ static void unpack_words(L *l, LLVMValueRef *w, int v, int elsize, LLVMValueRef 
 
 /* One predicated global load of `bytes` bytes at addr + imm (imm a constant byte offset,
  * written into the instruction: PTX's [reg+imm] addressing), the fill moved in first;
- * the words come back in w.  (Stores: sb_store.) */
+ * the words come back in w.  A predicate NULL or constant true: a plain load.  (Stores:
+ * sb_store.) */
 static void gaccess(L *l, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LLVMValueRef pred, LLVMValueRef *w,
                     uint64_t fill_word, uint16_t fill16)
 {
@@ -259,9 +261,8 @@ static void gaccess(L *l, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LL
     if (nw > 1)
         snprintf(vec, sizeof vec, ".v%d", nw);
     int p = 0, c = 0;
-    if (!pred)
-        pred = LLVMConstInt(l->t_i1, 1, 0);
-    for (int i = 0; i < nw; i++) {
+    bool always = !pred || (LLVMIsAConstantInt(pred) && LLVMConstIntGetZExtValue(pred)); /* no predicate */
+    for (int i = 0; i < nw && !always; i++) {
         if (bytes == 2)
             p += snprintf(text + p, sizeof text - (size_t)p, "mov.b16 $%d, 0x%04x; ", i, fill16);
         else
@@ -269,14 +270,15 @@ static void gaccess(L *l, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LL
                           (unsigned)(bytes == 8 || bytes == 16 ? (i & 1 ? fill_word >> 32 : fill_word) : fill_word) &
                               0xffffffffu);
     }
-    p += snprintf(text + p, sizeof text - (size_t)p, "@$%d ld.global%s%s.%s %s", nw + 1, nc ? ".nc" : "", vec, ty,
-                  nw > 1 ? "{" : "");
+    if (!always)
+        p += snprintf(text + p, sizeof text - (size_t)p, "@$%d ", nw + 1);
+    p += snprintf(text + p, sizeof text - (size_t)p, "ld.global%s%s.%s %s", nc ? ".nc" : "", vec, ty, nw > 1 ? "{" : "");
     for (int i = 0; i < nw; i++)
         p += snprintf(text + p, sizeof text - (size_t)p, "%s$%d", i ? ", " : "", i);
     snprintf(text + p, sizeof text - (size_t)p, "%s, [$%d%s];", nw > 1 ? "}" : "", nw, disp);
     for (int i = 0; i < nw; i++)
         c += snprintf(cons + c, sizeof cons - (size_t)c, "%s=%s", i ? "," : "", rc);
-    snprintf(cons + c, sizeof cons - (size_t)c, ",l,b");
+    snprintf(cons + c, sizeof cons - (size_t)c, always ? ",l" : ",l,b");
     LLVMTypeRef wt = bytes == 2 ? l->t_i16 : l->t_i32;
     LLVMTypeRef rt = wt;
     if (nw > 1) {
@@ -284,7 +286,7 @@ static void gaccess(L *l, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LL
         rt = LLVMStructTypeInContext(l->C, el, (unsigned)nw, 0);
     }
     LLVMValueRef args[2] = {addr, pred};
-    LLVMValueRef r = lw_asm_call(l, rt, text, cons, args, 2, nc);
+    LLVMValueRef r = lw_asm_call(l, rt, text, cons, args, always ? 1 : 2, nc);
     for (int i = 0; i < nw; i++)
         w[i] = nw > 1 ? LLVMBuildExtractValue(l->B, r, (unsigned)i, "") : r;
 }
@@ -542,6 +544,22 @@ static uint64_t fill_word(uint64_t fb, int es)
     return fb;
 }
 
+/* A load of many vectors from a 1-D tensor of a compile-time size (a bias row or column
+ * in the accumulator's slice layout: 32 vectors a thread at 256 columns) is read without
+ * predicates: each vector's element index clamped into [0, dim - v] (inside the tensor,
+ * aligned as v divides dim and the offset), the fill selected after the load where the
+ * element is out of bounds.  Predicated, ptxas hoists the loads together and needs every
+ * predicate at once, more than its 7 predicate registers: the rest go to general
+ * registers, which spilled the consumers of a split 128 x 256 GEMM with a bias row (36
+ * bytes; none clamped).  A clamped read only ever touches elements of the tensor (never
+ * past it); the values of an excluded element are never used. */
+enum { CLAMP_MIN_VECTORS = 8 };
+static bool clamped_load(const macc *a, int n, int v, bool wide)
+{
+    return !a->store && !a->rows && !a->mask && !wide && a->trank == 1 && a->srank == 1 && !a->arg->dyn[0] &&
+           a->arg->shape.dim[0] >= v && a->arg->shape.dim[0] % v == 0 && n / v >= CLAMP_MIN_VECTORS;
+}
+
 /* Emit a block access (load, store, load_rows); for loads fills out[] (per register). */
 static bool block_access(L *l, macc *a, LLVMValueRef *out)
 {
@@ -572,6 +590,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         return false;
     if (!a->srank && b.upred) /* no tiled dim carries the leading dims' check */
         return CG_BUG(l->cg, "a block access without tiled dims");
+    bool clamped = clamped_load(a, n, v, wide);
     for (int j0 = 0; j0 < n; j0 += v) {
         /* a register of the padding (its coordinate past the tile for every thread: the
          * thread's bits only add to it) is never accessed: a load gives the fill */
@@ -622,13 +641,29 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             }
             sb_store(l, sb, v * es, addr, imm, pred, w);
         } else {
-            gaccess(l, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
+            if (clamped) { /* the element clamped into [0, dim - v], read unpredicated */
+                LLVMValueRef el = LLVMBuildAdd(l->B, a->offs[0],
+                                               LLVMBuildSExt(l->B, lw_coord(l, a->lay, j0, 0), l->t_i64, ""), "");
+                el = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSGT, el, ci64(l, 0), ""), el, ci64(l, 0), "");
+                LLVMValueRef last = ci64(l, a->arg->shape.dim[0] - v);
+                el = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, el, last, ""), el, last, "");
+                LLVMValueRef eoff = LLVMBuildMul(l->B, el, ci64(l, es), "");
+                gaccess(l, nc, v * es, LLVMBuildGEP2(l->B, l->t_i8, a->base, &eoff, 1, ""), 0, NULL, w, fword,
+                        (uint16_t)fb);
+            } else
+                gaccess(l, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
             unpack_words(l, w, v, es, eb);
             if (ir_dtype_is_fp8(dt))
                 lw_fp8_decode(l, dt, eb, v, out + j0); /* a pair to one cvt */
             else
                 for (int e = 0; e < v; e++)
                     out[j0 + e] = from_bits(l, dt, eb[e]);
+            if (clamped && pred) /* past the bounds: the fill, chosen after the load */
+                for (int e = 0; e < v; e++) {
+                    LLVMValueRef f = ir_dtype_is_fp8(dt) ? LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)fb))
+                                                         : from_bits(l, dt, LLVMConstInt(bits_type(l, es), fb, 0));
+                    out[j0 + e] = LLVMBuildSelect(l->B, pred, out[j0 + e], f, "");
+                }
         }
     }
     if (sb)

@@ -117,6 +117,10 @@ static void expect_close(const char *what, const float *got, const float *want, 
 enum { EPI_BIAS_ROW, EPI_BIAS_ROW2D, EPI_SCALE_COL, EPI_RESIDUAL, EPI_BIAS_RELU, EPI_BIAS_F16 };
 enum { WM = 64, WK = 64, WN = 128 };
 
+/* The bias (EPI_BIAS_ROW, EPI_BIAS_F16) has nb elements (WN unless given) and is read at
+ * column boff + n (0 unless given): past its end the load's fill, 0. */
+static int64_t acc_nb = WN, acc_boff = 0;
+
 static loom_kernel *acc_kernel(int64_t M, int epi)
 {
     static const char *names[] = {"bias_row", "bias_row2d", "scale_col", "residual", "bias_relu", "bias_f16"};
@@ -126,8 +130,8 @@ static loom_kernel *acc_kernel(int64_t M, int epi)
     loom_val V = epi == EPI_SCALE_COL    ? loom_arg_tensor(k, "scale", LOOM_F32, LOOM_SHAPE1(M), LOOM_IN)
                  : epi == EPI_RESIDUAL   ? loom_arg_tensor(k, "R", LOOM_F32, LOOM_SHAPE2(M, WN), LOOM_IN)
                  : epi == EPI_BIAS_ROW2D ? loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE2(1, WN), LOOM_IN)
-                 : epi == EPI_BIAS_F16   ? loom_arg_tensor(k, "bias", LOOM_F16, LOOM_SHAPE1(WN), LOOM_IN)
-                                         : loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(WN), LOOM_IN);
+                 : epi == EPI_BIAS_F16   ? loom_arg_tensor(k, "bias", LOOM_F16, LOOM_SHAPE1(acc_nb), LOOM_IN)
+                                         : loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(acc_nb), LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", LOOM_F32, LOOM_SHAPE2(M, WN), LOOM_OUT);
     loom_val as = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(WM, WK), 1, LOOM_SWIZZLE_128);
     loom_val bs = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(WK, WN), 1, LOOM_SWIZZLE_128);
@@ -166,12 +170,12 @@ static loom_kernel *acc_kernel(int64_t M, int epi)
         break;
     }
     case EPI_BIAS_F16: { /* an f16 bias, cast after the broadcast */
-        loom_val b = loom_load(k, V, ((loom_val[]){zero}), LOOM_SHAPE1(WN), LOOM_NONE, 0.0);
+        loom_val b = loom_load(k, V, ((loom_val[]){I32(k, acc_boff)}), LOOM_SHAPE1(WN), LOOM_NONE, 0.0);
         out = loom_add(k, loom_cast(k, loom_broadcast(k, loom_expand_dims(k, b, 0), tile), LOOM_F32), acc);
         break;
     }
     default: { /* bias [BN], expand_dims on axis 0, broadcast, add (then relu) */
-        loom_val b = loom_load(k, V, ((loom_val[]){zero}), LOOM_SHAPE1(WN), LOOM_NONE, 0.0);
+        loom_val b = loom_load(k, V, ((loom_val[]){I32(k, acc_boff)}), LOOM_SHAPE1(WN), LOOM_NONE, 0.0);
         out = loom_add(k, acc, loom_broadcast(k, loom_expand_dims(k, b, 0), tile));
         if (epi == EPI_BIAS_RELU)
             out = loom_max(k, out, loom_splat(k, loom_const_f(k, LOOM_F32, 0), tile));
@@ -183,12 +187,15 @@ static loom_kernel *acc_kernel(int64_t M, int epi)
     return k;
 }
 
-static void acc_check(int epi)
+/* The kernel of epi run on rt (NULL: the interpreter) against the reference. */
+static void acc_run(int epi, loom_runtime *rt)
 {
     const int64_t M = 130; /* three tiles, the last with 2 rows */
     loom_kernel *k = acc_kernel(M, epi);
     cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
-    uint16_t *a = malloc(M * WK * 2), *b = malloc(WK * WN * 2), *v16 = malloc(WN * 2);
+    bool bias = epi == EPI_BIAS_ROW || epi == EPI_BIAS_F16 || epi == EPI_BIAS_RELU;
+    int64_t nb = bias ? acc_nb : WN; /* the bias's elements */
+    uint16_t *a = malloc(M * WK * 2), *b = malloc(WK * WN * 2), *v16 = malloc(nb * 2);
     float *af = malloc(M * WK * 4), *bf = malloc(WK * WN * 4), *v = malloc(M * WN * 4), *c = calloc(M * WN, 4),
           *ref = calloc(M * WN, 4);
     fill(af, M * WK, 1);
@@ -198,21 +205,26 @@ static void acc_check(int epi)
         a[i] = to_f16(af[i], &af[i]);
     for (int64_t i = 0; i < WK * WN; i++)
         b[i] = to_f16(bf[i], &bf[i]);
-    for (int64_t i = 0; i < WN; i++)
+    for (int64_t i = 0; i < nb; i++)
         v16[i] = to_f16(v[i], &v[i]);
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < WN; n++) {
             float s = 0;
             for (int64_t q = 0; q < WK; q++)
                 s += af[m * WK + q] * bf[q * WN + n];
-            float r = epi == EPI_SCALE_COL ? s * v[m] : epi == EPI_RESIDUAL ? s + v[m * WN + n] : s + v[n];
+            float bn = acc_boff + n < nb ? v[acc_boff + n] : 0; /* past the bias: the fill */
+            float r = epi == EPI_SCALE_COL ? s * v[m] : epi == EPI_RESIDUAL ? s + v[m * WN + n] : s + bn;
             ref[m * WN + n] = epi == EPI_BIAS_RELU && r < 0 ? 0 : r;
         }
     int grid[3] = {3, 1, 1};
-    int64_t vbytes = epi == EPI_SCALE_COL ? M * 4 : epi == EPI_RESIDUAL ? M * WN * 4 : epi == EPI_BIAS_F16 ? WN * 2 : WN * 4;
+    int64_t vbytes = epi == EPI_SCALE_COL ? M * 4 : epi == EPI_RESIDUAL ? M * WN * 4 : epi == EPI_BIAS_F16 ? nb * 2 : nb * 4;
     targ args[] = {TA_BUF(a, M * WK * 2), TA_BUF(b, WK * WN * 2), TA_BUF(epi == EPI_BIAS_F16 ? (void *)v16 : v, vbytes),
                    TA_BUF(c, M * WN * 4)};
-    T_RUN_OK(k, grid, args, 4);
+    if (rt) {
+        loom_status st = t_run_on(rt, k, grid, args, 4);
+        cr_assert_eq(st, LOOM_OK, "GPU launch: %s", loom_runtime_error(rt));
+    } else
+        T_RUN_OK(k, grid, args, 4);
     expect_close(loom_kernel_name(k), c, ref, M * WN, 1e-3f);
     /* the PTX's one bar.sync: the mbarrier inits made visible before the tasks start */
     expect_fast(k, 1);
@@ -220,12 +232,34 @@ static void acc_check(int epi)
     loom_kernel_destroy(k);
 }
 
+static void acc_check(int epi) { acc_run(epi, NULL); }
+
 Test(obvious, bias_row_on_the_accumulator) { acc_check(EPI_BIAS_ROW); }
 Test(obvious, bias_row_2d_on_the_accumulator) { acc_check(EPI_BIAS_ROW2D); }
 Test(obvious, per_row_scale_on_the_accumulator) { acc_check(EPI_SCALE_COL); }
 Test(obvious, residual_add_on_the_accumulator) { acc_check(EPI_RESIDUAL); }
 Test(obvious, bias_and_relu_epilogue) { acc_check(EPI_BIAS_RELU); }
 Test(obvious, f16_bias_cast_after_the_broadcast) { acc_check(EPI_BIAS_F16); }
+
+/* A bias row in the accumulator's slice layout is 16 vectors a thread at 128 columns: it
+ * is read unpredicated, each vector's index clamped into the tensor and the fill chosen
+ * after the load (codegen/lower_mem.c, clamped_load).  On the GPU, on the interpreter
+ * too: the whole row inside the bias, its end inside the tile (a multiple of the vector
+ * and an odd one of pairs), the tile starting inside and running past it, and a tile
+ * wholly past it (every column the fill). */
+Test(obvious_gpu, bias_row_read_clamped_at_its_edges)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    static const int64_t cases[][2] = {{WN, 0}, {104, 0}, {98, 0}, {200, 96}, {64, 96}}; /* {elements, first column} */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int e = 0; e < 2; e++) {
+            acc_nb = cases[i][0], acc_boff = cases[i][1];
+            acc_run(e ? EPI_BIAS_F16 : EPI_BIAS_ROW, rt);
+            acc_run(e ? EPI_BIAS_F16 : EPI_BIAS_ROW, NULL);
+        }
+    acc_nb = WN, acc_boff = 0;
+    loom_runtime_destroy(rt);
+}
 
 /* ---------------------------------------------------------------- a pipelined GEMM with a bias */
 

@@ -4,7 +4,8 @@
  *   OP_COVERED(name)   records, before main() runs, that a test covers op `name` of
  *                      dsl/ops.h; tests/test_optable.c fails for any op nobody covers.
  *   t_run()            runs a kernel on the interpreter with host arrays as arguments
- *                      (uploaded before, downloaded after), keeping the runtime's error.
+ *                      (uploaded before, downloaded after), keeping the runtime's error;
+ *                      t_run_on() on a given runtime (the GPU's too).
  *   bit helpers        f32/u32 views and NaN-aware bit-exact comparison.
  *   t_ptxas_ok()       assembles PTX with ptxas -v (found through $PTXAS, the CUDA
  *                      toolkit or PATH) and checks it has no spills.
@@ -192,14 +193,12 @@ typedef struct targ {
 /* The runtime's message after the last t_run ("" if none). */
 static char t_last_error[2048];
 
-/* Run k on the interpreter over `grid` (NULL: one program) with n arguments. */
-static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int n)
+/* Run k on runtime rt over `grid` (NULL: one program) with n arguments. */
+static inline loom_status t_run_on(loom_runtime *rt, loom_kernel *k, const int *grid, targ *args, int n)
 {
     static const int one[3] = {1, 1, 1};
-    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
-    cr_assert(rt, "loom_runtime_create failed");
     loom_buffer *bufs[LOOM_MAX_ARGS] = {0};
-    loom_arg la[LOOM_MAX_ARGS];
+    loom_arg la[LOOM_MAX_ARGS] = {0};
     for (int i = 0; i < n; i++) {
         if (args[i].is_scalar) {
             la[i] = args[i].scalar;
@@ -218,6 +217,15 @@ static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int
         cr_assert_eq(loom_buffer_download(bufs[i], args[i].host, args[i].bytes), LOOM_OK);
         loom_buffer_destroy(bufs[i]);
     }
+    return st;
+}
+
+/* Run k on the interpreter over `grid` (NULL: one program) with n arguments. */
+static inline loom_status t_run(loom_kernel *k, const int *grid, targ *args, int n)
+{
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    cr_assert(rt, "loom_runtime_create failed");
+    loom_status st = t_run_on(rt, k, grid, args, n);
     loom_runtime_destroy(rt);
     return st;
 }
