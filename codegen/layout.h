@@ -22,6 +22,12 @@ static inline const ir_type *vty(cg_ctx *cg, uint32_t v) { return &cg->k->vals[v
 
 static inline bool is_ew(uint16_t kind) { return cg_lay_class[kind] == LAY_EW; }
 
+/* Layout id is a wgmma accumulator's. */
+static inline bool cg_is_mma(const cg_ctx *cg, int32_t id)
+{
+    return id >= 0 && id < (int32_t)sizeof cg->is_mma && cg->is_mma[id];
+}
+
 /* A value whose layout is decided by what it is made of (not recomputable). */
 static inline bool fixed(cg_ctx *cg, uint32_t v)
 {

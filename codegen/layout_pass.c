@@ -57,10 +57,7 @@ const uint8_t cg_lay_class[IR_OP_COUNT] = {
 };
 
 /* Layout id is a wgmma accumulator's. */
-static bool mma_id(const cg_ctx *cg, int32_t id)
-{
-    return id >= 0 && id < (int32_t)sizeof cg->is_mma && cg->is_mma[id];
-}
+static bool mma_id(const cg_ctx *cg, int32_t id) { return cg_is_mma(cg, id); }
 
 /* A layout made from an accumulator's by reductions and expand_dims (a row of it). */
 static bool mma_row(const cg_ctx *cg, int32_t id)

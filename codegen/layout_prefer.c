@@ -153,7 +153,11 @@ static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v,
     bool other = false;
     for (int j = 0; j < op->nopnd; j++) {
         uint32_t x = op->opnd[j];
-        if (j == i || x == v || !fixed(cg, x) || cg->soft[x])
+        if (j == i || x == v || !fixed(cg, x))
+            continue;
+        /* a splat-started loop value decides nothing, unless the loop carried it in a
+         * wgmma accumulator's layout (the f32 accumulator of a promoted FP8 mainloop) */
+        if (cg->soft[x] && !(cg->vlay[x] == r && cg_is_mma(cg, r)))
             continue;
         if (cg->vlay[x] == r)
             return r; /* another operand decided the result's layout */

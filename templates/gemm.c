@@ -65,8 +65,11 @@
  * because it is part of what the caller asks for: the bound (which sees only the shape)
  * follows it, and the tuner never trades it for speed.
  *   C          [M, N] or [batch, M, N]
- *   scale_a, scale_b   with scaled=1 only: f32 scalars, C = scale_a * scale_b * (A @ B),
- *              multiplied into the f32 accumulator before the cast (per-tensor scales)
+ *   scale_a, scale_b   with scaled=1: f32 scalars, C = scale_a * scale_b * (A @ B),
+ *              multiplied into the f32 accumulator before the cast (per-tensor scales);
+ *              with scaled=2: f32 vectors scale_a [M] and scale_b [N], C[m, n] =
+ *              scale_a[m] * scale_b[n] * (A @ B)[m, n] (per-row and per-column scales,
+ *              loaded in the accumulator's slices in the epilogue; batch 1, trans=0)
  *
  * The strides stay those of the built shape: in a batch, product b of A (ashared=0) and
  * of C starts at row b * M_max (the built M), and a launch at a smaller M uses the first
@@ -118,7 +121,8 @@
       "CUTLASS and DeepGEMM do); the bound follows it (docs/checks.md, \"FP8\")")                          \
     X(scaled, scaled, int, 0,                                                                              \
       "1: C = scale_a * scale_b * (A @ B), two f32 scalar arguments after C (per-tensor FP8 scales), "     \
-      "multiplied into the f32 accumulator before the cast")
+      "multiplied into the f32 accumulator before the cast; 2: per-row and per-column scales, f32 "        \
+      "vectors scale_a [M] and scale_b [N] after C, C[m, n] = scale_a[m] scale_b[n] (A @ B)[m, n] (batch 1)")
 #define GEMM_CONFIG(X)                                                                                     \
     X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group; trans=1: a multiple of 8 up to 256)", 64, \
       128, 224, 256)                                                                                       \
@@ -227,7 +231,7 @@ typedef struct gk {
      * with its reciprocal (TAIL_SHIFT fixed point; LOOM_NONE where it is not used) */
     loom_val tm, tiles, tail, tail_inv;
     loom_val A, B;
-    loom_val scale_a, scale_b; /* scaled=1: the f32 scalar arguments (else LOOM_NONE) */
+    loom_val scale_a, scale_b; /* scaled=1: the f32 scalar arguments; 2: the vectors [M], [N] (else LOOM_NONE) */
     loom_ring ring;
     loom_sched sched;
     loom_epilogue epi;
@@ -446,14 +450,26 @@ static loom_mainloop mainloop_of(const gk *g, int bm)
 
 /* After the mainloop of the tile whose uses start at it0: wait for its last wgmma group
  * and give the last slot back; returns the tile (scaled=1: times scale_a * scale_b, in f32)
- * cast to the output type. */
+ * cast to the output type; with scaled=2 the f32 tile, which store_tile scales and casts. */
 static loom_val finish(loom_kernel *k, const gk *g, const loom_mainloop *ml, loom_val acc, loom_val it0)
 {
     acc = loom_mainloop_finish(k, ml, acc, loom_mainloop_last(k, ml, it0));
+    if (g->c->scaled == 2)
+        return acc;
     if (g->scale_a) {
         loom_val s = loom_mul(k, g->scale_a, g->scale_b);
         acc = loom_mul(k, acc, loom_splat(k, s, LOOM_SHAPE2(ml->rows, ml->cols)));
     }
+    return loom_cast(k, acc, g->c->odt);
+}
+
+/* scaled=2's epilogue function: the f32 tile times scale_a at its rows, then scale_b at
+ * its columns (each loaded in the accumulator's slice), cast to the output type. */
+static loom_val row_col_scaled(void *ctx, loom_kernel *k, loom_val acc, const loom_tile_at *t)
+{
+    const gk *g = ctx;
+    acc = loom_mul(k, acc, loom_tile_col_vector(k, t, g->scale_a));
+    acc = loom_mul(k, acc, loom_tile_row_vector(k, t, g->scale_b));
     return loom_cast(k, acc, g->c->odt);
 }
 
@@ -465,7 +481,8 @@ static void store_tile(loom_kernel *k, const gk *g, loom_val out, loom_tile_at t
 {
     t.b = g->batched ? t.b : LOOM_NONE;
     t.batch = g->c->share_a ? g->batch : LOOM_NONE;
-    loom_epilogue_visit(k, &g->epi, NULL, NULL, out, &t, slot, j);
+    bool rc = g->c->scaled == 2; /* the tile's rows and columns: those of its accumulator */
+    loom_epilogue_visit(k, &g->epi, rc ? row_col_scaled : NULL, (void *)g, out, &t, slot, j);
 }
 
 /* Cooperative: one consumer task (its warp groups split every tile by rows). */
@@ -483,7 +500,8 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
         loom_val it0 = u.it;
         loom_mainloop ml = mainloop_of(g, c->bm);
         loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0), it0);
-        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0}, LOOM_NONE, LOOM_NONE);
+        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0, .rows = c->bm, .cols = c->bn}, LOOM_NONE,
+                   LOOM_NONE);
         loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
         units_end(k, g, &u, next);
         loom_epilogue_finish(k, &g->epi);
@@ -514,7 +532,8 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
         loom_val acc = loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0);
         loom_pingpong_mma_end(k, pp);
         loom_val out = finish(k, g, &ml, acc, it0);
-        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0}, rep, LOOM_NONE);
+        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0, .rows = c->bm, .cols = c->bn}, rep,
+                   LOOM_NONE);
         loom_pingpong_tile_end(k, pp);
         loom_val next = loom_add(k, it0, CI(2 * nk)); /* and the other replica's tile */
         units_end(k, g, &u, next);
@@ -554,7 +573,9 @@ static void consumers_split(loom_kernel *k, const gk *g)
         else
             m = loom_add(k, m0, off);
         loom_val j = c->tmastore ? loom_div(k, it0, CI(nk)) : LOOM_NONE; /* the replica's tile count */
-        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m, .n0 = n, .rep = rep}, LOOM_NONE, j);
+        loom_tile_at at = {.b = b, .m0 = m, .n0 = n, .rows = c->trans ? c->bm : half, .cols = c->trans ? 64 : c->bn,
+                           .rep = rep};
+        store_tile(k, g, out, at, LOOM_NONE, j);
         loom_val next = loom_add(k, it0, CI(nk));
         units_end(k, g, &u, next);
     }
@@ -583,9 +604,12 @@ static loom_kernel *gemm_build(const g_cfg *c)
     g.A = loom_arg_tensor_strided(k, "A", c->dt, ash, bat_a ? ast : ast + 1, LOOM_IN);
     g.B = loom_arg_tensor_strided(k, "B", c->dt, bsh, g.batched ? bst : bst + 1, LOOM_IN);
     loom_val C = loom_arg_tensor_strided(k, "C", c->odt, csh, g.batched ? cst : cst + 1, LOOM_OUT);
-    if (c->scaled) { /* after C: an unscaled kernel keeps its arguments */
+    if (c->scaled == 1) { /* after C: an unscaled kernel keeps its arguments */
         g.scale_a = loom_arg_scalar(k, "scale_a", LOOM_F32);
         g.scale_b = loom_arg_scalar(k, "scale_b", LOOM_F32);
+    } else if (c->scaled == 2) { /* a scale a row of A (the launch's M of them) and a column of B */
+        g.scale_a = loom_arg_tensor(k, "scale_a", LOOM_F32, LOOM_SHAPE1(M), LOOM_IN);
+        g.scale_b = loom_arg_tensor(k, "scale_b", LOOM_F32, LOOM_SHAPE1(c->N), LOOM_IN);
     }
 
     bool split = c->consumers == SPLIT;
@@ -677,8 +701,11 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
     bool fp8 = fp8_in(c);
     if (c->dt != LOOM_F16 && c->dt != LOOM_BF16 && !fp8)
         return "dtype must be f16, bf16, e4m3 or e5m2 (the tensor-core inputs)";
-    if (c->scaled != 0 && c->scaled != 1)
-        return "scaled must be 0 or 1 (1: the f32 arguments scale_a and scale_b after C)";
+    if (c->scaled < 0 || c->scaled > 2)
+        return "scaled must be 0, 1 (the f32 scalars scale_a and scale_b after C) or 2 (the f32 vectors scale_a [M] "
+               "and scale_b [N] after C)";
+    if (c->scaled == 2 && (c->batch != 1 || c->trans))
+        return "scaled=2 (a scale a row and a column) takes one product (batch=1) and trans=0";
     if (c->btrans != 0 && c->btrans != 1)
         return "btrans must be 0 (B is [K, N]) or 1 (B is [N, K])";
     if (fp8 && !c->btrans)
@@ -861,7 +888,7 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
     loom_grid_rule_eval(&r, sh, g);
 }
 
-/* The kernel's arguments (scale_a and scale_b with scaled=1 only). */
+/* The kernel's arguments (scale_a and scale_b with scaled=1 or 2 only). */
 enum { ARG_M, ARG_BATCH, ARG_A, ARG_B, ARG_C, ARG_SCALE_A, ARG_SCALE_B };
 
 /* The dims at the shape's values; the inputs fill every element their buffers hold (the
@@ -874,18 +901,20 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     *(int32_t *)host[ARG_BATCH] = (int32_t)nb;
     tpl_fill(host[ARG_A], c.dt, (na - 1) * M * c.lda + (M - 1) * c.lda + c.K, -1, 1, &seed);
     tpl_fill(host[ARG_B], c.dt, (nb - 1) * brows * c.ldb + (brows - 1) * c.ldb + b_cols(&c), -1, 1, &seed);
-    if (c.scaled) { /* scales that are not powers of two: the product and the multiply round */
-        tpl_fill(host[ARG_SCALE_A], LOOM_F32, 1, 0.25, 4, &seed);
-        tpl_fill(host[ARG_SCALE_B], LOOM_F32, 1, 0.25, 4, &seed);
+    if (c.scaled) { /* scales that are not powers of two: the product and the multiplies round */
+        tpl_fill(host[ARG_SCALE_A], LOOM_F32, c.scaled == 2 ? M : 1, 0.25, 4, &seed);
+        tpl_fill(host[ARG_SCALE_B], LOOM_F32, c.scaled == 2 ? c.N : 1, 0.25, 4, &seed);
     }
 }
 
-/* scale_a * scale_b (1 without scaled), as the reference takes it: exact in double. */
-static double scale_of(const g_cfg *c, void *const *host)
+/* The scale of C's element at row m, column j: scale_a * scale_b (scaled=1), scale_a[m] *
+ * scale_b[j] (scaled=2), 1 without scales; as the reference takes it: exact in double. */
+static double scale_of(const g_cfg *c, void *const *host, int64_t m, int64_t j)
 {
     if (!c->scaled)
         return 1;
-    return tpl_get(host[ARG_SCALE_A], LOOM_F32, 0) * tpl_get(host[ARG_SCALE_B], LOOM_F32, 0);
+    bool rc = c->scaled == 2;
+    return tpl_get(host[ARG_SCALE_A], LOOM_F32, rc ? m : 0) * tpl_get(host[ARG_SCALE_B], LOOM_F32, rc ? j : 0);
 }
 
 /* Element (q, j) of B (row q of K, column j of N) of product b, either way it is stored. */
@@ -923,12 +952,11 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
     double *row = malloc((size_t)c.N * sizeof *row);
     if (!row)
         return;
-    double sc = scale_of(&c, host);
     for (int64_t b = 0; b < c.batch; b++)
         for (int64_t m = 0; m < c.M; m++) {
             row_products(&c, host, b, m, row, NULL);
             for (int64_t j = 0; j < c.N; j++)
-                tpl_set(ref[ARG_C], c.odt, b * c.M * c.N + m * c.N + j, sc * row[j]);
+                tpl_set(ref[ARG_C], c.odt, b * c.M * c.N + m * c.N + j, scale_of(&c, host, m, j) * row[j]);
         }
     free(row);
 }
@@ -944,8 +972,9 @@ static double sum_error(const g_cfg *c, double mag)
 }
 
 /* The error of s * acc, acc within err of the sum S (|S| <= mag) and s = scale_a * scale_b
- * exact: the kernel rounds s and then s * acc in f32 (u each), |s| (err + (2u + u^2)(mag +
- * err)). */
+ * exact: the kernel rounds s and then s * acc in f32 (scaled=1), or acc * scale_a and then
+ * that times scale_b (scaled=2): two roundings either way (u each), |s| (err + (2u +
+ * u^2)(mag + err)). */
 static double scaled_error(double s, double mag, double err)
 {
     const double u = 0x1p-23;
@@ -953,12 +982,11 @@ static double scaled_error(double s, double mag, double err)
 }
 
 /* The error model (docs/checks.md): C[b,m,n] sums K exact products in f32 (FP8: in the
- * tensor cores' narrower adds, promoted or not: sum_error), is scaled (scaled=1), then
+ * tensor cores' narrower adds, promoted or not: sum_error), is scaled (scaled=1 or 2), then
  * rounds to odtype once. */
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
     g_cfg c = shape_of(sh);
-    double sc = scale_of(&c, host);
     double *mag = malloc((size_t)c.N * sizeof *mag);
     if (!mag || !bnd[ARG_C])
         goto done;
@@ -969,7 +997,7 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
                 int64_t e = b * c.M * c.N + m * c.N + j;
                 double err = sum_error(&c, mag[j]);
                 if (c.scaled)
-                    err = scaled_error(sc, mag[j], err);
+                    err = scaled_error(scale_of(&c, host, m, j), mag[j], err);
                 bnd[ARG_C][e] = loom_error_bound(c.odt, tpl_get(ref[ARG_C], c.odt, e), err);
             }
         }

@@ -97,6 +97,25 @@ Test(gemm_fp8, promoted_and_scaled_match_the_reference_within_the_bound)
     loom_runtime_destroy(rt);
 }
 
+/* Per-row and per-column scales (scaled=2: scale_a [M] and scale_b [N] in [0.25, 4),
+ * loaded in the accumulator's slices in the epilogue), with and without promotion, at
+ * every config, each element within its bound; and f16 inputs scaled the same way. */
+Test(gemm_fp8, row_and_column_scales_match_the_reference_within_the_bound)
+{
+    static const char *const scaled[] = {
+        "M=70,N=40,K=600,dtype=e4m3,btrans=1,scaled=2",
+        "M=70,N=40,K=600,dtype=e4m3,btrans=1,scaled=2,promote=256,odtype=f32",
+        "M=65,N=72,K=130,dtype=e5m2,btrans=1,odtype=bf16,scaled=2",
+    };
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    for (size_t s = 0; s < sizeof scaled / sizeof *scaled; s++)
+        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
+            check(rt, scaled[s], configs[c], 60 + s);
+    check(rt, "M=70,N=40,K=50,scaled=2,odtype=f32", "BM=64,BN=64,stages=2", 70);
+    check(rt, "M=70,N=136,K=50,dtype=bf16,scaled=2", "BM=128,BN=128,cwarps=8,consumers=2,stages=2", 71);
+    loom_runtime_destroy(rt);
+}
+
 /* btrans=1 is not FP8's alone: f16 and bf16 B given as [N, K], at the f16 BKs. */
 Test(gemm_fp8, btrans_with_f16_and_bf16)
 {
@@ -161,6 +180,8 @@ Test(gemm_fp8, an_element_past_its_promoted_scaled_bound_is_caught)
                           "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3");
     planted_errors_caught("M=33,N=24,K=300,dtype=e5m2,btrans=1,odtype=f32,promote=128",
                           "BM=64,BN=64,BK=64,stages=3,tmastore=0");
+    planted_errors_caught("M=70,N=40,K=600,dtype=e4m3,btrans=1,odtype=f32,scaled=2",
+                          "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3");
 }
 
 /* The bound is the FP8 one: gamma_K with u = 2^-13 of sum |a b|, wider than f16's. */
@@ -270,7 +291,9 @@ Test(gemm_fp8, promote_refusals_name_the_reason)
                    "promote=64 (elements of K) must be a multiple of BK=128");
     expect_refused("M=256,N=256,K=256,promote=128", "", "promote is for FP8 inputs");
     expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,promote=-128", "BK=128", "promote must be 0");
-    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=2", "BK=128", "scaled must be 0 or 1");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=3", "BK=128", "scaled must be 0, 1");
+    expect_refused("M=256,N=256,K=256,batch=2,dtype=e4m3,btrans=1,scaled=2", "BK=128",
+                   "scaled=2 (a scale a row and a column) takes one product (batch=1)");
 }
 
 /* Asked for promotion, the untuned config is one whose accumulators fit: split 128 x 128
@@ -319,6 +342,11 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,scaled=1",
          "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8", "m64n256k32.f32.e4m3.e4m3"},
+        /* per-row and per-column scales, unpromoted and promoted */
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,scaled=2",
+         "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8", "m64n256k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=2",
+         "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
@@ -351,6 +379,14 @@ Test(gemm_fp8_gpu, matches_the_reference_within_the_fp8_bound)
         for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
             check(rt, shapes[s], configs[c], 20 + s);
     check(rt, "M=1000,N=1000,K=1000,dtype=e5m2,btrans=1,odtype=f32", "BK=128", 31);
+    /* per-row and per-column scales: split 128 x 256 (a row of scale_b 32 vectors a thread,
+     * read clamped), promoted split 128 x 128, ping-pong, a ragged M and N */
+    check(rt, "M=1000,N=1032,K=1024,dtype=e4m3,btrans=1,odtype=f32,scaled=2",
+          "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8", 32);
+    check(rt, "M=1000,N=1032,K=1024,dtype=e4m3,btrans=1,odtype=bf16,scaled=2,promote=128",
+          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", 33);
+    check(rt, "M=777,N=520,K=512,dtype=e5m2,btrans=1,odtype=f16,scaled=2", "BM=64,BN=128,cwarps=8,consumers=1,BK=128",
+          34);
     loom_runtime_destroy(rt);
 }
 
