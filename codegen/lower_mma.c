@@ -1,10 +1,13 @@
 /*
  * lower_mma.c -- a dot on the tensor cores: mma.sync.aligned.m16n8k16.row.col.f32 with
  * f16 or bf16 operands, mma.sync.aligned.m16n8k32.row.col.f32 with e4m3 / e5m2 operands
- * (in any mix), for the dots the layout pass put there (cg->dot_mma: operands of those
- * types, M a multiple of 16, N of 8, K of 16 (f16/bf16) or 32 (FP8), sm_80 or later
- * (FP8: sm_89); every other dot runs on SIMT FMA, lower_dot in lower_math.c, and
- * LOOM_EXPLAIN says why).
+ * (in any mix) where the target has it of its own (cg_fp8_mma_native: sm_89, sm_120),
+ * for the dots the layout pass put there (cg->dot_mma: operands of those types, M a
+ * multiple of 16, N of 8, K of 16 (f16/bf16) or 32 (FP8), sm_80 or later (FP8: sm_89);
+ * every other dot runs on SIMT FMA, lower_dot in lower_math.c, and LOOM_EXPLAIN says
+ * why).  On other targets (sm_90, sm_100) an FP8 dot is an f16 dot of the same values:
+ * FP8 values are exact in f16, and the 16-bit path below stages them as f16, a loaded
+ * pair's decode (cvt.rn.f16x2.{e4m3x2,e5m2x2}) as it is (f16_halves).
  *
  * The dot's result is in the mma accumulator's layout (cg_dot_mma_layout): each warp
  * holds some 16x8 tiles of it, four registers a tile (c0..c3), so the accumulators are
@@ -23,10 +26,10 @@
  * ldmatrix.x4 of A gives the m16n8k16 A fragment (16 rows by 16 k); B, [K, N] row-major,
  * is read with ldmatrix.trans.
  *
- * FP8 operands are staged as bytes, both K-major: A [M, K] and B transposed, [N, K].  The
- * m16n8k32 fragments of 8-bit types give a thread four consecutive k a register: A's
- * a0..a3 are row g, k 4t .. 4t+3 of the first 16 k, rows g and g+8 and the two 16-k
- * halves in its four registers; B's b0, b1 column g, k 4t .. 4t+3 of each half (g =
+ * FP8 operands of m16n8k32 are staged as bytes, both K-major: A [M, K] and B transposed,
+ * [N, K].  Its 8-bit fragments give a thread four consecutive k a register: A's a0..a3
+ * are row g, k 4t .. 4t+3 of the first 16 k, rows g and g+8 and the two 16-k halves in
+ * its four registers; B's b0, b1 column g, k 4t .. 4t+3 of each half (g =
  * lane / 4, t = lane % 4).  A non-transposed ldmatrix of an 8x8 matrix of b16 gives lane
  * l the two b16 of row l / 4 at columns 2t, 2t+1: bytes 4t .. 4t+3 of a 16-byte row.  So
  * with both operands K-major the same ldmatrix.x4 (A: rows 0-7 / 8-15 by k 0-15 / 16-31,
@@ -341,9 +344,10 @@ static void lane_addrs(L *l, int32_t rid, const cg_mma_stage *g, bool fp8, LLVMV
                                   LLVMBuildShl(l->B, half, ci32(l, 1), ""), "");
     *aaddr = LLVMBuildAdd(l->B, base, a, "");
     if (fp8) {
-        LLVMValueRef n = LLVMBuildAdd(l->B, LLVMBuildAdd(l->B, wn, LLVMBuildAnd(l->B, lane, ci32(l, 7), ""), ""), half, "");
-        LLVMValueRef kb = LLVMBuildShl(l->B, LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, lane, ci32(l, 3), ""), ci32(l, 1), ""),
-                                       ci32(l, 4), "");
+        LLVMValueRef n = LLVMBuildAdd(l->B, wn, LLVMBuildAnd(l->B, lane, ci32(l, 7), ""), "");
+        n = LLVMBuildAdd(l->B, n, half, "");
+        LLVMValueRef kh = LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, lane, ci32(l, 3), ""), ci32(l, 1), "");
+        LLVMValueRef kb = LLVMBuildShl(l->B, kh, ci32(l, 4), "");
         LLVMValueRef b = LLVMBuildAdd(l->B, LLVMBuildMul(l->B, n, ci32(l, g->brow), ""), kb, "");
         *baddr = LLVMBuildAdd(l->B, base, LLVMBuildAdd(l->B, b, ci32(l, g->boff), ""), "");
         return;

@@ -414,8 +414,8 @@ static bool pass_data(aw *w)
          * "FP8 wgmma"), A an [M, K] tile as loaded, B the trans of a loaded [N, K] tile */
         if (fp8 && !d->b_trans)
             return aw_fail(w, op->src,
-                           "the dot's B is %s, a [K, N] tile as loaded (N-major); FP8 wgmma reads B K-major: store B as "
-                           "[N, K], load its [%lld x %lld] tile and pass loom_trans of it to the dot",
+                           "the dot's B is %s, a [K, N] tile as loaded (N-major); FP8 wgmma reads B K-major: "
+                           "store B as [N, K], load its [%lld x %lld] tile and pass loom_trans of it to the dot",
                            ir_type_str(b, tb, sizeof tb), (long long)b->shape.dim[1], (long long)b->shape.dim[0]);
         if (fp8 && d->a_chan >= 0 && d->a_trans)
             return aw_fail(w, op->src,

@@ -260,7 +260,8 @@ static void fp8_gemm_run_check(loom_runtime *rt, const fp8_case *g, bool ws, boo
         double sum_err = ints ? 0 : rt ? loom_fp8_mma_sum_error(K, mag[i]) : loom_f32_sum_error(K, mag[i]);
         t_verdict_add(&v, i, tpl_get(c, g->odt, i), r, loom_error_bound(g->odt, r, sum_err));
     }
-    cr_expect_eq(v.bad, 0, "%s x %s -> %s, %s%s%s: %lld of %lld elements past the bound; first [%lld] %g, reference %g, "
+    cr_expect_eq(v.bad, 0,
+                 "%s x %s -> %s, %s%s%s: %lld of %lld elements past the bound; first [%lld] %g, reference %g, "
                  "bound %g", loom_dtype_name(g->adt), loom_dtype_name(g->bdt), loom_dtype_name(g->odt),
                  rt ? "GPU" : "interpreter", ws ? ", specialized" : ", as written", ints ? ", integer inputs" : "",
                  (long long)v.bad, (long long)(M * N), (long long)v.first, v.got, v.ref, v.bound);
@@ -269,7 +270,8 @@ static void fp8_gemm_run_check(loom_runtime *rt, const fp8_case *g, bool ws, boo
                 rt ? "GPU" : "interpreter", ints ? ", integer inputs" : "", v.worst);
     if (!ints) { /* the check catches an element just past its bound */
         double r0 = tpl_round(g->odt, ref[7]);
-        double b0 = loom_error_bound(g->odt, r0, rt ? loom_fp8_mma_sum_error(K, mag[7]) : loom_f32_sum_error(K, mag[7]));
+        double e0 = rt ? loom_fp8_mma_sum_error(K, mag[7]) : loom_f32_sum_error(K, mag[7]);
+        double b0 = loom_error_bound(g->odt, r0, e0);
         tpl_set(c, g->odt, 7, t_just_past(g->odt, r0, b0, 1));
         t_verdict p = T_VERDICT_INIT;
         for (int64_t i = 0; i < M * N; i++) {

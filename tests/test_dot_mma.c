@@ -65,8 +65,10 @@ static const dcase cases[] = {
     {"bf16_trans_b", LOOM_BF16, 64, 128, 64, 64, 64, 64, 4, FORM_TRANS, NULL, false},
     {"f16_16x8x16_w4", LOOM_F16, 32, 16, 16, 16, 8, 16, 4, FORM_PLAIN, NULL, false},
     {"f16_48x40x16_padded", LOOM_F16, 48, 80, 32, 48, 40, 16, 4, FORM_PLAIN, NULL, false},
-    {"f16_k24_falls_back", LOOM_F16, 64, 64, 48, 32, 32, 24, 4, FORM_PLAIN, "32x32x24 is not made of m16n8k16 steps", false},
-    {"f16_m24_falls_back", LOOM_F16, 48, 64, 32, 24, 32, 32, 4, FORM_PLAIN, "24x32x32 is not made of m16n8k16 steps", false},
+    {"f16_k24_falls_back", LOOM_F16, 64, 64, 48, 32, 32, 24, 4, FORM_PLAIN, "32x32x24 is not made of m16n8k16 steps",
+     false},
+    {"f16_m24_falls_back", LOOM_F16, 48, 64, 32, 24, 32, 32, 4, FORM_PLAIN, "24x32x32 is not made of m16n8k16 steps",
+     false},
     {"f32_falls_back", LOOM_F32, 64, 64, 32, 32, 32, 16, 4, FORM_PLAIN, "its operands are f32", false},
     /* FP8: mma.sync m16n8k32 */
     {"fp8_e4m3_64x64x64", LOOM_E4M3, 128, 128, 64, 64, 64, 64, 4, FORM_PLAIN, NULL, false},

@@ -445,8 +445,8 @@ Test(fp8, arithmetic_on_fp8_is_refused_naming_the_line)
         }
         cr_expect_eq(loom_verify(k), LOOM_ERR_VERIFY);
         const char *err = loom_kernel_errors(k);
-        cr_expect(strstr(err, "e4m3[16x16]; FP8 values are for loads, stores, casts and loom_dot only: loom_cast to f16 "
-                         "or f32"),
+        cr_expect(strstr(err, "e4m3[16x16]; FP8 values are for loads, stores, casts and loom_dot only: loom_cast "
+                              "to f16 or f32"),
                   "case %d: %s", which, err);
         cr_expect(t_names_line(err, __FILE__, line), "case %d: '%s' does not name line %d", which, err, line);
         loom_kernel_destroy(k);
