@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 
 /* ---------------------------------------------------------------- layouts
@@ -124,7 +125,7 @@ typedef struct cg_cost {
     int barriers;    /* bar.sync each time it runs */
     int copies;      /* task replicas that each hold it (1 outside tasks) */
     const char *why; /* the use in words ("a reduction across warps", ...), or NULL: note */
-    char note[200];  /* the use in words where they depend on the op (a dot's fallback) */
+    char note[256];  /* the use in words where they depend on the op (a dot's fallback) */
 } cg_cost;
 bool cg_cost_add(cg_ctx *cg, const cg_cost *c); /* codegen/smem.c */
 /* codegen/explain.c: the costs in words, one a line ("" when none; malloc'ed, NULL when out
@@ -193,25 +194,47 @@ int32_t cg_mma_layout(cg_ctx *cg, const loom_shape *s);
 /* The layout of a wgmma A operand of shape a in registers, for accumulator layout acc: the
  * accumulator layout of an [M, K] tile (codegen/layout.c says why). */
 int32_t cg_mma_a_layout(cg_ctx *cg, int32_t acc, const loom_shape *a);
-/* Why dot op o cannot run on the tensor cores (mma.sync m16n8k16) over 2^warp_bits warps
- * (in buf), or NULL when it can (layout.c).  The layout pass decides (cg->dot_mma). */
+/* Why dot op o cannot run on the tensor cores (mma.sync m16n8k16 for f16/bf16, m16n8k32
+ * for FP8) over 2^warp_bits warps (in buf), or NULL when it can (layout.c).  The layout
+ * pass decides (cg->dot_mma). */
 const char *cg_dot_mma_unfit(const cg_ctx *cg, const ir_op *op, int warp_bits, char *buf, size_t n);
+/* Has target arch mma.sync m16n8k32 with FP8 operands of its own?  sm_89 and sm_120 on
+ * do; sm_90 and sm_100 take the PTX, but ptxas expands each one into more instructions
+ * (its cubin of one such mma: 40 instructions at sm_90a and sm_100a, 24 at sm_89 and
+ * sm_120a, ptxas 13.0), and small tiles spilled.  There an FP8 dot is an f16 dot of the
+ * same values (FP8 values are exact in f16): lower_mma.c stages A and B as f16. */
+static inline bool cg_fp8_mma_native(const char *arch)
+{
+    int v = atoi(arch + 3);
+    return v == 89 || v >= 120;
+}
 /* The mma.sync accumulator layout of an f32 [M, N] tile over the current task's warps. */
 int32_t cg_dot_mma_layout(cg_ctx *cg, const loom_shape *s);
-/* A dot on the tensor cores stages A [M, K] and B [K, N] in scratch as 16-bit elements,
- * row-major over the padded dims, each row 16 bytes longer than its elements, so that the
- * 8 rows of 16 bytes one ldmatrix reads fall in distinct banks: A's rows from 0, B's from
- * boff.  The plan (smem.c) and the lowering (lower_mma.c) both take it from here. */
+/* A dot on the tensor cores stages A [M, K] and B [K, N] in scratch, row-major over the
+ * padded dims, each row 16 bytes longer than its elements, so that the 8 rows of 16 bytes
+ * one ldmatrix reads fall in distinct banks: A's rows from 0, B's from boff.  16-bit
+ * operands (f16, bf16, and FP8 as f16 where the target has no FP8 mma.sync) as
+ * 16-bit elements: A [M, K], B [K, N] (brow bytes a k row).  fp8 (FP8 operands of the
+ * m16n8k32 mma) as bytes, both K-major, as its 8-bit fragments want them: A [M, K], B
+ * transposed, [N, K] (brow bytes an n row).  The plan (smem.c) and the lowering
+ * (lower_mma.c) both take it from here. */
 typedef struct cg_mma_stage {
     int64_t arow, brow, boff, bytes;
 } cg_mma_stage;
-static inline cg_mma_stage cg_mma_stage_of(const loom_shape *a, const loom_shape *b)
+static inline cg_mma_stage cg_mma_stage_of(const loom_shape *a, const loom_shape *b, bool fp8)
 {
     int64_t pm = INT64_C(1) << cg_lg(a->dim[0]), pk = INT64_C(1) << cg_lg(a->dim[1]);
     int64_t pn = INT64_C(1) << cg_lg(b->dim[1]);
-    cg_mma_stage s = {.arow = 2 * pk + 16, .brow = 2 * pn + 16};
-    s.boff = pm * s.arow;
-    s.bytes = s.boff + pk * s.brow;
+    cg_mma_stage s;
+    if (fp8) {
+        s = (cg_mma_stage){.arow = pk + 16, .brow = pk + 16};
+        s.boff = pm * s.arow;
+        s.bytes = s.boff + pn * s.brow;
+    } else {
+        s = (cg_mma_stage){.arow = 2 * pk + 16, .brow = 2 * pn + 16};
+        s.boff = pm * s.arow;
+        s.bytes = s.boff + pk * s.brow;
+    }
     return s;
 }
 bool cg_needs_convert(cg_ctx *cg, uint32_t v, int32_t want);

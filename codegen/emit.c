@@ -4,7 +4,8 @@
  * LLVM's NVPTX target is initialized once per process (pthread_once).  Each compile
  * makes its own target machine (CPU = the arch, e.g. sm_90a; features pick the PTX ISA
  * version: +ptx80 for sm_90/sm_90a, which Hopper needs, +ptx81 for a kernel with
- * smem_store_cluster, whose st.async came in 8.1, +ptx78 otherwise), runs a short
+ * smem_store_cluster, whose st.async came in 8.1, +ptx84 for one with an FP8 dot on
+ * mma.sync, +ptx78 otherwise), runs a short
  * pass pipeline over the module, and asks the target machine for assembly, which for
  * NVPTX is the PTX text.
  *
@@ -84,11 +85,25 @@ loom_status cg_emit_init(cg_ctx *cg)
     return LOOM_OK;
 }
 
+/* Does the kernel have a dot on mma.sync m16n8k32 .e4m3 / .e5m2 (PTX ISA 8.4; on targets
+ * without it of their own, cg_fp8_mma_native, FP8 dots are f16 mmas)? */
+static bool fp8_mma_sync(const cg_ctx *cg)
+{
+    for (uint32_t o = 1; cg->dot_mma && o < cg->k->nops; o++)
+        if (cg->dot_mma[o] && cg->k->ops[o].kind == IR_DOT && cg_fp8_mma_native(cg->arch) &&
+            ir_dtype_is_fp8((loom_dtype)cg->k->vals[cg->k->ops[o].opnd[0]].type.dtype))
+            return true;
+    return false;
+}
+
 /* The PTX ISA version: 8.0 for Hopper, 8.1 where the kernel stores into its cluster's
- * shared memory (st.async is 8.1's), 7.8 otherwise. */
+ * shared memory (st.async is 8.1's), 7.8 otherwise; 8.4 where a dot runs on FP8 mma.sync
+ * (m16n8k32 with .e4m3 / .e5m2 came in 8.4). */
 static const char *ptx_features(const cg_ctx *cg)
 {
     const char *arch = cg->arch;
+    if (fp8_mma_sync(cg))
+        return "+ptx84";
     if (!strncmp(arch, "sm_9", 4) || !strncmp(arch, "sm_10", 5) || !strncmp(arch, "sm_12", 5))
         return ir_uses_op(cg->k, IR_SMEM_STORE_CLUSTER) ? "+ptx81" : "+ptx80";
     return "+ptx78";

@@ -435,12 +435,18 @@ const char *cg_dot_mma_unfit(const cg_ctx *cg, const ir_op *op, int warp_bits, c
 {
     const ir_type *a = &cg->k->vals[op->opnd[0]].type, *b = &cg->k->vals[op->opnd[1]].type;
     long long M = a->shape.dim[0], K = a->shape.dim[1], N = b->shape.dim[1];
-    if (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16)
-        snprintf(buf, n, "its operands are %s; the tensor cores take f16 and bf16",
+    bool fp8 = ir_dtype_is_fp8((loom_dtype)a->dtype);
+    if (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16 && !fp8)
+        snprintf(buf, n, "its operands are %s; the tensor cores take f16, bf16, e4m3 and e5m2",
                  loom_dtype_name((loom_dtype)a->dtype));
-    else if (atoi(cg->arch + 3) < 80)
+    else if (!fp8 && atoi(cg->arch + 3) < 80)
         snprintf(buf, n, "the target %s is older than sm_80 (mma.sync m16n8k16 in f16 and bf16)", cg->arch);
-    else if (M % 16 || N % 8 || K % 16)
+    else if (fp8 && atoi(cg->arch + 3) < 89)
+        snprintf(buf, n, "the target %s is older than sm_89 (mma.sync m16n8k32 in e4m3 and e5m2)", cg->arch);
+    else if (fp8 && cg_fp8_mma_native(cg->arch) && (M % 16 || N % 8 || K % 32))
+        snprintf(buf, n, "M x N x K = %lldx%lldx%lld is not made of m16n8k32 steps (M multiple of 16, N of 8, K of 32)",
+                 M, N, K);
+    else if (M % 16 || N % 8 || K % 16) /* FP8 where the target has no FP8 mma.sync: an f16 dot */
         snprintf(buf, n, "M x N x K = %lldx%lldx%lld is not made of m16n8k16 steps (M and K multiples of 16, N of 8)",
                  M, N, K);
     else if (dot_mma_regbits(M, N, warp_bits) > 10)

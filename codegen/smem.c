@@ -90,9 +90,21 @@ static size_t dot_use(cg_ctx *cg, uint32_t o)
     cg_cost c = {.kind = LOOM_COST_SCRATCH, .op = o, .opnd = -1, .from = -1, .to = -1, .barriers = 2,
                  .copies = cg->plan_copies};
     if (cg->dot_mma[o]) {
-        c.bytes = up16((size_t)cg_mma_stage_of(a, b).bytes);
-        snprintf(c.note, sizeof c.note, "a dot on the tensor cores (mma.sync m16n8k16): A and B staged as %s",
-                 loom_dtype_name((loom_dtype)k->vals[op->opnd[0]].type.dtype));
+        loom_dtype adt = (loom_dtype)k->vals[op->opnd[0]].type.dtype, bdt = (loom_dtype)k->vals[op->opnd[1]].type.dtype;
+        bool fp8 = ir_dtype_is_fp8(adt), native = fp8 && cg_fp8_mma_native(cg->arch);
+        c.bytes = up16((size_t)cg_mma_stage_of(a, b, native).bytes);
+        if (native)
+            snprintf(c.note, sizeof c.note,
+                     "a dot on the tensor cores (mma.sync m16n8k32): A staged as %s, B as %s, transposed (K-major)",
+                     loom_dtype_name(adt), loom_dtype_name(bdt));
+        else if (fp8)
+            snprintf(c.note, sizeof c.note,
+                     "a dot on the tensor cores (mma.sync m16n8k16 in f16: %s has no FP8 mma.sync of its own): A and "
+                     "B staged as f16, from %s and %s (exact)",
+                     cg->arch, loom_dtype_name(adt), loom_dtype_name(bdt));
+        else
+            snprintf(c.note, sizeof c.note, "a dot on the tensor cores (mma.sync m16n8k16): A and B staged as %s",
+                     loom_dtype_name(adt));
     } else {
         size_t pm = (size_t)1 << cg_lg(a->dim[0]), pk = (size_t)1 << cg_lg(a->dim[1]),
                pn = (size_t)1 << cg_lg(b->dim[1]);

@@ -108,15 +108,15 @@ static bool same_dtype(rule_ctx *c, int from, int to)
     return true;
 }
 
-/* FP8 values are storage: loads, stores, casts and moves take them; arithmetic does not
- * (docs/dsl.md, "FP8"). */
+/* FP8 values are storage: loads, stores, casts and moves take them, and loom_dot (the
+ * tensor cores multiply them); other arithmetic does not (docs/dsl.md, "FP8"). */
 static bool no_fp8(rule_ctx *c, int from, int to)
 {
     char b[64];
     for (int i = from; i < to; i++)
         if (ir_dtype_is_fp8((loom_dtype)T(c, i)->dtype))
-            FAIL("operand %d is %s; FP8 values are for loads, stores and casts only: loom_cast to f16 or f32 "
-                 "first (and back to FP8 to store)",
+            FAIL("operand %d is %s; FP8 values are for loads, stores, casts and loom_dot only: loom_cast to f16 "
+                 "or f32 first (and back to FP8 to store)",
                  i, ts(T(c, i), b));
     return true;
 }
@@ -366,14 +366,16 @@ static bool rule_reduce(rule_ctx *c)
 static bool rule_dot(rule_ctx *c)
 {
     char b1[64], b2[64], b3[64];
-    if (!want_nopnd(c, 3) || !want_tiles(c, 0, 3) || !no_fp8(c, 0, 3))
+    if (!want_nopnd(c, 3) || !want_tiles(c, 0, 3))
         return false;
     const ir_type *a = T(c, 0), *bb = T(c, 1), *acc = T(c, 2);
     if (a->shape.rank != 2 || bb->shape.rank != 2 || acc->shape.rank != 2)
         FAIL("dot takes 2-D tiles: a is %s, b is %s, acc is %s", ts(a, b1), ts(bb, b2), ts(acc, b3));
-    if (a->dtype != bb->dtype || !ir_dtype_is_float((loom_dtype)a->dtype))
-        FAIL("a is %s and b is %s; they must be the same float type (f16, bf16, f32)", ts(a, b1),
-             ts(bb, b2));
+    bool fp8 = ir_dtype_is_fp8((loom_dtype)a->dtype) && ir_dtype_is_fp8((loom_dtype)bb->dtype);
+    if ((a->dtype != bb->dtype && !fp8) || !ir_dtype_is_float((loom_dtype)a->dtype))
+        FAIL("a is %s and b is %s; they must be the same float type (f16, bf16, f32) or both FP8 (e4m3, e5m2, "
+             "in any mix)",
+             ts(a, b1), ts(bb, b2));
     if (acc->dtype != LOOM_F32)
         FAIL("the accumulator is %s; it must be f32", ts(acc, b3));
     if (a->shape.dim[1] != bb->shape.dim[0])

@@ -6,9 +6,10 @@
  *
  *     acc = splat(0)
  *     for kk in lo..hi step s:          the loop (top level, carrying acc)
- *         a = load(A, offsets(kk))      tiles of tensor arguments, f16 / bf16
+ *         a = load(A, offsets(kk))      tiles of tensor arguments, f16 / bf16 / FP8
  *         b = load(B, offsets(kk))
- *         acc = dot(a, b, acc)          (or trans(b), several dots, math between them)
+ *         acc = dot(a, b, acc)          (or trans(b), several dots, math between them;
+ *                                        FP8: B must be trans of an [N, K] tile, K-major)
  *     epilogue(acc)                     bias, activation, a gather by index, cast, store
  *
  * becomes, through five passes (each printed by LOOM_DUMP_AFTER=<name>):
@@ -19,7 +20,8 @@
  *                by the producer too; everything else is the consumers'.
  *   ws-data      data partition: each dot's accumulator [M, N] is split by rows over the
  *                consumer warp groups (M / groups a multiple of 64, wgmma's rows a warp
- *                group); N and K must be wgmma's (N a multiple of 8 up to 256, K of 16).
+ *                group); N and K must be wgmma's (N a multiple of 8 up to 256, K of 16,
+ *                FP8: 32, both operands K-major).
  *   ws-channels  code partition: the channels become tiles of one ring of shared-memory
  *                slots (pipeline layer, include/loom_pipe.h) with its full/empty
  *                barriers, each tile swizzled by its row's bytes; its tensor must suit TMA.
@@ -237,7 +239,7 @@ static bool slice(aw *w, uint32_t v, uint32_t why)
 }
 
 /* The outer channel: a dot's A from a tile loaded at the top level before the loop (a
- * 2-D f16/bf16 tile, unmasked, fill 0) that only dots' A operands read.  The producer
+ * 2-D f16/bf16/FP8 tile, unmasked, fill 0) that only dots' A operands read.  The producer
  * loads it once a program into a ring of its own, so the consumers' wgmma reads it from
  * shared memory as the template's Q is (in registers, the instructions that keep it
  * there make ptxas serialize the wgmmas of a pipelined step).  false only on an error. */
@@ -255,7 +257,7 @@ static bool outer_channel(aw *w)
         const ir_type *t = &k->vals[op->res[0]].type;
         int rank = k->vals[op->opnd[0]].type.shape.rank;
         if (op->nopnd != 1 + rank || op->fattr != 0.0 || t->shape.rank != 2 ||
-            (t->dtype != LOOM_F16 && t->dtype != LOOM_BF16))
+            (t->dtype != LOOM_F16 && t->dtype != LOOM_BF16 && !ir_dtype_is_fp8((loom_dtype)t->dtype)))
             continue;
         bool dots_only = true;
         for (uint32_t o = 1; o < k->nops && dots_only; o++) {
@@ -398,14 +400,30 @@ static bool pass_data(aw *w)
     for (int i = 0; i < w->ndot; i++) {
         aw_dot *d = &w->dot[i];
         ir_op *op = aw_op(w, d->op);
-        ir_type *a = &k->vals[op->opnd[0]].type, *acc = &k->vals[op->opnd[2]].type;
-        if (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16)
-            return aw_fail(w, op->src, "the dot's operands are %s: the tensor cores take f16 or bf16 here (an f32 dot "
-                                    "stays on FMA: drop loom_kernel_set_autows)",
+        ir_type *a = &k->vals[op->opnd[0]].type, *b = &k->vals[op->opnd[1]].type, *acc = &k->vals[op->opnd[2]].type;
+        bool fp8 = ir_dtype_is_fp8((loom_dtype)a->dtype);
+        if (a->dtype != LOOM_F16 && a->dtype != LOOM_BF16 && !fp8)
+            return aw_fail(w, op->src, "the dot's operands are %s: the tensor cores take f16, bf16, e4m3 or e5m2 here "
+                                    "(an f32 dot stays on FMA: drop loom_kernel_set_autows)",
                            loom_dtype_name((loom_dtype)a->dtype));
         d->m = acc->shape.dim[0];
         d->n = acc->shape.dim[1];
         d->kk = a->shape.dim[1];
+        char tb[64];
+        /* FP8 wgmma has no transpose: A and B both K-major in shared memory (docs/dsl.md,
+         * "FP8 wgmma"), A an [M, K] tile as loaded, B the trans of a loaded [N, K] tile */
+        if (fp8 && !d->b_trans)
+            return aw_fail(w, op->src,
+                           "the dot's B is %s, a [K, N] tile as loaded (N-major); FP8 wgmma reads B K-major: "
+                           "store B as [N, K], load its [%lld x %lld] tile and pass loom_trans of it to the dot",
+                           ir_type_str(b, tb, sizeof tb), (long long)b->shape.dim[1], (long long)b->shape.dim[0]);
+        if (fp8 && d->a_chan >= 0 && d->a_trans)
+            return aw_fail(w, op->src,
+                           "the dot's A is the trans of a loaded [K, M] tile (M-major); FP8 wgmma reads A K-major: "
+                           "store A as [M, K] and pass its loaded [%lld x %lld] tile as it is",
+                           (long long)a->shape.dim[0], (long long)a->shape.dim[1]);
+        if (fp8 && d->kk % 32)
+            return aw_fail(w, op->src, "the dot's k is %lld: FP8 wgmma takes a multiple of 32", (long long)d->kk);
         int parts = w->pingpong ? 1 : w->groups; /* ping-pong: each group whole programs */
         int64_t per = d->m / parts;
         if (d->m % parts || per % 64)

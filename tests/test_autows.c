@@ -195,6 +195,136 @@ Test(autows, specialized_kernels_compile_clean)
     }
 }
 
+/* ---------------------------------------------------------------- FP8 GEMM */
+
+/* The plain FP8 GEMM (plain_gemm_fp8: A [M, K], B stored [N, K] and dotted as the trans of
+ * its tile) in dtypes adt x bdt -> odt.  Its reference is the exact sum in double.  The
+ * interpreter sums the exact products in f32 (the gemm model, t_gemm_check); the GPU's FP8
+ * wgmma adds with fewer bits (docs/checks.md, "FP8": loom_fp8_mma_sum_error, then the
+ * output's rounding).  With ints the inputs are integers in [-2, 2]: every partial sum is
+ * a small integer, exact in any order and precision of adds, so the result must be the
+ * exact sum rounded once to odt (bound: the rounding alone). */
+typedef struct fp8_case {
+    int64_t Mmax, M, N, K;
+    loom_dtype adt, bdt, odt;
+    plain_cfg c;
+} fp8_case;
+
+static void fp8_gemm_run_check(loom_runtime *rt, const fp8_case *g, bool ws, bool ints)
+{
+    int64_t M = g->M, N = g->N, K = g->K;
+    size_t os = loom_dtype_size(g->odt);
+    void *a = malloc(M * K), *b = malloc(N * K), *c = malloc(g->Mmax * N * os);
+    double *ref = malloc(M * N * sizeof *ref), *mag = malloc(M * N * sizeof *mag);
+    fill(a, g->adt, M * K, 11, ints ? -2.5 : -1, ints ? 2.5 : 1);
+    fill(b, g->bdt, N * K, 12, ints ? -2.5 : -1, ints ? 2.5 : 1);
+    if (ints) /* whole numbers (the fill rounds to the type: -2.5 .. 2.5 to the nearest of its values) */
+        for (int64_t i = 0; i < M * K || i < N * K; i++) {
+            if (i < M * K)
+                tpl_set(a, g->adt, i, nearbyint(tpl_get(a, g->adt, i)));
+            if (i < N * K)
+                tpl_set(b, g->bdt, i, nearbyint(tpl_get(b, g->bdt, i)));
+        }
+    memset(c, 0xff, g->Mmax * N * os); /* NaN until written */
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double sum = 0, mg = 0;
+            for (int64_t x = 0; x < K; x++) {
+                double p = tpl_get(a, g->adt, m * K + x) * tpl_get(b, g->bdt, n * K + x);
+                sum += p, mg += fabs(p);
+            }
+            ref[m * N + n] = sum, mag[m * N + n] = mg;
+        }
+    loom_kernel *k = plain_gemm_fp8(g->Mmax, N, K, g->adt, g->bdt, g->odt, &g->c);
+    int grid[3];
+    grid[0] = (int)(((M + g->c.bm - 1) / g->c.bm) * ((N + g->c.bn - 1) / g->c.bn)), grid[1] = grid[2] = 1;
+    if (rt) {
+        loom_buffer *ba = loom_buffer_create(rt, M * K), *bb = loom_buffer_create(rt, N * K),
+                    *bc = loom_buffer_create(rt, g->Mmax * N * os);
+        loom_buffer_upload(ba, a, M * K);
+        loom_buffer_upload(bb, b, N * K);
+        loom_buffer_upload(bc, c, g->Mmax * N * os);
+        loom_arg args[4] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_BUF(ba), LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bc)};
+        loom_status st = loom_launch(rt, k, grid, args, 4);
+        cr_assert_eq(st, LOOM_OK, "%s", loom_runtime_error(rt));
+        cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
+        loom_buffer_download(bc, c, g->Mmax * N * os);
+        loom_buffer_destroy(ba), loom_buffer_destroy(bb), loom_buffer_destroy(bc);
+    } else {
+        targ args[4] = {TA_I32((int32_t)M), TA_BUF(a, M * K), TA_BUF(b, N * K), TA_BUF(c, g->Mmax * N * os)};
+        run_interp(k, ws, grid, 3, args, 4);
+    }
+    t_verdict v = T_VERDICT_INIT;
+    for (int64_t i = 0; i < M * N; i++) {
+        double r = tpl_round(g->odt, ref[i]);
+        double sum_err = ints ? 0 : rt ? loom_fp8_mma_sum_error(K, mag[i]) : loom_f32_sum_error(K, mag[i]);
+        t_verdict_add(&v, i, tpl_get(c, g->odt, i), r, loom_error_bound(g->odt, r, sum_err));
+    }
+    cr_expect_eq(v.bad, 0,
+                 "%s x %s -> %s, %s%s%s: %lld of %lld elements past the bound; first [%lld] %g, reference %g, "
+                 "bound %g", loom_dtype_name(g->adt), loom_dtype_name(g->bdt), loom_dtype_name(g->odt),
+                 rt ? "GPU" : "interpreter", ws ? ", specialized" : ", as written", ints ? ", integer inputs" : "",
+                 (long long)v.bad, (long long)(M * N), (long long)v.first, v.got, v.ref, v.bound);
+    cr_log_info("FP8 GEMM %s x %s -> %s %lldx%lldx%lld (%s%s): worst error / bound %.3g", loom_dtype_name(g->adt),
+                loom_dtype_name(g->bdt), loom_dtype_name(g->odt), (long long)M, (long long)N, (long long)K,
+                rt ? "GPU" : "interpreter", ints ? ", integer inputs" : "", v.worst);
+    if (!ints) { /* the check catches an element just past its bound */
+        double r0 = tpl_round(g->odt, ref[7]);
+        double e0 = rt ? loom_fp8_mma_sum_error(K, mag[7]) : loom_f32_sum_error(K, mag[7]);
+        double b0 = loom_error_bound(g->odt, r0, e0);
+        tpl_set(c, g->odt, 7, t_just_past(g->odt, r0, b0, 1));
+        t_verdict p = T_VERDICT_INIT;
+        for (int64_t i = 0; i < M * N; i++) {
+            double r = tpl_round(g->odt, ref[i]);
+            double sum_err = rt ? loom_fp8_mma_sum_error(K, mag[i]) : loom_f32_sum_error(K, mag[i]);
+            t_verdict_add(&p, i, tpl_get(c, g->odt, i), r, loom_error_bound(g->odt, r, sum_err));
+        }
+        cr_expect_eq(p.bad, v.bad + 1, "a planted error is caught");
+    }
+    loom_kernel_destroy(k);
+    free(a), free(b), free(c), free(ref), free(mag);
+}
+
+static const fp8_case fp8_small[] = {
+    /* e4m3 into f32, one consumer group, M below the built one and not a tile multiple */
+    {256, 200, 256, 256, LOOM_E4M3, LOOM_E4M3, LOOM_F32, {64, 128, 128, 1, 2, 0, 0}},
+    /* e4m3 x e5m2 into bf16, two groups sharing 128 rows, 64-wide k steps (64-byte swizzle) */
+    {256, 256, 256, 192, LOOM_E4M3, LOOM_E5M2, LOOM_BF16, {128, 64, 64, 2, 3, 2, 0}},
+    /* e5m2 x e4m3 into f16, ping-pong, 32-wide k steps (32-byte swizzle) */
+    {256, 250, 128, 128, LOOM_E5M2, LOOM_E4M3, LOOM_F16, {64, 128, 32, 2, 2, 0, 1}},
+};
+
+Test(autows, fp8_gemm_as_written_and_specialized_on_the_interpreter, .timeout = 240)
+{
+    for (size_t i = 0; i < sizeof fp8_small / sizeof *fp8_small; i++) {
+        fp8_gemm_run_check(NULL, &fp8_small[i], false, false);
+        fp8_gemm_run_check(NULL, &fp8_small[i], true, false);
+    }
+    fp8_gemm_run_check(NULL, &fp8_small[0], true, true);
+}
+
+/* The specialized FP8 GEMM: FP8 wgmma (k32, both operands' descriptors K-major), no
+ * spills; B as the trans of its [N, K] slot, so no transpose bit. */
+Test(autows, fp8_gemm_compiles_to_fp8_wgmma)
+{
+    plain_cfg c1 = {128, 256, 128, 2, 3, 8, 0}, c2 = {128, 128, 128, 2, 4, 8, 0}, c3 = {64, 256, 128, 2, 4, 8, 1};
+    loom_kernel *ks[] = {plain_gemm_fp8(4096, 4096, 4096, LOOM_E4M3, LOOM_E4M3, LOOM_BF16, &c1),
+                         plain_gemm_fp8(4096, 4096, 4096, LOOM_E4M3, LOOM_E5M2, LOOM_F32, &c2),
+                         plain_gemm_fp8(4096, 4096, 4096, LOOM_E5M2, LOOM_E5M2, LOOM_F16, &c3)};
+    const char *insn[] = {"wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3",
+                          "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2",
+                          "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2"};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        compiles_clean(ks[i]);
+        char *ptx = NULL, err[4096];
+        cr_assert_eq(loom_compile_ptx(ks[i], "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
+        cr_expect(strstr(ptx, insn[i]), "%zu: no %s", i, insn[i]);
+        cr_expect(!strstr(ptx, "mma.sync"), "%zu: the loop's dot is on wgmma", i);
+        free(ptx);
+        loom_kernel_destroy(ks[i]);
+    }
+}
+
 /* The staged epilogue: the plain store becomes one TMA store where the staging tile fits
  * beside the ring; where it does not, the store stays in registers and the dump says why. */
 static void compile_dump(void *arg)
@@ -475,6 +605,27 @@ Test(autows_gpu, plain_kernels_specialized_match_their_references, .timeout = 30
     loom_runtime_destroy(rt);
 }
 
+/* The plain FP8 GEMM specialized (FP8 wgmma): random inputs by the FP8 bound, integer
+ * inputs exactly (K = 1024 and 4096, where the FP8 bound says little or nothing). */
+Test(autows_gpu, fp8_gemm_specialized_matches_the_exact_sum, .timeout = 300)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    if (!rt)
+        return;
+    fp8_case g[] = {
+        {2048, 1999, 1024, 512, LOOM_E4M3, LOOM_E4M3, LOOM_F32, {128, 256, 128, 2, 3, 8, 0}},
+        {1024, 1000, 768, 1024, LOOM_E4M3, LOOM_E5M2, LOOM_BF16, {128, 128, 128, 2, 4, 4, 0}},
+        {1024, 1024, 512, 4096, LOOM_E5M2, LOOM_E4M3, LOOM_F32, {64, 256, 128, 2, 4, 8, 1}},
+        {512, 500, 256, 256, LOOM_E4M3, LOOM_E4M3, LOOM_F16, {64, 128, 64, 1, 4, 0, 0}},
+    };
+    for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+        if (g[i].K <= 1024)
+            fp8_gemm_run_check(rt, &g[i], true, false);
+        fp8_gemm_run_check(rt, &g[i], true, true);
+    }
+    loom_runtime_destroy(rt);
+}
+
 /* ---------------------------------------------------------------- docs/dsl.md's example */
 
 /* docs/dsl.md, "Two levels": the plain GEMM there, line for line. */
@@ -524,11 +675,11 @@ static void refused(loom_kernel *k, int line, const char *what)
 }
 
 /* A one-tile GEMM loop with a choice of mistakes. */
-enum { BAD_NONE, BAD_MASK, BAD_F32, BAD_B_REG, BAD_EXTRA_USE, BAD_NO_LOOP };
+enum { BAD_NONE, BAD_MASK, BAD_F32, BAD_B_REG, BAD_EXTRA_USE, BAD_NO_LOOP, BAD_FP8_B_KN };
 
 static loom_kernel *bad_gemm(int bad, int *line)
 {
-    loom_dtype dt = bad == BAD_F32 ? LOOM_F32 : LOOM_F16;
+    loom_dtype dt = bad == BAD_F32 ? LOOM_F32 : bad == BAD_FP8_B_KN ? LOOM_E4M3 : LOOM_F16;
     loom_kernel *k = loom_kernel_create("bad", 4);
     loom_val A = loom_arg_tensor(k, "A", dt, LOOM_SHAPE2(128, 128), LOOM_IN);
     loom_val B = loom_arg_tensor(k, "B", dt, LOOM_SHAPE2(128, 128), LOOM_IN);
@@ -553,7 +704,7 @@ static loom_kernel *bad_gemm(int bad, int *line)
             *line = __LINE__ + 1;
             loom_store(k, C, ((loom_val[]){z, z}), loom_cast(k, a, LOOM_F32), LOOM_NONE);
         }
-        if (bad == BAD_F32 || bad == BAD_B_REG)
+        if (bad == BAD_F32 || bad == BAD_B_REG || bad == BAD_FP8_B_KN)
             *line = __LINE__ + 1;
         acc = loom_dot(k, a, b, loom_for_arg(k, l, 0));
         loom_for_end(k, l, 1, &acc);
@@ -571,13 +722,16 @@ Test(autows, refusals_name_the_line_and_the_reason)
     loom_kernel *k = bad_gemm(BAD_MASK, &line);
     refused(k, line, "this load has a mask");
     k = bad_gemm(BAD_F32, &line);
-    refused(k, line, "the tensor cores take f16 or bf16");
+    refused(k, line, "the tensor cores take f16, bf16, e4m3 or e5m2");
     k = bad_gemm(BAD_B_REG, &line);
     refused(k, line, "the dot's B operand is not a tile loaded in the loop");
     k = bad_gemm(BAD_EXTRA_USE, &line);
     refused(k, line, "can only be read by dots");
     k = bad_gemm(BAD_NO_LOOP, &line);
     refused(k, line, "not directly in a loop");
+    k = bad_gemm(BAD_FP8_B_KN, &line);
+    refused(k, line, "the dot's B is e4m3[64x128], a [K, N] tile as loaded (N-major); FP8 wgmma reads B K-major: "
+                     "store B as [N, K], load its [128 x 64] tile and pass loom_trans of it to the dot");
     /* the good one compiles */
     k = bad_gemm(BAD_NONE, &line);
     char *ptx = NULL, err[2048];

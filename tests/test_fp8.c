@@ -385,6 +385,47 @@ Test(fp8, tensor_arguments_print_their_dtype)
 
 /* ---------------------------------------------------------------- refusals */
 
+/* loom_dot takes FP8 operands, e4m3 and e5m2 in any mix, into an f32 accumulator; FP8 with
+ * another type, or an FP8 accumulator, is refused at the dot's line. */
+Test(fp8, dot_takes_fp8_operands_in_any_mix)
+{
+    static const loom_dtype pairs[4][2] = {
+        {LOOM_E4M3, LOOM_E4M3}, {LOOM_E5M2, LOOM_E5M2}, {LOOM_E4M3, LOOM_E5M2}, {LOOM_E5M2, LOOM_E4M3}};
+    for (int p = 0; p < 4; p++) {
+        loom_kernel *k = loom_kernel_create("fp8_dot", 4);
+        loom_val a = loom_arg_tensor(k, "a", pairs[p][0], LOOM_SHAPE2(16, 32), LOOM_IN);
+        loom_val b = loom_arg_tensor(k, "b", pairs[p][1], LOOM_SHAPE2(32, 8), LOOM_IN);
+        loom_val z = loom_const_i(k, LOOM_I32, 0);
+        loom_val at = loom_load(k, a, ((loom_val[]){z, z}), LOOM_SHAPE2(16, 32), LOOM_NONE, 0);
+        loom_val bt = loom_load(k, b, ((loom_val[]){z, z}), LOOM_SHAPE2(32, 8), LOOM_NONE, 0);
+        loom_val d = loom_dot(k, at, bt, loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(16, 8)));
+        cr_expect_eq(loom_verify(k), LOOM_OK, "%s x %s: %s", loom_dtype_name(pairs[p][0]),
+                     loom_dtype_name(pairs[p][1]), loom_kernel_errors(k));
+        loom_shape sh = loom_val_shape(k, d);
+        cr_expect(sh.rank == 2 && sh.dim[0] == 16 && sh.dim[1] == 8);
+        loom_kernel_destroy(k);
+    }
+    for (int which = 0; which < 2; which++) {
+        loom_kernel *k = loom_kernel_create("fp8_dot_bad", 4);
+        loom_val a = loom_arg_tensor(k, "a", LOOM_E4M3, LOOM_SHAPE2(16, 32), LOOM_IN);
+        loom_val b = loom_arg_tensor(k, "b", which ? LOOM_E5M2 : LOOM_F16, LOOM_SHAPE2(32, 16), LOOM_IN);
+        loom_val z = loom_const_i(k, LOOM_I32, 0);
+        loom_val at = loom_load(k, a, ((loom_val[]){z, z}), LOOM_SHAPE2(16, 32), LOOM_NONE, 0);
+        loom_val bt = loom_load(k, b, ((loom_val[]){z, z}), LOOM_SHAPE2(32, 16), LOOM_NONE, 0);
+        loom_val acc = loom_splat(k, loom_const_f(k, which ? LOOM_E4M3 : LOOM_F32, 0), LOOM_SHAPE2(16, 16));
+        int line = __LINE__ + 1;
+        loom_dot(k, at, bt, acc);
+        cr_expect_eq(loom_verify(k), LOOM_ERR_VERIFY);
+        const char *err = loom_kernel_errors(k);
+        cr_expect(strstr(err, which ? "the accumulator is e4m3[16x16]; it must be f32"
+                                    : "a is e4m3[16x32] and b is f16[32x16]; they must be the same float type "
+                                      "(f16, bf16, f32) or both FP8 (e4m3, e5m2, in any mix)"),
+                  "case %d: %s", which, err);
+        cr_expect(t_names_line(err, __FILE__, line), "case %d: '%s' does not name line %d", which, err, line);
+        loom_kernel_destroy(k);
+    }
+}
+
 Test(fp8, arithmetic_on_fp8_is_refused_naming_the_line)
 {
     for (int which = 0; which < 7; which++) {
@@ -392,20 +433,20 @@ Test(fp8, arithmetic_on_fp8_is_refused_naming_the_line)
         loom_val x = loom_arg_tensor(k, "x", LOOM_E4M3, LOOM_SHAPE2(16, 16), LOOM_IN);
         loom_val z = loom_const_i(k, LOOM_I32, 0);
         loom_val v = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(16, 16), LOOM_NONE, 0);
-        loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(16, 16));
         int line = 0;
         switch (which) {
         case 0: line = __LINE__; loom_add(k, v, v); break;
         case 1: line = __LINE__; loom_exp(k, v); break;
         case 2: line = __LINE__; loom_reduce_sum(k, v, 1); break;
-        case 3: line = __LINE__; loom_dot(k, v, v, acc); break;
+        case 3: line = __LINE__; loom_reduce_max(k, v, 0); break;
         case 4: line = __LINE__; loom_cmp(k, LOOM_LT, v, v); break;
         case 5: line = __LINE__; loom_fma(k, v, v, v); break;
         default: line = __LINE__; loom_neg(k, v); break;
         }
         cr_expect_eq(loom_verify(k), LOOM_ERR_VERIFY);
         const char *err = loom_kernel_errors(k);
-        cr_expect(strstr(err, "e4m3[16x16]; FP8 values are for loads, stores and casts only: loom_cast to f16 or f32"),
+        cr_expect(strstr(err, "e4m3[16x16]; FP8 values are for loads, stores, casts and loom_dot only: loom_cast "
+                              "to f16 or f32"),
                   "case %d: %s", which, err);
         cr_expect(t_names_line(err, __FILE__, line), "case %d: '%s' does not name line %d", which, err, line);
         loom_kernel_destroy(k);

@@ -67,6 +67,32 @@ loom_kernel *plain_gemm(int64_t M, int64_t N, int64_t K, loom_dtype dt, const pl
     return k;
 }
 
+loom_kernel *plain_gemm_fp8(int64_t M, int64_t N, int64_t K, loom_dtype adt, loom_dtype bdt, loom_dtype odt,
+                           const plain_cfg *c)
+{
+    loom_kernel *k = loom_kernel_create("gemm_fp8_plain", 4);
+    loom_val m = loom_arg_dim(k, "M", M, 1);
+    loom_val A = loom_arg_tensor(k, "A", adt, LOOM_SHAPE2(LOOM_DIM(m), K), LOOM_IN);
+    loom_val Bt = loom_arg_tensor(k, "Bt", bdt, LOOM_SHAPE2(N, K), LOOM_IN);
+    loom_val C = loom_arg_tensor(k, "C", odt, LOOM_SHAPE2(LOOM_DIM(m), N), LOOM_OUT);
+    loom_val pm, pn, tiles_m = loom_div(k, loom_add(k, m, I32(c->bm - 1)), I32(c->bm));
+    tile_of(k, loom_program_id(k, 0), tiles_m, CDIV(N, c->bn), c->group, &pm, &pn);
+    loom_val m0 = loom_mul(k, pm, I32(c->bm)), n0 = loom_mul(k, pn, I32(c->bn));
+    loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(c->bm, c->bn));
+    loom_region_op l = loom_for_begin(k, I32(0), I32(K), I32(c->bk), 1, &acc);
+    {
+        loom_val kk = loom_for_iv(k, l);
+        loom_val a = loom_load(k, A, ((loom_val[]){m0, kk}), LOOM_SHAPE2(c->bm, c->bk), LOOM_NONE, 0);
+        loom_val bt = loom_load(k, Bt, ((loom_val[]){n0, kk}), LOOM_SHAPE2(c->bn, c->bk), LOOM_NONE, 0);
+        acc = loom_dot(k, a, loom_trans(k, bt), loom_for_arg(k, l, 0)); /* B K-major, as FP8 wgmma reads it */
+    }
+    loom_for_end(k, l, 1, &acc);
+    acc = loom_for_result(k, l, 0);
+    loom_store(k, C, ((loom_val[]){m0, n0}), odt == LOOM_F32 ? acc : loom_cast(k, acc, odt), LOOM_NONE);
+    specialize(k, c);
+    return k;
+}
+
 loom_kernel *plain_gemm_bias_gelu(int64_t M, int64_t N, int64_t K, loom_dtype dt, const plain_cfg *c)
 {
     loom_kernel *k = loom_kernel_create("gemm_bias_gelu_plain", 4);

@@ -24,6 +24,14 @@ typedef struct plain_cfg {
  * Arguments M, A, B, C; grid cdiv(M, bm) * cdiv(N, bn) programs along x. */
 loom_kernel *plain_gemm(int64_t M, int64_t N, int64_t K, loom_dtype dt, const plain_cfg *c);
 
+/* C[M, N] = A[M, K] @ Bt[N, K]^T in FP8: A adt and Bt bdt (e4m3 / e5m2, any mix), C odt
+ * (f32, f16 or bf16), f32 accumulation.  B is stored [N, K] (a weight as nn.Linear keeps
+ * it) and each step's [bn, bk] tile goes to the dot as loom_trans of it: FP8 wgmma reads
+ * both operands K-major.  K and bk multiples of 32 (bk 128: a 128-byte swizzle row).
+ * Arguments M, A, Bt, C; grid as plain_gemm's. */
+loom_kernel *plain_gemm_fp8(int64_t M, int64_t N, int64_t K, loom_dtype adt, loom_dtype bdt, loom_dtype odt,
+                           const plain_cfg *c);
+
 /* C = gelu_tanh(A @ B + bias): bias [N] f32.  Arguments M, A, B, bias, C; grid as
  * plain_gemm's. */
 loom_kernel *plain_gemm_bias_gelu(int64_t M, int64_t N, int64_t K, loom_dtype dt, const plain_cfg *c);
