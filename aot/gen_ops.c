@@ -208,8 +208,9 @@ static loom_status put_fa(loom_aot_file *g, void *state, FILE *h, FILE *f, char 
             same = !strcmp(k->argname[a], want[a]);
         if (!same && k->nargs == 11 && !strcmp(k->argname[10], "scales"))
             return gen_fail(g, LOOM_ERR_UNSUPPORTED,
-                            "ikbo_fa with dtype e4m3 (its per-head scales) is not an AOT operation yet: use loom's C API "
-                            "(loom_ikbo_fa_prepare)");
+                            "ikbo_fa with dtype e4m3 (V transposed, per-head scales) is not an AOT operation yet: "
+                            "loom's C API serves it (loom_ikbo_fa_prepare with dtype LOOM_E4M3, then "
+                            "loom_ikbo_fa_run_scaled or loom_ikbo_fa_launch_scaled)");
         if (!same)
             return gen_fail(g, LOOM_ERR_UNSUPPORTED,
                          "the ikbo_fa kernel's arguments are not rows, U, Q, K, V, plan, seq_len, claims, units, out, as "

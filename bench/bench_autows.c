@@ -251,7 +251,7 @@ static loom_status run_fa_plain(void *p)
 
 static void bench_fa(loom_runtime *rt, nvref_gemm *ref, fa_ref *indep, int64_t S)
 {
-    loom_ikbo_fa_shape s = {2048, 32, S, 2, 128, 64, LOOM_F16, 0};
+    loom_ikbo_fa_shape s = {2048, 32, S, 2, 128, 64, LOOM_F16, 0, LOOM_F16};
     char err[1024];
     fa_run x = {.rt = rt};
     int64_t rows = s.B * s.n_seed;

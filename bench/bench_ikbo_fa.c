@@ -14,13 +14,25 @@
  *   bench_ikbo_fa --shape B=..,U=..,S=..,H=..,D=..,n_seed=..[,varlen=1][,shuffle=1][,bf16=1]
  *   --config BN=..,stages=..,ctas=..,sched=..,turns=..   the ikbo_fa template's keys (default:
  *                                  the C API's default config; --tune: the tuner's pick)
+ *   --fp8                          issue 38's FP8 rows: at the headline (S=1024 and 2048; or
+ *                                  --shape's), the e4m3 kernel through the C API
+ *                                  (loom_ikbo_fa_launch_scaled: Q, K, Vt in e4m3, per-head
+ *                                  scales, out f16) and the f16 kernel on the same values,
+ *                                  timed in the same interleaved rounds, both TFLOP/s, the
+ *                                  issue's targets (700 at S=1024, 850 at S=2048) met or not,
+ *                                  and the FP8 output's error against the f16 kernel's and
+ *                                  the f32 device reference's (relative RMS, largest |diff|);
+ *                                  each FP8 output checked at sampled rows (below).  Alone,
+ *                                  only these rows; with --sweep, after it
  *   --check-all                    check every row (default: the headline rows and the
  *                                  varlen ones)
  *   --bound-stats                  with each check, the bounds' median and largest, the
  *                                  reference's median magnitude, how many elements differ
  *                                  from it and by how much at most (the output downloaded)
  *   without a GPU: the C API on the interpreter at small odd shapes, checked against the
- *   CPU reference in double within the error model's bound (fa_bound)
+ *   CPU reference in double within the error model's bound (fa_bound); with --fp8, the
+ *   FP8 C API at a small odd shape against fa_fp8_reference within its bound, and its
+ *   difference from the f16 C API and from the exact attention (fa_reference) printed
  *
  * Baselines, each row: "materialized" gathers K and V per candidate (K_b[b] = K[u(b)], a
  * copy at full bandwidth) and runs loom's attention over the broadcast tensors as a plain
@@ -34,7 +46,25 @@
  * output is poisoned with NaN first) fails.  (Until session 20 a fixed atol + rtol |ref|.)  TFLOP/s = 4 * H * n_seed * D * (sum over
  * candidates of their user's keys) / time.  Timing: loom_time_work, median of 20 runs
  * each after an L2 flush.  Exit status 1 if any check fails.
+ *
+ * The FP8 rows (--fp8): Q, K and Vt are e4m3 made on the host (uniform in [-1, 1],
+ * rounded), the scales per head q 0.75 or 1.25, k 1.5, v 0.5 or 1.25 (at most 3
+ * significant bits, so the e4m3 values times them are exact in f16: fa_fp8_dequant gives
+ * the f16 kernel the same inputs).  The f16 output is checked by the model as above, and
+ * its device reference (f32 sums, rounded to f16) is the FP8 row's "f32 ref".  The FP8
+ * output is checked against fa_fp8_reference (templates/ikbo_fa_plan.c: the kernel's
+ * computation in double, P rounded to e4m3 as the kernel rounds it) within its bound for
+ * the GPU's FP8 wgmma sums (docs/checks.md, "ikbo_fa in FP8"; tests/test_ikbo_fa_fp8.c
+ * checks the same way), at FP8_SAMPLE query rows spread over every candidate and every
+ * position of a 64-row block, both heads (the reference in double takes about 2 ms a row
+ * and head at S = 2048 on a core: the whole headline would take minutes of all cores);
+ * an element NaN anywhere (one left unwritten: the output is poisoned first) fails too.  Its difference from the f16
+ * kernel is P's rounding to e4m3 (2^-4 relative a P) and the FP8 sums, not the inputs,
+ * which the two kernels share.  Timing: time_rounds (bench/contenders.c): 5 rounds, each
+ * running the FP8 and the f16 launch 20 times after L2 flushes, the median of the
+ * rounds' medians.
  */
+#include "contenders.h"
 #include "fa_ref.h"
 #include "gpu.h"
 #include "ikbo_fa.h"
@@ -86,6 +116,7 @@ static void lengths(const fa_case *c, int32_t *lens, uint64_t seed)
 typedef struct launch_ctx {
     loom_ikbo_fa *p;
     loom_buffer *q, *k, *v, *out;
+    loom_buffer *scales; /* FP8: [3, H] f32 (v is then Vt); NULL for f16 and bf16 */
     /* the materialized baseline: the gather before the attention */
     fa_ref *ref;
     loom_buffer *ksrc, *vsrc, *map;
@@ -95,7 +126,7 @@ typedef struct launch_ctx {
 static loom_status fa_once(void *c)
 {
     launch_ctx *x = c;
-    return loom_ikbo_fa_launch(x->p, x->q, x->k, x->v, x->out);
+    return loom_ikbo_fa_launch_scaled(x->p, x->q, x->k, x->v, x->scales, x->out);
 }
 
 static loom_status gather_and_fa(void *c)
@@ -125,7 +156,8 @@ static loom_buffer *buf(loom_runtime *rt, size_t bytes)
 static void model_open(faref_model *m, loom_runtime *rt, fa_ref *fr, const fa_case *c, loom_buffer *q,
                        loom_buffer *k, loom_buffer *v, const int32_t *map, const int32_t *lens)
 {
-    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, c->bf16 ? LOOM_BF16 : LOOM_F16, c->varlen};
+    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, c->bf16 ? LOOM_BF16 : LOOM_F16, c->varlen,
+                             c->bf16 ? LOOM_BF16 : LOOM_F16};
     char err[512];
     if (faref_model_open(rt, fr, &sh, q, k, v, map, lens, m, err, sizeof err) != LOOM_OK)
         DIE("the device reference: %s", err);
@@ -191,7 +223,7 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
     if (loom_buffer_upload(mapb, map, (size_t)c->B * 4) || loom_buffer_upload(lensb, lens, (size_t)c->U * 4))
         DIE("upload: %s", loom_runtime_error(rt));
 
-    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, dt, c->varlen};
+    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, dt, c->varlen, dt};
     loom_ikbo_fa_config dcfg;
     if (cfg && cfg->bn != c->D) { /* a tile of D keys (the C API's default for D=64: 4 stages) */
         dcfg = *cfg;
@@ -212,7 +244,7 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
     if (loom_ikbo_fa_set_mapping(p, map, c->varlen ? lens : NULL) != LOOM_OK)
         DIE("set_mapping: %s", loom_runtime_error(rt));
     double plan_ms = now_ms() - t0;
-    launch_ctx x = {p, q, k, v, out, fr, NULL, NULL, NULL, 0, 0};
+    launch_ctx x = {p, q, k, v, out, NULL, fr, NULL, NULL, NULL, 0, 0};
     faref_model mdl = {0};
     char verdict[256] = "not checked";
     if (do_check) {
@@ -244,7 +276,7 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
         goto print;
     }
     if (!c->varlen && 2 * kb < rt_gpu_properties(g)->total_mem / 3) {
-        loom_ikbo_fa_shape bs = {c->B, c->B, c->S, c->H, c->D, c->nseed, dt, 0};
+        loom_ikbo_fa_shape bs = {c->B, c->B, c->S, c->H, c->D, c->nseed, dt, 0, dt};
         loom_ikbo_fa *pb;
         if (loom_ikbo_fa_prepare(rt, &bs, cfg, &pb) != LOOM_OK) { /* e.g. past 32-bit offsets: no baseline */
             snprintf(mverdict, sizeof mverdict, "no materialized baseline: %s", loom_runtime_error(rt));
@@ -258,7 +290,7 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
         loom_buffer *kbuf = buf(rt, kb), *vbuf = buf(rt, kb);
         if (loom_ikbo_fa_set_mapping(pb, id, NULL) != LOOM_OK)
             DIE("set_mapping (materialized): %s", loom_runtime_error(rt));
-        launch_ctx y = {pb, q, kbuf, vbuf, out, fr, k, v, mapb, c->B, (int64_t)(c->S * c->H * c->D * (int64_t)e)};
+        launch_ctx y = {pb, q, kbuf, vbuf, out, NULL, fr, k, v, mapb, c->B, (int64_t)(c->S * c->H * c->D * (int64_t)e)};
         if (do_check) {
             if (loom_buffer_fill(out, 0xff) || gather_and_fa(&y))
                 DIE("materialized: %s", loom_runtime_error(rt));
@@ -324,6 +356,272 @@ static void lowreuse_sweep(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const
     printf("low reuse: %d rows under 0.70 of the roofline, %d refused\n", below, refused);
 }
 
+/* ---------------------------------------------------------------- FP8 (--fp8) */
+
+enum { FP8_SAMPLE = 4096, FP8_ROUNDS = 5, FP8_REPS = 20 }; /* FP8_SAMPLE: a row in 32 at the headline */
+
+/* Issue 38's targets (item 5), TFLOP/s at the headline; 0 at other shapes. */
+static double fp8_target(const fa_case *c)
+{
+    bool head = c->B == 2048 && c->U == 32 && c->H == 2 && c->D == 128 && c->nseed == 64 && !c->varlen;
+    return !head ? 0 : c->S == 1024 ? 700 : c->S == 2048 ? 850 : 0;
+}
+
+/* Case c in e4m3 (out f16), for the references (they read no config but the 128-key tiles). */
+static fa_spec fp8_spec_of(const fa_case *c)
+{
+    return (fa_spec){.B = c->B, .U = c->U, .S = c->S, .H = c->H, .D = c->D, .nseed = c->nseed, .dt = LOOM_E4M3,
+                     .varlen = c->varlen, .odt = LOOM_F16, .vtrans = 1, .bn = 128};
+}
+
+/* An FP8 row's inputs on the host: e4m3 Q [rows, H, D], K [U * S, H, D], Vt [U, H, D, S];
+ * the same values in f16 for the f16 kernel (V untransposed); scales [3, H]; the mapping
+ * and the lengths (S each without varlen). */
+typedef struct fp8_host {
+    uint8_t *q, *k, *vt;
+    uint16_t *q16, *k16, *v16;
+    float *scales;
+    int32_t *map, *lens;
+} fp8_host;
+
+static fp8_host fp8_host_make(const fa_spec *s, const fa_case *c)
+{
+    int64_t qn = fa_rows(s) * s->H * s->D, kn = s->U * s->S * s->H * s->D;
+    fp8_host h = {malloc((size_t)qn), malloc((size_t)kn), malloc((size_t)kn), malloc((size_t)qn * 2),
+                  malloc((size_t)kn * 2), malloc((size_t)kn * 2), malloc((size_t)(3 * s->H) * 4),
+                  malloc((size_t)s->B * 4), malloc((size_t)s->U * 4)};
+    if (!h.q || !h.k || !h.vt || !h.q16 || !h.k16 || !h.v16 || !h.scales || !h.map || !h.lens)
+        DIE("out of host memory");
+    uint64_t seed = 5;
+    tpl_fill(h.q, LOOM_E4M3, qn, -1, 1, &seed);
+    tpl_fill(h.k, LOOM_E4M3, kn, -1, 1, &seed);
+    tpl_fill(h.vt, LOOM_E4M3, kn, -1, 1, &seed);
+    for (int64_t x = 0; x < s->H; x++) /* at most 3 significant bits: e4m3 times them is exact in f16 */
+        h.scales[x] = x % 2 ? 1.25f : 0.75f, h.scales[s->H + x] = 1.5f, h.scales[2 * s->H + x] = x % 2 ? 1.25f : 0.5f;
+    ik_mapping(c->B, c->U, c->shuffle, 7, h.map);
+    if (c->varlen)
+        lengths(c, h.lens, 11);
+    else
+        for (int64_t u = 0; u < c->U; u++)
+            h.lens[u] = (int32_t)c->S;
+    fa_fp8_dequant(s, h.q, h.k, h.vt, h.scales, LOOM_F16, h.q16, h.k16, h.v16);
+    return h;
+}
+
+static void fp8_host_free(fp8_host *h)
+{
+    free(h->q), free(h->k), free(h->vt), free(h->q16), free(h->k16), free(h->v16), free(h->scales), free(h->map),
+        free(h->lens);
+}
+
+/* out (f16, [rows, H, D]) at n query rows, both heads, against fa_fp8_reference within its
+ * bound (fp8_sums: the GPU's FP8 wgmma sums; else the interpreter's f32 sums): the rows
+ * i * stride + (37 i) mod stride, so every part of the mapping and every position of a
+ * 64-row block is sampled (n = all rows: every element).  Returns the elements past their
+ * bound (NaN included); *worst the largest |err| / bound, *checked the elements. */
+static int64_t fp8_sample_check(const fa_spec *s, const fp8_host *h, const uint16_t *out, int64_t n, bool fp8_sums,
+                                double *worst, int64_t *checked)
+{
+    int64_t rows = fa_rows(s), HD = s->H * s->D;
+    n = n < rows ? n : rows;
+    int64_t stride = rows / n;
+    fa_spec s1 = *s; /* the sampled rows as candidates of one row each */
+    s1.B = n, s1.nseed = 1;
+    uint8_t *q1 = malloc((size_t)(n * HD));
+    int32_t *map1 = malloc((size_t)n * 4);
+    int64_t *at = malloc((size_t)n * sizeof *at);
+    uint16_t *ref = malloc((size_t)(n * HD) * 2);
+    double *bnd = malloc((size_t)(n * HD) * sizeof *bnd);
+    if (!q1 || !map1 || !at || !ref || !bnd)
+        DIE("out of host memory");
+    for (int64_t i = 0; i < n; i++) {
+        at[i] = i * stride + (37 * i) % stride;
+        memcpy(q1 + i * HD, h->q + at[i] * HD, (size_t)HD);
+        map1[i] = h->map[at[i] / s->nseed];
+    }
+    fa_fp8_reference(&s1, q1, h->k, h->vt, h->scales, map1, s->varlen ? h->lens : NULL, fp8_sums, ref, bnd);
+    int64_t bad = 0;
+    *worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < HD; j++) {
+            double got = tpl_get(out, LOOM_F16, at[i] * HD + j), want = tpl_get(ref, LOOM_F16, i * HD + j);
+            double d = fabs(got - want), b = bnd[i * HD + j];
+            bad += !(d <= b);
+            *worst = fmax(*worst, d == 0 ? 0 : d <= b || d > b ? d / b : INFINITY); /* NaN: infinite */
+        }
+    *checked = n * HD;
+    free(q1), free(map1), free(at), free(ref), free(bnd);
+    return bad;
+}
+
+/* a against b (n elements of f16 and bdt): the relative RMS sqrt(sum (a - b)^2 / sum b^2)
+ * and the largest |a - b|. */
+static void diff_stats(const uint16_t *a, const void *b, loom_dtype bdt, int64_t n, double *rel_rms, double *maxabs)
+{
+    double d2 = 0, b2 = 0;
+    *maxabs = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = tpl_get(a, LOOM_F16, i), y = tpl_get(b, bdt, i);
+        d2 += (x - y) * (x - y), b2 += y * y;
+        *maxabs = fmax(*maxabs, isnan(x - y) ? INFINITY : fabs(x - y));
+    }
+    *rel_rms = sqrt(d2 / fmax(b2, 1e-300));
+}
+
+/* One FP8 row: the e4m3 kernel and the f16 kernel on the same values, both through the C
+ * API, checked, compared and timed in the same interleaved rounds. */
+static void fp8_case(loom_runtime *rt, fa_ref *fr, const fa_case *c, const loom_ikbo_fa_config *fc)
+{
+    fa_spec s = fp8_spec_of(c);
+    int64_t qn = fa_rows(&s) * s.H * s.D, kn = s.U * s.S * s.H * s.D;
+    fp8_host h = fp8_host_make(&s, c);
+    loom_buffer *q8 = buf(rt, (size_t)qn), *k8 = buf(rt, (size_t)kn), *vt8 = buf(rt, (size_t)kn);
+    loom_buffer *sc = buf(rt, (size_t)(3 * s.H) * 4), *o8 = buf(rt, (size_t)qn * 2), *o16 = buf(rt, (size_t)qn * 2);
+    loom_buffer *q16 = buf(rt, (size_t)qn * 2), *k16 = buf(rt, (size_t)kn * 2), *v16 = buf(rt, (size_t)kn * 2);
+    if (loom_buffer_upload(q8, h.q, (size_t)qn) || loom_buffer_upload(k8, h.k, (size_t)kn) ||
+        loom_buffer_upload(vt8, h.vt, (size_t)kn) || loom_buffer_upload(sc, h.scales, (size_t)(3 * s.H) * 4) ||
+        loom_buffer_upload(q16, h.q16, (size_t)qn * 2) || loom_buffer_upload(k16, h.k16, (size_t)kn * 2) ||
+        loom_buffer_upload(v16, h.v16, (size_t)kn * 2))
+        DIE("upload: %s", loom_runtime_error(rt));
+    double keys = 0; /* as the f16 rows count them */
+    for (int64_t b = 0; b < c->B; b++)
+        keys += (double)h.lens[h.map[b]];
+    double flops = 4.0 * (double)c->H * (double)c->nseed * (double)c->D * keys;
+
+    loom_ikbo_fa_shape sh16 = {.B = c->B, .U = c->U, .S = c->S, .H = c->H, .D = c->D, .n_seed = c->nseed,
+                               .dtype = LOOM_F16, .varlen = c->varlen, .odtype = LOOM_F16};
+    loom_ikbo_fa_shape sh8 = sh16;
+    sh8.dtype = LOOM_E4M3;
+    loom_ikbo_fa_config cfg16, cfg8;
+    if (fc) { /* f16: a tile of D keys as one_case takes it; e4m3 builds BN=128 only */
+        cfg16 = cfg8 = *fc;
+        cfg16.bn = (int)c->D, cfg16.stages = c->D == 64 ? 4 : cfg16.stages;
+        cfg8.bn = 128;
+    }
+    loom_ikbo_fa *p8, *p16;
+    if (loom_ikbo_fa_prepare(rt, &sh8, fc ? &cfg8 : NULL, &p8) != LOOM_OK)
+        DIE("FP8 prepare: %s", loom_runtime_error(rt));
+    if (loom_ikbo_fa_prepare(rt, &sh16, fc ? &cfg16 : NULL, &p16) != LOOM_OK)
+        DIE("f16 prepare: %s", loom_runtime_error(rt));
+    const int32_t *lens = c->varlen ? h.lens : NULL;
+    if (loom_ikbo_fa_set_mapping(p8, h.map, lens) != LOOM_OK || loom_ikbo_fa_set_mapping(p16, h.map, lens) != LOOM_OK)
+        DIE("set_mapping: %s", loom_runtime_error(rt));
+    launch_ctx x8 = {.p = p8, .q = q8, .k = k8, .v = vt8, .out = o8, .scales = sc};
+    launch_ctx x16 = {.p = p16, .q = q16, .k = k16, .v = v16, .out = o16};
+
+    /* the outputs (poisoned first), the f16 one checked by the model, whose reference is
+     * the f32 one here */
+    if (loom_buffer_fill(o8, 0xff) || loom_buffer_fill(o16, 0xff) || fa_once(&x8) || fa_once(&x16))
+        DIE("run: %s", loom_runtime_error(rt));
+    faref_model mdl = {0};
+    char v16s[256];
+    fa_case c16 = *c;
+    c16.bf16 = 0;
+    model_open(&mdl, rt, fr, &c16, q16, k16, v16, h.map, h.lens);
+    check(&mdl, o16, v16s, sizeof v16s);
+    uint16_t *ho8 = malloc((size_t)qn * 2), *ho16 = malloc((size_t)qn * 2), *href = malloc((size_t)qn * 2);
+    if (!ho8 || !ho16 || !href || loom_buffer_download(o8, ho8, (size_t)qn * 2) ||
+        loom_buffer_download(o16, ho16, (size_t)qn * 2) || loom_buffer_download(mdl.ref, href, (size_t)qn * 2))
+        DIE("download: %s", loom_runtime_error(rt));
+    faref_model_close(&mdl);
+    double worst, t0 = now_ms();
+    int64_t checked, bad = fp8_sample_check(&s, &h, ho8, FP8_SAMPLE, true, &worst, &checked);
+    double check_ms = now_ms() - t0;
+    int64_t nan8 = 0; /* anywhere: an element left unwritten stays NaN (the output was poisoned) */
+    for (int64_t i = 0; i < qn; i++)
+        nan8 += !isfinite(tpl_get(ho8, LOOM_F16, i));
+    failures += bad > 0 || nan8 > 0;
+    double rr8_16, mx8_16, rr8_ref, mx8_ref, rr16_ref, mx16_ref;
+    diff_stats(ho8, ho16, LOOM_F16, qn, &rr8_16, &mx8_16);
+    diff_stats(ho8, href, LOOM_F16, qn, &rr8_ref, &mx8_ref);
+    diff_stats(ho16, href, LOOM_F16, qn, &rr16_ref, &mx16_ref);
+
+    work ws[2] = {{.name = "FP8", .rt = rt, .n = 1, .s = {call_step(fa_once, &x8)}},
+                  {.name = "f16", .rt = rt, .n = 1, .s = {call_step(fa_once, &x16)}}};
+    if (time_rounds(rt, ws, 2, FP8_ROUNDS, FP8_REPS) != 0)
+        DIE("timing the FP8 and f16 kernels");
+    double tf8 = flops / ws[0].ms / 1e9, tf16 = flops / ws[1].ms / 1e9, target = fp8_target(c);
+    char goal[64] = "no target at this shape";
+    if (target > 0)
+        snprintf(goal, sizeof goal, "target >= %.0f TF/s: %s", target, tf8 >= target ? "met" : "NOT MET");
+    printf("FP8 B=%lld U=%lld S=%lld H=%lld D=%lld n_seed=%lld %s%s | f16 %.4f ms %6.1f TF/s | FP8 %.4f ms %6.1f TF/s "
+           "(%.2fx f16) | %s\n",
+           (long long)c->B, (long long)c->U, (long long)c->S, (long long)c->H, (long long)c->D, (long long)c->nseed,
+           c->shuffle ? "shuffled" : "sorted", c->varlen ? " varlen" : "", ws[1].ms, tf16, ws[0].ms, tf8,
+           ws[1].ms / ws[0].ms, goal);
+    printf("FP8   config: FP8 %s | f16 %s\n", loom_ikbo_fa_describe(p8), loom_ikbo_fa_describe(p16));
+    printf("FP8   error: FP8 vs f16 kernel: rel RMS %.3g, max |diff| %.3g; FP8 vs f32 ref: rel RMS %.3g, max |diff| "
+           "%.3g; (f16 vs f32 ref: rel RMS %.3g, max |diff| %.3g)\n",
+           rr8_16, mx8_16, rr8_ref, mx8_ref, rr16_ref, mx16_ref);
+    printf("FP8   check: FP8 at %lld sampled elements vs fa_fp8_reference (P rounded as the kernel does; bound for FP8 "
+           "wgmma sums, docs/checks.md): %s: %lld past their bound, worst |err|/bound %.3g (%.0f ms); %lld of %lld "
+           "elements NaN or unwritten; f16 %s\n",
+           (long long)checked, bad || nan8 ? "FAIL" : "ok", (long long)bad, worst, check_ms, (long long)nan8,
+           (long long)qn, v16s);
+    fflush(stdout);
+    loom_ikbo_fa_destroy(p8), loom_ikbo_fa_destroy(p16);
+    loom_buffer *all[] = {q8, k8, vt8, sc, o8, o16, q16, k16, v16};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        loom_buffer_destroy(all[i]);
+    free(ho8), free(ho16), free(href);
+    fp8_host_free(&h);
+}
+
+/* --fp8 without a GPU: the FP8 C API on the interpreter at a small odd shape (shuffled,
+ * per-user lengths, n_seed 3, two 128-key tiles), every element against
+ * fa_fp8_reference within its bound for f32 sums (the interpreter's), and its difference
+ * from the f16 C API on the same values and from the exact attention (fa_reference, in
+ * double) printed. */
+static int fp8_interpreter_run(void)
+{
+    fa_case c = {5, 2, 208, 2, 128, 3, 1, 1, 0};
+    fa_spec s = fp8_spec_of(&c), s16 = s;
+    s16.dt = LOOM_F16, s16.vtrans = 0;
+    int64_t qn = fa_rows(&s) * s.H * s.D, kn = s.U * s.S * s.H * s.D;
+    fp8_host h = fp8_host_make(&s, &c);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    loom_buffer *q8 = buf(rt, (size_t)qn), *k8 = buf(rt, (size_t)kn), *vt8 = buf(rt, (size_t)kn);
+    loom_buffer *sc = buf(rt, (size_t)(3 * s.H) * 4), *o8 = buf(rt, (size_t)qn * 2), *o16 = buf(rt, (size_t)qn * 2);
+    loom_buffer *q16 = buf(rt, (size_t)qn * 2), *k16 = buf(rt, (size_t)kn * 2), *v16 = buf(rt, (size_t)kn * 2);
+    loom_buffer *mb = buf(rt, (size_t)c.B * 4), *lb = buf(rt, (size_t)c.U * 4);
+    loom_ikbo_fa_shape sh = {.B = c.B, .U = c.U, .S = c.S, .H = c.H, .D = c.D, .n_seed = c.nseed,
+                             .dtype = LOOM_E4M3, .varlen = 1, .odtype = LOOM_F16}, sh16 = sh;
+    sh16.dtype = LOOM_F16;
+    loom_ikbo_fa_config cfg = {128, 2, 8, 1, 0, 1, 1, 0}; /* 8 CTAs: fewer programs to interpret */
+    loom_ikbo_fa *p8 = NULL, *p16 = NULL;
+    uint16_t *ho8 = malloc((size_t)qn * 2), *ho16 = malloc((size_t)qn * 2), *hex = malloc((size_t)qn * 2);
+    if (!ho8 || !ho16 || !hex || loom_ikbo_fa_prepare(rt, &sh, &cfg, &p8) ||
+        loom_ikbo_fa_prepare(rt, &sh16, &cfg, &p16) || loom_buffer_upload(q8, h.q, (size_t)qn) ||
+        loom_buffer_upload(k8, h.k, (size_t)kn) || loom_buffer_upload(vt8, h.vt, (size_t)kn) ||
+        loom_buffer_upload(sc, h.scales, (size_t)(3 * s.H) * 4) || loom_buffer_upload(q16, h.q16, (size_t)qn * 2) ||
+        loom_buffer_upload(k16, h.k16, (size_t)kn * 2) || loom_buffer_upload(v16, h.v16, (size_t)kn * 2) ||
+        loom_buffer_upload(mb, h.map, (size_t)c.B * 4) || loom_buffer_upload(lb, h.lens, (size_t)c.U * 4) ||
+        loom_buffer_fill(o8, 0xff) || loom_buffer_fill(o16, 0xff) ||
+        loom_ikbo_fa_run_scaled(p8, c.B, c.U, q8, k8, vt8, sc, mb, lb, o8) ||
+        loom_ikbo_fa_run(p16, q16, k16, v16, mb, lb, o16) || loom_buffer_download(o8, ho8, (size_t)qn * 2) ||
+        loom_buffer_download(o16, ho16, (size_t)qn * 2))
+        DIE("interpreter (FP8): %s", loom_runtime_error(rt));
+    fa_reference(&s16, h.q16, h.k16, h.v16, h.map, h.lens, hex);
+    double worst, rr16, mx16, rrex, mxex;
+    int64_t checked, bad = fp8_sample_check(&s, &h, ho8, fa_rows(&s), false, &worst, &checked);
+    diff_stats(ho8, ho16, LOOM_F16, qn, &rr16, &mx16);
+    diff_stats(ho8, hex, LOOM_F16, qn, &rrex, &mxex);
+    printf("interpreter FP8 (%s): B=%lld U=%lld S=%lld H=%lld D=%lld n_seed=%lld shuffled, varlen: %s: %lld of %lld "
+           "past their bound (fa_fp8_reference, f32 sums), worst |err|/bound %.3g; vs the f16 C API: rel RMS %.3g, "
+           "max |diff| %.3g; vs the exact attention: rel RMS %.3g, max |diff| %.3g\n",
+           loom_ikbo_fa_describe(p8), (long long)c.B, (long long)c.U, (long long)c.S, (long long)c.H,
+           (long long)c.D, (long long)c.nseed, bad ? "FAIL" : "ok", (long long)bad, (long long)checked, worst, rr16,
+           mx16, rrex, mxex);
+    loom_ikbo_fa_destroy(p8), loom_ikbo_fa_destroy(p16);
+    loom_buffer *all[] = {q8, k8, vt8, sc, o8, o16, q16, k16, v16, mb, lb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        loom_buffer_destroy(all[i]);
+    loom_runtime_destroy(rt);
+    free(ho8), free(ho16), free(hex);
+    fp8_host_free(&h);
+    return bad ? 1 : 0;
+}
+
 /* Without a GPU: the C API on the interpreter at small odd shapes, against the CPU
  * reference in double. */
 static int interpreter_run(void)
@@ -347,7 +645,7 @@ static int interpreter_run(void)
         ik_mapping(c->B, c->U, c->shuffle, 3, map);
         lengths(c, lens, 4);
         fa_reference(&s, hq, hk, hv, map, c->varlen ? lens : NULL, hr);
-        loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen};
+        loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen, LOOM_F16};
         loom_ikbo_fa_config cfg = {64, 2, 8, 1, 0, 1, 1, 0};
         loom_ikbo_fa *p;
         loom_buffer *q = buf(rt, (size_t)qn * 2), *k = buf(rt, (size_t)kn * 2), *v = buf(rt, (size_t)kn * 2);
@@ -389,7 +687,7 @@ static int interpreter_run(void)
 int main(int argc, char **argv)
 {
     fa_case head = {2048, 32, 1024, 2, 128, 64, 0, 0, 0}, custom = head;
-    int sweep = 0, check_all = 0, have_shape = 0, tune = 0, have_cfg = 0;
+    int sweep = 0, check_all = 0, have_shape = 0, tune = 0, have_cfg = 0, fp8 = 0;
     loom_ikbo_fa_config cfg = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep"))
@@ -400,6 +698,8 @@ int main(int argc, char **argv)
             bound_stats = 1;
         else if (!strcmp(argv[i], "--tune"))
             tune = 1;
+        else if (!strcmp(argv[i], "--fp8"))
+            fp8 = 1;
         else if (!strcmp(argv[i], "--lowreuse"))
             lowreuse = 1;
         else if (!strcmp(argv[i], "--lowreuse-all"))
@@ -434,7 +734,7 @@ int main(int argc, char **argv)
             cfg = fa_config_of(cv);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_fa [--sweep] [--lowreuse | --lowreuse-all] [--check-all] [--bound-stats] [--tune] [--shape B=..,U=..,S=..,H=..,D=..,"
+            fprintf(stderr, "usage: bench_ikbo_fa [--sweep] [--fp8] [--lowreuse | --lowreuse-all] [--check-all] [--bound-stats] [--tune] [--shape B=..,U=..,S=..,H=..,D=..,"
                             "n_seed=..,varlen=..,shuffle=..,bf16=..] [--config BN=..,stages=..,ctas=..,sched=..,turns=..]\n");
             return 2;
         }
@@ -443,7 +743,8 @@ int main(int argc, char **argv)
     if (!rt || loom_runtime_status(rt) != LOOM_OK) {
         printf("bench_ikbo_fa: no GPU here (%s)\n", rt ? loom_runtime_error(rt) : "no runtime");
         loom_runtime_destroy(rt);
-        return interpreter_run();
+        int rc = fp8 && !sweep ? 0 : interpreter_run(); /* --fp8 alone: the FP8 rows alone */
+        return fp8 ? fp8_interpreter_run() | rc : rc;
     }
     char err[1024];
     fa_ref *fr;
@@ -471,8 +772,9 @@ int main(int argc, char **argv)
     if (lowreuse) {
         lowreuse_sweep(rt, fr, fill, fc, lowreuse == 2);
     } else if (have_shape) {
-        one_case(rt, fr, fill, &custom, fc, 1);
-    } else {
+        if (!fp8)
+            one_case(rt, fr, fill, &custom, fc, 1);
+    } else if (!fp8 || sweep) { /* --fp8 alone: the FP8 rows alone */
         for (int64_t S = 1024; S <= 2048; S *= 2)
             for (int sh = 0; sh < 2; sh++) {
                 fa_case c = head;
@@ -509,6 +811,19 @@ int main(int argc, char **argv)
             c.shuffle = 1;
             one_case(rt, fr, fill, &c, fc, 1);
         }
+    }
+    if (fp8 && !lowreuse) {
+        printf("== FP8 (issue 38 item 5): e4m3 Q, K, Vt with per-head scales, out f16, through "
+               "loom_ikbo_fa_launch_scaled; the f16 kernel on the same values; %d interleaved rounds of %d runs each "
+               "(L2 flushed), the median of the rounds' medians\n", FP8_ROUNDS, FP8_REPS);
+        if (have_shape)
+            fp8_case(rt, fr, &custom, fc);
+        else
+            for (int64_t S = 1024; S <= 2048; S *= 2) {
+                fa_case c = head;
+                c.S = S;
+                fp8_case(rt, fr, &c, fc);
+            }
     }
     faref_close(fr);
     nvref_gemm_close(fill);

@@ -44,6 +44,11 @@ step cublaslt_fp8_step(cublaslt_fp8 *plan, loom_buffer *a, loom_buffer *bt, loom
     return (step){.kind = STEP_CUBLASLT_FP8, .fp8 = plan, .a = a, .b = bt, .c = c};
 }
 
+step call_step(loom_status (*call)(void *ctx), void *ctx)
+{
+    return (step){.kind = STEP_CALL, .call = call, .ctx = ctx};
+}
+
 loom_status run_work(void *p)
 {
     work *w = p;
@@ -65,7 +70,9 @@ loom_status run_work(void *p)
                                 rt_buffer_dptr(s->c), err, sizeof err);
             if (st != LOOM_OK)
                 loom_runtime_set_error(w->rt, "cuBLAS: %s", err);
-        } else
+        } else if (s->kind == STEP_CALL)
+            st = s->call(s->ctx);
+        else
             st = loom_launch(w->rt, s->k, s->grid, s->args, s->nargs);
         if (st != LOOM_OK)
             return st;

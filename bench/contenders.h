@@ -1,7 +1,9 @@
 /*
- * contenders.h -- what a bench times side by side (bench_obvious, bench_examples): a
- * contender is a short list of steps (a loom launch, cuBLAS's GEMM, cuBLASLt's FP8 GEMM, a
- * device-to-device copy) run in order; time_rounds times several in interleaved rounds.
+ * contenders.h -- what a bench times side by side (bench_obvious, bench_examples,
+ * bench_gemm_fp8, bench_ikbo_fa --fp8): a contender is a short list of steps (a loom
+ * launch, cuBLAS's GEMM, cuBLASLt's FP8 GEMM, a device-to-device copy, a call of an
+ * operation's own launch function) run in order; time_rounds times several in
+ * interleaved rounds.
  */
 #ifndef LOOM_BENCH_CONTENDERS_H
 #define LOOM_BENCH_CONTENDERS_H
@@ -11,7 +13,7 @@
 
 #include <stddef.h>
 
-enum { STEP_LAUNCH, STEP_CUBLAS, STEP_COPY, STEP_CUBLASLT_FP8 };
+enum { STEP_LAUNCH, STEP_CUBLAS, STEP_COPY, STEP_CUBLASLT_FP8, STEP_CALL };
 typedef struct step {
     int kind;
     loom_kernel *k;
@@ -21,6 +23,8 @@ typedef struct step {
     loom_buffer *a, *b, *c; /* cuBLAS's operands; a copy's src = a, dst = c */
     size_t bytes;           /* a copy's bytes */
     cublaslt_fp8 *fp8;      /* cuBLASLt's FP8 GEMM, planned: C = A @ b^T (b is Bt [N, K]) */
+    loom_status (*call)(void *ctx); /* a call: an operation's launch (a C API's), its failure in rt's error */
+    void *ctx;
 } step;
 
 /* A contender: its steps, run in order, and its time. */
@@ -37,6 +41,7 @@ step launch_step(loom_kernel *k, const int grid[3], const loom_arg *args, int na
 step cublas_step(int64_t M, int64_t N, int64_t K, loom_buffer *a, loom_buffer *b, loom_buffer *c);
 step copy_step(loom_buffer *src, loom_buffer *dst, size_t bytes);
 step cublaslt_fp8_step(cublaslt_fp8 *plan, loom_buffer *a, loom_buffer *bt, loom_buffer *c);
+step call_step(loom_status (*call)(void *ctx), void *ctx);
 /* cuBLAS loaded into cb and said so, or cb->h NULL and why it is not measured. */
 void bench_cublas_open(cublas_dl *cb);
 /* One run of w's steps (no wait): a failure's message is in w->rt's error. */

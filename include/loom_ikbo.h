@@ -138,14 +138,29 @@ void loom_ikbo_lce_destroy(loom_ikbo_lce *p);
 /* IKBO flash attention: out[b] = softmax(Q[b] K[u(b)]^T / sqrt(D)) V[u(b)] per head,
  * non-causal, u = cand_to_user.  Q and out [B * n_seed, H, D] (candidate b's n_seed query
  * rows), K and V [U * S, H, D] (each user's keys padded to S rows), f16 or bf16, the
- * softmax in f32.  (FP8, dtype e4m3 with V transposed and per-head scales, is the
- * "ikbo_fa" template's, README "IKBO flash attention from C"; prepare refuses it here.)  With varlen, keys past seq_len[u] (each 0 to S) are masked; a user
+ * softmax in f32.  With varlen, keys past seq_len[u] (each 0 to S) are masked; a user
  * with no keys gives zeros.  The padding rows are read but weigh zero, so they must hold
- * finite values (0 x NaN is NaN).  D is 64 or 128; any B, U, S, H, n_seed. */
+ * finite values (0 x NaN is NaN).  D is 64 or 128; any B, U, S, H, n_seed.
+ *
+ * FP8 (dtype LOOM_E4M3): Q and K as above in e4m3; V comes transposed, Vt [U, H, D, S]
+ * e4m3 (Vt[(u * H + h) * D + d][j] = V[u * S + j][h][d]: user, head, then each column's
+ * S keys innermost, as FP8 wgmma reads its B operand K-major), S a multiple of 16; out
+ * [B * n_seed, H, D] in odtype (f16 or bf16).  Each head h has three f32 scales (the
+ * dequantization factors: the real Q of head h is q_scale[h] times its e4m3 values, and
+ * so K and V), a device buffer scales [3, H] f32: row 0 q_scale, row 1 k_scale, row 2
+ * v_scale, read at each launch (so a request may bring its own):
+ *     out = softmax(q_scale k_scale Q K^T / sqrt(D)) v_scale V
+ * The kernel rounds P (scaled by 2^8) to e4m3 for P V and sums l from the unrounded P
+ * (docs/checks.md, "ikbo_fa in FP8", has the error this adds).  Runs go through the
+ * _scaled entry points below, which take the scales; BN is 128 and xunit 0. */
 typedef struct loom_ikbo_fa_shape {
     int64_t B, U, S, H, D, n_seed;
-    loom_dtype dtype;
-    int varlen; /* 1: run takes per-user lengths */
+    loom_dtype dtype;  /* LOOM_F16, LOOM_BF16, or LOOM_E4M3 (FP8) */
+    int varlen;        /* 1: run takes per-user lengths */
+    loom_dtype odtype; /* dtype e4m3: out's type, LOOM_F16 (0: the default) or LOOM_BF16; f16 and bf16
+                          inputs give out of their own type (odtype is not read).  Added last: an
+                          initializer of the eight fields before it still compiles (odtype 0),
+                          though -Wmissing-field-initializers names it; designated ones do not */
 } loom_ikbo_fa_shape;
 
 /* The kernel's tile config (templates/ikbo_fa.c), as the "ikbo_fa" template's table
@@ -175,15 +190,17 @@ typedef struct loom_ikbo_fa_config {
 
 typedef struct loom_ikbo_fa loom_ikbo_fa;
 /* shape's B and U are the largest request's (loom_ikbo_fa_run_at serves any below).  cfg
- * NULL: the tuner's pick for this shape (cached on disk; without a GPU, the default).  A
- * shape or config that cannot be served is refused with the reason in
- * loom_runtime_error(rt). */
+ * NULL: the tuner's pick for this shape (cached on disk; without a GPU, the default; for
+ * e4m3 the tuner checks each candidate against the default config's output, as it has
+ * no FP8 device reference: docs/tuning.md).  A shape or config that cannot be served is
+ * refused with the reason in loom_runtime_error(rt), naming the field. */
 loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *shape, const loom_ikbo_fa_config *cfg,
                                  loom_ikbo_fa **out);
 /* One request: the mapping (cand_to_user [B] i32) and, with varlen, seq_len [U] i32 (NULL
  * otherwise) are device buffers, read back to make the work plan (a few microseconds of
  * host time and one synchronization: use loom_ikbo_fa_set_mapping where the host has the
- * mapping).  Out-of-range entries are refused, naming the first. */
+ * mapping).  Out-of-range entries are refused, naming the first.  f16 and bf16 only (an
+ * e4m3 handle is refused: its runs take scales, loom_ikbo_fa_run_scaled). */
 loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v,
                              loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out);
 /* One request at its own B and U (1 to the prepared B and U, which are maxima: the kernel
@@ -198,7 +215,18 @@ loom_status loom_ikbo_fa_set_mapping(loom_ikbo_fa *p, const int32_t *cand_to_use
 loom_status loom_ikbo_fa_set_request(loom_ikbo_fa *p, int64_t B, int64_t U, const int32_t *cand_to_user,
                                      const int32_t *seq_len);
 loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v, loom_buffer *out);
-/* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1,xunit=1; ikbo_fa" */
+/* The entry points of every dtype, FP8's: run_at and launch with the per-head scales.
+ * dtype e4m3: q [B * n_seed, H, D], k [U * S, H, D], vt [U, H, D, S] (V transposed, above),
+ * all e4m3; scales [3, H] f32 (q_scale, k_scale, v_scale of each head), not NULL; out
+ * [B * n_seed, H, D] of odtype.  f16 and bf16: scales NULL (then these are run_at and
+ * launch, vt being V [U * S, H, D]).  B and U as run_at's. */
+loom_status loom_ikbo_fa_run_scaled(loom_ikbo_fa *p, int64_t B, int64_t U, loom_buffer *q, loom_buffer *k,
+                                    loom_buffer *vt, loom_buffer *scales, loom_buffer *cand_to_user,
+                                    loom_buffer *seq_len, loom_buffer *out);
+loom_status loom_ikbo_fa_launch_scaled(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *vt,
+                                       loom_buffer *scales, loom_buffer *out);
+/* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1,xunit=1; ikbo_fa"; e4m3
+ * adds "; e4m3 (Vt, per-head scales), out f16". */
 const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p);
 loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p);
 /* The kernel a launch runs and its grid. */

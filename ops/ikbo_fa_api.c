@@ -1,7 +1,10 @@
 /*
  * ikbo_fa_api.c -- the C API of the IKBO flash attention (include/loom_ikbo.h): prepare
  * once per shape, then per request the mapping (made into a work plan on the host,
- * templates/ikbo_fa_plan.c) and one launch of the kernel of templates/ikbo_fa.c.
+ * templates/ikbo_fa_plan.c) and one launch of the kernel of templates/ikbo_fa.c.  FP8
+ * (dtype e4m3) is the same kernel built with vtrans=1 and the scales argument: its runs
+ * go through the _scaled entry points, which pass the scales; the others are them with
+ * scales NULL.
  */
 #include "tpl.h" /* ikbo_fa.h: the kernel, its plan */
 #include "../util/util.h"
@@ -34,11 +37,14 @@ static const loom_ikbo_fa_config default_cfg = {LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT
 
 static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c)
 {
-    fa_spec sp = {.B = s->B, .U = s->U, .S = s->S, .H = s->H, .D = s->D, .nseed = s->n_seed, .dt = s->dtype,
-                  .varlen = s->varlen};
+    int64_t v[LOOM_MAX_PARAMS];
+    fa_shape_vector(s, v); /* FP8's odt and vtrans too */
+    fa_spec sp = fa_spec_of_shape(v);
     LOOM_COPY(LOOM_IKBO_FA_CONFIG, &sp, c);
     return sp;
 }
+
+static bool fp8(const loom_ikbo_fa *p) { return p->s.dtype == LOOM_E4M3; }
 
 /* The config the tuner picks for this shape (cached on disk). */
 static loom_status tuned_config(loom_ikbo_fa *p)
@@ -77,15 +83,13 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
     p->rt = rt;
     p->s = *shape;
     p->cfg = cfg ? *cfg : default_cfg;
-    if (!cfg && shape->D == 64) /* a 64-key tile for D=64, and the ring deeper */
-        p->cfg.bn = 64, p->cfg.stages = 4;
+    if (!cfg && shape->D == 64) /* a 64-key tile for D=64 (FP8 builds 128 only), and the ring deeper */
+        p->cfg.bn = shape->dtype == LOOM_E4M3 ? 128 : 64, p->cfg.stages = 4;
     p->units = -1;
     p->spec = spec_of(shape, &p->cfg);
     char buf[300], err[300] = "";
-    const char *why = shape->dtype == LOOM_E4M3 /* the template takes it (loomc, fa_build); run has no scales */
-                          ? "dtype e4m3 is not served by the C API yet: the FP8 kernel (the ikbo_fa template with "
-                            "dtype=e4m3, vtrans=1) takes V transposed and per-head scales, which "
-                            "loom_ikbo_fa_shape and loom_ikbo_fa_run have no place for"
+    const char *why = shape->dtype == LOOM_E4M3 && shape->odtype != LOOM_F16 && shape->odtype != LOOM_BF16
+                          ? "shape->odtype (out's type with e4m3 inputs) must be LOOM_F16 or LOOM_BF16"
                           : fa_why_not(&p->spec, buf, sizeof buf);
     loom_status st = LOOM_OK;
     if (why)
@@ -128,8 +132,10 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
         return st;
     }
     const loom_ikbo_fa_config *c = &p->cfg;
-    snprintf(p->desc, sizeof p->desc, "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d; %s",
-             c->bn, c->stages, c->ctas, c->sched, c->turns, c->overlap, c->tmastore, c->xunit, loom_kernel_name(p->k));
+    snprintf(p->desc, sizeof p->desc,
+             "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d; %s%s%s", c->bn, c->stages,
+             c->ctas, c->sched, c->turns, c->overlap, c->tmastore, c->xunit, loom_kernel_name(p->k),
+             fp8(p) ? "; e4m3 (Vt, per-head scales), out " : "", fp8(p) ? loom_dtype_name(shape->odtype) : "");
     *out = p;
     return LOOM_OK;
 }
@@ -193,22 +199,40 @@ static loom_status check_buf(loom_ikbo_fa *p, const char *fn, const loom_buffer 
     return LOOM_OK;
 }
 
-loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v, loom_buffer *out)
+/* scales fit the handle's dtype: given for e4m3 (where the plain entry points, which
+ * have none, point to the _scaled ones), absent for f16 and bf16. */
+static loom_status check_scales(loom_ikbo_fa *p, const char *fn, const loom_buffer *scales, bool scaled)
 {
-    if (!p)
-        return LOOM_ERR_INVALID;
-    const char *fn = "loom_ikbo_fa_launch";
+    if (fp8(p) && !scales)
+        return fail(p, LOOM_ERR_INVALID,
+                    scaled ? "%s: scales is NULL: dtype e4m3 needs the per-head scales [3, H] f32 (q_scale, k_scale, "
+                             "v_scale)"
+                           : "%s: the shape's dtype is e4m3: its runs take the per-head scales [3, H] f32 and V "
+                             "transposed [U, H, D, S]: use loom_ikbo_fa_run_scaled or loom_ikbo_fa_launch_scaled",
+                    fn);
+    if (!fp8(p) && scales)
+        return fail(p, LOOM_ERR_INVALID,
+                    "%s: scales given, but the shape's dtype is %s: scales are for e4m3 (pass NULL)", fn,
+                    loom_dtype_name(p->s.dtype));
+    return LOOM_OK;
+}
+
+static loom_status launch(loom_ikbo_fa *p, const char *fn, loom_buffer *q, loom_buffer *k, loom_buffer *v,
+                          loom_buffer *scales, loom_buffer *out, bool scaled)
+{
     const loom_ikbo_fa_shape *s = &p->s;
-    size_t e = loom_dtype_size(s->dtype);
+    size_t e = loom_dtype_size(s->dtype), eo = loom_dtype_size(fa_out_dt(&p->spec));
     /* each below 2^31, as prepare checked (fa_why_not) */
     int64_t qn = INT64_MAX, kn = INT64_MAX, B = p->units < 0 ? s->B : p->B, U = p->units < 0 ? s->U : p->U;
     util_prod_i64((const int64_t[]){B, s->n_seed, s->H, s->D}, 4, &qn);
     util_prod_i64((const int64_t[]){U, s->S, s->H, s->D}, 4, &kn);
     loom_status st;
-    if ((st = check_buf(p, fn, q, "q", qn, e, "[B * n_seed, H, D]")) != LOOM_OK ||
+    if ((st = check_scales(p, fn, scales, scaled)) != LOOM_OK ||
+        (st = check_buf(p, fn, q, "q", qn, e, "[B * n_seed, H, D]")) != LOOM_OK ||
         (st = check_buf(p, fn, k, "k", kn, e, "[U * S, H, D]")) != LOOM_OK ||
-        (st = check_buf(p, fn, v, "v", kn, e, "[U * S, H, D]")) != LOOM_OK ||
-        (st = check_buf(p, fn, out, "out", qn, e, "[B * n_seed, H, D]")) != LOOM_OK)
+        (st = check_buf(p, fn, v, fp8(p) ? "vt" : "v", kn, e, fp8(p) ? "[U, H, D, S]" : "[U * S, H, D]")) != LOOM_OK ||
+        (scales && (st = check_buf(p, fn, scales, "scales", 3 * s->H, 4, "[3, H] f32")) != LOOM_OK) ||
+        (st = check_buf(p, fn, out, "out", qn, eo, "[B * n_seed, H, D]")) != LOOM_OK)
         return st;
     if (p->units < 0)
         return fail(p, LOOM_ERR_INVALID, "%s: no mapping: call loom_ikbo_fa_set_mapping (or loom_ikbo_fa_run) first",
@@ -222,23 +246,40 @@ loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k,
                     LOOM_ARG_BUF(p->lens),
                     LOOM_ARG_BUF(p->claims),
                     LOOM_ARG_I32((int32_t)p->units),
-                    LOOM_ARG_BUF(out)};
+                    LOOM_ARG_BUF(out),
+                    LOOM_ARG_BUF(scales)}; /* the kernel's last argument with e4m3 */
     /* a program a unit and head of this plan, at most the config's CTAs */
     int64_t work = p->units * s->H;
     int grid[3] = {(int)(work < p->grid[0] ? (work > 0 ? work : 1) : p->grid[0]), 1, 1};
-    st = loom_launch(p->rt, p->k, grid, a, (int)(sizeof a / sizeof a[0]));
+    st = loom_launch(p->rt, p->k, grid, a, (int)(sizeof a / sizeof a[0]) - !scales);
     if (st != LOOM_OK)
         return fail(p, st, "%s (%s): %s", fn, loom_kernel_name(p->k), loom_runtime_error(p->rt));
     return LOOM_OK;
 }
 
+loom_status loom_ikbo_fa_launch(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v, loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return launch(p, "loom_ikbo_fa_launch", q, k, v, NULL, out, false);
+}
+
+loom_status loom_ikbo_fa_launch_scaled(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *vt,
+                                       loom_buffer *scales, loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return launch(p, "loom_ikbo_fa_launch_scaled", q, k, vt, scales, out, true);
+}
+
 static loom_status run_at(loom_ikbo_fa *p, const char *fn, int64_t B, int64_t U, loom_buffer *q, loom_buffer *k,
-                          loom_buffer *v, loom_buffer *cand_to_user, loom_buffer *seq_len, loom_buffer *out)
+                          loom_buffer *v, loom_buffer *scales, loom_buffer *cand_to_user, loom_buffer *seq_len,
+                          loom_buffer *out, bool scaled)
 {
     if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
         return tpl_check_request(p->rt, fn, B, U, p->s.B, p->s.U);
-    loom_status st = check_buf(p, fn, cand_to_user, "cand_to_user", B, 4, "[B]");
-    if (st != LOOM_OK)
+    loom_status st = check_scales(p, fn, scales, scaled); /* before the mapping is read back */
+    if (st != LOOM_OK || (st = check_buf(p, fn, cand_to_user, "cand_to_user", B, 4, "[B]")) != LOOM_OK)
         return st;
     if (seq_len && !p->s.varlen)
         return fail(p, LOOM_ERR_INVALID, "%s: seq_len given, but the shape was prepared without varlen", fn);
@@ -251,7 +292,7 @@ static loom_status run_at(loom_ikbo_fa *p, const char *fn, int64_t B, int64_t U,
         return fail(p, st, "%s: reading the mapping back: %s", fn, loom_runtime_error(p->rt));
     if ((st = set_mapping(p, fn, B, U, p->hmap, seq_len ? p->hlens : NULL)) != LOOM_OK)
         return st;
-    return loom_ikbo_fa_launch(p, q, k, v, out);
+    return launch(p, fn, q, k, v, scales, out, scaled);
 }
 
 loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *v,
@@ -259,7 +300,7 @@ loom_status loom_ikbo_fa_run(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, lo
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    return run_at(p, "loom_ikbo_fa_run", p->s.B, p->s.U, q, k, v, cand_to_user, seq_len, out);
+    return run_at(p, "loom_ikbo_fa_run", p->s.B, p->s.U, q, k, v, NULL, cand_to_user, seq_len, out, false);
 }
 
 loom_status loom_ikbo_fa_run_at(loom_ikbo_fa *p, int64_t B, int64_t U, loom_buffer *q, loom_buffer *k, loom_buffer *v,
@@ -267,7 +308,16 @@ loom_status loom_ikbo_fa_run_at(loom_ikbo_fa *p, int64_t B, int64_t U, loom_buff
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    return run_at(p, "loom_ikbo_fa_run_at", B, U, q, k, v, cand_to_user, seq_len, out);
+    return run_at(p, "loom_ikbo_fa_run_at", B, U, q, k, v, NULL, cand_to_user, seq_len, out, false);
+}
+
+loom_status loom_ikbo_fa_run_scaled(loom_ikbo_fa *p, int64_t B, int64_t U, loom_buffer *q, loom_buffer *k,
+                                    loom_buffer *vt, loom_buffer *scales, loom_buffer *cand_to_user,
+                                    loom_buffer *seq_len, loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return run_at(p, "loom_ikbo_fa_run_scaled", B, U, q, k, vt, scales, cand_to_user, seq_len, out, true);
 }
 
 const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p) { return p ? p->desc : ""; }

@@ -21,7 +21,8 @@
 #   LOOM_GPU_GEMM_ARGS arguments of bench_gemm (default none: its shapes, default config)
 #   LOOM_GPU_IKBO_ARGS arguments of bench_ikbo_lce (default --sweep: the headline, then the
 #                      B and ratio sweeps)
-#   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep)
+#   LOOM_GPU_FA_ARGS   arguments of bench_ikbo_fa (default --sweep --fp8: the sweep, then issue
+#                      38's FP8 rows at the headline beside the f16 kernel, with the targets)
 #   LOOM_GPU_EXAMPLES_ARGS arguments of bench_examples (default none: each example template's
 #                      default config; --tuned: the tuner's pick, timed now or cached)
 #   LOOM_GPU_TUNE_ARGS arguments of bench_tune (default --exhaustive: every template tuned at
@@ -163,7 +164,7 @@ for b in "$R"/bin/bench_*; do
     [ "$(basename "$b")" = bench_ikbo_lce ] && args=(${LOOM_GPU_IKBO_ARGS---sweep})
     [ "$(basename "$b")" = bench_gemm ] && args=(${LOOM_GPU_GEMM_ARGS-})
     [ "$(basename "$b")" = bench_tune ] && args=(${LOOM_GPU_TUNE_ARGS---exhaustive})
-    [ "$(basename "$b")" = bench_ikbo_fa ] && args=(${LOOM_GPU_FA_ARGS---sweep})
+    [ "$(basename "$b")" = bench_ikbo_fa ] && args=(${LOOM_GPU_FA_ARGS---sweep --fp8})
     [ "$(basename "$b")" = bench_examples ] && args=(${LOOM_GPU_EXAMPLES_ARGS-})
     # issue 36: bench_obvious runs its PyTorch peer (torch.compile) in the same run where torch imports
     [ "$(basename "$b")" = bench_obvious ] && python3 -c 'import torch' 2>/dev/null && args=(--torch "$PWD/bench/torch_obvious.py")
@@ -238,7 +239,9 @@ fi
 [ -f "$OUTDIR/bench_aot.log" ] && sed -n '/^bench_aot/,$p' "$OUTDIR/bench_aot.log"
 [ -f "$OUTDIR/torch.log" ] && grep -E "^(FAIL|bench |skipped|test_loom_torch)" "$OUTDIR/torch.log" | sed 's/^/torch ops: /'
 [ -f "$OUTDIR/lce_aot.log" ] && grep -E "^(aot lce|check|no GPU)|FAIL|rc=" "$OUTDIR/lce_aot.log" | sed 's/^/lce_aot: /'
-[ -f "$OUTDIR/bench_ikbo_fa.log" ] && sed -n '/^config/,$p' "$OUTDIR/bench_ikbo_fa.log" | cut -c1-150 | head -40
+[ -f "$OUTDIR/bench_ikbo_fa.log" ] && sed -n '/^config/,$p' "$OUTDIR/bench_ikbo_fa.log" | grep -v "^FP8" | cut -c1-150 | head -40
+# issue 38 item 5: FP8 attention at the headline, beside f16, the targets met or not, each output checked
+[ -f "$OUTDIR/bench_ikbo_fa.log" ] && grep -E "^FP8" "$OUTDIR/bench_ikbo_fa.log" | cut -c1-400
 # the request stream: cold and warm starts, the request path's compiles, the checks; the warm run's table
 for f in "$OUTDIR/bench_serving.log" "$OUTDIR/bench_serving_warm.log"; do
     [ -f "$f" ] && grep -E "^(loom prepare|request path|checks: [0-9]+ requests,|bench_serving: (ok|FAILED))" "$f" | cut -c1-300 | sed "s/^/$(basename "$f" .log): /"

@@ -98,6 +98,14 @@ void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, con
 void fa_fp8_reference(const fa_spec *s, const void *q, const void *k, const void *v, const float *scales,
                       const int32_t *map, const int32_t *seq_len, bool fp8_sums, void *out, double *bound);
 
+/* dtype e4m3's inputs as the f16 or bf16 kernel (dt) takes them: Q and K times their
+ * heads' q_scale and k_scale, Vt [U, H, D, S] times v_scale and transposed back to V
+ * [U * S, H, D]; q16 [rows, H, D], k16 and v16 [U * S, H, D].  The same values where a
+ * scale's significand has at most 7 bits for f16 (e4m3 values have 4), 4 for bf16, and
+ * the products stay in range: then the two kernels attend over the same inputs. */
+void fa_fp8_dequant(const fa_spec *s, const void *q, const void *k, const void *vt, const float *scales,
+                    loom_dtype dt, void *q16, void *k16, void *v16);
+
 /* The registry entry's shape and config vectors as a spec; and the config as the C
  * API's. */
 fa_spec fa_spec_of(const int64_t *shape, const int64_t *config);

@@ -7,8 +7,10 @@
 #include "ir.h" /* ir_f32_to_fp8: the casts' rounding */
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int64_t len_of(const fa_spec *s, const int32_t *seq_len, int64_t u)
 {
@@ -134,6 +136,19 @@ done:
 /* x rounded to e4m3 as the kernel's cast (dsl/fp8.c), from its f32. */
 static double e4m3(double x) { return ir_fp8_to_f32(LOOM_E4M3, ir_f32_to_fp8(LOOM_E4M3, (float)x)); }
 
+/* The 256 e4m3 codes' values (dsl/fp8.c), so the reference decodes each input by a load. */
+typedef struct fp8_lut {
+    double v[256];
+} fp8_lut;
+
+static fp8_lut fp8_lut_make(void)
+{
+    fp8_lut t;
+    for (int c = 0; c < 256; c++)
+        t.v[c] = ir_fp8_to_f32(LOOM_E4M3, (uint8_t)c);
+    return t;
+}
+
 /* One output row of the FP8 kernel's computation (fa_fp8_reference): its scores, tiles,
  * and per element the sums the reference and the bound need. */
 typedef struct fp8_row {
@@ -143,18 +158,14 @@ typedef struct fp8_row {
     double *N, *Aq, *Ad;              /* [D]: sum q(P) a v, sum q(P) a |v|, sum d a |v| */
 } fp8_row;
 
-/* V's element (key j, column x) of user u, head h: [U, H, D, S]. */
-static double vt_at(const fa_spec *s, const void *v, int64_t u, int64_t h, int64_t j, int64_t x)
-{
-    return tpl_get(v, LOOM_E4M3, ((u * s->H + h) * s->D + x) * s->S + j);
-}
 
 /* Row qo (head h, user u, len keys): the scores into sc (times c, base 2), the running
  * max of each 128-key tile, and the P V sums with P = 2^(S c - m_tile + 8) rounded to
  * e4m3, rescaled by a = 2^(m_tile - m), and d = how far the rounding of a P off by delta
  * (relative) can move from the reference's (0 where no rounding boundary is that near). */
-static void fp8_row_sums(const fa_spec *s, const void *q, const void *k, const void *v, const float *scales,
-                         int64_t qo, int64_t usr, int64_t h, int64_t len, bool fp8_sums, double *sc, fp8_row *w)
+static void fp8_row_sums(const fa_spec *s, const fp8_lut *t, const uint8_t *q, const uint8_t *k, const uint8_t *v,
+                         const float *scales, int64_t qo, int64_t usr, int64_t h, int64_t len, bool fp8_sums,
+                         double *sc, fp8_row *w)
 {
     int64_t D = s->D, H = s->H;
     double qsc = scales[h], ksc = scales[H + h];
@@ -165,8 +176,8 @@ static void fp8_row_sums(const fa_spec *s, const void *q, const void *k, const v
         int64_t ko = ((usr * s->S + j) * H + h) * D;
         double d = 0, mag = 0;
         for (int64_t x = 0; x < D; x++) {
-            double t = tpl_get(q, LOOM_E4M3, qo + x) * tpl_get(k, LOOM_E4M3, ko + x);
-            d += t, mag += fabs(t);
+            double p = t->v[q[qo + x]] * t->v[k[ko + x]];
+            d += p, mag += fabs(p);
         }
         sc[j] = d * w->c;
         w->m = fmax(w->m, sc[j]);
@@ -185,8 +196,9 @@ static void fp8_row_sums(const fa_spec *s, const void *q, const void *k, const v
         double p = exp2(sc[j] - mt + FA_FP8_P_LOG2), a = exp2(mt - w->m), pq = e4m3(p);
         double dq = fmax(e4m3(p * (1 + delta)) - pq, pq - e4m3(p * (1 - delta)));
         w->L += p * a;
+        const uint8_t *vj = v + (usr * H + h) * D * s->S + j; /* Vt [U, H, D, S]: column x at vj[x * S] */
         for (int64_t x = 0; x < D; x++) {
-            double vv = vt_at(s, v, usr, h, j, x);
+            double vv = t->v[vj[x * s->S]];
             w->N[x] += pq * a * vv, w->Aq[x] += pq * a * fabs(vv), w->Ad[x] += dq * a * fabs(vv);
         }
     }
@@ -212,27 +224,82 @@ static double fp8_bound(const fa_spec *s, const fp8_row *w, int64_t len, bool fp
     return loom_error_bound(fa_out_dt(s), r, err);
 }
 
-void fa_fp8_reference(const fa_spec *s, const void *q, const void *k, const void *v, const float *scales,
-                      const int32_t *map, const int32_t *seq_len, bool fp8_sums, void *out, double *bound)
+/* fa_fp8_reference's rows r0 to r1 - 1 (one thread's part). */
+typedef struct fp8_part {
+    const fa_spec *s;
+    const fp8_lut *t;
+    const uint8_t *q, *k, *v;
+    const float *scales;
+    const int32_t *map, *seq_len;
+    bool fp8_sums;
+    void *out;
+    double *bound;
+    int64_t r0, r1;
+} fp8_part;
+
+static void *fp8_rows(void *arg)
 {
+    const fp8_part *a = arg;
+    const fa_spec *s = a->s;
     int64_t H = s->H, D = s->D;
     double *sc = malloc((size_t)(s->S > 0 ? s->S : 1) * sizeof *sc), *buf = malloc((size_t)D * 3 * sizeof *buf);
     if (!sc || !buf) {
         free(sc), free(buf);
-        return;
+        return NULL;
     }
     fp8_row w = {.N = buf, .Aq = buf + D, .Ad = buf + 2 * D};
-    for (int64_t r = 0; r < fa_rows(s); r++) {
-        int64_t u = map[r / s->nseed], len = len_of(s, seq_len, u);
+    for (int64_t r = a->r0; r < a->r1; r++) {
+        int64_t u = a->map[r / s->nseed], len = len_of(s, a->seq_len, u);
         for (int64_t h = 0; h < H; h++) {
             const int64_t qo = (r * H + h) * D;
-            fp8_row_sums(s, q, k, v, scales, qo, u, h, len, fp8_sums, sc, &w);
+            fp8_row_sums(s, a->t, a->q, a->k, a->v, a->scales, qo, u, h, len, a->fp8_sums, sc, &w);
             for (int64_t x = 0; x < D; x++) {
-                tpl_set(out, fa_out_dt(s), qo + x, len ? w.vs * w.N[x] / w.L : 0);
-                if (bound)
-                    bound[qo + x] = fp8_bound(s, &w, len, fp8_sums, tpl_get(out, fa_out_dt(s), qo + x), x);
+                tpl_set(a->out, fa_out_dt(s), qo + x, len ? w.vs * w.N[x] / w.L : 0);
+                if (a->bound)
+                    a->bound[qo + x] = fp8_bound(s, &w, len, a->fp8_sums, tpl_get(a->out, fa_out_dt(s), qo + x), x);
             }
         }
     }
     free(sc), free(buf);
+    return NULL;
+}
+
+/* Rows are independent: large references (the tuner's check at its largest CPU-checked
+ * outputs, bench_ikbo_fa's sampled rows at the headline) are split over threads, each
+ * row computed as one thread would. */
+void fa_fp8_reference(const fa_spec *s, const void *q, const void *k, const void *v, const float *scales,
+                      const int32_t *map, const int32_t *seq_len, bool fp8_sums, void *out, double *bound)
+{
+    enum { MAX_THREADS = 16, MIN_ROWS = 16 };
+    fp8_lut t = fp8_lut_make();
+    int64_t rows = fa_rows(s), nt = rows / MIN_ROWS;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    nt = nt > MAX_THREADS ? MAX_THREADS : nt > cores ? cores : nt < 1 ? 1 : nt;
+    int64_t per = (rows + nt - 1) / nt;
+    fp8_part part[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int64_t i = 0; i < nt; i++) {
+        int64_t r0 = i * per < rows ? i * per : rows, r1 = r0 + per < rows ? r0 + per : rows;
+        part[i] = (fp8_part){s, &t, q, k, v, scales, map, seq_len, fp8_sums, out, bound, r0, r1};
+        started[i] = nt > 1 && pthread_create(&th[i], NULL, fp8_rows, &part[i]) == 0;
+        if (!started[i]) /* one part, or no thread: this one here */
+            fp8_rows(&part[i]);
+    }
+    for (int64_t i = 0; i < nt; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
+}
+
+void fa_fp8_dequant(const fa_spec *s, const void *q, const void *k, const void *vt, const float *scales,
+                    loom_dtype dt, void *q16, void *k16, void *v16)
+{
+    int64_t H = s->H, D = s->D, S = s->S, qn = fa_rows(s) * H * D, kn = s->U * S * H * D;
+    for (int64_t i = 0; i < qn; i++) /* i over [rows, H, D] */
+        tpl_set(q16, dt, i, tpl_get(q, LOOM_E4M3, i) * scales[(i / D) % H]);
+    for (int64_t i = 0; i < kn; i++) { /* i over [U * S, H, D] */
+        int64_t x = i % D, h = (i / D) % H, key = i / (D * H), u = key / S, j = key % S;
+        tpl_set(k16, dt, i, tpl_get(k, LOOM_E4M3, i) * scales[H + h]);
+        tpl_set(v16, dt, i, tpl_get(vt, LOOM_E4M3, ((u * H + h) * D + x) * S + j) * scales[2 * H + h]);
+    }
 }

@@ -35,8 +35,11 @@ fa_spec fa_spec_of_shape(const int64_t *sh)
 
 void fa_shape_vector(const loom_ikbo_fa_shape *s, int64_t *v)
 {
+    /* FP8: V given transposed (the only form e4m3 builds), out of odtype; f16 and bf16 keep
+     * the keys' defaults (vtrans=0, odt f16), so their tuning cache entries are unchanged */
+    bool e4m3 = s->dtype == LOOM_E4M3;
     fa_spec sp = {.B = s->B, .U = s->U, .S = s->S, .H = s->H, .D = s->D, .nseed = s->n_seed, .dt = s->dtype,
-                  .varlen = s->varlen};
+                  .varlen = s->varlen, .odt = e4m3 ? s->odtype : LOOM_F16, .vtrans = e4m3};
     memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
     LOOM_PACK(FA_SHAPE, v, &sp);
 }
@@ -352,7 +355,11 @@ static int fr_reference(const int64_t *sh, loom_kernel **k, int (*grid)[3], int 
 {
     fa_spec s;
     if (max < 1 || !fr_grid(sh, &s, grid[0])) {
-        snprintf(err, n, "the reference kernel serves f16 and bf16, up to 65535 heads");
+        if (fa_fp8(&s)) /* its check needs P rounded as the kernel rounds it: fa_fp8_reference, on the host */
+            snprintf(err, n, "none for dtype e4m3 (the FP8 check rounds P as the kernel does: docs/checks.md, "
+                     "\"ikbo_fa in FP8\")");
+        else
+            snprintf(err, n, "the reference kernel serves f16 and bf16, up to 65535 heads");
         return 0;
     }
     k[0] = fr_kernel(&s, false);
@@ -367,9 +374,10 @@ static loom_kernel *fr_bound(const int64_t *sh, int grid[3])
 
 static int fr_fills(const int64_t *sh, tpl_device_fill *f, int max)
 {
-    if (max < 3)
+    /* e4m3: none, as there is no FP8 reference kernel (fr_reference says why): the tuner
+     * makes the inputs on the host and checks against the CPU reference */
+    if (max < 3 || fa_fp8(&(fa_spec){.dt = (loom_dtype)sh[S_dtype]}))
         return 0;
-    (void)sh;
     f[0] = (tpl_device_fill){A_Q, -1, 1, 0, 0};
     f[1] = (tpl_device_fill){A_K, -1, 1, 0, 0};
     f[2] = (tpl_device_fill){A_V, -1, 1, 0, 0};

@@ -311,6 +311,31 @@ Test(aot, every_batch_up_to_the_maximum_is_served)
     cr_expect(strstr(ta_badd_last_error(), "argument 'user' is NULL"), "%s", ta_badd_last_error());
 }
 
+/* ikbo_fa in FP8 is refused as an AOT operation, pointing to the C API, and no file is
+ * left behind. */
+Test(aot, ikbo_fa_e4m3_is_refused_pointing_to_the_c_api)
+{
+    const loom_template *t = loom_template_find("ikbo_fa");
+    int64_t sh[1][LOOM_MAX_PARAMS], cf[1][LOOM_MAX_PARAMS];
+    parse_shape(t, "B=4,U=2,S=128,H=1,D=64,n_seed=64,dtype=e4m3,vtrans=1", sh[0]);
+    char err[600];
+    cr_assert_eq(loom_params_parse(t->config, t->nconfig, "ctas=8", cf[0], err, sizeof err), 0, "%s", err);
+    char dir[] = "/tmp/loom-aot-test-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    loom_aot_request r = {t, 1, (const int64_t(*)[LOOM_MAX_PARAMS])sh, (const int64_t(*)[LOOM_MAX_PARAMS])cf, 0,
+                          "sm_90a", "fa8", dir, NULL};
+    cr_expect_eq(loom_aot_write(&r, err, sizeof err), LOOM_ERR_UNSUPPORTED, "%s", err);
+    cr_expect(strstr(err, "ikbo_fa with dtype e4m3 (V transposed, per-head scales) is not an AOT operation yet: "
+                          "loom's C API serves it") && strstr(err, "loom_ikbo_fa_run_scaled"),
+              "%s", err);
+    char path[600];
+    snprintf(path, sizeof path, "%s/fa8.c", dir);
+    cr_expect_neq(access(path, F_OK), 0, "%s was left behind", path);
+    snprintf(path, sizeof path, "%s/fa8.h", dir);
+    cr_expect_neq(access(path, F_OK), 0, "%s was left behind", path);
+    rmdir(dir);
+}
+
 /* row_softmax's grid rule, one program too many: the generator must refuse it. */
 static void off_by_one_rule(const int64_t *shape, const int64_t *config, loom_grid_rule *r)
 {
@@ -689,7 +714,7 @@ Test(aot_gpu, the_lce_operation_matches_loom_and_the_reference, .timeout = 300)
 Test(aot_gpu, the_fa_operation_matches_loom, .timeout = 300)
 {
     loom_runtime *rt = t_gpu_or_skip();
-    const loom_ikbo_fa_shape s = {64, 5, 200, 2, 64, 3, LOOM_F16, 1};
+    const loom_ikbo_fa_shape s = {64, 5, 200, 2, 64, 3, LOOM_F16, 1, LOOM_F16};
     ta_fa_ikbo_fa_shape as = {s.B, s.U, s.S, s.H, s.D, s.n_seed, s.dtype, s.varlen, LOOM_F16, 0};
     const loom_template *t = loom_template_find("ikbo_fa");
     int64_t cf[LOOM_MAX_PARAMS];

@@ -62,7 +62,7 @@ Test(harden_input, fa_prepare_dims_past_2_31_name_the_range)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_fa *p = NULL;
-    const loom_ikbo_fa_shape ok = {4, 2, 64, 1, 64, 1, LOOM_F16, 0};
+    const loom_ikbo_fa_shape ok = {4, 2, 64, 1, 64, 1, LOOM_F16, 0, LOOM_F16};
     loom_ikbo_fa_shape s = ok;
     s.U = s.S = INT64_C(1) << 32; /* U * S * H * D overflowed int (UBSan) and wrapped */
     REFUSED(rt, loom_ikbo_fa_prepare(rt, &s, NULL, &p), LOOM_ERR_INVALID,

@@ -129,7 +129,7 @@ static void run_interp(const fa_shape_case *c, const loom_ikbo_fa_config *cfg)
     cr_assert(bnd);
     fa_bound(&s, hq, hk, hv, map, c->varlen ? lens : NULL, hr, bnd);
 
-    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen};
+    loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen, LOOM_F16};
     loom_ikbo_fa *p;
     cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
     loom_buffer *q = loom_buffer_create(rt, (size_t)qn * 2), *k = loom_buffer_create(rt, (size_t)kn * 2);
@@ -250,7 +250,7 @@ Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_fa *p = NULL;
-    loom_ikbo_fa_shape sh = {4, 2, 64, 1, 96, 8, LOOM_F16, 0};
+    loom_ikbo_fa_shape sh = {4, 2, 64, 1, 96, 8, LOOM_F16, 0, LOOM_F16};
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, NULL, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "D (the head dim)"), "%s", loom_runtime_error(rt));
     sh.D = 64;
@@ -327,7 +327,7 @@ static void gpu_run(loom_runtime *rt, nvref_gemm *fill, fa_ref *fr, const gpu_ca
     cr_assert_eq(loom_buffer_upload(mb, map, (size_t)B * 4) | loom_buffer_upload(lb, lens, sizeof lens) |
                      loom_buffer_fill(o, 0xff),
                  LOOM_OK);
-    loom_ikbo_fa_shape sh = {B, U, c->S, c->H, c->D, nseed, dt, c->varlen};
+    loom_ikbo_fa_shape sh = {B, U, c->S, c->H, c->D, nseed, dt, c->varlen, dt};
     loom_ikbo_fa *p;
     cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
     cr_assert_eq(loom_ikbo_fa_run(p, q, k, v, mb, c->varlen ? lb : NULL, o), LOOM_OK, "%s", loom_runtime_error(rt));

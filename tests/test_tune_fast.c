@@ -396,6 +396,55 @@ Test(tune_fast, fa_device_reference_and_bound_match_the_host_model, .timeout = 3
     device_path("ikbo_fa", "B=5,U=3,S=70,H=2,D=64,n_seed=20,varlen=1,shuffle=1", 3);
 }
 
+/* ikbo_fa in e4m3 has no device reference (its check rounds P as the kernel does, on the
+ * host): the tuner says so, keeps the inputs on the host and checks a candidate against
+ * the CPU reference (fa_fp8_reference) within its bound, as for a template with no device
+ * entry; an element of the reference moved past its bound is caught. */
+Test(tune_fast, fa_e4m3_is_checked_on_the_host_against_the_fp8_reference, .timeout = 120)
+{
+    const loom_template *t = loom_template_find("ikbo_fa");
+    cr_assert(t);
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char err[1024] = "";
+    /* odt=1: bf16 out (a key without "dtype" in its name takes the enum's value) */
+    cr_assert_eq(loom_params_parse(t->shape, t->nshape,
+                                   "B=5,U=3,S=144,H=2,D=64,n_seed=20,dtype=e4m3,odt=1,vtrans=1,varlen=1,shuffle=1",
+                                   sh, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(loom_params_parse(t->config, t->nconfig, "ctas=8", cf, err, sizeof err), 0, "%s", err);
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    tune_bench b;
+    memset(&b, 0, sizeof b);
+    b.rt = rt, b.t = t, b.shape = sh;
+    loom_kernel *probe = t->build(sh, cf, err, sizeof err);
+    cr_assert(probe, "%s", err);
+    cr_assert_eq(tune_bench_compare_kernels(&b, probe, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect_eq(tune_bench_device_kernels(&b, err, sizeof err), LOOM_ERR_UNSUPPORTED);
+    cr_expect(strstr(err, "no device reference: none for dtype e4m3"), "%s", err);
+    cr_expect_eq(b.nfill, 0, "nothing filled on the device");
+    b.dev = NULL; /* as the tuner does then: inputs on the host */
+    cr_assert_eq(tune_bench_setup(&b, cf, 17, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(tune_bench_cpu_reference(&b, err, sizeof err), LOOM_OK, "%s", err);
+    enum { OUT = 9 }; /* fa_build's arguments: rows, U, Q, K, V, plan, seq_len, claims, units, out, scales */
+    cr_assert(b.model[OUT], "out is compared by the model (fa_fp8_reference's bound)");
+    loom_tune_result x = {.verdict = LOOM_TUNE_TIMED};
+    memcpy(x.config, cf, sizeof cf);
+    bool passed = false;
+    cr_assert(tune_check_one(&b, t, sh, &x, probe, &passed));
+    cr_expect(passed, "the default config fails its check: %s %s", loom_tune_verdict_name(x.verdict), x.reason);
+    uint16_t *ref = download(b.ref[OUT]);
+    float *bnd = download(b.bound[OUT]);
+    int64_t at = (int64_t)(loom_buffer_size(b.ref[OUT]) / 2 / 3);
+    tpl_set(ref, LOOM_BF16, at, tpl_get(ref, LOOM_BF16, at) + 4 * bnd[at] + 0.01);
+    loom_buffer_upload(b.ref[OUT], ref, loom_buffer_size(b.ref[OUT]));
+    cr_assert(tune_check_one(&b, t, sh, &x, probe, &passed));
+    cr_expect(!passed && x.verdict == LOOM_TUNE_WRONG, "verdict %s", loom_tune_verdict_name(x.verdict));
+    cr_expect(strstr(x.reason, "1 elements outside their error bound"), "%s", x.reason);
+    free(ref), free(bnd);
+    loom_kernel_destroy(probe);
+    tune_bench_free(&b);
+    loom_runtime_destroy(rt);
+}
+
 Test(tune_fast, fa_device_reference_bf16_contiguous, .timeout = 300)
 {
     device_path("ikbo_fa", "B=3,U=2,S=130,H=1,D=128,n_seed=64,dtype=bf16", 3);
