@@ -62,6 +62,7 @@
  *        --shape MxNxK[xBATCH]    that shape alone instead (A shared when BATCH > 1); any
  *                                 M, N, K >= 1
  */
+#include "contenders.h"
 #include "cublas_dl.h"
 #include "gpu.h"
 #include "nvrtc_ref.h"
@@ -249,28 +250,17 @@ static loom_kernel *build_plain(const gemm_case *c, loom_dtype dt, const char *c
 static loom_kernel *build_gemm(const loom_template *t, const gemm_case *c, loom_dtype dt, const char *config,
                               int grid[3], size_t need[3], char *why, size_t whylen, char *resolved, size_t rlen)
 {
-    char text[256], err[1024];
+    char text[256];
     if (!strncmp(config, "plain:", 6))
         return build_plain(c, dt, config, grid, why, whylen);
-    int64_t shape[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS];
     snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,batch=%lld,dtype=%s,odtype=%s,ashared=%d",
              (long long)c->M, (long long)c->N, (long long)c->K, (long long)c->batch, loom_dtype_name(dt),
              loom_dtype_name(dt), c->a_shared);
     int untuned = !strcmp(config, "untuned"); /* what runs without timing: the template's heuristic */
-    if (loom_params_parse(t->shape, t->nshape, text, shape, err, sizeof err) ||
-        loom_params_parse(t->config, t->nconfig, untuned ? "" : config, cfg, err, sizeof err)) {
-        snprintf(why, whylen, "loom: %s", err);
+    loom_kernel *k = bench_template_build(t->name, text, untuned ? "" : config, grid, untuned ? resolved : NULL,
+                                          rlen, why, whylen);
+    if (!k)
         return NULL;
-    }
-    if (untuned) {
-        loom_template_untuned_config(t, shape, cfg);
-        loom_params_format(t->config, t->nconfig, cfg, resolved, rlen);
-    }
-    loom_kernel *k = t->build(shape, cfg, err, sizeof err);
-    if (!k) {
-        snprintf(why, whylen, "loom: the template refuses: %s", err);
-        return NULL;
-    }
     if (loom_verify(k) != LOOM_OK) {
         snprintf(why, whylen, "loom: the kernel fails verification: %s", loom_kernel_errors(k));
         loom_kernel_destroy(k);
@@ -291,7 +281,6 @@ static loom_kernel *build_gemm(const loom_template *t, const gemm_case *c, loom_
             return NULL;
         }
     }
-    t->grid(shape, cfg, grid);
     return k;
 }
 

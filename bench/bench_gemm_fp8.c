@@ -74,26 +74,12 @@ static loom_buffer *buf(loom_runtime *rt, size_t bytes)
 static loom_kernel *build_loom(const fp8_run *r, int64_t M, int64_t N, int64_t K, const char *config, int grid[3],
                                char *why, size_t n)
 {
-    const loom_template *t = loom_template_find("gemm");
-    char text[256], err[512];
-    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    char text[256], cfg[256];
     snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=%s,odtype=%s,btrans=1,promote=%d", (long long)M,
              (long long)N, (long long)K, loom_dtype_name(r->in), loom_dtype_name(r->odt), r->promote);
-    if (!t || loom_params_parse(t->shape, t->nshape, text, sh, err, sizeof err) ||
-        loom_params_parse(t->config, t->nconfig, config ? config : "", cf, err, sizeof err)) {
-        snprintf(why, n, "loom: %.280s", t ? err : "no gemm template");
-        return NULL;
-    }
-    if (!config || !*config)
-        loom_template_untuned_config(t, sh, cf);
-    loom_kernel *k = t->build(sh, cf, err, sizeof err);
-    if (!k) {
-        snprintf(why, n, "loom: the template refuses: %.260s", err);
-        return NULL;
-    }
-    loom_params_format(t->config, t->nconfig, cf, text, sizeof text);
-    snprintf(why, n, "gemm promote=%d %s", r->promote, text);
-    t->grid(sh, cf, grid);
+    loom_kernel *k = bench_template_build("gemm", text, config, grid, cfg, sizeof cfg, why, n);
+    if (k)
+        snprintf(why, n, "gemm promote=%d %s", r->promote, cfg);
     return k;
 }
 

@@ -560,20 +560,11 @@ static int nresults;
 
 static loom_kernel *template_gemm(int64_t M, int64_t N, int64_t K, const char *config, int grid[3])
 {
-    const loom_template *t = loom_template_find("gemm");
-    char text[200], err[1024];
-    int64_t shape[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS];
+    char text[200], why[1100];
     snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=f16,odtype=f16", (long long)M, (long long)N, (long long)K);
-    if (!t || loom_params_parse(t->shape, t->nshape, text, shape, err, sizeof err) ||
-        loom_params_parse(t->config, t->nconfig, config, cfg, err, sizeof err)) {
-        printf("  loom gemm: %s\n", t ? err : "no gemm template");
-        return NULL;
-    }
-    loom_kernel *k = t->build(shape, cfg, err, sizeof err);
+    loom_kernel *k = bench_template_build("gemm", text, config, grid, NULL, 0, why, sizeof why);
     if (!k)
-        printf("  loom gemm: the template refuses: %s\n", err);
-    else
-        t->grid(shape, cfg, grid);
+        printf("  loom gemm: %s\n", why);
     return k;
 }
 

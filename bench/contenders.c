@@ -119,3 +119,28 @@ void bench_on_cost(void *ctx, const loom_cost *c)
     s->convert += c->kind == LOOM_COST_CONVERT;
     s->scratch += c->kind == LOOM_COST_SCRATCH;
 }
+
+loom_kernel *bench_template_build(const char *name, const char *shape, const char *config, int grid[3],
+                                  char *resolved, size_t rlen, char *why, size_t n)
+{
+    const loom_template *t = loom_template_find(name);
+    char err[1024];
+    int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
+    bool untuned = !config || !*config;
+    if (!t || loom_params_parse(t->shape, t->nshape, shape, sh, err, sizeof err) ||
+        loom_params_parse(t->config, t->nconfig, untuned ? "" : config, cf, err, sizeof err)) {
+        snprintf(why, n, "loom: %.900s", t ? err : "no such template");
+        return NULL;
+    }
+    if (untuned)
+        loom_template_untuned_config(t, sh, cf);
+    if (resolved)
+        loom_params_format(t->config, t->nconfig, cf, resolved, rlen);
+    loom_kernel *k = t->build(sh, cf, err, sizeof err);
+    if (!k) {
+        snprintf(why, n, "loom: the template refuses: %.900s", err);
+        return NULL;
+    }
+    t->grid(sh, cf, grid);
+    return k;
+}

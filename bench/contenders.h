@@ -52,6 +52,13 @@ loom_status run_work(void *w);
  * 0, or -1 with the failure printed. */
 int time_rounds(loom_runtime *rt, work *ws, int n, int rounds, int reps);
 
+/* Template `name`'s kernel at the shape given as text ("M=..,N=..") and config text (""
+ * or NULL: the template's untuned config at the shape, loom_template_untuned_config), and
+ * its grid; the config it took, formatted, in resolved (NULL: not wanted).  NULL with the
+ * reason ("loom: ...") in why. */
+loom_kernel *bench_template_build(const char *name, const char *shape, const char *config, int grid[3],
+                                  char *resolved, size_t rlen, char *why, size_t n);
+
 /* What loom_kernel_explain reports of a kernel, counted: conversions through shared
  * memory and other uses of scratch (bench_on_cost is the callback, ctx a bench_costs). */
 typedef struct bench_costs {
