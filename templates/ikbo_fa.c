@@ -277,7 +277,7 @@ static loom_val online_softmax(const fa *g, loom_val sc, loom_val j0, loom_val l
     loom_kernel *k = g->k;
     const fa_spec *s = g->s;
     loom_shape sh = LOOM_SHAPE2(FA_BLOCK, s->bn);
-    loom_val c = g->c ? g->c : CF(1.4426950408889634 / sqrt((double)s->D)); /* log2(e) / sqrt(D) */
+    loom_val c = g->c ? g->c : CF(fa_softmax_factor(s->D));
     if (masked(s)) { /* keys j0 + col past the user's length: -inf */
         loom_val col = loom_add(k, loom_arange(k, 0, s->bn), j0);
         loom_val keep = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, col, len), 0), sh);
@@ -511,7 +511,7 @@ static void head_scales(fa *g, loom_val h)
     loom_val qs = loom_load_scalar(k, g->scales, ((loom_val[]){CI(0), h}));
     loom_val ks = loom_load_scalar(k, g->scales, ((loom_val[]){CI(1), h}));
     g->vs = loom_load_scalar(k, g->scales, ((loom_val[]){CI(2), h}));
-    g->c = loom_mul(k, CF(1.4426950408889634 / sqrt((double)g->s->D)), loom_mul(k, qs, ks));
+    g->c = loom_mul(k, CF(fa_softmax_factor(g->s->D)), loom_mul(k, qs, ks));
 }
 
 /* Consumers: two warp groups, replica r the unit's block r. */

@@ -10,6 +10,7 @@
 #include "ikbo_fa_units.h" /* FA_BLOCK, the plan's fields, fa_units */
 #include "tpl.h"
 
+#include <math.h>
 #include <stdbool.h>
 
 /* The registry entry's shape keys (its table, loom_tune.h "A template's table"; the
@@ -116,5 +117,10 @@ fa_spec fa_spec_of_shape(const int64_t *shape);
  * inputs-only keys 0). */
 void fa_shape_vector(const loom_ikbo_fa_shape *s, int64_t *shape);
 loom_ikbo_fa_config fa_config_of(const int64_t *config);
+
+/* The softmax runs in base 2: S times log2(e) / sqrt(D), then exp2 (the kernel, its device
+ * reference, the CPU references and the bound all take this factor). */
+#define FA_LOG2E 1.4426950408889634
+static inline double fa_softmax_factor(int64_t D) { return FA_LOG2E / sqrt((double)D); }
 
 #endif

@@ -87,7 +87,7 @@ void fa_bound(const fa_spec *s, const void *q, const void *k, const void *v, con
               const int32_t *seq_len, const void *ref, double *bound)
 {
     int64_t H = s->H, D = s->D, S = s->S;
-    double log2e = 1.4426950408889634, u = 0x1p-23;
+    double log2e = FA_LOG2E, u = 0x1p-23;
     double up = s->dt == LOOM_BF16 ? 0x1p-8 : 0x1p-11; /* P rounded to nearest in dtype */
     double *sj = malloc((size_t)S * sizeof *sj), *a = malloc((size_t)D * sizeof *a);
     if (!sj || !a)
@@ -170,7 +170,7 @@ static void fp8_row_sums(const fa_spec *s, const fp8_lut *t, const uint8_t *q, c
     int64_t D = s->D, H = s->H;
     double qsc = scales[h], ksc = scales[H + h];
     w->vs = scales[2 * H + h];
-    w->c = 1.4426950408889634 / sqrt((double)D) * qsc * ksc;
+    w->c = fa_softmax_factor(D) * qsc * ksc;
     w->E = w->smax = 0, w->L = 0, w->m = -INFINITY, w->T = (len + 127) / 128;
     for (int64_t j = 0; j < len; j++) {
         int64_t ko = ((usr * s->S + j) * H + h) * D;

@@ -256,7 +256,7 @@ static loom_kernel *fr_kernel(const fa_spec *s, bool with_bound)
                                  loom_splat(k, rend, tr));
         loom_val qmask = fr_rows(k, rowv, D);
         loom_val q = loom_cast(k, loom_load(k, a.q, ((loom_val[]){h, r0, CI(0)}), tq, qmask, 0.0), LOOM_F32);
-        double scale = 1.0 / sqrt((double)D), l2e = 1.4426950408889634;
+        double scale = 1.0 / sqrt((double)D), l2e = FA_LOG2E;
         loom_val init[6] = {CF(-INFINITY, tr), CF(0.0, tr), CF(0.0, tq), CF(0.0, tq), CF(0.0, tr), CF(0.0, tr)};
         int nc = with_bound ? 6 : 3; /* m, l, acc; and A, the largest S error, the largest |S| */
         loom_region_op kl = loom_for_begin(k, CI(0), len, CI(FR_KEYS), nc, init);
