@@ -160,6 +160,8 @@ static loom_val run_promoted(loom_src at, loom_kernel *k, const loom_mainloop *m
     loom_region_op bl = loom_for_begin_at(at, k, zero, nb, one, 1, &f);
     {
         loom_val k0 = loom_mul_at(at, k, loom_for_iv(k, bl), P);
+        /* the block's scale first: its loads run beside the block's wgmmas */
+        loom_val scale = ml->block_scale ? ml->block_scale(ml->block_ctx, k, loom_for_iv(k, bl), rep) : LOOM_NONE;
         loom_val tc = k_step(at, k, ml, it0, k0, rep, LOOM_NONE, true, zero, one);
         if (ml->promote > 1) {
             loom_val end = loom_min_at(at, k, loom_add_at(at, k, k0, P), uses);
@@ -168,7 +170,12 @@ static loom_val run_promoted(loom_src at, loom_kernel *k, const loom_mainloop *m
             loom_for_end_at(at, k, il, 1, &r);
             tc = loom_for_result(k, il, 0);
         }
-        loom_val sum = loom_mainloop_promote_at(at, k, ml, tc, loom_for_arg(k, bl, 0));
+        loom_val sum;
+        if (scale) { /* acc_f32 += (the block's sum) * scale */
+            loom_region_op w = loom_wgmma_wait_at(at, k, 0, 1, &tc);
+            sum = loom_add_at(at, k, loom_for_arg(k, bl, 0), loom_mul_at(at, k, loom_wgmma_result(k, w, 0), scale));
+        } else
+            sum = loom_mainloop_promote_at(at, k, ml, tc, loom_for_arg(k, bl, 0));
         loom_for_end_at(at, k, bl, 1, &sum);
     }
     return loom_for_result(k, bl, 0);

@@ -69,7 +69,13 @@
  *              multiplied into the f32 accumulator before the cast (per-tensor scales);
  *              with scaled=2: f32 vectors scale_a [M] and scale_b [N], C[m, n] =
  *              scale_a[m] * scale_b[n] * (A @ B)[m, n] (per-row and per-column scales,
- *              loaded in the accumulator's slices in the epilogue; batch 1, trans=0)
+ *              loaded in the accumulator's slices in the epilogue; batch 1, trans=0);
+ *              with scaled=3 (block-wise, FP8 with promote=128): f32 scale_a [KB, M]
+ *              (1 x 128 blocks of A: row m's scale of K block kb at [kb, m], rows M_max
+ *              apart) and scale_b
+ *              [NB, KB] (128 x 128 blocks of B, [N, K]), KB = cdiv(K, 128), NB =
+ *              cdiv(N, 128): C[m, n] = sum over kb of scale_a[kb, m] scale_b[n / 128, kb]
+ *              (A @ B over block kb), each block's sum scaled as it is promoted
  *
  * The strides stay those of the built shape: in a batch, product b of A (ashared=0) and
  * of C starts at row b * M_max (the built M), and a launch at a smaller M uses the first
@@ -122,7 +128,9 @@
     X(scaled, scaled, int, 0,                                                                              \
       "1: C = scale_a * scale_b * (A @ B), two f32 scalar arguments after C (per-tensor FP8 scales), "     \
       "multiplied into the f32 accumulator before the cast; 2: per-row and per-column scales, f32 "        \
-      "vectors scale_a [M] and scale_b [N] after C, C[m, n] = scale_a[m] scale_b[n] (A @ B)[m, n] (batch 1)")
+      "vectors scale_a [M] and scale_b [N] after C, C[m, n] = scale_a[m] scale_b[n] (A @ B)[m, n] (batch 1); " \
+      "3: block-wise (FP8, promote=128, BN 64 or 128): scale_a [cdiv(K,128), M] per 1 x 128 block of A and " \
+      "scale_b [cdiv(N,128), cdiv(K,128)] per 128 x 128 block of B, each block's sum scaled as it is promoted")
 #define GEMM_CONFIG(X)                                                                                     \
     X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group; trans=1: a multiple of 8 up to 256)", 64, \
       128, 224, 256)                                                                                       \
@@ -231,7 +239,7 @@ typedef struct gk {
      * with its reciprocal (TAIL_SHIFT fixed point; LOOM_NONE where it is not used) */
     loom_val tm, tiles, tail, tail_inv;
     loom_val A, B;
-    loom_val scale_a, scale_b; /* scaled=1: the f32 scalar arguments; 2: the vectors [M], [N] (else LOOM_NONE) */
+    loom_val scale_a, scale_b; /* scaled=1: the f32 scalars; 2: the vectors [M], [N]; 3: the blocks' (else LOOM_NONE) */
     loom_ring ring;
     loom_sched sched;
     loom_epilogue epi;
@@ -448,6 +456,39 @@ static loom_mainloop mainloop_of(const gk *g, int bm)
                            .steps = TPL_CDIV(c->K, c->bk), .promote = c->promote / c->bk};
 }
 
+/* scaled=3: where a consumer's accumulator lies, for its blocks' scales. */
+typedef struct block_at {
+    const gk *g;
+    loom_val m0, n0; /* the tile's first row and column */
+    int64_t rows;    /* the consumer's rows (split: replica rep's start at m0 + rep * rows) */
+    bool split;
+} block_at;
+
+/* The scale of K block kb's partial sum: scale_a[kb, m] of the consumer's rows times
+ * scale_b[n0 / 128, kb], broadcast over the tile's columns (f32 [rows, BN]). */
+static loom_val block_scale(void *ctx, loom_kernel *k, loom_val kb, loom_val rep)
+{
+    const block_at *a = ctx;
+    const g_cfg *c = a->g->c;
+    loom_val m = a->split ? loom_add(k, a->m0, loom_mul(k, rep, CI(a->rows))) : a->m0;
+    loom_val sa = loom_load(k, a->g->scale_a, ((loom_val[]){kb, m}), LOOM_SHAPE1(a->rows), LOOM_NONE, 0.0);
+    loom_val sb = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){loom_div(k, a->n0, CI(128)), kb}));
+    loom_val s = loom_mul(k, sa, loom_splat(k, sb, LOOM_SHAPE1(a->rows)));
+    return loom_broadcast(k, loom_expand_dims(k, s, 1), LOOM_SHAPE2(a->rows, c->bn));
+}
+
+/* The mainloop of a tile with its blocks' scales where scaled=3 (ba, kept alive by the
+ * caller while the mainloop is built). */
+static loom_mainloop scaled_mainloop(const gk *g, int bm, block_at *ba, loom_val m0, loom_val n0)
+{
+    loom_mainloop ml = mainloop_of(g, bm);
+    if (g->c->scaled == 3) {
+        *ba = (block_at){.g = g, .m0 = m0, .n0 = n0, .rows = bm, .split = g->c->consumers == SPLIT};
+        ml.block_scale = block_scale, ml.block_ctx = ba;
+    }
+    return ml;
+}
+
 /* After the mainloop of the tile whose uses start at it0: wait for its last wgmma group
  * and give the last slot back; returns the tile (scaled=1: times scale_a * scale_b, in f32)
  * cast to the output type; with scaled=2 the f32 tile, which store_tile scales and casts. */
@@ -456,7 +497,7 @@ static loom_val finish(loom_kernel *k, const gk *g, const loom_mainloop *ml, loo
     acc = loom_mainloop_finish(k, ml, acc, loom_mainloop_last(k, ml, it0));
     if (g->c->scaled == 2)
         return acc;
-    if (g->scale_a) {
+    if (g->c->scaled == 1) {
         loom_val s = loom_mul(k, g->scale_a, g->scale_b);
         acc = loom_mul(k, acc, loom_splat(k, s, LOOM_SHAPE2(ml->rows, ml->cols)));
     }
@@ -498,7 +539,8 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
-        loom_mainloop ml = mainloop_of(g, c->bm);
+        block_at ba;
+        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, m0, n0);
         loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0), it0);
         store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0, .rows = c->bm, .cols = c->bn}, LOOM_NONE,
                    LOOM_NONE);
@@ -527,7 +569,8 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
-        loom_mainloop ml = mainloop_of(g, c->bm);
+        block_at ba;
+        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, m0, n0);
         loom_pingpong_mma_begin(k, pp);
         loom_val acc = loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0);
         loom_pingpong_mma_end(k, pp);
@@ -565,7 +608,8 @@ static void consumers_split(loom_kernel *k, const gk *g)
         loom_val b = u.b, m0, n0;
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
-        loom_mainloop ml = mainloop_of(g, half);
+        block_at ba;
+        loom_mainloop ml = scaled_mainloop(g, half, &ba, m0, n0);
         loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0), it0);
         loom_val off = loom_mul(k, rep, CI(half)), m = m0, n = n0;
         if (c->trans) /* the group's [64, BM] of C^T is C's [BM, 64] at column n0 + 64 rep */
@@ -610,6 +654,10 @@ static loom_kernel *gemm_build(const g_cfg *c)
     } else if (c->scaled == 2) { /* a scale a row of A (the launch's M of them) and a column of B */
         g.scale_a = loom_arg_tensor(k, "scale_a", LOOM_F32, LOOM_SHAPE1(M), LOOM_IN);
         g.scale_b = loom_arg_tensor(k, "scale_b", LOOM_F32, LOOM_SHAPE1(c->N), LOOM_IN);
+    } else if (c->scaled == 3) { /* a scale a 1 x 128 block of A, [KB, M]; one a 128 x 128 block of B */
+        int64_t kb = TPL_CDIV(c->K, 128), sast[2] = {c->M, 1}; /* rows M_max apart, as A's and C's */
+        g.scale_a = loom_arg_tensor_strided(k, "scale_a", LOOM_F32, LOOM_SHAPE2(kb, M), sast, LOOM_IN);
+        g.scale_b = loom_arg_tensor(k, "scale_b", LOOM_F32, LOOM_SHAPE2(TPL_CDIV(c->N, 128), kb), LOOM_IN);
     }
 
     bool split = c->consumers == SPLIT;
@@ -701,11 +749,18 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
     bool fp8 = fp8_in(c);
     if (c->dt != LOOM_F16 && c->dt != LOOM_BF16 && !fp8)
         return "dtype must be f16, bf16, e4m3 or e5m2 (the tensor-core inputs)";
-    if (c->scaled < 0 || c->scaled > 2)
-        return "scaled must be 0, 1 (the f32 scalars scale_a and scale_b after C) or 2 (the f32 vectors scale_a [M] "
-               "and scale_b [N] after C)";
-    if (c->scaled == 2 && (c->batch != 1 || c->trans))
-        return "scaled=2 (a scale a row and a column) takes one product (batch=1) and trans=0";
+    if (c->scaled < 0 || c->scaled > 3)
+        return "scaled must be 0, 1 (the f32 scalars scale_a and scale_b after C), 2 (the f32 vectors scale_a [M] "
+               "and scale_b [N] after C) or 3 (block-wise: scale_a [cdiv(K,128), M], scale_b [cdiv(N,128), "
+               "cdiv(K,128)])";
+    if (c->scaled >= 2 && (c->batch != 1 || c->trans))
+        return c->scaled == 2 ? "scaled=2 (a scale a row and a column) takes one product (batch=1) and trans=0"
+                              : "scaled=3 (block-wise scales) takes one product (batch=1) and trans=0";
+    if (c->scaled == 3 && (!fp8 || c->promote != 128))
+        return "scaled=3 (block-wise scales) is FP8's with promote=128: each 128 elements of K are one block, whose "
+               "sum is scaled as it is promoted into f32";
+    if (c->scaled == 3 && 128 % c->bn)
+        return "scaled=3 takes BN 64 or 128: a tile's columns must lie in one 128-column block of B (one scale_b)";
     if (c->btrans != 0 && c->btrans != 1)
         return "btrans must be 0 (B is [K, N]) or 1 (B is [N, K])";
     if (fp8 && !c->btrans)
@@ -902,8 +957,9 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     tpl_fill(host[ARG_A], c.dt, (na - 1) * M * c.lda + (M - 1) * c.lda + c.K, -1, 1, &seed);
     tpl_fill(host[ARG_B], c.dt, (nb - 1) * brows * c.ldb + (brows - 1) * c.ldb + b_cols(&c), -1, 1, &seed);
     if (c.scaled) { /* scales that are not powers of two: the product and the multiplies round */
-        tpl_fill(host[ARG_SCALE_A], LOOM_F32, c.scaled == 2 ? M : 1, 0.25, 4, &seed);
-        tpl_fill(host[ARG_SCALE_B], LOOM_F32, c.scaled == 2 ? c.N : 1, 0.25, 4, &seed);
+        int64_t kb = TPL_CDIV(c.K, 128), na_s[4] = {0, 1, M, kb * M}, nb_s[4] = {0, 1, c.N, TPL_CDIV(c.N, 128) * kb};
+        tpl_fill(host[ARG_SCALE_A], LOOM_F32, na_s[c.scaled], 0.25, 4, &seed);
+        tpl_fill(host[ARG_SCALE_B], LOOM_F32, nb_s[c.scaled], 0.25, 4, &seed);
     }
 }
 
@@ -946,9 +1002,70 @@ static void row_products(const g_cfg *c, void *const *host, int64_t b, int64_t m
     }
 }
 
+/* scaled=3: row m's sums of each K block (blk[kb * N + j], exact in double, and mag the
+ * sums of their magnitudes) and the blocks' scales s[kb * N + j] = scale_a[kb, m] *
+ * scale_b[j / 128, kb] (exact in double). */
+static void block_products(const g_cfg *c, void *const *host, int64_t m, double *blk, double *mag, double *s)
+{
+    int64_t kb = TPL_CDIV(c->K, 128);
+    for (int64_t i = 0; i < kb * c->N; i++)
+        blk[i] = mag[i] = 0;
+    for (int64_t q = 0; q < c->K; q++) {
+        double a = tpl_get(host[ARG_A], c->dt, m * c->lda + q);
+        for (int64_t j = 0; j < c->N; j++) {
+            double p = a * tpl_get(host[ARG_B], c->dt, b_at(c, 0, q, j));
+            blk[(q / 128) * c->N + j] += p;
+            mag[(q / 128) * c->N + j] += fabs(p);
+        }
+    }
+    for (int64_t b = 0; b < kb; b++)
+        for (int64_t j = 0; j < c->N; j++)
+            s[b * c->N + j] = tpl_get(host[ARG_SCALE_A], LOOM_F32, b * c->M + m) *
+                              tpl_get(host[ARG_SCALE_B], LOOM_F32, (j / 128) * kb + b);
+}
+
+/* scaled=3: C's reference into ref (bnd NULL), or each element's bound into bnd about
+ * the reference in ref, by the model: each block's FP8 sum within loom_fp8_mma_sum_error of its products, times its
+ * scale (the scale's product and the multiply rounding in f32: 2u + u^2), the blocks
+ * added in f32 (loom_f32_sum_error), then rounded to odtype. */
+static void block_scaled(const g_cfg *c, void *const *host, void *ref, double *bnd)
+{
+    int64_t kb = TPL_CDIV(c->K, 128), n = kb * c->N;
+    double *blk = malloc((size_t)n * sizeof *blk), *mag = malloc((size_t)n * sizeof *mag),
+           *sc = malloc((size_t)n * sizeof *sc);
+    const double u = 0x1p-23;
+    if (!blk || !mag || !sc)
+        goto done;
+    for (int64_t m = 0; m < c->M; m++) {
+        block_products(c, host, m, blk, mag, sc);
+        for (int64_t j = 0; j < c->N; j++) {
+            double x = 0, err = 0, terms = 0;
+            for (int64_t b = 0; b < kb; b++) {
+                int64_t i = b * c->N + j, len = b < kb - 1 ? 128 : c->K - 128 * b;
+                double e = loom_fp8_mma_sum_error(len, mag[i]), as = fabs(sc[i]);
+                x += sc[i] * blk[i];
+                err += as * (e + (2 * u + u * u) * (mag[i] + e));
+                terms += as * (mag[i] + e) * (1 + 3 * u);
+            }
+            err += loom_f32_sum_error(kb, terms);
+            int64_t e = m * c->N + j;
+            if (!bnd) /* the reference */
+                tpl_set(ref, c->odt, e, x);
+            else /* the bound, about the reference made before */
+                bnd[e] = loom_error_bound(c->odt, tpl_get(ref, c->odt, e), err);
+        }
+    }
+done:
+    free(blk), free(mag), free(sc);
+}
+
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
     g_cfg c = shape_of(sh);
+    if (c.scaled == 3) {
+        block_scaled(&c, host, ref[ARG_C], NULL);
+        return;
+    }
     double *row = malloc((size_t)c.N * sizeof *row);
     if (!row)
         return;
@@ -987,6 +1104,11 @@ static double scaled_error(double s, double mag, double err)
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
     g_cfg c = shape_of(sh);
+    if (c.scaled == 3) {
+        if (bnd[ARG_C])
+            block_scaled(&c, host, ref[ARG_C], bnd[ARG_C]);
+        return;
+    }
     double *mag = malloc((size_t)c.N * sizeof *mag);
     if (!mag || !bnd[ARG_C])
         goto done;

@@ -112,6 +112,31 @@ Test(gemm_fp8, row_and_column_scales_match_the_reference_within_the_bound)
         for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
             check(rt, scaled[s], configs[c], 60 + s);
     check(rt, "M=70,N=40,K=50,scaled=2,odtype=f32", "BM=64,BN=64,stages=2", 70);
+    loom_runtime_destroy(rt);
+}
+
+/* Block-wise scales (scaled=3, promote=128: scale_a [cdiv(K,128), M] per 1 x 128 block
+ * of A, scale_b [cdiv(N,128), cdiv(K,128)] per 128 x 128 block of B, each block's sum
+ * scaled as it is promoted): every config whose tiles lie in one 128-column block (BN 64
+ * or 128), a ragged last block of K and of N, both FP8 types, each element within its
+ * bound (the blocks' FP8 sums, the scales' roundings, the f32 sum over the blocks). */
+Test(gemm_fp8, block_scales_match_the_reference_within_the_bound)
+{
+    static const char *const blocked[] = {
+        "M=70,N=200,K=600,dtype=e4m3,btrans=1,scaled=3,promote=128,odtype=f32",
+        "M=65,N=136,K=300,dtype=e5m2,btrans=1,scaled=3,promote=128,odtype=bf16",
+    };
+    static const char *const bcfg[] = {
+        "BM=64,BN=64,BK=128,stages=2",
+        "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3",
+        "BM=64,BN=64,cwarps=8,consumers=1,BK=128,stages=2,ctas=2",
+        "BM=128,BN=128,cwarps=8,BK=64,stages=3,tmastore=0",
+        "BM=64,BN=128,cluster=2,ctas=2,BK=128,stages=2",
+    };
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    for (size_t s = 0; s < sizeof blocked / sizeof *blocked; s++)
+        for (size_t c = 0; c < sizeof bcfg / sizeof *bcfg; c++)
+            check(rt, blocked[s], bcfg[c], 80 + s);
     check(rt, "M=70,N=136,K=50,dtype=bf16,scaled=2", "BM=128,BN=128,cwarps=8,consumers=2,stages=2", 71);
     loom_runtime_destroy(rt);
 }
@@ -181,6 +206,8 @@ Test(gemm_fp8, an_element_past_its_promoted_scaled_bound_is_caught)
     planted_errors_caught("M=33,N=24,K=300,dtype=e5m2,btrans=1,odtype=f32,promote=128",
                           "BM=64,BN=64,BK=64,stages=3,tmastore=0");
     planted_errors_caught("M=70,N=40,K=600,dtype=e4m3,btrans=1,odtype=f32,scaled=2",
+                          "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3");
+    planted_errors_caught("M=70,N=200,K=600,dtype=e4m3,btrans=1,odtype=f32,scaled=3,promote=128",
                           "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3");
 }
 
@@ -291,7 +318,12 @@ Test(gemm_fp8, promote_refusals_name_the_reason)
                    "promote=64 (elements of K) must be a multiple of BK=128");
     expect_refused("M=256,N=256,K=256,promote=128", "", "promote is for FP8 inputs");
     expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,promote=-128", "BK=128", "promote must be 0");
-    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=3", "BK=128", "scaled must be 0, 1");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=4", "BK=128", "scaled must be 0, 1");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=3", "BK=128", "scaled=3 (block-wise scales) is FP8's "
+                                                                              "with promote=128");
+    expect_refused("M=256,N=256,K=256,scaled=3,promote=128", "", "scaled=3 (block-wise scales) is FP8's");
+    expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=3,promote=128", "BN=256,BK=128",
+                   "scaled=3 takes BN 64 or 128");
     expect_refused("M=256,N=256,K=256,batch=2,dtype=e4m3,btrans=1,scaled=2", "BK=128",
                    "scaled=2 (a scale a row and a column) takes one product (batch=1)");
 }
@@ -347,6 +379,11 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
          "BM=128,BN=256,cwarps=8,consumers=2,BK=128,group=8", "m64n256k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=2",
          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
+        /* block-wise scales, split and cooperative */
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=3",
+         "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=3",
+         "BM=128,BN=128,cwarps=8,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
@@ -387,6 +424,9 @@ Test(gemm_fp8_gpu, matches_the_reference_within_the_fp8_bound)
           "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", 33);
     check(rt, "M=777,N=520,K=512,dtype=e5m2,btrans=1,odtype=f16,scaled=2", "BM=64,BN=128,cwarps=8,consumers=1,BK=128",
           34);
+    /* block-wise scales: the promoted split 128 x 128, a ragged K and N */
+    check(rt, "M=1000,N=1032,K=1000,dtype=e4m3,btrans=1,odtype=bf16,scaled=3,promote=128",
+          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", 35);
     loom_runtime_destroy(rt);
 }
 
