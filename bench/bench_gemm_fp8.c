@@ -32,7 +32,11 @@
  * sums are exact either way.  Timing: time_rounds (bench/contenders.c): rounds running every contender in
  * turn, an L2 flush before each run, the median of the rounds' medians.
  *
- * Usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... [--promote P] [--e5m2]
+ * --scaled S gives loom's shape scaled=S (1: per-tensor scales, 2: per row and column, 3:
+ * block-wise with --promote 128), every scale 1.0, so the exact check holds and the row
+ * shows what reading and applying the scales costs.
+ *
+ * Usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... [--promote P] [--scaled S] [--e5m2]
  *                       [--odtype bf16|f16|f32] [--reps N]       (skips cleanly without a GPU)
  */
 #include "contenders.h"
@@ -56,6 +60,7 @@ typedef struct fp8_run {
     const char *configs[MAXCFG];
     int nconfig, reps;
     int promote; /* the gemm shape's promote (elements of K; 0: fast accumulation) */
+    int scaled;  /* the gemm shape's scaled (0 none; 1 per tensor; 2 rows and columns; 3 blocks), scales 1.0 */
 } fp8_run;
 
 /* A device buffer, or exit: a bench has nothing to do without its buffers. */
@@ -75,11 +80,11 @@ static loom_kernel *build_loom(const fp8_run *r, int64_t M, int64_t N, int64_t K
                                char *why, size_t n)
 {
     char text[256], cfg[256];
-    snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=%s,odtype=%s,btrans=1,promote=%d", (long long)M,
-             (long long)N, (long long)K, loom_dtype_name(r->in), loom_dtype_name(r->odt), r->promote);
+    snprintf(text, sizeof text, "M=%lld,N=%lld,K=%lld,dtype=%s,odtype=%s,btrans=1,promote=%d,scaled=%d", (long long)M,
+             (long long)N, (long long)K, loom_dtype_name(r->in), loom_dtype_name(r->odt), r->promote, r->scaled);
     loom_kernel *k = bench_template_build("gemm", text, config, grid, cfg, sizeof cfg, why, n);
     if (k)
-        snprintf(why, n, "gemm promote=%d %s", r->promote, cfg);
+        snprintf(why, n, "gemm promote=%d scaled=%d %s", r->promote, r->scaled, cfg);
     return k;
 }
 
@@ -141,6 +146,27 @@ static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
         }
     }
     int first_loom = nw;
+    /* --scaled: the scales, all 1.0 (the check's sums stay exact): two f32 scalars, or the
+     * rows' and columns' vectors, or the blocks' (A's [cdiv(K,128), M], B's [cdiv(N,128),
+     * cdiv(K,128)]) */
+    int64_t kb = (K + 127) / 128, ns[4][2] = {{0, 0}, {0, 0}, {M, N}, {kb * M, (N + 127) / 128 * kb}};
+    loom_buffer *sv[2] = {NULL, NULL};
+    for (int j = 0; j < 2 && r->scaled >= 2; j++) {
+        int64_t cnt = ns[r->scaled][j];
+        float *one = malloc((size_t)cnt * sizeof *one);
+        if (!one) {
+            fprintf(stderr, "bench_gemm_fp8: out of host memory\n");
+            exit(2);
+        }
+        for (int64_t e = 0; e < cnt; e++)
+            one[e] = 1.0f;
+        sv[j] = buf(r->rt, (size_t)cnt * sizeof *one);
+        if (loom_buffer_upload(sv[j], one, (size_t)cnt * sizeof *one) != LOOM_OK) {
+            fprintf(stderr, "bench_gemm_fp8: uploading the scales: %s\n", loom_runtime_error(r->rt));
+            exit(2);
+        }
+        free(one);
+    }
     for (int i = 0; i < r->nconfig; i++) {
         int grid[3];
         char why[300];
@@ -151,9 +177,11 @@ static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
         }
         ks[i] = k;
         C[nw] = buf(r->rt, (size_t)(M * N) * os);
-        loom_arg args[5] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_I32(1), LOOM_ARG_BUF(A), LOOM_ARG_BUF(Bt),
-                            LOOM_ARG_BUF(C[nw])};
-        ws[nw] = (work){.name = "loom", .rt = r->rt, .n = 1, .s = {launch_step(k, grid, args, 5)}};
+        loom_arg args[7] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_I32(1), LOOM_ARG_BUF(A), LOOM_ARG_BUF(Bt),
+                            LOOM_ARG_BUF(C[nw]), LOOM_ARG_F32(1.0f), LOOM_ARG_F32(1.0f)};
+        if (r->scaled >= 2)
+            args[5] = LOOM_ARG_BUF(sv[0]), args[6] = LOOM_ARG_BUF(sv[1]);
+        ws[nw] = (work){.name = "loom", .rt = r->rt, .n = 1, .s = {launch_step(k, grid, args, r->scaled ? 7 : 5)}};
         snprintf(what[nw], sizeof what[nw], "loom %.290s", why);
         nw++;
     }
@@ -181,7 +209,7 @@ static int one_shape(fp8_run *r, int64_t M, int64_t N, int64_t K)
         loom_kernel_destroy(ks[i]);
     for (int i = 0; i < nw; i++)
         loom_buffer_destroy(C[i]);
-    loom_buffer *all[] = {A, Bt, ref, absref, wsb};
+    loom_buffer *all[] = {A, Bt, ref, absref, wsb, sv[0], sv[1]};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         loom_buffer_destroy(all[i]);
     return failures;
@@ -198,6 +226,8 @@ int main(int argc, char **argv)
             shape = argv[++i];
         else if (!strcmp(argv[i], "--promote") && i + 1 < argc)
             r.promote = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--scaled") && i + 1 < argc)
+            r.scaled = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--e5m2"))
             r.in = LOOM_E5M2;
         else if (!strcmp(argv[i], "--odtype") && i + 1 < argc) {
@@ -211,7 +241,7 @@ int main(int argc, char **argv)
             r.reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 20;
         else {
             fprintf(stderr, "usage: bench_gemm_fp8 [--shape MxNxK] [--config k=v,...]... (at most %d) [--promote P] "
-                            "[--e5m2] [--odtype bf16|f16|f32] [--reps N]\n", MAXCFG);
+                            "[--scaled S] [--e5m2] [--odtype bf16|f16|f32] [--reps N]\n", MAXCFG);
             return 2;
         }
     }
