@@ -16,7 +16,8 @@
  *     accumulator's column slice, which every thread holds for its own registers;
  *   - a wgmma wants its register A operand in the A fragment's layout, a dot on the tensor
  *     cores its accumulator in the mma.sync accumulator's, and a loop the start of a value
- *     such a dot carries in that layout too;
+ *     such a dot carries in that layout too; the start and the next value of another
+ *     carried value, what the body's uses of it want;
  *   - a store takes any layout; any other use wants the layout the value has.
  *
  * A load, whose layout is free (it can read any element into any register), then takes
@@ -127,8 +128,20 @@ static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v,
         return W_NONE;
     case IR_DOT: /* a dot on the tensor cores: acc in the mma accumulator's layout */
         return i == 2 && cg->dot_mma[o] ? cg->vlay[op->res[0]] : W_NONE;
-    case IR_FOR: /* the start of a value a dot on the tensor cores carries */
-        return i >= 3 && mma_dot_carried(cg, op, i - 3) ? cg->vlay[op->res[i - 3]] : W_NONE;
+    case IR_FOR: /* the start of a value a dot on the tensor cores carries; of another, what the body's uses of
+                    the carried value want (a vector loaded a block ahead and broadcast to an accumulator) */
+        if (i < 3)
+            return W_NONE;
+        if (mma_dot_carried(cg, op, i - 3))
+            return cg->vlay[op->res[i - 3]];
+        return value_want(cg, w, cg->k->blocks[op->reg[0]].args[1 + (i - 3)], depth + 1);
+    case IR_YIELD: { /* a loop's next value: as its start */
+        const ir_block *blk = &cg->k->blocks[op->block];
+        const ir_op *lp = blk->parent ? &cg->k->ops[blk->parent] : NULL;
+        if (!lp || lp->kind != IR_FOR || &cg->k->blocks[lp->reg[0]] != blk || mma_dot_carried(cg, lp, i))
+            return W_NONE;
+        return value_want(cg, w, blk->args[1 + i], depth + 1);
+    }
     case IR_EXPAND_DIMS: {
         int32_t to = value_want(cg, w, op->res[0], depth + 1);
         if (to < 0)

@@ -359,12 +359,13 @@ typedef struct loom_mainloop {
     int promote;          /* FP8 promotion: 0 none; P > 0: every P k steps loom_mainloop_run adds the
                              tensor cores' partial sum into an f32 accumulator in registers and
                              the tensor-core accumulator restarts from zero (below) */
-    /* Block scales (with promote): each block's partial sum is multiplied by the f32 tile
-     * [rows, cols] block_scale returns before it is added into acc_f32 (acc_f32 += sum *
-     * scale: block-wise FP8 scaling, a per-row scale of the block's K times one of B's
-     * block).  Called at the block's start with the block's index (an i32: k steps
-     * block * promote ..) and the replica, so its loads run beside the block's wgmmas.
-     * NULL: none. */
+    /* Block scales (with promote): each block's partial sum is multiplied, row by row, by
+     * the f32 vector [rows] block_scale returns before it is added into acc_f32 (acc_f32
+     * += sum * scale, the vector broadcast over the columns: block-wise FP8 scaling, a
+     * scale of each row's block of K times one of B's block).  block_scale is called with
+     * a block's index (an i32: k steps block * promote ..) and the replica one block
+     * ahead: block b + 1's scales load while block b runs (the loop carries them), so
+     * their latency hides behind a block's wgmmas.  NULL: none. */
     loom_val (*block_scale)(void *ctx, loom_kernel *k, loom_val block, loom_val rep);
     void *block_ctx;
 } loom_mainloop;

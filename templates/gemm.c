@@ -464,17 +464,15 @@ typedef struct block_at {
     bool split;
 } block_at;
 
-/* The scale of K block kb's partial sum: scale_a[kb, m] of the consumer's rows times
- * scale_b[n0 / 128, kb], broadcast over the tile's columns (f32 [rows, BN]). */
+/* The scales of K block kb's partial sums, a row each: scale_a[kb, m] of the consumer's
+ * rows times scale_b[n0 / 128, kb] (f32 [rows]). */
 static loom_val block_scale(void *ctx, loom_kernel *k, loom_val kb, loom_val rep)
 {
     const block_at *a = ctx;
-    const g_cfg *c = a->g->c;
     loom_val m = a->split ? loom_add(k, a->m0, loom_mul(k, rep, CI(a->rows))) : a->m0;
     loom_val sa = loom_load(k, a->g->scale_a, ((loom_val[]){kb, m}), LOOM_SHAPE1(a->rows), LOOM_NONE, 0.0);
     loom_val sb = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){loom_div(k, a->n0, CI(128)), kb}));
-    loom_val s = loom_mul(k, sa, loom_splat(k, sb, LOOM_SHAPE1(a->rows)));
-    return loom_broadcast(k, loom_expand_dims(k, s, 1), LOOM_SHAPE2(a->rows, c->bn));
+    return loom_mul(k, sa, loom_splat(k, sb, LOOM_SHAPE1(a->rows)));
 }
 
 /* The mainloop of a tile with its blocks' scales where scaled=3 (ba, kept alive by the

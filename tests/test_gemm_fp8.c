@@ -352,8 +352,10 @@ Test(gemm_fp8, the_untuned_promoted_config_fits)
 
 /* ---------------------------------------------------------------- PTX */
 
+static void count_conversions(void *ctx, const loom_cost *c) { *(int *)ctx += c->kind == LOOM_COST_CONVERT; }
+
 /* The FP8 headline configs at 4096^3: the PTX issues m64nNk32 FP8 wgmmas and assembles
- * without spills. */
+ * without spills or layout conversions. */
 Test(gemm_fp8, headline_ptx_assembles_without_spills)
 {
     static const char *const cases[][3] = {
@@ -403,6 +405,12 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
         cr_expect(!promoted || t_count(ptx, "z, 1, 1;") >= 1, "%s: no wgmma from zero", name);
         t_ptxas_ok(ptx, "sm_90a", name);
         free(ptx);
+        /* no layout conversion: the scales (per row and column, or per block, carried a
+         * block ahead by the promoted loop) load in the accumulator's slices */
+        int convert = 0;
+        cr_assert_eq(loom_kernel_explain(k, "sm_90a", count_conversions, &convert, NULL, err, sizeof err), LOOM_OK,
+                     "%s: %s", name, err);
+        cr_expect_eq(convert, 0, "%s: %d layout conversions", name, convert);
         loom_kernel_destroy(k);
     }
 }
