@@ -360,8 +360,8 @@ typedef struct loom_mainloop {
                              tensor cores' partial sum into an f32 accumulator in registers and
                              the tensor-core accumulator restarts from zero (below) */
     /* Block scales (with promote): each block's partial sum is multiplied, row by row, by
-     * the f32 vector [rows] block_scale returns before it is added into acc_f32 (acc_f32
-     * += sum * scale, the vector broadcast over the columns: block-wise FP8 scaling, a
+     * the f32 vector [rows] block_scale returns as it is added into acc_f32 (acc_f32 =
+     * fma(sum, scale, acc_f32), the vector broadcast over the columns: block-wise FP8 scaling, a
      * scale of each row's block of K times one of B's block).  block_scale is called with
      * a block's index (an i32: k steps block * promote ..) and the replica one block
      * ahead: block b + 1's scales load while block b runs (the loop carries them), so

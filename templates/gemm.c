@@ -1023,9 +1023,10 @@ static void block_products(const g_cfg *c, void *const *host, int64_t m, double 
 }
 
 /* scaled=3: C's reference into ref (bnd NULL), or each element's bound into bnd about
- * the reference in ref, by the model: each block's FP8 sum within loom_fp8_mma_sum_error of its products, times its
- * scale (the scale's product and the multiply rounding in f32: 2u + u^2), the blocks
- * added in f32 (loom_f32_sum_error), then rounded to odtype. */
+ * the reference in ref, by the model: each block's FP8 sum within loom_fp8_mma_sum_error
+ * of its products, times its scale (the scales' product rounds in f32, u; the fma into
+ * the f32 accumulator rounds once, which the f32 sum's error counts: 2u + u^2 covers
+ * both with room), the blocks added in f32 (loom_f32_sum_error), then rounded to odtype. */
 static void block_scaled(const g_cfg *c, void *const *host, void *ref, double *bnd)
 {
     int64_t kb = TPL_CDIV(c->K, 128), n = kb * c->N;
