@@ -399,9 +399,11 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
         cr_expect(strstr(ptx, cases[i][2]), "%s: no %s", name, cases[i][2]);
         cr_expect_eq(t_count(ptx, "k16.f32"), 0, "%s: a k16 wgmma", name);
         /* promoted: a block's first wgmma starts from zero (scale-d off: predicate z) and
-         * the block's end adds the 64 x 128 a warp group (64 a thread) into f32 */
-        bool promoted = strstr(cases[i][0], "promote=");
-        cr_expect_eq(t_count(ptx, "add.rn.f32") >= 64, promoted, "%s: %d f32 adds", name, t_count(ptx, "add.rn.f32"));
+         * the block's end adds the 64 x 128 a warp group (64 a thread) into f32 (with
+         * block scales, as 64 fmas of the sum and the rows' scales) */
+        bool promoted = strstr(cases[i][0], "promote="), blocks = strstr(cases[i][0], "scaled=3");
+        int adds = t_count(ptx, blocks ? "fma.rn.f32" : "add.rn.f32");
+        cr_expect_eq(adds >= 64, promoted, "%s: %d f32 %s", name, adds, blocks ? "fmas" : "adds");
         cr_expect(!promoted || t_count(ptx, "z, 1, 1;") >= 1, "%s: no wgmma from zero", name);
         t_ptxas_ok(ptx, "sm_90a", name);
         free(ptx);
