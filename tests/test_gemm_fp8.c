@@ -65,12 +65,19 @@ static const char *const configs[] = {
     "BM=64,BN=128,cluster=2,ctas=2,BK=128,stages=2",                /* B's halves multicast by rows */
 };
 
+/* Every shape at every config (shape s with seed seed + s). */
+static void check_each(loom_runtime *rt, const char *const *shape, size_t ns, const char *const *config, size_t nc,
+                       uint64_t seed)
+{
+    for (size_t s = 0; s < ns; s++)
+        for (size_t c = 0; c < nc; c++)
+            check(rt, shape[s], config[c], seed + s);
+}
+
 Test(gemm_fp8, interpreter_matches_the_reference_within_the_bound)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
-            check(rt, shapes[s], configs[c], 10 + s);
+    check_each(rt, shapes, sizeof shapes / sizeof *shapes, configs, sizeof configs / sizeof *configs, 10);
     loom_runtime_destroy(rt);
 }
 
@@ -108,10 +115,9 @@ Test(gemm_fp8, row_and_column_scales_match_the_reference_within_the_bound)
         "M=65,N=72,K=130,dtype=e5m2,btrans=1,odtype=bf16,scaled=2",
     };
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
-    for (size_t s = 0; s < sizeof scaled / sizeof *scaled; s++)
-        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
-            check(rt, scaled[s], configs[c], 60 + s);
+    check_each(rt, scaled, sizeof scaled / sizeof *scaled, configs, sizeof configs / sizeof *configs, 60);
     check(rt, "M=70,N=40,K=50,scaled=2,odtype=f32", "BM=64,BN=64,stages=2", 70);
+    check(rt, "M=70,N=136,K=50,dtype=bf16,scaled=2", "BM=128,BN=128,cwarps=8,consumers=2,stages=2", 71);
     loom_runtime_destroy(rt);
 }
 
@@ -134,10 +140,7 @@ Test(gemm_fp8, block_scales_match_the_reference_within_the_bound)
         "BM=64,BN=128,cluster=2,ctas=2,BK=128,stages=2",
     };
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
-    for (size_t s = 0; s < sizeof blocked / sizeof *blocked; s++)
-        for (size_t c = 0; c < sizeof bcfg / sizeof *bcfg; c++)
-            check(rt, blocked[s], bcfg[c], 80 + s);
-    check(rt, "M=70,N=136,K=50,dtype=bf16,scaled=2", "BM=128,BN=128,cwarps=8,consumers=2,stages=2", 71);
+    check_each(rt, blocked, sizeof blocked / sizeof *blocked, bcfg, sizeof bcfg / sizeof *bcfg, 80);
     loom_runtime_destroy(rt);
 }
 
@@ -422,9 +425,7 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
 Test(gemm_fp8_gpu, matches_the_reference_within_the_fp8_bound)
 {
     loom_runtime *rt = t_gpu_or_skip();
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
-            check(rt, shapes[s], configs[c], 20 + s);
+    check_each(rt, shapes, sizeof shapes / sizeof *shapes, configs, sizeof configs / sizeof *configs, 20);
     check(rt, "M=1000,N=1000,K=1000,dtype=e5m2,btrans=1,odtype=f32", "BK=128", 31);
     /* per-row and per-column scales: split 128 x 256 (a row of scale_b 32 vectors a thread,
      * read clamped), promoted split 128 x 128, ping-pong, a ragged M and N */
