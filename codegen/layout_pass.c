@@ -56,13 +56,10 @@ const uint8_t cg_lay_class[IR_OP_COUNT] = {
 #undef LOOM_OP
 };
 
-/* Layout id is a wgmma accumulator's. */
-static bool mma_id(const cg_ctx *cg, int32_t id) { return cg_is_mma(cg, id); }
-
 /* A layout made from an accumulator's by reductions and expand_dims (a row of it). */
 static bool mma_row(const cg_ctx *cg, int32_t id)
 {
-    return id >= 0 && mma_id(cg, cg->lays[id].parent);
+    return id >= 0 && cg_is_mma(cg, cg->lays[id].parent);
 }
 
 /* If v (a loop's yielded value) comes out of wgmma, the accumulator layout it will have. */
@@ -215,7 +212,7 @@ static bool layout_broadcast(cg_ctx *cg, const ir_op *op, uint32_t rv, const ir_
      * alpha, a row of S [64, BN], scaling O [64, D] with BN != D): that shape's
      * accumulator layout holds the same rows in the same threads */
     char why[200];
-    if (sl->parent >= 0 && mma_id(cg, sl->parent) && !cg_mma_unfit(cg, &rt->shape, why, sizeof why)) {
+    if (sl->parent >= 0 && cg_is_mma(cg, sl->parent) && !cg_mma_unfit(cg, &rt->shape, why, sizeof why)) {
         int32_t m = cg_mma_layout(cg, &rt->shape);
         if (m < 0)
             return false;
@@ -284,7 +281,7 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
             if (!fixed(cg, x) || cg->vlay[x] < 0)
                 continue;
             const ir_value *xv = &cg->k->vals[x];
-            int score = mma_id(cg, cg->vlay[x])                                   ? 5
+            int score = cg_is_mma(cg, cg->vlay[x])                                ? 5
                         : mma_row(cg, cg->vlay[x])                                ? 4
                         : cg->soft[x]                                             ? 0
                         : xv->kind == IR_V_RESULT && cg->k->ops[xv->def].kind == IR_BROADCAST ? 1

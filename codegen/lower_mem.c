@@ -591,6 +591,10 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
     if (!a->srank && b.upred) /* no tiled dim carries the leading dims' check */
         return CG_BUG(l->cg, "a block access without tiled dims");
     bool clamped = clamped_load(a, n, v, wide);
+    /* a load's fill as a register value: for the padding, and past the bounds of a clamped load */
+    LLVMValueRef fillv = a->store                ? NULL
+                         : ir_dtype_is_fp8(dt) ? LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)fb))
+                                               : from_bits(l, dt, LLVMConstInt(bits_type(l, es), fb, 0));
     for (int j0 = 0; j0 < n; j0 += v) {
         /* a register of the padding (its coordinate past the tile for every thread: the
          * thread's bits only add to it) is never accessed: a load gives the fill */
@@ -599,8 +603,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             pad |= cg_reg_coord(lay, j0, s) >= lay->shape[s];
         if (pad) {
             for (int e = 0; e < v && !a->store; e++)
-                out[j0 + e] = ir_dtype_is_fp8(dt) ? LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)fb))
-                                                  : from_bits(l, dt, LLVMConstInt(bits_type(l, es), fb, 0));
+                out[j0 + e] = fillv;
             continue;
         }
         LLVMValueRef pred = NULL;
@@ -628,7 +631,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         }
         if (a->mask)
             pred = lw_and_pred(l, pred, a->mask[j0]);
-        LLVMValueRef addr = LLVMBuildGEP2(l->B, l->t_i8, base, &off64, 1, "");
+        LLVMValueRef addr = clamped ? NULL : LLVMBuildGEP2(l->B, l->t_i8, base, &off64, 1, ""); /* clamped: its own */
         LLVMValueRef w[4], eb[16];
         if (a->store) {
             if (ir_dtype_is_fp8(dt)) { /* a pair to one cvt */
@@ -659,11 +662,8 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
                 for (int e = 0; e < v; e++)
                     out[j0 + e] = from_bits(l, dt, eb[e]);
             if (clamped && pred) /* past the bounds: the fill, chosen after the load */
-                for (int e = 0; e < v; e++) {
-                    LLVMValueRef f = ir_dtype_is_fp8(dt) ? LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)fb))
-                                                         : from_bits(l, dt, LLVMConstInt(bits_type(l, es), fb, 0));
-                    out[j0 + e] = LLVMBuildSelect(l->B, pred, out[j0 + e], f, "");
-                }
+                for (int e = 0; e < v; e++)
+                    out[j0 + e] = LLVMBuildSelect(l->B, pred, out[j0 + e], fillv, "");
         }
     }
     if (sb)

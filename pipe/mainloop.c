@@ -177,10 +177,8 @@ static loom_val run_promoted(loom_src at, loom_kernel *k, const loom_mainloop *m
         }
         loom_val y[2];
         if (bs) { /* acc_f32 += (the block's sum) * its rows' scales, one fma an element */
-            loom_region_op w = loom_wgmma_wait_at(at, k, 0, 1, &tc);
-            loom_shape sh = LOOM_SHAPE2(ml->rows, ml->cols);
-            loom_val s2 = loom_broadcast_at(at, k, loom_expand_dims_at(at, k, scale, 1), sh);
-            y[0] = loom_fma_at(at, k, loom_wgmma_result(k, w, 0), s2, loom_for_arg(k, bl, 0));
+            loom_val s2 = loom_broadcast_at(at, k, loom_expand_dims_at(at, k, scale, 1), LOOM_SHAPE2(ml->rows, ml->cols));
+            y[0] = loom_fma_at(at, k, loom_mainloop_promote_at(at, k, ml, tc, LOOM_NONE), s2, loom_for_arg(k, bl, 0));
             y[1] = next;
         } else
             y[0] = loom_mainloop_promote_at(at, k, ml, tc, loom_for_arg(k, bl, 0));

@@ -941,7 +941,7 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
     loom_grid_rule_eval(&r, sh, g);
 }
 
-/* The kernel's arguments (scale_a and scale_b with scaled=1 or 2 only). */
+/* The kernel's arguments (scale_a and scale_b with scaled > 0 only). */
 enum { ARG_M, ARG_BATCH, ARG_A, ARG_B, ARG_C, ARG_SCALE_A, ARG_SCALE_B };
 
 /* The dims at the shape's values; the inputs fill every element their buffers hold (the
@@ -977,12 +977,14 @@ static size_t b_at(const g_cfg *c, int64_t b, int64_t q, int64_t j)
     return (size_t)(c->btrans ? b * c->N * c->ldb + j * c->ldb + q : b * c->K * c->ldb + q * c->ldb + j);
 }
 
-/* Row m of product b of A @ B into row[N] (sums of products in double) and mag[N] (sums
- * of their magnitudes); either may be NULL. */
-static void row_products(const g_cfg *c, void *const *host, int64_t b, int64_t m, double *row, double *mag)
+/* Row m of product b of A @ B in blocks of `blk` elements of K (blk >= K: one block) into
+ * row[kb * N + j] (sums of products in double) and mag[kb * N + j] (sums of their
+ * magnitudes); either may be NULL. */
+static void row_products(const g_cfg *c, void *const *host, int64_t b, int64_t m, int64_t blk, double *row,
+                         double *mag)
 {
     bool ash = c->batch == 1 || c->ashared;
-    for (int64_t j = 0; j < c->N; j++) {
+    for (int64_t j = 0; j < TPL_CDIV(c->K, blk) * c->N; j++) {
         if (row)
             row[j] = 0;
         if (mag)
@@ -990,32 +992,24 @@ static void row_products(const g_cfg *c, void *const *host, int64_t b, int64_t m
     }
     for (int64_t q = 0; q < c->K; q++) {
         double a = tpl_get(host[ARG_A], c->dt, (ash ? 0 : b * c->M * c->lda) + m * c->lda + q);
+        int64_t at = q / blk * c->N;
         for (int64_t j = 0; j < c->N; j++) {
             double p = a * tpl_get(host[ARG_B], c->dt, b_at(c, b, q, j));
             if (row)
-                row[j] += p;
+                row[at + j] += p;
             if (mag)
-                mag[j] += fabs(p);
+                mag[at + j] += fabs(p);
         }
     }
 }
 
-/* scaled=3: row m's sums of each K block (blk[kb * N + j], exact in double, and mag the
- * sums of their magnitudes) and the blocks' scales s[kb * N + j] = scale_a[kb, m] *
- * scale_b[j / 128, kb] (exact in double). */
+/* scaled=3: row m's sums of each K block of 128 (blk[kb * N + j], exact in double, and
+ * mag the sums of their magnitudes) and the blocks' scales s[kb * N + j] = scale_a[kb, m]
+ * * scale_b[j / 128, kb] (exact in double). */
 static void block_products(const g_cfg *c, void *const *host, int64_t m, double *blk, double *mag, double *s)
 {
     int64_t kb = TPL_CDIV(c->K, 128);
-    for (int64_t i = 0; i < kb * c->N; i++)
-        blk[i] = mag[i] = 0;
-    for (int64_t q = 0; q < c->K; q++) {
-        double a = tpl_get(host[ARG_A], c->dt, m * c->lda + q);
-        for (int64_t j = 0; j < c->N; j++) {
-            double p = a * tpl_get(host[ARG_B], c->dt, b_at(c, 0, q, j));
-            blk[(q / 128) * c->N + j] += p;
-            mag[(q / 128) * c->N + j] += fabs(p);
-        }
-    }
+    row_products(c, host, 0, m, 128, blk, mag);
     for (int64_t b = 0; b < kb; b++)
         for (int64_t j = 0; j < c->N; j++)
             s[b * c->N + j] = tpl_get(host[ARG_SCALE_A], LOOM_F32, b * c->M + m) *
@@ -1070,7 +1064,7 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
         return;
     for (int64_t b = 0; b < c.batch; b++)
         for (int64_t m = 0; m < c.M; m++) {
-            row_products(&c, host, b, m, row, NULL);
+            row_products(&c, host, b, m, c.K, row, NULL);
             for (int64_t j = 0; j < c.N; j++)
                 tpl_set(ref[ARG_C], c.odt, b * c.M * c.N + m * c.N + j, scale_of(&c, host, m, j) * row[j]);
         }
@@ -1113,7 +1107,7 @@ static void bound(const int64_t *sh, void *const *host, void *const *ref, double
         goto done;
     for (int64_t b = 0; b < c.batch; b++)
         for (int64_t m = 0; m < c.M; m++) {
-            row_products(&c, host, b, m, NULL, mag);
+            row_products(&c, host, b, m, c.K, NULL, mag);
             for (int64_t j = 0; j < c.N; j++) {
                 int64_t e = b * c.M * c.N + m * c.N + j;
                 double err = sum_error(&c, mag[j]);
