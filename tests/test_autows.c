@@ -117,6 +117,28 @@ static int gemm_grid(const gemm_case *g, int grid[3])
     return grid[0];
 }
 
+/* A GEMM kernel's launch on (M, A, B, C) with the host arrays a, b and c (bytes given; c
+ * comes back): on the GPU where rt is one, else on the interpreter over 3 programs. */
+static void run_gemm_args(loom_runtime *rt, loom_kernel *k, bool ws, const int grid[3], int64_t M, void *a,
+                          size_t na, void *b, size_t nb, void *c, size_t nc)
+{
+    if (!rt) {
+        targ args[4] = {TA_I32((int32_t)M), TA_BUF(a, na), TA_BUF(b, nb), TA_BUF(c, nc)};
+        run_interp(k, ws, grid, 3, args, 4);
+        return;
+    }
+    loom_buffer *ba = loom_buffer_create(rt, na), *bb = loom_buffer_create(rt, nb), *bc = loom_buffer_create(rt, nc);
+    loom_buffer_upload(ba, a, na);
+    loom_buffer_upload(bb, b, nb);
+    loom_buffer_upload(bc, c, nc);
+    loom_arg args[4] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_BUF(ba), LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bc)};
+    loom_status st = loom_launch(rt, k, grid, args, 4);
+    cr_assert_eq(st, LOOM_OK, "%s", loom_runtime_error(rt));
+    cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_buffer_download(bc, c, nc);
+    loom_buffer_destroy(ba), loom_buffer_destroy(bb), loom_buffer_destroy(bc);
+}
+
 /* Run a GEMM case (as written or specialized) and check every element by the model;
  * returns the verdict of a copy of C with one element moved just past its bound too. */
 static void gemm_run_check(loom_runtime *rt, const gemm_case *g, bool ws)
@@ -133,22 +155,7 @@ static void gemm_run_check(loom_runtime *rt, const gemm_case *g, bool ws)
     loom_kernel *k = plain_gemm(g->Mmax, N, K, dt, &g->c);
     int grid[3];
     gemm_grid(g, grid);
-    if (rt) {
-        loom_buffer *ba = loom_buffer_create(rt, M * K * es), *bb = loom_buffer_create(rt, K * N * es),
-                    *bc = loom_buffer_create(rt, g->Mmax * N * es);
-        loom_buffer_upload(ba, a, M * K * es);
-        loom_buffer_upload(bb, b, K * N * es);
-        loom_buffer_upload(bc, c, g->Mmax * N * es);
-        loom_arg args[4] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_BUF(ba), LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bc)};
-        loom_status st = loom_launch(rt, k, grid, args, 4);
-        cr_assert_eq(st, LOOM_OK, "%s", loom_runtime_error(rt));
-        cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
-        loom_buffer_download(bc, c, g->Mmax * N * es);
-        loom_buffer_destroy(ba), loom_buffer_destroy(bb), loom_buffer_destroy(bc);
-    } else {
-        targ args[4] = {TA_I32((int32_t)M), TA_BUF(a, M * K * es), TA_BUF(b, K * N * es), TA_BUF(c, g->Mmax * N * es)};
-        run_interp(k, ws, grid, 3, args, 4);
-    }
+    run_gemm_args(rt, k, ws, grid, M, a, M * K * es, b, K * N * es, c, g->Mmax * N * es);
     t_verdict v = t_gemm_check(dt, K, c, ref, mag, M * N);
     cr_expect_eq(v.bad, 0, "%s: %lld of %lld elements past the bound; first [%lld] %g, reference %g, bound %g",
                  ws ? "specialized" : "as written", (long long)v.bad, (long long)(M * N), (long long)v.first, v.got,
@@ -238,22 +245,7 @@ static void fp8_gemm_run_check(loom_runtime *rt, const fp8_case *g, bool ws, boo
     loom_kernel *k = plain_gemm_fp8(g->Mmax, N, K, g->adt, g->bdt, g->odt, &g->c);
     int grid[3];
     grid[0] = (int)(((M + g->c.bm - 1) / g->c.bm) * ((N + g->c.bn - 1) / g->c.bn)), grid[1] = grid[2] = 1;
-    if (rt) {
-        loom_buffer *ba = loom_buffer_create(rt, M * K), *bb = loom_buffer_create(rt, N * K),
-                    *bc = loom_buffer_create(rt, g->Mmax * N * os);
-        loom_buffer_upload(ba, a, M * K);
-        loom_buffer_upload(bb, b, N * K);
-        loom_buffer_upload(bc, c, g->Mmax * N * os);
-        loom_arg args[4] = {LOOM_ARG_I32((int32_t)M), LOOM_ARG_BUF(ba), LOOM_ARG_BUF(bb), LOOM_ARG_BUF(bc)};
-        loom_status st = loom_launch(rt, k, grid, args, 4);
-        cr_assert_eq(st, LOOM_OK, "%s", loom_runtime_error(rt));
-        cr_assert_eq(loom_runtime_sync(rt, 60000), LOOM_OK, "%s", loom_runtime_error(rt));
-        loom_buffer_download(bc, c, g->Mmax * N * os);
-        loom_buffer_destroy(ba), loom_buffer_destroy(bb), loom_buffer_destroy(bc);
-    } else {
-        targ args[4] = {TA_I32((int32_t)M), TA_BUF(a, M * K), TA_BUF(b, N * K), TA_BUF(c, g->Mmax * N * os)};
-        run_interp(k, ws, grid, 3, args, 4);
-    }
+    run_gemm_args(rt, k, ws, grid, M, a, M * K, b, N * K, c, g->Mmax * N * os);
     t_verdict v = T_VERDICT_INIT;
     for (int64_t i = 0; i < M * N; i++) {
         double r = tpl_round(g->odt, ref[i]);
