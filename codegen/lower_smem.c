@@ -113,12 +113,111 @@ static LLVMValueRef sm_abs_ptr(L *l, LLVMValueRef off)
 }
 
 /* The shared address of register j of a tile in layout id, in the view at byte offset base
- * with geometry g. */
+ * with geometry g, computed whole. */
 static LLVMValueRef reg_ptr(L *l, const vgeom *g, int32_t id, LLVMValueRef base, int j)
 {
     LLVMValueRef row, col;
     view_rc(l, g, id, j, &row, &col);
     return sm_abs_ptr(l, LLVMBuildAdd(l->B, base, elem_off(l, g, row, col), ""));
+}
+
+/* The shared addresses of a tile's registers in a view, each the sum of a part the thread
+ * computes once and a constant (so that an op of n registers keeps a few address
+ * registers live, not n: computed whole for each register, LLVM hoists n of them out of a
+ * persistent kernel's loop and ptxas spills them).
+ *
+ * Register j's stored (row, col) is the thread's coordinates OR the register's constant
+ * ones (a layout maps each coordinate bit to one lane, warp or register bit).  For a 2-D
+ * view whose span is a power of two, elem_off is then
+ *     lin(row_t, col_t) + lin(row_j, col_j) + (P_t ^ Q_j)
+ * with lin = chunk * rows * span + row * span (chunk = col * es / span) and P, Q = the
+ * offset in the span (col * es % span) XOR the swizzle's (row * span >> 7 & m) << 4, as
+ * long as the chunk term leaves the swizzle's bits (rows * span a multiple of 2^(7+log2
+ * m+1)).  The bits of Q_j no thread bit reaches (tmask) add like the linear part; each
+ * distinct rest of Q_j is one thread register, base + lin_t + (P_t ^ Qx).  Where the view
+ * is not of that form, each address is computed whole (elem_off). */
+typedef struct reg_addr {
+    const vgeom *g;
+    int32_t id;
+    LLVMValueRef base;
+    bool split;
+    int dr, dc;        /* the layout dims of the stored row and column */
+    int64_t tmask;     /* the bits of P a thread may set */
+    LLVMValueRef lin_t, p_t;
+    int64_t qx[64];    /* the thread registers made so far: base + lin_t + (p_t ^ qx[i]) */
+    LLVMValueRef v[64];
+    int nv;
+} reg_addr;
+
+static bool pow2(int64_t x) { return x > 0 && !(x & (x - 1)); }
+
+static int64_t swz_bits(const vgeom *g, int64_t row) { return g->swz ? ((row * g->span) >> 7) & (g->swz / 16 - 1) : 0; }
+
+static reg_addr reg_addr_begin(L *l, const vgeom *g, int32_t id, LLVMValueRef base)
+{
+    reg_addr a = {.g = g, .id = id, .base = base};
+    const cg_layout *lay = cg_lay(l->cg, id);
+    a.dr = g->trans ? 1 : 0, a.dc = g->trans ? 0 : 1;
+    int64_t inner = g->dim[1] * g->es;
+    if (g->rank != 2 || lay->rank != 2 || !pow2(g->span) || !pow2(g->es) || inner % g->span ||
+        (g->swz && (g->span < g->swz || (g->rows * g->span) % (INT64_C(128) * g->swz / 16))))
+        return a;
+    /* the thread's bits and the registers' never share a coordinate bit */
+    int64_t tb[2] = {0, 0}, rb[2] = {0, 0};
+    for (int i = 0; i < 5 + lay->nwarp; i++) {
+        cg_bit b = i < 5 ? lay->lane[i] : lay->warp[i - 5];
+        if (b.dim >= 0)
+            tb[b.dim] |= INT64_C(1) << b.bit;
+    }
+    for (int i = 0; i < lay->nreg; i++)
+        if (lay->reg[i].dim >= 0)
+            rb[lay->reg[i].dim] |= INT64_C(1) << lay->reg[i].bit;
+    if ((tb[0] & rb[0]) || (tb[1] & rb[1]))
+        return a;
+    for (int i = 0; i < 63; i++) { /* P of each thread bit alone (P is XOR-linear in them) */
+        if ((tb[a.dc] >> i) & 1)
+            a.tmask |= ((INT64_C(1) << i) * g->es) % g->span;
+        if ((tb[a.dr] >> i) & 1)
+            a.tmask |= swz_bits(g, INT64_C(1) << i) << 4;
+    }
+    LLVMValueRef row = lw_tcoord(l, id, a.dr), col = lw_tcoord(l, id, a.dc);
+    LLVMValueRef b = LLVMBuildMul(l->B, col, ci32(l, g->es), "");
+    LLVMValueRef chunk = LLVMBuildUDiv(l->B, b, ci32(l, g->span), "");
+    LLVMValueRef rs = LLVMBuildMul(l->B, row, ci32(l, g->span), "");
+    a.lin_t = LLVMBuildAdd(l->B, base,
+                           LLVMBuildAdd(l->B, LLVMBuildMul(l->B, chunk, ci32(l, g->rows * g->span), ""), rs, ""), "");
+    a.p_t = LLVMBuildURem(l->B, b, ci32(l, g->span), "");
+    if (g->swz) {
+        LLVMValueRef x = LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, rs, ci32(l, 7), ""), ci32(l, g->swz / 16 - 1), "");
+        a.p_t = LLVMBuildXor(l->B, a.p_t, LLVMBuildShl(l->B, x, ci32(l, 4), ""), "");
+    }
+    a.split = true;
+    return a;
+}
+
+/* The shared address of register j (reg_addr_begin's tile and view). */
+static LLVMValueRef reg_addr_of(L *l, reg_addr *a, int j)
+{
+    const vgeom *g = a->g;
+    if (!a->split)
+        return reg_ptr(l, g, a->id, a->base, j);
+    const cg_layout *lay = cg_lay(l->cg, a->id);
+    int64_t row = cg_reg_coord(lay, j, a->dr), bj = cg_reg_coord(lay, j, a->dc) * g->es;
+    int64_t lin = bj / g->span * g->rows * g->span + row * g->span;
+    int64_t q = (bj % g->span) ^ (swz_bits(g, row) << 4), qx = q & a->tmask;
+    int i = 0;
+    while (i < a->nv && a->qx[i] != qx)
+        i++;
+    if (i == a->nv) {
+        if (a->nv == 64) { /* more than the cache holds: this one whole */
+            LLVMValueRef p = LLVMBuildXor(l->B, a->p_t, ci32(l, qx), "");
+            return sm_abs_ptr(l, LLVMBuildAdd(l->B, LLVMBuildAdd(l->B, a->lin_t, p, ""), ci32(l, lin + (q & ~a->tmask)), ""));
+        }
+        a->qx[i] = qx;
+        a->v[i] = LLVMBuildAdd(l->B, a->lin_t, qx ? LLVMBuildXor(l->B, a->p_t, ci32(l, qx), "") : a->p_t, "");
+        a->nv++;
+    }
+    return sm_abs_ptr(l, LLVMBuildAdd(l->B, a->v[i], ci32(l, lin + (q & ~a->tmask)), ""));
 }
 
 /* ---------------------------------------------------------------- shared memory ops */
@@ -266,8 +365,21 @@ bool lower_smem_load(L *l, uint32_t o, ir_op *op)
         }
         return lw_set_result(l, op->res[0], id, out);
     }
+    reg_addr ra = reg_addr_begin(l, &g, id, base);
+    if (dt == LOOM_F32 && runs_in_rows(cg_lay(l->cg, id), &g, 1, true) && n % 2 == 0) {
+        /* the accumulator's layout: a pair of f32 is one 8-byte load (its column is even:
+         * it never straddles a swizzle unit or a chunk) */
+        LLVMTypeRef v2 = LLVMVectorType(l->t_f32, 2);
+        for (int j = 0; j < n; j += 2) {
+            LLVMValueRef w = LLVMBuildLoad2(l->B, v2, reg_addr_of(l, &ra, j), "");
+            LLVMSetAlignment(w, 8);
+            out[j] = LLVMBuildExtractElement(l->B, w, ci32(l, 0), "");
+            out[j + 1] = LLVMBuildExtractElement(l->B, w, ci32(l, 1), "");
+        }
+        return lw_set_result(l, op->res[0], id, out);
+    }
     for (int j = 0; j < n; j++) {
-        out[j] = load_elem(l, dt, reg_ptr(l, &g, id, base, j)); /* padded coordinates read garbage they never use */
+        out[j] = load_elem(l, dt, reg_addr_of(l, &ra, j)); /* padded coordinates read garbage they never use */
     }
     return lw_set_result(l, op->res[0], id, out);
 }
@@ -444,13 +556,15 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
     }
     /* one element: the elected thread stores it (every thread holds it), and is the thread
      * whose arrival on a barrier next releases it (lower_mbar_arrive: lane 0 of warp 0) */
+    reg_addr ra = reg_addr_begin(l, &g, id, base);
     LLVMBasicBlockRef one = one_element(l, op->opnd[1]) ? lw_if_begin(l, lw_elected(l)) : NULL;
     for (int j = 0; j < n; j++) {
         LLVMValueRef inb = NULL;
         for (int d = 0; d < lay->rank; d++)
             inb = lw_and_pred(l, inb, lw_in_tile(l, id, j, d));
+        LLVMValueRef p = reg_addr_of(l, &ra, j); /* outside the branch: later registers' share it */
         LLVMBasicBlockRef m = inb ? lw_if_begin(l, inb) : NULL;
-        store_elem(l, dt, reg_ptr(l, &g, id, base, j), x[j]);
+        store_elem(l, dt, p, x[j]);
         if (m)
             lw_if_end(l, m);
     }

@@ -25,13 +25,17 @@
  *   ws-channels  code partition: the channels become tiles of one ring of shared-memory
  *                slots (pipeline layer, include/loom_pipe.h) with its full/empty
  *                barriers, each tile swizzled by its row's bytes; its tensor must suit TMA.
+ *                A tile loaded before the loop that only dots read as A, and the first
+ *                tile loaded after it (the epilogue's), get rings of their own, loaded by
+ *                the producer once a program.
  *   ws-pipeline  stages (the ring's slots) and how a dot waits: the loop of a single dot
  *                that carries its accumulator keeps one wgmma group in flight and gives
  *                the previous step's slot back (loom_mainloop_step); a loop whose dot
  *                results are read by other ops waits for each dot and gives the slot back
- *                at the end of the step.  Register budgets (setmaxnreg) come from the
- *                roles: the producer keeps LOOM_PIPE_PRODUCER_REGS, the consumers share
- *                the rest.
+ *                at the end of the step.  The store after the loop is staged for one TMA
+ *                store, in a tile of its own or in the last k step's slot.  Register
+ *                budgets (setmaxnreg) come from the roles: the producer keeps
+ *                LOOM_PIPE_PRODUCER_REGS, the consumers share the rest.
  *   ws-code      the new kernel, built with the pipeline layer's calls: the same
  *                arguments, a producer task (its slice, then for each step: produce the
  *                slot, TMA each channel), a consumer task (the kernel's other ops in their
@@ -287,6 +291,45 @@ static bool outer_channel(aw *w)
     return true;
 }
 
+/* The epilogue channel: a tile loaded at the top level after the loop (2-D, f32, f16 or
+ * bf16, unmasked, fill 0) at offsets the producer can compute.  Read from global memory
+ * by the consumers after their k steps, its latency and its bytes (at L2's rate an SM's
+ * share) come after the mainloop, on every program; loaded by the producer during the
+ * k steps, they come off the critical path.  Only the first such load; none with
+ * ping-pong.  pass_channels checks TMA can address it and pass_pipeline that it fits; a
+ * load that cannot be a channel stays in registers.  false only on an error. */
+static bool epilogue_channel(aw *w)
+{
+    loom_kernel *k = w->src;
+    ir_block *top = &k->blocks[1];
+    bool after = false;
+    for (uint32_t i = 0; i < top->nops; i++) {
+        uint32_t o = top->ops[i];
+        ir_op *op = aw_op(w, o);
+        after = after || o == w->loop;
+        if (!after || op->kind != IR_LOAD)
+            continue;
+        const ir_type *t = &k->vals[op->res[0]].type;
+        int rank = k->vals[op->opnd[0]].type.shape.rank;
+        if (op->nopnd != 1 + rank || op->fattr != 0.0 || t->shape.rank != 2 ||
+            (t->dtype != LOOM_F32 && t->dtype != LOOM_F16 && t->dtype != LOOM_BF16))
+            continue;
+        bool ok = true;
+        for (int j = 1; j < op->nopnd && ok; j++)
+            ok = slice(w, op->opnd[j], o);
+        if (!ok) { /* the producer cannot address it: registers */
+            w->st = LOOM_OK;
+            if (w->err && w->errlen)
+                w->err[0] = 0;
+            continue;
+        }
+        w->epil = o;
+        w->skip[o] = 1;
+        return true;
+    }
+    return true;
+}
+
 static bool pass_tasks(aw *w)
 {
     if (!find_loop(w))
@@ -314,7 +357,7 @@ static bool pass_tasks(aw *w)
         if (!la)
             d->a_trans = false;
     }
-    if (!w->pingpong && !outer_channel(w))
+    if (!w->pingpong && (!outer_channel(w) || !epilogue_channel(w)))
         return false;
     for (int c = 0; c < w->nch; c++) {
         ir_op *ld = aw_op(w, w->ch[c].load);
@@ -355,6 +398,9 @@ static bool pass_tasks(aw *w)
             if (w->prod[o])
                 fprintf(stderr, "//   producer and consumers: %s at %s (the producer slice)\n",
                         ir_opdescs[aw_op(w, o)->kind].name, aw_where(w, o, wb, sizeof wb));
+        if (w->epil)
+            fprintf(stderr, "//   producer: load at %s (the epilogue's tile, loaded during the k steps)\n",
+                    aw_where(w, w->epil, wb, sizeof wb));
         for (int d = 0; d < w->ndot; d++)
             fprintf(stderr, "//   consumers: dot at %s\n", aw_where(w, w->dot[d].op, wb, sizeof wb));
         fprintf(stderr, "//   consumers: every other op of the kernel\n");
@@ -497,6 +543,19 @@ static bool pass_channels(aw *w)
             w->outer = 0;
         }
     }
+    if (w->epil) {
+        ir_op *ld = aw_op(w, w->epil);
+        ir_type *t = &k->vals[ld->res[0]].type;
+        int64_t row = t->shape.dim[1] * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
+        w->epil_swz = row % 128 == 0 ? LOOM_SWIZZLE_128 : row % 64 == 0 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_32;
+        if (row % 32 || !tma_tensor_ok(w, ld->opnd[0], ld->src)) { /* it stays in registers */
+            w->st = LOOM_OK;
+            if (w->err && w->errlen)
+                w->err[0] = 0;
+            w->skip[w->epil] = 0;
+            w->epil = 0;
+        }
+    }
     for (int c = 0; c < w->nch; c++) {
         ir_op *ld = aw_op(w, w->ch[c].load);
         ir_type *t = &k->vals[w->ch[c].val].type;
@@ -526,6 +585,10 @@ static bool pass_channels(aw *w)
         if (w->outer)
             fprintf(stderr, "//   and a ring for the tile loaded before the loop at %s (a dot's A), loaded once a "
                             "program\n", aw_where(w, w->outer, wb, sizeof wb));
+        if (w->epil)
+            fprintf(stderr, "//   and a ring of one slot for the epilogue's tile loaded at %s (%s), loaded once a "
+                            "program\n", aw_where(w, w->epil, wb, sizeof wb),
+                    ir_type_str(&k->vals[aw_op(w, w->epil)->res[0]].type, tb, sizeof tb));
     }
     return true;
 }
@@ -629,12 +692,42 @@ static bool rotation(aw *w)
     return true;
 }
 
+/* The shared memory of the ring's slots and the epilogue channel's. */
+static int64_t ring_bytes(aw *w)
+{
+    int64_t ring = 0;
+    for (int c = 0; c < w->nch; c++)
+        ring += aw_tile_bytes(&w->src->vals[w->ch[c].val].type);
+    ring *= w->stages;
+    return ring + (w->epil ? aw_tile_bytes(&w->src->vals[aw_op(w, w->epil)->res[0]].type) : 0);
+}
+
+/* The epilogue channel's slot beside the ring (and the outer ring's first slot), else
+ * the load stays in registers (why: for the dump). */
+static void epilogue_fits(aw *w, char *why, size_t n)
+{
+    if (!w->epil)
+        return;
+    int64_t q = w->outer ? aw_tile_bytes(&w->src->vals[aw_op(w, w->outer)->res[0]].type) : 0;
+    int64_t need = ring_bytes(w) + q + 1024 + 64 * w->stages;
+    if (need <= 227 * 1024)
+        return;
+    char wb[200];
+    snprintf(why, n, "the load at %s stays in registers: its %lld-byte tile does not fit beside the ring (fewer "
+                     "stages or a smaller tile would)",
+             aw_where(w, w->epil, wb, sizeof wb),
+             (long long)aw_tile_bytes(&w->src->vals[aw_op(w, w->epil)->res[0]].type));
+    w->skip[w->epil] = 0;
+    w->epil = 0;
+}
+
 /* The store after the loop that the epilogue can stage for a TMA store: the top level's
  * only store, of a 2-D tile whose rows are whole 128-byte swizzle spans, unmasked, into
  * a tensor TMA can address, with room beside the ring.  0 (and why, for the dump) when
- * there is none. */
-static uint32_t staged_store(aw *w, char *why, size_t n)
+ * there is none; *room: the store could be staged but for the room. */
+static uint32_t staged_store(aw *w, char *why, size_t n, uint32_t *room)
 {
+    *room = 0;
     loom_kernel *k = w->src;
     ir_block *top = &k->blocks[1];
     uint32_t st = 0, after = 0;
@@ -668,21 +761,38 @@ static uint32_t staged_store(aw *w, char *why, size_t n)
     if (!tma)
         return snprintf(why, n, "the store at %s goes from registers: TMA cannot address '%s' (rows not 16-byte "
                                 "multiples apart)", wb, arg->name), 0;
-    int64_t ring = 0;
-    for (int c = 0; c < w->nch; c++)
-        ring += aw_tile_bytes(&k->vals[w->ch[c].val].type);
-    ring *= w->stages;
+    int64_t ring = ring_bytes(w);
     if (w->outer) { /* two slots where they fit beside the ring and the staging tile, else one */
         int64_t q = aw_tile_bytes(&k->vals[aw_op(w, w->outer)->res[0]].type);
         w->qslots = ring + 2 * q + aw_tile_bytes(v) + 2048 <= 227 * 1024 ? 2 : 1;
         ring += w->qslots * q;
     }
     int64_t need = ring + aw_tile_bytes(v) * (w->pingpong ? 2 : 1) + 1024 + 64 * w->stages, limit = 227 * 1024;
-    if (need > limit)
+    if (need > limit) {
+        *room = st;
         return snprintf(why, n, "the store at %s goes from registers: its %lld-byte staging tile does not fit beside "
-                                "the ring's %lld bytes (fewer stages or a smaller tile would)",
+                                "the rings' %lld bytes (fewer stages or a smaller tile would)",
                         wb, (long long)aw_tile_bytes(v), (long long)ring), 0;
+    }
     return st;
+}
+
+/* A staged store with no room of its own (st) can go through the last k step's slot
+ * where a channel's tile there has the stored tile's dtype and shape (a 64-row tile's
+ * [64, BN] B tile): the mainloop form, whose consumers then hold that slot until the
+ * store has read it.  The channel's index + 1, or 0. */
+static int borrowable(aw *w, uint32_t st)
+{
+    if (!st || !w->mainloop || w->pingpong)
+        return 0;
+    ir_op *op = aw_op(w, st);
+    ir_type *v = &w->src->vals[op->opnd[op->nopnd - 1]].type;
+    for (int c = 0; c < w->nch; c++) {
+        ir_type *t = &w->src->vals[w->ch[c].val].type;
+        if (t->dtype == v->dtype && ir_shape_eq(&t->shape, &v->shape) && w->ch[c].swz == LOOM_SWIZZLE_128)
+            return c + 1;
+    }
+    return 0;
 }
 
 static bool pass_pipeline(aw *w)
@@ -698,21 +808,27 @@ static bool pass_pipeline(aw *w)
         if (acc->kind == IR_V_BLOCKARG && acc->block == w->body && acc->index >= 1) {
             int i = (int)acc->index - 1;
             uint32_t user = 0;
-            w->mainloop = aw_op(w, yield)->opnd[i] == d->res[0] && aw_uses_of(w, d->res[0], NULL) == 1 &&
-                          aw_uses_of(w, d->opnd[2], &user) == 1;
+            /* (one slot: a step's slot must come back before the next step's loads, so
+             * each dot is waited for) */
+            w->mainloop = w->stages > 1 && aw_op(w, yield)->opnd[i] == d->res[0] &&
+                          aw_uses_of(w, d->res[0], NULL) == 1 && aw_uses_of(w, d->opnd[2], &user) == 1;
             w->acc_arg = i;
         }
     }
     (void)lp;
     w->rotate = !w->mainloop && rotation(w);
     w->qslots = 2;
-    char why[600] = "";
-    w->staged = staged_store(w, why, sizeof why);
+    char why[600] = "", ewhy[400] = "";
+    epilogue_fits(w, ewhy, sizeof ewhy);
+    uint32_t room;
+    w->staged = staged_store(w, why, sizeof why, &room);
+    if (!w->staged && (w->borrow = borrowable(w, room))) {
+        w->staged = room;
+        why[0] = 0;
+    }
     if (w->outer && !w->staged) { /* the outer ring's slots beside the ring alone */
-        int64_t ring = 0, q = aw_tile_bytes(&w->src->vals[aw_op(w, w->outer)->res[0]].type);
-        for (int c = 0; c < w->nch; c++)
-            ring += aw_tile_bytes(&w->src->vals[w->ch[c].val].type);
-        w->qslots = ring * w->stages + 2 * q + 2048 <= 227 * 1024 ? 2 : 1;
+        int64_t q = aw_tile_bytes(&w->src->vals[aw_op(w, w->outer)->res[0]].type);
+        w->qslots = ring_bytes(w) + 2 * q + 2048 <= 227 * 1024 ? 2 : 1;
     }
     if (aw_dumping(w, "ws-pipeline")) {
         fprintf(stderr, "// autows ws-pipeline: %d stages (ring slots)\n", w->stages);
@@ -728,9 +844,19 @@ static bool pass_pipeline(aw *w)
         fprintf(stderr, "//   registers: producer %d a thread, consumers %d (setmaxnreg)\n", LOOM_PIPE_PRODUCER_REGS,
                 loom_pipe_consumer_regs(w->src));
         char wb[256];
-        if (w->staged)
+        if (w->staged && w->borrow)
+            fprintf(stderr, "//   the store at %s: staged in the last k step's slot (its tile %d), one TMA store; "
+                            "the slot goes back once the store has read it\n",
+                    aw_where(w, w->staged, wb, sizeof wb), w->borrow - 1);
+        else if (w->staged)
             fprintf(stderr, "//   the store at %s: staged in shared memory, one TMA store (waited for before the next "
                             "program's)\n", aw_where(w, w->staged, wb, sizeof wb));
+        if (w->epil)
+            fprintf(stderr, "//   the load at %s: one slot of its own, loaded by the producer after the first %d k "
+                            "steps of each program (its previous use read by then), read from shared memory by "
+                            "the epilogue\n", aw_where(w, w->epil, wb, sizeof wb), w->stages);
+        if (ewhy[0])
+            fprintf(stderr, "//   %s\n", ewhy);
         if (why[0])
             fprintf(stderr, "//   %s\n", why);
     }

@@ -66,6 +66,27 @@ static void clone_plain(aw *w, uint32_t o)
         w->map[op->res[0]] = U(w, op->kind == IR_PROGRAM_ID ? w->vpid[axis] : w->grid[axis]);
         return;
     }
+    if (o == w->epil) { /* the epilogue's tile, from its slot (given back once read) */
+        loom_val slot = loom_ring_consume_at(op->src, d, &w->ering, w->pi);
+        loom_val v = loom_smem_load_at(op->src, d, loom_ring_view_at(op->src, d, &w->ering, slot, 0, LOOM_NONE));
+        loom_ring_release_at(op->src, d, &w->ering, slot);
+        w->map[op->res[0]] = U(w, v);
+        return;
+    }
+    if (o == w->staged && w->borrow) { /* through the held slot, else (no k step) from registers */
+        loom_val offs[LOOM_MAX_RANK], v = H(w, op->opnd[op->nopnd - 1]);
+        for (int i = 1; i + 1 < op->nopnd; i++)
+            offs[i - 1] = H(w, op->opnd[i]);
+        loom_region_op h = loom_if_begin_at(op->src, d, w->held, 0);
+        loom_val slot = loom_ring_slot_at(op->src, d, w->held_use, w->ring.slots);
+        loom_val view = loom_ring_view_at(op->src, d, &w->ring, slot, w->borrow - 1, LOOM_NONE);
+        loom_epilogue_store_borrowed_at(op->src, d, H(w, op->opnd[0]), offs, v, view, w->bsync, LOOM_NONE);
+        loom_else_at(op->src, d, h, 0, NULL);
+        loom_store_at(op->src, d, H(w, op->opnd[0]), offs, v, LOOM_NONE);
+        loom_if_end_at(op->src, d, h, 0, NULL);
+        loom_epilogue_return_slot_at(op->src, d, &w->ring, w->held, w->held_use);
+        return;
+    }
     if (o == w->staged) {
         loom_val offs[LOOM_MAX_RANK];
         for (int i = 1; i + 1 < op->nopnd; i++)
@@ -181,8 +202,8 @@ static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it)
     }
     loom_val total = loom_mul_at(at, d, loom_mul_at(at, d, w->grid[0], w->grid[1]), w->grid[2]);
     loom_val init[2] = {it0, CI(0)}; /* the ring's uses; the outer ring's (the programs so far) */
-    loom_region_op l = loom_for_begin_at(at, d, first, total, step, w->outer ? 2 : 1, init);
-    w->pi = w->outer ? loom_for_arg(d, l, 1) : LOOM_NONE;
+    loom_region_op l = loom_for_begin_at(at, d, first, total, step, w->outer || w->epil ? 2 : 1, init);
+    w->pi = w->outer || w->epil ? loom_for_arg(d, l, 1) : LOOM_NONE;
     loom_val t = loom_for_iv(d, l), r = loom_div_at(at, d, t, w->grid[0]);
     w->vpid[0] = loom_rem_at(at, d, t, w->grid[0]);
     w->vpid[1] = loom_rem_at(at, d, r, w->grid[1]);
@@ -196,12 +217,27 @@ static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it)
 static void programs_end(aw *w, loom_src at, loom_region_op pl, loom_val it_end)
 {
     loom_kernel *d = w->dst;
-    loom_val y[2] = {it_end, w->outer ? loom_add_at(at, d, w->pi, CI(1)) : LOOM_NONE};
-    loom_for_end_at(at, d, pl, w->outer ? 2 : 1, y);
+    bool per_program = w->outer || w->epil;
+    loom_val y[2] = {it_end, per_program ? loom_add_at(at, d, w->pi, CI(1)) : LOOM_NONE};
+    loom_for_end_at(at, d, pl, per_program ? 2 : 1, y);
+}
+
+/* The producer: the epilogue channel's tile of the program into its slot. */
+static void load_epilogue_tile(aw *w)
+{
+    ir_op *ld = aw_op(w, w->epil);
+    loom_val offs[LOOM_MAX_RANK];
+    for (int i = 1; i < ld->nopnd; i++)
+        offs[i - 1] = H(w, ld->opnd[i]);
+    loom_val es = loom_ring_produce_at(ld->src, w->dst, &w->ering, w->pi, -1);
+    loom_ring_load_at(ld->src, w->dst, &w->ering, es, 0, 0, H(w, ld->opnd[0]), offs);
 }
 
 /* The producer: its slice of the top level, then the loop: for each step, produce the
- * slot of use `it` and TMA each channel's box into it. */
+ * slot of use `it` and TMA each channel's box into it.  The epilogue channel's tile goes
+ * after the program's first `stages` steps (when the consumers have read the previous
+ * one: they are past their previous epilogue once the ring has room for step `stages`),
+ * or after the loop where it has no more steps. */
 static void build_producer(aw *w)
 {
     loom_kernel *d = w->dst;
@@ -222,6 +258,9 @@ static void build_producer(aw *w)
         loom_val qs = loom_ring_produce_at(ld->src, d, &w->qring, w->pi, -1);
         loom_ring_load_at(ld->src, d, &w->qring, qs, 0, 0, H(w, ld->opnd[0]), offs);
     }
+    loom_val trigger = w->epil ? loom_add_at(at, d, H(w, lp->opnd[0]), loom_mul_at(at, d, H(w, lp->opnd[2]),
+                                                                                      CI(w->stages)))
+                               : LOOM_NONE;
     loom_region_op l = loom_for_begin_at(at, d, H(w, lp->opnd[0]), H(w, lp->opnd[1]), H(w, lp->opnd[2]), 1, &it0);
     ir_block *b = &w->src->blocks[w->body];
     w->map[b->args[0]] = U(w, loom_for_iv(d, l));
@@ -235,9 +274,19 @@ static void build_producer(aw *w)
             offs[i - 1] = H(w, ld->opnd[i]);
         loom_ring_load_at(ld->src, d, &w->ring, s, c, 0, H(w, ld->opnd[0]), offs);
     }
+    if (w->epil) {
+        loom_region_op e = loom_if_begin_at(at, d, loom_cmp_at(at, d, LOOM_EQ, loom_for_iv(d, l), trigger), 0);
+        load_epilogue_tile(w);
+        loom_if_end_at(at, d, e, 0, NULL);
+    }
     loom_val next = loom_add_at(at, d, it, CI(1));
     loom_for_end_at(at, d, l, 1, &next);
     loom_val it_end = loom_for_result(d, l, 0);
+    if (w->epil) { /* no step `stages`: after the loop */
+        loom_region_op e = loom_if_begin_at(at, d, loom_cmp_at(at, d, LOOM_GE, trigger, H(w, lp->opnd[1])), 0);
+        load_epilogue_tile(w);
+        loom_if_end_at(at, d, e, 0, NULL);
+    }
     programs_end(w, at, pl, it_end);
     loom_task_end_at(at, d, t);
 }
@@ -345,13 +394,19 @@ static void consumer_mainloop_step(aw *w, loom_val it, loom_val it0)
 }
 
 /* After a mainloop of ring uses it0 .. it_end - 1: wait for the last group and give the
- * last use's slot back (when the loop ran at all). */
+ * last use's slot back (when the loop ran at all), or, where the epilogue's store borrows
+ * it, keep it (w->held, w->held_use). */
 static loom_val mainloop_finish(aw *w, loom_val acc, loom_val it0, loom_val it_end)
 {
     loom_kernel *d = w->dst;
     loom_src at = aw_op(w, w->dot[0].op)->src;
     loom_region_op wt = loom_wgmma_wait_at(at, d, 0, 1, &acc);
     loom_val done = loom_wgmma_result(d, wt, 0);
+    if (w->borrow) {
+        w->held = loom_cmp_at(at, d, LOOM_GT, it_end, it0);
+        w->held_use = loom_sub_at(at, d, it_end, CI(1));
+        return done;
+    }
     loom_region_op any = loom_if_begin_at(at, d, loom_cmp_at(at, d, LOOM_GT, it_end, it0), 0);
     loom_ring_release_at(at, d, &w->ring, loom_ring_slot_at(at, d, loom_sub_at(at, d, it_end, CI(1)), w->ring.slots));
     loom_if_end_at(at, d, any, 0, NULL);
@@ -582,7 +637,7 @@ static void consumers_end(aw *w, loom_region_op pl, loom_region_op t, uint32_t i
         loom_val mine = loom_div_at(at, d, loom_sub_at(at, d, loom_add_at(at, d, left, nprog), CI(1)), nprog);
         loom_pingpong_finish_at(at, d, &w->pp, loom_cmp_at(at, d, LOOM_EQ, loom_rem_at(at, d, mine, CI(2)), CI(1)));
     }
-    if (w->staged)
+    if (w->staged && !w->borrow)
         loom_epilogue_finish_at(at, d, &w->epi);
     loom_task_end_at(at, d, t);
 }
@@ -615,9 +670,16 @@ bool aw_pass_code(aw *w)
         loom_ring_tile q = {(loom_dtype)t->dtype, t->shape, 1, w->outer_swz};
         w->qring = loom_ring_create_at(aw_op(w, w->outer)->src, &w->pipe, w->qslots, 1, 1, &q);
     }
+    if (w->epil) {
+        ir_type *t = &k->vals[aw_op(w, w->epil)->res[0]].type;
+        loom_ring_tile e = {(loom_dtype)t->dtype, t->shape, 1, w->epil_swz};
+        w->ering = loom_ring_create_at(aw_op(w, w->epil)->src, &w->pipe, 1, 1, 1, &e);
+    }
     if (w->pingpong)
         w->pp = loom_pingpong_create_at(at, &w->pipe);
-    if (w->staged) {
+    if (w->staged && w->borrow)
+        w->bsync = loom_sync_create_at(aw_op(w, w->staged)->src, &w->pipe, 128 * w->groups, 1);
+    else if (w->staged) {
         ir_op *st = aw_op(w, w->staged);
         ir_type *v = &k->vals[st->opnd[st->nopnd - 1]].type;
         w->epi = loom_epilogue_create_at(st->src, &w->pipe, LOOM_EPI_STAGED, H(w, st->opnd[0]), (loom_dtype)v->dtype,

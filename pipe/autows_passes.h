@@ -52,7 +52,13 @@ typedef struct aw {
     int qslots;         /* its ring's slots: 2 (the next program's loads ahead) or 1 */
     loom_swizzle outer_swz;
     loom_ring qring;
-    loom_val pi, qview, qslot; /* the task's program count (qring's use), the consumers' view and slot */
+    loom_val pi, qview, qslot; /* the task's program count (qring's and ering's use), the consumers' view and slot */
+    /* an epilogue channel: a tile loaded after the loop (a gathered residual, a bias tile),
+     * loaded by the producer once a program into a ring of its own while the consumers'
+     * k steps run, and read from shared memory by the epilogue */
+    uint32_t epil;
+    loom_swizzle epil_swz;
+    loom_ring ering;
     int groups, stages, pingpong;
     const char *dump;
     char *err;
@@ -61,6 +67,10 @@ typedef struct aw {
     uint32_t *map;      /* src value -> dst value (plain indices) of the task being built */
     loom_ring ring;
     uint32_t staged;    /* the store the epilogue stages for one TMA store (0: none) */
+    int borrow;         /* staged through the last k step's slot (ring tile borrow - 1), not a
+                         * staging tile of its own (0: no) */
+    loom_sync bsync;    /* borrow: the consumer threads that write the slot */
+    loom_val held, held_use; /* borrow: the consumers hold a slot (i1), and its ring use */
     loom_pipe pipe;     /* the new kernel's named barriers */
     loom_epilogue epi;  /* its staging tile */
     loom_pingpong pp;   /* ping-pong's turns */

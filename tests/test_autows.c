@@ -382,6 +382,54 @@ Test(autows, attention_is_pipelined_and_q_goes_through_shared_memory)
     loom_kernel_destroy(k);
 }
 
+/* The IKBO fused stage's epilogue reads user_res[u(b)]'s tile: the producer loads it into a
+ * slot of its own during the program's k steps and the epilogue reads it from shared
+ * memory (from global memory after the loop it cost the plain kernel 0.14 ms of 0.51 at
+ * the headline, bench/RESULTS.md); where the tile does not fit, it stays in registers
+ * and the dump says why. */
+Test(autows, the_epilogue_tile_goes_through_shared_memory)
+{
+    plain_cfg c = {64, 256, 64, 1, 3, 0, 0};
+    loom_kernel *k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, &c);
+    setenv("LOOM_DUMP_AFTER", "all", 1);
+    char *out = t_capture_stderr(compile_dump, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    cr_expect(strstr(out, "(the epilogue's tile, loaded during the k steps)"), "%s", out);
+    cr_expect(strstr(out, "and a ring of one slot for the epilogue's tile loaded at ") && strstr(out, "(f32[64x256])"),
+              "%s", out);
+    cr_expect(strstr(out, "loaded by the producer after the first 3 k steps of each program"), "%s", out);
+    /* the IR: its slot, TMA'd from user_res by the producer, read by smem_load */
+    cr_expect(strstr(out, "smem_alloc f32[64x256]") && strstr(out, "tma_load %user_res") && strstr(out, "smem_load"),
+              "%s", out);
+    /* and the staging tile still fits beside it: one TMA store */
+    cr_expect(strstr(out, "tma_store %out"), "%s", out);
+    free(out);
+    compiles_clean(k);
+    loom_kernel_destroy(k);
+    /* 4 stages: no room for a staging tile beside the ring and the epilogue's tile, so the
+     * store goes through the last k step's slot (its [64 x 256] B tile) */
+    c.stages = 4;
+    k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, &c);
+    setenv("LOOM_DUMP_AFTER", "ws-pipeline", 1);
+    out = t_capture_stderr(compile_dump, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    cr_expect(strstr(out, "one slot of its own, loaded by the producer after the first 4 k steps") &&
+                  strstr(out, "staged in the last k step's slot (its tile 1), one TMA store"),
+              "%s", out);
+    free(out);
+    compiles_clean(k);
+    loom_kernel_destroy(k);
+    /* 128 x 256: the f32 tile is 128 KiB, past the room beside the ring */
+    plain_cfg big = {128, 256, 64, 2, 3, 0, 0};
+    k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, &big);
+    setenv("LOOM_DUMP_AFTER", "ws-pipeline", 1);
+    out = t_capture_stderr(compile_dump, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    cr_expect(strstr(out, "stays in registers: its 131072-byte tile does not fit beside the ring"), "%s", out);
+    free(out);
+    loom_kernel_destroy(k);
+}
+
 /* ---------------------------------------------------------------- GEMM + bias + GELU */
 
 /* gelu(x) with x = acc + bias: the bound of the output from the sum's error (through
@@ -511,6 +559,15 @@ Test(autows, ikbo_fused_stage_on_the_interpreter, .timeout = 240)
     ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &c, false);
     plain_cfg pp = {64, 128, 64, 2, 2, 0, 1};
     ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &pp, false);
+    /* the epilogue's tile loaded after the first step (stages 1) and after the loop (K 64) */
+    plain_cfg e1 = {64, 128, 64, 1, 1, 0, 0};
+    ikbo_run_check(NULL, true, 100, 128, 128, 3, 2, &e1, false);
+    ikbo_run_check(NULL, true, 100, 128, 64, 3, 2, &c, false);
+    /* the store staged through the last k step's slot: beside the epilogue's tile (4
+     * stages: the tile loaded after the loop, K = 192 being 3 steps), and alone (5) */
+    plain_cfg b4 = {64, 256, 64, 1, 4, 0, 0}, b5 = {64, 256, 64, 1, 5, 0, 0};
+    ikbo_run_check(NULL, true, 100, 256, 192, 3, 2, &b4, false);
+    ikbo_run_check(NULL, true, 100, 256, 320, 3, 2, &b5, false);
     /* transposed: tiles of 64 rows of N by 112 of M, one group */
     plain_cfg t = {112, 64, 64, 1, 2, 0, 0};
     ikbo_run_check(NULL, false, 100, 128, 128, 3, 2, &t, true);
@@ -593,6 +650,17 @@ Test(autows_gpu, plain_kernels_specialized_match_their_references, .timeout = 30
     ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ci, false);
     plain_cfg ct = {224, 128, 64, 2, 4, 0, 0};
     ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ct, true);
+    /* the epilogue's tile through shared memory: loaded after 3 k steps, and (K = 96, two
+     * steps) after the loop */
+    plain_cfg ce = {64, 256, 64, 1, 3, 0, 0};
+    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ce, false);
+    ikbo_run_check(rt, true, 433, 256, 96, 40, 5, &ce, false);
+    /* and the store through the last k step's slot, with it (4 stages) and alone (5) */
+    plain_cfg cb4 = {64, 256, 64, 1, 4, 0, 0}, cb5 = {64, 256, 64, 1, 5, 0, 0};
+    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &cb4, false);
+    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &cb5, false);
+    gemm_case gb = {2048, 1999, 1024, 1000, {64, 256, 64, 1, 5, 8, 0}};
+    gemm_run_check(rt, &gb, true);
     attention_run_check(rt, true, 1000, 1500, 128, &ca);
     loom_runtime_destroy(rt);
 }
