@@ -748,9 +748,10 @@ static uint32_t staged_store(aw *w, char *why, size_t n, uint32_t *room)
     aw_where(w, st, wb, sizeof wb);
     const ir_arg *arg = &k->args[k->vals[op->opnd[0]].def];
     int r = arg->shape.rank;
-    ir_type *v = &k->vals[op->opnd[op->nopnd - 1]].type;
-    if (op->nopnd != 2 + r)
-        return snprintf(why, n, "the store at %s goes from registers: it has a mask", wb), 0;
+    ir_type *v = &k->vals[op->opnd[1 + r]].type; /* the tile (a mask may follow) */
+    w->coal = op->nopnd != 2 + r;
+    if (w->coal && w->pingpong)
+        return snprintf(why, n, "the store at %s goes from registers: it has a mask (with ping-pong)", wb), 0;
     if (v->shape.rank != 2 || (v->shape.dim[1] * (int64_t)loom_dtype_size((loom_dtype)v->dtype)) % 128)
         return snprintf(why, n, "the store at %s goes from registers: its tile's rows are not whole 128-byte spans",
                         wb), 0;
@@ -758,7 +759,7 @@ static uint32_t staged_store(aw *w, char *why, size_t n, uint32_t *room)
     bool tma = arg->strides[r - 1] == 1;
     for (int d = 0; d < r - 1; d++)
         tma = tma && (arg->strides[d] * (int64_t)es) % 16 == 0;
-    if (!tma)
+    if (!tma && !w->coal)
         return snprintf(why, n, "the store at %s goes from registers: TMA cannot address '%s' (rows not 16-byte "
                                 "multiples apart)", wb, arg->name), 0;
     int64_t ring = ring_bytes(w);
@@ -779,20 +780,31 @@ static uint32_t staged_store(aw *w, char *why, size_t n, uint32_t *room)
 
 /* A staged store with no room of its own (st) can go through the last k step's slot
  * where a channel's tile there has the stored tile's dtype and shape (a 64-row tile's
- * [64, BN] B tile): the mainloop form, whose consumers then hold that slot until the
- * store has read it.  The channel's index + 1, or 0. */
+ * [64, BN] B tile; attention's K or V tile): the mainloop and the rotated forms, whose
+ * consumers then hold that slot until the store has read it.  The channel's index + 1, or
+ * 0. */
 static int borrowable(aw *w, uint32_t st)
 {
-    if (!st || !w->mainloop || w->pingpong)
+    if (!st || !(w->mainloop || w->rotate) || w->pingpong)
         return 0;
     ir_op *op = aw_op(w, st);
-    ir_type *v = &w->src->vals[op->opnd[op->nopnd - 1]].type;
+    ir_type *v = &w->src->vals[op->opnd[1 + w->src->vals[op->opnd[0]].type.shape.rank]].type;
     for (int c = 0; c < w->nch; c++) {
         ir_type *t = &w->src->vals[w->ch[c].val].type;
         if (t->dtype == v->dtype && ir_shape_eq(&t->shape, &v->shape) && w->ch[c].swz == LOOM_SWIZZLE_128)
             return c + 1;
     }
     return 0;
+}
+
+/* Is v a constant integer (*x)? */
+static bool const_int(aw *w, uint32_t v, int64_t *x)
+{
+    uint32_t d = aw_def_of(w->src, v);
+    if (!d || aw_op(w, d)->kind != IR_CONST || ir_dtype_is_float((loom_dtype)aw_op(w, d)->iattr[0]))
+        return false;
+    *x = aw_op(w, d)->iattr[1];
+    return true;
 }
 
 static bool pass_pipeline(aw *w)
@@ -817,6 +829,9 @@ static bool pass_pipeline(aw *w)
     }
     (void)lp;
     w->rotate = !w->mainloop && rotation(w);
+    int64_t lo, hi, step;
+    w->runs = const_int(w, lp->opnd[0], &lo) && const_int(w, lp->opnd[1], &hi) && const_int(w, lp->opnd[2], &step) &&
+              step > 0 && hi > lo;
     w->qslots = 2;
     char why[600] = "", ewhy[400] = "";
     epilogue_fits(w, ewhy, sizeof ewhy);
@@ -844,7 +859,12 @@ static bool pass_pipeline(aw *w)
         fprintf(stderr, "//   registers: producer %d a thread, consumers %d (setmaxnreg)\n", LOOM_PIPE_PRODUCER_REGS,
                 loom_pipe_consumer_regs(w->src));
         char wb[256];
-        if (w->staged && w->borrow)
+        if (w->staged && w->coal)
+            fprintf(stderr, "//   the store at %s: it has a mask, so the tile goes through %s and back to registers "
+                            "in rows of 16-byte runs a thread, stored masked (no TMA)\n",
+                    aw_where(w, w->staged, wb, sizeof wb),
+                    w->borrow ? "the last k step's slot (held until read)" : "a staging tile");
+        else if (w->staged && w->borrow)
             fprintf(stderr, "//   the store at %s: staged in the last k step's slot (its tile %d), one TMA store; "
                             "the slot goes back once the store has read it\n",
                     aw_where(w, w->staged, wb, sizeof wb), w->borrow - 1);

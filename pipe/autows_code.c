@@ -26,6 +26,8 @@ static uint32_t mapped(aw *w, uint32_t v)
 }
 
 static loom_val H(aw *w, uint32_t v) { return ir_handle(w->dst, mapped(w, v)); }
+/* The rank of the tensor a store writes. */
+static int k_rank(aw *w, const ir_op *st) { return w->src->vals[st->opnd[0]].type.shape.rank; }
 static uint32_t U(aw *w, loom_val h) { return ir_unhandle(w->dst, h); }
 
 /* The arguments, in the same order (the launch passes the same list). */
@@ -73,17 +75,48 @@ static void clone_plain(aw *w, uint32_t o)
         w->map[op->res[0]] = U(w, v);
         return;
     }
+    if (o == w->staged && w->coal) { /* masked: through shared memory and back, stored by rows */
+        int r = k_rank(w, op);
+        loom_val offs[LOOM_MAX_RANK], v = H(w, op->opnd[1 + r]), mask = H(w, op->opnd[2 + r]);
+        for (int i = 0; i < r; i++)
+            offs[i] = H(w, op->opnd[1 + i]);
+        loom_region_op h = LOOM_NO_REGION;
+        loom_val slot = LOOM_NONE, view;
+        if (w->borrow) { /* (no k step, no slot: from registers; no value leaves the if, whose two
+                          * layouts would meet in a conversion) */
+            if (!w->runs)
+                h = loom_if_begin_at(op->src, d, w->held, 0);
+            slot = loom_ring_slot_at(op->src, d, w->held_use, w->ring.slots);
+            view = loom_ring_view_at(op->src, d, &w->ring, slot, w->borrow - 1, LOOM_NONE);
+        } else
+            view = loom_smem_slot_at(op->src, d, w->epi.stage, loom_const_i_at(op->src, d, LOOM_I32, 0));
+        loom_smem_store_at(op->src, d, view, v);
+        loom_val back = loom_smem_load_at(op->src, d, view);
+        loom_store_at(op->src, d, H(w, op->opnd[0]), offs, back, mask);
+        if (w->borrow) { /* the slot to the producer: its next TMA write after these accesses */
+            loom_fence_async_at(op->src, d);
+            loom_ring_release_at(op->src, d, &w->ring, slot);
+            if (!w->runs) {
+                loom_else_at(op->src, d, h, 0, NULL);
+                loom_store_at(op->src, d, H(w, op->opnd[0]), offs, v, mask);
+                loom_if_end_at(op->src, d, h, 0, NULL);
+            }
+        }
+        return;
+    }
     if (o == w->staged && w->borrow) { /* through the held slot, else (no k step) from registers */
         loom_val offs[LOOM_MAX_RANK], v = H(w, op->opnd[op->nopnd - 1]);
         for (int i = 1; i + 1 < op->nopnd; i++)
             offs[i - 1] = H(w, op->opnd[i]);
-        loom_region_op h = loom_if_begin_at(op->src, d, w->held, 0);
+        loom_region_op h = w->runs ? LOOM_NO_REGION : loom_if_begin_at(op->src, d, w->held, 0);
         loom_val slot = loom_ring_slot_at(op->src, d, w->held_use, w->ring.slots);
         loom_val view = loom_ring_view_at(op->src, d, &w->ring, slot, w->borrow - 1, LOOM_NONE);
         loom_epilogue_store_borrowed_at(op->src, d, H(w, op->opnd[0]), offs, v, view, w->bsync, LOOM_NONE);
-        loom_else_at(op->src, d, h, 0, NULL);
-        loom_store_at(op->src, d, H(w, op->opnd[0]), offs, v, LOOM_NONE);
-        loom_if_end_at(op->src, d, h, 0, NULL);
+        if (!w->runs) {
+            loom_else_at(op->src, d, h, 0, NULL);
+            loom_store_at(op->src, d, H(w, op->opnd[0]), offs, v, LOOM_NONE);
+            loom_if_end_at(op->src, d, h, 0, NULL);
+        }
         loom_epilogue_return_slot_at(op->src, d, &w->ring, w->held, w->held_use);
         return;
     }
@@ -526,7 +559,8 @@ static loom_val rotated_loop(aw *w, loom_val it0)
     w->map[d2->opnd[2]] = U(w, r[w->acc_arg]);
     loom_val sl = loom_ring_slot_at(at, d, r[n + 1], w->ring.slots);
     loom_val fin = wait_for(w, 1, 0, issue_dot(w, 1, sl));
-    loom_ring_release_at(at, d, &w->ring, sl);
+    if (!w->borrow) /* else the epilogue's store holds it (consumers_end) */
+        loom_ring_release_at(at, d, &w->ring, sl);
     loom_val yt[64];
     for (int j = 0; j < n; j++)
         yt[j] = j == w->acc_arg ? fin : r[j];
@@ -620,6 +654,9 @@ static void consumers_end(aw *w, loom_region_op pl, loom_region_op t, uint32_t i
     if (w->mainloop) {
         loom_val acc = ir_handle(d, w->map[lp->res[w->acc_arg]]);
         w->map[lp->res[w->acc_arg]] = U(w, mainloop_finish(w, acc, it0, it_end));
+    } else if (w->rotate && w->borrow) { /* the last step's slot, held (rotated_loop) */
+        w->held = loom_cmp_at(at, d, LOOM_GT, it_end, it0);
+        w->held_use = loom_sub_at(at, d, it_end, CI(1));
     }
     if (w->outer) /* the loop's dots are done with the outer tile */
         loom_ring_release_at(at, d, &w->qring, w->qslot);
@@ -637,7 +674,7 @@ static void consumers_end(aw *w, loom_region_op pl, loom_region_op t, uint32_t i
         loom_val mine = loom_div_at(at, d, loom_sub_at(at, d, loom_add_at(at, d, left, nprog), CI(1)), nprog);
         loom_pingpong_finish_at(at, d, &w->pp, loom_cmp_at(at, d, LOOM_EQ, loom_rem_at(at, d, mine, CI(2)), CI(1)));
     }
-    if (w->staged && !w->borrow)
+    if (w->staged && !w->borrow && !w->coal)
         loom_epilogue_finish_at(at, d, &w->epi);
     loom_task_end_at(at, d, t);
 }
@@ -679,7 +716,11 @@ bool aw_pass_code(aw *w)
         w->pp = loom_pingpong_create_at(at, &w->pipe);
     if (w->staged && w->borrow)
         w->bsync = loom_sync_create_at(aw_op(w, w->staged)->src, &w->pipe, 128 * w->groups, 1);
-    else if (w->staged) {
+    else if (w->staged && w->coal) { /* a staging tile of its own, no TMA */
+        ir_op *st = aw_op(w, w->staged);
+        ir_type *v = &k->vals[st->opnd[st->nopnd - 2]].type;
+        w->epi.stage = loom_smem_alloc_at(st->src, d, (loom_dtype)v->dtype, v->shape, 1, LOOM_SWIZZLE_128);
+    } else if (w->staged) {
         ir_op *st = aw_op(w, w->staged);
         ir_type *v = &k->vals[st->opnd[st->nopnd - 1]].type;
         w->epi = loom_epilogue_create_at(st->src, &w->pipe, LOOM_EPI_STAGED, H(w, st->opnd[0]), (loom_dtype)v->dtype,

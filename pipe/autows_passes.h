@@ -71,6 +71,10 @@ typedef struct aw {
                          * staging tile of its own (0: no) */
     loom_sync bsync;    /* borrow: the consumer threads that write the slot */
     loom_val held, held_use; /* borrow: the consumers hold a slot (i1), and its ring use */
+    bool runs;          /* the loop's bounds are constants and it takes a step at least */
+    bool coal;          /* the staged store has a mask: the tile goes into shared memory and back
+                         * to registers in a layout whose threads store whole 16-byte runs of a
+                         * row (masked), not by TMA */
     loom_pipe pipe;     /* the new kernel's named barriers */
     loom_epilogue epi;  /* its staging tile */
     loom_pingpong pp;   /* ping-pong's turns */
