@@ -256,7 +256,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
     if (do_check)
         lce_ref_open(rt, ref, s, dwu, dwc, eu, ec, dmap, &r);
 
-    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16, LOOM_F16};
     /* the tile config: given, or the tuner's for the persistent kernel */
     loom_ikbo_lce_config cfg;
     if (fixed) {
@@ -405,7 +405,7 @@ static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, con
         DIE("buffers: %s", loom_runtime_error(rt));
     lce_ref r = {.on = false};
     lce_ref_open(rt, ref, s, dwu, dwc, eu[0], ec[0], dmap, &r);
-    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16, LOOM_F16};
     loom_ikbo_lce *obj[2 * PL_OBJ];
     const char *names[2 * PL_OBJ];
     static const char *const nm[] = {"stage 3 #0", "stage 3 #1", "stage 3 #2", "stage 4 #0", "stage 4 #1",
@@ -515,7 +515,7 @@ static int interpreter_run(const char *ptx_dir)
                 (user ? refu : refc)[(b * s.M + m) * s.N + j] = (float)acc;
                 (user ? absu : absc)[(b * s.M + m) * s.N + j] = (float)mag;
             }
-    loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16, LOOM_F16};
     if (rt_make_dirs(ptx_dir) != 0)
         DIE("cannot create the PTX folder %s: %s", ptx_dir, strerror(errno));
     printf("no GPU: every IKBO LCE stage on the interpreter at B=%lld U=%lld M=%lld N=%lld Ku=%lld Kc=%lld "
