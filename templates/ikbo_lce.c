@@ -637,16 +637,13 @@ static loom_val fp8_scaled(const ik *g, tile_at t, loom_val acc, loom_val ws, lo
 {
     loom_kernel *k = g->k;
     loom_shape sh = loom_val_shape(k, acc);
-    loom_tile_at at = {.m0 = t.m0, .n0 = t.n0, .rows = sh.dim[0], .cols = sh.dim[1]};
-    loom_val w;
-    if (tr(g->s)) { /* out's rows are the accumulator's columns */
-        at.m0 = t.n0, at.n0 = t.m0;
-        w = loom_tile_row_vector(k, &at, ws);
-    } else {
-        w = loom_tile_col_vector(k, &at, ws);
-    }
+    /* the rows of out the accumulator holds: its columns (trans) or its rows */
+    int axis = tr(g->s) ? 1 : 0;
+    int64_t n = sh.dim[axis];
+    loom_val w = loom_load(k, ws, ((loom_val[]){t.m0}), LOOM_SHAPE1(n), LOOM_NONE, 0.0);
     loom_val e = loom_load_scalar(k, es, ((loom_val[]){t.j}));
-    return loom_mul(k, acc, loom_mul(k, w, loom_splat(k, e, sh)));
+    w = loom_mul(k, w, loom_splat(k, e, LOOM_SHAPE1(n))); /* a vector: one product a row of out */
+    return loom_mul(k, acc, loom_broadcast(k, loom_expand_dims(k, w, 1 - axis), sh));
 }
 
 /* FP8: where the accumulator's tile lies in user_res (ikbo_lce.h, "FP8"): [U, N, M]
