@@ -64,6 +64,20 @@ static const loom_ikbo_lce_config gemm_cfg = {
 
 loom_ikbo_lce_config ik_default_config(void) { return default_cfg; }
 
+/* Without a config, before any tuning (and where none runs: the interpreter): the table's
+ * defaults, as the template's heuristic adjusts them (e4m3: tiles whose epilogue fits the
+ * registers, templates/ikbo_lce_registry.c); f16 and bf16 take the defaults as they are. */
+static loom_ikbo_lce_config untuned_config(const loom_ikbo_lce_shape *s)
+{
+    const loom_template *t = loom_template_find("ikbo_lce");
+    if (!t)
+        return default_cfg;
+    int64_t shape[LOOM_MAX_PARAMS], c[LOOM_MAX_PARAMS];
+    ik_shape_vector(s, shape);
+    loom_template_untuned_config(t, shape, c);
+    return ik_config_of(c);
+}
+
 const loom_ikbo_lce_config *ik_stage_config(loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg)
 {
     return stage <= LOOM_IKBO_K_ALIGNED && cfg->trans ? &gemm_cfg : cfg;
@@ -565,7 +579,7 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
                         "loom_ikbo_lce_prepare: shape B=%lld, U=%lld, M=%lld, N=%lld, Ku=%lld, Kc=%lld: %s",
                         (long long)shape->B, (long long)shape->U, (long long)shape->M, (long long)shape->N,
                         (long long)shape->Ku, (long long)shape->Kc, big);
-    loom_ikbo_lce_config c = cfg ? *cfg : default_cfg;
+    loom_ikbo_lce_config c = cfg ? *cfg : untuned_config(shape);
     /* auto: refused only when neither fused mode serves the config (stages 0-2 are checked
      * as stage 3, as when pinned); a stage the config cannot serve is left out later */
     bool fused = stage == LOOM_IKBO_PERSISTENT || stage == LOOM_IKBO_AUTO;

@@ -199,6 +199,22 @@ void ik_grid(const ik_spec *s, int grid[3])
     loom_grid_rule_eval(&r, sh, grid);
 }
 
+/* FP8: the f32 accumulator's registers a consumer thread: a warp group's [64, rows]
+ * (trans) or [64, BN] (split), ping-pong's [BM, BN] a group, or one task's [BM, BN] over
+ * its warps.  A candidate tile's epilogue adds the user's f32 tile loaded in the same
+ * layout, as many registers again, beside the tile loop's state: ptxas fits 80 and 80 in
+ * the 232 a consumer thread has (160-row transposed tiles at M = 433 assemble with no
+ * spills), and spills at 224-row ones (stage 3's candidate kernel 172 bytes, stage 4's 68). */
+enum { IK_FP8_ACC_REGS = 80 };
+static int64_t fp8_acc_regs(const ik_spec *s)
+{
+    if (tr(s))
+        return 64 * ik_tile_rows(s) / 128;
+    if (split(s))
+        return 64 * s->bn / 128;
+    return s->bm * s->bn / (s->consumers == IK_PINGPONG ? 128 : s->cwarps * 32);
+}
+
 const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 {
     if (s->dt != LOOM_F16 && s->dt != LOOM_BF16 && s->dt != LOOM_E4M3)
@@ -254,6 +270,15 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
                  "the user tile is added through shared memory: the ring (%lld bytes) and the identity (%lld) need "
                  "over 226 KiB; use fewer stages or smaller tiles",
                  (long long)ring_bytes(s), (long long)eye_bytes(s));
+        return buf;
+    }
+    if (fp8(s) && adds_user(s) && fp8_acc_regs(s) > IK_FP8_ACC_REGS) {
+        snprintf(buf, n,
+                 "dtype e4m3: a candidate tile's epilogue holds its f32 accumulator and the user's f32 tile at once, "
+                 "%lld registers a consumer thread each at this tile (%lld x %lld a warp group); more than %d each "
+                 "spill (ptxas): use smaller tiles (trans: BM at most 192 at M = 433, 160-row tiles)",
+                 (long long)fp8_acc_regs(s), (long long)(tr(s) || split(s) ? 64 : s->bm),
+                 (long long)(tr(s) ? ik_tile_rows(s) : s->bn), IK_FP8_ACC_REGS);
         return buf;
     }
     if (plane_add(s) && s->planes != 2)
@@ -682,8 +707,9 @@ static void store_cand_fp8(const ik *g, tile_at t, loom_val acc, loom_val rep, l
     const ik_spec *s = g->s;
     loom_val o[3];
     fp8_ures_offs(s, t, user_of(g, t), o);
+    loom_val sc = fp8_scaled(g, t, acc, g->a.swc, g->a.sec);
     loom_val r = loom_load(k, g->a.ures, o, loom_val_shape(k, acc), LOOM_NONE, 0.0);
-    loom_val v = loom_add(k, fp8_scaled(g, t, acc, g->a.swc, g->a.sec), r);
+    loom_val v = loom_add(k, sc, r);
     v = oriented(k, s, loom_cast(k, v, ik_out_dt(s)));
     if (g->uepi.kind != LOOM_EPI_HANDOVER) {
         store_cand(g, t, v, LOOM_NONE, rep);

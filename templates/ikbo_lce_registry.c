@@ -58,6 +58,30 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
     return tpl_valid(ik_why_not(&s, buf, sizeof buf), why, n);
 }
 
+/* Without timing: the defaults, but for e4m3 the largest BM (in steps of 32, then 64) whose
+ * tiles ik_why_not takes: the default's 224-row transposed tiles at M = 433 would hold
+ * more f32 registers in a candidate tile's epilogue than fit (ik_why_not says which);
+ * BM=192 gives 160-row ones. */
+static void heuristic(const int64_t *sh, int64_t *cf)
+{
+    if ((loom_dtype)sh[S_dtype] != LOOM_E4M3)
+        return;
+    char buf[300];
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    static const int64_t bms[] = {256, 224, 192, 160, 128, 64};
+    for (size_t i = 0; i < sizeof bms / sizeof *bms; i++) {
+        if (bms[i] > s.bm)
+            continue;
+        ik_spec t = s;
+        t.bm = bms[i];
+        if (!ik_why_not(&t, buf, sizeof buf)) {
+            s = t;
+            break;
+        }
+    }
+    LOOM_PACK(LOOM_IKBO_LCE_CONFIG, cf, &s);
+}
+
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
 {
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
@@ -324,6 +348,7 @@ const loom_template tpl_def_ikbo_lce = {
     .config = {LOOM_IKBO_LCE_CONFIG(LOOM_CONFIG_PARAM)},
     .valid = valid,
     .cost = cost,
+    .heuristic = heuristic,
     .build = build,
     .grid = grid,
     .grid_rule = grid_rule,

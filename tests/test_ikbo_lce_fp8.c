@@ -9,8 +9,10 @@
  *                the f32 roundings: docs/checks.md, "ikbo_lce in FP8"); and that bound
  *                catching a wrong scale;
  *   refusals     the unscaled prepare and run on e4m3, the scaled run on f16, missing
- *                scales, a wrong odtype, K not a multiple of 16, stages 0-2;
- *   ptxas        the e4m3 kernels of stages 3 and 4 at the headline (Ku, Kc padded to 16);
+ *                scales, a wrong odtype, K not a multiple of 16, stages 0-2, tiles whose
+ *                candidate epilogue would spill;
+ *   ptxas        the e4m3 kernels of stages 3 and 4 at the headline (Ku, Kc padded to 16), at
+ *                the config taken without tuning, with no spills;
  *   gpu          skipped without a GPU: stages 3 and 4 at the headline (sampled candidates
  *                against the reference) and at an odd shape (every element).
  */
@@ -299,6 +301,16 @@ Test(ikbo_lce_fp8, refusals_name_the_argument)
                    "Ku=40 must be a multiple of 16");
     expect_refused(rt, loom_ikbo_lce_prepare_scaled(rt, &s, LOOM_IKBO_K_ALIGNED, h.wu, h.wc, h.swu, h.swc, NULL, &p),
                    "does not serve dtype e4m3");
+    /* tiles whose candidate epilogue would not fit the registers (the default's 224 rows at M = 433) */
+    const fp8_case wide = {4, 2, 433, 64, 32, 16, 0, LOOM_F16};
+    loom_ikbo_lce_shape ws = api_shape(&wide);
+    loom_ikbo_lce_config big = {256, 128, 4, 8, 132, 2, 1, 2};
+    uint8_t *w433 = calloc(433 * 32, 1);
+    float *s433 = calloc(433, sizeof *s433);
+    cr_assert(w433 && s433);
+    expect_refused(rt, loom_ikbo_lce_prepare_scaled(rt, &ws, LOOM_IKBO_PERSISTENT, w433, w433, s433, s433, &big, &p),
+                   "112 registers a consumer thread each");
+    free(w433), free(s433);
     /* f16 with scales */
     loom_ikbo_lce_shape f16 = {4, 2, 40, 64, 32, 16, LOOM_F16, LOOM_F16};
     expect_refused(rt, loom_ikbo_lce_prepare_scaled(rt, &f16, LOOM_IKBO_FUSED_EPILOGUE, h.wu, h.wc, h.swu, h.swc, NULL,
@@ -334,10 +346,9 @@ Test(ikbo_lce_fp8, refusals_name_the_argument)
 /* The headline with K padded to 16 for FP8. */
 static const fp8_case headline = {1024, 15, 433, 256, 1184, 880, 1, LOOM_F16};
 
-/* Disabled: the e4m3 kernels spill at the headline's default config (stage 3's candidate
- * kernel 484 bytes, stage 4's 68: the epilogue's user_res tile, the accumulator and the
- * per-row scales of a 224-row transposed tile live at once); enable once they fit. */
-Test(ikbo_lce_fp8, headline_kernels_assemble_without_spills, .disabled = true)
+/* At the config loom takes without tuning (the template's heuristic: BM=192, 160-row
+ * transposed tiles; the default's 224-row ones are refused for e4m3, as they spill). */
+Test(ikbo_lce_fp8, headline_kernels_assemble_without_spills)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
