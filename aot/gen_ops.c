@@ -63,10 +63,16 @@ static loom_status lce_compile(loom_aot_file *g, void **state, char *err_, size_
     for (int i = 0; i < r->nshapes; i++) {
         const int64_t *sh = r->shapes[i];
         loom_ikbo_lce_shape s = {sval(g, sh, "B"),  sval(g, sh, "U"),  sval(g, sh, "M"),           sval(g, sh, "N"),
-                                 sval(g, sh, "Ku"), sval(g, sh, "Kc"), (loom_dtype)sval(g, sh, "dtype")};
+                                 sval(g, sh, "Ku"), sval(g, sh, "Kc"), (loom_dtype)sval(g, sh, "dtype"),
+                                 (loom_dtype)sval(g, sh, "odtype")};
         loom_ikbo_lce_config c = ik_config_of(r->configs[i]);
         char err[400], text[400];
         gen_shape_text(g, sh, text, sizeof text);
+        if (s.dtype == LOOM_E4M3)
+            return gen_fail(g, LOOM_ERR_UNSUPPORTED,
+                            "ikbo_lce with dtype e4m3 (E transposed, per-row scales) at %s is not an AOT operation yet: "
+                            "loom's C API serves it (loom_ikbo_lce_prepare_scaled, then loom_ikbo_lce_run_scaled)",
+                            text);
         loom_status st = ik_stage_make(&s, (loom_ikbo_stage)r->stage, &c, NULL, &o->stage[i], err, sizeof err);
         if (st != LOOM_OK)
             return gen_fail(g, st, "ikbo_lce stage %d at %s: %s", r->stage, text, err);

@@ -23,7 +23,7 @@
 
 #define DIE(...) (fprintf(stderr, "bench_aot: " __VA_ARGS__), fputc('\n', stderr), exit(1))
 
-static const loom_ikbo_lce_shape S = {1024, 15, 433, 256, 1178, 866, LOOM_F16};
+static const loom_ikbo_lce_shape S = {1024, 15, 433, 256, 1178, 866, LOOM_F16, LOOM_F16};
 
 typedef struct ctx {
     loom_ikbo_lce *jit;
@@ -95,7 +95,7 @@ int main(int argc, char **argv)
         loom_runtime_destroy(rt);
         return 0;
     }
-    ba_lce_ikbo_lce_shape as = {S.B, S.U, S.M, S.N, S.Ku, S.Kc, S.dtype};
+    ba_lce_ikbo_lce_shape as = {S.B, S.U, S.M, S.N, S.Ku, S.Kc, S.dtype, LOOM_F16};
     const char *ctext = ba_lce_ikbo_lce_config(&as);
     if (!ctext)
         DIE("%s", ba_lce_last_error());

@@ -133,7 +133,7 @@ static loom_buffer *padded(loom_runtime *rt, const uint16_t *w, int64_t M, int64
 static void bench_lce(loom_runtime *rt, nvref_gemm *ref)
 {
     const lce_shape s = {1024, 15, 433, 256, 1178, 866};
-    loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16, LOOM_F16};
     rt_gpu *g = rt_runtime_gpu(rt);
     char err[1024];
     /* inputs: host weights (the C API takes them), E on the device */

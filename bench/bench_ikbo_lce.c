@@ -14,6 +14,11 @@
  *   bench_ikbo_lce --placement [--shape ...]   issue 40's experiment: two objects each of
  *                                  stages 3 and 4 timed on input sets allocated apart (and
  *                                  mixed: which input's placement matters), side by side
+ *   bench_ikbo_lce --fp8 [--shape ...]   issue 38's FP8 LCE (dtype e4m3: fp8_bench) beside the
+ *                                  f16 LCE at the headline (Ku, Kc padded to 16: 1184, 880),
+ *                                  shuffled users: stages 3, 4 and auto of each, checked, the
+ *                                  ratio f16 / e4m3 of each, and the FP8 output's error
+ *                                  against the f16 kernel's (relative RMS, max)
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
  *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..   skip tuning, use this config
  *                                  (keys of the ikbo_lce template; those left out keep their defaults)
@@ -256,7 +261,7 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
     if (do_check)
         lce_ref_open(rt, ref, s, dwu, dwc, eu, ec, dmap, &r);
 
-    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16, LOOM_F16};
     /* the tile config: given, or the tuner's for the persistent kernel */
     loom_ikbo_lce_config cfg;
     if (fixed) {
@@ -372,6 +377,202 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
         loom_buffer_destroy(bs[i]);
 }
 
+/* ---------------------------------------------------------------- --fp8 */
+
+typedef struct fp8_ctx {
+    loom_ikbo_lce *p;
+    int64_t B, U;
+    loom_buffer *eu, *ec, *seu, *sec, *map, *out;
+} fp8_ctx;
+
+static loom_status fp8_once(void *c)
+{
+    fp8_ctx *x = c;
+    return loom_ikbo_lce_run_scaled(x->p, x->B, x->U, x->eu, x->ec, x->seu, x->sec, x->map, x->out);
+}
+
+/* Rows [rows, K] of f16 quantized to e4m3 with one scale a row (amax / 448, 1 where a row
+ * is all zero): q[r][k] = e4m3(x[r][k] / scale[r]). */
+static void quantize_rows(const uint16_t *x, int64_t rows, int64_t K, uint8_t *q, float *scale)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double amax = 0;
+        for (int64_t k = 0; k < K; k++)
+            amax = fmax(amax, fabs(tpl_get(x, LOOM_F16, r * K + k)));
+        scale[r] = amax > 0 ? (float)(amax / 448.0) : 1.0f;
+        for (int64_t k = 0; k < K; k++)
+            tpl_set(q, LOOM_E4M3, r * K + k, tpl_get(x, LOOM_F16, r * K + k) / scale[r]);
+    }
+}
+
+/* E [n, K, N] of f16 to E^T [n, N, K] of e4m3 with one scale an entry (amax / 448). */
+static void quantize_entries(const uint16_t *e, int64_t n, int64_t K, int64_t N, uint8_t *q, float *scale)
+{
+    for (int64_t x = 0; x < n; x++) {
+        const uint16_t *ex = e + x * K * N;
+        double amax = 0;
+        for (int64_t i = 0; i < K * N; i++)
+            amax = fmax(amax, fabs(tpl_get(ex, LOOM_F16, i)));
+        scale[x] = amax > 0 ? (float)(amax / 448.0) : 1.0f;
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++)
+                tpl_set(q, LOOM_E4M3, (x * N + j) * K + k, tpl_get(ex, LOOM_F16, k * N + j) / scale[x]);
+    }
+}
+
+/* The FP8 output's sampled candidates against ik_fp8_reference (double, from the e4m3
+ * values and the scales) and its bound (docs/checks.md, "ikbo_lce in FP8"): elements past
+ * their bound, the worst |err| / bound. */
+static void fp8_check(const lce_shape *s, const uint8_t *wu, const uint8_t *wc, const uint8_t *eu, const uint8_t *ec,
+                      const float *swu, const float *swc, const float *seu, const float *sec, const int32_t *map,
+                      const uint16_t *out, int nsample, double *bad, double *worst)
+{
+    size_t per = (size_t)(s->N * s->Kc), mn = (size_t)(s->M * s->N);
+    uint8_t *ecs = malloc(per * (size_t)nsample);
+    float *secs = malloc((size_t)nsample * sizeof *secs);
+    int32_t *maps = malloc((size_t)nsample * sizeof *maps);
+    uint16_t *ref = malloc(mn * (size_t)nsample * 2);
+    double *bnd = malloc(mn * (size_t)nsample * sizeof *bnd);
+    int64_t *rows = malloc((size_t)nsample * sizeof *rows);
+    if (!ecs || !secs || !maps || !ref || !bnd || !rows)
+        DIE("out of host memory");
+    for (int i = 0; i < nsample; i++) { /* spread over the batch, the last candidate included */
+        rows[i] = nsample > 1 ? i * (s->B - 1) / (nsample - 1) : 0;
+        memcpy(ecs + per * (size_t)i, ec + per * (size_t)rows[i], per);
+        secs[i] = sec[rows[i]];
+        maps[i] = map[rows[i]];
+    }
+    ik_spec sp = {.B = nsample, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku, .Kc = s->Kc, .dt = LOOM_E4M3,
+                  .odt = LOOM_F16};
+    ik_fp8_reference(&sp, wu, wc, eu, ecs, swu, swc, seu, secs, maps, ref, bnd);
+    double nb = 0, w = 0;
+    for (int i = 0; i < nsample; i++)
+        for (size_t e = 0; e < mn; e++) {
+            double got = h2f(out[(size_t)rows[i] * mn + e]), want = h2f(ref[(size_t)i * mn + e]);
+            double d = fabs(got - want), b = bnd[(size_t)i * mn + e];
+            nb += !(d <= b);
+            w = isnan(d) ? INFINITY : fmax(w, d / b);
+        }
+    *bad = nb;
+    *worst = w;
+    free(ecs), free(secs), free(maps), free(ref), free(bnd), free(rows);
+}
+
+/* --fp8: the LCE with e4m3 weights and embeddings (loom_ikbo_lce_prepare_scaled) beside
+ * the f16 LCE at one shape (K a multiple of 16: the headline's Ku and Kc padded), on the
+ * same values: f16 inputs uniform in [-1, 1), quantized per row of the weights and per
+ * entry of the embeddings (amax / 448).  Stages 3, 4 and auto of each, the f16 ones checked
+ * on the device against the f32 reference (lce_ref) and the FP8 ones on sampled candidates
+ * against ik_fp8_reference by its bound; then the ratio f16 / FP8 of each, and the error
+ * of the FP8 output against the f16 kernel's (auto's each): relative RMS and the largest
+ * |difference| over the largest |f16 output|. */
+static void fp8_bench(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s0, const loom_ikbo_lce_config *fixed)
+{
+    lce_shape sh = *s0, *s = &sh;
+    s->Ku = (s->Ku + 15) / 16 * 16, s->Kc = (s->Kc + 15) / 16 * 16;
+    uint64_t seed = 4321;
+    size_t nwu = (size_t)(s->M * s->Ku), nwc = (size_t)(s->M * s->Kc), neu = (size_t)(s->U * s->Ku * s->N),
+           nec = (size_t)(s->B * s->Kc * s->N), nout = (size_t)(s->B * s->M * s->N);
+    uint16_t *wu, *wc, *eu16 = malloc(neu * 2), *ec16 = malloc(nec * 2), *o16 = malloc(nout * 2),
+                       *o8 = malloc(nout * 2);
+    int32_t *map;
+    host_inputs(s, &seed, 1, &wu, &wc, &map);
+    uint8_t *qwu = malloc(nwu), *qwc = malloc(nwc), *qeu = malloc(neu), *qec = malloc(nec);
+    float *swu = malloc((size_t)s->M * 4), *swc = malloc((size_t)s->M * 4), *seu = malloc((size_t)s->U * 4),
+          *sec = malloc((size_t)s->B * 4);
+    if (!eu16 || !ec16 || !o16 || !o8 || !qwu || !qwc || !qeu || !qec || !swu || !swc || !seu || !sec)
+        DIE("out of host memory");
+    tpl_fill(eu16, LOOM_F16, (int64_t)neu, -1, 1, &seed);
+    tpl_fill(ec16, LOOM_F16, (int64_t)nec, -1, 1, &seed);
+    quantize_rows(wu, s->M, s->Ku, qwu, swu);
+    quantize_rows(wc, s->M, s->Kc, qwc, swc);
+    quantize_entries(eu16, s->U, s->Ku, s->N, qeu, seu);
+    quantize_entries(ec16, s->B, s->Kc, s->N, qec, sec);
+    loom_buffer *dwu = loom_buffer_create(rt, nwu * 2), *dwc = loom_buffer_create(rt, nwc * 2);
+    loom_buffer *deu = loom_buffer_create(rt, neu * 2), *dec = loom_buffer_create(rt, nec * 2);
+    loom_buffer *qdeu = loom_buffer_create(rt, neu), *qdec = loom_buffer_create(rt, nec);
+    loom_buffer *dseu = loom_buffer_create(rt, (size_t)s->U * 4), *dsec = loom_buffer_create(rt, (size_t)s->B * 4);
+    loom_buffer *dmap = loom_buffer_create(rt, (size_t)s->B * 4), *out = loom_buffer_create(rt, nout * 2);
+    loom_buffer *out8 = loom_buffer_create(rt, nout * 2);
+    if (!dwu || !dwc || !deu || !dec || !qdeu || !qdec || !dseu || !dsec || !dmap || !out || !out8)
+        DIE("device buffers: %s", loom_runtime_error(rt));
+    if (loom_buffer_upload(dwu, wu, nwu * 2) || loom_buffer_upload(dwc, wc, nwc * 2) ||
+        loom_buffer_upload(deu, eu16, neu * 2) || loom_buffer_upload(dec, ec16, nec * 2) ||
+        loom_buffer_upload(qdeu, qeu, neu) || loom_buffer_upload(qdec, qec, nec) ||
+        loom_buffer_upload(dseu, seu, (size_t)s->U * 4) || loom_buffer_upload(dsec, sec, (size_t)s->B * 4) ||
+        loom_buffer_upload(dmap, map, (size_t)s->B * 4))
+        DIE("upload: %s", loom_runtime_error(rt));
+    lce_ref r = {.on = false};
+    lce_ref_open(rt, ref, s, dwu, dwc, deu, dec, dmap, &r);
+    printf("FP8 B=%lld U=%lld M=%lld N=%lld Ku=%lld Kc=%lld shuffled: e4m3 weights (a scale a row) and embeddings "
+           "(a scale an entry), out f16, beside the f16 LCE on the same values\n",
+           (long long)s->B, (long long)s->U, (long long)s->M, (long long)s->N, (long long)s->Ku, (long long)s->Kc);
+    double gflop = 2.0 * (double)s->M * (double)s->N * ((double)s->B * (double)s->Kc + (double)s->U * (double)s->Ku) / 1e9;
+    const loom_ikbo_stage sts[3] = {LOOM_IKBO_FUSED_EPILOGUE, LOOM_IKBO_PERSISTENT, LOOM_IKBO_AUTO};
+    loom_ikbo_lce_shape l16 = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16, LOOM_F16};
+    loom_ikbo_lce_shape l8 = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_E4M3, LOOM_F16};
+    char verdict[160];
+    for (int i = 0; i < 3; i++) {
+        const char *name = sts[i] == LOOM_IKBO_AUTO ? "auto" : loom_ikbo_stage_name(sts[i]);
+        double ms16 = 0, ms8 = 0;
+        loom_ikbo_lce *p16 = NULL, *p8 = NULL;
+        if (loom_ikbo_lce_prepare(rt, &l16, sts[i], wu, wc, fixed, &p16) != LOOM_OK) {
+            printf("  f16 %-15s refused: %s\n", name, loom_runtime_error(rt));
+            failures++;
+        } else {
+            run_ctx x = {p16, deu, dec, dmap, out};
+            ms16 = measure(rt, run_once, &x, &r, out, "f16", verdict, sizeof verdict);
+            printf("  f16 %-15s %8.3f ms %7.1f TF/s  %s\n    %s\n", name, ms16, gflop / ms16, verdict,
+                   loom_ikbo_lce_describe(p16));
+            if (sts[i] == LOOM_IKBO_AUTO && loom_buffer_download(out, o16, nout * 2))
+                DIE("download: %s", loom_runtime_error(rt));
+        }
+        /* FP8: the tuner's config (the same as f16's given --config where e4m3 takes it) */
+        if (loom_ikbo_lce_prepare_scaled(rt, &l8, sts[i], qwu, qwc, swu, swc, fixed, &p8) != LOOM_OK) {
+            printf("  e4m3 %-14s refused: %s\n", name, loom_runtime_error(rt));
+            if (fixed && loom_ikbo_lce_prepare_scaled(rt, &l8, sts[i], qwu, qwc, swu, swc, NULL, &p8) == LOOM_OK)
+                printf("  e4m3 %-14s with its own config instead\n", name);
+            else
+                failures++;
+        }
+        if (p8) {
+            fp8_ctx x = {p8, s->B, s->U, qdeu, qdec, dseu, dsec, dmap, out8};
+            if (loom_buffer_fill(out8, 0xff) || fp8_once(&x) || loom_buffer_download(out8, o8, nout * 2))
+                DIE("e4m3 %s: %s", name, loom_runtime_error(rt));
+            double bad, worst;
+            fp8_check(s, qwu, qwc, qeu, qec, swu, swc, seu, sec, map, o8, 8, &bad, &worst);
+            failures += bad != 0;
+            if (loom_time_work(rt, fp8_once, &x, 3, 20, &ms8) != LOOM_OK)
+                DIE("timing e4m3 %s: %s", name, loom_runtime_error(rt));
+            char vs[40] = "";
+            if (ms16 > 0)
+                snprintf(vs, sizeof vs, "  x%.2f vs f16", ms16 / ms8);
+            printf("  e4m3 %-14s %8.3f ms %7.1f TF/s%s  %s: %.0f past their bound, worst |err|/bound %.3g (8 "
+                   "candidates against ik_fp8_reference)\n    %s\n",
+                   name, ms8, gflop / ms8, vs, bad == 0 ? "ok" : "FAIL", bad, worst, loom_ikbo_lce_describe(p8));
+            if (sts[i] == LOOM_IKBO_AUTO && ms16 > 0) { /* FP8 against the f16 kernel's output */
+                double d2 = 0, r2 = 0, dmax = 0, rmax = 0;
+                for (size_t e = 0; e < nout; e++) {
+                    double a = h2f(o16[e]), d = h2f(o8[e]) - a;
+                    d2 += d * d, r2 += a * a, dmax = fmax(dmax, fabs(d)), rmax = fmax(rmax, fabs(a));
+                }
+                printf("  e4m3 against f16 (auto's outputs, every element): relative RMS %.3g, max |diff| %.3g "
+                       "(%.3g of max |f16| %.3g)\n",
+                       sqrt(d2 / r2), dmax, dmax / rmax, rmax);
+            }
+        }
+        fflush(stdout);
+        loom_ikbo_lce_destroy(p16);
+        loom_ikbo_lce_destroy(p8);
+    }
+    lce_ref_close(&r);
+    loom_buffer *bs[] = {dwu, dwc, deu, dec, qdeu, qdec, dseu, dsec, dmap, out, out8};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
+        loom_buffer_destroy(bs[i]);
+    free(wu), free(wc), free(map), free(eu16), free(ec16), free(o16), free(o8);
+    free(qwu), free(qwc), free(qeu), free(qec), free(swu), free(swc), free(seu), free(sec);
+}
+
 /* --placement (issue 40): does a prepared object's speed depend on where the caller's
  * inputs lie?  At one shape, PL_OBJ objects of each of stages 3 and 4 (each prepared on its
  * own, so its own buffers lie apart) run on PL_SETS input sets: E_user and E_cand
@@ -405,7 +606,7 @@ static void placement(loom_runtime *rt, nvref_gemm *ref, const lce_shape *s, con
         DIE("buffers: %s", loom_runtime_error(rt));
     lce_ref r = {.on = false};
     lce_ref_open(rt, ref, s, dwu, dwc, eu[0], ec[0], dmap, &r);
-    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {s->B, s->U, s->M, s->N, s->Ku, s->Kc, LOOM_F16, LOOM_F16};
     loom_ikbo_lce *obj[2 * PL_OBJ];
     const char *names[2 * PL_OBJ];
     static const char *const nm[] = {"stage 3 #0", "stage 3 #1", "stage 3 #2", "stage 4 #0", "stage 4 #1",
@@ -515,7 +716,7 @@ static int interpreter_run(const char *ptx_dir)
                 (user ? refu : refc)[(b * s.M + m) * s.N + j] = (float)acc;
                 (user ? absu : absc)[(b * s.M + m) * s.N + j] = (float)mag;
             }
-    loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, LOOM_F16, LOOM_F16};
     if (rt_make_dirs(ptx_dir) != 0)
         DIE("cannot create the PTX folder %s: %s", ptx_dir, strerror(errno));
     printf("no GPU: every IKBO LCE stage on the interpreter at B=%lld U=%lld M=%lld N=%lld Ku=%lld Kc=%lld "
@@ -643,7 +844,7 @@ int main(int argc, char **argv)
 {
     lce_prog = "bench_ikbo_lce";
     lce_shape head = {1024, 15, 433, 256, 1178, 866};
-    int sweep = 0, grid = 0, have_cfg = 0, tuned = 0, gfrom = 1, gto = 0, place = 0;
+    int sweep = 0, grid = 0, have_cfg = 0, tuned = 0, gfrom = 1, gto = 0, place = 0, fp8 = 0;
     loom_ikbo_lce_config cfg = {0};
     lce_shape custom = head;
     int have_shape = 0;
@@ -662,6 +863,8 @@ int main(int argc, char **argv)
             tuned = 1;
         else if (!strcmp(argv[i], "--placement"))
             place = 1;
+        else if (!strcmp(argv[i], "--fp8"))
+            fp8 = 1;
         else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)
             ptx_dir = argv[++i];
         else if (!strcmp(argv[i], "--check-all"))
@@ -690,7 +893,7 @@ int main(int argc, char **argv)
             cfg = ik_config_of(c);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid | --grid-rows FIRST-LAST] [--tuned] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
+            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid | --grid-rows FIRST-LAST | --fp8] [--tuned] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
                             "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..]\n");
             return 2;
         }
@@ -724,6 +927,9 @@ int main(int argc, char **argv)
     lce_shape first = have_shape ? custom : head;
     if (place) {
         placement(rt, ref, &first, fc);
+        sweep = 0;
+    } else if (fp8) {
+        fp8_bench(rt, ref, &first, fc);
         sweep = 0;
     } else if (grid) {
         run_grid(rt, ref, &fw, fc, gfrom, gto);

@@ -358,7 +358,7 @@ int main(int argc, char **argv)
         lce_die("out of host memory");
     tpl_fill(wu, LOOM_F16, mx.M * mx.Ku, -1, 1, &ws);
     tpl_fill(wc, LOOM_F16, mx.M * mx.Kc, -1, 1, &ws);
-    loom_ikbo_lce_shape ls = {mx.B, mx.U, mx.M, mx.N, mx.Ku, mx.Kc, LOOM_F16};
+    loom_ikbo_lce_shape ls = {mx.B, mx.U, mx.M, mx.N, mx.Ku, mx.Kc, LOOM_F16, LOOM_F16};
     loom_stats st0, st1;
     loom_stats_get(&st0);
     loom_ikbo_lce *p = NULL;

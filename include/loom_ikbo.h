@@ -46,8 +46,30 @@ void tpl_broadcast_add_grid(const tpl_broadcast_add_shape *s, int bm, int bn, in
  * the details). */
 typedef struct loom_ikbo_lce_shape {
     int64_t B, U, M, N, Ku, Kc;
-    loom_dtype dtype;
+    loom_dtype dtype;  /* LOOM_F16, LOOM_BF16, or LOOM_E4M3 (FP8, below) */
+    loom_dtype odtype; /* dtype e4m3: out's type, LOOM_F16 (0: the default) or LOOM_BF16; f16 and bf16
+                          give out of their own type (odtype is not read).  Added last: an
+                          initializer of the seven fields before it still compiles (odtype 0),
+                          though -Wmissing-field-initializers names it; designated ones do not */
 } loom_ikbo_lce_shape;
+
+/* FP8 (dtype LOOM_E4M3): the weights and the embeddings in e4m3, each with f32 scales (the
+ * dequantization factors: the real W_user[m][k] is w_user_scale[m] times its e4m3 value,
+ * the real E_user[u] is e_user_scale[u] times its e4m3 values, and so the candidate's):
+ *     out[b][m][n] = w_cand_scale[m] e_cand_scale[b] (W_cand @ E_cand[b])[m][n]
+ *                  + w_user_scale[m] e_user_scale[u] (W_user @ E_user[u])[m][n],  u = cand_to_user[b]
+ * the products summed by FP8 wgmma (whose adds keep about 13 bits: docs/checks.md, "FP8"),
+ * scaled and added in f32, rounded once to odtype.  FP8 wgmma reads both operands K-major,
+ * and E [.., K, N] is N-major, so the embeddings come transposed, K innermost:
+ * E_user^T [U, N, Ku] and E_cand^T [B, N, Kc] (E_user^T[u][n][k] = E_user[u][k][n]), Ku and
+ * Kc multiples of 16 (TMA reads 16-byte rows: pad K with zeros in E^T and the weights, as
+ * bench_ikbo_lce --fp8 does; another K is refused, naming it).  The weights [M, Ku] and
+ * [M, Kc] as for f16, with their scales [M] at prepare (loom_ikbo_lce_prepare_scaled); the
+ * embeddings' scales [U] and [B] f32 device buffers with each request
+ * (loom_ikbo_lce_run_scaled).  Stages 3 and 4 serve e4m3 (a candidate tile adds its user's
+ * scaled f32 result in its epilogue, loaded in the accumulator's layout); LOOM_IKBO_AUTO
+ * picks between them, another stage is refused.  The tile config is the f16 one's (the
+ * same table; a k step is 128 elements of e4m3, a 128-byte row as f16's 64). */
 
 typedef enum loom_ikbo_stage {
     LOOM_IKBO_MATERIALIZED = 0,   /* the framework baseline: gather E_user[u] B times, one GEMM
@@ -119,6 +141,21 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
  * its bucket at prepare (docs/tuning.md, "Run-time dims and buckets"). */
 loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
                                  loom_buffer *cand_to_user, loom_buffer *out);
+/* FP8 (above): prepare with the weights' scales, w_user_scale [M] and w_cand_scale [M]
+ * (host f32 arrays, uploaded with the e4m3 weights), then run each request with the
+ * embeddings' scales (f32 device buffers: e_user_scale [U], e_cand_scale [B]), e_user the
+ * transposed E_user^T [U, N, Ku] and e_cand E_cand^T [B, N, Kc] in e4m3, out [B, M, N] of
+ * odtype; B and U as run_at's.  An e4m3 shape is refused by loom_ikbo_lce_prepare (it has
+ * no scales) and an e4m3 handle by run and run_at; prepare_scaled with an f16 or bf16
+ * shape takes NULL scales (it is then prepare), and run_scaled on an f16 or bf16 handle
+ * is refused: each with a message saying which call to make. */
+loom_status loom_ikbo_lce_prepare_scaled(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                         const void *w_user, const void *w_cand, const float *w_user_scale,
+                                         const float *w_cand_scale, const loom_ikbo_lce_config *cfg,
+                                         loom_ikbo_lce **out);
+loom_status loom_ikbo_lce_run_scaled(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
+                                     loom_buffer *e_user_scale, loom_buffer *e_cand_scale, loom_buffer *cand_to_user,
+                                     loom_buffer *out);
 /* "stage 4 (persistent): BM=128,BN=256,...; ikbo_lce_fused"; picked by LOOM_IKBO_AUTO,
  * then how: "; auto (timed): stage 0 0.075 ms, stage 2 0.093 ms, stage 3 0.101 ms
  * (picked), stage 4 0.113 ms; ...", or "(cached)", or "not timed" and why. */

@@ -64,6 +64,20 @@ static const loom_ikbo_lce_config gemm_cfg = {
 
 loom_ikbo_lce_config ik_default_config(void) { return default_cfg; }
 
+/* Without a config, before any tuning (and where none runs: the interpreter): the table's
+ * defaults, as the template's heuristic adjusts them (e4m3: tiles whose epilogue fits the
+ * registers, templates/ikbo_lce_registry.c); f16 and bf16 take the defaults as they are. */
+static loom_ikbo_lce_config untuned_config(const loom_ikbo_lce_shape *s)
+{
+    const loom_template *t = loom_template_find("ikbo_lce");
+    if (!t)
+        return default_cfg;
+    int64_t shape[LOOM_MAX_PARAMS], c[LOOM_MAX_PARAMS];
+    ik_shape_vector(s, shape);
+    loom_template_untuned_config(t, shape, c);
+    return ik_config_of(c);
+}
+
 const loom_ikbo_lce_config *ik_stage_config(loom_ikbo_stage stage, const loom_ikbo_lce_config *cfg)
 {
     return stage <= LOOM_IKBO_K_ALIGNED && cfg->trans ? &gemm_cfg : cfg;
@@ -95,7 +109,7 @@ static ik_spec spec_of(const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config 
 {
     const loom_ikbo_lce_config *c = planes == 1 && cfg->trans ? &gemm_cfg : cfg;
     ik_spec sp = {.mode = mode, .planes = planes, .B = s->B, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku,
-                  .Kc = s->Kc, .dt = s->dtype};
+                  .Kc = s->Kc, .dt = s->dtype, .odt = s->dtype == LOOM_E4M3 ? s->odtype : LOOM_F16};
     LOOM_COPY(LOOM_IKBO_LCE_CONFIG, &sp, c);
     return sp;
 }
@@ -267,11 +281,43 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
 {
     memset(st, 0, sizeof *st);
     size_t e = loom_dtype_size(s->dtype);
-    int64_t kpu = tpl_pad8(s->Ku), kpc = tpl_pad8(s->Kc);
+    int64_t kpu = ik_kpad(s->dtype, s->Ku), kpc = ik_kpad(s->dtype, s->Kc);
     ik_config_text(ik_stage_config(stage, cfg), st->config, sizeof st->config);
     loom_status rc = LOOM_OK;
     /* the padded weights of stages 2 to 4 (stage 1 pads them on every run) */
     const ik_fill wu = {IK_WU, 0, kpu, 0}, wc = {IK_WC, 1, kpc, 0};
+    if (s->dtype == LOOM_E4M3) { /* stages 3 and 4 (ikbo_lce.h, "FP8"): user_res one f32 plane */
+        if (stage != LOOM_IKBO_FUSED_EPILOGUE && stage != LOOM_IKBO_PERSISTENT) {
+            snprintf(err, errlen,
+                     "stage %d (%s) does not serve dtype e4m3: stages 3 and 4 do, and LOOM_IKBO_AUTO picks between "
+                     "them",
+                     (int)stage, loom_ikbo_stage_name(stage));
+            return LOOM_ERR_UNSUPPORTED;
+        }
+        st->bytes[IK_WU] = (size_t)(s->M * kpu);
+        st->bytes[IK_WC] = (size_t)(s->M * kpc);
+        st->fill[st->nfill++] = wu;
+        st->fill[st->nfill++] = wc;
+        st->bytes[IK_SWU] = st->bytes[IK_SWC] = (size_t)s->M * sizeof(float);
+        st->bytes[IK_URES] = (size_t)(s->U * s->M * s->N) * sizeof(float);
+        if (stage == LOOM_IKBO_PERSISTENT) {
+            st->bytes[IK_FLAGS] = 4;
+            st->bytes[IK_CLAIMS] = 8;
+            ik_spec sp = spec_of(s, cfg, IK_FUSED, 2);
+            st->blocks_per_user = ik_blocks_per_user(&sp);
+            rc = add_gemm(st, s, cfg, IK_FUSED, 2,
+                          ARGS(IK_WU, IK_E_USER, IK_WC, IK_E_CAND, IK_MAP, IK_URES, IK_FLAGS, IK_CLAIMS, IK_FLAG_BASE,
+                               IK_OUT, IK_SWU, IK_SWC, IK_SEU, IK_SEC),
+                          err, errlen);
+        } else if ((rc = add_gemm(st, s, cfg, IK_USER, 2, ARGS(IK_WU, IK_E_USER, IK_URES, IK_SWU, IK_SEU), err,
+                                  errlen)) == LOOM_OK) {
+            rc = add_gemm(st, s, cfg, IK_CAND_FUSED, 2,
+                          ARGS(IK_WC, IK_E_CAND, IK_MAP, IK_URES, IK_OUT, IK_SWC, IK_SEC), err, errlen);
+        }
+        if (rc != LOOM_OK)
+            ik_stage_free(st);
+        return rc;
+    }
     switch (stage) {
     case LOOM_IKBO_MATERIALIZED: {
         int64_t kt = tpl_pad8(s->Ku + s->Kc);
@@ -389,7 +435,8 @@ static loom_status tuned_config(loom_runtime *rt, const loom_ikbo_lce_shape *s, 
 
 /* Allocate the owned buffers (zeroed), upload the weights as the fills lay them out, and
  * load the kernels. */
-static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void *w_cand, const int64_t *gemm_pick)
+static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void *w_cand, const float *w_user_scale,
+                               const float *w_cand_scale, const int64_t *gemm_pick)
 {
     const loom_ikbo_lce_shape *s = &p->s;
     ik_stage *run = &p->run;
@@ -423,6 +470,12 @@ static loom_status build_stage(loom_ikbo_lce *p, const void *w_user, const void 
                 return fail(p, st, "loom_ikbo_lce_prepare: uploading the weights: %s", loom_runtime_error(p->rt));
         }
     }
+    /* e4m3: the weights' scales, [M] f32 each */
+    const float *scale[2] = {w_user_scale, w_cand_scale};
+    const int sbuf[2] = {IK_SWU, IK_SWC};
+    for (int i = 0; i < 2; i++)
+        if (run->bytes[sbuf[i]] && (st = loom_buffer_upload(p->buf[sbuf[i]], scale[i], run->bytes[sbuf[i]])) != LOOM_OK)
+            return fail(p, st, "loom_ikbo_lce_prepare: uploading the weights' scales: %s", loom_runtime_error(p->rt));
     loom_kernel *ks[IK_MAX_STEPS];
     for (int i = 0; i < run->nsteps; i++)
         ks[i] = run->step[i].k;
@@ -457,7 +510,8 @@ static const char *shape_too_big(const loom_ikbo_lce_shape *s)
 }
 
 loom_status ik_prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                             const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                             const void *w_user, const void *w_cand, const float *w_user_scale,
+                             const float *w_cand_scale, const loom_ikbo_lce_config *cfg, bool tuned,
                              loom_ikbo_lce **out)
 {
     *out = NULL;
@@ -477,7 +531,7 @@ loom_status ik_prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape,
             st = fail(p, st, "loom_ikbo_lce_prepare: tuning stage 0's gemm: %s", loom_runtime_error(rt));
     }
     if (st == LOOM_OK)
-        st = build_stage(p, w_user, w_cand, tune_gemm ? pick : NULL);
+        st = build_stage(p, w_user, w_cand, w_user_scale, w_cand_scale, tune_gemm ? pick : NULL);
     if (st == LOOM_OK && (!loom_runtime_is_gpu(rt) || util_env_on("LOOM_CHECK_INDEX")) &&
         !(p->index = malloc((size_t)shape->B * sizeof *p->index)))
         st = fail(p, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: no host memory for checking cand_to_user");
@@ -498,8 +552,8 @@ loom_status ik_prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape,
  * makes its inputs and comparisons, so that their kernels are the same in every bucket
  * (compiled once). */
 static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shape, const loom_ikbo_lce_shape *hs,
-                               loom_ikbo_stage stage, const void *w_user, const void *w_cand,
-                               const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out)
+                               loom_ikbo_stage stage, const void *w_user, const void *w_cand, const float *su,
+                               const float *sc, const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out)
 {
     if (!rt)
         return LOOM_ERR_INVALID;
@@ -512,6 +566,12 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
     if ((int)stage < 0 || stage > LOOM_IKBO_AUTO)
         return tpl_fail(rt, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: stage %d is not 0 to 4 or LOOM_IKBO_AUTO (%d)",
                         (int)stage, (int)LOOM_IKBO_AUTO);
+    if (shape->dtype == LOOM_E4M3 && stage != LOOM_IKBO_FUSED_EPILOGUE && stage != LOOM_IKBO_PERSISTENT &&
+        stage != LOOM_IKBO_AUTO)
+        return tpl_fail(rt, LOOM_ERR_UNSUPPORTED,
+                        "loom_ikbo_lce_prepare: stage %d (%s) does not serve dtype e4m3: stages 3 and 4 do, and "
+                        "LOOM_IKBO_AUTO picks between them",
+                        (int)stage, loom_ikbo_stage_name(stage));
     /* the shape and config, checked before anything is allocated */
     const char *big = shape_too_big(shape);
     if (big)
@@ -519,7 +579,7 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
                         "loom_ikbo_lce_prepare: shape B=%lld, U=%lld, M=%lld, N=%lld, Ku=%lld, Kc=%lld: %s",
                         (long long)shape->B, (long long)shape->U, (long long)shape->M, (long long)shape->N,
                         (long long)shape->Ku, (long long)shape->Kc, big);
-    loom_ikbo_lce_config c = cfg ? *cfg : default_cfg;
+    loom_ikbo_lce_config c = cfg ? *cfg : untuned_config(shape);
     /* auto: refused only when neither fused mode serves the config (stages 0-2 are checked
      * as stage 3, as when pinned); a stage the config cannot serve is left out later */
     bool fused = stage == LOOM_IKBO_PERSISTENT || stage == LOOM_IKBO_AUTO;
@@ -537,8 +597,8 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
     if (!cfg && loom_runtime_is_gpu(rt) && (st = tuned_config(rt, shape, &c)) != LOOM_OK)
         return tpl_fail(rt, st, "loom_ikbo_lce_prepare: tuning: %s", loom_runtime_error(rt));
     if (stage == LOOM_IKBO_AUTO)
-        return ik_auto_prepare(rt, shape, hs ? hs : shape, w_user, w_cand, &c, !cfg, out);
-    return ik_prepare_stage(rt, shape, stage, w_user, w_cand, &c, !cfg, out);
+        return ik_auto_prepare(rt, shape, hs ? hs : shape, w_user, w_cand, su, sc, &c, !cfg, out);
+    return ik_prepare_stage(rt, shape, stage, w_user, w_cand, su, sc, &c, !cfg, out);
 }
 
 /* The same stage with the same tile config of its kernels (stage 0's is its gemm's; the
@@ -554,14 +614,54 @@ static bool same_plan(const loom_ikbo_lce *a, const loom_ikbo_lce *b)
  * smaller of B and the prepared U, from the largest down; a bucket whose pick is the
  * larger one's shares its object.  Otherwise one object at the prepared shape serves every
  * request (its kernels take B and U at run time). */
+static loom_status prepare_buckets(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                   const void *w_user, const void *w_cand, const float *su, const float *sc,
+                                   const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out);
+
 loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
                                   const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg,
                                   loom_ikbo_lce **out)
 {
+    if (rt && shape && shape->dtype == LOOM_E4M3) {
+        if (out)
+            *out = NULL;
+        return tpl_fail(rt, LOOM_ERR_INVALID,
+                        "loom_ikbo_lce_prepare: dtype e4m3 takes the weights' per-row scales: call "
+                        "loom_ikbo_lce_prepare_scaled (and run with loom_ikbo_lce_run_scaled)");
+    }
+    return prepare_buckets(rt, shape, stage, w_user, w_cand, NULL, NULL, cfg, out);
+}
+
+loom_status loom_ikbo_lce_prepare_scaled(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                         const void *w_user, const void *w_cand, const float *w_user_scale,
+                                         const float *w_cand_scale, const loom_ikbo_lce_config *cfg,
+                                         loom_ikbo_lce **out)
+{
+    if (!rt)
+        return LOOM_ERR_INVALID;
+    if (out)
+        *out = NULL;
+    if (shape && shape->dtype == LOOM_E4M3 && (!w_user_scale || !w_cand_scale))
+        return tpl_fail(rt, LOOM_ERR_INVALID,
+                        "loom_ikbo_lce_prepare_scaled: %s is NULL; dtype e4m3 needs each weight's per-row scales "
+                        "(f32 [M])",
+                        !w_user_scale ? "w_user_scale" : "w_cand_scale");
+    if (shape && shape->dtype != LOOM_E4M3 && (w_user_scale || w_cand_scale))
+        return tpl_fail(rt, LOOM_ERR_INVALID,
+                        "loom_ikbo_lce_prepare_scaled: %s is given for dtype %s; scales are e4m3's (pass NULL, or "
+                        "call loom_ikbo_lce_prepare)",
+                        w_user_scale ? "w_user_scale" : "w_cand_scale", loom_dtype_name(shape->dtype));
+    return prepare_buckets(rt, shape, stage, w_user, w_cand, w_user_scale, w_cand_scale, cfg, out);
+}
+
+static loom_status prepare_buckets(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
+                                   const void *w_user, const void *w_cand, const float *su, const float *sc,
+                                   const loom_ikbo_lce_config *cfg, loom_ikbo_lce **out)
+{
     bool per_bucket = rt && shape && loom_runtime_is_gpu(rt) && (stage == LOOM_IKBO_AUTO || !cfg) &&
                       util_env_switch("LOOM_IKBO_BUCKETS", true) && shape->B > 1 && shape->B <= INT32_MAX;
     if (!per_bucket)
-        return prepare_one(rt, shape, NULL, stage, w_user, w_cand, cfg, out);
+        return prepare_one(rt, shape, NULL, stage, w_user, w_cand, su, sc, cfg, out);
     loom_ikbo_lce *w = calloc(1, sizeof *w);
     if (!w)
         return tpl_fail(rt, LOOM_ERR_NOMEM, "loom_ikbo_lce_prepare: out of host memory");
@@ -577,7 +677,7 @@ loom_status loom_ikbo_lce_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s
         b.B = w->top[i];
         b.U = shape->U < b.B ? shape->U : b.B;
         loom_ikbo_lce *c = NULL;
-        if ((st = prepare_one(rt, &b, shape, stage, w_user, w_cand, cfg, &c)) != LOOM_OK)
+        if ((st = prepare_one(rt, &b, shape, stage, w_user, w_cand, su, sc, cfg, &c)) != LOOM_OK)
             break;
         w->nbuckets++;
         if (i < n - 1 && same_plan(c, w->child[i + 1])) {
@@ -656,33 +756,51 @@ static loom_status check_dims(loom_ikbo_lce *p, const char *fn, int64_t B, int64
     return LOOM_OK;
 }
 
+/* seu, sec: e4m3's embedding scales (NULL for f16 and bf16). */
 static loom_status run_at(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U, loom_buffer *e_user,
-                          loom_buffer *e_cand, loom_buffer *cand_to_user, loom_buffer *out)
+                          loom_buffer *e_cand, loom_buffer *seu, loom_buffer *sec, loom_buffer *cand_to_user,
+                          loom_buffer *out)
 {
+    bool fp8 = p->s.dtype == LOOM_E4M3, scaled = strstr(fn, "_scaled") != NULL;
+    if (fp8 != scaled)
+        return fail(p, LOOM_ERR_INVALID,
+                    fp8 ? "%s: the handle is dtype e4m3, whose runs take the embeddings' scales: call "
+                          "loom_ikbo_lce_run_scaled"
+                        : "%s: the handle is dtype %s, whose runs take no scales: call loom_ikbo_lce_run_at (scales "
+                          "are e4m3's, loom_ikbo_lce_prepare_scaled)",
+                    fn, loom_dtype_name(p->s.dtype));
     if (p->nbuckets) { /* the request's bucket */
         if (B < 1 || B > p->s.B || U < 1 || U > p->s.U)
             return tpl_check_request(p->rt, fn, B, U, p->s.B, p->s.U);
         int i = 0;
         while (p->top[i] < B)
             i++;
-        loom_status st = run_at(p->child[i], fn, B, U, e_user, e_cand, cand_to_user, out);
+        loom_status st = run_at(p->child[i], fn, B, U, e_user, e_cand, seu, sec, cand_to_user, out);
         return st;
     }
     const loom_ikbo_lce_shape *s = &p->s;
     const ik_stage *run = &p->run;
-    size_t e = loom_dtype_size(s->dtype);
+    size_t e = loom_dtype_size(s->dtype), eo = fp8 ? loom_dtype_size(s->odtype) : e;
     loom_status st;
     if ((st = check_dims(p, fn, B, U)) != LOOM_OK)
         return st;
-    if ((st = check_buf(p, fn, e_user, "e_user", U, s->Ku, s->N, e)) != LOOM_OK ||
-        (st = check_buf(p, fn, e_cand, "e_cand", B, s->Kc, s->N, e)) != LOOM_OK ||
-        (st = check_buf(p, fn, cand_to_user, "cand_to_user", B, 1, 1, 4)) != LOOM_OK ||
-        (st = check_buf(p, fn, out, "out", B, s->M, s->N, e)) != LOOM_OK)
+    if (fp8) { /* E^T [U, N, Ku], [B, N, Kc]; the scales [U], [B] */
+        if ((st = check_buf(p, fn, e_user, "e_user (E_user^T)", U, s->N, s->Ku, e)) != LOOM_OK ||
+            (st = check_buf(p, fn, e_cand, "e_cand (E_cand^T)", B, s->N, s->Kc, e)) != LOOM_OK ||
+            (st = check_buf(p, fn, seu, "e_user_scale", U, 1, 1, 4)) != LOOM_OK ||
+            (st = check_buf(p, fn, sec, "e_cand_scale", B, 1, 1, 4)) != LOOM_OK)
+            return st;
+    } else if ((st = check_buf(p, fn, e_user, "e_user", U, s->Ku, s->N, e)) != LOOM_OK ||
+               (st = check_buf(p, fn, e_cand, "e_cand", B, s->Kc, s->N, e)) != LOOM_OK) {
+        return st;
+    }
+    if ((st = check_buf(p, fn, cand_to_user, "cand_to_user", B, 1, 1, 4)) != LOOM_OK ||
+        (st = check_buf(p, fn, out, "out", B, s->M, s->N, eo)) != LOOM_OK)
         return st;
     /* the kernels read the inputs while out is written (as loom_gemm_run refuses C = A) */
-    const loom_buffer *ins[] = {e_user, e_cand, cand_to_user};
-    static const char *const in_names[] = {"e_user", "e_cand", "cand_to_user"};
-    for (int i = 0; i < 3; i++)
+    const loom_buffer *ins[] = {e_user, e_cand, cand_to_user, seu, sec};
+    static const char *const in_names[] = {"e_user", "e_cand", "cand_to_user", "e_user_scale", "e_cand_scale"};
+    for (int i = 0; i < (fp8 ? 5 : 3); i++)
         if (out == ins[i])
             return fail(p, LOOM_ERR_INVALID, "%s: out is also %s; the output needs a buffer of its own", fn,
                         in_names[i]);
@@ -699,6 +817,7 @@ static loom_status run_at(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U
     loom_buffer *bufs[IK_NBUF];
     memcpy(bufs, p->buf, sizeof bufs);
     bufs[IK_E_USER] = e_user, bufs[IK_E_CAND] = e_cand, bufs[IK_MAP] = cand_to_user, bufs[IK_OUT] = out;
+    bufs[IK_SEU] = seu, bufs[IK_SEC] = sec;
     const int64_t dims[LOOM_MAX_PARAMS] = {[IK_RULE_B] = B, [IK_RULE_U] = U};
     for (int i = 0; i < run->nsteps; i++) {
         const ik_step *sp = &run->step[i];
@@ -728,7 +847,7 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    return run_at(p, "loom_ikbo_lce_run", p->s.B, p->s.U, e_user, e_cand, cand_to_user, out);
+    return run_at(p, "loom_ikbo_lce_run", p->s.B, p->s.U, e_user, e_cand, NULL, NULL, cand_to_user, out);
 }
 
 loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
@@ -736,7 +855,16 @@ loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_bu
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    return run_at(p, "loom_ikbo_lce_run_at", B, U, e_user, e_cand, cand_to_user, out);
+    return run_at(p, "loom_ikbo_lce_run_at", B, U, e_user, e_cand, NULL, NULL, cand_to_user, out);
+}
+
+loom_status loom_ikbo_lce_run_scaled(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
+                                     loom_buffer *e_user_scale, loom_buffer *e_cand_scale, loom_buffer *cand_to_user,
+                                     loom_buffer *out)
+{
+    if (!p)
+        return LOOM_ERR_INVALID;
+    return run_at(p, "loom_ikbo_lce_run_scaled", B, U, e_user, e_cand, e_user_scale, e_cand_scale, cand_to_user, out);
 }
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }

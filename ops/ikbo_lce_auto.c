@@ -54,13 +54,15 @@ static void why_from(loom_runtime *rt, char *why, size_t n)
 /* No timing: stage 4, or the first of auto_untimed the config serves.  because: why
  * nothing is timed. */
 static loom_status auto_untimed_pick(loom_runtime *rt, const loom_ikbo_lce_shape *s, const void *wu, const void *wc,
-                                     const loom_ikbo_lce_config *cfg, bool tuned, const char *because,
-                                     loom_ikbo_lce **out)
+                                     const float *su, const float *sc, const loom_ikbo_lce_config *cfg, bool tuned,
+                                     const char *because, loom_ikbo_lce **out)
 {
     char first[300] = "";
     loom_status st = LOOM_ERR_INVALID;
     for (int i = 0; i < AUTO_N; i++) {
-        if ((st = ik_prepare_stage(rt, s, auto_untimed[i], wu, wc, cfg, tuned, out)) == LOOM_OK) {
+        if (s->dtype == LOOM_E4M3 && auto_untimed[i] < LOOM_IKBO_FUSED_EPILOGUE)
+            break; /* e4m3: stages 3 and 4 only */
+        if ((st = ik_prepare_stage(rt, s, auto_untimed[i], wu, wc, su, sc, cfg, tuned, out)) == LOOM_OK) {
             ik_desc_add(*out, "; auto (not timed: %s): stage %d", because, (int)auto_untimed[i]);
             if (i)
                 ik_desc_add(*out, ", as stage 4 cannot serve the config (%s)", first);
@@ -180,7 +182,7 @@ static loom_status auto_setup(void *ctx)
 static loom_status auto_prepare_one(void *ctx, int i)
 {
     auto_ctx *a = ctx;
-    return ik_prepare_stage(a->rt, a->s, auto_stages[i], a->wu, a->wc, a->cfg, a->tuned, &a->p[i]);
+    return ik_prepare_stage(a->rt, a->s, auto_stages[i], a->wu, a->wc, NULL, NULL, a->cfg, a->tuned, &a->p[i]);
 }
 
 static loom_status auto_run(void *ctx, int i, loom_buffer *out)
@@ -247,13 +249,20 @@ static void auto_describe(const tune_pick_spec *sp, const tune_picked *r, loom_i
 }
 
 loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
-                            const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                            const void *w_user, const void *w_cand, const float *w_user_scale,
+                            const float *w_cand_scale, const loom_ikbo_lce_config *cfg, bool tuned,
                             loom_ikbo_lce **out)
 {
     if (!util_env_switch("LOOM_IKBO_AUTO", true))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "LOOM_IKBO_AUTO=0", out);
+        return auto_untimed_pick(rt, s, w_user, w_cand, w_user_scale, w_cand_scale, cfg, tuned, "LOOM_IKBO_AUTO=0",
+                                 out);
     if (!loom_runtime_is_gpu(rt))
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, "no GPU", out);
+        return auto_untimed_pick(rt, s, w_user, w_cand, w_user_scale, w_cand_scale, cfg, tuned, "no GPU", out);
+    /* e4m3 serves stages 3 and 4 only; the timed pick's inputs, fills and pairwise bound
+     * are f16 and bf16's, so e4m3 takes stage 4 (or 3 where the config cannot serve 4) */
+    if (s->dtype == LOOM_E4M3)
+        return auto_untimed_pick(rt, s, w_user, w_cand, w_user_scale, w_cand_scale, cfg, tuned,
+                                 "e4m3, whose stages 3 and 4 are not timed", out);
     auto_ctx a = {.rt = rt, .s = s, .hs = hs, .wu = w_user, .wc = w_cand, .cfg = cfg, .tuned = tuned,
                   .places = (int)util_env_int("LOOM_IKBO_AUTO_PLACES", 3, 1, TUNE_PICK_PLACES)};
     /* the key: ikbo_lce's at s (it has no bucket), then the config's text; "tuned" where the
@@ -290,7 +299,7 @@ loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
     if (st != LOOM_OK)
         return st;
     if (r.best < 0)
-        return auto_untimed_pick(rt, s, w_user, w_cand, cfg, tuned, r.untimed, out);
+        return auto_untimed_pick(rt, s, w_user, w_cand, NULL, NULL, cfg, tuned, r.untimed, out);
     sp.places = a.places; /* (as many as there was memory for) */
     auto_describe(&sp, &r, a.p[r.best]);
     *out = a.p[r.best];

@@ -22,6 +22,8 @@ enum ik_buf {
     IK_URES, IK_CANDRES,                  /* user_res, and stages 1-2's candidate result */
     IK_FLAGS, IK_CLAIMS,                  /* stage 4: user tiles done (grows by epoch), tile counter */
     IK_ECAT,                              /* stage 0: the materialized E */
+    IK_SWU, IK_SWC,                       /* e4m3: the weights' scales [M] f32 (owned, uploaded at prepare) */
+    IK_SEU, IK_SEC,                       /* e4m3: the embeddings' scales [U], [B] f32 (the caller's, per run) */
     IK_NBUF,
     /* argument sources that are no buffer: i32 scalars of the run */
     IK_FLAG_BASE = IK_NBUF,               /* stage 4: the flags' counter before the launch */
@@ -83,7 +85,8 @@ loom_ikbo_lce_config ik_default_config(void);
  * failure the reason is in loom_runtime_error(rt) and nothing is left allocated
  * (ops/ikbo_lce_api.c). */
 loom_status ik_prepare_stage(loom_runtime *rt, const loom_ikbo_lce_shape *shape, loom_ikbo_stage stage,
-                             const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                             const void *w_user, const void *w_cand, const float *w_user_scale,
+                             const float *w_cand_scale, const loom_ikbo_lce_config *cfg, bool tuned,
                              loom_ikbo_lce **out);
 /* "BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=.." (and ",trans=..,cluster=.." where
  * transposed). */
@@ -99,7 +102,8 @@ uint64_t ik_owned_buffer(const loom_ikbo_lce *p, int buf, size_t *bytes);
  * settled (tuned: left to the tuner); hs is the prepare's largest shape, at which the
  * inputs and the comparisons are made. */
 loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, const loom_ikbo_lce_shape *hs,
-                            const void *w_user, const void *w_cand, const loom_ikbo_lce_config *cfg, bool tuned,
+                            const void *w_user, const void *w_cand, const float *w_user_scale,
+                            const float *w_cand_scale, const loom_ikbo_lce_config *cfg, bool tuned,
                             loom_ikbo_lce **out);
 
 #endif

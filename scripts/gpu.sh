@@ -28,6 +28,8 @@
 #   LOOM_GPU_TUNE_ARGS arguments of bench_tune (default --exhaustive: every template tuned at
 #                      its headline, "NOT TUNED" when it fell back, the pick against the
 #                      exhaustive best)
+#   LOOM_GPU_IKBO_FP8  0 skips `bench_ikbo_lce --fp8` (issue 38: the LCE with e4m3 weights and
+#                      embeddings beside the f16 LCE at the headline, K padded to 16)
 #   LOOM_GPU_GRID      0 skips issue 21's tables: `bench_ikbo_lce --grid` (the framework
 #                      against loom's pick) and `bench_gemm --odd --grid --config tuned`
 #                      (gemm at odd and small or skinny shapes against cuBLAS); about 70 s
@@ -180,6 +182,14 @@ for b in "$R"/bin/bench_*; do
     done
 done
 
+# issue 38 item 6: the FP8 LCE beside the f16 LCE at the headline (a second invocation:
+# --fp8 is a mode of its own)
+if [ "${LOOM_GPU_IKBO_FP8:-1}" != 0 ] && [ -x "$R/bin/bench_ikbo_lce" ] &&
+    { [ -z "$benches" ] || [[ " $benches " == *" bench_ikbo_lce "* ]]; }; then
+    echo "== bench_ikbo_lce --fp8"
+    LOOM_CACHE_DIR="$LOOM_CACHE_DIR/bench_ikbo_lce" timeout 900 "$R/bin/bench_ikbo_lce" --fp8 2>&1 |
+        tee "$OUTDIR/bench_ikbo_lce_fp8.log"
+fi
 if [ "${LOOM_GPU_GRID:-1}" != 0 ] && [ -x "$R/bin/bench_ikbo_lce" ] &&
     { [ -z "$benches" ] || [[ " $benches " == *" bench_ikbo_lce "* ]]; }; then
     echo "== bench_ikbo_lce --grid"
@@ -236,6 +246,8 @@ fi
 [ -f "$OUTDIR/cubins.log" ] && grep -E "SETMAXREG:[1-9]" "$OUTDIR/cubins.log" | head -8 | sed 's/^/cubin with setmaxnreg: /'
 [ -f "$OUTDIR/bench_ikbo_lce_before.log" ] && echo "bench_ikbo_lce before:" && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce_before.log" | head -40
 [ -f "$OUTDIR/bench_ikbo_lce.log" ] && grep -E "^B=|framework|stage [0-4]|FAIL" "$OUTDIR/bench_ikbo_lce.log" | head -40
+# issue 38 item 6: the FP8 LCE's rows (f16 and e4m3 stages 3, 4 and auto, checked), the error against f16
+[ -f "$OUTDIR/bench_ikbo_lce_fp8.log" ] && grep -E "^FP8|^  (f16|e4m3) |FAIL" "$OUTDIR/bench_ikbo_lce_fp8.log" | cut -c1-300
 [ -f "$OUTDIR/bench_aot.log" ] && sed -n '/^bench_aot/,$p' "$OUTDIR/bench_aot.log"
 [ -f "$OUTDIR/torch.log" ] && grep -E "^(FAIL|bench |skipped|test_loom_torch)" "$OUTDIR/torch.log" | sed 's/^/torch ops: /'
 [ -f "$OUTDIR/lce_aot.log" ] && grep -E "^(aot lce|check|no GPU)|FAIL|rc=" "$OUTDIR/lce_aot.log" | sed 's/^/lce_aot: /'

@@ -117,10 +117,18 @@ static bool has_cand(const ik_spec *s) { return s->mode != IK_USER; }
 static bool adds_user(const ik_spec *s) { return s->mode == IK_CAND_FUSED || s->mode == IK_FUSED; }
 
 static bool split(const ik_spec *s) { return s->consumers == IK_SPLIT; }
+static bool fp8(const ik_spec *s) { return ik_fp8(s); }
 static int64_t esz(const ik_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
-static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (ik_tile_rows(s) + s->bn) * 64 * esz(s); }
+/* out's element size (f16 and bf16 user_res's too) */
+static int64_t osz(const ik_spec *s) { return (int64_t)loom_dtype_size(ik_out_dt(s)); }
+/* Elements of K a k step: a 128-byte row of W and of E (FP8: E^T) in one swizzle span. */
+static int64_t bk(const ik_spec *s) { return 128 / esz(s); }
+static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (ik_tile_rows(s) + s->bn) * 128; }
 /* The staging tile: BM rows, or a split group's 64 (the groups take turns on it). */
-static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 : s->bm) * s->bn * esz(s); }
+static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 : s->bm) * s->bn * osz(s); }
+/* The candidate tiles add the user's tile by plane steps on the tensor cores (f16 and
+ * bf16), or in the epilogue, scaled, loaded in the accumulator's layout (FP8). */
+static bool plane_add(const ik_spec *s);
 
 /* The transposed product's user tiles go out through shared memory where it fits beside
  * the ring and the identity: a warp group's [rows, 64] plane by stmatrix, read back and
@@ -129,24 +137,36 @@ static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 
  * registers the transposed tile is 2-byte stores (224 a thread and plane at M = 433);
  * through shared memory stage 4 ran 1.7-3.9% faster (bench/RESULTS.md, session 16). */
 static int64_t ustage_rows(const ik_spec *s) { return tpl_pow2_at_least(ik_tile_rows(s)); }
-static int64_t ustage_bytes(const ik_spec *s) { return ustage_rows(s) * 64 * esz(s); }
+static int64_t ustage_bytes(const ik_spec *s) { return ustage_rows(s) * 64 * osz(s); }
+
+static bool plane_add(const ik_spec *s) { return adds_user(s) && !fp8(s); }
 
 /* The identity the plane steps multiply by: [BM, BM], or a split group's [64, 64]. */
 static int64_t eye_rows(const ik_spec *s) { return split(s) ? 64 : s->bm; }
-static int64_t eye_bytes(const ik_spec *s) { return adds_user(s) ? eye_rows(s) * eye_rows(s) * esz(s) : 0; }
+static int64_t eye_bytes(const ik_spec *s) { return plane_add(s) ? eye_rows(s) * eye_rows(s) * esz(s) : 0; }
 
 static bool user_staged(const ik_spec *s)
 {
-    return tr(s) && has_user(s) && ring_bytes(s) + eye_bytes(s) + ustage_bytes(s) <= IK_SMEM;
+    return tr(s) && has_user(s) && !fp8(s) && ring_bytes(s) + eye_bytes(s) + ustage_bytes(s) <= IK_SMEM;
+}
+
+/* FP8, transposed: the candidate tiles go out the way user_staged's user tiles do (a
+ * warp group's [rows, 64] of out by stmatrix through the same kind of tile, read back by
+ * rows and stored 16 bytes at a time, the groups taking turns), where it fits beside the
+ * ring: FP8 has no plane steps whose slots a tile could store through. */
+static bool cand_staged_t(const ik_spec *s)
+{
+    return tr(s) && has_cand(s) && fp8(s) && ring_bytes(s) + ustage_bytes(s) <= IK_SMEM;
 }
 
 /* Ring uses that add a candidate tile's user tile: hi then lo, 64 rows a use (trans: 64
  * columns a use). */
 static int64_t halves_of(const ik_spec *s) { return tr(s) ? s->bn / 64 : s->bm / 64; }
-static int64_t plane_steps(const ik_spec *s) { return 2 * halves_of(s); }
+static int64_t plane_steps(const ik_spec *s) { return plane_add(s) ? 2 * halves_of(s) : 0; }
 
-/* k steps of the candidate GEMM. */
-static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(tpl_pad8(s->Kc), 64); }
+/* k steps of the candidate GEMM and of the user GEMM. */
+static int64_t cand_steps(const ik_spec *s) { return TPL_CDIV(ik_kpad(s->dt, s->Kc), bk(s)); }
+static int64_t user_steps(const ik_spec *s) { return TPL_CDIV(ik_kpad(s->dt, s->Ku), bk(s)); }
 
 /* The counter's unit: a row of user_res by a block of 64 columns, whatever the tiles. */
 int64_t ik_user_blocks(const ik_spec *s) { return s->U * ik_blocks_per_user(s); }
@@ -179,12 +199,42 @@ void ik_grid(const ik_spec *s, int grid[3])
     loom_grid_rule_eval(&r, sh, grid);
 }
 
+/* FP8: the f32 accumulator's registers a consumer thread: a warp group's [64, rows]
+ * (trans) or [64, BN] (split), ping-pong's [BM, BN] a group, or one task's [BM, BN] over
+ * its warps.  A candidate tile's epilogue adds the user's f32 tile loaded in the same
+ * layout, as many registers again, beside the tile loop's state: ptxas fits 80 and 80 in
+ * the 232 a consumer thread has (160-row transposed tiles at M = 433 assemble with no
+ * spills), and spills at 224-row ones (stage 3's candidate kernel 172 bytes, stage 4's 68). */
+enum { IK_FP8_ACC_REGS = 80 };
+static int64_t fp8_acc_regs(const ik_spec *s)
+{
+    if (tr(s))
+        return 64 * ik_tile_rows(s) / 128;
+    if (split(s))
+        return 64 * s->bn / 128;
+    return s->bm * s->bn / (s->consumers == IK_PINGPONG ? 128 : s->cwarps * 32);
+}
+
 const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
 {
-    if (s->dt != LOOM_F16 && s->dt != LOOM_BF16)
-        return "dtype must be f16 or bf16 (the tensor-core inputs)";
+    if (s->dt != LOOM_F16 && s->dt != LOOM_BF16 && s->dt != LOOM_E4M3)
+        return "dtype must be f16, bf16 or e4m3 (the tensor-core inputs)";
     if (s->B < 1 || s->U < 1 || s->M < 1 || s->N < 1 || s->Ku < 1 || s->Kc < 1)
         return "B, U, M, N, Ku and Kc must be positive";
+    if (fp8(s)) {
+        if (s->odt != LOOM_F16 && s->odt != LOOM_BF16)
+            return "dtype e4m3: odtype (out's type) must be f16 or bf16";
+        if (s->mode == IK_CAND)
+            return "dtype e4m3 serves stages 3 and 4 (the user GEMM, the candidate GEMM adding user_res, the fused "
+                   "kernel); the plain candidate GEMM of stages 0-2 is f16 and bf16's";
+        if (s->Ku % 16 || s->Kc % 16) {
+            snprintf(buf, n,
+                     "dtype e4m3: %s=%lld must be a multiple of 16: E_%s^T's rows are K e4m3 values and TMA needs "
+                     "16-byte rows (pad K with zeros, in E^T and in the weights)",
+                     s->Ku % 16 ? "Ku" : "Kc", (long long)(s->Ku % 16 ? s->Ku : s->Kc), s->Ku % 16 ? "user" : "cand");
+            return buf;
+        }
+    }
     if (s->N % 8)
         return "N must be a multiple of 8 (TMA needs 16-byte aligned rows of E and out)";
     if (s->trans != 0 && s->trans != 1)
@@ -222,7 +272,16 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
                  (long long)ring_bytes(s), (long long)eye_bytes(s));
         return buf;
     }
-    if (adds_user(s) && s->planes != 2)
+    if (fp8(s) && adds_user(s) && fp8_acc_regs(s) > IK_FP8_ACC_REGS) {
+        snprintf(buf, n,
+                 "dtype e4m3: a candidate tile's epilogue holds its f32 accumulator and the user's f32 tile at once, "
+                 "%lld registers a consumer thread each at this tile (%lld x %lld a warp group); more than %d each "
+                 "spill (ptxas): use smaller tiles (trans: BM at most 192 at M = 433, 160-row tiles)",
+                 (long long)fp8_acc_regs(s), (long long)(tr(s) || split(s) ? 64 : s->bm),
+                 (long long)(tr(s) ? ik_tile_rows(s) : s->bn), IK_FP8_ACC_REGS);
+        return buf;
+    }
+    if (plane_add(s) && s->planes != 2)
         return "the fused modes read user_res as two planes (hi, lo): planes must be 2";
     if (s->planes != 1 && s->planes != 2)
         return "planes must be 1 or 2";
@@ -256,8 +315,8 @@ static bool staged(const ik_spec *s) { return has_cand(s) && !tr(s) && cs_fits(s
 static bool borrows(const ik_spec *s)
 {
     if (tr(s))
-        return adds_user(s) && s->stages >= 3;
-    return adds_user(s) && !cs_fits(s) && s->stages >= 3 && s->consumers != IK_PINGPONG && (split(s) || s->bm == 64);
+        return plane_add(s) && s->stages >= 3;
+    return plane_add(s) && !cs_fits(s) && s->stages >= 3 && s->consumers != IK_PINGPONG && (split(s) || s->bm == 64);
 }
 
 /* Tile t's batch entry j (user or candidate), first row m0, first column n0, and r, its
@@ -283,32 +342,38 @@ static tile_at tile_coords(loom_kernel *k, const ik_spec *s, loom_val tc, loom_v
  * first (ikbo_lce.h: ik_dims_of), then the tensors. */
 typedef struct ik_args {
     loom_val B, U, wu, wc, eu, ec, index, ures, flags, claims, base, out;
+    loom_val swu, swc, seu, sec; /* FP8: the scales (ikbo_lce.h, "FP8") */
 } ik_args;
 
 static ik_args declare(loom_kernel *k, const ik_spec *s)
 {
     ik_args a = {0};
-    int64_t kpu = tpl_pad8(s->Ku);
+    int64_t kpu = ik_kpad(s->dt, s->Ku), kpc = ik_kpad(s->dt, s->Kc);
     if (ik_dims_of(s->mode) & IK_DIM_B)
         a.B = loom_arg_dim(k, "B", s->B, 1);
     if (ik_dims_of(s->mode) & IK_DIM_U)
         a.U = loom_arg_dim(k, "U", s->U, 1);
     int64_t B = LOOM_DIM(a.B), U = LOOM_DIM(a.U);
+    /* E [*, K, N], or FP8's E^T [*, N, K] */
+    loom_shape eus = fp8(s) ? LOOM_SHAPE3(U, s->N, s->Ku) : LOOM_SHAPE3(U, s->Ku, s->N);
+    loom_shape ecs = fp8(s) ? LOOM_SHAPE3(B, s->N, s->Kc) : LOOM_SHAPE3(B, s->Kc, s->N);
     if (has_user(s)) {
         a.wu = loom_arg_tensor(k, "W_user", s->dt, LOOM_SHAPE2(s->M, kpu), LOOM_IN);
-        a.eu = loom_arg_tensor(k, "E_user", s->dt, LOOM_SHAPE3(U, s->Ku, s->N), LOOM_IN);
+        a.eu = loom_arg_tensor(k, fp8(s) ? "E_user_t" : "E_user", s->dt, eus, LOOM_IN);
     }
     if (has_cand(s)) {
-        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, tpl_pad8(s->Kc)), LOOM_IN);
-        a.ec = loom_arg_tensor(k, "E_cand", s->dt, LOOM_SHAPE3(B, s->Kc, s->N), LOOM_IN);
+        a.wc = loom_arg_tensor(k, "W_cand", s->dt, LOOM_SHAPE2(s->M, kpc), LOOM_IN);
+        a.ec = loom_arg_tensor(k, fp8(s) ? "E_cand_t" : "E_cand", s->dt, ecs, LOOM_IN);
     }
     if (adds_user(s))
         a.index = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
     if (s->mode != IK_CAND) {
         loom_shape us = LOOM_SHAPE3(U, s->M, s->N);
-        if (s->planes == 2) /* [U, 2, M, N]: hi, lo */
+        if (fp8(s) && tr(s)) /* FP8: f32, as the transposed product's accumulator lies */
+            us = LOOM_SHAPE3(U, s->N, s->M);
+        else if (!fp8(s) && s->planes == 2) /* [U, 2, M, N]: hi, lo */
             us = (loom_shape){4, {U, 2, s->M, s->N}};
-        a.ures = loom_arg_tensor(k, "user_res", s->dt, us,
+        a.ures = loom_arg_tensor(k, "user_res", fp8(s) ? LOOM_F32 : s->dt, us,
                                  s->mode == IK_USER ? LOOM_OUT : s->mode == IK_FUSED ? LOOM_INOUT : LOOM_IN);
     }
     if (s->mode == IK_FUSED) {
@@ -317,7 +382,17 @@ static ik_args declare(loom_kernel *k, const ik_spec *s)
         a.base = loom_arg_scalar(k, "flag_base", LOOM_I32); /* the counter before this launch */
     }
     if (s->mode != IK_USER)
-        a.out = loom_arg_tensor(k, "out", s->dt, LOOM_SHAPE3(B, s->M, s->N), LOOM_OUT);
+        a.out = loom_arg_tensor(k, "out", ik_out_dt(s), LOOM_SHAPE3(B, s->M, s->N), LOOM_OUT);
+    if (fp8(s)) { /* after the tensors of f16's kernels, so that IKA_* keep their places */
+        if (has_user(s))
+            a.swu = loom_arg_tensor(k, "w_user_scale", LOOM_F32, LOOM_SHAPE1(s->M), LOOM_IN);
+        if (has_cand(s))
+            a.swc = loom_arg_tensor(k, "w_cand_scale", LOOM_F32, LOOM_SHAPE1(s->M), LOOM_IN);
+        if (has_user(s))
+            a.seu = loom_arg_tensor(k, "e_user_scale", LOOM_F32, LOOM_SHAPE1(U), LOOM_IN);
+        if (has_cand(s))
+            a.sec = loom_arg_tensor(k, "e_cand_scale", LOOM_F32, LOOM_SHAPE1(B), LOOM_IN);
+    }
     return a;
 }
 
@@ -394,7 +469,10 @@ static void load_step(const ik *g, loom_val w, loom_val e, tile_at t, loom_val k
         }
     int parts = tr(s) ? (int)(s->bn / 64) : 1;
     for (int h = 0; h < parts; h++) {
-        loom_val eo[3] = {t.j, k0, tr(s) ? loom_add(k, t.n0, CI(64 * h)) : t.n0};
+        loom_val n0 = tr(s) ? loom_add(k, t.n0, CI(64 * h)) : t.n0;
+        loom_val eo[3] = {t.j, k0, n0};
+        if (fp8(s)) /* E^T [*, N, K] */
+            eo[1] = n0, eo[2] = k0;
         loom_ring_load(k, &g->ring, sl, TILE_E, h, e, eo);
     }
 }
@@ -465,7 +543,7 @@ static void producer(const ik *g)
         {
             loom_val kk = loom_for_iv(k, kl);
             loom_val sl = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
-            loom_val k0 = loom_mul(k, kk, CI(64));
+            loom_val k0 = loom_mul(k, kk, CI(bk(s)));
             if (s->mode == IK_FUSED) {
                 loom_region_op br = loom_if_begin(k, user, 0);
                 load_step(g, g->a.wu, g->a.eu, t, k0, sl);
@@ -479,7 +557,7 @@ static void producer(const ik *g)
             }
         }
         loom_for_end(k, kl, 0, NULL);
-        if (adds_user(s)) { /* a candidate tile's planes, after its k steps */
+        if (plane_add(s)) { /* a candidate tile's planes, after its k steps */
             loom_region_op pl = loom_if_begin(k, loom_not(k, user), nc - 1);
             loom_val now = s->mode == IK_FUSED ? wait_for_users(g, waited) : LOOM_NONE;
             load_planes(g, t, loom_add(k, it0, CI(g->nkc)));
@@ -518,8 +596,11 @@ static loom_val out_tile(loom_kernel *k, const ik_spec *s, loom_val acc) { retur
 static loom_mainloop mainloop_of(const ik *g, int64_t nk, int64_t rows)
 {
     const ik_spec *s = g->s;
+    /* FP8: E^T's tile is K-major, as FP8 wgmma reads both operands: A as it is (trans), B
+     * transposed */
     return (loom_mainloop){.ring = &g->ring, .a_tile = tr(s) ? TILE_E : TILE_W, .b_tile = tr(s) ? TILE_W : TILE_E,
-                           .a_trans = tr(s), .b_trans = tr(s), .a_split = tr(s) || split(s), .rows = rows,
+                           .a_trans = tr(s) && !fp8(s), .b_trans = tr(s) || fp8(s), .a_split = tr(s) || split(s),
+                           .rows = rows,
                            .cols = tr(s) ? ik_tile_rows(s) : s->bn, .steps = nk, .order = 1};
 }
 
@@ -560,18 +641,83 @@ static void store_cand(const ik *g, tile_at t, loom_val v, loom_val held, loom_v
  * the group's turn) written to the staging tile, read back by rows and stored 16 bytes at
  * a time; the group's threads meet after the write and after the reads (the next write,
  * or the other group's, may then come). */
-static void put_user(const ik *g, const loom_val *offs, loom_val v, loom_val rep)
+static void put_user(const ik *g, loom_val dst, const loom_val *offs, loom_val v, loom_val rep)
 {
     loom_kernel *k = g->k;
     if (g->uepi.kind != LOOM_EPI_HANDOVER) {
-        loom_store(k, g->a.ures, offs, v, LOOM_NONE);
+        loom_store(k, dst, offs, v, LOOM_NONE);
         return;
     }
     loom_val view = loom_smem_part(k, loom_smem_slot(k, g->uepi.stage, CI(0)), 0, 0, ik_tile_rows(g->s));
     loom_smem_store(k, view, v);
     loom_sync_wait(k, g->ugroup, rep);
-    loom_store(k, g->a.ures, offs, loom_smem_load(k, view), LOOM_NONE);
+    loom_store(k, dst, offs, loom_smem_load(k, view), LOOM_NONE);
     loom_sync_wait(k, g->ugroup, rep);
+}
+
+/* FP8: acc times its scales, the weight's at each row of out (ws [M]) and the batch
+ * entry's (es [B] or [U], at t.j), as the accumulator lies: [rows, BN] at (m0, n0), or
+ * trans [64, rows] at (n0, m0); f32 (the two scales' product, then acc times it). */
+static loom_val fp8_scaled(const ik *g, tile_at t, loom_val acc, loom_val ws, loom_val es)
+{
+    loom_kernel *k = g->k;
+    loom_shape sh = loom_val_shape(k, acc);
+    /* the rows of out the accumulator holds: its columns (trans) or its rows */
+    int axis = tr(g->s) ? 1 : 0;
+    int64_t n = sh.dim[axis];
+    loom_val w = loom_load(k, ws, ((loom_val[]){t.m0}), LOOM_SHAPE1(n), LOOM_NONE, 0.0);
+    loom_val e = loom_load_scalar(k, es, ((loom_val[]){t.j}));
+    w = loom_mul(k, w, loom_splat(k, e, LOOM_SHAPE1(n))); /* a vector: one product a row of out */
+    return loom_mul(k, acc, loom_broadcast(k, loom_expand_dims(k, w, 1 - axis), sh));
+}
+
+/* FP8: where the accumulator's tile lies in user_res (ikbo_lce.h, "FP8"): [U, N, M]
+ * (trans) or [U, M, N], user x. */
+static void fp8_ures_offs(const ik_spec *s, tile_at t, loom_val x, loom_val *o)
+{
+    o[0] = x;
+    o[1] = tr(s) ? t.n0 : t.m0;
+    o[2] = tr(s) ? t.m0 : t.n0;
+}
+
+/* Stage 4 in FP8: the candidate tiles read user_res by loads of their own, so the
+ * consumers wait for the user tiles (the f16 kernel's producer waits, before the TMA loads
+ * of its planes): once a program and warp group, where `waited` (an i32 the tile loop
+ * carries) is 0, before the epilogue of its first candidate tile (its mainloop ran
+ * meanwhile).  Acquire: the user tiles' stores are visible to the group's loads. */
+static void users_ready(const ik *g, loom_val waited)
+{
+    if (!waited)
+        return;
+    loom_kernel *k = g->k;
+    loom_val zero = CI(0);
+    loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, waited, zero), 0);
+    loom_val blocks = loom_mul(k, g->a.U, CI(ik_blocks_per_user(g->s)));
+    loom_flag_wait(k, g->a.flags, ((loom_val[]){zero}), loom_add(k, g->a.base, blocks));
+    loom_if_end(k, w, 0, NULL);
+}
+
+/* FP8: candidate tile t's epilogue: out = round(swc[m] sec[b] acc + user_res[u(b)]), the
+ * user's tile loaded in the accumulator's layout (f32, scaled already); stored through
+ * the output's staging tile in split group rep's turn (j: the program's tile), or by the
+ * candidate epilogue. */
+static void store_cand_fp8(const ik *g, tile_at t, loom_val acc, loom_val rep, loom_val j)
+{
+    loom_kernel *k = g->k;
+    const ik_spec *s = g->s;
+    loom_val o[3];
+    fp8_ures_offs(s, t, user_of(g, t), o);
+    loom_val sc = fp8_scaled(g, t, acc, g->a.swc, g->a.sec);
+    loom_val r = loom_load(k, g->a.ures, o, loom_val_shape(k, acc), LOOM_NONE, 0.0);
+    loom_val v = loom_add(k, sc, r);
+    v = oriented(k, s, loom_cast(k, v, ik_out_dt(s)));
+    if (g->uepi.kind != LOOM_EPI_HANDOVER) {
+        store_cand(g, t, v, LOOM_NONE, rep);
+        return;
+    }
+    loom_epilogue_turn_wait(k, &g->uepi, rep, j);
+    put_user(g, g->a.out, ((loom_val[]){t.j, t.m0, t.n0}), v, rep);
+    loom_epilogue_turn_done(k, &g->uepi, rep);
 }
 
 /* A user tile's epilogue: acc into user_res (one plane, or hi and lo); in the fused
@@ -587,19 +733,24 @@ static void store_user(const ik *g, tile_at t, loom_val acc, int64_t rows, loom_
     bool turn = g->uepi.kind == LOOM_EPI_HANDOVER;
     if (turn)
         loom_epilogue_turn_wait(k, &g->uepi, rep, j);
-    loom_val hi = loom_cast(k, acc, s->dt);
-    if (s->planes == 1) {
-        put_user(g, ((loom_val[]){t.j, t.m0, t.n0}), oriented(k, s, hi), rep);
+    loom_val hi = fp8(s) ? LOOM_NONE : loom_cast(k, acc, s->dt);
+    if (fp8(s)) { /* swu[m] seu[u] acc, f32, as it lies; from the registers (the staging tile is
+                   * out's, its turn passed on) */
+        loom_val o[3];
+        fp8_ures_offs(s, t, t.j, o);
+        loom_store(k, a->ures, o, fp8_scaled(g, t, acc, a->swu, a->seu), LOOM_NONE);
+    } else if (s->planes == 1) {
+        put_user(g, a->ures, ((loom_val[]){t.j, t.m0, t.n0}), oriented(k, s, hi), rep);
     } else {
         /* lo = acc - hi, exact in f32.  lo rounds acc again, as acc + 0 (the same
          * value, -0 aside, whose lo is then -0 - 0 = -0; but not the same expression
          * to LLVM), so hi is needed by its own stores only and the compiler stores it
          * as it goes: a hi tile kept for lo (bf16 is held in f32 registers) and acc
          * would not fit in the consumers' registers. */
-        put_user(g, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), oriented(k, s, hi), rep);
+        put_user(g, a->ures, ((loom_val[]){t.j, CI(0), t.m0, t.n0}), oriented(k, s, hi), rep);
         loom_val again = loom_cast(k, loom_add(k, acc, loom_const_f(k, LOOM_F32, 0.0)), s->dt);
         loom_val lo = loom_cast(k, loom_sub(k, acc, loom_cast(k, again, LOOM_F32)), s->dt);
-        put_user(g, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), oriented(k, s, lo), rep);
+        put_user(g, a->ures, ((loom_val[]){t.j, CI(1), t.m0, t.n0}), oriented(k, s, lo), rep);
     }
     if (turn) /* the staging tile to the other group */
         loom_epilogue_turn_done(k, &g->uepi, rep);
@@ -615,7 +766,7 @@ static void store_user(const ik *g, tile_at t, loom_val acc, int64_t rows, loom_
  * from ring use it0; a candidate tile adds its user's tile in plane steps after them),
  * the ping-pong hand-over, the epilogue.  Borrowing (h: the slot the previous tile
  * holds): returns whether this tile holds its last slot (an i32). */
-static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand, const ik_held *h)
+static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand, const ik_held *h, loom_val waited)
 {
     loom_kernel *k = g->k;
     const ik_spec *s = g->s;
@@ -623,7 +774,7 @@ static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand
     loom_mainloop ml = mainloop_of(g, nk, s->bm);
     loom_val acc = mainloop(g, &ml, it0, LOOM_NONE, h);
     int64_t steps = nk;
-    if (cand && adds_user(s)) /* acc += I @ plane, 64 rows of the plane a step */
+    if (cand && plane_add(s)) /* acc += I @ plane, 64 rows of the plane a step */
         for (int64_t q = 0; q < plane_steps(s); q++, steps++) {
             int64_t hh = q % (s->bm / 64);
             loom_val eye = s->bm == 64 ? g->eye : loom_smem_part(k, g->eye, 1, 64 * hh, 64);
@@ -636,7 +787,10 @@ static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand
     acc = loom_mainloop_finish(k, &ml, acc, hold ? LOOM_NONE : last);
 
     /* the epilogue */
-    if (cand)
+    if (cand && fp8(s)) {
+        users_ready(g, waited);
+        store_cand_fp8(g, t, acc, LOOM_NONE, LOOM_NONE);
+    } else if (cand)
         store_cand(g, t, out_tile(k, s, acc), hold ? last : LOOM_NONE, LOOM_NONE);
     else
         store_user(g, t, acc, s->bm, LOOM_NONE, LOOM_NONE);
@@ -653,12 +807,12 @@ static loom_val tile(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand
  * Borrowing (h): group rep stores through the slot of its lo step and returns whether it
  * holds one. */
 static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, bool cand, loom_val rep, loom_val j,
-                           const ik_held *h)
+                           const ik_held *h, loom_val waited)
 {
     loom_kernel *k = g->k;
     const ik_spec *s = g->s;
     loom_val zero = CI(0), one = CI(1), other = loom_sub(k, one, rep);
-    bool planes = cand && adds_user(s), hold = h && cand, handover = g->epi.kind == LOOM_EPI_HANDOVER;
+    bool planes = cand && plane_add(s), hold = h && cand, handover = g->epi.kind == LOOM_EPI_HANDOVER;
     int64_t uses = nk + (planes ? plane_steps(s) : 0);
     tile_at half = t;
     loom_val *at = tr(s) ? &half.n0 : &half.m0;
@@ -681,7 +835,10 @@ static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, boo
         acc = loom_mainloop_finish(k, &ml, acc, hold ? LOOM_NONE : last);
         if (handover)
             loom_epilogue_turn_wait(k, &g->epi, rep, j);
-        if (cand)
+        if (cand && fp8(s)) {
+            users_ready(g, waited);
+            store_cand_fp8(g, half, acc, rep, j);
+        } else if (cand)
             store_cand(g, half, out_tile(k, s, acc), hold ? last : LOOM_NONE, rep);
         else
             store_user(g, half, acc, 64, rep, j);
@@ -696,7 +853,10 @@ static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, boo
         loom_for_end(k, pl, 0, NULL);
         if (handover)
             loom_epilogue_turn_wait(k, &g->epi, rep, j);
-        if (!cand && g->uepi.kind == LOOM_EPI_HANDOVER) { /* its turn on the user staging tile */
+        if (cand) /* (the group waits as the other does: its next tile may have columns) */
+            users_ready(g, waited);
+        if ((!cand || fp8(s)) && g->uepi.kind == LOOM_EPI_HANDOVER) { /* its turn on the user (FP8: out)
+                                                                         * staging tile */
             loom_epilogue_turn_wait(k, &g->uepi, rep, j);
             loom_epilogue_turn_done(k, &g->uepi, rep);
         }
@@ -709,12 +869,13 @@ static loom_val tile_split(const ik *g, tile_at t, loom_val it0, int64_t nk, boo
 
 /* A user or candidate tile, by the consumers' scheme (borrowing: returns whether it
  * holds a slot after it). */
-static loom_val consume(const ik *g, tile_at t, loom_val it0, bool cand, loom_val rep, loom_val j, const ik_held *h)
+static loom_val consume(const ik *g, tile_at t, loom_val it0, bool cand, loom_val rep, loom_val j, const ik_held *h,
+                        loom_val waited)
 {
     int64_t nk = cand ? g->nkc : g->nku;
     if (g->halves)
-        return tile_split(g, t, it0, nk, cand, rep, j, h);
-    return tile(g, t, it0, nk, cand, h);
+        return tile_split(g, t, it0, nk, cand, rep, j, h, waited);
+    return tile(g, t, it0, nk, cand, h, waited);
 }
 
 /* The identity the plane steps multiply by, written once (two replicas: replica 0
@@ -757,10 +918,13 @@ static void consumers(ik *g)
         if (g->turns) /* replica 1 starts after replica 0's first tile */
             carried[0] = loom_select(k, loom_and(k, g->pp.second, loom_cmp(k, LOOM_LT, pid, g->ntot)),
                                      uses_of(g, pid), zero);
-        if (adds_user(s))
+        if (plane_add(s))
             write_identity(g, rep);
         bool borrow = borrows(s);
-        int nc = 1 + g->halves + borrow, hc = nc - 1;
+        /* carried: the ring use, split: the tile's number, borrowing: the held flag, FP8
+         * stage 4: whether the user tiles were waited for (never with borrowing) */
+        bool cwait = fp8(s) && s->mode == IK_FUSED;
+        int nc = 1 + g->halves + borrow + cwait, hc = nc - 1;
         loom_sched_loop tl = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, g->turns ? rep : LOOM_NONE, nc, carried);
         loom_val tv = loom_sched_unit(&tl);
         tile_at t = tile_of(g, tv, rank);
@@ -775,20 +939,23 @@ static void consumers(ik *g)
         if (g->turns)
             loom_pingpong_mma_begin(k, &g->pp);
         loom_val j = g->halves ? loom_sched_arg(&tl, 1) : LOOM_NONE;
+        loom_val waited = cwait ? loom_sched_arg(&tl, hc) : LOOM_NONE;
         loom_val now_held;
         if (s->mode == IK_FUSED) {
             loom_region_op br = loom_if_begin(k, is_user(g, tv), borrow);
-            loom_val after_user = consume(g, t, it0, false, rep, j, hp);
+            loom_val after_user = consume(g, t, it0, false, rep, j, hp, LOOM_NONE);
             loom_else(k, br, borrow, &after_user);
-            loom_val after_cand = consume(g, t, it0, true, rep, j, hp);
+            loom_val after_cand = consume(g, t, it0, true, rep, j, hp, waited);
             loom_if_end(k, br, borrow, &after_cand);
             now_held = borrow ? loom_if_result(k, br, 0) : LOOM_NONE;
         } else {
-            now_held = consume(g, t, it0, has_cand(s), rep, j, hp);
+            now_held = consume(g, t, it0, has_cand(s), rep, j, hp, LOOM_NONE);
         }
         loom_val next[3] = {loom_add(k, it0, uses_of(g, tv)), g->halves ? loom_add(k, j, one) : zero, zero};
         if (borrow)
             next[hc] = now_held;
+        if (cwait) /* a candidate tile waited */
+            next[hc] = loom_select(k, is_user(g, tv), waited, one);
         if (g->turns) { /* and the other replica's tile in between */
             loom_val other = loom_add(k, tv, step);
             next[0] = loom_add(k, next[0], loom_select(k, loom_cmp(k, LOOM_LT, other, g->ntot), uses_of(g, other), zero));
@@ -822,31 +989,35 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     loom_pipe p = loom_pipe_create(k);
 
     loom_ring_tile tiles[2];
-    if (tr(s)) { /* W [rows, 64] a slot, E as [64, 64] parts */
-        tiles[TILE_W] = (loom_ring_tile){s->dt, LOOM_SHAPE2(ik_tile_rows(s), 64), 1, LOOM_SWIZZLE_128};
-        tiles[TILE_E] = (loom_ring_tile){s->dt, LOOM_SHAPE2(64, 64), (int)(s->bn / 64), LOOM_SWIZZLE_128};
-    } else {
-        tiles[TILE_W] = split(s) ? (loom_ring_tile){s->dt, LOOM_SHAPE2(64, 64), 2, LOOM_SWIZZLE_128}
-                                 : (loom_ring_tile){s->dt, LOOM_SHAPE2(s->bm, 64), 1, LOOM_SWIZZLE_128};
-        tiles[TILE_E] = (loom_ring_tile){s->dt, LOOM_SHAPE2(64, s->bn), 1, LOOM_SWIZZLE_128};
+    int64_t kb = bk(s); /* a 128-byte row of K: 64 elements of f16 or bf16, 128 of e4m3 */
+    if (tr(s)) { /* W [rows, BK] a slot, E as [64, 64] parts (FP8: E^T as [64, BK] parts) */
+        tiles[TILE_W] = (loom_ring_tile){s->dt, LOOM_SHAPE2(ik_tile_rows(s), kb), 1, LOOM_SWIZZLE_128};
+        tiles[TILE_E] = (loom_ring_tile){s->dt, LOOM_SHAPE2(64, fp8(s) ? kb : 64), (int)(s->bn / 64), LOOM_SWIZZLE_128};
+    } else { /* W [BM, BK] (split: two [64, BK] halves), E [64, BN] (FP8: E^T [BN, BK]) */
+        tiles[TILE_W] = split(s) ? (loom_ring_tile){s->dt, LOOM_SHAPE2(64, kb), 2, LOOM_SWIZZLE_128}
+                                 : (loom_ring_tile){s->dt, LOOM_SHAPE2(s->bm, kb), 1, LOOM_SWIZZLE_128};
+        tiles[TILE_E] = fp8(s) ? (loom_ring_tile){s->dt, LOOM_SHAPE2(s->bn, kb), 1, LOOM_SWIZZLE_128}
+                               : (loom_ring_tile){s->dt, LOOM_SHAPE2(64, s->bn), 1, LOOM_SWIZZLE_128};
     }
     g.ring = loom_ring_create(&p, s->stages, split(s) ? 2 : 1, 2, tiles); /* split: both groups release */
     loom_epilogue_kind ek = !staged(s) ? LOOM_EPI_REGISTERS
                             : split(s) ? LOOM_EPI_HANDOVER
                             : g.turns  ? LOOM_EPI_TURNS
                                        : LOOM_EPI_STAGED;
-    g.epi = loom_epilogue_create(&p, ek, g.a.out, s->dt, LOOM_SHAPE2(split(s) ? 64 : s->bm, s->bn), 1,
+    g.epi = loom_epilogue_create(&p, ek, g.a.out, ik_out_dt(s), LOOM_SHAPE2(split(s) ? 64 : s->bm, s->bn), 1,
                                  g.turns || split(s) ? 128 : s->cwarps * 32);
-    if (adds_user(s)) {
+    if (plane_add(s)) {
         g.eye = loom_smem_alloc(k, s->dt, LOOM_SHAPE2(eye_rows(s), eye_rows(s)), 1, LOOM_SWIZZLE_128);
         g.eye_sync = loom_sync_create(&p, s->cwarps * 32);
     }
     if (borrows(s))
         g.held_sync = split(s) ? loom_sync_create_per_replica(&p, 128, 2) : loom_sync_create(&p, s->cwarps * 32);
     /* the user tiles' staging tile (trans implies split: two groups take turns on it) */
-    g.uepi = loom_epilogue_create(&p, user_staged(s) ? LOOM_EPI_HANDOVER : LOOM_EPI_REGISTERS, g.a.ures, s->dt,
-                                  LOOM_SHAPE2(ustage_rows(s), 64), 1, 128);
-    if (user_staged(s))
+    bool ustaged = user_staged(s) || cand_staged_t(s); /* FP8: the tile is out's (the user tiles pass their turns) */
+    g.uepi = loom_epilogue_create(&p, ustaged ? LOOM_EPI_HANDOVER : LOOM_EPI_REGISTERS,
+                                  cand_staged_t(s) ? g.a.out : g.a.ures, ik_out_dt(s), LOOM_SHAPE2(ustage_rows(s), 64), 1,
+                                  128);
+    if (ustaged)
         g.ugroup = borrows(s) ? g.held_sync : loom_sync_create_per_replica(&p, 128, 2);
     if (g.turns)
         g.pp = loom_pingpong_create(&p);
@@ -854,9 +1025,9 @@ loom_kernel *ik_build(const ik_spec *s, char *err, size_t errlen)
     loom_val per = CI(ik_tiles_mn(s));
     g.nut = has_user(s) ? loom_mul(k, g.a.U, per) : CI(0);
     g.ntot = has_cand(s) ? loom_add(k, g.nut, loom_mul(k, g.a.B, per)) : g.nut;
-    g.nku = TPL_CDIV(tpl_pad8(s->Ku), 64);
+    g.nku = user_steps(s);
     g.nkc = cand_steps(s);
-    g.nsc = g.nkc + (adds_user(s) ? plane_steps(s) : 0);
+    g.nsc = g.nkc + plane_steps(s);
     /* stage 4 claims its tiles (user tiles first) from a counter, so a candidate tile's
      * wait for the user tiles never waits on a program that is not running */
     g.sched = s->mode == IK_FUSED ? loom_sched_dynamic(&p, ik_tiles(s), g.a.claims, 3, split(s) ? 2 : 1)

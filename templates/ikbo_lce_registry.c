@@ -35,7 +35,10 @@ ik_spec ik_spec_of_shape(ik_mode mode, const int64_t *sh)
 
 void ik_shape_vector(const loom_ikbo_lce_shape *s, int64_t *v)
 {
-    ik_spec sp = {.B = s->B, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku, .Kc = s->Kc, .dt = s->dtype};
+    /* odt: e4m3's out type; f16 and bf16 keep the key's default, so their tuning cache
+     * entries are unchanged */
+    ik_spec sp = {.B = s->B, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku, .Kc = s->Kc, .dt = s->dtype,
+                  .odt = s->dtype == LOOM_E4M3 ? s->odtype : LOOM_F16};
     memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
     LOOM_PACK(IK_SHAPE, v, &sp);
 }
@@ -53,6 +56,30 @@ static int valid(const int64_t *sh, const int64_t *cf, char *why, size_t n)
     ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
     char buf[300];
     return tpl_valid(ik_why_not(&s, buf, sizeof buf), why, n);
+}
+
+/* Without timing: the defaults, but for e4m3 the largest BM (in steps of 32, then 64) whose
+ * tiles ik_why_not takes: the default's 224-row transposed tiles at M = 433 would hold
+ * more f32 registers in a candidate tile's epilogue than fit (ik_why_not says which);
+ * BM=192 gives 160-row ones. */
+static void heuristic(const int64_t *sh, int64_t *cf)
+{
+    if ((loom_dtype)sh[S_dtype] != LOOM_E4M3)
+        return;
+    char buf[300];
+    ik_spec s = ik_spec_of(IK_FUSED, sh, cf);
+    static const int64_t bms[] = {256, 224, 192, 160, 128, 64};
+    for (size_t i = 0; i < sizeof bms / sizeof *bms; i++) {
+        if (bms[i] > s.bm)
+            continue;
+        ik_spec t = s;
+        t.bm = bms[i];
+        if (!ik_why_not(&t, buf, sizeof buf)) {
+            s = t;
+            break;
+        }
+    }
+    LOOM_PACK(LOOM_IKBO_LCE_CONFIG, cf, &s);
 }
 
 static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_t n)
@@ -126,15 +153,21 @@ static void init(const int64_t *sh, void *const *host, uint64_t seed)
     if (host[IKA_U])
         *(int32_t *)host[IKA_U] = (int32_t)sh[S_U];
     if (host[IKA_WU])
-        fill_padded(host[IKA_WU], dt, sh[S_M], sh[S_Ku], tpl_pad8(sh[S_Ku]), &s0);
+        fill_padded(host[IKA_WU], dt, sh[S_M], sh[S_Ku], ik_kpad(dt, sh[S_Ku]), &s0);
     if (host[IKA_WC])
-        fill_padded(host[IKA_WC], dt, sh[S_M], sh[S_Kc], tpl_pad8(sh[S_Kc]), &s0);
+        fill_padded(host[IKA_WC], dt, sh[S_M], sh[S_Kc], ik_kpad(dt, sh[S_Kc]), &s0);
     if (host[IKA_EU])
         tpl_fill(host[IKA_EU], dt, sh[S_U] * sh[S_Ku] * sh[S_N], -1, 1, &s0);
     if (host[IKA_EC])
         tpl_fill(host[IKA_EC], dt, sh[S_B] * sh[S_Kc] * sh[S_N], -1, 1, &s0);
     if (host[IKA_MAP])
         ik_mapping(sh[S_B], sh[S_U], (int)sh[S_shuffle], s0, host[IKA_MAP]);
+    if (dt == LOOM_E4M3) { /* the scales: weights' per row, embeddings' per user and candidate, in [0.5, 2] */
+        const int64_t n[4] = {sh[S_M], sh[S_M], sh[S_U], sh[S_B]};
+        for (int i = 0; i < 4; i++)
+            if (host[IKA_SWU + i])
+                tpl_fill(host[IKA_SWU + i], LOOM_F32, n[i], 0.5, 2, &s0);
+    }
     /* user_res, the counter: zero (the buffers come zeroed), and so the flags' base */
     if (host[IKA_BASE])
         *(int32_t *)host[IKA_BASE] = 0;
@@ -180,9 +213,64 @@ done:
     free(row);
 }
 
+/* FP8 (ikbo_lce.h, "FP8"): in double from the e4m3 values and the scales, E^T [*, N, K].
+ * The bound (docs/checks.md, "ikbo_lce in FP8"): each GEMM's sum of K exact FP8 products
+ * on the tensor cores is within loom_fp8_mma_sum_error(K, m) of the exact sum (m its sum of
+ * |products|); each part is then scaled by two f32 roundings (the scales' product, the sum
+ * times it) and the two parts added by one more (the user part stored in f32, exactly), so
+ * within gamma_3 (u = 2^-23) of the parts' magnitudes (each at most its scaled m plus its
+ * scaled error); then out is rounded once to odt (loom_error_bound's ulp). */
+void ik_fp8_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
+                      const float *swu, const float *swc, const float *seu, const float *sec, const int32_t *map,
+                      void *out, double *bnd)
+{
+    int64_t M = s->M, N = s->N, kpu = ik_kpad(s->dt, s->Ku), kpc = ik_kpad(s->dt, s->Kc);
+    size_t un = (size_t)(s->U * M * N);
+    double *u = calloc(un, sizeof(double)), *mu = calloc(un, sizeof(double));
+    if (!u || !mu)
+        goto done;
+    for (int64_t x = 0; x < s->U; x++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) {
+                double sum = 0, mag = 0;
+                for (int64_t q = 0; q < s->Ku; q++) {
+                    double p = tpl_get(wu, s->dt, m * kpu + q) * tpl_get(eu, s->dt, (x * N + j) * s->Ku + q);
+                    sum += p, mag += fabs(p);
+                }
+                u[(x * M + m) * N + j] = sum;
+                mu[(x * M + m) * N + j] = mag;
+            }
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) {
+                double sum = 0, mag = 0;
+                for (int64_t q = 0; q < s->Kc; q++) {
+                    double p = tpl_get(wc, s->dt, m * kpc + q) * tpl_get(ec, s->dt, (b * N + j) * s->Kc + q);
+                    sum += p, mag += fabs(p);
+                }
+                int64_t ui = ((int64_t)map[b] * M + m) * N + j, e = (b * M + m) * N + j;
+                double cs = (double)swc[m] * sec[b], us = (double)swu[m] * seu[map[b]];
+                tpl_set(out, s->odt, e, cs * sum + us * u[ui]);
+                if (!bnd)
+                    continue;
+                double ec_ = fabs(cs) * loom_fp8_mma_sum_error(s->Kc, mag);
+                double eu_ = fabs(us) * loom_fp8_mma_sum_error(s->Ku, mu[ui]);
+                double err = ec_ + eu_ + loom_f32_sum_error(3, fabs(cs) * mag + ec_ + fabs(us) * mu[ui] + eu_);
+                bnd[e] = loom_error_bound(s->odt, tpl_get(out, s->odt, e), err);
+            }
+done:
+    free(u);
+    free(mu);
+}
+
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
 {
     ik_spec s = ik_spec_of_shape(IK_FUSED, sh);
+    if (ik_fp8(&s)) {
+        ik_fp8_reference(&s, host[IKA_WU], host[IKA_WC], host[IKA_EU], host[IKA_EC], host[IKA_SWU], host[IKA_SWC],
+                         host[IKA_SEU], host[IKA_SEC], host[IKA_MAP], ref[IKA_OUT], NULL);
+        return;
+    }
     ik_reference(&s, host[IKA_WU], host[IKA_WC], host[IKA_EU], host[IKA_EC], host[IKA_MAP], ref[IKA_URES],
                  ref[IKA_OUT]);
     /* the claims are back at zero (the buffers come zeroed); the flags counter is not
@@ -196,6 +284,16 @@ static void reference(const int64_t *sh, void *const *host, void *const *ref)
 static void bound(const int64_t *sh, void *const *host, void *const *ref, double *const *bnd)
 {
     ik_spec s = ik_spec_of_shape(IK_FUSED, sh);
+    if (ik_fp8(&s)) { /* ik_fp8_reference's (its out the same as ref's) */
+        void *out = bnd[IKA_OUT] ? malloc((size_t)(s.B * s.M * s.N) * loom_dtype_size(s.odt)) : NULL;
+        if (out)
+            ik_fp8_reference(&s, host[IKA_WU], host[IKA_WC], host[IKA_EU], host[IKA_EC], host[IKA_SWU],
+                             host[IKA_SWC], host[IKA_SEU], host[IKA_SEC], host[IKA_MAP], out, bnd[IKA_OUT]);
+        free(out);
+        if (bnd[IKA_CLAIMS])
+            bnd[IKA_CLAIMS][0] = bnd[IKA_CLAIMS][1] = 0;
+        return;
+    }
     int64_t M = s.M, N = s.N, kpu = tpl_pad8(s.Ku), kpc = tpl_pad8(s.Kc);
     const void *wu = host[IKA_WU], *eu = host[IKA_EU], *wc = host[IKA_WC], *ec = host[IKA_EC];
     const int32_t *map = host[IKA_MAP];
@@ -242,13 +340,15 @@ done:
 const loom_template tpl_def_ikbo_lce = {
     .name = "ikbo_lce",
     .doc = "IKBO linear compression out[b] = W_cand @ E_cand[b] + W_user @ E_user[u(b)]: one persistent "
-           "warp-specialized kernel, user tiles handed to candidate tiles by flags (stage 4)",
+           "warp-specialized kernel, user tiles handed to candidate tiles by flags (stage 4); dtype e4m3: E "
+           "transposed, per-row scales of the weights and per-entry scales of the embeddings",
     .nshape = LOOM_COUNT(IK_SHAPE),
     .shape = {IK_SHAPE(LOOM_SHAPE_PARAM)},
     .nconfig = LOOM_COUNT(LOOM_IKBO_LCE_CONFIG),
     .config = {LOOM_IKBO_LCE_CONFIG(LOOM_CONFIG_PARAM)},
     .valid = valid,
     .cost = cost,
+    .heuristic = heuristic,
     .build = build,
     .grid = grid,
     .grid_rule = grid_rule,
@@ -504,7 +604,8 @@ static int device_fills(const int64_t *sh, tpl_device_fill *f, int max)
 {
     if (max < 4)
         return 0;
-    int64_t kpu = tpl_pad8(sh[S_Ku]), kpc = tpl_pad8(sh[S_Kc]);
+    loom_dtype dt = (loom_dtype)sh[S_dtype];
+    int64_t kpu = ik_kpad(dt, sh[S_Ku]), kpc = ik_kpad(dt, sh[S_Kc]);
     f[0] = (tpl_device_fill){IKA_WU, -1, 1, kpu, sh[S_Ku]}; /* W_user, its padding zero */
     f[1] = (tpl_device_fill){IKA_EU, -1, 1, 0, 0};          /* E_user */
     f[2] = (tpl_device_fill){IKA_WC, -1, 1, kpc, sh[S_Kc]}; /* W_cand */

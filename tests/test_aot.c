@@ -99,7 +99,7 @@ static int badd_launch(const loom_template *t, const int64_t *sh, const uint64_t
 
 static ta_lce_ikbo_lce_shape lce_shape(const loom_template *t, const int64_t *sh)
 {
-    return (ta_lce_ikbo_lce_shape){K(B), K(U), K(M), K(N), K(Ku), K(Kc), K(dtype)};
+    return (ta_lce_ikbo_lce_shape){K(B), K(U), K(M), K(N), K(Ku), K(Kc), K(dtype), K(odtype)};
 }
 static const char *lce_config(const loom_template *t, const int64_t *sh)
 {
@@ -205,7 +205,7 @@ Test(aot, a_shape_not_generated_is_refused_naming_those_there_are)
     cr_expect(strstr(ta_gemm_last_error(), "shape is NULL"), "%s", ta_gemm_last_error());
     /* the operations' NULL arguments, before any GPU is needed */
     ta_lce_ikbo_lce *op = (ta_lce_ikbo_lce *)1;
-    ta_lce_ikbo_lce_shape ls = {64, 5, 100, 64, 40, 24, 0};
+    ta_lce_ikbo_lce_shape ls = {64, 5, 100, 64, 40, 24, 0, LOOM_F16};
     cr_expect_eq(ta_lce_ikbo_lce_prepare(&ls, NULL, &ls, &op), TA_LCE_ERR_INVALID);
     cr_expect(strstr(ta_lce_last_error(), "w_user is NULL"), "%s", ta_lce_last_error());
     cr_expect_null(op);
@@ -620,8 +620,8 @@ Test(aot_gpu, files_of_run_time_keys_serve_random_batches, .timeout = 300)
 Test(aot_gpu, the_lce_operation_matches_loom_and_the_reference, .timeout = 300)
 {
     loom_runtime *rt = t_gpu_or_skip();
-    const loom_ikbo_lce_shape s = {64, 5, 100, 64, 40, 24, LOOM_F16};
-    ta_lce_ikbo_lce_shape as = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, s.dtype};
+    const loom_ikbo_lce_shape s = {64, 5, 100, 64, 40, 24, LOOM_F16, LOOM_F16};
+    ta_lce_ikbo_lce_shape as = {s.B, s.U, s.M, s.N, s.Ku, s.Kc, s.dtype, LOOM_F16};
     const loom_template *t = loom_template_find("ikbo_lce");
     int64_t cf[LOOM_MAX_PARAMS];
     char err[600];
@@ -784,7 +784,7 @@ Test(aot_gpu, the_lce_file_serves_every_batch_up_to_4096, .timeout = 300)
 {
     loom_runtime *rt = t_gpu_or_skip();
     enum { BMAX = 4096, UMAX = 64, M = 100, N = 64, KU = 40, KC = 24 };
-    ta_lce_ikbo_lce_shape as = {BMAX, UMAX, M, N, KU, KC, LOOM_F16};
+    ta_lce_ikbo_lce_shape as = {BMAX, UMAX, M, N, KU, KC, LOOM_F16, LOOM_F16};
     size_t e = 2, mn = (size_t)M * N;
     void *wu = malloc((size_t)M * KU * e), *wc = malloc((size_t)M * KC * e);
     void *eu = malloc((size_t)UMAX * KU * N * e), *ec = malloc((size_t)BMAX * KC * N * e), *o = malloc(BMAX * mn * e);

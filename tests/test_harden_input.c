@@ -97,7 +97,7 @@ Test(harden_input, lce_prepare_dims_past_2_31)
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_lce *p = NULL;
     uint16_t w[64] = {0};
-    loom_ikbo_lce_shape s = {INT64_C(1) << 62, 2, 16, 16, 8, 8, LOOM_F16};
+    loom_ikbo_lce_shape s = {INT64_C(1) << 62, 2, 16, 16, 8, 8, LOOM_F16, LOOM_F16};
     REFUSED(rt, loom_ikbo_lce_prepare(rt, &s, 2, w, w, NULL, &p), LOOM_ERR_INVALID,
             "each of B, U, M, N, Ku and Kc must be below 2^31");
     cr_assert_null(p);
@@ -199,7 +199,7 @@ Test(harden_input, kernel_named_underscore_is_refused)
 Test(harden_input, lce_run_out_aliasing_an_input)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
-    loom_ikbo_lce_shape s = {4, 2, 16, 16, 8, 8, LOOM_F16};
+    loom_ikbo_lce_shape s = {4, 2, 16, 16, 8, 8, LOOM_F16, LOOM_F16};
     loom_ikbo_lce_config cfg = {64, 64, 2, 4, 5, 0, 0, 1};
     void *wu = calloc(16 * 8, 2), *wc = calloc(16 * 8, 2);
     loom_ikbo_lce *p = NULL;

@@ -155,7 +155,7 @@ static double run_prepared(loom_runtime *rt, const lce_case *c, loom_dtype dt, l
 static double run_stage(loom_runtime *rt, const lce_case *c, loom_dtype dt, loom_ikbo_stage st,
                         const loom_ikbo_lce_config *cfg, host_io *h)
 {
-    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, dt};
+    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, dt, LOOM_F16};
     loom_ikbo_lce *p = NULL;
     loom_status r = loom_ikbo_lce_prepare(rt, &s, st, h->wu, h->wc, cfg, &p);
     cr_assert_eq(r, LOOM_OK, "prepare stage %d: %s", (int)st, loom_runtime_error(rt));
@@ -315,11 +315,11 @@ Test(ikbo_lce, refuses_bad_shapes_configs_and_buffers)
     lce_case c = {4, 2, 40, 64, 9, 11, 0};
     host_io h = make_inputs(&c, LOOM_F16, 1);
     loom_ikbo_lce *p = NULL;
-    loom_ikbo_lce_shape bad = {4, 2, 40, 60, 9, 11, LOOM_F16};
+    loom_ikbo_lce_shape bad = {4, 2, 40, 60, 9, 11, LOOM_F16, LOOM_F16};
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &bad, LOOM_IKBO_PERSISTENT, h.wu, h.wc, NULL, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "N must be a multiple of 8"), "%s", loom_runtime_error(rt));
     cr_assert_null(p);
-    loom_ikbo_lce_shape s = {4, 2, 40, 64, 9, 11, LOOM_F16};
+    loom_ikbo_lce_shape s = {4, 2, 40, 64, 9, 11, LOOM_F16, LOOM_F16};
     loom_ikbo_lce_config cfg = {64, 64, 2, 4, 0, 0, 0, 1};
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_assert(strstr(loom_runtime_error(rt), "persistent: ctas must be"), "%s", loom_runtime_error(rt));
@@ -447,7 +447,7 @@ Test(ikbo_lce, stage4_makes_progress_beside_a_kernel_holding_most_sms, .timeout 
         cr_assert(started);
         cr_assert_eq(loom_buffer_fill(started, 0), LOOM_OK);
         /* warm: prepare (compile, load) before the spinner holds the SMs */
-        loom_ikbo_lce_shape s = {c.B, c.U, c.M, c.N, c.Ku, c.Kc, LOOM_F16};
+        loom_ikbo_lce_shape s = {c.B, c.U, c.M, c.N, c.Ku, c.Kc, LOOM_F16, LOOM_F16};
         loom_ikbo_lce *p = NULL;
         cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_PERSISTENT, h.wu, h.wc, &cfgs[ci], &p), LOOM_OK, "%s",
                      loom_runtime_error(rt));
@@ -519,7 +519,7 @@ enum { NCORNER = sizeof corner_cases / sizeof corner_cases[0] };
 static loom_ikbo_stage auto_case(loom_runtime *rt, const lce_case *c, loom_dtype dt, const loom_ikbo_lce_config *cfg,
                                  host_io *h, char *desc, size_t n, double *prepare_ms)
 {
-    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, dt};
+    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, dt, LOOM_F16};
     loom_ikbo_lce *p = NULL;
     double t0 = util_now_ms();
     loom_status r = loom_ikbo_lce_prepare(rt, &s, LOOM_IKBO_AUTO, h->wu, h->wc, cfg, &p);
@@ -587,7 +587,7 @@ Test(ikbo_lce, auto_without_timing_falls_back_and_can_be_turned_off)
     /* names, the accessor, and a stage past AUTO */
     cr_expect_str_eq(loom_ikbo_stage_name(LOOM_IKBO_AUTO), "auto");
     cr_expect_eq(loom_ikbo_lce_stage_of(NULL), LOOM_IKBO_AUTO);
-    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, LOOM_F16};
+    loom_ikbo_lce_shape s = {c->B, c->U, c->M, c->N, c->Ku, c->Kc, LOOM_F16, LOOM_F16};
     loom_ikbo_lce *p = NULL;
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &s, (loom_ikbo_stage)6, h.wu, h.wc, &cfg, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "stage 6 is not 0 to 4 or LOOM_IKBO_AUTO (5)"), "%s",

@@ -120,7 +120,7 @@ static void serve_stage(loom_ikbo_stage stage)
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     model m = make_model(40, 24, 19, 13, 5);
-    loom_ikbo_lce_shape shape = {24, 6, m.M, m.N, m.Ku, m.Kc, LOOM_F16};
+    loom_ikbo_lce_shape shape = {24, 6, m.M, m.N, m.Ku, m.Kc, LOOM_F16, LOOM_F16};
     loom_ikbo_lce_config cfg = {64, 128, 3, 4, 0, 0, 0, 1}; /* small tiles: the interpreter's pace */
     if (stage >= LOOM_IKBO_FUSED_EPILOGUE)
         cfg.stages = 4;
@@ -160,7 +160,7 @@ Test(lce_dyn, requests_outside_the_prepared_shape_are_refused)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     model m = make_model(16, 8, 8, 8, 9);
-    loom_ikbo_lce_shape shape = {8, 3, m.M, m.N, m.Ku, m.Kc, LOOM_F16};
+    loom_ikbo_lce_shape shape = {8, 3, m.M, m.N, m.Ku, m.Kc, LOOM_F16, LOOM_F16};
     loom_ikbo_lce_config cfg = {64, 128, 4, 4, 4, 0, 0, 1};
     loom_ikbo_lce *p = NULL;
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &shape, LOOM_IKBO_PERSISTENT, m.wu, m.wc, &cfg, &p), LOOM_OK, "%s",
@@ -191,7 +191,7 @@ Test(lce_dyn_gpu, twenty_random_requests_from_one_prepared_operation, .timeout =
 {
     loom_runtime *rt = t_gpu_or_skip();
     model m = make_model(96, 64, 72, 40, 21);
-    loom_ikbo_lce_shape shape = {512, 32, m.M, m.N, m.Ku, m.Kc, LOOM_F16};
+    loom_ikbo_lce_shape shape = {512, 32, m.M, m.N, m.Ku, m.Kc, LOOM_F16, LOOM_F16};
     loom_ikbo_lce_config cfg = ik_default_config();
     loom_ikbo_lce *p = NULL;
     cr_assert_eq(loom_ikbo_lce_prepare(rt, &shape, LOOM_IKBO_AUTO, m.wu, m.wc, &cfg, &p), LOOM_OK, "%s",

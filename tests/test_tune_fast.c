@@ -482,7 +482,7 @@ Test(tune_fast, ikbo_auto_pair_bound_passes_right_stages_and_catches_a_planted_e
     cr_assert_eq(loom_buffer_upload(dwu, wu, nwu * 2) | loom_buffer_upload(dwc, wc, nwc * 2) |
                      loom_buffer_upload(deu, eu, neu * 2) | loom_buffer_upload(dec, ec, nec * 2) |
                      loom_buffer_upload(dmap, map, sizeof map), LOOM_OK);
-    const loom_ikbo_lce_shape ls = {B, U, M, N, Ku, Kc, LOOM_F16};
+    const loom_ikbo_lce_shape ls = {B, U, M, N, Ku, Kc, LOOM_F16, LOOM_F16};
     const loom_ikbo_lce_config cfg = {64, 64, 2, 4, 6, 0, 0, 1};
     const loom_ikbo_stage st[3] = {LOOM_IKBO_MATERIALIZED, LOOM_IKBO_K_ALIGNED, LOOM_IKBO_PERSISTENT};
     uint16_t *o[3];
