@@ -551,7 +551,11 @@ static loom_val rotated_loop(aw *w, loom_val it0)
         ys[n + 1] = loom_add_at(at, d, it, CI(1));
         loom_for_end_at(y->src, d, l, ncar, ys);
     }
-    /* step N-1's second dot */
+    /* step N-1's second dot; the outer tile (Q) is read by first dots only, all waited for
+     * by now: back to the producer, which loads the next program's beside this dot and
+     * the epilogue */
+    if (w->outer)
+        loom_ring_release_at(at, d, &w->qring, w->qslot);
     loom_val r[64];
     for (int j = 0; j < ncar; j++)
         r[j] = loom_for_result(d, l, j);
@@ -566,6 +570,8 @@ static loom_val rotated_loop(aw *w, loom_val it0)
         yt[j] = j == w->acc_arg ? fin : r[j];
     yt[n] = loom_add_at(at, d, r[n + 1], CI(1));
     loom_else_at(at, d, g, n + 1, yt);
+    if (w->outer) /* no step: the outer tile back at once */
+        loom_ring_release_at(at, d, &w->qring, w->qslot);
     init[n] = it0;
     loom_if_end_at(at, d, g, n + 1, init);
     for (int j = 0; j < lp->nres; j++)
@@ -658,7 +664,7 @@ static void consumers_end(aw *w, loom_region_op pl, loom_region_op t, uint32_t i
         w->held = loom_cmp_at(at, d, LOOM_GT, it_end, it0);
         w->held_use = loom_sub_at(at, d, it_end, CI(1));
     }
-    if (w->outer) /* the loop's dots are done with the outer tile */
+    if (w->outer && !w->rotate) /* the loop's dots are done with the outer tile (rotated: given back sooner) */
         loom_ring_release_at(at, d, &w->qring, w->qslot);
     for (i++; i < top->nops && w->st == LOOM_OK; i++)
         clone_op(w, top->ops[i], false);

@@ -383,7 +383,7 @@ Test(ikbo_lce_fp8, headline_kernels_assemble_without_spills)
 static void gpu_case(loom_runtime *rt, const fp8_case *c, loom_ikbo_stage st, int64_t sample)
 {
     fp8_io h = make_io(c, 77);
-    loom_ikbo_lce *p = prepare(rt, c, &h, st, NULL); /* the tuner's config */
+    loom_ikbo_lce *p = prepare(rt, c, &h, st, NULL); /* LOOM_TUNE=0: the untuned config */
     void *o = run_request(rt, p, c, &h, c->B, c->U);
     int64_t n = sample && sample < c->B ? sample : c->B, *rows = malloc((size_t)n * sizeof *rows);
     cr_assert(rows);
@@ -401,14 +401,18 @@ static void gpu_case(loom_runtime *rt, const fp8_case *c, loom_ikbo_stage st, in
     free_io(&h);
 }
 
-Test(ikbo_lce_fp8, gpu_matches_the_reference_at_the_headline_and_an_odd_shape)
+Test(ikbo_lce_fp8, gpu_matches_the_reference_at_the_headline_and_an_odd_shape, .timeout = 400)
 {
     loom_runtime *rt = t_gpu_or_skip();
+    /* the untuned config (the template's heuristic for e4m3: BM=192 at the headline); what
+     * the tuner picks runs in bench_ikbo_lce --fp8 */
+    setenv("LOOM_TUNE", "0", 1);
     const fp8_case odd = {37, 5, 211, 136, 336, 48, 1, LOOM_BF16};
     for (int st = LOOM_IKBO_FUSED_EPILOGUE; st <= LOOM_IKBO_PERSISTENT; st++) {
         gpu_case(rt, &headline, (loom_ikbo_stage)st, 24);
         gpu_case(rt, &odd, (loom_ikbo_stage)st, 0);
     }
     gpu_case(rt, &headline, LOOM_IKBO_AUTO, 8);
+    unsetenv("LOOM_TUNE");
     loom_runtime_destroy(rt);
 }
