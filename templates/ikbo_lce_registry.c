@@ -220,21 +220,38 @@ done:
  * times it) and the two parts added by one more (the user part stored in f32, exactly), so
  * within gamma_3 (u = 2^-23) of the parts' magnitudes (each at most its scaled m plus its
  * scaled error); then out is rounded once to odt (loom_error_bound's ulp). */
+/* n values of dtype dt from p as doubles (malloc'ed; NULL when out of memory). */
+static double *decoded(const void *p, loom_dtype dt, int64_t n)
+{
+    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    for (int64_t i = 0; d && i < n; i++)
+        d[i] = tpl_get(p, dt, i);
+    return d;
+}
+
 void ik_fp8_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                       const float *swu, const float *swc, const float *seu, const float *sec, const int32_t *map,
                       void *out, double *bnd)
 {
+    /* the e4m3 values decoded once, and the user half only for the users some candidate
+     * reads (a sample of candidates needs a few of them) */
     int64_t M = s->M, N = s->N, kpu = ik_kpad(s->dt, s->Ku), kpc = ik_kpad(s->dt, s->Kc);
     size_t un = (size_t)(s->U * M * N);
     double *u = calloc(un, sizeof(double)), *mu = calloc(un, sizeof(double));
-    if (!u || !mu)
+    double *dwu = decoded(wu, s->dt, M * kpu), *dwc = decoded(wc, s->dt, M * kpc);
+    double *deu = decoded(eu, s->dt, s->U * N * s->Ku), *dec = decoded(ec, s->dt, s->B * N * s->Kc);
+    uint8_t *need = calloc((size_t)s->U, 1);
+    if (!u || !mu || !dwu || !dwc || !deu || !dec || !need)
         goto done;
+    for (int64_t b = 0; b < s->B; b++)
+        need[map[b]] = 1;
     for (int64_t x = 0; x < s->U; x++)
-        for (int64_t m = 0; m < M; m++)
+        for (int64_t m = 0; m < M && need[x]; m++)
             for (int64_t j = 0; j < N; j++) {
+                const double *a = dwu + m * kpu, *e = deu + (x * N + j) * s->Ku;
                 double sum = 0, mag = 0;
                 for (int64_t q = 0; q < s->Ku; q++) {
-                    double p = tpl_get(wu, s->dt, m * kpu + q) * tpl_get(eu, s->dt, (x * N + j) * s->Ku + q);
+                    double p = a[q] * e[q];
                     sum += p, mag += fabs(p);
                 }
                 u[(x * M + m) * N + j] = sum;
@@ -243,9 +260,10 @@ void ik_fp8_reference(const ik_spec *s, const void *wu, const void *wc, const vo
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t m = 0; m < M; m++)
             for (int64_t j = 0; j < N; j++) {
+                const double *a = dwc + m * kpc, *ev = dec + (b * N + j) * s->Kc;
                 double sum = 0, mag = 0;
                 for (int64_t q = 0; q < s->Kc; q++) {
-                    double p = tpl_get(wc, s->dt, m * kpc + q) * tpl_get(ec, s->dt, (b * N + j) * s->Kc + q);
+                    double p = a[q] * ev[q];
                     sum += p, mag += fabs(p);
                 }
                 int64_t ui = ((int64_t)map[b] * M + m) * N + j, e = (b * M + m) * N + j;
@@ -261,6 +279,7 @@ void ik_fp8_reference(const ik_spec *s, const void *wu, const void *wc, const vo
 done:
     free(u);
     free(mu);
+    free(dwu), free(dwc), free(deu), free(dec), free(need);
 }
 
 static void reference(const int64_t *sh, void *const *host, void *const *ref)
