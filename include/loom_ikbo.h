@@ -68,7 +68,8 @@ typedef struct loom_ikbo_lce_shape {
  * embeddings' scales [U] and [B] f32 device buffers with each request
  * (loom_ikbo_lce_run_scaled).  Stages 3 and 4 serve e4m3 (a candidate tile adds its user's
  * scaled f32 result in its epilogue, loaded in the accumulator's layout); LOOM_IKBO_AUTO
- * picks between them, another stage is refused.  The tile config is the f16 one's (the
+ * takes stage 4, or 3 where the config cannot serve 4, without timing them (the timed
+ * pick's device references are f16/bf16 only); another stage is refused.  The tile config is the f16 one's (the
  * same table; a k step is 128 elements of e4m3, a 128-byte row as f16's 64). */
 
 typedef enum loom_ikbo_stage {
