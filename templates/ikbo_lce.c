@@ -687,14 +687,8 @@ static void fp8_ures_offs(const ik_spec *s, tile_at t, loom_val x, loom_val *o)
  * meanwhile).  Acquire: the user tiles' stores are visible to the group's loads. */
 static void users_ready(const ik *g, loom_val waited)
 {
-    if (!waited)
-        return;
-    loom_kernel *k = g->k;
-    loom_val zero = CI(0);
-    loom_region_op w = loom_if_begin(k, loom_cmp(k, LOOM_EQ, waited, zero), 0);
-    loom_val blocks = loom_mul(k, g->a.U, CI(ik_blocks_per_user(g->s)));
-    loom_flag_wait(k, g->a.flags, ((loom_val[]){zero}), loom_add(k, g->a.base, blocks));
-    loom_if_end(k, w, 0, NULL);
+    if (waited)
+        wait_for_users(g, waited);
 }
 
 /* FP8: candidate tile t's epilogue: out = round(swc[m] sec[b] acc + user_res[u(b)]), the

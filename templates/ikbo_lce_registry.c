@@ -229,6 +229,17 @@ static double *decoded(const void *p, loom_dtype dt, int64_t n)
     return d;
 }
 
+/* The sum of a[q] e[q] over q < n and the sum of their magnitudes. */
+static void dot_mag(const double *a, const double *e, int64_t n, double *sum, double *mag)
+{
+    double sm = 0, mg = 0;
+    for (int64_t q = 0; q < n; q++) {
+        double p = a[q] * e[q];
+        sm += p, mg += fabs(p);
+    }
+    *sum = sm, *mag = mg;
+}
+
 void ik_fp8_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                       const float *swu, const float *swc, const float *seu, const float *sec, const int32_t *map,
                       void *out, double *bnd)
@@ -248,24 +259,14 @@ void ik_fp8_reference(const ik_spec *s, const void *wu, const void *wc, const vo
     for (int64_t x = 0; x < s->U; x++)
         for (int64_t m = 0; m < M && need[x]; m++)
             for (int64_t j = 0; j < N; j++) {
-                const double *a = dwu + m * kpu, *e = deu + (x * N + j) * s->Ku;
-                double sum = 0, mag = 0;
-                for (int64_t q = 0; q < s->Ku; q++) {
-                    double p = a[q] * e[q];
-                    sum += p, mag += fabs(p);
-                }
-                u[(x * M + m) * N + j] = sum;
-                mu[(x * M + m) * N + j] = mag;
+                int64_t i = (x * M + m) * N + j;
+                dot_mag(dwu + m * kpu, deu + (x * N + j) * s->Ku, s->Ku, &u[i], &mu[i]);
             }
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t m = 0; m < M; m++)
             for (int64_t j = 0; j < N; j++) {
-                const double *a = dwc + m * kpc, *ev = dec + (b * N + j) * s->Kc;
-                double sum = 0, mag = 0;
-                for (int64_t q = 0; q < s->Kc; q++) {
-                    double p = a[q] * ev[q];
-                    sum += p, mag += fabs(p);
-                }
+                double sum, mag;
+                dot_mag(dwc + m * kpc, dec + (b * N + j) * s->Kc, s->Kc, &sum, &mag);
                 int64_t ui = ((int64_t)map[b] * M + m) * N + j, e = (b * M + m) * N + j;
                 double cs = (double)swc[m] * sec[b], us = (double)swu[m] * seu[map[b]];
                 tpl_set(out, s->odt, e, cs * sum + us * u[ui]);
