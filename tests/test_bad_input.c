@@ -417,7 +417,7 @@ Test(bad_input, lce_prepare_bad_stage_shape_config)
     s = x.s;
     s.dtype = LOOM_F32;
     REFUSED(x.rt, loom_ikbo_lce_prepare(x.rt, &s, 2, x.wu, x.wc, &x.cfg, &p), LOOM_ERR_INVALID,
-            "dtype must be f16 or bf16");
+            "dtype must be f16, bf16 or e4m3");
     s = x.s;
     s.B = (int64_t)1 << 31;
     REFUSED(x.rt, loom_ikbo_lce_prepare(x.rt, &s, 2, x.wu, x.wc, &x.cfg, &p), LOOM_ERR_INVALID,
