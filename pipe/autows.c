@@ -524,37 +524,41 @@ static bool tma_tensor_ok(aw *w, uint32_t t, loom_src at)
     return true;
 }
 
+/* The swizzle of a shared tile whose rows are `row` bytes. */
+static loom_swizzle swizzle_of(int64_t row)
+{
+    return row % 128 == 0 ? LOOM_SWIZZLE_128 : row % 64 == 0 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_32;
+}
+
+/* Can the tile load ld have a ring of its own (rows of a swizzle's multiple, a tensor TMA
+ * can address; *swz its swizzle)?  Where not, it stays in registers: no error. */
+static bool own_ring_ok(aw *w, uint32_t ld, loom_swizzle *swz)
+{
+    ir_op *op = aw_op(w, ld);
+    ir_type *t = &w->src->vals[op->res[0]].type;
+    int64_t row = t->shape.dim[1] * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
+    *swz = swizzle_of(row);
+    if (row % 32 == 0 && tma_tensor_ok(w, op->opnd[0], op->src))
+        return true;
+    w->st = LOOM_OK;
+    if (w->err && w->errlen)
+        w->err[0] = 0;
+    return false;
+}
+
 static bool pass_channels(aw *w)
 {
     loom_kernel *k = w->src;
-    if (w->outer) {
-        ir_op *ld = aw_op(w, w->outer);
-        ir_type *t = &k->vals[ld->res[0]].type;
-        int64_t row = t->shape.dim[1] * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
-        w->outer_swz = row % 128 == 0 ? LOOM_SWIZZLE_128 : row % 64 == 0 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_32;
-        if (row % 32 || !tma_tensor_ok(w, ld->opnd[0], ld->src)) { /* it stays in registers */
-            w->st = LOOM_OK;
-            if (w->err && w->errlen)
-                w->err[0] = 0;
-            for (int i = 0; i < w->ndot; i++)
-                if (w->dot[i].a_chan == AW_OUTER)
-                    w->dot[i].a_chan = -1;
-            w->skip[w->outer] = 0;
-            w->outer = 0;
-        }
+    if (w->outer && !own_ring_ok(w, w->outer, &w->outer_swz)) {
+        for (int i = 0; i < w->ndot; i++)
+            if (w->dot[i].a_chan == AW_OUTER)
+                w->dot[i].a_chan = -1;
+        w->skip[w->outer] = 0;
+        w->outer = 0;
     }
-    if (w->epil) {
-        ir_op *ld = aw_op(w, w->epil);
-        ir_type *t = &k->vals[ld->res[0]].type;
-        int64_t row = t->shape.dim[1] * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
-        w->epil_swz = row % 128 == 0 ? LOOM_SWIZZLE_128 : row % 64 == 0 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_32;
-        if (row % 32 || !tma_tensor_ok(w, ld->opnd[0], ld->src)) { /* it stays in registers */
-            w->st = LOOM_OK;
-            if (w->err && w->errlen)
-                w->err[0] = 0;
-            w->skip[w->epil] = 0;
-            w->epil = 0;
-        }
+    if (w->epil && !own_ring_ok(w, w->epil, &w->epil_swz)) {
+        w->skip[w->epil] = 0;
+        w->epil = 0;
     }
     for (int c = 0; c < w->nch; c++) {
         ir_op *ld = aw_op(w, w->ch[c].load);
@@ -562,7 +566,7 @@ static bool pass_channels(aw *w)
         if (t->shape.rank != 2)
             return aw_fail(w, ld->src, "the tile is %d-D: a channel is a 2-D tile", t->shape.rank);
         int64_t row = t->shape.dim[1] * (int64_t)loom_dtype_size((loom_dtype)t->dtype);
-        w->ch[c].swz = row % 128 == 0 ? LOOM_SWIZZLE_128 : row % 64 == 0 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_32;
+        w->ch[c].swz = swizzle_of(row);
         if (row % 32)
             return aw_fail(w, ld->src, "the tile's rows are %lld bytes: a swizzled shared tile needs a multiple of 32",
                            (long long)row);
