@@ -92,15 +92,16 @@ static void clone_plain(aw *w, uint32_t o)
             view = loom_smem_slot_at(op->src, d, w->epi.stage, loom_const_i_at(op->src, d, LOOM_I32, 0));
         loom_smem_store_at(op->src, d, view, v);
         loom_val back = loom_smem_load_at(op->src, d, view);
-        loom_store_at(op->src, d, H(w, op->opnd[0]), offs, back, mask);
-        if (w->borrow) { /* the slot to the producer: its next TMA write after these accesses */
+        if (w->borrow) { /* the slot to the producer once read (its next TMA write after these
+                          * accesses), before the stores to global memory */
             loom_fence_async_at(op->src, d);
             loom_ring_release_at(op->src, d, &w->ring, slot);
-            if (!w->runs) {
-                loom_else_at(op->src, d, h, 0, NULL);
-                loom_store_at(op->src, d, H(w, op->opnd[0]), offs, v, mask);
-                loom_if_end_at(op->src, d, h, 0, NULL);
-            }
+        }
+        loom_store_at(op->src, d, H(w, op->opnd[0]), offs, back, mask);
+        if (w->borrow && !w->runs) {
+            loom_else_at(op->src, d, h, 0, NULL);
+            loom_store_at(op->src, d, H(w, op->opnd[0]), offs, v, mask);
+            loom_if_end_at(op->src, d, h, 0, NULL);
         }
         return;
     }
