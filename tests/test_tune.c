@@ -167,7 +167,7 @@ Test(tune, check_leaves_unchecked_outputs_alone)
     const loom_template *lce = loom_template_find("ikbo_lce");
     cr_assert(lce);
     cr_expect_eq(lce->unchecked, 1u << IKA_URES | 1u << IKA_FLAGS);
-    loom_kernel *k = lce->build((int64_t[]){64, 4, 64, 64, 64, 64, LOOM_BF16, 0},
+    loom_kernel *k = lce->build((int64_t[]){64, 4, 64, 64, 64, 64, LOOM_BF16, 0, LOOM_F16},
                                 (int64_t[]){256, 128, 4, 8, 132, 2, 1, 2}, rep, sizeof rep);
     cr_assert(k, "%s", rep);
     loom_arg_info ai;

@@ -162,7 +162,7 @@ Test(tune_fast, maxdiff_and_reduce_kernels_on_the_interpreter)
 /* ---------------------------------------------------------------- ikbo_lce on the device */
 
 /* A small odd shape (the interpreter's bench shape) and a config valid there. */
-static const int64_t ik_shape[8] = {24, 5, 77, 64, 37, 229, LOOM_F16, 1};
+static const int64_t ik_shape[9] = {24, 5, 77, 64, 37, 229, LOOM_F16, 1, LOOM_F16}; /* ..., shuffle, odtype */
 static const int64_t ik_cfg[8] = {64, 64, 2, 4, 6, 0, 0, 1};
 
 /* The tuner's bench for ikbo_lce at ik_shape, set up as loom_tune does it, on the
@@ -772,7 +772,7 @@ Test(tune_fast, budget_settings)
  * installed. */
 Test(tune_fast, device_kernels_compile_to_ptx_at_the_headline, .timeout = 300)
 {
-    const int64_t sh[8] = {1024, 15, 433, 256, 1178, 866, LOOM_F16, 0};
+    const int64_t sh[9] = {1024, 15, 433, 256, 1178, 866, LOOM_F16, 0, LOOM_F16};
     loom_kernel *ks[24];
     int n = 0, g0;
     int64_t np;
