@@ -109,7 +109,7 @@ static ik_spec spec_of(const loom_ikbo_lce_shape *s, const loom_ikbo_lce_config 
 {
     const loom_ikbo_lce_config *c = planes == 1 && cfg->trans ? &gemm_cfg : cfg;
     ik_spec sp = {.mode = mode, .planes = planes, .B = s->B, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku,
-                  .Kc = s->Kc, .dt = s->dtype, .odt = s->dtype == LOOM_E4M3 ? s->odtype : LOOM_F16};
+                  .Kc = s->Kc, .dt = s->dtype, .odt = ik_odt_of(s)};
     LOOM_COPY(LOOM_IKBO_LCE_CONFIG, &sp, c);
     return sp;
 }
@@ -287,11 +287,8 @@ loom_status ik_stage_make(const loom_ikbo_lce_shape *s, loom_ikbo_stage stage, c
     /* the padded weights of stages 2 to 4 (stage 1 pads them on every run) */
     const ik_fill wu = {IK_WU, 0, kpu, 0}, wc = {IK_WC, 1, kpc, 0};
     if (s->dtype == LOOM_E4M3) { /* stages 3 and 4 (ikbo_lce.h, "FP8"): user_res one f32 plane */
-        if (stage != LOOM_IKBO_FUSED_EPILOGUE && stage != LOOM_IKBO_PERSISTENT) {
-            snprintf(err, errlen,
-                     "stage %d (%s) does not serve dtype e4m3: stages 3 and 4 do, and LOOM_IKBO_AUTO picks between "
-                     "them",
-                     (int)stage, loom_ikbo_stage_name(stage));
+        if (!ik_e4m3_serves(stage)) {
+            snprintf(err, errlen, "stage %d (%s) " IK_E4M3_STAGES, (int)stage, loom_ikbo_stage_name(stage));
             return LOOM_ERR_UNSUPPORTED;
         }
         st->bytes[IK_WU] = (size_t)(s->M * kpu);
@@ -566,12 +563,9 @@ static loom_status prepare_one(loom_runtime *rt, const loom_ikbo_lce_shape *shap
     if ((int)stage < 0 || stage > LOOM_IKBO_AUTO)
         return tpl_fail(rt, LOOM_ERR_INVALID, "loom_ikbo_lce_prepare: stage %d is not 0 to 4 or LOOM_IKBO_AUTO (%d)",
                         (int)stage, (int)LOOM_IKBO_AUTO);
-    if (shape->dtype == LOOM_E4M3 && stage != LOOM_IKBO_FUSED_EPILOGUE && stage != LOOM_IKBO_PERSISTENT &&
-        stage != LOOM_IKBO_AUTO)
-        return tpl_fail(rt, LOOM_ERR_UNSUPPORTED,
-                        "loom_ikbo_lce_prepare: stage %d (%s) does not serve dtype e4m3: stages 3 and 4 do, and "
-                        "LOOM_IKBO_AUTO picks between them",
-                        (int)stage, loom_ikbo_stage_name(stage));
+    if (shape->dtype == LOOM_E4M3 && !ik_e4m3_serves(stage) && stage != LOOM_IKBO_AUTO)
+        return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "loom_ikbo_lce_prepare: stage %d (%s) " IK_E4M3_STAGES, (int)stage,
+                        loom_ikbo_stage_name(stage));
     /* the shape and config, checked before anything is allocated */
     const char *big = shape_too_big(shape);
     if (big)
@@ -756,12 +750,13 @@ static loom_status check_dims(loom_ikbo_lce *p, const char *fn, int64_t B, int64
     return LOOM_OK;
 }
 
-/* seu, sec: e4m3's embedding scales (NULL for f16 and bf16). */
+/* seu, sec: e4m3's embedding scales (NULL for f16 and bf16); scaled: the caller is
+ * loom_ikbo_lce_run_scaled. */
 static loom_status run_at(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U, loom_buffer *e_user,
                           loom_buffer *e_cand, loom_buffer *seu, loom_buffer *sec, loom_buffer *cand_to_user,
-                          loom_buffer *out)
+                          loom_buffer *out, bool scaled)
 {
-    bool fp8 = p->s.dtype == LOOM_E4M3, scaled = strstr(fn, "_scaled") != NULL;
+    bool fp8 = p->s.dtype == LOOM_E4M3;
     if (fp8 != scaled)
         return fail(p, LOOM_ERR_INVALID,
                     fp8 ? "%s: the handle is dtype e4m3, whose runs take the embeddings' scales: call "
@@ -775,7 +770,7 @@ static loom_status run_at(loom_ikbo_lce *p, const char *fn, int64_t B, int64_t U
         int i = 0;
         while (p->top[i] < B)
             i++;
-        loom_status st = run_at(p->child[i], fn, B, U, e_user, e_cand, seu, sec, cand_to_user, out);
+        loom_status st = run_at(p->child[i], fn, B, U, e_user, e_cand, seu, sec, cand_to_user, out, scaled);
         return st;
     }
     const loom_ikbo_lce_shape *s = &p->s;
@@ -847,7 +842,7 @@ loom_status loom_ikbo_lce_run(loom_ikbo_lce *p, loom_buffer *e_user, loom_buffer
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    return run_at(p, "loom_ikbo_lce_run", p->s.B, p->s.U, e_user, e_cand, NULL, NULL, cand_to_user, out);
+    return run_at(p, "loom_ikbo_lce_run", p->s.B, p->s.U, e_user, e_cand, NULL, NULL, cand_to_user, out, false);
 }
 
 loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
@@ -855,7 +850,7 @@ loom_status loom_ikbo_lce_run_at(loom_ikbo_lce *p, int64_t B, int64_t U, loom_bu
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    return run_at(p, "loom_ikbo_lce_run_at", B, U, e_user, e_cand, NULL, NULL, cand_to_user, out);
+    return run_at(p, "loom_ikbo_lce_run_at", B, U, e_user, e_cand, NULL, NULL, cand_to_user, out, false);
 }
 
 loom_status loom_ikbo_lce_run_scaled(loom_ikbo_lce *p, int64_t B, int64_t U, loom_buffer *e_user, loom_buffer *e_cand,
@@ -864,7 +859,8 @@ loom_status loom_ikbo_lce_run_scaled(loom_ikbo_lce *p, int64_t B, int64_t U, loo
 {
     if (!p)
         return LOOM_ERR_INVALID;
-    return run_at(p, "loom_ikbo_lce_run_scaled", B, U, e_user, e_cand, e_user_scale, e_cand_scale, cand_to_user, out);
+    return run_at(p, "loom_ikbo_lce_run_scaled", B, U, e_user, e_cand, e_user_scale, e_cand_scale, cand_to_user, out,
+                  true);
 }
 
 const char *loom_ikbo_lce_describe(const loom_ikbo_lce *p) { return p ? p->desc : ""; }

@@ -60,8 +60,8 @@ static loom_status auto_untimed_pick(loom_runtime *rt, const loom_ikbo_lce_shape
     char first[300] = "";
     loom_status st = LOOM_ERR_INVALID;
     for (int i = 0; i < AUTO_N; i++) {
-        if (s->dtype == LOOM_E4M3 && auto_untimed[i] < LOOM_IKBO_FUSED_EPILOGUE)
-            break; /* e4m3: stages 3 and 4 only */
+        if (s->dtype == LOOM_E4M3 && !ik_e4m3_serves(auto_untimed[i]))
+            break; /* e4m3: stages 3 and 4 only (auto_untimed lists them first) */
         if ((st = ik_prepare_stage(rt, s, auto_untimed[i], wu, wc, su, sc, cfg, tuned, out)) == LOOM_OK) {
             ik_desc_add(*out, "; auto (not timed: %s): stage %d", because, (int)auto_untimed[i]);
             if (i)

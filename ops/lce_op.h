@@ -78,6 +78,13 @@ const loom_ikbo_lce_config *ik_stage_config(loom_ikbo_stage stage, const loom_ik
 /* The tuned (or, without a GPU, default) config of the persistent kernel at the shape. */
 loom_ikbo_lce_config ik_default_config(void);
 
+/* Dtype e4m3 serves stages 3 and 4 (ikbo_lce.h, "FP8"); what a refusal of another says. */
+static inline bool ik_e4m3_serves(loom_ikbo_stage st)
+{
+    return st == LOOM_IKBO_FUSED_EPILOGUE || st == LOOM_IKBO_PERSISTENT;
+}
+#define IK_E4M3_STAGES "does not serve dtype e4m3: stages 3 and 4 do (LOOM_IKBO_AUTO takes 4, or 3 where the config cannot serve 4, untimed)"
+
 /* ---------------------------------------------------------------- between the operation's files */
 
 /* One stage, its config settled (given, tuned or the default): build, upload, load.

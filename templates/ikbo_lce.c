@@ -128,7 +128,7 @@ static int64_t ring_bytes(const ik_spec *s) { return (int64_t)s->stages * (ik_ti
 static int64_t staging_bytes(const ik_spec *s) { return (int64_t)(split(s) ? 64 : s->bm) * s->bn * osz(s); }
 /* The candidate tiles add the user's tile by plane steps on the tensor cores (f16 and
  * bf16), or in the epilogue, scaled, loaded in the accumulator's layout (FP8). */
-static bool plane_add(const ik_spec *s);
+static bool plane_add(const ik_spec *s) { return adds_user(s) && !fp8(s); }
 
 /* The transposed product's user tiles go out through shared memory where it fits beside
  * the ring and the identity: a warp group's [rows, 64] plane by stmatrix, read back and
@@ -138,8 +138,6 @@ static bool plane_add(const ik_spec *s);
  * through shared memory stage 4 ran 1.7-3.9% faster (bench/RESULTS.md, session 16). */
 static int64_t ustage_rows(const ik_spec *s) { return tpl_pow2_at_least(ik_tile_rows(s)); }
 static int64_t ustage_bytes(const ik_spec *s) { return ustage_rows(s) * 64 * osz(s); }
-
-static bool plane_add(const ik_spec *s) { return adds_user(s) && !fp8(s); }
 
 /* The identity the plane steps multiply by: [BM, BM], or a split group's [64, 64]. */
 static int64_t eye_rows(const ik_spec *s) { return split(s) ? 64 : s->bm; }

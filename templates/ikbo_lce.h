@@ -88,6 +88,12 @@ enum { IKA_B, IKA_U, IKA_WU, IKA_EU, IKA_WC, IKA_EC, IKA_MAP, IKA_URES, IKA_FLAG
 static inline bool ik_fp8(const ik_spec *s) { return s->dt == LOOM_E4M3; }
 static inline loom_dtype ik_out_dt(const ik_spec *s) { return ik_fp8(s) ? s->odt : s->dt; }
 static inline int64_t ik_kpad(loom_dtype dt, int64_t K) { return dt == LOOM_E4M3 ? (K + 15) / 16 * 16 : tpl_pad8(K); }
+/* The C API shape's odt key: its odtype with e4m3; f16 and bf16 keep the key's default
+ * (their out is their own), so their tuning cache entries are those of before the key. */
+static inline loom_dtype ik_odt_of(const loom_ikbo_lce_shape *s)
+{
+    return s->dtype == LOOM_E4M3 ? s->odtype : LOOM_F16;
+}
 /* The kernel's grid at the spec's (maximum) B and U, and as a rule over a shape whose
  * B and U are at indices ib and iu. */
 void ik_grid(const ik_spec *s, int grid[3]);

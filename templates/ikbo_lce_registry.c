@@ -35,10 +35,8 @@ ik_spec ik_spec_of_shape(ik_mode mode, const int64_t *sh)
 
 void ik_shape_vector(const loom_ikbo_lce_shape *s, int64_t *v)
 {
-    /* odt: e4m3's out type; f16 and bf16 keep the key's default, so their tuning cache
-     * entries are unchanged */
     ik_spec sp = {.B = s->B, .U = s->U, .M = s->M, .N = s->N, .Ku = s->Ku, .Kc = s->Kc, .dt = s->dtype,
-                  .odt = s->dtype == LOOM_E4M3 ? s->odtype : LOOM_F16};
+                  .odt = ik_odt_of(s)};
     memset(v, 0, LOOM_MAX_PARAMS * sizeof *v);
     LOOM_PACK(IK_SHAPE, v, &sp);
 }
@@ -213,13 +211,6 @@ done:
     free(row);
 }
 
-/* FP8 (ikbo_lce.h, "FP8"): in double from the e4m3 values and the scales, E^T [*, N, K].
- * The bound (docs/checks.md, "ikbo_lce in FP8"): each GEMM's sum of K exact FP8 products
- * on the tensor cores is within loom_fp8_mma_sum_error(K, m) of the exact sum (m its sum of
- * |products|); each part is then scaled by two f32 roundings (the scales' product, the sum
- * times it) and the two parts added by one more (the user part stored in f32, exactly), so
- * within gamma_3 (u = 2^-23) of the parts' magnitudes (each at most its scaled m plus its
- * scaled error); then out is rounded once to odt (loom_error_bound's ulp). */
 /* n values of dtype dt from p as doubles (malloc'ed; NULL when out of memory). */
 static double *decoded(const void *p, loom_dtype dt, int64_t n)
 {
@@ -240,6 +231,13 @@ static void dot_mag(const double *a, const double *e, int64_t n, double *sum, do
     *sum = sm, *mag = mg;
 }
 
+/* FP8 (ikbo_lce.h, "FP8"): in double from the e4m3 values and the scales, E^T [*, N, K].
+ * The bound (docs/checks.md, "ikbo_lce in FP8"): each GEMM's sum of K exact FP8 products
+ * on the tensor cores is within loom_fp8_mma_sum_error(K, m) of the exact sum (m its sum of
+ * |products|); each part is then scaled by two f32 roundings (the scales' product, the sum
+ * times it) and the two parts added by one more (the user part stored in f32, exactly), so
+ * within gamma_3 (u = 2^-23) of the parts' magnitudes (each at most its scaled m plus its
+ * scaled error); then out is rounded once to odt (loom_error_bound's ulp). */
 void ik_fp8_reference(const ik_spec *s, const void *wu, const void *wc, const void *eu, const void *ec,
                       const float *swu, const float *swc, const float *seu, const float *sec, const int32_t *map,
                       void *out, double *bnd)
