@@ -30,27 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct kval {
-    bool isf;
-    double f;
-    int64_t i;
-} kval;
-
-static bool is_const(loom_kernel *k, uint32_t v, kval *out)
-{
-    const ir_value *val = &k->vals[v];
-    if (val->kind != IR_V_RESULT || val->type.shape.rank != 0)
-        return false;
-    const ir_op *op = &k->ops[val->def];
-    if (op->kind != IR_CONST)
-        return false;
-    out->isf = ir_dtype_is_float((loom_dtype)op->iattr[0]);
-    out->f = op->fattr;
-    out->i = op->iattr[1];
-    return true;
-}
-
-static void make_const(ir_op *op, loom_dtype dt, kval r)
+static void make_const(ir_op *op, loom_dtype dt, ir_const r)
 {
     op->kind = IR_CONST;
     op->nopnd = 0;
@@ -64,10 +44,9 @@ static void make_const(ir_op *op, loom_dtype dt, kval r)
     }
 }
 
-
 /* Evaluate an IRF_FOLD op on constants with the interpreter's scalar semantics
  * (dsl/ew.c); false if it must not be folded. */
-static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const kval *x, kval *r)
+static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const ir_const *x, ir_const *r)
 {
     ew_val v[3] = {{0, 0}, {0, 0}, {0, 0}}, z;
     for (int j = 0; j < op->nopnd && j < 3; j++) {
@@ -94,7 +73,7 @@ static void replace_uses(loom_kernel *k, uint32_t from, uint32_t to)
     }
 }
 
-static bool kis(const kval *c, double f, int64_t i, bool neg_zero)
+static bool kis(const ir_const *c, double f, int64_t i, bool neg_zero)
 {
     if (c->isf)
         return c->f == f && (!neg_zero || signbit(c->f)) && (neg_zero || f != 0 || !signbit(c->f));
@@ -109,8 +88,8 @@ static uint32_t identity(loom_kernel *k, const ir_op *op)
     uint32_t a = op->opnd[0], b = op->opnd[1], r = op->res[0];
     const ir_type *rt = &k->vals[r].type;
     bool f = ir_dtype_is_float((loom_dtype)rt->dtype);
-    kval ca = {0}, cb = {0}; /* (read only where is_const filled them; GCC -O3 cannot tell) */
-    bool ka = is_const(k, a, &ca), kb = is_const(k, b, &cb);
+    ir_const ca = {0}, cb = {0}; /* (read only where is_const filled them; GCC -O3 cannot tell) */
+    bool ka = ir_scalar_const(k, a, &ca), kb = ir_scalar_const(k, b, &cb);
     bool a_ok = ir_type_eq(&k->vals[a].type, rt), b_ok = ir_type_eq(&k->vals[b].type, rt);
     switch (op->kind) {
     case IR_MUL:
@@ -168,18 +147,18 @@ static void fold_block(cg_ctx *cg, uint32_t b)
         uint32_t rv = op->res[0];
         loom_dtype out = (loom_dtype)k->vals[rv].type.dtype;
         loom_dtype in = (loom_dtype)k->vals[op->opnd[op->kind == IR_SELECT ? 1 : 0]].type.dtype;
-        kval x[3];
+        ir_const x[3];
         bool all = op->nopnd <= 3;
         for (int j = 0; all && j < op->nopnd; j++)
-            all = is_const(k, op->opnd[j], &x[j]);
-        kval r = {0};
+            all = ir_scalar_const(k, op->opnd[j], &x[j]);
+        ir_const r = {0};
         if (all && k->vals[rv].type.shape.rank == 0 && eval(op, in, out, x, &r)) {
             make_const(op, out, r);
             continue;
         }
-        if (op->kind == IR_REM && k->vals[rv].type.shape.rank == 0 && is_const(k, op->opnd[1], &x[1]) &&
+        if (op->kind == IR_REM && k->vals[rv].type.shape.rank == 0 && ir_scalar_const(k, op->opnd[1], &x[1]) &&
             (x[1].i == 1 || x[1].i == -1)) {
-            make_const(op, out, (kval){false, 0, 0});
+            make_const(op, out, (ir_const){false, 0, 0});
             continue;
         }
         uint32_t with = identity(k, op);

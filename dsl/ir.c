@@ -740,6 +740,20 @@ bool ir_dtype_is_float(loom_dtype t)
 bool ir_dtype_is_fp8(loom_dtype t) { return t == LOOM_E4M3 || t == LOOM_E5M2; }
 bool ir_dtype_is_int(loom_dtype t) { return t == LOOM_I32 || t == LOOM_I64; }
 
+bool ir_scalar_const(const loom_kernel *k, uint32_t v, ir_const *out)
+{
+    const ir_value *val = &k->vals[v];
+    if (val->kind != IR_V_RESULT || val->type.shape.rank != 0)
+        return false;
+    const ir_op *op = &k->ops[val->def];
+    if (op->kind != IR_CONST)
+        return false;
+    out->isf = ir_dtype_is_float((loom_dtype)op->iattr[0]);
+    out->f = op->fattr;
+    out->i = op->iattr[1];
+    return true;
+}
+
 bool ir_shape_eq(const loom_shape *a, const loom_shape *b)
 {
     if (a->rank != b->rank)

@@ -262,6 +262,15 @@ static inline bool ir_completes_bytes(ir_opkind kind)
     return ir_is_tma_load(kind) || kind == IR_SMEM_STORE_CLUSTER;
 }
 
+/* A scalar made by a const op: its value, as a float (isf: a float type) or an integer. */
+typedef struct ir_const {
+    bool isf;
+    double f;
+    int64_t i;
+} ir_const;
+/* Is value v a scalar const (*out its value)? */
+bool ir_scalar_const(const loom_kernel *k, uint32_t v, ir_const *out);
+
 /* Create an op in the innermost open block with the given operands and no results. */
 uint32_t ir_op_new(loom_kernel *k, loom_src at, ir_opkind kind, const uint32_t *opnd, int nopnd);
 /* Add a result of type t to op o; returns the value. */

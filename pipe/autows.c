@@ -804,10 +804,10 @@ static int borrowable(aw *w, uint32_t st)
 /* Is v a constant integer (*x)? */
 static bool const_int(aw *w, uint32_t v, int64_t *x)
 {
-    uint32_t d = aw_def_of(w->src, v);
-    if (!d || aw_op(w, d)->kind != IR_CONST || ir_dtype_is_float((loom_dtype)aw_op(w, d)->iattr[0]))
+    ir_const c;
+    if (!ir_scalar_const(w->src, v, &c) || c.isf)
         return false;
-    *x = aw_op(w, d)->iattr[1];
+    *x = c.i;
     return true;
 }
 
