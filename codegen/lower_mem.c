@@ -693,6 +693,51 @@ static bool setup_access(L *l, uint32_t o, ir_op *op, macc *a, int first_off, in
 
 /* ---------------------------------------------------------------- ops */
 
+/* Prefetch into L1 the lines of load o's box (codegen/hoist.c: where the loop before which
+ * this runs hides their latency).  One line a thread of the task replica (or of the CTA):
+ * row r of the box (its leading dims at their offsets), line i of that row from the line
+ * that holds its first byte in the tensor; a line is touched only where it holds a byte of
+ * the box inside the tensor, so every address prefetched is mapped.  No register is held
+ * after it, and nothing waits for it: the load, where the user wrote it, finds the lines. */
+bool lw_prefetch_lines(L *l, uint32_t o)
+{
+    const ir_op *op = &l->k->ops[o];
+    const ir_arg *arg = &l->k->args[l->k->vals[op->opnd[0]].def];
+    int tr = arg->shape.rank, sr = op->shape.rank, es = cg_elsize(arg->dtype);
+    int64_t rows = sr == 2 ? op->shape.dim[0] : 1, cols = op->shape.dim[sr - 1];
+    int64_t lpr = (cols * es + 127) / 128 + 1; /* lines a row can touch */
+    LLVMValueRef t = l->tid_local ? l->tid_local : l->tid;
+    LLVMValueRef t64 = LLVMBuildZExt(l->B, t, l->t_i64, ""), row = LLVMBuildUDiv(l->B, t64, ci64(l, lpr), "");
+    LLVMValueRef li = LLVMBuildURem(l->B, t64, ci64(l, lpr), "");
+    LLVMValueRef ok = LLVMBuildICmp(l->B, LLVMIntULT, row, ci64(l, rows), "");
+    LLVMValueRef eoff = ci64(l, 0); /* the row's first element in the tensor, in elements */
+    for (int d = 0; d < tr; d++) {
+        LLVMValueRef x = lw_to_i64(l, scal(l, op->opnd[1 + d]));
+        if (d == tr - 2 && sr == 2)
+            x = LLVMBuildAdd(l->B, x, row, "");
+        if (d == tr - 1) {
+            LLVMValueRef end = LLVMBuildAdd(l->B, x, ci64(l, cols), ""), dim = arg_dim(l, arg, d);
+            LLVMValueRef cs = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSGT, x, ci64(l, 0), ""), x, ci64(l, 0), "");
+            LLVMValueRef ce = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, end, dim, ""), end, dim, "");
+            ok = LLVMBuildAnd(l->B, ok, LLVMBuildICmp(l->B, LLVMIntSLT, cs, ce, ""), "");
+            LLVMValueRef base = LLVMBuildPtrToInt(l->B, LLVMGetParam(l->fn, l->k->vals[op->opnd[0]].def), l->t_i64, "");
+            LLVMValueRef rowb = LLVMBuildAdd(l->B, base, LLVMBuildMul(l->B, eoff, ci64(l, es), ""), "");
+            LLVMValueRef first = LLVMBuildAdd(l->B, rowb, LLVMBuildMul(l->B, cs, ci64(l, es), ""), "");
+            LLVMValueRef last = LLVMBuildAdd(l->B, rowb, LLVMBuildMul(l->B, ce, ci64(l, es), ""), "");
+            LLVMValueRef line = LLVMBuildAdd(l->B, LLVMBuildAnd(l->B, first, ci64(l, ~(int64_t)127), ""),
+                                             LLVMBuildMul(l->B, li, ci64(l, 128), ""), "");
+            ok = LLVMBuildAnd(l->B, ok, LLVMBuildICmp(l->B, LLVMIntULT, line, last, ""), "");
+            LLVMValueRef args[2] = {line, LLVMBuildZExt(l->B, ok, l->t_i32, "")};
+            lw_asm_void(l, "{ .reg .pred p; setp.ne.u32 p, $1, 0; @p prefetch.global.L1 [$0]; }", "l,r", args, 2);
+            return true;
+        }
+        /* a leading dim (or the box's row dim): inside the tensor, and its stride */
+        ok = LLVMBuildAnd(l->B, ok, LLVMBuildICmp(l->B, LLVMIntULT, x, arg_dim(l, arg, d), ""), "");
+        eoff = LLVMBuildAdd(l->B, eoff, LLVMBuildMul(l->B, x, ci64(l, arg->strides[d]), ""), "");
+    }
+    return true;
+}
+
 bool lower_load(L *l, uint32_t o, ir_op *op)
 {
     uint32_t rv = op->res[0];

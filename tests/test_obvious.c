@@ -271,14 +271,17 @@ Test(obvious_gpu, bias_row_read_clamped_at_its_edges)
  * none. */
 enum { PM = 192, PN = 256, PK = 128, PBM = 64, PBN = 256, PBK = 64, PSLOTS = 3 };
 
-static loom_kernel *pipe_bias_gemm(void)
+/* The epilogue reads bias (declared with bias_access) and, with `scaled`, a scale: one f32
+ * read with load_scalar from a [1] tensor after C, C = (acc + bias) * scale. */
+static loom_kernel *pipe_bias_gemm_as(loom_access bias_access, bool scaled)
 {
     loom_kernel *k = loom_kernel_create("pipe_bias_gemm", LOOM_PIPE_PRODUCER_WARPS + 4);
     loom_pipe p = loom_pipe_create(k);
     loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(PM, PK), LOOM_IN);
     loom_val Bt = loom_arg_tensor(k, "Bt", LOOM_F16, LOOM_SHAPE2(PN, PK), LOOM_IN);
-    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(PN), LOOM_IN);
+    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(PN), bias_access);
     loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(PM, PN), LOOM_OUT);
+    loom_val S = scaled ? loom_arg_tensor(k, "scale", LOOM_F32, LOOM_SHAPE1(1), LOOM_IN) : LOOM_NONE;
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(PBM, PBK), 1, LOOM_SWIZZLE_128},
                                {LOOM_F16, LOOM_SHAPE2(PBN, PBK), 1, LOOM_SWIZZLE_128}};
     loom_ring ring = loom_ring_create(&p, PSLOTS, 1, 2, tiles);
@@ -329,6 +332,8 @@ static loom_kernel *pipe_bias_gemm(void)
         loom_val bv = loom_load(k, bias, ((loom_val[]){n0}), LOOM_SHAPE1(PBN), LOOM_NONE, 0.0);
         loom_val y = loom_add(k, loom_for_result(k, kl, 0),
                               loom_broadcast(k, loom_expand_dims(k, bv, 0), LOOM_SHAPE2(PBM, PBN)));
+        if (scaled)
+            y = loom_mul(k, y, loom_load_scalar(k, S, &zero));
         loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), loom_cast(k, y, LOOM_F16), slot);
         loom_val next[2] = {loom_add(k, it0, I32(k, nk)), loom_sub(k, one, slot)};
         loom_sched_end(k, &tl, next);
@@ -336,6 +341,43 @@ static loom_kernel *pipe_bias_gemm(void)
     }
     loom_task_end(k, ct);
     return k;
+}
+
+static loom_kernel *pipe_bias_gemm(void) { return pipe_bias_gemm_as(LOOM_IN, false); }
+
+/* Where the first `needle` is in ptx (SIZE_MAX: nowhere). */
+static size_t at_of(const char *ptx, const char *needle)
+{
+    const char *p = strstr(ptx, needle);
+    return p ? (size_t)(p - ptx) : SIZE_MAX;
+}
+
+/* codegen/hoist.c: the epilogue's loads start before the mainloop.  The bias row (64
+ * registers a thread: too many to hold across the loop) stays after it, its lines
+ * prefetched into L1 before it; the scale (one register) is read before it.  A bias the
+ * kernel may write (LOOM_INOUT) is neither. */
+Test(obvious, epilogue_loads_start_before_the_mainloop)
+{
+    for (int v = 0; v < 2; v++) {
+        loom_kernel *k = pipe_bias_gemm_as(v ? LOOM_INOUT : LOOM_IN, true);
+        char *ptx = NULL, err[4096];
+        size_t smem = 0;
+        cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
+        size_t mma = at_of(ptx, "wgmma.mma_async"), wait0 = at_of(ptx, "wgmma.wait_group.sync.aligned 0");
+        cr_assert(mma != SIZE_MAX && wait0 != SIZE_MAX && mma < wait0);
+        if (!v) {
+            cr_expect_eq(t_count(ptx, "prefetch.global.L1"), 1, "one prefetch of the bias row's lines");
+            cr_expect_lt(at_of(ptx, "prefetch.global.L1"), mma, "the bias row's lines prefetched before the loop");
+            cr_expect_lt(at_of(ptx, "ld.global.nc.f32"), mma, "the scale read before the loop");
+            cr_expect_gt(at_of(ptx, "ld.global.nc.v"), wait0, "the bias row read after the loop");
+        } else {
+            cr_expect_eq(t_count(ptx, "prefetch"), 0, "a bias the kernel may write is not prefetched");
+            cr_expect_gt(at_of(ptx, "ld.global.v"), wait0, "a bias the kernel may write is read after the loop");
+        }
+        t_ptxas_ok(ptx, "sm_90a", "pipe_bias_gemm");
+        free(ptx);
+        loom_kernel_destroy(k);
+    }
 }
 
 Test(obvious, pipelined_gemm_with_a_bias_fits_and_converts_nothing)
