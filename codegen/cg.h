@@ -2,7 +2,7 @@
  * cg.h -- internals of the code generator (codegen/): the pass context, the layout
  * algebra (codegen/layout.c) and the passes codegen/pipeline.c runs in order:
  *
- *   verify -> fold -> layouts -> hoist -> smem plan -> LLVM IR -> opt -> PTX
+ *   verify -> fold -> layouts -> smem plan -> LLVM IR -> opt -> PTX
  *
  * Only files of codegen/ (and white-box tests) include it; the rest of loom goes
  * through codegen.h.
@@ -107,11 +107,6 @@ typedef struct cg_ctx {
     /* per tile value and dim, what cg_axis_info found (allocated on first use) */
     struct cg_axis *axis;
 
-    /* loads whose lines are prefetched into L1 before a loop (codegen/hoist.c): {loop op,
-     * load op} pairs, in program order */
-    uint32_t (*prefetch)[2];
-    int nprefetch;
-
     /* the hang check's bound in ms (0: none; codegen.h) */
     int hang_ms;
 
@@ -150,7 +145,6 @@ bool cg_bug(cg_ctx *cg, const char *file, int line, const char *fmt, ...)
 
 loom_status cg_fold(cg_ctx *cg);    /* codegen/fold.c */
 loom_status cg_layouts(cg_ctx *cg); /* codegen/layout_pass.c */
-loom_status cg_hoist(cg_ctx *cg);   /* codegen/hoist.c */
 loom_status cg_smem(cg_ctx *cg);    /* codegen/smem.c */
 /* codegen/smem.c: the warps of the task replica (or CTA, outside tasks) that runs op o:
  * an atomic_add of one warp passes its result by shuffle, of more through scratch. */

@@ -700,9 +700,6 @@ bool lw_lower_block(L *l, uint32_t b)
         uint32_t o = blk->ops[i];
         ir_op *op = &l->k->ops[o];
         l->cur_op = o;
-        for (int p = 0; op->kind == IR_FOR && p < l->cg->nprefetch; p++) /* codegen/hoist.c */
-            if (l->cg->prefetch[p][0] == o && !lw_prefetch_lines(l, l->cg->prefetch[p][1]))
-                return false;
         if (!lower_table[op->kind](l, o, op))
             return l->cg->st != LOOM_OK ? false
                                         : CG_BUG(l->cg, "lowering op '%s' failed", ir_opdescs[op->kind].name);

@@ -102,9 +102,6 @@ static inline LLVMTypeRef reg_type(L *l, loom_dtype dt)
 static inline LLVMValueRef ci32(L *l, int64_t v) { return LLVMConstInt(l->t_i32, (unsigned long long)v, 1); }
 static inline LLVMValueRef ci64(L *l, int64_t v) { return LLVMConstInt(l->t_i64, (unsigned long long)v, 1); }
 
-/* lower_mem.c: prefetch into L1 the lines of load op o's box (codegen/hoist.c) */
-bool lw_prefetch_lines(L *l, uint32_t o);
-
 /* ---------------------------------------------------------------- helpers (lower.c) */
 
 /* n zeroed bytes from the arena; NULL (with the error recorded) when out of memory. */

@@ -429,6 +429,9 @@ typedef struct abounds {
     /* per tiled dim: the valid coordinates [lo, hi) (NULL: a gather's row dim); where
      * the thread has many coordinates, tlo = t - lo and rng = max(min(hi, tile) - lo, 0) */
     LLVMValueRef lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK], tlo[LOOM_MAX_RANK], rng[LOOM_MAX_RANK];
+    /* per tiled dim where the tile lies wholly inside the tensor or wholly outside it: the
+     * one uniform predicate of all its coordinates (else NULL) */
+    LLVMValueRef whole[LOOM_MAX_RANK];
     dim_preds dp[LOOM_MAX_RANK]; /* per tiled dim: the predicates made so far */
 } abounds;
 
@@ -463,8 +466,19 @@ static int64_t dim_bounds(L *l, const macc *a, int v, abounds *b)
         int td = a->lead + s;
         b->lo[s] = b->hi[s] = b->rng[s] = NULL;
         span += ((INT64_C(1) << lay->lg[s]) - 1) * (a->arg->strides[td] < 0 ? -a->arg->strides[td] : a->arg->strides[td]);
+        b->whole[s] = NULL;
         if (gather && td == 0)
             continue;
+        /* A tile of T = 2^k coordinates (no padding) at an offset that is a multiple of T,
+         * in a dim whose size is one too, lies wholly inside (0 <= offset < dim) or wholly
+         * outside: one uniform compare for all its coordinates, no per-element bounds (a
+         * bias row read at a tile's column: n0 a multiple of BN, N of BN). */
+        int64_t T = lay->shape[s];
+        if (T == (INT64_C(1) << lay->lg[s]) && dim_divisor(l, a->arg, td) % T == 0 &&
+            cg_divisor(l->cg, a->offv[td]) % T == 0) {
+            b->whole[s] = LLVMBuildICmp(l->B, LLVMIntULT, a->offs[td], arg_dim(l, a->arg, td), "");
+            continue;
+        }
         b->lo[s] = clamp64(l, LLVMBuildNeg(l->B, a->offs[td], ""), -1, INT64_C(1) << 21);
         b->hi[s] = clamp64(l, LLVMBuildSub(l->B, arg_dim(l, a->arg, td), a->offs[td], ""), -1, INT64_C(1) << 21);
         /* Where a thread has many coordinates along the dim, c (the thread's part t plus
@@ -514,7 +528,9 @@ static LLVMValueRef dim_pred(L *l, const macc *a, abounds *b, int s, int j0)
     if (ps)
         return ps;
     ps = s == 0 ? b->upred : NULL;
-    if (b->rng[s]) /* lo <= c < hi, and inside the unpadded tile: one compare */
+    if (b->whole[s])
+        ps = lw_and_pred(l, ps, b->whole[s]);
+    else if (b->rng[s]) /* lo <= c < hi, and inside the unpadded tile: one compare */
         ps = lw_and_pred(l, ps, LLVMBuildICmp(l->B, LLVMIntULT, LLVMBuildAdd(l->B, b->tlo[s], ci32(l, k), ""),
                                               b->rng[s], ""));
     else {
@@ -553,7 +569,7 @@ static uint64_t fill_word(uint64_t fb, int es)
  * registers, which spilled the consumers of a split 128 x 256 GEMM with a bias row (36
  * bytes; none clamped).  A clamped read only ever touches elements of the tensor (never
  * past it); the values of an excluded element are never used. */
-enum { CLAMP_MIN_VECTORS = 8 };
+enum { CLAMP_MIN_VECTORS = 8, WHOLE_MAX_WORDS = 32 };
 static bool clamped_load(const macc *a, int n, int v, bool wide)
 {
     return !a->store && !a->rows && !a->mask && !wide && a->trank == 1 && a->srank == 1 && !a->arg->dyn[0] &&
@@ -590,7 +606,29 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         return false;
     if (!a->srank && b.upred) /* no tiled dim carries the leading dims' check */
         return CG_BUG(l->cg, "a block access without tiled dims");
-    bool clamped = clamped_load(a, n, v, wide);
+    /* A load whose tiled dims all lie wholly inside or wholly outside (dim_bounds): read
+     * unpredicated from the tile's start, or where it is outside from the tensor's (a tile
+     * of this shape there is inside: every tiled dim is a multiple of its tile), the fill
+     * selected after the load by the one uniform predicate.  Predicated instead, ptxas
+     * issues every load of the tile at once and spilled the consumers of a split 128 x 256
+     * GEMM with a bias row (36 bytes).  Unpredicated at constant offsets, it issues them at
+     * once too: a load the clamped form would read (clamped_load) stays clamped where it
+     * is more than WHOLE_MAX_WORDS words a thread (an f32 row of 256 in a split 128 x 256
+     * GEMM's epilogue, 64 words: 4 bytes spilled; each clamped vector's address paces
+     * them).  At 2048^3 the whole form took the f16 bias row's cost from 0.9 to 0.2-0.5 us
+     * (bench/RESULTS.md, session 26). */
+    LLVMValueRef wpred = NULL;
+    bool whole = !a->store && !gather && !a->mask && !wide && a->srank > 0 &&
+                 !(clamped_load(a, n, v, wide) && (int64_t)n * es > 4 * WHOLE_MAX_WORDS);
+    for (int s = 0; s < a->srank && whole; s++)
+        whole = b.whole[s] != NULL;
+    if (whole) {
+        wpred = b.upred;
+        for (int s = 0; s < a->srank; s++)
+            wpred = lw_and_pred(l, wpred, b.whole[s]);
+        base = LLVMBuildSelect(l->B, wpred, base, a->base, "");
+    }
+    bool clamped = clamped_load(a, n, v, wide) && !whole;
     /* a load's fill as a register value: for the padding, and past the bounds of a clamped load */
     LLVMValueRef fillv = a->store                ? NULL
                          : ir_dtype_is_fp8(dt) ? LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)fb))
@@ -611,8 +649,8 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
         int64_t imm = 0;
         for (int s = 0; s < a->srank; s++) {
             int td = a->lead + s;
-            LLVMValueRef ps = dim_pred(l, a, &b, s, j0);
-            if (!(LLVMIsAConstantInt(ps) && LLVMConstIntGetZExtValue(ps)))
+            LLVMValueRef ps = whole ? NULL : dim_pred(l, a, &b, s, j0);
+            if (ps && !(LLVMIsAConstantInt(ps) && LLVMConstIntGetZExtValue(ps)))
                 pred = lw_and_pred(l, pred, ps);
             if (gather && td == 0)
                 continue;
@@ -655,6 +693,16 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
                         (uint16_t)fb);
             } else
                 gaccess(l, nc, v * es, addr, imm, pred, w, fword, (uint16_t)fb);
+            if (wpred) /* a whole tile outside: the fill, in place of the words (a value keeps
+                        * being one that was loaded, for an FP8 store or a cast of it) */
+                for (int i = 0; i < (v * es <= 2 ? 1 : v * es / 4); i++)
+                    w[i] = LLVMBuildSelect(l->B, wpred, w[i],
+                                           LLVMConstInt(LLVMTypeOf(w[i]),
+                                                        v * es == 2 ? (uint16_t)fb
+                                                        : v * es == 1 ? (fb & 0xff)
+                                                        : (i & 1) && v * es >= 8 ? (uint32_t)(fword >> 32) : (uint32_t)fword,
+                                                        0),
+                                           "");
             unpack_words(l, w, v, es, eb);
             if (ir_dtype_is_fp8(dt))
                 lw_fp8_decode(l, dt, eb, v, out + j0); /* a pair to one cvt */
@@ -692,51 +740,6 @@ static bool setup_access(L *l, uint32_t o, ir_op *op, macc *a, int first_off, in
 }
 
 /* ---------------------------------------------------------------- ops */
-
-/* Prefetch into L1 the lines of load o's box (codegen/hoist.c: where the loop before which
- * this runs hides their latency).  One line a thread of the task replica (or of the CTA):
- * row r of the box (its leading dims at their offsets), line i of that row from the line
- * that holds its first byte in the tensor; a line is touched only where it holds a byte of
- * the box inside the tensor, so every address prefetched is mapped.  No register is held
- * after it, and nothing waits for it: the load, where the user wrote it, finds the lines. */
-bool lw_prefetch_lines(L *l, uint32_t o)
-{
-    const ir_op *op = &l->k->ops[o];
-    const ir_arg *arg = &l->k->args[l->k->vals[op->opnd[0]].def];
-    int tr = arg->shape.rank, sr = op->shape.rank, es = cg_elsize(arg->dtype);
-    int64_t rows = sr == 2 ? op->shape.dim[0] : 1, cols = op->shape.dim[sr - 1];
-    int64_t lpr = (cols * es + 127) / 128 + 1; /* lines a row can touch */
-    LLVMValueRef t = l->tid_local ? l->tid_local : l->tid;
-    LLVMValueRef t64 = LLVMBuildZExt(l->B, t, l->t_i64, ""), row = LLVMBuildUDiv(l->B, t64, ci64(l, lpr), "");
-    LLVMValueRef li = LLVMBuildURem(l->B, t64, ci64(l, lpr), "");
-    LLVMValueRef ok = LLVMBuildICmp(l->B, LLVMIntULT, row, ci64(l, rows), "");
-    LLVMValueRef eoff = ci64(l, 0); /* the row's first element in the tensor, in elements */
-    for (int d = 0; d < tr; d++) {
-        LLVMValueRef x = lw_to_i64(l, scal(l, op->opnd[1 + d]));
-        if (d == tr - 2 && sr == 2)
-            x = LLVMBuildAdd(l->B, x, row, "");
-        if (d == tr - 1) {
-            LLVMValueRef end = LLVMBuildAdd(l->B, x, ci64(l, cols), ""), dim = arg_dim(l, arg, d);
-            LLVMValueRef cs = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSGT, x, ci64(l, 0), ""), x, ci64(l, 0), "");
-            LLVMValueRef ce = LLVMBuildSelect(l->B, LLVMBuildICmp(l->B, LLVMIntSLT, end, dim, ""), end, dim, "");
-            ok = LLVMBuildAnd(l->B, ok, LLVMBuildICmp(l->B, LLVMIntSLT, cs, ce, ""), "");
-            LLVMValueRef base = LLVMBuildPtrToInt(l->B, LLVMGetParam(l->fn, l->k->vals[op->opnd[0]].def), l->t_i64, "");
-            LLVMValueRef rowb = LLVMBuildAdd(l->B, base, LLVMBuildMul(l->B, eoff, ci64(l, es), ""), "");
-            LLVMValueRef first = LLVMBuildAdd(l->B, rowb, LLVMBuildMul(l->B, cs, ci64(l, es), ""), "");
-            LLVMValueRef last = LLVMBuildAdd(l->B, rowb, LLVMBuildMul(l->B, ce, ci64(l, es), ""), "");
-            LLVMValueRef line = LLVMBuildAdd(l->B, LLVMBuildAnd(l->B, first, ci64(l, ~(int64_t)127), ""),
-                                             LLVMBuildMul(l->B, li, ci64(l, 128), ""), "");
-            ok = LLVMBuildAnd(l->B, ok, LLVMBuildICmp(l->B, LLVMIntULT, line, last, ""), "");
-            LLVMValueRef args[2] = {line, LLVMBuildZExt(l->B, ok, l->t_i32, "")};
-            lw_asm_void(l, "{ .reg .pred p; setp.ne.u32 p, $1, 0; @p prefetch.global.L1 [$0]; }", "l,r", args, 2);
-            return true;
-        }
-        /* a leading dim (or the box's row dim): inside the tensor, and its stride */
-        ok = LLVMBuildAnd(l->B, ok, LLVMBuildICmp(l->B, LLVMIntULT, x, arg_dim(l, arg, d), ""), "");
-        eoff = LLVMBuildAdd(l->B, eoff, LLVMBuildMul(l->B, x, ci64(l, arg->strides[d]), ""), "");
-    }
-    return true;
-}
 
 bool lower_load(L *l, uint32_t o, ir_op *op)
 {

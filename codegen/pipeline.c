@@ -1,7 +1,7 @@
 /*
  * pipeline.c -- the one visible sequence of codegen passes.
  *
- *   verify -> fold -> layouts -> hoist -> smem -> lower (LLVM IR) -> opt -> PTX
+ *   verify -> fold -> layouts -> smem -> lower (LLVM IR) -> opt -> PTX
  *
  * Each pass is a function over the pass context (cg_ctx) in its own file; this file
  * only runs them in order and owns the debugging switches:
@@ -9,7 +9,7 @@
  *   LOOM_VERIFY_PASSES=1       run the loom verifier after every pass that may change
  *                              the IR (an error there is a codegen bug)
  *   LOOM_DUMP_AFTER=<pass>|all print the loom IR (loom_print) to stderr after the named
- *                              pass (verify, fold, layouts, hoist, smem); after layouts also
+ *                              pass (verify, fold, layouts, smem); after layouts also
  *                              each tile value's layout (codegen/explain.c)
  *   LOOM_EXPLAIN=1             print what the kernel costs to stderr: every layout
  *                              conversion and other use of shared-memory scratch, every
@@ -133,8 +133,8 @@ static void ctx_init(cg_ctx *cg, loom_kernel *k, const char *arch, char *err, si
     cg->err = err;
     cg->errlen = errlen;
     cg->verify_passes = util_env_on("LOOM_VERIFY_PASSES");
-    static const char *const dump_passes[] = {"verify", PIPE_AUTOWS_PASSES, "fold", "layouts", "hoist", "smem", "all"};
-    int dump = util_env_choice("LOOM_DUMP_AFTER", dump_passes, 6 + PIPE_AUTOWS_NPASSES, -1);
+    static const char *const dump_passes[] = {"verify", PIPE_AUTOWS_PASSES, "fold", "layouts", "smem", "all"};
+    int dump = util_env_choice("LOOM_DUMP_AFTER", dump_passes, 5 + PIPE_AUTOWS_NPASSES, -1);
     cg->dump_after = dump >= 0 ? dump_passes[dump] : NULL;
 }
 
@@ -151,7 +151,6 @@ static void ctx_free(cg_ctx *cg)
     free(cg->div);
     free(cg->axis);
     free(cg->costs);
-    free(cg->prefetch);
 }
 
 /* The passes before the lowering: verify, then on a copy (*work, the caller destroys it)
@@ -188,10 +187,7 @@ static loom_status front(cg_ctx *cg, loom_kernel *k, loom_kernel **work, const c
     /* 3. layouts */
     if (cg_layouts(cg) || after(cg, "layouts"))
         return cg->st;
-    /* 4. epilogue loads above the tensor-core loop */
-    if (cg_hoist(cg) || after(cg, "hoist"))
-        return cg->st;
-    /* 5. shared memory plan */
+    /* 4. shared memory plan */
     if (cg_smem(cg) || after(cg, "smem"))
         return cg->st;
     FSTAGE("layouts+smem");

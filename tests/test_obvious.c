@@ -241,16 +241,21 @@ Test(obvious, residual_add_on_the_accumulator) { acc_check(EPI_RESIDUAL); }
 Test(obvious, bias_and_relu_epilogue) { acc_check(EPI_BIAS_RELU); }
 Test(obvious, f16_bias_cast_after_the_broadcast) { acc_check(EPI_BIAS_F16); }
 
-/* A bias row in the accumulator's slice layout is 16 vectors a thread at 128 columns: it
- * is read unpredicated, each vector's index clamped into the tensor and the fill chosen
- * after the load (codegen/lower_mem.c, clamped_load).  On the GPU, on the interpreter
- * too: the whole row inside the bias, its end inside the tile (a multiple of the vector
- * and an odd one of pairs), the tile starting inside and running past it, and a tile
- * wholly past it (every column the fill). */
+/* A bias row in the accumulator's slice layout is 16 vectors a thread at 128 columns.
+ * Where the bias's size and the column it is read at are multiples of the tile's 128, the
+ * tile lies wholly inside or wholly past it: read unpredicated from the tile's start (or,
+ * past it, from the bias's), the fill chosen after the load by one uniform compare
+ * (codegen/lower_mem.c, dim_bounds).  Otherwise it is read unpredicated too, each vector's
+ * index clamped into the tensor and the fill chosen after the load (clamped_load).  On the
+ * GPU, on the interpreter too: the whole row inside the bias, its end inside the tile (a
+ * multiple of the vector and an odd one of pairs), the tile starting inside and running
+ * past it, a tile wholly past it (every column the fill), and the two whole cases (the
+ * bias's second tile, and the tile just past it). */
 Test(obvious_gpu, bias_row_read_clamped_at_its_edges)
 {
     loom_runtime *rt = t_gpu_or_skip();
-    static const int64_t cases[][2] = {{WN, 0}, {104, 0}, {98, 0}, {200, 96}, {64, 96}}; /* {elements, first column} */
+    static const int64_t cases[][2] = {{WN, 0},   {104, 0},     {98, 0},     {200, 96},
+                                       {64, 96},  {2 * WN, WN}, {WN, WN}}; /* {elements, first column} */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         for (int e = 0; e < 2; e++) {
             acc_nb = cases[i][0], acc_boff = cases[i][1];
@@ -259,6 +264,38 @@ Test(obvious_gpu, bias_row_read_clamped_at_its_edges)
         }
     acc_nb = WN, acc_boff = 0;
     loom_runtime_destroy(rt);
+}
+
+/* The whole-tile read's code: no bounds per vector (no clamp, no predicated load), one
+ * select of the fill a register; the clamped read where the bias's size is not a multiple
+ * of the tile. */
+Test(obvious, bias_row_at_a_multiple_of_its_tile_is_read_without_per_element_bounds)
+{
+    for (int w = 0; w < 2; w++) {
+        acc_nb = w ? 2 * WN : 104, acc_boff = w ? WN : 0;
+        loom_kernel *k = acc_kernel(130, EPI_BIAS_ROW);
+        char *ptx = NULL, err[4096];
+        size_t smem = 0;
+        cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
+        int pld = 0, imm = 0; /* global loads predicated; at a register plus a constant */
+        for (const char *p = ptx; (p = strstr(p, "ld.global")); p++) {
+            const char *line = p, *end = strchr(p, '\n');
+            while (line > ptx && line[-1] != '\n')
+                line--;
+            pld += memchr(line, '@', (size_t)(p - line)) != NULL;
+            const char *br = strchr(p, '[');
+            imm += br && end && br < end && memchr(br, '+', (size_t)(end - br)) != NULL;
+        }
+        cr_expect_eq(pld, 0, "%s: %d predicated global loads", w ? "whole" : "clamped", pld);
+        if (w) /* the thread's address once, each vector at a constant from it */
+            cr_expect_eq(imm, 15, "the whole tile: 16 vectors, 15 at constants past the first (%d)", imm);
+        else /* each vector at its own clamped address */
+            cr_expect_eq(imm, 0, "a bias of 104 read clamped (%d at constant offsets)", imm);
+        t_ptxas_ok(ptx, "sm_90a", loom_kernel_name(k));
+        free(ptx);
+        loom_kernel_destroy(k);
+    }
+    acc_nb = WN, acc_boff = 0;
 }
 
 /* ---------------------------------------------------------------- a pipelined GEMM with a bias */
@@ -271,17 +308,14 @@ Test(obvious_gpu, bias_row_read_clamped_at_its_edges)
  * none. */
 enum { PM = 192, PN = 256, PK = 128, PBM = 64, PBN = 256, PBK = 64, PSLOTS = 3 };
 
-/* The epilogue reads bias (declared with bias_access) and, with `scaled`, a scale: one f32
- * read with load_scalar from a [1] tensor after C, C = (acc + bias) * scale. */
-static loom_kernel *pipe_bias_gemm_as(loom_access bias_access, bool scaled)
+static loom_kernel *pipe_bias_gemm(void)
 {
     loom_kernel *k = loom_kernel_create("pipe_bias_gemm", LOOM_PIPE_PRODUCER_WARPS + 4);
     loom_pipe p = loom_pipe_create(k);
     loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(PM, PK), LOOM_IN);
     loom_val Bt = loom_arg_tensor(k, "Bt", LOOM_F16, LOOM_SHAPE2(PN, PK), LOOM_IN);
-    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(PN), bias_access);
+    loom_val bias = loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(PN), LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", LOOM_F16, LOOM_SHAPE2(PM, PN), LOOM_OUT);
-    loom_val S = scaled ? loom_arg_tensor(k, "scale", LOOM_F32, LOOM_SHAPE1(1), LOOM_IN) : LOOM_NONE;
     loom_ring_tile tiles[2] = {{LOOM_F16, LOOM_SHAPE2(PBM, PBK), 1, LOOM_SWIZZLE_128},
                                {LOOM_F16, LOOM_SHAPE2(PBN, PBK), 1, LOOM_SWIZZLE_128}};
     loom_ring ring = loom_ring_create(&p, PSLOTS, 1, 2, tiles);
@@ -332,8 +366,6 @@ static loom_kernel *pipe_bias_gemm_as(loom_access bias_access, bool scaled)
         loom_val bv = loom_load(k, bias, ((loom_val[]){n0}), LOOM_SHAPE1(PBN), LOOM_NONE, 0.0);
         loom_val y = loom_add(k, loom_for_result(k, kl, 0),
                               loom_broadcast(k, loom_expand_dims(k, bv, 0), LOOM_SHAPE2(PBM, PBN)));
-        if (scaled)
-            y = loom_mul(k, y, loom_load_scalar(k, S, &zero));
         loom_epilogue_store(k, &epi, ((loom_val[]){m0, n0}), loom_cast(k, y, LOOM_F16), slot);
         loom_val next[2] = {loom_add(k, it0, I32(k, nk)), loom_sub(k, one, slot)};
         loom_sched_end(k, &tl, next);
@@ -341,43 +373,6 @@ static loom_kernel *pipe_bias_gemm_as(loom_access bias_access, bool scaled)
     }
     loom_task_end(k, ct);
     return k;
-}
-
-static loom_kernel *pipe_bias_gemm(void) { return pipe_bias_gemm_as(LOOM_IN, false); }
-
-/* Where the first `needle` is in ptx (SIZE_MAX: nowhere). */
-static size_t at_of(const char *ptx, const char *needle)
-{
-    const char *p = strstr(ptx, needle);
-    return p ? (size_t)(p - ptx) : SIZE_MAX;
-}
-
-/* codegen/hoist.c: the epilogue's loads start before the mainloop.  The bias row (64
- * registers a thread: too many to hold across the loop) stays after it, its lines
- * prefetched into L1 before it; the scale (one register) is read before it.  A bias the
- * kernel may write (LOOM_INOUT) is neither. */
-Test(obvious, epilogue_loads_start_before_the_mainloop)
-{
-    for (int v = 0; v < 2; v++) {
-        loom_kernel *k = pipe_bias_gemm_as(v ? LOOM_INOUT : LOOM_IN, true);
-        char *ptx = NULL, err[4096];
-        size_t smem = 0;
-        cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, &smem, err, sizeof err), LOOM_OK, "%s", err);
-        size_t mma = at_of(ptx, "wgmma.mma_async"), wait0 = at_of(ptx, "wgmma.wait_group.sync.aligned 0");
-        cr_assert(mma != SIZE_MAX && wait0 != SIZE_MAX && mma < wait0);
-        if (!v) {
-            cr_expect_eq(t_count(ptx, "prefetch.global.L1"), 1, "one prefetch of the bias row's lines");
-            cr_expect_lt(at_of(ptx, "prefetch.global.L1"), mma, "the bias row's lines prefetched before the loop");
-            cr_expect_lt(at_of(ptx, "ld.global.nc.f32"), mma, "the scale read before the loop");
-            cr_expect_gt(at_of(ptx, "ld.global.nc.v"), wait0, "the bias row read after the loop");
-        } else {
-            cr_expect_eq(t_count(ptx, "prefetch"), 0, "a bias the kernel may write is not prefetched");
-            cr_expect_gt(at_of(ptx, "ld.global.v"), wait0, "a bias the kernel may write is read after the loop");
-        }
-        t_ptxas_ok(ptx, "sm_90a", "pipe_bias_gemm");
-        free(ptx);
-        loom_kernel_destroy(k);
-    }
 }
 
 Test(obvious, pipelined_gemm_with_a_bias_fits_and_converts_nothing)
