@@ -244,6 +244,14 @@ static void unpack_words(L *l, LLVMValueRef *w, int v, int elsize, LLVMValueRef 
     }
 }
 
+/* Word i of the fill of a load of `bytes` bytes (the fill's bits repeated over 64 bits in
+ * fill_word; fill16 for one 16-bit element): what a predicated load leaves where it reads
+ * nothing. */
+static uint32_t word_fill(int bytes, int i, uint64_t fill_word, uint16_t fill16)
+{
+    return bytes == 2 ? fill16 : (uint32_t)((bytes >= 8 && (i & 1) ? fill_word >> 32 : fill_word) & 0xffffffffu);
+}
+
 /* One predicated global load of `bytes` bytes at addr + imm (imm a constant byte offset,
  * written into the instruction: PTX's [reg+imm] addressing), the fill moved in first;
  * the words come back in w.  A predicate NULL or constant true: a plain load.  (Stores:
@@ -262,14 +270,9 @@ static void gaccess(L *l, bool nc, int bytes, LLVMValueRef addr, int64_t imm, LL
         snprintf(vec, sizeof vec, ".v%d", nw);
     int p = 0, c = 0;
     bool always = !pred || (LLVMIsAConstantInt(pred) && LLVMConstIntGetZExtValue(pred)); /* no predicate */
-    for (int i = 0; i < nw && !always; i++) {
-        if (bytes == 2)
-            p += snprintf(text + p, sizeof text - (size_t)p, "mov.b16 $%d, 0x%04x; ", i, fill16);
-        else
-            p += snprintf(text + p, sizeof text - (size_t)p, "mov.b32 $%d, 0x%08x; ", i,
-                          (unsigned)(bytes == 8 || bytes == 16 ? (i & 1 ? fill_word >> 32 : fill_word) : fill_word) &
-                              0xffffffffu);
-    }
+    for (int i = 0; i < nw && !always; i++)
+        p += snprintf(text + p, sizeof text - (size_t)p, bytes == 2 ? "mov.b16 $%d, 0x%04x; " : "mov.b32 $%d, 0x%08x; ", i,
+                      (unsigned)word_fill(bytes, i, fill_word, fill16));
     if (!always)
         p += snprintf(text + p, sizeof text - (size_t)p, "@$%d ", nw + 1);
     p += snprintf(text + p, sizeof text - (size_t)p, "ld.global%s%s.%s %s", nc ? ".nc" : "", vec, ty, nw > 1 ? "{" : "");
@@ -696,13 +699,8 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             if (wpred) /* a whole tile outside: the fill, in place of the words (a value keeps
                         * being one that was loaded, for an FP8 store or a cast of it) */
                 for (int i = 0; i < (v * es <= 2 ? 1 : v * es / 4); i++)
-                    w[i] = LLVMBuildSelect(l->B, wpred, w[i],
-                                           LLVMConstInt(LLVMTypeOf(w[i]),
-                                                        v * es == 2 ? (uint16_t)fb
-                                                        : v * es == 1 ? (fb & 0xff)
-                                                        : (i & 1) && v * es >= 8 ? (uint32_t)(fword >> 32) : (uint32_t)fword,
-                                                        0),
-                                           "");
+                    w[i] = LLVMBuildSelect(
+                        l->B, wpred, w[i], LLVMConstInt(LLVMTypeOf(w[i]), word_fill(v * es, i, fword, (uint16_t)fb), 0), "");
             unpack_words(l, w, v, es, eb);
             if (ir_dtype_is_fp8(dt))
                 lw_fp8_decode(l, dt, eb, v, out + j0); /* a pair to one cvt */
