@@ -241,15 +241,9 @@ static LLVMValueRef round_to(L *l, loom_dtype dt, LLVMValueRef f)
         LLVMValueRef h = LLVMBuildFPTrunc(l->B, f, l->t_f16, "");
         return LLVMBuildFPExt(l->B, h, l->t_f32, "");
     }
-    if (dt == LOOM_BF16) {
-        LLVMValueRef u = LLVMBuildBitCast(l->B, f, l->t_i32, "");
-        LLVMValueRef lsb = LLVMBuildAnd(l->B, LLVMBuildLShr(l->B, u, ci32(l, 16), ""), ci32(l, 1), "");
-        LLVMValueRef r = LLVMBuildAdd(l->B, LLVMBuildAdd(l->B, u, ci32(l, 0x7fff), ""), lsb, "");
-        r = LLVMBuildAnd(l->B, r, ci32(l, (int32_t)0xffff0000), "");
-        LLVMValueRef nanv = LLVMBuildOr(l->B, LLVMBuildAnd(l->B, u, ci32(l, (int32_t)0xffff0000), ""),
-                                        ci32(l, 0x00400000), "");
-        LLVMValueRef isnan = LLVMBuildFCmp(l->B, LLVMRealUNO, f, f, "");
-        return LLVMBuildBitCast(l->B, LLVMBuildSelect(l->B, isnan, nanv, r, ""), l->t_f32, "");
+    if (dt == LOOM_BF16) { /* cvt.rn.bf16.f32, then back: exact */
+        LLVMValueRef h = LLVMBuildFPTrunc(l->B, f, LLVMBFloatTypeInContext(l->C), "");
+        return LLVMBuildFPExt(l->B, h, l->t_f32, "");
     }
     return f;
 }

@@ -402,11 +402,13 @@ static bool runs_in_rows(const cg_layout *lay, const vgeom *g, int bits, bool wh
 }
 
 /* Two elements (already rounded to dt) as one i32 (16-bit types) or <2 x float> (f32). */
-/* y where x is fpext(fptrunc(y)) to f16 and back (the f32 register of a cast to f16), else x. */
-static LLVMValueRef unrounded(L *l, LLVMValueRef x)
+/* y where x is fpext(fptrunc(y)) to dt (f16 or bf16) and back (the f32 register of a
+ * rounding to dt: a cast, an op's result), else x. */
+static LLVMValueRef unrounded(L *l, loom_dtype dt, LLVMValueRef x)
 {
+    LLVMTypeRef ht = dt == LOOM_BF16 ? LLVMBFloatTypeInContext(l->C) : l->t_f16;
     LLVMValueRef h = LLVMIsAFPExtInst(x) ? LLVMGetOperand(x, 0) : NULL;
-    if (h && LLVMTypeOf(h) == l->t_f16 && LLVMIsAFPTruncInst(h) && LLVMTypeOf(LLVMGetOperand(h, 0)) == l->t_f32)
+    if (h && LLVMTypeOf(h) == ht && LLVMIsAFPTruncInst(h) && LLVMTypeOf(LLVMGetOperand(h, 0)) == l->t_f32)
         return LLVMGetOperand(h, 0);
     return x;
 }
@@ -418,19 +420,14 @@ static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
         v = LLVMBuildInsertElement(l->B, v, a, ci32(l, 0), "");
         return LLVMBuildInsertElement(l->B, v, b, ci32(l, 1), "");
     }
-    if (dt == LOOM_F16) {
-        /* one cvt.rn.f16x2.f32 (as lw_pack_pair): a <2 x half> bitcast to i32 would be a
-         * ProxyReg machine instruction for LLVM 19, whose eraser walks the whole function
-         * once per instance (lower_mem.c, f16_bits).  Rounding an element that is already
-         * an f16 value is exact; one that is the f32 of an f16 rounding is rounded from
-         * its source instead, so that rounding and the conversion back are dead. */
-        LLVMValueRef ab[2] = {unrounded(l, b), unrounded(l, a)}; /* the first fills the upper half */
-        return lw_asm_call(l, l->t_i32, "cvt.rn.f16x2.f32 $0, $1, $2;", "=r,f,f", ab, 2, true);
-    }
-    /* bf16: the top halves of the rounded f32 values */
-    LLVMValueRef lo = LLVMBuildLShr(l->B, LLVMBuildBitCast(l->B, a, l->t_i32, ""), ci32(l, 16), "");
-    LLVMValueRef hi = LLVMBuildAnd(l->B, LLVMBuildBitCast(l->B, b, l->t_i32, ""), ci32(l, (int32_t)0xffff0000), "");
-    return LLVMBuildOr(l->B, lo, hi, "");
+    /* f16, bf16: one cvt.rn.{f16,bf16}x2.f32 (as lw_pack_pair): a <2 x half> bitcast to i32
+     * would be a ProxyReg machine instruction for LLVM 19, whose eraser walks the whole
+     * function once per instance (lower_mem.c, f16_bits).  Rounding an element that is
+     * already a value of dt is exact; one that is the f32 of a rounding to dt is rounded
+     * from its source instead, so that rounding and the conversion back are dead. */
+    LLVMValueRef ab[2] = {unrounded(l, dt, b), unrounded(l, dt, a)}; /* the first fills the upper half */
+    return lw_asm_call(l, l->t_i32, dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;",
+                       "=r,f,f", ab, 2, true);
 }
 
 /* The f32 registers tile x (f16/bf16, in layout id) was cast from, when that tile is held
@@ -502,12 +499,11 @@ static void store_acc_trans(L *l, const vgeom *g, LLVMValueRef base, const LLVMV
                                    LLVMBuildShl(l->B, LLVMBuildAnd(l->B, blk, ci32(l, 1), ""), ci32(l, 3), ""), "");
     LLVMValueRef at = LLVMBuildAdd(l->B, base, elem_off(l, g, row, col), "");
     /* The pairs are packed inside the statement: one asm statement a stmatrix instead of
-     * five, the same instructions as pack2's.  f16: cvt.rn.f16x2.f32 (its first operand
-     * fills the upper half) from the unrounded source of a cast; bf16: the upper halves of
-     * the rounded f32 registers (prmt: a's bytes 2, 3, then b's). */
+     * five, the same instructions as pack2's: cvt.rn.{f16,bf16}x2.f32 (its first operand
+     * fills the upper half) from the unrounded source of a rounding. */
     const char *text = dt == LOOM_BF16
-                           ? "{\n\t.reg .b32 q<4>;\n\tprmt.b32 q0, $1, $2, 0x7632;\n\tprmt.b32 q1, $3, $4, 0x7632;\n\t"
-                             "prmt.b32 q2, $5, $6, 0x7632;\n\tprmt.b32 q3, $7, $8, 0x7632;\n\t"
+                           ? "{\n\t.reg .b32 q<4>;\n\tcvt.rn.bf16x2.f32 q0, $2, $1;\n\tcvt.rn.bf16x2.f32 q1, $4, $3;\n\t"
+                             "cvt.rn.bf16x2.f32 q2, $6, $5;\n\tcvt.rn.bf16x2.f32 q3, $8, $7;\n\t"
                              "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {q0, q1, q2, q3};\n\t}"
                            : "{\n\t.reg .b32 q<4>;\n\tcvt.rn.f16x2.f32 q0, $2, $1;\n\tcvt.rn.f16x2.f32 q1, $4, $3;\n\t"
                              "cvt.rn.f16x2.f32 q2, $6, $5;\n\tcvt.rn.f16x2.f32 q3, $8, $7;\n\t"
@@ -517,8 +513,8 @@ static void store_acc_trans(L *l, const vgeom *g, LLVMValueRef base, const LLVMV
         a[0] = saddr(l, LLVMBuildAdd(l->B, at, ci32(l, c * 16 * g->span), ""));
         for (int i = 0; i < 4; i++) { /* block i: columns + 8 (i & 1), rows 16c + 8 (i >> 1) */
             int j = 2 * (i & 1) + 4 * (int)(2 * c + (i >> 1));
-            a[1 + 2 * i] = dt == LOOM_F16 ? unrounded(l, x[j]) : x[j];
-            a[2 + 2 * i] = dt == LOOM_F16 ? unrounded(l, x[j + 1]) : x[j + 1];
+            a[1 + 2 * i] = unrounded(l, dt, x[j]);
+            a[2 + 2 * i] = unrounded(l, dt, x[j + 1]);
         }
         lw_asm_void(l, text, "r,f,f,f,f,f,f,f,f,~{memory}", a, 9);
     }
@@ -543,7 +539,7 @@ bool lower_smem_store(L *l, uint32_t o, ir_op *op)
     }
     if ((dt == LOOM_F16 || dt == LOOM_BF16 || dt == LOOM_F32) && runs_in_rows(lay, &g, 1, true) && n % 2 == 0) {
         /* The tile a cast from f32 made (an epilogue's): round and pack each pair with one
-         * cvt from the f32 registers (lw_cast_source).  bf16 has no cheaper rounding. */
+         * cvt from the f32 registers (lw_cast_source). */
         const lv *src = lw_cast_source(l, op->opnd[1], id);
         /* a pair never straddles a swizzle unit (16 bytes) or a chunk: its column is even */
         for (int j = 0; j < n; j += 2) {

@@ -274,6 +274,22 @@ Test(codegen, float_elementwise)
     check_and_free(float_ops(LOOM_F32, 3, 10)); /* padded, unvectorized */
 }
 
+/* A bf16 result is rounded by the hardware (cvt.rn.bf16.f32; cvt.rn.bf16x2.f32 where a pair
+ * is stored), as f16's: not by integer arithmetic and a NaN test (8 instructions an element,
+ * which spilled the bf16 LCE's consumers).  Bit for bit the interpreter's rounding on the
+ * GPU: codegen_gpu/float_ops_exact. */
+Test(codegen, bf16_rounding_is_the_hardware_cvt)
+{
+    loom_kernel *k = float_ops(LOOM_BF16, 8, 32), *k16 = float_ops(LOOM_F16, 8, 32);
+    char *ptx = check_kernel(k), *ptx16 = check_kernel(k16);
+    cr_expect_gt(t_count(ptx, "cvt.rn.bf16"), 0, "no cvt.rn.bf16 in the PTX");
+    /* the NaN tests of the float-to-integer casts (NaN gives 0), no more than f16 has */
+    cr_expect_eq(t_count(ptx, "setp.nan"), t_count(ptx16, "setp.nan"), "bf16 rounded in software: %d NaN tests, f16 %d",
+                 t_count(ptx, "setp.nan"), t_count(ptx16, "setp.nan"));
+    free(ptx), free(ptx16);
+    loom_kernel_destroy(k), loom_kernel_destroy(k16);
+}
+
 static loom_kernel *int_ops(loom_dtype dt)
 {
     loom_kernel *k = loom_kernel_create("int_ops", 2);
