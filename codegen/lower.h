@@ -202,6 +202,9 @@ const lv *lw_cast_source(L *l, uint32_t x, int32_t id);
 /* Registers j, j + 1 of tile x of dt as one packed b32 (from src, its cast's f32 registers,
  * where not NULL). */
 LLVMValueRef lw_pack_pair(L *l, loom_dtype dt, const lv *src, const LLVMValueRef *x, int j);
+/* f32 lo and hi rounded to dt (f16 or bf16) and packed into one i32 by one
+ * cvt.rn.{f16,bf16}x2.f32, lo in the lower half. */
+LLVMValueRef lw_cvt_pair(L *l, loom_dtype dt, LLVMValueRef lo, LLVMValueRef hi);
 
 /* lower_sync.c: the address of barrier opnd[first + 1] of the array opnd[first] of op */
 LLVMValueRef lw_bar_addr(L *l, ir_op *op, int first);

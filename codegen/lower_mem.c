@@ -620,9 +620,10 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
      * GEMM's epilogue, 64 words: 4 bytes spilled; each clamped vector's address paces
      * them).  At 2048^3 the whole form took the f16 bias row's cost from 0.9 to 0.2-0.5 us
      * (bench/RESULTS.md, session 26). */
+    bool clampable = clamped_load(a, n, v, wide);
     LLVMValueRef wpred = NULL;
     bool whole = !a->store && !gather && !a->mask && !wide && a->srank > 0 &&
-                 !(clamped_load(a, n, v, wide) && (int64_t)n * es > 4 * WHOLE_MAX_WORDS);
+                 !(clampable && (int64_t)n * es > 4 * WHOLE_MAX_WORDS);
     for (int s = 0; s < a->srank && whole; s++)
         whole = b.whole[s] != NULL;
     if (whole) {
@@ -631,7 +632,7 @@ static bool block_access(L *l, macc *a, LLVMValueRef *out)
             wpred = lw_and_pred(l, wpred, b.whole[s]);
         base = LLVMBuildSelect(l->B, wpred, base, a->base, "");
     }
-    bool clamped = clamped_load(a, n, v, wide) && !whole;
+    bool clamped = clampable && !whole;
     /* a load's fill as a register value: for the padding, and past the bounds of a clamped load */
     LLVMValueRef fillv = a->store                ? NULL
                          : ir_dtype_is_fp8(dt) ? LLVMConstReal(l->t_f32, ir_fp8_to_f32(dt, (uint8_t)fb))

@@ -401,7 +401,6 @@ static bool runs_in_rows(const cg_layout *lay, const vgeom *g, int bits, bool wh
     return true;
 }
 
-/* Two elements (already rounded to dt) as one i32 (16-bit types) or <2 x float> (f32). */
 /* y where x is fpext(fptrunc(y)) to dt (f16 or bf16) and back (the f32 register of a
  * rounding to dt: a cast, an op's result), else x. */
 static LLVMValueRef unrounded(L *l, loom_dtype dt, LLVMValueRef x)
@@ -413,6 +412,19 @@ static LLVMValueRef unrounded(L *l, loom_dtype dt, LLVMValueRef x)
     return x;
 }
 
+/* The pack of cvt.rn.{f16,bf16}x2.f32 for dt (f16 or bf16), its first operand filling the
+ * upper half. */
+static const char *cvt_x2(loom_dtype dt) { return dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32" : "cvt.rn.f16x2.f32"; }
+
+LLVMValueRef lw_cvt_pair(L *l, loom_dtype dt, LLVMValueRef lo, LLVMValueRef hi)
+{
+    char text[48];
+    snprintf(text, sizeof text, "%s $0, $1, $2;", cvt_x2(dt));
+    LLVMValueRef ab[2] = {hi, lo}; /* the first operand fills the upper half */
+    return lw_asm_call(l, l->t_i32, text, "=r,f,f", ab, 2, true);
+}
+
+/* Two elements (already rounded to dt) as one i32 (16-bit types) or <2 x float> (f32). */
 static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
 {
     if (dt == LOOM_F32) {
@@ -425,9 +437,7 @@ static LLVMValueRef pack2(L *l, loom_dtype dt, LLVMValueRef a, LLVMValueRef b)
      * function once per instance (lower_mem.c, f16_bits).  Rounding an element that is
      * already a value of dt is exact; one that is the f32 of a rounding to dt is rounded
      * from its source instead, so that rounding and the conversion back are dead. */
-    LLVMValueRef ab[2] = {unrounded(l, dt, b), unrounded(l, dt, a)}; /* the first fills the upper half */
-    return lw_asm_call(l, l->t_i32, dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;",
-                       "=r,f,f", ab, 2, true);
+    return lw_cvt_pair(l, dt, unrounded(l, dt, a), unrounded(l, dt, b));
 }
 
 /* The f32 registers tile x (f16/bf16, in layout id) was cast from, when that tile is held
@@ -451,11 +461,7 @@ const lv *lw_cast_source(L *l, uint32_t x, int32_t id)
  * of its cast (lw_cast_source) where src is not NULL. */
 LLVMValueRef lw_pack_pair(L *l, loom_dtype dt, const lv *src, const LLVMValueRef *x, int j)
 {
-    if (!src)
-        return pack2(l, dt, x[j], x[j + 1]);
-    const char *cvt = dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
-    LLVMValueRef ab[2] = {src->r[j + 1], src->r[j]}; /* the first operand fills the upper half */
-    return lw_asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true);
+    return src ? lw_cvt_pair(l, dt, src->r[j], src->r[j + 1]) : pack2(l, dt, x[j], x[j + 1]);
 }
 
 static bool same_bit(cg_bit a, int dim, int bit) { return a.dim == dim && a.bit == bit; }
@@ -501,13 +507,12 @@ static void store_acc_trans(L *l, const vgeom *g, LLVMValueRef base, const LLVMV
     /* The pairs are packed inside the statement: one asm statement a stmatrix instead of
      * five, the same instructions as pack2's: cvt.rn.{f16,bf16}x2.f32 (its first operand
      * fills the upper half) from the unrounded source of a rounding. */
-    const char *text = dt == LOOM_BF16
-                           ? "{\n\t.reg .b32 q<4>;\n\tcvt.rn.bf16x2.f32 q0, $2, $1;\n\tcvt.rn.bf16x2.f32 q1, $4, $3;\n\t"
-                             "cvt.rn.bf16x2.f32 q2, $6, $5;\n\tcvt.rn.bf16x2.f32 q3, $8, $7;\n\t"
-                             "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {q0, q1, q2, q3};\n\t}"
-                           : "{\n\t.reg .b32 q<4>;\n\tcvt.rn.f16x2.f32 q0, $2, $1;\n\tcvt.rn.f16x2.f32 q1, $4, $3;\n\t"
-                             "cvt.rn.f16x2.f32 q2, $6, $5;\n\tcvt.rn.f16x2.f32 q3, $8, $7;\n\t"
-                             "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {q0, q1, q2, q3};\n\t}";
+    char text[320];
+    const char *cvt = cvt_x2(dt);
+    snprintf(text, sizeof text,
+             "{\n\t.reg .b32 q<4>;\n\t%s q0, $2, $1;\n\t%s q1, $4, $3;\n\t%s q2, $6, $5;\n\t%s q3, $8, $7;\n\t"
+             "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {q0, q1, q2, q3};\n\t}",
+             cvt, cvt, cvt, cvt);
     for (int64_t c = 0; c < rows / 16; c++) {
         LLVMValueRef a[9];
         a[0] = saddr(l, LLVMBuildAdd(l->B, at, ci32(l, c * 16 * g->span), ""));

@@ -96,10 +96,8 @@ bool lw_find_packed(L *l)
 
 void lw_cast_packed(L *l, loom_dtype dt, const LLVMValueRef *src, LLVMValueRef *out, int n)
 {
-    const char *cvt = dt == LOOM_BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
     for (int j = 0; j + 1 < n; j += 2) {
-        LLVMValueRef ab[2] = {src[j + 1], src[j]}; /* the first operand fills the upper half */
-        out[j] = LLVMBuildBitCast(l->B, lw_asm_call(l, l->t_i32, cvt, "=r,f,f", ab, 2, true), l->t_f32, "");
+        out[j] = LLVMBuildBitCast(l->B, lw_cvt_pair(l, dt, src[j], src[j + 1]), l->t_f32, "");
         out[j + 1] = LLVMGetUndef(l->t_f32);
     }
 }
