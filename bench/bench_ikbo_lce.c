@@ -149,10 +149,11 @@ typedef struct grid_row {
     int stage, ok;
 } grid_row;
 
-/* The stages 0 to 4, then LOOM_IKBO_AUTO's pick; PICK_PLACES input sets. */
-enum { PICK_AUTO = LOOM_IKBO_PERSISTENT + 1, PICK_N, PICK_ROUNDS = 11, PICK_REPS = 5, PICK_PLACES = 4 };
+/* The stages 0 to 4, then LOOM_IKBO_AUTO's pick; pick_sets input sets (--sets, at most
+ * PICK_PLACES). */
+enum { PICK_AUTO = LOOM_IKBO_PERSISTENT + 1, PICK_N, PICK_ROUNDS = 11, PICK_REPS = 5, PICK_PLACES = 16 };
 #define PICK_WITHIN 1.02 /* issue 40: the pick within 2% of the fastest stage */
-static int picks_off;
+static int picks_off, pick_sets = 4, sets_shown;
 
 /* LOOM_IKBO_AUTO's pick against every stage, timed side by side: PICK_ROUNDS rounds, each a
  * loom_time_work of every prepared object on every input set in turn (runs after an L2
@@ -206,6 +207,18 @@ static double pick_check(loom_runtime *rt, run_ctx xs[][PICK_N], int nsets, int 
         if (xs[0][i].p)
             printf(" %d: %.4f [%.4f, %.4f]", i, med[i], lo[i], hi[i]);
     printf(" ms\n");
+    if (sets_shown) /* --sets: each set's time, to see how placement spreads them */
+        for (int i = 0; i < PICK_N; i++) {
+            if (!xs[0][i].p)
+                continue;
+            if (i == PICK_AUTO)
+                printf("    auto's object by set:");
+            else
+                printf("    stage %d by set:", i);
+            for (int j = 0; j < nsets; j++)
+                printf(" %.4f", tune_median(t[i][j], PICK_ROUNDS));
+            printf("\n");
+        }
     return ratio;
 }
 
@@ -334,11 +347,11 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
                gflop / am, vs_fw, verdict);
         printf("    prepare %.0f ms; %s\n", prep, loom_ikbo_lce_describe(ps[PICK_AUTO]));
         fflush(stdout);
-        /* the input sets: this one, and PICK_PLACES - 1 more of the same values allocated
+        /* the input sets: this one, and pick_sets - 1 more of the same values allocated
          * apart (as many as there is memory for) */
         loom_buffer *seu[PICK_PLACES] = {eu}, *sec[PICK_PLACES] = {ec};
         int nsets = 1;
-        for (; nsets < PICK_PLACES; nsets++) {
+        for (; nsets < pick_sets; nsets++) {
             seu[nsets] = loom_buffer_create(rt, loom_buffer_size(eu));
             sec[nsets] = loom_buffer_create(rt, loom_buffer_size(ec));
             if (!seu[nsets] || !sec[nsets] ||
@@ -863,6 +876,13 @@ int main(int argc, char **argv)
             tuned = 1;
         else if (!strcmp(argv[i], "--placement"))
             place = 1;
+        else if (!strcmp(argv[i], "--sets") && i + 1 < argc) { /* the pick check's input sets */
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > PICK_PLACES)
+                DIE("--sets takes 1 to %d, not '%s'", (int)PICK_PLACES, argv[i]);
+            pick_sets = (int)v, sets_shown = 1;
+        }
         else if (!strcmp(argv[i], "--fp8"))
             fp8 = 1;
         else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)
@@ -893,7 +913,7 @@ int main(int argc, char **argv)
             cfg = ik_config_of(c);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid | --grid-rows FIRST-LAST | --fp8] [--tuned] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
+            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid | --grid-rows FIRST-LAST | --fp8] [--tuned] [--sets N] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
                             "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..]\n");
             return 2;
         }

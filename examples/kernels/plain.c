@@ -187,12 +187,14 @@ typedef struct kv_at {
 } kv_at;
 
 /* O = softmax(q K^T * scale) V for the query tile q [rows, D]: the online softmax over the
- * key tiles (scores in log2 units), f32, normalized. */
+ * key tiles, f32, normalized, written as Triton's tutorial writes it: scores in log2 units
+ * with the scale folded into one FMA an element (m = max(m, rowmax(S) * c), P = exp2(S * c
+ * - m)), the rows divided once at the end (a reciprocal a row, a multiply an element). */
 static loom_val attention(loom_kernel *k, loom_val q, const kv_at *kv, int64_t rows, double scale, loom_dtype dt,
                           const plain_cfg *c)
 {
     loom_shape rv = LOOM_SHAPE1(rows), st = LOOM_SHAPE2(rows, c->bn), ot = LOOM_SHAPE2(rows, kv->D);
-    loom_val zero = I32(0);
+    loom_val zero = I32(0), cf = loom_const_f(k, LOOM_F32, scale * M_LOG2E);
     loom_val init[3] = {loom_splat(k, loom_const_f(k, LOOM_F32, -INFINITY), rv),
                         loom_splat(k, loom_const_f(k, LOOM_F32, 0), rv), loom_splat(k, loom_const_f(k, LOOM_F32, 0), ot)};
     loom_region_op l = loom_for_begin(k, zero, I32(kv->S), I32(c->bn), 3, init);
@@ -204,22 +206,22 @@ static loom_val attention(loom_kernel *k, loom_val q, const kv_at *kv, int64_t r
         loom_val kt = loom_load(k, kv->K, offs, LOOM_SHAPE2(c->bn, kv->D), LOOM_NONE, 0);
         loom_val v = loom_load(k, kv->V, offs, LOOM_SHAPE2(c->bn, kv->D), LOOM_NONE, 0);
         loom_val s = loom_dot(k, q, loom_trans(k, kt), loom_splat(k, loom_const_f(k, LOOM_F32, 0), st));
-        s = loom_mul(k, s, loom_const_f(k, LOOM_F32, scale * M_LOG2E));
         if (kv->S % c->bn) { /* keys past S score -inf */
             loom_val key = loom_add(k, loom_arange(k, 0, c->bn), loom_splat(k, n0, LOOM_SHAPE1(c->bn)));
             loom_val in = loom_broadcast(k, loom_expand_dims(k, loom_cmp(k, LOOM_LT, key, I32(kv->S)), 0), st);
             s = loom_select(k, in, s, loom_const_f(k, LOOM_F32, -INFINITY));
         }
-        loom_val mn = loom_max(k, mi, loom_reduce_max(k, s, 1));
-        loom_val p = loom_exp2(k, loom_sub(k, s, loom_broadcast(k, loom_expand_dims(k, mn, 1), st)));
+        loom_val mn = loom_max(k, mi, loom_mul(k, loom_reduce_max(k, s, 1), cf));
+        loom_val p = loom_exp2(k, loom_fma(k, s, loom_splat(k, cf, st),
+                                           loom_broadcast(k, loom_expand_dims(k, loom_neg(k, mn), 1), st)));
         loom_val alpha = loom_exp2(k, loom_sub(k, mi, mn));
         loom_val ln = loom_fma(k, li, alpha, loom_reduce_sum(k, p, 1));
         loom_val acc = loom_mul(k, loom_for_arg(k, l, 2), loom_broadcast(k, loom_expand_dims(k, alpha, 1), ot));
         acc = loom_dot(k, loom_cast(k, p, dt), v, acc);
         loom_for_end(k, l, 3, ((loom_val[]){mn, ln, acc}));
     }
-    return loom_div(k, loom_for_result(k, l, 2),
-                    loom_broadcast(k, loom_expand_dims(k, loom_for_result(k, l, 1), 1), ot));
+    loom_val inv = loom_div(k, loom_splat(k, loom_const_f(k, LOOM_F32, 1), rv), loom_for_result(k, l, 1));
+    return loom_mul(k, loom_for_result(k, l, 2), loom_broadcast(k, loom_expand_dims(k, inv, 1), ot));
 }
 
 loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, double scale, const plain_cfg *c)
