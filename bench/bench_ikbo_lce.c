@@ -20,6 +20,9 @@
  *                                  ratio f16 / e4m3 of each, and the FP8 output's error
  *                                  against the f16 kernel's (relative RMS, max)
  *   bench_ikbo_lce --shape B=..,U=..,M=..,N=..,Ku=..,Kc=..   one shape (contiguous, shuffled)
+ *   --sets N                       the pick check's input sets (1 to 16, default 8), each set's
+ *                                  time printed
+ *   --objects N                    the pick check's objects a stage (1 to 4, default 1)
  *   --config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..   skip tuning, use this config
  *                                  (keys of the ikbo_lce template; those left out keep their defaults)
  *   without a GPU: every stage on the interpreter at a small odd shape, checked the same
@@ -150,75 +153,81 @@ typedef struct grid_row {
 } grid_row;
 
 /* The stages 0 to 4, then LOOM_IKBO_AUTO's pick; pick_sets input sets (--sets, at most
- * PICK_PLACES). */
-enum { PICK_AUTO = LOOM_IKBO_PERSISTENT + 1, PICK_N, PICK_ROUNDS = 11, PICK_REPS = 5, PICK_PLACES = 16 };
+ * PICK_PLACES) and pick_objs objects a stage (--objects, at most PICK_OBJS). */
+enum { PICK_AUTO = LOOM_IKBO_PERSISTENT + 1, PICK_N, PICK_ROUNDS = 7, PICK_REPS = 5, PICK_PLACES = 16, PICK_OBJS = 4 };
 #define PICK_WITHIN 1.02 /* issue 40: the pick within 2% of the fastest stage */
-static int picks_off, pick_sets = 4, sets_shown;
+static int picks_off, pick_sets = 8, pick_objs = 1, sets_shown;
 
 /* LOOM_IKBO_AUTO's pick against every stage, timed side by side: PICK_ROUNDS rounds, each a
  * loom_time_work of every prepared object on every input set in turn (runs after an L2
  * flush each, median; PICK_REPS of them, more for a short kernel so that a round covers
  * about 2 ms).  An object's time on a set is the median of its rounds' (rows timed one
- * after another drift more than stages differ), and its time the mean over the sets:
- * where E_cand lies moves a stage by up to 22% at a narrow N (--placement), so on one set
- * the fastest stage is partly the draw of its placement; auto picks by the same mean over
- * its own sets.  xs[j][i]: object i on set j (sets of the same values, allocated apart).
- * The pick's quality is its stage's row over the fastest row (the same kernels that auto
- * chose between); auto's own object (the one a user runs) is printed beside its row.
- * Returns the pick's ratio (0 when not measured) and counts one over 1.02. */
-static double pick_check(loom_runtime *rt, run_ctx xs[][PICK_N], int nsets, int picked, const double *est_ms)
+ * after another drift more than stages differ), and a stage's time the mean over its
+ * objects and the sets: where E_cand lies against an object's own buffers moves a stage by
+ * up to 25% at a narrow N (--placement), an object slow on some sets and not on others, a
+ * second object of the same stage on others, so one object on a few sets is a draw, not
+ * the stage (bench/RESULTS.md, sessions 22 and 27); auto picks by the mean over its own
+ * sets.  xs[j][i][o]: object o of stage i on set j (sets of the same values, allocated
+ * apart; auto, i = PICK_AUTO, has its one object).  The pick's quality is its stage's row
+ * over the fastest row (the same kernels that auto chose between); auto's own object (the
+ * one a user runs) is printed beside its row.  Returns the pick's ratio (0 when not
+ * measured) and counts one over 1.02. */
+static double pick_check(loom_runtime *rt, run_ctx xs[][PICK_N][PICK_OBJS], int nsets, int picked,
+                         const double *est_ms)
 {
-    static double t[PICK_N][PICK_PLACES][PICK_ROUNDS];
+    static double t[PICK_N][PICK_OBJS][PICK_PLACES][PICK_ROUNDS];
     double med[PICK_N] = {0}, lo[PICK_N], hi[PICK_N];
-    int reps[PICK_N];
+    int reps[PICK_N], nobj[PICK_N];
     for (int i = 0; i < PICK_N; i++) {
         double est = est_ms[i < PICK_AUTO ? i : picked];
         reps[i] = est > 0 && 2.0 / est > PICK_REPS ? (2.0 / est < 50 ? (int)(2.0 / est) : 50) : PICK_REPS;
+        for (nobj[i] = 0; nobj[i] < PICK_OBJS && xs[0][i][nobj[i]].p; nobj[i]++)
+            ;
     }
     for (int r = 0; r < PICK_ROUNDS; r++)
         for (int j = 0; j < nsets; j++)
             for (int i = 0; i < PICK_N; i++)
-                if (xs[j][i].p &&
-                    loom_time_work(rt, run_once, &xs[j][i], r == 0 ? 1 : 0, reps[i], &t[i][j][r]) != LOOM_OK)
-                    DIE("timing %s: %s", i == PICK_AUTO ? "auto" : "a stage", loom_runtime_error(rt));
+                for (int o = 0; o < nobj[i]; o++)
+                    if (loom_time_work(rt, run_once, &xs[j][i][o], r == 0 ? 1 : 0, reps[i], &t[i][o][j][r]) != LOOM_OK)
+                        DIE("timing %s: %s", i == PICK_AUTO ? "auto" : "a stage", loom_runtime_error(rt));
     int fastest = -1;
     for (int i = 0; i < PICK_N; i++) {
-        if (!xs[0][i].p)
+        if (!nobj[i])
             continue;
         lo[i] = INFINITY, hi[i] = 0;
-        for (int j = 0; j < nsets; j++) {
-            double m = tune_median(t[i][j], PICK_ROUNDS);
-            med[i] += m / nsets, lo[i] = fmin(lo[i], m), hi[i] = fmax(hi[i], m);
-        }
+        for (int o = 0; o < nobj[i]; o++)
+            for (int j = 0; j < nsets; j++) {
+                double m = tune_median(t[i][o][j], PICK_ROUNDS);
+                med[i] += m / (nsets * nobj[i]), lo[i] = fmin(lo[i], m), hi[i] = fmax(hi[i], m);
+            }
         if (i != PICK_AUTO && (fastest < 0 || med[i] < med[fastest]))
             fastest = i;
     }
-    if (fastest < 0 || picked < 0 || picked >= PICK_AUTO || !xs[0][picked].p)
+    if (fastest < 0 || picked < 0 || picked >= PICK_AUTO || !nobj[picked])
         return 0;
     double ratio = med[picked] / med[fastest];
     bool ok = ratio <= PICK_WITHIN;
     picks_off += !ok;
     printf("  pick: stage %d %.4f ms, the fastest stage %d %.4f ms: pick / fastest %.3f, %s; auto's object %.4f ms "
-           "(%.3f of its stage's row); side by side, %d rounds of %d+ runs on each of %d input sets, their mean; "
-           "stages (mean, [fastest set, slowest set])",
+           "(%.3f of its stage's row); side by side, %d rounds of %d+ runs on each of %d input sets, %d objects a "
+           "stage, their mean; stages (mean, [fastest object and set, slowest])",
            picked, med[picked], fastest, med[fastest], ratio, ok ? "within 2%" : "PICK OFF by more than 2%",
-           med[PICK_AUTO], med[PICK_AUTO] / med[picked], PICK_ROUNDS, PICK_REPS, nsets);
+           med[PICK_AUTO], med[PICK_AUTO] / med[picked], PICK_ROUNDS, PICK_REPS, nsets, nobj[fastest]);
     for (int i = 0; i < PICK_AUTO; i++)
-        if (xs[0][i].p)
+        if (nobj[i])
             printf(" %d: %.4f [%.4f, %.4f]", i, med[i], lo[i], hi[i]);
     printf(" ms\n");
-    if (sets_shown) /* --sets: each set's time, to see how placement spreads them */
-        for (int i = 0; i < PICK_N; i++) {
-            if (!xs[0][i].p)
-                continue;
-            if (i == PICK_AUTO)
-                printf("    auto's object by set:");
-            else
-                printf("    stage %d by set:", i);
-            for (int j = 0; j < nsets; j++)
-                printf(" %.4f", tune_median(t[i][j], PICK_ROUNDS));
-            printf("\n");
-        }
+    if (sets_shown) /* --sets: each object's time on each set, to see how placement spreads them */
+        for (int i = 0; i < PICK_N; i++)
+            for (int o = 0; o < nobj[i]; o++) {
+                if (i == PICK_AUTO)
+                    printf("    auto's object by set:");
+                else
+                    printf("    stage %d object %d by set:", i, o);
+                for (int j = 0; j < nsets; j++)
+                    printf(" %.4f", tune_median(t[i][o][j], PICK_ROUNDS));
+                printf("\n");
+            }
     return ratio;
 }
 
@@ -361,11 +370,24 @@ static void one_shape(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const lce_s
                 break;
             }
         }
-        run_ctx xs[PICK_PLACES][PICK_N];
+        /* pick_objs - 1 more objects of each stage (the row's is the first) */
+        static loom_ikbo_lce *more[PICK_OBJS][PICK_AUTO];
+        for (int o = 1; o < pick_objs; o++)
+            for (int i = 0; i < PICK_AUTO; i++)
+                if (ps[i] && loom_ikbo_lce_prepare(rt, &ls, (loom_ikbo_stage)i, wu, wc, &cfg, &more[o][i]) != LOOM_OK)
+                    DIE("stage %d, object %d: %s", i, o, loom_runtime_error(rt));
+        static run_ctx xs[PICK_PLACES][PICK_N][PICK_OBJS];
+        memset(xs, 0, sizeof xs);
         for (int j = 0; j < nsets; j++)
             for (int i = 0; i < PICK_N; i++)
-                xs[j][i] = (run_ctx){ps[i], seu[j], sec[j], dmap, out};
+                for (int o = 0; o < (i == PICK_AUTO ? 1 : pick_objs) && ps[i]; o++)
+                    xs[j][i][o] = (run_ctx){o ? more[o][i] : ps[i], seu[j], sec[j], dmap, out};
         double ratio = pick_check(rt, xs, nsets, st, ms);
+        for (int o = 1; o < pick_objs; o++)
+            for (int i = 0; i < PICK_AUTO; i++) {
+                loom_ikbo_lce_destroy(more[o][i]);
+                more[o][i] = NULL;
+            }
         for (int j = 1; j < nsets; j++) {
             loom_buffer_destroy(seu[j]);
             loom_buffer_destroy(sec[j]);
@@ -882,6 +904,12 @@ int main(int argc, char **argv)
             if (*end || v < 1 || v > PICK_PLACES)
                 DIE("--sets takes 1 to %d, not '%s'", (int)PICK_PLACES, argv[i]);
             pick_sets = (int)v, sets_shown = 1;
+        } else if (!strcmp(argv[i], "--objects") && i + 1 < argc) { /* the pick check's objects a stage */
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > PICK_OBJS)
+                DIE("--objects takes 1 to %d, not '%s'", (int)PICK_OBJS, argv[i]);
+            pick_objs = (int)v;
         }
         else if (!strcmp(argv[i], "--fp8"))
             fp8 = 1;
@@ -913,7 +941,7 @@ int main(int argc, char **argv)
             cfg = ik_config_of(c);
             have_cfg = 1;
         } else {
-            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid | --grid-rows FIRST-LAST | --fp8] [--tuned] [--sets N] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
+            fprintf(stderr, "usage: bench_ikbo_lce [--sweep | --grid | --grid-rows FIRST-LAST | --fp8] [--tuned] [--sets N] [--objects N] [--check-all] [--ptx DIR] [--shape B=..,U=..,M=..,N=..,Ku=..,Kc=..] "
                             "[--config BM=..,BN=..,stages=..,cwarps=..,ctas=..,consumers=..,trans=..]\n");
             return 2;
         }

@@ -84,61 +84,61 @@ typedef struct auto_ctx {
     bool tuned;
     loom_ikbo_lce *p[AUTO_N];
     loom_buffer *eu, *ec, *map; /* the inputs run reads: one set of eus and ecs */
-    int places;
-    loom_buffer *eus[TUNE_PICK_PLACES], *ecs[TUNE_PICK_PLACES];
+    int places;                 /* the most sets the pick may time on */
+    loom_buffer *eus[TUNE_PICK_PLACES], *ecs[TUNE_PICK_PLACES]; /* made as the pick asks for them */
+    loom_kernel *fill[2];       /* E_user's and E_cand's fill kernels, kept for the sets made later */
+    int fg[2][3];
 } auto_ctx;
 
-/* E_user and E_cand uniform in [-1, 1) by the tuner's fill kernel (on the device), the
- * mapping contiguous runs of candidates (b * U / B) at s; the buffers and the fills at hs
- * (the prepare's largest shape: the same kernels in every bucket).  The E's `places` times
- * over, each set allocated apart with the same values: a stage's time depends on where
- * E_cand lies (up to 22% at a narrow N; docs/tuning.md), so each is timed on every set. */
+/* Input set j: E_user and E_cand at hs (the prepare's largest shape: the same kernels in
+ * every bucket), allocated apart from the other sets, uniform in [-1, 1) by the tuner's
+ * fill kernel with the same seeds, so every set holds the same values. */
+static loom_status set_make(auto_ctx *a, int j)
+{
+    const loom_ikbo_lce_shape *hs = a->hs;
+    size_t e = loom_dtype_size(a->s->dtype);
+    const int64_t n[2] = {hs->U * hs->Ku * hs->N, hs->B * hs->Kc * hs->N};
+    loom_status st = LOOM_OK;
+    if (!(a->eus[j] = tpl_zeroed_buffer(a->rt, (size_t)n[0] * e, &st)) ||
+        !(a->ecs[j] = tpl_zeroed_buffer(a->rt, (size_t)n[1] * e, &st))) {
+        loom_buffer_destroy(a->eus[j]);
+        a->eus[j] = NULL;
+        return st;
+    }
+    for (int i = 0; i < 2 && st == LOOM_OK; i++) {
+        loom_arg args[6];
+        tune_fill_args(i ? a->ecs[j] : a->eus[j], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], args);
+        st = loom_launch(a->rt, a->fill[i], a->fg[i], args, 6);
+    }
+    return st;
+}
+
+/* The first input set and the mapping (contiguous runs of candidates, b * U / B, at s).
+ * More sets come when the pick asks for them (auto_place): a stage's time depends on
+ * where E_cand lies (up to 22% at a narrow N; docs/tuning.md), so each is timed on
+ * several. */
 static loom_status inputs_make(auto_ctx *a)
 {
     loom_runtime *rt = a->rt;
     const loom_ikbo_lce_shape *s = a->s, *hs = a->hs;
-    size_t e = loom_dtype_size(s->dtype);
     const int64_t n[2] = {hs->U * hs->Ku * hs->N, hs->B * hs->Kc * hs->N};
-    loom_status st = LOOM_OK;
-    for (int j = 0; j < a->places; j++)
-        if (!(a->eus[j] = tpl_zeroed_buffer(rt, (size_t)n[0] * e, &st)) ||
-            !(a->ecs[j] = tpl_zeroed_buffer(rt, (size_t)n[1] * e, &st))) {
-            if (!j)
-                return st;
-            /* no room for another set: time on those made (the description says how many) */
-            loom_buffer_destroy(a->eus[j]);
-            a->eus[j] = NULL;
-            a->places = j;
-            st = LOOM_OK;
-            break;
-        }
+    for (int i = 0; i < 2; i++) {
+        a->fg[i][0] = a->fg[i][1] = a->fg[i][2] = 1;
+        if (!(a->fill[i] = tune_fill_kernel(s->dtype, n[i], &a->fg[i][0])))
+            return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "%lld elements cannot be filled on the device", (long long)n[i]);
+    }
+    loom_status st = loom_prepare_many(rt, a->fill, 2, 0); /* both compiled at once */
+    if (st != LOOM_OK || (st = set_make(a, 0)) != LOOM_OK)
+        return st;
     a->eu = a->eus[0], a->ec = a->ecs[0];
     if (!(a->map = tpl_zeroed_buffer(rt, (size_t)hs->B * 4, &st)))
         return st;
-    loom_kernel *fill[2] = {NULL, NULL};
-    int g[2][3] = {{1, 1, 1}, {1, 1, 1}};
-    for (int i = 0; i < 2; i++)
-        if (!(fill[i] = tune_fill_kernel(s->dtype, n[i], &g[i][0]))) {
-            loom_kernel_destroy(fill[0]);
-            return tpl_fail(rt, LOOM_ERR_UNSUPPORTED, "%lld elements cannot be filled on the device", (long long)n[i]);
-        }
-    st = loom_prepare_many(rt, fill, 2, 0); /* both compiled at once */
-    for (int j = 0; j < a->places; j++)
-        for (int i = 0; i < 2 && st == LOOM_OK; i++) {
-            loom_arg args[6];
-            tune_fill_args(i ? a->ecs[j] : a->eus[j], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], args);
-            st = loom_launch(rt, fill[i], g[i], args, 6);
-        }
-    for (int i = 0; i < 2; i++)
-        loom_kernel_destroy(fill[i]);
-    int32_t *map = st == LOOM_OK ? malloc((size_t)s->B * sizeof *map) : NULL;
-    if (st == LOOM_OK && !map)
+    int32_t *map = malloc((size_t)s->B * sizeof *map);
+    if (!map)
         return tpl_fail(rt, LOOM_ERR_NOMEM, "out of host memory");
-    if (map) {
-        ik_mapping(s->B, s->U, 0, 0, map);
-        st = loom_buffer_upload(a->map, map, (size_t)s->B * sizeof *map);
-        free(map);
-    }
+    ik_mapping(s->B, s->U, 0, 0, map);
+    st = loom_buffer_upload(a->map, map, (size_t)s->B * sizeof *map);
+    free(map);
     return st;
 }
 
@@ -191,11 +191,14 @@ static loom_status auto_run(void *ctx, int i, loom_buffer *out)
     return loom_ikbo_lce_run(a->p[i], a->eu, a->ec, a->map, out);
 }
 
-static void auto_place(void *ctx, int j)
+/* tune_pick_spec.place: set j current, made on its first use. */
+static loom_status auto_place(void *ctx, int j)
 {
     auto_ctx *a = ctx;
-    j %= a->places; /* (fewer sets than asked for when memory ran out) */
-    a->eu = a->eus[j], a->ec = a->ecs[j];
+    loom_status st = a->eus[j] ? LOOM_OK : set_make(a, j);
+    if (st == LOOM_OK)
+        a->eu = a->eus[j], a->ec = a->ecs[j];
+    return st;
 }
 
 static void auto_release(void *ctx, int i)
@@ -264,7 +267,7 @@ loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
         return auto_untimed_pick(rt, s, w_user, w_cand, w_user_scale, w_cand_scale, cfg, tuned,
                                  "e4m3, whose stages 3 and 4 are not timed", out);
     auto_ctx a = {.rt = rt, .s = s, .hs = hs, .wu = w_user, .wc = w_cand, .cfg = cfg, .tuned = tuned,
-                  .places = (int)util_env_int("LOOM_IKBO_AUTO_PLACES", 3, 1, TUNE_PICK_PLACES)};
+                  .places = (int)util_env_int("LOOM_IKBO_AUTO_PLACES", TUNE_PICK_PLACES, 1, TUNE_PICK_PLACES)};
     /* the key: ikbo_lce's at s (it has no bucket), then the config's text; "tuned" where the
      * config was left to the tuner, whose pick can change between two tunings whose best
      * configs time within noise of each other (keyed by its text, the stage pick would be
@@ -284,7 +287,7 @@ loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
         .out_bytes = (size_t)(hs->B * hs->M * hs->N) * loom_dtype_size(hs->dtype), .dtype = hs->dtype,
         .nelem = hs->B * hs->M * hs->N, .rtol = ik_pair_rtol(hs->dtype),
         .ctx = &a, .setup = auto_setup, .prepare = auto_prepare_one, .run = auto_run, .release = auto_release,
-        .places = a.places, .place = auto_place,
+        .places = a.places, .places_first = a.places < 3 ? a.places : 3, .place = auto_place,
         .bound = auto_bound,
     };
     for (int i = 0; i < AUTO_N; i++)
@@ -296,11 +299,12 @@ loom_status ik_auto_prepare(loom_runtime *rt, const loom_ikbo_lce_shape *s, cons
         loom_buffer_destroy(a.ecs[j]);
     }
     loom_buffer_destroy(a.map);
+    for (int i = 0; i < 2; i++)
+        loom_kernel_destroy(a.fill[i]);
     if (st != LOOM_OK)
         return st;
     if (r.best < 0)
         return auto_untimed_pick(rt, s, w_user, w_cand, NULL, NULL, cfg, tuned, r.untimed, out);
-    sp.places = a.places; /* (as many as there was memory for) */
     auto_describe(&sp, &r, a.p[r.best]);
     *out = a.p[r.best];
     return LOOM_OK;

@@ -55,6 +55,28 @@ Test(tune_fast, fill_kernel_gives_the_host_values_bit_for_bit)
     expect_fill_matches_host(LOOM_F32, 3001, 77, -1, 1, 40, 37);                    /* padded rows: 37 of 40 */
 }
 
+/* The pick's placements: settled where the per-placement margins of the two fastest
+ * agree (or all lie within 2%), not where placement scatters them.  The figures are the
+ * H100's: stages 4 against 3 at B=1024 U=15 M=433 N=8 on six of sixteen input sets, and an
+ * object slow on some sets and not the other (bench/RESULTS.md, session 27). */
+Test(tune_fast, pick_settles_where_margins_agree_and_times_more_placements_where_they_scatter)
+{
+    const double agree[3] = {0.0810, 0.0653, 0.0252};      /* stage 3 / stage 4 - 1, sets 0-2 */
+    const double close[3] = {0.005, -0.003, 0.002};        /* within 2% either way: either is right */
+    const double scatter[3] = {0.06, -0.26, 0.04};         /* one object slow on set 1 alone */
+    const double scatter8[8] = {0.06, -0.26, 0.04, 0.05, 0.03, 0.06, 0.04, 0.05};
+    cr_expect(tune_pick_settled(agree, 3));
+    cr_expect(tune_pick_settled(close, 3));
+    cr_expect(!tune_pick_settled(scatter, 3));
+    cr_expect(!tune_pick_settled(scatter8, 8), "one set in eight 26% off still leaves the mean in doubt");
+    cr_expect(tune_pick_settled(scatter8 + 2, 6));
+    cr_expect(!tune_pick_settled(agree, 1), "one placement says nothing of the spread");
+    /* N=72 (session 27): auto's stage-4 object slow on two of its four sets, 0.514 ms
+     * against stage 3's 0.465; over the bench's eight sets stage 4 was the faster */
+    const double half[4] = {0.25, 0.25, 0.0, 0.0};
+    cr_expect(!tune_pick_settled(half, 4), "two sets of four 25%% off do not settle it");
+}
+
 Test(tune_fast, fill_values_are_spread_over_the_range_and_depend_on_seed_and_index)
 {
     const int64_t n = 1 << 16;

@@ -37,6 +37,7 @@
 #include "tpl.h"
 #include "tune.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,19 +279,101 @@ static loom_status pick_run_once(void *ctx)
     return w->s->run(w->s->ctx, w->i, w->out);
 }
 
-/* Time the alternatives still in, side by side: rounds of one loom_time_work each in turn,
- * each one's time the median of its rounds'; TUNE_PICK_ROUNDS of them, and more (up to
- * TUNE_PICK_ROUNDS_MAX) while the two fastest are within TUNE_PICK_CLOSE. */
-/* The input placements an alternative is timed on (1: the spec gives no others). */
+/* The input placements an alternative may be timed on (1: the spec gives no others), and
+ * how many are timed from the start. */
 static int pick_places(const tune_pick_spec *s)
 {
     return s->places > 1 && s->place ? (s->places < TUNE_PICK_PLACES ? s->places : TUNE_PICK_PLACES) : 1;
 }
 
+static int pick_places_first(const tune_pick_spec *s)
+{
+    int n = pick_places(s);
+    return n > 1 && s->places_first >= 2 && s->places_first < n ? s->places_first : n;
+}
+
+typedef double pick_times[TUNE_PICK_MAX][TUNE_PICK_PLACES][TUNE_PICK_ROUNDS_MAX];
+
+/* Round k of every alternative still in on placement j, in turn. */
+static void pick_round(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *out, tune_picked *r, pick_times ms,
+                       int j, int k)
+{
+    for (int i = 0; i < s->n; i++) {
+        if (r->why[i][0])
+            continue;
+        pick_work w = {s, i, out};
+        if (loom_time_work(rt, pick_run_once, &w, k == 0 ? 1 : 0, TUNE_PICK_REPS, &ms[i][j][k]) != LOOM_OK)
+            snprintf(r->why[i], sizeof r->why[i], "timing failed: %s", loom_runtime_error(rt));
+    }
+}
+
+/* Each alternative's time: the mean over np placements of its median of k rounds there. */
+static void pick_means(const tune_pick_spec *s, tune_picked *r, pick_times ms, int np, int k)
+{
+    for (int i = 0; i < s->n; i++)
+        if (!r->why[i][0]) {
+            double sum = 0;
+            for (int j = 0; j < np; j++)
+                sum += tune_median(ms[i][j], k);
+            r->ms[i] = sum / np;
+        }
+}
+
+/* Whether the fastest alternative (a, by the mean over np placements) is, with confidence,
+ * no more than TUNE_PICK_WITHIN slower than the second (b) over placements at large.  On
+ * each placement d = b / a - 1 (a and b timed side by side there); settled when the mean
+ * of the d's less t standard errors (Student's t at 97.5%, one-sided) is above
+ * -TUNE_PICK_WITHIN.  Where placement moves
+ * both alike, the d's agree and a few placements settle it; where it moves one
+ * alternative on some placements and not the other (bench/RESULTS.md, sessions 22 and
+ * 27), they scatter and more placements are timed. */
+static bool pick_settled(const tune_pick_spec *s, const tune_picked *r, pick_times ms, int np, int k)
+{
+    int a = -1, b = -1;
+    for (int i = 0; i < s->n; i++) {
+        if (r->why[i][0])
+            continue;
+        if (a < 0 || r->ms[i] < r->ms[a])
+            b = a, a = i;
+        else if (b < 0 || r->ms[i] < r->ms[b])
+            b = i;
+    }
+    if (b < 0)
+        return true;
+    double d[TUNE_PICK_PLACES];
+    for (int j = 0; j < np; j++)
+        d[j] = tune_median(ms[b][j], k) / tune_median(ms[a][j], k) - 1;
+    return tune_pick_settled(d, np);
+}
+
+bool tune_pick_settled(const double *d, int n)
+{
+    /* Student's t, one-sided 97.5%, for n - 1 = 1 .. 7 degrees of freedom (then 2.31) */
+    static const double t975[8] = {0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36};
+    if (n < 2)
+        return false;
+    double mean = 0, var = 0;
+    for (int j = 0; j < n; j++)
+        mean += d[j] / n;
+    for (int j = 0; j < n; j++)
+        var += (d[j] - mean) * (d[j] - mean) / (n - 1);
+    return mean - (n - 1 < 8 ? t975[n - 1] : 2.31) * sqrt(var / n) > -TUNE_PICK_WITHIN;
+}
+
+/* Time the alternatives still in, side by side: rounds of one loom_time_work each in turn,
+ * each one's time the median of its rounds'; TUNE_PICK_ROUNDS of them, and more (up to
+ * TUNE_PICK_ROUNDS_MAX) while the two fastest are within TUNE_PICK_CLOSE.  With
+ * placements: a round times every alternative on each of the first sets, then, while the
+ * pick is not settled, one more set at a time takes as many rounds. */
 static void pick_time(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *out, tune_picked *r)
 {
-    double ms[TUNE_PICK_MAX][TUNE_PICK_PLACES][TUNE_PICK_ROUNDS_MAX]; /* 7.5 KiB */
-    int np = pick_places(s);
+    pick_times ms; /* 7.5 KiB */
+    int most = pick_places(s), np = pick_places_first(s);
+    for (int j = 1; j < np; j++) /* the first sets (fewer where there is no room for them) */
+        if (s->place(s->ctx, j) != LOOM_OK)
+            np = most = j;
+    if (most > 1)
+        s->place(s->ctx, 0);
     int k = 0;
     for (; k < TUNE_PICK_ROUNDS_MAX; k++) {
         if (k >= TUNE_PICK_ROUNDS) {
@@ -301,28 +384,19 @@ static void pick_time(loom_runtime *rt, const tune_pick_spec *s, loom_buffer *ou
         for (int j = 0; j < np; j++) {
             if (np > 1)
                 s->place(s->ctx, j);
-            for (int i = 0; i < s->n; i++) {
-                if (r->why[i][0])
-                    continue;
-                pick_work w = {s, i, out};
-                if (loom_time_work(rt, pick_run_once, &w, k == 0 ? 1 : 0, TUNE_PICK_REPS, &ms[i][j][k]) != LOOM_OK) {
-                    snprintf(r->why[i], sizeof r->why[i], "timing failed: %s", loom_runtime_error(rt));
-                    continue;
-                }
-            }
+            pick_round(rt, s, out, r, ms, j, k);
         }
         if (k + 1 >= TUNE_PICK_ROUNDS)
-            for (int i = 0; i < s->n; i++)
-                if (!r->why[i][0]) {
-                    double sum = 0;
-                    for (int j = 0; j < np; j++)
-                        sum += tune_median(ms[i][j], k + 1);
-                    r->ms[i] = sum / np;
-                }
+            pick_means(s, r, ms, np, k + 1);
     }
-    if (np > 1) /* the caller's inputs as setup left them */
+    while (np < most && !pick_settled(s, r, ms, np, k) && s->place(s->ctx, np) == LOOM_OK) {
+        for (int q = 0; q < k; q++)
+            pick_round(rt, s, out, r, ms, np, q);
+        pick_means(s, r, ms, ++np, k);
+    }
+    if (most > 1) /* the caller's inputs as setup left them */
         s->place(s->ctx, 0);
-    r->rounds = k;
+    r->rounds = k, r->places = np;
 }
 
 /* ---------------------------------------------------------------- the pick */
@@ -434,8 +508,8 @@ void tune_pick_describe(const tune_pick_spec *s, const tune_picked *r, char *buf
     if (!r->cached && r->margin > 0 && w < n) {
         int c = snprintf(buf + w, n - w, "; margin %.1f%% to the next fastest, %d interleaved rounds of %d runs",
                          100 * (r->margin - 1), r->rounds, TUNE_PICK_REPS);
-        if (c > 0 && (size_t)c < n - w && pick_places(s) > 1)
-            snprintf(buf + w + c, n - w - c, " on each of %d input placements (the mean of their medians)",
-                     pick_places(s));
+        if (c > 0 && (size_t)c < n - w && r->places > 1)
+            snprintf(buf + w + c, n - w - c, " on each of %d input placements (the mean of their medians%s)",
+                     r->places, r->places > pick_places_first(s) ? "; more than the first while the pick was not settled" : "");
     }
 }

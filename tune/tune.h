@@ -413,6 +413,7 @@ loom_status tc_store(const char *path, const char *key, const loom_template *t,
 #define TUNE_PICK_PLACES 8 /* the most input placements an alternative is timed on */
 enum { TUNE_PICK_ROUNDS = 5, TUNE_PICK_ROUNDS_MAX = 15, TUNE_PICK_REPS = 5 };
 #define TUNE_PICK_CLOSE 0.03
+#define TUNE_PICK_WITHIN 0.02 /* more placements until the pick is, with confidence, this close to the best */
 
 typedef struct tune_pick_spec {
     const char *fn;    /* the messages' prefix: "loom_ikbo_lce_prepare: auto" */
@@ -442,13 +443,16 @@ typedef struct tune_pick_spec {
     loom_status (*prepare)(void *ctx, int i);               /* on failure nothing is left to release */
     loom_status (*run)(void *ctx, int i, loom_buffer *out); /* one run, on the inputs, into out */
     void (*release)(void *ctx, int i);                      /* a prepared alternative not picked */
-    /* Input placements: the same inputs in `places` sets of buffers allocated apart (setup
-     * makes them; place(ctx, j) makes set j the one run reads; set 0 is current after
-     * setup).  An alternative's time is the mean over the sets of its median there: where
-     * an operation's speed depends on where its caller's buffers lie, the pick is the
-     * fastest in expectation, not on one draw (0 or 1: one set, place unused). */
-    int places;
-    void (*place)(void *ctx, int j);
+    /* Input placements: the same inputs in up to `places` sets of buffers allocated apart
+     * (setup makes set 0, current after it; place(ctx, j) makes set j the one run reads,
+     * making it on its first use, and fails where there is no room for it).  An
+     * alternative's time is the mean over the sets of its median there: where an
+     * operation's speed depends on where its caller's buffers lie, the pick is the fastest
+     * in expectation, not on one draw.  The first `places_first` sets are timed together
+     * (0: all `places`); then one set more at a time while the pick is not settled
+     * (pick.c, pick_settled) (places 0 or 1: one set, place unused). */
+    int places, places_first;
+    loom_status (*place)(void *ctx, int j);
     /* bound[nelem] (f32, zeros when it comes): each element's error bound, filled once the
      * outputs are in (NULL: zeros, the outputs compared within rtol |a| alone). */
     loom_status (*bound)(void *ctx, loom_buffer *bound);
@@ -461,6 +465,7 @@ typedef struct tune_picked {
     double ms[TUNE_PICK_MAX];     /* each one's time (ms; cached: as stored, 0 for dropped) */
     char why[TUNE_PICK_MAX][256]; /* timed: why it was dropped ("" while it is in) */
     int rounds;                   /* timed: the rounds taken */
+    int places;                   /* timed: the input placements each alternative was timed on */
     double margin;                /* timed: the second fastest's time over the fastest's (0: fewer than two) */
     char note[512];               /* timed: why a cached pick was not used ("": none was cached) */
     char store_err[1024];         /* timed: why the pick could not be cached ("": it was) */
@@ -470,6 +475,12 @@ typedef struct tune_picked {
  * LOOM_OK with r->best -1 when LOOM_TUNE=0 and nothing is cached; else a failure with the
  * message in rt's error ("FN: no two stages agree ...") and nothing left prepared. */
 loom_status tune_pick(loom_runtime *rt, const tune_pick_spec *s, tune_picked *r);
+/* Whether a pick is settled, from d[j] = (the second fastest's time / the fastest's) - 1
+ * on each of n placements (the two timed side by side there): the mean of the d's less t
+ * standard errors (Student's t for n - 1 degrees of freedom, one-sided 97.5%) is above
+ * -TUNE_PICK_WITHIN, so the fastest is, with confidence, no more than that slower than the
+ * second over placements at large.  false for n < 2. */
+bool tune_pick_settled(const double *d, int n);
 /* The alternatives as text: " stage 0 0.412 ms, stage 2 dropped (why), stage 4 0.344 ms
  * (picked)", and for a timed pick "; margin 3.1% to the next fastest, 5 interleaved
  * rounds of 5 runs". */
