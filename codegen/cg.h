@@ -126,11 +126,15 @@ typedef struct cg_cost {
     int copies;      /* task replicas that each hold it (1 outside tasks) */
     const char *why; /* the use in words ("a reduction across warps", ...), or NULL: note */
     char note[256];  /* the use in words where they depend on the op (a dot's fallback) */
+    size_t elements; /* LOOM_COST_ARITH: the elements the op computes each time it runs */
 } cg_cost;
 bool cg_cost_add(cg_ctx *cg, const cg_cost *c); /* codegen/smem.c */
 /* codegen/explain.c: the costs in words, one a line ("" when none; malloc'ed, NULL when out
  * of memory), and the layout of value v in words (into buf). */
 char *cg_explain_text(cg_ctx *cg);
+/* codegen/explain.c: the arithmetic a rewrite would make cheaper (LOOM_COST_ARITH), added to
+ * cg->costs after the uses of shared memory. */
+void cg_arith_hints(cg_ctx *cg);
 void cg_cost_fill(cg_ctx *cg, const cg_cost *c, loom_cost *out, char *text, size_t textlen);
 const char *cg_layout_str(cg_ctx *cg, int32_t id, char *buf, size_t n);
 void cg_dump_layouts(cg_ctx *cg, FILE *f);

@@ -169,7 +169,26 @@ void cg_dump_layouts(cg_ctx *cg, FILE *f)
 
 /* ---------------------------------------------------------------- costs in words */
 
-/* The innermost for loop around op o, or 0. */
+/* Whether for loop p walks the programs (a persistent kernel's, or the loop the warp
+ * specialization passes put around a plain kernel's program, built at the line of the
+ * user's loop): its step is the number of programs, or a multiple of it. */
+static bool programs_loop(const loom_kernel *k, uint32_t p)
+{
+    const ir_value *st = &k->vals[k->ops[p].opnd[2]];
+    if (st->kind != IR_V_RESULT)
+        return false;
+    const ir_op *d = &k->ops[st->def];
+    if (d->kind == IR_NUM_PROGRAMS)
+        return true;
+    for (int i = 0; d->kind == IR_MUL && i < d->nopnd; i++) {
+        const ir_value *x = &k->vals[d->opnd[i]];
+        if (x->kind == IR_V_RESULT && k->ops[x->def].kind == IR_NUM_PROGRAMS)
+            return true;
+    }
+    return false;
+}
+
+/* The innermost for loop around op o inside its program, or 0. */
 static uint32_t loop_of(const loom_kernel *k, uint32_t o)
 {
     uint32_t b = k->ops[o].block;
@@ -178,7 +197,7 @@ static uint32_t loop_of(const loom_kernel *k, uint32_t o)
         if (!p)
             break;
         if (k->ops[p].kind == IR_FOR)
-            return p;
+            return programs_loop(k, p) ? 0 : p;
         b = k->ops[p].block;
     }
     return 0;
@@ -188,7 +207,8 @@ void cg_cost_fill(cg_ctx *cg, const cg_cost *c, loom_cost *out, char *text, size
 {
     const loom_kernel *k = cg->k;
     const ir_op *op = &k->ops[c->op];
-    uint32_t lp = c->kind == LOOM_COST_CONVERT || c->kind == LOOM_COST_SCRATCH ? loop_of(k, c->op) : 0;
+    bool runs = c->kind == LOOM_COST_CONVERT || c->kind == LOOM_COST_SCRATCH || c->kind == LOOM_COST_ARITH;
+    uint32_t lp = runs ? loop_of(k, c->op) : 0;
     *out = (loom_cost){.kind = (loom_cost_kind)c->kind,
                        .file = op->src.file ? op->src.file : "?",
                        .line = op->src.line,
@@ -198,9 +218,10 @@ void cg_cost_fill(cg_ctx *cg, const cg_cost *c, loom_cost *out, char *text, size
                        .barriers = c->barriers,
                        .loop_file = lp ? (k->ops[lp].src.file ? k->ops[lp].src.file : "?") : NULL,
                        .loop_line = lp ? k->ops[lp].src.line : 0,
-                       .text = text};
+                       .text = text,
+                       .elements = c->elements};
     char often[256] = "";
-    if (c->kind == LOOM_COST_CONVERT || c->kind == LOOM_COST_SCRATCH) {
+    if (runs) {
         if (lp)
             snprintf(often, sizeof often, ", each iteration of the loop at %s:%d", out->loop_file, out->loop_line);
         else
@@ -230,6 +251,9 @@ void cg_cost_fill(cg_ctx *cg, const cg_cost *c, loom_cost *out, char *text, size
         snprintf(text, textlen, "%s:%d: %s: %s: %zu bytes of scratch%s, %d bar.sync%s", out->file, out->line, out->op,
                  c->why ? c->why : c->note, c->bytes, copies, c->barriers, often);
         break;
+    case LOOM_COST_ARITH:
+        snprintf(text, textlen, "%s:%d: %s: %s%s", out->file, out->line, out->op, c->note, often);
+        break;
     case LOOM_COST_SMEM: {
         const ir_type *t = &k->vals[op->res[0]].type;
         ir_type tile = {.kind = IR_T_TILE, .dtype = t->dtype, .shape = t->shape};
@@ -254,25 +278,100 @@ char *cg_explain_text(cg_ctx *cg)
 {
     sbuf b = {0};
     sput(&b, "%s", "");
-    int nconv = 0, nscr = 0;
+    int nconv = 0, nscr = 0, nar = 0;
     for (int i = 0; i < cg->ncosts; i++) {
         char line[1024];
         loom_cost c;
         cg_cost_fill(cg, &cg->costs[i], &c, line, sizeof line);
         sput(&b, "  %s\n", line);
-        if (c.kind == LOOM_COST_CONVERT)
-            nconv++;
-        else if (c.kind == LOOM_COST_SCRATCH)
-            nscr++;
+        nconv += c.kind == LOOM_COST_CONVERT;
+        nscr += c.kind == LOOM_COST_SCRATCH;
+        nar += c.kind == LOOM_COST_ARITH;
     }
     size_t alloc = cg->scratch_off < cg->smem_bytes ? cg->scratch_off : cg->smem_bytes;
+    char hints[64] = "";
+    if (nar)
+        snprintf(hints, sizeof hints, "; %d arithmetic hint%s", nar, nar == 1 ? "" : "s");
     sput(&b, "  kernel '%s': %zu bytes of shared memory: %zu for allocations, %zu of scratch; %d conversion%s, %d other "
-             "use%s of scratch\n",
+             "use%s of scratch%s\n",
          loom_kernel_name(cg->k), cg->smem_bytes, alloc, cg->smem_bytes - alloc, nconv,
-         nconv == 1 ? "" : "s", nscr, nscr == 1 ? "" : "s");
+         nconv == 1 ? "" : "s", nscr, nscr == 1 ? "" : "s", hints);
     if (b.oom) {
         free(b.s);
         return NULL;
     }
     return b.s;
+}
+
+/* ---------------------------------------------------------------- arithmetic hints */
+
+/* Whether value v is the same along some dim of the tile it is an operand of: a scalar, a
+ * splat, or a broadcast that stretches a dim of 1 (a row's value broadcast along the row). */
+static bool uniform_along_a_dim(const loom_kernel *k, uint32_t v)
+{
+    const ir_value *x = &k->vals[v];
+    if (x->type.shape.rank == 0) /* a scalar operand, splatted by the op */
+        return true;
+    if (x->kind != IR_V_RESULT)
+        return false;
+    const ir_op *d = &k->ops[x->def];
+    if (d->kind == IR_SPLAT)
+        return true;
+    if (d->kind != IR_BROADCAST)
+        return false;
+    const loom_shape *from = &k->vals[d->opnd[0]].type.shape, *to = &x->type.shape;
+    for (int i = 0; i < to->rank && from->rank == to->rank; i++)
+        if (from->dim[i] == 1 && to->dim[i] > 1)
+            return true;
+    return false;
+}
+
+/* Where the obvious arithmetic costs more than a rewrite, with the user's line: loom rounds
+ * every op as written (the interpreter's semantics), so it cannot contract an f32 mul and
+ * the add or sub that is its only use into an fma, nor turn a division by a row's value
+ * into a reciprocal and a multiply; both would change the results' last bits. */
+void cg_arith_hints(cg_ctx *cg)
+{
+    const loom_kernel *k = cg->k;
+    uint32_t *uses = calloc(k->nvals, sizeof *uses), *user = calloc(k->nvals, sizeof *user);
+    if (!uses || !user) {
+        free(uses), free(user);
+        cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
+        return;
+    }
+    for (uint32_t o = 1; o < k->nops; o++) {
+        const ir_op *op = &k->ops[o];
+        for (int i = 0; op->block && i < op->nopnd; i++)
+            uses[op->opnd[i]]++, user[op->opnd[i]] = o;
+    }
+    for (uint32_t o = 1; o < k->nops && cg->st == LOOM_OK; o++) {
+        const ir_op *op = &k->ops[o];
+        if (!op->block || op->nres != 1)
+            continue;
+        const ir_type *t = &k->vals[op->res[0]].type;
+        if (t->kind != IR_T_TILE || t->dtype != LOOM_F32 || t->shape.rank == 0)
+            continue;
+        size_t n = 1;
+        for (int d = 0; d < t->shape.rank; d++)
+            n *= (size_t)t->shape.dim[d];
+        cg_cost c = {.kind = LOOM_COST_ARITH, .op = o, .opnd = -1, .from = -1, .to = -1, .copies = 1, .elements = n};
+        uint32_t u = user[op->res[0]];
+        if (op->kind == IR_MUL && uses[op->res[0]] == 1 &&
+            (k->ops[u].kind == IR_ADD || k->ops[u].kind == IR_SUB) && k->vals[k->ops[u].res[0]].type.dtype == LOOM_F32) {
+            const ir_op *a = &k->ops[u];
+            snprintf(c.note, sizeof c.note,
+                     "its only use is the %s at %s:%d, rounded apart (loom does not contract them); loom_fma does "
+                     "both in one instruction: %zu fewer",
+                     ir_opdescs[a->kind].name, a->src.file ? a->src.file : "?", a->src.line, n);
+            cg_cost_add(cg, &c);
+        } else if (op->kind == IR_DIV && uniform_along_a_dim(k, op->opnd[1])) {
+            snprintf(c.note, sizeof c.note,
+                     "%zu correctly rounded divisions (div.rn.f32: a reciprocal and about 8 more instructions each) by "
+                     "a value the same along a dim; a loom_div of the value itself and a loom_mul an element (or "
+                     "loom_div_fast) cost one instruction an element",
+                     n);
+            cg_cost_add(cg, &c);
+        }
+    }
+    free(uses), free(user);
 }

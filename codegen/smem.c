@@ -285,5 +285,7 @@ loom_status cg_smem(cg_ctx *cg)
                 loom_kernel_name(cg->k), cg->smem_bytes, what && *what ? ". What uses it:\n" : "", what ? what : "");
         free(what);
     }
+    if (cg->st == LOOM_OK)
+        cg_arith_hints(cg);
     return cg->st;
 }

@@ -176,14 +176,19 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
  *   - call fn(ctx, cost) for each use, in program order (fn may be NULL);
  *   - set *text (when text is not NULL) to the whole report, one line a use and a last
  *     line of totals, malloc'ed (free it): what LOOM_EXPLAIN=1 prints at compile.
- * Returns LOOM_OK, or the compile's error (in err): a kernel refused for its shared memory
- * still has its uses reported (what the refusal lists).  A kernel written the plain way
+ * After the uses of shared memory come the arithmetic hints (LOOM_COST_ARITH), in program
+ * order too.  Returns LOOM_OK, or the compile's error (in err): a kernel refused for its
+ * shared memory still has its uses reported (what the refusal lists).  A kernel written the plain way
  * (docs/dsl.md, "What costs what") has no LOOM_COST_CONVERT at all. */
 typedef enum loom_cost_kind {
     LOOM_COST_CONVERT, /* a layout conversion through scratch */
     LOOM_COST_SCRATCH, /* other scratch: a reduction across warps, a dot's staging, ... */
     LOOM_COST_SMEM,    /* a shared-memory allocation: ring slots or a staging tile */
     LOOM_COST_MBAR,    /* an array of mbarriers */
+    LOOM_COST_ARITH,   /* arithmetic a rewrite makes cheaper: an f32 mul whose only use is an
+                          add or sub (loom rounds each op as written and does not contract
+                          them: loom_fma does both in one instruction), an f32 div by a value
+                          the same along a dim (a correctly rounded division an element) */
 } loom_cost_kind;
 
 typedef struct loom_cost {
@@ -198,6 +203,7 @@ typedef struct loom_cost {
     const char *loop_file; /* the innermost loop it runs in (once an iteration), or NULL: */
     int loop_line;         /* once a program (a tile) */
     const char *text; /* the report's line for it */
+    size_t elements;  /* ARITH: the elements the op computes each time it runs */
 } loom_cost;
 
 typedef void (*loom_explain_fn)(void *ctx, const loom_cost *cost);

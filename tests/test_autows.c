@@ -360,6 +360,8 @@ Test(autows, dump_after_shows_each_pass)
     loom_kernel_destroy(k);
 }
 
+static void count_arith(void *ctx, const loom_cost *c) { *(int *)ctx += c->kind == LOOM_COST_ARITH; }
+
 /* Attention: its two dots software-pipelined by a step, and Q (loaded before the loop,
  * read only as the first dot's A) through a ring of its own. */
 Test(autows, attention_is_pipelined_and_q_goes_through_shared_memory)
@@ -379,6 +381,13 @@ Test(autows, attention_is_pipelined_and_q_goes_through_shared_memory)
     cr_assert_eq(loom_compile_ptx(k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s", err);
     cr_expect(t_ptxas_ok(ptx, "sm_90a", "attention_plain"), "ptxas refuses or spills");
     free(ptx);
+    /* written as Triton's tutorial writes it (the scale in one fma, a reciprocal a row):
+     * no arithmetic that a rewrite would make cheaper */
+    int hints = 0;
+    char *text = NULL;
+    cr_assert_eq(loom_kernel_explain(k, "sm_90a", count_arith, &hints, &text, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect_eq(hints, 0, "%s", text);
+    free(text);
     loom_kernel_destroy(k);
 }
 

@@ -26,7 +26,7 @@
 /* ---------------------------------------------------------------- helpers */
 
 typedef struct costs {
-    int n, convert, scratch, smem, mbar;
+    int n, convert, scratch, smem, mbar, arith;
     int barriers;         /* of conversions and other scratch, each counted once */
     size_t convert_bytes; /* the largest conversion */
     char first[1024];     /* the first conversion's line of text */
@@ -54,6 +54,7 @@ static void on_cost(void *ctx, const loom_cost *c)
         break;
     case LOOM_COST_SMEM: s->smem++; break;
     case LOOM_COST_MBAR: s->mbar++; break;
+    case LOOM_COST_ARITH: s->arith++; break;
     }
 }
 
@@ -573,6 +574,80 @@ Test(obvious, online_softmax_with_splat_starts)
     T_RUN_OK(k, grid, args, 2);
     expect_close("y", y, ref, SR * SC, 1e-4f);
     expect_fast(k, 0);
+    loom_kernel_destroy(k);
+}
+
+/* ---------------------------------------------------------------- arithmetic a rewrite makes cheaper */
+
+/* y = (x * 0.125 + x) / l[row]: an f32 mul whose only use is an add (loom rounds both,
+ * as the interpreter does, so it does not contract them), and a division by a row's value
+ * broadcast along the row (a correctly rounded division an element).  With fma and a
+ * reciprocal a row (rewritten), neither is reported. */
+static loom_kernel *arith_kernel(bool rewritten, int *mul_line, int *add_line, int *div_line)
+{
+    loom_kernel *k = loom_kernel_create(rewritten ? "arith_rewritten" : "arith_obvious", 4);
+    loom_shape tile = LOOM_SHAPE2(64, 64);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F32, tile, LOOM_IN);
+    loom_val L = loom_arg_tensor(k, "l", LOOM_F32, LOOM_SHAPE1(64), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_F32, tile, LOOM_OUT);
+    loom_val zero = I32(k, 0);
+    loom_val x = loom_load(k, X, ((loom_val[]){zero, zero}), tile, LOOM_NONE, 0.0);
+    loom_val l = loom_load(k, L, &zero, LOOM_SHAPE1(64), LOOM_NONE, 1.0);
+    loom_val c = loom_splat(k, loom_const_f(k, LOOM_F32, 0.125), tile), y;
+    if (rewritten) {
+        loom_val inv = loom_div(k, loom_splat(k, loom_const_f(k, LOOM_F32, 1.0), LOOM_SHAPE1(64)), l);
+        y = loom_mul(k, loom_fma(k, x, c, x), loom_broadcast(k, loom_expand_dims(k, inv, 1), tile));
+    } else {
+        *mul_line = __LINE__; loom_val s = loom_mul(k, x, c);
+        *add_line = __LINE__; loom_val t = loom_add(k, s, x);
+        *div_line = __LINE__; y = loom_div(k, t, loom_broadcast(k, loom_expand_dims(k, l, 1), tile));
+    }
+    loom_store(k, Y, ((loom_val[]){zero, zero}), y, LOOM_NONE);
+    return k;
+}
+
+typedef struct arith_seen {
+    int n, lines[4];
+    char text[4][512];
+    size_t elements[4];
+} arith_seen;
+
+static void on_arith(void *ctx, const loom_cost *c)
+{
+    arith_seen *a = ctx;
+    if (c->kind != LOOM_COST_ARITH || a->n == 4)
+        return;
+    a->lines[a->n] = c->line, a->elements[a->n] = c->elements;
+    snprintf(a->text[a->n++], sizeof a->text[0], "%s", c->text);
+}
+
+Test(obvious, arithmetic_a_rewrite_makes_cheaper_is_named_with_its_line)
+{
+    int ml = 0, al = 0, dl = 0;
+    loom_kernel *k = arith_kernel(false, &ml, &al, &dl);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    arith_seen a = {0};
+    char *text = NULL, err[2048], want[256];
+    cr_assert_eq(loom_kernel_explain(k, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(a.n, 2, "%s", text);
+    cr_expect_eq(a.lines[0], ml, "%s", text);
+    snprintf(want, sizeof want, "the add at %s:%d", __FILE__, al);
+    cr_expect(strstr(a.text[0], want) && strstr(a.text[0], "loom_fma") && strstr(a.text[0], "4096 fewer"), "%s",
+              a.text[0]);
+    cr_expect_eq(a.lines[1], dl, "%s", text);
+    cr_expect(strstr(a.text[1], "4096 correctly rounded divisions") && strstr(a.text[1], "once a program"), "%s",
+              a.text[1]);
+    cr_expect(a.elements[0] == 4096 && a.elements[1] == 4096);
+    cr_expect(strstr(text, "0 conversions, 0 other uses of scratch; 2 arithmetic hints"), "%s", text);
+    free(text);
+    loom_kernel_destroy(k);
+
+    k = arith_kernel(true, NULL, NULL, NULL);
+    a = (arith_seen){0};
+    cr_assert_eq(loom_kernel_explain(k, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect_eq(a.n, 0, "the rewritten form: %s", text);
+    cr_expect(!strstr(text, "arithmetic hint"), "%s", text);
+    free(text);
     loom_kernel_destroy(k);
 }
 
