@@ -110,12 +110,17 @@ static loom_status set_make(auto_ctx *a, int j)
         tune_fill_args(i ? a->ecs[j] : a->eus[j], 0x1b2c3d4e5full + (uint64_t)i, -1.0, 1.0, 0, 0, n[i], args);
         st = loom_launch(a->rt, a->fill[i], a->fg[i], args, 6);
     }
+    if (st != LOOM_OK) { /* not made: a later ask makes it again */
+        loom_buffer_destroy(a->eus[j]);
+        loom_buffer_destroy(a->ecs[j]);
+        a->eus[j] = a->ecs[j] = NULL;
+    }
     return st;
 }
 
 /* The first input set and the mapping (contiguous runs of candidates, b * U / B, at s).
  * More sets come when the pick asks for them (auto_place): a stage's time depends on
- * where E_cand lies (up to 22% at a narrow N; docs/tuning.md), so each is timed on
+ * where E_cand lies (up to 25% at a narrow N; docs/tuning.md), so each is timed on
  * several. */
 static loom_status inputs_make(auto_ctx *a)
 {

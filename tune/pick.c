@@ -25,10 +25,13 @@
  *      median of its rounds') is taken beside the others': the clock drifts by up to 13%
  *      under load (docs/tuning.md), more than some alternatives differ.  While the two
  *      fastest are within TUNE_PICK_CLOSE, more rounds, up to TUNE_PICK_ROUNDS_MAX.  With
- *      several input placements (spec.places), a round times every alternative on every
- *      placement, and an alternative's time is the mean over the placements of its median
- *      there (the IKBO LCE's stages run up to 22% apart depending on where E_cand lies,
- *      bench/RESULTS.md, session 22).
+ *      several input placements (spec.places), a round times every alternative on each
+ *      of the first spec.places_first placements, and an alternative's time is the mean
+ *      over the placements of its median there (the IKBO LCE's stages run up to 25%
+ *      apart depending on where E_cand lies, bench/RESULTS.md, sessions 22 and 27); then
+ *      one placement more at a time, as many rounds each, while the pick is not settled
+ *      (tune_pick_settled: the fastest, with confidence, within TUNE_PICK_WITHIN of the
+ *      second), up to spec.places.
  *   5. The fastest is kept, the others released, and the pick stored.
  *
  * Prefix: tune_pick (pick_ for this file's own).
@@ -323,10 +326,10 @@ static void pick_means(const tune_pick_spec *s, tune_picked *r, pick_times ms, i
  * no more than TUNE_PICK_WITHIN slower than the second (b) over placements at large.  On
  * each placement d = b / a - 1 (a and b timed side by side there); settled when the mean
  * of the d's less t standard errors (Student's t at 97.5%, one-sided) is above
- * -TUNE_PICK_WITHIN.  Where placement moves
- * both alike, the d's agree and a few placements settle it; where it moves one
- * alternative on some placements and not the other (bench/RESULTS.md, sessions 22 and
- * 27), they scatter and more placements are timed. */
+ * -TUNE_PICK_WITHIN.  Where placement moves both alike, the d's agree and a few
+ * placements settle it; where it moves one alternative on some placements and not the
+ * other (bench/RESULTS.md, sessions 22 and 27), they scatter and more placements are
+ * timed. */
 static bool pick_settled(const tune_pick_spec *s, const tune_picked *r, pick_times ms, int np, int k)
 {
     int a = -1, b = -1;
