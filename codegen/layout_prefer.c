@@ -8,8 +8,9 @@
  * (Triton's backward rematerialization, in loom's terms):
  *
  *   - an elementwise op wants an operand in the result's layout when another operand
- *     decided it (an accumulator, a loaded tile); when the operand itself decided it (a
- *     cast, or the other operands are splats), what the result's uses want;
+ *     decided it (an accumulator, a tile a dot made); when the operand itself decided it
+ *     (a cast, or the other operands are splats or are made of loads only, whose layout
+ *     is as free as its own), what the result's uses want;
  *   - expand_dims wants its source in the slice of what its result's uses want, and a
  *     broadcast its source in that layout with the stretched dims' bits made duplicates:
  *     a row `bias[BN]` broadcast to [BM, BN] and added to an accumulator wants the
@@ -115,6 +116,33 @@ static bool mma_dot_carried(cg_ctx *cg, const ir_op *op, int j)
     return y->kind == IR_V_RESULT && cg->k->ops[y->def].kind == IR_DOT && cg->dot_mma[y->def];
 }
 
+/* Whether only loads decided x's layout: a load, or an elementwise op (a cast, an add) of
+ * such values and scalars.  Where an op's operands are all such, none decides its layout:
+ * like the loads, they can take whatever layout the op's result is wanted in (two f16
+ * planes cast and added, then added to an accumulator: both planes loaded in the
+ * accumulator's layout).  Beside anything else (a broadcast row), the load decides as
+ * before. */
+static bool load_made(cg_ctx *cg, uint32_t x, int depth)
+{
+    const ir_value *v = &cg->k->vals[x];
+    if (v->kind != IR_V_RESULT || depth > 4)
+        return false;
+    const ir_op *d = &cg->k->ops[v->def];
+    if (cg_lay_class[d->kind] == LAY_LOAD)
+        return true;
+    if (!is_ew(d->kind))
+        return false;
+    bool any = false;
+    for (int j = 0; j < d->nopnd; j++) {
+        if (!fixed(cg, d->opnd[j]))
+            continue;
+        if (!load_made(cg, d->opnd[j], depth + 1))
+            return false;
+        any = true;
+    }
+    return any;
+}
+
 /* What use i of op o wants of v's layout: a layout id, W_ANY or W_NONE (keep what it has). */
 static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v, int depth)
 {
@@ -171,6 +199,8 @@ static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v,
         /* a splat-started loop value decides nothing, unless the loop carried it in a
          * wgmma accumulator's layout (the f32 accumulator of a promoted FP8 mainloop) */
         if (cg->soft[x] && !(cg->vlay[x] == r && cg_is_mma(cg, r)))
+            continue;
+        if (load_made(cg, x, 0) && load_made(cg, v, 0)) /* both follow the result's layout */
             continue;
         if (cg->vlay[x] == r)
             return r; /* another operand decided the result's layout */

@@ -115,7 +115,7 @@ static void expect_close(const char *what, const float *got, const float *want, 
 
 /* C [M, N] f32 = epilogue(A [M, K] @ B [K, N]), one BM-row tile a program: a producer task
  * TMAs A and B, a consumer task runs one wgmma and the epilogue, written the plain way. */
-enum { EPI_BIAS_ROW, EPI_BIAS_ROW2D, EPI_SCALE_COL, EPI_RESIDUAL, EPI_BIAS_RELU, EPI_BIAS_F16 };
+enum { EPI_BIAS_ROW, EPI_BIAS_ROW2D, EPI_SCALE_COL, EPI_RESIDUAL, EPI_BIAS_RELU, EPI_BIAS_F16, EPI_PLANES };
 enum { WM = 64, WK = 64, WN = 128 };
 
 /* The bias (EPI_BIAS_ROW, EPI_BIAS_F16) has nb elements (WN unless given) and is read at
@@ -124,7 +124,8 @@ static int64_t acc_nb = WN, acc_boff = 0;
 
 static loom_kernel *acc_kernel(int64_t M, int epi)
 {
-    static const char *names[] = {"bias_row", "bias_row2d", "scale_col", "residual", "bias_relu", "bias_f16"};
+    static const char *names[] = {"bias_row", "bias_row2d", "scale_col", "residual", "bias_relu", "bias_f16",
+                                  "residual_planes"};
     loom_kernel *k = loom_kernel_create(names[epi], 8);
     loom_val A = loom_arg_tensor(k, "A", LOOM_F16, LOOM_SHAPE2(M, WK), LOOM_IN);
     loom_val B = loom_arg_tensor(k, "B", LOOM_F16, LOOM_SHAPE2(WK, WN), LOOM_IN);
@@ -132,6 +133,7 @@ static loom_kernel *acc_kernel(int64_t M, int epi)
                  : epi == EPI_RESIDUAL   ? loom_arg_tensor(k, "R", LOOM_F32, LOOM_SHAPE2(M, WN), LOOM_IN)
                  : epi == EPI_BIAS_ROW2D ? loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE2(1, WN), LOOM_IN)
                  : epi == EPI_BIAS_F16   ? loom_arg_tensor(k, "bias", LOOM_F16, LOOM_SHAPE1(acc_nb), LOOM_IN)
+                 : epi == EPI_PLANES     ? loom_arg_tensor(k, "planes", LOOM_F16, LOOM_SHAPE3(2, M, WN), LOOM_IN)
                                          : loom_arg_tensor(k, "bias", LOOM_F32, LOOM_SHAPE1(acc_nb), LOOM_IN);
     loom_val C = loom_arg_tensor(k, "C", LOOM_F32, LOOM_SHAPE2(M, WN), LOOM_OUT);
     loom_val as = loom_smem_alloc(k, LOOM_F16, LOOM_SHAPE2(WM, WK), 1, LOOM_SWIZZLE_128);
@@ -168,6 +170,12 @@ static loom_kernel *acc_kernel(int64_t M, int epi)
     case EPI_RESIDUAL: {
         loom_val r = loom_load(k, V, ((loom_val[]){m0, zero}), tile, LOOM_NONE, 0.0);
         out = loom_add(k, r, acc);
+        break;
+    }
+    case EPI_PLANES: { /* a residual kept as two f16 planes (hi, lo), cast and added first */
+        loom_val hi = loom_load(k, V, ((loom_val[]){zero, m0, zero}), tile, LOOM_NONE, 0.0);
+        loom_val lo = loom_load(k, V, ((loom_val[]){I32(k, 1), m0, zero}), tile, LOOM_NONE, 0.0);
+        out = loom_add(k, acc, loom_add(k, loom_cast(k, hi, LOOM_F32), loom_cast(k, lo, LOOM_F32)));
         break;
     }
     case EPI_BIAS_F16: { /* an f16 bias, cast after the broadcast */
@@ -208,19 +216,32 @@ static void acc_run(int epi, loom_runtime *rt)
         b[i] = to_f16(bf[i], &bf[i]);
     for (int64_t i = 0; i < nb; i++)
         v16[i] = to_f16(v[i], &v[i]);
+    uint16_t *planes = malloc(2 * M * WN * 2);
+    for (int64_t i = 0; epi == EPI_PLANES && i < M * WN; i++) { /* v becomes hi + lo */
+        float hi, lo;
+        planes[i] = to_f16(v[i], &hi);
+        planes[M * WN + i] = to_f16(v[i] - hi, &lo);
+        v[i] = hi + lo;
+    }
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < WN; n++) {
             float s = 0;
             for (int64_t q = 0; q < WK; q++)
                 s += af[m * WK + q] * bf[q * WN + n];
             float bn = acc_boff + n < nb ? v[acc_boff + n] : 0; /* past the bias: the fill */
-            float r = epi == EPI_SCALE_COL ? s * v[m] : epi == EPI_RESIDUAL ? s + v[m * WN + n] : s + bn;
+            float r = epi == EPI_SCALE_COL                      ? s * v[m]
+                      : epi == EPI_RESIDUAL || epi == EPI_PLANES ? s + v[m * WN + n]
+                                                                 : s + bn;
             ref[m * WN + n] = epi == EPI_BIAS_RELU && r < 0 ? 0 : r;
         }
     int grid[3] = {3, 1, 1};
-    int64_t vbytes = epi == EPI_SCALE_COL ? M * 4 : epi == EPI_RESIDUAL ? M * WN * 4 : epi == EPI_BIAS_F16 ? nb * 2 : nb * 4;
-    targ args[] = {TA_BUF(a, M * WK * 2), TA_BUF(b, WK * WN * 2), TA_BUF(epi == EPI_BIAS_F16 ? (void *)v16 : v, vbytes),
-                   TA_BUF(c, M * WN * 4)};
+    int64_t vbytes = epi == EPI_SCALE_COL  ? M * 4
+                     : epi == EPI_RESIDUAL ? M * WN * 4
+                     : epi == EPI_PLANES   ? 2 * M * WN * 2
+                     : epi == EPI_BIAS_F16 ? nb * 2
+                                           : nb * 4;
+    void *vp = epi == EPI_BIAS_F16 ? (void *)v16 : epi == EPI_PLANES ? (void *)planes : (void *)v;
+    targ args[] = {TA_BUF(a, M * WK * 2), TA_BUF(b, WK * WN * 2), TA_BUF(vp, vbytes), TA_BUF(c, M * WN * 4)};
     if (rt) {
         loom_status st = t_run_on(rt, k, grid, args, 4);
         cr_assert_eq(st, LOOM_OK, "GPU launch: %s", loom_runtime_error(rt));
@@ -229,7 +250,7 @@ static void acc_run(int epi, loom_runtime *rt)
     expect_close(loom_kernel_name(k), c, ref, M * WN, 1e-3f);
     /* the PTX's one bar.sync: the mbarrier inits made visible before the tasks start */
     expect_fast(k, 1);
-    free(a), free(b), free(v16), free(af), free(bf), free(v), free(c), free(ref);
+    free(a), free(b), free(v16), free(planes), free(af), free(bf), free(v), free(c), free(ref);
     loom_kernel_destroy(k);
 }
 
@@ -241,6 +262,8 @@ Test(obvious, per_row_scale_on_the_accumulator) { acc_check(EPI_SCALE_COL); }
 Test(obvious, residual_add_on_the_accumulator) { acc_check(EPI_RESIDUAL); }
 Test(obvious, bias_and_relu_epilogue) { acc_check(EPI_BIAS_RELU); }
 Test(obvious, f16_bias_cast_after_the_broadcast) { acc_check(EPI_BIAS_F16); }
+/* the planes' add decides nothing of its own: both loads take the accumulator's layout */
+Test(obvious, residual_as_two_f16_planes_added_first) { acc_check(EPI_PLANES); }
 
 /* A bias row in the accumulator's slice layout is 16 vectors a thread at 128 columns.
  * Where the bias's size and the column it is read at are multiples of the tile's 128, the
