@@ -875,6 +875,16 @@ static void run_grid(loom_runtime *rt, nvref_gemm *ref, lce_fw *fw, const loom_i
            to - from + 1, from, to);
 }
 
+/* The count an option takes, 1 to most; anything else ends the run with a message. */
+static int count_arg(const char *opt, const char *text, int most)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || v < 1 || v > most)
+        DIE("%s takes 1 to %d, not '%s'", opt, most, text);
+    return (int)v;
+}
+
 int main(int argc, char **argv)
 {
     lce_prog = "bench_ikbo_lce";
@@ -898,19 +908,10 @@ int main(int argc, char **argv)
             tuned = 1;
         else if (!strcmp(argv[i], "--placement"))
             place = 1;
-        else if (!strcmp(argv[i], "--sets") && i + 1 < argc) { /* the pick check's input sets */
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > PICK_PLACES)
-                DIE("--sets takes 1 to %d, not '%s'", (int)PICK_PLACES, argv[i]);
-            pick_sets = (int)v, sets_shown = 1;
-        } else if (!strcmp(argv[i], "--objects") && i + 1 < argc) { /* the pick check's objects a stage */
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > PICK_OBJS)
-                DIE("--objects takes 1 to %d, not '%s'", (int)PICK_OBJS, argv[i]);
-            pick_objs = (int)v;
-        }
+        else if (!strcmp(argv[i], "--sets") && i + 1 < argc) /* the pick check's input sets */
+            pick_sets = count_arg("--sets", argv[++i], PICK_PLACES), sets_shown = 1;
+        else if (!strcmp(argv[i], "--objects") && i + 1 < argc) /* the pick check's objects a stage */
+            pick_objs = count_arg("--objects", argv[++i], PICK_OBJS);
         else if (!strcmp(argv[i], "--fp8"))
             fp8 = 1;
         else if (!strcmp(argv[i], "--ptx") && i + 1 < argc)

@@ -351,9 +351,7 @@ void cg_arith_hints(cg_ctx *cg)
         const ir_type *t = &k->vals[op->res[0]].type;
         if (t->kind != IR_T_TILE || t->dtype != LOOM_F32 || t->shape.rank == 0)
             continue;
-        size_t n = 1;
-        for (int d = 0; d < t->shape.rank; d++)
-            n *= (size_t)t->shape.dim[d];
+        size_t n = (size_t)ir_shape_numel(&t->shape);
         cg_cost c = {.kind = LOOM_COST_ARITH, .op = o, .opnd = -1, .from = -1, .to = -1, .copies = 1, .elements = n};
         uint32_t u = user[op->res[0]];
         if (op->kind == IR_MUL && uses[op->res[0]] == 1 &&

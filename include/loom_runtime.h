@@ -178,8 +178,8 @@ loom_status loom_compile_ptx(loom_kernel *k, const char *arch, char **ptx, size_
  *     line of totals, malloc'ed (free it): what LOOM_EXPLAIN=1 prints at compile.
  * After the uses of shared memory come the arithmetic hints (LOOM_COST_ARITH), in program
  * order too.  Returns LOOM_OK, or the compile's error (in err): a kernel refused for its
- * shared memory still has its uses reported (what the refusal lists).  A kernel written the plain way
- * (docs/dsl.md, "What costs what") has no LOOM_COST_CONVERT at all. */
+ * shared memory still has its uses reported (what the refusal lists).  A kernel written
+ * the plain way (docs/dsl.md, "What costs what") has no LOOM_COST_CONVERT at all. */
 typedef enum loom_cost_kind {
     LOOM_COST_CONVERT, /* a layout conversion through scratch */
     LOOM_COST_SCRATCH, /* other scratch: a reduction across warps, a dot's staging, ... */

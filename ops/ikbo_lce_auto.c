@@ -90,14 +90,21 @@ typedef struct auto_ctx {
     int fg[2][3];
 } auto_ctx;
 
-/* Input set j: E_user and E_cand at hs (the prepare's largest shape: the same kernels in
- * every bucket), allocated apart from the other sets, uniform in [-1, 1) by the tuner's
- * fill kernel with the same seeds, so every set holds the same values. */
+/* The elements of E_user (n[0]) and E_cand (n[1]) at hs, the prepare's largest shape (the
+ * same kernels in every bucket). */
+static void e_elements(const loom_ikbo_lce_shape *hs, int64_t n[2])
+{
+    n[0] = hs->U * hs->Ku * hs->N, n[1] = hs->B * hs->Kc * hs->N;
+}
+
+/* Input set j: E_user and E_cand at hs, allocated apart from the other sets, uniform in
+ * [-1, 1) by the tuner's fill kernel with the same seeds, so every set holds the same
+ * values. */
 static loom_status set_make(auto_ctx *a, int j)
 {
-    const loom_ikbo_lce_shape *hs = a->hs;
     size_t e = loom_dtype_size(a->s->dtype);
-    const int64_t n[2] = {hs->U * hs->Ku * hs->N, hs->B * hs->Kc * hs->N};
+    int64_t n[2];
+    e_elements(a->hs, n);
     loom_status st = LOOM_OK;
     if (!(a->eus[j] = tpl_zeroed_buffer(a->rt, (size_t)n[0] * e, &st)) ||
         !(a->ecs[j] = tpl_zeroed_buffer(a->rt, (size_t)n[1] * e, &st))) {
@@ -126,7 +133,8 @@ static loom_status inputs_make(auto_ctx *a)
 {
     loom_runtime *rt = a->rt;
     const loom_ikbo_lce_shape *s = a->s, *hs = a->hs;
-    const int64_t n[2] = {hs->U * hs->Ku * hs->N, hs->B * hs->Kc * hs->N};
+    int64_t n[2];
+    e_elements(hs, n);
     for (int i = 0; i < 2; i++) {
         a->fg[i][0] = a->fg[i][1] = a->fg[i][2] = 1;
         if (!(a->fill[i] = tune_fill_kernel(s->dtype, n[i], &a->fg[i][0])))
