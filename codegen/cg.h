@@ -185,6 +185,17 @@ cg_layout cg_expand(const cg_layout *l, int axis);
 cg_layout cg_trans(const cg_layout *l);
 bool cg_extend(cg_ctx *cg, const cg_layout *l, const loom_shape *target, cg_layout *out);
 cg_layout cg_rowproj(const cg_layout *l);
+/* slice: p's part [start, start + size) along dim (size a power of two, start a multiple)
+ * as a layout of its own, when that part is a subset of each thread's registers (p's bits
+ * of dim from log2(size) up are register bits): *out keeps the rest; false otherwise.
+ * cg_widen: the layout of the whole tile (dim `full` long) that holds r's part in
+ * registers, its bits of dim from log2(size) up as new register bits (false: too many
+ * registers, recorded).  cg_part_map: for each dst register, the src register holding
+ * the same element (dst's coordinate along dim plus start); false where it is in another
+ * thread. */
+bool cg_part(const cg_layout *p, int dim, int64_t size, cg_layout *out);
+bool cg_widen(cg_ctx *cg, const cg_layout *r, int dim, int64_t full, cg_layout *out);
+bool cg_part_map(const cg_layout *src, const cg_layout *dst, int dim, int64_t start, int32_t *regmap);
 /* Can every thread find, in its own registers of `src`, the element f(c) for each
  * element c it holds in `dst`?  feed[s] is the dst dim that source dim s takes its
  * coordinate from (-1: coordinate 0).  If so, fill regmap[j] (per dst register). */

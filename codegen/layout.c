@@ -275,6 +275,67 @@ bool cg_extend(cg_ctx *cg, const cg_layout *p, const loom_shape *t, cg_layout *o
     return true;
 }
 
+bool cg_part(const cg_layout *p, int dim, int64_t size, cg_layout *out)
+{
+    int lgs = cg_lg(size);
+    for (int i = 0; i < 5; i++)
+        if (p->lane[i].dim == dim && p->lane[i].bit >= lgs)
+            return false;
+    for (int i = 0; i < p->nwarp; i++)
+        if (p->warp[i].dim == dim && p->warp[i].bit >= lgs)
+            return false;
+    cg_layout l = *p;
+    l.shape[dim] = size;
+    l.lg[dim] = (int8_t)lgs;
+    l.parent = -1;
+    l.nreg = 0;
+    for (int i = 0; i < p->nreg; i++)
+        if (p->reg[i].dim != dim || p->reg[i].bit < lgs)
+            l.reg[l.nreg++] = p->reg[i];
+    *out = l;
+    return true;
+}
+
+bool cg_widen(cg_ctx *cg, const cg_layout *r, int dim, int64_t full, cg_layout *out)
+{
+    cg_layout l = *r;
+    l.shape[dim] = full;
+    l.lg[dim] = (int8_t)cg_lg(full);
+    l.parent = -1;
+    for (int b = r->lg[dim]; b < l.lg[dim]; b++)
+        if (!push_reg(cg, &l, dim, b))
+            return false;
+    *out = l;
+    return true;
+}
+
+bool cg_part_map(const cg_layout *src, const cg_layout *dst, int dim, int64_t start, int32_t *regmap)
+{
+    if (src->nwarp != dst->nwarp || src->rank != dst->rank)
+        return false;
+    for (int i = 0; i < 5; i++)
+        if (src->lane[i].dim != dst->lane[i].dim || (src->lane[i].dim >= 0 && src->lane[i].bit != dst->lane[i].bit))
+            return false;
+    for (int i = 0; i < dst->nwarp; i++)
+        if (src->warp[i].dim != dst->warp[i].dim || (src->warp[i].dim >= 0 && src->warp[i].bit != dst->warp[i].bit))
+            return false;
+    int n = cg_layout_regs(dst);
+    for (int j = 0; j < n; j++) {
+        int64_t c[LOOM_MAX_RANK];
+        for (int d = 0; d < dst->rank; d++)
+            c[d] = cg_reg_coord(dst, j, d) + (d == dim ? start : 0);
+        int jj = 0;
+        for (int i = 0; i < src->nreg; i++)
+            if (src->reg[i].dim >= 0 && (c[src->reg[i].dim] >> src->reg[i].bit) & 1)
+                jj |= 1 << i;
+        for (int d = 0; d < src->rank; d++)
+            if (cg_reg_coord(src, jj, d) != c[d])
+                return false;
+        regmap[j] = jj;
+    }
+    return true;
+}
+
 cg_layout cg_rowproj(const cg_layout *p)
 {
     cg_layout l = *p;

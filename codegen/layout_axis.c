@@ -167,6 +167,13 @@ static cg_axis axis_of(cg_ctx *cg, uint32_t v, int d)
     }
     case IR_TRANS:
         return cg_axis_info(cg, op->opnd[0], 1 - d);
+    case IR_SLICE: { /* an aligned part: blocks no longer than it stay aligned in it */
+        cg_axis s = cg_axis_info(cg, op->opnd[0], d);
+        if (d != op->iattr[0])
+            return s;
+        bool in = s.contig <= cap;
+        return (cg_axis){dmin(s.cnst, cap), in ? s.contig : 1, in ? s.div : 1};
+    }
     default:
         break;
     }

@@ -306,6 +306,12 @@ static bool layout_op(cg_ctx *cg, uint32_t o)
             cg_layout l = cg_trans(cg_lay(cg, cg->vlay[op->opnd[0]]));
             return set_layout(cg, rv, cg_layout_add(cg, &l));
         }
+        if (op->kind == IR_SLICE) { /* a part of the operand's registers, else a tile of its own */
+            cg_layout l;
+            if (cg_part(cg_lay(cg, cg->vlay[op->opnd[0]]), (int)op->iattr[0], op->iattr[2], &l))
+                return set_layout(cg, rv, cg_layout_add(cg, &l));
+            return set_layout(cg, rv, add_blocked(cg, &rt->shape, (loom_dtype)rt->dtype));
+        }
         break;
     case LAY_REDUCE: {
         int32_t sid = cg->vlay[op->opnd[0]];
@@ -440,6 +446,12 @@ int32_t cg_want(cg_ctx *cg, uint32_t o, int i)
         return i == 2 ? cg->vlay[op->res[0]] : cg->vlay[v];
     case IR_WGMMA_WAIT:
         return cg->vlay[op->res[i]];
+    case IR_SLICE: { /* the whole tile with the part's layout and the rest in registers */
+        cg_layout l;
+        if (!cg_widen(cg, cg_lay(cg, cg->vlay[op->res[0]]), (int)op->iattr[0], t->shape.dim[op->iattr[0]], &l))
+            return -1;
+        return cg_layout_add(cg, &l);
+    }
     case IR_FOR:
         return i >= 3 ? cg->vlay[op->res[i - 3]] : cg->vlay[v];
     case IR_YIELD: {

@@ -319,6 +319,10 @@ static LLVMValueRef remat_op(L *l, uint32_t v, LLVMValueRef *c)
         sc[0] = c[1];
         sc[1] = c[0];
         return remat_elem(l, op->opnd[0], sc);
+    case IR_SLICE:
+        for (int d = 0; d < t->shape.rank; d++)
+            sc[d] = d == op->iattr[0] ? LLVMBuildAdd(l->B, c[d], ci32(l, op->iattr[1]), "") : c[d];
+        return remat_elem(l, op->opnd[0], sc);
     default: {
         LLVMValueRef x[3];
         for (int i = 0; i < op->nopnd && i < 3; i++)
@@ -552,6 +556,30 @@ bool lower_shape_like(L *l, uint32_t o, ir_op *op)
                       ir_opdescs[op->kind].name);
     for (int j = 0; j < n; j++)
         out[j] = x->r[map[j]];
+    return lw_set_result(l, rv, id, out);
+}
+
+/* slice: the part of the operand's registers that holds [start, start + size) along dim,
+ * the operand taken in the layout that holds it so (cg_want: a conversion through shared
+ * memory where its own layout spreads that part over other threads). */
+bool lower_slice(L *l, uint32_t o, ir_op *op)
+{
+    uint32_t rv = op->res[0];
+    if (l->cg->remat[rv])
+        return true; /* recomputed at each use */
+    int32_t id = l->cg->vlay[rv], w = cg_want(l->cg, o, 0);
+    LLVMValueRef *src = lw_opnd_regs(l, o, 0);
+    if (!src)
+        return false;
+    int n = cg_layout_regs(cg_lay(l->cg, id));
+    int32_t *map = lw_alloc(l, (size_t)n * sizeof *map);
+    LLVMValueRef *out = lw_regs_alloc(l, n);
+    if (!map || !out)
+        return false;
+    if (!cg_part_map(cg_lay(l->cg, w), cg_lay(l->cg, id), (int)op->iattr[0], op->iattr[1], map))
+        return CG_BUG(l->cg, "slice: its operand's layout does not hold the part in registers");
+    for (int j = 0; j < n; j++)
+        out[j] = src[map[j]];
     return lw_set_result(l, rv, id, out);
 }
 

@@ -210,6 +210,18 @@ loom_val loom_expand_dims_at(loom_src at, loom_kernel *k, loom_val v, int axis)
 
 loom_val loom_trans_at(loom_src at, loom_kernel *k, loom_val v) { return build1(k, at, IR_TRANS, v, 0); }
 
+loom_val loom_slice_at(loom_src at, loom_kernel *k, loom_val v, int dim, int64_t start, int64_t size)
+{
+    uint32_t o = begin(k, at, IR_SLICE, &v, 1);
+    if (!o)
+        return LOOM_NONE;
+    ir_op *op = ir_opp(k, o);
+    op->iattr[0] = dim;
+    op->iattr[1] = start;
+    op->iattr[2] = size;
+    return finish(k, o);
+}
+
 /* ---------------------------------------------------------------- elementwise */
 
 #define BINARY(fn, KIND)                                                      \

@@ -186,6 +186,28 @@ static bool interp_trans(interp *in, const ir_op *op)
     return true;
 }
 
+/* The elements [start, start + size) along dim: the tile as [outer, n, inner] (n its
+ * extent along dim), each outer block's run of size * inner elements from start * inner. */
+static bool interp_slice(interp *in, const ir_op *op)
+{
+    tv *a = interp_opnd(in, op, 0), *r = interp_res(in, op, 0);
+    int dim = (int)op->iattr[0];
+    int64_t start = op->iattr[1], size = op->iattr[2], outer = 1, inner = 1, n = a->shape.dim[dim];
+    for (int d = 0; d < dim; d++)
+        outer *= a->shape.dim[d];
+    for (int d = dim + 1; d < a->shape.rank; d++)
+        inner *= a->shape.dim[d];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < size * inner; i++) {
+            int64_t from = (o * n + start) * inner + i, to = o * size * inner + i;
+            if (r->f)
+                r->f[to] = a->f[from];
+            else
+                r->i[to] = a->i[from];
+        }
+    return true;
+}
+
 /* ---------------------------------------------------------------- elementwise */
 
 /* Every elementwise op: one element of the result from one element of each operand (a

@@ -33,7 +33,7 @@
  *   layout  how the layout pass (codegen/layout_pass.c) gives the result a register layout:
  *             EW      elementwise (result[i] from operands[i] alone): its operands' layout,
  *                     recomputed in any layout when made of scalars only
- *             SHAPE   splat, arange, broadcast, expand_dims, trans: a rule of its own,
+ *             SHAPE   splat, arange, broadcast, expand_dims, trans, slice: a rule of its own,
  *                     recomputed in any layout when made of scalars only
  *             REDUCE  the operand's layout sliced along the reduced axis
  *             LOAD    from memory: the anchors (blocked for the dtype, or an accumulator's
@@ -76,6 +76,7 @@ LOOM_OP(SPLAT,               splat,                 1, 0, splat,         IRF_PUR
 LOOM_OP(BROADCAST,           broadcast,             1, 0, broadcast,     IRF_PURE,              core,   SHAPE,  to_shape, "")
 LOOM_OP(EXPAND_DIMS,         expand_dims,           1, 0, expand_dims,   IRF_PURE,              core,   SHAPE,  axis,     "")
 LOOM_OP(TRANS,               trans,                 1, 0, trans,         IRF_PURE,              core,   SHAPE,  opnds,    "")
+LOOM_OP(SLICE,               slice,                 1, 0, slice,         IRF_PURE,              core,   SHAPE,  opnds,    "dim start size")
 LOOM_OP(ADD,                 add,                   2, 0, arith,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(SUB,                 sub,                   2, 0, arith,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")
 LOOM_OP(MUL,                 mul,                   2, 0, arith,         IRF_PURE | IRF_FOLD,   core,   EW,     opnds,    "")

@@ -221,6 +221,29 @@ static bool rule_trans(rule_ctx *c)
     return emit(c, tile((loom_dtype)T(c, 0)->dtype, s));
 }
 
+static bool rule_slice(rule_ctx *c)
+{
+    char b[64];
+    if (!want_nopnd(c, 1) || !want_tiles(c, 0, 1))
+        return false;
+    loom_shape s = T(c, 0)->shape;
+    int64_t dim = c->op->iattr[0], start = c->op->iattr[1], size = c->op->iattr[2];
+    if (s.rank == 0)
+        FAIL("operand is %s; slice takes a tile of rank 1 or more", ts(T(c, 0), b));
+    if (dim < 0 || dim >= s.rank)
+        FAIL("dim %lld is out of range for %s (0..%d)", (long long)dim, ts(T(c, 0), b), s.rank - 1);
+    if (size < 1 || (size & (size - 1)))
+        FAIL("size %lld is not a power of two (a slice is a part of the tile's registers)", (long long)size);
+    if (start < 0 || start % size)
+        FAIL("start %lld is not a multiple of the size %lld (a slice is an aligned part of the tile)",
+             (long long)start, (long long)size);
+    if (start + size > s.dim[dim])
+        FAIL("the elements [%lld, %lld) along dim %lld are outside %s", (long long)start,
+             (long long)(start + size), (long long)dim, ts(T(c, 0), b));
+    s.dim[dim] = size;
+    return emit(c, tile((loom_dtype)T(c, 0)->dtype, s));
+}
+
 static bool rule_arith(rule_ctx *c)
 {
     char b[64];

@@ -192,15 +192,20 @@ loom_val loom_const_i_at(loom_src at, loom_kernel *k, loom_dtype dt, int64_t v);
 loom_val loom_arange_at(loom_src at, loom_kernel *k, int64_t start, int64_t end);
 
 /* Shape ops.  splat: scalar -> tile.  broadcast: numpy rules (right-aligned; source
- * dims of 1 stretch).  expand_dims inserts a dim of 1.  trans swaps a 2-D tile. */
+ * dims of 1 stretch).  expand_dims inserts a dim of 1.  trans swaps a 2-D tile.  slice:
+ * the elements [start, start + size) of v along dim, the other dims whole; size a power
+ * of two and start a multiple of it (a part of the tile's registers on the GPU, where the
+ * layout allows, e.g. a column half of an accumulator; else moved through shared memory). */
 #define loom_splat(k, v, shape) loom_splat_at(LOOM_HERE, k, v, shape)
 #define loom_broadcast(k, v, shape) loom_broadcast_at(LOOM_HERE, k, v, shape)
 #define loom_expand_dims(k, v, axis) loom_expand_dims_at(LOOM_HERE, k, v, axis)
 #define loom_trans(k, v) loom_trans_at(LOOM_HERE, k, v)
+#define loom_slice(k, v, dim, start, size) loom_slice_at(LOOM_HERE, k, v, dim, start, size)
 loom_val loom_splat_at(loom_src at, loom_kernel *k, loom_val v, loom_shape shape);
 loom_val loom_broadcast_at(loom_src at, loom_kernel *k, loom_val v, loom_shape shape);
 loom_val loom_expand_dims_at(loom_src at, loom_kernel *k, loom_val v, int axis);
 loom_val loom_trans_at(loom_src at, loom_kernel *k, loom_val v);
+loom_val loom_slice_at(loom_src at, loom_kernel *k, loom_val v, int dim, int64_t start, int64_t size);
 
 /* Elementwise arithmetic.  Operands have the same dtype and the same shape, except that a
  * scalar operand is splatted to the other's shape.  Integers wrap (two's complement);

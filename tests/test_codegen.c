@@ -365,6 +365,33 @@ static loom_kernel *shape_ops(void)
 
 Test(codegen, grid_and_shape_ops) { check_and_free(shape_ops()); }
 
+/* Slices: of a loaded tile along each dim (a part of the registers, or through shared
+ * memory where the part lies in other threads), of an elementwise result, and of a
+ * recomputed arange. */
+OP_COVERED(slice)
+static loom_kernel *slice_ops(void)
+{
+    loom_kernel *k = loom_kernel_create("slices", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE3(6, 64, 64), LOOM_OUT);
+    loom_val oi = loom_arg_tensor(k, "oi", LOOM_I32, LOOM_SHAPE1(16), LOOM_OUT);
+    loom_val z = ci(k, 0);
+    loom_val t = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0);
+    loom_store(k, o, ((loom_val[]){z, z, z}), loom_slice(k, t, 1, 32, 32), LOOM_NONE);
+    loom_store(k, o, ((loom_val[]){ci(k, 1), z, z}), loom_slice(k, t, 0, 48, 16), LOOM_NONE);
+    loom_store(k, o, ((loom_val[]){ci(k, 2), z, z}), loom_slice(k, t, 1, 4, 4), LOOM_NONE);
+    loom_store(k, o, ((loom_val[]){ci(k, 3), z, z}), loom_slice(k, t, 0, 1, 1), LOOM_NONE);
+    /* a slice added to another tile: its layout meets the other's */
+    loom_val half = loom_load(k, x, ((loom_val[]){ci(k, 8), z}), LOOM_SHAPE2(32, 64), LOOM_NONE, 0);
+    loom_val sum = loom_add(k, loom_slice(k, loom_mul(k, t, t), 0, 32, 32), half);
+    loom_store(k, o, ((loom_val[]){ci(k, 4), z, z}), sum, LOOM_NONE);
+    loom_store(k, o, ((loom_val[]){ci(k, 5), z, z}), loom_slice(k, sum, 1, 0, 16), LOOM_NONE);
+    loom_store(k, oi, &z, loom_slice(k, loom_arange(k, 3, 67), 0, 16, 16), LOOM_NONE);
+    return k;
+}
+
+Test(codegen, slices) { check_and_free(slice_ops()); }
+
 static loom_kernel *reduce_kernel(loom_dtype dt, int64_t r, int64_t c, int warps)
 {
     loom_kernel *k = loom_kernel_create("reduce", warps);
@@ -903,6 +930,8 @@ Test(codegen_gpu, int_ops)
 }
 
 Test(codegen_gpu, shapes) { gpu_vs_interp(shape_ops(), ONE, NOSPEC, 0); }
+
+Test(codegen_gpu, slices) { gpu_vs_interp(slice_ops(), ONE, NOSPEC, 0); }
 
 Test(codegen_gpu, reductions)
 {

@@ -839,6 +839,44 @@ Test(ops_shape, trans_f32_and_i32)
     loom_kernel_destroy(k);
 }
 
+OP_COVERED(slice)
+Test(ops_shape, slice_along_each_dim)
+{
+    /* x [2, 4, 8] f32 (element i = i); s0 = x[1:2], s1 = x[:, 2:4], s2 = x[:, :, 4:8] and
+     * an i32 slice of an arange */
+    float x[2][4][8], s0[1][4][8], s1[2][2][8], s2[2][4][4];
+    int32_t ia[4];
+    for (int i = 0; i < 64; i++)
+        (&x[0][0][0])[i] = (float)i;
+    loom_kernel *k = loom_kernel_create("sl", 1);
+    loom_val tx = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE3(2, 4, 8), LOOM_IN);
+    loom_val t0 = loom_arg_tensor(k, "s0", LOOM_F32, LOOM_SHAPE3(1, 4, 8), LOOM_OUT);
+    loom_val t1 = loom_arg_tensor(k, "s1", LOOM_F32, LOOM_SHAPE3(2, 2, 8), LOOM_OUT);
+    loom_val t2 = loom_arg_tensor(k, "s2", LOOM_F32, LOOM_SHAPE3(2, 4, 4), LOOM_OUT);
+    loom_val ti = loom_arg_tensor(k, "ia", LOOM_I32, LOOM_SHAPE1(4), LOOM_OUT);
+    loom_val z = zero_i32(k), zz[3] = {z, z, z};
+    loom_val v = loom_load(k, tx, zz, LOOM_SHAPE3(2, 4, 8), LOOM_NONE, 0);
+    loom_store(k, t0, zz, loom_slice(k, v, 0, 1, 1), LOOM_NONE);
+    loom_store(k, t1, zz, loom_slice(k, v, 1, 2, 2), LOOM_NONE);
+    loom_store(k, t2, zz, loom_slice(k, v, 2, 4, 4), LOOM_NONE);
+    loom_store(k, ti, zz, loom_slice(k, loom_arange(k, 10, 26), 0, 12, 4), LOOM_NONE);
+    targ args[] = {TA_ARR(x), TA_ARR(s0), TA_ARR(s1), TA_ARR(s2), TA_ARR(ia)};
+    T_RUN_OK(k, NULL, args, 5);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 8; c++) {
+                if (a == 0)
+                    cr_expect_eq(s0[0][b][c], x[1][b][c]);
+                if (b < 2)
+                    cr_expect_eq(s1[a][b][c], x[a][2 + b][c]);
+                if (c < 4)
+                    cr_expect_eq(s2[a][b][c], x[a][b][4 + c]);
+            }
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(ia[i], 22 + i);
+    loom_kernel_destroy(k);
+}
+
 /* ================================================================ reductions */
 
 enum { RA = 2, RB = 3, RC = 4 };

@@ -120,6 +120,24 @@ Test(verify, rule_messages_of_shape_ops)
     }
 }
 
+Test(verify, rule_messages_of_slice)
+{
+    const char *w[] = {"dim 1 is out of range", "size 3 is not a power of two", "start 1 is not a multiple",
+                       "the elements [4, 6) along dim 0 are outside", "slice takes a tile of rank 1"};
+    for (int c = 0; c < 5; c++) {
+        fx f = mk();
+        int L = 0;
+        switch (c) {
+        case 0: L = __LINE__; loom_slice(f.k, f.vx, 1, 0, 2); break;
+        case 1: L = __LINE__; loom_slice(f.k, f.vx, 0, 0, 3); break;
+        case 2: L = __LINE__; loom_slice(f.k, f.vx, 0, 1, 2); break;
+        case 3: L = __LINE__; loom_slice(f.k, f.vx, 0, 4, 2); break;
+        default: L = __LINE__; loom_slice(f.k, f.s, 0, 0, 1); break;
+        }
+        expect_error(f.k, L, w[c]);
+    }
+}
+
 Test(verify, reduction_over_missing_axis)
 {
     fx f = mk();
