@@ -25,7 +25,8 @@ typedef enum loom_epilogue_kind {
     LOOM_EPI_REGISTERS, /* loom_store straight from the registers (masked at the edges) */
     LOOM_EPI_STAGED,    /* through a staging tile and one TMA store, which runs on during
                            the next mainloop: the writer waits for it lazily, before it
-                           writes the staging tile again */
+                           writes the staging tile again (the issuing thread waits, then
+                           the writing threads meet at the epilogue's named barrier) */
     LOOM_EPI_TURNS,     /* task replicas share one staging tile (or one each): each writes
                            it, TMA-stores it and waits until the store has read it */
     LOOM_EPI_HANDOVER,  /* two replicas share one staging tile in turn, replica 0 first,
@@ -61,6 +62,14 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
 #define loom_epilogue_turn_done(k, e, rep) loom_epilogue_turn_done_at(LOOM_HERE, k, e, rep)
 void loom_epilogue_turn_wait_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep, loom_val j);
 void loom_epilogue_turn_done_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep);
+/* LOOM_EPI_STAGED with a staging tile of 1/parts of v's columns (v 2-D, stored into the
+ * last two dims of out; offs: out's rank offsets): v goes out part by part, columns
+ * [j c, (j + 1) c) at offs' last + j c, each part written once the last part's TMA store
+ * has read the staging tile (as every LOOM_EPI_STAGED store waits). */
+#define loom_epilogue_store_parts(k, e, offs, rank, v, parts) \
+    loom_epilogue_store_parts_at(LOOM_HERE, k, e, offs, rank, v, parts)
+void loom_epilogue_store_parts_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, int rank,
+                                  loom_val v, int parts);
 /* Store v at out[offs] through a ring slot's view that the caller holds (a borrowed
  * slot: no staging memory of its own); `sync` is the threads that wrote the view; the
  * slot goes back with loom_epilogue_return_slot once the store has read it. */

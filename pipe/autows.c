@@ -725,6 +725,23 @@ static void epilogue_fits(aw *w, char *why, size_t n)
     w->epil = 0;
 }
 
+/* Is tile v (of the source kernel) made with a trans on the way (its columns then lie in
+ * other threads' registers, so a column part of it would move through shared memory)? */
+static bool made_with_trans(aw *w, uint32_t v, int depth)
+{
+    const ir_value *x = &w->src->vals[v];
+    if (x->kind != IR_V_RESULT || depth > 16)
+        return depth > 16;
+    const ir_op *op = aw_op(w, x->def);
+    if (op->kind == IR_TRANS)
+        return true;
+    for (int i = 0; i < op->nopnd; i++)
+        if (w->src->vals[op->opnd[i]].type.kind == IR_T_TILE && w->src->vals[op->opnd[i]].type.shape.rank == 2 &&
+            made_with_trans(w, op->opnd[i], depth + 1))
+            return true;
+    return false;
+}
+
 /* The store after the loop that the epilogue can stage for a TMA store: the top level's
  * only store, of a 2-D tile whose rows are whole 128-byte swizzle spans, unmasked, into
  * a tensor TMA can address, with room beside the ring.  0 (and why, for the dump) when
@@ -773,6 +790,22 @@ static uint32_t staged_store(aw *w, char *why, size_t n, uint32_t *room)
         ring += w->qslots * q;
     }
     int64_t need = ring + aw_tile_bytes(v) * (w->pingpong ? 2 : 1) + 1024 + 64 * w->stages, limit = 227 * 1024;
+    /* else in column parts (a half, a quarter), each a whole number of 128-byte spans a
+     * row: one staging tile of a part, a TMA store each (one consumer task; ping-pong's
+     * replicas stage whole tiles; not a tile turned by a trans, whose columns lie in
+     * other threads) */
+    w->parts = 1;
+    bool split = !w->pingpong && !w->coal && !made_with_trans(w, op->opnd[1 + r], 0);
+    for (int p = 2; need > limit && split && p <= 4; p *= 2) {
+        int64_t cols = v->shape.dim[1] / p;
+        if (v->shape.dim[1] % p || (cols & (cols - 1)) || (cols * (int64_t)es) % 128)
+            break;
+        int64_t part = aw_tile_bytes(v) / p;
+        if (ring + part + 1024 + 64 * w->stages <= limit) {
+            w->parts = p;
+            need = ring + part + 1024 + 64 * w->stages;
+        }
+    }
     if (need > limit) {
         *room = st;
         return snprintf(why, n, "the store at %s goes from registers: its %lld-byte staging tile does not fit beside "
@@ -845,6 +878,10 @@ static bool pass_pipeline(aw *w)
         w->staged = room;
         why[0] = 0;
     }
+    /* the held slot back during the next program's first k steps: waiting for the store
+     * to read it right after issuing it would hold the whole warp group (its wgmmas are
+     * aligned) for the read */
+    w->defer = w->borrow && w->mainloop && !w->coal;
     if (w->outer && !w->staged) { /* the outer ring's slots beside the ring alone */
         int64_t q = aw_tile_bytes(&w->src->vals[aw_op(w, w->outer)->res[0]].type);
         w->qslots = ring_bytes(w) + 2 * q + 2048 <= 227 * 1024 ? 2 : 1;
@@ -870,8 +907,13 @@ static bool pass_pipeline(aw *w)
                     w->borrow ? "the last k step's slot (held until read)" : "a staging tile");
         else if (w->staged && w->borrow)
             fprintf(stderr, "//   the store at %s: staged in the last k step's slot (its tile %d), one TMA store; "
-                            "the slot goes back once the store has read it\n",
-                    aw_where(w, w->staged, wb, sizeof wb), w->borrow - 1);
+                            "the slot goes back once the store has read it%s\n",
+                    aw_where(w, w->staged, wb, sizeof wb), w->borrow - 1,
+                    w->defer ? ", during the next program's first k steps" : "");
+        else if (w->staged && w->parts > 1)
+            fprintf(stderr, "//   the store at %s: staged in shared memory in %d column parts (the whole tile does not "
+                            "fit beside the rings), a TMA store each, each part written once the last has been read\n",
+                    aw_where(w, w->staged, wb, sizeof wb), w->parts);
         else if (w->staged)
             fprintf(stderr, "//   the store at %s: staged in shared memory, one TMA store (waited for before the next "
                             "program's)\n", aw_where(w, w->staged, wb, sizeof wb));

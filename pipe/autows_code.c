@@ -118,15 +118,22 @@ static void clone_plain(aw *w, uint32_t o)
             loom_store_at(op->src, d, H(w, op->opnd[0]), offs, v, LOOM_NONE);
             loom_if_end_at(op->src, d, h, 0, NULL);
         }
-        loom_epilogue_return_slot_at(op->src, d, &w->ring, w->held, w->held_use);
+        if (w->defer) /* back during the next program's first steps, once its store has read it */
+            w->pend_next = loom_select_at(op->src, d, w->held, w->held_use, loom_const_i_at(op->src, d, LOOM_I32, -1));
+        else
+            loom_epilogue_return_slot_at(op->src, d, &w->ring, w->held, w->held_use);
         return;
     }
     if (o == w->staged) {
         loom_val offs[LOOM_MAX_RANK];
         for (int i = 1; i + 1 < op->nopnd; i++)
             offs[i - 1] = H(w, op->opnd[i]);
-        loom_epilogue_store_at(op->src, d, &w->epi, offs, H(w, op->opnd[op->nopnd - 1]), w->rep, LOOM_NONE,
-                               LOOM_NONE);
+        if (w->parts > 1)
+            loom_epilogue_store_parts_at(op->src, d, &w->epi, offs, op->nopnd - 2, H(w, op->opnd[op->nopnd - 1]),
+                                         w->parts);
+        else
+            loom_epilogue_store_at(op->src, d, &w->epi, offs, H(w, op->opnd[op->nopnd - 1]), w->rep, LOOM_NONE,
+                                   LOOM_NONE);
         return;
     }
     uint32_t opnd[64];
@@ -222,10 +229,19 @@ static void clone_block(aw *w, uint32_t b, bool producer)
 
 #define CI(v) loom_const_i_at(at, d, LOOM_I32, (v))
 
+/* defer: where `when` (an i1, or LOOM_NONE: always) holds and a slot is pending (use
+ * pend >= 0), wait until the store that holds it has read it, then give it back. */
+static void give_back_pending(aw *w, loom_src at, loom_val pend, loom_val when)
+{
+    loom_kernel *d = w->dst;
+    loom_val held = loom_cmp_at(at, d, LOOM_GE, pend, CI(0));
+    loom_epilogue_return_slot_at(at, d, &w->ring, when ? loom_and_at(at, d, when, held) : held, pend);
+}
+
 /* A task's loop over the programs of the user's grid: this CTA's first, then every
  * num_programs-th, each decoded into vpid (x fastest).  It carries the ring's use count
  * (*it: the uses before the program). */
-static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it)
+static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it, bool consumers)
 {
     loom_kernel *d = w->dst;
     loom_val first = loom_program_id_at(at, d, 0), step = loom_num_programs_at(at, d, 0), it0 = CI(0);
@@ -235,9 +251,14 @@ static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it)
         it0 = loom_mul_at(at, d, w->rep, w->trips);
     }
     loom_val total = loom_mul_at(at, d, loom_mul_at(at, d, w->grid[0], w->grid[1]), w->grid[2]);
-    loom_val init[2] = {it0, CI(0)}; /* the ring's uses; the outer ring's (the programs so far) */
-    loom_region_op l = loom_for_begin_at(at, d, first, total, step, w->outer || w->epil ? 2 : 1, init);
-    w->pi = w->outer || w->epil ? loom_for_arg(d, l, 1) : LOOM_NONE;
+    /* the ring's uses; the outer ring's (the programs so far); the consumers' held slot */
+    bool per_program = w->outer || w->epil, pend = consumers && w->defer;
+    loom_val init[3] = {it0, CI(0), CI(-1)};
+    if (!per_program)
+        init[1] = init[2];
+    loom_region_op l = loom_for_begin_at(at, d, first, total, step, 1 + per_program + pend, init);
+    w->pi = per_program ? loom_for_arg(d, l, 1) : LOOM_NONE;
+    w->pend = pend ? loom_for_arg(d, l, 1 + per_program) : LOOM_NONE;
     loom_val t = loom_for_iv(d, l), r = loom_div_at(at, d, t, w->grid[0]);
     w->vpid[0] = loom_rem_at(at, d, t, w->grid[0]);
     w->vpid[1] = loom_rem_at(at, d, r, w->grid[1]);
@@ -248,12 +269,16 @@ static loom_region_op programs_begin(aw *w, loom_src at, loom_val *it)
 
 /* The end of a task's loop over programs: the ring's uses after the program (and one
  * more use of the outer ring). */
-static void programs_end(aw *w, loom_src at, loom_region_op pl, loom_val it_end)
+static void programs_end(aw *w, loom_src at, loom_region_op pl, loom_val it_end, bool consumers)
 {
     loom_kernel *d = w->dst;
-    bool per_program = w->outer || w->epil;
-    loom_val y[2] = {it_end, per_program ? loom_add_at(at, d, w->pi, CI(1)) : LOOM_NONE};
-    loom_for_end_at(at, d, pl, per_program ? 2 : 1, y);
+    bool per_program = w->outer || w->epil, pend = consumers && w->defer;
+    loom_val y[3] = {it_end, per_program ? loom_add_at(at, d, w->pi, CI(1)) : LOOM_NONE, w->pend_next};
+    if (!per_program)
+        y[1] = y[2];
+    loom_for_end_at(at, d, pl, 1 + per_program + pend, y);
+    if (pend) /* the last program's held slot: its store has read it before the kernel ends */
+        give_back_pending(w, at, loom_for_result(d, pl, 1 + per_program), LOOM_NONE);
 }
 
 /* The producer: the epilogue channel's tile of the program into its slot. */
@@ -279,7 +304,7 @@ static void build_producer(aw *w)
     loom_src at = lp->src;
     loom_region_op t = loom_producer_begin_at(at, d);
     loom_val it0;
-    loom_region_op pl = programs_begin(w, at, &it0);
+    loom_region_op pl = programs_begin(w, at, &it0, false);
     ir_block *top = &w->src->blocks[1];
     for (uint32_t i = 0; i < top->nops && w->st == LOOM_OK; i++)
         if (w->prod[top->ops[i]])
@@ -321,7 +346,7 @@ static void build_producer(aw *w)
         load_epilogue_tile(w);
         loom_if_end_at(at, d, e, 0, NULL);
     }
-    programs_end(w, at, pl, it_end);
+    programs_end(w, at, pl, it_end, false);
     loom_task_end_at(at, d, t);
 }
 
@@ -403,6 +428,11 @@ static void consumer_step(aw *w, loom_val it)
 
 /* The consumers' step, mainloop form: the body's other ops, the dot as one k step of the
  * pipeline layer's mainloop (one group left in flight, the previous use's slot back). */
+/* The step of a program at which the last program's held slot goes back: the second
+ * (its store has had the first step's wgmma to be read), or the first with two stages
+ * (the second step's loads need the slot back: use it0 + 1 is the held use + stages). */
+static int defer_step(const aw *w) { return w->stages > 2 ? 1 : 0; }
+
 static void consumer_mainloop_step(aw *w, loom_val it, loom_val it0)
 {
     loom_kernel *d = w->dst;
@@ -424,6 +454,8 @@ static void consumer_mainloop_step(aw *w, loom_val it, loom_val it0)
         loom_val first = loom_cmp_at(at, d, LOOM_GT, it, it0); /* a program's first step gives none back */
         loom_val prev = loom_sub_at(at, d, it, CI(1));
         w->map[op->res[0]] = U(w, loom_mainloop_step_at(at, d, &ml, it, prev, first, a, H(w, op->opnd[2]), LOOM_NONE));
+        if (w->defer) /* the last program's held slot, once this program's wgmmas run (DEFER_STEP) */
+            give_back_pending(w, at, w->pend, loom_cmp_at(at, d, LOOM_EQ, it, loom_add_at(at, d, it0, CI(defer_step(w)))));
     }
 }
 
@@ -436,6 +468,9 @@ static loom_val mainloop_finish(aw *w, loom_val acc, loom_val it0, loom_val it_e
     loom_src at = aw_op(w, w->dot[0].op)->src;
     loom_region_op wt = loom_wgmma_wait_at(at, d, 0, 1, &acc);
     loom_val done = loom_wgmma_result(d, wt, 0);
+    if (w->defer) /* a loop too short to reach defer_step: the last program's slot now */
+        give_back_pending(w, at, w->pend,
+                          loom_cmp_at(at, d, LOOM_LE, loom_sub_at(at, d, it_end, it0), CI(defer_step(w))));
     if (w->borrow) {
         w->held = loom_cmp_at(at, d, LOOM_GT, it_end, it0);
         w->held_use = loom_sub_at(at, d, it_end, CI(1));
@@ -601,7 +636,7 @@ static void build_consumers(aw *w)
         w->trips = loom_select_at(at, d, loom_cmp_at(at, d, LOOM_GT, hi, lo), loom_div_at(at, d, span, st), CI(0));
     }
     loom_val it0;
-    loom_region_op pl = programs_begin(w, at, &it0);
+    loom_region_op pl = programs_begin(w, at, &it0, true);
     uint32_t i = 0;
     for (; i < top->nops && top->ops[i] != w->loop && w->st == LOOM_OK; i++)
         if (!w->pingpong || !w->bounds[top->ops[i]])
@@ -673,7 +708,7 @@ static void consumers_end(aw *w, loom_region_op pl, loom_region_op t, uint32_t i
         loom_pingpong_tile_end_at(at, d, &w->pp);
         it_end = loom_add_at(at, d, it_end, w->trips);
     }
-    programs_end(w, at, pl, it_end);
+    programs_end(w, at, pl, it_end, true);
     if (w->pingpong) { /* the replica with a program fewer takes an empty turn */
         loom_val nprog = loom_num_programs_at(at, d, 0);
         loom_val total = loom_mul_at(at, d, loom_mul_at(at, d, w->grid[0], w->grid[1]), w->grid[2]);
@@ -730,8 +765,10 @@ bool aw_pass_code(aw *w)
     } else if (w->staged) {
         ir_op *st = aw_op(w, w->staged);
         ir_type *v = &k->vals[st->opnd[st->nopnd - 1]].type;
+        loom_shape part = v->shape;
+        part.dim[1] /= w->parts;
         w->epi = loom_epilogue_create_at(st->src, &w->pipe, LOOM_EPI_STAGED, H(w, st->opnd[0]), (loom_dtype)v->dtype,
-                                         v->shape, w->pingpong ? 2 : 1, w->pingpong ? 128 : 128 * w->groups);
+                                         part, w->pingpong ? 2 : 1, w->pingpong ? 128 : 128 * w->groups);
     }
     build_producer(w);
     w->map = cmap;

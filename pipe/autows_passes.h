@@ -69,8 +69,15 @@ typedef struct aw {
     uint32_t staged;    /* the store the epilogue stages for one TMA store (0: none) */
     int borrow;         /* staged through the last k step's slot (ring tile borrow - 1), not a
                          * staging tile of its own (0: no) */
+    int parts;          /* the staging tile holds 1 / parts of the stored tile's columns (1: all):
+                         * the tile goes out part by part where the whole does not fit */
     loom_sync bsync;    /* borrow: the consumer threads that write the slot */
     loom_val held, held_use; /* borrow: the consumers hold a slot (i1), and its ring use */
+    bool defer;         /* borrow in the mainloop form: the held slot goes back during the next
+                         * program's first k steps, not right after its store (below) */
+    loom_val pend;      /* defer: the ring use of the slot the last program's store holds (-1:
+                         * none), carried by the consumers' loop over programs */
+    loom_val pend_next; /* defer: the same after this program's epilogue */
     bool runs;          /* the loop's bounds are constants and it takes a step at least */
     bool coal;          /* the staged store has a mask: the tile goes into shared memory and back
                          * to registers in a layout whose threads store whole 16-byte runs of a

@@ -631,8 +631,12 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
     if (handover)
         loom_epilogue_turn_wait_at(at, k, e, rep, j);
     loom_val view = loom_smem_slot_at(at, k, e->stage, slot ? slot : CI(0));
-    if (e->kind == LOOM_EPI_STAGED)
-        loom_tma_store_wait_at(at, k, 0); /* the previous tile's store has read the tile */
+    if (e->kind == LOOM_EPI_STAGED) {
+        /* the previous tile's store has read the tile: the thread that issued it waits
+         * (cp.async.bulk.wait_group.read), then the threads that write the tile meet */
+        loom_tma_store_wait_at(at, k, 0);
+        loom_sync_wait_at(at, k, e->sync, LOOM_NONE);
+    }
     loom_smem_store_at(at, k, view, v);
     loom_fence_async_at(at, k);
     loom_sync_wait_at(at, k, e->sync, LOOM_NONE);
@@ -641,6 +645,22 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
         loom_tma_store_wait_at(at, k, 0); /* the tile is the next writer's once read */
     if (handover)
         loom_epilogue_turn_done_at(at, k, e, rep);
+}
+
+void loom_epilogue_store_parts_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, int rank,
+                                  loom_val v, int parts)
+{
+    loom_shape s = loom_val_shape(k, v);
+    int64_t cols = s.dim[1] / parts;
+    loom_val o[LOOM_MAX_RANK];
+    for (int i = 0; i < rank; i++)
+        o[i] = offs[i];
+    for (int j = 0; j < parts; j++) { /* each part waits for the last one's store to read the tile */
+        if (j)
+            o[rank - 1] = loom_add_at(at, k, offs[rank - 1], CI(j * cols));
+        loom_epilogue_store_at(at, k, e, o, loom_slice_at(at, k, v, 1, j * cols, cols), LOOM_NONE, LOOM_NONE,
+                               LOOM_NONE);
+    }
 }
 
 void loom_epilogue_store_borrowed_at(loom_src at, loom_kernel *k, loom_val out, const loom_val *offs, loom_val v,

@@ -14,10 +14,12 @@
  *     each); pingpong=1 (consumers=2 taking every other tile whole) BM=64;
  *   - the accumulator stays within the consumers' registers (192 of them a thread);
  *   - shared memory: the ring (stages x (BM x BK + BK x BN) f16) beside the epilogue's
- *     staging tile for the one TMA store of C (BM x BN f16, two with ping-pong), the
- *     barriers and 1 KiB of alignment, within 227 KiB -- the sum pipe/autows.c's
- *     staged_store takes.  A config past it would still compile, its store going from
- *     registers; the template refuses it so that every config it tunes has the TMA store;
+ *     staging tile for the TMA store of C (BM x BN f16, two with ping-pong; without
+ *     ping-pong, where the whole does not fit, a half or a quarter of its columns, each
+ *     at least 64: C goes out in column parts), the barriers and 1 KiB of alignment,
+ *     within 227 KiB -- the sums pipe/autows.c's staged_store takes.  A config past them
+ *     would still compile, its store going from registers; the template refuses it so
+ *     that every config it tunes has the TMA store;
  *   - TMA's 16-byte rows: N and K multiples of 8.
  *
  * M is a run-time dim (the kernel built at M serves every launch up to it); the grid is
@@ -83,6 +85,9 @@ static int refused(const int64_t *sh, const int64_t *cf, char *why, size_t n)
     if (stages < 2 || stages > 8)
         return snprintf(why, n, "stages must be 2 to 8 (the ring's slots)"), 1;
     int64_t ring = stages * (bm * bk + bk * bn) * 2, staging = bm * bn * 2 * (pp ? 2 : 1);
+    for (int64_t p = 2; !pp && p <= 4 && bn / p >= 64 && ring + staging + SMEM_FIXED + SMEM_PER_STAGE * stages > SMEM_LIMIT;
+         p *= 2)
+        staging = bm * bn * 2 / p; /* in column parts */
     if (ring + staging + SMEM_FIXED + SMEM_PER_STAGE * stages > SMEM_LIMIT)
         return snprintf(why, n, "%lld stages of %lld bytes and the %lld-byte staging of C need more than 227 KiB of "
                                 "shared memory: fewer stages or a smaller tile",
@@ -198,14 +203,14 @@ const loom_template gemm_plain_template = {
               {"K", 4096, "columns of A, rows of B (a multiple of 8)"}},
     .nconfig = 7,
     /* the defaults: the fastest measured at 4096^3 on an H100 */
-    .config = {{"BM", 64, "tile rows (64, or 128: two consumer warp groups, or one of 128 rows)", 2, {64, 128}},
+    .config = {{"BM", 128, "tile rows (64, or 128: two consumer warp groups, or one of 128 rows)", 2, {64, 128}},
                {"BN", 256, "tile columns (64, 128, 256)", 2, {128, 256}},
                {"BK", 64, "k step (64, or 32)"},
-               {"consumers", 1, "consumer warp groups (1 or 2)", 2, {1, 2}},
+               {"consumers", 2, "consumer warp groups (1 or 2)", 2, {1, 2}},
                {"stages", 4, "ring slots (2 to 8)", 3, {2, 3, 4}},
                {"pingpong", 0, "1: the two consumer warp groups take turns on whole 64-row tiles (consumers=2, "
                                "BM=64), one's epilogue beside the other's wgmma", 2, {0, 1}},
-               {"group", 32, "tile rows a group of the grouped (L2-friendly) order; 0: row-major", 2, {8, 32}}},
+               {"group", 8, "tile rows a group of the grouped (L2-friendly) order; 0: row-major", 2, {8, 32}}},
     .valid = valid,
     .cost = cost,
     .build = build,

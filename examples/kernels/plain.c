@@ -136,6 +136,12 @@ loom_kernel *plain_batched_gemm(int64_t M, int64_t N, int64_t K, int64_t batch, 
     return k;
 }
 
+/* v of dtype dt in f32 (a cast where it is not) */
+static loom_val f32(loom_kernel *k, loom_val v, loom_dtype dt)
+{
+    return dt == LOOM_F32 ? v : loom_cast(k, v, LOOM_F32);
+}
+
 /* The IKBO fused stage's arguments (both forms take the same) and the program's tile:
  * candidate b (y), rows m0 and columns n0 of out (x). */
 typedef struct ikbo_io {
@@ -143,7 +149,7 @@ typedef struct ikbo_io {
 } ikbo_io;
 
 static ikbo_io ikbo_declare(loom_kernel *k, int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
-                            const plain_cfg *c)
+                            loom_dtype rdt, const plain_cfg *c)
 {
     ikbo_io a;
     loom_val m = loom_arg_dim(k, "M", M, 1);
@@ -151,7 +157,7 @@ static ikbo_io ikbo_declare(loom_kernel *k, int64_t M, int64_t N, int64_t K, int
     a.W = loom_arg_tensor_strided(k, "W", dt, LOOM_SHAPE2(LOOM_DIM(m), K), wst, LOOM_IN);
     a.E = loom_arg_tensor_strided(k, "E", dt, LOOM_SHAPE3(B, K, N), est, LOOM_IN);
     a.map = loom_arg_tensor(k, "cand_to_user", LOOM_I32, LOOM_SHAPE1(B), LOOM_IN);
-    a.R = loom_arg_tensor_strided(k, "user_res", LOOM_F32, LOOM_SHAPE3(U, LOOM_DIM(m), N), ust, LOOM_IN);
+    a.R = loom_arg_tensor_strided(k, "user_res", rdt, LOOM_SHAPE3(U, LOOM_DIM(m), N), ust, LOOM_IN);
     a.O = loom_arg_tensor_strided(k, "out", dt, LOOM_SHAPE3(B, LOOM_DIM(m), N), ost, LOOM_OUT);
     loom_val pm, pn;
     a.b = loom_program_id(k, 1);
@@ -162,16 +168,16 @@ static ikbo_io ikbo_declare(loom_kernel *k, int64_t M, int64_t N, int64_t K, int
 }
 
 loom_kernel *plain_ikbo_fused(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
-                              const plain_cfg *c)
+                              loom_dtype rdt, const plain_cfg *c)
 {
     loom_kernel *k = loom_kernel_create("ikbo_fused_plain", 4);
-    ikbo_io a = ikbo_declare(k, M, N, K, B, U, dt, c);
+    ikbo_io a = ikbo_declare(k, M, N, K, B, U, dt, rdt, c);
     loom_val W = a.W, E = a.E, map = a.map, R = a.R, O = a.O, b = a.b, m0 = a.m0, n0 = a.n0;
     loom_val acc = mainloop(k, W, E, b, m0, n0, K, c);
     /* + the user's half, read by index: user_res[cand_to_user[b]] */
     loom_val u = loom_load_scalar(k, map, &b);
     loom_val r = loom_load(k, R, ((loom_val[]){u, m0, n0}), LOOM_SHAPE2(c->bm, c->bn), LOOM_NONE, 0);
-    loom_store(k, O, ((loom_val[]){b, m0, n0}), loom_cast(k, loom_add(k, acc, r), dt), LOOM_NONE);
+    loom_store(k, O, ((loom_val[]){b, m0, n0}), loom_cast(k, loom_add(k, acc, f32(k, r, rdt)), dt), LOOM_NONE);
     specialize(k, c);
     return k;
 }
@@ -242,10 +248,10 @@ loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, dou
 }
 
 loom_kernel *plain_ikbo_fused_t(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
-                                const plain_cfg *c)
+                                loom_dtype rdt, const plain_cfg *c)
 {
     loom_kernel *k = loom_kernel_create("ikbo_fused_t_plain", 4);
-    ikbo_io a = ikbo_declare(k, M, N, K, B, U, dt, c);
+    ikbo_io a = ikbo_declare(k, M, N, K, B, U, dt, rdt, c);
     loom_val W = a.W, E = a.E, map = a.map, R = a.R, O = a.O, b = a.b, m0 = a.m0, n0 = a.n0;
     /* acc [bn, bm] = E[b][:, n0..]^T @ W[m0.., :]^T */
     loom_val acc = loom_splat(k, loom_const_f(k, LOOM_F32, 0), LOOM_SHAPE2(c->bn, c->bm));
@@ -260,7 +266,7 @@ loom_kernel *plain_ikbo_fused_t(int64_t M, int64_t N, int64_t K, int64_t B, int6
     /* + the user's half, read by index; the tile turned back to [bm, bn] */
     loom_val u = loom_load_scalar(k, map, &b);
     loom_val r = loom_load(k, R, ((loom_val[]){u, m0, n0}), LOOM_SHAPE2(c->bm, c->bn), LOOM_NONE, 0);
-    loom_val out = loom_add(k, loom_trans(k, loom_for_result(k, l, 0)), r);
+    loom_val out = loom_add(k, loom_trans(k, loom_for_result(k, l, 0)), f32(k, r, rdt));
     loom_store(k, O, ((loom_val[]){b, m0, n0}), loom_cast(k, out, dt), LOOM_NONE);
     specialize(k, c);
     return k;

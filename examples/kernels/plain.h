@@ -45,11 +45,14 @@ loom_kernel *plain_batched_gemm(int64_t M, int64_t N, int64_t K, int64_t batch, 
                                 const plain_cfg *c);
 
 /* The IKBO linear compression's fused stage: out[b] = W[M, K] @ E[b] (E [B, K, N]) +
- * user_res[u(b)] with u = cand_to_user[b] (i32), user_res [U, M, N] f32, out [B, M, N] dt;
- * W's rows pad8(K) apart.  Arguments M, W, E, cand_to_user, user_res, out; grid cdiv(M,
- * bm) * cdiv(N, bn) along x by B along y. */
+ * user_res[u(b)] with u = cand_to_user[b] (i32), user_res [U, M, N] rdt, out [B, M, N] dt;
+ * W's rows pad8(K) apart.  rdt f32 keeps the user half's f32 sum; rdt dt (the framework's
+ * choice: user_res rounded to the I/O dtype) halves its bytes, and out = round(acc + u) is
+ * then within half an ulp of u of the f32 form (the LCE error model allows it: docs/checks.md).
+ * Arguments M, W, E, cand_to_user, user_res, out; grid cdiv(M, bm) * cdiv(N, bn) along x by
+ * B along y. */
 loom_kernel *plain_ikbo_fused(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
-                              const plain_cfg *c);
+                              loom_dtype rdt, const plain_cfg *c);
 
 /* One head of attention: O[M, D] = softmax(Q K^T * scale) V for Q [M, D], K and V [S, D]
  * (dt), the online softmax in f32 (bm query rows a program, bn keys a step).
@@ -63,7 +66,7 @@ loom_kernel *plain_attention(int64_t M, int64_t S, int64_t D, loom_dtype dt, dou
  * makes the dot's operands and turns the tile back for the epilogue.  Arguments and grid
  * as plain_ikbo_fused's. */
 loom_kernel *plain_ikbo_fused_t(int64_t M, int64_t N, int64_t K, int64_t B, int64_t U, loom_dtype dt,
-                                const plain_cfg *c);
+                                loom_dtype rdt, const plain_cfg *c);
 
 /* IKBO attention: each candidate b's nseed queries attend to its user's keys, head by
  * head: out[b nseed + i, h] = softmax(Q[b nseed + i, h] K[u, :, h]^T / sqrt(D)) V[u, :, h]
