@@ -34,6 +34,8 @@
 #                      against loom's pick) and `bench_gemm --odd --grid --config tuned`
 #                      (gemm at odd and small or skinny shapes against cuBLAS); about 70 s
 #                      (the LCE grid, default config) and 4 minutes (cold tuning cache) on an H100
+#   LOOM_GPU_PLAIN     0 skips issue 42's table: `bench_gemm` at 4096^3 and 8192^3 f16, the plain
+#                      tile-loop GEMM beside the gemm template's defaults (about 30 s on an H100)
 #   LOOM_GPU_TEST_VERBOSE  1: the tests with --verbose (their cr_log_info lines)
 #   LOOM_GPU_TEST_JOBS how many tests run at once (default 1: the timed ones see a quiet GPU;
 #                      8 finishes in about two minutes on an H100)
@@ -203,6 +205,16 @@ if [ "${LOOM_GPU_GRID:-1}" != 0 ] && [ -x "$R/bin/bench_gemm" ] &&
         tee "$OUTDIR/bench_gemm_grid.log" | sed -n '/^shape/,$p'
 fi
 
+# issue 42: the plain tile-loop GEMM (examples/kernels/plain.c at gemm_plain's defaults)
+# beside the gemm template's defaults and cuBLAS, interleaved in one table
+if [ "${LOOM_GPU_PLAIN:-1}" != 0 ] && [ -x "$R/bin/bench_gemm" ] &&
+    { [ -z "$benches" ] || [[ " $benches " == *" bench_gemm "* ]]; }; then
+    echo "== bench_gemm: the plain GEMM beside the gemm template (issue 42)"
+    LOOM_CACHE_DIR="$LOOM_CACHE_DIR/bench_gemm" timeout 300 "$R/bin/bench_gemm" --only 4096^3,8192^3 --dtype f16 --ms 100 \
+        --config "" --config plain:bm=128,bn=256,bk=64,consumers=2,stages=4,group=8 2>&1 |
+        tee "$OUTDIR/bench_gemm_plain.log" | sed -n '/^shape/,$p'
+fi
+
 echo "== the disk cache's cubins: registers and setmaxnreg kept (cuobjdump)"
 # a cache file is a 64-byte header, u32 ntma, ntma 52-byte TMA records, then the cubin
 find "$LOOM_CACHE_DIR" -name "*.cubin" | head -"${LOOM_GPU_CUBINS:-60}" | while read -r f; do
@@ -261,4 +273,8 @@ done
 [ -f "$OUTDIR/bench_serving_warm.log" ] && sed -n '/requests   loom p50/,/^  all /p' "$OUTDIR/bench_serving_warm.log"
 [ -f "$OUTDIR/bench_ikbo_lce_grid.log" ] && sed -n '/== grid:/,$p' "$OUTDIR/bench_ikbo_lce_grid.log"
 [ -f "$OUTDIR/bench_gemm_grid.log" ] && sed -n '/^shape/,$p' "$OUTDIR/bench_gemm_grid.log" | cut -c1-100
+# issue 42: the plain kernels against the templates they stand for (targets 0.95x, 0.9x, 0.85x)
+[ -f "$OUTDIR/bench_gemm_plain.log" ] && sed -n '/^shape/,$p' "$OUTDIR/bench_gemm_plain.log" |
+    awk '$8=="defaults" {t[$1]=$3} $8 ~ /^plain:/ && t[$1] > 0 {printf "plain GEMM %s f16: %.1f TF/s, %.3fx of the gemm template (%.1f) (target 0.95x)\n", $1, $3, $3 / t[$1], t[$1]}'
+[ -f "$OUTDIR/bench_autows.log" ] && grep -E "^(lce:|fa S=)" "$OUTDIR/bench_autows.log"
 exit 0
