@@ -173,6 +173,7 @@ bool interp_mbar_wait(interp *in, const ir_op *op)
     }
     if (b->completed > t->seen[gb])
         t->seen[gb] = b->completed;
+    interp_sync_reads(t); /* the task's threads all waited */
     return true;
 }
 
@@ -206,6 +207,8 @@ static bool named_barrier(interp *in, const ir_op *op, bool wait)
     if (nb->arrived == want) {
         nb->arrived = 0;
         nb->gen++;
+        if (wait)
+            interp_sync_reads(t); /* the task's threads met */
         return true;
     }
     if (!wait)
@@ -216,6 +219,7 @@ static bool named_barrier(interp *in, const ir_op *op, bool wait)
     while (nb->gen == t->wait_gen)
         interp_block(in, t);
     t->wait_nb = -1;
+    interp_sync_reads(t); /* the task's threads met */
     return true;
 }
 

@@ -70,6 +70,10 @@ typedef struct rd {
     int64_t seq;  /* wgmma: its group (commits before it); tma_store: its number */
     bool store;   /* a TMA store (else a wgmma) */
 } rd;
+/* A TMA store's read that a loom_tma_store_wait retired stays in its replica's list until
+ * the replica's threads meet (a named barrier or an mbarrier wait of them all): the wait
+ * runs in the one thread that issued the store (cp.async.bulk.wait_group.read), so until
+ * then the replica's other threads may not write the slot (interp_check_overwrite). */
 
 typedef enum { T_READY, T_RUNNING, T_BLOCKED, T_DONE } task_state;
 
@@ -148,6 +152,8 @@ bool interp_check_overwrite(interp *in, const ir_op *op, int r, int64_t s);
  * group, or its number among the TMA stores); forget the reads waits have retired. */
 bool interp_add_read(interp *in, const ir_op *op, task *t, const tv *v, int64_t seq, bool store);
 void interp_prune_reads(task *t);
+/* Replica t's threads met: forget its retired TMA store reads too. */
+void interp_sync_reads(task *t);
 
 /* ---------------------------------------------------------------- dsl/interp_async.c */
 

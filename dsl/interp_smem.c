@@ -339,7 +339,9 @@ bool interp_check_fenced(interp *in, const ir_op *op, const tv *v)
 }
 
 /* Writing a slot that an unretired wgmma group or TMA store of any replica still reads
- * is a write-after-read race. */
+ * is a write-after-read race; so is an smem_store (all the replica's threads write) into
+ * a slot a TMA store of the same replica read, retired by a wait in its issuing thread,
+ * before the replica's threads met. */
 bool interp_check_overwrite(interp *in, const ir_op *op, int r, int64_t s)
 {
     interp_hw *hw = in->hw;
@@ -347,8 +349,21 @@ bool interp_check_overwrite(interp *in, const ir_op *op, int r, int64_t s)
         const task *t = hw->tasks[ti];
         for (int j = 0; j < t->nreads; j++) {
             const rd *e = &t->reads[j];
-            if (e->ring != r || e->slot != s || !rd_live(t, e))
+            if (e->ring != r || e->slot != s)
                 continue;
+            if (!rd_live(t, e)) {
+                if (t != cur(in) || op->kind != IR_SMEM_STORE || t->op->iattr[0] < 2)
+                    continue;
+                char rb[96];
+                return interp_fail(in, LOOM_ERR_RUNTIME, op,
+                                   "overwrites %s slot %lld, which the tma_store at %s:%d may still read for all "
+                                   "this task's other threads know: loom_tma_store_wait waits in the one thread "
+                                   "that issued the store (cp.async.bulk.wait_group.read); meet the task's threads "
+                                   "at a named barrier (loom_named_barrier, loom_sync_wait) after the wait, before "
+                                   "they write the slot (a write-after-read race)",
+                                   interp_ring_name(in, r, rb, sizeof rb), (long long)s, file_of(e->op),
+                                   e->op->src.line);
+            }
             char rb[96], tb[160];
             return interp_fail(
                 in, LOOM_ERR_RUNTIME, op,
@@ -371,8 +386,17 @@ bool interp_add_read(interp *in, const ir_op *op, task *t, const tv *v, int64_t 
     return true;
 }
 
-/* Forget the reads that waits have retired. */
+/* Forget the reads that waits have retired (a TMA store's: once the task's threads met). */
 void interp_prune_reads(task *t)
+{
+    int n = 0;
+    for (int j = 0; j < t->nreads; j++)
+        if (rd_live(t, &t->reads[j]) || t->reads[j].store)
+            t->reads[n++] = t->reads[j];
+    t->nreads = n;
+}
+
+void interp_sync_reads(task *t)
 {
     int n = 0;
     for (int j = 0; j < t->nreads; j++)

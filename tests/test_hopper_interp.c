@@ -544,8 +544,9 @@ Test(hopper_interp, tma_load_box_and_zero_fill)
  * inside the tensor and leaves the rest; unfenced, it is reported. */
 static loom_kernel *tma_store_kernel(int variant, int *sline, int *tline, int *wline)
 {
-    /* variant 0: fenced, waited; 1: no fence; 2: smem_store before tma_store_wait;
-     * 3: the task ends with the store in flight */
+    /* variant 0: fenced, waited, the task's threads met, written again; 1: no fence;
+     * 2: smem_store before tma_store_wait; 3: the task ends with the store in flight;
+     * 4: written again after the wait with no barrier (only the issuing thread waited) */
     loom_kernel *k = loom_kernel_create("tma_store", 4);
     loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(8, 8), LOOM_IN);
     loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE2(12, 12), LOOM_OUT);
@@ -563,7 +564,10 @@ static loom_kernel *tma_store_kernel(int variant, int *sline, int *tline, int *w
     if (variant != 3)
         loom_tma_store_wait(k, 0);
     if (variant == 0)
-        loom_smem_store(k, buf, v); /* retired: the slot may be written again */
+        loom_named_barrier(k, 1, 128); /* the threads meet the one that waited */
+    if (variant == 0 || variant == 4) {
+        *wline = __LINE__; loom_smem_store(k, buf, v); /* retired: the slot may be written again */
+    }
     loom_task_end(k, t);
     return k;
 }
@@ -612,6 +616,21 @@ Test(hopper_interp, tma_store_in_flight_is_a_war_race)
     snprintf(want, sizeof want, "while the tma_store at %s", at(tl));
     cr_expect(has(at(wl)) && has("op 'smem_store'") && has(want) && has("write-after-read"), "%s",
               t_last_error);
+    loom_kernel_destroy(k);
+}
+
+Test(hopper_interp, tma_store_waited_in_one_thread_needs_a_barrier_before_the_slot_is_written)
+{
+    int sl, tl, wl;
+    loom_kernel *k = tma_store_kernel(4, &sl, &tl, &wl);
+    float xs[8][8] = {{0}}, os[12][12];
+    targ args[] = {TA_ARR(xs), TA_ARR(os)};
+    cr_assert_eq(t_run(k, NULL, args, 2), LOOM_ERR_RUNTIME, "%s", t_last_error);
+    char want[200];
+    snprintf(want, sizeof want, "which the tma_store at %s may still read", at(tl));
+    cr_expect(has(at(wl)) && has("op 'smem_store'") && has(want) && has("named barrier") &&
+                  has("write-after-read"),
+              "%s", t_last_error);
     loom_kernel_destroy(k);
 }
 
