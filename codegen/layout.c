@@ -309,31 +309,19 @@ bool cg_widen(cg_ctx *cg, const cg_layout *r, int dim, int64_t full, cg_layout *
     return true;
 }
 
+static bool direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *feed, const int64_t *off,
+                       int32_t *regmap);
+
 bool cg_part_map(const cg_layout *src, const cg_layout *dst, int dim, int64_t start, int32_t *regmap)
 {
-    if (src->nwarp != dst->nwarp || src->rank != dst->rank)
+    if (src->rank != dst->rank)
         return false;
-    for (int i = 0; i < 5; i++)
-        if (src->lane[i].dim != dst->lane[i].dim || (src->lane[i].dim >= 0 && src->lane[i].bit != dst->lane[i].bit))
-            return false;
-    for (int i = 0; i < dst->nwarp; i++)
-        if (src->warp[i].dim != dst->warp[i].dim || (src->warp[i].dim >= 0 && src->warp[i].bit != dst->warp[i].bit))
-            return false;
-    int n = cg_layout_regs(dst);
-    for (int j = 0; j < n; j++) {
-        int64_t c[LOOM_MAX_RANK];
-        for (int d = 0; d < dst->rank; d++)
-            c[d] = cg_reg_coord(dst, j, d) + (d == dim ? start : 0);
-        int jj = 0;
-        for (int i = 0; i < src->nreg; i++)
-            if (src->reg[i].dim >= 0 && (c[src->reg[i].dim] >> src->reg[i].bit) & 1)
-                jj |= 1 << i;
-        for (int d = 0; d < src->rank; d++)
-            if (cg_reg_coord(src, jj, d) != c[d])
-                return false;
-        regmap[j] = jj;
-    }
-    return true;
+    int8_t feed[LOOM_MAX_RANK];
+    int64_t off[LOOM_MAX_RANK] = {0};
+    for (int d = 0; d < src->rank; d++)
+        feed[d] = (int8_t)d;
+    off[dim] = start;
+    return direct_map(src, dst, feed, off, regmap);
 }
 
 cg_layout cg_rowproj(const cg_layout *p)
@@ -345,7 +333,9 @@ cg_layout cg_rowproj(const cg_layout *p)
     return l;
 }
 
-bool cg_direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *feed, int32_t *regmap)
+/* cg_direct_map with src's coordinates shifted by off (per src dim; NULL: none). */
+static bool direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *feed, const int64_t *off,
+                       int32_t *regmap)
 {
     if (src->nwarp != dst->nwarp)
         return false;
@@ -372,7 +362,7 @@ bool cg_direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *fee
     for (int j = 0; j < n; j++) {
         int64_t c[LOOM_MAX_RANK];
         for (int s = 0; s < src->rank; s++)
-            c[s] = feed[s] >= 0 ? cg_reg_coord(dst, j, feed[s]) : 0;
+            c[s] = (feed[s] >= 0 ? cg_reg_coord(dst, j, feed[s]) : 0) + (off ? off[s] : 0);
         int jj = 0;
         for (int i = 0; i < src->nreg; i++)
             if (src->reg[i].dim >= 0 && (c[src->reg[i].dim] >> src->reg[i].bit) & 1)
@@ -384,6 +374,11 @@ bool cg_direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *fee
             regmap[j] = jj;
     }
     return true;
+}
+
+bool cg_direct_map(const cg_layout *src, const cg_layout *dst, const int8_t *feed, int32_t *regmap)
+{
+    return direct_map(src, dst, feed, NULL, regmap);
 }
 
 bool cg_direct_same(const cg_layout *src, const cg_layout *dst, int32_t *regmap)

@@ -210,9 +210,11 @@ loom_val loom_expand_dims_at(loom_src at, loom_kernel *k, loom_val v, int axis)
 
 loom_val loom_trans_at(loom_src at, loom_kernel *k, loom_val v) { return build1(k, at, IR_TRANS, v, 0); }
 
-loom_val loom_slice_at(loom_src at, loom_kernel *k, loom_val v, int dim, int64_t start, int64_t size)
+/* An op of one operand that takes a part of it: dim, start and size its attributes. */
+static loom_val build_part(loom_kernel *k, loom_src at, ir_opkind kind, loom_val v, int dim, int64_t start,
+                           int64_t size)
 {
-    uint32_t o = begin(k, at, IR_SLICE, &v, 1);
+    uint32_t o = begin(k, at, kind, &v, 1);
     if (!o)
         return LOOM_NONE;
     ir_op *op = ir_opp(k, o);
@@ -220,6 +222,11 @@ loom_val loom_slice_at(loom_src at, loom_kernel *k, loom_val v, int dim, int64_t
     op->iattr[1] = start;
     op->iattr[2] = size;
     return finish(k, o);
+}
+
+loom_val loom_slice_at(loom_src at, loom_kernel *k, loom_val v, int dim, int64_t start, int64_t size)
+{
+    return build_part(k, at, IR_SLICE, v, dim, start, size);
 }
 
 /* ---------------------------------------------------------------- elementwise */
@@ -684,14 +691,7 @@ loom_val loom_smem_trans_at(loom_src at, loom_kernel *k, loom_val view)
 
 loom_val loom_smem_part_at(loom_src at, loom_kernel *k, loom_val view, int dim, int64_t start, int64_t size)
 {
-    uint32_t o = begin(k, at, IR_SMEM_PART, &view, 1);
-    if (!o)
-        return LOOM_NONE;
-    ir_op *op = ir_opp(k, o);
-    op->iattr[0] = dim;
-    op->iattr[1] = start;
-    op->iattr[2] = size;
-    return finish(k, o);
+    return build_part(k, at, IR_SMEM_PART, view, dim, start, size);
 }
 
 loom_val loom_smem_load_at(loom_src at, loom_kernel *k, loom_val view)

@@ -62,14 +62,17 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
 #define loom_epilogue_turn_done(k, e, rep) loom_epilogue_turn_done_at(LOOM_HERE, k, e, rep)
 void loom_epilogue_turn_wait_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep, loom_val j);
 void loom_epilogue_turn_done_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep);
-/* LOOM_EPI_STAGED with a staging tile of 1/parts of v's columns (v 2-D, stored into the
- * last two dims of out; offs: out's rank offsets): v goes out part by part, columns
- * [j c, (j + 1) c) at offs' last + j c, each part written once the last part's TMA store
- * has read the staging tile (as every LOOM_EPI_STAGED store waits). */
-#define loom_epilogue_store_parts(k, e, offs, rank, v, parts) \
-    loom_epilogue_store_parts_at(LOOM_HERE, k, e, offs, rank, v, parts)
+/* LOOM_EPI_STAGED with a staging tile of 1/parts of a tile's columns (2-D, stored into the
+ * last two dims of out; offs: out's rank offsets, the tile's first column last): the tile
+ * goes out part by part, pv[j] its columns [j c, (j + 1) c) (c = the staging tile's), at
+ * offs' last + j c, each part written once the last part's TMA store has read the staging
+ * tile (as every LOOM_EPI_STAGED store waits).  pv[j]: loom_slice of the tile, or the part
+ * computed on its own (the automatic warp specialization computes each part of an
+ * epilogue from the parts of its operands, so a residual tile is loaded a part at a time). */
+#define loom_epilogue_store_parts(k, e, offs, rank, pv, parts) \
+    loom_epilogue_store_parts_at(LOOM_HERE, k, e, offs, rank, pv, parts)
 void loom_epilogue_store_parts_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, int rank,
-                                  loom_val v, int parts);
+                                  const loom_val *pv, int parts);
 /* Store v at out[offs] through a ring slot's view that the caller holds (a borrowed
  * slot: no staging memory of its own); `sync` is the threads that wrote the view; the
  * slot goes back with loom_epilogue_return_slot once the store has read it. */

@@ -58,6 +58,56 @@ static void clone_args(aw *w, uint32_t *map)
 
 static void clone_block(aw *w, uint32_t b, bool producer);
 
+static void clone_plain(aw *w, uint32_t o);
+
+/* Which ops are elementwise: the op table's layout column (dsl/ops.h). */
+enum { AW_LAY_NONE, AW_LAY_EW, AW_LAY_SHAPE, AW_LAY_REDUCE, AW_LAY_LOAD, AW_LAY_DOT, AW_LAY_MMA, AW_LAY_REGION };
+static const uint8_t aw_lay[IR_OP_COUNT] = {
+#define LOOM_OP(E, n, nop, nreg, rule, fl, sem, lay, pr, attrs) [IR_##E] = AW_LAY_##lay,
+#include "ops.h"
+#undef LOOM_OP
+};
+
+/* Columns [start, start + size) of the 2-D tile x (the stored value or a tile it is made
+ * of), made from the same columns of what x is made of: an elementwise op of its operands'
+ * parts, an unmasked load of the tile's part (so a residual comes in a part at a time and
+ * only that part's registers are live beside the accumulator), anything else (the
+ * accumulator: a part of its registers) a loom_slice of x as built. */
+static loom_val part_of(aw *w, uint32_t x, int64_t start, int64_t size, int depth)
+{
+    loom_kernel *d = w->dst;
+    const ir_value *xv = &w->src->vals[x];
+    if (xv->type.kind != IR_T_TILE || xv->type.shape.rank != 2)
+        return H(w, x); /* a scalar operand */
+    ir_op *op = xv->kind == IR_V_RESULT ? aw_op(w, xv->def) : NULL;
+    loom_src at = op ? op->src : w->src->ws_at;
+    if (op && depth < 16 && aw_lay[op->kind] == AW_LAY_EW && op->nopnd <= 3 && op->nres == 1) {
+        uint32_t p[3], save[3], res = w->map[op->res[0]];
+        for (int i = 0; i < op->nopnd; i++)
+            p[i] = U(w, part_of(w, op->opnd[i], start, size, depth + 1));
+        for (int i = 0; i < op->nopnd; i++) {
+            save[i] = w->map[op->opnd[i]];
+            w->map[op->opnd[i]] = p[i];
+        }
+        clone_plain(w, xv->def); /* the op on the parts (its type from their shapes) */
+        loom_val r = H(w, op->res[0]);
+        w->map[op->res[0]] = res;
+        for (int i = op->nopnd - 1; i >= 0; i--)
+            w->map[op->opnd[i]] = save[i];
+        return r;
+    }
+    int rank = op && op->kind == IR_LOAD ? w->src->vals[op->opnd[0]].type.shape.rank : 0;
+    if (op && op->kind == IR_LOAD && xv->def != w->epil && op->nopnd == 1 + rank) {
+        loom_val offs[LOOM_MAX_RANK];
+        for (int i = 1; i < op->nopnd; i++)
+            offs[i - 1] = H(w, op->opnd[i]);
+        offs[rank - 1] = loom_add_at(at, d, offs[rank - 1], loom_const_i_at(at, d, LOOM_I32, start));
+        return loom_load_at(at, d, H(w, op->opnd[0]), offs, LOOM_SHAPE2(xv->type.shape.dim[0], size), LOOM_NONE,
+                            op->fattr);
+    }
+    return loom_slice_at(at, d, H(w, x), 1, start, size);
+}
+
 /* A copy of plain op o in the innermost open block of dst. */
 static void clone_plain(aw *w, uint32_t o)
 {
@@ -128,9 +178,14 @@ static void clone_plain(aw *w, uint32_t o)
         loom_val offs[LOOM_MAX_RANK];
         for (int i = 1; i + 1 < op->nopnd; i++)
             offs[i - 1] = H(w, op->opnd[i]);
-        if (w->parts > 1)
-            loom_epilogue_store_parts_at(op->src, d, &w->epi, offs, op->nopnd - 2, H(w, op->opnd[op->nopnd - 1]),
-                                         w->parts);
+        if (w->parts > 1) {
+            int64_t cols = w->src->vals[op->opnd[op->nopnd - 1]].type.shape.dim[1] / w->parts;
+            loom_val pv[4];
+            for (int j = 0; j < w->parts && w->st == LOOM_OK; j++)
+                pv[j] = part_of(w, op->opnd[op->nopnd - 1], j * cols, cols, 0);
+            if (w->st == LOOM_OK)
+                loom_epilogue_store_parts_at(op->src, d, &w->epi, offs, op->nopnd - 2, pv, w->parts);
+        }
         else
             loom_epilogue_store_at(op->src, d, &w->epi, offs, H(w, op->opnd[op->nopnd - 1]), w->rep, LOOM_NONE,
                                    LOOM_NONE);

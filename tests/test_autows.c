@@ -329,14 +329,21 @@ static void compile_dump(void *arg)
     free(ptx);
 }
 
+/* What LOOM_DUMP_AFTER=pass prints while k compiles (free it). */
+static char *dump_after(loom_kernel *k, const char *pass)
+{
+    setenv("LOOM_DUMP_AFTER", pass, 1);
+    char *out = t_capture_stderr(compile_dump, k);
+    unsetenv("LOOM_DUMP_AFTER");
+    return out;
+}
+
 
 Test(autows, dump_after_shows_each_pass)
 {
     plain_cfg c = {128, 256, 64, 2, 4, 8, 0};
     loom_kernel *k = plain_gemm(4096, 4096, 4096, LOOM_F16, &c);
-    setenv("LOOM_DUMP_AFTER", "all", 1);
-    char *out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    char *out = dump_after(k, "all");
     cr_expect(strstr(out, "// autows ws-tasks: kernel 'gemm_plain'") && strstr(out, "producer: load at "), "%s", out);
     cr_expect(strstr(out, "// autows ws-data: 2 consumer warp groups") && strstr(out, "each group its 64 rows"),
               "%s", out);
@@ -355,9 +362,7 @@ Test(autows, dump_after_shows_each_pass)
     /* with 3 stages it fits: one TMA store */
     c.stages = 3;
     k = plain_gemm(4096, 4096, 4096, LOOM_F16, &c);
-    setenv("LOOM_DUMP_AFTER", "ws-code", 1);
-    out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    out = dump_after(k, "ws-code");
     cr_expect(strstr(out, "tma_store %C"), "%s", out);
     cr_expect(!strstr(out, "autows ws-tasks"), "only the pass asked for: %s", out);
     free(out);
@@ -372,9 +377,7 @@ Test(autows, attention_is_pipelined_and_q_goes_through_shared_memory)
 {
     plain_cfg c = {128, 128, 64, 2, 2, 0, 0};
     loom_kernel *k = plain_attention(4096, 4096, 128, LOOM_F16, 0.088, &c);
-    setenv("LOOM_DUMP_AFTER", "all", 1);
-    char *out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    char *out = dump_after(k, "all");
     cr_expect(strstr(out, "software-pipelined by a step"), "%s", out);
     cr_expect(strstr(out, "and a ring for the tile loaded before the loop at "), "%s", out);
     /* the IR: Q's ring of its own (two slots), TMA'd by the producer, its view read by wgmma */
@@ -406,12 +409,19 @@ Test(autows, a_store_too_large_to_stage_goes_out_in_column_parts)
      * not fit; a 32 KiB half does */
     plain_cfg c = {128, 256, 64, 2, 4, 8, 0};
     loom_kernel *k = plain_gemm(4096, 4096, 4096, LOOM_F16, &c);
-    setenv("LOOM_DUMP_AFTER", "all", 1);
-    char *out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    char *out = dump_after(k, "all");
     cr_expect(strstr(out, "staged in shared memory in 2 column parts"), "%s", out);
     /* the IR: a [128 x 128] staging tile, the accumulator's halves sliced into it */
     cr_expect(strstr(out, "smem_alloc f16[128x128]") && strstr(out, "dim=1 start=128 size=128"), "%s", out);
+    free(out);
+    compiles_clean(k);
+    loom_kernel_destroy(k);
+    /* with a residual added: each half of it loaded on its own, beside its half of the
+     * accumulator (no spill: the whole residual is never live) */
+    plain_cfg f = {128, 256, 64, 2, 4, 0, 0};
+    k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, LOOM_F16, &f);
+    out = dump_after(k, "ws-code");
+    cr_expect(strstr(out, "load %user_res") && strstr(out, "shape=[128x128] fill=0 : f16[128x128]"), "%s", out);
     free(out);
     compiles_clean(k);
     loom_kernel_destroy(k);
@@ -421,9 +431,7 @@ Test(autows, the_epilogue_tile_goes_through_shared_memory)
 {
     plain_cfg c = {64, 256, 64, 1, 3, 0, 0};
     loom_kernel *k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, LOOM_F32, &c);
-    setenv("LOOM_DUMP_AFTER", "all", 1);
-    char *out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    char *out = dump_after(k, "all");
     cr_expect(strstr(out, "(the epilogue's tile, loaded during the k steps)"), "%s", out);
     cr_expect(strstr(out, "and a ring of one slot for the epilogue's tile loaded at ") && strstr(out, "(f32[64x256])"),
               "%s", out);
@@ -440,9 +448,7 @@ Test(autows, the_epilogue_tile_goes_through_shared_memory)
      * store goes through the last k step's slot (its [64 x 256] B tile) */
     c.stages = 4;
     k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, LOOM_F32, &c);
-    setenv("LOOM_DUMP_AFTER", "ws-pipeline", 1);
-    out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    out = dump_after(k, "ws-pipeline");
     cr_expect(strstr(out, "one slot of its own, loaded by the producer after the first 4 k steps") &&
                   strstr(out, "staged in the last k step's slot (its tile 1), one TMA store") &&
                   strstr(out, "the slot goes back once the store has read it, during the next program's first k steps"),
@@ -453,9 +459,7 @@ Test(autows, the_epilogue_tile_goes_through_shared_memory)
     /* 128 x 256: the f32 tile is 128 KiB, past the room beside the ring */
     plain_cfg big = {128, 256, 64, 2, 3, 0, 0};
     k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, LOOM_F32, &big);
-    setenv("LOOM_DUMP_AFTER", "ws-pipeline", 1);
-    out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    out = dump_after(k, "ws-pipeline");
     cr_expect(strstr(out, "stays in registers: its 131072-byte tile does not fit beside the ring"), "%s", out);
     free(out);
     loom_kernel_destroy(k);
@@ -463,9 +467,7 @@ Test(autows, the_epilogue_tile_goes_through_shared_memory)
      * columns in other threads (no column parts): from registers, said with the line */
     plain_cfg t4 = {224, 128, 64, 2, 4, 0, 0};
     k = plain_ikbo_fused_t(433, 256, 866, 1024, 15, LOOM_F16, LOOM_F32, &t4);
-    setenv("LOOM_DUMP_AFTER", "ws-pipeline", 1);
-    out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    out = dump_after(k, "ws-pipeline");
     cr_expect(strstr(out, "goes from registers: its 57344-byte staging tile does not fit"), "%s", out);
     free(out);
     loom_kernel_destroy(k);
@@ -619,6 +621,11 @@ Test(autows, ikbo_fused_stage_on_the_interpreter, .timeout = 240)
     /* the held slot goes back during the next program's second k step, or, with one k
      * step a program (K 64), after it */
     ikbo_run_check(NULL, true, 100, 256, 64, 3, 2, &b4, false);
+    /* 128 x 256 with 4 stages: the tile goes out in column halves, each half's user_res
+     * loaded on its own (f32 and f16) */
+    plain_cfg h4 = {128, 256, 64, 2, 4, 0, 0};
+    ikbo_run_check(NULL, true, 100, 256, 320, 3, 2, &h4, false);
+    ikbo_run_check_r(NULL, true, 100, 256, 320, 3, 2, &h4, false, LOOM_F16);
     /* user_res in f16: its tile (half the bytes) beside a 4-stage ring and the staging tile */
     ikbo_run_check_r(NULL, true, 100, 256, 320, 3, 2, &b4, false, LOOM_F16);
     /* transposed: tiles of 64 rows of N by 112 of M, one group */
@@ -743,9 +750,7 @@ Test(autows, masked_store_goes_through_shared_memory_on_the_interpreter, .timeou
     units_run_check(NULL, true, 200, &own);
     units_run_check(NULL, true, 256, &held);
     loom_kernel *k = plain_ikbo_attention_units(2048, 32, 1024, 2, 128, 64, 1024, LOOM_F16, &held);
-    setenv("LOOM_DUMP_AFTER", "ws-pipeline", 1);
-    char *out = t_capture_stderr(compile_dump, k);
-    unsetenv("LOOM_DUMP_AFTER");
+    char *out = dump_after(k, "ws-pipeline");
     cr_expect(strstr(out, "it has a mask, so the tile goes through the last k step's slot (held until read)"), "%s",
               out);
     free(out);
