@@ -64,15 +64,17 @@ void loom_epilogue_turn_wait_at(loom_src at, loom_kernel *k, const loom_epilogue
 void loom_epilogue_turn_done_at(loom_src at, loom_kernel *k, const loom_epilogue *e, loom_val rep);
 /* LOOM_EPI_STAGED with a staging tile of 1/parts of a tile's columns (2-D, stored into the
  * last two dims of out; offs: out's rank offsets, the tile's first column last): the tile
- * goes out part by part, pv[j] its columns [j c, (j + 1) c) (c = the staging tile's), at
- * offs' last + j c, each part written once the last part's TMA store has read the staging
- * tile (as every LOOM_EPI_STAGED store waits).  pv[j]: loom_slice of the tile, or the part
- * computed on its own (the automatic warp specialization computes each part of an
- * epilogue from the parts of its operands, so a residual tile is loaded a part at a time). */
-#define loom_epilogue_store_parts(k, e, offs, rank, pv, parts) \
-    loom_epilogue_store_parts_at(LOOM_HERE, k, e, offs, rank, pv, parts)
+ * goes out part by part, each part written once the last part's TMA store has read the
+ * staging tile (as every LOOM_EPI_STAGED store waits).  part(ctx, k, j) builds part j,
+ * the tile's columns [j c, (j + 1) c) (c = the staging tile's), stored at offs' last + j c;
+ * it is called right before its store, so what it builds is live one part at a time: a
+ * loom_slice of a tile made whole, or the part made from the parts of its operands (the
+ * automatic warp specialization's: a residual tile loaded a part at a time). */
+typedef loom_val (*loom_epilogue_part_fn)(void *ctx, loom_kernel *k, int j);
+#define loom_epilogue_store_parts(k, e, offs, rank, parts, part, ctx) \
+    loom_epilogue_store_parts_at(LOOM_HERE, k, e, offs, rank, parts, part, ctx)
 void loom_epilogue_store_parts_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, int rank,
-                                  const loom_val *pv, int parts);
+                                  int parts, loom_epilogue_part_fn part, void *ctx);
 /* Store v at out[offs] through a ring slot's view that the caller holds (a borrowed
  * slot: no staging memory of its own); `sync` is the threads that wrote the view; the
  * slot goes back with loom_epilogue_return_slot once the store has read it. */

@@ -108,6 +108,15 @@ static loom_val part_of(aw *w, uint32_t x, int64_t start, int64_t size, int dept
     return loom_slice_at(at, d, H(w, x), 1, start, size);
 }
 
+/* Part j of the staged store's tile (loom_epilogue_store_parts' callback). */
+static loom_val stored_part(void *ctx, loom_kernel *k, int j)
+{
+    aw *w = ctx;
+    (void)k;
+    int64_t cols = w->src->vals[w->part_val].type.shape.dim[1] / w->parts;
+    return part_of(w, w->part_val, j * cols, cols, 0);
+}
+
 /* A copy of plain op o in the innermost open block of dst. */
 static void clone_plain(aw *w, uint32_t o)
 {
@@ -179,12 +188,8 @@ static void clone_plain(aw *w, uint32_t o)
         for (int i = 1; i + 1 < op->nopnd; i++)
             offs[i - 1] = H(w, op->opnd[i]);
         if (w->parts > 1) {
-            int64_t cols = w->src->vals[op->opnd[op->nopnd - 1]].type.shape.dim[1] / w->parts;
-            loom_val pv[4];
-            for (int j = 0; j < w->parts && w->st == LOOM_OK; j++)
-                pv[j] = part_of(w, op->opnd[op->nopnd - 1], j * cols, cols, 0);
-            if (w->st == LOOM_OK)
-                loom_epilogue_store_parts_at(op->src, d, &w->epi, offs, op->nopnd - 2, pv, w->parts);
+            w->part_val = op->opnd[op->nopnd - 1];
+            loom_epilogue_store_parts_at(op->src, d, &w->epi, offs, op->nopnd - 2, w->parts, stored_part, w);
         }
         else
             loom_epilogue_store_at(op->src, d, &w->epi, offs, H(w, op->opnd[op->nopnd - 1]), w->rep, LOOM_NONE,

@@ -71,6 +71,7 @@ typedef struct aw {
                          * staging tile of its own (0: no) */
     int parts;          /* the staging tile holds 1 / parts of the stored tile's columns (1: all):
                          * the tile goes out part by part where the whole does not fit */
+    uint32_t part_val;  /* parts: the stored tile (a value of the source kernel) */
     loom_sync bsync;    /* borrow: the consumer threads that write the slot */
     loom_val held, held_use; /* borrow: the consumers hold a slot (i1), and its ring use */
     bool defer;         /* borrow in the mainloop form: the held slot goes back during the next

@@ -648,16 +648,16 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
 }
 
 void loom_epilogue_store_parts_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, int rank,
-                                  const loom_val *pv, int parts)
+                                  int parts, loom_epilogue_part_fn part, void *ctx)
 {
-    int64_t cols = loom_val_shape(k, pv[0]).dim[1];
     loom_val o[LOOM_MAX_RANK];
     for (int i = 0; i < rank; i++)
         o[i] = offs[i];
-    for (int j = 0; j < parts; j++) { /* each part waits for the last one's store to read the tile */
+    for (int j = 0; j < parts; j++) { /* each part made, then stored once the last one's store read the tile */
+        loom_val v = part(ctx, k, j);
         if (j)
-            o[rank - 1] = loom_add_at(at, k, offs[rank - 1], CI(j * cols));
-        loom_epilogue_store_at(at, k, e, o, pv[j], LOOM_NONE, LOOM_NONE, LOOM_NONE);
+            o[rank - 1] = loom_add_at(at, k, offs[rank - 1], CI(j * loom_val_shape(k, v).dim[1]));
+        loom_epilogue_store_at(at, k, e, o, v, LOOM_NONE, LOOM_NONE, LOOM_NONE);
     }
 }
 

@@ -782,7 +782,23 @@ Test(autows_gpu, plain_kernels_specialized_match_their_references, .timeout = 30
     gemm_run_check(rt, &g2, true);
     gemm_run_check(rt, &g3, true);
     gelu_run_check(rt, true);
-    plain_cfg ci = {128, 128, 64, 2, 4, 0, 0}, ca = {128, 128, 64, 2, 2, 0, 0};
+    gemm_case gb = {2048, 1999, 1024, 1000, {64, 256, 64, 1, 5, 8, 0}};
+    gemm_run_check(rt, &gb, true);
+    plain_cfg ca = {128, 128, 64, 2, 2, 0, 0};
+    attention_run_check(rt, true, 1000, 1500, 128, &ca);
+    plain_cfg uown = {128, 128, 64, 2, 2, 0, 0}, uheld = {128, 128, 64, 2, 3, 0, 0};
+    units_run_check(rt, true, 1000, &uown);
+    units_run_check(rt, true, 1000, &uheld);
+    loom_runtime_destroy(rt);
+}
+
+/* The plain IKBO fused stage specialized, each way its epilogue can go. */
+Test(autows_gpu, plain_ikbo_fused_stage_matches_its_reference, .timeout = 300)
+{
+    loom_runtime *rt = t_gpu_or_skip();
+    if (!rt)
+        return;
+    plain_cfg ci = {128, 128, 64, 2, 4, 0, 0};
     ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ci, false);
     plain_cfg ct = {224, 128, 64, 2, 4, 0, 0};
     ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &ct, true);
@@ -796,12 +812,10 @@ Test(autows_gpu, plain_kernels_specialized_match_their_references, .timeout = 30
     ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &cb4, false);
     ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &cb5, false);
     ikbo_run_check_r(rt, true, 433, 256, 296, 40, 5, &cb4, false, LOOM_F16);
-    gemm_case gb = {2048, 1999, 1024, 1000, {64, 256, 64, 1, 5, 8, 0}};
-    gemm_run_check(rt, &gb, true);
-    attention_run_check(rt, true, 1000, 1500, 128, &ca);
-    plain_cfg uown = {128, 128, 64, 2, 2, 0, 0}, uheld = {128, 128, 64, 2, 3, 0, 0};
-    units_run_check(rt, true, 1000, &uown);
-    units_run_check(rt, true, 1000, &uheld);
+    /* 128 x 256, 4 stages: the store in column halves, each half's user_res loaded on its own */
+    plain_cfg h4 = {128, 256, 64, 2, 4, 0, 0};
+    ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &h4, false);
+    ikbo_run_check_r(rt, true, 433, 256, 296, 40, 5, &h4, false, LOOM_F16);
     loom_runtime_destroy(rt);
 }
 
