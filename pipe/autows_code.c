@@ -70,9 +70,10 @@ static const uint8_t aw_lay[IR_OP_COUNT] = {
 
 /* Columns [start, start + size) of the 2-D tile x (the stored value or a tile it is made
  * of), made from the same columns of what x is made of: an elementwise op of its operands'
- * parts, an unmasked load of the tile's part (so a residual comes in a part at a time and
- * only that part's registers are live beside the accumulator), anything else (the
- * accumulator: a part of its registers) a loom_slice of x as built. */
+ * parts, an unmasked load of the tile's part, the epilogue channel's tile read from its
+ * part of the slot (so a residual comes in a part at a time and only that part's
+ * registers are live beside the accumulator, in the accumulator part's layout), anything
+ * else (the accumulator: a part of its registers) a loom_slice of x as built. */
 static loom_val part_of(aw *w, uint32_t x, int64_t start, int64_t size, int depth)
 {
     loom_kernel *d = w->dst;
@@ -95,6 +96,11 @@ static loom_val part_of(aw *w, uint32_t x, int64_t start, int64_t size, int dept
         for (int i = op->nopnd - 1; i >= 0; i--)
             w->map[op->opnd[i]] = save[i];
         return r;
+    }
+    if (op && xv->def == w->epil && w->eview) { /* the epilogue's tile: its part of the slot's view */
+        int64_t es = (int64_t)loom_dtype_size((loom_dtype)xv->type.dtype), span = w->epil_swz / es;
+        if (span && start % span == 0 && size % span == 0)
+            return loom_smem_load_at(at, d, loom_smem_part_at(at, d, w->eview, 1, start, size));
     }
     int rank = op && op->kind == IR_LOAD ? w->src->vals[op->opnd[0]].type.shape.rank : 0;
     if (op && op->kind == IR_LOAD && xv->def != w->epil && op->nopnd == 1 + rank) {
@@ -127,10 +133,14 @@ static void clone_plain(aw *w, uint32_t o)
         w->map[op->res[0]] = U(w, op->kind == IR_PROGRAM_ID ? w->vpid[axis] : w->grid[axis]);
         return;
     }
-    if (o == w->epil) { /* the epilogue's tile, from its slot (given back once read) */
+    if (o == w->epil) { /* the epilogue's tile, from its slot (given back once read: with parts, after the last) */
         loom_val slot = loom_ring_consume_at(op->src, d, &w->ering, w->pi);
-        loom_val v = loom_smem_load_at(op->src, d, loom_ring_view_at(op->src, d, &w->ering, slot, 0, LOOM_NONE));
-        loom_ring_release_at(op->src, d, &w->ering, slot);
+        loom_val view = loom_ring_view_at(op->src, d, &w->ering, slot, 0, LOOM_NONE);
+        loom_val v = loom_smem_load_at(op->src, d, view);
+        if (w->parts > 1)
+            w->eslot = slot, w->eview = view;
+        else
+            loom_ring_release_at(op->src, d, &w->ering, slot);
         w->map[op->res[0]] = U(w, v);
         return;
     }
@@ -190,6 +200,9 @@ static void clone_plain(aw *w, uint32_t o)
         if (w->parts > 1) {
             w->part_val = op->opnd[op->nopnd - 1];
             loom_epilogue_store_parts_at(op->src, d, &w->epi, offs, op->nopnd - 2, w->parts, stored_part, w);
+            if (w->eslot) /* every part of the epilogue's tile read */
+                loom_ring_release_at(op->src, d, &w->ering, w->eslot);
+            w->eslot = w->eview = LOOM_NONE;
         }
         else
             loom_epilogue_store_at(op->src, d, &w->epi, offs, H(w, op->opnd[op->nopnd - 1]), w->rep, LOOM_NONE,

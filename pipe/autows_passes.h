@@ -72,6 +72,9 @@ typedef struct aw {
     int parts;          /* the staging tile holds 1 / parts of the stored tile's columns (1: all):
                          * the tile goes out part by part where the whole does not fit */
     uint32_t part_val;  /* parts: the stored tile (a value of the source kernel) */
+    loom_val eslot, eview; /* the epilogue channel's slot and view in the consumers, while held:
+                            * with parts its tile is read a part at a time, the slot given back
+                            * after the last part */
     loom_sync bsync;    /* borrow: the consumer threads that write the slot */
     loom_val held, held_use; /* borrow: the consumers hold a slot (i1), and its ring use */
     bool defer;         /* borrow in the mainloop form: the held slot goes back during the next

@@ -425,6 +425,16 @@ Test(autows, a_store_too_large_to_stage_goes_out_in_column_parts)
     free(out);
     compiles_clean(k);
     loom_kernel_destroy(k);
+    /* 3 stages: the residual's tile through shared memory beside the ring, the store in
+     * quarters, each quarter of the residual read from its part of the slot in the
+     * accumulator part's layout (compiles_clean: no conversion) */
+    f.stages = 3;
+    k = plain_ikbo_fused(433, 256, 866, 1024, 15, LOOM_F16, LOOM_F16, &f);
+    out = dump_after(k, "ws-code");
+    cr_expect(strstr(out, "smem_part") && strstr(out, "dim=1 start=192 size=64"), "%s", out);
+    free(out);
+    compiles_clean(k);
+    loom_kernel_destroy(k);
 }
 
 Test(autows, the_epilogue_tile_goes_through_shared_memory)
@@ -626,6 +636,10 @@ Test(autows, ikbo_fused_stage_on_the_interpreter, .timeout = 240)
     plain_cfg h4 = {128, 256, 64, 2, 4, 0, 0};
     ikbo_run_check(NULL, true, 100, 256, 320, 3, 2, &h4, false);
     ikbo_run_check_r(NULL, true, 100, 256, 320, 3, 2, &h4, false, LOOM_F16);
+    /* 3 stages, user_res in f16: its tile through shared memory, the store in quarters,
+     * each quarter of the tile read from its part of the slot (given back after the last) */
+    plain_cfg h3 = {128, 256, 64, 2, 3, 0, 0};
+    ikbo_run_check_r(NULL, true, 100, 256, 320, 3, 2, &h3, false, LOOM_F16);
     /* user_res in f16: its tile (half the bytes) beside a 4-stage ring and the staging tile */
     ikbo_run_check_r(NULL, true, 100, 256, 320, 3, 2, &b4, false, LOOM_F16);
     /* transposed: tiles of 64 rows of N by 112 of M, one group */
@@ -816,6 +830,8 @@ Test(autows_gpu, plain_ikbo_fused_stage_matches_its_reference, .timeout = 300)
     plain_cfg h4 = {128, 256, 64, 2, 4, 0, 0};
     ikbo_run_check(rt, true, 433, 256, 296, 40, 5, &h4, false);
     ikbo_run_check_r(rt, true, 433, 256, 296, 40, 5, &h4, false, LOOM_F16);
+    plain_cfg h3 = {128, 256, 64, 2, 3, 0, 0}; /* user_res' tile through shared memory, the store in quarters */
+    ikbo_run_check_r(rt, true, 433, 256, 296, 40, 5, &h3, false, LOOM_F16);
     loom_runtime_destroy(rt);
 }
 
