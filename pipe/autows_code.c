@@ -123,6 +123,16 @@ static loom_val stored_part(void *ctx, loom_kernel *k, int j)
     return part_of(w, w->part_val, j * cols, cols, 0);
 }
 
+/* Does op a come before op b in the kernel's top block? */
+static bool before_in_top(aw *w, uint32_t a, uint32_t b)
+{
+    const ir_block *top = &w->src->blocks[1];
+    for (uint32_t i = 0; i < top->nops; i++)
+        if (top->ops[i] == a || top->ops[i] == b)
+            return top->ops[i] == a && a != b;
+    return false;
+}
+
 /* A copy of plain op o in the innermost open block of dst. */
 static void clone_plain(aw *w, uint32_t o)
 {
@@ -137,7 +147,7 @@ static void clone_plain(aw *w, uint32_t o)
         loom_val slot = loom_ring_consume_at(op->src, d, &w->ering, w->pi);
         loom_val view = loom_ring_view_at(op->src, d, &w->ering, slot, 0, LOOM_NONE);
         loom_val v = loom_smem_load_at(op->src, d, view);
-        if (w->parts > 1)
+        if (w->parts > 1 && before_in_top(w, o, w->staged)) /* the store reads it a part at a time */
             w->eslot = slot, w->eview = view;
         else
             loom_ring_release_at(op->src, d, &w->ering, slot);
@@ -499,13 +509,13 @@ static void consumer_step(aw *w, loom_val it)
     loom_ring_release_at(at, d, &w->ring, s);
 }
 
-/* The consumers' step, mainloop form: the body's other ops, the dot as one k step of the
- * pipeline layer's mainloop (one group left in flight, the previous use's slot back). */
 /* The step of a program at which the last program's held slot goes back: the second
  * (its store has had the first step's wgmma to be read), or the first with two stages
  * (the second step's loads need the slot back: use it0 + 1 is the held use + stages). */
 static int defer_step(const aw *w) { return w->stages > 2 ? 1 : 0; }
 
+/* The consumers' step, mainloop form: the body's other ops, the dot as one k step of the
+ * pipeline layer's mainloop (one group left in flight, the previous use's slot back). */
 static void consumer_mainloop_step(aw *w, loom_val it, loom_val it0)
 {
     loom_kernel *d = w->dst;
@@ -527,7 +537,7 @@ static void consumer_mainloop_step(aw *w, loom_val it, loom_val it0)
         loom_val first = loom_cmp_at(at, d, LOOM_GT, it, it0); /* a program's first step gives none back */
         loom_val prev = loom_sub_at(at, d, it, CI(1));
         w->map[op->res[0]] = U(w, loom_mainloop_step_at(at, d, &ml, it, prev, first, a, H(w, op->opnd[2]), LOOM_NONE));
-        if (w->defer) /* the last program's held slot, once this program's wgmmas run (DEFER_STEP) */
+        if (w->defer) /* the last program's held slot, once this program's wgmmas run (defer_step) */
             give_back_pending(w, at, w->pend, loom_cmp_at(at, d, LOOM_EQ, it, loom_add_at(at, d, it0, CI(defer_step(w)))));
     }
 }
