@@ -185,6 +185,19 @@ static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v,
         int32_t id = bcast_source_layout(cg, to, &vty(cg, v)->shape);
         return id >= 0 ? id : W_NONE;
     }
+    case IR_SLICE: { /* the whole tile in the layout whose registers hold the part as wanted */
+        int32_t to = value_want(cg, w, op->res[0], depth + 1);
+        if (to < 0)
+            return to;
+        const cg_layout *tl = cg_lay(cg, to);
+        int dim = (int)op->iattr[0];
+        int64_t full = vty(cg, v)->shape.dim[dim];
+        cg_layout l;
+        if (tl->nreg + cg_lg(full) - tl->lg[dim] > 10 || !cg_widen(cg, tl, dim, full, &l))
+            return W_NONE;
+        int32_t id = cg_layout_add(cg, &l);
+        return id >= 0 ? id : W_NONE;
+    }
     default:
         break;
     }

@@ -373,7 +373,7 @@ static loom_kernel *slice_ops(void)
 {
     loom_kernel *k = loom_kernel_create("slices", 4);
     loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(64, 64), LOOM_IN);
-    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE3(6, 64, 64), LOOM_OUT);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE3(7, 64, 64), LOOM_OUT);
     loom_val oi = loom_arg_tensor(k, "oi", LOOM_I32, LOOM_SHAPE1(16), LOOM_OUT);
     loom_val z = ci(k, 0);
     loom_val t = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0);
@@ -386,6 +386,11 @@ static loom_kernel *slice_ops(void)
     loom_val sum = loom_add(k, loom_slice(k, loom_mul(k, t, t), 0, 32, 32), half);
     loom_store(k, o, ((loom_val[]){ci(k, 4), z, z}), sum, LOOM_NONE);
     loom_store(k, o, ((loom_val[]){ci(k, 5), z, z}), loom_slice(k, sum, 1, 0, 16), LOOM_NONE);
+    /* a load whose only use is a slice added to a tile: loaded in the layout that holds
+     * the part (no conversion) */
+    loom_val w = loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(64, 64), LOOM_NONE, 0);
+    loom_val q = loom_load(k, x, ((loom_val[]){z, ci(k, 16)}), LOOM_SHAPE2(64, 32), LOOM_NONE, 0);
+    loom_store(k, o, ((loom_val[]){ci(k, 6), z, z}), loom_add(k, loom_slice(k, w, 1, 32, 32), q), LOOM_NONE);
     loom_store(k, oi, &z, loom_slice(k, loom_arange(k, 3, 67), 0, 16, 16), LOOM_NONE);
     return k;
 }
