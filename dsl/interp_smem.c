@@ -386,21 +386,17 @@ bool interp_add_read(interp *in, const ir_op *op, task *t, const tv *v, int64_t 
     return true;
 }
 
-/* Forget the reads that waits have retired (a TMA store's: once the task's threads met). */
-void interp_prune_reads(task *t)
+/* Keep t's unretired reads, and its retired TMA store reads too where keep_stores. */
+static void keep_reads(task *t, bool keep_stores)
 {
     int n = 0;
     for (int j = 0; j < t->nreads; j++)
-        if (rd_live(t, &t->reads[j]) || t->reads[j].store)
+        if (rd_live(t, &t->reads[j]) || (keep_stores && t->reads[j].store))
             t->reads[n++] = t->reads[j];
     t->nreads = n;
 }
 
-void interp_sync_reads(task *t)
-{
-    int n = 0;
-    for (int j = 0; j < t->nreads; j++)
-        if (rd_live(t, &t->reads[j]))
-            t->reads[n++] = t->reads[j];
-    t->nreads = n;
-}
+/* Forget the reads that waits have retired (a TMA store's: once the task's threads met). */
+void interp_prune_reads(task *t) { keep_reads(t, true); }
+
+void interp_sync_reads(task *t) { keep_reads(t, false); }

@@ -789,7 +789,8 @@ static uint32_t staged_store(aw *w, char *why, size_t n, uint32_t *room)
         w->qslots = ring + 2 * q + aw_tile_bytes(v) + 2048 <= 227 * 1024 ? 2 : 1;
         ring += w->qslots * q;
     }
-    int64_t need = ring + aw_tile_bytes(v) * (w->pingpong ? 2 : 1) + 1024 + 64 * w->stages, limit = 227 * 1024;
+    int64_t fixed = ring + 1024 + 64 * w->stages, limit = 227 * 1024; /* beside a staging tile */
+    int64_t need = fixed + aw_tile_bytes(v) * (w->pingpong ? 2 : 1);
     /* else in column parts (a half, a quarter), each a whole number of 128-byte spans a
      * row: one staging tile of a part, a TMA store each (one consumer task; ping-pong's
      * replicas stage whole tiles; not a tile turned by a trans, whose columns lie in
@@ -800,10 +801,9 @@ static uint32_t staged_store(aw *w, char *why, size_t n, uint32_t *room)
         int64_t cols = v->shape.dim[1] / p;
         if (v->shape.dim[1] % p || (cols & (cols - 1)) || (cols * (int64_t)es) % 128)
             break;
-        int64_t part = aw_tile_bytes(v) / p;
-        if (ring + part + 1024 + 64 * w->stages <= limit) {
+        if (fixed + aw_tile_bytes(v) / p <= limit) {
             w->parts = p;
-            need = ring + part + 1024 + 64 * w->stages;
+            need = fixed + aw_tile_bytes(v) / p;
         }
     }
     if (need > limit) {
