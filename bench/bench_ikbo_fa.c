@@ -96,6 +96,7 @@ static int bound_stats; /* --bound-stats */
  * of the bytes of Q, K, V and O at the copy bandwidth measured at the start of the run and
  * the FLOPs at the tensor cores' peak */
 static int lowreuse;
+static int untuned; /* neither --config nor --tune: each shape's untuned config (loom_ikbo_fa_untuned_config) */
 static double copy_gbs;
 static int refused, below; /* --lowreuse rows the C API refused, and rows under 0.70 of the roofline */
 
@@ -225,7 +226,10 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
 
     loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, dt, c->varlen, dt};
     loom_ikbo_fa_config dcfg;
-    if (cfg && cfg->bn != c->D) { /* a tile of D keys (the C API's default for D=64: 4 stages) */
+    if (untuned) { /* the C API's untuned config for the shape */
+        dcfg = loom_ikbo_fa_untuned_config(&sh);
+        cfg = &dcfg;
+    } else if (cfg && cfg->bn != c->D) { /* a tile of D keys (the C API's default for D=64: 4 stages) */
         dcfg = *cfg;
         dcfg.bn = (int)c->D;
         dcfg.stages = c->D == 64 ? 4 : dcfg.stages;
@@ -493,7 +497,9 @@ static void fp8_case(loom_runtime *rt, fa_ref *fr, const fa_case *c, const loom_
     loom_ikbo_fa_shape sh8 = sh16;
     sh8.dtype = LOOM_E4M3;
     loom_ikbo_fa_config cfg16, cfg8;
-    if (fc) { /* f16: a tile of D keys as one_case takes it; e4m3 builds BN=128 only */
+    if (untuned) /* each type's untuned config for the shape */
+        cfg16 = loom_ikbo_fa_untuned_config(&sh16), cfg8 = loom_ikbo_fa_untuned_config(&sh8);
+    else if (fc) { /* f16: a tile of D keys as one_case takes it; e4m3 builds BN=128 only */
         cfg16 = cfg8 = *fc;
         cfg16.bn = (int)c->D, cfg16.stages = c->D == 64 ? 4 : cfg16.stages;
         cfg8.bn = 128;
@@ -587,7 +593,7 @@ static int fp8_interpreter_run(void)
     loom_ikbo_fa_shape sh = {.B = c.B, .U = c.U, .S = c.S, .H = c.H, .D = c.D, .n_seed = c.nseed,
                              .dtype = LOOM_E4M3, .varlen = 1, .odtype = LOOM_F16}, sh16 = sh;
     sh16.dtype = LOOM_F16;
-    loom_ikbo_fa_config cfg = {128, 2, 8, 1, 0, 1, 1, 0}; /* 8 CTAs: fewer programs to interpret */
+    loom_ikbo_fa_config cfg = {128, 2, 8, 1, 0, 1, 1, 0, 0}; /* 8 CTAs: fewer programs to interpret */
     loom_ikbo_fa *p8 = NULL, *p16 = NULL;
     uint16_t *ho8 = malloc((size_t)qn * 2), *ho16 = malloc((size_t)qn * 2), *hex = malloc((size_t)qn * 2);
     if (!ho8 || !ho16 || !hex || loom_ikbo_fa_prepare(rt, &sh, &cfg, &p8) ||
@@ -633,7 +639,7 @@ static int interpreter_run(void)
         const fa_case *c = &cases[i];
         fa_spec s = {.B = c->B, .U = c->U, .S = c->S, .H = c->H, .D = c->D, .nseed = c->nseed, .dt = LOOM_F16,
                      .varlen = c->varlen, .bn = 64, .stages = 2, .ctas = 8, .sched = 1, .turns = 0, .overlap = 1,
-                     .tmastore = 1, .xunit = 0};
+                     .tmastore = 1, .xunit = 0, .horder = 0};
         int64_t qn = c->B * c->nseed * c->H * c->D, kn = c->U * c->S * c->H * c->D;
         uint16_t *hq = malloc((size_t)qn * 2), *hk = malloc((size_t)kn * 2), *hv = malloc((size_t)kn * 2);
         uint16_t *ho = malloc((size_t)qn * 2), *hr = malloc((size_t)qn * 2);
@@ -646,7 +652,7 @@ static int interpreter_run(void)
         lengths(c, lens, 4);
         fa_reference(&s, hq, hk, hv, map, c->varlen ? lens : NULL, hr);
         loom_ikbo_fa_shape sh = {c->B, c->U, c->S, c->H, c->D, c->nseed, LOOM_F16, c->varlen, LOOM_F16};
-        loom_ikbo_fa_config cfg = {64, 2, 8, 1, 0, 1, 1, 0};
+        loom_ikbo_fa_config cfg = {64, 2, 8, 1, 0, 1, 1, 0, 0};
         loom_ikbo_fa *p;
         loom_buffer *q = buf(rt, (size_t)qn * 2), *k = buf(rt, (size_t)kn * 2), *v = buf(rt, (size_t)kn * 2);
         loom_buffer *o = buf(rt, (size_t)qn * 2), *mb = buf(rt, sizeof map), *lb = buf(rt, sizeof lens);
@@ -754,19 +760,17 @@ int main(int argc, char **argv)
         DIE("NVRTC reference: %s", err);
     /* the config: given, the tuner's (--tune), or the C API's default */
     const loom_ikbo_fa_config *fc = have_cfg ? &cfg : NULL;
-    if (!have_cfg && !tune) { /* the template's defaults (the C API's default config) */
-        const loom_template *t = loom_template_find("ikbo_fa");
-        int64_t cv[LOOM_MAX_PARAMS];
-        if (loom_params_parse(t->config, t->nconfig, "", cv, err, sizeof err) != 0)
-            DIE("default config: %s", err);
-        cfg = fa_config_of(cv);
-        fc = &cfg;
-    }
+    untuned = !have_cfg && !tune;
+    if (untuned) /* (fc: what fp8_case starts from; one_case takes each shape's own) */
+        cfg = loom_ikbo_fa_untuned_config(NULL), fc = &cfg;
     printf("IKBO flash attention on %s; config %s\n", loom_runtime_device_name(rt),
-           fc ? "given or default" : "tuned per shape");
-    if (fc)
-        printf("config: BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d\n", fc->bn,
-               fc->stages, fc->ctas, fc->sched, fc->turns, fc->overlap, fc->tmastore, fc->xunit);
+           untuned ? "untuned (loom_ikbo_fa_untuned_config: the defaults as the template's rule adapts them to each "
+                     "shape)"
+           : fc    ? "given"
+                   : "tuned per shape");
+    if (have_cfg)
+        printf("config: BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d,horder=%d\n",
+               fc->bn, fc->stages, fc->ctas, fc->sched, fc->turns, fc->overlap, fc->tmastore, fc->xunit, fc->horder);
     printf("    B     U      S  H    D seed dt   mapping  lens   |  loom ms   TF/s | materialized ms TF/s  speedup | "
            "no-gather ms  x   | plan ms | check\n");
     if (lowreuse) {

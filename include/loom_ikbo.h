@@ -203,7 +203,7 @@ typedef struct loom_ikbo_fa_shape {
 
 /* The kernel's tile config (templates/ikbo_fa.c), as the "ikbo_fa" template's table
  * (loom_tune.h, "A template's table"), written once here.  The struct's fields are bn,
- * stages, ctas, sched, turns, overlap, tmastore, xunit (ints, in that order);
+ * stages, ctas, sched, turns, overlap, tmastore, xunit, horder (ints, in that order);
  * (loom_ikbo_fa_config){LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT)} is the default config. */
 #define LOOM_IKBO_FA_CONFIG(X) \
     X(BN, bn, int, 128, "keys a K/V tile: 64 or 128 (either head dim)", 64, 128)                           \
@@ -221,14 +221,24 @@ typedef struct loom_ikbo_fa_shape {
     X(xunit, xunit, int, 0,                                                                                \
       "1: the next unit's first S = Q K^T and its softmax run beside this unit's last P V "                \
       "(sched=0, overlap=1, turns=0, two Q slots); measured slower (bench/RESULTS.md), so not "            \
-      "tuned", 0)
+      "tuned", 0)                                                                                           \
+    X(horder, horder, int, 0,                                                                              \
+      "the order programs take units in: 0 head by head (a user's units side by side share its "          \
+      "K/V tiles in L2); 1 unit by unit, a unit's heads side by side (each program reads its head's "      \
+      "part of K and V's rows, so programs side by side read whole rows: for users with few units)", 0, 1)
 typedef struct loom_ikbo_fa_config {
     LOOM_IKBO_FA_CONFIG(LOOM_FIELD)
 } loom_ikbo_fa_config;
 
+/* The config run untuned at shape (without a GPU, LOOM_TUNE=0, or where tuning fell back):
+ * the defaults above, as the template's rule for the shape adapts them (64-key tiles and a
+ * ring of 4 at D=64 in f16 and bf16; horder 1 where the candidates average at most 256
+ * query rows a user). */
+loom_ikbo_fa_config loom_ikbo_fa_untuned_config(const loom_ikbo_fa_shape *shape);
+
 typedef struct loom_ikbo_fa loom_ikbo_fa;
 /* shape's B and U are the largest request's (loom_ikbo_fa_run_at serves any below).  cfg
- * NULL: the tuner's pick for this shape (cached on disk; without a GPU, the default; for
+ * NULL: the tuner's pick for this shape (cached on disk; without a GPU, the untuned config; for
  * e4m3 the tuner checks each candidate against the default config's output, as it has
  * no FP8 device reference: docs/tuning.md).  A shape or config that cannot be served is
  * refused with the reason in loom_runtime_error(rt), naming the field. */
@@ -263,7 +273,7 @@ loom_status loom_ikbo_fa_run_scaled(loom_ikbo_fa *p, int64_t B, int64_t U, loom_
                                     loom_buffer *seq_len, loom_buffer *out);
 loom_status loom_ikbo_fa_launch_scaled(loom_ikbo_fa *p, loom_buffer *q, loom_buffer *k, loom_buffer *vt,
                                        loom_buffer *scales, loom_buffer *out);
-/* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1,xunit=1; ikbo_fa"; e4m3
+/* "BN=128,stages=3,ctas=132,sched=0,turns=0,overlap=1,tmastore=1,xunit=1,horder=0; ikbo_fa"; e4m3
  * adds "; e4m3 (Vt, per-head scales), out f16". */
 const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p);
 loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p);

@@ -26,11 +26,6 @@ struct loom_ikbo_fa {
     char desc[256];
 };
 
-/* The table's defaults (LOOM_IKBO_FA_CONFIG, loom_ikbo.h): 128-key tiles, two slots each
- * of the K and V rings (and two Q slots), a persistent CTA an SM taking units round-robin,
- * each tile's softmax overlapping the previous tile's P V (bench/RESULTS.md has the
- * measurements). */
-static const loom_ikbo_fa_config default_cfg = {LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT)};
 
 /* p's failure: the message into its runtime's error, the status returned. */
 #define fail(p, st, ...) tpl_fail((p)->rt, (st), __VA_ARGS__)
@@ -45,6 +40,20 @@ static fa_spec spec_of(const loom_ikbo_fa_shape *s, const loom_ikbo_fa_config *c
 }
 
 static bool fp8(const loom_ikbo_fa *p) { return p->s.dtype == LOOM_E4M3; }
+
+/* The table's defaults (LOOM_IKBO_FA_CONFIG, loom_ikbo.h: 128-key tiles, two slots each
+ * of the K and V rings and two Q slots, a persistent CTA an SM taking units round-robin,
+ * each tile's softmax overlapping the previous tile's P V) as the template's heuristic
+ * adapts them to the shape (templates/ikbo_fa_registry.c). */
+loom_ikbo_fa_config loom_ikbo_fa_untuned_config(const loom_ikbo_fa_shape *s)
+{
+    if (!s)
+        return (loom_ikbo_fa_config){LOOM_IKBO_FA_CONFIG(LOOM_DEFAULT)};
+    int64_t shape[LOOM_MAX_PARAMS], c[LOOM_MAX_PARAMS];
+    fa_shape_vector(s, shape);
+    loom_template_untuned_config(loom_template_find("ikbo_fa"), shape, c);
+    return fa_config_of(c);
+}
 
 /* The config the tuner picks for this shape (cached on disk). */
 static loom_status tuned_config(loom_ikbo_fa *p)
@@ -82,9 +91,7 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
         return LOOM_ERR_NOMEM;
     p->rt = rt;
     p->s = *shape;
-    p->cfg = cfg ? *cfg : default_cfg;
-    if (!cfg && shape->D == 64) /* a 64-key tile for D=64 (FP8 builds 128 only), and the ring deeper */
-        p->cfg.bn = shape->dtype == LOOM_E4M3 ? 128 : 64, p->cfg.stages = 4;
+    p->cfg = cfg ? *cfg : loom_ikbo_fa_untuned_config(shape);
     p->units = -1;
     p->spec = spec_of(shape, &p->cfg);
     char buf[300], err[300] = "";
@@ -133,8 +140,8 @@ loom_status loom_ikbo_fa_prepare(loom_runtime *rt, const loom_ikbo_fa_shape *sha
     }
     const loom_ikbo_fa_config *c = &p->cfg;
     snprintf(p->desc, sizeof p->desc,
-             "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d; %s%s%s", c->bn, c->stages,
-             c->ctas, c->sched, c->turns, c->overlap, c->tmastore, c->xunit, loom_kernel_name(p->k),
+             "BN=%d,stages=%d,ctas=%d,sched=%d,turns=%d,overlap=%d,tmastore=%d,xunit=%d,horder=%d; %s%s%s", c->bn,
+             c->stages, c->ctas, c->sched, c->turns, c->overlap, c->tmastore, c->xunit, c->horder, loom_kernel_name(p->k),
              fp8(p) ? "; e4m3 (Vt, per-head scales), out " : "", fp8(p) ? loom_dtype_name(shape->odtype) : "");
     *out = p;
     return LOOM_OK;
@@ -324,7 +331,7 @@ const char *loom_ikbo_fa_describe(const loom_ikbo_fa *p) { return p ? p->desc : 
 
 loom_ikbo_fa_config loom_ikbo_fa_config_of(const loom_ikbo_fa *p)
 {
-    return p ? p->cfg : (loom_ikbo_fa_config){0, 0, 0, 0, 0, 0, 0, 0};
+    return p ? p->cfg : (loom_ikbo_fa_config){0};
 }
 
 loom_kernel *loom_ikbo_fa_kernel(const loom_ikbo_fa *p, int grid[3])

@@ -14,9 +14,12 @@
  *
  *   rings     Q: one slot of two [64, D] parts (a warp group's block each); K/V: `stages`
  *             slots of a K tile and a V tile [BN, D], 128-byte swizzled
- *   schedule  persistent programs over (head, unit), the head outermost so that programs
- *             side by side share a user's K/V in L2; round-robin, or claimed from a
- *             counter (dynamic: the load balances itself when users' lengths differ)
+ *   schedule  persistent programs over (head, unit): the head outermost (horder=0), so
+ *             that programs side by side share a user's K/V in L2, or innermost (horder=1),
+ *             so that where a user has one or two units, programs side by side read the
+ *             heads' parts of the same K/V rows (whole rows of memory, not every other
+ *             piece); round-robin, or claimed from a counter (dynamic: the load balances
+ *             itself when users' lengths differ)
  *   producer  per unit: the two Q blocks by TMA, then the user's K/V tiles, as many as
  *             its length needs (TMA reads rows past S as zero)
  *   consumers two warp groups, one Q block each.  For each K/V tile: S = Q K^T (both from
@@ -153,6 +156,8 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "xunit must be 0 or 1";
     if (s->xunit && fa_fp8(s)) /* the next unit's first softmax would need its head's scales */
         return "xunit=1 is not built for e4m3";
+    if (s->horder != 0 && s->horder != 1)
+        return "horder must be 0 or 1";
     if (s->xunit && (s->sched || !s->overlap || s->turns))
         return "xunit=1 (the next unit started beside this one's last P V) needs sched=0, overlap=1 and turns=0";
     /* each factor is below 2^31 here, their products may pass 2^63: checked (util.h) */
@@ -195,8 +200,13 @@ static unit_at unit_of(const fa *g, loom_val t)
 {
     loom_kernel *k = g->k;
     unit_at a;
-    a.h = loom_div(k, t, g->units);
-    a.i = loom_rem(k, t, g->units);
+    if (g->s->horder) { /* a unit's heads side by side */
+        a.h = loom_rem(k, t, CI(g->s->H));
+        a.i = loom_div(k, t, CI(g->s->H));
+    } else {
+        a.h = loom_div(k, t, g->units);
+        a.i = loom_rem(k, t, g->units);
+    }
     a.user = loom_load_scalar(k, g->plan, ((loom_val[]){a.i, CI(FA_U_USER)}));
     a.len = loom_load_scalar(k, g->lens, &a.user);
     a.tiles = loom_div(k, loom_add(k, a.len, CI(g->s->bn - 1)), CI(g->s->bn));

@@ -15,6 +15,7 @@
 #include <string.h>
 
 enum { FA_SHAPE(LOOM_S_INDEX) S_COUNT };
+enum { LOOM_IKBO_FA_CONFIG(LOOM_C_INDEX) C_COUNT };
 /* The kernel's arguments (templates/ikbo_fa.h). */
 enum { A_ROWS, A_U, A_Q, A_K, A_V, A_PLAN, A_LENS, A_CLAIMS, A_UNITS, A_OUT, A_SCALES }; /* fa_build's (scales: e4m3) */
 
@@ -93,15 +94,32 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
     loom_grid_rule_eval(&r, sh, g);
 }
 
+/* The order of units that suits the shape (horder): a unit's heads side by side where a
+ * user has at most two units on average (B * n_seed / U rows: K and V are read about once
+ * a unit, and programs side by side then read whole rows of them), head by head where
+ * more units share a user's K/V in L2.  Measured in bench/RESULTS.md (session 29). */
+static int64_t horder_of(const fa_spec *s) { return fa_rows(s) <= 4 * FA_BLOCK * s->U; }
+
+/* The config to run untuned: at D=64 a ring of 4 and 64-key tiles (e4m3 builds 128-key
+ * tiles only), and the order of units for the shape. */
+static void heuristic(const int64_t *sh, int64_t *cf)
+{
+    fa_spec s = fa_spec_of(sh, cf);
+    if (s.D == 64)
+        cf[C_BN] = fa_fp8(&s) ? 128 : 64, cf[C_stages] = 4;
+    cf[C_horder] = horder_of(&s);
+}
+
 /* Rank configs: waves of units over the CTAs (full 128-row units of S keys), the keys
- * computed past S, a deeper ring, and taking turns. */
+ * computed past S, a deeper ring, taking turns, and the order of units. */
 static double cost(const int64_t *sh, const int64_t *cf)
 {
     fa_spec s = fa_spec_of(sh, cf);
     double units = (double)TPL_CDIV(fa_rows(&s), 2 * FA_BLOCK) * (double)s.H;
     double waves = units / s.ctas, w = (double)(int64_t)waves + (waves > (double)(int64_t)waves ? 1 : 0);
     double keys = (double)TPL_CDIV(s.S, s.bn) * s.bn;
-    return w * keys * (1.0 + 48.0 / s.bn) / (s.stages >= 3 ? 1.05 : 1.0) / (s.overlap ? 1.3 : s.turns ? 0.85 : 1.0);
+    return w * keys * (1.0 + 48.0 / s.bn) / (s.stages >= 3 ? 1.05 : 1.0) / (s.overlap ? 1.3 : s.turns ? 0.85 : 1.0) *
+           (s.horder == horder_of(&s) ? 1.0 : 1.1);
 }
 
 /* The lengths of the check inputs (varlen): 1 to S, the first user's 0 when there are
@@ -196,6 +214,7 @@ const loom_template tpl_def_ikbo_fa = {
     .config = {LOOM_IKBO_FA_CONFIG(LOOM_CONFIG_PARAM)},
     .valid = valid,
     .cost = cost,
+    .heuristic = heuristic,
     .build = build,
     .grid = grid,
     .grid_rule = grid_rule,

@@ -60,7 +60,7 @@ static void serve(int varlen, int sched)
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     cr_assert(rt);
     loom_ikbo_fa_shape shape = {BMAX, UMAX, S, H, D, NSEED, LOOM_F16, varlen, LOOM_F16};
-    loom_ikbo_fa_config cfg = {64, 2, 6, sched, 0, 1, 1, 0};
+    loom_ikbo_fa_config cfg = {64, 2, 6, sched, 0, 1, 1, 0, 0};
     loom_ikbo_fa *p = NULL;
     cr_assert_eq(loom_ikbo_fa_prepare(rt, &shape, &cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
     loom_stats before, after;
@@ -82,7 +82,7 @@ Test(fa_dyn, requests_past_the_prepared_shape_are_refused)
 {
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     loom_ikbo_fa_shape shape = {BMAX, UMAX, S, H, D, NSEED, LOOM_F16, 0, LOOM_F16};
-    loom_ikbo_fa_config cfg = {64, 2, 6, 0, 0, 1, 1, 0};
+    loom_ikbo_fa_config cfg = {64, 2, 6, 0, 0, 1, 1, 0, 0};
     loom_ikbo_fa *p = NULL;
     cr_assert_eq(loom_ikbo_fa_prepare(rt, &shape, &cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
     int32_t map[BMAX + 1] = {0};

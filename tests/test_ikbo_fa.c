@@ -35,7 +35,7 @@
 static fa_spec spec(int64_t B, int64_t U, int64_t S, int64_t H, int64_t D, int64_t ns, int varlen)
 {
     return (fa_spec){.B = B, .U = U, .S = S, .H = H, .D = D, .nseed = ns, .dt = LOOM_F16, .varlen = varlen, .bn = 64,
-                     .stages = 2, .ctas = 8, .sched = 0, .turns = 0, .overlap = 1, .tmastore = 1, .xunit = 0};
+                     .stages = 2, .ctas = 8, .sched = 0, .turns = 0, .overlap = 1, .tmastore = 1, .xunit = 0, .horder = 0};
 }
 
 Test(ikbo_fa, plan_pairs_blocks_of_one_user_and_covers_every_row)
@@ -170,12 +170,14 @@ static const fa_shape_case interp_cases[] = {
 Test(ikbo_fa, interpreter_small_odd_shapes)
 {
     const loom_ikbo_fa_config cfgs[] = {
-        {64, 2, 4, 0, 0, 1, 1, 0}, /* the default's pipeline on 64-key tiles */
-        {64, 2, 3, 1, 1, 1, 0, 0}, /* dynamic schedule, turns, register stores */
-        {64, 3, 2, 0, 1, 0, 1, 0}, /* one GEMM after the other, with turns */
-        {64, 2, 3, 0, 0, 1, 1, 1}, /* across units: the next unit's tile 0 beside the last P V */
-        {64, 2, 2, 0, 0, 1, 0, 1}, /* across units, register stores */
-        {128, 2, 4, 0, 0, 1, 1, 0}, /* 128-key tiles with D=64: alpha from S [64, 128] scales O [64, 64] */
+        {64, 2, 4, 0, 0, 1, 1, 0, 0}, /* the default's pipeline on 64-key tiles */
+        {64, 2, 3, 1, 1, 1, 0, 0, 0}, /* dynamic schedule, turns, register stores */
+        {64, 3, 2, 0, 1, 0, 1, 0, 0}, /* one GEMM after the other, with turns */
+        {64, 2, 3, 0, 0, 1, 1, 1, 0}, /* across units: the next unit's tile 0 beside the last P V */
+        {64, 2, 2, 0, 0, 1, 0, 1, 0}, /* across units, register stores */
+        {128, 2, 4, 0, 0, 1, 1, 0, 0}, /* 128-key tiles with D=64: alpha from S [64, 128] scales O [64, 64] */
+        {64, 2, 3, 0, 0, 1, 1, 0, 1}, /* a unit's heads side by side, round-robin */
+        {64, 2, 3, 1, 1, 1, 0, 0, 1}, /* heads side by side, claimed, turns, register stores */
     };
     for (size_t i = 0; i < sizeof interp_cases / sizeof *interp_cases; i++) {
         run_interp(&interp_cases[i], &cfgs[i % 3]);
@@ -184,6 +186,8 @@ Test(ikbo_fa, interpreter_small_odd_shapes)
             run_interp(&interp_cases[i], &cfgs[3 + i % 2]);
         if (i == 1 || i == 2) /* lengths and S past a tile */
             run_interp(&interp_cases[i], &cfgs[5]);
+        if (i == 1 || i == 2) /* three heads: a unit's heads side by side */
+            run_interp(&interp_cases[i], &cfgs[6 + (i == 2)]);
     }
 }
 
@@ -254,18 +258,18 @@ Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, NULL, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "D (the head dim)"), "%s", loom_runtime_error(rt));
     sh.D = 64;
-    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){96, 2, 4, 0, 0, 1, 1, 0}, &p), LOOM_ERR_INVALID);
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){96, 2, 4, 0, 0, 1, 1, 0, 0}, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "BN (keys a tile) must be 64 or 128"), "%s", loom_runtime_error(rt));
     sh.D = 128; /* across units with three 128-key K/V slots: one Q slot fits, and the next unit's Q would wait on it */
-    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 3, 4, 0, 0, 1, 1, 1}, &p), LOOM_ERR_INVALID);
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 3, 4, 0, 0, 1, 1, 1, 0}, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "xunit=1 needs two Q slots"), "%s", loom_runtime_error(rt));
-    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 1, 0, 1, 1, 1}, &p), LOOM_ERR_INVALID);
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &(loom_ikbo_fa_config){128, 2, 4, 1, 0, 1, 1, 1, 0}, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "needs sched=0"), "%s", loom_runtime_error(rt));
     sh.D = 64;
-    loom_ikbo_fa_config big = {64, 9, 4, 0, 0, 1, 1, 0};
+    loom_ikbo_fa_config big = {64, 9, 4, 0, 0, 1, 1, 0, 0};
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &big, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "stages must be 2 to 8"), "%s", loom_runtime_error(rt));
-    loom_ikbo_fa_config cfg = {64, 2, 4, 0, 0, 1, 1, 0};
+    loom_ikbo_fa_config cfg = {64, 2, 4, 0, 0, 1, 1, 0, 0};
     cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, &cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
     loom_buffer *small = loom_buffer_create(rt, 16), *map = loom_buffer_create(rt, 16);
     int32_t m[4] = {0, 1, 2, 1};
@@ -361,10 +365,11 @@ Test(ikbo_fa_gpu, within_the_error_model_of_the_device_reference)
         {2000, 2, 128, 70, 1, 0, 0}, {500, 2, 128, 10, 0, 1, 1},
     };
     const loom_ikbo_fa_config cfgs[] = {
-        {128, 2, 132, 0, 0, 1, 1, 0}, /* the default */
-        {128, 2, 132, 1, 1, 1, 1, 0}, /* dynamic, turns */
-        {128, 3, 132, 0, 0, 0, 0, 0}, /* one GEMM after the other, register stores */
-        {128, 2, 132, 0, 0, 1, 1, 1}, /* across units */
+        {128, 2, 132, 0, 0, 1, 1, 0, 0}, /* the default */
+        {128, 2, 132, 1, 1, 1, 1, 0, 0}, /* dynamic, turns */
+        {128, 3, 132, 0, 0, 0, 0, 0, 0}, /* one GEMM after the other, register stores */
+        {128, 2, 132, 0, 0, 1, 1, 1, 0}, /* across units */
+        {128, 2, 132, 1, 0, 1, 1, 0, 1}, /* dynamic, a unit's heads side by side */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         for (size_t j = 0; j < sizeof cfgs / sizeof *cfgs; j++) {
