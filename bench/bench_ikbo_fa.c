@@ -264,7 +264,7 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
     /* the materialized broadcast: K_b, V_b [B * S, H, D] and the attention at U = B */
     double mat_ms = NAN, nog_ms = NAN;
     size_t kb = (size_t)(c->B * c->S * c->H * c->D) * e;
-    char mverdict[256] = "";
+    char mverdict[384] = "";
     if (lowreuse) { /* the roofline instead of the materialized baseline */
         /* memory: the bytes of Q, K, V and O at the copy bandwidth; compute: the FLOPs at the
          * dense f16/bf16 tensor peak (4096 FLOP a clock an SM on sm_90, at the clock the
@@ -276,7 +276,8 @@ static void one_case(loom_runtime *rt, fa_ref *fr, nvref_gemm *fill, const fa_ca
         below += roof < 0.70;
         snprintf(mverdict, sizeof mverdict,
                  "no materialized baseline (--lowreuse); roofline %.4f ms (memory %.4f, compute %.4f at %.0f TF/s): "
-                 "%.2f of it%s", floor_ms, mem_ms, flop_ms, peak * 1e-12, roof, roof < 0.70 ? " (BELOW 0.70)" : "");
+                 "%.2f of it%s; %s", floor_ms, mem_ms, flop_ms, peak * 1e-12, roof, roof < 0.70 ? " (BELOW 0.70)" : "",
+                 loom_ikbo_fa_describe(p));
         goto print;
     }
     if (!c->varlen && 2 * kb < rt_gpu_properties(g)->total_mem / 3) {

@@ -248,6 +248,44 @@ Test(ikbo_fa, ptx_of_tiles_other_than_the_head_dim_moves_no_rows_through_shared_
     }
 }
 
+/* ---------------------------------------------------------------- the untuned config */
+
+/* What runs untuned follows the shape: 64-key tiles and a ring of 4 at D=64 (e4m3: 128-key
+ * tiles), and a unit's heads side by side (horder=1) where the candidates average at most
+ * 256 query rows a user (two units), head by head above; a prepare with cfg NULL and no
+ * GPU runs it. */
+Test(ikbo_fa, untuned_config_follows_the_shape)
+{
+    const loom_ikbo_fa_config def = loom_ikbo_fa_untuned_config(NULL);
+    cr_expect(def.bn == 128 && def.stages == 2 && def.horder == 0, "the table's defaults: BN=%d stages=%d horder=%d",
+              def.bn, def.stages, def.horder);
+    struct {
+        loom_ikbo_fa_shape s;
+        int bn, stages, horder;
+    } cases[] = {
+        {{2048, 32, 1024, 2, 128, 64, LOOM_F16, 0, LOOM_F16}, 128, 2, 0}, /* the headline: 4096 rows a user */
+        {{512, 512, 1024, 2, 128, 64, LOOM_F16, 0, LOOM_F16}, 128, 2, 1}, /* ratio 1 */
+        {{512, 512, 1024, 2, 64, 64, LOOM_BF16, 0, LOOM_BF16}, 64, 4, 1}, /* D=64 */
+        {{512, 512, 1024, 2, 64, 64, LOOM_E4M3, 0, LOOM_F16}, 128, 4, 1}, /* e4m3 builds 128-key tiles */
+        {{4, 1, 200, 1, 128, 64, LOOM_F16, 0, LOOM_F16}, 128, 2, 1},      /* 256 rows a user: two units */
+        {{5, 1, 200, 1, 128, 64, LOOM_F16, 0, LOOM_F16}, 128, 2, 0},      /* 320 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        loom_ikbo_fa_config c = loom_ikbo_fa_untuned_config(&cases[i].s);
+        cr_expect(c.bn == cases[i].bn && c.stages == cases[i].stages && c.horder == cases[i].horder,
+                  "case %zu: BN=%d stages=%d horder=%d, want %d %d %d", i, c.bn, c.stages, c.horder, cases[i].bn,
+                  cases[i].stages, cases[i].horder);
+    }
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    loom_ikbo_fa *p = NULL;
+    cr_assert_eq(loom_ikbo_fa_prepare(rt, &cases[2].s, NULL, &p), LOOM_OK, "%s", loom_runtime_error(rt));
+    loom_ikbo_fa_config got = loom_ikbo_fa_config_of(p);
+    cr_expect(got.bn == 64 && got.stages == 4 && got.horder == 1, "prepared untuned: %s", loom_ikbo_fa_describe(p));
+    cr_expect(strstr(loom_ikbo_fa_describe(p), "horder=1"), "%s", loom_ikbo_fa_describe(p));
+    loom_ikbo_fa_destroy(p);
+    loom_runtime_destroy(rt);
+}
+
 /* ---------------------------------------------------------------- refusals */
 
 Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
@@ -269,6 +307,9 @@ Test(ikbo_fa, refuses_what_it_cannot_serve_naming_it)
     loom_ikbo_fa_config big = {64, 9, 4, 0, 0, 1, 1, 0, 0};
     cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &big, &p), LOOM_ERR_INVALID);
     cr_expect(strstr(loom_runtime_error(rt), "stages must be 2 to 8"), "%s", loom_runtime_error(rt));
+    big.stages = 2, big.horder = 2;
+    cr_expect_eq(loom_ikbo_fa_prepare(rt, &sh, &big, &p), LOOM_ERR_INVALID);
+    cr_expect(strstr(loom_runtime_error(rt), "horder must be 0 or 1"), "%s", loom_runtime_error(rt));
     loom_ikbo_fa_config cfg = {64, 2, 4, 0, 0, 1, 1, 0, 0};
     cr_assert_eq(loom_ikbo_fa_prepare(rt, &sh, &cfg, &p), LOOM_OK, "%s", loom_runtime_error(rt));
     loom_buffer *small = loom_buffer_create(rt, 16), *map = loom_buffer_create(rt, 16);
