@@ -75,6 +75,11 @@ static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
 /* The output goes out by TMA through the Q slot (tmastore=1, full blocks; not with FP8,
  * whose Q slot is half an f16 block's bytes). */
 static bool store_q(const fa_spec *s) { return s->tmastore && full_blocks(s) && !fa_fp8(s); }
+/* The Q slot an output block went out through goes back during the next unit's first
+ * S = Q K^T, not right after the store: waiting there for the TMA store to read the slot
+ * stalls the warp group's next GEMMs.  Needs the second Q slot (the next unit's Q is in
+ * it) and the overlapped steps (first_tile); xunit takes the next unit's Q early. */
+static bool defer_q(const fa_spec *s) { return store_q(s) && s->overlap && !s->xunit && q_slots(s) == 2; }
 /* A tile's swizzle: 128 bytes, or a row's bytes where it is less (an FP8 row of 64). */
 static loom_swizzle swz_of(const fa_spec *s, int64_t cols)
 {
@@ -347,9 +352,18 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
     return st;
 }
 
+/* defer_q: where pend (i32) is a Q ring use (not -1), wait until the store through its
+ * slot has read it, then give the slot back. */
+static void give_back_q(const fa *g, loom_val pend)
+{
+    loom_kernel *k = g->k;
+    loom_epilogue_return_slot(k, &g->qring, loom_cmp(k, LOOM_GE, pend, CI(0)), pend);
+}
+
 /* Tile 0 of a unit (K ring use `use`): S = Q K^T and its softmax from the state st (the K
- * slot goes back once S is done); returns P in the dtype, st's m and l updated. */
-static loom_val first_tile(const fa *g, loom_val qv, loom_val use, loom_val len, softmax_state *st)
+ * slot goes back once S is done); returns P in the dtype, st's m and l updated.  pend
+ * (defer_q, else LOOM_NONE): the previous unit's Q slot, given back while S is computed. */
+static loom_val first_tile(const fa *g, loom_val qv, loom_val use, loom_val len, softmax_state *st, loom_val pend)
 {
     loom_kernel *k = g->k;
     loom_val alpha;
@@ -357,6 +371,8 @@ static loom_val first_tile(const fa *g, loom_val qv, loom_val use, loom_val len,
     turn_begin(g);
     loom_val sc = qk(g, qv, sk0);
     turn_issued(g);
+    if (pend)
+        give_back_q(g, pend);
     sc = loom_mainloop_retire(k, &g->qk, sc, 0, sk0);
     return loom_cast(k, online_softmax(g, sc, CI(0), len, st, &alpha), g->s->dt);
 }
@@ -406,16 +422,16 @@ static loom_val last_pv(const fa *g, loom_val use, loom_val p, loom_val o)
 
 /* A unit's K/V tiles 0 .. tiles - 1 (ring uses it ..), the GEMMs overlapped with the
  * softmax (overlap=1, kv_rest).  Where qs is given, the Q slot goes back as soon as the
- * last S = Q K^T is done. */
+ * last S = Q K^T is done; pend: first_tile's (a unit with no keys gives it back at once). */
 static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_val it, loom_val tiles, loom_val len,
-                                  softmax_state st)
+                                  softmax_state st, loom_val pend)
 {
     loom_kernel *k = g->k;
     loom_val zero = CI(0), one = CI(1);
     loom_val none[3] = {st.m, st.l, st.o}; /* a user with no keys: the state as it came */
     loom_region_op any = loom_if_begin(k, loom_cmp(k, LOOM_GT, tiles, zero), 3);
     {
-        loom_val p0 = first_tile(g, qv, it, len, &st);
+        loom_val p0 = first_tile(g, qv, it, len, &st, pend);
         loom_region_op kl = kv_rest(g, qv, it, tiles, len, st, p0);
         if (qs)
             loom_ring_release(k, &g->qring, qs);
@@ -426,6 +442,8 @@ static softmax_state kv_pipelined(const fa *g, loom_val qv, loom_val qs, loom_va
     }
     if (qs)
         loom_ring_release(k, &g->qring, qs);
+    if (pend)
+        give_back_q(g, pend);
     loom_if_end(k, any, 3, none);
     return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
 }
@@ -464,7 +482,7 @@ static softmax_state kv_across_units(const fa *g, loom_sched_loop *l, loom_val q
         loom_region_op t0 = loom_if_begin(k, loom_cmp(k, LOOM_EQ, in.pend, zero), 3);
         {
             softmax_state st = st0;
-            loom_val p0 = first_tile(g, qv, it, a->len, &st);
+            loom_val p0 = first_tile(g, qv, it, a->len, &st, LOOM_NONE);
             loom_val ys[3] = {st.m, st.l, p0};
             loom_else(k, t0, 3, ys);
         }
@@ -534,15 +552,16 @@ static void consumers(fa *g)
     {
         loom_val rep = s->turns ? loom_turns_start(k, &g->turns) : loom_task_replica(k);
         /* carried: the K/V and Q ring uses; with xunit, what the previous unit started
-         * (nothing yet: pend 0, and m, l, P unread until it is 1) */
-        loom_val init[6] = {zero, zero};
+         * (nothing yet: pend 0, and m, l, P unread until it is 1); with defer_q, the Q use
+         * whose slot the last store still holds (-1: none) */
+        loom_val init[6] = {zero, zero, CI(-1)};
         if (s->xunit) {
             init[2] = zero;
             init[3] = loom_splat(k, CF(-INFINITY), LOOM_SHAPE1(FA_BLOCK));
             init[4] = loom_splat(k, CF(0), LOOM_SHAPE1(FA_BLOCK));
             init[5] = loom_splat(k, loom_const_f(k, s->dt, 0), LOOM_SHAPE2(FA_BLOCK, s->bn));
         }
-        int ncarry = s->xunit ? 6 : 2;
+        int ncarry = s->xunit ? 6 : defer_q(s) ? 3 : 2;
         loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, LOOM_NONE, ncarry, init);
         unit_at a = unit_of(g, loom_sched_unit(&l));
         loom_val it = loom_sched_arg(&l, 0), qit = loom_sched_arg(&l, 1);
@@ -564,7 +583,8 @@ static void consumers(fa *g)
                               loom_sched_arg(&l, 5)};
             st = kv_across_units(g, &l, qv, store_q(s) ? LOOM_NONE : qs, it, qit, &a, rep, in, &next);
         } else if (s->overlap) {
-            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st);
+            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st,
+                              defer_q(s) ? loom_sched_arg(&l, 2) : LOOM_NONE);
         } else {
             loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
             loom_val j = loom_for_iv(k, kl);
@@ -584,7 +604,8 @@ static void consumers(fa *g)
              * (its GEMMs are done with it) and TMA-stored from there; the slot goes back
              * once the store has read it */
             loom_epilogue_store_borrowed(k, g->out, offs, o, qv, g->wg, rep);
-            loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
+            if (!defer_q(s)) /* (defer_q: during the next unit's first S, or after the last unit) */
+                loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
         } else {
             /* rows past the block's (it may end inside a candidate's rows) masked off */
             if (!s->overlap)
@@ -594,8 +615,11 @@ static void consumers(fa *g)
             loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
         }
 
-        loom_val ys[6] = {loom_add(k, it, a.tiles), loom_add(k, qit, one), next.pend, next.m, next.l, next.p};
+        loom_val ys[6] = {loom_add(k, it, a.tiles), loom_add(k, qit, one), defer_q(s) ? qit : next.pend, next.m,
+                          next.l, next.p};
         loom_sched_end(k, &l, ys);
+        if (defer_q(s)) /* the last unit's slot */
+            give_back_q(g, loom_sched_result(k, &l, 2));
         if (s->turns)
             loom_turns_finish(k, &g->turns);
     }
