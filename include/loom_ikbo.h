@@ -225,7 +225,9 @@ typedef struct loom_ikbo_fa_shape {
     X(horder, horder, int, 0,                                                                              \
       "the order programs take units in: 0 head by head (a user's units side by side share its "          \
       "K/V tiles in L2); 1 unit by unit, a unit's heads side by side (each program reads its head's "      \
-      "part of K and V's rows, so programs side by side read whole rows: for users with few units)", 0, 1)
+      "part of K and V's rows, so programs side by side read whole rows: for users with few units), "      \
+      "and with overlap=1, turns=0, xunit=0 a unit of one block (an odd block of its user) leaves its "    \
+      "second warp group idle", 0, 1)
 typedef struct loom_ikbo_fa_config {
     LOOM_IKBO_FA_CONFIG(LOOM_FIELD)
 } loom_ikbo_fa_config;

@@ -531,6 +531,36 @@ static softmax_state kv_across_units(const fa *g, loom_sched_loop *l, loom_val q
     return (softmax_state){loom_if_result(k, any, 0), loom_if_result(k, any, 1), loom_if_result(k, any, 2)};
 }
 
+/* A unit's second block may have no rows (an odd block of its user: the plan pairs it
+ * with its own rows again, none stored).  In the low-reuse form (horder=1, where most of
+ * a user's units are one block), with the overlapped steps and no turns (the groups wait
+ * for each other's turns) or xunit, its group then computes nothing.  Not in the
+ * head-by-head form: the branch around the unit's steps cost 5% at the headline on an H100
+ * (bench/RESULTS.md, session 29), whose units are all pairs. */
+static bool idle_partner(const fa_spec *s) { return s->horder && s->overlap && !s->turns && !s->xunit; }
+
+/* The group with no rows in this unit: its K/V ring uses it .. it + tiles - 1 taken and
+ * given back (each slot waits for both groups), the previous unit's Q slot given back
+ * (pend, defer_q) and this one's as the group that computes gives its own. */
+static void idle_unit(const fa *g, loom_val qs, loom_val it, loom_val qit, loom_val tiles, loom_val pend)
+{
+    loom_kernel *k = g->k;
+    const fa_spec *s = g->s;
+    if (pend)
+        give_back_q(g, pend);
+    loom_region_op kl = loom_for_begin(k, CI(0), tiles, CI(1), 0, NULL);
+    {
+        loom_val use = loom_add(k, it, loom_for_iv(k, kl));
+        loom_ring_release(k, &g->kr, loom_ring_consume(k, &g->kr, use));
+        loom_ring_release(k, &g->vr, loom_ring_consume(k, &g->vr, use));
+    }
+    loom_for_end(k, kl, 0, NULL);
+    if (!store_q(s))
+        loom_ring_release(k, &g->qring, qs);
+    else if (!defer_q(s)) /* (nothing stored: the wait passes) */
+        loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
+}
+
 /* FP8: head h's q_scale * k_scale folded into the softmax factor (log2(e) / sqrt(D) times
  * it: two f32 roundings) and its v_scale, for the unit's steps to read. */
 static void head_scales(fa *g, loom_val h)
@@ -578,6 +608,14 @@ static void consumers(fa *g)
                            loom_splat(k, CF(0), LOOM_SHAPE1(FA_BLOCK)),
                            loom_splat(k, CF(0), LOOM_SHAPE2(FA_BLOCK, s->D))};
         softmax_state st = {st0[0], st0[1], st0[2]};
+        /* an odd block's partner (no rows of its own, idle_partner): the unit's tiles are
+         * taken and given back, nothing computed, so the other group has the tensor cores */
+        loom_region_op work = {0};
+        if (idle_partner(s)) {
+            work = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rows, zero), 0);
+            idle_unit(g, qs, it, qit, a.tiles, defer_q(s) ? loom_sched_arg(&l, 2) : LOOM_NONE);
+            loom_else(k, work, 0, NULL);
+        }
         if (s->xunit) {
             xunit_carry in = {loom_sched_arg(&l, 2), loom_sched_arg(&l, 3), loom_sched_arg(&l, 4),
                               loom_sched_arg(&l, 5)};
@@ -614,6 +652,8 @@ static void consumers(fa *g)
             loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
             loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
         }
+        if (idle_partner(s))
+            loom_if_end(k, work, 0, NULL);
 
         loom_val ys[6] = {loom_add(k, it, a.tiles), loom_add(k, qit, one), defer_q(s) ? qit : next.pend, next.m,
                           next.l, next.p};
