@@ -419,11 +419,15 @@ static void producer(loom_kernel *k, const gk *g)
             loom_val kk = loom_for_iv(k, kl);
             loom_val s = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
             loom_val k0 = loom_mul(k, kk, CI(c->bk));
-            if (c->share_a) { /* the pair's one A tile, multicast in row halves; B its own */
+            if (c->share_a && !c->trans) { /* the pair's one A tile, multicast in row halves; B its own */
                 loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
                 loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
-            } else if (c->trans) { /* A's [BM, BK] whole; B's [BK, BN] in two column parts, one a group */
-                loom_ring_load(k, &g->ring, s, TILE_A, 0, g->A, offs_of(bat_a, b, m0, k0, o));
+            } else if (c->trans) { /* A's [BM, BK] whole (share: the pair's one tile, multicast in row
+                                    * halves); B's [BK, BN] in two column parts, one a group */
+                if (c->share_a)
+                    loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
+                else
+                    loom_ring_load(k, &g->ring, s, TILE_A, 0, g->A, offs_of(bat_a, b, m0, k0, o));
                 for (int h = 0; h < 2; h++)
                     loom_ring_load(k, &g->ring, s, TILE_B, h, g->B, b_offs(g, b, k0, loom_add(k, n0, CI(64 * h)), o));
             } else {
@@ -704,8 +708,14 @@ static const char *why_not_trans(const g_cfg *c)
     if (c->btrans || fp8_in(c))
         return "trans=1 takes f16 or bf16 with B as [K, N] (btrans=0): it reads B's tile transposed, which FP8's "
                "wgmma cannot";
-    if (c->cluster != 1 || !c->tmastore)
-        return "trans=1 needs cluster=1 and tmastore=1 (its groups' [BM, 64] parts go out through the staging tile)";
+    if (!c->tmastore)
+        return "trans=1 needs tmastore=1 (its groups' [BM, 64] parts go out through the staging tile)";
+    if (c->cluster != 1 && !c->share_a)
+        return "trans=1 takes cluster=2 with share=1 only (the pair's one A tile, multicast in row halves; "
+               "sharing B would stack the pair's tiles along M, which trans=1 lays on wgmma's N side)";
+    if (c->share_a && c->bm % 16)
+        return "trans=1 with share=1: BM must be a multiple of 16 (each CTA multicasts half of A's rows, a "
+               "whole number of the swizzle's 8-row periods)";
     return NULL;
 }
 
@@ -818,8 +828,8 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "share=1 needs cluster=2 (a pair of CTAs to share A)";
     if (c->share_a && (c->batch == 1 || !c->ashared))
         return "share=1 needs a batch sharing one A (batch > 1, ashared=1): the pair takes consecutive products";
-    if (c->share_a && c->consumers == SPLIT)
-        return "share=1 takes consumers 0 or 1 (split loads A in row halves of its own)";
+    if (c->share_a && c->consumers == SPLIT && !c->trans)
+        return "share=1 takes consumers 0 or 1, or trans=1 (split loads A in row halves of its own)";
     if (c->cluster > 1 && !c->share_a && c->bn < 128)
         return "cluster=2 needs BN >= 128: each CTA multicasts half of B's 64-column chunks";
     if (c->cluster > 1 && c->ctas % c->cluster)
@@ -861,11 +871,15 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * not a multiple of 128); promoted FP8 (promote > 0) takes BN=128, so that the two
  * accumulators fit (64 x 128 a warp group: split 128 x 128 at large shapes, the tile of
  * CUTLASS's and DeepGEMM's promoted FP8 kernels; not measured in loom yet).  A small M (up
- * to 512) with N not a multiple of 256 takes the transposed product (trans=1) with BM the
- * rows in one or two tiles rounded to 8 (224 at M=433), where its tiles fill the GPU: on
- * an H100 at M=433, K=866, batch 1024 it ran 2.6-2.9x the defaults at N=72 and 8 (BN=256
- * tiles there are mostly empty) and 1.36-1.41x at N=1000, but 0.85-0.88x at N=256, so a
- * multiple of 256 keeps the defaults (bench/RESULTS.md, session 23).  At a shape whose rows
+ * to 512) with N not a multiple of 256, or with a batch sharing one A, takes the
+ * transposed product (trans=1) with BM the rows in one or two tiles rounded to 8 (16 with
+ * a shared A: 224 at M=433), where its tiles fill the GPU; with a shared A, clusters of two
+ * consecutive products multicast their one A tile (cluster=2, share=1), as cuBLAS's kernel
+ * at the IKBO shape does (nvjet 128x224, 2x1 cluster).  On an H100 at M=433, K=866, batch
+ * 1024 trans ran 2.6-2.9x the defaults at N=72 and 8 (BN=256 tiles there are mostly
+ * empty) and 1.36-1.41x at N=1000 (session 23); at N=256 without the pair 0.82x the
+ * defaults at K=872 and 1.07-1.14x at K=1184, with the pair 1.10x and 1.06-1.13x
+ * (0.93 and 0.96 of cuBLAS, session 29).  At a shape whose rows
  * 128-row tiles cover as tightly as 64-row ones and whose 128 x 256 tiles fill most of
  * the SMs: split 128 x 256 tiles (two consumer warp groups
  * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
@@ -889,11 +903,16 @@ static void heuristic(const int64_t *sh, int64_t *cf)
     g_cfg c = cfg_of(sh, cf);
     if (fp8_in(&c)) /* FP8: a 128-byte row of A is 128 elements */
         cf[C_BK] = c.promote % 128 ? 64 : 128;
-    int64_t mt = TPL_CDIV(c.M, 256), bm_t = TPL_CDIV(TPL_CDIV(c.M, mt), 8) * 8; /* trans: rows in 8s */
-    if (c.M <= 512 && c.N % 256 && mt * TPL_CDIV(c.N, 128) * c.batch >= 132 && !c.btrans &&
+    /* trans: rows in 8s; with a batch sharing A, in 16s, since a cluster's pair multicasts
+     * half of A's tile each */
+    bool pair = c.batch >= 2 && c.ashared;
+    int64_t mt = TPL_CDIV(c.M, 256), rr = pair ? 16 : 8, bm_t = TPL_CDIV(TPL_CDIV(c.M, mt), rr) * rr;
+    if (c.M <= 512 && (c.N % 256 || pair) && mt * TPL_CDIV(c.N, 128) * c.batch >= 132 && !c.btrans &&
         (c.dt == LOOM_F16 || c.dt == LOOM_BF16)) {
         cf[C_trans] = 1;
         split_tiles(cf, bm_t, 128);
+        if (pair) /* two consecutive products a cluster, their one A tile multicast */
+            cf[C_cluster] = 2, cf[C_share] = 1;
         return;
     }
     int bn = c.promote ? 128 : 256; /* promoted: two accumulators of 64 x 128 a warp group */

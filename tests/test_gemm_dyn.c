@@ -277,6 +277,10 @@ Test(gemm_dyn, transposed)
              NREQ(plain_reqs), 570);
     dyn_case(shared_shape, "BM=80,BN=128,cwarps=8,consumers=2,trans=1,ctas=3,stages=2,group=2", shared_reqs,
              NREQ(shared_reqs), 580);
+    /* a cluster's pair of products, their one A tile multicast in row halves (odd batches:
+     * the pair's second product past the request's) */
+    dyn_case(shared_shape, "BM=80,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1,ctas=4,stages=2", shared_reqs,
+             NREQ(shared_reqs), 590);
 }
 
 /* What trans=1 refuses, with the reason. */
@@ -288,6 +292,8 @@ Test(gemm_dyn, transposed_refusals)
         {"M=433,N=256,K=872", "BM=224,BN=128,cwarps=8,consumers=0,trans=1", "consumers=2"},
         {"M=433,N=256,K=872", "BM=220,BN=128,cwarps=8,consumers=2,trans=1", "multiple of 8"},
         {"M=433,N=256,K=872", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,tmastore=0", "tmastore=1"},
+        {"M=433,N=256,K=872,batch=8", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2", "share=1 only"},
+        {"M=433,N=256,K=872,batch=8", "BM=232,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1", "multiple of 16"},
         {"M=433,N=256,K=872,btrans=1", "BM=224,BN=128,cwarps=8,consumers=2,trans=1", "btrans=0"},
         {"M=433,N=256,K=872", "BM=224,BN=128,cwarps=8,consumers=2,trans=2", "0 or 1"},
     };
@@ -384,7 +390,8 @@ Test(gemm_dyn, the_grid_rule_gives_the_grid_and_covers_every_unit)
                                          "M=77,N=64,K=40,batch=5", "M=433,N=256,K=872,batch=1024"};
     static const char *const configs[] = {"", "BM=64,BN=64,ctas=0", "BM=64,BN=128,cluster=2,ctas=4",
                                           "BM=64,BN=128,cluster=2,ctas=0", "BM=64,BN=64,cluster=2,share=1,ctas=0",
-                                          "BM=128,cwarps=8,consumers=1,BN=128,ctas=132"};
+                                          "BM=128,cwarps=8,consumers=1,BN=128,ctas=132",
+                                          "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1"};
     const loom_template *t = loom_template_find("gemm");
     int checked = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -455,6 +462,7 @@ Test(gemm_dyn, the_ptx_of_every_scheme_assembles)
         {"M=512,N=512,K=512", "BM=64,BN=64,ctas=0,tmastore=0"},
         {"M=433,N=256,K=1184,batch=1024", "BM=224,BN=128,cwarps=8,consumers=2,trans=1"},
         {"M=433,N=72,K=866,batch=1024,dtype=bf16,odtype=bf16", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,group=8"},
+        {"M=433,N=256,K=872,batch=1024", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1,group=8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         dyn_gemm g = dyn_build(cases[i][0], cases[i][1]);
@@ -635,6 +643,7 @@ Test(gemm_dyn_gpu, every_scheme_at_random_requests, .timeout = 300)
         {"M=433,N=256,K=872,batch=7", "BM=64,BN=128,cluster=2,share=1,ctas=6"},
         {"M=1000,N=256,K=136,batch=3", "BM=128,BN=256,cwarps=8,consumers=2,cluster=2,ctas=4"},
         {"M=433,N=200,K=872,batch=9", "BM=224,BN=128,cwarps=8,consumers=2,trans=1"},
+        {"M=433,N=256,K=872,batch=9", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1,ctas=132"},
         {"M=300,N=72,K=136,batch=4,ashared=0,odtype=f32", "BM=152,BN=128,cwarps=8,consumers=2,trans=1,stages=3"},
     };
     uint64_t seed = 77;

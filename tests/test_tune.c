@@ -959,7 +959,7 @@ Test(tune, untuned_config_follows_the_template_heuristic)
     cr_expect(strstr(text, "BK=128,") && strstr(text, "consumers=2"), "FP8 4096^3: %s", text);
     /* rows wasted by 128-row tiles (433 -> 512 against 448), too few tiles, and a split
      * staging tile of f32 past the shared memory keep the defaults */
-    const char *keep[3] = {"M=433,N=256,K=872,batch=1024", "M=512,N=512,K=4096", "M=4096,N=4096,K=4096,odtype=f32"};
+    const char *keep[3] = {"M=433,N=256,K=872", "M=512,N=512,K=4096", "M=4096,N=4096,K=4096,odtype=f32"};
     for (int i = 0; i < 3; i++) {
         untuned_at(t, keep[i], shape, cfg);
         cr_expect(!memcmp(cfg, def, t->nconfig * sizeof *cfg), "%s keeps the defaults", keep[i]);
@@ -968,6 +968,19 @@ Test(tune, untuned_config_follows_the_template_heuristic)
     untuned_at(t, "M=433,N=72,K=866,batch=1024", shape, cfg);
     loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
     cr_expect(strstr(text, "BM=224,BN=128,") && strstr(text, "trans=1"), "433x72: %s", text);
+    /* a batch sharing one A (the IKBO shape, N=256 too): the transposed product, a cluster's
+     * pair of products multicasting its one A tile; a batched A: no pair, N=256 keeps the
+     * defaults */
+    untuned_at(t, "M=433,N=256,K=872,batch=1024", shape, cfg);
+    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    cr_expect(strstr(text, "BM=224,BN=128,") && strstr(text, "trans=1") && strstr(text, "cluster=2") &&
+                  strstr(text, "share=1"),
+              "433x256 shared A: %s", text);
+    untuned_at(t, "M=433,N=256,K=872,batch=1024,ashared=0", shape, cfg);
+    cr_expect(!memcmp(cfg, def, t->nconfig * sizeof *cfg), "433x256 batched A keeps the defaults");
+    untuned_at(t, "M=200,N=256,K=872,batch=1024", shape, cfg); /* 200 rows: one tile of 208 */
+    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    cr_expect(strstr(text, "BM=208,") && strstr(text, "share=1"), "200x256 shared A: %s", text);
     /* the tuner takes it when nothing is timed, and says so */
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     untuned_at(t, "M=4096,N=4096,K=4096", shape, cfg);
