@@ -158,7 +158,7 @@
     X(share, share_a, int, 0,                                                                              \
       "with cluster=2, what the pair shares: 0 B (its two tiles stacked along M), 1 A "                    \
       "(the same tile of two consecutive products of a batch sharing one A; each CTA "                     \
-      "multicasts half of A's rows)", 0, 1)                                                                \
+      "multicasts half of A's rows; with trans=1 too, BM a multiple of 16)", 0, 1)                         \
     X(trans, trans, int, 0,                                                                                \
       "1: the transposed product C^T = B^T A^T, as cuBLAS runs a small M: wgmma's M side is "              \
       "N (two warp groups of 64 columns: BN=128, cwarps=8, consumers=2) and its N side M (BM "              \
