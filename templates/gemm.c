@@ -879,7 +879,8 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * 1024 trans ran 2.6-2.9x the defaults at N=72 and 8 (BN=256 tiles there are mostly
  * empty) and 1.36-1.41x at N=1000 (session 23); at N=256 without the pair 0.82x the
  * defaults at K=872 and 1.07-1.14x at K=1184, with the pair 1.10x and 1.06-1.13x
- * (0.93 and 0.96 of cuBLAS, session 29).  At a shape whose rows
+ * (0.93 and 0.96 of cuBLAS); at K=872 the pair ran 1.46x trans alone at N=72, 1.40x at
+ * N=8, 1.27x at N=1000 and 1.12x at N=256 with a batch of 64 (session 29).  At a shape whose rows
  * 128-row tiles cover as tightly as 64-row ones and whose 128 x 256 tiles fill most of
  * the SMs: split 128 x 256 tiles (two consumer warp groups
  * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
