@@ -98,7 +98,11 @@ static void grid(const int64_t *sh, const int64_t *cf, int g[3])
  * user has at most two units on average (B * n_seed / U rows: K and V are read about once
  * a unit, and programs side by side then read whole rows of them), head by head where
  * more units share a user's K/V in L2.  Measured in bench/RESULTS.md (session 29). */
-static int64_t horder_of(const fa_spec *s) { return fa_rows(s) <= 4 * FA_BLOCK * s->U; }
+static int64_t horder_of(const fa_spec *s)
+{
+    /* in double: the shape is not checked yet (a prepare refuses dims past 2^31 after this) */
+    return (double)s->B * (double)s->nseed <= 4.0 * FA_BLOCK * (double)s->U;
+}
 
 /* The config to run untuned: at D=64 a ring of 4 and 64-key tiles (e4m3 builds 128-key
  * tiles only), and the order of units for the shape. */
