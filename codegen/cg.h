@@ -32,6 +32,9 @@
  * broadcasts of slices and transposes are all of this form, and the algebra below
  * keeps them exact.  See codegen/layout.c. */
 #define CG_MAXREGBITS 12 /* at most 4096 registers of one tile per thread */
+/* The register bits a layout the passes build may take: 1024 registers of one tile a
+ * thread (a tile past it is refused, with a message, or left to other layouts). */
+#define CG_REGBITS_LIMIT 10
 #define CG_MAXWARPBITS 5
 /* The largest expression (ops, each use of an operand counted) recomputed at every use of
  * its value; a larger one is computed once (codegen/layout.c). */

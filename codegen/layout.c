@@ -128,7 +128,7 @@ static cg_layout empty_layout(int rank, const int64_t *shape)
 
 static bool push_reg(cg_ctx *cg, cg_layout *l, int dim, int bit)
 {
-    if (l->nreg >= 10)
+    if (l->nreg >= CG_REGBITS_LIMIT)
         return cg_fail(cg, LOOM_ERR_UNSUPPORTED,
                        "a register tile needs more than 1024 registers per thread; use smaller tiles "
                        "or more warps");
@@ -505,7 +505,7 @@ const char *cg_dot_mma_unfit(const cg_ctx *cg, const ir_op *op, int warp_bits, c
     else if (M % 16 || N % 8 || K % 16) /* FP8 where the target has no FP8 mma.sync: an f16 dot */
         snprintf(buf, n, "M x N x K = %lldx%lldx%lld is not made of m16n8k16 steps (M and K multiples of 16, N of 8)",
                  M, N, K);
-    else if (dot_mma_regbits(M, N, warp_bits) > 10)
+    else if (dot_mma_regbits(M, N, warp_bits) > CG_REGBITS_LIMIT)
         snprintf(buf, n, "an accumulator of %lldx%lld takes more than 1024 registers a thread over %d warps", M, N,
                  1 << warp_bits);
     else

@@ -193,7 +193,7 @@ static int32_t use_want(cg_ctx *cg, want_walk *w, uint32_t o, int i, uint32_t v,
         int dim = (int)op->iattr[0];
         int64_t full = vty(cg, v)->shape.dim[dim];
         cg_layout l;
-        if (tl->nreg + cg_lg(full) - tl->lg[dim] > 10 || !cg_widen(cg, tl, dim, full, &l))
+        if (tl->nreg + cg_lg(full) - tl->lg[dim] > CG_REGBITS_LIMIT || !cg_widen(cg, tl, dim, full, &l))
             return W_NONE;
         int32_t id = cg_layout_add(cg, &l);
         return id >= 0 ? id : W_NONE;
