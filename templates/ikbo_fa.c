@@ -584,7 +584,9 @@ static void consumers(fa *g)
         /* carried: the K/V and Q ring uses; with xunit, what the previous unit started
          * (nothing yet: pend 0, and m, l, P unread until it is 1); with defer_q, the Q use
          * whose slot the last store still holds (-1: none) */
-        loom_val init[6] = {zero, zero, CI(-1)};
+        loom_val init[6] = {zero, zero};
+        if (defer_q(s))
+            init[2] = CI(-1);
         if (s->xunit) {
             init[2] = zero;
             init[3] = loom_splat(k, CF(-INFINITY), LOOM_SHAPE1(FA_BLOCK));
@@ -595,6 +597,7 @@ static void consumers(fa *g)
         loom_sched_loop l = loom_sched_begin(k, &g->sched, LOOM_SCHED_CONSUMER, LOOM_NONE, ncarry, init);
         unit_at a = unit_of(g, loom_sched_unit(&l));
         loom_val it = loom_sched_arg(&l, 0), qit = loom_sched_arg(&l, 1);
+        loom_val pend = defer_q(s) ? loom_sched_arg(&l, 2) : LOOM_NONE; /* the last store's Q use */
         xunit_carry next = {0};
         if (fa_fp8(s))
             head_scales(g, a.h);
@@ -613,7 +616,7 @@ static void consumers(fa *g)
         loom_region_op work = {0};
         if (idle_partner(s)) {
             work = loom_if_begin(k, loom_cmp(k, LOOM_EQ, rows, zero), 0);
-            idle_unit(g, qs, it, qit, a.tiles, defer_q(s) ? loom_sched_arg(&l, 2) : LOOM_NONE);
+            idle_unit(g, qs, it, qit, a.tiles, pend);
             loom_else(k, work, 0, NULL);
         }
         if (s->xunit) {
@@ -621,8 +624,7 @@ static void consumers(fa *g)
                               loom_sched_arg(&l, 5)};
             st = kv_across_units(g, &l, qv, store_q(s) ? LOOM_NONE : qs, it, qit, &a, rep, in, &next);
         } else if (s->overlap) {
-            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st,
-                              defer_q(s) ? loom_sched_arg(&l, 2) : LOOM_NONE);
+            st = kv_pipelined(g, qv, store_q(s) ? LOOM_NONE : qs, it, a.tiles, a.len, st, pend);
         } else {
             loom_region_op kl = loom_for_begin(k, zero, a.tiles, one, 3, st0);
             loom_val j = loom_for_iv(k, kl);
