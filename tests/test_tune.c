@@ -939,6 +939,14 @@ static void untuned_at(const loom_template *t, const char *shape_text, int64_t *
     cr_expect(t->valid(shape, cfg, err, sizeof err), "%s: %s", shape_text, err);
 }
 
+/* The untuned config at shape_text, written as "k=v,..." into text. */
+static void untuned_text(const loom_template *t, const char *shape_text, char *text, size_t n)
+{
+    int64_t shape[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS];
+    untuned_at(t, shape_text, shape, cfg);
+    loom_params_format(t->config, t->nconfig, cfg, text, n);
+}
+
 Test(tune, untuned_config_follows_the_template_heuristic)
 {
     const loom_template *t = loom_template_find("gemm");
@@ -946,16 +954,13 @@ Test(tune, untuned_config_follows_the_template_heuristic)
     int64_t shape[LOOM_MAX_PARAMS], cfg[LOOM_MAX_PARAMS], def[LOOM_MAX_PARAMS];
     char text[512];
     cr_assert_eq(loom_params_parse(t->config, t->nconfig, "", def, text, sizeof text), 0);
-    untuned_at(t, "M=4096,N=4096,K=4096", shape, cfg);
-    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    untuned_text(t, "M=4096,N=4096,K=4096", text, sizeof text);
     cr_expect(strstr(text, "BM=128,BN=256,") && strstr(text, "cwarps=8") && strstr(text, "consumers=2") &&
                   strstr(text, "group=8"),
               "4096^3: %s", text);
-    untuned_at(t, "M=2048,N=2048,K=2048,dtype=bf16,odtype=bf16", shape, cfg);
-    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    untuned_text(t, "M=2048,N=2048,K=2048,dtype=bf16,odtype=bf16", text, sizeof text);
     cr_expect(strstr(text, "consumers=2"), "2048^3: %s", text);
-    untuned_at(t, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1", shape, cfg);
-    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    untuned_text(t, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1", text, sizeof text);
     cr_expect(strstr(text, "BK=128,") && strstr(text, "consumers=2"), "FP8 4096^3: %s", text);
     /* rows wasted by 128-row tiles (433 -> 512 against 448), too few tiles, and a split
      * staging tile of f32 past the shared memory keep the defaults */
@@ -965,21 +970,18 @@ Test(tune, untuned_config_follows_the_template_heuristic)
         cr_expect(!memcmp(cfg, def, t->nconfig * sizeof *cfg), "%s keeps the defaults", keep[i]);
     }
     /* a small M with N not a multiple of 256: the transposed product, BM its rows in two tiles */
-    untuned_at(t, "M=433,N=72,K=866,batch=1024", shape, cfg);
-    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    untuned_text(t, "M=433,N=72,K=866,batch=1024", text, sizeof text);
     cr_expect(strstr(text, "BM=224,BN=128,") && strstr(text, "trans=1"), "433x72: %s", text);
     /* a batch sharing one A (the IKBO shape, N=256 too): the transposed product, a cluster's
      * pair of products multicasting its one A tile; a batched A: no pair, N=256 keeps the
      * defaults */
-    untuned_at(t, "M=433,N=256,K=872,batch=1024", shape, cfg);
-    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    untuned_text(t, "M=433,N=256,K=872,batch=1024", text, sizeof text);
     cr_expect(strstr(text, "BM=224,BN=128,") && strstr(text, "trans=1") && strstr(text, "cluster=2") &&
                   strstr(text, "share=1"),
               "433x256 shared A: %s", text);
     untuned_at(t, "M=433,N=256,K=872,batch=1024,ashared=0", shape, cfg);
     cr_expect(!memcmp(cfg, def, t->nconfig * sizeof *cfg), "433x256 batched A keeps the defaults");
-    untuned_at(t, "M=200,N=256,K=872,batch=1024", shape, cfg); /* 200 rows: one tile of 208 */
-    loom_params_format(t->config, t->nconfig, cfg, text, sizeof text);
+    untuned_text(t, "M=200,N=256,K=872,batch=1024", text, sizeof text); /* 200 rows: one tile of 208 */
     cr_expect(strstr(text, "BM=208,") && strstr(text, "share=1"), "200x256 shared A: %s", text);
     /* the tuner takes it when nothing is timed, and says so */
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
