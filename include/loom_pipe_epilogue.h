@@ -32,6 +32,12 @@ typedef enum loom_epilogue_kind {
     LOOM_EPI_HANDOVER,  /* two replicas share one staging tile in turn, replica 0 first,
                            handing it over by mbarriers (so one's epilogue overlaps the
                            other's mainloop) */
+    LOOM_EPI_PARTS,     /* each replica its tile in parts of the staging tile's rows,
+                           through two staging slots of its own in turn: a part is
+                           written once the store two parts back has read its slot (the
+                           issuing thread waits with cp.async.bulk.wait_group.read 1, the
+                           replica's threads meet), so no replica waits for another and a
+                           part's store runs while the next part is written */
 } loom_epilogue_kind;
 
 typedef struct loom_epilogue {
@@ -40,17 +46,22 @@ typedef struct loom_epilogue {
     loom_val stage; /* the staging ring (LOOM_NONE for LOOM_EPI_REGISTERS) */
     loom_val hand;  /* LOOM_EPI_HANDOVER: hand[r] is "replica r is done with the tile" */
     loom_sync sync; /* the threads that fill the staging tile together */
+    int64_t part_rows; /* LOOM_EPI_PARTS: a part's rows (the staging tile's) */
 } loom_epilogue;
 
 /* An epilogue writing tensor `out`.  Staged kinds allocate the staging ring: `slots`
- * tiles of dtype and shape (one a replica for LOOM_EPI_TURNS when they may overlap);
+ * tiles of dtype and shape (one a replica for LOOM_EPI_TURNS when they may overlap;
+ * LOOM_EPI_PARTS: `slots` is the replicas, each given two slots of a part's shape);
  * `threads` is how many threads fill one tile (one replica's, or the task's). */
 #define loom_epilogue_create(p, kind, out, dtype, shape, slots, threads) \
     loom_epilogue_create_at(LOOM_HERE, p, kind, out, dtype, shape, slots, threads)
 loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_kind kind, loom_val out,
                                       loom_dtype dtype, loom_shape shape, int slots, int threads);
 /* Store tile v at out[offs] through staging slot `slot` (an i32; LOOM_NONE: 0).
- * LOOM_EPI_HANDOVER: rep is the replica and j its tile count (for the hand parities). */
+ * LOOM_EPI_HANDOVER: rep is the replica and j its tile count (for the hand parities).
+ * LOOM_EPI_PARTS: v's rows a whole number of parts (the staging tile's rows), stored
+ * into out's last two dims; rep is the replica (LOOM_NONE: 0) and j its tile count (the
+ * slots' order runs on over its tiles). */
 #define loom_epilogue_store(k, e, offs, v, slot) loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, slot, LOOM_NONE, LOOM_NONE)
 #define loom_epilogue_store_turn(k, e, offs, v, rep, j) \
     loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, LOOM_NONE, rep, j)

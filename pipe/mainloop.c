@@ -277,7 +277,7 @@ void loom_epilogue_visit_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
     bool guard = t->b && t->batch && e->kind == LOOM_EPI_REGISTERS;
     loom_region_op in =
         guard ? loom_if_begin_at(at, k, loom_cmp_at(at, k, LOOM_LT, t->b, t->batch), 0) : LOOM_NO_REGION;
-    bool turn = e->kind == LOOM_EPI_HANDOVER;
+    bool turn = e->kind == LOOM_EPI_HANDOVER || e->kind == LOOM_EPI_PARTS; /* a replica's own */
     loom_epilogue_store_at(at, k, e, offs, v, turn ? LOOM_NONE : slot, turn ? t->rep : LOOM_NONE, j);
     if (guard)
         loom_if_end_at(at, k, in, 0, NULL);

@@ -600,10 +600,12 @@ loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_k
     e.out = out;
     if (kind == LOOM_EPI_REGISTERS)
         return e;
-    e.stage = loom_smem_alloc_at(at, p->k, dtype, shape, slots, LOOM_SWIZZLE_128);
+    bool parts = kind == LOOM_EPI_PARTS;
+    e.part_rows = shape.dim[0];
+    e.stage = loom_smem_alloc_at(at, p->k, dtype, shape, parts ? 2 * slots : slots, LOOM_SWIZZLE_128);
     if (kind == LOOM_EPI_HANDOVER)
         e.hand = loom_mbar_alloc_at(at, p->k, 2, 1);
-    e.sync = loom_sync_create_at(at, p, threads, 1);
+    e.sync = loom_sync_create_at(at, p, threads, parts ? slots : 1); /* PARTS: a barrier a replica */
     return e;
 }
 
@@ -620,11 +622,43 @@ void loom_epilogue_turn_done_at(loom_src at, loom_kernel *k, const loom_epilogue
     loom_mbar_arrive_at(at, k, e->hand, rep);
 }
 
+/* LOOM_EPI_PARTS: tile v (its rows a whole number of the staging tile's) part by part,
+ * replica rep's part number q = j * parts + c through its slot 2 rep + q % 2. */
+static void store_in_parts(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, loom_val v,
+                           loom_val rep, loom_val j)
+{
+    int rank = loom_val_shape(k, e->out).rank;
+    int64_t rows = loom_val_shape(k, v).dim[0], pr = e->part_rows;
+    /* rows not a whole number of parts: the last part's slice is refused at the caller's line */
+    int64_t n = pr > 0 ? (rows + pr - 1) / pr : 0;
+    loom_val first = loom_mul_at(at, k, j ? j : CI(0), CI(n)), base = rep ? loom_mul_at(at, k, rep, CI(2)) : CI(0);
+    loom_val o[LOOM_MAX_RANK];
+    for (int d = 0; d < rank; d++)
+        o[d] = offs[d];
+    for (int64_t c = 0; c < n; c++) {
+        loom_val q = loom_rem_at(at, k, loom_add_at(at, k, first, CI(c)), CI(2));
+        loom_val view = loom_smem_slot_at(at, k, e->stage, loom_add_at(at, k, base, q));
+        /* the store two parts back (this slot's last) has read it: its issuer waits, the
+         * replica's threads meet */
+        loom_tma_store_wait_at(at, k, 1);
+        loom_sync_wait_at(at, k, e->sync, rep);
+        loom_smem_store_at(at, k, view, loom_slice_at(at, k, v, 0, c * pr, pr));
+        loom_fence_async_at(at, k);
+        loom_sync_wait_at(at, k, e->sync, rep);
+        o[rank - 2] = loom_add_at(at, k, offs[rank - 2], CI(c * pr));
+        loom_tma_store_at(at, k, e->out, o, view);
+    }
+}
+
 void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, loom_val v,
                             loom_val slot, loom_val rep, loom_val j)
 {
     if (e->kind == LOOM_EPI_REGISTERS) {
         loom_store_at(at, k, e->out, offs, v, LOOM_NONE);
+        return;
+    }
+    if (e->kind == LOOM_EPI_PARTS) {
+        store_in_parts(at, k, e, offs, v, rep, j);
         return;
     }
     bool handover = e->kind == LOOM_EPI_HANDOVER && rep;

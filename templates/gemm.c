@@ -24,7 +24,10 @@
  *                  run free of each other, up to the ring's depth apart; with tmastore=1
  *                  they hand one staging buffer over (replica 0 first), which puts them a
  *                  few k steps apart, so one's epilogue overlaps the other's last k steps
- *                  or first ones of the next tile
+ *                  or first ones of the next tile; the transposed product's groups
+ *                  instead store their [BM, 64] each in parts of 32 (or 16) rows
+ *                  through two small staging slots of their own (trans_part_rows), so
+ *                  neither waits for the other's store
  *
  * The defaults, and why the other schemes are kept as tuner candidates, are measured in
  * bench/RESULTS.md ("Design measurements").
@@ -594,7 +597,8 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
  * nothing else of each other, so they may drift apart by up to the ring's depth.  With
  * tmastore they stage their halves in one tile in turn, replica 0 first (the handover
  * epilogue), which puts replica 1 that much behind: the epilogue of one overlaps k steps
- * of the other. */
+ * of the other; trans=1 stores each group's part in parts through its own two slots
+ * (LOOM_EPI_PARTS, where BM allows). */
 static void consumers_split(loom_kernel *k, const gk *g)
 {
     const g_cfg *c = g->c;
@@ -624,8 +628,31 @@ static void consumers_split(loom_kernel *k, const gk *g)
         store_tile(k, g, out, at, LOOM_NONE, j);
         loom_val next = loom_add(k, it0, CI(nk));
         units_end(k, g, &u, next);
+        loom_epilogue_finish(k, &g->epi);
     }
     loom_task_end(k, ct);
+}
+
+/* The transposed product's store: each group's [BM, 64] of C goes out in parts of 32
+ * rows (16 where BM is not a multiple of 32) through two staging slots of its own
+ * (LOOM_EPI_PARTS), so neither group waits for the other's store; 0 where BM is a
+ * multiple of neither (the groups then hand one [BM, 64] staging tile over). */
+static int64_t trans_part_rows(const g_cfg *c)
+{
+    if (!c->trans || !c->tmastore)
+        return 0;
+    return c->bm % 32 == 0 ? 32 : c->bm % 16 == 0 ? 16 : 0;
+}
+
+/* Shared memory of the output's staging (0: stored from the registers). */
+static int64_t staging_bytes(const g_cfg *c)
+{
+    int64_t os = (int64_t)loom_dtype_size(c->odt);
+    if (!c->tmastore)
+        return 0;
+    if (trans_part_rows(c))
+        return 2 * 2 * trans_part_rows(c) * 64 * os; /* two slots a group */
+    return (int64_t)(c->consumers == PINGPONG ? 2 : 1) * (c->consumers == SPLIT ? c->bm / 2 : c->bm) * c->bn * os;
 }
 
 static loom_kernel *gemm_build(const g_cfg *c)
@@ -678,11 +705,14 @@ static loom_kernel *gemm_build(const g_cfg *c)
     g.ring = loom_ring_create(&p, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
     g.sched = loom_sched_static(&p, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
-    loom_epilogue_kind ek = !c->tmastore                ? LOOM_EPI_REGISTERS
-                            : split                     ? LOOM_EPI_HANDOVER
-                                                        : LOOM_EPI_STAGED;
-    loom_shape stage = c->trans ? LOOM_SHAPE2(c->bm, 64) : LOOM_SHAPE2(arows, c->bn); /* a group's part of C */
-    g.epi = loom_epilogue_create(&p, ek, C, c->odt, stage, c->consumers == PINGPONG ? 2 : 1,
+    int64_t pr = trans_part_rows(c);
+    loom_epilogue_kind ek = !c->tmastore ? LOOM_EPI_REGISTERS
+                            : pr         ? LOOM_EPI_PARTS
+                            : split      ? LOOM_EPI_HANDOVER
+                                         : LOOM_EPI_STAGED;
+    /* a group's part of C (trans: its [BM, 64], or a part of it's rows) */
+    loom_shape stage = pr ? LOOM_SHAPE2(pr, 64) : c->trans ? LOOM_SHAPE2(c->bm, 64) : LOOM_SHAPE2(arows, c->bn);
+    g.epi = loom_epilogue_create(&p, ek, C, c->odt, stage, c->consumers == PINGPONG || pr ? 2 : 1,
                                  c->consumers == COOPERATIVE ? c->cwarps * 32 : 128);
 
     producer(k, &g);
@@ -803,9 +833,7 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
     if (c->tmastore != 0 && c->tmastore != 1)
         return "tmastore must be 0 or 1";
     int64_t ring = (int64_t)c->stages * (c->bm + c->bn) * c->bk * es;
-    int64_t stage = !c->tmastore ? 0
-                    : (int64_t)(c->consumers == PINGPONG ? 2 : 1) * (c->consumers == SPLIT ? c->bm / 2 : c->bm) *
-                          c->bn * (int64_t)loom_dtype_size(c->odt);
+    int64_t stage = staging_bytes(c);
     if (ring + stage > 226 * 1024) { /* 227 KiB a CTA, less room for the barriers */
         if (stage)
             snprintf(buf, n,

@@ -34,6 +34,7 @@ typedef struct pk {
     int cluster;     /* 2: pairs of CTAs take two tiles stacked along M, sharing B */
     int dynamic;     /* units claimed from a counter (launches: how many, on one counter) */
     loom_epilogue_kind epi;
+    int part_rows;   /* LOOM_EPI_PARTS: a part's rows */
     int plant;
 } pk;
 
@@ -74,8 +75,9 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
     loom_sched sched = c->dynamic ? loom_sched_dynamic(&p, units_of(c), counter, 2, reps)
                                   : loom_sched_static(&p, units_of(c), 1);
     loom_pingpong pp = c->pingpong ? loom_pingpong_create(&p) : (loom_pingpong){0};
-    loom_epilogue epi = loom_epilogue_create(&p, c->epi, C, LOOM_F32, LOOM_SHAPE2(BM, c->BN),
-                                             c->pingpong && c->epi == LOOM_EPI_STAGED ? 2 : 1, 128);
+    bool parts = c->epi == LOOM_EPI_PARTS;
+    loom_epilogue epi = loom_epilogue_create(&p, c->epi, C, LOOM_F32, LOOM_SHAPE2(parts ? c->part_rows : BM, c->BN),
+                                             (c->pingpong && c->epi == LOOM_EPI_STAGED) || parts ? reps : 1, 128);
     int64_t nk = (c->K + BK - 1) / BK;
     loom_val zero = I32(k, 0), one = I32(k, 1);
 
@@ -128,7 +130,12 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
         if (c->pingpong)
             loom_pingpong_mma_end(k, &pp);
         loom_val o[2] = {m0, n0};
-        loom_epilogue_store(k, &epi, o, loom_for_result(k, kl, 0), c->pingpong && c->epi == LOOM_EPI_STAGED ? rep : LOOM_NONE);
+        if (parts) /* the replica's tile count orders its slots over its tiles */
+            loom_epilogue_store_turn(k, &epi, o, loom_for_result(k, kl, 0), rep,
+                                     loom_div(k, it0, I32(k, reps * nk)));
+        else
+            loom_epilogue_store(k, &epi, o, loom_for_result(k, kl, 0),
+                                c->pingpong && c->epi == LOOM_EPI_STAGED ? rep : LOOM_NONE);
         if (c->pingpong)
             loom_pingpong_tile_end(k, &pp);
         loom_val next = loom_add(k, it0, I32(k, reps * nk)); /* and the other replica's tile */
@@ -214,6 +221,19 @@ Test(pipe, ring_phases_wrap_across_persistent_tiles)
 Test(pipe, staged_epilogue)
 {
     pk_ok((pk){.M = 130, .N = 72, .K = 40, .BN = 32, .slots = 3, .programs = 2, .epi = LOOM_EPI_STAGED});
+}
+
+/* A tile in parts of its rows through two staging slots a replica: 4 parts a tile (the
+ * slots in turn within a tile), 1 part (in turn over the tiles: the tile count orders
+ * them), and ping-pong's two replicas each through slots of its own. */
+Test(pipe, epilogue_in_parts)
+{
+    pk_ok((pk){.M = 190, .N = 72, .K = 40, .BN = 32, .slots = 3, .programs = 2, .epi = LOOM_EPI_PARTS,
+               .part_rows = 16});
+    pk_ok((pk){.M = 190, .N = 72, .K = 40, .BN = 32, .slots = 3, .programs = 2, .epi = LOOM_EPI_PARTS,
+               .part_rows = 64});
+    pk_ok((pk){.M = 190, .N = 64, .K = 48, .BN = 32, .slots = 4, .programs = 2, .pingpong = 1,
+               .epi = LOOM_EPI_PARTS, .part_rows = 32});
 }
 
 /* Ping-pong: the replicas take the program's tiles alternately and hand the tensor cores
@@ -340,6 +360,8 @@ Test(pipe, every_variant_lowers_and_assembles)
         {.M = 190, .N = 64, .K = 48, .BN = 32, .slots = 4, .programs = 2, .cluster = 1, .pingpong = 1, .epi = LOOM_EPI_STAGED},
         {.M = 100, .N = 96, .K = 16, .BN = 32, .slots = 3, .programs = 2, .cluster = 1, .pingpong = 1, .epi = LOOM_EPI_TURNS},
         {.M = 128, .N = 96, .K = 32, .BN = 32, .slots = 3, .programs = 2, .cluster = 2, .epi = LOOM_EPI_STAGED},
+        {.M = 190, .N = 64, .K = 48, .BN = 32, .slots = 4, .programs = 2, .cluster = 1, .pingpong = 1,
+         .epi = LOOM_EPI_PARTS, .part_rows = 32},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         pk_lines L;
