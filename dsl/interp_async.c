@@ -275,7 +275,7 @@ static bool tma_land(interp *in, interp *dst, const ir_op *op, const tv *v, int 
     int64_t base[LOOM_MAX_RANK];
     for (int d = 0; d < r; d++)
         base[d] = interp_ival(interp_opnd(in, op, 1 + d), 0);
-    if (!interp_from_peer(in, dst, interp_check_overwrite(dst, op, v->obj, slot_of(v))))
+    if (!interp_from_peer(in, dst, interp_check_overwrite(dst, op, v)))
         return false;
     ring *g = &dst->hw->rings[v->obj];
     int64_t at = slot_of(v) * g->numel, n = ir_shape_numel(&v->shape);
@@ -323,7 +323,7 @@ bool interp_smem_store_cluster(interp *in, const ir_op *op)
     const tv *v = interp_opnd(in, op, 0), *x = interp_opnd(in, op, 1);
     for (int q = 0; q < (in->k->cluster > 1 ? in->k->cluster : 1); q++) {
         interp *dst = interp_peer(in, q);
-        if (!interp_from_peer(in, dst, interp_check_overwrite(dst, op, v->obj, slot_of(v))))
+        if (!interp_from_peer(in, dst, interp_check_overwrite(dst, op, v)))
             return false;
         ring *g = &dst->hw->rings[v->obj];
         int64_t at = slot_of(v) * g->numel;

@@ -63,9 +63,16 @@ typedef struct nbar {
 } nbar;
 
 /* A slot read by an asynchronous op that has not been retired yet. */
+/* Where in its slot a view lies, as stored: rows [r0, r1) by columns [c0, c1) (the whole
+ * slot, or a loom_smem_part window), so that disjoint windows of one slot do not race. */
+typedef struct win {
+    int64_t r0, r1, c0, c1;
+} win;
+
 typedef struct rd {
     int ring;
     int64_t slot;
+    win w;        /* the part of the slot it reads */
     const ir_op *op;
     int64_t seq;  /* wgmma: its group (commits before it); tma_store: its number */
     bool store;   /* a TMA store (else a wgmma) */
@@ -147,7 +154,7 @@ int64_t interp_view_index(const ring *g, const tv *v, int64_t e);
  * write to slot s of ring r while an unretired read holds it is a race. */
 bool interp_check_visible(interp *in, const ir_op *op, const tv *v);
 bool interp_check_fenced(interp *in, const ir_op *op, const tv *v);
-bool interp_check_overwrite(interp *in, const ir_op *op, int r, int64_t s);
+bool interp_check_overwrite(interp *in, const ir_op *op, const tv *v);
 /* Record that replica t's async op reads view v until a wait retires `seq` (its wgmma
  * group, or its number among the TMA stores); forget the reads waits have retired. */
 bool interp_add_read(interp *in, const ir_op *op, task *t, const tv *v, int64_t seq, bool store);

@@ -276,7 +276,7 @@ bool interp_smem_load(interp *in, const ir_op *op)
 bool interp_smem_store(interp *in, const ir_op *op)
 {
     tv *v = interp_opnd(in, op, 0), *x = interp_opnd(in, op, 1);
-    if (!interp_check_overwrite(in, op, v->obj, slot_of(v)))
+    if (!interp_check_overwrite(in, op, v))
         return false;
     ring *g = ring_of(in, v);
     int64_t base = slot_of(v) * g->numel;
@@ -338,18 +338,35 @@ bool interp_check_fenced(interp *in, const ir_op *op, const tv *v)
                        m->st->src.line, who);
 }
 
-/* Writing a slot that an unretired wgmma group or TMA store of any replica still reads
- * is a write-after-read race; so is an smem_store (all the replica's threads write) into
- * a slot a TMA store of the same replica read, retired by a wait in its issuing thread,
- * before the replica's threads met. */
-bool interp_check_overwrite(interp *in, const ir_op *op, int r, int64_t s)
+/* View v's window in its slot, as stored (a ring's slots are 2-D tiles; other shapes:
+ * the whole slot). */
+static win window_of(interp *in, const tv *v)
+{
+    const ring *g = ring_of(in, v);
+    if (!v->pcols || g->shape.rank != 2)
+        return (win){0, INT64_MAX, 0, INT64_MAX};
+    int64_t cols = g->shape.dim[1], r0 = v->poff / cols, c0 = v->poff % cols;
+    return (win){r0, r0 + v->prows, c0, c0 + v->pcols};
+}
+
+static bool overlap(win a, win b) { return a.r0 < b.r1 && b.r0 < a.r1 && a.c0 < b.c1 && b.c0 < a.c1; }
+
+/* Writing (view v) a part of a slot that an unretired wgmma group or TMA store of any
+ * replica still reads is a write-after-read race; so is an smem_store (all the replica's
+ * threads write) into a part a TMA store of the same replica read, retired by a wait in
+ * its issuing thread, before the replica's threads met.  Disjoint windows of one slot
+ * (loom_smem_part) do not race. */
+bool interp_check_overwrite(interp *in, const ir_op *op, const tv *v)
 {
     interp_hw *hw = in->hw;
+    int r = v->obj;
+    int64_t s = slot_of(v);
+    win w = window_of(in, v);
     for (int ti = 0; ti < hw->ntasks; ti++) {
         const task *t = hw->tasks[ti];
         for (int j = 0; j < t->nreads; j++) {
             const rd *e = &t->reads[j];
-            if (e->ring != r || e->slot != s)
+            if (e->ring != r || e->slot != s || !overlap(e->w, w))
                 continue;
             if (!rd_live(t, e)) {
                 if (t != cur(in) || op->kind != IR_SMEM_STORE || t->op->iattr[0] < 2)
@@ -382,7 +399,7 @@ bool interp_add_read(interp *in, const ir_op *op, task *t, const tv *v, int64_t 
 {
     if (!interp_grow((void **)&t->reads, &t->capreads, t->nreads + 1, sizeof(rd)))
         return interp_fail(in, LOOM_ERR_NOMEM, op, "out of memory");
-    t->reads[t->nreads++] = (rd){v->obj, slot_of(v), op, seq, store};
+    t->reads[t->nreads++] = (rd){v->obj, slot_of(v), window_of(in, v), op, seq, store};
     return true;
 }
 

@@ -634,6 +634,49 @@ Test(hopper_interp, tma_store_waited_in_one_thread_needs_a_barrier_before_the_sl
     loom_kernel_destroy(k);
 }
 
+/* Parts of one slot (loom_smem_part): while a TMA store reads rows 0-3, writing rows 4-7
+ * is no race and the stores land; writing rows 0-3 again before the wait is (overlap: 1). */
+static loom_kernel *parts_store_kernel(int overlap, int *wline, int *tline)
+{
+    loom_kernel *k = loom_kernel_create("parts_store", 4);
+    loom_val x = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE2(8, 8), LOOM_IN);
+    loom_val o = loom_arg_tensor(k, "o", LOOM_F32, LOOM_SHAPE2(8, 8), LOOM_OUT);
+    loom_val buf = loom_name(k, loom_smem_alloc(k, LOOM_F32, LOOM_SHAPE2(8, 8), 1, LOOM_SWIZZLE_NONE), "buf");
+    loom_val z = I32(k, 0), four = I32(k, 4);
+    loom_region_op t = loom_task_begin(k, 4, 0, 1);
+    loom_val top = loom_smem_part(k, buf, 0, 0, 4), bottom = loom_smem_part(k, buf, 0, 4, 4);
+    loom_smem_store(k, top, loom_load(k, x, ((loom_val[]){z, z}), LOOM_SHAPE2(4, 8), LOOM_NONE, 0));
+    loom_fence_async(k);
+    *tline = __LINE__; loom_tma_store(k, o, ((loom_val[]){z, z}), top);
+    loom_val second = overlap ? top : bottom;
+    *wline = __LINE__; loom_smem_store(k, second, loom_load(k, x, ((loom_val[]){four, z}), LOOM_SHAPE2(4, 8), LOOM_NONE, 0));
+    loom_fence_async(k);
+    loom_tma_store(k, o, ((loom_val[]){four, z}), second);
+    loom_tma_store_wait(k, 0);
+    loom_task_end(k, t);
+    return k;
+}
+
+Test(hopper_interp, disjoint_parts_of_a_slot_do_not_race)
+{
+    int wl, tl;
+    loom_kernel *k = parts_store_kernel(0, &wl, &tl);
+    float xs[8][8], os[8][8];
+    fill_f32(&xs[0][0], 64, 9);
+    targ args[] = {TA_ARR(xs), TA_ARR(os)};
+    T_RUN_OK(k, NULL, args, 2);
+    for (int r = 0; r < 8; r++)
+        for (int c = 0; c < 8; c++)
+            cr_assert_eq(os[r][c], xs[r][c], "o[%d][%d]", r, c);
+    loom_kernel_destroy(k);
+    k = parts_store_kernel(1, &wl, &tl);
+    cr_assert_eq(t_run(k, NULL, args, 2), LOOM_ERR_RUNTIME, "%s", t_last_error);
+    char want[200];
+    snprintf(want, sizeof want, "while the tma_store at %s", at(tl));
+    cr_expect(has(at(wl)) && has(want) && has("write-after-read"), "%s", t_last_error);
+    loom_kernel_destroy(k);
+}
+
 Test(hopper_interp, tma_store_must_be_waited_before_the_end)
 {
     int sl, tl, wl;
