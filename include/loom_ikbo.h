@@ -214,10 +214,10 @@ typedef struct loom_ikbo_fa_shape {
     X(overlap, overlap, int, 1,                                                                            \
       "1: a K/V tile's softmax runs while the previous tile's P V is on the tensor cores", 0, 1)           \
     X(tmastore, tmastore, int, 1,                                                                          \
-      "1: where n_seed is a multiple of 64 and Q is f16 or bf16, out goes out by TMA through "              \
-      "the Q tile (the Q slot comes back after the store; an e4m3 Q slot is too small for "                \
-      "an f16 block, so FP8 stores from the registers); 0: stored from the registers, the Q "              \
-      "slot back after the last S = Q K^T", 0, 1)                                                          \
+      "1: where n_seed is a multiple of 64, out goes out by TMA: through the Q tile with f16 or "          \
+      "bf16 Q (the Q slot comes back after the store), through two [64, 64] staging slots a "              \
+      "warp group with e4m3 (its Q slot is too small for an f16 block); 0: stored from the "               \
+      "registers, the Q slot back after the last S = Q K^T", 0, 1)                                         \
     X(xunit, xunit, int, 0,                                                                                \
       "1: the next unit's first S = Q K^T and its softmax run beside this unit's last P V "                \
       "(sched=0, overlap=1, turns=0, two Q slots); measured slower (bench/RESULTS.md), so not "            \

@@ -32,12 +32,14 @@ typedef enum loom_epilogue_kind {
     LOOM_EPI_HANDOVER,  /* two replicas share one staging tile in turn, replica 0 first,
                            handing it over by mbarriers (so one's epilogue overlaps the
                            other's mainloop) */
-    LOOM_EPI_PARTS,     /* each replica its tile in parts of the staging tile's rows,
-                           through two staging slots of its own in turn: a part is
-                           written once the store two parts back has read its slot (the
-                           issuing thread waits with cp.async.bulk.wait_group.read 1, the
-                           replica's threads meet), so no replica waits for another and a
-                           part's store runs while the next part is written */
+    LOOM_EPI_PARTS,     /* each replica its tile in parts of the staging tile's rows (or
+                           of its columns, where it has all the tile's rows), through
+                           two staging slots of its own in turn: a part is written once
+                           the store two parts back has read its slot, a tile's first
+                           once every earlier store has (the issuing thread waits with
+                           cp.async.bulk.wait_group.read, the replica's threads meet), so
+                           no replica waits for another and a part's store runs while the
+                           next part is written */
 } loom_epilogue_kind;
 
 typedef struct loom_epilogue {
@@ -46,7 +48,7 @@ typedef struct loom_epilogue {
     loom_val stage; /* the staging ring (LOOM_NONE for LOOM_EPI_REGISTERS) */
     loom_val hand;  /* LOOM_EPI_HANDOVER: hand[r] is "replica r is done with the tile" */
     loom_sync sync; /* the threads that fill the staging tile together */
-    int64_t part_rows; /* LOOM_EPI_PARTS: a part's rows (the staging tile's) */
+    loom_shape part; /* LOOM_EPI_PARTS: a part's shape (the staging tile's) */
 } loom_epilogue;
 
 /* An epilogue writing tensor `out`.  Staged kinds allocate the staging ring: `slots`
@@ -59,9 +61,8 @@ loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_k
                                       loom_dtype dtype, loom_shape shape, int slots, int threads);
 /* Store tile v at out[offs] through staging slot `slot` (an i32; LOOM_NONE: 0).
  * LOOM_EPI_HANDOVER: rep is the replica and j its tile count (for the hand parities).
- * LOOM_EPI_PARTS: v's rows a whole number of parts (the staging tile's rows), stored
- * into out's last two dims; rep is the replica (LOOM_NONE: 0) and j its tile count (the
- * slots' order runs on over its tiles). */
+ * LOOM_EPI_PARTS: v's rows (or columns) a whole number of parts (the staging tile's),
+ * stored into out's last two dims; rep is the replica (LOOM_NONE: 0), j unused. */
 #define loom_epilogue_store(k, e, offs, v, slot) loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, slot, LOOM_NONE, LOOM_NONE)
 #define loom_epilogue_store_turn(k, e, offs, v, rep, j) \
     loom_epilogue_store_at(LOOM_HERE, k, e, offs, v, LOOM_NONE, rep, j)

@@ -601,7 +601,7 @@ loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_k
     if (kind == LOOM_EPI_REGISTERS)
         return e;
     bool parts = kind == LOOM_EPI_PARTS;
-    e.part_rows = shape.dim[0];
+    e.part = shape;
     e.stage = loom_smem_alloc_at(at, p->k, dtype, shape, parts ? 2 * slots : slots, LOOM_SWIZZLE_128);
     if (kind == LOOM_EPI_HANDOVER)
         e.hand = loom_mbar_alloc_at(at, p->k, 2, 1);
@@ -622,30 +622,32 @@ void loom_epilogue_turn_done_at(loom_src at, loom_kernel *k, const loom_epilogue
     loom_mbar_arrive_at(at, k, e->hand, rep);
 }
 
-/* LOOM_EPI_PARTS: tile v (its rows a whole number of the staging tile's) part by part,
- * replica rep's part number q = j * parts + c through its slot 2 rep + q % 2. */
+/* LOOM_EPI_PARTS: tile v part by part (parts of the staging tile's rows, or of its
+ * columns where it has all of v's rows), part c through replica rep's slot 2 rep + c % 2,
+ * once the store two parts back has read it (the first part: once every earlier store
+ * has; they went out a mainloop before). */
 static void store_in_parts(loom_src at, loom_kernel *k, const loom_epilogue *e, const loom_val *offs, loom_val v,
-                           loom_val rep, loom_val j)
+                           loom_val rep)
 {
     int rank = loom_val_shape(k, e->out).rank;
-    int64_t rows = loom_val_shape(k, v).dim[0], pr = e->part_rows;
-    /* rows not a whole number of parts: the last part's slice is refused at the caller's line */
-    int64_t n = pr > 0 ? (rows + pr - 1) / pr : 0;
-    loom_val first = loom_mul_at(at, k, j ? j : CI(0), CI(n)), base = rep ? loom_mul_at(at, k, rep, CI(2)) : CI(0);
+    loom_shape ts = loom_val_shape(k, v);
+    int dim = e->part.dim[0] < ts.dim[0] ? 0 : 1;
+    int64_t size = e->part.dim[dim];
+    /* not a whole number of parts: the last part's slice is refused at the caller's line */
+    int64_t n = size > 0 ? (ts.dim[dim] + size - 1) / size : 0;
+    loom_val base = rep ? loom_mul_at(at, k, rep, CI(2)) : CI(0);
     loom_val o[LOOM_MAX_RANK];
     for (int d = 0; d < rank; d++)
         o[d] = offs[d];
     for (int64_t c = 0; c < n; c++) {
-        loom_val q = loom_rem_at(at, k, loom_add_at(at, k, first, CI(c)), CI(2));
-        loom_val view = loom_smem_slot_at(at, k, e->stage, loom_add_at(at, k, base, q));
-        /* the store two parts back (this slot's last) has read it: its issuer waits, the
-         * replica's threads meet */
-        loom_tma_store_wait_at(at, k, 1);
+        loom_val view = loom_smem_slot_at(at, k, e->stage, loom_add_at(at, k, base, CI(c % 2)));
+        /* the slot's last store has read it: its issuer waits, the replica's threads meet */
+        loom_tma_store_wait_at(at, k, c ? 1 : 0);
         loom_sync_wait_at(at, k, e->sync, rep);
-        loom_smem_store_at(at, k, view, loom_slice_at(at, k, v, 0, c * pr, pr));
+        loom_smem_store_at(at, k, view, loom_slice_at(at, k, v, dim, c * size, size));
         loom_fence_async_at(at, k);
         loom_sync_wait_at(at, k, e->sync, rep);
-        o[rank - 2] = loom_add_at(at, k, offs[rank - 2], CI(c * pr));
+        o[rank - 2 + dim] = loom_add_at(at, k, offs[rank - 2 + dim], CI(c * size));
         loom_tma_store_at(at, k, e->out, o, view);
     }
 }
@@ -658,7 +660,7 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
         return;
     }
     if (e->kind == LOOM_EPI_PARTS) {
-        store_in_parts(at, k, e, offs, v, rep, j);
+        store_in_parts(at, k, e, offs, v, rep);
         return;
     }
     bool handover = e->kind == LOOM_EPI_HANDOVER && rep;

@@ -29,16 +29,19 @@
  *             accumulator's registers into the A operand (no shared-memory round trip).
  *             With `turns`, the groups take turns to issue their GEMMs (loom_turns), so
  *             one's softmax runs while the other's GEMMs keep the tensor cores busy.
- *   epilogue  O / l cast to the dtype and stored from the registers, the block's rows
- *             past its candidate's masked off (a block may end inside a candidate's rows)
+ *   epilogue  O / l cast to the dtype and, where every block is 64 whole rows
+ *             (tmastore), TMA-stored through the group's part of the Q slot (FP8:
+ *             through two staging slots of its own, below); else stored from the
+ *             registers, the block's rows past its candidate's masked off (a block may
+ *             end inside a candidate's rows)
  *
  * FP8 (dtype e4m3): Q, K and V^T (vtrans=1: [U, H, D, S], keys innermost, as FP8 wgmma
  * reads B K-major) in e4m3, out in odt; scales [3, H] gives each head's q_scale and
  * k_scale (folded into the softmax factor c) and v_scale (into 1 / l).  P = exp2(S c - m
  * + 8), 256 times the f16 kernel's, so that it fills e4m3's range; cast to e4m3 it is P V's
  * register A (codegen/lower_wgmma.c, fp8_step); l sums the unrounded P and the 2^8
- * cancels in O / l.  BN is 128, out goes out from the registers (the Q slot is too small
- * for an f16 block), xunit is not built.
+ * cancels in O / l.  BN is 128; out goes out in [64, 64] column parts through two
+ * staging slots a group (the Q slot is too small for an f16 block); xunit is not built.
  *
  * The measurements behind the defaults are in bench/RESULTS.md.
  */
@@ -68,13 +71,23 @@ static int64_t esz(const fa_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
 static int64_t q_bytes(const fa_spec *s) { return 2 * FA_BLOCK * s->D * esz(s); }
 static int64_t kv_bytes(const fa_spec *s) { return (int64_t)s->stages * 2 * s->bn * s->D * esz(s); }
 /* Q slots: two where they fit (the next unit's Q comes in during this one's end), else one. */
-static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) <= FA_SMEM ? 2 : 1; }
+static int64_t out_bytes(const fa_spec *s);
+static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) + out_bytes(s) <= FA_SMEM ? 2 : 1; }
 /* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
  * number of blocks): the epilogue may TMA-store whole blocks. */
 static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
 /* The output goes out by TMA through the Q slot (tmastore=1, full blocks; not with FP8,
  * whose Q slot is half an f16 block's bytes). */
 static bool store_q(const fa_spec *s) { return s->tmastore && full_blocks(s) && !fa_fp8(s); }
+/* FP8 (its Q slot too small for an f16 block): the output goes out by TMA through staging
+ * slots of each warp group's own, [64, 64] column parts of a block, two a group
+ * (LOOM_EPI_PARTS), not from the registers (4-byte stores: 7.7% of the consumers' stall
+ * samples at the headline). */
+static bool store_parts(const fa_spec *s) { return s->tmastore && full_blocks(s) && fa_fp8(s); }
+static int64_t out_bytes(const fa_spec *s)
+{
+    return store_parts(s) ? 2 * 2 * FA_BLOCK * 64 * (int64_t)loom_dtype_size(fa_out_dt(s)) : 0;
+}
 /* The Q slot an output block went out through goes back during the next unit's first
  * S = Q K^T, not right after the store: waiting there for the TMA store to read the slot
  * stalls the warp group's next GEMMs.  Needs the second Q slot (the next unit's Q is in
@@ -140,9 +153,10 @@ const char *fa_why_not(const fa_spec *s, char *buf, size_t n)
         return "BN (keys a tile) must be 64 or 128";
     if (s->stages < 2 || s->stages > 8)
         return "stages must be 2 to 8";
-    if (q_bytes(s) + kv_bytes(s) > FA_SMEM) {
-        snprintf(buf, n, "the Q tiles (%lld bytes) and the K/V ring (%lld) need over 226 KiB of shared memory; use "
-                 "fewer stages or a smaller BN", (long long)q_bytes(s), (long long)kv_bytes(s));
+    if (q_bytes(s) + kv_bytes(s) + out_bytes(s) > FA_SMEM) {
+        snprintf(buf, n, "the Q tiles (%lld bytes), the K/V ring (%lld) and the output's staging (%lld) need over "
+                 "226 KiB of shared memory; use fewer stages or a smaller BN", (long long)q_bytes(s),
+                 (long long)kv_bytes(s), (long long)out_bytes(s));
         return buf;
     }
     if (s->ctas < 1 || s->ctas > 1024)
@@ -194,6 +208,7 @@ typedef struct fa {
     loom_sched sched;
     loom_turns turns;
     loom_sync wg; /* one consumer warp group's threads (per replica) */
+    loom_epilogue oepi; /* store_parts: each group's staging slots */
 } fa;
 
 /* Unit t of the schedule: its head, its plan entry and its user's length and K/V tiles. */
@@ -646,6 +661,10 @@ static void consumers(fa *g)
             loom_epilogue_store_borrowed(k, g->out, offs, o, qv, g->wg, rep);
             if (!defer_q(s)) /* (defer_q: during the next unit's first S, or after the last unit) */
                 loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
+        } else if (store_parts(s)) { /* whole blocks, through the group's own staging slots */
+            if (!s->overlap)
+                loom_ring_release(k, &g->qring, qs);
+            loom_epilogue_store_turn(k, &g->oepi, offs, o, rep, LOOM_NONE);
         } else {
             /* rows past the block's (it may end inside a candidate's rows) masked off */
             if (!s->overlap)
@@ -662,6 +681,8 @@ static void consumers(fa *g)
         loom_sched_end(k, &l, ys);
         if (defer_q(s)) /* the last unit's slot */
             give_back_q(g, loom_sched_result(k, &l, 2));
+        if (store_parts(s)) /* the last block's stores have read its staging slots */
+            loom_epilogue_finish(k, &g->oepi);
         if (s->turns)
             loom_turns_finish(k, &g->turns);
     }
@@ -723,6 +744,8 @@ loom_kernel *fa_build(const fa_spec *s, char *err, size_t errlen)
         g.turns = loom_turns_create(&p);
     if (store_q(s))
         g.wg = loom_sync_create_per_replica(&p, 128, 2);
+    if (store_parts(s))
+        g.oepi = loom_epilogue_create(&p, LOOM_EPI_PARTS, a.out, fa_out_dt(s), LOOM_SHAPE2(FA_BLOCK, 64), 2, 128);
 
     producer(&g);
     consumers(&g);

@@ -34,7 +34,7 @@ typedef struct pk {
     int cluster;     /* 2: pairs of CTAs take two tiles stacked along M, sharing B */
     int dynamic;     /* units claimed from a counter (launches: how many, on one counter) */
     loom_epilogue_kind epi;
-    int part_rows;   /* LOOM_EPI_PARTS: a part's rows */
+    int part_rows, part_cols; /* LOOM_EPI_PARTS: a part's rows and columns (0: BN) */
     int plant;
 } pk;
 
@@ -76,7 +76,8 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
                                   : loom_sched_static(&p, units_of(c), 1);
     loom_pingpong pp = c->pingpong ? loom_pingpong_create(&p) : (loom_pingpong){0};
     bool parts = c->epi == LOOM_EPI_PARTS;
-    loom_epilogue epi = loom_epilogue_create(&p, c->epi, C, LOOM_F32, LOOM_SHAPE2(parts ? c->part_rows : BM, c->BN),
+    loom_epilogue epi = loom_epilogue_create(&p, c->epi, C, LOOM_F32,
+                                             LOOM_SHAPE2(parts ? c->part_rows : BM, c->part_cols ? c->part_cols : c->BN),
                                              (c->pingpong && c->epi == LOOM_EPI_STAGED) || parts ? reps : 1, 128);
     int64_t nk = (c->K + BK - 1) / BK;
     loom_val zero = I32(k, 0), one = I32(k, 1);
@@ -130,9 +131,8 @@ static loom_kernel *pk_build(const pk *c, pk_lines *L)
         if (c->pingpong)
             loom_pingpong_mma_end(k, &pp);
         loom_val o[2] = {m0, n0};
-        if (parts) /* the replica's tile count orders its slots over its tiles */
-            loom_epilogue_store_turn(k, &epi, o, loom_for_result(k, kl, 0), rep,
-                                     loom_div(k, it0, I32(k, reps * nk)));
+        if (parts)
+            loom_epilogue_store_turn(k, &epi, o, loom_for_result(k, kl, 0), rep, LOOM_NONE);
         else
             loom_epilogue_store(k, &epi, o, loom_for_result(k, kl, 0),
                                 c->pingpong && c->epi == LOOM_EPI_STAGED ? rep : LOOM_NONE);
@@ -223,11 +223,13 @@ Test(pipe, staged_epilogue)
     pk_ok((pk){.M = 130, .N = 72, .K = 40, .BN = 32, .slots = 3, .programs = 2, .epi = LOOM_EPI_STAGED});
 }
 
-/* A tile in parts of its rows through two staging slots a replica: 4 parts a tile (the
- * slots in turn within a tile), 1 part (in turn over the tiles: the tile count orders
- * them), and ping-pong's two replicas each through slots of its own. */
+/* A tile in parts through two staging slots a replica: 4 parts of its rows a tile (the
+ * slots in turn), 1 part (the same slot every tile, once the last tile's store read it),
+ * ping-pong's two replicas each through slots of its own, and parts of its columns. */
 Test(pipe, epilogue_in_parts)
 {
+    pk_ok((pk){.M = 190, .N = 64, .K = 40, .BN = 64, .slots = 3, .programs = 2, .epi = LOOM_EPI_PARTS,
+               .part_rows = 64, .part_cols = 32});
     pk_ok((pk){.M = 190, .N = 72, .K = 40, .BN = 32, .slots = 3, .programs = 2, .epi = LOOM_EPI_PARTS,
                .part_rows = 16});
     pk_ok((pk){.M = 190, .N = 72, .K = 40, .BN = 32, .slots = 3, .programs = 2, .epi = LOOM_EPI_PARTS,
