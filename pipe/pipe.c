@@ -644,7 +644,7 @@ static void store_in_parts(loom_src at, loom_kernel *k, const loom_epilogue *e, 
         /* the slot's last store has read it: its issuer waits, the replica's threads meet */
         loom_tma_store_wait_at(at, k, c ? 1 : 0);
         loom_sync_wait_at(at, k, e->sync, rep);
-        loom_smem_store_at(at, k, view, loom_slice_at(at, k, v, dim, c * size, size));
+        loom_smem_store_at(at, k, view, n > 1 ? loom_slice_at(at, k, v, dim, c * size, size) : v);
         loom_fence_async_at(at, k);
         loom_sync_wait_at(at, k, e->sync, rep);
         o[rank - 2 + dim] = loom_add_at(at, k, offs[rank - 2 + dim], CI(c * size));

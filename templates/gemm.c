@@ -628,7 +628,8 @@ static void consumers_split(loom_kernel *k, const gk *g)
         store_tile(k, g, out, at, LOOM_NONE, j);
         loom_val next = loom_add(k, it0, CI(nk));
         units_end(k, g, &u, next);
-        loom_epilogue_finish(k, &g->epi);
+        if (g->epi.kind == LOOM_EPI_PARTS) /* (handing over waits for each store) */
+            loom_epilogue_finish(k, &g->epi);
     }
     loom_task_end(k, ct);
 }
