@@ -25,9 +25,10 @@
  *                  they hand one staging buffer over (replica 0 first), which puts them a
  *                  few k steps apart, so one's epilogue overlaps the other's last k steps
  *                  or first ones of the next tile; the transposed product's groups
- *                  instead store their [BM, 64] each in parts of 32 (or 16) rows
- *                  through two small staging slots of their own (trans_part_rows), so
- *                  neither waits for the other's store
+ *                  instead store their [BM, 64] each in parts of 32 (or 16) rows,
+ *                  and with BN of four 128-byte columns or more the others their
+ *                  [BM / 2, BN] in column parts, through two small staging slots of
+ *                  their own (split_part), so neither waits for the other's store
  *
  * The defaults, and why the other schemes are kept as tuner candidates, are measured in
  * bench/RESULTS.md ("Design measurements").
@@ -634,25 +635,34 @@ static void consumers_split(loom_kernel *k, const gk *g)
     loom_task_end(k, ct);
 }
 
-/* The transposed product's store: each group's [BM, 64] of C goes out in parts of 32
- * rows (16 where BM is not a multiple of 32) through two staging slots of its own
- * (LOOM_EPI_PARTS), so neither group waits for the other's store; 0 where BM is a
- * multiple of neither (the groups then hand one [BM, 64] staging tile over). */
-static int64_t trans_part_rows(const g_cfg *c)
+/* The split groups' store in parts (LOOM_EPI_PARTS: through two staging slots of each
+ * group's own, so neither waits for the other's store), or rank 0 where they hand one
+ * staging tile over: the transposed product's [BM, 64] of C a group in parts of 32 rows
+ * (16 where BM is not a multiple of 32; neither: handed over); else a group's [BM / 2,
+ * BN] of 16-bit C in parts of 64 columns where BN has at least four (no more shared
+ * memory than the handed-over tile). */
+static loom_shape split_part(const g_cfg *c)
 {
-    if (!c->trans || !c->tmastore)
-        return 0;
-    return c->bm % 32 == 0 ? 32 : c->bm % 16 == 0 ? 16 : 0;
+    loom_shape none = {0};
+    int64_t os = (int64_t)loom_dtype_size(c->odt), cols = 128 / os;
+    if (!c->tmastore || c->consumers != SPLIT)
+        return none;
+    if (c->trans)
+        return c->bm % 32 == 0 ? LOOM_SHAPE2(32, 64) : c->bm % 16 == 0 ? LOOM_SHAPE2(16, 64) : none;
+    /* (16-bit C only: with f32 C the parts would make split tiles fit that the handed-over
+     * tile does not, untimed) */
+    return os == 2 && c->bn % cols == 0 && c->bn / cols >= 4 ? LOOM_SHAPE2(c->bm / 2, cols) : none;
 }
 
 /* Shared memory of the output's staging (0: stored from the registers). */
 static int64_t staging_bytes(const g_cfg *c)
 {
     int64_t os = (int64_t)loom_dtype_size(c->odt);
+    loom_shape pt = split_part(c);
     if (!c->tmastore)
         return 0;
-    if (trans_part_rows(c))
-        return 2 * 2 * trans_part_rows(c) * 64 * os; /* two slots a group */
+    if (pt.rank)
+        return 2 * 2 * pt.dim[0] * pt.dim[1] * os; /* two slots a group */
     return (int64_t)(c->consumers == PINGPONG ? 2 : 1) * (c->consumers == SPLIT ? c->bm / 2 : c->bm) * c->bn * os;
 }
 
@@ -706,14 +716,14 @@ static loom_kernel *gemm_build(const g_cfg *c)
     g.ring = loom_ring_create(&p, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
     g.sched = loom_sched_static(&p, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
-    int64_t pr = trans_part_rows(c);
+    loom_shape pt = split_part(c);
     loom_epilogue_kind ek = !c->tmastore ? LOOM_EPI_REGISTERS
-                            : pr         ? LOOM_EPI_PARTS
+                            : pt.rank    ? LOOM_EPI_PARTS
                             : split      ? LOOM_EPI_HANDOVER
                                          : LOOM_EPI_STAGED;
-    /* a group's part of C (trans: its [BM, 64], or a part of it's rows) */
-    loom_shape stage = pr ? LOOM_SHAPE2(pr, 64) : c->trans ? LOOM_SHAPE2(c->bm, 64) : LOOM_SHAPE2(arows, c->bn);
-    g.epi = loom_epilogue_create(&p, ek, C, c->odt, stage, c->consumers == PINGPONG || pr ? 2 : 1,
+    /* a group's part of C (trans: its [BM, 64]), or a part of it */
+    loom_shape stage = pt.rank ? pt : c->trans ? LOOM_SHAPE2(c->bm, 64) : LOOM_SHAPE2(arows, c->bn);
+    g.epi = loom_epilogue_create(&p, ek, C, c->odt, stage, c->consumers == PINGPONG || pt.rank ? 2 : 1,
                                  c->consumers == COOPERATIVE ? c->cwarps * 32 : 128);
 
     producer(k, &g);

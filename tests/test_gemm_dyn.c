@@ -264,6 +264,10 @@ Test(gemm_dyn, split)
              NREQ(batched_reqs), 500);
     dyn_case(plain_shape, "BM=128,cwarps=8,consumers=2,BN=64,tmastore=0,ctas=0,stages=3", plain_reqs,
              NREQ(plain_reqs), 510);
+    /* 256 columns of f16: each group's [64, 256] in four column parts through its own two
+     * staging slots (columns past N = 72 clipped by the TMA store) */
+    dyn_case(plain_shape, "BM=128,cwarps=8,consumers=2,BN=256,tmastore=1,ctas=2,stages=2", plain_reqs,
+             NREQ(plain_reqs), 520);
 }
 
 /* The transposed product: C^T = B^T A^T, each group 64 columns of C over BM rows (any
