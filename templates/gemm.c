@@ -26,9 +26,9 @@
  *                  few k steps apart, so one's epilogue overlaps the other's last k steps
  *                  or first ones of the next tile; the transposed product's groups
  *                  instead store their [BM, 64] each in parts of 32 (or 16) rows,
- *                  and with BN of four 128-byte columns or more the others their
- *                  [BM / 2, BN] in column parts, through two small staging slots of
- *                  their own (split_part), so neither waits for the other's store
+ *                  and f16 or bf16 ones with BN >= 256 their [BM / 2, BN] in parts of
+ *                  64 columns, through two small staging slots of their own
+ *                  (split_part), so neither waits for the other's store
  *
  * The defaults, and why the other schemes are kept as tuner candidates, are measured in
  * bench/RESULTS.md ("Design measurements").
@@ -598,8 +598,8 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
  * nothing else of each other, so they may drift apart by up to the ring's depth.  With
  * tmastore they stage their halves in one tile in turn, replica 0 first (the handover
  * epilogue), which puts replica 1 that much behind: the epilogue of one overlaps k steps
- * of the other; trans=1 stores each group's part in parts through its own two slots
- * (LOOM_EPI_PARTS, where BM allows). */
+ * of the other; where split_part allows (trans=1; f16 or bf16 with BN >= 256), each group
+ * stores its part in parts through two slots of its own instead (LOOM_EPI_PARTS). */
 static void consumers_split(loom_kernel *k, const gk *g)
 {
     const g_cfg *c = g->c;
@@ -639,7 +639,7 @@ static void consumers_split(loom_kernel *k, const gk *g)
  * group's own, so neither waits for the other's store), or rank 0 where they hand one
  * staging tile over: the transposed product's [BM, 64] of C a group in parts of 32 rows
  * (16 where BM is not a multiple of 32; neither: handed over); else a group's [BM / 2,
- * BN] of 16-bit C in parts of 64 columns where BN has at least four (no more shared
+ * BN] of f16 or bf16 C in parts of 64 columns where BN has at least four (no more shared
  * memory than the handed-over tile). */
 static loom_shape split_part(const g_cfg *c)
 {
@@ -649,9 +649,9 @@ static loom_shape split_part(const g_cfg *c)
         return none;
     if (c->trans)
         return c->bm % 32 == 0 ? LOOM_SHAPE2(32, 64) : c->bm % 16 == 0 ? LOOM_SHAPE2(16, 64) : none;
-    /* (16-bit C only: with f32 C the parts would make split tiles fit that the handed-over
-     * tile does not, untimed) */
-    return os == 2 && c->bn % cols == 0 && c->bn / cols >= 4 ? LOOM_SHAPE2(c->bm / 2, cols) : none;
+    /* (f16 and bf16 in and out only, as timed: with f32 C the parts would make split tiles
+     * fit that the handed-over tile does not; FP8's kernels were not timed with them) */
+    return os == 2 && !fp8_in(c) && c->bn % cols == 0 && c->bn / cols >= 4 ? LOOM_SHAPE2(c->bm / 2, cols) : none;
 }
 
 /* Shared memory of the output's staging (0: stored from the registers). */
