@@ -287,6 +287,33 @@ Test(gemm_dyn, transposed)
              NREQ(shared_reqs), 590);
 }
 
+/* The split groups store in parts through staging slots of their own, not by handing
+ * one staging tile over: the transposed product's [224, 64] a group in seven 32-row parts
+ * (a TMA store each), an untransposed [64, 256] of f16 in four 64-column parts; where
+ * neither applies (BN=128 untransposed), the hand-over's one store a tile (its 256-byte
+ * rows as two 128-byte column chunks). */
+Test(gemm_dyn, split_groups_store_in_parts)
+{
+    static const struct {
+        const char *shape, *config;
+        int stores;
+    } cases[] = {
+        {"M=433,N=256,K=872,batch=1024", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1", 7},
+        {"M=4096,N=4096,K=4096", "BM=128,BN=256,cwarps=8,consumers=2", 4},
+        {"M=4096,N=4096,K=4096", "BM=128,BN=128,cwarps=8,consumers=2", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dyn_gemm g = dyn_build(cases[i].shape, cases[i].config);
+        char *ptx = NULL, err[2048] = "";
+        cr_assert_eq(loom_compile_ptx(g.k, "sm_90a", &ptx, NULL, err, sizeof err), LOOM_OK, "%s: %s", g.text, err);
+        int n = t_count(ptx, "cp.async.bulk.tensor.2d.global.shared::cta") +
+                t_count(ptx, "cp.async.bulk.tensor.3d.global.shared::cta");
+        cr_expect_eq(n, cases[i].stores, "%s: %d TMA stores", g.text, n);
+        free(ptx);
+        loom_kernel_destroy(g.k);
+    }
+}
+
 /* What trans=1 refuses, with the reason. */
 Test(gemm_dyn, transposed_refusals)
 {

@@ -439,6 +439,10 @@ Test(ikbo_fa_fp8, headline_ptx_assembles_without_spills)
     cr_expect(t_count(r.ptx, "}, {%r") >= 4, "P V does not read A from registers");
     cr_expect(t_count(r.ptx, "shfl.sync.idx.b32") >= 16, "no quad shuffles for P's fragment");
     cr_expect_eq(t_count(r.ptx, "k16."), 0, "a 16-bit wgmma");
+    /* out (full blocks): by TMA in two [64, 64] column parts a block through the group's
+     * own staging slots, not from the registers */
+    cr_expect_eq(t_count(r.ptx, "cp.async.bulk.tensor.3d.global.shared::cta"), 2, "out's TMA stores");
+    cr_expect_eq(t_count(r.ptx, "st.global"), 0, "out stored from the registers");
     t_ptxas_ok(r.ptx, "sm_90a", "ikbo_fa e4m3 headline");
     cg_result_free(&r);
     loom_kernel_destroy(k);
