@@ -8,6 +8,15 @@
 #                               Criterion): unpack .gpu/, run the GPU tests, every template
 #                               on the GPU and the interpreter, the benchmarks, and end with
 #                               a short table.  Logs go to $OUT (or /tmp/loom-out).
+#   bash scripts/gpu.sh profile KERNEL CMD [ARGS...]
+#                               on the GPU machine: unpack .gpu/, run CMD (a program of the
+#                               pack: bench_gemm, loomc, ...) under Nsight Compute, profile
+#                               one launch of the kernel whose name matches the regex KERNEL
+#                               (after LOOM_GPU_PROF_SKIP others, default 3) with source-level
+#                               stall sampling (--set full), and print where its warps wait
+#                               (scripts/ncu_stalls.py); the report and its CSV pages go to
+#                               $OUT (profile.ncu-rep, profile.details.csv, profile.sass.csv).
+#                               One profiled launch replays the kernel about 40 times.
 #
 # Knobs of `run` (to spend less GPU time on a part):
 #   LOOM_GPU_TARBALL   the pack to run (default .gpu/loom.tar.xz)
@@ -77,8 +86,8 @@ if [ "$mode" = pack ]; then
     exit 0
 fi
 
-if [ "$mode" != run ]; then
-    echo "usage: bash scripts/gpu.sh pack|run" >&2
+if [ "$mode" != run ] && { [ "$mode" != profile ] || [ $# -lt 3 ]; }; then
+    echo "usage: bash scripts/gpu.sh pack|run|profile KERNEL CMD [ARGS...]" >&2
     exit 2
 fi
 
@@ -90,6 +99,27 @@ export LD_LIBRARY_PATH="$R/lib:${LD_LIBRARY_PATH:-}"
 export PATH="$R/bin:$PATH:/usr/local/cuda/bin"
 export LOOM_CACHE_DIR=/tmp/loom-cache
 rm -rf "$LOOM_CACHE_DIR"
+
+if [ "$mode" = profile ]; then
+    kernel="$2"
+    shift 2
+    command -v ncu >/dev/null || { echo "gpu.sh profile: no ncu (Nsight Compute) on this machine" >&2; exit 1; }
+    rm -f "$OUTDIR/profile.ncu-rep"
+    # from a scratch directory, as the tests run; the program's own output in profile.log
+    (mkdir -p "$R/cwd" && cd "$R/cwd" &&
+        timeout "${LOOM_GPU_PROF_TIMEOUT:-300}" ncu -k "regex:$kernel" -s "${LOOM_GPU_PROF_SKIP:-3}" -c 1 --set full \
+            --import-source no -o "$OUTDIR/profile" "$@") >"$OUTDIR/profile.log" 2>&1
+    rc=$?
+    if [ ! -f "$OUTDIR/profile.ncu-rep" ]; then
+        tail -20 "$OUTDIR/profile.log"
+        echo "gpu.sh profile: no launch of a kernel matching '$kernel' was profiled (ncu rc $rc; the log: $OUTDIR/profile.log)" >&2
+        exit 1
+    fi
+    ncu -i "$OUTDIR/profile.ncu-rep" --page details --csv >"$OUTDIR/profile.details.csv" &&
+        ncu -i "$OUTDIR/profile.ncu-rep" --page source --csv --print-source sass >"$OUTDIR/profile.sass.csv" &&
+        python3 scripts/ncu_stalls.py "$OUTDIR/profile.details.csv" "$OUTDIR/profile.sass.csv"
+    exit $?
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUTDIR/gpu.txt"
 
 echo "== GPU tests (Criterion)"
