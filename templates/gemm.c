@@ -423,25 +423,26 @@ static void producer(loom_kernel *k, const gk *g)
             loom_val kk = loom_for_iv(k, kl);
             loom_val s = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
             loom_val k0 = loom_mul(k, kk, CI(c->bk));
-            if (c->share_a && !c->trans) { /* the pair's one A tile, multicast in row halves; B its own */
+            /* A: the pair's one tile, multicast in row halves (share); trans's [BM, BK] whole;
+             * else [BM, BK] (split: two halves, one a replica) */
+            if (c->share_a)
                 loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
-                loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
-            } else if (c->trans) { /* A's [BM, BK] whole (share: the pair's one tile, multicast in row
-                                    * halves); B's [BK, BN] in two column parts, one a group */
-                if (c->share_a)
-                    loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
-                else
-                    loom_ring_load(k, &g->ring, s, TILE_A, 0, g->A, offs_of(bat_a, b, m0, k0, o));
-                for (int h = 0; h < 2; h++)
-                    loom_ring_load(k, &g->ring, s, TILE_B, h, g->B, b_offs(g, b, k0, loom_add(k, n0, CI(64 * h)), o));
-            } else {
+            else if (c->trans)
+                loom_ring_load(k, &g->ring, s, TILE_A, 0, g->A, offs_of(bat_a, b, m0, k0, o));
+            else
                 for (int h = 0; h < (split ? 2 : 1); h++) {
                     loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
                     loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
                 }
-                /* the pair's B tile in halves along N: its columns, or with btrans its rows */
+            /* B: trans's [BK, BN] in two column parts, one a group; share's its own; else the
+             * pair's tile in halves along N (its columns, or with btrans its rows) */
+            if (c->trans)
+                for (int h = 0; h < 2; h++)
+                    loom_ring_load(k, &g->ring, s, TILE_B, h, g->B, b_offs(g, b, k0, loom_add(k, n0, CI(64 * h)), o));
+            else if (c->share_a)
+                loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
+            else
                 loom_ring_load_multicast(k, &g->ring, s, TILE_B, c->btrans ? 0 : 1, g->B, b_offs(g, b, k0, n0, o));
-            }
         }
         loom_for_end(k, kl, 0, NULL);
         loom_val next = loom_add(k, it0, CI(nk));

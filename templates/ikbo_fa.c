@@ -70,9 +70,6 @@ int64_t fa_max_units(const fa_spec *s) { return fa_units_max(s->B, s->nseed); }
 static int64_t esz(const fa_spec *s) { return (int64_t)loom_dtype_size(s->dt); }
 static int64_t q_bytes(const fa_spec *s) { return 2 * FA_BLOCK * s->D * esz(s); }
 static int64_t kv_bytes(const fa_spec *s) { return (int64_t)s->stages * 2 * s->bn * s->D * esz(s); }
-/* Q slots: two where they fit (the next unit's Q comes in during this one's end), else one. */
-static int64_t out_bytes(const fa_spec *s);
-static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) + out_bytes(s) <= FA_SMEM ? 2 : 1; }
 /* Every block of query rows is 64 full rows (a run of candidates of one user is a whole
  * number of blocks): the epilogue may TMA-store whole blocks. */
 static bool full_blocks(const fa_spec *s) { return s->nseed % FA_BLOCK == 0; }
@@ -88,6 +85,8 @@ static int64_t out_bytes(const fa_spec *s)
 {
     return store_parts(s) ? 2 * 2 * FA_BLOCK * 64 * (int64_t)loom_dtype_size(fa_out_dt(s)) : 0;
 }
+/* Q slots: two where they fit (the next unit's Q comes in during this one's end), else one. */
+static int q_slots(const fa_spec *s) { return 2 * q_bytes(s) + kv_bytes(s) + out_bytes(s) <= FA_SMEM ? 2 : 1; }
 /* The Q slot an output block went out through goes back during the next unit's first
  * S = Q K^T, not right after the store: waiting there for the TMA store to read the slot
  * stalls the warp group's next GEMMs.  Needs the second Q slot (the next unit's Q is in
@@ -661,17 +660,16 @@ static void consumers(fa *g)
             loom_epilogue_store_borrowed(k, g->out, offs, o, qv, g->wg, rep);
             if (!defer_q(s)) /* (defer_q: during the next unit's first S, or after the last unit) */
                 loom_epilogue_return_slot(k, &g->qring, loom_const_i(k, LOOM_I1, 1), qit);
-        } else if (store_parts(s)) { /* whole blocks, through the group's own staging slots */
-            if (!s->overlap)
-                loom_ring_release(k, &g->qring, qs);
-            loom_epilogue_store_turn(k, &g->oepi, offs, o, rep, LOOM_NONE);
         } else {
-            /* rows past the block's (it may end inside a candidate's rows) masked off */
             if (!s->overlap)
                 loom_ring_release(k, &g->qring, qs);
-            loom_shape osh = LOOM_SHAPE2(FA_BLOCK, s->D);
-            loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
-            loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
+            if (store_parts(s)) { /* whole blocks, through the group's own staging slots */
+                loom_epilogue_store_turn(k, &g->oepi, offs, o, rep, LOOM_NONE);
+            } else { /* rows past the block's (it may end inside a candidate's rows) masked off */
+                loom_shape osh = LOOM_SHAPE2(FA_BLOCK, s->D);
+                loom_val live = loom_cmp(k, LOOM_LT, loom_arange(k, 0, FA_BLOCK), rows);
+                loom_store(k, g->out, offs, o, loom_broadcast(k, loom_expand_dims(k, live, 1), osh));
+            }
         }
         if (idle_partner(s))
             loom_if_end(k, work, 0, NULL);
