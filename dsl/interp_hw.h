@@ -62,13 +62,13 @@ typedef struct nbar {
     uint64_t gen; /* completions so far */
 } nbar;
 
-/* A slot read by an asynchronous op that has not been retired yet. */
 /* Where in its slot a view lies, as stored: rows [r0, r1) by columns [c0, c1) (the whole
  * slot, or a loom_smem_part window), so that disjoint windows of one slot do not race. */
 typedef struct win {
     int64_t r0, r1, c0, c1;
 } win;
 
+/* A slot read by an asynchronous op that has not been retired yet. */
 typedef struct rd {
     int ring;
     int64_t slot;
@@ -151,7 +151,7 @@ int64_t interp_view_index(const ring *g, const tv *v, int64_t e);
 /* The checks on an asynchronous access of view v by op (each reports and returns false):
  * a slot a TMA load wrote is read only after a wait of the reader made it visible; an
  * async-proxy read (wgmma, TMA store) sees an smem_store only after the writer fenced; a
- * write to slot s of ring r while an unretired read holds it is a race. */
+ * write of view v over a part of its slot that an unretired read holds is a race. */
 bool interp_check_visible(interp *in, const ir_op *op, const tv *v);
 bool interp_check_fenced(interp *in, const ir_op *op, const tv *v);
 bool interp_check_overwrite(interp *in, const ir_op *op, const tv *v);
