@@ -157,17 +157,13 @@ static loom_val run_promoted(loom_src at, loom_kernel *k, const loom_mainloop *m
     loom_val uses = loom_mainloop_uses_at(at, k, ml);
     loom_val nb = ml->nsteps ? loom_div_at(at, k, loom_add_at(at, k, uses, CI(ml->promote - 1)), P)
                              : CI((ml->steps + ml->promote - 1) / ml->promote);
-    /* with block scales, the loop carries the next block's (loaded a block ahead) */
     bool bs = ml->block_scale != NULL;
-    loom_val init[2] = {f, bs ? ml->block_scale(ml->block_ctx, k, zero, rep) : LOOM_NONE};
-    loom_region_op bl = loom_for_begin_at(at, k, zero, nb, one, bs ? 2 : 1, init);
+    loom_region_op bl = loom_for_begin_at(at, k, zero, nb, one, 1, &f);
     {
         loom_val b = loom_for_iv(k, bl), k0 = loom_mul_at(at, k, b, P);
-        loom_val scale = bs ? loom_for_arg(k, bl, 1) : LOOM_NONE, next = LOOM_NONE;
-        if (bs) /* block b + 1's scales (the last block's again at the end), beside this block's wgmmas */
-            next = ml->block_scale(ml->block_ctx, k,
-                                   loom_min_at(at, k, loom_add_at(at, k, b, one), loom_sub_at(at, k, nb, one)), rep);
         loom_val tc = k_step(at, k, ml, it0, k0, rep, LOOM_NONE, true, zero, one);
+        /* the block's scales, its first ring use waited for (they may come with it) */
+        loom_val scale = bs ? ml->block_scale(ml->block_ctx, k, b, rep) : LOOM_NONE;
         if (ml->promote > 1) {
             loom_val end = loom_min_at(at, k, loom_add_at(at, k, k0, P), uses);
             loom_region_op il = loom_for_begin_at(at, k, loom_add_at(at, k, k0, one), end, one, 1, &tc);
@@ -175,14 +171,13 @@ static loom_val run_promoted(loom_src at, loom_kernel *k, const loom_mainloop *m
             loom_for_end_at(at, k, il, 1, &r);
             tc = loom_for_result(k, il, 0);
         }
-        loom_val y[2];
+        loom_val y;
         if (bs) { /* acc_f32 += (the block's sum) * its rows' scales, one fma an element */
             loom_val s2 = loom_broadcast_at(at, k, loom_expand_dims_at(at, k, scale, 1), LOOM_SHAPE2(ml->rows, ml->cols));
-            y[0] = loom_fma_at(at, k, loom_mainloop_promote_at(at, k, ml, tc, LOOM_NONE), s2, loom_for_arg(k, bl, 0));
-            y[1] = next;
+            y = loom_fma_at(at, k, loom_mainloop_promote_at(at, k, ml, tc, LOOM_NONE), s2, loom_for_arg(k, bl, 0));
         } else
-            y[0] = loom_mainloop_promote_at(at, k, ml, tc, loom_for_arg(k, bl, 0));
-        loom_for_end_at(at, k, bl, bs ? 2 : 1, y);
+            y = loom_mainloop_promote_at(at, k, ml, tc, loom_for_arg(k, bl, 0));
+        loom_for_end_at(at, k, bl, 1, &y);
     }
     return loom_for_result(k, bl, 0);
 }

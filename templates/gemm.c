@@ -76,7 +76,7 @@
  *              loaded in the accumulator's slices in the epilogue; batch 1, trans=0);
  *              with scaled=3 (block-wise, FP8 with promote=128): f32 scale_a [KB, M]
  *              (1 x 128 blocks of A: row m's scale of K block kb at [kb, m], rows M_max
- *              apart) and scale_b
+ *              apart; the argument is KB * M_max floats) and scale_b
  *              [NB, KB] (128 x 128 blocks of B, [N, K]), KB = cdiv(K, 128), NB =
  *              cdiv(N, 128): C[m, n] = sum over kb of scale_a[kb, m] scale_b[n / 128, kb]
  *              (A @ B over block kb), each block's sum scaled as it is promoted
@@ -138,7 +138,9 @@
 #define GEMM_CONFIG(X)                                                                                     \
     X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group; trans=1: a multiple of 8 up to 256)", 64, \
       128, 224, 256)                                                                                       \
-    X(BN, bn, int, 256, "tile columns (64, 128, 256)", 64, 128, 256)                                       \
+    X(BN, bn, int, 256,                                                                                    \
+      "tile columns (64, 128, 192, 256; 192: the widest tile whose two accumulators fit with promote, "     \
+      "scaled=3 excepted)", 64, 128, 192, 256)                                                              \
     X(BK, bk, int, 64,                                                                                     \
       "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "                       \
       "shared memory; slower on the H200)")                                                                \
@@ -231,8 +233,9 @@ static int64_t units(const g_cfg *c) { return units_per_product(c) * product_uni
 
 #define CI(v) loom_const_i(k, LOOM_I32, (v))
 
-/* The ring's tiles: A [rows, BK] (split: two halves a slot, one a replica), B [BK, BN]. */
-enum { TILE_A, TILE_B };
+/* The ring's tiles: A [rows, BK] (split: two halves a slot, one a replica), B [BK, BN];
+ * with scaled=3, A's rows' scales of the step's K block, f32 [rows] (split: halves). */
+enum { TILE_A, TILE_B, TILE_SA };
 
 /* What the tasks work with. */
 typedef struct gk {
@@ -433,6 +436,9 @@ static void producer(loom_kernel *k, const gk *g)
                 for (int h = 0; h < (split ? 2 : 1); h++) {
                     loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
                     loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
+                    if (c->scaled == 3) /* the rows' scales of the step's block of 128 of K */
+                        loom_ring_load(k, &g->ring, s, TILE_SA, h, g->scale_a,
+                                       ((loom_val[]){loom_add(k, loom_mul(k, loom_div(k, k0, CI(128)), CI(c->M)), m)}));
                 }
             /* B: trans's [BK, BN] in two column parts, one a group; share's its own; else the
              * pair's tile in halves along N (its columns, or with btrans its rows) */
@@ -468,29 +474,33 @@ static loom_mainloop mainloop_of(const gk *g, int bm)
 /* scaled=3: where a consumer's accumulator lies, for its blocks' scales. */
 typedef struct block_at {
     const gk *g;
-    loom_val m0, n0; /* the tile's first row and column */
-    int64_t rows;    /* the consumer's rows (split: replica rep's start at m0 + rep * rows) */
+    loom_val it0, n0; /* the tile's first ring use and first column */
+    int64_t rows;     /* the consumer's rows (split: replica rep's part of the slot's scales) */
     bool split;
 } block_at;
 
 /* The scales of K block kb's partial sums, a row each: scale_a[kb, m] of the consumer's
- * rows times scale_b[n0 / 128, kb] (f32 [rows]). */
+ * rows, which came with the block's first ring use (its slot, waited for by the
+ * mainloop), times scale_b[n0 / 128, kb] (f32 [rows]).  Through the ring, not from global
+ * memory in the k loop: 1.17x at 4096^3 on an H100 (bench/RESULTS.md, session 31). */
 static loom_val block_scale(void *ctx, loom_kernel *k, loom_val kb, loom_val rep)
 {
     const block_at *a = ctx;
-    loom_val m = a->split ? loom_add(k, a->m0, loom_mul(k, rep, CI(a->rows))) : a->m0;
-    loom_val sa = loom_load(k, a->g->scale_a, ((loom_val[]){kb, m}), LOOM_SHAPE1(a->rows), LOOM_NONE, 0.0);
+    const g_cfg *c = a->g->c;
+    const loom_ring *r = &a->g->ring;
+    loom_val s = loom_ring_slot_of(k, r, loom_add(k, a->it0, loom_mul(k, kb, CI(c->promote / c->bk))));
+    loom_val sa = loom_smem_load(k, loom_ring_view(k, r, s, TILE_SA, a->split ? rep : LOOM_NONE));
     loom_val sb = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){loom_div(k, a->n0, CI(128)), kb}));
     return loom_mul(k, sa, loom_splat(k, sb, LOOM_SHAPE1(a->rows)));
 }
 
 /* The mainloop of a tile with its blocks' scales where scaled=3 (ba, kept alive by the
  * caller while the mainloop is built). */
-static loom_mainloop scaled_mainloop(const gk *g, int bm, block_at *ba, loom_val m0, loom_val n0)
+static loom_mainloop scaled_mainloop(const gk *g, int bm, block_at *ba, loom_val it0, loom_val n0)
 {
     loom_mainloop ml = mainloop_of(g, bm);
     if (g->c->scaled == 3) {
-        *ba = (block_at){.g = g, .m0 = m0, .n0 = n0, .rows = bm, .split = g->c->consumers == SPLIT};
+        *ba = (block_at){.g = g, .it0 = it0, .n0 = n0, .rows = bm, .split = g->c->consumers == SPLIT};
         ml.block_scale = block_scale, ml.block_ctx = ba;
     }
     return ml;
@@ -547,7 +557,7 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
         block_at ba;
-        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, m0, n0);
+        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, it0, n0);
         loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0), it0);
         store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0, .rows = c->bm, .cols = c->bn}, LOOM_NONE,
                    LOOM_NONE);
@@ -577,7 +587,7 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
         block_at ba;
-        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, m0, n0);
+        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, it0, n0);
         loom_pingpong_mma_begin(k, pp);
         loom_val acc = loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0);
         loom_pingpong_mma_end(k, pp);
@@ -617,7 +627,7 @@ static void consumers_split(loom_kernel *k, const gk *g)
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
         block_at ba;
-        loom_mainloop ml = scaled_mainloop(g, half, &ba, m0, n0);
+        loom_mainloop ml = scaled_mainloop(g, half, &ba, it0, n0);
         loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0), it0);
         loom_val off = loom_mul(k, rep, CI(half)), m = m0, n = n0;
         if (c->trans) /* the group's [64, BM] of C^T is C's [BM, 64] at column n0 + 64 rep */
@@ -696,8 +706,11 @@ static loom_kernel *gemm_build(const g_cfg *c)
         g.scale_a = loom_arg_tensor(k, "scale_a", LOOM_F32, LOOM_SHAPE1(M), LOOM_IN);
         g.scale_b = loom_arg_tensor(k, "scale_b", LOOM_F32, LOOM_SHAPE1(c->N), LOOM_IN);
     } else if (c->scaled == 3) { /* a scale a 1 x 128 block of A, [KB, M]; one a 128 x 128 block of B */
-        int64_t kb = TPL_CDIV(c->K, 128), sast[2] = {c->M, 1}; /* rows M_max apart, as A's and C's */
-        g.scale_a = loom_arg_tensor_strided(k, "scale_a", LOOM_F32, LOOM_SHAPE2(kb, M), sast, LOOM_IN);
+        /* [KB, M] with rows M_max apart, as A's and C's, read as [KB * M_max]: the producer
+         * loads a block's scales of a tile's rows as one box of the flat rows (the rows
+         * past the launch's M are read, and their outputs not stored) */
+        int64_t kb = TPL_CDIV(c->K, 128);
+        g.scale_a = loom_arg_tensor(k, "scale_a", LOOM_F32, LOOM_SHAPE1(kb * c->M), LOOM_IN);
         g.scale_b = loom_arg_tensor(k, "scale_b", LOOM_F32, LOOM_SHAPE2(TPL_CDIV(c->N, 128), kb), LOOM_IN);
     }
 
@@ -706,15 +719,16 @@ static loom_kernel *gemm_build(const g_cfg *c)
     /* A's rows are BK wide (f16: 128 bytes at BK=64, 64 at BK=32; FP8: 128 at BK=128, 64
      * at BK=64): the swizzle spans one row; so does B's [BN, BK] with btrans */
     loom_swizzle aswz = c->bk * (int64_t)loom_dtype_size(c->dt) == 64 ? LOOM_SWIZZLE_64 : LOOM_SWIZZLE_128;
-    loom_ring_tile tiles[2] = {{c->dt, LOOM_SHAPE2(arows, c->bk), split ? 2 : 1, aswz},
-                               {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128}};
+    loom_ring_tile tiles[3] = {{c->dt, LOOM_SHAPE2(arows, c->bk), split ? 2 : 1, aswz},
+                               {c->dt, LOOM_SHAPE2(c->bk, c->bn), 1, LOOM_SWIZZLE_128},
+                               {LOOM_F32, LOOM_SHAPE1(arows), split ? 2 : 1, LOOM_SWIZZLE_NONE}};
     if (c->btrans)
         tiles[TILE_B] = (loom_ring_tile){c->dt, LOOM_SHAPE2(c->bn, c->bk), 1, aswz};
     if (c->trans) { /* A's tile whole (wgmma's B), B's in a [BK, 64] part a group (its A, transposed) */
         tiles[TILE_A] = (loom_ring_tile){c->dt, LOOM_SHAPE2(c->bm, c->bk), 1, aswz};
         tiles[TILE_B] = (loom_ring_tile){c->dt, LOOM_SHAPE2(c->bk, 64), 2, LOOM_SWIZZLE_128};
     }
-    g.ring = loom_ring_create(&p, c->stages, split ? 2 : 1, 2, tiles); /* split: both replicas release */
+    g.ring = loom_ring_create(&p, c->stages, split ? 2 : 1, c->scaled == 3 ? 3 : 2, tiles); /* split: both release */
     g.sched = loom_sched_static(&p, units(c), c->ctas != 0); /* its count: each task's (launch_units) */
     loom_pingpong pp = c->consumers == PINGPONG ? loom_pingpong_create(&p) : (loom_pingpong){0};
     loom_shape pt = split_part(c);
@@ -763,9 +777,9 @@ static const char *why_not_trans(const g_cfg *c)
 
 /* The promoted configs (promote > 0, FP8 only): the second accumulator (f32, the shape of
  * the tensor cores') must fit beside the first in the 192 of the consumers' 232 registers a
- * thread that the accumulator may take (tpl_why_not_consumers): at most 64 x 128 of a tile
- * per warp group.  Split 128 x 256 (64 x 256 a warp group, 128 registers each) does not fit;
- * split 128 x 128 does. */
+ * thread that the accumulator may take (tpl_why_not_consumers): at most 64 x 192 of a tile
+ * per warp group.  128 x 256 (64 x 256 a warp group, 128 registers each) does not fit;
+ * 128 x 192 and 128 x 128 do. */
 static const char *why_not_promote(const g_cfg *c, bool fp8, char *buf, size_t n)
 {
     if (c->promote < 0)
@@ -787,8 +801,8 @@ static const char *why_not_promote(const g_cfg *c, bool fp8, char *buf, size_t n
         return NULL;
     snprintf(buf, n,
              "promote=%d keeps a second f32 accumulator: 2 x %lld registers a thread (%d x %d a warp group), "
-             "over the 192 an accumulator may take; use at most 64 x 128 a warp group (e.g. "
-             "BM=128,BN=128,cwarps=8,consumers=2)",
+             "over the 192 an accumulator may take; use at most 64 x 192 a warp group (e.g. "
+             "BM=128,BN=192,cwarps=8)",
              c->promote, (long long)regs, c->bm / wgs, c->bn);
     return buf;
 }
@@ -870,8 +884,8 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
         return "share=1 needs a batch sharing one A (batch > 1, ashared=1): the pair takes consecutive products";
     if (c->share_a && c->consumers == SPLIT && !c->trans)
         return "share=1 takes consumers 0 or 1, or trans=1 (split loads A in row halves of its own)";
-    if (c->cluster > 1 && !c->share_a && c->bn < 128)
-        return "cluster=2 needs BN >= 128: each CTA multicasts half of B's 64-column chunks";
+    if (c->cluster > 1 && !c->share_a && (c->bn < 128 || (c->bn == 192 && !c->btrans)))
+        return "cluster=2 needs BN 128 or 256 (192 with btrans=1): each CTA multicasts half of B's 64-column chunks";
     if (c->cluster > 1 && c->ctas % c->cluster)
         return "with clusters, ctas must be a multiple of the cluster size";
     return NULL;
@@ -908,9 +922,8 @@ static double cost(const int64_t *sh, const int64_t *cf)
 }
 
 /* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row; 64 where promote is
- * not a multiple of 128); promoted FP8 (promote > 0) takes BN=128, so that the two
- * accumulators fit (64 x 128 a warp group: split 128 x 128 at large shapes, the tile of
- * CUTLASS's and DeepGEMM's promoted FP8 kernels; not measured in loom yet).  A small M (up
+ * not a multiple of 128); promoted FP8 (promote > 0) takes BN=192 or 128, so that the two
+ * accumulators fit (promoted_bn; cooperative 128 x BN at large shapes).  A small M (up
  * to 512) with N not a multiple of 256, or with a batch sharing one A, takes the
  * transposed product (trans=1) with BM the rows in one or two tiles rounded to 8 (16 with
  * a shared A: 224 at M=433), where its tiles fill the GPU; with a shared A, clusters of two
@@ -928,6 +941,18 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * 64 x 256), which stay where M wastes rows in 128-row tiles (the IKBO M=433: 512 rows
  * against 448) or where there are too few tiles to fill the GPU (bench/RESULTS.md,
  * session 23). */
+/* Promoted FP8 (promote > 0: two accumulators of 64 x BN a warp group): BN=192, the widest
+ * that fits, where its tiles cover N within 4% of 128-column ones; else 128, and with
+ * scaled=3, whose tile must lie in one 128-column block of B's scales.  On an H100
+ * (bench/RESULTS.md, session 31) 128 x 192 cooperative ran 1.02x / 1.12-1.17x 128 x 128 at
+ * 4096^3 / 8192^3, the cooperative form 1.00-1.04x the split one. */
+static int promoted_bn(const g_cfg *c)
+{
+    if (c->scaled == 3 || TPL_CDIV(c->N, 192) * 192 * 100 > TPL_CDIV(c->N, 128) * 128 * 104)
+        return 128;
+    return 192;
+}
+
 /* Split tiles (two consumer warp groups sharing each BM x BN tile), 4 stages, groups of 8. */
 static void split_tiles(int64_t *cf, int64_t bm, int64_t bn)
 {
@@ -956,13 +981,15 @@ static void heuristic(const int64_t *sh, int64_t *cf)
             cf[C_cluster] = 2, cf[C_share] = 1;
         return;
     }
-    int bn = c.promote ? 128 : 256; /* promoted: two accumulators of 64 x 128 a warp group */
+    int bn = c.promote ? promoted_bn(&c) : 256;
     cf[C_BN] = bn;
     int64_t rows64 = TPL_CDIV(c.M, 64) * 64, rows128 = TPL_CDIV(c.M, 128) * 128;
     int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, bn) * c.batch;
     if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)
         return;
     split_tiles(cf, 128, bn);
+    if (c.promote) /* the two groups share each tile's k steps (cooperative) */
+        cf[C_consumers] = COOPERATIVE;
 }
 
 /* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at

@@ -250,6 +250,8 @@ const char *ik_why_not(const ik_spec *s, char *buf, size_t n)
         if (s->bm < 8 || s->bm > 256 || s->bm % 8)
             return "trans=1: BM (the most rows of a tile, on wgmma's N side) must be a multiple of 8 up to 256";
     } else {
+        if (s->bn != 64 && s->bn != 128 && s->bn != 256) /* tiles of 192 columns: gemm's only */
+            return "BN must be 64, 128 or 256";
         const char *w = tpl_why_not_consumers(s->cwarps, s->consumers, TPL_SPLIT, s->ctas, s->bm, s->bn);
         if (w)
             return w;

@@ -153,8 +153,8 @@ const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas,
     if (bm != 64 * wgs && bm != 128 * wgs)
         return consumers == TPL_PINGPONG ? "BM must be 64 or 128 with consumers=1 (one warp group owns a whole tile)"
                                          : "BM must be 64 or 128 rows per consumer warp group";
-    if (bn < 64 || bn > 256 || (bn & (bn - 1)))
-        return "BN must be 64, 128 or 256";
+    if (bn < 64 || bn > 256 || bn % 64)
+        return "BN must be 64, 128, 192 or 256";
     if (tpl_acc_regs(cwarps, consumers, bm, bn) > TPL_ACC_REGS_MAX)
         return "the accumulator needs more than 192 of the consumers' 232 registers a thread";
     return NULL;

@@ -70,8 +70,8 @@ void tpl_pad_rows_grid(int64_t rows, int64_t ld, int grid[3]);
 enum { TPL_COOPERATIVE, TPL_PINGPONG, TPL_SPLIT };
 
 /* Why cwarps (4 or 8), consumers (0 .. last, last one of the above), ctas (0: a CTA a
- * tile) and the BM x BN tile cannot go together (the accumulator included: at most 192
- * of a consumer's 232 registers a thread), or NULL. */
+ * tile) and the BM x BN tile cannot go together (BN a multiple of 64 up to 256; the
+ * accumulator included: at most 192 of a consumer's 232 registers a thread), or NULL. */
 const char *tpl_why_not_consumers(int cwarps, int consumers, int last, int ctas, int bm, int bn);
 /* The registers a thread of a consumer warp group takes for an f32 BM x BN accumulator
  * (its share: ping-pong's group a whole tile, the others the tile's rows split over the

@@ -494,6 +494,7 @@ Test(gemm_dyn, the_ptx_of_every_scheme_assembles)
         {"M=433,N=256,K=1184,batch=1024", "BM=224,BN=128,cwarps=8,consumers=2,trans=1"},
         {"M=433,N=72,K=866,batch=1024,dtype=bf16,odtype=bf16", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,group=8"},
         {"M=433,N=256,K=872,batch=1024", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1,group=8"},
+        {"M=4096,N=4096,K=4096", "BM=128,BN=192,cwarps=8,consumers=2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         dyn_gemm g = dyn_build(cases[i][0], cases[i][1]);
@@ -676,6 +677,8 @@ Test(gemm_dyn_gpu, every_scheme_at_random_requests, .timeout = 300)
         {"M=433,N=200,K=872,batch=9", "BM=224,BN=128,cwarps=8,consumers=2,trans=1"},
         {"M=433,N=256,K=872,batch=9", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1,ctas=132"},
         {"M=300,N=72,K=136,batch=4,ashared=0,odtype=f32", "BM=152,BN=128,cwarps=8,consumers=2,trans=1,stages=3"},
+        {"M=600,N=520,K=392,batch=3,ashared=0", "BM=128,BN=192,cwarps=8,ctas=5"},
+        {"M=1000,N=400,K=136,odtype=f32", "BM=128,BN=192,cwarps=8,consumers=2,ctas=3,stages=3"},
     };
     uint64_t seed = 77;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

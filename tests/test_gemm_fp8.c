@@ -63,6 +63,7 @@ static const char *const configs[] = {
     "BM=128,BN=64,cwarps=8,consumers=2,BK=128,stages=2,ctas=3",     /* split */
     "BM=64,BN=64,cwarps=8,consumers=1,BK=128,stages=2,ctas=2",      /* ping-pong */
     "BM=64,BN=128,cluster=2,ctas=2,BK=128,stages=2",                /* B's halves multicast by rows */
+    "BM=128,BN=192,cwarps=8,BK=128,stages=2,ctas=3",                /* 192 columns (promote's untuned) */
 };
 
 /* Every shape at every config (shape s with seed seed + s). */
@@ -314,7 +315,7 @@ Test(gemm_fp8, promote_refusals_name_the_reason)
     const char *fp8 = "M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128";
     expect_refused(fp8, "BM=128,BN=256,cwarps=8,consumers=2,BK=128",
                    "promote=128 keeps a second f32 accumulator: 2 x 128 registers a thread (64 x 256 a warp group), "
-                   "over the 192 an accumulator may take; use at most 64 x 128 a warp group");
+                   "over the 192 an accumulator may take; use at most 64 x 192 a warp group");
     expect_refused(fp8, "BK=128", "2 x 128 registers a thread (64 x 256 a warp group)");
     expect_refused(fp8, "BM=128,BN=128,cwarps=8,consumers=1,BK=128", "2 x 128 registers a thread (128 x 128 a warp");
     expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,promote=64", "BM=128,BN=128,cwarps=8,consumers=2,BK=128",
@@ -337,9 +338,11 @@ Test(gemm_fp8, promote_refusals_name_the_reason)
 Test(gemm_fp8, the_untuned_promoted_config_fits)
 {
     static const char *const cases[][2] = {
-        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,BK=128,stages=4,cwarps=8"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
+        {"M=4096,N=640,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
         {"M=256,N=256,K=4096,dtype=e4m3,btrans=1,promote=256", "BM=64,BN=128,BK=128"},
-        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=64", "BM=128,BN=128,BK=64"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=64", "BM=128,BN=192,BK=64"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BM=128,BN=256,BK=128"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -375,6 +378,8 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
         /* promoted (every 128 and 256 elements of K, split 128 x 128) and scaled */
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128",
          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128", "BM=128,BN=192,cwarps=8,BK=128,group=8",
+         "m64n192k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=256,scaled=1",
          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,scaled=1",
@@ -402,8 +407,8 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
         cr_expect(strstr(ptx, cases[i][2]), "%s: no %s", name, cases[i][2]);
         cr_expect_eq(t_count(ptx, "k16.f32"), 0, "%s: a k16 wgmma", name);
         /* promoted: a block's first wgmma starts from zero (scale-d off: predicate z) and
-         * the block's end adds the 64 x 128 a warp group (64 a thread) into f32 (with
-         * block scales, as 64 fmas of the sum and the rows' scales) */
+         * the block's end adds the 64 x BN a warp group (BN / 2 a thread) into f32 (with
+         * block scales, as fmas of the sum and the rows' scales) */
         bool promoted = strstr(cases[i][0], "promote="), blocks = strstr(cases[i][0], "scaled=3");
         int adds = t_count(ptx, blocks ? "fma.rn.f32" : "add.rn.f32");
         cr_expect_eq(adds >= 64, promoted, "%s: %d f32 %s", name, adds, blocks ? "fmas" : "adds");
@@ -536,6 +541,9 @@ Test(gemm_fp8_gpu, large_shapes_sum_integers_exactly)
      * ping-pong 64 x 128), and scaled by 0.5 and 4 (C = 2 A @ B, exact) */
     exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
                      "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", 1, 1);
+    /* the untuned promoted config, cooperative 128 x 192 (N past the last whole tile) */
+    exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
+                     "BM=128,BN=192,cwarps=8,BK=128,group=8", 1, 1);
     exact_on_the_gpu(rt, ref, "M=1000,N=1032,K=8192,dtype=e5m2,odtype=f32,btrans=1,promote=256,scaled=1",
                      "BM=64,BN=128,cwarps=8,consumers=1,BK=128", 0.5f, 4);
     exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,scaled=1",
@@ -571,18 +579,25 @@ Test(gemm_fp8_gpu, promoted_random_inputs_within_the_promoted_bound)
     cr_assert_eq(nvref_gemm_reference(ref, &ns, rt_buffer_dptr(a), rt_buffer_dptr(bt), rt_buffer_dptr(r),
                                       rt_buffer_dptr(ra), err, sizeof err),
                  LOOM_OK, "%s", err);
-    launch_on_the_gpu(rt, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
-                      "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", a, bt, c, 1, 1);
     double gamma = loom_fp8_promoted_sum_error(K, 128, 1.0);
     cr_assert(gamma < 0.0162, "gamma %g", gamma);
-    nvref_gemm_report rep;
-    cr_assert_eq(nvref_gemm_compare_gamma(ref, M * N, rt_buffer_dptr(c), LOOM_BF16, rt_buffer_dptr(r), LOOM_F32,
-                                          rt_buffer_dptr(ra), gamma, &rep, err, sizeof err),
-                 LOOM_OK, "%s", err);
-    cr_expect_eq(rep.bad, 0, "%llu of %llu past the promoted bound; first at %lld: %.9g, want %.9g (bound %.3g)",
-                 (unsigned long long)rep.bad, (unsigned long long)rep.checked, (long long)rep.first_bad, rep.first_out,
-                 rep.first_ref, rep.first_bound);
-    printf("gemm_fp8_gpu promoted 4096^3: worst |err|/bound %.3g\n", rep.worst);
+    /* split 128 x 128, and the untuned config: cooperative 128 x 192 */
+    static const char *const cfgs[] = {"BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8",
+                                       "BM=128,BN=192,cwarps=8,BK=128,group=8"};
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        cr_assert_eq(loom_buffer_fill(c, 0xff), LOOM_OK); /* NaN: an element not written fails */
+        launch_on_the_gpu(rt, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128", cfgs[i], a, bt, c,
+                          1, 1);
+        nvref_gemm_report rep;
+        cr_assert_eq(nvref_gemm_compare_gamma(ref, M * N, rt_buffer_dptr(c), LOOM_BF16, rt_buffer_dptr(r), LOOM_F32,
+                                              rt_buffer_dptr(ra), gamma, &rep, err, sizeof err),
+                     LOOM_OK, "%s", err);
+        cr_expect_eq(rep.bad, 0,
+                     "[%s] %llu of %llu past the promoted bound; first at %lld: %.9g, want %.9g (bound %.3g)", cfgs[i],
+                     (unsigned long long)rep.bad, (unsigned long long)rep.checked, (long long)rep.first_bad,
+                     rep.first_out, rep.first_ref, rep.first_bound);
+        printf("gemm_fp8_gpu promoted 4096^3 [%s]: worst |err|/bound %.3g\n", cfgs[i], rep.worst);
+    }
     loom_buffer *all[] = {a, bt, c, r, ra};
     for (size_t i = 0; i < 5; i++)
         loom_buffer_destroy(all[i]);
