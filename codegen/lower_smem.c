@@ -6,7 +6,9 @@
  * here too: the wgmma A fragments (lower_wgmma.c) pack the same way.
  *
  * smem_load and smem_store begin with the task's barrier: a tile is read or written by
- * all of the task's threads together, so the DSL's "the load sees the store" holds.
+ * all of the task's threads together, so the DSL's "the load sees the store" holds.  A
+ * load of an allocation no thread writes (a ring tile only TMA fills, read after its
+ * mbarrier wait: a block's scales) needs no barrier and has none.
  *
  * Shared memory.  Every allocation has a fixed byte offset in loom_smem (codegen/smem.c);
  * a ring, a slot view or a barrier array is held as one i32: its offset from loom_smem.
@@ -313,6 +315,36 @@ static void unpack_pair(L *l, loom_dtype dt, LLVMValueRef w, LLVMValueRef *a, LL
     *b = LLVMBuildBitCast(l->B, LLVMBuildAnd(l->B, w, ci32(l, (int32_t)0xffff0000), ""), l->t_f32, "");
 }
 
+/* The allocation a view (a slot, part or transpose of one) lies in: its op, or 0. */
+static uint32_t alloc_of(const loom_kernel *k, uint32_t v)
+{
+    for (;;) {
+        const ir_value *x = &k->vals[v];
+        if (x->kind != IR_V_RESULT)
+            return 0;
+        const ir_op *d = &k->ops[x->def];
+        if (d->kind == IR_SMEM_ALLOC)
+            return x->def;
+        if (d->kind != IR_SMEM_SLOT && d->kind != IR_SMEM_PART && d->kind != IR_SMEM_TRANS)
+            return 0;
+        v = d->opnd[0];
+    }
+}
+
+/* Do threads write allocation a anywhere in the kernel (smem_store, a cluster store)?
+ * Where only TMA writes it, what a thread reads was waited for on an mbarrier, which
+ * makes it visible: no task barrier is needed for that. */
+static bool thread_written(const loom_kernel *k, uint32_t a)
+{
+    for (uint32_t o = 1; o < k->nops; o++) {
+        const ir_op *op = &k->ops[o];
+        if ((op->kind == IR_SMEM_STORE || op->kind == IR_SMEM_STORE_CLUSTER) && op->nopnd &&
+            alloc_of(k, op->opnd[0]) == a)
+            return true;
+    }
+    return false;
+}
+
 /* A tile of one element (a scheduler's hand-over word): one thread's value is everyone's. */
 static bool one_element(L *l, uint32_t v) { return ir_shape_numel(&vty(l, v)->shape) == 1; }
 
@@ -327,7 +359,9 @@ bool lower_smem_load(L *l, uint32_t o, ir_op *op)
         return false;
     loom_dtype dt = vdt(l, op->res[0]);
     LLVMValueRef base = smem_off(l, op->opnd[0]);
-    lw_barrier(l); /* tile semantics: every thread's earlier writes of the view are visible */
+    uint32_t a = alloc_of(l->k, op->opnd[0]);
+    if (!a || thread_written(l->k, a)) /* tile semantics: every thread's earlier writes of the view are visible */
+        lw_barrier(l);
     if (one_element(l, op->res[0]) && n == 1 && (dt == LOOM_I32 || dt == LOOM_F32)) {
         /* Lane 0 reads the word and passes it to its warp (shfl.sync): the lane that reads
          * is the lane that arrives on a barrier afterwards (lower_mbar_arrive), so the read

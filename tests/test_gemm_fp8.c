@@ -413,6 +413,22 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
         int adds = t_count(ptx, blocks ? "fma.rn.f32" : "add.rn.f32");
         cr_expect_eq(adds >= 64, promoted, "%s: %d f32 %s", name, adds, blocks ? "fmas" : "adds");
         cr_expect(!promoted || t_count(ptx, "z, 1, 1;") >= 1, "%s: no wgmma from zero", name);
+        if (blocks) { /* the scales come by TMA with the block: read after its mbarrier wait,
+                       * with no task barrier (the same bar.syncs as without scales) */
+            char *plain = NULL, shape[256];
+            snprintf(shape, sizeof shape, "%.*s", (int)(strstr(cases[i][0], ",promote=") - cases[i][0]), cases[i][0]);
+            strcat(shape, ",promote=128");
+            int64_t sh2[LOOM_MAX_PARAMS], cf2[LOOM_MAX_PARAMS];
+            params(shape, cases[i][1], sh2, cf2);
+            loom_kernel *k2 = gemm()->build(sh2, cf2, err, sizeof err);
+            cr_assert(k2, "%s: %s", shape, err);
+            cr_assert_eq(loom_compile_ptx(k2, "sm_90a", &plain, NULL, err, sizeof err), LOOM_OK, "%s", err);
+            cr_expect_eq(t_count(ptx, "bar.sync"), t_count(plain, "bar.sync"), "%s: bar.sync %d, without scales %d",
+                         name, t_count(ptx, "bar.sync"), t_count(plain, "bar.sync"));
+            cr_expect(t_count(ptx, "ld.shared.f32") >= 2, "%s: the block's scales not read from shared memory", name);
+            free(plain);
+            loom_kernel_destroy(k2);
+        }
         t_ptxas_ok(ptx, "sm_90a", name);
         free(ptx);
         /* no layout conversion: the scales (per row and column, or per block, carried a
