@@ -133,14 +133,14 @@
       "1: C = scale_a * scale_b * (A @ B), two f32 scalar arguments after C (per-tensor FP8 scales), "     \
       "multiplied into the f32 accumulator before the cast; 2: per-row and per-column scales, f32 "        \
       "vectors scale_a [M] and scale_b [N] after C, C[m, n] = scale_a[m] scale_b[n] (A @ B)[m, n] (batch 1); " \
-      "3: block-wise (FP8, promote=128, BN 64 or 128): scale_a [cdiv(K,128), M] per 1 x 128 block of A and " \
+      "3: block-wise (FP8, promote=128, BN 64, 128 or 192): scale_a [cdiv(K,128), M] per 1 x 128 block of A and " \
       "scale_b [cdiv(N,128), cdiv(K,128)] per 128 x 128 block of B, each block's sum scaled as it is promoted")
 #define GEMM_CONFIG(X)                                                                                     \
     X(BM, bm, int, 64, "tile rows (64 or 128 per consumer warp group; trans=1: a multiple of 8 up to 256)", 64, \
       128, 224, 256)                                                                                       \
     X(BN, bn, int, 256,                                                                                    \
-      "tile columns (64, 128, 192, 256; 192: the widest tile whose two accumulators fit with promote, "     \
-      "scaled=3 excepted)", 64, 128, 192, 256)                                                              \
+      "tile columns (64, 128, 192, 256; 192: the widest tile whose two accumulators fit with "            \
+      "promote)", 64, 128, 192, 256)                                                              \
     X(BK, bk, int, 64,                                                                                     \
       "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "                       \
       "shared memory; slower on the H200)")                                                                \
@@ -490,8 +490,25 @@ static loom_val block_scale(void *ctx, loom_kernel *k, loom_val kb, loom_val rep
     const loom_ring *r = &a->g->ring;
     loom_val s = loom_ring_slot_of(k, r, loom_add(k, a->it0, loom_mul(k, kb, CI(c->promote / c->bk))));
     loom_val sa = loom_smem_load(k, loom_ring_view(k, r, s, TILE_SA, a->split ? rep : LOOM_NONE));
-    loom_val sb = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){loom_div(k, a->n0, CI(128)), kb}));
-    return loom_mul(k, sa, loom_splat(k, sb, LOOM_SHAPE1(a->rows)));
+    loom_val nb = loom_div(k, a->n0, CI(128));
+    loom_val sb = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){nb, kb}));
+    if (c->bn <= 128) /* the tile's columns lie in one block of B */
+        return loom_mul(k, sa, loom_splat(k, sb, LOOM_SHAPE1(a->rows)));
+    /* 192 columns from n0 (a multiple of 64) span two blocks: columns 0-63 lie in block
+     * nb, 128-191 in nb + 1 (past N: the last block's), 64-127 in nb where n0 is a
+     * multiple of 128, else in nb + 1.  Which third a column is in is fixed by where it
+     * lies in the accumulator (the selects below fold away), so a block's scales are six
+     * products a thread and one fma an element. */
+    loom_val nb1 = loom_min(k, loom_add(k, nb, CI(1)), CI(TPL_CDIV(c->N, 128) - 1));
+    loom_val sb1 = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){nb1, kb}));
+    loom_val smid = loom_select(k, loom_cmp(k, LOOM_EQ, loom_rem(k, a->n0, CI(128)), CI(0)), sb, sb1);
+    loom_shape sh = LOOM_SHAPE1(c->bn);
+    loom_val col = loom_arange(k, 0, c->bn);
+    loom_val sbc = loom_select(k, loom_cmp(k, LOOM_LT, col, loom_splat(k, CI(64), sh)), loom_splat(k, sb, sh),
+                               loom_select(k, loom_cmp(k, LOOM_LT, col, loom_splat(k, CI(128), sh)),
+                                           loom_splat(k, smid, sh), loom_splat(k, sb1, sh)));
+    loom_shape t = LOOM_SHAPE2(a->rows, c->bn);
+    return loom_mul(k, loom_broadcast(k, loom_expand_dims(k, sa, 1), t), loom_broadcast(k, loom_expand_dims(k, sbc, 0), t));
 }
 
 /* The mainloop of a tile with its blocks' scales where scaled=3 (ba, kept alive by the
@@ -823,8 +840,9 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
     if (c->scaled == 3 && (!fp8 || c->promote != 128))
         return "scaled=3 (block-wise scales) is FP8's with promote=128: each 128 elements of K are one block, whose "
                "sum is scaled as it is promoted into f32";
-    if (c->scaled == 3 && 128 % c->bn)
-        return "scaled=3 takes BN 64 or 128: a tile's columns must lie in one 128-column block of B (one scale_b)";
+    if (c->scaled == 3 && 128 % c->bn && c->bn != 192)
+        return "scaled=3 takes BN 64, 128 or 192: a tile's columns must lie in one 128-column block of B (one "
+               "scale_b), or 192 in two";
     if (c->btrans != 0 && c->btrans != 1)
         return "btrans must be 0 (B is [K, N]) or 1 (B is [N, K])";
     if (fp8 && !c->btrans)
@@ -942,15 +960,18 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * against 448) or where there are too few tiles to fill the GPU (bench/RESULTS.md,
  * session 23). */
 /* Promoted FP8 (promote > 0: two accumulators of 64 x BN a warp group): BN=192, the widest
- * that fits, where its tiles cover N within 4% of 128-column ones; else 128, and with
- * scaled=3, whose tile must lie in one 128-column block of B's scales.  On an H100
- * (bench/RESULTS.md, session 31) 128 x 192 cooperative ran 1.02x / 1.12-1.17x 128 x 128 at
- * 4096^3 / 8192^3, the cooperative form 1.00-1.04x the split one. */
-static int promoted_bn(const g_cfg *c)
+ * that fits, or 128, whichever the waves of 128-row tiles on the SMs say is faster: a
+ * 192-column tile is 1.5 times a 128-column one's work at `gain` times its rate (on an
+ * H100, bench/RESULTS.md session 31: cooperative 1.19 at 8192^3; with block scales, whose
+ * 192-column form is split (cooperative spills), 1.13, less the split form's 3%).  So
+ * 4096^3 takes 192 (6 waves against 8) but not with block scales; 8192^3 and 2048 x 7168
+ * take 192 both ways. */
+static int promoted_bn(const g_cfg *c, int ctas)
 {
-    if (c->scaled == 3 || TPL_CDIV(c->N, 192) * 192 * 100 > TPL_CDIV(c->N, 128) * 128 * 104)
-        return 128;
-    return 192;
+    double gain = c->scaled == 3 ? 1.10 : 1.19;
+    int64_t tm = TPL_CDIV(c->M, 128) * c->batch;
+    int64_t w192 = TPL_CDIV(tm * TPL_CDIV(c->N, 192), ctas), w128 = TPL_CDIV(tm * TPL_CDIV(c->N, 128), ctas);
+    return 1.5 * (double)w192 < gain * (double)w128 ? 192 : 128;
 }
 
 /* Split tiles (two consumer warp groups sharing each BM x BN tile), 4 stages, groups of 8. */
@@ -981,14 +1002,14 @@ static void heuristic(const int64_t *sh, int64_t *cf)
             cf[C_cluster] = 2, cf[C_share] = 1;
         return;
     }
-    int bn = c.promote ? promoted_bn(&c) : 256;
+    int bn = c.promote ? promoted_bn(&c, c.ctas > 0 ? c.ctas : 132) : 256;
     cf[C_BN] = bn;
     int64_t rows64 = TPL_CDIV(c.M, 64) * 64, rows128 = TPL_CDIV(c.M, 128) * 128;
     int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, bn) * c.batch;
     if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)
         return;
     split_tiles(cf, 128, bn);
-    if (c.promote) /* the two groups share each tile's k steps (cooperative) */
+    if (c.promote && !(c.scaled == 3 && bn == 192)) /* cooperative, but where it spills */
         cf[C_consumers] = COOPERATIVE;
 }
 

@@ -139,6 +139,10 @@ Test(gemm_fp8, block_scales_match_the_reference_within_the_bound)
         "BM=64,BN=64,cwarps=8,consumers=1,BK=128,stages=2,ctas=2",
         "BM=128,BN=128,cwarps=8,BK=64,stages=3,tmastore=0",
         "BM=64,BN=128,cluster=2,ctas=2,BK=128,stages=2",
+        /* 192 columns: tiles at n0 = 0 and 192 (their middle 64 columns in B's first and
+         * second blocks), and N = 136's last 8 columns in its second block */
+        "BM=128,BN=192,cwarps=8,consumers=2,BK=128,stages=2,ctas=3",
+        "BM=128,BN=192,cwarps=8,BK=128,stages=2",
     };
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     check_each(rt, blocked, sizeof blocked / sizeof *blocked, bcfg, sizeof bcfg / sizeof *bcfg, 80);
@@ -327,7 +331,7 @@ Test(gemm_fp8, promote_refusals_name_the_reason)
                                                                               "with promote=128");
     expect_refused("M=256,N=256,K=256,scaled=3,promote=128", "", "scaled=3 (block-wise scales) is FP8's");
     expect_refused("M=256,N=256,K=256,dtype=e4m3,btrans=1,scaled=3,promote=128", "BN=256,BK=128",
-                   "scaled=3 takes BN 64 or 128");
+                   "scaled=3 takes BN 64, 128 or 192");
     expect_refused("M=256,N=256,K=256,batch=2,dtype=e4m3,btrans=1,scaled=2", "BK=128",
                    "scaled=2 (a scale a row and a column) takes one product (batch=1)");
 }
@@ -340,7 +344,10 @@ Test(gemm_fp8, the_untuned_promoted_config_fits)
     static const char *const cases[][2] = {
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,BK=128,stages=4,cwarps=8"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
-        {"M=4096,N=640,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
+        {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128,scaled=3",
+         "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=2"},
+        {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=0"},
+        {"M=512,N=512,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=64,BN=128,BK=128"},
         {"M=256,N=256,K=4096,dtype=e4m3,btrans=1,promote=256", "BM=64,BN=128,BK=128"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=64", "BM=128,BN=192,BK=64"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1", "BM=128,BN=256,BK=128"},
@@ -394,6 +401,8 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=3",
          "BM=128,BN=128,cwarps=8,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=3",
+         "BM=128,BN=192,cwarps=8,consumers=2,BK=128,group=8", "m64n192k32.f32.e4m3.e4m3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
@@ -459,6 +468,9 @@ Test(gemm_fp8_gpu, matches_the_reference_within_the_fp8_bound)
     /* block-wise scales: the promoted split 128 x 128, a ragged K and N */
     check(rt, "M=1000,N=1032,K=1000,dtype=e4m3,btrans=1,odtype=bf16,scaled=3,promote=128",
           "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", 35);
+    /* and split 128 x 192: tiles at n0 % 128 = 0 and 64, the last one past N */
+    check(rt, "M=1000,N=1032,K=1000,dtype=e4m3,btrans=1,odtype=bf16,scaled=3,promote=128",
+          "BM=128,BN=192,cwarps=8,consumers=2,BK=128,group=8", 36);
     loom_runtime_destroy(rt);
 }
 
