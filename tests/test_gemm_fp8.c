@@ -440,8 +440,8 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
         }
         t_ptxas_ok(ptx, "sm_90a", name);
         free(ptx);
-        /* no layout conversion: the scales (per row and column, or per block, carried a
-         * block ahead by the promoted loop) load in the accumulator's slices */
+        /* no layout conversion: the scales (per row and column, or per block, read from
+         * the ring slot by the promoted loop) load in the accumulator's slices */
         int convert = 0;
         cr_assert_eq(loom_kernel_explain(k, "sm_90a", count_conversions, &convert, NULL, err, sizeof err), LOOM_OK,
                      "%s: %s", name, err);
