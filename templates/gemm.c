@@ -985,6 +985,21 @@ static void split_tiles(int64_t *cf, int64_t bm, int64_t bn)
     cf[C_group] = 8;
 }
 
+/* BN columns and, where the shape fills the GPU with 128-row tiles that waste few rows,
+ * split 128 x BN (promoted: cooperative, but where the split form is the one without
+ * spills, block scales at 192); else the defaults' one warp group of 64 rows. */
+static void plain_tiles(const g_cfg *c, int64_t *cf, int bn)
+{
+    cf[C_BN] = bn;
+    int64_t rows64 = TPL_CDIV(c->M, 64) * 64, rows128 = TPL_CDIV(c->M, 128) * 128;
+    int64_t tiles = TPL_CDIV(c->M, 128) * TPL_CDIV(c->N, bn) * c->batch;
+    if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)
+        return;
+    split_tiles(cf, 128, bn);
+    if (c->promote && !(c->scaled == 3 && bn == 192))
+        cf[C_consumers] = COOPERATIVE;
+}
+
 static void heuristic(const int64_t *sh, int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
@@ -1002,15 +1017,20 @@ static void heuristic(const int64_t *sh, int64_t *cf)
             cf[C_cluster] = 2, cf[C_share] = 1;
         return;
     }
-    int bn = c.promote ? promoted_bn(&c, c.ctas > 0 ? c.ctas : 132) : 256;
-    cf[C_BN] = bn;
-    int64_t rows64 = TPL_CDIV(c.M, 64) * 64, rows128 = TPL_CDIV(c.M, 128) * 128;
-    int64_t tiles = TPL_CDIV(c.M, 128) * TPL_CDIV(c.N, bn) * c.batch;
-    if (rows128 * 100 > rows64 * 103 || tiles * 4 < 132 * 3)
+    if (!c.promote) {
+        plain_tiles(&c, cf, 256);
         return;
-    split_tiles(cf, 128, bn);
-    if (c.promote && !(c.scaled == 3 && bn == 192)) /* cooperative, but where it spills */
-        cf[C_consumers] = COOPERATIVE;
+    }
+    int64_t keep[C_COUNT];
+    memcpy(keep, cf, sizeof keep);
+    int bn = promoted_bn(&c, c.ctas > 0 ? c.ctas : 132);
+    plain_tiles(&c, cf, bn);
+    g_cfg t = cfg_of(sh, cf);
+    char why[256];
+    if (bn == 192 && why_not(&t, why, sizeof why)) { /* e.g. f32 out: its staging tile does not fit */
+        memcpy(cf, keep, sizeof keep);
+        plain_tiles(&c, cf, 128);
+    }
 }
 
 /* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at
