@@ -965,7 +965,8 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * H100, bench/RESULTS.md session 31: cooperative 1.19 at 8192^3; with block scales, whose
  * 192-column form is split (cooperative spills), 1.13, less the split form's 3%).  So
  * 4096^3 takes 192 (6 waves against 8) but not with block scales; 8192^3 and 2048 x 7168
- * take 192 both ways. */
+ * take 192 both ways.  (Where a 192-column config does not fit, f32 out, heuristic takes
+ * 128.) */
 static int promoted_bn(const g_cfg *c, int ctas)
 {
     double gain = c->scaled == 3 ? 1.10 : 1.19;
