@@ -363,11 +363,10 @@ typedef struct loom_mainloop {
      * the f32 vector [rows] block_scale returns (or element by element by an f32 [rows,
      * cols] tile) as it is added into acc_f32 (acc_f32 = fma(sum, scale, acc_f32), a vector
      * broadcast over the columns: block-wise FP8 scaling, a scale of each row's block of K
-     * times one of B's block).  block_scale is called with
-     * a block's index (an i32: k steps block * promote ..) and the replica once the
-     * block's first wgmma is issued (its first ring use waited for: scales that come with
-     * it in the slot may be read from it), so their reads overlap the block's wgmmas.
-     * NULL: none. */
+     * times one of B's block).  block_scale is called with a block's index (an i32: k
+     * steps block * promote ..) and the replica once the block's first wgmma is issued
+     * (its first ring use waited for: scales that come with it in the slot may be read
+     * from it), so their reads overlap the block's wgmmas.  NULL: none. */
     loom_val (*block_scale)(void *ctx, loom_kernel *k, loom_val block, loom_val rep);
     void *block_ctx;
 } loom_mainloop;

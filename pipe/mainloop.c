@@ -173,9 +173,10 @@ static loom_val run_promoted(loom_src at, loom_kernel *k, const loom_mainloop *m
         }
         loom_val y;
         if (bs) { /* acc_f32 += (the block's sum) * its rows' (or elements') scales, one fma an element */
+            loom_shape sh = LOOM_SHAPE2(ml->rows, ml->cols);
             loom_val s2 = loom_val_shape(k, scale).rank == 2
                               ? scale
-                              : loom_broadcast_at(at, k, loom_expand_dims_at(at, k, scale, 1), LOOM_SHAPE2(ml->rows, ml->cols));
+                              : loom_broadcast_at(at, k, loom_expand_dims_at(at, k, scale, 1), sh);
             y = loom_fma_at(at, k, loom_mainloop_promote_at(at, k, ml, tc, LOOM_NONE), s2, loom_for_arg(k, bl, 0));
         } else
             y = loom_mainloop_promote_at(at, k, ml, tc, loom_for_arg(k, bl, 0));

@@ -508,7 +508,8 @@ static loom_val block_scale(void *ctx, loom_kernel *k, loom_val kb, loom_val rep
                                loom_select(k, loom_cmp(k, LOOM_LT, col, loom_splat(k, CI(128), sh)),
                                            loom_splat(k, smid, sh), loom_splat(k, sb1, sh)));
     loom_shape t = LOOM_SHAPE2(a->rows, c->bn);
-    return loom_mul(k, loom_broadcast(k, loom_expand_dims(k, sa, 1), t), loom_broadcast(k, loom_expand_dims(k, sbc, 0), t));
+    return loom_mul(k, loom_broadcast(k, loom_expand_dims(k, sa, 1), t),
+                    loom_broadcast(k, loom_expand_dims(k, sbc, 0), t));
 }
 
 /* The mainloop of a tile with its blocks' scales where scaled=3 (ba, kept alive by the

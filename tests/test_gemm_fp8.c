@@ -346,7 +346,8 @@ Test(gemm_fp8, the_untuned_promoted_config_fits)
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128,scaled=3",
          "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=2"},
-        {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=0"},
+        {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128",
+         "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=0"},
         {"M=512,N=512,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=64,BN=128,BK=128"},
         /* f32 out: a 128 x 192 f32 staging tile does not fit beside 4 stages */
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128,odtype=f32", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
