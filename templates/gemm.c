@@ -940,26 +940,6 @@ static double cost(const int64_t *sh, const int64_t *cf)
     return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
-/* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row; 64 where promote is
- * not a multiple of 128); promoted FP8 (promote > 0) takes BN=192 or 128, so that the two
- * accumulators fit (promoted_bn; cooperative 128 x BN at large shapes).  A small M (up
- * to 512) with N not a multiple of 256, or with a batch sharing one A, takes the
- * transposed product (trans=1) with BM the rows in one or two tiles rounded to 8 (16 with
- * a shared A: 224 at M=433), where its tiles fill the GPU; with a shared A, clusters of two
- * consecutive products multicast their one A tile (cluster=2, share=1), as cuBLAS's kernel
- * at the IKBO shape does (nvjet 128x224, 2x1 cluster).  On an H100 at M=433, K=866, batch
- * 1024 trans ran 2.6-2.9x the defaults at N=72 and 8 (BN=256 tiles there are mostly
- * empty) and 1.36-1.41x at N=1000 (session 23); at N=256 without the pair 0.82x the
- * defaults at K=872 and 1.07-1.14x at K=1184, with the pair 1.10x and 1.06-1.13x
- * (0.93 and 0.96 of cuBLAS); at K=872 the pair ran 1.46x trans alone at N=72, 1.40x at
- * N=8, 1.27x at N=1000 and 1.12x at N=256 with a batch of 64 (session 29).  At a shape whose rows
- * 128-row tiles cover as tightly as 64-row ones and whose 128 x 256 tiles fill most of
- * the SMs: split 128 x 256 tiles (two consumer warp groups
- * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
- * cuBLAS at 2048^3, 4096^3 and 8192^3, against 0.87-0.97 for the defaults (one warp group,
- * 64 x 256), which stay where M wastes rows in 128-row tiles (the IKBO M=433: 512 rows
- * against 448) or where there are too few tiles to fill the GPU (bench/RESULTS.md,
- * session 23). */
 /* Promoted FP8 (promote > 0: two accumulators of 64 x BN a warp group): BN=192, the widest
  * that fits, or 128, whichever the waves of 128-row tiles on the SMs say is faster: a
  * 192-column tile is 1.5 times a 128-column one's work at `gain` times its rate (on an
@@ -1002,6 +982,26 @@ static void plain_tiles(const g_cfg *c, int64_t *cf, int bn)
         cf[C_consumers] = COOPERATIVE;
 }
 
+/* Untuned: FP8 takes BK=128 (one 128-byte swizzle span of A's row; 64 where promote is
+ * not a multiple of 128); promoted FP8 (promote > 0) takes BN=192 or 128, so that the two
+ * accumulators fit (promoted_bn; cooperative 128 x BN at large shapes).  A small M (up
+ * to 512) with N not a multiple of 256, or with a batch sharing one A, takes the
+ * transposed product (trans=1) with BM the rows in one or two tiles rounded to 8 (16 with
+ * a shared A: 224 at M=433), where its tiles fill the GPU; with a shared A, clusters of two
+ * consecutive products multicast their one A tile (cluster=2, share=1), as cuBLAS's kernel
+ * at the IKBO shape does (nvjet 128x224, 2x1 cluster).  On an H100 at M=433, K=866, batch
+ * 1024 trans ran 2.6-2.9x the defaults at N=72 and 8 (BN=256 tiles there are mostly
+ * empty) and 1.36-1.41x at N=1000 (session 23); at N=256 without the pair 0.82x the
+ * defaults at K=872 and 1.07-1.14x at K=1184, with the pair 1.10x and 1.06-1.13x
+ * (0.93 and 0.96 of cuBLAS); at K=872 the pair ran 1.46x trans alone at N=72, 1.40x at
+ * N=8, 1.27x at N=1000 and 1.12x at N=256 with a batch of 64 (session 29).  At a shape whose rows
+ * 128-row tiles cover as tightly as 64-row ones and whose 128 x 256 tiles fill most of
+ * the SMs: split 128 x 256 tiles (two consumer warp groups
+ * sharing each tile by rows), groups of 8 tile rows.  On an H100 that ran at 0.99-1.03 of
+ * cuBLAS at 2048^3, 4096^3 and 8192^3, against 0.87-0.97 for the defaults (one warp group,
+ * 64 x 256), which stay where M wastes rows in 128-row tiles (the IKBO M=433: 512 rows
+ * against 448) or where there are too few tiles to fill the GPU (bench/RESULTS.md,
+ * session 23). */
 static void heuristic(const int64_t *sh, int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
