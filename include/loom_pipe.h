@@ -350,6 +350,9 @@ typedef struct loom_mainloop {
     int a_trans, b_trans; /* read transposed (loom_smem_trans) */
     int a_split;          /* A's tile has a part a replica: replica rep reads part rep */
     int64_t rows, cols;   /* the accumulator, f32 [rows, cols] */
+    int64_t b_part;       /* B's tile read in part: its first b_part elements of wgmma's N (the
+                             tile's rows where b_trans, else its columns: whole swizzle chunks);
+                             0: the whole tile */
     int64_t steps;        /* k steps a tile ... */
     loom_val nsteps;      /* ... or, where set, a run-time i32 count of them */
     int in_flight;        /* wgmma groups left in flight after a step (0: 1; -1: none) */

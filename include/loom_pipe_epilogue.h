@@ -59,7 +59,9 @@ typedef struct loom_epilogue {
     loom_epilogue_create_at(LOOM_HERE, p, kind, out, dtype, shape, slots, threads)
 loom_epilogue loom_epilogue_create_at(loom_src at, loom_pipe *p, loom_epilogue_kind kind, loom_val out,
                                       loom_dtype dtype, loom_shape shape, int slots, int threads);
-/* Store tile v at out[offs] through staging slot `slot` (an i32; LOOM_NONE: 0).
+/* Store tile v at out[offs] through staging slot `slot` (an i32; LOOM_NONE: 0).  A v of
+ * fewer columns than the staging tile (whole swizzle chunks of it) goes through the
+ * staging tile's first columns.
  * LOOM_EPI_HANDOVER: rep is the replica and j its tile count (for the hand parities).
  * LOOM_EPI_PARTS: v's rows (or columns) a whole number of parts (the staging tile's),
  * stored into out's last two dims; rep is the replica (LOOM_NONE: 0), j unused. */

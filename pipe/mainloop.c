@@ -43,6 +43,8 @@ static loom_val a_of(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_
 static loom_val b_of(loom_src at, loom_kernel *k, const loom_mainloop *ml, loom_val s)
 {
     loom_val v = loom_ring_view_at(at, k, ml->ring, s, ml->b_tile, LOOM_NONE);
+    if (ml->b_part)
+        v = loom_smem_part_at(at, k, v, ml->b_trans ? 0 : 1, 0, ml->b_part);
     return ml->b_trans ? loom_smem_trans_at(at, k, v) : v;
 }
 

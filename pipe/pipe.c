@@ -667,6 +667,9 @@ void loom_epilogue_store_at(loom_src at, loom_kernel *k, const loom_epilogue *e,
     if (handover)
         loom_epilogue_turn_wait_at(at, k, e, rep, j);
     loom_val view = loom_smem_slot_at(at, k, e->stage, slot ? slot : CI(0));
+    loom_shape vs = loom_val_shape(k, v), ts = loom_val_shape(k, view);
+    if (vs.rank == 2 && ts.rank == 2 && vs.dim[1] < ts.dim[1]) /* a narrower tile: the staging tile's first columns */
+        view = loom_smem_part_at(at, k, view, 1, 0, vs.dim[1]);
     if (e->kind == LOOM_EPI_STAGED) {
         /* the previous tile's store has read the tile: the thread that issued it waits
          * (cp.async.bulk.wait_group.read), then the threads that write the tile meet */

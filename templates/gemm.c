@@ -168,7 +168,12 @@
     X(trans, trans, int, 0,                                                                                \
       "1: the transposed product C^T = B^T A^T, as cuBLAS runs a small M: wgmma's M side is "              \
       "N (two warp groups of 64 columns: BN=128, cwarps=8, consumers=2) and its N side M (BM "              \
-      "any multiple of 8 up to 256: 224 covers the IKBO M=433 in two tiles, 448 rows)", 0, 1)
+      "any multiple of 8 up to 256: 224 covers the IKBO M=433 in two tiles, 448 rows)", 0, 1)              \
+    X(BN2, bn2, int, 0,                                                                                    \
+      "0: every tile BN columns; 64 or 128 (under BN): the tile columns past `wide` are BN2 columns, "     \
+      "so that the last wave of tiles is not mostly idle SMs (cooperative, trans=0, cluster=1, "           \
+      "batch=1, scaled 0-2; each program's BN tiles run first)")                                         \
+    X(wide, wide, int, 0, "with BN2: the tile columns of BN from column 0 (at least 1, fewer than N takes)")
 
 enum { GEMM_SHAPE(LOOM_S_INDEX) S_COUNT };
 enum { GEMM_CONFIG(LOOM_C_INDEX) C_COUNT };
@@ -218,8 +223,14 @@ static bool fp8_in(const g_cfg *c) { return c->dt == LOOM_E4M3 || c->dt == LOOM_
  * along M. */
 static int64_t unit_rows(const g_cfg *c) { return (int64_t)c->bm * (c->share_a ? 1 : c->cluster); }
 
+/* The tile columns of BN (with BN2: `wide` of them, from column 0) and of BN2 (the rest
+ * of N; none without BN2). */
+static int64_t cols_wide(const g_cfg *c) { return c->bn2 ? c->wide : TPL_CDIV(c->N, c->bn); }
+static int64_t cols_narrow(const g_cfg *c) { return c->bn2 ? TPL_CDIV(c->N - (int64_t)c->wide * c->bn, c->bn2) : 0; }
+static int64_t tile_cols(const g_cfg *c) { return cols_wide(c) + cols_narrow(c); }
+
 /* The units of a product (unit rows of M by tile columns of N). */
-static int64_t units_per_product(const g_cfg *c) { return TPL_CDIV(c->M, unit_rows(c)) * TPL_CDIV(c->N, c->bn); }
+static int64_t units_per_product(const g_cfg *c) { return TPL_CDIV(c->M, unit_rows(c)) * tile_cols(c); }
 
 /* The products a unit row takes: one, or with share=1 a pair (rounded up). */
 static int64_t product_units(const g_cfg *c) { return c->share_a ? TPL_CDIV(c->batch, c->cluster) : c->batch; }
@@ -263,19 +274,20 @@ enum { TAIL_SHIFT = 16 };
 
 static bool tail_exact(const g_cfg *c)
 {
-    int64_t per_group = (int64_t)c->group * TPL_CDIV(c->N, c->bn);
+    int64_t tn = cols_wide(c) > cols_narrow(c) ? cols_wide(c) : cols_narrow(c), per_group = (int64_t)c->group * tn;
     return per_group * c->group < (INT64_C(1) << TAIL_SHIFT) && per_group * ((INT64_C(1) << TAIL_SHIFT) + 1) < INT32_MAX;
 }
 
-/* The grouped (L2-friendly) order of loom_sched_grouped within a product whose unit rows
- * (g->tm) are known at run time: unit r of the product is unit row *tr and tile column
- * *tc, `group` unit rows at a time.  A group has `group` rows but the last (g->tail); the
- * quotients are by the constant group or, in the last group, by the tail's reciprocal: no
- * division by a run-time value a unit.  With one tile column the row is r itself. */
-static void grouped(loom_kernel *k, const gk *g, loom_val r, loom_val *tr, loom_val *tc)
+/* The grouped (L2-friendly) order of loom_sched_grouped within a product (or, with BN2, a
+ * region of tn tile columns of it) whose unit rows (g->tm) are known at run time: unit r
+ * is unit row *tr and tile column *tc, `group` unit rows at a time.  A group has `group`
+ * rows but the last (g->tail); the quotients are by the constant group or, in the last
+ * group, by the tail's reciprocal: no division by a run-time value a unit.  With one tile
+ * column the row is r itself. */
+static void grouped(loom_kernel *k, const gk *g, loom_val r, int64_t tn, loom_val *tr, loom_val *tc)
 {
     const g_cfg *c = g->c;
-    int64_t tn = TPL_CDIV(c->N, c->bn), per_group = (int64_t)c->group * tn;
+    int64_t per_group = (int64_t)c->group * tn;
     if (tn == 1) { /* r = first + in with in < the group's rows: row r, column 0 */
         *tr = r;
         *tc = CI(0);
@@ -301,7 +313,7 @@ static void tile_coords(loom_kernel *k, const gk *g, loom_val r, loom_val *b, lo
     const g_cfg *c = g->c;
     int64_t um = unit_rows(c);
     loom_val tr, tc;
-    grouped(k, g, r, &tr, &tc);
+    grouped(k, g, r, cols_wide(c), &tr, &tc);
     *m0 = loom_mul(k, tr, CI(um));
     *n0 = loom_mul(k, tc, CI(c->bn));
     if (c->cluster > 1 && c->share_a) /* rank r: product 2b + r (past the batch: TMA reads zeros, stores nothing) */
@@ -318,7 +330,7 @@ static gk launch_units(loom_kernel *k, const gk *g0)
 {
     gk g = *g0;
     const g_cfg *c = g.c;
-    int64_t tn = TPL_CDIV(c->N, c->bn);
+    int64_t tn = tile_cols(c);
     g.tm = loom_div(k, loom_add(k, g.M, CI(unit_rows(c) - 1)), CI(unit_rows(c)));
     g.tiles = loom_mul(k, g.tm, CI(tn));
     loom_val count = g.tiles;
@@ -404,55 +416,107 @@ static loom_val *b_offs(const gk *g, loom_val b, loom_val k0, loom_val n0, loom_
     return g->c->btrans ? offs_of(g->batched, b, n0, k0, o) : offs_of(g->batched, b, k0, n0, o);
 }
 
-/* Producer: for each unit, for each k step (a running count of ring uses over units),
- * A's box (split: its two row halves) and B's (multicast in parts over a cluster). */
+/* A task's work on one tile of `cols` columns at (b, m0, n0), from ring use it0. */
+typedef void (*tile_fn)(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val it0, int cols);
+
+/* With BN2 (one product): the program's units as two loops, each of one tile width: its
+ * BN-column tiles (units first, first + step, .. below W = tm * wide, in their grouped
+ * order), then its BN2-column ones (the same stride on from the first past W, in theirs),
+ * so that the static schedule's round robin gives the BN2 tiles first to the programs
+ * with one BN tile fewer.  Each loop carries the ring's use count; no unit branches on
+ * its width (ptxas kept both widths' values live across one loop and spilled). */
+static void two_width_units(loom_kernel *k, const gk *g, tile_fn fn)
+{
+    const g_cfg *c = g->c;
+    loom_val first, step, it = CI(0);
+    loom_sched_range(k, &g->sched, &first, &step);
+    loom_val W = loom_mul(k, g->tm, CI(c->wide));
+    for (int narrow = 0; narrow < 2; narrow++) {
+        loom_val from = first, to = narrow ? g->sched.count : W;
+        if (narrow) { /* the first unit past W that this program takes */
+            loom_val behind = loom_max(k, loom_sub(k, W, first), CI(0));
+            from = loom_add(k, first, loom_mul(k, loom_div(k, loom_add(k, behind, loom_sub(k, step, CI(1))), step), step));
+        }
+        loom_region_op l = loom_for_begin(k, from, to, step, 1, &it);
+        {
+            loom_val u = loom_for_iv(k, l), it0 = loom_for_arg(k, l, 0), tr, tc;
+            grouped(k, g, narrow ? loom_sub(k, u, W) : u, narrow ? cols_narrow(c) : c->wide, &tr, &tc);
+            loom_val n0 = narrow ? loom_add(k, loom_mul(k, tc, CI(c->bn2)), CI((int64_t)c->wide * c->bn))
+                                 : loom_mul(k, tc, CI(c->bn));
+            fn(k, g, CI(0), loom_mul(k, tr, CI(c->bm)), n0, it0, narrow ? c->bn2 : c->bn);
+            loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
+            loom_for_end(k, l, 1, &next);
+        }
+        it = loom_for_result(k, l, 0);
+    }
+}
+
+/* The producer's k steps of one tile (ring uses it0 ..): A's box (split: its two row
+ * halves) and B's (multicast in parts over a cluster).  cols: the tile's columns, BN, or
+ * BN2 (a part of B's slot, its full barrier expecting those bytes). */
+static void produce_tile(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val it0, int cols)
+{
+    const g_cfg *c = g->c;
+    int64_t nk = TPL_CDIV(c->K, c->bk), es = (int64_t)loom_dtype_size(c->dt);
+    bool split = c->consumers == SPLIT, bat_a = g->batched && !c->ashared;
+    int arows = split ? c->bm / 2 : c->bm;
+    loom_val one = CI(1), o[3];
+    int64_t bytes = cols == c->bn ? -1 : g->ring.bytes - (int64_t)(c->bn - cols) * c->bk * es;
+    loom_region_op kl = loom_for_begin(k, CI(0), CI(nk), one, 0, NULL);
+    {
+        loom_val kk = loom_for_iv(k, kl);
+        loom_val s = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), bytes);
+        loom_val k0 = loom_mul(k, kk, CI(c->bk));
+        /* A: the pair's one tile, multicast in row halves (share); trans's [BM, BK] whole;
+         * else [BM, BK] (split: two halves, one a replica) */
+        if (c->share_a)
+            loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
+        else if (c->trans)
+            loom_ring_load(k, &g->ring, s, TILE_A, 0, g->A, offs_of(bat_a, b, m0, k0, o));
+        else
+            for (int h = 0; h < (split ? 2 : 1); h++) {
+                loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
+                loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
+                if (c->scaled == 3) /* the rows' scales of the step's block of 128 of K */
+                    loom_ring_load(k, &g->ring, s, TILE_SA, h, g->scale_a,
+                                   ((loom_val[]){loom_add(k, loom_mul(k, loom_div(k, k0, CI(128)), CI(c->M)), m)}));
+            }
+        /* B: trans's [BK, BN] in two column parts, one a group; share's its own; a BN2 tile's
+         * first BN2 columns of the slot's [BK, BN] (with btrans its first BN2 rows of [BN,
+         * BK]); else the pair's tile in halves along N (its columns, or with btrans its rows) */
+        if (c->trans)
+            for (int h = 0; h < 2; h++)
+                loom_ring_load(k, &g->ring, s, TILE_B, h, g->B, b_offs(g, b, k0, loom_add(k, n0, CI(64 * h)), o));
+        else if (c->share_a)
+            loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
+        else if (cols != c->bn)
+            loom_tma_load(k, g->B, b_offs(g, b, k0, n0, o),
+                          loom_smem_part(k, loom_ring_view(k, &g->ring, s, TILE_B, LOOM_NONE), c->btrans ? 0 : 1, 0, cols),
+                          g->ring.full, s);
+        else
+            loom_ring_load_multicast(k, &g->ring, s, TILE_B, c->btrans ? 0 : 1, g->B, b_offs(g, b, k0, n0, o));
+    }
+    loom_for_end(k, kl, 0, NULL);
+}
+
+/* Producer: for each unit, its tile's k steps (a running count of ring uses over units);
+ * with BN2, the BN-column tiles' loop, then the BN2-column ones'. */
 static void producer(loom_kernel *k, const gk *g)
 {
     const g_cfg *c = g->c;
-    int64_t nk = TPL_CDIV(c->K, c->bk);
-    bool split = c->consumers == SPLIT, bat_a = g->batched && !c->ashared;
-    int arows = split ? c->bm / 2 : c->bm;
-    loom_val zero = CI(0), one = CI(1);
     loom_region_op pt = loom_producer_begin(k);
     {
         gk gl = launch_units(k, g);
         g = &gl;
-        unit_loop u = units_begin(k, g, LOOM_SCHED_PRODUCER, LOOM_NONE, zero);
-        loom_val b = u.b, m0, n0, o[3];
-        tile_coords(k, g, u.r, &b, &m0, &n0);
-        loom_val it0 = u.it;
-        loom_region_op kl = loom_for_begin(k, zero, CI(nk), one, 0, NULL);
-        {
-            loom_val kk = loom_for_iv(k, kl);
-            loom_val s = loom_ring_produce(k, &g->ring, loom_add(k, it0, kk), -1);
-            loom_val k0 = loom_mul(k, kk, CI(c->bk));
-            /* A: the pair's one tile, multicast in row halves (share); trans's [BM, BK] whole;
-             * else [BM, BK] (split: two halves, one a replica) */
-            if (c->share_a)
-                loom_ring_load_multicast(k, &g->ring, s, TILE_A, 0, g->A, offs_of(false, b, m0, k0, o));
-            else if (c->trans)
-                loom_ring_load(k, &g->ring, s, TILE_A, 0, g->A, offs_of(bat_a, b, m0, k0, o));
-            else
-                for (int h = 0; h < (split ? 2 : 1); h++) {
-                    loom_val m = h ? loom_add(k, m0, CI(arows)) : m0;
-                    loom_ring_load(k, &g->ring, s, TILE_A, h, g->A, offs_of(bat_a, b, m, k0, o));
-                    if (c->scaled == 3) /* the rows' scales of the step's block of 128 of K */
-                        loom_ring_load(k, &g->ring, s, TILE_SA, h, g->scale_a,
-                                       ((loom_val[]){loom_add(k, loom_mul(k, loom_div(k, k0, CI(128)), CI(c->M)), m)}));
-                }
-            /* B: trans's [BK, BN] in two column parts, one a group; share's its own; else the
-             * pair's tile in halves along N (its columns, or with btrans its rows) */
-            if (c->trans)
-                for (int h = 0; h < 2; h++)
-                    loom_ring_load(k, &g->ring, s, TILE_B, h, g->B, b_offs(g, b, k0, loom_add(k, n0, CI(64 * h)), o));
-            else if (c->share_a)
-                loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
-            else
-                loom_ring_load_multicast(k, &g->ring, s, TILE_B, c->btrans ? 0 : 1, g->B, b_offs(g, b, k0, n0, o));
+        if (c->bn2)
+            two_width_units(k, g, produce_tile);
+        else {
+            unit_loop u = units_begin(k, g, LOOM_SCHED_PRODUCER, LOOM_NONE, CI(0));
+            loom_val b = u.b, m0, n0;
+            tile_coords(k, g, u.r, &b, &m0, &n0);
+            produce_tile(k, g, b, m0, n0, u.it, c->bn);
+            units_end(k, g, &u, loom_add(k, u.it, CI(TPL_CDIV(c->K, c->bk))));
         }
-        loom_for_end(k, kl, 0, NULL);
-        loom_val next = loom_add(k, it0, CI(nk));
-        units_end(k, g, &u, next);
     }
     loom_task_end(k, pt);
 }
@@ -561,7 +625,22 @@ static void store_tile(loom_kernel *k, const gk *g, loom_val out, loom_tile_at t
     loom_epilogue_visit(k, &g->epi, rc ? row_col_scaled : NULL, (void *)g, out, &t, slot, j);
 }
 
-/* Cooperative: one consumer task (its warp groups split every tile by rows). */
+/* Cooperative, one tile of `cols` columns (BN, or BN2: a part of each slot's B tile) at
+ * (b, m0, n0) from ring use it0. */
+static void cooperative_tile(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val it0, int cols)
+{
+    const g_cfg *c = g->c;
+    block_at ba;
+    loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, it0, n0);
+    if (cols != c->bn)
+        ml.cols = ml.b_part = cols;
+    loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0), it0);
+    store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0, .rows = c->bm, .cols = cols}, LOOM_NONE,
+               LOOM_NONE);
+}
+
+/* Cooperative: one consumer task (its warp groups split every tile by rows); with BN2, a
+ * unit's tile is BN or BN2 columns. */
 static void consumers_cooperative(loom_kernel *k, const gk *g)
 {
     const g_cfg *c = g->c;
@@ -570,17 +649,17 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
     {
         gk gl = launch_units(k, g);
         g = &gl;
-        unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
-        loom_val b = u.b, m0, n0;
-        tile_coords(k, g, u.r, &b, &m0, &n0);
-        loom_val it0 = u.it;
-        block_at ba;
-        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, it0, n0);
-        loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0), it0);
-        store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0, .rows = c->bm, .cols = c->bn}, LOOM_NONE,
-                   LOOM_NONE);
-        loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
-        units_end(k, g, &u, next);
+        if (c->bn2)
+            two_width_units(k, g, cooperative_tile);
+        else {
+            unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
+            loom_val b = u.b, m0, n0;
+            tile_coords(k, g, u.r, &b, &m0, &n0);
+            loom_val it0 = u.it;
+            cooperative_tile(k, g, b, m0, n0, it0, c->bn);
+            loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
+            units_end(k, g, &u, next);
+        }
         loom_epilogue_finish(k, &g->epi);
     }
     loom_task_end(k, ct);
@@ -826,6 +905,26 @@ static const char *why_not_promote(const g_cfg *c, bool fp8, char *buf, size_t n
 }
 
 /* Why (shape, config) cannot be served, or NULL when it can. */
+/* What tiles of two widths (BN2 > 0) need, or NULL. */
+static const char *why_not_bn2(const g_cfg *c, char *buf, size_t n)
+{
+    if (!c->bn2 && !c->wide)
+        return NULL;
+    if ((c->bn2 != 64 && c->bn2 != 128) || c->bn2 >= c->bn)
+        return "BN2 must be 0 (every tile BN columns), or 64 or 128 and less than BN";
+    if (c->consumers != COOPERATIVE || c->trans || c->cluster != 1 || c->scaled == 3 || c->batch != 1)
+        return "BN2 takes consumers=0 (cooperative), trans=0, cluster=1, scaled 0, 1 or 2 and one product "
+               "(batch=1)";
+    if (c->wide < 1 || (int64_t)c->wide * c->bn >= c->N) {
+        snprintf(buf, n,
+                 "wide must be at least 1 and wide * BN (%lld) less than N (%lld): the BN2-column tiles take the "
+                 "columns past the first wide * BN",
+                 (long long)c->wide * c->bn, (long long)c->N);
+        return buf;
+    }
+    return NULL;
+}
+
 static const char *why_not(const g_cfg *c, char *buf, size_t n)
 {
     bool fp8 = fp8_in(c);
@@ -872,6 +971,8 @@ static const char *why_not(const g_cfg *c, char *buf, size_t n)
     if (w)
         return w;
     if ((w = why_not_promote(c, fp8, buf, n)))
+        return w;
+    if ((w = why_not_bn2(c, buf, n)))
         return w;
     if (c->stages < 2 || c->stages > 12)
         return "stages must be 2 to 12";
@@ -930,14 +1031,36 @@ static loom_kernel *build(const int64_t *sh, const int64_t *cf, char *err, size_
     return gemm_build(&c);
 }
 
-/* Rank configs before timing: waves of tiles over 132 SMs, penalising small tiles. */
+/* The most time a program takes over the units the static schedule gives it (units p,
+ * p + P, ...; P programs, or clusters), a BN-column tile taking 1 and a BN2-column one
+ * `narrow` (with BN2 the BN-column tiles come first). */
+static double busiest(const g_cfg *c, int64_t programs, double narrow)
+{
+    int64_t n = units(c), per = units_per_product(c), wide = TPL_CDIV(c->M, unit_rows(c)) * cols_wide(c);
+    if (programs < 1)
+        programs = 1;
+    if (!c->bn2)
+        return (double)TPL_CDIV(n, programs);
+    double most = 0;
+    for (int64_t p = 0; p < programs && p < n; p++) {
+        double t = 0;
+        for (int64_t u = p; u < n; u += programs)
+            t += u % per < wide ? 1.0 : narrow;
+        most = t > most ? t : most;
+    }
+    return most;
+}
+
+/* Rank configs before timing: waves of tiles over 132 SMs, penalising small tiles (with
+ * BN2, its tiles by their share of the columns). */
 static double cost(const int64_t *sh, const int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
-    double t = (double)units(&c) * c.cluster, ctas = c.ctas ? c.ctas : 132;
-    double waves = t / ctas;
+    int64_t ctas = c.ctas ? c.ctas : 132;
     double per_tile = (double)c.bm * c.bn * c.K * (1.0 + 64.0 / c.bm + 64.0 / c.bn);
-    return (waves < 1 ? 1 : waves + (waves - (int64_t)waves > 0 ? 1 : 0)) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
+    double narrow = c.bn2 ? (double)c.bn2 / c.bn * (1.0 + 64.0 / c.bm + 64.0 / c.bn2) / (1.0 + 64.0 / c.bm + 64.0 / c.bn)
+                          : 0;
+    return busiest(&c, ctas / c.cluster, narrow) * per_tile / (c.stages >= 3 ? 1.0 : 1.3);
 }
 
 /* Promoted FP8 (promote > 0: two accumulators of 64 x BN a warp group): BN=192, the widest
@@ -954,6 +1077,31 @@ static int promoted_bn(const g_cfg *c, int ctas)
     int64_t tm = TPL_CDIV(c->M, 128) * c->batch;
     int64_t w192 = TPL_CDIV(tm * TPL_CDIV(c->N, 192), ctas), w128 = TPL_CDIV(tm * TPL_CDIV(c->N, 128), ctas);
     return 1.5 * (double)w192 < gain * (double)w128 ? 192 : 128;
+}
+
+/* Promoted cooperative 128 x 192 tiles whose last wave leaves SMs idle: the columns past
+ * `wide` 192-column tiles in 128-column ones (BN2=128), at the `wide` whose busiest
+ * program (static schedule) finishes first, where that is at least 3% sooner; a
+ * 128-column tile taking 2/3 of a 192-column one's work at 1 / 1.19 its rate
+ * (promoted_bn).  At 4096^3 on 132 SMs: 16 columns of 192 and 8 of 128, the busiest
+ * program 5.59 tiles' time against 6. */
+static void narrow_tail(const int64_t *sh, int64_t *cf)
+{
+    g_cfg c = cfg_of(sh, cf);
+    char why[320];
+    if (c.consumers != COOPERATIVE || c.bm != 128)
+        return;
+    int64_t programs = c.ctas ? c.ctas : 132, tn = TPL_CDIV(c.N, 192);
+    double best = busiest(&c, programs, 0) / 1.03, narrow = 2.0 / 3.0 * 1.19;
+    int pick = 0;
+    for (int64_t wide = 1; wide < tn; wide++) {
+        c.bn2 = 128, c.wide = (int)wide;
+        double t = busiest(&c, programs, narrow);
+        if (t < best && !why_not(&c, why, sizeof why))
+            best = t, pick = (int)wide;
+    }
+    if (pick)
+        cf[C_BN2] = 128, cf[C_wide] = pick;
 }
 
 /* Split tiles (two consumer warp groups sharing each BM x BN tile), 4 stages, groups of 8. */
@@ -1032,7 +1180,8 @@ static void heuristic(const int64_t *sh, int64_t *cf)
     if (bn == 192 && why_not(&t, why, sizeof why)) { /* e.g. f32 out: its staging tile does not fit */
         memcpy(cf, keep, sizeof keep);
         plain_tiles(&c, cf, 128);
-    }
+    } else if (bn == 192)
+        narrow_tail(sh, cf);
 }
 
 /* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at
@@ -1049,7 +1198,7 @@ static void gemm_grid_rule(const int64_t *sh, const int64_t *cf, loom_grid_rule 
     for (int d = 0; d < 3; d++)
         r->div[d] = r->mult[d] = 1;
     r->c[1] = r->c[2] = 1;
-    int64_t tn = TPL_CDIV(c.N, c.bn);
+    int64_t tn = tile_cols(&c);
     if (c.batch <= 1) { /* cluster * tn * cdiv(M, unit rows) */
         r->per[0][S_M] = 1;
         r->div[0] = unit_rows(&c);

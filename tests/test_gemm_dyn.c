@@ -45,6 +45,16 @@ static int key_of(const loom_template *t, const char *key)
     return -1;
 }
 
+/* The index of config key `key` of template t. */
+static int cfg_key(const loom_template *t, const char *key)
+{
+    for (int i = 0; i < t->nconfig; i++)
+        if (!strcmp(t->config[i].key, key))
+            return i;
+    cr_assert_fail("gemm has no config key %s", key);
+    return -1;
+}
+
 static dyn_gemm dyn_build(const char *shape, const char *config)
 {
     dyn_gemm g = {.t = loom_template_find("gemm")};
@@ -249,6 +259,21 @@ Test(gemm_dyn, grouped_order_with_full_and_last_groups)
     }
 }
 
+/* Tiles of two widths (BN2): the BN-column tiles' loop, then the BN2-column ones', over
+ * the launch's unit rows (W = unit rows * wide at run time): a request of one row, one
+ * tile row, a ragged last tile row, several programs that wrap, a program a tile, the
+ * register store. */
+Test(gemm_dyn, two_tile_widths)
+{
+    static const char *const shape = "M=300,N=520,K=40";
+    static const int64_t reqs[][2] = {{300, 1}, {1, 1}, {64, 1}, {128, 1}, {129, 1}, {250, 1}, {299, 1}};
+    static const char *const configs[] = {"BM=128,BN=192,cwarps=8,stages=2,ctas=3,BN2=128,wide=2",
+                                          "BM=64,BN=192,stages=2,ctas=0,BN2=64,wide=1,tmastore=0",
+                                          "BM=128,BN=256,cwarps=8,stages=2,ctas=5,group=2,BN2=64,wide=1"};
+    for (int c = 0; c < 3; c++)
+        dyn_case(shape, configs[c], reqs, NREQ(reqs), 900 + 10 * (uint64_t)c);
+}
+
 Test(gemm_dyn, pingpong)
 {
     /* two replicas take a program's units alternately: the counts (odd, even, none) change
@@ -422,7 +447,8 @@ Test(gemm_dyn, the_grid_rule_gives_the_grid_and_covers_every_unit)
     static const char *const configs[] = {"", "BM=64,BN=64,ctas=0", "BM=64,BN=128,cluster=2,ctas=4",
                                           "BM=64,BN=128,cluster=2,ctas=0", "BM=64,BN=64,cluster=2,share=1,ctas=0",
                                           "BM=128,cwarps=8,consumers=1,BN=128,ctas=132",
-                                          "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1"};
+                                          "BM=224,BN=128,cwarps=8,consumers=2,trans=1,cluster=2,share=1",
+                                          "BM=128,BN=192,cwarps=8,BN2=128,wide=2,ctas=0"};
     const loom_template *t = loom_template_find("gemm");
     int checked = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -450,7 +476,9 @@ Test(gemm_dyn, the_grid_rule_gives_the_grid_and_covers_every_unit)
                     sq[key_of(t, "M")] = m, sq[key_of(t, "batch")] = b;
                     cr_assert_eq(loom_grid_rule_eval(&rule, sq, r), 0);
                     int64_t um = bm * (share ? 1 : cluster);
-                    int64_t units = (m + um - 1) / um * ((N + bn - 1) / bn) * (share ? (b + 1) / 2 : b);
+                    int64_t bn2 = cf[cfg_key(t, "BN2")], wide = cf[cfg_key(t, "wide")];
+                    int64_t cols = bn2 ? wide + (N - wide * bn + bn2 - 1) / bn2 : (N + bn - 1) / bn;
+                    int64_t units = (m + um - 1) / um * cols * (share ? (b + 1) / 2 : b);
                     if (ctas)
                         cr_expect(r[0] >= 1 && r[0] <= ctas, "%s | %s at M=%lld batch=%lld: %d programs", shapes[s],
                                   configs[c], (long long)m, (long long)b, r[0]);

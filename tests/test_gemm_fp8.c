@@ -336,18 +336,72 @@ Test(gemm_fp8, promote_refusals_name_the_reason)
                    "scaled=2 (a scale a row and a column) takes one product (batch=1)");
 }
 
+/* Tiles of two widths (BN2): the columns past `wide` BN-column tiles in BN2-column ones,
+ * each program's BN tiles first, then its BN2 ones.  A ragged M and a ragged last BN2
+ * tile, one BN column and several, BN2 64 and 128 (192 and 128 wide tiles), promoted and
+ * not, scaled 1 and 2, f32 and bf16 out, f16 and bf16 in, the epilogue from the registers,
+ * a few programs that take several tiles of each width, a program a tile: each element
+ * within its bound. */
+Test(gemm_fp8, two_tile_widths_match_the_reference_within_the_bound)
+{
+    static const char *const cases[][2] = {
+        {"M=200,N=344,K=384,dtype=e4m3,btrans=1,promote=128,odtype=bf16",
+         "BM=128,BN=192,cwarps=8,BK=128,stages=4,group=8,BN2=128,wide=1"},
+        {"M=256,N=512,K=256,dtype=e4m3,btrans=1,promote=128,odtype=f16,scaled=2",
+         "BM=128,BN=192,cwarps=8,BK=128,stages=2,group=8,BN2=64,wide=2"},
+        {"M=384,N=456,K=200,dtype=e5m2,btrans=1,promote=128,odtype=f32",
+         "BM=128,BN=128,cwarps=8,BK=128,stages=2,group=2,BN2=64,wide=2"},
+        {"M=640,N=400,K=256,dtype=e4m3,btrans=1,scaled=1", "BM=128,BN=192,cwarps=8,BK=128,stages=2,BN2=128,wide=1,ctas=3"},
+        {"M=640,N=400,K=256,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,cwarps=8,BK=128,stages=2,BN2=128,wide=1,ctas=0"},
+        {"M=300,N=520,K=136,dtype=f16,btrans=1", "BM=128,BN=192,cwarps=8,BK=64,stages=3,group=8,BN2=128,wide=2,ctas=4"},
+        {"M=256,N=400,K=256,dtype=bf16,btrans=1,odtype=bf16", "BM=64,BN=192,BK=64,stages=2,BN2=64,wide=1,tmastore=0,ctas=5"},
+    };
+    loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check(rt, cases[i][0], cases[i][1], 80 + i);
+    loom_runtime_destroy(rt);
+}
+
+/* What two tile widths refuse, each naming the reason. */
+Test(gemm_fp8, two_tile_width_refusals_name_the_reason)
+{
+    const char *fp8 = "M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128";
+    const char *coop = "BM=128,BN=192,cwarps=8,BK=128";
+    char cf[256];
+    expect_refused(fp8, "BM=128,BN=192,cwarps=8,BK=128,BN2=96,wide=16", "BN2 must be 0 (every tile BN columns), or 64 or 128");
+    expect_refused(fp8, "BM=128,BN=128,cwarps=8,BK=128,BN2=128,wide=16", "or 64 or 128 and less than BN");
+    expect_refused(fp8, "BM=128,BN=192,cwarps=8,consumers=2,BK=128,BN2=128,wide=16", "BN2 takes consumers=0");
+    expect_refused("M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3",
+                   "BM=128,BN=192,cwarps=8,BK=128,BN2=128,wide=16", "scaled 0, 1 or 2");
+    expect_refused("M=4096,N=4096,K=4096,batch=2,dtype=e4m3,btrans=1", "BM=128,BN=192,cwarps=8,BK=128,BN2=128,wide=16",
+                   "one product (batch=1)");
+    expect_refused("M=4096,N=4096,K=4096", "BM=64,BN=192,cwarps=8,consumers=1,BN2=128,wide=16", "BN2 takes consumers=0");
+    expect_refused(fp8, "BM=128,BN=192,cwarps=8,BK=128,cluster=2,BN2=128,wide=16", "cluster=1");
+    snprintf(cf, sizeof cf, "%s,BN2=128", coop);
+    expect_refused(fp8, cf, "wide must be at least 1 and wide * BN (0) less than N (4096)");
+    snprintf(cf, sizeof cf, "%s,BN2=128,wide=22", coop);
+    expect_refused(fp8, cf, "wide * BN (4224) less than N (4096)");
+    snprintf(cf, sizeof cf, "%s,wide=3", coop);
+    expect_refused(fp8, cf, "BN2 must be 0 (every tile BN columns)");
+}
+
 /* Asked for promotion, the untuned config is one whose accumulators fit: split 128 x 128
  * at a large square, 64 x 128 at a small shape, BK=64 where promote is not a multiple of
  * 128; without it, the split 128 x 256 headline as before. */
 Test(gemm_fp8, the_untuned_promoted_config_fits)
 {
     static const char *const cases[][2] = {
+        /* 4096^3: 704 tiles of 128 x 192 are 5.33 waves on 132 SMs; 16 columns of them and 8
+         * of 128 columns, the busiest program 5.59 tiles' time */
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,BK=128,stages=4,cwarps=8"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BN2=128,wide=16"},
+        {"M=2048,N=7168,K=4096,dtype=e4m3,btrans=1,promote=128", "BN2=128,wide=30"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128,scaled=3",
          "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=2"},
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128",
-         "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=0"},
+         "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=0,tmastore=1,cluster=1,share=0,trans=0,"
+         "BN2=0"}, /* 20.85 waves: a tail gains under 3% */
         {"M=512,N=512,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=64,BN=128,BK=128"},
         /* f32 out: a 128 x 192 f32 staging tile does not fit beside 4 stages */
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128,odtype=f32", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
@@ -390,6 +444,9 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128", "BM=128,BN=192,cwarps=8,BK=128,group=8",
          "m64n192k32.f32.e4m3.e4m3"},
+        /* two tile widths (the untuned config at 4096^3): each width its own loop */
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128",
+         "BM=128,BN=192,cwarps=8,BK=128,group=8,BN2=128,wide=16", "m64n128k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=256,scaled=1",
          "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,scaled=1",
@@ -572,9 +629,14 @@ Test(gemm_fp8_gpu, large_shapes_sum_integers_exactly)
      * ping-pong 64 x 128), and scaled by 0.5 and 4 (C = 2 A @ B, exact) */
     exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
                      "BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8", 1, 1);
-    /* the untuned promoted config, cooperative 128 x 192 (N past the last whole tile) */
+    /* cooperative 128 x 192 (N past the last whole tile), and the untuned promoted config:
+     * 16 columns of those tiles, then 8 of 128 columns; 128-column tiles past a ragged N */
     exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
                      "BM=128,BN=192,cwarps=8,BK=128,group=8", 1, 1);
+    exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128",
+                     "BM=128,BN=192,cwarps=8,BK=128,group=8,BN2=128,wide=16", 1, 1);
+    exact_on_the_gpu(rt, ref, "M=1000,N=1032,K=2048,dtype=e4m3,odtype=f16,btrans=1,promote=128",
+                     "BM=128,BN=192,cwarps=8,BK=128,group=8,BN2=128,wide=3", 1, 1);
     exact_on_the_gpu(rt, ref, "M=1000,N=1032,K=8192,dtype=e5m2,odtype=f32,btrans=1,promote=256,scaled=1",
                      "BM=64,BN=128,cwarps=8,consumers=1,BK=128", 0.5f, 4);
     exact_on_the_gpu(rt, ref, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,scaled=1",
@@ -612,9 +674,11 @@ Test(gemm_fp8_gpu, promoted_random_inputs_within_the_promoted_bound)
                  LOOM_OK, "%s", err);
     double gamma = loom_fp8_promoted_sum_error(K, 128, 1.0);
     cr_assert(gamma < 0.0162, "gamma %g", gamma);
-    /* split 128 x 128, and the untuned config: cooperative 128 x 192 */
+    /* split 128 x 128, cooperative 128 x 192, and the untuned config (those and 128 x 128
+     * ones past 16 columns of them) */
     static const char *const cfgs[] = {"BM=128,BN=128,cwarps=8,consumers=2,BK=128,group=8",
-                                       "BM=128,BN=192,cwarps=8,BK=128,group=8"};
+                                       "BM=128,BN=192,cwarps=8,BK=128,group=8",
+                                       "BM=128,BN=192,cwarps=8,BK=128,group=8,BN2=128,wide=16"};
     for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
         cr_assert_eq(loom_buffer_fill(c, 0xff), LOOM_OK); /* NaN: an element not written fails */
         launch_on_the_gpu(rt, "M=4096,N=4096,K=4096,dtype=e4m3,odtype=bf16,btrans=1,promote=128", cfgs[i], a, bt, c,

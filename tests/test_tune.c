@@ -181,8 +181,48 @@ Test(tune, check_leaves_unchecked_outputs_alone)
 
 /* ---------------------------------------------------------------- candidates, validity */
 
-/* Every template in the registry: the candidates are every combination, the invalid ones
- * say why, the valid ones come first in cost order, the default config is valid at the
+/* The untuned config is a candidate where it is none of the combinations: gemm's
+ * promoted FP8 at 4096^3 takes tiles of two widths (BN2, wide: knobs with no candidates
+ * of their own), once, valid, and the cost model puts it before its tiles at 192 columns
+ * alone (the busiest program 5.59 tiles' time against 6). */
+Test(tune, the_untuned_config_is_a_candidate)
+{
+    const loom_template *t = loom_template_find("gemm");
+    int64_t sh[LOOM_MAX_PARAMS], un[LOOM_MAX_PARAMS];
+    char err[256];
+    cr_assert_eq(loom_params_parse(t->shape, t->nshape, "M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", sh, err,
+                                   sizeof err),
+                 0, "%s", err);
+    loom_template_untuned_config(t, sh, un);
+    int64_t combos = 1;
+    for (int i = 0; i < t->nconfig; i++)
+        combos *= t->config[i].ncand ? t->config[i].ncand : 1;
+    loom_tune_result *r = NULL;
+    int nvalid = 0, n = tune_candidates(t, sh, &r, &nvalid);
+    cr_assert_eq(n, combos + 1, "%d candidates, %lld combinations", n, (long long)combos);
+    int64_t one[LOOM_MAX_PARAMS]; /* the same tiles, all 192 columns */
+    memcpy(one, un, sizeof one);
+    int bn2 = -1, wide = -1, seen = 0, at = -1, at_one = -1;
+    for (int i = 0; i < t->nconfig; i++)
+        bn2 = strcmp(t->config[i].key, "BN2") ? bn2 : i, wide = strcmp(t->config[i].key, "wide") ? wide : i;
+    cr_assert(bn2 >= 0 && wide >= 0 && un[bn2] == 128 && un[wide] == 16, "untuned BN2 %lld wide %lld",
+              (long long)un[bn2], (long long)un[wide]);
+    one[bn2] = one[wide] = 0;
+    for (int i = 0; i < n; i++) {
+        seen += !memcmp(r[i].config, un, sizeof un);
+        at = !memcmp(r[i].config, un, sizeof un) ? i : at;
+        at_one = !memcmp(r[i].config, one, sizeof one) ? i : at_one;
+    }
+    cr_expect_eq(seen, 1, "the untuned config %d times", seen);
+    cr_assert(at >= 0 && at < nvalid && r[at].verdict == LOOM_TUNE_TIMED, "the untuned config invalid (at %d)", at);
+    cr_expect_eq(at_one, -1, "the same tiles at 192 columns only are a combination (BK=128 is none)");
+    double c_one = t->cost(sh, one);
+    cr_expect(r[at].cost < c_one / 1.05, "cost %g, with 192 columns only %g", r[at].cost, c_one);
+    free(r);
+}
+
+/* Every template in the registry: the candidates are every combination (and the untuned
+ * config where it is none of them: not at any default shape), the invalid ones say why, the valid ones come first in cost order, the default config is valid at the
  * default shape, and every valid config builds and verifies. */
 Test(tune, every_template_declares_valid_candidates)
 {

@@ -59,8 +59,11 @@ int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_resu
         if (total > TUNE_MAX_COMBOS)
             total = TUNE_MAX_COMBOS; /* the rest are never looked at */
     }
-    loom_tune_result *r = calloc((size_t)total, sizeof *r);
-    ranked *rk = calloc((size_t)total, sizeof *rk);
+    /* one more: the untuned config (the template's heuristic, from the shape) where it is
+     * none of the combinations: a knob it sets from the shape (gemm's BN2 and wide) lists
+     * no candidates, and the tuner must not lose what would run untuned */
+    loom_tune_result *r = calloc((size_t)total + 1, sizeof *r);
+    ranked *rk = calloc((size_t)total + 1, sizeof *rk);
     if (!r || !rk) {
         free(r);
         free(rk);
@@ -78,6 +81,15 @@ int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_resu
                 r[c].config[i] = p->def;
             }
         }
+    }
+    if (t->heuristic) {
+        loom_template_untuned_config(t, shape, r[total].config);
+        bool seen = false;
+        for (int64_t c = 0; c < total && !seen; c++)
+            seen = !memcmp(r[c].config, r[total].config, sizeof r[c].config);
+        total += !seen;
+    }
+    for (int64_t c = 0; c < total; c++) {
         r[c].verdict = LOOM_TUNE_TIMED; /* pending: not rejected so far */
         if (t->valid && !t->valid(shape, r[c].config, r[c].reason, sizeof r[c].reason)) {
             r[c].verdict = LOOM_TUNE_INVALID;
