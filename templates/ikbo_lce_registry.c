@@ -115,7 +115,7 @@ static double cost(const int64_t *sh, const int64_t *cf)
     double work = busy * tm * tn * (s.U * per_tile_u + s.B * per_tile_c) * (1.0 + 64.0 / rows + 64.0 / s.bn);
     double ctas = s.ctas ? s.ctas : 132, tiles = (double)ik_tiles(&s);
     double waves = tiles / ctas, tail = waves > (int64_t)waves ? 1.0 : 0.0;
-    return work / tiles * ((int64_t)waves + tail) / (s.stages >= 3 ? 1.0 : 1.3);
+    return work / tiles * ((int64_t)waves + tail) * (s.stages >= 3 ? 1.0 : 1.3);
 }
 
 /* The user of each candidate: contiguous runs (b * U / B), or a random permutation of them. */

@@ -10,7 +10,8 @@
  * matters twice: a max_configs cut keeps the front of the list, and the compile pool
  * works from the front, so the promising configs are checked and timed first.  Equal
  * costs keep the enumeration order, so the list, and with it the tuning, is the same from
- * run to run.
+ * run to run.  The untuned config (a template's heuristic) leads the list where it is
+ * valid: it is always timed and is the reference, so no cut loses it.
  *
  * The cost model also prunes (tune_prune): past the first TUNE_PRUNE_KEEP candidates, those
  * the model puts at more than LOOM_TUNE_PRUNE times the best estimate are skipped before
@@ -82,12 +83,13 @@ int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_resu
             }
         }
     }
+    int64_t untuned = -1; /* its index */
     if (t->heuristic) {
         loom_template_untuned_config(t, shape, r[total].config);
-        bool seen = false;
-        for (int64_t c = 0; c < total && !seen; c++)
-            seen = !memcmp(r[c].config, r[total].config, sizeof r[c].config);
-        total += !seen;
+        for (int64_t c = 0; c < total && untuned < 0; c++)
+            untuned = !memcmp(r[c].config, r[total].config, sizeof r[c].config) ? c : -1;
+        if (untuned < 0)
+            untuned = total++;
     }
     for (int64_t c = 0; c < total; c++) {
         r[c].verdict = LOOM_TUNE_TIMED; /* pending: not rejected so far */
@@ -103,6 +105,16 @@ int tune_candidates(const loom_template *t, const int64_t *shape, loom_tune_resu
         rk[c] = (ranked){(int)c, r[c].verdict == LOOM_TUNE_INVALID, r[c].cost};
     }
     qsort(rk, (size_t)total, sizeof *rk, cmp_ranked);
+    /* the untuned config first where it is valid: always timed (a max_configs cut or the
+     * pruning never drops it) and the reference the others are checked against, so a
+     * tuned config is never one the tuner saw run slower than the untuned one */
+    for (int64_t c = 1; c < total && untuned >= 0 && r[untuned].verdict != LOOM_TUNE_INVALID; c++)
+        if (rk[c].idx == untuned) {
+            ranked u = rk[c];
+            memmove(rk + 1, rk, (size_t)c * sizeof *rk);
+            rk[0] = u;
+            break;
+        }
     loom_tune_result *sorted = malloc((size_t)total * sizeof *sorted);
     if (!sorted) {
         free(r);
@@ -147,16 +159,19 @@ int tune_finalists(const double *ms, int n, int *fin)
 
 int tune_prune(loom_tune_result *res, int ntry, double ratio, int keep)
 {
-    if (!(ratio > 1) || ntry <= keep || !(res[0].cost > 0))
+    /* the best estimate: the first's, or the second's where the first is the untuned config
+     * put ahead of the cost order */
+    double best = ntry > 1 && res[1].cost > 0 && res[1].cost < res[0].cost ? res[1].cost : res[0].cost;
+    if (!(ratio > 1) || ntry <= keep || !(best > 0))
         return ntry;
     int n = keep > 0 ? keep : 1;
-    while (n < ntry && res[n].cost <= res[0].cost * ratio)
+    while (n < ntry && res[n].cost <= best * ratio)
         n++;
     for (int i = n; i < ntry; i++) {
         res[i].verdict = LOOM_TUNE_SKIPPED;
         snprintf(res[i].reason, sizeof res[i].reason,
                  "pruned: the cost model puts it at x%.2f the best estimate (more than x%.2f), so it cannot win",
-                 res[i].cost / res[0].cost, ratio);
+                 res[i].cost / best, ratio);
     }
     return n;
 }
