@@ -416,8 +416,10 @@ static loom_val *b_offs(const gk *g, loom_val b, loom_val k0, loom_val n0, loom_
     return g->c->btrans ? offs_of(g->batched, b, n0, k0, o) : offs_of(g->batched, b, k0, n0, o);
 }
 
-/* A task's work on one tile of `cols` columns at (b, m0, n0), from ring use it0. */
-typedef void (*tile_fn)(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val it0, int cols);
+/* A task's work on one tile of `cols` columns at (b, m0, n0), from ring use it0 (rep: a
+ * split consumer's replica, else LOOM_NONE). */
+typedef void (*tile_fn)(loom_kernel *k, const gk *g, loom_val rep, loom_val b, loom_val m0, loom_val n0, loom_val it0,
+                        int cols);
 
 /* With BN2 (one product): the program's units as two loops, each of one tile width: its
  * BN-column tiles (units first, first + step, .. below W = tm * wide, in their grouped
@@ -425,7 +427,7 @@ typedef void (*tile_fn)(loom_kernel *k, const gk *g, loom_val b, loom_val m0, lo
  * so that the static schedule's round robin gives the BN2 tiles first to the programs
  * with one BN tile fewer.  Each loop carries the ring's use count; no unit branches on
  * its width (ptxas kept both widths' values live across one loop and spilled). */
-static void two_width_units(loom_kernel *k, const gk *g, tile_fn fn)
+static void two_width_units(loom_kernel *k, const gk *g, loom_val rep, tile_fn fn)
 {
     const g_cfg *c = g->c;
     loom_val first, step, it = CI(0);
@@ -443,7 +445,7 @@ static void two_width_units(loom_kernel *k, const gk *g, tile_fn fn)
             grouped(k, g, narrow ? loom_sub(k, u, W) : u, narrow ? cols_narrow(c) : c->wide, &tr, &tc);
             loom_val n0 = narrow ? loom_add(k, loom_mul(k, tc, CI(c->bn2)), CI((int64_t)c->wide * c->bn))
                                  : loom_mul(k, tc, CI(c->bn));
-            fn(k, g, CI(0), loom_mul(k, tr, CI(c->bm)), n0, it0, narrow ? c->bn2 : c->bn);
+            fn(k, g, rep, CI(0), loom_mul(k, tr, CI(c->bm)), n0, it0, narrow ? c->bn2 : c->bn);
             loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
             loom_for_end(k, l, 1, &next);
         }
@@ -454,8 +456,10 @@ static void two_width_units(loom_kernel *k, const gk *g, tile_fn fn)
 /* The producer's k steps of one tile (ring uses it0 ..): A's box (split: its two row
  * halves) and B's (multicast in parts over a cluster).  cols: the tile's columns, BN, or
  * BN2 (a part of B's slot, its full barrier expecting those bytes). */
-static void produce_tile(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val it0, int cols)
+static void produce_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val b, loom_val m0, loom_val n0, loom_val it0,
+                         int cols)
 {
+    (void)rep;
     const g_cfg *c = g->c;
     int64_t nk = TPL_CDIV(c->K, c->bk), es = (int64_t)loom_dtype_size(c->dt);
     bool split = c->consumers == SPLIT, bat_a = g->batched && !c->ashared;
@@ -509,12 +513,12 @@ static void producer(loom_kernel *k, const gk *g)
         gk gl = launch_units(k, g);
         g = &gl;
         if (c->bn2)
-            two_width_units(k, g, produce_tile);
+            two_width_units(k, g, LOOM_NONE, produce_tile);
         else {
             unit_loop u = units_begin(k, g, LOOM_SCHED_PRODUCER, LOOM_NONE, CI(0));
             loom_val b = u.b, m0, n0;
             tile_coords(k, g, u.r, &b, &m0, &n0);
-            produce_tile(k, g, b, m0, n0, u.it, c->bn);
+            produce_tile(k, g, LOOM_NONE, b, m0, n0, u.it, c->bn);
             units_end(k, g, &u, loom_add(k, u.it, CI(TPL_CDIV(c->K, c->bk))));
         }
     }
@@ -627,8 +631,10 @@ static void store_tile(loom_kernel *k, const gk *g, loom_val out, loom_tile_at t
 
 /* Cooperative, one tile of `cols` columns (BN, or BN2: a part of each slot's B tile) at
  * (b, m0, n0) from ring use it0. */
-static void cooperative_tile(loom_kernel *k, const gk *g, loom_val b, loom_val m0, loom_val n0, loom_val it0, int cols)
+static void cooperative_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val b, loom_val m0, loom_val n0,
+                             loom_val it0, int cols)
 {
+    (void)rep;
     const g_cfg *c = g->c;
     block_at ba;
     loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, it0, n0);
@@ -650,13 +656,13 @@ static void consumers_cooperative(loom_kernel *k, const gk *g)
         gk gl = launch_units(k, g);
         g = &gl;
         if (c->bn2)
-            two_width_units(k, g, cooperative_tile);
+            two_width_units(k, g, LOOM_NONE, cooperative_tile);
         else {
             unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
             loom_val b = u.b, m0, n0;
             tile_coords(k, g, u.r, &b, &m0, &n0);
             loom_val it0 = u.it;
-            cooperative_tile(k, g, b, m0, n0, it0, c->bn);
+            cooperative_tile(k, g, LOOM_NONE, b, m0, n0, it0, c->bn);
             loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
             units_end(k, g, &u, next);
         }
@@ -700,6 +706,29 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
     loom_task_end(k, ct);
 }
 
+/* Split, one tile of `cols` columns (BN, or BN2) at (b, m0, n0) from ring use it0:
+ * replica rep's half of its rows (trans: of its columns). */
+static void split_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val b, loom_val m0, loom_val n0, loom_val it0,
+                       int cols)
+{
+    const g_cfg *c = g->c;
+    int half = c->trans ? 64 : c->bm / 2; /* trans: each group 64 columns of every row */
+    block_at ba;
+    loom_mainloop ml = scaled_mainloop(g, half, &ba, it0, n0);
+    if (cols != c->bn)
+        ml.cols = ml.b_part = cols;
+    loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0), it0);
+    loom_val off = loom_mul(k, rep, CI(half)), m = m0, n = n0;
+    if (c->trans) /* the group's [64, BM] of C^T is C's [BM, 64] at column n0 + 64 rep */
+        out = loom_trans(k, out), n = loom_add(k, n0, off);
+    else
+        m = loom_add(k, m0, off);
+    loom_val j = c->tmastore ? loom_div(k, it0, CI(TPL_CDIV(c->K, c->bk))) : LOOM_NONE; /* the replica's tile count */
+    loom_tile_at at = {.b = b, .m0 = m, .n0 = n, .rows = c->trans ? c->bm : half, .cols = c->trans ? 64 : cols,
+                       .rep = rep};
+    store_tile(k, g, out, at, LOOM_NONE, j);
+}
+
 /* Split: two replicas of one warp group share every tile by rows: replica rep owns rows
  * m0 + rep*BM/2 .., with its own accumulator and its own half of each A slot.  Both
  * consume every ring slot (the empty barriers count two arrivals a phase) but wait for
@@ -707,36 +736,27 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
  * tmastore they stage their halves in one tile in turn, replica 0 first (the handover
  * epilogue), which puts replica 1 that much behind: the epilogue of one overlaps k steps
  * of the other; where split_part allows (trans=1; f16 or bf16 with BN >= 256), each group
- * stores its part in parts through two slots of its own instead (LOOM_EPI_PARTS). */
+ * stores its part in parts through two slots of its own instead (LOOM_EPI_PARTS).  With
+ * BN2, a loop of each tile width (two_width_units). */
 static void consumers_split(loom_kernel *k, const gk *g)
 {
     const g_cfg *c = g->c;
     int64_t nk = TPL_CDIV(c->K, c->bk);
-    int half = c->trans ? 64 : c->bm / 2; /* trans: each group 64 columns of every row */
     loom_val zero = CI(0);
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
         gk gl = launch_units(k, g);
         g = &gl;
         loom_val rep = loom_task_replica(k);
-        unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
-        loom_val b = u.b, m0, n0;
-        tile_coords(k, g, u.r, &b, &m0, &n0);
-        loom_val it0 = u.it;
-        block_at ba;
-        loom_mainloop ml = scaled_mainloop(g, half, &ba, it0, n0);
-        loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0), it0);
-        loom_val off = loom_mul(k, rep, CI(half)), m = m0, n = n0;
-        if (c->trans) /* the group's [64, BM] of C^T is C's [BM, 64] at column n0 + 64 rep */
-            out = loom_trans(k, out), n = loom_add(k, n0, off);
-        else
-            m = loom_add(k, m0, off);
-        loom_val j = c->tmastore ? loom_div(k, it0, CI(nk)) : LOOM_NONE; /* the replica's tile count */
-        loom_tile_at at = {.b = b, .m0 = m, .n0 = n, .rows = c->trans ? c->bm : half, .cols = c->trans ? 64 : c->bn,
-                           .rep = rep};
-        store_tile(k, g, out, at, LOOM_NONE, j);
-        loom_val next = loom_add(k, it0, CI(nk));
-        units_end(k, g, &u, next);
+        if (c->bn2)
+            two_width_units(k, g, rep, split_tile);
+        else {
+            unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
+            loom_val b = u.b, m0, n0;
+            tile_coords(k, g, u.r, &b, &m0, &n0);
+            split_tile(k, g, rep, b, m0, n0, u.it, c->bn);
+            units_end(k, g, &u, loom_add(k, u.it, CI(nk)));
+        }
         if (g->epi.kind == LOOM_EPI_PARTS) /* (handing over waits for each store) */
             loom_epilogue_finish(k, &g->epi);
     }
@@ -912,9 +932,9 @@ static const char *why_not_bn2(const g_cfg *c, char *buf, size_t n)
         return NULL;
     if ((c->bn2 != 64 && c->bn2 != 128) || c->bn2 >= c->bn)
         return "BN2 must be 0 (every tile BN columns), or 64 or 128 and less than BN";
-    if (c->consumers != COOPERATIVE || c->trans || c->cluster != 1 || c->scaled == 3 || c->batch != 1)
-        return "BN2 takes consumers=0 (cooperative), trans=0, cluster=1, scaled 0, 1 or 2 and one product "
-               "(batch=1)";
+    if (c->consumers == PINGPONG || c->trans || c->cluster != 1 || c->scaled == 3 || c->batch != 1)
+        return "BN2 takes consumers 0 (cooperative) or 2 (split), trans=0, cluster=1, scaled 0, 1 or 2 and one "
+               "product (batch=1)";
     if (c->wide < 1 || (int64_t)c->wide * c->bn >= c->N) {
         snprintf(buf, n,
                  "wide must be at least 1 and wide * BN (%lld) less than N (%lld): the BN2-column tiles take the "
@@ -1079,20 +1099,20 @@ static int promoted_bn(const g_cfg *c, int ctas)
     return 1.5 * (double)w192 < gain * (double)w128 ? 192 : 128;
 }
 
-/* Promoted cooperative 128 x 192 tiles whose last wave leaves SMs idle: the columns past
- * `wide` 192-column tiles in 128-column ones (BN2=128), at the `wide` whose busiest
- * program (static schedule) finishes first, where that is at least 3% sooner; a
- * 128-column tile taking 2/3 of a 192-column one's work at 1 / 1.19 its rate
- * (promoted_bn).  At 4096^3 on 132 SMs: 16 columns of 192 and 8 of 128, the busiest
+/* 128-row tiles whose last wave leaves SMs idle: the columns past `wide` BN-column tiles
+ * in 128-column ones (BN2=128), at the `wide` whose busiest program (static schedule)
+ * finishes first, where that is at least 3% sooner; a 128-column tile taking 128 / BN of
+ * a BN-column one's work at 1 / `rate` its rate.  Promoted cooperative 128 x 192 (rate
+ * 1.19, promoted_bn) at 4096^3 on 132 SMs: 16 columns of 192 and 8 of 128, the busiest
  * program 5.59 tiles' time against 6. */
-static void narrow_tail(const int64_t *sh, int64_t *cf)
+static void narrow_tail(const int64_t *sh, int64_t *cf, double rate)
 {
     g_cfg c = cfg_of(sh, cf);
     char why[320];
-    if (c.consumers != COOPERATIVE || c.bm != 128)
+    if (c.consumers == PINGPONG || c.bm != 128 || c.bn <= 128)
         return;
-    int64_t programs = c.ctas ? c.ctas : 132, tn = TPL_CDIV(c.N, 192);
-    double best = busiest(&c, programs, 0) / 1.03, narrow = 2.0 / 3.0 * 1.19;
+    int64_t programs = c.ctas ? c.ctas : 132, tn = TPL_CDIV(c.N, c.bn);
+    double best = busiest(&c, programs, 0) / 1.03, narrow = 128.0 / c.bn * rate;
     int pick = 0;
     for (int64_t wide = 1; wide < tn; wide++) {
         c.bn2 = 128, c.wide = (int)wide;
@@ -1103,6 +1123,11 @@ static void narrow_tail(const int64_t *sh, int64_t *cf)
     if (pick)
         cf[C_BN2] = 128, cf[C_wide] = pick;
 }
+
+/* Split 128 x 128 tiles' time a FLOP over split 128 x 256 ones' (f16: 1.09-1.10 on an
+ * H200 at 4224 x 4096 x 4096, whole waves of both; bench/RESULTS.md session 32): what a
+ * 128-column tile costs in narrow_tail. */
+#define SPLIT_128_RATE 1.09
 
 /* Split tiles (two consumer warp groups sharing each BM x BN tile), 4 stages, groups of 8. */
 static void split_tiles(int64_t *cf, int64_t bm, int64_t bn)
@@ -1169,6 +1194,7 @@ static void heuristic(const int64_t *sh, int64_t *cf)
     }
     if (!c.promote) {
         plain_tiles(&c, cf, 256);
+        narrow_tail(sh, cf, SPLIT_128_RATE);
         return;
     }
     int64_t keep[C_COUNT];
@@ -1181,7 +1207,7 @@ static void heuristic(const int64_t *sh, int64_t *cf)
         memcpy(cf, keep, sizeof keep);
         plain_tiles(&c, cf, 128);
     } else if (bn == 192)
-        narrow_tail(sh, cf);
+        narrow_tail(sh, cf, 1.19);
 }
 
 /* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at

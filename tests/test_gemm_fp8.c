@@ -338,10 +338,10 @@ Test(gemm_fp8, promote_refusals_name_the_reason)
 
 /* Tiles of two widths (BN2): the columns past `wide` BN-column tiles in BN2-column ones,
  * each program's BN tiles first, then its BN2 ones.  A ragged M and a ragged last BN2
- * tile, one BN column and several, BN2 64 and 128 (192 and 128 wide tiles), promoted and
- * not, scaled 1 and 2, f32 and bf16 out, f16 and bf16 in, the epilogue from the registers,
- * a few programs that take several tiles of each width, a program a tile: each element
- * within its bound. */
+ * tile, one BN column and several, BN2 64 and 128 (256, 192 and 128 wide tiles),
+ * cooperative and split, promoted and not, scaled 1 and 2, f32 and bf16 out, f16 and bf16
+ * in, the epilogue from the registers, a few programs that take several tiles of each
+ * width, a program a tile: each element within its bound. */
 Test(gemm_fp8, two_tile_widths_match_the_reference_within_the_bound)
 {
     static const char *const cases[][2] = {
@@ -355,6 +355,12 @@ Test(gemm_fp8, two_tile_widths_match_the_reference_within_the_bound)
         {"M=640,N=400,K=256,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,cwarps=8,BK=128,stages=2,BN2=128,wide=1,ctas=0"},
         {"M=300,N=520,K=136,dtype=f16,btrans=1", "BM=128,BN=192,cwarps=8,BK=64,stages=3,group=8,BN2=128,wide=2,ctas=4"},
         {"M=256,N=400,K=256,dtype=bf16,btrans=1,odtype=bf16", "BM=64,BN=192,BK=64,stages=2,BN2=64,wide=1,tmastore=0,ctas=5"},
+        /* split: each group's parts (f16 out), the handed-over staging tile (f32 out),
+         * promoted FP8 */
+        {"M=300,N=648,K=136", "BM=128,BN=256,cwarps=8,consumers=2,stages=2,group=8,BN2=128,wide=1,ctas=5"},
+        {"M=300,N=648,K=136,odtype=f32", "BM=128,BN=256,cwarps=8,consumers=2,stages=2,group=8,BN2=64,wide=2,ctas=3"},
+        {"M=200,N=344,K=384,dtype=e4m3,btrans=1,promote=128,odtype=bf16",
+         "BM=128,BN=192,cwarps=8,consumers=2,BK=128,stages=2,BN2=128,wide=1"},
     };
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -370,12 +376,13 @@ Test(gemm_fp8, two_tile_width_refusals_name_the_reason)
     char cf[256];
     expect_refused(fp8, "BM=128,BN=192,cwarps=8,BK=128,BN2=96,wide=16", "BN2 must be 0 (every tile BN columns), or 64 or 128");
     expect_refused(fp8, "BM=128,BN=128,cwarps=8,BK=128,BN2=128,wide=16", "or 64 or 128 and less than BN");
-    expect_refused(fp8, "BM=128,BN=192,cwarps=8,consumers=2,BK=128,BN2=128,wide=16", "BN2 takes consumers=0");
+    expect_refused(fp8, "BM=64,BN=128,cwarps=8,consumers=1,BK=128,BN2=64,wide=16", "BN2 takes consumers 0 (cooperative) or 2");
     expect_refused("M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3",
                    "BM=128,BN=192,cwarps=8,BK=128,BN2=128,wide=16", "scaled 0, 1 or 2");
     expect_refused("M=4096,N=4096,K=4096,batch=2,dtype=e4m3,btrans=1", "BM=128,BN=192,cwarps=8,BK=128,BN2=128,wide=16",
                    "one product (batch=1)");
-    expect_refused("M=4096,N=4096,K=4096", "BM=64,BN=192,cwarps=8,consumers=1,BN2=128,wide=16", "BN2 takes consumers=0");
+    expect_refused("M=433,N=256,K=872,batch=8", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,BN2=64,wide=1",
+                   "trans=0, cluster=1");
     expect_refused(fp8, "BM=128,BN=192,cwarps=8,BK=128,cluster=2,BN2=128,wide=16", "cluster=1");
     snprintf(cf, sizeof cf, "%s,BN2=128", coop);
     expect_refused(fp8, cf, "wide must be at least 1 and wide * BN (0) less than N (4096)");
@@ -396,6 +403,10 @@ Test(gemm_fp8, the_untuned_promoted_config_fits)
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,BK=128,stages=4,cwarps=8"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128", "BN2=128,wide=16"},
         {"M=2048,N=7168,K=4096,dtype=e4m3,btrans=1,promote=128", "BN2=128,wide=30"},
+        /* f16 split 128 x 256: 800 tiles at 5120^3 are 6.06 waves; 17 columns of them
+         * and 6 of 128 columns */
+        {"M=5120,N=5120,K=5120", "BM=128,BN=256,BK=64,stages=4,cwarps=8,ctas=132,group=8,consumers=2,tmastore=1,cluster=1,"
+                                 "share=0,trans=0,BN2=128,wide=17"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128,scaled=3",
          "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=2"},
