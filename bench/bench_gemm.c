@@ -1,8 +1,8 @@
 /*
  * bench_gemm -- loom's gemm template against cuBLAS, measured in the same run.
  *
- * For C = A @ B at 2048^3, 4096^3, 8192^3 and the skinny batched shapes of IKBO (M=433,
- * N=256, K in {872, 1184}, batch 1024, one A shared by the batch), bf16 and fp16 inputs,
+ * For C = A @ B at 2048^3, 4096^3, 8192^3, 3072^3, 5120^3 and the skinny batched shapes of
+ * IKBO (M=433, N=256, K in {872, 1184}, batch 1024, one A shared by the batch), bf16 and fp16 inputs,
  * fp32 accumulation, output in the input's dtype, print loom's TFLOP/s, cuBLAS's and the
  * ratio.  Both results are checked first against a naive fp32 reference kernel compiled
  * with NVRTC (support/nvrtc_ref.c, nvref_gemm_*), each element within its bound by the
@@ -580,6 +580,10 @@ int main(int argc, char **argv)
         {"2048^3", 2048, 2048, 2048, 1, 0, SET_MAIN},
         {"4096^3", 4096, 4096, 4096, 1, 0, SET_MAIN},
         {"8192^3", 8192, 8192, 8192, 1, 0, SET_MAIN},
+        /* squares whose 128 x 256 tiles end in a part-filled wave (2.2 and 6.1 waves on 132
+         * SMs): the untuned config's tiles of two widths (gemm's BN2) */
+        {"3072^3", 3072, 3072, 3072, 1, 0, SET_MAIN},
+        {"5120^3", 5120, 5120, 5120, 1, 0, SET_MAIN},
         {"433x256x872x1024", 433, 256, 872, 1024, 1, SET_MAIN}, /* M x N x K x batch, A shared */
         {"433x256x1184x1024", 433, 256, 1184, 1024, 1, SET_MAIN},
         /* --odd: rows TMA cannot address, K or N not a multiple of 8 */
