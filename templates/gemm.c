@@ -143,7 +143,7 @@
       "promote)", 64, 128, 192, 256)                                                              \
     X(BK, bk, int, 64,                                                                                     \
       "k step (64, or 32: half the bytes a ring slot, twice the slots for the same "                       \
-      "shared memory; slower on the H200)")                                                                \
+      "shared memory, slower on the H200; FP8: 128 or 64, a 128- or 64-byte row)", 64, 128)               \
     X(stages, stages, int, 4, "ring slots (powers of two ran faster on the H200)", 2, 3, 4)               \
     X(cwarps, cwarps, int, 4, "consumer warps (4: one warp group, 8: two)", 4, 8)                          \
     X(ctas, ctas, int, 132, "persistent CTAs (0: one CTA per tile)", 132)                                  \
