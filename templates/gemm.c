@@ -544,6 +544,7 @@ typedef struct block_at {
     const gk *g;
     loom_val it0, n0; /* the tile's first ring use and first column */
     int64_t rows;     /* the consumer's rows (split: replica rep's part of the slot's scales) */
+    int64_t cols;     /* the tile's columns (BN, or with BN2 a BN2 tile's) */
     bool split;
 } block_at;
 
@@ -560,7 +561,7 @@ static loom_val block_scale(void *ctx, loom_kernel *k, loom_val kb, loom_val rep
     loom_val sa = loom_smem_load(k, loom_ring_view(k, r, s, TILE_SA, a->split ? rep : LOOM_NONE));
     loom_val nb = loom_div(k, a->n0, CI(128));
     loom_val sb = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){nb, kb}));
-    if (c->bn <= 128) /* the tile's columns lie in one block of B */
+    if (a->cols <= 128) /* the tile's columns lie in one block of B */
         return loom_mul(k, sa, loom_splat(k, sb, LOOM_SHAPE1(a->rows)));
     /* 192 columns from n0 (a multiple of 64) span two blocks: columns 0-63 lie in block
      * nb, 128-191 in nb + 1 (past N: the last block's), 64-127 in nb where n0 is a
@@ -570,23 +571,26 @@ static loom_val block_scale(void *ctx, loom_kernel *k, loom_val kb, loom_val rep
     loom_val nb1 = loom_min(k, loom_add(k, nb, CI(1)), CI(TPL_CDIV(c->N, 128) - 1));
     loom_val sb1 = loom_load_scalar(k, a->g->scale_b, ((loom_val[]){nb1, kb}));
     loom_val smid = loom_select(k, loom_cmp(k, LOOM_EQ, loom_rem(k, a->n0, CI(128)), CI(0)), sb, sb1);
-    loom_shape sh = LOOM_SHAPE1(c->bn);
-    loom_val col = loom_arange(k, 0, c->bn);
+    loom_shape sh = LOOM_SHAPE1(a->cols);
+    loom_val col = loom_arange(k, 0, a->cols);
     loom_val sbc = loom_select(k, loom_cmp(k, LOOM_LT, col, loom_splat(k, CI(64), sh)), loom_splat(k, sb, sh),
                                loom_select(k, loom_cmp(k, LOOM_LT, col, loom_splat(k, CI(128), sh)),
                                            loom_splat(k, smid, sh), loom_splat(k, sb1, sh)));
-    loom_shape t = LOOM_SHAPE2(a->rows, c->bn);
+    loom_shape t = LOOM_SHAPE2(a->rows, a->cols);
     return loom_mul(k, loom_broadcast(k, loom_expand_dims(k, sa, 1), t),
                     loom_broadcast(k, loom_expand_dims(k, sbc, 0), t));
 }
 
-/* The mainloop of a tile with its blocks' scales where scaled=3 (ba, kept alive by the
- * caller while the mainloop is built). */
-static loom_mainloop scaled_mainloop(const gk *g, int bm, block_at *ba, loom_val it0, loom_val n0)
+/* The mainloop of a tile of `cols` columns (BN, or BN2: a part of each slot's B tile) with
+ * its blocks' scales where scaled=3 (ba, kept alive by the caller while the mainloop is
+ * built). */
+static loom_mainloop scaled_mainloop(const gk *g, int bm, int cols, block_at *ba, loom_val it0, loom_val n0)
 {
     loom_mainloop ml = mainloop_of(g, bm);
+    if (cols != g->c->bn)
+        ml.cols = ml.b_part = cols;
     if (g->c->scaled == 3) {
-        *ba = (block_at){.g = g, .it0 = it0, .n0 = n0, .rows = bm, .split = g->c->consumers == SPLIT};
+        *ba = (block_at){.g = g, .it0 = it0, .n0 = n0, .rows = bm, .cols = cols, .split = g->c->consumers == SPLIT};
         ml.block_scale = block_scale, ml.block_ctx = ba;
     }
     return ml;
@@ -637,9 +641,7 @@ static void cooperative_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val
     (void)rep;
     const g_cfg *c = g->c;
     block_at ba;
-    loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, it0, n0);
-    if (cols != c->bn)
-        ml.cols = ml.b_part = cols;
+    loom_mainloop ml = scaled_mainloop(g, c->bm, cols, &ba, it0, n0);
     loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, LOOM_NONE, LOOM_NONE, 0), it0);
     store_tile(k, g, out, (loom_tile_at){.b = b, .m0 = m0, .n0 = n0, .rows = c->bm, .cols = cols}, LOOM_NONE,
                LOOM_NONE);
@@ -690,7 +692,7 @@ static void consumers_pingpong(loom_kernel *k, const gk *g, loom_pingpong *pp)
         tile_coords(k, g, u.r, &b, &m0, &n0);
         loom_val it0 = u.it;
         block_at ba;
-        loom_mainloop ml = scaled_mainloop(g, c->bm, &ba, it0, n0);
+        loom_mainloop ml = scaled_mainloop(g, c->bm, c->bn, &ba, it0, n0);
         loom_pingpong_mma_begin(k, pp);
         loom_val acc = loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0);
         loom_pingpong_mma_end(k, pp);
@@ -714,9 +716,7 @@ static void split_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val b, lo
     const g_cfg *c = g->c;
     int half = c->trans ? 64 : c->bm / 2; /* trans: each group 64 columns of every row */
     block_at ba;
-    loom_mainloop ml = scaled_mainloop(g, half, &ba, it0, n0);
-    if (cols != c->bn)
-        ml.cols = ml.b_part = cols;
+    loom_mainloop ml = scaled_mainloop(g, half, cols, &ba, it0, n0);
     loom_val out = finish(k, g, &ml, loom_mainloop_run(k, &ml, it0, rep, LOOM_NONE, 0), it0);
     loom_val off = loom_mul(k, rep, CI(half)), m = m0, n = n0;
     if (c->trans) /* the group's [64, BM] of C^T is C's [BM, 64] at column n0 + 64 rep */
@@ -932,9 +932,15 @@ static const char *why_not_bn2(const g_cfg *c, char *buf, size_t n)
         return NULL;
     if ((c->bn2 != 64 && c->bn2 != 128) || c->bn2 >= c->bn)
         return "BN2 must be 0 (every tile BN columns), or 64 or 128 and less than BN";
-    if (c->consumers == PINGPONG || c->trans || c->cluster != 1 || c->scaled == 3 || c->batch != 1)
-        return "BN2 takes consumers 0 (cooperative) or 2 (split), trans=0, cluster=1, scaled 0, 1 or 2 and one "
-               "product (batch=1)";
+    if (c->consumers == PINGPONG || c->trans || c->cluster != 1 || c->batch != 1)
+        return "BN2 takes consumers 0 (cooperative) or 2 (split), trans=0, cluster=1 and one product (batch=1)";
+    if (c->scaled == 3 && c->bn2 == 128 && (int64_t)c->wide * c->bn % 128) {
+        snprintf(buf, n,
+                 "scaled=3 with BN2=128 needs wide * BN (%lld) a multiple of 128: each BN2 tile's columns must lie "
+                 "in one 128-column block of B (one scale_b)",
+                 (long long)c->wide * c->bn);
+        return buf;
+    }
     if (c->wide < 1 || (int64_t)c->wide * c->bn >= c->N) {
         snprintf(buf, n,
                  "wide must be at least 1 and wide * BN (%lld) less than N (%lld): the BN2-column tiles take the "
@@ -1105,12 +1111,12 @@ static int promoted_bn(const g_cfg *c, int ctas)
  * a BN-column one's work at 1 / `rate` its rate.  Promoted cooperative 128 x 192 (rate
  * 1.19, promoted_bn) at 4096^3 on 132 SMs: 16 columns of 192 and 8 of 128, the busiest
  * program 5.59 tiles' time against 6. */
-static void narrow_tail(const int64_t *sh, int64_t *cf, double rate)
+static bool narrow_tail(const int64_t *sh, int64_t *cf, double rate)
 {
     g_cfg c = cfg_of(sh, cf);
     char why[320];
     if (c.consumers == PINGPONG || c.bm != 128 || c.bn <= 128)
-        return;
+        return false;
     int64_t programs = c.ctas ? c.ctas : 132, tn = TPL_CDIV(c.N, c.bn);
     double best = busiest(&c, programs, 0) / 1.03, narrow = 128.0 / c.bn * rate;
     int pick = 0;
@@ -1122,6 +1128,7 @@ static void narrow_tail(const int64_t *sh, int64_t *cf, double rate)
     }
     if (pick)
         cf[C_BN2] = 128, cf[C_wide] = pick;
+    return pick != 0;
 }
 
 /* Split 128 x 128 tiles' time a FLOP over split 128 x 256 ones' (f16: 1.09-1.10 on an
@@ -1197,9 +1204,10 @@ static void heuristic(const int64_t *sh, int64_t *cf)
         narrow_tail(sh, cf, SPLIT_128_RATE);
         return;
     }
-    int64_t keep[C_COUNT];
+    int64_t keep[C_COUNT], c128[C_COUNT];
     memcpy(keep, cf, sizeof keep);
-    int bn = promoted_bn(&c, c.ctas > 0 ? c.ctas : 132);
+    int programs = c.ctas > 0 ? c.ctas : 132, bn = promoted_bn(&c, programs);
+    double gain = c.scaled == 3 ? 1.10 : 1.19; /* as promoted_bn's */
     plain_tiles(&c, cf, bn);
     g_cfg t = cfg_of(sh, cf);
     char why[256];
@@ -1207,7 +1215,18 @@ static void heuristic(const int64_t *sh, int64_t *cf)
         memcpy(cf, keep, sizeof keep);
         plain_tiles(&c, cf, 128);
     } else if (bn == 192)
-        narrow_tail(sh, cf, 1.19);
+        narrow_tail(sh, cf, gain);
+    else { /* 128 columns: 192 with a tail of 128-column tiles may still be sooner (block
+            * scales at 4096^3: 5.59 tiles of 192 at 1.5 / 1.10 against 8 of 128) */
+        memcpy(c128, cf, sizeof c128);
+        memcpy(cf, keep, sizeof keep);
+        plain_tiles(&c, cf, 192);
+        g_cfg a = cfg_of(sh, c128), w = cfg_of(sh, cf);
+        bool two = !why_not(&w, why, sizeof why) && narrow_tail(sh, cf, gain);
+        w = cfg_of(sh, cf);
+        if (!two || !(busiest(&w, programs, 2.0 / 3.0 * gain) * 1.5 / gain < busiest(&a, programs, 0) / 1.03))
+            memcpy(cf, c128, sizeof c128);
+    }
 }
 
 /* The grid at a launch's M and batch: a program (a cluster of them) for each unit, at

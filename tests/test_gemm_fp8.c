@@ -146,6 +146,18 @@ Test(gemm_fp8, block_scales_match_the_reference_within_the_bound)
     };
     loom_runtime *rt = loom_runtime_create(LOOM_TARGET_INTERPRETER);
     check_each(rt, blocked, sizeof blocked / sizeof *blocked, bcfg, sizeof bcfg / sizeof *bcfg, 80);
+    /* tiles of two widths (split 192 and 128, 128-column tiles from a block's start; 64 at
+     * n0 % 128 = 64; cooperative 128 and 64), B's last block ragged */
+    static const char *const two[][2] = {
+        {"M=200,N=584,K=400,dtype=e4m3,btrans=1,scaled=3,promote=128,odtype=bf16",
+         "BM=128,BN=192,cwarps=8,consumers=2,BK=128,stages=2,ctas=3,BN2=128,wide=2"},
+        {"M=200,N=584,K=400,dtype=e4m3,btrans=1,scaled=3,promote=128,odtype=f32",
+         "BM=128,BN=192,cwarps=8,consumers=2,BK=128,stages=2,ctas=4,BN2=64,wide=1"},
+        {"M=130,N=456,K=260,dtype=e5m2,btrans=1,scaled=3,promote=128,odtype=f16",
+         "BM=128,BN=128,cwarps=8,BK=128,stages=2,ctas=2,BN2=64,wide=1"},
+    };
+    for (size_t i = 0; i < sizeof two / sizeof *two; i++)
+        check(rt, two[i][0], two[i][1], 90 + i);
     loom_runtime_destroy(rt);
 }
 
@@ -378,7 +390,8 @@ Test(gemm_fp8, two_tile_width_refusals_name_the_reason)
     expect_refused(fp8, "BM=128,BN=128,cwarps=8,BK=128,BN2=128,wide=16", "or 64 or 128 and less than BN");
     expect_refused(fp8, "BM=64,BN=128,cwarps=8,consumers=1,BK=128,BN2=64,wide=16", "BN2 takes consumers 0 (cooperative) or 2");
     expect_refused("M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3",
-                   "BM=128,BN=192,cwarps=8,BK=128,BN2=128,wide=16", "scaled 0, 1 or 2");
+                   "BM=128,BN=192,cwarps=8,consumers=2,BK=128,BN2=128,wide=15",
+                   "scaled=3 with BN2=128 needs wide * BN (2880) a multiple of 128");
     expect_refused("M=4096,N=4096,K=4096,batch=2,dtype=e4m3,btrans=1", "BM=128,BN=192,cwarps=8,BK=128,BN2=128,wide=16",
                    "one product (batch=1)");
     expect_refused("M=433,N=256,K=872,batch=8", "BM=224,BN=128,cwarps=8,consumers=2,trans=1,BN2=64,wide=1",
@@ -407,9 +420,14 @@ Test(gemm_fp8, the_untuned_promoted_config_fits)
          * and 6 of 128 columns */
         {"M=5120,N=5120,K=5120", "BM=128,BN=256,BK=64,stages=4,cwarps=8,ctas=132,group=8,consumers=2,tmastore=1,cluster=1,"
                                  "share=0,trans=0,BN2=128,wide=17"},
-        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3", "BM=128,BN=128,BK=128,stages=4,cwarps=8"},
+        /* block scales: split 128 x 192 (cooperative spills) with the tail, 5.59 tiles of
+         * 192 at 1.5 / 1.10 the time of one of 128 against 8 of 128 */
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3",
+         "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=2,tmastore=1,cluster=1,share=0,trans=0,"
+         "BN2=128,wide=16"},
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128,scaled=3",
-         "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=2"},
+         "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=2,tmastore=1,cluster=1,share=0,trans=0,"
+         "BN2=0"},
         {"M=8192,N=8192,K=8192,dtype=e4m3,btrans=1,promote=128",
          "BM=128,BN=192,BK=128,stages=4,cwarps=8,ctas=132,group=8,consumers=0,tmastore=1,cluster=1,share=0,trans=0,"
          "BN2=0"}, /* 20.85 waves: a tail gains under 3% */
@@ -474,6 +492,8 @@ Test(gemm_fp8, headline_ptx_assembles_without_spills)
          "BM=128,BN=128,cwarps=8,BK=128,group=8", "m64n128k32.f32.e4m3.e4m3"},
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=3",
          "BM=128,BN=192,cwarps=8,consumers=2,BK=128,group=8", "m64n192k32.f32.e4m3.e4m3"},
+        {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,odtype=bf16,promote=128,scaled=3",
+         "BM=128,BN=192,cwarps=8,consumers=2,BK=128,group=8,BN2=128,wide=16", "m64n128k32.f32.e4m3.e4m3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int64_t sh[LOOM_MAX_PARAMS], cf[LOOM_MAX_PARAMS];
@@ -542,6 +562,10 @@ Test(gemm_fp8_gpu, matches_the_reference_within_the_fp8_bound)
     /* and split 128 x 192: tiles at n0 % 128 = 0 and 64, the last one past N */
     check(rt, "M=1000,N=1032,K=1000,dtype=e4m3,btrans=1,odtype=bf16,scaled=3,promote=128",
           "BM=128,BN=192,cwarps=8,consumers=2,BK=128,group=8", 36);
+    /* tiles of two widths: 2 columns of split 128 x 192, then 128-column tiles (the
+     * untuned block-scaled config's form) */
+    check(rt, "M=1000,N=1032,K=1000,dtype=e4m3,btrans=1,odtype=bf16,scaled=3,promote=128",
+          "BM=128,BN=192,cwarps=8,consumers=2,BK=128,group=8,BN2=128,wide=2", 37);
     loom_runtime_destroy(rt);
 }
 
