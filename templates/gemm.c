@@ -453,6 +453,22 @@ static void two_width_units(loom_kernel *k, const gk *g, loom_val rep, tile_fn f
     }
 }
 
+/* A task's tiles, each through fn: with BN2 two_width_units' two loops, else the
+ * schedule's loop over the task's units (role: LOOM_SCHED_PRODUCER or _CONSUMER). */
+static void each_tile(loom_kernel *k, const gk *g, int role, loom_val rep, tile_fn fn)
+{
+    const g_cfg *c = g->c;
+    if (c->bn2) {
+        two_width_units(k, g, rep, fn);
+        return;
+    }
+    unit_loop u = units_begin(k, g, role, LOOM_NONE, CI(0));
+    loom_val b = u.b, m0, n0;
+    tile_coords(k, g, u.r, &b, &m0, &n0);
+    fn(k, g, rep, b, m0, n0, u.it, c->bn);
+    units_end(k, g, &u, loom_add(k, u.it, CI(TPL_CDIV(c->K, c->bk))));
+}
+
 /* The producer's k steps of one tile (ring uses it0 ..): A's box (split: its two row
  * halves) and B's (multicast in parts over a cluster).  cols: the tile's columns, BN, or
  * BN2 (a part of B's slot, its full barrier expecting those bytes). */
@@ -507,20 +523,10 @@ static void produce_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val b, 
  * with BN2, the BN-column tiles' loop, then the BN2-column ones'. */
 static void producer(loom_kernel *k, const gk *g)
 {
-    const g_cfg *c = g->c;
     loom_region_op pt = loom_producer_begin(k);
     {
         gk gl = launch_units(k, g);
-        g = &gl;
-        if (c->bn2)
-            two_width_units(k, g, LOOM_NONE, produce_tile);
-        else {
-            unit_loop u = units_begin(k, g, LOOM_SCHED_PRODUCER, LOOM_NONE, CI(0));
-            loom_val b = u.b, m0, n0;
-            tile_coords(k, g, u.r, &b, &m0, &n0);
-            produce_tile(k, g, LOOM_NONE, b, m0, n0, u.it, c->bn);
-            units_end(k, g, &u, loom_add(k, u.it, CI(TPL_CDIV(c->K, c->bk))));
-        }
+        each_tile(k, &gl, LOOM_SCHED_PRODUCER, LOOM_NONE, produce_tile);
     }
     loom_task_end(k, pt);
 }
@@ -651,24 +657,11 @@ static void cooperative_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val
  * unit's tile is BN or BN2 columns. */
 static void consumers_cooperative(loom_kernel *k, const gk *g)
 {
-    const g_cfg *c = g->c;
-    loom_val zero = CI(0);
-    loom_region_op ct = loom_consumers_begin(k, c->cwarps, 1);
+    loom_region_op ct = loom_consumers_begin(k, g->c->cwarps, 1);
     {
         gk gl = launch_units(k, g);
-        g = &gl;
-        if (c->bn2)
-            two_width_units(k, g, LOOM_NONE, cooperative_tile);
-        else {
-            unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
-            loom_val b = u.b, m0, n0;
-            tile_coords(k, g, u.r, &b, &m0, &n0);
-            loom_val it0 = u.it;
-            cooperative_tile(k, g, LOOM_NONE, b, m0, n0, it0, c->bn);
-            loom_val next = loom_add(k, it0, CI(TPL_CDIV(c->K, c->bk)));
-            units_end(k, g, &u, next);
-        }
-        loom_epilogue_finish(k, &g->epi);
+        each_tile(k, &gl, LOOM_SCHED_CONSUMER, LOOM_NONE, cooperative_tile);
+        loom_epilogue_finish(k, &gl.epi);
     }
     loom_task_end(k, ct);
 }
@@ -740,25 +733,13 @@ static void split_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val b, lo
  * BN2, a loop of each tile width (two_width_units). */
 static void consumers_split(loom_kernel *k, const gk *g)
 {
-    const g_cfg *c = g->c;
-    int64_t nk = TPL_CDIV(c->K, c->bk);
-    loom_val zero = CI(0);
     loom_region_op ct = loom_consumers_begin(k, 4, 2);
     {
         gk gl = launch_units(k, g);
-        g = &gl;
         loom_val rep = loom_task_replica(k);
-        if (c->bn2)
-            two_width_units(k, g, rep, split_tile);
-        else {
-            unit_loop u = units_begin(k, g, LOOM_SCHED_CONSUMER, LOOM_NONE, zero);
-            loom_val b = u.b, m0, n0;
-            tile_coords(k, g, u.r, &b, &m0, &n0);
-            split_tile(k, g, rep, b, m0, n0, u.it, c->bn);
-            units_end(k, g, &u, loom_add(k, u.it, CI(nk)));
-        }
-        if (g->epi.kind == LOOM_EPI_PARTS) /* (handing over waits for each store) */
-            loom_epilogue_finish(k, &g->epi);
+        each_tile(k, &gl, LOOM_SCHED_CONSUMER, rep, split_tile);
+        if (gl.epi.kind == LOOM_EPI_PARTS) /* (handing over waits for each store) */
+            loom_epilogue_finish(k, &gl.epi);
     }
     loom_task_end(k, ct);
 }

@@ -36,24 +36,18 @@ typedef struct dyn_gemm {
     const char *text;  /* "shape | config", for messages */
 } dyn_gemm;
 
-static int key_of(const loom_template *t, const char *key)
+/* The index of key `key` among n params (the template's shape or config keys). */
+static int param_index(const loom_param *ps, int n, const char *key)
 {
-    for (int i = 0; i < t->nshape; i++)
-        if (!strcmp(t->shape[i].key, key))
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ps[i].key, key))
             return i;
-    cr_assert_fail("gemm has no shape key %s", key);
+    cr_assert_fail("gemm has no key %s", key);
     return -1;
 }
 
-/* The index of config key `key` of template t. */
-static int cfg_key(const loom_template *t, const char *key)
-{
-    for (int i = 0; i < t->nconfig; i++)
-        if (!strcmp(t->config[i].key, key))
-            return i;
-    cr_assert_fail("gemm has no config key %s", key);
-    return -1;
-}
+static int key_of(const loom_template *t, const char *key) { return param_index(t->shape, t->nshape, key); }
+static int cfg_key(const loom_template *t, const char *key) { return param_index(t->config, t->nconfig, key); }
 
 static dyn_gemm dyn_build(const char *shape, const char *config)
 {
