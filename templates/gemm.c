@@ -437,7 +437,8 @@ static void two_width_units(loom_kernel *k, const gk *g, loom_val rep, tile_fn f
         loom_val from = first, to = narrow ? g->sched.count : W;
         if (narrow) { /* the first unit past W that this program takes */
             loom_val behind = loom_max(k, loom_sub(k, W, first), CI(0));
-            from = loom_add(k, first, loom_mul(k, loom_div(k, loom_add(k, behind, loom_sub(k, step, CI(1))), step), step));
+            loom_val steps = loom_div(k, loom_add(k, behind, loom_sub(k, step, CI(1))), step);
+            from = loom_add(k, first, loom_mul(k, steps, step));
         }
         loom_region_op l = loom_for_begin(k, from, to, step, 1, &it);
         {
@@ -509,11 +510,11 @@ static void produce_tile(loom_kernel *k, const gk *g, loom_val rep, loom_val b, 
                 loom_ring_load(k, &g->ring, s, TILE_B, h, g->B, b_offs(g, b, k0, loom_add(k, n0, CI(64 * h)), o));
         else if (c->share_a)
             loom_ring_load(k, &g->ring, s, TILE_B, 0, g->B, b_offs(g, b, k0, n0, o));
-        else if (cols != c->bn)
-            loom_tma_load(k, g->B, b_offs(g, b, k0, n0, o),
-                          loom_smem_part(k, loom_ring_view(k, &g->ring, s, TILE_B, LOOM_NONE), c->btrans ? 0 : 1, 0, cols),
+        else if (cols != c->bn) {
+            loom_val slot_b = loom_ring_view(k, &g->ring, s, TILE_B, LOOM_NONE);
+            loom_tma_load(k, g->B, b_offs(g, b, k0, n0, o), loom_smem_part(k, slot_b, c->btrans ? 0 : 1, 0, cols),
                           g->ring.full, s);
-        else
+        } else
             loom_ring_load_multicast(k, &g->ring, s, TILE_B, c->btrans ? 0 : 1, g->B, b_offs(g, b, k0, n0, o));
     }
     loom_for_end(k, kl, 0, NULL);
@@ -1064,9 +1065,9 @@ static double cost(const int64_t *sh, const int64_t *cf)
 {
     g_cfg c = cfg_of(sh, cf);
     int64_t ctas = c.ctas ? c.ctas : 132;
-    double per_tile = (double)c.bm * c.bn * c.K * (1.0 + 64.0 / c.bm + 64.0 / c.bn);
-    double narrow = c.bn2 ? (double)c.bn2 / c.bn * (1.0 + 64.0 / c.bm + 64.0 / c.bn2) / (1.0 + 64.0 / c.bm + 64.0 / c.bn)
-                          : 0;
+    double over = 1.0 + 64.0 / c.bm + 64.0 / c.bn; /* a tile's loads a FLOP, relative */
+    double per_tile = (double)c.bm * c.bn * c.K * over;
+    double narrow = c.bn2 ? (double)c.bn2 / c.bn * (1.0 + 64.0 / c.bm + 64.0 / c.bn2) / over : 0;
     return busiest(&c, ctas / c.cluster, narrow) * per_tile * (c.stages >= 3 ? 1.0 : 1.3);
 }
 

@@ -261,11 +261,13 @@ Test(gemm_dyn, two_tile_widths)
 {
     static const char *const shape = "M=300,N=520,K=40";
     static const int64_t reqs[][2] = {{300, 1}, {1, 1}, {64, 1}, {128, 1}, {129, 1}, {250, 1}, {299, 1}};
-    static const char *const configs[] = {"BM=128,BN=192,cwarps=8,stages=2,ctas=3,BN2=128,wide=2",
-                                          "BM=64,BN=192,stages=2,ctas=0,BN2=64,wide=1,tmastore=0",
-                                          "BM=128,BN=256,cwarps=8,stages=2,ctas=5,group=2,BN2=64,wide=1",
-                                          "BM=128,BN=256,cwarps=8,consumers=2,stages=2,ctas=5,BN2=128,wide=1",
-                                          "BM=128,BN=192,cwarps=8,consumers=2,stages=2,ctas=3,BN2=64,wide=2,tmastore=0"};
+    static const char *const configs[] = {
+        "BM=128,BN=192,cwarps=8,stages=2,ctas=3,BN2=128,wide=2",
+        "BM=64,BN=192,stages=2,ctas=0,BN2=64,wide=1,tmastore=0",
+        "BM=128,BN=256,cwarps=8,stages=2,ctas=5,group=2,BN2=64,wide=1",
+        "BM=128,BN=256,cwarps=8,consumers=2,stages=2,ctas=5,BN2=128,wide=1",
+        "BM=128,BN=192,cwarps=8,consumers=2,stages=2,ctas=3,BN2=64,wide=2,tmastore=0",
+    };
     for (int c = 0; c < 5; c++)
         dyn_case(shape, configs[c], reqs, NREQ(reqs), 900 + 10 * (uint64_t)c);
 }

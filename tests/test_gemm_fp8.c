@@ -363,10 +363,13 @@ Test(gemm_fp8, two_tile_widths_match_the_reference_within_the_bound)
          "BM=128,BN=192,cwarps=8,BK=128,stages=2,group=8,BN2=64,wide=2"},
         {"M=384,N=456,K=200,dtype=e5m2,btrans=1,promote=128,odtype=f32",
          "BM=128,BN=128,cwarps=8,BK=128,stages=2,group=2,BN2=64,wide=2"},
-        {"M=640,N=400,K=256,dtype=e4m3,btrans=1,scaled=1", "BM=128,BN=192,cwarps=8,BK=128,stages=2,BN2=128,wide=1,ctas=3"},
-        {"M=640,N=400,K=256,dtype=e4m3,btrans=1,promote=128", "BM=128,BN=192,cwarps=8,BK=128,stages=2,BN2=128,wide=1,ctas=0"},
+        {"M=640,N=400,K=256,dtype=e4m3,btrans=1,scaled=1",
+         "BM=128,BN=192,cwarps=8,BK=128,stages=2,BN2=128,wide=1,ctas=3"},
+        {"M=640,N=400,K=256,dtype=e4m3,btrans=1,promote=128",
+         "BM=128,BN=192,cwarps=8,BK=128,stages=2,BN2=128,wide=1,ctas=0"},
         {"M=300,N=520,K=136,dtype=f16,btrans=1", "BM=128,BN=192,cwarps=8,BK=64,stages=3,group=8,BN2=128,wide=2,ctas=4"},
-        {"M=256,N=400,K=256,dtype=bf16,btrans=1,odtype=bf16", "BM=64,BN=192,BK=64,stages=2,BN2=64,wide=1,tmastore=0,ctas=5"},
+        {"M=256,N=400,K=256,dtype=bf16,btrans=1,odtype=bf16",
+         "BM=64,BN=192,BK=64,stages=2,BN2=64,wide=1,tmastore=0,ctas=5"},
         /* split: each group's parts (f16 out), the handed-over staging tile (f32 out),
          * promoted FP8 */
         {"M=300,N=648,K=136", "BM=128,BN=256,cwarps=8,consumers=2,stages=2,group=8,BN2=128,wide=1,ctas=5"},
@@ -386,9 +389,11 @@ Test(gemm_fp8, two_tile_width_refusals_name_the_reason)
     const char *fp8 = "M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128";
     const char *coop = "BM=128,BN=192,cwarps=8,BK=128";
     char cf[256];
-    expect_refused(fp8, "BM=128,BN=192,cwarps=8,BK=128,BN2=96,wide=16", "BN2 must be 0 (every tile BN columns), or 64 or 128");
+    expect_refused(fp8, "BM=128,BN=192,cwarps=8,BK=128,BN2=96,wide=16",
+                   "BN2 must be 0 (every tile BN columns), or 64 or 128");
     expect_refused(fp8, "BM=128,BN=128,cwarps=8,BK=128,BN2=128,wide=16", "or 64 or 128 and less than BN");
-    expect_refused(fp8, "BM=64,BN=128,cwarps=8,consumers=1,BK=128,BN2=64,wide=16", "BN2 takes consumers 0 (cooperative) or 2");
+    expect_refused(fp8, "BM=64,BN=128,cwarps=8,consumers=1,BK=128,BN2=64,wide=16",
+                   "BN2 takes consumers 0 (cooperative) or 2");
     expect_refused("M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3",
                    "BM=128,BN=192,cwarps=8,consumers=2,BK=128,BN2=128,wide=15",
                    "scaled=3 with BN2=128 needs wide * BN (2880) a multiple of 128");
@@ -418,8 +423,9 @@ Test(gemm_fp8, the_untuned_promoted_config_fits)
         {"M=2048,N=7168,K=4096,dtype=e4m3,btrans=1,promote=128", "BN2=128,wide=30"},
         /* f16 split 128 x 256: 800 tiles at 5120^3 are 6.06 waves; 17 columns of them
          * and 6 of 128 columns */
-        {"M=5120,N=5120,K=5120", "BM=128,BN=256,BK=64,stages=4,cwarps=8,ctas=132,group=8,consumers=2,tmastore=1,cluster=1,"
-                                 "share=0,trans=0,BN2=128,wide=17"},
+        {"M=5120,N=5120,K=5120",
+         "BM=128,BN=256,BK=64,stages=4,cwarps=8,ctas=132,group=8,consumers=2,tmastore=1,cluster=1,share=0,trans=0,"
+         "BN2=128,wide=17"},
         /* block scales: split 128 x 192 (cooperative spills) with the tail, 5.59 tiles of
          * 192 at 1.5 / 1.10 the time of one of 128 against 8 of 128 */
         {"M=4096,N=4096,K=4096,dtype=e4m3,btrans=1,promote=128,scaled=3",

@@ -232,8 +232,10 @@ Test(tune, the_untuned_config_is_a_candidate)
 }
 
 /* Every template in the registry: the candidates are every combination (and the untuned
- * config where it is none of them: not at any default shape), the invalid ones say why, the valid ones come first in cost order, the default config is valid at the
- * default shape, and every valid config builds and verifies. */
+ * config where it is none of them: not at any default shape), the invalid ones say why,
+ * the valid ones come first in cost order (past the untuned config, which leads them),
+ * the default config is valid at the default shape, and every valid config builds and
+ * verifies. */
 Test(tune, every_template_declares_valid_candidates)
 {
     for (int ti = 0; ti < loom_template_count(); ti++) {
