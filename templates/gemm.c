@@ -171,8 +171,8 @@
       "any multiple of 8 up to 256: 224 covers the IKBO M=433 in two tiles, 448 rows)", 0, 1)              \
     X(BN2, bn2, int, 0,                                                                                    \
       "0: every tile BN columns; 64 or 128 (under BN): the tile columns past `wide` are BN2 columns, "     \
-      "so that the last wave of tiles is not mostly idle SMs (cooperative, trans=0, cluster=1, "           \
-      "batch=1, scaled 0-2; each program's BN tiles run first)")                                         \
+      "so that the last wave of tiles is not mostly idle SMs (consumers 0 or 2, trans=0, cluster=1, "      \
+      "batch=1; each program's BN tiles run first)")                                                     \
     X(wide, wide, int, 0, "with BN2: the tile columns of BN from column 0 (at least 1, fewer than N takes)")
 
 enum { GEMM_SHAPE(LOOM_S_INDEX) S_COUNT };
