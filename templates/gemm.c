@@ -906,7 +906,6 @@ static const char *why_not_promote(const g_cfg *c, bool fp8, char *buf, size_t n
     return buf;
 }
 
-/* Why (shape, config) cannot be served, or NULL when it can. */
 /* What tiles of two widths (BN2 > 0) need, or NULL. */
 static const char *why_not_bn2(const g_cfg *c, char *buf, size_t n)
 {
@@ -933,6 +932,7 @@ static const char *why_not_bn2(const g_cfg *c, char *buf, size_t n)
     return NULL;
 }
 
+/* Why (shape, config) cannot be served, or NULL when it can. */
 static const char *why_not(const g_cfg *c, char *buf, size_t n)
 {
     bool fp8 = fp8_in(c);
@@ -1079,9 +1079,11 @@ static double cost(const int64_t *sh, const int64_t *cf)
  * 4096^3 takes 192 (6 waves against 8) but not with block scales; 8192^3 and 2048 x 7168
  * take 192 both ways.  (Where a 192-column config does not fit, f32 out, heuristic takes
  * 128.) */
+static double promoted_gain(const g_cfg *c) { return c->scaled == 3 ? 1.10 : 1.19; }
+
 static int promoted_bn(const g_cfg *c, int ctas)
 {
-    double gain = c->scaled == 3 ? 1.10 : 1.19;
+    double gain = promoted_gain(c);
     int64_t tm = TPL_CDIV(c->M, 128) * c->batch;
     int64_t w192 = TPL_CDIV(tm * TPL_CDIV(c->N, 192), ctas), w128 = TPL_CDIV(tm * TPL_CDIV(c->N, 128), ctas);
     return 1.5 * (double)w192 < gain * (double)w128 ? 192 : 128;
@@ -1189,7 +1191,7 @@ static void heuristic(const int64_t *sh, int64_t *cf)
     int64_t keep[C_COUNT], c128[C_COUNT];
     memcpy(keep, cf, sizeof keep);
     int programs = c.ctas > 0 ? c.ctas : 132, bn = promoted_bn(&c, programs);
-    double gain = c.scaled == 3 ? 1.10 : 1.19; /* as promoted_bn's */
+    double gain = promoted_gain(&c);
     plain_tiles(&c, cf, bn);
     g_cfg t = cfg_of(sh, cf);
     char why[256];
@@ -1203,9 +1205,8 @@ static void heuristic(const int64_t *sh, int64_t *cf)
         memcpy(c128, cf, sizeof c128);
         memcpy(cf, keep, sizeof keep);
         plain_tiles(&c, cf, 192);
+        bool two = narrow_tail(sh, cf, gain); /* (each candidate checked by why_not) */
         g_cfg a = cfg_of(sh, c128), w = cfg_of(sh, cf);
-        bool two = !why_not(&w, why, sizeof why) && narrow_tail(sh, cf, gain);
-        w = cfg_of(sh, cf);
         if (!two || !(busiest(&w, programs, 2.0 / 3.0 * gain) * 1.5 / gain < busiest(&a, programs, 0) / 1.03))
             memcpy(cf, c128, sizeof c128);
     }
