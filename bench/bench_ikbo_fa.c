@@ -508,8 +508,14 @@ static void fp8_case(loom_runtime *rt, fa_ref *fr, const fa_case *c, const loom_
     loom_ikbo_fa *p8, *p16;
     if (loom_ikbo_fa_prepare(rt, &sh8, fc ? &cfg8 : NULL, &p8) != LOOM_OK)
         DIE("FP8 prepare: %s", loom_runtime_error(rt));
-    if (loom_ikbo_fa_prepare(rt, &sh16, fc ? &cfg16 : NULL, &p16) != LOOM_OK)
-        DIE("f16 prepare: %s", loom_runtime_error(rt));
+    if (loom_ikbo_fa_prepare(rt, &sh16, fc ? &cfg16 : NULL, &p16) != LOOM_OK) {
+        if (!fc) /* an FP8-only config (stages=4 at D=128): the f16 row takes its own untuned one */
+            DIE("f16 prepare: %s", loom_runtime_error(rt));
+        printf("FP8   the f16 kernel refuses --config (%s): it runs its untuned config\n", loom_runtime_error(rt));
+        cfg16 = loom_ikbo_fa_untuned_config(&sh16);
+        if (loom_ikbo_fa_prepare(rt, &sh16, &cfg16, &p16) != LOOM_OK)
+            DIE("f16 prepare: %s", loom_runtime_error(rt));
+    }
     const int32_t *lens = c->varlen ? h.lens : NULL;
     if (loom_ikbo_fa_set_mapping(p8, h.map, lens) != LOOM_OK || loom_ikbo_fa_set_mapping(p16, h.map, lens) != LOOM_OK)
         DIE("set_mapping: %s", loom_runtime_error(rt));
