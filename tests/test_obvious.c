@@ -674,6 +674,72 @@ Test(obvious, arithmetic_a_rewrite_makes_cheaper_is_named_with_its_line)
     loom_kernel_destroy(k);
 }
 
+/* A loop that carries an e4m3 tile: each iteration rounds 0.5 * x_i + p to e4m3 and
+ * carries it (the obvious form), or carries the f32 value and rounds where it is used
+ * (rewritten: the same values, since a cast is the same wherever it runs). */
+static loom_kernel *fp8_carry_kernel(bool rewritten, int *cast_line, int *loop_line)
+{
+    loom_kernel *k = loom_kernel_create(rewritten ? "fp8_carry_rewritten" : "fp8_carry_obvious", 4);
+    loom_shape tile = LOOM_SHAPE2(64, 64);
+    loom_val X = loom_arg_tensor(k, "x", LOOM_F32, LOOM_SHAPE3(4, 64, 64), LOOM_IN);
+    loom_val Y = loom_arg_tensor(k, "y", LOOM_E4M3, tile, LOOM_OUT);
+    loom_val zero = I32(k, 0), half = loom_splat(k, loom_const_f(k, LOOM_F32, 0.5), tile);
+    loom_val z = loom_splat(k, loom_const_f(k, LOOM_F32, 0.0), tile);
+    loom_val init = rewritten ? z : loom_cast(k, z, LOOM_E4M3);
+    if (loop_line)
+        *loop_line = __LINE__ + 1;
+    loom_region_op l = loom_for_begin(k, zero, I32(k, 4), I32(k, 1), 1, &init);
+    {
+        loom_val x = loom_load(k, X, ((loom_val[]){loom_for_iv(k, l), zero, zero}), tile, LOOM_NONE, 0.0);
+        loom_val prev = loom_for_arg(k, l, 0);
+        loom_val y = loom_fma(k, x, half, rewritten ? loom_cast(k, loom_cast(k, prev, LOOM_E4M3), LOOM_F32)
+                                                    : loom_cast(k, prev, LOOM_F32));
+        if (cast_line)
+            *cast_line = __LINE__ + 1;
+        loom_val next = rewritten ? y : loom_cast(k, y, LOOM_E4M3);
+        loom_for_end(k, l, 1, &next);
+    }
+    loom_val out = loom_for_result(k, l, 0);
+    loom_store(k, Y, ((loom_val[]){zero, zero}), rewritten ? loom_cast(k, out, LOOM_E4M3) : out, LOOM_NONE);
+    return k;
+}
+
+Test(obvious, an_fp8_cast_a_loop_carries_is_named_with_its_line)
+{
+    int cl = 0, ll = 0;
+    loom_kernel *k = fp8_carry_kernel(false, &cl, &ll);
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    arith_seen a = {0};
+    char *text = NULL, err[2048], want[256];
+    cr_assert_eq(loom_kernel_explain(k, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    cr_assert_eq(a.n, 1, "%s", text);
+    cr_expect_eq(a.lines[0], cl, "%s", text);
+    snprintf(want, sizeof want, "each iteration of the loop at %s:%d", __FILE__, ll);
+    cr_expect(strstr(a.text[0], "a cast to e4m3 the loop carries") && strstr(a.text[0], "4096 elements") &&
+                  strstr(a.text[0], "carry the f32 value") && strstr(a.text[0], want),
+              "%s", a.text[0]);
+    cr_expect_eq(a.elements[0], 4096);
+    free(text);
+
+    /* carried as f32 and cast at its uses: nothing to say, and the same outputs */
+    loom_kernel *r = fp8_carry_kernel(true, NULL, NULL);
+    a = (arith_seen){0};
+    cr_assert_eq(loom_kernel_explain(r, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    cr_expect_eq(a.n, 0, "the rewritten form: %s", text);
+    free(text);
+    static float x[4 * 64 * 64];
+    static uint8_t y0[64 * 64], y1[64 * 64];
+    uint32_t seed = 7;
+    for (int i = 0; i < 4 * 64 * 64; i++) /* values whose sums round: uniform in [-20, 20) */
+        x[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / (float)(1 << 24) * 40.0f - 20.0f;
+    targ a0[] = {TA_ARR(x), TA_ARR(y0)}, a1[] = {TA_ARR(x), TA_ARR(y1)};
+    T_RUN_OK(k, NULL, a0, 2);
+    T_RUN_OK(r, NULL, a1, 2);
+    cr_expect_eq(memcmp(y0, y1, sizeof y0), 0, "the two forms' e4m3 outputs differ");
+    loom_kernel_destroy(k);
+    loom_kernel_destroy(r);
+}
+
 /* ---------------------------------------------------------------- what still converts */
 
 /* x + x^T: the same loaded tile in two layouts, so one side must move; the report names
