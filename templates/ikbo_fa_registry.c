@@ -105,12 +105,16 @@ static int64_t horder_of(const fa_spec *s)
 }
 
 /* The config to run untuned: at D=64 a ring of 4 and 64-key tiles (e4m3 builds 128-key
- * tiles only), and the order of units for the shape. */
+ * tiles only); e4m3 a ring of 4 at either D (its K/V tiles are half an f16 tile's bytes:
+ * 1% faster than 2 at the FP8 headline, bench/RESULTS.md session 33); and the order of
+ * units for the shape. */
 static void heuristic(const int64_t *sh, int64_t *cf)
 {
     fa_spec s = fa_spec_of(sh, cf);
     if (s.D == 64)
         cf[C_BN] = fa_fp8(&s) ? 128 : 64, cf[C_stages] = 4;
+    if (fa_fp8(&s))
+        cf[C_stages] = 4;
     cf[C_horder] = horder_of(&s);
 }
 
