@@ -22,7 +22,10 @@
  *                                  issue's targets (700 at S=1024, 850 at S=2048) met or not,
  *                                  and the FP8 output's error against the f16 kernel's and
  *                                  the f32 device reference's (relative RMS, largest |diff|);
- *                                  each FP8 output checked at sampled rows (below).  Alone,
+ *                                  each FP8 output checked at sampled rows (below); with
+ *                                  --config, both kernels take it (BN=128 for FP8), or the f16
+ *                                  one its untuned config where it refuses it (stages=4 at
+ *                                  D=128: no room), said in a line.  Alone,
  *                                  only these rows; with --sweep, after it
  *   --check-all                    check every row (default: the headline rows and the
  *                                  varlen ones)

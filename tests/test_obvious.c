@@ -644,14 +644,22 @@ static void on_arith(void *ctx, const loom_cost *c)
     snprintf(a->text[a->n++], sizeof a->text[0], "%s", c->text);
 }
 
+/* k verified and explained: its arithmetic hints in *a, the whole report returned (free it). */
+static char *arith_explained(loom_kernel *k, arith_seen *a)
+{
+    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
+    char *text = NULL, err[2048];
+    *a = (arith_seen){0};
+    cr_assert_eq(loom_kernel_explain(k, "sm_90a", on_arith, a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    return text;
+}
+
 Test(obvious, arithmetic_a_rewrite_makes_cheaper_is_named_with_its_line)
 {
     int ml = 0, al = 0, dl = 0;
     loom_kernel *k = arith_kernel(false, &ml, &al, &dl);
-    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
-    arith_seen a = {0};
-    char *text = NULL, err[2048], want[256];
-    cr_assert_eq(loom_kernel_explain(k, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    arith_seen a;
+    char *text = arith_explained(k, &a), want[256];
     cr_assert_eq(a.n, 2, "%s", text);
     cr_expect_eq(a.lines[0], ml, "%s", text);
     snprintf(want, sizeof want, "the add at %s:%d", __FILE__, al);
@@ -666,8 +674,7 @@ Test(obvious, arithmetic_a_rewrite_makes_cheaper_is_named_with_its_line)
     loom_kernel_destroy(k);
 
     k = arith_kernel(true, NULL, NULL, NULL);
-    a = (arith_seen){0};
-    cr_assert_eq(loom_kernel_explain(k, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    text = arith_explained(k, &a);
     cr_expect_eq(a.n, 0, "the rewritten form: %s", text);
     cr_expect(!strstr(text, "arithmetic hint"), "%s", text);
     free(text);
@@ -708,10 +715,8 @@ Test(obvious, an_fp8_cast_a_loop_carries_is_named_with_its_line)
 {
     int cl = 0, ll = 0;
     loom_kernel *k = fp8_carry_kernel(false, &cl, &ll);
-    cr_assert_eq(loom_verify(k), LOOM_OK, "%s", loom_kernel_errors(k));
-    arith_seen a = {0};
-    char *text = NULL, err[2048], want[256];
-    cr_assert_eq(loom_kernel_explain(k, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    arith_seen a;
+    char *text = arith_explained(k, &a), want[256];
     cr_assert_eq(a.n, 1, "%s", text);
     cr_expect_eq(a.lines[0], cl, "%s", text);
     snprintf(want, sizeof want, "each iteration of the loop at %s:%d", __FILE__, ll);
@@ -723,8 +728,7 @@ Test(obvious, an_fp8_cast_a_loop_carries_is_named_with_its_line)
 
     /* carried as f32 and cast at its uses: nothing to say, and the same outputs */
     loom_kernel *r = fp8_carry_kernel(true, NULL, NULL);
-    a = (arith_seen){0};
-    cr_assert_eq(loom_kernel_explain(r, "sm_90a", on_arith, &a, &text, err, sizeof err), LOOM_OK, "%s", err);
+    text = arith_explained(r, &a);
     cr_expect_eq(a.n, 0, "the rewritten form: %s", text);
     free(text);
     static float x[4 * 64 * 64];
