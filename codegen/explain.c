@@ -329,46 +329,26 @@ static bool uniform_along_a_dim(const loom_kernel *k, uint32_t v)
 /* Where the obvious arithmetic costs more than a rewrite, with the user's line: loom rounds
  * every op as written (the interpreter's semantics), so it cannot contract an f32 mul and
  * the add or sub that is its only use into an fma, nor turn a division by a row's value
- * into a reciprocal and a multiply; both would change the results' last bits.  And a cast
- * to FP8 carried to a loop's next iteration: loom holds an FP8 value in an f32 register
- * (codegen/lower_math.c), so the cast takes each element to its code and back there, and
- * the use (a wgmma's A registers, a store) makes the codes again; carried as the f32 it
- * rounds and cast where it is used, the same values cost one conversion a pair, there. */
+ * into a reciprocal and a multiply; both would change the results' last bits. */
 void cg_arith_hints(cg_ctx *cg)
 {
     const loom_kernel *k = cg->k;
     uint32_t *uses = calloc(k->nvals, sizeof *uses), *user = calloc(k->nvals, sizeof *user);
-    bool *carried = calloc(k->nvals, sizeof *carried); /* yielded by a for loop's body: to its next iteration */
-    if (!uses || !user || !carried) {
-        free(uses), free(user), free(carried);
+    if (!uses || !user) {
+        free(uses), free(user);
         cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
         return;
     }
     for (uint32_t o = 1; o < k->nops; o++) {
         const ir_op *op = &k->ops[o];
-        for (int i = 0; op->block && i < op->nopnd; i++) {
+        for (int i = 0; op->block && i < op->nopnd; i++)
             uses[op->opnd[i]]++, user[op->opnd[i]] = o;
-            if (op->kind == IR_YIELD && k->ops[k->blocks[op->block].parent].kind == IR_FOR)
-                carried[op->opnd[i]] = true;
-        }
     }
     for (uint32_t o = 1; o < k->nops && cg->st == LOOM_OK; o++) {
         const ir_op *op = &k->ops[o];
         if (!op->block || op->nres != 1)
             continue;
         const ir_type *t = &k->vals[op->res[0]].type;
-        if (op->kind == IR_CAST && t->kind == IR_T_TILE && t->shape.rank > 0 && ir_dtype_is_fp8(t->dtype) &&
-            carried[op->res[0]]) {
-            size_t n = (size_t)ir_shape_numel(&t->shape);
-            cg_cost c = {.kind = LOOM_COST_ARITH, .op = o, .opnd = -1, .from = -1, .to = -1, .copies = 1, .elements = n};
-            snprintf(c.note, sizeof c.note,
-                     "a cast to %s the loop carries to its next iteration: FP8 is held as f32, so each of its %zu "
-                     "elements goes to its code and back here and to its code again where used; carry the f32 value "
-                     "and cast at its use",
-                     loom_dtype_name(t->dtype), n);
-            cg_cost_add(cg, &c);
-            continue;
-        }
         if (t->kind != IR_T_TILE || t->dtype != LOOM_F32 || t->shape.rank == 0)
             continue;
         size_t n = (size_t)ir_shape_numel(&t->shape);
@@ -391,5 +371,5 @@ void cg_arith_hints(cg_ctx *cg)
             cg_cost_add(cg, &c);
         }
     }
-    free(uses), free(user), free(carried);
+    free(uses), free(user);
 }

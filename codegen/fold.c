@@ -22,6 +22,10 @@
  * its block, unused: it is pure, the lowering emits nothing LLVM keeps for it.  Uses
  * are rewritten only where the operand is visible, which always holds because an
  * op's operands dominate its uses.
+ *
+ * One rewrite adds ops: a loop that carries an FP8 tile its body yields as a cast of a
+ * wider float carries that float, the cast moved to the carried value's uses
+ * (carry_sources, below).
  */
 #include "cg.h"
 #include "ew.h"
@@ -61,11 +65,12 @@ static bool eval(const ir_op *op, loom_dtype in, loom_dtype out, const ir_const 
     return true;
 }
 
-static void replace_uses(loom_kernel *k, uint32_t from, uint32_t to)
+/* Every use of value `from` (but op `skip`'s, 0: none) made a use of `to`. */
+static void replace_uses(loom_kernel *k, uint32_t from, uint32_t to, uint32_t skip)
 {
     for (uint32_t o = 1; o < k->nops; o++) {
         ir_op *op = &k->ops[o];
-        if (op->kind == IR_INVALID)
+        if (op->kind == IR_INVALID || o == skip)
             continue;
         for (int i = 0; i < op->nopnd; i++)
             if (op->opnd[i] == from)
@@ -163,7 +168,100 @@ static void fold_block(cg_ctx *cg, uint32_t b)
         }
         uint32_t with = identity(k, op);
         if (with)
-            replace_uses(k, rv, with);
+            replace_uses(k, rv, with, 0);
+    }
+}
+
+/* ---------------------------------------------------------------- FP8 carried as its source */
+
+/* A new cast of v to dt at position pos of block b (built at `at`): its result, or 0. */
+static uint32_t cast_at(loom_kernel *k, uint32_t b, uint32_t pos, uint32_t v, loom_dtype dt, loom_src at)
+{
+    if (k->nopen == (int)(sizeof k->open / sizeof k->open[0]))
+        return 0;
+    k->open[k->nopen++] = b;
+    uint32_t o = ir_op_new(k, at, IR_CAST, &v, 1); /* appended to b */
+    k->nopen--;
+    if (!o)
+        return 0;
+    k->ops[o].iattr[0] = dt;
+    ir_type t = k->vals[v].type;
+    t.dtype = dt;
+    uint32_t r = ir_op_add_result(k, o, t);
+    ir_block *blk = &k->blocks[b];
+    memmove(&blk->ops[pos + 1], &blk->ops[pos], (blk->nops - 1 - pos) * sizeof(uint32_t));
+    blk->ops[pos] = o;
+    return r;
+}
+
+/* The float value v is a cast of, with v's shape, or 0. */
+static uint32_t cast_source(const loom_kernel *k, uint32_t v)
+{
+    const ir_value *d = &k->vals[v];
+    if (d->kind != IR_V_RESULT || k->ops[d->def].kind != IR_CAST)
+        return 0;
+    uint32_t x = k->ops[d->def].opnd[0];
+    const ir_type *t = &k->vals[x].type;
+    return t->kind == IR_T_TILE && ir_dtype_is_float(t->dtype) && !ir_dtype_is_fp8(t->dtype) &&
+                   ir_shape_eq(&t->shape, &d->type.shape)
+               ? x
+               : 0;
+}
+
+static uint32_t index_in_block(const loom_kernel *k, uint32_t o)
+{
+    const ir_block *blk = &k->blocks[k->ops[o].block];
+    uint32_t i = 0;
+    while (i < blk->nops && blk->ops[i] != o)
+        i++;
+    return i;
+}
+
+/* A loop that carries an FP8 tile its body yields as a cast of a wider float x carries x
+ * instead, and the cast moves to the carried value's uses (a cast at the top of the body
+ * and one after the loop): the same values, since a cast gives the same code wherever it
+ * runs.  loom holds an FP8 value in an f32 register (codegen/lower_math.c), so the carried
+ * tile takes the same registers either way; carried as FP8, each iteration took each
+ * element to its code and back and its use made the codes again (an attention's P cast
+ * where it is made and used by the next iteration's P V: 1.19x faster carried as f32,
+ * bench/RESULTS.md session 33).  The loop's init becomes the f32 its cast rounds, or a
+ * cast of it to f32 (exact). */
+static void carry_sources(cg_ctx *cg)
+{
+    loom_kernel *k = cg->k;
+    uint32_t nops = k->nops; /* the casts made below are no loops */
+    for (uint32_t f = 1; f < nops && cg->st == LOOM_OK; f++) {
+        if (k->ops[f].kind != IR_FOR)
+            continue;
+        uint32_t body = k->ops[f].reg[0];
+        for (int j = 0; j < k->ops[f].nres; j++) {
+            const ir_block *bb = &k->blocks[body];
+            const ir_op *y = bb->nops ? &k->ops[bb->ops[bb->nops - 1]] : NULL;
+            uint32_t r = k->ops[f].res[j], a = bb->args[1 + j];
+            const ir_type t = k->vals[r].type;
+            if (!y || y->kind != IR_YIELD || t.kind != IR_T_TILE || t.shape.rank == 0 || !ir_dtype_is_fp8(t.dtype))
+                continue;
+            uint32_t yv = y->opnd[j], x = cast_source(k, yv);
+            if (!x)
+                continue;
+            loom_dtype wide = k->vals[x].type.dtype;
+            loom_src at = k->ops[k->vals[yv].def].src;
+            uint32_t init = k->ops[f].opnd[3 + j], x0 = cast_source(k, init);
+            if (!x0 || k->vals[x0].type.dtype != wide)
+                x0 = cast_at(k, k->ops[f].block, index_in_block(k, f), init, wide, at);
+            uint32_t ca = x0 ? cast_at(k, body, 0, a, t.dtype, at) : 0;
+            uint32_t cr = ca ? cast_at(k, k->ops[f].block, index_in_block(k, f) + 1, r, t.dtype, at) : 0;
+            if (!cr) {
+                cg_fail(cg, LOOM_ERR_NOMEM, "out of memory");
+                return;
+            }
+            k->ops[f].opnd[3 + j] = x0;
+            k->ops[k->blocks[body].ops[k->blocks[body].nops - 1]].opnd[j] = x;
+            k->vals[a].type.dtype = wide;
+            k->vals[r].type.dtype = wide;
+            replace_uses(k, a, ca, k->vals[ca].def);
+            replace_uses(k, r, cr, k->vals[cr].def);
+        }
     }
 }
 
@@ -172,6 +270,7 @@ loom_status cg_fold(cg_ctx *cg)
     if (util_env_on("LOOM_NO_FOLD"))
         return LOOM_OK;
     fold_block(cg, 1);
+    carry_sources(cg);
     cg->k->gen++; /* the IR changed in place: cached verify/print answers are stale */
     return cg->st;
 }

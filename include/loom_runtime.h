@@ -188,9 +188,7 @@ typedef enum loom_cost_kind {
     LOOM_COST_ARITH,   /* arithmetic a rewrite makes cheaper: an f32 mul whose only use is an
                           add or sub (loom rounds each op as written and does not contract
                           them: loom_fma does both in one instruction), an f32 div by a value
-                          the same along a dim (a correctly rounded division an element), a
-                          cast to FP8 a loop carries to its next iteration (its codes made
-                          twice and decoded once: carry the f32 value, cast at its use) */
+                          the same along a dim (a correctly rounded division an element) */
 } loom_cost_kind;
 
 typedef struct loom_cost {

@@ -366,14 +366,6 @@ static softmax_state kv_step(const fa *g, loom_val qv, loom_val use, loom_val j0
     return st;
 }
 
-/* P between its softmax and its P V (carried across a loop's back edge, or a unit's end):
- * f16 and bf16 cast at once (two values a register); e4m3 as the f32 P the cast rounds,
- * cast at the P V.  An FP8 value is held in an f32 register (codegen/lower_math.c), so the
- * rounded P would take as many registers and cost its code and back each element, each
- * tile; cast at the P V, its codes go straight into wgmma's A registers. */
-static loom_val p_carried(const fa *g, loom_val p) { return fa_fp8(g->s) ? p : loom_cast(g->k, p, g->s->dt); }
-static loom_val p_operand(const fa *g, loom_val p) { return fa_fp8(g->s) ? loom_cast(g->k, p, g->s->dt) : p; }
-
 /* defer_q: where pend (i32) is a Q ring use (not -1), wait until the store through its
  * slot has read it, then give the slot back. */
 static void give_back_q(const fa *g, loom_val pend)
@@ -383,7 +375,7 @@ static void give_back_q(const fa *g, loom_val pend)
 }
 
 /* Tile 0 of a unit (K ring use `use`): S = Q K^T and its softmax from the state st (the K
- * slot goes back once S is done); returns P as carried (p_carried), st's m and l updated.  pend
+ * slot goes back once S is done); returns P in the dtype, st's m and l updated.  pend
  * (defer_q, else LOOM_NONE): the previous unit's Q slot, given back while S is computed. */
 static loom_val first_tile(const fa *g, loom_val qv, loom_val use, loom_val len, softmax_state *st, loom_val pend)
 {
@@ -396,7 +388,7 @@ static loom_val first_tile(const fa *g, loom_val qv, loom_val use, loom_val len,
     if (pend)
         give_back_q(g, pend);
     sc = loom_mainloop_retire(k, &g->qk, sc, 0, sk0);
-    return p_carried(g, online_softmax(g, sc, CI(0), len, st, &alpha));
+    return loom_cast(k, online_softmax(g, sc, CI(0), len, st, &alpha), g->s->dt);
 }
 
 /* Tiles 1 .. tiles - 1 of a unit (ring uses it + 1 ..), tile 0's P (p0) and statistics in
@@ -420,12 +412,12 @@ static loom_region_op kv_rest(const fa *g, loom_val qv, loom_val it, loom_val ti
         loom_val sv = loom_ring_consume(k, &g->vr, loom_sub(k, use, one)); /* the previous tile's V */
         turn_begin(g);
         loom_val sj = qk(g, qv, sk);
-        loom_val o = loom_mainloop_issue(k, &g->pv, sv, p_operand(g, loom_for_arg(k, kl, 3)), cur.o, LOOM_NONE);
+        loom_val o = loom_mainloop_issue(k, &g->pv, sv, loom_for_arg(k, kl, 3), cur.o, LOOM_NONE);
         turn_issued(g);
         sj = loom_mainloop_retire(k, &g->qk, sj, 1, sk); /* the P V still in flight */
         loom_val pj = online_softmax(g, sj, loom_mul(k, j, CI(s->bn)), len, &cur, &alpha);
         o = loom_mainloop_retire(k, &g->pv, o, 0, sv);
-        loom_val ys[4] = {cur.m, cur.l, scale_rows(k, o, alpha), p_carried(g, pj)};
+        loom_val ys[4] = {cur.m, cur.l, scale_rows(k, o, alpha), loom_cast(k, pj, s->dt)};
         loom_for_end(k, kl, 4, ys);
     }
     return kl;
@@ -437,7 +429,7 @@ static loom_val last_pv(const fa *g, loom_val use, loom_val p, loom_val o)
     loom_kernel *k = g->k;
     loom_val last = loom_ring_consume(k, &g->vr, use);
     turn_begin(g);
-    loom_val acc = loom_mainloop_issue(k, &g->pv, last, p_operand(g, p), o, LOOM_NONE);
+    loom_val acc = loom_mainloop_issue(k, &g->pv, last, p, o, LOOM_NONE);
     turn_issued(g);
     return loom_mainloop_retire(k, &g->pv, acc, 0, last);
 }
@@ -530,11 +522,11 @@ static softmax_state kv_across_units(const fa *g, loom_sched_loop *l, loom_val q
             loom_val sk = loom_ring_consume(k, &g->kr, nk);
             loom_val sv = loom_ring_consume(k, &g->vr, lastv);
             loom_val sc = qk(g, qv2, sk);
-            loom_val acc = loom_mainloop_issue(k, &g->pv, sv, p_operand(g, p), o, LOOM_NONE);
+            loom_val acc = loom_mainloop_issue(k, &g->pv, sv, p, o, LOOM_NONE);
             sc = loom_mainloop_retire(k, &g->qk, sc, 1, sk); /* the P V still in flight */
             softmax_state nst = st0;
             loom_val alpha;
-            loom_val p2 = p_carried(g, online_softmax(g, sc, zero, b.len, &nst, &alpha));
+            loom_val p2 = loom_cast(k, online_softmax(g, sc, zero, b.len, &nst, &alpha), g->s->dt);
             acc = loom_mainloop_retire(k, &g->pv, acc, 0, sv);
             loom_val ys[4] = {acc, nst.m, nst.l, p2};
             loom_else(k, x, 4, ys);
