@@ -448,8 +448,8 @@ Test(ikbo_fa_fp8, headline_ptx_assembles_without_spills)
     loom_kernel_destroy(k);
 }
 
-/* The kernels the C API builds for e4m3 without a config (its defaults: BN=128, and the
- * ring four deep at D=64), at the headline's other sizes, assemble without spills. */
+/* The kernels the C API builds for e4m3 without a config (its untuned config: BN=128 and
+ * the ring four deep), at the headline's other sizes, assemble without spills. */
 Test(ikbo_fa_fp8, c_api_default_kernels_assemble_without_spills)
 {
     const fp8_case cases[] = {{2048, 32, 1024, 2, 64, 64, 0, 0, LOOM_BF16},
