@@ -224,8 +224,11 @@ static uint32_t index_in_block(const loom_kernel *k, uint32_t o)
  * tile takes the same registers either way; carried as FP8, each iteration took each
  * element to its code and back and its use made the codes again (an attention's P cast
  * where it is made and used by the next iteration's P V: 1.19x faster carried as f32,
- * bench/RESULTS.md session 33).  The loop's init becomes the f32 its cast rounds, or a
- * cast of it to f32 (exact). */
+ * bench/RESULTS.md session 33).  The loop's init must be a cast too (to any FP8 type): it
+ * becomes the float its cast rounds where that is of x's type, else a cast of it to that
+ * type (exact: every FP8 value is an f16, bf16 and f32 value, and a cast's NaN is the one
+ * code 0x7f, which comes back as it was).  Another init (a loaded tile) is left carried
+ * as it is: a NaN of its own sign or payload would come back as 0x7f. */
 static void carry_sources(cg_ctx *cg)
 {
     loom_kernel *k = cg->k;
@@ -247,6 +250,9 @@ static void carry_sources(cg_ctx *cg)
             loom_dtype wide = k->vals[x].type.dtype;
             loom_src at = k->ops[k->vals[yv].def].src;
             uint32_t init = k->ops[f].opnd[3 + j], x0 = cast_source(k, init);
+            const ir_value *iv = &k->vals[init];
+            if (iv->kind != IR_V_RESULT || k->ops[iv->def].kind != IR_CAST)
+                continue;
             if (!x0 || k->vals[x0].type.dtype != wide)
                 x0 = cast_at(k, k->ops[f].block, index_in_block(k, f), init, wide, at);
             uint32_t ca = x0 ? cast_at(k, body, 0, a, t.dtype, at) : 0;
