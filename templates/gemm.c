@@ -1089,6 +1089,9 @@ static int promoted_bn(const g_cfg *c, int ctas)
     return 1.5 * (double)w192 < gain * (double)w128 ? 192 : 128;
 }
 
+/* A 128-column tile's time in BN-column tiles': 128 / BN of the work at 1 / rate the rate. */
+static double narrow_time(const g_cfg *c, double rate) { return 128.0 / c->bn * rate; }
+
 /* 128-row tiles whose last wave leaves SMs idle: the columns past `wide` BN-column tiles
  * in 128-column ones (BN2=128), at the `wide` whose busiest program (static schedule)
  * finishes first, where that is at least 3% sooner; a 128-column tile taking 128 / BN of
@@ -1102,7 +1105,7 @@ static bool narrow_tail(const int64_t *sh, int64_t *cf, double rate)
     if (c.consumers == PINGPONG || c.bm != 128 || c.bn <= 128)
         return false;
     int64_t programs = c.ctas ? c.ctas : 132, tn = TPL_CDIV(c.N, c.bn);
-    double best = busiest(&c, programs, 0) / 1.03, narrow = 128.0 / c.bn * rate;
+    double best = busiest(&c, programs, 0) / 1.03, narrow = narrow_time(&c, rate);
     int pick = 0;
     for (int64_t wide = 1; wide < tn; wide++) {
         c.bn2 = 128, c.wide = (int)wide;
@@ -1207,7 +1210,8 @@ static void heuristic(const int64_t *sh, int64_t *cf)
         plain_tiles(&c, cf, 192);
         bool two = narrow_tail(sh, cf, gain); /* (each candidate checked by why_not) */
         g_cfg a = cfg_of(sh, c128), w = cfg_of(sh, cf);
-        if (!two || !(busiest(&w, programs, 2.0 / 3.0 * gain) * 1.5 / gain < busiest(&a, programs, 0) / 1.03))
+        double n = narrow_time(&w, gain); /* the two-width config's time in 128-column tiles' */
+        if (!two || !(busiest(&w, programs, n) / n < busiest(&a, programs, 0) / 1.03))
             memcpy(cf, c128, sizeof c128);
     }
 }

@@ -112,8 +112,8 @@ static void heuristic(const int64_t *sh, int64_t *cf)
 {
     fa_spec s = fa_spec_of(sh, cf);
     if (s.D == 64)
-        cf[C_BN] = fa_fp8(&s) ? 128 : 64, cf[C_stages] = 4;
-    if (fa_fp8(&s))
+        cf[C_BN] = fa_fp8(&s) ? 128 : 64;
+    if (s.D == 64 || fa_fp8(&s))
         cf[C_stages] = 4;
     cf[C_horder] = horder_of(&s);
 }
