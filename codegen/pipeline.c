@@ -16,7 +16,8 @@
  *                              allocation, each with its line (codegen/explain.c)
  *   LOOM_DUMP_LLVM=1           print the LLVM IR after opt to stderr
  *   LOOM_DUMP_PTX=1            print the PTX to stderr
- *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug)
+ *   LOOM_NO_FOLD=1             skip the fold pass (to bisect a suspected folding bug; it also
+ *                              carries a loop's FP8 tile as the float it is cast from)
  *   LOOM_TIME_PASSES=1         print each pass's wall time to stderr (where a cold
  *                              compile's milliseconds go)
  *   LOOM_HANG_CHECK=<ms>       bound every wait loop (codegen.h: the hang check); the
